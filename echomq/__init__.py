@@ -1,0 +1,38 @@
+"""EchoMQ: a job queue for Python on Valkey, every state change one atomic step in the server."""
+
+from .admin import brand_node
+from .connection import Connection, connect
+from .errors import (
+    ArgumentError,
+    BrandError,
+    CommandRefused,
+    ConfigurationError,
+    ConnectionFailed,
+    CounterError,
+    EchoMQError,
+    HostError,
+    LayoutError,
+    LeaseLost,
+    PermissionDenied,
+    ServerNotFound,
+    ServerStartError,
+    ShapeError,
+    StateError,
+    UnsupportedOnWire,
+    WireError,
+    WrongType,
+)
+from .keys import Keyspace, State
+from .module import module_path
+from .queue import Counts, Enqueued, Job, Queue, Sweep
+from .serializers import JSON, RAW, JSONSerializer, RawSerializer
+from .server import EmbeddedServer
+
+__all__ = [
+    "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
+    "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
+    "Job", "Keyspace", "LayoutError", "LeaseLost", "PermissionDenied", "Queue", "RAW", "RawSerializer",
+    "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Sweep", "UnsupportedOnWire",
+    "WireError", "WrongType", "brand_node", "connect", "module_path",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,28 @@
+"""Admin steps that write outside a queue: branding a node."""
+
+from __future__ import annotations
+
+import valkey
+
+from .connection import BRANDS
+from .errors import BrandError, ConfigurationError
+from .keys import VERSION_KEY
+
+
+def brand_node(client: valkey.Valkey, wire: int) -> bytes:
+    """Brand the node for ``wire`` (4 or 6), once. Refuses to overwrite the other brand.
+
+    Re-branding a node with its own brand is a no-op, so this is safe to repeat.
+    """
+    if wire not in BRANDS:
+        raise ConfigurationError(f"bad wire {wire!r}: brand a node for wire 4 or 6")
+    want = BRANDS[wire]
+    if client.set(VERSION_KEY, want, nx=True):
+        return want
+    have = client.get(VERSION_KEY)
+    if have != want:
+        raise BrandError(
+            f"the node is already branded {have!r}; a node serves one wire. "
+            f"Use another node for wire {wire}, or delete {VERSION_KEY} by hand if you are sure it holds no jobs"
+        )
+    return want

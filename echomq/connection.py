@@ -1,0 +1,202 @@
+"""The connection: one Valkey client, one wire, and the dispatch of every verb.
+
+* wire 4 (scripts): the node's brand must be ``echomq:4.0.0``; every verb is
+  EVALSHA of its script, loaded once; NOSCRIPT reloads and retries once.
+* wire 6 (trafikey): EMQ.VERSION must list the fourteen job-core tokens and the
+  brand must already be ``echomq:6.0.0``; each verb travels as its ``EMQ.*``
+  command with the script's numkeys, KEYS and ARGV unchanged; the two declared
+  reads stay EVALSHA.
+
+The connection never writes the brand: that is the admin step in ``admin.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import valkey
+from valkey.exceptions import NoScriptError, ResponseError
+
+from . import errors
+from .keys import VERSION_KEY, Keyspace
+from .verbs import BY_NAME, JOB_CORE_TOKENS, SCRIPTED, Verb
+
+BRANDS = {4: b"echomq:4.0.0", 6: b"echomq:6.0.0"}
+
+# valkey-py strips these codes off the message and raises its own class: put the code back.
+_STRIPPED_CODES = {
+    valkey.exceptions.NoPermissionError: "NOPERM",
+    valkey.exceptions.OutOfMemoryError: "OOM",
+    valkey.exceptions.ReadOnlyError: "READONLY",
+    valkey.exceptions.NoScriptError: "NOSCRIPT",
+}
+
+
+def as_refusal(exc: ResponseError) -> errors.CommandRefused:
+    """The typed EchoMQ error for an error reply from the server."""
+    text = str(exc)
+    for cls, code in _STRIPPED_CODES.items():
+        if isinstance(exc, cls):
+            text = f"{code} {text}"
+            break
+    return errors.refusal(text)
+
+
+@dataclass(frozen=True)
+class Script:
+    verb: Verb
+    source: bytes
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source).hexdigest())
+
+
+def load_scripts(verbs: Iterable[Verb]) -> dict[str, Script]:
+    return {verb.name: Script(verb, verb.script_path.read_bytes()) for verb in verbs}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One verb call, built once and sendable on either wire."""
+
+    verb: Verb
+    keys: tuple[str, ...]
+    argv: tuple[Any, ...]
+
+
+def build_call(verb_name: str, keyspace: Keyspace, argv: Sequence[Any]) -> Call:
+    verb = BY_NAME[verb_name]
+    return Call(verb, tuple(keyspace.key(suffix) for suffix in verb.keys), tuple(argv))
+
+
+class Connection:
+    """A client bound to one wire. Build it with :func:`connect`."""
+
+    def __init__(self, client: valkey.Valkey, wire: int) -> None:
+        if wire not in BRANDS:
+            raise errors.ConfigurationError(f"bad wire {wire!r}: EchoMQ speaks wire 4 (scripts) or wire 6 (trafikey)")
+        self.client = client
+        self.wire = wire
+        self.scripts = load_scripts(v for v in SCRIPTED if wire == 4 or v.read_only)
+        self._handshake()
+
+    # -- opening ------------------------------------------------------------
+    def _handshake(self) -> None:
+        if self.wire == 6:
+            self._require_tokens()
+        self._require_brand()
+        self.load_scripts()
+
+    def _require_tokens(self) -> None:
+        try:
+            listed = self.client.execute_command("EMQ.VERSION")
+        except ResponseError as exc:
+            raise errors.WireError(
+                "wire 6 needs the trafikey module on the node, and EMQ.VERSION failed "
+                f"({exc}); start valkey-server with --loadmodule $(emq module-path), or connect with wire=4"
+            ) from exc
+        tokens = set(listed.decode().split())
+        missing = [token for token in JOB_CORE_TOKENS if token not in tokens]
+        if missing:
+            raise errors.WireError(f"the node's trafikey lacks job-core tokens {missing}; upgrade the module")
+
+    def _require_brand(self) -> None:
+        brand = self.client.get(VERSION_KEY)
+        want = BRANDS[self.wire]
+        if brand == want:
+            return
+        if brand is None:
+            raise errors.BrandError(
+                f"the node is not branded for EchoMQ: {VERSION_KEY} is missing. Brand it once with "
+                f"`emq brand URL --wire {self.wire}` (or echomq.brand_node(client, {self.wire}))"
+            )
+        raise errors.BrandError(
+            f"the node is branded {brand.decode(errors='replace')!r}, not {want.decode()!r}: it serves the other "
+            f"wire; connect with wire={4 if self.wire == 6 else 6} or use another node"
+        )
+
+    def load_scripts(self) -> None:
+        for script in self.scripts.values():
+            self.client.script_load(script.source)
+
+    # -- sending --------------------------------------------------------------
+    def command_args(self, call: Call) -> tuple[Any, ...]:
+        """The command that carries ``call`` on this connection's wire."""
+        verb = call.verb
+        if self.wire == 6 and not verb.read_only:
+            return (verb.command, len(call.keys), *call.keys, *call.argv)
+        script = self.scripts.get(verb.name)
+        if script is None:
+            raise errors.UnsupportedOnWire(
+                f"{verb.name} has no script: it needs wire 6 (trafikey)"
+                if self.wire == 4
+                else f"script {verb.name!r} is not sent on wire 6"
+            )
+        return ("EVALSHA", script.sha, len(call.keys), *call.keys, *call.argv)
+
+    def send(self, call: Call) -> Any:
+        args = self.command_args(call)
+        try:
+            try:
+                return self.client.execute_command(*args)
+            except NoScriptError:
+                self.load_scripts()  # SCRIPT FLUSH or a restart without the cache: load once, retry once
+                return self.client.execute_command(*args)
+        except ResponseError as exc:
+            raise as_refusal(exc) from exc
+
+    def send_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Pipeline ``calls`` (no transaction); error replies come back as exception objects."""
+        results = self._pipeline(calls)
+        retry = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if retry:
+            self.load_scripts()  # a NOSCRIPT reply means the call did not run: resending is safe
+            for i, result in zip(retry, self._pipeline([calls[i] for i in retry])):
+                results[i] = result
+        return [as_refusal(r) if isinstance(r, ResponseError) else r for r in results]
+
+    def _pipeline(self, calls: Sequence[Call]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command(*self.command_args(call))
+        return pipe.execute(raise_on_error=False)
+
+    # -- the pause read of the scripted claim ----------------------------------
+    def paused(self, keyspace: Keyspace) -> bool:
+        """SPEC §4: any non-nil reply means paused, an error reply included; only a
+        connection fault reads as not paused (and then the claim itself fails)."""
+        try:
+            return self.client.hget(keyspace.meta, "paused") is not None
+        except ResponseError:
+            return True
+        except (valkey.ConnectionError, valkey.TimeoutError):
+            return False
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(url: str = "redis://127.0.0.1:6379", *, wire: int = 4, **client_options: Any) -> Connection:
+    """Open a connection on ``wire`` 4 (scripts) or 6 (trafikey) after checking the node.
+
+    ``url`` takes the valkey-py forms: ``redis://``, ``rediss://`` (TLS),
+    ``redis://user:password@host:port/db``, ``unix://``.
+    """
+    try:
+        client = valkey.Valkey.from_url(url, **client_options)
+    except ValueError as exc:
+        raise errors.ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port or rediss://host:port") from exc
+    try:
+        client.ping()
+    except valkey.ConnectionError as exc:
+        raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
+    return Connection(client, wire)

@@ -1,0 +1,123 @@
+"""Every error EchoMQ raises, one base class, one class per SPEC error code.
+
+    EchoMQError
+    ├── ConfigurationError        bad input to the library (queue name, id, numbers)
+    ├── ServerNotFound            no valkey-server binary to start
+    ├── ServerStartError          the embedded server did not come up
+    ├── ConnectionFailed          no Valkey answers at the URL
+    ├── BrandError                the node is unbranded or carries the other wire's brand
+    ├── WireError                 the node cannot serve the wire asked for (no module, missing tokens)
+    ├── UnsupportedOnWire         a verb or script the connection's wire does not carry
+    ├── LeaseLost                 a token-fenced verb answered 0: the caller no longer holds the job
+    └── CommandRefused            the server refused a verb; `code` is the reply's first word
+        ├── ShapeError            EMQSHAPE
+        ├── LayoutError           EMQLAYOUT
+        ├── ArgumentError         EMQARG
+        ├── PermissionDenied      NOPERM
+        ├── WrongType             WRONGTYPE
+        ├── StateError            EMQSTATE
+        ├── CounterError          EMQ (not an integer / would overflow)
+        └── HostError             EMQHOST
+"""
+
+from __future__ import annotations
+
+
+class EchoMQError(Exception):
+    """The base of every EchoMQ error."""
+
+
+class ConfigurationError(EchoMQError, ValueError):
+    """Bad input to the library: the message names the value and what is accepted."""
+
+
+class ServerNotFound(EchoMQError):
+    pass
+
+
+class ServerStartError(EchoMQError):
+    pass
+
+
+class ConnectionFailed(EchoMQError):
+    pass
+
+
+class BrandError(EchoMQError):
+    pass
+
+
+class WireError(EchoMQError):
+    pass
+
+
+class UnsupportedOnWire(EchoMQError):
+    pass
+
+
+class LeaseLost(EchoMQError):
+    """The job's token no longer matches (or the row is gone): someone else holds it, or it settled."""
+
+    def __init__(self, verb: str, job_id: str, token: str) -> None:
+        super().__init__(f"{verb}: lease lost for job {job_id!r} (token {token}): the job is no longer held with this token")
+        self.verb = verb
+        self.job_id = job_id
+        self.token = token
+
+
+class CommandRefused(EchoMQError):
+    """An error reply from the server; ``code`` is its first word, ``reply`` the whole text."""
+
+    code = ""
+
+    def __init__(self, reply: str) -> None:
+        super().__init__(reply)
+        self.reply = reply
+
+
+class ShapeError(CommandRefused):
+    code = "EMQSHAPE"
+
+
+class LayoutError(CommandRefused):
+    code = "EMQLAYOUT"
+
+
+class ArgumentError(CommandRefused):
+    code = "EMQARG"
+
+
+class PermissionDenied(CommandRefused):
+    code = "NOPERM"
+
+
+class WrongType(CommandRefused):
+    code = "WRONGTYPE"
+
+
+class StateError(CommandRefused):
+    code = "EMQSTATE"
+
+
+class CounterError(CommandRefused):
+    code = "EMQ"
+
+
+class HostError(CommandRefused):
+    code = "EMQHOST"
+
+
+REFUSALS: dict[str, type[CommandRefused]] = {
+    cls.code: cls
+    for cls in (ShapeError, LayoutError, ArgumentError, PermissionDenied, WrongType, StateError, CounterError, HostError)
+}
+
+
+def refusal(reply: str) -> CommandRefused:
+    """The typed error for an error reply, by its first word (unknown codes stay CommandRefused)."""
+    code = reply.split(" ", 1)[0]
+    cls = REFUSALS.get(code, CommandRefused)
+    err = cls(reply)
+    if cls is CommandRefused:
+        err.code = code
+    return err

@@ -1,0 +1,99 @@
+"""The keyspace of SPEC §1: every key of queue ``q`` lives under ``emq:{q}:``.
+
+The braces are a cluster hashtag, so one queue's keys share a slot. Rows, meta and
+metrics are derived from the base, as the scripts and the native verbs derive them.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from .errors import ConfigurationError
+
+VERSION_KEY = "{emq}:version"
+QUEUE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+MAX_ID_BYTES = 512
+
+
+class State(str, enum.Enum):
+    """Where a job is; always the set it sits in."""
+
+    PENDING = "pending"  #: ready to claim, in ``pending``
+    ACTIVE = "active"  #: claimed under a lease, in ``active``
+    SCHEDULED = "scheduled"  #: due later, in ``schedule``
+    DEAD = "dead"  #: out of budget, in ``dead``
+
+    @property
+    def set_suffix(self) -> str:
+        return STATE_SETS[self]
+
+
+STATE_SETS = {State.PENDING: "pending", State.ACTIVE: "active", State.SCHEDULED: "schedule", State.DEAD: "dead"}
+
+
+def check_queue_name(name: str) -> str:
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+        raise ConfigurationError(
+            f"bad queue name {name!r}: use 1 to 128 characters from A-Z a-z 0-9 . _ : - "
+            "(braces would break the cluster hashtag)"
+        )
+    return name
+
+
+def check_job_id(job_id: str) -> str:
+    if not isinstance(job_id, str):
+        raise ConfigurationError(f"bad job id {job_id!r}: a job id is a str")
+    size = len(job_id.encode())
+    if not 1 <= size <= MAX_ID_BYTES:
+        raise ConfigurationError(f"bad job id {job_id[:40]!r}: a job id is 1 to {MAX_ID_BYTES} bytes of UTF-8, got {size}")
+    return job_id
+
+
+@dataclass(frozen=True)
+class Keyspace:
+    """The keys of one queue."""
+
+    queue: str
+
+    def __post_init__(self) -> None:
+        check_queue_name(self.queue)
+
+    @property
+    def base(self) -> str:
+        return f"emq:{{{self.queue}}}:"
+
+    def key(self, suffix: str) -> str:
+        """``base + suffix``; the empty suffix is the base itself (the scripts' row root)."""
+        return self.base + suffix
+
+    @property
+    def pending(self) -> str:
+        return self.key("pending")
+
+    @property
+    def active(self) -> str:
+        return self.key("active")
+
+    @property
+    def schedule(self) -> str:
+        return self.key("schedule")
+
+    @property
+    def dead(self) -> str:
+        return self.key("dead")
+
+    @property
+    def meta(self) -> str:
+        return self.key("meta")
+
+    def job(self, job_id: str) -> str:
+        return self.key("job:" + job_id)
+
+    def metrics(self, name: str) -> str:
+        return self.key("metrics:" + name)
+
+    def pattern(self) -> str:
+        """A SCAN pattern for every key of the queue (braces escaped for glob)."""
+        return f"emq:\\{{{self.queue}\\}}:*"

@@ -1,0 +1,278 @@
+"""The job-core API of one queue: one method per verb, the same on wire 4 and wire 6.
+
+Deciding what to send (argument checks, key building, reply decoding) lives in the
+pure helpers below; :class:`Connection` only sends. Token-fenced verbs that answer
+``0`` raise :class:`LeaseLost`: a caller that thought it held the job must not carry
+on as if it did. ``extend_many`` and ``complete_many`` report per job instead (0 or
+False for a lost lease), because a batch is partly lost by nature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from . import errors
+from .connection import Call, Connection, build_call
+from .ids import uuid7
+from .keys import STATE_SETS, Keyspace, State, check_job_id
+from .serializers import JSON, Serializer
+
+I64_MAX = 2**63 - 1
+PRIORITY_MAX = 2**31 - 1
+LIMIT_MAX = 10_000
+EXTENDS_MAX = 1_000
+
+
+def check_int(name: str, value: Any, low: int, high: int = I64_MAX) -> int:
+    """A SPEC §3 number: an int in [low, high] (bools are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise errors.ConfigurationError(f"bad {name} {value!r}: expected an integer from {low} to {high}")
+    return value
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    id: str
+    created: bool  #: False when the id already had a row (idempotent enqueue: nothing written)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A claimed job. ``token`` is the fencing token (attempts as text) every settle presents."""
+
+    queue: str
+    id: str
+    payload: Any
+    raw_payload: bytes | None
+    attempt: int
+
+    @property
+    def token(self) -> str:
+        return str(self.attempt)
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable per attempt: use it for downstream writes a retry must not repeat."""
+        return f"{self.id}:{self.attempt}"
+
+
+@dataclass(frozen=True)
+class Counts:
+    pending: int
+    active: int
+    scheduled: int
+    dead: int
+    paused: bool
+
+    @property
+    def total(self) -> int:
+        return self.pending + self.active + self.scheduled + self.dead
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What one STALLED.CHECK moved."""
+
+    recovered: list[str]
+    exempt: list[str]  #: restart-caused expiries (wire 6 only): recovered without counting a stall
+    dead: list[str]
+
+    def __len__(self) -> int:
+        return len(self.recovered) + len(self.exempt) + len(self.dead)
+
+
+JobRef = Job | str
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _ref(job: JobRef, token: str | int | None) -> tuple[str, str]:
+    """(id, token) from a Job, or from an id and an explicit token."""
+    if isinstance(job, Job):
+        return job.id, job.token if token is None else str(token)
+    if token is None:
+        raise errors.ConfigurationError(f"job {job!r}: pass the Job, or its id with token=")
+    return check_job_id(job), str(token)
+
+
+class Queue:
+    """One queue on one connection: ``Queue(conn, "emails")``."""
+
+    def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON) -> None:
+        self.connection = connection
+        self.keys = Keyspace(name)
+        self.name = name
+        self.serializer = serializer
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r}, wire={self.connection.wire})"
+
+    # -- building calls (pure) ------------------------------------------------
+    def call(self, verb: str, *argv: Any) -> Call:
+        return build_call(verb, self.keys, argv)
+
+    def _send(self, verb: str, *argv: Any) -> Any:
+        return self.connection.send(self.call(verb, *argv))
+
+    def _enqueue_call(self, payload: Any, job_id: str | None, priority: int) -> Call:
+        job_id = check_job_id(job_id) if job_id is not None else uuid7()
+        check_int("priority", priority, 0, PRIORITY_MAX)
+        return self.call("enqueue", job_id, self.serializer.dumps(payload), priority)
+
+    # -- admission ------------------------------------------------------------
+    def enqueue(self, payload: Any, *, id: str | None = None, priority: int = 0) -> Enqueued:
+        """Add a job to pending. Lower priority numbers are served first; equal ones FIFO."""
+        call = self._enqueue_call(payload, id, priority)
+        return Enqueued(call.argv[0], self.connection.send(call) == 1)
+
+    def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0) -> list[Enqueued]:
+        """Enqueue many jobs in one pipelined round trip (each is its own atomic enqueue)."""
+        calls = [self._enqueue_call(payload, None, priority) for payload in payloads]
+        replies = self.connection.send_many(calls)
+        _raise_first(replies)
+        return [Enqueued(call.argv[0], reply == 1) for call, reply in zip(calls, replies)]
+
+    def schedule(self, payload: Any, delay_ms: int, *, id: str | None = None, priority: int = 0) -> Enqueued:
+        """Add a job that becomes ready ``delay_ms`` from now (server clock), via PROMOTE."""
+        job_id = check_job_id(id) if id is not None else uuid7()
+        check_int("delay_ms", delay_ms, 0)
+        check_int("priority", priority, 0, PRIORITY_MAX)
+        reply = self._send("schedule", job_id, self.serializer.dumps(payload), delay_ms, priority)
+        return Enqueued(job_id, reply == 1)
+
+    # -- the lease --------------------------------------------------------------
+    def claim(self, lease_ms: int) -> Job | None:
+        """Take the head of pending under a lease of ``lease_ms``; None when there is nothing to take."""
+        check_int("lease_ms", lease_ms, 1)
+        if self.connection.wire == 4 and self.connection.paused(self.keys):
+            return None
+        return self.decode_claim(self._send("claim", lease_ms))
+
+    def decode_claim(self, reply: Sequence[Any]) -> Job | None:
+        if not reply:
+            return None
+        job_id, raw, attempts = reply
+        payload = None if raw is None else self.serializer.loads(raw)
+        return Job(self.name, _text(job_id), payload, raw, int(attempts))
+
+    def extend(self, job: JobRef, lease_ms: int, *, token: str | int | None = None) -> int:
+        """Renew the lease to now + ``lease_ms``; returns the new deadline (ms, server clock)."""
+        job_id, token = _ref(job, token)
+        check_int("lease_ms", lease_ms, 1)
+        return self._fenced("extend", job_id, token, lease_ms)
+
+    def extend_many(self, jobs: Sequence[JobRef | tuple[str, str]], lease_ms: int) -> list[int]:
+        """Renew many leases in one EXTENDS; each answer is the new deadline, or 0 for a lost lease."""
+        check_int("lease_ms", lease_ms, 1)
+        pairs = [job if isinstance(job, tuple) else _ref(job, None) for job in jobs]
+        answers: list[int] = []
+        for start in range(0, len(pairs), EXTENDS_MAX):
+            chunk = pairs[start : start + EXTENDS_MAX]
+            flat = [part for pair in chunk for part in pair]
+            answers += [int(a) for a in self._send("extends", lease_ms, *flat)]
+        return answers
+
+    # -- settling ---------------------------------------------------------------
+    def complete(self, job: JobRef, *, token: str | int | None = None) -> None:
+        """Done: the row is deleted and counted. Raises LeaseLost if the token no longer holds."""
+        self._fenced("complete", *_ref(job, token))
+
+    def complete_many(self, jobs: Sequence[JobRef]) -> list[bool]:
+        """Complete many jobs in one pipelined round trip; False where the lease was lost."""
+        replies = self.connection.send_many([self.call("complete", *_ref(job, None)) for job in jobs])
+        _raise_first(replies)
+        return [reply == 1 for reply in replies]
+
+    def fail(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
+             token: str | int | None = None) -> State:
+        """Record a failure: back to pending (no backoff), to schedule (backoff) or dead (out of budget)."""
+        job_id, token = _ref(job, token)
+        check_int("max_attempts", max_attempts, 1)
+        check_int("backoff_ms", backoff_ms, 0)
+        reply = self._fenced("fail", job_id, token, error, max_attempts, backoff_ms)
+        return State(_text(reply))
+
+    def delay(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> int:
+        """Put a held job back to wait ``delay_ms``; returns its due time (ms, server clock)."""
+        job_id, token = _ref(job, token)
+        check_int("delay_ms", delay_ms, 0)
+        return self._fenced("delay", job_id, token, delay_ms)
+
+    def requeue(self, job: JobRef, *, token: str | int | None = None) -> None:
+        """Release a held job to pending without spending any budget (wire 6 only)."""
+        self._fenced("requeue", *_ref(job, token))
+
+    def _fenced(self, verb: str, job_id: str, token: str, *argv: Any) -> Any:
+        reply = self._send(verb, job_id, token, *argv)
+        if reply == 0:
+            raise errors.LeaseLost(verb, job_id, token)
+        return reply
+
+    # -- time-driven and recovery -----------------------------------------------
+    def promote(self, limit: int = 1000) -> int:
+        """Move up to ``limit`` due scheduled jobs to pending; returns how many moved."""
+        return int(self._send("promote", check_int("limit", limit, 1, LIMIT_MAX)))
+
+    def reschedule(self, job_id: str, delay_ms: int) -> int | None:
+        """Move a scheduled job's due time to now + ``delay_ms`` (wire 6 only); None when no row."""
+        check_job_id(job_id)
+        check_int("delay_ms", delay_ms, 0)
+        return int(self._send("reschedule", job_id, delay_ms)) or None
+
+    def reprocess(self, job_id: str) -> bool:
+        """Send a dead job back to pending, keeping its counters; False when it is not in dead."""
+        return self._send("reprocess", check_job_id(job_id)) == 1
+
+    def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
+        """Recover up to ``limit`` expired leases; a job that stalls ``max_stalled`` times goes dead."""
+        check_int("max_stalled", max_stalled, 1)
+        check_int("limit", limit, 1, LIMIT_MAX)
+        recovered, exempt, dead = self._send("stalled_check", max_stalled, limit)
+        return Sweep([_text(i) for i in recovered], [_text(i) for i in exempt], [_text(i) for i in dead])
+
+    # -- pause ----------------------------------------------------------------
+    def pause(self) -> None:
+        """Hold claims (enqueue and schedule still admit jobs)."""
+        self.connection.client.hset(self.keys.meta, "paused", 1)
+
+    def resume(self) -> None:
+        self.connection.client.hdel(self.keys.meta, "paused")
+
+    # -- reading ----------------------------------------------------------------
+    def counts(self) -> Counts:
+        pending, active, scheduled, dead, paused = self._send("counts")
+        return Counts(pending, active, scheduled, dead, paused == 1)
+
+    def state(self, job_id: str) -> State | None:
+        reply = self._send("state", check_job_id(job_id))
+        return None if reply is None else State(_text(reply))
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        """The job's row, fields as text and the payload deserialized; None when there is no row."""
+        row = self.connection.client.hgetall(self.keys.job(check_job_id(job_id)))
+        if not row:
+            return None
+        fields = {_text(k): v for k, v in row.items()}
+        raw = fields.pop("payload", None)
+        decoded: dict[str, Any] = {k: _text(v) for k, v in fields.items()}
+        decoded["payload"] = None if raw is None else self.serializer.loads(raw)
+        return decoded
+
+    def ids(self, state: State | str, *, offset: int = 0, count: int = 100) -> list[tuple[str, float]]:
+        """A page of (id, score) from the set of ``state``, lowest score first."""
+        key = self.keys.key(STATE_SETS[State(state)])
+        rows = self.connection.client.zrange(key, offset, offset + count - 1, withscores=True)
+        return [(_text(member), score) for member, score in rows]
+
+    def metrics(self) -> dict[str, int]:
+        client = self.connection.client
+        return {name: int(client.hget(self.keys.metrics(name), "count") or 0) for name in ("completed", "failed")}
+
+
+def _raise_first(replies: Sequence[Any]) -> None:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply

@@ -1,0 +1,10 @@
+-- EMQ delay (wire 4). KEYS: active, schedule, base. ARGV: id, token, delay_ms.
+-- The holder puts its job back to wait until now + delay_ms.
+local row = KEYS[3] .. 'job:' .. ARGV[1]
+if redis.call('HGET', row, 'attempts') ~= ARGV[2] then return 0 end
+local t = redis.call('TIME')
+local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], due, ARGV[1])
+redis.call('HSET', row, 'state', 'scheduled')
+return due

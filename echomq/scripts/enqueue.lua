@@ -1,0 +1,12 @@
+-- EMQ enqueue (wire 4). KEYS: pending, base. ARGV: id, payload, priority.
+-- Idempotent: an id that already has a row is not enqueued twice.
+local row = KEYS[2] .. 'job:' .. ARGV[1]
+if redis.call('EXISTS', row) == 1 then return 0 end
+local priority = tonumber(ARGV[3])
+if priority > 0 then
+  redis.call('HSET', row, 'state', 'pending', 'payload', ARGV[2], 'attempts', '0', 'priority', ARGV[3])
+else
+  redis.call('HSET', row, 'state', 'pending', 'payload', ARGV[2], 'attempts', '0')
+end
+redis.call('ZADD', KEYS[1], priority, ARGV[1])
+return 1

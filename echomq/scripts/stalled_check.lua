@@ -1,0 +1,25 @@
+-- EMQ stalled_check (wire 4). KEYS: active, pending, dead, base. ARGV: max_stalled, limit.
+-- Every expired lease (score <= now, lowest first, up to limit) counts as a stall:
+-- the script has no restart exemption (that needs the native lease_epoch).
+-- Reply: {recovered ids, exempt ids (always empty here), dead ids}.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local max_stalled = tonumber(ARGV[1])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local recovered, dead = {}, {}
+for _, id in ipairs(expired) do
+  local row = KEYS[4] .. 'job:' .. id
+  redis.call('ZREM', KEYS[1], id)
+  local stalled = redis.call('HINCRBY', row, 'stalled', 1)
+  if stalled >= max_stalled then
+    redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled')
+    redis.call('ZADD', KEYS[3], 0, id)
+    redis.call('HINCRBY', KEYS[4] .. 'metrics:failed', 'count', 1)
+    dead[#dead + 1] = id
+  else
+    redis.call('HSET', row, 'state', 'pending')
+    redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), id)
+    recovered[#recovered + 1] = id
+  end
+end
+return {recovered, {}, dead}

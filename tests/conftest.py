@@ -1,0 +1,71 @@
+"""Shared fixtures: real valkey-server processes, one per wire, shared by the session.
+
+Every test gets a queue of its own (a fresh name), so tests share servers without
+sharing state. ``wire`` parametrises the conformance tests over both executors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+import echomq
+from echomq import EmbeddedServer, Queue, connect, module_path
+from echomq.serializers import RAW
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def server4():
+    with EmbeddedServer(brand=4) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def server6():
+    with EmbeddedServer(module=module_path(), brand=6) as server:
+        yield server
+
+
+@pytest.fixture(params=[4, 6], ids=["wire4", "wire6"])
+def wire(request):
+    return request.param
+
+
+@pytest.fixture
+def server(wire, request):
+    return request.getfixturevalue(f"server{wire}")
+
+
+@pytest.fixture
+def conn(server, wire):
+    with connect(server.url, wire=wire) as connection:
+        yield connection
+
+
+def fresh_name(prefix: str = "t") -> str:
+    return f"{prefix}{os.getpid()}-{next(_names)}"
+
+
+@pytest.fixture
+def queue(conn):
+    return Queue(conn, fresh_name())
+
+
+@pytest.fixture
+def raw_queue(conn):
+    return Queue(conn, fresh_name(), serializer=RAW)
+
+
+@pytest.fixture
+def conn4(server4):
+    with connect(server4.url, wire=4) as connection:
+        yield connection
+
+
+@pytest.fixture
+def queue4(conn4):
+    return Queue(conn4, fresh_name())

@@ -1,0 +1,48 @@
+"""Test helpers: dump a queue's keys, read the server clock, wait on the server clock."""
+
+from __future__ import annotations
+
+import time
+
+import valkey
+
+from echomq.keys import Keyspace
+
+
+def dump_key(client: valkey.Valkey, key: bytes) -> tuple:
+    kind = client.type(key).decode()
+    if kind == "hash":
+        return kind, dict(sorted(client.hgetall(key).items()))
+    if kind == "zset":
+        return kind, client.zrange(key, 0, -1, withscores=True)
+    if kind == "string":
+        return kind, client.get(key)
+    if kind == "list":
+        return kind, client.lrange(key, 0, -1)
+    if kind == "set":
+        return kind, sorted(client.smembers(key))
+    return kind, None
+
+
+def dump(client: valkey.Valkey, keyspace: Keyspace | None = None) -> dict[bytes, tuple]:
+    """Every key (of one queue, or of the node) with its type and full content."""
+    pattern = keyspace.pattern() if keyspace else "*"
+    return {key: dump_key(client, key) for key in sorted(client.scan_iter(match=pattern, count=1000))}
+
+
+def digest(client: valkey.Valkey) -> bytes:
+    return client.execute_command("DEBUG", "DIGEST")
+
+
+def server_ms(client: valkey.Valkey) -> int:
+    seconds, micros = client.time()
+    return seconds * 1000 + micros // 1000
+
+
+def wait_server_past(client: valkey.Valkey, deadline_ms: float, timeout_s: float = 10.0) -> None:
+    """Poll the server's clock until it is past ``deadline_ms``: waits on the server, not on a guess."""
+    give_up = time.monotonic() + timeout_s
+    while server_ms(client) <= deadline_ms:
+        if time.monotonic() > give_up:
+            raise TimeoutError(f"server clock did not pass {deadline_ms}")
+        time.sleep(0.001)
