@@ -24,6 +24,7 @@ class Verb:
     command: str | None = None  #: the native command on wire 6; None for a declared read
     tokens: tuple[str, ...] = ()  #: capability tokens its native row advertises
     scripted: bool = True  #: served by ``scripts/<name>.lua`` on wire 4
+    move: str = ""  #: the lifecycle arrow it performs, as docs/lifecycle.md lists it
 
     @property
     def script_path(self) -> Path:
@@ -34,28 +35,30 @@ class Verb:
         return self.command is None
 
 
-def _verb(name, keys, argv, tokens=None, scripted=True):
+def _verb(name, keys, argv, move, tokens=None, scripted=True):
     command = "EMQ." + name.upper().replace("_", ".")
-    return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted)
+    return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move)
 
 
 # Rows in the order of SPEC §3 and of trafikey's registration table.
 VERBS: tuple[Verb, ...] = (
-    _verb("enqueue", ("pending", BASE), ("id", "payload", "priority")),
-    _verb("claim", ("pending", "active", BASE), ("lease_ms",), tokens=("claim", "claim.pause")),
-    _verb("extend", ("active", BASE), ("id", "token", "lease_ms")),
-    _verb("extends", ("active", BASE), ("lease_ms", "id", "token")),
-    _verb("complete", ("active", BASE), ("id", "token"), tokens=("complete.flat",)),
-    _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority")),
-    _verb("promote", ("schedule", "pending", BASE), ("limit",)),
-    _verb("reschedule", ("schedule", BASE), ("id", "delay_ms"), scripted=False),
-    _verb("delay", ("active", "schedule", BASE), ("id", "token", "delay_ms")),
+    _verb("enqueue", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending"),
+    _verb("claim", ("pending", "active", BASE), ("lease_ms",), "pending → active",
+          tokens=("claim", "claim.pause")),
+    _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active"),
+    _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active"),
+    _verb("complete", ("active", BASE), ("id", "token"), "active → (deleted)", tokens=("complete.flat",)),
+    _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled"),
+    _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending"),
+    _verb("reschedule", ("schedule", BASE), ("id", "delay_ms"), "scheduled → scheduled", scripted=False),
+    _verb("delay", ("active", "schedule", BASE), ("id", "token", "delay_ms"), "active → scheduled"),
     _verb("fail", ("active", "pending", "schedule", "dead", BASE),
-          ("id", "token", "error", "max_attempts", "backoff_ms"), tokens=("fail.flat",)),
-    _verb("reprocess", ("dead", "pending", BASE), ("id",)),
-    _verb("requeue", ("active", "pending", BASE), ("id", "token"), scripted=False),
+          ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
+          tokens=("fail.flat",)),
+    _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending"),
+    _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", scripted=False),
     _verb("stalled_check", ("active", "pending", "dead", BASE), ("max_stalled", "limit"),
-          tokens=("stalled.check",)),
+          "active → pending | dead", tokens=("stalled.check",)),
 )
 
 # The two declared reads: scripts on both wires, never an EMQ command.
