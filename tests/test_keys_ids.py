@@ -1,0 +1,236 @@
+"""Pure unit tests, no server: the keyspace, the job-id generator, number checks, error mapping.
+
+SPEC §1 (keys, queue-name and id rules, UUIDv7 ids that sort FIFO), §3 (the number
+grammar the Python side enforces before sending) and §5's error-code table.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+
+import pytest
+
+from echomq import errors, ids
+from echomq.keys import MAX_ID_BYTES, STATE_SETS, VERSION_KEY, Keyspace, State, check_job_id, check_queue_name
+from echomq.queue import I64_MAX, PRIORITY_MAX, check_int
+
+# --------------------------------------------------------------------------- keyspace
+
+
+def test_keys_are_the_base_plus_suffix():
+    ks = Keyspace("mail.out:eu-1_x")
+    base = "emq:{mail.out:eu-1_x}:"
+    assert ks.base == base
+    assert ks.key("") == base
+    assert (ks.pending, ks.active, ks.schedule, ks.dead, ks.meta) == tuple(
+        base + s for s in ("pending", "active", "schedule", "dead", "meta")
+    )
+    assert ks.job("j-1") == base + "job:j-1"
+    assert ks.metrics("failed") == base + "metrics:failed"
+    assert ks.metrics("completed") == base + "metrics:completed"
+    assert VERSION_KEY == "{emq}:version"
+
+
+def _hashtag(key: str) -> str:
+    """The cluster hashtag rule: the text between the first '{' and the next '}', if non-empty."""
+    start = key.index("{")
+    end = key.index("}", start + 1)
+    assert end > start + 1
+    return key[start + 1 : end]
+
+
+def test_every_key_of_a_queue_shares_one_hashtag():
+    ks = Keyspace("q1")
+    keys = [ks.base, ks.pending, ks.active, ks.schedule, ks.dead, ks.meta, ks.job("a{b}c"), ks.metrics("failed")]
+    assert {_hashtag(k) for k in keys} == {"q1"}
+
+
+def test_scan_pattern_escapes_the_braces():
+    # escaped so the glob matches the braces as themselves and nothing of another queue
+    assert Keyspace("a.b").pattern() == "emq:\\{a.b\\}:*"
+
+
+@pytest.mark.parametrize("name", ["a", "A-Z.a_z:0-9", "x" * 128, "::", "..", "-"])
+def test_queue_names_accepted(name):
+    assert check_queue_name(name) == name
+    assert Keyspace(name).queue == name
+
+
+@pytest.mark.parametrize(
+    "name", ["", "x" * 129, "a{b", "a}b", "{q}", "sp ace", "tab\t", "é", "new\nline", "star*", "q?", "a/b", None, 7, b"q"]
+)
+def test_queue_names_refused_naming_the_value(name):
+    with pytest.raises(errors.ConfigurationError) as info:
+        check_queue_name(name)
+    assert repr(name) in str(info.value)
+    with pytest.raises(errors.ConfigurationError):
+        Keyspace(name)
+
+
+@pytest.mark.parametrize("job_id", ["1", "x" * MAX_ID_BYTES, "é" * (MAX_ID_BYTES // 2), "a b{c}:*", "\u2603"])
+def test_job_ids_accepted(job_id):
+    assert check_job_id(job_id) == job_id
+
+
+@pytest.mark.parametrize("job_id", ["", "x" * (MAX_ID_BYTES + 1), "é" * (MAX_ID_BYTES // 2) + "x"])
+def test_job_ids_refused_by_utf8_length(job_id):
+    with pytest.raises(errors.ConfigurationError) as info:
+        check_job_id(job_id)
+    message = str(info.value)
+    assert repr(job_id[:40]) in message
+    assert str(len(job_id.encode())) in message  # says how long it was
+
+
+@pytest.mark.parametrize("job_id", [None, 5, b"id", ["id"]])
+def test_job_ids_must_be_text(job_id):
+    with pytest.raises(errors.ConfigurationError) as info:
+        check_job_id(job_id)
+    assert repr(job_id) in str(info.value)
+
+
+def test_states_are_four_and_each_has_its_set():
+    assert [s.value for s in State] == ["pending", "active", "scheduled", "dead"]
+    assert set(STATE_SETS) == set(State)
+    assert {s: s.set_suffix for s in State} == {
+        State.PENDING: "pending",
+        State.ACTIVE: "active",
+        State.SCHEDULED: "schedule",
+        State.DEAD: "dead",
+    }
+    # a str Enum: a state compares equal to the bytes-decoded text the server stores
+    assert State("scheduled") is State.SCHEDULED and State.DEAD == "dead"
+
+
+# --------------------------------------------------------------------------- ids
+
+UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+def _ms(text: str) -> int:
+    return uuid.UUID(text).int >> 80
+
+
+def test_uuid7_is_version_7_variant_rfc_with_the_current_time():
+    before = time.time_ns() // 1_000_000
+    value = ids.uuid7()
+    after = time.time_ns() // 1_000_000
+    assert UUID_TEXT.fullmatch(value), value
+    parsed = uuid.UUID(value)
+    assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+    # the generator may run ahead of the wall clock by a few ms after a burst, never behind it
+    assert before <= _ms(value) <= after + 50
+
+
+def test_uuid7_text_order_is_generation_order():
+    values = [ids.uuid7() for _ in range(20_000)]
+    assert len(set(values)) == len(values)
+    assert values == sorted(values)  # ZPOPMIN's lexicographic tie-break is therefore FIFO
+
+
+class _FrozenClock:
+    """Stands in for the ``time`` module inside echomq.ids: a wall clock we can hold or turn back."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def time_ns(self) -> int:
+        return self.ms * 1_000_000
+
+
+def test_uuid7_counter_overflow_advances_the_millisecond(monkeypatch):
+    clock = _FrozenClock(time.time_ns() // 1_000_000 + 10)
+    monkeypatch.setattr(ids, "time", clock)
+    values = [ids.uuid7() for _ in range(5000)]  # > 4096: the 12-bit counter must run out at least once
+    assert values == sorted(values) and len(set(values)) == len(values)
+    stamps = [_ms(v) for v in values]
+    assert stamps[0] == clock.ms
+    assert stamps[-1] > clock.ms  # ran ahead rather than repeating or wrapping
+
+
+def test_uuid7_never_goes_backwards_when_the_wall_clock_does(monkeypatch):
+    first = ids.uuid7()
+    clock = _FrozenClock(_ms(first) - 60_000)  # the wall clock jumps a minute back
+    monkeypatch.setattr(ids, "time", clock)
+    later = [ids.uuid7() for _ in range(100)]
+    assert [first] + later == sorted([first] + later)
+    assert all(_ms(v) >= _ms(first) for v in later)
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+@pytest.mark.parametrize("value,low,high", [(0, 0, I64_MAX), (I64_MAX, 0, I64_MAX), (1, 1, 1), (PRIORITY_MAX, 0, PRIORITY_MAX)])
+def test_check_int_accepts_the_bounds(value, low, high):
+    assert check_int("n", value, low, high) == value
+
+
+@pytest.mark.parametrize(
+    "value,low,high",
+    [(-1, 0, I64_MAX), (I64_MAX + 1, 0, I64_MAX), (0, 1, I64_MAX), (PRIORITY_MAX + 1, 0, PRIORITY_MAX),
+     (True, 0, 5), (False, 0, 5), (1.0, 0, 5), ("1", 0, 5), (None, 0, 5), (b"1", 0, 5)],
+)
+def test_check_int_refuses_naming_name_and_value(value, low, high):
+    with pytest.raises(errors.ConfigurationError) as info:
+        check_int("lease_ms", value, low, high)
+    message = str(info.value)
+    assert "lease_ms" in message and repr(value) in message and str(low) in message
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_every_error_is_an_echomq_error_and_configuration_is_a_value_error():
+    for name in dir(errors):
+        obj = getattr(errors, name)
+        if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == errors.__name__:
+            assert issubclass(obj, errors.EchoMQError), name
+    assert issubclass(errors.ConfigurationError, ValueError)
+
+
+SPEC_CODES = {"EMQSHAPE", "EMQLAYOUT", "EMQARG", "NOPERM", "WRONGTYPE", "EMQSTATE", "EMQ", "EMQHOST"}
+
+
+def test_one_exception_class_per_spec_code():
+    assert set(errors.REFUSALS) == SPEC_CODES
+    assert len(set(errors.REFUSALS.values())) == len(SPEC_CODES)
+    for code, cls in errors.REFUSALS.items():
+        assert issubclass(cls, errors.CommandRefused) and cls.code == code
+
+
+@pytest.mark.parametrize(
+    "reply,cls",
+    [
+        ("EMQSHAPE EMQ.CLAIM takes 3 keys", errors.ShapeError),
+        ("EMQLAYOUT keys are not one queue", errors.LayoutError),
+        ("EMQARG lease_ms must be digits", errors.ArgumentError),
+        ("NOPERM No permissions to access a key", errors.PermissionDenied),
+        ("WRONGTYPE Operation against a key holding the wrong kind of value", errors.WrongType),
+        ("EMQSTATE lane row is not native", errors.StateError),
+        ("EMQ hash value is not an integer", errors.CounterError),
+        ("EMQ increment or decrement would overflow", errors.CounterError),
+        ("EMQHOST unexpected reply", errors.HostError),
+    ],
+)
+def test_refusal_maps_the_first_word(reply, cls):
+    err = errors.refusal(reply)
+    assert type(err) is cls
+    assert err.reply == reply and str(err) == reply and err.code == reply.split()[0]
+
+
+@pytest.mark.parametrize("reply", ["ERR unknown command", "EMQSTATEX x", "emqstate lower", "BUSY script", "EMQ"])
+def test_unknown_codes_stay_command_refused_with_their_code(reply):
+    err = errors.refusal(reply)
+    if reply == "EMQ":  # a bare code still maps by its word
+        assert type(err) is errors.CounterError
+        return
+    assert type(err) is errors.CommandRefused
+    assert err.code == reply.split()[0]
+    assert errors.CommandRefused.code == ""  # the instance's code did not leak onto the class
+
+
+def test_lease_lost_names_verb_id_and_token():
+    err = errors.LeaseLost("complete", "job-7", "3")
+    assert (err.verb, err.job_id, err.token) == ("complete", "job-7", "3")
+    assert "complete" in str(err) and "'job-7'" in str(err) and "3" in str(err)
