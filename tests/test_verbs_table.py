@@ -1,0 +1,203 @@
+"""The verb table against SPEC §3/§6, the scripts on disk, and the states each language defines.
+
+No server: these read ``echomq.verbs``, ``echomq/scripts/*.lua`` and (when it exists)
+``trafikey/src``. A drift between them fails here before any server is started.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from echomq import verbs
+from echomq.keys import STATE_SETS, State
+from echomq.verbs import BASE, BY_NAME, JOB_CORE_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS
+
+ROOT = Path(__file__).resolve().parent.parent
+RUST_SRC = ROOT / "trafikey" / "src"
+
+# SPEC §6, pinned: the job-core tokens in registration order.
+SPEC_TOKENS = "enqueue claim claim.pause extend extends complete.flat schedule promote reschedule delay fail.flat reprocess requeue stalled.check"
+
+# SPEC §3, pinned: command, KEYS (base = the queue's base), ARGV (EXTENDS: its first pair).
+SPEC_VERBS = [
+    ("EMQ.ENQUEUE", ["pending", "base"], ["id", "payload", "priority"]),
+    ("EMQ.CLAIM", ["pending", "active", "base"], ["lease_ms"]),
+    ("EMQ.EXTEND", ["active", "base"], ["id", "token", "lease_ms"]),
+    ("EMQ.EXTENDS", ["active", "base"], ["lease_ms", "id", "token"]),
+    ("EMQ.COMPLETE", ["active", "base"], ["id", "token"]),
+    ("EMQ.SCHEDULE", ["schedule", "base"], ["id", "payload", "delay_ms", "priority"]),
+    ("EMQ.PROMOTE", ["schedule", "pending", "base"], ["limit"]),
+    ("EMQ.RESCHEDULE", ["schedule", "base"], ["id", "delay_ms"]),
+    ("EMQ.DELAY", ["active", "schedule", "base"], ["id", "token", "delay_ms"]),
+    ("EMQ.FAIL", ["active", "pending", "schedule", "dead", "base"], ["id", "token", "error", "max_attempts", "backoff_ms"]),
+    ("EMQ.REPROCESS", ["dead", "pending", "base"], ["id"]),
+    ("EMQ.REQUEUE", ["active", "pending", "base"], ["id", "token"]),
+    ("EMQ.STALLED.CHECK", ["active", "pending", "dead", "base"], ["max_stalled", "limit"]),
+]
+UNSCRIPTED = {"requeue", "reschedule"}  # SPEC §4: no script, wire 6 only
+
+
+def _named(keys):
+    return ["base" if k == BASE else k for k in keys]
+
+
+def test_tokens_are_the_spec_list_in_registration_order():
+    assert " ".join(JOB_CORE_TOKENS) == SPEC_TOKENS
+    assert len(JOB_CORE_TOKENS) == 14 and len(set(JOB_CORE_TOKENS)) == 14
+
+
+def test_verb_rows_are_spec_section_3():
+    assert [(v.command, _named(v.keys), list(v.argv)) for v in VERBS] == SPEC_VERBS
+
+
+def test_verb_names_match_their_commands():
+    for verb in VERBS:
+        assert verb.command == "EMQ." + verb.name.upper().replace("_", "."), verb
+        assert not verb.read_only
+        assert verb.keys[-1] == BASE, f"{verb.name}: the base comes last, the row is derived from it"
+        assert len(set(verb.keys)) == len(verb.keys)
+        assert verb.scripted == (verb.name not in UNSCRIPTED)
+
+
+def test_declared_reads():
+    assert [(r.name, _named(r.keys), list(r.argv)) for r in READS] == [
+        ("counts", ["pending", "active", "schedule", "dead", "meta"], []),
+        ("state", ["base"], ["id"]),
+    ]
+    assert all(r.read_only and r.command is None and r.tokens == () and r.scripted for r in READS)
+    assert set(BY_NAME) == {v.name for v in VERBS + READS}
+
+
+def test_eleven_scripted_verbs_plus_two_reads():
+    scripted_verbs = [v.name for v in SCRIPTED if not v.read_only]
+    assert len(scripted_verbs) == 11
+    assert set(scripted_verbs) == {v.name for v in VERBS} - UNSCRIPTED
+    assert [v.name for v in SCRIPTED if v.read_only] == ["counts", "state"]
+
+
+def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
+    on_disk = sorted(p.name for p in SCRIPTS_DIR.iterdir())
+    assert on_disk == sorted(f"{v.name}.lua" for v in SCRIPTED)
+    for verb in SCRIPTED:
+        assert verb.script_path.is_file() and verb.script_path.parent == SCRIPTS_DIR
+    assert verbs.SCRIPTS_DIR == ROOT / "echomq" / "scripts"
+
+
+# --------------------------------------------------------------------------- the scripts' own text
+
+
+def _source(verb) -> str:
+    return verb.script_path.read_text()
+
+
+def _header(source: str) -> str:
+    lines = []
+    for line in source.splitlines():
+        if not line.startswith("--"):
+            break
+        lines.append(line.lstrip("- "))
+    return " ".join(lines)
+
+
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",")]
+    if "..." in text:  # EXTENDS: "lease_ms, id1, token1, ... idk, tokenk": the lead, then its pairs
+        names = [re.sub(r"(\d+|k)$", "", n.replace("...", "").strip()) for n in names]
+        names = list(dict.fromkeys(names))
+    return names
+
+
+@pytest.mark.parametrize("verb", SCRIPTED, ids=lambda v: v.name)
+def test_script_header_names_the_tables_keys_and_argv(verb):
+    header = _header(_source(verb))
+    keys = re.search(r"KEYS: ([^.]+)\.", header)
+    assert keys, f"{verb.name}.lua: no KEYS line in its header"
+    assert _names(keys.group(1)) == _named(verb.keys)
+    argv = re.search(r"ARGV: (.+?)(?<!\.)\.(?!\.)(?:\s|$)", header)
+    if verb.argv:
+        assert argv, f"{verb.name}.lua: no ARGV line in its header"
+        assert _names(argv.group(1)) == list(verb.argv)
+    else:
+        assert argv is None
+
+
+@pytest.mark.parametrize("verb", SCRIPTED, ids=lambda v: v.name)
+def test_script_uses_exactly_its_declared_keys(verb):
+    code = "\n".join(l for l in _source(verb).splitlines() if not l.lstrip().startswith("--"))
+    used = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", code)}
+    assert used == set(range(1, len(verb.keys) + 1)), f"{verb.name}.lua uses KEYS {sorted(used)}"
+    argv_used = {int(n) for n in re.findall(r"ARGV\[(\d+)\]", code)}
+    if verb.name == "extends":  # the pairs are walked with ARGV[i], ARGV[i + 1]
+        assert 1 in argv_used and re.search(r"ARGV\[i\]", code) and re.search(r"ARGV\[i \+ 1\]", code)
+    else:
+        assert argv_used == set(range(1, len(verb.argv) + 1)), f"{verb.name}.lua uses ARGV {sorted(argv_used)}"
+    # the only key the script builds itself is derived from the base, never a literal queue key
+    assert "emq:" not in code
+    assert not re.search(r"redis\.call\('(?:EVAL|FLUSH|KEYS|SCAN)", code)
+
+
+# --------------------------------------------------------------------------- states, in every language
+
+STATE_WRITE = re.compile(r"'state',\s*'([^']*)'")
+
+
+def _lua_states() -> dict[str, set[str]]:
+    return {v.name: set(STATE_WRITE.findall(_source(v))) for v in SCRIPTED}
+
+
+def test_lua_writes_exactly_the_four_python_states():
+    written = set().union(*_lua_states().values())
+    assert written == {s.value for s in State}
+
+
+@pytest.mark.parametrize("verb", SCRIPTED, ids=lambda v: v.name)
+def test_each_script_writes_only_states_whose_set_it_declares(verb):
+    """A script that writes ``state X`` must hold X's set among its KEYS (the state is always its set)."""
+    for state in _lua_states()[verb.name]:
+        assert STATE_SETS[State(state)] in verb.keys, f"{verb.name}.lua writes {state!r} without its set"
+
+
+def test_fail_replies_are_state_names():
+    replies = set(re.findall(r"return '([^']*)'", _source(BY_NAME["fail"])))
+    assert replies == {"pending", "scheduled", "dead"}
+    assert all(State(r) for r in replies)
+
+
+def _rust_sources() -> dict[Path, str]:
+    if not RUST_SRC.is_dir():
+        return {}
+    return {p: p.read_text() for p in sorted(RUST_SRC.rglob("*.rs"))}
+
+
+RUST_STATE_WRITE = re.compile(r'b?"state"\s*,\s*b?"([^"]*)"')
+RUST_STATE_ENUM = re.compile(r"\benum\s+State\b")
+
+
+def test_rust_states_match_python():
+    sources = _rust_sources()
+    written = {(p, s) for p, text in sources.items() for s in RUST_STATE_WRITE.findall(text)}
+    defining = [p for p, text in sources.items() if RUST_STATE_ENUM.search(text)]
+    if not written and not defining:
+        pytest.skip("trafikey/src neither defines nor writes states yet")
+    values = {s.value for s in State}
+    for path, state in written:
+        assert state in values, f"{path.relative_to(ROOT)} writes state {state!r}, not one of {sorted(values)}"
+    for path in defining:
+        literals = set(re.findall(r'b?"((?:[^"\\]|\\.)*)"', sources[path]))
+        missing = values - literals
+        assert not missing, f"{path.relative_to(ROOT)} defines State without {sorted(missing)}"
+
+
+def test_rust_registers_every_verb_command():
+    lib = RUST_SRC / "lib.rs"
+    text = lib.read_text().lower() if lib.is_file() else ""
+    if not any(verb.command.lower() in text for verb in VERBS):
+        pytest.skip("trafikey/src/lib.rs registers no job-core command yet")
+    for verb in VERBS:
+        assert verb.command.lower() in text, f"{verb.command} is not in the registration table (lib.rs)"
+    everything = "\n".join(_rust_sources().values())
+    for token in JOB_CORE_TOKENS:
+        assert f'"{token}"' in everything, f"capability token {token!r} not in trafikey/src"
