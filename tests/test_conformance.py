@@ -1,0 +1,572 @@
+"""Conformance: the ordinary path of every verb, on both wires (SPEC §3).
+
+Each test dumps the queue's keys before and after and asserts the whole after-state:
+the reply, every key written, every field, every score. Time-valued scores are
+bounded by the server clock read just before and just after the call. On wire 6
+the native verbs add exactly what SPEC §5 allows on the ordinary path:
+``lease_epoch`` (CLAIM, EXTEND, EXTENDS) and ``failures`` (FAIL).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from echomq import Enqueued, LeaseLost, State, UnsupportedOnWire
+from echomq.connection import build_call
+from echomq.verbs import JOB_CORE_TOKENS, VERBS
+from helpers import digest, dump, server_ms, wait_server_past
+
+# --------------------------------------------------------------------------- expected-state builders
+
+
+def snap(q):
+    return dump(q.connection.client, q.keys)
+
+
+def K(q, suffix: str) -> bytes:
+    return q.keys.key(suffix).encode()
+
+
+def R(q, job_id: str) -> bytes:
+    return q.keys.job(job_id).encode()
+
+
+def _b(value) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def Z(*pairs) -> tuple:
+    """A zset as dump() shows it; members in the server's order (score, then member)."""
+    members = [(_b(m), float(s)) for m, s in pairs]
+    return "zset", sorted(members, key=lambda ms: (ms[1], ms[0]))
+
+
+def H(fields: dict) -> tuple:
+    return "hash", {_b(k): _b(v) for k, v in sorted(fields.items())}
+
+
+def epoch(q) -> bytes:
+    return q.connection.client.info("server")["run_id"].encode()
+
+
+def row(q, state: str, payload=b"p", attempts=0, *, claimed=False, failures=None, **extra) -> tuple:
+    """The row as the verb leaves it; the native extras only on wire 6 (SPEC §5, ordinary path)."""
+    fields = {"state": state, "payload": payload, "attempts": attempts, **extra}
+    if q.connection.wire == 6:
+        if claimed:
+            fields["lease_epoch"] = epoch(q)
+        if failures is not None:
+            fields["failures"] = failures
+    return H(fields)
+
+
+class Clock:
+    """The server's clock just before and just after a call: bounds for any time-valued score."""
+
+    def __init__(self, q) -> None:
+        self.client = q.connection.client
+
+    def __enter__(self) -> "Clock":
+        self.before = server_ms(self.client)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.after = server_ms(self.client)
+
+    def check(self, value: float, offset: int) -> float:
+        assert self.before + offset <= value <= self.after + offset, (value, self.before, self.after, offset)
+        return value
+
+
+def score_of(state: dict, key: bytes, member: str) -> float:
+    kind, members = state[key]
+    assert kind == "zset"
+    return dict(members)[member.encode()]
+
+
+def unchanged(q):
+    """Context: the whole node's dataset must be byte-for-byte the same afterwards."""
+
+    class _Same:
+        def __enter__(self):
+            self.before = digest(q.connection.client)
+            self.keys = snap(q)
+
+        def __exit__(self, *exc):
+            assert snap(q) == self.keys
+            assert digest(q.connection.client) == self.before
+
+    return _Same()
+
+
+@pytest.fixture
+def q(raw_queue):
+    """A fresh queue with the RAW serializer, so payloads are compared as the exact bytes stored."""
+    return raw_queue
+
+
+def claimed(q, job_id="a", payload=b"p", priority=0, lease_ms=60_000):
+    q.enqueue(payload, id=job_id, priority=priority)
+    job = q.claim(lease_ms)
+    assert job is not None and job.id == job_id
+    return job
+
+
+# --------------------------------------------------------------------------- ENQUEUE
+
+
+def test_enqueue_writes_the_row_and_pending(q):
+    assert snap(q) == {}
+    assert q.enqueue(b"p", id="a") == Enqueued("a", True)
+    assert snap(q) == {K(q, "pending"): Z(("a", 0)), R(q, "a"): row(q, "pending")}
+
+
+def test_enqueue_with_priority_writes_the_field_and_the_score(q):
+    assert q.enqueue(b"x", id="hi", priority=7).created
+    assert q.enqueue(b"y", id="lo", priority=0).created
+    assert snap(q) == {
+        K(q, "pending"): Z(("lo", 0), ("hi", 7)),
+        R(q, "hi"): row(q, "pending", b"x", priority=7),
+        R(q, "lo"): row(q, "pending", b"y"),  # priority 0 writes no field
+    }
+
+
+def test_enqueue_default_id_is_generated(q):
+    first, second = q.enqueue(b"1"), q.enqueue(b"2")
+    assert first.created and second.created and first.id < second.id
+    assert [m for m, _ in q.ids(State.PENDING)] == [first.id, second.id]
+
+
+@pytest.mark.parametrize("where", ["pending", "active", "scheduled", "dead"])
+def test_enqueue_of_an_existing_id_writes_nothing(q, where):
+    if where == "scheduled":
+        q.schedule(b"old", 60_000, id="a")
+    else:
+        q.enqueue(b"old", id="a")
+    if where in ("active", "dead"):
+        job = q.claim(60_000)
+        if where == "dead":
+            q.fail(job, "e", max_attempts=1)
+    with unchanged(q):
+        assert q.enqueue(b"new", id="a", priority=5) == Enqueued("a", False)
+        assert q.schedule(b"new", 5, id="a") == Enqueued("a", False)
+
+
+# --------------------------------------------------------------------------- CLAIM
+
+
+def test_claim_pops_the_head_and_leases_it(q):
+    q.enqueue(b"p", id="a")
+    with Clock(q) as clock:
+        job = q.claim(5_000)
+    assert (job.id, job.raw_payload, job.payload, job.attempt, job.token) == ("a", b"p", b"p", 1, "1")
+    after = snap(q)
+    deadline = clock.check(score_of(after, K(q, "active"), "a"), 5_000)
+    assert after == {K(q, "active"): Z(("a", deadline)), R(q, "a"): row(q, "active", attempts=1, claimed=True)}
+
+
+def test_claim_again_after_retry_adds_one_to_attempts(q):
+    job = claimed(q)
+    q.fail(job, "e", max_attempts=5)
+    again = q.claim(60_000)
+    assert again.id == "a" and again.attempt == 2 and again.token == "2"
+    assert q.job("a")["attempts"] == "2"
+
+
+def test_claim_on_empty_pending_answers_none_and_writes_nothing(q):
+    with unchanged(q):
+        assert q.claim(1_000) is None
+
+
+def test_claim_while_paused_answers_none_and_writes_nothing(q):
+    q.enqueue(b"p", id="a")
+    q.pause()
+    with unchanged(q):
+        assert q.claim(1_000) is None
+    q.resume()
+    assert q.claim(1_000).id == "a"
+
+
+def test_claim_of_a_ghost_head_pops_it_and_answers_empty(q):
+    client = q.connection.client
+    client.zadd(q.keys.pending, {"ghost": 0})
+    q.enqueue(b"p", id="real", priority=1)
+    before = snap(q)
+    assert q.claim(1_000) is None
+    expected = dict(before)
+    expected[K(q, "pending")] = Z(("real", 1))
+    assert snap(q) == expected  # popped, no row minted, the next job untouched
+    assert q.claim(60_000).id == "real"
+
+
+# --------------------------------------------------------------------------- EXTEND, EXTENDS
+
+
+def test_extend_rescores_the_lease(q):
+    job = claimed(q, lease_ms=1_000)
+    before = snap(q)
+    with Clock(q) as clock:
+        deadline = q.extend(job, 9_000)
+    clock.check(deadline, 9_000)
+    expected = dict(before)
+    expected[K(q, "active")] = Z(("a", deadline))
+    assert snap(q) == expected
+
+
+def test_extend_with_explicit_id_and_token(q):
+    claimed(q)
+    assert q.extend("a", 2_000, token=1) > 0
+    assert q.extend("a", 2_000, token="1") > 0
+
+
+@pytest.mark.parametrize("job_id,token", [("a", "2"), ("a", "0"), ("a", "01"), ("a", " 1"), ("nope", "1")])
+def test_extend_without_the_token_is_lease_lost_and_writes_nothing(q, job_id, token):
+    claimed(q)
+    with unchanged(q):
+        with pytest.raises(LeaseLost) as info:
+            q.extend(job_id, 2_000, token=token)
+    assert (info.value.verb, info.value.job_id, info.value.token) == ("extend", job_id, token)
+
+
+def test_extends_answers_per_pair_with_one_deadline(q):
+    a = claimed(q, "a")
+    b = claimed(q, "b")
+    before = snap(q)
+    with Clock(q) as clock:
+        answers = q.extend_many([a, b, ("ghost", "1"), ("a", "9")], 7_000)
+    assert len(answers) == 4 and answers[2:] == [0, 0]
+    assert answers[0] == answers[1]
+    clock.check(answers[0], 7_000)
+    expected = dict(before)
+    expected[K(q, "active")] = Z(("a", answers[0]), ("b", answers[0]))
+    assert snap(q) == expected
+
+
+# --------------------------------------------------------------------------- COMPLETE
+
+
+def test_complete_deletes_the_row_and_counts(q):
+    job = claimed(q)
+    q.enqueue(b"other", id="b")
+    q.complete(job)
+    assert snap(q) == {
+        K(q, "pending"): Z(("b", 0)),
+        R(q, "b"): row(q, "pending", b"other"),
+        K(q, "metrics:completed"): H({"count": 1}),
+    }
+    assert q.metrics() == {"completed": 1, "failed": 0}
+    q.complete(q.claim(60_000))
+    assert q.metrics() == {"completed": 2, "failed": 0}
+    assert snap(q) == {K(q, "metrics:completed"): H({"count": 2})}
+
+
+@pytest.mark.parametrize("token", ["2", "0", "", "1 "])
+def test_complete_without_the_token_is_lease_lost_and_writes_nothing(q, token):
+    claimed(q)
+    with unchanged(q):
+        with pytest.raises(LeaseLost):
+            q.complete("a", token=token)
+
+
+def test_complete_of_no_row_is_lease_lost(q):
+    with unchanged(q):
+        with pytest.raises(LeaseLost):
+            q.complete("nope", token=1)
+
+
+def test_complete_many_reports_per_job(q):
+    a, b = claimed(q, "a"), claimed(q, "b")
+    q.complete(b)
+    assert q.complete_many([a, b]) == [True, False]
+    assert snap(q) == {K(q, "metrics:completed"): H({"count": 2})}
+
+
+# --------------------------------------------------------------------------- SCHEDULE, PROMOTE
+
+
+def test_schedule_writes_the_row_and_the_due_time(q):
+    with Clock(q) as clock:
+        assert q.schedule(b"s", 60_000, id="s", priority=3) == Enqueued("s", True)
+    after = snap(q)
+    due = clock.check(score_of(after, K(q, "schedule"), "s"), 60_000)
+    assert after == {K(q, "schedule"): Z(("s", due)), R(q, "s"): row(q, "scheduled", b"s", priority=3)}
+
+
+def test_promote_moves_due_rows_lowest_first_up_to_limit(q):
+    q.schedule(b"1", 0, id="d1", priority=2)
+    q.schedule(b"2", 0, id="d2")
+    q.schedule(b"3", 600_000, id="later")
+    wait_server_past(q.connection.client, score_of(snap(q), K(q, "schedule"), "d2"))
+    before = snap(q)
+    assert q.promote(limit=1) == 1
+    after = snap(q)
+    expected = dict(before)
+    expected[K(q, "schedule")] = Z(*[(m, s) for m, s in before[K(q, "schedule")][1] if m != b"d1"])
+    expected[K(q, "pending")] = Z(("d1", 2))
+    expected[R(q, "d1")] = row(q, "pending", b"1", priority=2)
+    assert after == expected
+    assert q.promote(limit=10) == 1
+    assert q.promote() == 0
+    assert snap(q)[K(q, "pending")] == Z(("d2", 0), ("d1", 2))
+    assert snap(q)[R(q, "d2")] == row(q, "pending", b"2")
+    assert [m for m, _ in q.ids(State.SCHEDULED)] == ["later"]
+
+
+def test_promote_with_nothing_due_writes_nothing(q):
+    q.schedule(b"x", 600_000, id="later")
+    with unchanged(q):
+        assert q.promote() == 0
+
+
+# --------------------------------------------------------------------------- DELAY
+
+
+def test_delay_moves_the_held_job_to_schedule(q):
+    job = claimed(q)
+    with Clock(q) as clock:
+        due = q.delay(job, 30_000)
+    clock.check(due, 30_000)
+    assert snap(q) == {K(q, "schedule"): Z(("a", due)), R(q, "a"): row(q, "scheduled", attempts=1, claimed=True)}
+
+
+def test_delay_without_the_token_writes_nothing(q):
+    claimed(q)
+    with unchanged(q):
+        with pytest.raises(LeaseLost):
+            q.delay("a", 1_000, token=2)
+
+
+# --------------------------------------------------------------------------- FAIL
+
+
+def test_fail_without_backoff_returns_to_pending_at_its_priority(q):
+    job = claimed(q, priority=4)
+    assert q.fail(job, "boom", max_attempts=3) is State.PENDING
+    assert snap(q) == {
+        K(q, "pending"): Z(("a", 4)),
+        R(q, "a"): row(q, "pending", attempts=1, claimed=True, failures=1, priority=4, last_error="boom"),
+    }
+
+
+def test_fail_with_backoff_schedules_the_retry(q):
+    job = claimed(q)
+    with Clock(q) as clock:
+        assert q.fail(job, "later", max_attempts=3, backoff_ms=20_000) is State.SCHEDULED
+    after = snap(q)
+    due = clock.check(score_of(after, K(q, "schedule"), "a"), 20_000)
+    assert after == {
+        K(q, "schedule"): Z(("a", due)),
+        R(q, "a"): row(q, "scheduled", attempts=1, claimed=True, failures=1, last_error="later"),
+    }
+
+
+def test_fail_out_of_budget_goes_dead_and_counts(q):
+    job = claimed(q, priority=9)
+    assert q.fail(job, "fatal", max_attempts=1, backoff_ms=5_000) is State.DEAD
+    assert snap(q) == {
+        K(q, "dead"): Z(("a", 0)),
+        R(q, "a"): row(q, "dead", attempts=1, claimed=True, failures=1, priority=9, last_error="fatal"),
+        K(q, "metrics:failed"): H({"count": 1}),
+    }
+    assert q.metrics() == {"completed": 0, "failed": 1}
+
+
+def test_fail_budget_on_the_ordinary_path(q):
+    """Claim, fail, claim, fail with max_attempts=2: a retry, then dead, on both wires."""
+    job = claimed(q)
+    assert q.fail(job, "one", max_attempts=2) is State.PENDING
+    job = q.claim(60_000)
+    assert job.attempt == 2
+    assert q.fail(job, "two", max_attempts=2) is State.DEAD
+    assert snap(q)[R(q, "a")] == row(q, "dead", attempts=2, claimed=True, failures=2, last_error="two")
+
+
+def test_fail_without_the_token_writes_nothing(q):
+    claimed(q)
+    with unchanged(q):
+        with pytest.raises(LeaseLost):
+            q.fail("a", "e", max_attempts=1, token=7)
+        with pytest.raises(LeaseLost):
+            q.fail("nope", "e", max_attempts=1, token=1)
+
+
+# --------------------------------------------------------------------------- REPROCESS
+
+
+def test_reprocess_returns_a_dead_job_to_pending_keeping_counters(q):
+    job = claimed(q, priority=6)
+    q.fail(job, "fatal", max_attempts=1)
+    before = snap(q)
+    assert q.reprocess("a") is True
+    expected = dict(before)
+    del expected[K(q, "dead")]
+    expected[K(q, "pending")] = Z(("a", 6))
+    expected[R(q, "a")] = row(q, "pending", attempts=1, claimed=True, failures=1, priority=6, last_error="fatal")
+    assert snap(q) == expected
+    assert q.claim(60_000).attempt == 2
+
+
+def test_reprocess_of_a_job_not_in_dead_writes_nothing(q):
+    q.enqueue(b"p", id="a")
+    with unchanged(q):
+        assert q.reprocess("a") is False
+        assert q.reprocess("nope") is False
+
+
+# --------------------------------------------------------------------------- REQUEUE, RESCHEDULE (wire 6 only)
+
+
+def test_requeue_releases_without_spending_budget(q, wire):
+    job = claimed(q, priority=2)
+    if wire == 4:
+        with unchanged(q):
+            with pytest.raises(UnsupportedOnWire, match="requeue"):
+                q.requeue(job)
+        return
+    q.requeue(job)
+    assert snap(q) == {K(q, "pending"): Z(("a", 2)), R(q, "a"): row(q, "pending", attempts=1, claimed=True, priority=2)}
+    with unchanged(q):
+        with pytest.raises(LeaseLost):
+            q.requeue("a", token=5)
+
+
+def test_reschedule_moves_the_due_time(q, wire):
+    q.schedule(b"s", 600_000, id="s")
+    if wire == 4:
+        with unchanged(q):
+            with pytest.raises(UnsupportedOnWire, match="reschedule"):
+                q.reschedule("s", 1_000)
+        return
+    before = snap(q)
+    with Clock(q) as clock:
+        due = q.reschedule("s", 1_000)
+    clock.check(due, 1_000)
+    expected = dict(before)
+    expected[K(q, "schedule")] = Z(("s", due))
+    assert snap(q) == expected
+    with unchanged(q):
+        assert q.reschedule("nope", 1_000) is None
+
+
+# --------------------------------------------------------------------------- STALLED.CHECK
+
+
+def expire(q, *job_ids):
+    """Claim each id under a 1 ms lease and wait on the server clock until every lease is past."""
+    for job_id in job_ids:
+        q.enqueue(b"p", id=job_id)
+    jobs = [q.claim(1) for _ in job_ids]
+    assert [j.id for j in jobs] == list(job_ids)
+    wait_server_past(q.connection.client, max(s for _, s in q.ids(State.ACTIVE)))
+    return jobs
+
+
+def test_stalled_check_recovers_an_expired_lease(q):
+    expire(q, "a")
+    sweep = q.stalled_check(max_stalled=3)
+    assert (sweep.recovered, sweep.exempt, sweep.dead, len(sweep)) == (["a"], [], [], 1)
+    assert snap(q) == {K(q, "pending"): Z(("a", 0)), R(q, "a"): row(q, "pending", attempts=1, claimed=True, stalled=1)}
+
+
+def test_stalled_check_kills_at_the_stall_budget(q):
+    expire(q, "a")
+    sweep = q.stalled_check(max_stalled=1)
+    assert (sweep.recovered, sweep.exempt, sweep.dead) == ([], [], ["a"])
+    assert snap(q) == {
+        K(q, "dead"): Z(("a", 0)),
+        R(q, "a"): row(q, "dead", attempts=1, claimed=True, stalled=1, last_error="stalled"),
+        K(q, "metrics:failed"): H({"count": 1}),
+    }
+
+
+def test_stalled_check_second_stall_reaches_the_budget(q):
+    expire(q, "a")
+    assert q.stalled_check(max_stalled=2).recovered == ["a"]
+    job = q.claim(1)
+    assert job.attempt == 2
+    wait_server_past(q.connection.client, q.ids(State.ACTIVE)[0][1])
+    assert q.stalled_check(max_stalled=2).dead == ["a"]
+    assert q.job("a")["stalled"] == "2"
+
+
+def test_stalled_check_takes_the_lowest_deadlines_up_to_limit(q):
+    expire(q, "a", "b", "c")
+    first = q.stalled_check(max_stalled=5, limit=2)
+    assert first.recovered == ["a", "b"]  # deadlines are non-decreasing in claim order; ties by id
+    assert [m for m, _ in q.ids(State.ACTIVE)] == ["c"]
+    assert q.stalled_check(max_stalled=5, limit=2).recovered == ["c"]
+
+
+def test_stalled_check_leaves_live_leases_alone(q):
+    claimed(q, lease_ms=600_000)
+    with unchanged(q):
+        assert len(q.stalled_check()) == 0
+
+
+# --------------------------------------------------------------------------- the declared reads
+
+
+def test_counts_and_state_read_every_set(q):
+    q.enqueue(b"p", id="p1")
+    q.enqueue(b"p", id="p2")
+    claimed(q, "act")
+    q.schedule(b"s", 600_000, id="sch")
+    q.fail(claimed(q, "dd"), "x", max_attempts=1)
+    with unchanged(q):
+        counts = q.counts()
+        states = {i: q.state(i) for i in ("p1", "act", "sch", "dd", "none")}
+    assert (counts.pending, counts.active, counts.scheduled, counts.dead, counts.paused, counts.total) == (2, 1, 1, 1, False, 5)
+    assert states == {"p1": State.PENDING, "act": State.ACTIVE, "sch": State.SCHEDULED, "dd": State.DEAD, "none": None}
+    q.pause()
+    assert q.counts().paused is True
+
+
+def test_a_full_lifecycle_leaves_only_the_metric(q):
+    q.enqueue(b"p", id="a")
+    job = q.claim(60_000)
+    q.extend(job, 60_000)
+    q.complete(job)
+    assert snap(q) == {K(q, "metrics:completed"): H({"count": 1})}
+    assert q.state("a") is None and q.job("a") is None
+
+
+def test_scan_pattern_sees_only_this_queue(q, conn):
+    from echomq import Queue
+
+    other = Queue(conn, q.name + "x")
+    sibling = Queue(conn, q.name + ":x")
+    other.enqueue(1, id="a")
+    sibling.enqueue(1, id="a")
+    q.enqueue(b"p", id="a")
+    assert set(snap(q)) == {K(q, "pending"), R(q, "a")}
+
+
+# --------------------------------------------------------------------------- wire 6: the registration
+
+
+def test_wire6_version_reads_the_registration_table(server6):
+    with server6.client() as client:
+        listed = client.execute_command("EMQ.VERSION").decode().split(" ")
+    assert listed[: len(JOB_CORE_TOKENS)] == list(JOB_CORE_TOKENS)
+    assert set(listed[len(JOB_CORE_TOKENS) :]) <= {"append", "failures.incr", "publish"}
+
+
+def test_wire6_command_info_answers_for_every_verb(server6):
+    with server6.client() as client:
+        for verb in VERBS:
+            info = client.execute_command("COMMAND", "INFO", verb.command)
+            assert info and info[0] is not None, f"{verb.command} is not registered"
+
+
+def test_verbs_travel_with_the_scripts_keys_and_argv(conn, wire):
+    """SPEC §7: on wire 6 each verb travels as its EMQ command with the script's numkeys, KEYS, ARGV."""
+    from echomq import Keyspace
+
+    ks = Keyspace("shape")
+    call = build_call("fail", ks, ["id", "1", "err", 3, 0])
+    args = conn.command_args(call)
+    if wire == 4:
+        assert args[0] == "EVALSHA" and args[2:] == (5, *call.keys, *call.argv)
+    else:
+        assert args == ("EMQ.FAIL", 5, *call.keys, *call.argv)
+    assert call.keys == tuple(ks.key(s) for s in ("active", "pending", "schedule", "dead", ""))
