@@ -8,6 +8,13 @@
   reads stay EVALSHA.
 
 The connection never writes the brand: that is the admin step in ``admin.py``.
+
+On a Valkey Cluster (``connect(url, cluster=True)``) the client is an
+:class:`EchoCluster`: every verb goes to the primary of its queue's slot (the
+keys share the queue's hashtag), the scripts are loaded on every primary, the
+wire-6 handshake asks every primary, and pipelines split by node as valkey-py's
+cluster pipeline does. A call whose keys span two slots reaches the server and is
+refused ``CROSSSLOT`` there.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import valkey
+from valkey.cluster import ClusterPipeline, ValkeyCluster
 from valkey.exceptions import NoScriptError, ResponseError
 
 from . import errors
@@ -31,6 +39,7 @@ _STRIPPED_CODES = {
     valkey.exceptions.OutOfMemoryError: "OOM",
     valkey.exceptions.ReadOnlyError: "READONLY",
     valkey.exceptions.NoScriptError: "NOSCRIPT",
+    valkey.exceptions.ClusterCrossSlotError: "CROSSSLOT",
 }
 
 
@@ -72,10 +81,44 @@ def build_call(verb_name: str, keyspace: Keyspace, argv: Sequence[Any]) -> Call:
     return Call(verb, tuple(keyspace.key(suffix) for suffix in verb.keys), tuple(argv))
 
 
-class Connection:
-    """A client bound to one wire. Build it with :func:`connect`."""
+class _RouteByFirstKey:
+    """Route a call that carries numkeys (EVALSHA, every ``EMQ.*`` verb) by its first key.
 
-    def __init__(self, client: valkey.Valkey, wire: int) -> None:
+    valkey-py would ask the server for an ``EMQ.*`` command's keys on every call
+    (COMMAND GETKEYS, a second round trip) and refuses mixed-slot EVALSHA itself;
+    every key of one queue shares its hashtag, so the first key names the slot,
+    and a call mixing two queues is left for the server to refuse (CROSSSLOT).
+    """
+
+    def determine_slot(self, *args: Any) -> int:
+        name = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
+        name = name.upper()
+        at = 2 if name in ("EVAL", "EVALSHA") else 1 if name.startswith("EMQ.") else None
+        if at is not None and len(args) > at + 1 and int(args[at]) > 0:
+            return self.keyslot(args[at + 1])  # type: ignore[attr-defined]
+        return super().determine_slot(*args)  # type: ignore[misc]
+
+
+class EchoClusterPipeline(_RouteByFirstKey, ClusterPipeline):
+    pass
+
+
+class EchoCluster(_RouteByFirstKey, ValkeyCluster):
+    """valkey-py's cluster client, routing EchoMQ's verbs by their queue's slot."""
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        pipe = super().pipeline(transaction, shard_hint)
+        pipe.__class__ = EchoClusterPipeline  # same state, our routing; avoids copying its constructor
+        return pipe
+
+
+class Connection:
+    """A client bound to one wire. Build it with :func:`connect`.
+
+    ``client`` is a ``valkey.Valkey`` or, on a cluster, an :class:`EchoCluster`.
+    """
+
+    def __init__(self, client: valkey.Valkey | ValkeyCluster, wire: int) -> None:
         if wire not in BRANDS:
             raise errors.ConfigurationError(f"bad wire {wire!r}: EchoMQ speaks wire 4 (scripts) or wire 6 (trafikey)")
         self.client = client
@@ -90,18 +133,26 @@ class Connection:
         self._require_brand()
         self.load_scripts()
 
+    @property
+    def cluster(self) -> bool:
+        return isinstance(self.client, ValkeyCluster)
+
     def _require_tokens(self) -> None:
         try:
-            listed = self.client.execute_command("EMQ.VERSION")
+            if self.cluster:  # every primary must serve the verbs, not just one
+                listed = self.client.execute_command("EMQ.VERSION", target_nodes=ValkeyCluster.PRIMARIES)
+            else:
+                listed = {"node": self.client.execute_command("EMQ.VERSION")}
         except ResponseError as exc:
             raise errors.WireError(
                 "wire 6 needs the trafikey module on the node, and EMQ.VERSION failed "
                 f"({exc}); start valkey-server with --loadmodule $(emq module-path), or connect with wire=4"
             ) from exc
-        tokens = set(listed.decode().split())
-        missing = [token for token in JOB_CORE_TOKENS if token not in tokens]
-        if missing:
-            raise errors.WireError(f"the node's trafikey lacks job-core tokens {missing}; upgrade the module")
+        for node, reply in listed.items():
+            tokens = set(reply.decode().split())
+            missing = [token for token in JOB_CORE_TOKENS if token not in tokens]
+            if missing:
+                raise errors.WireError(f"the trafikey on {node} lacks job-core tokens {missing}; upgrade the module")
 
     def _require_brand(self) -> None:
         brand = self.client.get(VERSION_KEY)
@@ -119,6 +170,7 @@ class Connection:
         )
 
     def load_scripts(self) -> None:
+        # on a cluster valkey-py sends SCRIPT LOAD to every primary
         for script in self.scripts.values():
             self.client.script_load(script.source)
 
@@ -185,18 +237,27 @@ class Connection:
         self.close()
 
 
-def connect(url: str = "redis://127.0.0.1:6379", *, wire: int = 4, **client_options: Any) -> Connection:
+def connect(
+    url: str = "redis://127.0.0.1:6379", *, wire: int = 4, cluster: bool = False, **client_options: Any
+) -> Connection:
     """Open a connection on ``wire`` 4 (scripts) or 6 (trafikey) after checking the node.
 
     ``url`` takes the valkey-py forms: ``redis://``, ``rediss://`` (TLS),
-    ``redis://user:password@host:port/db``, ``unix://``.
+    ``redis://user:password@host:port/db``, ``unix://``. With ``cluster=True`` the
+    URL names any one node of a Valkey Cluster; the client discovers the others.
     """
     try:
-        client = valkey.Valkey.from_url(url, **client_options)
+        if cluster:
+            client: valkey.Valkey | ValkeyCluster = EchoCluster.from_url(url, **client_options)
+        else:
+            client = valkey.Valkey.from_url(url, **client_options)
     except ValueError as exc:
         raise errors.ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port or rediss://host:port") from exc
+    except (valkey.ConnectionError, valkey.exceptions.ValkeyClusterException) as exc:
+        # the cluster client reads the slot map as it is built: no node, no client
+        raise errors.ConnectionFailed(f"no Valkey Cluster answers at {url}: {exc}") from exc
     try:
         client.ping()
-    except valkey.ConnectionError as exc:
+    except (valkey.ConnectionError, valkey.exceptions.ValkeyClusterException) as exc:
         raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
     return Connection(client, wire)

@@ -1,0 +1,156 @@
+"""A local Valkey Cluster for tests, benchmarks and trying EchoMQ on a cluster.
+
+``LocalCluster(primaries=3)`` starts that many ``valkey-server --cluster-enabled
+yes`` processes on free loopback ports (each an :class:`EmbeddedServer`, so each
+can be restarted or killed on its own), gives each primary one contiguous range of
+the 16384 slots (``CLUSTER ADDSLOTSRANGE``), introduces them (``CLUSTER MEET``)
+and waits until every node reports ``cluster_state:ok`` and knows every other.
+Branding is one write of ``{emq}:version`` through the cluster client (the key has
+its own hashtag, so one node holds it for the whole cluster).
+
+    with LocalCluster(primaries=3, module=module_path(), brand=6) as cluster:
+        conn = echomq.connect(cluster.url, wire=6, cluster=True)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import valkey
+import valkey.cluster
+from valkey.crc import key_slot
+
+from .errors import ServerStartError
+from .server import EmbeddedServer, free_port
+
+SLOTS = 16384
+READY_TIMEOUT_S = 30.0
+
+
+def slot_ranges(primaries: int) -> list[tuple[int, int]]:
+    """Contiguous, inclusive slot ranges, one per primary, covering all 16384 slots."""
+    bounds = [round(i * SLOTS / primaries) for i in range(primaries + 1)]
+    return [(bounds[i], bounds[i + 1] - 1) for i in range(primaries)]
+
+
+class LocalCluster:
+    """``primaries`` cluster nodes on 127.0.0.1, owned by this object (no replicas)."""
+
+    def __init__(
+        self,
+        primaries: int = 3,
+        *,
+        module: str | None = None,
+        brand: int | None = None,
+        aof: bool = False,
+        appendfsync: str = "everysec",
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        if primaries < 1:
+            raise ValueError("a cluster needs at least one primary")
+        self.brand = brand
+        self.bus_ports = [free_port() for _ in range(primaries)]
+        self.nodes = [
+            EmbeddedServer(
+                module=module,
+                aof=aof,
+                appendfsync=appendfsync,
+                cluster=True,
+                # the bus port defaults to port+10000, impossible above 55535: pick one
+                extra_args=("--cluster-port", str(bus_port), *extra_args),
+            )
+            for bus_port in self.bus_ports
+        ]
+
+    @property
+    def url(self) -> str:
+        """Any node's URL: the cluster client discovers the rest."""
+        return self.nodes[0].url
+
+    @property
+    def ports(self) -> list[int]:
+        return [node.port for node in self.nodes]
+
+    def start(self) -> "LocalCluster":
+        try:
+            for node in self.nodes:
+                node.start()
+            for node, (first, last) in zip(self.nodes, slot_ranges(len(self.nodes))):
+                with node.client() as client:
+                    client.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+            with self.nodes[0].client() as first_node:
+                for node, bus_port in zip(self.nodes[1:], self.bus_ports[1:]):
+                    first_node.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, bus_port)
+            self.wait_ok()
+            if self.brand is not None:
+                from .admin import brand_node
+
+                with self.client() as client:
+                    brand_node(client, self.brand)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ok(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Poll every node until it reports ``cluster_state:ok`` and knows all its peers."""
+        deadline = time.monotonic() + timeout_s
+        pending = list(self.nodes)
+        while pending:
+            node = pending[0]
+            if self._node_ok(node):
+                pending.pop(0)
+                continue
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"cluster node on port {node.port} not ok after {timeout_s}s: {self._node_state(node)}"
+                )
+            time.sleep(0.02)
+
+    def _node_state(self, node: EmbeddedServer) -> str:
+        try:
+            with node.client(socket_timeout=2) as client:
+                info = client.execute_command("CLUSTER", "INFO")
+        except valkey.ValkeyError as exc:
+            return f"unreachable ({exc})"
+        return info.decode() if isinstance(info, bytes) else str(info)
+
+    def _node_ok(self, node: EmbeddedServer) -> bool:
+        fields = dict(
+            line.split(":", 1) for line in self._node_state(node).splitlines() if ":" in line
+        )
+        return (
+            fields.get("cluster_state", "").strip() == "ok"
+            and fields.get("cluster_known_nodes", "").strip() == str(len(self.nodes))
+            and fields.get("cluster_slots_assigned", "").strip() == str(SLOTS)
+        )
+
+    def client(self, **kwargs) -> valkey.cluster.ValkeyCluster:
+        """A plain cluster client (bytes in, bytes out) routed as EchoMQ routes its verbs."""
+        from .connection import EchoCluster
+
+        return EchoCluster(host="127.0.0.1", port=self.nodes[0].port, **kwargs)
+
+    def node_for(self, key: str | bytes) -> EmbeddedServer:
+        """The node that serves ``key``'s slot (slots are assigned in order, one range per node)."""
+        slot = key_slot(key.encode() if isinstance(key, str) else key)
+        for node, (first, last) in zip(self.nodes, slot_ranges(len(self.nodes))):
+            if first <= slot <= last:
+                return node
+        raise AssertionError(f"slot {slot} is not assigned")
+
+    def restart_node(self, index: int, *, crash: bool = False) -> None:
+        """Restart one node (its nodes.conf keeps its slots and peers), then wait for ok again."""
+        self.nodes[index].restart(crash=crash)
+        self.wait_ok()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.cleanup()
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
