@@ -151,6 +151,19 @@ class Queue:
             return None
         return self.decode_claim(self._send("claim", lease_ms))
 
+    def claim_many(self, count: int, lease_ms: int) -> list[Job]:
+        """Claim up to ``count`` jobs in one pipelined round trip, each its own atomic CLAIM.
+
+        Fewer come back when pending runs short (or a head is a ghost); none while paused.
+        """
+        check_int("count", count, 1, LIMIT_MAX)
+        check_int("lease_ms", lease_ms, 1)
+        if self.connection.wire == 4 and self.connection.paused(self.keys):
+            return []
+        replies = self.connection.send_many([self.call("claim", lease_ms)] * count)
+        _raise_first(replies)
+        return [job for job in map(self.decode_claim, replies) if job is not None]
+
     def decode_claim(self, reply: Sequence[Any]) -> Job | None:
         if not reply:
             return None
@@ -162,7 +175,7 @@ class Queue:
         """Renew the lease to now + ``lease_ms``; returns the new deadline (ms, server clock)."""
         job_id, token = _ref(job, token)
         check_int("lease_ms", lease_ms, 1)
-        return self._fenced("extend", job_id, token, lease_ms)
+        return self._fenced(self.call("extend", job_id, token, lease_ms))
 
     def extend_many(self, jobs: Sequence[JobRef | tuple[str, str]], lease_ms: int) -> list[int]:
         """Renew many leases in one EXTENDS; each answer is the new deadline, or 0 for a lost lease."""
@@ -176,39 +189,62 @@ class Queue:
         return answers
 
     # -- settling ---------------------------------------------------------------
+    # Each fenced settle is built in one place (``*_call``, pure), then sent alone by the
+    # method of the same name, or with others in one round trip by ``settle_many``.
+    def complete_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
+        return self.call("complete", *_ref(job, token))
+
+    def fail_call(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
+                  token: str | int | None = None) -> Call:
+        job_id, token = _ref(job, token)
+        check_int("max_attempts", max_attempts, 1)
+        check_int("backoff_ms", backoff_ms, 0)
+        return self.call("fail", job_id, token, error, max_attempts, backoff_ms)
+
+    def delay_call(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> Call:
+        job_id, token = _ref(job, token)
+        check_int("delay_ms", delay_ms, 0)
+        return self.call("delay", job_id, token, delay_ms)
+
+    def requeue_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
+        return self.call("requeue", *_ref(job, token))
+
     def complete(self, job: JobRef, *, token: str | int | None = None) -> None:
         """Done: the row is deleted and counted. Raises LeaseLost if the token no longer holds."""
-        self._fenced("complete", *_ref(job, token))
+        self._fenced(self.complete_call(job, token=token))
 
     def complete_many(self, jobs: Sequence[JobRef]) -> list[bool]:
         """Complete many jobs in one pipelined round trip; False where the lease was lost."""
-        replies = self.connection.send_many([self.call("complete", *_ref(job, None)) for job in jobs])
+        replies = self.connection.send_many([self.complete_call(job) for job in jobs])
         _raise_first(replies)
         return [reply == 1 for reply in replies]
 
     def fail(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
              token: str | int | None = None) -> State:
         """Record a failure: back to pending (no backoff), to schedule (backoff) or dead (out of budget)."""
-        job_id, token = _ref(job, token)
-        check_int("max_attempts", max_attempts, 1)
-        check_int("backoff_ms", backoff_ms, 0)
-        reply = self._fenced("fail", job_id, token, error, max_attempts, backoff_ms)
-        return State(_text(reply))
+        call = self.fail_call(job, error, max_attempts=max_attempts, backoff_ms=backoff_ms, token=token)
+        return State(_text(self._fenced(call)))
 
     def delay(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> int:
         """Put a held job back to wait ``delay_ms``; returns its due time (ms, server clock)."""
-        job_id, token = _ref(job, token)
-        check_int("delay_ms", delay_ms, 0)
-        return self._fenced("delay", job_id, token, delay_ms)
+        return self._fenced(self.delay_call(job, delay_ms, token=token))
 
     def requeue(self, job: JobRef, *, token: str | int | None = None) -> None:
         """Release a held job to pending without spending any budget (wire 6 only)."""
-        self._fenced("requeue", *_ref(job, token))
+        self._fenced(self.requeue_call(job, token=token))
 
-    def _fenced(self, verb: str, job_id: str, token: str, *argv: Any) -> Any:
-        reply = self._send(verb, job_id, token, *argv)
-        if reply == 0:
-            raise errors.LeaseLost(verb, job_id, token)
+    def settle_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Send fenced calls (from the ``*_call`` builders) in one pipelined round trip.
+
+        Each answer is the verb's reply, a :class:`LeaseLost` where it answered 0, or the
+        server's refusal -- returned, not raised: a batch is partly lost by nature.
+        """
+        return [_fence(call, reply) for call, reply in zip(calls, self.connection.send_many(calls))]
+
+    def _fenced(self, call: Call) -> Any:
+        reply = _fence(call, self.connection.send(call))
+        if isinstance(reply, errors.LeaseLost):
+            raise reply
         return reply
 
     # -- time-driven and recovery -----------------------------------------------
@@ -270,6 +306,13 @@ class Queue:
     def metrics(self) -> dict[str, int]:
         client = self.connection.client
         return {name: int(client.hget(self.keys.metrics(name), "count") or 0) for name in ("completed", "failed")}
+
+
+def _fence(call: Call, reply: Any) -> Any:
+    """A fenced verb's reply, with its 0 (no row, or the token does not match) made a LeaseLost."""
+    if not isinstance(reply, Exception) and reply == 0:
+        return errors.LeaseLost(call.verb.name, _text(call.argv[0]), _text(call.argv[1]))
+    return reply
 
 
 def _raise_first(replies: Sequence[Any]) -> None:

@@ -1,0 +1,163 @@
+"""Tasks: the handler a worker runs for each job of a queue, and what a handler sees.
+
+    app = echomq.App()
+
+    @app.task(queue="emails", max_attempts=5)
+    def send_email(payload, ctx):
+        mailer.send(payload["to"], idempotency_key=ctx.idempotency_key)
+
+    @app.task(queue="thumbnails")
+    async def thumbnail(payload, ctx): ...
+
+One handler per queue (the job core has no task name: the queue is the task). A
+handler takes ``(payload)`` or ``(payload, ctx)``. It finishes the job by
+returning (COMPLETE), raising (FAIL: retried with backoff until ``max_attempts``,
+then dead), raising :class:`Retry` (FAIL with its own delay) or :class:`Delay`
+(DELAY: run again later, no failure recorded).
+
+If the worker loses the job's lease (the job is re-claimed by someone else), the
+outcome is never settled: an ``async def`` handler is cancelled, a sync handler
+sees ``ctx.lease_lost`` turn true (``ctx.lost`` is a :class:`threading.Event`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import ConfigurationError, LeaseLost
+from .keys import check_queue_name
+from .serializers import JSON, Serializer
+from .policy import Backoff
+
+
+class Retry(Exception):
+    """Raise from a handler to fail this attempt and retry after ``delay_ms`` (the task's
+    backoff when None). It spends one attempt of the budget like any failure."""
+
+    def __init__(self, reason: str = "retry requested", *, delay_ms: int | None = None) -> None:
+        super().__init__(reason)
+        if delay_ms is not None and (not isinstance(delay_ms, int) or delay_ms < 0):
+            raise ConfigurationError(f"bad Retry delay_ms {delay_ms!r}: an integer >= 0")
+        self.reason = reason
+        self.delay_ms = delay_ms
+
+
+class Delay(Exception):
+    """Raise from a handler to put the job back for ``delay_ms`` without recording a failure
+    (DELAY). On wire 4 the next claim still counts towards ``max_attempts``."""
+
+    def __init__(self, delay_ms: int) -> None:
+        if not isinstance(delay_ms, int) or delay_ms < 0:
+            raise ConfigurationError(f"bad Delay delay_ms {delay_ms!r}: an integer >= 0")
+        super().__init__(f"delay {delay_ms} ms")
+        self.delay_ms = delay_ms
+
+
+@dataclass
+class JobContext:
+    """What a handler knows about the job it runs."""
+
+    id: str
+    queue: str
+    attempt: int  #: the fencing token: 1 on the first claim, +1 on every claim after
+    lost: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def idempotency_key(self) -> str:
+        """``"{id}:{attempt}"``: the same for this attempt only. Key downstream writes with it."""
+        return f"{self.id}:{self.attempt}"
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once the worker knows it no longer holds the job: stop, nothing you return counts."""
+        return self.lost.is_set()
+
+    def check_lease(self) -> None:
+        """Raise :class:`LeaseLost` if the lease is gone (call it between steps of long work)."""
+        if self.lost.is_set():
+            raise LeaseLost("handler", self.id, str(self.attempt))
+
+
+def _arity(fn: Callable[..., Any]) -> int:
+    """How many arguments to pass: 2 (payload, ctx), 1 (payload) or 0."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return 2
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 2
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return min(2, len(positional))
+
+
+@dataclass(frozen=True)
+class Task:
+    """A queue's handler and its retry policy."""
+
+    queue: str
+    fn: Callable[..., Any]
+    max_attempts: int = 3
+    backoff: Backoff = Backoff()
+    serializer: Serializer = JSON
+
+    def __post_init__(self) -> None:
+        check_queue_name(self.queue)
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ConfigurationError(f"bad max_attempts {self.max_attempts!r} for queue {self.queue!r}: an integer >= 1")
+        if not callable(self.fn):
+            raise ConfigurationError(f"the handler for queue {self.queue!r} is not callable: {self.fn!r}")
+
+    @property
+    def name(self) -> str:
+        return getattr(self.fn, "__qualname__", repr(self.fn))
+
+    @property
+    def is_async(self) -> bool:
+        return asyncio.iscoroutinefunction(self.fn)
+
+    def arguments(self, payload: Any, ctx: JobContext) -> tuple[Any, ...]:
+        return (payload, ctx)[: _arity(self.fn)]
+
+    def on(self, connection: Any) -> Any:
+        """This task's :class:`~echomq.Queue` on ``connection`` (to enqueue jobs for it)."""
+        from .queue import Queue
+
+        return Queue(connection, self.queue, serializer=self.serializer)
+
+
+class App:
+    """The task registry a worker serves: ``emq worker mymodule:app``."""
+
+    def __init__(self, name: str = "echomq") -> None:
+        self.name = name
+        self.tasks: dict[str, Task] = {}
+
+    def __repr__(self) -> str:
+        return f"App({self.name!r}, queues={sorted(self.tasks)})"
+
+    def handler(self, queue: str, fn: Callable[..., Any], *, max_attempts: int = 3,
+                backoff: Backoff | None = None, serializer: Serializer = JSON) -> Task:
+        """Register ``fn`` as the handler of ``queue`` (one handler per queue)."""
+        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer)
+        if queue in self.tasks:
+            raise ConfigurationError(f"queue {queue!r} already has a handler: {self.tasks[queue].name}")
+        self.tasks[queue] = task
+        return task
+
+    def task(self, fn: Callable[..., Any] | None = None, *, queue: str | None = None, max_attempts: int = 3,
+             backoff: Backoff | None = None, serializer: Serializer = JSON) -> Any:
+        """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
+
+        The decorated function is returned unchanged, with ``.task`` set to its :class:`Task`.
+        """
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            fn.task = self.handler(queue or fn.__name__, fn, max_attempts=max_attempts,  # type: ignore[attr-defined]
+                                   backoff=backoff, serializer=serializer)
+            return fn
+
+        return register(fn) if fn is not None else register

@@ -1,0 +1,117 @@
+"""The time-driven verbs as a small service: PROMOTE due jobs, STALLED.CHECK expired leases.
+
+Every worker runs them on an interval. That is safe with any number of workers: each
+call is one atomic step in the server, bounded by ``limit``, so two workers never move
+the same job twice. A run that hits its limit runs again at once (there is more to move).
+
+    timers = Timers([queue], TimerConfig(sweep_interval_ms=2000))
+    timers.run_once()          # both verbs on every queue, now: what `emq promote`/`sweep` do
+    timers.run_due(now_ms)     # only what is due at now_ms (the worker's loop calls this)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .errors import ConfigurationError
+from .policy import next_timer_ms
+from .queue import LIMIT_MAX, Queue, Sweep
+
+log = logging.getLogger("echomq.timers")
+
+
+@dataclass(frozen=True)
+class TimerConfig:
+    promote_interval_ms: int = 1000  #: how often due scheduled jobs (retries, delays) are promoted
+    sweep_interval_ms: int = 5000  #: how often expired leases are looked for
+    max_stalled: int = 3  #: a job whose lease expires this many times goes dead (wire 6 exempts restarts)
+    limit: int = 1000  #: the most one call moves
+
+    def __post_init__(self) -> None:
+        for name in ("promote_interval_ms", "sweep_interval_ms", "max_stalled"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"bad {name} {value!r}: an integer >= 1")
+        if not 1 <= self.limit <= LIMIT_MAX:
+            raise ConfigurationError(f"bad limit {self.limit!r}: from 1 to {LIMIT_MAX}")
+
+
+@dataclass
+class TimerRun:
+    """What one round moved on one queue (``None``: that timer was not due)."""
+
+    queue: str
+    promoted: int | None = None
+    sweep: Sweep | None = None
+
+    @property
+    def moved(self) -> bool:
+        return bool(self.promoted) or bool(self.sweep)
+
+
+@dataclass
+class _Clock:
+    last_ms: float | None = None
+    saturated: bool = False
+
+
+@dataclass
+class Timers:
+    queues: Sequence[Queue]
+    config: TimerConfig = field(default_factory=TimerConfig)
+
+    def __post_init__(self) -> None:
+        self._promote = {q.name: _Clock() for q in self.queues}
+        self._sweep = {q.name: _Clock() for q in self.queues}
+
+    def next_due_ms(self, now_ms: float) -> float:
+        """The earliest local time at which some timer is due."""
+        times = [next_timer_ms(c.last_ms, now_ms, self.config.promote_interval_ms, c.saturated)
+                 for c in self._promote.values()]
+        times += [next_timer_ms(c.last_ms, now_ms, self.config.sweep_interval_ms, c.saturated)
+                  for c in self._sweep.values()]
+        return min(times, default=float("inf"))
+
+    def run_due(self, now_ms: float) -> list[TimerRun]:
+        runs = []
+        for queue in self.queues:
+            run = TimerRun(queue.name)
+            promote, sweep = self._promote[queue.name], self._sweep[queue.name]
+            if next_timer_ms(promote.last_ms, now_ms, self.config.promote_interval_ms, promote.saturated) <= now_ms:
+                run.promoted = self.promote(queue)
+                promote.last_ms, promote.saturated = now_ms, run.promoted >= self.config.limit
+            if next_timer_ms(sweep.last_ms, now_ms, self.config.sweep_interval_ms, sweep.saturated) <= now_ms:
+                run.sweep = self.sweep(queue)
+                sweep.last_ms, sweep.saturated = now_ms, len(run.sweep) >= self.config.limit
+            runs.append(run)
+        return runs
+
+    def run_once(self) -> list[TimerRun]:
+        """Both verbs on every queue, once, regardless of the intervals."""
+        return [TimerRun(q.name, self.promote(q), self.sweep(q)) for q in self.queues]
+
+    def promote(self, queue: Queue) -> int:
+        moved = queue.promote(self.config.limit)
+        if moved:
+            log.info("promote %s: %d due job(s) moved to pending", queue.name, moved)
+        return moved
+
+    def sweep(self, queue: Queue) -> Sweep:
+        found = queue.stalled_check(self.config.max_stalled, self.config.limit)
+        if found.recovered:
+            log.warning("sweep %s: %d expired lease(s) recovered to pending (counted as stalls): %s",
+                        queue.name, len(found.recovered), _some(found.recovered))
+        if found.exempt:
+            log.info("sweep %s: %d lease(s) expired across a server restart, recovered without a stall: %s",
+                     queue.name, len(found.exempt), _some(found.exempt))
+        if found.dead:
+            log.error("sweep %s: %d job(s) stalled %d times and went dead: %s",
+                      queue.name, len(found.dead), self.config.max_stalled, _some(found.dead))
+        return found
+
+
+def _some(ids: Sequence[str], shown: int = 5) -> str:
+    head = ", ".join(ids[:shown])
+    return head + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
