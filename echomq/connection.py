@@ -20,6 +20,7 @@ refused ``CROSSSLOT`` there.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -43,6 +44,10 @@ _STRIPPED_CODES = {
 }
 
 
+# An error code is one upper-case word (WRONGTYPE, EMQSTATE, BUSY); ERR's messages start lower-case.
+_CODE_WORD = re.compile(r"[A-Z][A-Z0-9_-]*")
+
+
 def as_refusal(exc: ResponseError) -> errors.CommandRefused:
     """The typed EchoMQ error for an error reply from the server."""
     text = str(exc)
@@ -50,6 +55,11 @@ def as_refusal(exc: ResponseError) -> errors.CommandRefused:
         if isinstance(exc, cls):
             text = f"{code} {text}"
             break
+    else:
+        # valkey-py strips "ERR " too and raises a plain ResponseError (a Lua runtime error,
+        # "hash value is not an integer" from a script): put it back so ``code`` is ERR.
+        if type(exc) is ResponseError and not _CODE_WORD.fullmatch(text.split(" ", 1)[0]):
+            text = f"ERR {text}"
     return errors.refusal(text)
 
 
