@@ -1,0 +1,385 @@
+//! Pure deciders: Valkey's integer rules, the FAIL budget, the sweep verdict and its write
+//! plan. Nothing here calls the server; the verbs read, ask these, then write.
+
+use crate::errors::{NOT_INTEGER, OVERFLOW};
+use crate::grammar::Queue;
+
+/// Valkey's `string2ll`: an optional `-`, then no leading zero (except `0` itself), at most
+/// 20 characters, within i64. Hash values HINCRBY accepts are exactly these.
+pub fn string2ll(raw: &[u8]) -> Option<i64> {
+    if raw.is_empty() || raw.len() > 20 {
+        return None;
+    }
+    if raw == b"0" {
+        return Some(0);
+    }
+    let (negative, digits) = match raw.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, raw),
+    };
+    match digits.first() {
+        Some(b'1'..=b'9') => {}
+        _ => return None,
+    }
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    // accumulate negatively so i64::MIN parses
+    let mut acc: i64 = 0;
+    for &d in digits {
+        acc = acc.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?;
+    }
+    if negative {
+        Some(acc)
+    } else {
+        acc.checked_neg()
+    }
+}
+
+/// What `HINCRBY <key> <field> 1` replies, decided before any write: a missing field starts
+/// at 0; a non-integer or an overflow is the reply HINCRBY would give (the `EMQ` texts).
+pub fn next_attempt(stored: Option<&[u8]>) -> Result<i64, &'static str> {
+    incr(stored, 1)
+}
+
+/// `HINCRBY` by `by`, predicted.
+pub fn incr(stored: Option<&[u8]>, by: i64) -> Result<i64, &'static str> {
+    let old = match stored {
+        None => 0,
+        Some(raw) => string2ll(raw).ok_or(NOT_INTEGER)?,
+    };
+    old.checked_add(by).ok_or(OVERFLOW)
+}
+
+/// A row's pending score: its `priority`, 0 when absent; a ZADD would refuse anything else.
+pub fn priority(stored: Option<&[u8]>) -> Result<i64, &'static str> {
+    match stored {
+        None => Ok(0),
+        Some(raw) => string2ll(raw).ok_or(NOT_INTEGER),
+    }
+}
+
+/// FAIL's budget decision (native: capped on `failures`, SPEC §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// Retry at once: back to pending.
+    Pending,
+    /// Retry after the backoff: to schedule.
+    Scheduled,
+    /// Budget spent: dead-lettered.
+    Dead,
+}
+
+impl Budget {
+    /// The state written and the bulk reply.
+    pub fn state(self) -> &'static [u8] {
+        match self {
+            Budget::Pending => b"pending",
+            Budget::Scheduled => b"scheduled",
+            Budget::Dead => b"dead",
+        }
+    }
+}
+
+/// `failures' = failures + 1` (HINCRBY rules); dead when `failures' ≥ max_attempts`; else
+/// pending when `backoff_ms` is 0, scheduled otherwise. Returns `failures'` with the verdict.
+pub fn fail_budget(
+    failures: Option<&[u8]>,
+    max_attempts: i64,
+    backoff_ms: i64,
+) -> Result<(i64, Budget), &'static str> {
+    let next = next_attempt(failures)?;
+    let verdict = if next >= max_attempts {
+        Budget::Dead
+    } else if backoff_ms == 0 {
+        Budget::Pending
+    } else {
+        Budget::Scheduled
+    };
+    Ok((next, verdict))
+}
+
+/// One swept member's verdict (SPEC §5, STALLED.CHECK).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swept {
+    /// No row: removed from active, in no list.
+    Ghost,
+    /// Restart-caused: back to pending, `stalled` unchanged.
+    Exempt,
+    /// Counted, below the threshold: back to pending with `stalled` = the value.
+    Recover(i64),
+    /// Counted, at or over the threshold: dead with `stalled` = the value.
+    Die(i64),
+}
+
+/// What the sweep read of one member's row.
+#[derive(Debug, Clone, Default)]
+pub struct MemberSeen<'a> {
+    /// The row's type: `None` = no row.
+    pub row: RowKind,
+    pub group: bool,
+    pub lease_epoch: Option<&'a [u8]>,
+    pub stalled: Option<&'a [u8]>,
+}
+
+/// A key's kind, as far as the verbs care.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RowKind {
+    #[default]
+    None,
+    Hash,
+    Other,
+}
+
+/// Why the whole sweep refuses (before any write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepRefusal {
+    WrongType,
+    Lane,
+    Counter(&'static str),
+}
+
+/// Pure: one member's verdict. A ghost never reads `group`; an exempt member never reads
+/// `stalled` (a non-integer `stalled` on an exempt row does not refuse).
+pub fn decide_member(
+    run_id: &[u8],
+    max_stalled: i64,
+    seen: &MemberSeen<'_>,
+) -> Result<Swept, SweepRefusal> {
+    match seen.row {
+        RowKind::None => return Ok(Swept::Ghost),
+        RowKind::Other => return Err(SweepRefusal::WrongType),
+        RowKind::Hash => {}
+    }
+    if seen.group {
+        return Err(SweepRefusal::Lane);
+    }
+    if crate::epoch::exempt(seen.lease_epoch, run_id) {
+        return Ok(Swept::Exempt);
+    }
+    match next_attempt(seen.stalled) {
+        Err(text) => Err(SweepRefusal::Counter(text)),
+        Ok(st) if st >= max_stalled => Ok(Swept::Die(st)),
+        Ok(st) => Ok(Swept::Recover(st)),
+    }
+}
+
+/// What a write must answer to be the one predicted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// Exactly this integer.
+    Int(i64),
+    /// Any integer (a count whose value is not part of the move).
+    AnyInt,
+    /// ZPOPMIN's `[member, score]` with this member.
+    Popped(Vec<u8>),
+}
+
+/// One planned write: the command, its arguments, the reply it must give.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    pub cmd: &'static str,
+    pub args: Vec<Vec<u8>>,
+    pub expect: Expect,
+}
+
+pub fn op(cmd: &'static str, args: &[&[u8]], expect: Expect) -> Op {
+    Op {
+        cmd,
+        args: args.iter().map(|a| a.to_vec()).collect(),
+        expect,
+    }
+}
+
+/// Integer text for a score or a counter.
+pub fn num(n: i64) -> Vec<u8> {
+    n.to_string().into_bytes()
+}
+
+/// One swept member, decided, with the score it re-enters pending with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweptMember {
+    pub id: Vec<u8>,
+    pub verdict: Swept,
+    pub priority: i64,
+}
+
+/// The sweep's writes: every member leaves active (one ZREM), then each verdict's writes;
+/// the pending and dead adds are batched into one ZADD each, the dead count into one HINCRBY
+/// whose reply `failed_count` predicts. `keys` = active, pending, dead.
+pub fn sweep_plan(
+    q: &Queue<'_>,
+    keys: [&[u8]; 3],
+    members: &[SweptMember],
+    failed_count: Option<i64>,
+) -> Vec<Op> {
+    let [active, pending, dead] = keys;
+    let mut plan = Vec::with_capacity(members.len() + 4);
+    if members.is_empty() {
+        return plan;
+    }
+    let mut zrem = vec![active.to_vec()];
+    zrem.extend(members.iter().map(|m| m.id.clone()));
+    plan.push(Op {
+        cmd: "ZREM",
+        args: zrem,
+        expect: Expect::Int(members.len() as i64),
+    });
+    let mut to_pending = vec![pending.to_vec()];
+    let mut to_dead = vec![dead.to_vec()];
+    let mut died = 0i64;
+    for m in members {
+        let row = q.row(&m.id);
+        match m.verdict {
+            Swept::Ghost => continue,
+            Swept::Exempt => {
+                plan.push(op("HSET", &[&row, b"state", b"pending"], Expect::AnyInt));
+            }
+            Swept::Recover(st) => {
+                plan.push(op(
+                    "HSET",
+                    &[&row, b"stalled", &num(st), b"state", b"pending"],
+                    Expect::AnyInt,
+                ));
+            }
+            Swept::Die(st) => {
+                plan.push(op(
+                    "HSET",
+                    &[&row, b"stalled", &num(st), b"state", b"dead", b"last_error", b"stalled"],
+                    Expect::AnyInt,
+                ));
+                to_dead.push(b"0".to_vec());
+                to_dead.push(m.id.clone());
+                died += 1;
+                continue;
+            }
+        }
+        to_pending.push(num(m.priority));
+        to_pending.push(m.id.clone());
+    }
+    if to_pending.len() > 1 {
+        plan.push(Op {
+            cmd: "ZADD",
+            args: to_pending,
+            expect: Expect::AnyInt,
+        });
+    }
+    if died > 0 {
+        plan.push(Op {
+            cmd: "ZADD",
+            args: to_dead,
+            expect: Expect::AnyInt,
+        });
+        plan.push(op(
+            "HINCRBY",
+            &[&q.metrics_failed(), b"count", &num(died)],
+            failed_count.map_or(Expect::AnyInt, Expect::Int),
+        ));
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string2ll_is_valkeys() {
+        assert_eq!(string2ll(b"0"), Some(0));
+        assert_eq!(string2ll(b"12"), Some(12));
+        assert_eq!(string2ll(b"-12"), Some(-12));
+        assert_eq!(string2ll(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(string2ll(b"-9223372036854775808"), Some(i64::MIN));
+        for bad in [
+            "", "-", "-0", "007", "+1", " 1", "1 ", "1.5", "9223372036854775808",
+            "-9223372036854775809", "abc", "00", "0x1",
+        ] {
+            assert_eq!(string2ll(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn next_attempt_follows_hincrby() {
+        assert_eq!(next_attempt(None), Ok(1));
+        assert_eq!(next_attempt(Some(b"0")), Ok(1));
+        assert_eq!(next_attempt(Some(b"-5")), Ok(-4));
+        assert_eq!(next_attempt(Some(b"x")), Err(NOT_INTEGER));
+        assert_eq!(next_attempt(Some(b"9223372036854775807")), Err(OVERFLOW));
+        assert_eq!(incr(Some(b"-9223372036854775808"), 1), Ok(i64::MIN + 1));
+    }
+
+    #[test]
+    fn fail_budget_table() {
+        let cases: [(Option<&[u8]>, i64, i64, Result<(i64, Budget), &str>); 7] = [
+            (None, 3, 0, Ok((1, Budget::Pending))),
+            (None, 3, 10, Ok((1, Budget::Scheduled))),
+            (Some(b"1"), 3, 0, Ok((2, Budget::Pending))),
+            (Some(b"2"), 3, 0, Ok((3, Budget::Dead))),
+            (None, 1, 100, Ok((1, Budget::Dead))),
+            (Some(b"nope"), 3, 0, Err(NOT_INTEGER)),
+            (Some(b"9223372036854775807"), 3, 0, Err(OVERFLOW)),
+        ];
+        for (failures, max, backoff, want) in cases {
+            assert_eq!(fail_budget(failures, max, backoff), want);
+        }
+    }
+
+    fn seen<'a>(row: RowKind, group: bool, epoch: Option<&'a [u8]>, st: Option<&'a [u8]>) -> MemberSeen<'a> {
+        MemberSeen { row, group, lease_epoch: epoch, stalled: st }
+    }
+
+    #[test]
+    fn sweep_verdict_table() {
+        let run = b"run".as_slice();
+        let cases = [
+            (seen(RowKind::None, true, None, Some(b"x")), Ok(Swept::Ghost)),
+            (seen(RowKind::Other, false, None, None), Err(SweepRefusal::WrongType)),
+            (seen(RowKind::Hash, true, Some(run), None), Err(SweepRefusal::Lane)),
+            (seen(RowKind::Hash, false, None, Some(b"x")), Ok(Swept::Exempt)),
+            (seen(RowKind::Hash, false, Some(b"old"), None), Ok(Swept::Exempt)),
+            (seen(RowKind::Hash, false, Some(run), None), Ok(Swept::Recover(1))),
+            (seen(RowKind::Hash, false, Some(run), Some(b"1")), Ok(Swept::Die(2))),
+            (seen(RowKind::Hash, false, Some(run), Some(b"5")), Ok(Swept::Die(6))),
+            (seen(RowKind::Hash, false, Some(run), Some(b"x")), Err(SweepRefusal::Counter(NOT_INTEGER))),
+        ];
+        for (s, want) in cases {
+            assert_eq!(decide_member(run, 2, &s), want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn sweep_plan_writes_each_verdict() {
+        let q = Queue { base: b"emq:{q}:" };
+        let keys: [&[u8]; 3] = [b"emq:{q}:active", b"emq:{q}:pending", b"emq:{q}:dead"];
+        let m = |id: &[u8], verdict, priority| SweptMember { id: id.to_vec(), verdict, priority };
+        let members = [
+            m(b"g", Swept::Ghost, 0),
+            m(b"e", Swept::Exempt, 4),
+            m(b"r", Swept::Recover(1), 0),
+            m(b"d", Swept::Die(3), 0),
+        ];
+        let plan = sweep_plan(&q, keys, &members, Some(8));
+        let shown: Vec<String> = plan
+            .iter()
+            .map(|o| {
+                let args: Vec<String> = o.args.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+                format!("{} {}", o.cmd, args.join(" "))
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "ZREM emq:{q}:active g e r d",
+                "HSET emq:{q}:job:e state pending",
+                "HSET emq:{q}:job:r stalled 1 state pending",
+                "HSET emq:{q}:job:d stalled 3 state dead last_error stalled",
+                "ZADD emq:{q}:pending 4 e 0 r",
+                "ZADD emq:{q}:dead 0 d",
+                "HINCRBY emq:{q}:metrics:failed count 1",
+            ]
+        );
+        assert_eq!(plan[0].expect, Expect::Int(4));
+        assert_eq!(plan[6].expect, Expect::Int(8));
+        assert!(sweep_plan(&q, keys, &[], None).is_empty());
+    }
+}

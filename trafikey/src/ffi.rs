@@ -1,0 +1,337 @@
+//! Every `unsafe` block of the crate: the raw module API calls the safe wrappers of
+//! `valkey-module` 0.1.14 do not cover (command info with key-specs, the cached clock, ACL
+//! checks on a held user, read-only key handles), and the handler boundary.
+
+use std::ffi::{c_char, c_int, CString};
+use std::panic::{self, AssertUnwindSafe};
+use std::ptr;
+
+use valkey_module::commands::{get_redis_key_spec, BeginSearch, FindKeys, KeySpec, KeySpecFlags};
+use valkey_module::{raw, Context, ValkeyError, ValkeyResult};
+
+/// A verb's body: the full command line as bytes (name, numkeys, keys, argv).
+pub type Handler = fn(&Context, &[&[u8]]) -> ValkeyResult;
+
+/// The C entry point the server calls for one registered command.
+pub type Callback =
+    extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+
+/// Wraps a [`Handler`] into its own [`Callback`] (the C API passes no user data, so every
+/// row needs its own function).
+macro_rules! native {
+    ($handler:path) => {{
+        extern "C" fn entry(
+            ctx: *mut valkey_module::raw::RedisModuleCtx,
+            argv: *mut *mut valkey_module::raw::RedisModuleString,
+            argc: std::ffi::c_int,
+        ) -> std::ffi::c_int {
+            $crate::ffi::dispatch(ctx, argv, argc, $handler)
+        }
+        entry as $crate::ffi::Callback
+    }};
+}
+pub(crate) use native;
+
+/// The handler boundary: argv read as byte slices (no copies, no retains), the handler run
+/// under `catch_unwind` so no panic reaches the server, the result replied.
+pub fn dispatch(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    handler: Handler,
+) -> c_int {
+    let context = Context::new(ctx);
+    let count = usize::try_from(argc).unwrap_or(0);
+    let mut args: Vec<&[u8]> = Vec::with_capacity(count);
+    if !argv.is_null() {
+        for i in 0..count {
+            // SAFETY: the server passes `argc` valid strings in `argv`, alive for the call.
+            args.push(unsafe { string_bytes(*argv.add(i)) });
+        }
+    }
+    let result = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, &args)))
+        .unwrap_or_else(|_| Err(ValkeyError::Str("EMQHOST trafikey caught a panic")));
+    context.reply(result) as c_int
+}
+
+/// # Safety
+/// `s` must be a live module string; the slice borrows it and must not outlive it.
+unsafe fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
+    let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
+        return &[];
+    };
+    let mut len: usize = 0;
+    let p = ptr_len(s, &mut len);
+    if p.is_null() {
+        return &[];
+    }
+    std::slice::from_raw_parts(p.cast::<u8>(), len)
+}
+
+/// A module string owned by us (created with a NULL context, freed on drop).
+struct OwnedString(*mut raw::RedisModuleString);
+
+impl OwnedString {
+    fn new(bytes: &[u8]) -> Option<Self> {
+        let create = unsafe { raw::RedisModule_CreateString }?;
+        // SAFETY: a NULL context is allowed; the buffer is copied.
+        let s = unsafe { create(ptr::null_mut(), bytes.as_ptr().cast::<c_char>(), bytes.len()) };
+        (!s.is_null()).then_some(OwnedString(s))
+    }
+}
+
+impl Drop for OwnedString {
+    fn drop(&mut self) {
+        if let Some(free) = unsafe { raw::RedisModule_FreeString } {
+            // SAFETY: created by us with a NULL context, freed once.
+            unsafe { free(ptr::null_mut(), self.0) };
+        }
+    }
+}
+
+/// The server's millisecond clock, `server.ustime / 1000`: the value TIME reports, frozen for
+/// the command. Falls back to `Milliseconds` on a server without `CachedMicroseconds`.
+pub fn now_ms() -> Option<i64> {
+    // SAFETY: the function pointers are filled at module init; both take no arguments.
+    unsafe {
+        if let Some(cached) = raw::RedisModule_CachedMicroseconds {
+            return Some(cached() / 1000);
+        }
+        raw::RedisModule_Milliseconds.map(|ms| ms())
+    }
+}
+
+/// Context flags say the command came over the replication link (no user to check).
+pub fn replicated(ctx: &Context) -> bool {
+    ctx.get_flags()
+        .intersects(valkey_module::ContextFlags::REPLICATED | valkey_module::ContextFlags::LOADING)
+}
+
+/// The calling user, held for the command's ACL checks on derived keys.
+pub enum Caller {
+    /// No client user (replication link, loading): the primary already checked.
+    Trusted,
+    /// The user, or NULL when the name resolved to no user (every check then fails).
+    User(*mut raw::RedisModuleUser),
+}
+
+impl Caller {
+    pub fn of(ctx: &Context) -> Caller {
+        if replicated(ctx) {
+            return Caller::Trusted;
+        }
+        // SAFETY: called from a command handler with its live context; the name string is
+        // freed after the lookup; the user is freed in Drop.
+        unsafe {
+            let (Some(name_of), Some(lookup), Some(free)) = (
+                raw::RedisModule_GetCurrentUserName,
+                raw::RedisModule_GetModuleUserFromUserName,
+                raw::RedisModule_FreeString,
+            ) else {
+                return Caller::User(ptr::null_mut());
+            };
+            let name = name_of(ctx.ctx);
+            if name.is_null() {
+                return Caller::Trusted;
+            }
+            let user = lookup(name);
+            free(ctx.ctx, name);
+            Caller::User(user)
+        }
+    }
+
+    /// Does the user hold `perms` (REDISMODULE_CMD_KEY_* bits) on `key`?
+    pub fn allows(&self, key: &[u8], perms: u32) -> bool {
+        let user = match self {
+            Caller::Trusted => return true,
+            Caller::User(u) if u.is_null() => return false,
+            Caller::User(u) => *u,
+        };
+        let (Some(check), Some(name)) =
+            (unsafe { raw::RedisModule_ACLCheckKeyPermissions }, OwnedString::new(key))
+        else {
+            return false;
+        };
+        // SAFETY: `user` is a live module user held by us; `name` is a live string.
+        unsafe { check(user, name.0, perms as c_int) == raw::REDISMODULE_OK as c_int }
+    }
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        if let Caller::User(u) = self {
+            if !u.is_null() {
+                if let Some(free) = unsafe { raw::RedisModule_FreeModuleUser } {
+                    // SAFETY: obtained from GetModuleUserFromUserName, freed once.
+                    unsafe { free(*u) };
+                }
+            }
+        }
+    }
+}
+
+/// What a key holds, as far as the verbs care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Empty,
+    Hash,
+    Zset,
+    Other,
+}
+
+/// A read-only key handle: type, zset scores, hash fields, without the command path.
+pub struct ReadKey {
+    ctx: *mut raw::RedisModuleCtx,
+    _name: OwnedString,
+    key: *mut raw::RedisModuleKey,
+}
+
+impl ReadKey {
+    pub fn open(ctx: &Context, name: &[u8]) -> Option<ReadKey> {
+        let owned = OwnedString::new(name)?;
+        let open = unsafe { raw::RedisModule_OpenKey }?;
+        // SAFETY: live context and key name; READ mode returns NULL for a missing key.
+        let key = unsafe { open(ctx.ctx, owned.0, raw::REDISMODULE_READ as c_int) };
+        Some(ReadKey {
+            ctx: ctx.ctx,
+            _name: owned,
+            key: key.cast(),
+        })
+    }
+
+    pub fn kind(&self) -> Kind {
+        if self.key.is_null() {
+            return Kind::Empty;
+        }
+        let Some(key_type) = (unsafe { raw::RedisModule_KeyType }) else {
+            return Kind::Other;
+        };
+        // SAFETY: a live, non-NULL key handle.
+        match unsafe { key_type(self.key) } as isize {
+            raw::REDISMODULE_KEYTYPE_EMPTY => Kind::Empty,
+            raw::REDISMODULE_KEYTYPE_HASH => Kind::Hash,
+            raw::REDISMODULE_KEYTYPE_ZSET => Kind::Zset,
+            _ => Kind::Other,
+        }
+    }
+
+    /// The member's score; `None` when the key is not a zset or the member is absent.
+    pub fn zscore(&self, member: &[u8]) -> Option<f64> {
+        if self.kind() != Kind::Zset {
+            return None;
+        }
+        let ele = OwnedString::new(member)?;
+        let zscore = unsafe { raw::RedisModule_ZsetScore }?;
+        let mut score = 0f64;
+        // SAFETY: a live zset key handle and a live member string.
+        let found = unsafe { zscore(self.key, ele.0, &mut score) } == raw::REDISMODULE_OK as c_int;
+        found.then_some(score)
+    }
+
+    /// The values of up to 12 `fields` (NUL-free names), in order; `None` per missing field.
+    /// `Err` when the key is not a hash or the host refuses.
+    pub fn hash_fields(&self, fields: &[&str]) -> Result<Vec<Option<Vec<u8>>>, ()> {
+        if self.kind() != Kind::Hash || fields.len() > 12 {
+            return Err(());
+        }
+        let mut values = vec![ptr::null_mut::<raw::RedisModuleString>(); fields.len()];
+        raw::hash_get_multi(self.key, fields, &mut values).map_err(|_| ())?;
+        let free = unsafe { raw::RedisModule_FreeString };
+        Ok(values
+            .into_iter()
+            .map(|v| {
+                if v.is_null() {
+                    return None;
+                }
+                // SAFETY: HashGet returned a live string we own; copied, then freed once.
+                let bytes = unsafe { string_bytes(v) }.to_vec();
+                if let Some(free) = free {
+                    unsafe { free(self.ctx, v) };
+                }
+                Some(bytes)
+            })
+            .collect())
+    }
+}
+
+impl Drop for ReadKey {
+    fn drop(&mut self) {
+        if !self.key.is_null() {
+            if let Some(close) = unsafe { raw::RedisModule_CloseKey } {
+                // SAFETY: opened by us, closed once.
+                unsafe { close(self.key) };
+            }
+        }
+    }
+}
+
+/// COMMAND DOCS summary of every row.
+const SUMMARY: &std::ffi::CStr = c"EchoMQ job core, native (trafikey)";
+
+static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
+    version: 1,
+    sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+    sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+    sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+};
+
+/// Register one command: `CreateCommand`, then `SetCommandInfo` with its arity and
+/// (when `numkeys`) one key-spec: every key after a numkeys argument, like EVAL's, read and
+/// written.
+pub fn register(
+    ctx: &Context,
+    name: &str,
+    callback: Callback,
+    flags: &str,
+    arity: i32,
+    numkeys: bool,
+) -> Result<(), String> {
+    let fail = |what: &str| format!("trafikey: {what} failed for {name}");
+    let c_name = CString::new(name).map_err(|_| fail("name"))?;
+    let c_flags = CString::new(flags).map_err(|_| fail("flags"))?;
+    let (Some(create), Some(get), Some(set_info)) = (
+        unsafe { raw::RedisModule_CreateCommand },
+        unsafe { raw::RedisModule_GetCommand },
+        unsafe { raw::RedisModule_SetCommandInfo },
+    ) else {
+        return Err(fail("the command API lookup"));
+    };
+    // SAFETY: called from OnLoad with its context; the strings outlive the calls (the server
+    // copies what it keeps).
+    let status = unsafe {
+        create(ctx.ctx, c_name.as_ptr(), Some(callback), c_flags.as_ptr(), 0, 0, 0)
+    };
+    if status != raw::REDISMODULE_OK as c_int {
+        return Err(fail("CreateCommand"));
+    }
+    let command = unsafe { get(ctx.ctx, c_name.as_ptr()) };
+    if command.is_null() {
+        return Err(fail("GetCommand"));
+    }
+    let mut specs = if numkeys {
+        get_redis_key_spec(vec![KeySpec::new(
+            None,
+            KeySpecFlags::READ_WRITE | KeySpecFlags::ACCESS | KeySpecFlags::UPDATE,
+            BeginSearch::new_index(1),
+            FindKeys::new_keys_num(0, 1, 1),
+        )])
+    } else {
+        Vec::new()
+    };
+    let mut info = raw::RedisModuleCommandInfo {
+        version: &INFO_VERSION,
+        summary: SUMMARY.as_ptr(),
+        complexity: ptr::null(),
+        since: ptr::null(),
+        history: ptr::null_mut(),
+        tips: ptr::null(),
+        arity,
+        key_specs: if specs.is_empty() { ptr::null_mut() } else { specs.as_mut_ptr() },
+        args: ptr::null_mut(),
+    };
+    // SAFETY: `command` came from GetCommand; `info` and its arrays live across the call.
+    if unsafe { set_info(command, &mut info) } != raw::REDISMODULE_OK as c_int {
+        return Err(fail("SetCommandInfo"));
+    }
+    Ok(())
+}

@@ -1,0 +1,335 @@
+//! Pure: the argument grammar of SPEC §3 and the first three checks of §5 (shape, layout,
+//! arguments). No server calls; the handlers feed it the raw argv bytes.
+
+use crate::errors::{printable, Refusal};
+
+/// `lease_ms` ≥ 1.
+pub const LEASE_MIN: i64 = 1;
+/// `delay_ms`, `backoff_ms` ≥ 0.
+pub const DELAY_MIN: i64 = 0;
+/// `limit` 1..=10000.
+pub const LIMIT_MIN: i64 = 1;
+pub const LIMIT_MAX: i64 = 10_000;
+/// `max_attempts`, `max_stalled` ≥ 1.
+pub const BUDGET_MIN: i64 = 1;
+/// `priority` 0..=2^31−1.
+pub const PRIORITY_MAX: i64 = (1 << 31) - 1;
+/// `id` 1..=512 bytes.
+pub const ID_MAX_LEN: usize = 512;
+/// EXTENDS: at most this many (id, token) pairs.
+pub const EXTENDS_MAX_PAIRS: usize = 1000;
+
+/// How many ARGV a verb takes after its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Argc {
+    /// Exactly this many.
+    Exact(usize),
+    /// One leading argument, then 1..=EXTENDS_MAX_PAIRS pairs (EXTENDS: odd, ≥ 3, ≤ 2001).
+    LeadThenPairs,
+}
+
+/// A call that passed the shape check: the verb, its KEYS and its ARGV.
+#[derive(Debug)]
+pub struct Call<'a> {
+    pub verb: &'static str,
+    pub keys: &'a [&'a [u8]],
+    pub argv: &'a [&'a [u8]],
+}
+
+/// Check 1, shape: `args` is the full command line (`verb numkeys keys… argv…`).
+pub fn shape<'a>(
+    verb: &'static str,
+    args: &'a [&'a [u8]],
+    numkeys: usize,
+    argc: Argc,
+) -> Result<Call<'a>, Refusal> {
+    let given = args.get(1).copied().unwrap_or_default();
+    if parse_digits(given) != Some(numkeys as i64) {
+        return Err(Refusal::Shape(format!(
+            "{verb} takes numkeys {numkeys}, got '{}'",
+            printable(given)
+        )));
+    }
+    let rest = args.get(2..).unwrap_or_default();
+    if rest.len() < numkeys {
+        return Err(Refusal::Shape(format!(
+            "{verb} takes {numkeys} keys, got {}",
+            rest.len()
+        )));
+    }
+    let (keys, argv) = rest.split_at(numkeys);
+    let ok = match argc {
+        Argc::Exact(n) => argv.len() == n,
+        Argc::LeadThenPairs => {
+            argv.len() >= 3 && argv.len() % 2 == 1 && argv.len() <= 1 + 2 * EXTENDS_MAX_PAIRS
+        }
+    };
+    if !ok {
+        let want = match argc {
+            Argc::Exact(n) => n.to_string(),
+            Argc::LeadThenPairs => format!("an odd count from 3 to {}", 1 + 2 * EXTENDS_MAX_PAIRS),
+        };
+        return Err(Refusal::Shape(format!(
+            "{verb} takes {want} arguments after the keys, got {}",
+            argv.len()
+        )));
+    }
+    Ok(Call { verb, keys, argv })
+}
+
+/// One queue's keyspace, from its base `emq:{q}:`; the derived keys share its hashtag.
+#[derive(Debug, Clone, Copy)]
+pub struct Queue<'a> {
+    pub base: &'a [u8],
+}
+
+impl Queue<'_> {
+    pub fn key(&self, suffix: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.base.len() + suffix.len());
+        k.extend_from_slice(self.base);
+        k.extend_from_slice(suffix);
+        k
+    }
+
+    /// `base .. 'job:' .. id`
+    pub fn row(&self, id: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.base.len() + 4 + id.len());
+        k.extend_from_slice(self.base);
+        k.extend_from_slice(b"job:");
+        k.extend_from_slice(id);
+        k
+    }
+
+    pub fn meta(&self) -> Vec<u8> {
+        self.key(b"meta")
+    }
+
+    pub fn metrics_completed(&self) -> Vec<u8> {
+        self.key(b"metrics:completed")
+    }
+
+    pub fn metrics_failed(&self) -> Vec<u8> {
+        self.key(b"metrics:failed")
+    }
+}
+
+/// Is `key` a queue base `emq:{q}:` with a non-empty q free of `{` and `}`?
+pub fn is_base(key: &[u8]) -> bool {
+    match key
+        .strip_prefix(b"emq:{".as_slice())
+        .and_then(|r| r.strip_suffix(b"}:".as_slice()))
+    {
+        Some(q) => !q.is_empty() && !q.iter().any(|&b| b == b'{' || b == b'}'),
+        None => false,
+    }
+}
+
+/// Check 2, layout: the last key is the base; every other key is the base plus its suffix,
+/// in order.
+pub fn layout<'a>(call: &Call<'a>, suffixes: &[&str]) -> Result<Queue<'a>, Refusal> {
+    let verb = call.verb;
+    let n = call.keys.len();
+    let base = call.keys.last().copied().unwrap_or_default();
+    if !is_base(base) {
+        return Err(Refusal::Layout(format!(
+            "{verb} key {n} must be a queue base emq:{{q}}: (q non-empty, no braces), got '{}'",
+            printable(base)
+        )));
+    }
+    let q = Queue { base };
+    for (i, (key, suffix)) in call.keys.iter().zip(suffixes).enumerate() {
+        let ok = key.len() == base.len() + suffix.len()
+            && key.starts_with(base)
+            && key.ends_with(suffix.as_bytes());
+        if !ok {
+            return Err(Refusal::Layout(format!(
+                "{verb} key {} must be {}{suffix}, got '{}'",
+                i + 1,
+                printable(base),
+                printable(key)
+            )));
+        }
+    }
+    Ok(q)
+}
+
+/// ASCII decimal digits only, within i64 (no sign, no spaces).
+pub fn parse_digits(raw: &[u8]) -> Option<i64> {
+    if raw.is_empty() || !raw.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    raw.iter().try_fold(0i64, |acc, &d| {
+        acc.checked_mul(10)?.checked_add(i64::from(d - b'0'))
+    })
+}
+
+/// Check 3, one numeric argument: digits, within i64, within `min..=max`.
+pub fn number(name: &'static str, raw: &[u8], min: i64, max: i64) -> Result<i64, Refusal> {
+    let n = parse_digits(raw).ok_or_else(|| {
+        Refusal::Arg(
+            name,
+            format!("must be ASCII decimal digits within i64, got '{}'", printable(raw)),
+        )
+    })?;
+    if n < min || n > max {
+        let range = if max == i64::MAX {
+            format!("at least {min}")
+        } else {
+            format!("from {min} to {max}")
+        };
+        return Err(Refusal::Arg(name, format!("must be {range}, got {n}")));
+    }
+    Ok(n)
+}
+
+pub fn lease_ms(raw: &[u8]) -> Result<i64, Refusal> {
+    number("lease_ms", raw, LEASE_MIN, i64::MAX)
+}
+
+pub fn delay(name: &'static str, raw: &[u8]) -> Result<i64, Refusal> {
+    number(name, raw, DELAY_MIN, i64::MAX)
+}
+
+pub fn limit(raw: &[u8]) -> Result<i64, Refusal> {
+    number("limit", raw, LIMIT_MIN, LIMIT_MAX)
+}
+
+pub fn budget(name: &'static str, raw: &[u8]) -> Result<i64, Refusal> {
+    number(name, raw, BUDGET_MIN, i64::MAX)
+}
+
+pub fn priority(raw: &[u8]) -> Result<i64, Refusal> {
+    number("priority", raw, 0, PRIORITY_MAX)
+}
+
+/// `id`: 1..=512 bytes, any bytes.
+pub fn id(raw: &[u8]) -> Result<&[u8], Refusal> {
+    if raw.is_empty() || raw.len() > ID_MAX_LEN {
+        return Err(Refusal::Arg(
+            "id",
+            format!("must be 1 to {ID_MAX_LEN} bytes, got {}", raw.len()),
+        ));
+    }
+    Ok(raw)
+}
+
+/// A clock value plus a relative delay, refused when it leaves i64.
+pub fn at(name: &'static str, now_ms: i64, delta: i64) -> Result<i64, Refusal> {
+    now_ms
+        .checked_add(delta)
+        .ok_or_else(|| Refusal::Arg(name, format!("{delta} overflows the clock")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(parts: &[&'static str]) -> Vec<&'static [u8]> {
+        parts.iter().map(|p| p.as_bytes()).collect()
+    }
+
+    #[test]
+    fn shape_counts_keys_and_args() {
+        let a = line(&["EMQ.CLAIM", "3", "emq:{q}:pending", "emq:{q}:active", "emq:{q}:", "5"]);
+        let c = shape("EMQ.CLAIM", &a, 3, Argc::Exact(1)).expect("shape");
+        assert_eq!(c.keys.len(), 3);
+        assert_eq!(c.argv, [b"5".as_slice()]);
+        for bad in [
+            line(&["EMQ.CLAIM", "2", "a", "b", "c", "5"]),
+            line(&["EMQ.CLAIM", "03x", "a", "b", "c", "5"]),
+            line(&["EMQ.CLAIM", "3", "a", "b", "c"]),
+            line(&["EMQ.CLAIM", "3", "a", "b", "c", "5", "6"]),
+            line(&["EMQ.CLAIM", "3", "a"]),
+            line(&["EMQ.CLAIM"]),
+        ] {
+            let r = shape("EMQ.CLAIM", &bad, 3, Argc::Exact(1)).map(|_| ());
+            assert!(matches!(r, Err(Refusal::Shape(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn extends_shape_is_odd_between_3_and_2001() {
+        let mut a = line(&["EMQ.EXTENDS", "2", "emq:{q}:active", "emq:{q}:", "100"]);
+        assert!(shape("EMQ.EXTENDS", &a, 2, Argc::LeadThenPairs).is_err());
+        a.push(b"id");
+        assert!(shape("EMQ.EXTENDS", &a, 2, Argc::LeadThenPairs).is_err());
+        a.push(b"1");
+        assert!(shape("EMQ.EXTENDS", &a, 2, Argc::LeadThenPairs).is_ok());
+        while a.len() - 4 < 2001 {
+            a.push(b"x");
+        }
+        assert!(shape("EMQ.EXTENDS", &a, 2, Argc::LeadThenPairs).is_ok());
+        a.push(b"y");
+        a.push(b"1");
+        assert!(shape("EMQ.EXTENDS", &a, 2, Argc::LeadThenPairs).is_err());
+    }
+
+    #[test]
+    fn base_is_emq_brace_q_brace_colon() {
+        assert!(is_base(b"emq:{q}:"));
+        assert!(is_base(b"emq:{a.b:c-1}:"));
+        assert!(is_base(b"emq:{\xff\x00}:"));
+        for bad in [
+            "emq:{}:", "emq:{a{b}:", "emq:{a}b}:", "emq:{q}", "emq:q:", "EMQ:{q}:", "emq:{q}:x", "",
+        ] {
+            assert!(!is_base(bad.as_bytes()), "{bad}");
+        }
+    }
+
+    #[test]
+    fn layout_checks_suffixes_in_order() {
+        let a = line(&["V", "3", "emq:{q}:pending", "emq:{q}:active", "emq:{q}:", "5"]);
+        let c = shape("V", &a, 3, Argc::Exact(1)).expect("shape");
+        let q = layout(&c, &["pending", "active"]).expect("layout");
+        assert_eq!(q.row(b"7"), b"emq:{q}:job:7");
+        assert_eq!(q.metrics_failed(), b"emq:{q}:metrics:failed");
+        assert!(layout(&c, &["active", "pending"]).is_err());
+        let a = line(&["V", "3", "emq:{q}:pending", "emq:{r}:active", "emq:{q}:", "5"]);
+        let c = shape("V", &a, 3, Argc::Exact(1)).expect("shape");
+        assert!(matches!(layout(&c, &["pending", "active"]), Err(Refusal::Layout(_))));
+        let a = line(&["V", "2", "emq:{q}:pending", "emq:{q}", "5"]);
+        let c = shape("V", &a, 2, Argc::Exact(1)).expect("shape");
+        assert!(matches!(layout(&c, &["pending"]), Err(Refusal::Layout(_))));
+    }
+
+    #[test]
+    fn numbers_are_plain_digits_within_i64() {
+        assert_eq!(parse_digits(b"0"), Some(0));
+        assert_eq!(parse_digits(b"007"), Some(7));
+        assert_eq!(parse_digits(b"9223372036854775807"), Some(i64::MAX));
+        for bad in ["", "-1", "+1", " 1", "1 ", "1.0", "0x10", "9223372036854775808", "1e3"] {
+            assert_eq!(parse_digits(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn ranges_of_spec_section_3() {
+        assert!(lease_ms(b"0").is_err());
+        assert!(lease_ms(b"1").is_ok());
+        assert!(delay("delay_ms", b"0").is_ok());
+        assert!(limit(b"0").is_err());
+        assert!(limit(b"10000").is_ok());
+        assert!(limit(b"10001").is_err());
+        assert!(budget("max_attempts", b"0").is_err());
+        assert_eq!(priority(b"2147483647"), Ok(PRIORITY_MAX));
+        assert!(priority(b"2147483648").is_err());
+        assert!(id(b"").is_err());
+        assert!(id(&[b'x'; 512]).is_ok());
+        assert!(id(&[b'x'; 513]).is_err());
+        assert!(at("lease_ms", i64::MAX - 1, 2).is_err());
+        let e = lease_ms(b"abc").map(|_| ()).unwrap_err_text();
+        assert!(e.starts_with("EMQARG lease_ms "), "{e}");
+    }
+
+    trait ErrText {
+        fn unwrap_err_text(self) -> String;
+    }
+    impl ErrText for Result<(), Refusal> {
+        fn unwrap_err_text(self) -> String {
+            match self {
+                Ok(()) => String::new(),
+                Err(e) => e.to_string(),
+            }
+        }
+    }
+}

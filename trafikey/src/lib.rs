@@ -1,0 +1,48 @@
+//! trafikey — EchoMQ's native executor: the job-core verbs of SPEC §3 as Valkey module
+//! commands, every check before the first write (SPEC §5).
+//!
+//! Layout: `table` (the registration table, the only list of commands), `verbs/` (one file
+//! per verb), `grammar` and `decide` (pure: argument grammar, integer rules, verdicts and
+//! write plans), `epoch` (the run_id), `host` (the calls into the server), `ffi` (all unsafe
+//! code), `errors` (the refusal codes).
+
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+pub mod decide;
+pub mod epoch;
+pub mod errors;
+pub mod ffi;
+pub mod grammar;
+pub mod host;
+pub mod table;
+pub mod verbs;
+
+use valkey_module::{valkey_module, Context, ServerInfo, Status, ValkeyString};
+
+/// Module load: read the epoch once, then register the table.
+fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
+    let info = ServerInfo::new("server");
+    match info.field_c("run_id") {
+        Some(run_id) if !run_id.is_empty() => epoch::set(run_id.as_bytes().to_vec()),
+        _ => {
+            ctx.log_warning("trafikey: INFO server has no run_id");
+            return Status::Err;
+        }
+    }
+    match table::register(ctx) {
+        Ok(()) => Status::Ok,
+        Err(e) => {
+            ctx.log_warning(&e);
+            Status::Err
+        }
+    }
+}
+
+valkey_module! {
+    name: "trafikey",
+    version: 1,
+    allocator: (valkey_module::alloc::ValkeyAlloc, valkey_module::alloc::ValkeyAlloc),
+    data_types: [],
+    init: init,
+    commands: [],
+}

@@ -1,0 +1,185 @@
+//! The registration table: the only list of the EMQ commands. Each row is a command's name,
+//! its handler, flags, key-spec and capability tokens; registration and EMQ.VERSION both read
+//! it. The handlers here are one-line wrappers with the command's syntax.
+
+use valkey_module::{Context, ValkeyResult};
+
+use crate::ffi::{self, native, Callback};
+use crate::verbs;
+
+/// How the server finds a command's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    /// None (EMQ.VERSION).
+    None,
+    /// Every key after a numkeys argument, like EVAL's: `VERB N k1 … kN argv…`.
+    Numkeys,
+}
+
+/// Command flags of the writers and of the one reader.
+pub const WRITE: &str = "write deny-oom";
+pub const READ: &str = "readonly fast";
+
+/// One registered command.
+pub struct Row {
+    pub name: &'static str,
+    pub callback: Callback,
+    pub flags: &'static str,
+    pub keys: Keys,
+    pub tokens: &'static [&'static str],
+}
+
+impl Row {
+    /// The arity given to the server: the verbs take any count and check their own shape
+    /// (EMQSHAPE); EMQ.VERSION takes no argument at all.
+    pub fn arity(&self) -> i32 {
+        match self.keys {
+            Keys::None => 1,
+            Keys::Numkeys => -1,
+        }
+    }
+}
+
+/// `EMQ.ENQUEUE 2 emq:{q}:pending emq:{q}: <id> <payload> <priority>`
+fn enqueue(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::enqueue::run(ctx, args)
+}
+
+/// `EMQ.CLAIM 3 emq:{q}:pending emq:{q}:active emq:{q}: <lease_ms>`
+fn claim(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::claim::run(ctx, args)
+}
+
+/// `EMQ.EXTEND 2 emq:{q}:active emq:{q}: <id> <token> <lease_ms>`
+fn extend(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::extend::run(ctx, args)
+}
+
+/// `EMQ.EXTENDS 2 emq:{q}:active emq:{q}: <lease_ms> <id> <token> [<id> <token> …]`
+fn extends(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::extends::run(ctx, args)
+}
+
+/// `EMQ.COMPLETE 2 emq:{q}:active emq:{q}: <id> <token>`
+fn complete(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::complete::run(ctx, args)
+}
+
+/// `EMQ.SCHEDULE 2 emq:{q}:schedule emq:{q}: <id> <payload> <delay_ms> <priority>`
+fn schedule(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::schedule::run(ctx, args)
+}
+
+/// `EMQ.PROMOTE 3 emq:{q}:schedule emq:{q}:pending emq:{q}: <limit>`
+fn promote(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::promote::run(ctx, args)
+}
+
+/// `EMQ.RESCHEDULE 2 emq:{q}:schedule emq:{q}: <id> <delay_ms>`
+fn reschedule(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::reschedule::run(ctx, args)
+}
+
+/// `EMQ.DELAY 3 emq:{q}:active emq:{q}:schedule emq:{q}: <id> <token> <delay_ms>`
+fn delay(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::delay::run(ctx, args)
+}
+
+/// `EMQ.FAIL 5 emq:{q}:active emq:{q}:pending emq:{q}:schedule emq:{q}:dead emq:{q}: <id> <token> <error> <max_attempts> <backoff_ms>`
+fn fail(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::fail::run(ctx, args)
+}
+
+/// `EMQ.REPROCESS 3 emq:{q}:dead emq:{q}:pending emq:{q}: <id>`
+fn reprocess(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::reprocess::run(ctx, args)
+}
+
+/// `EMQ.REQUEUE 3 emq:{q}:active emq:{q}:pending emq:{q}: <id> <token>`
+fn requeue(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::requeue::run(ctx, args)
+}
+
+/// `EMQ.STALLED.CHECK 4 emq:{q}:active emq:{q}:pending emq:{q}:dead emq:{q}: <max_stalled> <limit>`
+fn stalled_check(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::stalled_check::run(ctx, args)
+}
+
+/// `EMQ.VERSION` — the capability tokens of the registered rows, one space apart.
+fn version(_ctx: &Context, _args: &[&[u8]]) -> ValkeyResult {
+    Ok(valkey_module::ValkeyValue::BulkString(caps()))
+}
+
+macro_rules! row {
+    ($name:literal, $handler:path, $flags:expr, $keys:expr, [$($token:literal),*]) => {
+        Row {
+            name: $name,
+            callback: native!($handler),
+            flags: $flags,
+            keys: $keys,
+            tokens: &[$($token),*],
+        }
+    };
+}
+
+/// Every registered command, in registration order: the job core first, in the order
+/// EMQ.VERSION advertises it.
+pub static TABLE: &[Row] = &[
+    row!("EMQ.ENQUEUE", enqueue, WRITE, Keys::Numkeys, ["enqueue"]),
+    row!("EMQ.CLAIM", claim, WRITE, Keys::Numkeys, ["claim", "claim.pause"]),
+    row!("EMQ.EXTEND", extend, WRITE, Keys::Numkeys, ["extend"]),
+    row!("EMQ.EXTENDS", extends, WRITE, Keys::Numkeys, ["extends"]),
+    row!("EMQ.COMPLETE", complete, WRITE, Keys::Numkeys, ["complete.flat"]),
+    row!("EMQ.SCHEDULE", schedule, WRITE, Keys::Numkeys, ["schedule"]),
+    row!("EMQ.PROMOTE", promote, WRITE, Keys::Numkeys, ["promote"]),
+    row!("EMQ.RESCHEDULE", reschedule, WRITE, Keys::Numkeys, ["reschedule"]),
+    row!("EMQ.DELAY", delay, WRITE, Keys::Numkeys, ["delay"]),
+    row!("EMQ.FAIL", fail, WRITE, Keys::Numkeys, ["fail.flat"]),
+    row!("EMQ.REPROCESS", reprocess, WRITE, Keys::Numkeys, ["reprocess"]),
+    row!("EMQ.REQUEUE", requeue, WRITE, Keys::Numkeys, ["requeue"]),
+    row!("EMQ.STALLED.CHECK", stalled_check, WRITE, Keys::Numkeys, ["stalled.check"]),
+    row!("EMQ.VERSION", version, READ, Keys::None, []),
+];
+
+/// EMQ.VERSION's answer: the tokens of the registered rows, in row order.
+pub fn caps() -> String {
+    TABLE
+        .iter()
+        .flat_map(|r| r.tokens.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Register every row (from OnLoad).
+pub fn register(ctx: &Context) -> Result<(), String> {
+    TABLE.iter().try_for_each(|r| {
+        ffi::register(ctx, r.name, r.callback, r.flags, r.arity(), r.keys == Keys::Numkeys)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_pins_the_job_core_tokens() {
+        assert_eq!(
+            caps(),
+            "enqueue claim claim.pause extend extends complete.flat schedule promote \
+             reschedule delay fail.flat reprocess requeue stalled.check"
+        );
+    }
+
+    #[test]
+    fn every_verb_has_one_file_and_writes() {
+        let verbs: Vec<&Row> = TABLE.iter().filter(|r| r.keys == Keys::Numkeys).collect();
+        assert_eq!(verbs.len(), 13);
+        for r in verbs {
+            assert_eq!(r.flags, WRITE, "{}", r.name);
+            assert!(r.name.starts_with("EMQ."));
+            assert!(!r.tokens.is_empty());
+        }
+        let names: std::collections::HashSet<&str> = TABLE.iter().map(|r| r.name).collect();
+        assert_eq!(names.len(), TABLE.len(), "a command is listed twice");
+    }
+}

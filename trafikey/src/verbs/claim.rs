@@ -1,0 +1,69 @@
+//! EMQ.CLAIM: lease the head of pending (SPEC §3, §5.1). The pause read is folded in; the
+//! head is peeked, checked and predicted, and only then popped.
+
+use valkey_module::{Context, ValkeyResult, ValkeyValue};
+
+use crate::decide::{next_attempt, num, op, Expect};
+use crate::errors::Refusal;
+use crate::grammar::{self, Argc};
+use crate::host::{bulk, int, Host};
+
+pub const VERB: &str = "EMQ.CLAIM";
+
+pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    // 1. shape: numkeys 3, one ARGV
+    let call = grammar::shape(VERB, args, 3, Argc::Exact(1))?;
+    // 2. layout: pending, active, base
+    let q = grammar::layout(&call, &["pending", "active"])?;
+    let (pending, active) = (call.keys[0], call.keys[1]);
+    // 3. arguments: lease_ms
+    let lease = grammar::lease_ms(call.argv[0])?;
+    let h = Host::new(ctx, VERB);
+    let deadline = grammar::at("lease_ms", h.now_ms()?, lease)?;
+    let empty = || Ok(ValkeyValue::Array(Vec::new()));
+
+    // 4. fence: meta is read first
+    let fence = h.fence();
+    let meta = q.meta();
+    fence.read(&meta)?;
+
+    // 5. reads and checks. Any `paused` value (`0` and empty included) holds the queue; a
+    // wrong-typed meta is refused rather than read as paused.
+    if let Some(m) = h.hash(&meta, &["paused"])? {
+        if m.first().is_some_and(Option::is_some) {
+            return empty();
+        }
+    }
+    // the head ZPOPMIN would pop, peeked (pending's type checked by the read)
+    let Some(id) = h.head(pending)? else {
+        return empty();
+    };
+    let row = q.row(&id);
+    fence.read(&row)?;
+    let seen = h.hash(&row, &["attempts", "payload"])?;
+    let mut planned = None;
+    if let Some(seen) = &seen {
+        // a real row: the increment predicted, active able to take the lease
+        let att = next_attempt(seen[0].as_deref()).map_err(Refusal::Counter)?;
+        h.expect_zset(active)?;
+        fence.write(&row)?;
+        planned = Some((att, h.epoch()?));
+    }
+
+    // 6. writes: the pop verified against the peek; a ghost (no row) ends there
+    h.write(&op("ZPOPMIN", &[pending], Expect::Popped(id.clone())))?;
+    let (Some((att, run_id)), Some(seen)) = (planned, seen) else {
+        return empty();
+    };
+    h.apply(&[
+        op("HINCRBY", &[&row, b"attempts", b"1"], Expect::Int(att)),
+        op("HSET", &[&row, b"state", b"active", b"lease_epoch", run_id], Expect::AnyInt),
+        op("ZADD", &[active, &num(deadline), &id], Expect::AnyInt),
+    ])?;
+    let payload = seen.into_iter().nth(1).flatten();
+    Ok(ValkeyValue::Array(vec![
+        bulk(&id),
+        payload.map_or(ValkeyValue::Null, ValkeyValue::StringBuffer),
+        int(att),
+    ]))
+}

@@ -1,0 +1,42 @@
+//! EMQ.COMPLETE: settle a held job; the row is deleted and counted (SPEC §3, §5.2, §5.5).
+
+use valkey_module::{Context, ValkeyResult};
+
+use crate::decide::{incr, op, Expect};
+use crate::errors::Refusal;
+use crate::grammar::{self, Argc};
+use crate::host::{int, Host};
+use crate::verbs::{held, FLAT_NO_FLOW};
+
+pub const VERB: &str = "EMQ.COMPLETE";
+
+pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    // 1. shape: numkeys 2, two ARGV
+    let call = grammar::shape(VERB, args, 2, Argc::Exact(2))?;
+    // 2. layout: active, base
+    let q = grammar::layout(&call, &["active"])?;
+    let active = call.keys[0];
+    // 3. arguments: id, token
+    let id = grammar::id(call.argv[0])?;
+    let token = call.argv[1];
+    // 4.–5. fence and reads: held, flat, not a flow child
+    let h = Host::new(ctx, VERB);
+    let fence = h.fence();
+    if held(&h, &fence, &q, active, id, token, FLAT_NO_FLOW, &[])?.is_none() {
+        return Ok(int(0));
+    }
+    let row = q.row(id);
+    let metrics = q.metrics_completed();
+    fence.read(&metrics)?;
+    let stored = h.hash(&metrics, &["count"])?.and_then(|m| m.into_iter().next().flatten());
+    let count = incr(stored.as_deref(), 1).map_err(Refusal::Counter)?;
+    fence.write(&row)?;
+    fence.write(&metrics)?;
+    // 6. writes
+    h.apply(&[
+        op("ZREM", &[active, id], Expect::Int(1)),
+        op("DEL", &[&row], Expect::Int(1)),
+        op("HINCRBY", &[&metrics, b"count", b"1"], Expect::Int(count)),
+    ])?;
+    Ok(int(1))
+}

@@ -1,0 +1,39 @@
+//! EMQ.DELAY: hand a held job back to schedule, due after `delay_ms` (SPEC §3, §5.2).
+
+use valkey_module::{Context, ValkeyResult};
+
+use crate::decide::{num, op, Expect};
+use crate::grammar::{self, Argc};
+use crate::host::{int, Host};
+use crate::verbs::{held, FLAT_ONLY};
+
+pub const VERB: &str = "EMQ.DELAY";
+
+pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    // 1. shape: numkeys 3, three ARGV
+    let call = grammar::shape(VERB, args, 3, Argc::Exact(3))?;
+    // 2. layout: active, schedule, base
+    let q = grammar::layout(&call, &["active", "schedule"])?;
+    let (active, schedule) = (call.keys[0], call.keys[1]);
+    // 3. arguments: id, token, delay_ms
+    let id = grammar::id(call.argv[0])?;
+    let token = call.argv[1];
+    let delay = grammar::delay("delay_ms", call.argv[2])?;
+    let h = Host::new(ctx, VERB);
+    let due = grammar::at("delay_ms", h.now_ms()?, delay)?;
+    // 4.–5. fence and reads: held and flat; schedule takes a ZADD
+    let fence = h.fence();
+    if held(&h, &fence, &q, active, id, token, FLAT_ONLY, &[])?.is_none() {
+        return Ok(int(0));
+    }
+    h.expect_zset(schedule)?;
+    let row = q.row(id);
+    fence.write(&row)?;
+    // 6. writes
+    h.apply(&[
+        op("ZREM", &[active, id], Expect::Int(1)),
+        op("ZADD", &[schedule, &num(due), id], Expect::AnyInt),
+        op("HSET", &[&row, b"state", b"scheduled"], Expect::AnyInt),
+    ])?;
+    Ok(int(due))
+}

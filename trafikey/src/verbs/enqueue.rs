@@ -1,0 +1,44 @@
+//! EMQ.ENQUEUE: admit a job to pending (SPEC §3).
+
+use valkey_module::{Context, ValkeyResult};
+
+use crate::decide::{num, op, Expect};
+use crate::grammar::{self, Argc};
+use crate::host::{int, Host};
+
+pub const VERB: &str = "EMQ.ENQUEUE";
+
+pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    // 1. shape: numkeys 2, three ARGV
+    let call = grammar::shape(VERB, args, 2, Argc::Exact(3))?;
+    // 2. layout: pending, base
+    let q = grammar::layout(&call, &["pending"])?;
+    let pending = call.keys[0];
+    // 3. arguments: id, payload (any bytes), priority
+    let id = grammar::id(call.argv[0])?;
+    let payload = call.argv[1];
+    let priority = grammar::priority(call.argv[2])?;
+    // 4. fence: the row is read (does it exist?) before it is written
+    let h = Host::new(ctx, VERB);
+    let fence = h.fence();
+    let row = q.row(id);
+    fence.read(&row)?;
+    // 5. reads and checks: an id with a row (of any type) is not enqueued twice
+    if h.kind(&row)? != crate::ffi::Kind::Empty {
+        return Ok(int(0));
+    }
+    h.expect_zset(pending)?;
+    fence.write(&row)?;
+    // 6. writes
+    let mut fields: Vec<&[u8]> = vec![&row, b"state", b"pending", b"payload", payload, b"attempts", b"0"];
+    let prio = num(priority);
+    if priority > 0 {
+        fields.extend_from_slice(&[b"priority", &prio]);
+    }
+    let new_fields = (fields.len() as i64 - 1) / 2;
+    h.apply(&[
+        op("HSET", &fields, Expect::Int(new_fields)),
+        op("ZADD", &[pending, &prio, id], Expect::AnyInt),
+    ])?;
+    Ok(int(1))
+}

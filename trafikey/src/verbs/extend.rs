@@ -1,0 +1,38 @@
+//! EMQ.EXTEND: renew a held lease (SPEC §3, §5.2); the lease carries the epoch again.
+
+use valkey_module::{Context, ValkeyResult};
+
+use crate::decide::{num, op, Expect};
+use crate::grammar::{self, Argc};
+use crate::host::{int, Host};
+use crate::verbs::{held, ANY_ROW};
+
+pub const VERB: &str = "EMQ.EXTEND";
+
+pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    // 1. shape: numkeys 2, three ARGV
+    let call = grammar::shape(VERB, args, 2, Argc::Exact(3))?;
+    // 2. layout: active, base
+    let q = grammar::layout(&call, &["active"])?;
+    let active = call.keys[0];
+    // 3. arguments: id, token (bytes), lease_ms
+    let id = grammar::id(call.argv[0])?;
+    let token = call.argv[1];
+    let lease = grammar::lease_ms(call.argv[2])?;
+    let h = Host::new(ctx, VERB);
+    let deadline = grammar::at("lease_ms", h.now_ms()?, lease)?;
+    // 4.–5. fence and reads: the row read once; no row or another token answers 0
+    let fence = h.fence();
+    if held(&h, &fence, &q, active, id, token, ANY_ROW, &[])?.is_none() {
+        return Ok(int(0));
+    }
+    let row = q.row(id);
+    fence.write(&row)?;
+    let run_id = h.epoch()?;
+    // 6. writes: the member exists, so ZADD adds nothing
+    h.apply(&[
+        op("ZADD", &[active, &num(deadline), id], Expect::Int(0)),
+        op("HSET", &[&row, b"lease_epoch", run_id], Expect::AnyInt),
+    ])?;
+    Ok(int(deadline))
+}

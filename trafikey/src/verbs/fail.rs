@@ -1,0 +1,75 @@
+//! EMQ.FAIL: a held job failed; retry it (pending or schedule) or dead-letter it, capped on
+//! `failures` (SPEC §3, §5.2, §5.3, §5.7).
+
+use valkey_module::{Context, ValkeyResult};
+
+use crate::decide::{fail_budget, incr, num, op, priority, Budget, Expect};
+use crate::errors::Refusal;
+use crate::grammar::{self, Argc};
+use crate::host::{bulk, int, Host};
+use crate::verbs::{field, held, FLAT_NO_FLOW, HELD};
+
+pub const VERB: &str = "EMQ.FAIL";
+
+pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    // 1. shape: numkeys 5, five ARGV
+    let call = grammar::shape(VERB, args, 5, Argc::Exact(5))?;
+    // 2. layout: active, pending, schedule, dead, base
+    let q = grammar::layout(&call, &["active", "pending", "schedule", "dead"])?;
+    let (active, pending, schedule, dead) = (call.keys[0], call.keys[1], call.keys[2], call.keys[3]);
+    // 3. arguments: id, token, error (bytes), max_attempts, backoff_ms
+    let id = grammar::id(call.argv[0])?;
+    let token = call.argv[1];
+    let error = call.argv[2];
+    let max_attempts = grammar::budget("max_attempts", call.argv[3])?;
+    let backoff = grammar::delay("backoff_ms", call.argv[4])?;
+    let h = Host::new(ctx, VERB);
+    let due = grammar::at("backoff_ms", h.now_ms()?, backoff)?;
+    // 4.–5. fence and reads: held, flat, not a flow child (a dead row is not active: a
+    // repeated terminal FAIL writes nothing)
+    let fence = h.fence();
+    let Some(seen) = held(&h, &fence, &q, active, id, token, FLAT_NO_FLOW, &["failures", "priority"])? else {
+        return Ok(int(0));
+    };
+    let n = HELD.len();
+    let (failures, verdict) =
+        fail_budget(field(&seen, n), max_attempts, backoff).map_err(Refusal::Counter)?;
+    let row = q.row(id);
+    let failures = num(failures);
+    let to = match verdict {
+        Budget::Pending => {
+            let prio = priority(field(&seen, n + 1)).map_err(Refusal::Counter)?;
+            h.expect_zset(pending)?;
+            op("ZADD", &[pending, &num(prio), id], Expect::AnyInt)
+        }
+        Budget::Scheduled => {
+            h.expect_zset(schedule)?;
+            op("ZADD", &[schedule, &num(due), id], Expect::AnyInt)
+        }
+        Budget::Dead => {
+            h.expect_zset(dead)?;
+            op("ZADD", &[dead, b"0", id], Expect::AnyInt)
+        }
+    };
+    let mut plan = vec![
+        op("ZREM", &[active, id], Expect::Int(1)),
+        to,
+        op(
+            "HSET",
+            &[&row, b"state", verdict.state(), b"last_error", error, b"failures", &failures],
+            Expect::AnyInt,
+        ),
+    ];
+    if verdict == Budget::Dead {
+        let metrics = q.metrics_failed();
+        fence.read(&metrics)?;
+        let stored = h.hash(&metrics, &["count"])?.and_then(|m| m.into_iter().next().flatten());
+        let count = incr(stored.as_deref(), 1).map_err(Refusal::Counter)?;
+        fence.write(&metrics)?;
+        plan.push(op("HINCRBY", &[&metrics, b"count", b"1"], Expect::Int(count)));
+    }
+    fence.write(&row)?;
+    // 6. writes
+    h.apply(&plan)?;
+    Ok(bulk(verdict.state()))
+}

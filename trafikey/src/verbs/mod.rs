@@ -1,0 +1,97 @@
+//! The thirteen verbs, one file each, named after the verb. Every file runs SPEC §5's check
+//! order in the same visible steps: shape, layout, arguments, fence, reads and checks,
+//! writes (replicated as effects by the host).
+
+pub mod claim;
+pub mod complete;
+pub mod delay;
+pub mod enqueue;
+pub mod extend;
+pub mod extends;
+pub mod fail;
+pub mod promote;
+pub mod reprocess;
+pub mod requeue;
+pub mod reschedule;
+pub mod schedule;
+pub mod stalled_check;
+
+use crate::errors::{printable, Refusal};
+use crate::grammar::Queue;
+use crate::host::{Fence, Host};
+
+/// The row fields a token verb reads first, in this order, before its own.
+pub const HELD: [&str; 4] = ["attempts", "state", "group", "parent"];
+
+/// Which non-flat rows a verb refuses (SPEC §5.5).
+#[derive(Debug, Clone, Copy)]
+pub struct Boundary {
+    pub lane: bool,
+    pub flow: bool,
+}
+
+pub const FLAT_ONLY: Boundary = Boundary { lane: true, flow: false };
+pub const FLAT_NO_FLOW: Boundary = Boundary { lane: true, flow: true };
+pub const ANY_ROW: Boundary = Boundary { lane: false, flow: false };
+
+/// Refuse a row the verb must not move: a lane row, or a flow child where `flow` is set.
+pub fn boundary(b: Boundary, group: &Option<Vec<u8>>, parent: &Option<Vec<u8>>) -> Result<(), Refusal> {
+    if b.lane && group.is_some() {
+        return Err(Refusal::lane());
+    }
+    if b.flow && parent.is_some() {
+        return Err(Refusal::flow());
+    }
+    Ok(())
+}
+
+/// Refuse a row whose `state` is not `want`.
+pub fn expect_state(verb: &str, state: &Option<Vec<u8>>, want: &str) -> Result<(), Refusal> {
+    match state {
+        Some(s) if s == want.as_bytes() => Ok(()),
+        Some(s) => Err(Refusal::State(format!(
+            "{verb} row is {}, not {want}",
+            printable(s)
+        ))),
+        None => Err(Refusal::State(format!("{verb} row has no state, not {want}"))),
+    }
+}
+
+/// Steps 4–5 for a verb that takes a token on an active job: the row read once (the `HELD`
+/// fields, then `extra`), then, in order: no row → `None` (reply 0); a refused boundary; a
+/// token that is not `attempts` byte for byte → `None`; not `active` or not in active →
+/// EMQSTATE. On `Some`, the fields in `HELD` + `extra` order.
+pub fn held(
+    h: &Host<'_>,
+    fence: &Fence,
+    q: &Queue<'_>,
+    active: &[u8],
+    id: &[u8],
+    token: &[u8],
+    b: Boundary,
+    extra: &[&str],
+) -> Result<Option<Vec<Option<Vec<u8>>>>, Refusal> {
+    let row = q.row(id);
+    fence.read(&row)?;
+    let mut fields: Vec<&str> = HELD.to_vec();
+    fields.extend_from_slice(extra);
+    let Some(seen) = h.hash(&row, &fields)? else {
+        return Ok(None);
+    };
+    let none = None;
+    let at = |i: usize| seen.get(i).unwrap_or(&none);
+    boundary(b, at(2), at(3))?;
+    if at(0).as_deref() != Some(token) {
+        return Ok(None);
+    }
+    expect_state(h.verb, at(1), "active")?;
+    if !h.in_zset(active, id)? {
+        return Err(Refusal::State(format!("{} id is not in active", h.verb)));
+    }
+    Ok(Some(seen))
+}
+
+/// Field `i` of a row read, borrowed.
+pub fn field(seen: &[Option<Vec<u8>>], i: usize) -> Option<&[u8]> {
+    seen.get(i).and_then(|f| f.as_deref())
+}

@@ -1,0 +1,57 @@
+//! EMQ.PROMOTE: move due scheduled jobs to pending (SPEC §3, §5.4). A ghost (an id in
+//! schedule with no row) is removed from schedule and no row is created.
+
+use valkey_module::{Context, ValkeyResult};
+
+use crate::decide::{num, op, priority, Expect, Op};
+use crate::errors::Refusal;
+use crate::grammar::{self, Argc};
+use crate::host::{int, Host};
+
+pub const VERB: &str = "EMQ.PROMOTE";
+
+pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    // 1. shape: numkeys 3, one ARGV
+    let call = grammar::shape(VERB, args, 3, Argc::Exact(1))?;
+    // 2. layout: schedule, pending, base
+    let q = grammar::layout(&call, &["schedule", "pending"])?;
+    let (schedule, pending) = (call.keys[0], call.keys[1]);
+    // 3. arguments: limit
+    let limit = grammar::limit(call.argv[0])?;
+    let h = Host::new(ctx, VERB);
+    let now = h.now_ms()?;
+    // 5. reads: the due members, lowest first (schedule's type checked by the read)
+    let due = h.due(schedule, now, limit)?;
+    if due.is_empty() {
+        return Ok(int(0));
+    }
+    // 4.–5. fence and reads, member by member: ghost or row, and its pending score
+    let fence = h.fence();
+    let mut zrem = vec![schedule.to_vec()];
+    let mut zadd = vec![pending.to_vec()];
+    let mut states: Vec<Op> = Vec::new();
+    for id in &due {
+        let row = q.row(id);
+        fence.read(&row)?;
+        zrem.push(id.clone());
+        let Some(seen) = h.hash(&row, &["priority"])? else {
+            continue;
+        };
+        let prio = priority(seen[0].as_deref()).map_err(Refusal::Counter)?;
+        fence.write(&row)?;
+        zadd.push(num(prio));
+        zadd.push(id.clone());
+        states.push(op("HSET", &[&row, b"state", b"pending"], Expect::AnyInt));
+    }
+    let moved = states.len() as i64;
+    if moved > 0 {
+        h.expect_zset(pending)?;
+    }
+    // 6. writes: one ZREM for every member, one ZADD for the rows, their states
+    h.write(&Op { cmd: "ZREM", args: zrem, expect: Expect::Int(due.len() as i64) })?;
+    if moved > 0 {
+        h.write(&Op { cmd: "ZADD", args: zadd, expect: Expect::AnyInt })?;
+        h.apply(&states)?;
+    }
+    Ok(int(moved))
+}

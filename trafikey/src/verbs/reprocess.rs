@@ -1,0 +1,47 @@
+//! EMQ.REPROCESS: return a dead job to pending, every counter kept (SPEC §3, §5.2, §5.4).
+
+use valkey_module::{Context, ValkeyResult};
+
+use crate::decide::{num, op, priority, Expect};
+use crate::errors::Refusal;
+use crate::grammar::{self, Argc};
+use crate::host::{int, Host};
+use crate::verbs::{boundary, expect_state, FLAT_ONLY};
+
+pub const VERB: &str = "EMQ.REPROCESS";
+
+pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    // 1. shape: numkeys 3, one ARGV
+    let call = grammar::shape(VERB, args, 3, Argc::Exact(1))?;
+    // 2. layout: dead, pending, base
+    let q = grammar::layout(&call, &["dead", "pending"])?;
+    let (dead, pending) = (call.keys[0], call.keys[1]);
+    // 3. arguments: id
+    let id = grammar::id(call.argv[0])?;
+    let h = Host::new(ctx, VERB);
+    // 5. reads: not in dead answers 0 (dead's type checked by the read)
+    if !h.in_zset(dead, id)? {
+        return Ok(int(0));
+    }
+    // 4. fence: the row is read first
+    let fence = h.fence();
+    let row = q.row(id);
+    fence.read(&row)?;
+    // 5. reads and checks: a ghost is removed from dead and answers 0
+    let Some(seen) = h.hash(&row, &["state", "group", "priority"])? else {
+        h.write(&op("ZREM", &[dead, id], Expect::Int(1)))?;
+        return Ok(int(0));
+    };
+    boundary(FLAT_ONLY, &seen[1], &None)?;
+    expect_state(VERB, &seen[0], "dead")?;
+    let prio = priority(seen[2].as_deref()).map_err(Refusal::Counter)?;
+    h.expect_zset(pending)?;
+    fence.write(&row)?;
+    // 6. writes: every counter kept
+    h.apply(&[
+        op("ZREM", &[dead, id], Expect::Int(1)),
+        op("ZADD", &[pending, &num(prio), id], Expect::AnyInt),
+        op("HSET", &[&row, b"state", b"pending"], Expect::AnyInt),
+    ])?;
+    Ok(int(1))
+}

@@ -1,0 +1,39 @@
+//! EMQ.REQUEUE: release a held job back to pending, spending no budget (SPEC §3, §5.7).
+
+use valkey_module::{Context, ValkeyResult};
+
+use crate::decide::{num, op, priority, Expect};
+use crate::errors::Refusal;
+use crate::grammar::{self, Argc};
+use crate::host::{int, Host};
+use crate::verbs::{field, held, FLAT_ONLY, HELD};
+
+pub const VERB: &str = "EMQ.REQUEUE";
+
+pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    // 1. shape: numkeys 3, two ARGV
+    let call = grammar::shape(VERB, args, 3, Argc::Exact(2))?;
+    // 2. layout: active, pending, base
+    let q = grammar::layout(&call, &["active", "pending"])?;
+    let (active, pending) = (call.keys[0], call.keys[1]);
+    // 3. arguments: id, token
+    let id = grammar::id(call.argv[0])?;
+    let token = call.argv[1];
+    // 4.–5. fence and reads: held and flat; the pending score is the row's priority
+    let h = Host::new(ctx, VERB);
+    let fence = h.fence();
+    let Some(seen) = held(&h, &fence, &q, active, id, token, FLAT_ONLY, &["priority"])? else {
+        return Ok(int(0));
+    };
+    let prio = priority(field(&seen, HELD.len())).map_err(Refusal::Counter)?;
+    h.expect_zset(pending)?;
+    let row = q.row(id);
+    fence.write(&row)?;
+    // 6. writes: no counter
+    h.apply(&[
+        op("ZREM", &[active, id], Expect::Int(1)),
+        op("ZADD", &[pending, &num(prio), id], Expect::AnyInt),
+        op("HSET", &[&row, b"state", b"pending"], Expect::AnyInt),
+    ])?;
+    Ok(int(1))
+}

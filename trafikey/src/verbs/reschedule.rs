@@ -1,0 +1,41 @@
+//! EMQ.RESCHEDULE: move a scheduled job's due time (SPEC §3, §5.2). No token: the job is not
+//! held by anyone while scheduled.
+
+use valkey_module::{Context, ValkeyResult};
+
+use crate::decide::{num, op, Expect};
+use crate::errors::Refusal;
+use crate::grammar::{self, Argc};
+use crate::host::{int, Host};
+use crate::verbs::{boundary, expect_state, FLAT_ONLY};
+
+pub const VERB: &str = "EMQ.RESCHEDULE";
+
+pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    // 1. shape: numkeys 2, two ARGV
+    let call = grammar::shape(VERB, args, 2, Argc::Exact(2))?;
+    // 2. layout: schedule, base
+    let q = grammar::layout(&call, &["schedule"])?;
+    let schedule = call.keys[0];
+    // 3. arguments: id, delay_ms
+    let id = grammar::id(call.argv[0])?;
+    let delay = grammar::delay("delay_ms", call.argv[1])?;
+    let h = Host::new(ctx, VERB);
+    let due = grammar::at("delay_ms", h.now_ms()?, delay)?;
+    // 4. fence: the row is only read
+    let fence = h.fence();
+    let row = q.row(id);
+    fence.read(&row)?;
+    // 5. reads and checks: no row answers 0; flat, scheduled and in schedule
+    let Some(seen) = h.hash(&row, &["state", "group"])? else {
+        return Ok(int(0));
+    };
+    boundary(FLAT_ONLY, &seen[1], &None)?;
+    expect_state(VERB, &seen[0], "scheduled")?;
+    if !h.in_zset(schedule, id)? {
+        return Err(Refusal::State(format!("{VERB} id is not in schedule")).into());
+    }
+    // 6. writes: the member exists, so ZADD adds nothing
+    h.write(&op("ZADD", &[schedule, &num(due), id], Expect::Int(0)))?;
+    Ok(int(due))
+}

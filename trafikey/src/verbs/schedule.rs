@@ -1,0 +1,46 @@
+//! EMQ.SCHEDULE: admit a job to schedule, due after `delay_ms` on the server clock (SPEC §3).
+
+use valkey_module::{Context, ValkeyResult};
+
+use crate::decide::{num, op, Expect};
+use crate::grammar::{self, Argc};
+use crate::host::{int, Host};
+
+pub const VERB: &str = "EMQ.SCHEDULE";
+
+pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    // 1. shape: numkeys 2, four ARGV
+    let call = grammar::shape(VERB, args, 2, Argc::Exact(4))?;
+    // 2. layout: schedule, base
+    let q = grammar::layout(&call, &["schedule"])?;
+    let schedule = call.keys[0];
+    // 3. arguments: id, payload, delay_ms, priority
+    let id = grammar::id(call.argv[0])?;
+    let payload = call.argv[1];
+    let delay = grammar::delay("delay_ms", call.argv[2])?;
+    let priority = grammar::priority(call.argv[3])?;
+    let h = Host::new(ctx, VERB);
+    let due = grammar::at("delay_ms", h.now_ms()?, delay)?;
+    // 4. fence: the row is read before it is written
+    let fence = h.fence();
+    let row = q.row(id);
+    fence.read(&row)?;
+    // 5. reads and checks
+    if h.kind(&row)? != crate::ffi::Kind::Empty {
+        return Ok(int(0));
+    }
+    h.expect_zset(schedule)?;
+    fence.write(&row)?;
+    // 6. writes
+    let mut fields: Vec<&[u8]> = vec![&row, b"state", b"scheduled", b"payload", payload, b"attempts", b"0"];
+    let prio = num(priority);
+    if priority > 0 {
+        fields.extend_from_slice(&[b"priority", &prio]);
+    }
+    let new_fields = (fields.len() as i64 - 1) / 2;
+    h.apply(&[
+        op("HSET", &fields, Expect::Int(new_fields)),
+        op("ZADD", &[schedule, &num(due), id], Expect::AnyInt),
+    ])?;
+    Ok(int(1))
+}
