@@ -24,9 +24,13 @@ from .errors import (
 )
 from .keys import Keyspace, State
 from .module import module_path
+from .policy import Backoff, IdlePolicy, LeasePolicy
 from .queue import Counts, Enqueued, Job, Queue, Sweep
 from .serializers import JSON, RAW, JSONSerializer, RawSerializer
 from .server import EmbeddedServer
+from .tasks import App, Delay, JobContext, Retry, Task
+from .timers import TimerConfig, Timers
+from .worker import Tally, Worker, WorkerConfig
 
 __all__ = [
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
@@ -34,5 +38,8 @@ __all__ = [
     "Job", "Keyspace", "LayoutError", "LeaseLost", "PermissionDenied", "Queue", "RAW", "RawSerializer",
     "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Sweep", "UnsupportedOnWire",
     "WireError", "WrongType", "brand_node", "connect", "module_path",
+    # workers
+    "App", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",
+    "Timers", "Worker", "WorkerConfig",
 ]
 __version__ = "0.1.0"

@@ -55,6 +55,16 @@ class TimerRun:
 class _Clock:
     last_ms: float | None = None
     saturated: bool = False
+    hint_ms: float | None = None  #: a job is known to fall due then (a retry's backoff): run no later
+
+    def due_ms(self, now_ms: float, interval_ms: int) -> float:
+        due = next_timer_ms(self.last_ms, now_ms, interval_ms, self.saturated)
+        return due if self.hint_ms is None else min(due, self.hint_ms)
+
+    def ran(self, now_ms: float, saturated: bool) -> None:
+        self.last_ms, self.saturated = now_ms, saturated
+        if self.hint_ms is not None and self.hint_ms <= now_ms:
+            self.hint_ms = None
 
 
 @dataclass
@@ -68,23 +78,27 @@ class Timers:
 
     def next_due_ms(self, now_ms: float) -> float:
         """The earliest local time at which some timer is due."""
-        times = [next_timer_ms(c.last_ms, now_ms, self.config.promote_interval_ms, c.saturated)
-                 for c in self._promote.values()]
-        times += [next_timer_ms(c.last_ms, now_ms, self.config.sweep_interval_ms, c.saturated)
-                  for c in self._sweep.values()]
+        times = [c.due_ms(now_ms, self.config.promote_interval_ms) for c in self._promote.values()]
+        times += [c.due_ms(now_ms, self.config.sweep_interval_ms) for c in self._sweep.values()]
         return min(times, default=float("inf"))
+
+    def expect_due(self, queue: str, at_ms: float) -> None:
+        """A job of ``queue`` falls due at local time ``at_ms``: promote then rather than a whole
+        interval later (the worker calls this after a FAIL or DELAY with a short wait)."""
+        clock = self._promote[queue]
+        clock.hint_ms = at_ms if clock.hint_ms is None else min(clock.hint_ms, at_ms)
 
     def run_due(self, now_ms: float) -> list[TimerRun]:
         runs = []
         for queue in self.queues:
             run = TimerRun(queue.name)
             promote, sweep = self._promote[queue.name], self._sweep[queue.name]
-            if next_timer_ms(promote.last_ms, now_ms, self.config.promote_interval_ms, promote.saturated) <= now_ms:
+            if promote.due_ms(now_ms, self.config.promote_interval_ms) <= now_ms:
                 run.promoted = self.promote(queue)
-                promote.last_ms, promote.saturated = now_ms, run.promoted >= self.config.limit
-            if next_timer_ms(sweep.last_ms, now_ms, self.config.sweep_interval_ms, sweep.saturated) <= now_ms:
+                promote.ran(now_ms, run.promoted >= self.config.limit)
+            if sweep.due_ms(now_ms, self.config.sweep_interval_ms) <= now_ms:
                 run.sweep = self.sweep(queue)
-                sweep.last_ms, sweep.saturated = now_ms, len(run.sweep) >= self.config.limit
+                sweep.ran(now_ms, len(run.sweep) >= self.config.limit)
             runs.append(run)
         return runs
 

@@ -56,6 +56,7 @@ log = logging.getLogger("echomq.worker")
 #: The server link failed: the step is abandoned and retried after a pause.
 LINK_ERRORS = (valkey.ConnectionError, valkey.TimeoutError)
 LINK_RETRY_MS = (100, 5000)
+PROMOTE_SLACK_MS = 5
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,9 @@ class Tally:
     lost: int = 0  #: lease lost: dropped, or a settle the server fenced off
     requeued: int = 0  #: released at shutdown (wire 6)
     abandoned: int = 0  #: left to lease expiry at shutdown (wire 4)
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {value}" for name, value in vars(self).items() if value) or "nothing"
 
 
 @dataclass(eq=False)
@@ -320,9 +324,14 @@ class Worker:
                 # unknown whether they applied: send again next step (a repeat is fenced by the token)
                 self._unsettled += [held for _, rest in batches[at:] for held, _, _ in rest]
                 raise
+            settled_at = self._clock_ms()
             for (held, decision, _), reply in zip(batch, replies):
                 self._record(held, decision, reply)
                 self._release(held)
+                wait = getattr(decision, "backoff_ms", getattr(decision, "delay_ms", None))
+                if wait is not None and not isinstance(reply, Exception):
+                    # promote when it falls due, not a whole interval later (plus slack for the two clocks)
+                    self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
 
     def _settle_call(self, held: Held, decision: policy.Settle) -> Call:
         queue, job = held.queue, held.job

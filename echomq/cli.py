@@ -1,0 +1,473 @@
+"""``emq``: the command line. Thin by design: it parses arguments and calls the public API.
+
+Every command that talks to a node takes ``--url`` (or ``EMQ_URL``) and ``--wire``
+(4, 6, or ``auto`` = what the node is branded for; or ``EMQ_WIRE``). Input is
+checked before anything is written: a bad payload, id or queue name changes nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import click
+import valkey
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from . import __version__
+from .admin import brand_node
+from .connection import Connection, connect
+from .errors import ConfigurationError, ConnectionFailed, EchoMQError
+from .keys import State, check_job_id, check_queue_name
+from .module import module_path
+from .policy import IdlePolicy, LeasePolicy
+from .queue import Queue
+from .serializers import RAW
+from .server import EmbeddedServer
+from .tasks import App
+from .timers import TimerConfig
+from .worker import Worker, WorkerConfig
+
+DEFAULT_URL = "redis://127.0.0.1:6379"
+out = Console()
+err = Console(stderr=True)
+
+
+# -- shared options and error handling ---------------------------------------------
+
+
+def node_options(fn: Any) -> Any:
+    fn = click.option("--wire", envvar="EMQ_WIRE", default="auto", show_default=True,
+                      type=click.Choice(["4", "6", "auto"]),
+                      help="4 = scripts, 6 = trafikey, auto = what the node is branded for")(fn)
+    fn = click.option("--url", envvar="EMQ_URL", default=DEFAULT_URL, show_default=True,
+                      help="the Valkey node (redis://, rediss://, unix://)")(fn)
+    return fn
+
+
+def queue_option(required: bool = True) -> Any:
+    return click.option("-q", "--queue", "queue_name", required=required, help="the queue's name")
+
+
+@contextmanager
+def reported() -> Iterator[None]:
+    """EchoMQ and link errors become one clear line and exit status 1, not a traceback."""
+    try:
+        yield
+    except EchoMQError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except (valkey.ConnectionError, valkey.TimeoutError) as exc:
+        raise click.ClickException(f"the server link failed: {exc}") from exc
+
+
+@contextmanager
+def opened(url: str, wire: str) -> Iterator[Connection]:
+    with reported():
+        connection = connect(url, wire=wire if wire == "auto" else int(wire))
+        try:
+            yield connection
+        finally:
+            connection.close()
+
+
+@contextmanager
+def opened_queue(url: str, wire: str, name: str, **kwargs: Any) -> Iterator[Queue]:
+    with reported():
+        check_queue_name(name)  # before connecting: a bad name is a usage error, whatever the node
+    with opened(url, wire) as connection, reported():
+        yield Queue(connection, name, **kwargs)
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="emq")
+def main() -> None:
+    """EchoMQ: a job queue on Valkey, every state change one atomic step in the server."""
+
+
+# -- the node ---------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--wire", type=click.Choice(["4", "6"]), default="6", show_default=True,
+              help="6 loads the trafikey module; 4 serves the scripts")
+@click.option("--port", type=int, default=None, help="default: a free port")
+@click.option("--aof", is_flag=True, help="append-only file: jobs survive a restart")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
+              help="data directory (default: a fresh temporary one)")
+def server(wire: str, port: int | None, aof: bool, directory: str | None) -> None:
+    """Run an embedded Valkey, branded for WIRE, until Ctrl-C."""
+    with reported():
+        module = module_path() if wire == "6" else None
+        instance = EmbeddedServer(module=module, aof=aof, brand=int(wire), port=port, directory=directory)
+        instance.start()
+        try:
+            connect(instance.url, wire=int(wire)).close()  # the node must serve the wire it is branded for
+        except EchoMQError:
+            instance.cleanup()
+            raise
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    try:
+        out.print(f"[bold]valkey[/] on {instance.url}, wire {wire}" + (", AOF on" if aof else "")
+                  + (f", module {module}" if module else "") + f"\ndata in {instance.dir}")
+        out.print(f"export EMQ_URL={instance.url}   # then: emq worker mymodule:app")
+        while not stopped.wait(0.5):
+            if not instance.running:
+                raise click.ClickException(f"valkey-server exited; see {instance.log_path}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        instance.cleanup()  # stops it; removes the data directory only if it made it
+        err.print("server stopped")
+
+
+@main.command()
+@click.argument("url", envvar="EMQ_URL", default=DEFAULT_URL)
+@click.option("--wire", type=click.Choice(["4", "6"]), required=True)
+def brand(url: str, wire: str) -> None:
+    """Brand the node at URL for one wire, once (refuses to overwrite the other brand)."""
+    with reported():
+        try:
+            client = valkey.Valkey.from_url(url)
+            client.ping()
+        except ValueError as exc:
+            raise ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port") from exc
+        except valkey.ConnectionError as exc:
+            raise ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
+        with client:
+            out.print(f"{url} branded {brand_node(client, int(wire)).decode()}")
+
+
+@main.command("module-path")
+def module_path_command() -> None:
+    """Print the path of the built trafikey module (for --loadmodule)."""
+    with reported():
+        click.echo(module_path())
+
+
+# -- the worker --------------------------------------------------------------------
+
+
+def load_app(spec: str) -> App:
+    """``module:attr`` -> the App (``attr`` may also be a function returning one)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise click.BadParameter(f"{spec!r}: expected module:app, e.g. myproject.jobs:app", param_hint="APP")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: modules next to where you run it
+    try:
+        found: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="APP") from exc
+    for part in attr.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            raise click.BadParameter(f"{module_name!r} has no {attr!r}", param_hint="APP")
+    if not isinstance(found, App) and callable(found):
+        found = found()
+    if not isinstance(found, App):
+        raise click.BadParameter(f"{spec} is a {type(found).__name__}, not an echomq.App", param_hint="APP")
+    return found
+
+
+@main.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@node_options
+@click.option("-q", "--queue", "queues", multiple=True, help="serve only these queues (default: every task's)")
+@click.option("-c", "--concurrency", type=click.IntRange(1), default=10, show_default=True,
+              help="jobs run at once by this process")
+@click.option("--lease-ms", type=click.IntRange(100), default=30_000, show_default=True)
+@click.option("--grace", type=click.FloatRange(0), default=10.0, show_default=True,
+              help="seconds running jobs get to finish after SIGTERM/SIGINT")
+@click.option("--claim-batch", type=click.IntRange(1, 10_000), default=10, show_default=True,
+              help="claims pipelined per round trip while busy")
+@click.option("--idle-max-ms", type=click.IntRange(10), default=1000, show_default=True,
+              help="longest wait between claims on an empty queue")
+@click.option("--promote-interval-ms", type=click.IntRange(1), default=1000, show_default=True)
+@click.option("--sweep-interval-ms", type=click.IntRange(1), default=5000, show_default=True)
+@click.option("--max-stalled", type=click.IntRange(1), default=3, show_default=True,
+              help="lease expiries before a job goes dead")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True)
+def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurrency: int, lease_ms: int,
+           grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int, sweep_interval_ms: int,
+           max_stalled: int, log_level: str) -> None:
+    """Run the handlers of MODULE:APP until SIGTERM/SIGINT (a second one exits at once)."""
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = load_app(app_spec)
+    with reported():
+        config = WorkerConfig(
+            concurrency=concurrency, claim_batch=claim_batch, grace_s=grace, lease=LeasePolicy(lease_ms),
+            idle=IdlePolicy(max_ms=idle_max_ms),
+            timers=TimerConfig(promote_interval_ms=promote_interval_ms, sweep_interval_ms=sweep_interval_ms,
+                               max_stalled=max_stalled),
+        )
+    with opened(url, wire) as connection, reported():
+        Worker(app, connection, queues=queues or None, config=config).run()
+
+
+# -- jobs ---------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("payloads", nargs=-1)
+@node_options
+@queue_option()
+@click.option("--id", "job_id", default=None, help="the job's id (one payload only); an existing id is not enqueued twice")
+@click.option("--priority", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
+              help="lower runs first")
+@click.option("--delay-ms", type=click.IntRange(0), default=None, help="schedule: ready this long from now")
+@click.option("--count", type=click.IntRange(1), default=1, show_default=True,
+              help="enqueue each payload this many times")
+@click.option("--raw", is_flag=True, help="payloads are bytes as given, not JSON")
+def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job_id: str | None, priority: int,
+            delay_ms: int | None, count: int, raw: bool) -> None:
+    """Add jobs to a queue: each PAYLOAD is JSON text (default {})."""
+    texts = list(payloads) or ["{}"]
+    with reported():
+        values = texts if raw else [_parse_json(text) for text in texts]  # all parsed before any write
+        if job_id is not None:
+            check_job_id(job_id)
+            if len(values) * count != 1:
+                raise ConfigurationError("--id names one job: give one payload and no --count")
+    with opened_queue(url, wire, queue_name, **({"serializer": RAW} if raw else {})) as queue:
+        values = values * count
+        if delay_ms is not None:
+            added = [queue.schedule(v, delay_ms, id=job_id, priority=priority) for v in values]
+        elif job_id is not None:
+            added = [queue.enqueue(values[0], id=job_id, priority=priority)]
+        else:
+            added = queue.enqueue_many(values, priority=priority)
+    for item in added[:20]:
+        click.echo(f"{item.id}\t{'enqueued' if item.created else 'exists (not enqueued again)'}")
+    if len(added) > 20:
+        click.echo(f"... {len(added)} jobs in all")
+
+
+def _parse_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"payload {text[:60]!r} is not JSON ({exc}); pass --raw for plain text") from exc
+
+
+@main.command()
+@click.argument("job_id", metavar="ID")
+@node_options
+@queue_option()
+def inspect(job_id: str, url: str, wire: str, queue_name: str) -> None:
+    """Show one job: its row, its set and what its score means."""
+    with reported():
+        check_job_id(job_id)
+    with opened_queue(url, wire, queue_name, serializer=RAW) as queue:
+        row = queue.job(job_id)
+        if row is None:
+            raise click.ClickException(f"no job {job_id!r} in queue {queue_name!r} (completed jobs leave no row)")
+        now_s, now_us = queue.connection.client.time()
+        now_ms = now_s * 1000 + now_us // 1000
+        state = row.get("state")
+        try:
+            score = queue.connection.client.zscore(queue.keys.key(State(state).set_suffix), job_id)
+        except ValueError:  # a state no set belongs to
+            score = None
+    table = Table(title=f"{queue_name} / {job_id}", show_header=False)
+    for field in ("state", "attempts", "failures", "stalled", "priority", "last_error", "lease_epoch"):
+        if field in row:
+            table.add_row(field, _text(row[field]))
+    if score is None:
+        table.add_row("in its set", "[red]no[/] (the row's state names a set it is not in)")
+    elif state == "active":
+        table.add_row("lease", f"expires in {int(score) - now_ms} ms (server clock)")
+    elif state == "scheduled":
+        table.add_row("due", f"in {int(score) - now_ms} ms (server clock)")
+    payload = row.get("payload")
+    table.add_row("payload", _show_payload(payload))
+    out.print(table)
+
+
+def _show_payload(raw: bytes | None) -> str:
+    if raw is None:
+        return "(none)"
+    try:
+        return json.dumps(json.loads(raw), indent=2)
+    except (ValueError, UnicodeDecodeError):
+        return repr(raw)
+
+
+@main.command()
+@node_options
+@queue_option()
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+def dead(url: str, wire: str, queue_name: str, limit: int) -> None:
+    """List dead jobs with their last error."""
+    with opened_queue(url, wire, queue_name, serializer=RAW) as queue:
+        total = queue.counts().dead
+        rows = [(job_id, queue.job(job_id) or {}) for job_id, _ in queue.ids(State.DEAD, count=limit)]
+    table = Table(title=f"dead in {queue_name}: {total}")
+    table.add_column("id", no_wrap=True, min_width=36)
+    for column in ("attempts", "failures", "stalled", "last error"):
+        table.add_column(column)
+    for job_id, row in rows:
+        table.add_row(job_id, *(_text(row.get(f, "")) for f in ("attempts", "failures", "stalled", "last_error")))
+    out.print(table)
+    if total > len(rows):
+        out.print(f"(showing {len(rows)} of {total}; --limit to see more)")
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1, metavar="[ID]...")
+@node_options
+@queue_option()
+@click.option("--all", "every", is_flag=True, help="every dead job of the queue")
+def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, every: bool) -> None:
+    """Send dead jobs back to pending (their counters are kept)."""
+    if bool(job_ids) == every:
+        raise click.UsageError("name dead job ids, or pass --all")
+    with reported():
+        for job_id in job_ids:
+            check_job_id(job_id)
+    with opened_queue(url, wire, queue_name) as queue:
+        ids = list(job_ids)
+        if every:
+            ids = [job_id for job_id, _ in queue.ids(State.DEAD, count=queue.counts().dead or 1)]
+        moved = [job_id for job_id in ids if queue.reprocess(job_id)]
+    for job_id in set(ids) - set(moved):
+        err.print(f"{job_id}: not in dead, left as it is")
+    click.echo(f"reprocessed {len(moved)} job(s) of {queue_name}")
+
+
+@main.command()
+@node_options
+@queue_option()
+def pause(url: str, wire: str, queue_name: str) -> None:
+    """Hold claims on a queue (enqueue still admits jobs)."""
+    with opened_queue(url, wire, queue_name) as queue:
+        queue.pause()
+    click.echo(f"{queue_name} paused")
+
+
+@main.command()
+@node_options
+@queue_option()
+def resume(url: str, wire: str, queue_name: str) -> None:
+    """Let workers claim from a paused queue again."""
+    with opened_queue(url, wire, queue_name) as queue:
+        queue.resume()
+    click.echo(f"{queue_name} resumed")
+
+
+@main.command()
+@node_options
+@queue_option()
+@click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
+def promote(url: str, wire: str, queue_name: str, limit: int) -> None:
+    """Move due scheduled jobs to pending, once."""
+    with opened_queue(url, wire, queue_name) as queue:
+        moved = queue.promote(limit)
+    click.echo(f"promoted {moved} job(s) of {queue_name}")
+
+
+@main.command()
+@node_options
+@queue_option()
+@click.option("--max-stalled", type=click.IntRange(1), default=3, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
+def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int) -> None:
+    """Recover expired leases (STALLED.CHECK), once."""
+    with opened_queue(url, wire, queue_name) as queue:
+        found = queue.stalled_check(max_stalled, limit)
+    click.echo(f"{queue_name}: recovered {len(found.recovered)}, exempt (server restart) {len(found.exempt)}, "
+               f"dead {len(found.dead)}")
+    for label, ids in (("recovered", found.recovered), ("exempt", found.exempt), ("dead", found.dead)):
+        for job_id in ids:
+            click.echo(f"  {label}\t{job_id}")
+
+
+# -- stats ---------------------------------------------------------------------------
+
+
+def discover_queues(connection: Connection) -> list[str]:
+    """Every queue with a key on the node (one SCAN; job rows are skipped by name)."""
+    names = set()
+    for key in connection.client.scan_iter(match="emq:{*}:*", count=1000):
+        text = _text(key)
+        name, _, rest = text[len("emq:{"):].partition("}:")
+        if rest and not rest.startswith("job:"):
+            names.add(name)
+    return sorted(names)
+
+
+def stats_table(queues: list[Queue], previous: dict[str, dict[str, int]] | None, elapsed_s: float,
+                samples: dict[str, dict[str, int]]) -> Table:
+    table = Table(title="EchoMQ queues")
+    for column in ("queue", "pending", "active", "scheduled", "dead", "completed", "failed"):
+        table.add_column(column, justify="left" if column == "queue" else "right")
+    if previous is not None:
+        table.add_column("completed/s", justify="right")
+        table.add_column("failed/s", justify="right")
+    for queue in queues:
+        counts, metrics = queue.counts(), queue.metrics()
+        samples[queue.name] = metrics
+        row = [queue.name + (" [yellow](paused)[/]" if counts.paused else ""), str(counts.pending),
+               str(counts.active), str(counts.scheduled), str(counts.dead), str(metrics["completed"]),
+               str(metrics["failed"])]
+        if previous is not None:
+            before = previous.get(queue.name, metrics)
+            for name in ("completed", "failed"):
+                row.append(f"{(metrics[name] - before[name]) / elapsed_s:.0f}" if elapsed_s > 0 else "-")
+        table.add_row(*row)
+    return table
+
+
+@main.command()
+@node_options
+@click.option("-q", "--queue", "queue_names", multiple=True, help="these queues (default: every queue on the node)")
+@click.option("--watch", is_flag=True, help="refresh until Ctrl-C, with completion and failure rates")
+@click.option("--interval", type=click.FloatRange(0.05), default=1.0, show_default=True, help="seconds between refreshes")
+@click.option("--times", type=click.IntRange(1), default=None, hidden=True, help="stop watching after this many refreshes")
+def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interval: float, times: int | None) -> None:
+    """Counts per set (pending, active, scheduled, dead) and metrics per queue."""
+    with reported():
+        for name in queue_names:
+            check_queue_name(name)
+    with opened(url, wire) as connection, reported():
+        names = list(queue_names) or discover_queues(connection)
+        if not names:
+            out.print("no queues on this node yet")
+            return
+        queues = [Queue(connection, name) for name in names]
+        samples: dict[str, dict[str, int]] = {}
+        if not watch:
+            out.print(stats_table(queues, None, 0, samples))
+            return
+        previous, then, shown = None, time.monotonic(), 0
+        try:
+            with Live(console=out, auto_refresh=False) as live:
+                while times is None or shown < times:
+                    now = time.monotonic()
+                    fresh: dict[str, dict[str, int]] = {}
+                    live.update(stats_table(queues, previous, now - then, fresh), refresh=True)
+                    previous, then, shown = fresh, now, shown + 1
+                    if times is None or shown < times:
+                        time.sleep(interval)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main(prog_name="emq")
