@@ -44,8 +44,13 @@ _STRIPPED_CODES = {
 }
 
 
-# An error code is one upper-case word (WRONGTYPE, EMQSTATE, BUSY); ERR's messages start lower-case.
-_CODE_WORD = re.compile(r"[A-Z][A-Z0-9_-]*")
+# Codes valkey-py leaves on the message (besides EchoMQ's own EMQ*): any other plain ResponseError
+# had "ERR " stripped off -- and ERR texts may start upper-case ("ACL failure in script: ...").
+_KEPT_CODES = frozenset(
+    "WRONGTYPE BUSY BUSYKEY BUSYGROUP NOGROUP MOVED ASK TRYAGAIN CLUSTERDOWN MASTERDOWN MISCONF "
+    "NOREPLICAS NOTBUSY UNBLOCKED UNKILLABLE NOPROTO".split()
+)
+_EMQ_CODE = re.compile(r"EMQ[A-Z]*")
 
 
 def as_refusal(exc: ResponseError) -> errors.CommandRefused:
@@ -58,7 +63,8 @@ def as_refusal(exc: ResponseError) -> errors.CommandRefused:
     else:
         # valkey-py strips "ERR " too and raises a plain ResponseError (a Lua runtime error,
         # "hash value is not an integer" from a script): put it back so ``code`` is ERR.
-        if type(exc) is ResponseError and not _CODE_WORD.fullmatch(text.split(" ", 1)[0]):
+        word = text.split(" ", 1)[0]
+        if type(exc) is ResponseError and word not in _KEPT_CODES and not _EMQ_CODE.fullmatch(word):
             text = f"ERR {text}"
     return errors.refusal(text)
 
