@@ -253,10 +253,26 @@ class Connection:
         self.close()
 
 
+def branded_wire(client: valkey.Valkey) -> int:
+    """The wire the node's brand names; BrandError when it is unbranded or carries another brand."""
+    brand = client.get(VERSION_KEY)
+    for wire, want in BRANDS.items():
+        if brand == want:
+            return wire
+    if brand is None:
+        raise errors.BrandError(
+            f"the node is not branded for EchoMQ: {VERSION_KEY} is missing. Brand it once with "
+            "`emq brand URL --wire 4|6` (or echomq.brand_node(client, wire))"
+        )
+    raise errors.BrandError(f"the node is branded {brand.decode(errors='replace')!r}, which names no EchoMQ wire")
+
+
 def connect(
-    url: str = "redis://127.0.0.1:6379", *, wire: int = 4, cluster: bool = False, **client_options: Any
+    url: str = "redis://127.0.0.1:6379", *, wire: int | str = 4, cluster: bool = False, **client_options: Any
 ) -> Connection:
     """Open a connection on ``wire`` 4 (scripts) or 6 (trafikey) after checking the node.
+
+    ``wire="auto"`` takes the wire the node is branded for; every check still runs.
 
     ``url`` takes the valkey-py forms: ``redis://``, ``rediss://`` (TLS),
     ``redis://user:password@host:port/db``, ``unix://``. With ``cluster=True`` the
@@ -276,4 +292,4 @@ def connect(
         client.ping()
     except (valkey.ConnectionError, valkey.exceptions.ValkeyClusterException) as exc:
         raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
-    return Connection(client, wire)
+    return Connection(client, branded_wire(client) if wire == "auto" else wire)
