@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import valkey
 
-from .connection import BRANDS
+from .connection import BRANDS, read_brand
 from .errors import BrandError, ConfigurationError
 from .keys import VERSION_KEY
 
@@ -19,7 +19,7 @@ def brand_node(client: valkey.Valkey, wire: int) -> bytes:
     want = BRANDS[wire]
     if client.set(VERSION_KEY, want, nx=True):
         return want
-    have = client.get(VERSION_KEY)
+    have = read_brand(client)
     if have != want:
         raise BrandError(
             f"the node is already branded {have!r}; a node serves one wire. "

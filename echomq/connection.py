@@ -69,6 +69,20 @@ def as_refusal(exc: ResponseError) -> errors.CommandRefused:
     return errors.refusal(text)
 
 
+def read_brand(client: valkey.Valkey) -> bytes | None:
+    """The node's brand; a ``{emq}:version`` of another type is no brand (BrandError, not WRONGTYPE)."""
+    try:
+        return client.get(VERSION_KEY)
+    except ResponseError as exc:
+        refusal = as_refusal(exc)
+        if isinstance(refusal, errors.WrongType):
+            raise errors.BrandError(
+                f"the node's {VERSION_KEY} is not a string, so it carries no EchoMQ brand: "
+                "the key belongs to something else; use another node"
+            ) from exc
+        raise refusal from exc
+
+
 @dataclass(frozen=True)
 class Script:
     verb: Verb
@@ -171,7 +185,7 @@ class Connection:
                 raise errors.WireError(f"the trafikey on {node} lacks job-core tokens {missing}; upgrade the module")
 
     def _require_brand(self) -> None:
-        brand = self.client.get(VERSION_KEY)
+        brand = read_brand(self.client)
         want = BRANDS[self.wire]
         if brand == want:
             return
