@@ -173,6 +173,7 @@ def _rust_sources() -> dict[Path, str]:
 
 
 RUST_STATE_WRITE = re.compile(r'b?"state"\s*,\s*b?"([^"]*)"')
+ROW_FIELDS = {"state", "payload", "attempts", "failures", "stalled", "lease_epoch", "last_error", "priority", "group", "parent"}
 RUST_STATE_ENUM = re.compile(r"\benum\s+State\b")
 
 
@@ -184,6 +185,8 @@ def test_rust_states_match_python():
         pytest.skip("trafikey/src neither defines nor writes states yet")
     values = {s.value for s in State}
     for path, state in written:
+        if state in ROW_FIELDS:  # a list of fields to read ("state", "group"), not a write of a state
+            continue
         assert state in values, f"{path.relative_to(ROOT)} writes state {state!r}, not one of {sorted(values)}"
     for path in defining:
         literals = set(re.findall(r'b?"((?:[^"\\]|\\.)*)"', sources[path]))

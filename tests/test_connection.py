@@ -1,0 +1,393 @@
+"""Connecting (SPEC §7), script loading, the pause read (§1, §3, §4) and error mapping (§5).
+
+Brand tests run on a server of their own, unbranded, flushed per test: the brand is
+node-wide, so they must not touch the session servers' brands.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+import valkey
+
+from echomq import (
+    ArgumentError,
+    BrandError,
+    CommandRefused,
+    ConfigurationError,
+    ConnectionFailed,
+    EmbeddedServer,
+    PermissionDenied,
+    Queue,
+    UnsupportedOnWire,
+    WireError,
+    WrongType,
+    brand_node,
+    connect,
+)
+from echomq.connection import BRANDS, Call, Connection, build_call
+from echomq.keys import VERSION_KEY, Keyspace
+from echomq.serializers import RAW
+from echomq.server import free_port
+from echomq.verbs import SCRIPTED, Verb
+from helpers import digest, dump
+
+_names = itertools.count()
+
+
+def fresh(prefix="c"):
+    return f"{prefix}{os.getpid()}-{next(_names)}"
+
+
+class unchanged:
+    """The whole node's dataset is the same afterwards (DEBUG DIGEST and a full dump)."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def __enter__(self):
+        self.digest, self.keys = digest(self.client), dump(self.client)
+
+    def __exit__(self, *exc):
+        assert dump(self.client) == self.keys
+        assert digest(self.client) == self.digest
+
+
+# --------------------------------------------------------------------------- brands
+
+
+@pytest.fixture(scope="module")
+def bare_server():
+    with EmbeddedServer() as server:  # no brand, no module
+        yield server
+
+
+@pytest.fixture
+def bare(bare_server):
+    client = bare_server.client()
+    client.flushall()
+    yield bare_server, client
+    client.flushall()
+    client.close()
+
+
+@pytest.mark.parametrize("wire", [4, 6])
+def test_an_unbranded_node_is_refused_and_left_unbranded(bare, wire):
+    server, client = bare
+    with unchanged(client):
+        with pytest.raises(BrandError if wire == 4 else WireError) as info:
+            connect(server.url, wire=wire)
+    assert client.exists(VERSION_KEY) == 0
+    if wire == 4:
+        assert VERSION_KEY in str(info.value) and "brand" in str(info.value)
+
+
+@pytest.mark.parametrize("have", [b"echomq:6.0.0", b"echomq:5.0.0", b"acme:4.0.0", b""])
+def test_another_brand_is_refused_and_kept(bare, have):
+    server, client = bare
+    client.set(VERSION_KEY, have)
+    with unchanged(client):
+        with pytest.raises(BrandError) as info:
+            connect(server.url, wire=4)
+    assert repr(have.decode()) in str(info.value) and "echomq:4.0.0" in str(info.value)
+    assert client.get(VERSION_KEY) == have
+
+
+def test_a_wrong_typed_brand_is_a_brand_error(bare):
+    server, client = bare
+    client.hset(VERSION_KEY, "brand", "echomq:4.0.0")
+    with unchanged(client):
+        with pytest.raises(BrandError):
+            connect(server.url, wire=4)
+        with pytest.raises(BrandError):
+            brand_node(client, 4)
+
+
+def test_wire6_needs_the_module_even_on_a_node_branded_6(bare):
+    server, client = bare
+    client.set(VERSION_KEY, BRANDS[6])
+    with unchanged(client):
+        with pytest.raises(WireError, match="EMQ.VERSION"):
+            connect(server.url, wire=6)
+
+
+def test_wire6_refuses_a_node_branded_4(server4):
+    with server4.client() as client, unchanged(client):
+        with pytest.raises(WireError):  # no module on the script node: refused before the brand is read
+            connect(server4.url, wire=6)
+
+
+def test_brand_node_brands_once_and_repeats_as_a_no_op(bare):
+    server, client = bare
+    assert brand_node(client, 4) == BRANDS[4]
+    assert client.get(VERSION_KEY) == BRANDS[4]
+    with unchanged(client):
+        assert brand_node(client, 4) == BRANDS[4]
+        with connect(server.url, wire=4) as conn:  # the connection never writes the brand
+            Queue(conn, fresh()).counts()
+
+
+@pytest.mark.parametrize("have,want", [(4, 6), (6, 4)])
+def test_brand_node_refuses_to_overwrite_the_other_brand(bare, have, want):
+    _, client = bare
+    brand_node(client, have)
+    with unchanged(client):
+        with pytest.raises(BrandError) as info:
+            brand_node(client, want)
+    assert BRANDS[have].decode() in str(info.value)
+    assert client.get(VERSION_KEY) == BRANDS[have]
+
+
+@pytest.mark.parametrize("wire", [5, 0, "4", None])
+def test_brand_node_refuses_a_bad_wire_without_writing(bare, wire):
+    _, client = bare
+    with unchanged(client):
+        with pytest.raises(ConfigurationError) as info:
+            brand_node(client, wire)
+    assert repr(wire) in str(info.value)
+
+
+@pytest.mark.parametrize("wire", [5, 0, "6", None])
+def test_a_bad_wire_is_a_configuration_error(server4, wire):
+    client = server4.client()
+    with unchanged(client):
+        with pytest.raises(ConfigurationError) as info:
+            Connection(client, wire)
+    assert repr(wire) in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1", "nonsense", "tcp://x:1"])
+def test_a_bad_url_is_a_configuration_error(url):
+    with pytest.raises(ConfigurationError) as info:
+        connect(url)
+    assert repr(url) in str(info.value)
+
+
+def test_no_server_is_connection_failed():
+    url = f"redis://127.0.0.1:{free_port()}"
+    with pytest.raises(ConnectionFailed) as info:
+        connect(url, socket_connect_timeout=2)
+    assert url in str(info.value)
+
+
+# --------------------------------------------------------------------------- scripts: load, NOSCRIPT, wire 6 refusal
+
+
+def _loaded(conn) -> list[bool]:
+    return conn.client.script_exists(*[s.sha for s in conn.scripts.values()])
+
+
+def test_wire4_loads_every_script_and_wire6_only_the_reads(conn, wire):
+    names = set(conn.scripts)
+    if wire == 4:
+        assert names == {v.name for v in SCRIPTED}
+    else:
+        assert names == {"counts", "state"}
+    assert all(_loaded(conn))
+
+
+def test_noscript_after_script_flush_reloads_and_retries_once(conn, wire):
+    q = Queue(conn, fresh(), serializer=RAW)
+    q.enqueue(b"p", id="a")
+    conn.client.script_flush()
+    assert not any(_loaded(conn))
+    assert q.counts().pending == 1  # EVALSHA on both wires
+    assert all(_loaded(conn))
+    conn.client.script_flush()
+    job = q.claim(60_000)
+    assert job.id == "a" and job.attempt == 1  # ran once, not twice
+    conn.client.script_flush()
+    q.complete(job)
+    assert q.metrics()["completed"] == 1
+
+
+def test_noscript_in_a_pipeline_reloads_and_resends(conn):
+    q = Queue(conn, fresh(), serializer=RAW)
+    conn.client.script_flush()
+    made = q.enqueue_many([b"1", b"2", b"3"])
+    assert [e.created for e in made] == [True, True, True]
+    jobs = [q.claim(60_000) for _ in made]
+    conn.client.script_flush()
+    assert q.complete_many(jobs) == [True, True, True]
+    assert q.metrics()["completed"] == 3 and q.counts().total == 0
+
+
+def test_noscript_retry_resends_only_the_calls_that_did_not_run(conn4):
+    """FAIL on a dead row counts again (SPEC §5.3), so a resent FAIL would show as count 2."""
+    q = Queue(conn4, fresh(), serializer=RAW)
+    q.enqueue(b"p", id="a")
+    job = q.claim(60_000)
+    conn4.client.script_flush()
+    conn4.client.script_load(conn4.scripts["fail"].source)  # only FAIL is cached: ENQUEUE answers NOSCRIPT
+    replies = conn4.send_many([
+        build_call("fail", q.keys, ["a", job.token, "x", 1, 0]),
+        build_call("enqueue", q.keys, ["b", b"p", 0]),
+    ])
+    assert replies == [b"dead", 1]
+    assert q.metrics()["failed"] == 1
+    assert q.state("b") is not None
+
+
+@pytest.mark.parametrize("name", ["bogus", "pause"])
+def test_a_script_outside_the_table_is_refused_client_side(conn, wire, name):
+    verb = Verb(name, ("pending", ""), ("id",), command=None)
+    call = Call(verb, tuple(Keyspace("x").key(s) for s in verb.keys), ("a",))
+    with unchanged(conn.client):
+        with pytest.raises(UnsupportedOnWire) as info:
+            conn.send(call)
+    assert repr(name) in str(info.value) or name in str(info.value)
+
+
+# --------------------------------------------------------------------------- pause
+
+
+@pytest.mark.parametrize("value", ["1", "0", "", "no", "false"])
+def test_any_paused_value_holds_claims(conn, value):
+    q = Queue(conn, fresh(), serializer=RAW)
+    q.enqueue(b"p", id="a")
+    conn.client.hset(q.keys.meta, "paused", value)
+    with unchanged(conn.client):
+        assert q.claim(60_000) is None
+        assert q.counts().paused is True
+    q.resume()
+    assert q.counts().paused is False
+    assert q.claim(60_000).id == "a"
+
+
+def test_a_wrong_typed_meta_reads_as_paused_on_wire4_and_is_refused_on_wire6(conn, wire):
+    q = Queue(conn, fresh(), serializer=RAW)
+    q.enqueue(b"p", id="a")
+    conn.client.set(q.keys.meta, "not a hash")
+    with unchanged(conn.client):
+        if wire == 4:
+            assert q.claim(60_000) is None  # SPEC §4: an error reply to the pause read means paused
+        else:
+            with pytest.raises(WrongType):
+                q.claim(60_000)
+        with pytest.raises(WrongType):
+            q.counts()
+
+
+def test_a_connection_fault_on_the_pause_read_reads_as_not_paused(conn4):
+    ks = Keyspace(fresh())
+    good = conn4.client
+    conn4.client = valkey.Valkey(port=free_port(), socket_connect_timeout=1)
+    try:
+        assert conn4.paused(ks) is False  # and the claim itself then fails on the same fault
+    finally:
+        conn4.client.close()
+        conn4.client = good
+
+
+def test_enqueue_schedule_and_promote_admit_while_paused(conn):
+    q = Queue(conn, fresh(), serializer=RAW)
+    q.pause()
+    assert q.enqueue(b"p", id="a").created
+    assert q.schedule(b"s", 0, id="s").created
+    from helpers import wait_server_past
+
+    wait_server_past(conn.client, q.ids("scheduled")[0][1])
+    assert q.promote() == 1
+    counts = q.counts()
+    assert (counts.pending, counts.scheduled, counts.paused) == (2, 0, True)
+    assert q.claim(60_000) is None
+    q.resume()
+    assert {q.claim(60_000).id, q.claim(60_000).id} == {"a", "s"}
+
+
+def test_pause_and_resume_write_only_the_meta_flag(conn):
+    q = Queue(conn, fresh(), serializer=RAW)
+    q.pause()
+    assert dump(conn.client, q.keys) == {q.keys.meta.encode(): ("hash", {b"paused": b"1"})}
+    q.resume()
+    assert dump(conn.client, q.keys) == {}
+
+
+def test_the_scripted_claim_is_two_round_trips_and_the_native_one(conn, wire, monkeypatch):
+    """SPEC §4: wire 4 reads ``HGET meta paused`` first, then EVALSHA; §5.1: wire 6 folds it into EMQ.CLAIM."""
+    q = Queue(conn, fresh(), serializer=RAW)
+    q.enqueue(b"p", id="a")
+    sent = []
+    send = conn.client.execute_command
+
+    def recording(*args, **options):  # the real server still answers every command
+        sent.append(str(args[0]).upper())
+        return send(*args, **options)
+
+    monkeypatch.setattr(conn.client, "execute_command", recording)
+    assert q.claim(60_000).id == "a"
+    assert sent == (["HGET", "EVALSHA"] if wire == 4 else ["EMQ.CLAIM"])
+
+
+# --------------------------------------------------------------------------- error replies → exceptions
+
+
+def test_wrongtype_maps_to_wrong_type(conn):
+    q = Queue(conn, fresh())
+    conn.client.set(q.keys.pending, "x")
+    with unchanged(conn.client):
+        with pytest.raises(WrongType) as info:
+            q.counts()
+    assert info.value.code == "WRONGTYPE" and info.value.reply.startswith("WRONGTYPE ")
+
+
+def test_a_script_runtime_error_keeps_its_err_code_and_native_refuses_the_argument(conn, wire):
+    q = Queue(conn, fresh())
+    with unchanged(conn.client):
+        with pytest.raises(CommandRefused) as info:
+            conn.send(build_call("enqueue", q.keys, ["a", "p", "high"]))  # past the Python-side check
+    if wire == 4:
+        assert type(info.value) is CommandRefused
+        assert info.value.code == "ERR" and str(info.value).startswith("ERR ")
+    else:
+        assert type(info.value) is ArgumentError and info.value.code == "EMQARG"
+
+
+@pytest.fixture
+def limited_user(server):
+    """An ACL user who may touch a queue's declared keys and the brand, but no row."""
+    name, queue = fresh("u"), fresh("acl")
+    ks = Keyspace(queue)
+    with server.client() as admin:
+        admin.execute_command(
+            "ACL", "SETUSER", name, "on", ">pw", "+@all", f"~{ks.pending}", f"~{ks.base}", f"~{ks.meta}",
+            f"~{ks.active}", f"~{ks.schedule}", f"~{ks.dead}", f"%R~{VERSION_KEY}",
+        )
+        try:
+            yield f"redis://{name}:pw@127.0.0.1:{server.port}", queue
+        finally:
+            admin.execute_command("ACL", "DELUSER", name)
+
+
+def test_noperm_on_a_derived_key_maps_to_permission_denied(limited_user, server, wire):
+    url, queue = limited_user
+    with connect(url, wire=wire) as conn, server.client() as admin:
+        q = Queue(conn, queue)
+        assert q.counts().total == 0  # declared keys only: allowed
+        with unchanged(admin):
+            with pytest.raises(CommandRefused) as info:
+                q.enqueue({"n": 1}, id="a")
+    if wire == 4:
+        # a script's own ACL failure is an ERR reply ("ACL failure in script: No permissions ...")
+        assert type(info.value) is CommandRefused and info.value.code == "ERR"
+        assert "No permissions" in info.value.reply
+    else:
+        assert type(info.value) is PermissionDenied
+        assert info.value.code == "NOPERM" and info.value.reply.startswith("NOPERM")
+
+
+def test_noperm_on_the_command_maps_to_permission_denied(server, wire):
+    name = fresh("u")
+    with server.client() as admin:
+        denied = "-evalsha" if wire == 4 else "-emq.enqueue"
+        admin.execute_command("ACL", "SETUSER", name, "on", ">pw", "+@all", denied, "~*")
+        try:
+            with connect(f"redis://{name}:pw@127.0.0.1:{server.port}", wire=wire) as conn:
+                q = Queue(conn, fresh())
+                with unchanged(admin):
+                    with pytest.raises(PermissionDenied, match="^NOPERM"):
+                        q.enqueue(1)
+        finally:
+            admin.execute_command("ACL", "DELUSER", name)
