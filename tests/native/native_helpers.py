@@ -1,0 +1,189 @@
+"""Helpers for the trafikey tests: raw EMQ.* verb lines, the server clock, DEBUG DIGEST.
+
+Every test gets a queue of its own (a fresh name) on a shared server, so a refusal's
+"nothing written" is checked with DEBUG DIGEST of the whole dataset before and after.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+
+import pytest
+import valkey
+
+
+_names = itertools.count()
+
+#: The job-core tokens EMQ.VERSION must list, in registration-table order (SPEC §6).
+TOKENS = (
+    "enqueue claim claim.pause extend extends complete.flat schedule promote "
+    "reschedule delay fail.flat reprocess requeue stalled.check"
+)
+
+#: Every registered verb with its numkeys and ARGV count (SPEC §3).
+VERBS = {
+    "EMQ.ENQUEUE": (2, 3),
+    "EMQ.CLAIM": (3, 1),
+    "EMQ.EXTEND": (2, 3),
+    "EMQ.EXTENDS": (2, 3),
+    "EMQ.COMPLETE": (2, 2),
+    "EMQ.SCHEDULE": (2, 4),
+    "EMQ.PROMOTE": (3, 1),
+    "EMQ.RESCHEDULE": (2, 2),
+    "EMQ.DELAY": (3, 3),
+    "EMQ.FAIL": (5, 5),
+    "EMQ.REPROCESS": (3, 1),
+    "EMQ.REQUEUE": (3, 2),
+    "EMQ.STALLED.CHECK": (4, 2),
+}
+
+
+def fresh_name(prefix: str = "n") -> str:
+    return f"{prefix}{os.getpid()}-{next(_names)}"
+
+
+def server_ms(client: valkey.Valkey) -> int:
+    """The server clock in ms, as the verbs read it (TIME)."""
+    sec, usec = client.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def wait_past(client: valkey.Valkey, deadline_ms: int, timeout_s: float = 10.0) -> None:
+    """Poll the server's TIME until it is past `deadline_ms` (a lease's score)."""
+    stop = time.monotonic() + timeout_s
+    while server_ms(client) <= deadline_ms:
+        if time.monotonic() > stop:
+            raise AssertionError(f"server clock never passed {deadline_ms}")
+
+
+def digest(client: valkey.Valkey) -> bytes:
+    return client.execute_command("DEBUG", "DIGEST")
+
+
+def error_code(exc: valkey.ResponseError) -> str:
+    """The first word of the error reply (valkey-py strips the codes it maps to classes)."""
+    if isinstance(exc, valkey.exceptions.NoPermissionError):
+        return "NOPERM"
+    return str(exc).split(" ", 1)[0]
+
+
+def refused(client: valkey.Valkey, code: str, *command) -> str:
+    """Run `command`, assert it is refused with `code` and that the dataset is unchanged."""
+    before = digest(client)
+    with pytest.raises(valkey.ResponseError) as info:
+        client.execute_command(*command)
+    assert error_code(info.value) == code, str(info.value)
+    assert digest(client) == before, f"{command[0]} refused with {code} but wrote"
+    return str(info.value)
+
+
+class NativeQueue:
+    """One queue's keys and the raw verb lines (SPEC §3), sent as plain commands."""
+
+    def __init__(self, client: valkey.Valkey, name: str | None = None) -> None:
+        self.c = client
+        self.name = name or fresh_name()
+        self.base = f"emq:{{{self.name}}}:".encode()
+        self.pending = self.key("pending")
+        self.active = self.key("active")
+        self.schedule_key = self.key("schedule")
+        self.dead = self.key("dead")
+        self.meta = self.key("meta")
+        self.completed = self.key("metrics:completed")
+        self.failed = self.key("metrics:failed")
+
+    def key(self, suffix: str) -> bytes:
+        return self.base + suffix.encode()
+
+    def row(self, id) -> bytes:
+        return self.base + b"job:" + (id if isinstance(id, bytes) else str(id).encode())
+
+    # -- the verb lines ------------------------------------------------------
+    def lines(self) -> dict[str, tuple]:
+        """A well-formed line of every verb (used for shape and layout refusals)."""
+        return {
+            "EMQ.ENQUEUE": ("EMQ.ENQUEUE", 2, self.pending, self.base, "x", "p", 0),
+            "EMQ.CLAIM": ("EMQ.CLAIM", 3, self.pending, self.active, self.base, 1000),
+            "EMQ.EXTEND": ("EMQ.EXTEND", 2, self.active, self.base, "x", "1", 1000),
+            "EMQ.EXTENDS": ("EMQ.EXTENDS", 2, self.active, self.base, 1000, "x", "1"),
+            "EMQ.COMPLETE": ("EMQ.COMPLETE", 2, self.active, self.base, "x", "1"),
+            "EMQ.SCHEDULE": ("EMQ.SCHEDULE", 2, self.schedule_key, self.base, "x", "p", 0, 0),
+            "EMQ.PROMOTE": ("EMQ.PROMOTE", 3, self.schedule_key, self.pending, self.base, 10),
+            "EMQ.RESCHEDULE": ("EMQ.RESCHEDULE", 2, self.schedule_key, self.base, "x", 0),
+            "EMQ.DELAY": ("EMQ.DELAY", 3, self.active, self.schedule_key, self.base, "x", "1", 0),
+            "EMQ.FAIL": (
+                "EMQ.FAIL", 5, self.active, self.pending, self.schedule_key, self.dead, self.base,
+                "x", "1", "e", 3, 0,
+            ),
+            "EMQ.REPROCESS": ("EMQ.REPROCESS", 3, self.dead, self.pending, self.base, "x"),
+            "EMQ.REQUEUE": ("EMQ.REQUEUE", 3, self.active, self.pending, self.base, "x", "1"),
+            "EMQ.STALLED.CHECK": (
+                "EMQ.STALLED.CHECK", 4, self.active, self.pending, self.dead, self.base, 3, 10,
+            ),
+        }
+
+    def enqueue(self, id, payload=b"p", priority=0):
+        return self.c.execute_command("EMQ.ENQUEUE", 2, self.pending, self.base, id, payload, priority)
+
+    def claim(self, lease_ms=30000):
+        return self.c.execute_command("EMQ.CLAIM", 3, self.pending, self.active, self.base, lease_ms)
+
+    def extend(self, id, token, lease_ms=30000):
+        return self.c.execute_command("EMQ.EXTEND", 2, self.active, self.base, id, token, lease_ms)
+
+    def extends(self, lease_ms, *pairs):
+        return self.c.execute_command("EMQ.EXTENDS", 2, self.active, self.base, lease_ms, *pairs)
+
+    def complete(self, id, token):
+        return self.c.execute_command("EMQ.COMPLETE", 2, self.active, self.base, id, token)
+
+    def schedule(self, id, payload=b"p", delay_ms=0, priority=0):
+        return self.c.execute_command(
+            "EMQ.SCHEDULE", 2, self.schedule_key, self.base, id, payload, delay_ms, priority
+        )
+
+    def promote(self, limit=100):
+        return self.c.execute_command("EMQ.PROMOTE", 3, self.schedule_key, self.pending, self.base, limit)
+
+    def reschedule(self, id, delay_ms):
+        return self.c.execute_command("EMQ.RESCHEDULE", 2, self.schedule_key, self.base, id, delay_ms)
+
+    def delay(self, id, token, delay_ms):
+        return self.c.execute_command(
+            "EMQ.DELAY", 3, self.active, self.schedule_key, self.base, id, token, delay_ms
+        )
+
+    def fail(self, id, token, error=b"boom", max_attempts=3, backoff_ms=0):
+        return self.c.execute_command(
+            "EMQ.FAIL", 5, self.active, self.pending, self.schedule_key, self.dead, self.base,
+            id, token, error, max_attempts, backoff_ms,
+        )
+
+    def reprocess(self, id):
+        return self.c.execute_command("EMQ.REPROCESS", 3, self.dead, self.pending, self.base, id)
+
+    def requeue(self, id, token):
+        return self.c.execute_command("EMQ.REQUEUE", 3, self.active, self.pending, self.base, id, token)
+
+    def stalled_check(self, max_stalled=3, limit=100):
+        return self.c.execute_command(
+            "EMQ.STALLED.CHECK", 4, self.active, self.pending, self.dead, self.base, max_stalled, limit
+        )
+
+    # -- reading the keyspace -------------------------------------------------
+    def hrow(self, id) -> dict:
+        return self.c.hgetall(self.row(id))
+
+    def zset(self, key) -> list:
+        return self.c.zrange(key, 0, -1, withscores=True)
+
+    def expire_all(self, lease_ms=1):
+        """Claim the head with a 1 ms lease and wait until the server clock passes it."""
+        got = self.claim(lease_ms)
+        score = self.c.zscore(self.active, got[0])
+        wait_past(self.c, int(score))
+        return got
+
+
