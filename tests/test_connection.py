@@ -42,16 +42,22 @@ def fresh(prefix="c"):
 
 
 class unchanged:
-    """The whole node's dataset is the same afterwards (DEBUG DIGEST and a full dump)."""
+    """The node's dataset is the same afterwards: DEBUG DIGEST, plus a dump of one queue's keys
+    (``keys``) or, on the small brand server, of every key (``keys=None``)."""
 
-    def __init__(self, client):
-        self.client = client
+    def __init__(self, client, keys: Keyspace | bool | None = None):
+        self.client, self.scope = client, keys
+
+    def _dump(self):
+        if self.scope is False:
+            return None
+        return dump(self.client, self.scope)
 
     def __enter__(self):
-        self.digest, self.keys = digest(self.client), dump(self.client)
+        self.digest, self.keys = digest(self.client), self._dump()
 
     def __exit__(self, *exc):
-        assert dump(self.client) == self.keys
+        assert self._dump() == self.keys
         assert digest(self.client) == self.digest
 
 
@@ -114,7 +120,7 @@ def test_wire6_needs_the_module_even_on_a_node_branded_6(bare):
 
 
 def test_wire6_refuses_a_node_branded_4(server4):
-    with server4.client() as client, unchanged(client):
+    with server4.client() as client, unchanged(client, False):
         with pytest.raises(WireError):  # no module on the script node: refused before the brand is read
             connect(server4.url, wire=6)
 
@@ -152,7 +158,7 @@ def test_brand_node_refuses_a_bad_wire_without_writing(bare, wire):
 @pytest.mark.parametrize("wire", [5, 0, "6", None])
 def test_a_bad_wire_is_a_configuration_error(server4, wire):
     client = server4.client()
-    with unchanged(client):
+    with unchanged(client, False):
         with pytest.raises(ConfigurationError) as info:
             Connection(client, wire)
     assert repr(wire) in str(info.value)
@@ -234,7 +240,7 @@ def test_noscript_retry_resends_only_the_calls_that_did_not_run(conn4):
 def test_a_script_outside_the_table_is_refused_client_side(conn, wire, name):
     verb = Verb(name, ("pending", ""), ("id",), command=None)
     call = Call(verb, tuple(Keyspace("x").key(s) for s in verb.keys), ("a",))
-    with unchanged(conn.client):
+    with unchanged(conn.client, Keyspace("x")):
         with pytest.raises(UnsupportedOnWire) as info:
             conn.send(call)
     assert repr(name) in str(info.value) or name in str(info.value)
@@ -248,7 +254,7 @@ def test_any_paused_value_holds_claims(conn, value):
     q = Queue(conn, fresh(), serializer=RAW)
     q.enqueue(b"p", id="a")
     conn.client.hset(q.keys.meta, "paused", value)
-    with unchanged(conn.client):
+    with unchanged(conn.client, q.keys):
         assert q.claim(60_000) is None
         assert q.counts().paused is True
     q.resume()
@@ -260,7 +266,7 @@ def test_a_wrong_typed_meta_reads_as_paused_on_wire4_and_is_refused_on_wire6(con
     q = Queue(conn, fresh(), serializer=RAW)
     q.enqueue(b"p", id="a")
     conn.client.set(q.keys.meta, "not a hash")
-    with unchanged(conn.client):
+    with unchanged(conn.client, q.keys):
         if wire == 4:
             assert q.claim(60_000) is None  # SPEC §4: an error reply to the pause read means paused
         else:
@@ -327,7 +333,7 @@ def test_the_scripted_claim_is_two_round_trips_and_the_native_one(conn, wire, mo
 def test_wrongtype_maps_to_wrong_type(conn):
     q = Queue(conn, fresh())
     conn.client.set(q.keys.pending, "x")
-    with unchanged(conn.client):
+    with unchanged(conn.client, q.keys):
         with pytest.raises(WrongType) as info:
             q.counts()
     assert info.value.code == "WRONGTYPE" and info.value.reply.startswith("WRONGTYPE ")
@@ -335,7 +341,7 @@ def test_wrongtype_maps_to_wrong_type(conn):
 
 def test_a_script_runtime_error_keeps_its_err_code_and_native_refuses_the_argument(conn, wire):
     q = Queue(conn, fresh())
-    with unchanged(conn.client):
+    with unchanged(conn.client, q.keys):
         with pytest.raises(CommandRefused) as info:
             conn.send(build_call("enqueue", q.keys, ["a", "p", "high"]))  # past the Python-side check
     if wire == 4:
@@ -366,7 +372,7 @@ def test_noperm_on_a_derived_key_maps_to_permission_denied(limited_user, server,
     with connect(url, wire=wire) as conn, server.client() as admin:
         q = Queue(conn, queue)
         assert q.counts().total == 0  # declared keys only: allowed
-        with unchanged(admin):
+        with unchanged(admin, q.keys):
             with pytest.raises(CommandRefused) as info:
                 q.enqueue({"n": 1}, id="a")
     if wire == 4:
@@ -386,7 +392,7 @@ def test_noperm_on_the_command_maps_to_permission_denied(server, wire):
         try:
             with connect(f"redis://{name}:pw@127.0.0.1:{server.port}", wire=wire) as conn:
                 q = Queue(conn, fresh())
-                with unchanged(admin):
+                with unchanged(admin, q.keys):
                     with pytest.raises(PermissionDenied, match="^NOPERM"):
                         q.enqueue(1)
         finally:
