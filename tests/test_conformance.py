@@ -551,11 +551,25 @@ def test_wire6_version_reads_the_registration_table(server6):
     assert set(listed[len(JOB_CORE_TOKENS) :]) <= {"append", "failures.incr", "publish"}
 
 
+def _command_info(client, name: str) -> dict | None:
+    try:
+        info = client.execute_command("COMMAND", "INFO", name)
+    except TypeError:  # valkey-py's parser chokes on the nil an unknown command answers
+        return None
+    return {k.upper(): v for k, v in info.items()}.get(name.upper())
+
+
 def test_wire6_command_info_answers_for_every_verb(server6):
+    """A linker problem would silently drop registrations: every verb must answer COMMAND INFO,
+    with a key-spec (the ACL and the cluster see the declared KEYS through it)."""
     with server6.client() as client:
         for verb in VERBS:
-            info = client.execute_command("COMMAND", "INFO", verb.command)
-            assert info and info[0] is not None, f"{verb.command} is not registered"
+            info = _command_info(client, verb.command)
+            assert info is not None, f"{verb.command} is not registered"
+            assert info["key_specifications"], f"{verb.command} declares no key-spec"
+            assert "write" in info["flags"], f"{verb.command} writes: it must be flagged write"
+        assert _command_info(client, "EMQ.VERSION") is not None
+        assert _command_info(client, "EMQ.NOSUCHVERB") is None
 
 
 def test_verbs_travel_with_the_scripts_keys_and_argv(conn, wire):
