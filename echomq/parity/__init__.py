@@ -1,0 +1,15 @@
+"""The parity instrument (SPEC §8): the same case on a script node and a native node,
+every key of both compared after every step, every difference named by SPEC §5 or
+reported UNEXPECTED. ``python -m echomq.parity`` runs it; see docs/parity.md."""
+
+from .cases import CATALOGUE
+from .observation import CaseResult, Verdict
+from .runner import Pair
+
+__all__ = ["CATALOGUE", "CaseResult", "Pair", "Verdict", "main"]
+
+
+def main(argv=None) -> int:
+    from .__main__ import main as _main
+
+    return _main(argv)

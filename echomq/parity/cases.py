@@ -1,0 +1,234 @@
+"""The case catalogue: every verb's ordinary path and every SPEC §5 edge.
+
+A case's ``expect`` lists the named differences it was written to show; the
+instrument reports any it did not show (a case that misses its edge tests
+nothing), and the suite fails on it.
+"""
+
+from __future__ import annotations
+
+from .steps import (Case, claim, complete, counts, delay, enqueue, extend, extends, fail, key, pause, promote, raw,
+                    reprocess, requeue, reschedule, restart, resume, schedule, stalled_check, state, wait, Do)
+
+Q, R = "q", "r"
+LONG = 60_000
+BIG = str(2**63 - 1)
+
+
+def case(name: str, family: str, *steps, expect: tuple[str, ...] = (), note: str = "") -> Case:
+    return Case(name, family, tuple(steps), frozenset(expect), note)
+
+
+def held(job: str = "a", q: str = Q, lease: int = LONG, payload: str = "p"):
+    """Enqueue one job and claim it (token 1)."""
+    return (enqueue(q, job, payload), claim(q, lease))
+
+
+def dead_job(job: str = "a", q: str = Q):
+    """A job that went dead on its first failure (token 1)."""
+    return (*held(job, q), fail(q, job, 1, "fatal", 1))
+
+
+def lane(job: str = "a", q: str = Q, name: str = "group", value: str = "g1"):
+    return raw("HSET", key(q, "job:" + job), name, value, label=f"mark {job} as a {'lane row' if name == 'group' else 'flow child'}")
+
+
+ORDINARY = [
+    # -- admission
+    case("enqueue.ordinary", "admission",
+         enqueue(Q, "a", "pa"), enqueue(Q, "b", "pb", 7), enqueue(Q, "a", "again"), enqueue(R, "a", "other queue")),
+    case("schedule.ordinary", "admission",
+         schedule(Q, "a", LONG, "pa"), schedule(Q, "b", 5000, "pb", 4), schedule(Q, "a", 1, "again"),
+         enqueue(Q, "b", "taken")),
+    # -- claim
+    case("claim.ordinary", "claim",
+         enqueue(Q, "a", "pa"), enqueue(Q, "b", "pb", 1), enqueue(Q, "c", "pc"),
+         claim(Q, 30_000), claim(Q, 45_000), claim(Q, 1000), claim(Q, 1000)),
+    case("claim.paused", "claim",
+         enqueue(Q, "a"), pause(Q), claim(Q), enqueue(Q, "b"), resume(Q), claim(Q), pause(Q, "0"), claim(Q),
+         pause(Q, ""), claim(Q)),
+    case("claim.pending-ghost", "claim",
+         raw("ZADD", key(Q, "pending"), "0", "ghost", label="ghost in pending"), enqueue(Q, "a", priority=1),
+         claim(Q), claim(Q)),
+    case("claim.lane-and-flow", "claim",
+         enqueue(Q, "a"), lane("a"), enqueue(Q, "b"), lane("b", name="parent", value="p1"), claim(Q), claim(Q),
+         note="CLAIM and EXTEND do not refuse lane rows or flow children"),
+    # -- lease
+    case("extend.ordinary", "lease",
+         *held(), extend(Q, "a", 1, 90_000), extend(Q, "a", 2), extend(Q, "zz", 1), extend(Q, "a", 1, 5000)),
+    case("extends.ordinary", "lease",
+         *held("a"), *held("b"), extends(Q, 70_000, ("a", 1), ("b", 1)), extends(Q, 20_000, ("a", 1), ("b", 9), ("c", 1))),
+    case("extend.after-restart", "lease",
+         *held(), restart(), extend(Q, "a", 1, 80_000), extends(Q, 85_000, ("a", 1)),
+         note="the renewed lease carries the new run_id"),
+    # -- settle
+    case("complete.ordinary", "settle",
+         *held("a"), *held("b"), complete(Q, "a", 1), complete(Q, "b", 7), complete(Q, "a", 1), complete(Q, "b", 1)),
+    case("fail.retry", "settle",
+         enqueue(Q, "a", priority=3), claim(Q), fail(Q, "a", 1, "first", 3, 0), claim(Q), fail(Q, "a", 2, "second", 3, 0),
+         fail(Q, "a", 1, "stale token")),
+    case("fail.backoff", "settle", *held(), fail(Q, "a", 1, "later", 3, 25_000)),
+    case("fail.dead", "settle",
+         *held(), fail(Q, "a", 1, "one", 2), claim(Q), fail(Q, "a", 2, "two", 2)),
+    case("delay.ordinary", "settle", *held(), delay(Q, "a", 1, 15_000), delay(Q, "a", 1), delay(Q, "b", 1)),
+    case("requeue.ordinary", "settle",
+         enqueue(Q, "a", priority=2), claim(Q), requeue(Q, "a", 1), requeue(Q, "a", 5), claim(Q), requeue(Q, "a", 2),
+         note="REQUEUE is native only: the script node runs the instrument's twin (parity/twins/requeue.lua)"),
+    # -- schedule
+    case("promote.ordinary", "schedule",
+         schedule(Q, "a", 0, priority=5), schedule(Q, "b", 1), schedule(Q, "c", LONG), wait(Q, "schedule", "b"),
+         promote(Q), promote(Q), claim(Q)),
+    case("promote.limit", "schedule",
+         schedule(Q, "a", 0), schedule(Q, "b", 0), schedule(Q, "c", 0), wait(Q, "schedule"), promote(Q, 2), promote(Q, 2)),
+    case("reschedule.ordinary", "schedule",
+         schedule(Q, "a", LONG), reschedule(Q, "a", 2000), reschedule(Q, "zz", 10), reschedule(Q, "a", 0),
+         wait(Q, "schedule", "a"), promote(Q),
+         note="RESCHEDULE is native only: the script node runs the instrument's twin"),
+    case("delay.then-promote", "schedule",
+         *held(), delay(Q, "a", 1, 1), wait(Q, "schedule", "a"), promote(Q), claim(Q), complete(Q, "a", 2)),
+    # -- recovery
+    case("stalled.recover", "recovery",
+         enqueue(Q, "a", priority=4), enqueue(Q, "b"), claim(Q, 1), claim(Q, LONG), wait(Q, "active", "b"),
+         stalled_check(Q, 3), claim(Q, 1), wait(Q, "active", "b"), stalled_check(Q, 3)),
+    case("stalled.die", "recovery",
+         *held(lease=1), wait(Q), stalled_check(Q, 1), stalled_check(Q, 1)),
+    case("stalled.limit", "recovery",
+         enqueue(Q, "a"), enqueue(Q, "b"), enqueue(Q, "c"), claim(Q, 1), claim(Q, 1), claim(Q, 1), wait(Q),
+         stalled_check(Q, 5, 2), stalled_check(Q, 5, 2)),
+    case("reprocess.ordinary", "recovery",
+         *dead_job("a"), reprocess(Q, "a"), reprocess(Q, "a"), reprocess(Q, "zz"), claim(Q)),
+    case("reprocess.keeps-counters", "recovery",
+         enqueue(Q, "a", priority=9), claim(Q, 1), wait(Q), stalled_check(Q, 1), reprocess(Q, "a"), claim(Q)),
+    # -- reads and restarts
+    case("reads.counts-and-state", "reads",
+         *held("a"), enqueue(Q, "b"), schedule(Q, "c", LONG), pause(Q), counts(Q), state(Q, "a"), state(Q, "zz")),
+    case("restart.between-calls", "restart",
+         enqueue(Q, "a"), schedule(Q, "b", LONG), restart(), claim(Q), restart(), complete(Q, "a", 1), counts(Q)),
+    case("lifecycle.two-queues", "restart",
+         enqueue(Q, "a"), enqueue(R, "a"), claim(Q), claim(R), fail(R, "a", 1, "x", 3, 10),
+         complete(Q, "a", 1), wait(R, "schedule"), promote(R), claim(R), complete(R, "a", 2)),
+]
+
+EDGES = [
+    # §5.1 CLAIM
+    case("claim.edge.meta-wrongtype", "claim",
+         enqueue(Q, "a"), raw("SET", key(Q, "meta"), "x", label="meta as a string"), claim(Q), expect=("5.1",)),
+    case("claim.edge.row-wrongtype", "claim",
+         raw("ZADD", key(Q, "pending"), "0", "a", label="a in pending"),
+         raw("SET", key(Q, "job:a"), "x", label="a's row as a string"), claim(Q), expect=("5.1",)),
+    case("claim.edge.attempts-not-integer", "claim",
+         enqueue(Q, "a"), raw("HSET", key(Q, "job:a"), "attempts", "x1", label="attempts not an integer"), claim(Q),
+         expect=("5.1",)),
+    case("claim.edge.attempts-overflow", "claim",
+         enqueue(Q, "a"), raw("HSET", key(Q, "job:a"), "attempts", BIG, label="attempts at i64 max"), claim(Q),
+         expect=("5.1",)),
+    case("claim.edge.active-wrongtype", "claim",
+         enqueue(Q, "a"), raw("SET", key(Q, "active"), "x", label="active as a string"), claim(Q), expect=("5.1",)),
+    # §5.2 not active
+    case("extend.edge.not-active", "lease",
+         *held(), fail(Q, "a", 1, "retry", 3), extend(Q, "a", 1), expect=("5.2",)),
+    case("extend.edge.not-in-active", "lease",
+         *held(), raw("ZREM", key(Q, "active"), "a", label="a out of active, state kept"), extend(Q, "a", 1),
+         expect=("5.2",)),
+    case("extends.edge.not-active", "lease",
+         *held("a"), *held("b"), fail(Q, "b", 1, "retry", 3), extends(Q, 50_000, ("a", 1), ("b", 1)), expect=("5.2",)),
+    case("complete.edge.not-active", "settle",
+         *held(), delay(Q, "a", 1), complete(Q, "a", 1), expect=("5.2",)),
+    case("delay.edge.not-active", "settle",
+         *held(), fail(Q, "a", 1, "retry", 3), delay(Q, "a", 1), expect=("5.2",)),
+    case("fail.edge.not-active", "settle",
+         *held(), delay(Q, "a", 1), fail(Q, "a", 1, "late"), expect=("5.2",)),
+    case("requeue.edge.not-active", "settle",
+         *held(), fail(Q, "a", 1, "retry", 3), requeue(Q, "a", 1), expect=("5.2",)),
+    case("complete.edge.active-state-not-in-set", "settle",
+         *held(), raw("ZREM", key(Q, "active"), "a", label="a out of active"), complete(Q, "a", 1), expect=("5.2",)),
+    case("reschedule.edge.not-scheduled", "schedule",
+         enqueue(Q, "a"), reschedule(Q, "a", 100), expect=("5.2",)),
+    case("reprocess.edge.state-not-dead", "recovery",
+         enqueue(Q, "a"), raw("ZADD", key(Q, "dead"), "0", "a", label="pending a also in dead"), reprocess(Q, "a"),
+         expect=("5.2",)),
+    # §5.3 repeated terminal failure
+    case("fail.edge.repeated-terminal", "settle",
+         *dead_job(), fail(Q, "a", 1, "again", 1), expect=("5.3",)),
+    # §5.4 ghosts
+    case("promote.edge.ghost", "schedule",
+         raw("ZADD", key(Q, "schedule"), "0", "ghost", label="ghost in schedule"), schedule(Q, "a", 0, priority=2),
+         wait(Q, "schedule", "a"), promote(Q), expect=("5.4",)),
+    case("stalled.edge.ghost", "recovery",
+         raw("ZADD", key(Q, "active"), "0", "ghost", label="ghost in active"), enqueue(Q, "a"), claim(Q, 1), wait(Q),
+         stalled_check(Q, 1), expect=("5.4",)),
+    case("stalled.edge.ghost-recovered", "recovery",
+         raw("ZADD", key(Q, "active"), "0", "ghost", label="ghost in active"), stalled_check(Q, 3), expect=("5.4",)),
+    case("reprocess.edge.ghost", "recovery",
+         raw("ZADD", key(Q, "dead"), "0", "ghost", label="ghost in dead"), reprocess(Q, "ghost"), expect=("5.4",)),
+    # §5.5 lanes and flows
+    *[case(f"{verb}.edge.lane", family, *setup, lane(), call, expect=("5.5",)) for verb, family, setup, call in (
+        ("complete", "settle", held(), complete(Q, "a", 1)),
+        ("fail", "settle", held(), fail(Q, "a", 1, "x")),
+        ("delay", "settle", held(), delay(Q, "a", 1)),
+        ("requeue", "settle", held(), requeue(Q, "a", 1)),
+        ("reprocess", "recovery", dead_job(), reprocess(Q, "a")),
+        ("reschedule", "schedule", (schedule(Q, "a", LONG),), reschedule(Q, "a", 5)),
+        ("stalled", "recovery", held(lease=1) + (wait(Q),), stalled_check(Q, 3)),
+    )],
+    case("complete.edge.flow", "settle", *held(), lane(name="parent", value="p1"), complete(Q, "a", 1), expect=("5.5",)),
+    case("fail.edge.flow", "settle", *held(), lane(name="parent", value="p1"), fail(Q, "a", 1, "x"), expect=("5.5",)),
+    # §5.6 types and arguments first
+    case("enqueue.edge.pending-wrongtype", "admission",
+         raw("SET", key(Q, "pending"), "x", label="pending as a string"), enqueue(Q, "a"), expect=("5.6",),
+         note="the script writes the row, then ZADD fails: the row is left behind"),
+    case("enqueue.edge.negative-priority", "admission", enqueue(Q, "a", priority="-1"), expect=("5.6",)),
+    case("enqueue.edge.priority-not-a-number", "admission", enqueue(Q, "a", priority="high"), expect=("5.6",)),
+    case("enqueue.edge.priority-too-big", "admission", enqueue(Q, "a", priority=2**31), expect=("5.6",)),
+    case("enqueue.edge.id-too-long", "admission", enqueue(Q, "x" * 513), expect=("5.6",)),
+    case("enqueue.edge.shape", "admission",
+         Do("enqueue", Q, ("a", "p", "0"), keys=(key(Q, "pending"),)), expect=("5.6",)),
+    case("enqueue.edge.layout", "admission",
+         Do("enqueue", Q, ("a", "p", "0"), keys=(key(Q, "pending"), "emq:{r}:")), expect=("5.6",),
+         note="the script writes q's pending and r's row"),
+    case("schedule.edge.negative-delay", "admission", schedule(Q, "a", "-5000"), expect=("5.6",)),
+    case("claim.edge.lease-not-a-number", "claim", enqueue(Q, "a"), claim(Q, "soon"), expect=("5.6",),
+         note="the script pops, increments attempts and marks active before its arithmetic fails"),
+    case("claim.edge.lease-zero", "claim", enqueue(Q, "a"), claim(Q, 0), expect=("5.6",)),
+    case("extend.edge.lease-zero", "lease", *held(), extend(Q, "a", 1, 0), expect=("5.6",)),
+    case("extends.edge.shape", "lease", *held(), Do("extends", Q, ("1000", "a")), expect=("5.6",)),
+    case("complete.edge.metrics-wrongtype", "settle",
+         *held(), raw("SET", key(Q, "metrics:completed"), "x", label="metrics:completed as a string"),
+         complete(Q, "a", 1), expect=("5.6",), note="the script deletes the row, then HINCRBY fails: the job is lost"),
+    case("fail.edge.max-attempts-zero", "settle", *held(), fail(Q, "a", 1, "x", 0), expect=("5.6",)),
+    case("fail.edge.dead-wrongtype", "settle",
+         *held(), raw("SET", key(Q, "dead"), "x", label="dead as a string"), fail(Q, "a", 1, "x", 1), expect=("5.6",)),
+    case("delay.edge.schedule-wrongtype", "settle",
+         *held(), raw("SET", key(Q, "schedule"), "x", label="schedule as a string"), delay(Q, "a", 1), expect=("5.6",)),
+    case("promote.edge.limit-zero", "schedule", schedule(Q, "a", 0), promote(Q, 0), expect=("5.6",)),
+    case("promote.edge.limit-too-big", "schedule", schedule(Q, "a", 0), promote(Q, 10_001), expect=("5.6",)),
+    case("promote.edge.pending-wrongtype", "schedule",
+         schedule(Q, "a", 0), raw("SET", key(Q, "pending"), "x", label="pending as a string"), wait(Q, "schedule"),
+         promote(Q), expect=("5.6",)),
+    case("stalled.edge.max-stalled-zero", "recovery", stalled_check(Q, 0), expect=("5.6",)),
+    case("stalled.edge.stalled-not-integer", "recovery",
+         *held(lease=1), raw("HSET", key(Q, "job:a"), "stalled", "x", label="stalled not an integer"), wait(Q),
+         stalled_check(Q, 3), expect=("5.6",)),
+    case("reprocess.edge.pending-wrongtype", "recovery",
+         *dead_job(), raw("SET", key(Q, "pending"), "x", label="pending as a string"), reprocess(Q, "a"),
+         expect=("5.6",)),
+    # §5.7 budgets
+    case("fail.edge.budget-after-stall", "settle",
+         enqueue(Q, "a"), claim(Q, 1), wait(Q), stalled_check(Q, 5), claim(Q), fail(Q, "a", 2, "x", 2),
+         expect=("5.7",)),
+    case("fail.edge.budget-after-requeue", "settle",
+         *held(), requeue(Q, "a", 1), claim(Q), fail(Q, "a", 2, "x", 2, 500), expect=("5.7",)),
+    case("fail.edge.budget-same-on-ordinary-path", "settle",
+         *held(), fail(Q, "a", 1, "x", 3), claim(Q), fail(Q, "a", 2, "x", 3), claim(Q), fail(Q, "a", 3, "x", 3)),
+    # the restart exemption
+    case("stalled.edge.restart-exempt", "recovery",
+         enqueue(Q, "a"), enqueue(Q, "b"), claim(Q, 1), restart(), claim(Q, 1), wait(Q), stalled_check(Q, 1),
+         expect=("5.exempt",), note="a leased before the restart is exempt; b leased after it is counted"),
+    case("stalled.edge.exempt-and-ghost", "recovery",
+         enqueue(Q, "a"), claim(Q, 1), restart(), raw("ZADD", key(Q, "active"), "0", "ghost", label="ghost in active"),
+         wait(Q), stalled_check(Q, 2), expect=("5.4", "5.exempt")),
+]
+
+CATALOGUE: tuple[Case, ...] = tuple(ORDINARY + EDGES)
+BY_NAME = {c.name: c for c in CATALOGUE}
+assert len(BY_NAME) == len(CATALOGUE), "case names are unique"

@@ -1,0 +1,78 @@
+"""Dump every key of a node: its type and full content, nothing summarised.
+
+A dump is ``{key: Entry}``. Hash fields and string values stay bytes; zset
+members map to their scores (an ``int`` when the score is integral, which every
+score the job core writes is). The instrument dumps the whole node, not one
+queue, so a write to a key nobody expected is seen too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import valkey
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: str  #: the TYPE reply: hash, zset, string, list, set, stream, ...
+    value: Any  #: dict for hash/zset, bytes for string, tuple for list, frozenset for set
+
+    def __repr__(self) -> str:
+        return f"{self.kind}:{self.value!r}"
+
+
+Dump = dict[bytes, Entry]
+
+
+def score(raw: float | bytes | str) -> int | float:
+    value = float(raw)
+    return int(value) if value.is_integer() and abs(value) < 2**63 else value
+
+
+def dump(client: valkey.Valkey) -> Dump:
+    """Every key of the node, with its type and full content (three round trips)."""
+    keys = sorted(client.execute_command("KEYS", "*"))
+    if not keys:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.type(key)
+    kinds = [k.decode() if isinstance(k, bytes) else k for k in pipe.execute()]
+    pipe = client.pipeline(transaction=False)
+    for key, kind in zip(keys, kinds):
+        if kind == "hash":
+            pipe.hgetall(key)
+        elif kind == "zset":
+            pipe.zrange(key, 0, -1, withscores=True)
+        elif kind == "string":
+            pipe.get(key)
+        elif kind == "list":
+            pipe.lrange(key, 0, -1)
+        elif kind == "set":
+            pipe.smembers(key)
+        else:
+            pipe.execute_command("DUMP", key)  # a kind the job core never writes: compare its serialisation
+    out: Dump = {}
+    for key, kind, content in zip(keys, kinds, pipe.execute(raise_on_error=False)):
+        if kind == "none":
+            continue  # deleted between KEYS and TYPE: cannot happen on our own nodes, but not an entry
+        if kind == "hash":
+            value: Any = dict(content)
+        elif kind == "zset":
+            value = {member: score(s) for member, s in content}
+        elif kind == "list":
+            value = tuple(content)
+        elif kind == "set":
+            value = frozenset(content)
+        else:
+            value = content
+        out[key] = Entry(kind, value)
+    return out
+
+
+def server_ms(client: valkey.Valkey) -> int:
+    """The server clock in ms, as the scripts compute it from TIME."""
+    seconds, micros = client.time()
+    return seconds * 1000 + micros // 1000

@@ -1,0 +1,226 @@
+"""Normalisation: the only transformations between a dump and a comparison.
+
+Three, each checked rather than masked:
+
+* **Time.** A score in ``active`` or ``schedule`` written by a verb is a server
+  time plus a delay. It becomes an :class:`Offset`: the score minus the server
+  time of the call that wrote it, where that time is only known to lie in the
+  ``[before, after]`` window of TIME read just before and after the call on that
+  node. Two offsets are the same when their intervals meet. A score written by a
+  plain command (a case's setup) is absolute and stays as it is.
+* **The native extras.** ``lease_epoch`` must equal the native node's run_id at
+  the call that wrote it and may only be written by a CLAIM, EXTEND or EXTENDS
+  that took the lease; ``failures`` may only be written by a FAIL that settled,
+  as the old value plus one (SPEC §5.7). :func:`extras_violations` checks both on
+  the native node; only then are the two fields dropped from its rows. On the
+  script node they are never dropped: a script that wrote one shows up.
+* **The brand.** ``{emq}:version`` must be the node's own brand; then it reads as
+  ``<brand>`` on both.
+
+Nothing else is masked.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from ..keys import VERSION_KEY
+from .dump import Dump, Entry
+
+TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule)$")
+ROW = re.compile(rb"^emq:\{([^{}]+)\}:job:(.*)$", re.S)
+EXTRAS = (b"lease_epoch", b"failures")
+TIME_VERBS = frozenset({"extend", "extends", "delay", "reschedule"})  #: verbs whose nonzero reply is a time
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Window:
+    """The server clock (ms) read just before and just after one call on one node."""
+
+    before: int
+    after: int
+
+
+@dataclass(frozen=True)
+class Offset:
+    """A time value as ``value - t`` for the call's server time ``t`` in its window: ``[lo, hi]``."""
+
+    lo: int
+    hi: int
+
+    @classmethod
+    def of(cls, value: int | float, window: Window) -> "Offset":
+        return cls(int(value) - window.after, int(value) - window.before)
+
+    def meets(self, other: "Offset") -> bool:
+        return max(self.lo, other.lo) <= min(self.hi, other.hi)
+
+    def __repr__(self) -> str:
+        return f"now+{self.lo}" if self.lo == self.hi else f"now+[{self.lo}..{self.hi}]"
+
+
+@dataclass(frozen=True)
+class Err:
+    """An error reply. Two errors are the same when their codes (first word) are."""
+
+    code: str
+    text: str
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Err) and other.code == self.code
+
+    def __hash__(self) -> int:
+        return hash(self.code)
+
+    def __repr__(self) -> str:
+        return f"error {self.text[:90]!r}"
+
+
+def err(text: str) -> Err:
+    return Err(text.split(" ", 1)[0], text)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equality, where offsets meet when their windows allow one common value."""
+    if isinstance(a, Offset) and isinstance(b, Offset):
+        return a.meets(b)
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+# -- time -----------------------------------------------------------------------
+class Origins:
+    """Which call last wrote each time-set member's score, per node.
+
+    ``None`` for a score written by a plain command (absolute); the call's
+    :class:`Window` for a score written by a verb. A member keeps its origin
+    while its score is unchanged, so an unchanged lease keeps the offset of the
+    call that set it.
+    """
+
+    def __init__(self) -> None:
+        self.of: dict[tuple[bytes, bytes], Window | None] = {}
+
+    def update(self, before: Dump, after: Dump, window: Window | None) -> None:
+        for key in {k for k in before.keys() | after.keys() if TIME_SET.match(k)}:
+            old = _zset(before.get(key))
+            new = _zset(after.get(key))
+            for member in old.keys() - new.keys():
+                self.of.pop((key, member), None)
+            for member, value in new.items():
+                if old.get(member) != value or (key, member) not in self.of:
+                    self.of[(key, member)] = window
+
+    def copy_key(self, key: bytes, source: "Origins") -> None:
+        """Take ``key``'s origins from another node's tracker (after a resync copied the key)."""
+        for k in [k for k in self.of if k[0] == key]:
+            del self.of[k]
+        for k, origin in source.of.items():
+            if k[0] == key:
+                self.of[k] = origin
+
+    def clear(self) -> None:
+        self.of.clear()
+
+
+def _zset(entry: Entry | None) -> dict:
+    return entry.value if entry is not None and entry.kind == "zset" else {}
+
+
+def normalise(dump: Dump, origins: Origins, *, brand: bytes, native_extras: bool) -> Dump:
+    """The dump as compared: offsets for verb-written time scores, the brand checked,
+    and (on the native node, after :func:`extras_violations`) its two extra fields dropped."""
+    out: Dump = {}
+    for key, entry in dump.items():
+        if key == VERSION_KEY.encode() and entry.kind == "string" and entry.value == brand:
+            out[key] = Entry("string", "<brand>")
+        elif entry.kind == "zset" and TIME_SET.match(key):
+            value = {}
+            for member, s in entry.value.items():
+                window = origins.of.get((key, member))
+                value[member] = Offset.of(s, window) if window is not None else s
+            out[key] = Entry("zset", value)
+        elif entry.kind == "hash" and native_extras:
+            out[key] = Entry("hash", {f: v for f, v in entry.value.items() if f not in EXTRAS})
+        else:
+            out[key] = entry
+    return out
+
+
+def normalise_reply(verb: str | None, reply: Any, window: Window) -> Any:
+    """Bytes as text, arrays as tuples, error replies by code, and a time reply as an offset."""
+    if isinstance(reply, Err):
+        return reply
+    if verb in TIME_VERBS:
+        if isinstance(reply, int) and not isinstance(reply, bool) and reply != 0:
+            return Offset.of(reply, window)
+        if isinstance(reply, list):
+            return tuple(Offset.of(r, window) if isinstance(r, int) and r != 0 else plain(r) for r in reply)
+    return plain(reply)
+
+
+def plain(reply: Any) -> Any:
+    if isinstance(reply, bytes):
+        return reply.decode(errors="backslashreplace")
+    if isinstance(reply, (list, tuple)):
+        return tuple(plain(r) for r in reply)
+    return reply
+
+
+# -- the native extras ------------------------------------------------------------
+def string2ll(raw: bytes | None) -> int | None:
+    """Valkey's integer rule for a stored counter: the int HINCRBY accepts, else None."""
+    if raw is None:
+        return 0
+    if not re.fullmatch(rb"-?(0|[1-9][0-9]*)", raw) or raw == b"-0":
+        return None
+    value = int(raw)
+    return value if I64_MIN <= value <= I64_MAX else None
+
+
+def row_key(base: bytes, job_id: bytes) -> bytes:
+    return base + b"job:" + job_id
+
+
+def extras_violations(pre: Dump, post: Dump, *, stamped: Iterable[bytes], failed: Iterable[bytes],
+                      run_id: bytes) -> list[str]:
+    """Where the native node's ``lease_epoch`` or ``failures`` break their rule in one call.
+
+    ``stamped``: the row keys this call took or renewed a lease on (it must stamp
+    each with ``run_id``); ``failed``: the row keys this call's FAIL settled (their
+    ``failures`` must go up by one). Every other row keeps both fields as they were.
+    """
+    stamped, failed = set(stamped), set(failed)
+    found = []
+    for key, entry in post.items():
+        if entry.kind != "hash":
+            continue
+        before = pre.get(key)
+        old = before.value if before is not None and before.kind == "hash" else {}
+        new = entry.value
+        name = key.decode(errors="backslashreplace")
+        epoch_old, epoch_new = old.get(b"lease_epoch"), new.get(b"lease_epoch")
+        if key in stamped:
+            if epoch_new != run_id:
+                found.append(f"{name} lease_epoch={_show(epoch_new)}, expected this run_id {run_id.decode()}")
+        elif epoch_new != epoch_old:
+            found.append(f"{name} lease_epoch {_show(epoch_old)}→{_show(epoch_new)} by a call that took no lease")
+        fail_old, fail_new = old.get(b"failures"), new.get(b"failures")
+        if key in failed:
+            prior = string2ll(fail_old)
+            want = None if prior is None else str(prior + 1).encode()
+            if fail_new != want:
+                found.append(f"{name} failures {_show(fail_old)}→{_show(fail_new)}, expected {_show(want)}")
+        elif fail_new != fail_old:
+            found.append(f"{name} failures {_show(fail_old)}→{_show(fail_new)} by a call that settled no failure")
+    return found
+
+
+def _show(value: bytes | None) -> str:
+    return "absent" if value is None else repr(value.decode(errors="backslashreplace"))

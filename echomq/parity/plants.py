@@ -1,0 +1,85 @@
+"""Planted defects: deliberately wrong variants of one verb, to prove the instrument.
+
+* **Script plants** are modified copies of a shipped script, made here from the
+  real file by one textual edit and loaded only into the instrument's own script
+  node. The shipped scripts are never touched.
+* **Native plants** live in trafikey behind the cargo feature ``planted`` (not a
+  default feature: a release build has none of them). A planted build reads
+  ``TRAFIKEY_PLANT`` once, at module load, and switches on that one defect.
+
+Each plant names its verb family. A test runs the catalogue once per plant and
+fails if the instrument reports no UNEXPECTED difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..verbs import BY_NAME
+
+FAMILIES = ("admission", "claim", "lease", "settle", "schedule", "recovery")
+
+
+@dataclass(frozen=True)
+class ScriptPlant:
+    name: str
+    family: str
+    verb: str
+    old: str  #: the exact text replaced in the shipped script
+    new: str
+    what: str
+
+    def source(self) -> bytes:
+        text = BY_NAME[self.verb].script_path.read_text()
+        if text.count(self.old) != 1:
+            raise ValueError(f"plant {self.name}: {self.verb}.lua no longer contains {self.old!r} exactly once")
+        return text.replace(self.old, self.new).encode()
+
+
+@dataclass(frozen=True)
+class NativePlant:
+    name: str  #: the value of TRAFIKEY_PLANT
+    family: str
+    verb: str
+    what: str
+
+
+SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
+    ScriptPlant("script:enqueue.attempts_one", "admission", "enqueue",
+                "'attempts', '0')\nend", "'attempts', '1')\nend",
+                "enqueue without priority writes attempts 1"),
+    ScriptPlant("script:schedule.drop_priority", "admission", "schedule",
+                "'attempts', '0', 'priority', ARGV[4])", "'attempts', '0')",
+                "schedule forgets the priority field"),
+    ScriptPlant("script:claim.double_lease", "claim", "claim",
+                "now + tonumber(ARGV[1])", "now + 2 * tonumber(ARGV[1])",
+                "claim leases for twice lease_ms"),
+    ScriptPlant("script:extend.ignore_token", "lease", "extend",
+                "if redis.call('HGET', row, 'attempts') ~= ARGV[2] then return 0 end", "",
+                "extend renews whatever the token"),
+    ScriptPlant("script:complete.no_metric", "settle", "complete",
+                "redis.call('HINCRBY', KEYS[2] .. 'metrics:completed', 'count', 1)\n", "",
+                "complete does not count the job"),
+    ScriptPlant("script:fail.keep_error", "settle", "fail",
+                "redis.call('HSET', row, 'state', 'pending', 'last_error', ARGV[3])",
+                "redis.call('HSET', row, 'state', 'pending')",
+                "fail's retry forgets last_error"),
+    ScriptPlant("script:promote.ignore_priority", "schedule", "promote",
+                "redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), id)",
+                "redis.call('ZADD', KEYS[2], 0, id)",
+                "promote puts every job at priority 0"),
+    ScriptPlant("script:delay.keep_active", "schedule", "delay",
+                "redis.call('ZREM', KEYS[1], ARGV[1])\n", "",
+                "delay leaves the job in active too"),
+    ScriptPlant("script:stalled_check.double_count", "recovery", "stalled_check",
+                "redis.call('HINCRBY', row, 'stalled', 1)", "redis.call('HINCRBY', row, 'stalled', 2)",
+                "the sweep counts two stalls per expiry"),
+    ScriptPlant("script:reprocess.reset_attempts", "recovery", "reprocess",
+                "redis.call('HSET', row, 'state', 'pending')", "redis.call('HSET', row, 'state', 'pending', 'attempts', '0')",
+                "reprocess resets the attempts counter"),
+)
+
+#: The native plants compiled into trafikey with ``--features planted`` (see docs/parity.md).
+NATIVE_PLANTS: tuple[NativePlant, ...] = ()
+
+SCRIPT_PLANT = {plant.name: plant for plant in SCRIPT_PLANTS}

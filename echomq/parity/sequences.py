@@ -1,0 +1,168 @@
+"""Random sequences: a hypothesis state machine that interleaves every verb on two
+queues, with clocks, ghosts, lane rows, pauses and restarts, and runs each step on
+both nodes through :meth:`Pair.step`. An UNEXPECTED step fails the example and
+hypothesis shrinks it to a minimal sequence.
+
+Time is kept decisive: a 1 ms lease, delay or backoff is always followed, in
+the same rule, by a wait of 2 ms on each node's server clock, so every deadline
+is either surely past or (at 60 s) surely ahead when the next verb reads the clock.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, settings as Settings, seed as hypothesis_seed, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
+
+from . import steps as S
+from .report import result_text
+from .runner import Pair
+
+QUEUES = st.sampled_from(["q", "r"])
+IDS = st.sampled_from(["a", "b", "c", "d"])
+GHOSTS = st.sampled_from(["g1", "g2"])
+TOKENS = st.integers(0, 3).map(str)
+PRIORITY = st.sampled_from([0, 0, 2, 7])
+LONG = 60_000
+
+
+class Unexpected(AssertionError):
+    pass
+
+
+class ParityMachine(RuleBasedStateMachine):
+    """Class attributes set by :func:`run_random`: the pair, and whether restarts are drawn."""
+
+    pair: Pair
+    restarts = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pair.reset()
+        self.index = 0
+
+    def do(self, *steps: S.Step) -> None:
+        for step in steps:
+            self.index += 1
+            verdict = self.pair.step(step, case="random", index=self.index)
+            if verdict.unexpected:
+                raise Unexpected(f"step {self.index} {step}:\n" + "\n".join(result_text(verdict)))
+
+    def _row_exists(self, q: str, job: str) -> bool:
+        entry = self.pair._script_dump.get(S.key(q, "job:" + job).encode())
+        return entry is not None and entry.kind == "hash"
+
+    # -- admission
+    @rule(q=QUEUES, job=IDS, priority=PRIORITY)
+    def enqueue(self, q, job, priority):
+        self.do(S.enqueue(q, job, "p-" + job, priority))
+
+    @rule(q=QUEUES, job=IDS, delay=st.sampled_from([0, LONG]), priority=PRIORITY)
+    def schedule(self, q, job, delay, priority):
+        self.do(S.schedule(q, job, delay, "s-" + job, priority))
+
+    # -- claim and lease
+    @rule(q=QUEUES, short=st.booleans())
+    def claim(self, q, short):
+        self.do(S.claim(q, 1), S.tick()) if short else self.do(S.claim(q, LONG))
+
+    @rule(q=QUEUES, job=IDS, token=TOKENS, short=st.booleans())
+    def extend(self, q, job, token, short):
+        self.do(S.extend(q, job, token, 1), S.tick()) if short else self.do(S.extend(q, job, token, LONG))
+
+    @rule(q=QUEUES, pairs=st.lists(st.tuples(IDS, TOKENS), min_size=1, max_size=3))
+    def extends(self, q, pairs):
+        self.do(S.extends(q, LONG, *pairs))
+
+    # -- settle
+    @rule(q=QUEUES, job=IDS, token=TOKENS)
+    def complete(self, q, job, token):
+        self.do(S.complete(q, job, token))
+
+    @rule(q=QUEUES, job=IDS, token=TOKENS, cap=st.integers(1, 3), backoff=st.sampled_from([0, 0, 1, LONG]))
+    def fail(self, q, job, token, cap, backoff):
+        self.do(S.fail(q, job, token, "e" + token, cap, backoff))
+        if backoff == 1:
+            self.do(S.tick())
+
+    @rule(q=QUEUES, job=IDS, token=TOKENS, delay=st.sampled_from([0, 1, LONG]))
+    def delay(self, q, job, token, delay):
+        self.do(S.delay(q, job, token, delay))
+        if delay == 1:
+            self.do(S.tick())
+
+    @rule(q=QUEUES, job=IDS, token=TOKENS)
+    def requeue(self, q, job, token):
+        self.do(S.requeue(q, job, token))
+
+    # -- schedule and recovery
+    @rule(q=QUEUES, limit=st.sampled_from([1, 1000]))
+    def promote(self, q, limit):
+        self.do(S.promote(q, limit))
+
+    @rule(q=QUEUES, job=IDS, delay=st.sampled_from([0, LONG]))
+    def reschedule(self, q, job, delay):
+        self.do(S.reschedule(q, job, delay))
+
+    @rule(q=QUEUES, job=st.one_of(IDS, GHOSTS))
+    def reprocess(self, q, job):
+        self.do(S.reprocess(q, job))
+
+    @rule(q=QUEUES, cap=st.integers(1, 3), limit=st.sampled_from([1, 1000]))
+    def stalled_check(self, q, cap, limit):
+        self.do(S.stalled_check(q, cap, limit))
+
+    # -- the world around the verbs
+    @rule(q=QUEUES, paused=st.booleans())
+    def pause(self, q, paused):
+        self.do(S.pause(q) if paused else S.resume(q))
+
+    @rule(q=QUEUES, where=st.sampled_from(["pending", "schedule", "active", "dead"]), ghost=GHOSTS)
+    def ghost(self, q, where, ghost):
+        self.do(S.raw("ZADD", S.key(q, where), "0", ghost, label=f"ghost {ghost} in {q}'s {where}"))
+
+    @rule(q=QUEUES, job=IDS, name=st.sampled_from(["group", "parent"]))
+    def lane(self, q, job, name):
+        if self._row_exists(q, job):
+            self.do(S.raw("HSET", S.key(q, "job:" + job), name, "x", label=f"mark {job} {name}"))
+
+    @rule(q=QUEUES, job=IDS, priority=st.sampled_from(["-1", "x", str(2**31)]))
+    def bad_argument(self, q, job, priority):
+        self.do(S.enqueue(q, job, "bad", priority))
+
+    @rule()
+    def tick(self):
+        self.do(S.tick())
+
+    @precondition(lambda self: self.restarts)
+    @rule(dice=st.integers(0, 7))
+    def restart(self, dice):
+        if dice == 0:
+            self.do(S.restart())
+
+
+def run_random(pair: Pair, *, examples: int, steps: int, seed: int, restarts: bool = True) -> None:
+    """Run ``examples`` random sequences of up to ``steps`` rule draws each; raises on UNEXPECTED."""
+    ParityMachine.pair = pair
+    ParityMachine.restarts = restarts
+
+    def factory() -> ParityMachine:
+        return ParityMachine()
+
+    hypothesis_seed(seed)(factory)
+    run_state_machine_as_test(factory, settings=Settings(
+        max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
+        suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink], print_blob=False,
+    ))
+
+
+def run_until(pair: Pair, *, min_steps: int, steps: int = 50, seed: int = 0, restarts: bool = True) -> int:
+    """Long mode: batches of sequences, seed after seed, until ``min_steps`` pair steps ran."""
+    start = pair.tally.steps
+    for n in itertools.count():
+        if pair.tally.steps - start >= min_steps:
+            return pair.tally.steps - start
+        run_random(pair, examples=20, steps=steps, seed=seed + n, restarts=restarts)
+    raise AssertionError("unreachable")
