@@ -179,28 +179,39 @@ RUST_STATE_ENUM = re.compile(r"\benum\s+State\b")
 
 def test_rust_states_match_python():
     sources = _rust_sources()
-    written = {(p, s) for p, text in sources.items() for s in RUST_STATE_WRITE.findall(text)}
+    written = {(p, s) for p, text in sources.items() for s in RUST_STATE_WRITE.findall(text) if s not in ROW_FIELDS}
     defining = [p for p, text in sources.items() if RUST_STATE_ENUM.search(text)]
     if not written and not defining:
         pytest.skip("trafikey/src neither defines nor writes states yet")
     values = {s.value for s in State}
-    for path, state in written:
-        if state in ROW_FIELDS:  # a list of fields to read ("state", "group"), not a write of a state
-            continue
+    for path, state in written:  # ("state", "group") is a list of fields to read, not a write
         assert state in values, f"{path.relative_to(ROOT)} writes state {state!r}, not one of {sorted(values)}"
+    assert {state for _, state in written} == values, "the native verbs write each of the four states"
     for path in defining:
         literals = set(re.findall(r'b?"((?:[^"\\]|\\.)*)"', sources[path]))
         missing = values - literals
         assert not missing, f"{path.relative_to(ROOT)} defines State without {sorted(missing)}"
 
 
-def test_rust_registers_every_verb_command():
-    lib = RUST_SRC / "lib.rs"
-    text = lib.read_text().lower() if lib.is_file() else ""
-    if not any(verb.command.lower() in text for verb in VERBS):
-        pytest.skip("trafikey/src/lib.rs registers no job-core command yet")
-    for verb in VERBS:
-        assert verb.command.lower() in text, f"{verb.command} is not in the registration table (lib.rs)"
-    everything = "\n".join(_rust_sources().values())
-    for token in JOB_CORE_TOKENS:
-        assert f'"{token}"' in everything, f"capability token {token!r} not in trafikey/src"
+RUST_ROW = re.compile(r'row!\(\s*"([^"]+)",\s*(\w+),\s*(\w+),\s*Keys::(\w+),\s*\[([^\]]*)\]\s*,?\s*\)')
+
+
+def test_rust_registration_table_matches_the_verb_table():
+    """trafikey's table.rs is its only list of commands: same rows, order, tokens, one file per verb."""
+    table = RUST_SRC / "table.rs"
+    if not table.is_file():
+        pytest.skip("trafikey/src/table.rs does not exist yet")
+    rows = RUST_ROW.findall(table.read_text())
+    assert rows, "no row!(...) entries found in table.rs"
+    verbs_rows = [r for r in rows if r[3] == "Numkeys"]
+    assert [r[0] for r in verbs_rows] == [v.command for v in VERBS]
+    for (name, handler, flags, _, tokens), verb in zip(verbs_rows, VERBS):
+        assert tuple(re.findall(r'"([^"]+)"', tokens)) == verb.tokens, name
+        assert handler == verb.name, f"{name}: the handler is named as the verb"
+        assert flags == "WRITE", name
+        assert (RUST_SRC / "verbs" / f"{verb.name}.rs").is_file(), f"verbs/{verb.name}.rs"
+    others = [r for r in rows if r[3] != "Numkeys"]
+    assert [(r[0], r[3], r[4].strip()) for r in others] == [("EMQ.VERSION", "None", "")]
+    assert rows.index(others[0]) > rows.index(verbs_rows[-1]), "the job-core rows come first"
+    on_disk = {p.stem for p in (RUST_SRC / "verbs").glob("*.rs")} - {"mod"}
+    assert on_disk == {v.name for v in VERBS}
