@@ -1,0 +1,342 @@
+"""The worker in this process, on real servers over both wires: outcomes, leases, timers, idling.
+
+Most tests drive :meth:`Worker.step` by hand with a clock the test owns, so a stopped
+heartbeat is simply a step not taken; the server's own clock is waited on where a
+lease must really expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from contextlib import contextmanager
+
+import pytest
+
+from conftest import fresh_name
+from echomq import (App, Backoff, Delay, IdlePolicy, LeasePolicy, Queue, Retry, TimerConfig, Timers, Worker,
+                    WorkerConfig)
+from echomq.serializers import RAW
+from helpers import server_ms, wait_server_past
+from worker_helpers import commands_sent, wait_until
+
+FAST = Backoff(base_ms=10, max_ms=50, jitter=0.0)
+
+
+class FakeClock:
+    """The worker's local clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextmanager
+def running(worker: Worker):
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop("test over")
+        thread.join(10)
+        assert not thread.is_alive()
+
+
+def settled(queue: Queue) -> bool:
+    counts = queue.counts()
+    return counts.pending + counts.active + counts.scheduled == 0
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_every_job_is_processed_exactly_once(conn, kind):
+    name, seen, lock = fresh_name("w"), [], threading.Lock()
+
+    def handler(payload, ctx):
+        with lock:
+            seen.append((payload["n"], ctx.attempt))
+
+    async def ahandler(payload, ctx):
+        await asyncio.sleep(0)
+        handler(payload, ctx)
+
+    app = App()
+    app.handler(name, handler if kind == "sync" else ahandler)
+    queue = Queue(conn, name)
+    queue.enqueue_many([{"n": n} for n in range(300)])
+    with running(Worker(app, conn, config=WorkerConfig(concurrency=8))) as worker:
+        wait_until(lambda: queue.metrics()["completed"] == 300, what="300 completions")
+    assert sorted(seen) == [(n, 1) for n in range(300)]
+    assert worker.tally.completed == 300 and worker.tally.claimed == 300
+    assert queue.counts().total == 0
+
+
+def test_retry_then_success(conn):
+    name, attempts = fresh_name("w"), []
+
+    def flaky(payload, ctx):
+        attempts.append(ctx.attempt)
+        if ctx.attempt < 3:
+            raise ConnectionError("upstream down")
+        return "ok"
+
+    app = App()
+    app.handler(name, flaky, max_attempts=3, backoff=FAST)
+    queue = Queue(conn, name)
+    job = queue.enqueue({})
+    with running(Worker(app, conn)) as worker:
+        wait_until(lambda: queue.metrics()["completed"] == 1, what="the completion")
+    assert attempts == [1, 2, 3]
+    assert queue.job(job.id) is None and queue.metrics() == {"completed": 1, "failed": 0}
+    assert (worker.tally.retried, worker.tally.completed, worker.tally.dead) == (2, 1, 0)
+
+
+def test_dead_after_max_attempts(conn):
+    name, attempts = fresh_name("w"), []
+
+    def broken(payload, ctx):
+        attempts.append(ctx.attempt)
+        raise ValueError(f"cannot parse {payload['order']}")
+
+    app = App()
+    app.handler(name, broken, max_attempts=2, backoff=FAST)
+    queue = Queue(conn, name)
+    job = queue.enqueue({"order": 7})
+    with running(Worker(app, conn)) as worker:
+        wait_until(lambda: queue.counts().dead == 1, what="the job to go dead")
+    assert attempts == [1, 2]
+    row = queue.job(job.id)
+    assert row["state"] == "dead" and row["last_error"] == "ValueError: cannot parse 7" and row["attempts"] == "2"
+    assert queue.metrics() == {"completed": 0, "failed": 1} and worker.tally.dead == 1
+
+
+def test_retry_with_its_own_delay_then_a_plain_delay(conn):
+    name, attempts = fresh_name("w"), []
+
+    def handler(payload, ctx):
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise Retry("rate limited", delay_ms=20)
+        if ctx.attempt == 2:
+            return Delay(20)  # returned or raised: the same
+        return "done"
+
+    app = App()
+    app.handler(name, handler, max_attempts=5)
+    queue = Queue(conn, name)
+    queue.enqueue({})
+    with running(Worker(app, conn)) as worker:
+        wait_until(lambda: queue.metrics()["completed"] == 1, what="the completion")
+    assert attempts == [1, 2, 3]
+    assert (worker.tally.retried, worker.tally.delayed, worker.tally.completed) == (1, 1, 1)
+
+
+def test_a_payload_the_task_cannot_read_fails_that_job_only(conn):
+    name, seen = fresh_name("w"), []
+    app = App()
+    app.handler(name, lambda payload: seen.append(payload), max_attempts=1)
+    Queue(conn, name, serializer=RAW).enqueue(b"\xff not json")
+    queue = Queue(conn, name)
+    queue.enqueue({"fine": True})
+    with running(Worker(app, conn)):
+        wait_until(lambda: queue.counts().dead == 1 and queue.metrics()["completed"] == 1, what="both settled")
+    (dead_id, _), = queue.ids("dead")
+    assert "Error" in Queue(conn, name, serializer=RAW).job(dead_id)["last_error"]
+    assert seen == [{"fine": True}]
+
+
+def test_a_paused_queue_is_not_claimed_until_resumed(conn):
+    name, clock = fresh_name("w"), FakeClock()
+    app = App()
+    app.handler(name, lambda payload: None)
+    queue = Queue(conn, name)
+    queue.pause()
+    queue.enqueue({})
+    worker = Worker(app, conn, clock_ms=clock)
+    for _ in range(5):
+        clock.now = max(clock.now, worker.step())
+    assert worker.tally.claimed == 0 and queue.counts().pending == 1
+    queue.resume()
+    clock.now += 1000  # past the idle back-off
+    worker.step()
+    assert worker.tally.claimed == 1
+    wait_until(lambda: worker.step() and worker.tally.completed == 1, what="the completion")
+
+
+# -- lost leases ---------------------------------------------------------------------------
+
+def _held_worker(conn, name, handler, clock, lease_ms=200):
+    app = App()
+    app.handler(name, handler)
+    worker = Worker(app, conn, clock_ms=clock, config=WorkerConfig(lease=LeasePolicy(lease_ms)))
+    worker.step()  # claims the one job and starts its handler
+    (held,) = worker.held.values()
+    return worker, held
+
+
+def _expire_and_reclaim(conn, queue, job_id):
+    """The worker's heartbeats have stopped: let the lease run out on the server clock,
+    sweep it back to pending, and claim it as someone else would."""
+    deadline = conn.client.zscore(queue.keys.active, job_id)
+    wait_server_past(conn.client, deadline)
+    assert queue.stalled_check(max_stalled=5).recovered == [job_id]
+    other = queue.claim(10_000)
+    assert other.id == job_id and other.attempt == 2
+    return other
+
+
+def test_a_stale_settle_is_refused_and_the_job_is_settled_once(conn, caplog):
+    name, clock, release = fresh_name("w"), FakeClock(), threading.Event()
+    queue = Queue(conn, name)
+    job = queue.enqueue({})
+    worker, held = _held_worker(conn, name, lambda payload: release.wait(10), clock)
+    other = _expire_and_reclaim(conn, queue, job.id)
+
+    release.set()  # the stalled worker wakes up with its handler done: it tries to complete attempt 1
+    wait_until(held.future.done, what="the handler to return")
+    with caplog.at_level(logging.WARNING, logger="echomq.worker"):
+        worker.step()
+    assert "settle refused" in caplog.text
+    assert worker.tally.lost == 1 and worker.tally.completed == 0 and not worker.held
+    assert queue.state(job.id).value == "active"  # still the other holder's
+    assert queue.metrics()["completed"] == 0
+    queue.complete(other)
+    assert queue.metrics()["completed"] == 1 and queue.job(job.id) is None
+
+
+def test_a_lease_found_lost_at_renewal_tells_the_handler_and_is_never_settled(conn):
+    name, clock, saw_lost = fresh_name("w"), FakeClock(), threading.Event()
+
+    def careful(payload, ctx):
+        wait_until(lambda: ctx.lease_lost, what="the lost flag")
+        saw_lost.set()
+        return "finished anyway"
+
+    queue = Queue(conn, name)
+    job = queue.enqueue({})
+    worker, held = _held_worker(conn, name, careful, clock)
+    other = _expire_and_reclaim(conn, queue, job.id)
+
+    clock.now += 100  # the next renewal tick: EXTENDS answers 0
+    worker.step()
+    assert held.ctx.lease_lost
+    wait_until(saw_lost.is_set, what="the handler to see the flag")
+    wait_until(held.future.done, what="the handler to return")
+    worker.step()
+    assert worker.tally.lost == 1 and worker.tally.completed == 0 and not worker.held
+    assert queue.metrics()["completed"] == 0
+    queue.complete(other)
+    assert queue.metrics()["completed"] == 1
+
+
+def test_an_async_handler_is_cancelled_when_its_lease_is_lost(conn):
+    name, clock, cancelled = fresh_name("w"), FakeClock(), threading.Event()
+
+    async def forever(payload, ctx):
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    queue = Queue(conn, name)
+    job = queue.enqueue({})
+    worker, held = _held_worker(conn, name, forever, clock)
+    _expire_and_reclaim(conn, queue, job.id)
+    clock.now += 100
+    worker.step()
+    wait_until(cancelled.is_set, what="the cancellation")
+    wait_until(lambda: worker.step() and not worker.held, what="the drop")
+    assert worker.tally.lost == 1 and queue.state(job.id).value == "active"
+
+
+def test_heartbeats_keep_a_long_job_held_past_its_lease(conn):
+    name, release = fresh_name("w"), threading.Event()
+    app = App()
+    app.handler(name, lambda payload: release.wait(10))
+    queue = Queue(conn, name)
+    job = queue.enqueue({})
+    worker = Worker(app, conn, config=WorkerConfig(lease=LeasePolicy(200)))
+    with running(worker):
+        wait_until(lambda: queue.counts().active == 1, what="the claim")
+        first = conn.client.zscore(queue.keys.active, job.id)
+        wait_server_past(conn.client, first + 200)  # two leases' worth of server time
+        assert queue.stalled_check(max_stalled=1).recovered == []  # renewed: nothing expired
+        assert conn.client.zscore(queue.keys.active, job.id) > first
+        release.set()
+        wait_until(lambda: queue.metrics()["completed"] == 1, what="the completion")
+    assert worker.tally.lost == 0
+
+
+def test_stop_releases_what_is_still_held_requeue_on_wire_6_lease_expiry_on_wire_4(conn, wire):
+    name, release = fresh_name("w"), threading.Event()
+    app = App()
+    app.handler(name, lambda payload, ctx: release.wait(10) and not ctx.lease_lost)
+    queue = Queue(conn, name)
+    job = queue.enqueue({})
+    worker = Worker(app, conn, config=WorkerConfig(grace_s=0.05))
+    with running(worker):
+        wait_until(lambda: queue.counts().active == 1, what="the claim")
+    release.set()
+    if wire == 6:
+        assert worker.tally.requeued == 1 and queue.state(job.id).value == "pending"
+        assert "failures" not in queue.job(job.id) and "stalled" not in queue.job(job.id)
+    else:
+        assert worker.tally.abandoned == 1 and queue.state(job.id).value == "active"
+    assert queue.metrics()["completed"] == 0  # the handler returned after the stop: nothing settled
+
+
+# -- idling and timers ------------------------------------------------------------------------
+
+def test_an_idle_worker_sends_few_commands(conn, wire):
+    """A simulated idle minute (the worker's clock, jumped to each next wake-up) against the real server."""
+    name, clock = fresh_name("w"), FakeClock()
+    app = App()
+    app.handler(name, lambda payload: None)
+    worker = Worker(app, conn, clock_ms=clock, config=WorkerConfig(idle=IdlePolicy(max_ms=1000)))
+    worker.step()
+    before, start, steps = commands_sent(conn.client), clock.now, 0
+    while clock.now - start < 60_000:
+        clock.now = max(clock.now + 1, worker.step())
+        steps += 1
+    sent = commands_sent(conn.client) - before
+    per_poll = 2 if wire == 4 else 1  # wire 4 reads the pause flag before its claim script
+    # about 68 polls (eight quick ones while it empties, then one a second), 60 promotes, 12 sweeps
+    assert sent <= 68 * per_poll + 60 + 12, sent
+    assert steps < 200, steps
+
+
+def test_timers_promote_and_sweep_and_say_what_they_moved(conn, caplog):
+    name, clock = fresh_name("w"), 0.0
+    queue = Queue(conn, name)
+    timers = Timers([queue], TimerConfig(promote_interval_ms=1000, sweep_interval_ms=5000, max_stalled=2))
+    due = queue.schedule({"later": True}, 0)
+    held = [queue.enqueue({}) for _ in range(2)]
+    claims = [queue.claim(1) for _ in held]
+    wait_server_past(conn.client, server_ms(conn.client) + 2)
+    with caplog.at_level(logging.INFO, logger="echomq.timers"):
+        (run,) = timers.run_due(clock)
+    assert run.promoted == 1 and sorted(run.sweep.recovered) == sorted(c.id for c in claims)
+    assert "1 due job(s) moved" in caplog.text and "2 expired lease(s) recovered" in caplog.text
+    assert queue.state(due.id).value == "pending"
+    assert timers.next_due_ms(clock) == 1000.0
+    timers.expect_due(name, 300.0)  # a retry falls due sooner than the interval
+    assert timers.next_due_ms(clock) == 300.0
+    (run,) = timers.run_due(300.0)
+    assert run.promoted == 0 and run.sweep is None and timers.next_due_ms(300.0) == 1300.0
+
+
+def test_a_saturated_timer_runs_again_at_once(conn):
+    name = fresh_name("w")
+    queue = Queue(conn, name)
+    for _ in range(3):
+        queue.schedule({}, 0)
+    wait_server_past(conn.client, server_ms(conn.client) + 1)
+    timers = Timers([queue], TimerConfig(limit=2))
+    assert timers.run_due(0.0)[0].promoted == 2
+    assert timers.next_due_ms(1.0) == 1.0  # hit its limit: there is more
+    assert timers.run_due(1.0)[0].promoted == 1
+    assert timers.next_due_ms(2.0) == 1001.0

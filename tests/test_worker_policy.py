@@ -1,0 +1,233 @@
+"""The worker's decisions, table-tested without a server (echomq/policy.py, outcome_of, tasks)."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Future
+
+import pytest
+
+from echomq import App, Backoff, ConfigurationError, Delay, IdlePolicy, JobContext, LeasePolicy, Retry
+from echomq import policy
+from echomq.worker import WorkerConfig, outcome_of
+
+
+# -- backoff ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("attempt, expected", [(1, 1000), (2, 2000), (3, 4000), (4, 8000), (9, 256_000),
+                                               (10, 300_000), (1000, 300_000), (0, 1000)])
+def test_backoff_is_exponential_and_capped(attempt, expected):
+    assert policy.backoff_ms(Backoff(jitter=0.0), attempt, rand=0.9) == expected
+    assert policy.backoff_ms(Backoff(jitter=0.2), attempt, rand=0.5) == expected  # the middle of the spread
+
+
+@pytest.mark.parametrize("rand, expected", [(0.0, 1600), (0.25, 1800), (0.5, 2000), (0.999999, 2400)])
+def test_jitter_spreads_both_ways_within_its_fraction(rand, expected):
+    assert policy.backoff_ms(Backoff(jitter=0.2), 2, rand) == expected
+
+
+def test_jitter_never_passes_the_cap_or_goes_negative():
+    spec = Backoff(base_ms=0, max_ms=10, jitter=1.0)
+    assert policy.backoff_ms(spec, 1, 0.0) == 0
+    capped = Backoff(base_ms=1000, max_ms=1000, jitter=0.5)
+    assert policy.backoff_ms(capped, 50, 0.999) == 1000
+
+
+@pytest.mark.parametrize("kwargs", [dict(base_ms=-1), dict(factor=0.5), dict(max_ms=10, base_ms=100),
+                                    dict(jitter=1.5), dict(base_ms=1.5)])
+def test_bad_backoff_is_refused(kwargs):
+    with pytest.raises(ConfigurationError):
+        Backoff(**kwargs)
+
+
+# -- outcomes ---------------------------------------------------------------------------
+
+B = Backoff(base_ms=100, jitter=0.0)
+
+
+@pytest.mark.parametrize("outcome, settle", [
+    (policy.Returned(42), policy.Complete()),
+    (policy.Raised(ValueError("bad")), policy.Fail("ValueError: bad", 5, 400)),
+    (policy.Raised(KeyError()), policy.Fail("KeyError", 5, 400)),
+    (policy.RetryAsked("later", None), policy.Fail("later", 5, 400)),
+    (policy.RetryAsked("later", 7), policy.Fail("later", 5, 7)),
+    (policy.DelayAsked(250), policy.Delay(250)),
+])
+def test_each_outcome_becomes_its_settle(outcome, settle):
+    assert policy.decide_outcome(outcome, lost=False, attempt=3, max_attempts=5, backoff=B, rand=0.5) == settle
+
+
+@pytest.mark.parametrize("outcome", [policy.Returned(), policy.Raised(ValueError()), policy.DelayAsked(1),
+                                     policy.RetryAsked("x", 1)])
+def test_a_lost_lease_is_never_settled(outcome):
+    decision = policy.decide_outcome(outcome, lost=True, attempt=1, max_attempts=3, backoff=B, rand=0.5)
+    assert isinstance(decision, policy.Drop)
+
+
+def test_error_text_is_bounded():
+    text = policy.describe_error(RuntimeError("x" * 5000), limit=100)
+    assert len(text) == 100 and text.startswith("RuntimeError: xxx") and text.endswith("...")
+
+
+def _future(value=None, error=None, cancel=False) -> Future:
+    future: Future = Future()
+    if cancel:
+        future.cancel()
+    elif error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+    return future
+
+
+@pytest.mark.parametrize("future, outcome", [
+    (_future(7), policy.Returned(7)),
+    (_future(error=Retry("busy", delay_ms=50)), policy.RetryAsked("busy", 50)),
+    (_future(error=Retry()), policy.RetryAsked("retry requested", None)),
+    (_future(error=Delay(30)), policy.DelayAsked(30)),
+    (_future(Delay(30)), policy.DelayAsked(30)),  # returned instead of raised: the same
+    (_future(Retry("r")), policy.RetryAsked("r", None)),
+])
+def test_outcome_of_a_finished_handler(future, outcome):
+    assert outcome_of(future) == outcome
+
+
+def test_outcome_of_a_raising_or_cancelled_handler_is_raised():
+    assert isinstance(outcome_of(_future(error=ZeroDivisionError())), policy.Raised)
+    assert isinstance(outcome_of(_future(cancel=True)), policy.Raised)
+
+
+# -- idle back-off and claim batches -------------------------------------------------------
+
+@pytest.mark.parametrize("empty, wait", [(0, 0), (1, 10), (2, 20), (3, 40), (7, 640), (8, 1000), (500, 1000)])
+def test_idle_back_off_grows_to_its_cap(empty, wait):
+    assert policy.idle_interval_ms(IdlePolicy(), empty) == wait
+
+
+def test_an_idle_queue_costs_about_one_poll_a_second():
+    spec = IdlePolicy()
+    waited, polls = 0, 0
+    while waited < 60_000:
+        polls += 1
+        waited += policy.idle_interval_ms(spec, polls)
+    assert polls <= 68  # eight quick polls while it empties, then one a second
+
+
+@pytest.mark.parametrize("capacity, empty, batch, expected", [
+    (10, 0, 10, 10), (3, 0, 10, 3), (10, 0, 4, 4), (10, 1, 10, 1), (10, 9, 10, 1), (0, 0, 10, 0), (-1, 0, 10, 0),
+])
+def test_claim_batch(capacity, empty, batch, expected):
+    assert policy.claim_batch(capacity, empty, batch) == expected
+
+
+def test_bad_idle_policy_is_refused():
+    with pytest.raises(ConfigurationError):
+        IdlePolicy(min_ms=0)
+    with pytest.raises(ConfigurationError):
+        IdlePolicy(min_ms=100, max_ms=10)
+
+
+# -- leases ------------------------------------------------------------------------------
+
+def test_renewals_take_every_job_half_a_tick_old_oldest_first():
+    spec = LeasePolicy(lease_ms=1000)  # tick 250 ms: due once 125 ms old
+    renewed_at = {"fresh": 950.0, "half": 875.0, "old": 500.0, "older": 100.0}
+    assert policy.select_renewals(renewed_at, 1000.0, spec) == ["older", "old", "half"]
+    assert policy.select_renewals({}, 1000.0, spec) == []
+
+
+def test_a_lease_is_renewed_with_more_than_half_of_it_left():
+    """Ticks every quarter lease, renewing whatever is half a tick old: the oldest a lease gets is 1.5 ticks."""
+    spec = LeasePolicy(lease_ms=1000)
+    worst = 0.0
+    for claimed_at in range(0, 250, 5):  # claimed anywhere between two ticks at 0 and 250
+        ticks = [t for t in range(250, 2000, 250) if policy.select_renewals({"j": claimed_at}, t, spec)]
+        worst = max(worst, ticks[0] - claimed_at)
+    assert worst <= 375 < spec.lease_ms / 2
+
+
+def test_expired_are_those_without_a_renewal_for_a_whole_lease():
+    spec = LeasePolicy(lease_ms=1000)
+    assert policy.select_expired({"a": 0.0, "b": 1.0, "c": 500.0}, 1000.0, spec) == ["a"]
+
+
+def test_lost_from_extends_names_the_zero_answers():
+    assert policy.lost_from_extends(["a", "b", "c"], [1700000000000, 0, 1700000000001]) == ["b"]
+
+
+@pytest.mark.parametrize("kwargs", [dict(lease_ms=50), dict(lease_ms=1000, tick_ms=600), dict(lease_ms=True)])
+def test_bad_lease_policy_is_refused(kwargs):
+    with pytest.raises(ConfigurationError):
+        LeasePolicy(**kwargs)
+
+
+# -- timers ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("last, now, saturated, expected", [(None, 50.0, False, 50.0), (100.0, 150.0, False, 1100.0),
+                                                             (100.0, 150.0, True, 150.0)])
+def test_next_timer(last, now, saturated, expected):
+    assert policy.next_timer_ms(last, now, 1000, saturated) == expected
+
+
+# -- tasks --------------------------------------------------------------------------------
+
+def test_the_decorator_registers_one_handler_per_queue():
+    app = App()
+
+    @app.task
+    def emails(payload):
+        return payload
+
+    @app.task(queue="thumbs", max_attempts=7)
+    async def make_thumb(payload, ctx):
+        return ctx.idempotency_key
+
+    assert set(app.tasks) == {"emails", "thumbs"}
+    assert emails.task.max_attempts == 3 and not emails.task.is_async
+    assert make_thumb.task.is_async and make_thumb.task.max_attempts == 7
+    with pytest.raises(ConfigurationError, match="already has a handler"):
+        app.handler("emails", print)
+    with pytest.raises(ConfigurationError, match="bad queue name"):
+        app.handler("bad{name}", print)
+    with pytest.raises(ConfigurationError, match="max_attempts"):
+        app.handler("other", print, max_attempts=0)
+
+
+def test_handlers_get_the_arguments_they_take():
+    ctx = JobContext("id1", "q", 2)
+    app = App()
+    none = app.handler("a", lambda: None)
+    one = app.handler("b", lambda payload: None)
+    two = app.handler("c", lambda payload, ctx: None)
+    star = app.handler("d", lambda *args: None)
+    assert none.arguments("p", ctx) == ()
+    assert one.arguments("p", ctx) == ("p",)
+    assert two.arguments("p", ctx) == ("p", ctx)
+    assert star.arguments("p", ctx) == ("p", ctx)
+
+
+def test_the_context_carries_the_fencing_token_and_the_lost_flag():
+    ctx = JobContext("job-1", "emails", 3)
+    assert ctx.idempotency_key == "job-1:3"
+    assert not ctx.lease_lost
+    ctx.check_lease()
+    ctx.lost.set()
+    assert ctx.lease_lost
+    with pytest.raises(Exception, match="lease lost"):
+        ctx.check_lease()
+
+
+def test_bad_retry_delay_and_worker_config_are_refused():
+    with pytest.raises(ConfigurationError):
+        Retry(delay_ms=-1)
+    with pytest.raises(ConfigurationError):
+        Delay(1.5)
+    with pytest.raises(ConfigurationError):
+        WorkerConfig(concurrency=0)
+    with pytest.raises(ConfigurationError):
+        WorkerConfig(claim_batch=0)
+    assert asyncio.iscoroutinefunction(App().task(queue="x")(_coro))
+
+
+async def _coro(payload):
+    return payload

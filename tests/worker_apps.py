@@ -1,0 +1,61 @@
+"""Apps that `emq worker` runs in the worker tests, configured by environment variables.
+
+EMQ_TEST_QUEUE names the queue, EMQ_TEST_OUT a directory the handler reports into:
+
+* ``processed.log`` -- one line ``id attempt pid`` per handler run that returned;
+* ``started-<id>-<attempt>`` -- written when a run starts (tests wait for it);
+* a job whose payload has ``"hold": true`` runs until ``release`` appears in the
+  directory (or its lease is lost), so a test can kill or stop a worker mid-job.
+
+A payload's ``"fail": n`` makes its first n attempts raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from echomq import App
+from echomq.policy import Backoff
+
+
+def _out() -> Path:
+    return Path(os.environ["EMQ_TEST_OUT"])
+
+
+def _record(name: str, line: str = "") -> None:
+    fd = os.open(_out() / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode())  # one small O_APPEND write: whole lines even from many processes
+    finally:
+        os.close(fd)
+
+
+def run(payload, ctx):
+    _record(f"started-{ctx.id}-{ctx.attempt}")
+    if payload.get("hold"):
+        while not (_out() / "release").exists() and not ctx.lease_lost:
+            time.sleep(0.01)  # the handler's own work, not test synchronisation
+    if ctx.attempt <= payload.get("fail", 0):
+        raise RuntimeError(f"planned failure {ctx.attempt}")
+    _record("processed.log", f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+
+
+async def run_async(payload, ctx):
+    _record(f"started-{ctx.id}-{ctx.attempt}")
+    while payload.get("hold") and not (_out() / "release").exists():
+        await asyncio.sleep(0.01)
+    if ctx.attempt <= payload.get("fail", 0):
+        raise RuntimeError(f"planned failure {ctx.attempt}")
+    _record("processed.log", f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+
+
+def make_app() -> App:
+    app = App("tests")
+    handler = run_async if os.environ.get("EMQ_TEST_ASYNC") else run
+    app.handler(os.environ["EMQ_TEST_QUEUE"], handler,
+                max_attempts=int(os.environ.get("EMQ_TEST_MAX_ATTEMPTS", "3")),
+                backoff=Backoff(base_ms=20, max_ms=200, jitter=0.0))
+    return app

@@ -1,0 +1,115 @@
+"""Helpers for the worker and CLI tests: waiting on observable conditions, worker processes.
+
+Nothing here sleeps as synchronisation: :func:`wait_until` polls a condition the test
+can observe (counts, a file a handler wrote, the server's clock) against a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "the condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy (returned), or fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def commands_sent(client) -> int:
+    """Commands clients sent (INFO commandstats): the verbs (EVALSHA on wire 4, EMQ.* on wire 6) and
+    the pause read (HGET); the calls a script or module verb makes inside the server are left out."""
+    stats = client.info("commandstats")
+    return sum(v["calls"] for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_hget")
+               or k.startswith("cmdstat_EMQ."))
+
+
+def processed(out: Path) -> list[tuple[str, int, int]]:
+    """The lines the test handler wrote: (id, attempt, pid) per run that returned."""
+    path = out / "processed.log"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        job_id, attempt, pid = line.split()
+        rows.append((job_id, int(attempt), int(pid)))
+    return rows
+
+
+def started(out: Path, job_id: str, attempt: int) -> bool:
+    return (out / f"started-{job_id}-{attempt}").exists()
+
+
+class WorkerProcess:
+    """One `emq worker worker_apps:make_app` process serving ``queue``; its log is kept in ``out``."""
+
+    def __init__(self, url: str, wire: int, queue: str, out: Path, *args: str, env: dict | None = None) -> None:
+        self.log_path = out / f"worker-{time.monotonic_ns()}.log"
+        environment = dict(os.environ, EMQ_TEST_QUEUE=queue, EMQ_TEST_OUT=str(out), **(env or {}))
+        environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), environment.get("PYTHONPATH", "")])
+        command = [sys.executable, "-m", "echomq.cli", "worker", "worker_apps:make_app", "--url", url,
+                   "--wire", str(wire), *args]
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT,
+                                            cwd=TESTS)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_log(self, text: str, timeout: float = 10.0) -> None:
+        wait_until(lambda: text in self.log() or self.process.poll() is not None, timeout, f"{text!r} in the log")
+        assert text in self.log(), f"the worker exited ({self.process.returncode}) without logging {text!r}:\n{self.log()}"
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float = 15.0) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker {self.pid} did not exit in {timeout}s:\n{self.log()}") from None
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def spawn(server, wire, out):
+    """``spawn(queue, *args)`` starts a worker process on the test's server; all are killed at teardown."""
+    started_procs: list[WorkerProcess] = []
+
+    def start(queue: str, *args: str, env: dict | None = None) -> WorkerProcess:
+        proc = WorkerProcess(server.url, wire, queue, out, *args, env=env)
+        started_procs.append(proc)
+        return proc
+
+    yield start
+    for proc in started_procs:
+        proc.kill()
