@@ -1,0 +1,750 @@
+"""A bounded chaos run with a ledger: workers SIGKILLed and frozen, the server crashed
+and restarted from its AOF, and at the end every enqueued id accounted for.
+
+    python -m tests.reliability.chaos --wire 6 --jobs 2000            # a small run
+    python -m tests.reliability.chaos --wire 6 --long                 # 100k jobs
+    python -m tests.reliability.chaos --wire 4 --fsync everysec --power-loss
+
+Processes: this one (producer, sweeper, chaos controller, checker) and N worker
+processes (``chaos.py worker``). Everyone appends one line per event to its own
+ledger file with ``os.write`` (unbuffered: a SIGKILLed worker loses at most the
+line it was writing). Times are CLOCK_MONOTONIC ns, shared by all processes.
+
+    E t q id ok|conn              producer: enqueue acknowledged / connection fault
+    C t q id token                worker: claim granted (reply received)
+    S t q id token verb           worker: settle about to be sent
+    R t q id token verb outcome   worker: settle answered (ok:<reply> lost err:<code> conn)
+    V t q run verdict id          sweeper: STALLED.CHECK verdict (rec exe dead); t = when it was sent
+    A t q id token                controller: a lease that crossed the restart just made (in active
+                                  after the restart with a deadline granted before it)
+    K/Z/U t pid                   controller: SIGKILL / SIGSTOP / SIGCONT of a worker
+    D t crash|clean|power  P t run_id   controller: server down / up again (new run_id)
+
+The checker (:func:`check`) proves, from the ledgers and a dump of the final keyspace:
+every id is completed (no row, no set, a complete was sent for it) or dead (row
+``state dead``, in dead only, ``last_error`` set); none is lost, none sits in two
+sets, no row disagrees with its set; no settle was accepted with a stale token (a
+token older than one already granted); and on wire 6 every expiry that crossed a
+restart was exempt and every other one counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import valkey
+
+import echomq
+from echomq import EmbeddedServer, Queue, connect, errors
+from echomq.serializers import JSON
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTLES = ("complete", "fail")
+FATAL = (valkey.ConnectionError, valkey.TimeoutError, valkey.exceptions.ValkeyClusterException)
+
+
+def now() -> int:
+    return time.monotonic_ns()
+
+
+class Ledger:
+    """One append-only event file per process; a line is one os.write (atomic for short lines)."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.lock = threading.Lock()
+
+    def log(self, *fields: Any, t: int | None = None) -> None:
+        line = (" ".join(str(f) for f in (fields[0], t or now(), *fields[1:])) + "\n").encode()
+        with self.lock:
+            os.write(self.fd, line)
+
+
+# ---------------------------------------------------------------------------------------------
+# connecting through restarts
+# ---------------------------------------------------------------------------------------------
+
+
+def open_connection(url: str, wire: int, cluster: bool, deadline_s: float = 60.0) -> echomq.Connection:
+    """Connect, polling while the server is down or loading its AOF."""
+    give_up = time.monotonic() + deadline_s
+    while True:
+        try:
+            return connect(url, wire=wire, cluster=cluster, socket_timeout=5)
+        except (errors.ConnectionFailed, errors.BrandError, errors.WireError, *FATAL):
+            if time.monotonic() > give_up:
+                raise
+            time.sleep(0.02)
+
+
+class Link:
+    """A connection and its queues, rebuilt after a connection fault."""
+
+    def __init__(self, url: str, wire: int, cluster: bool, queues: list[str]) -> None:
+        self.url, self.wire, self.cluster, self.names = url, wire, cluster, queues
+        self.conn: echomq.Connection | None = None
+        self.queues: dict[str, Queue] = {}
+
+    def get(self) -> dict[str, Queue]:
+        if self.conn is None:
+            self.conn = open_connection(self.url, self.wire, self.cluster)
+            self.queues = {name: Queue(self.conn, name, serializer=JSON) for name in self.names}
+        return self.queues
+
+    def drop(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+        self.conn = None
+
+
+# ---------------------------------------------------------------------------------------------
+# the worker process
+# ---------------------------------------------------------------------------------------------
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    ledger = Ledger(Path(args.ledger))
+    link = Link(args.url, args.wire, args.cluster, args.queues.split(","))
+    rng = random.Random(args.seed)
+    names = args.queues.split(",")
+    idle = 0
+    while True:
+        try:
+            queues = link.get()
+            job = queues[names[rng.randrange(len(names))]].claim(args.lease_ms)
+        except FATAL:
+            link.drop()
+            continue
+        if job is None:
+            idle += 1
+            time.sleep(min(0.001 * idle, 0.01))  # an idle poll of an empty queue, not a synchronisation
+            continue
+        idle = 0
+        ledger.log("C", job.queue, job.id, job.token)
+        spec = job.payload
+        if spec.get("ms"):
+            time.sleep(spec["ms"] / 1000)  # the job's work
+        if spec.get("poison") or job.attempt <= spec.get("fail", 0):
+            verb, send = "fail", lambda q: q.fail(job, "boom", max_attempts=args.max_attempts, backoff_ms=spec.get("backoff", 0))
+        else:
+            verb, send = "complete", lambda q: q.complete(job)
+        settle(ledger, link, job, verb, send)
+
+
+def settle(ledger: Ledger, link: Link, job: echomq.Job, verb: str, send) -> None:
+    """Send one fenced settle; after a connection fault resend it (same token: safe to repeat)."""
+    for _ in range(100):
+        ledger.log("S", job.queue, job.id, job.token, verb)
+        try:
+            reply = send(link.get()[job.queue])
+        except errors.LeaseLost:
+            ledger.log("R", job.queue, job.id, job.token, verb, "lost")
+            return
+        except errors.CommandRefused as exc:
+            ledger.log("R", job.queue, job.id, job.token, verb, f"err:{exc.code}")
+            return
+        except FATAL:
+            ledger.log("R", job.queue, job.id, job.token, verb, "conn")
+            link.drop()
+            continue
+        ledger.log("R", job.queue, job.id, job.token, verb, f"ok:{reply.value if hasattr(reply, 'value') else 1}")
+        return
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Config:
+    wire: int = 6
+    jobs: int = 2000
+    workers: int = 4
+    queues: int = 3
+    lease_ms: int = 1500
+    max_attempts: int = 4
+    max_stalled: int = 3
+    fsync: str = "always"
+    restarts: int = 3
+    kills: int = 6
+    freezes: int = 3
+    power_cuts: int = 1  #: restarts that also SIGKILL every worker (their leases cross the restart)
+    power_loss: bool = False  #: on a crash, cut the AOF back to what was on disk a second earlier
+    poison_every: int = 50
+    fail_every: int = 7
+    work_ms: int = 2
+    cluster: bool = False
+    seed: int = 1
+    drain_timeout_s: float = 120.0
+
+
+@dataclass
+class Report:
+    config: dict
+    seconds: float = 0.0
+    enqueued: int = 0
+    completed: int = 0
+    dead: dict = field(default_factory=dict)
+    lost: int = 0
+    erased_after_running: int = 0
+    in_two_sets: int = 0
+    row_set_mismatch: int = 0
+    unknown_keys: int = 0
+    restarts: int = 0
+    worker_kills: int = 0
+    freezes: int = 0
+    claims: int = 0
+    settles_accepted: int = 0
+    stale_settles_tried: int = 0
+    stale_settles_accepted: int = 0
+    tokens_settled_twice: int = 0
+    verdicts: dict = field(default_factory=dict)
+    crossed_restart_counted: int = 0  #: expiries that crossed a restart and were counted as stalls
+    crossed_restart_exempt: int = 0
+    counted_expiry_exempt: int = 0  #: expiries that did not cross a restart but were exempted
+    duplicate_completes: int = 0
+    metrics: dict = field(default_factory=dict)
+    regressions: dict = field(default_factory=dict)
+    violations: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+class Run:
+    def __init__(self, config: Config, workdir: Path) -> None:
+        self.c = config
+        self.dir = workdir
+        self.rng = random.Random(config.seed)
+        self.tag = f"c{config.seed}"
+        self.queue_names = [f"chaos{config.seed}-{i}" for i in range(config.queues)]
+        self.ledger = Ledger(workdir / "main.log")
+        self.workers: list[subprocess.Popen] = []
+        self.frozen: set[int] = set()
+        self.stop = threading.Event()
+        self.restart_lock = threading.Lock()
+        self.aof_sizes: list[tuple[float, Path, int]] = []
+        self.server = None
+        self.cluster = None
+        self.spawned = 0
+        self.span_s = max(3.0, config.jobs / 400)  # roughly the time the workers need for the jobs
+
+    # -- servers ------------------------------------------------------------------------------
+    def start_servers(self) -> None:
+        module = echomq.module_path() if self.c.wire == 6 else None
+        extra = ("--auto-aof-rewrite-percentage", "0")
+        if self.c.cluster:
+            from echomq.cluster import LocalCluster
+
+            self.cluster = LocalCluster(3, module=module, brand=self.c.wire, aof=True, appendfsync=self.c.fsync,
+                                        extra_args=extra).start()
+            self.url = self.cluster.url
+        else:
+            self.server = EmbeddedServer(module=module, brand=self.c.wire, aof=True, appendfsync=self.c.fsync,
+                                         directory=self.dir / "valkey", extra_args=extra).start()
+            self.url = self.server.url
+        self.ledger.log("P", self.run_ids())
+
+    def nodes(self) -> list[EmbeddedServer]:
+        return self.cluster.nodes if self.cluster else [self.server]
+
+    def run_ids(self) -> str:
+        return ",".join(node.run_id().decode() for node in self.nodes())
+
+    def restart(self, kind: str) -> None:
+        """Crash one server (SIGKILL) and start it again from its AOF: a new run_id."""
+        node = self.rng.choice(self.nodes())
+        with self.restart_lock:
+            if kind == "power":
+                for proc in list(self.workers):
+                    self.kill_worker(proc, respawn=False)
+            self.ledger.log("D", kind)
+            node.kill()
+            if self.c.power_loss:
+                self.cut_aof(node)
+            node.start()
+            if self.cluster:
+                self.cluster.wait_ok()
+            self.ledger.log("P", self.run_ids())
+            self.snapshot_crossing(node)
+            if kind == "power":
+                for _ in range(self.c.workers):
+                    self.spawn_worker()
+
+    def snapshot_crossing(self, node: EmbeddedServer) -> None:
+        """Log the leases that crossed this restart: active members of the restarted node whose
+        deadline is below up + lease_ms (a lease granted after the restart ends later). The
+        sweeper is held off (restart_lock) until this is read."""
+        with node.client() as client:
+            seconds, micros = client.time()
+            up_ms = seconds * 1000 + micros // 1000
+            for name in self.queue_names:
+                keys = echomq.Keyspace(name)
+                if self.cluster and self.cluster.node_for(keys.active) is not node:
+                    continue
+                for member, score in client.zrange(keys.active, 0, -1, withscores=True):
+                    if score < up_ms + self.c.lease_ms:
+                        token = client.hget(keys.job(member.decode()), "attempts")
+                        self.ledger.log("A", name, member.decode(), (token or b"-").decode())
+
+    def aof_file(self, node: EmbeddedServer) -> Path | None:
+        folder = node.dir / "appendonlydir"
+        incr = sorted(folder.glob("*.incr.aof"), key=lambda p: p.stat().st_mtime) if folder.exists() else []
+        return incr[-1] if incr else None
+
+    def watch_aof(self) -> None:
+        """Record the AOF's size over time: the model of what an fsync every second has made durable."""
+        while not self.stop.is_set():
+            for node in self.nodes():
+                path = self.aof_file(node)
+                if path is not None:
+                    try:
+                        self.aof_sizes.append((time.monotonic(), path, path.stat().st_size))
+                    except OSError:
+                        pass
+            time.sleep(0.05)
+
+    def cut_aof(self, node: EmbeddedServer) -> None:
+        """Power loss under everysec: keep only what the file held one second before the crash."""
+        path = self.aof_file(node)
+        if path is None:
+            return
+        before = time.monotonic() - 1.0
+        sizes = [size for t, p, size in self.aof_sizes if p == path and t <= before]
+        if sizes:
+            cut = path.stat().st_size - sizes[-1]
+            os.truncate(path, sizes[-1])
+            self.ledger.log("L", cut)
+
+    # -- workers --------------------------------------------------------------------------------
+    def spawn_worker(self) -> None:
+        self.spawned += 1
+        n = self.spawned
+        cmd = [sys.executable, "-m", "tests.reliability.chaos", "worker", "--url", self.url, "--wire", str(self.c.wire),
+               "--queues", ",".join(self.queue_names), "--lease-ms", str(self.c.lease_ms),
+               "--max-attempts", str(self.c.max_attempts), "--ledger", str(self.dir / f"worker-{n}.log"),
+               "--seed", str(self.rng.randrange(1 << 30))]
+        if self.c.cluster:
+            cmd.append("--cluster")
+        self.workers.append(subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True))
+
+    def kill_worker(self, proc: subprocess.Popen, respawn: bool = True) -> None:
+        self.ledger.log("K", proc.pid)
+        proc.kill()
+        proc.wait()
+        self.workers.remove(proc)
+        self.frozen.discard(proc.pid)
+        if respawn:
+            self.spawn_worker()
+
+    # -- the producer and the sweeper -----------------------------------------------------------
+    def payload(self, n: int) -> dict:
+        spec: dict[str, Any] = {"n": n, "ms": self.rng.randrange(self.c.work_ms + 1)}
+        if self.c.poison_every and n % self.c.poison_every == 0:
+            spec["poison"] = True
+        elif self.c.fail_every and n % self.c.fail_every == 0:
+            spec["fail"] = self.rng.randrange(1, self.c.max_attempts)
+            spec["backoff"] = self.rng.choice([0, 0, 20])
+        return spec
+
+    def job_id(self, n: int) -> str:
+        return f"{self.tag}-{n:07d}"
+
+    def produce(self) -> None:
+        link = Link(self.url, self.c.wire, self.c.cluster, self.queue_names)
+        batch = 100
+        began, rate = time.monotonic(), self.c.jobs / (self.span_s * 0.8)  # admit over most of the run
+        for start in range(0, self.c.jobs, batch):
+            while time.monotonic() - began < start / rate and not self.stop.is_set():
+                time.sleep(0.005)  # pacing the producer, so faults land among enqueues too
+            ns = range(start, min(start + batch, self.c.jobs))
+            while True:
+                try:
+                    queues = link.get()
+                    by_queue = defaultdict(list)
+                    for n in ns:
+                        q = queues[self.queue_names[n % len(self.queue_names)]]
+                        by_queue[q.name].append(q._enqueue_call(self.payload(n), self.job_id(n), 0))
+                    for name, calls in by_queue.items():
+                        for call, reply in zip(calls, link.conn.send_many(calls)):
+                            if isinstance(reply, Exception):
+                                raise reply
+                            self.ledger.log("E", name, call.argv[0], "ok")
+                    break
+                except FATAL:
+                    # the batch may be partly in: resending is idempotent while the rows live
+                    for n in ns:
+                        self.ledger.log("E", self.queue_names[n % len(self.queue_names)], self.job_id(n), "conn")
+                    link.drop()
+            if self.stop.is_set():
+                return
+
+    def sweep(self) -> None:
+        link = Link(self.url, self.c.wire, self.c.cluster, self.queue_names)
+        while not self.stop.is_set():
+            with self.restart_lock:  # never sweep between a restart and its crossing snapshot
+                try:
+                    queues = link.get()
+                    for q in queues.values():
+                        q.promote()
+                        sent = now()
+                        result = q.stalled_check(self.c.max_stalled, 1000)
+                        for verdict, ids in (("rec", result.recovered), ("exe", result.exempt), ("dead", result.dead)):
+                            for job_id in ids:
+                                self.ledger.log("V", q.name, "-", verdict, job_id, t=sent)
+                except FATAL:
+                    link.drop()
+                except errors.CommandRefused as exc:
+                    self.ledger.log("X", "sweep", exc.code)
+            time.sleep(0.05)  # the sweeper's period
+
+    # -- the run --------------------------------------------------------------------------------
+    def chaos_plan(self, span_s: float) -> list[tuple[float, str]]:
+        """When each fault strikes, seconds after the start (seeded)."""
+        c = self.c
+        plan = [(self.rng.uniform(0.1, span_s), "kill") for _ in range(c.kills)]
+        plan += [(self.rng.uniform(0.1, span_s), "freeze") for _ in range(c.freezes)]
+        kinds = ["power"] * min(c.power_cuts, c.restarts) + ["crash"] * (c.restarts - min(c.power_cuts, c.restarts))
+        plan += [(span_s * (i + 1) / (c.restarts + 1), kind) for i, kind in enumerate(kinds)]
+        return sorted(plan)
+
+    def execute(self) -> Report:
+        started = time.monotonic()
+        self.start_servers()
+        for _ in range(self.c.workers):
+            self.spawn_worker()
+        threads = [threading.Thread(target=f, daemon=True) for f in (self.produce, self.sweep, self.watch_aof)]
+        for t in threads:
+            t.start()
+        span_s = self.span_s
+        thaw: list[tuple[float, subprocess.Popen]] = []
+        for at, kind in self.chaos_plan(span_s):
+            while time.monotonic() - started < at:
+                self.thaw_due(thaw)
+                time.sleep(0.01)
+            live = [p for p in self.workers if p.pid not in self.frozen]
+            if kind == "kill" and live:
+                self.kill_worker(self.rng.choice(live))
+            elif kind == "freeze" and live:
+                proc = self.rng.choice(live)
+                self.ledger.log("Z", proc.pid)
+                proc.send_signal(signal.SIGSTOP)
+                self.frozen.add(proc.pid)
+                thaw.append((time.monotonic() + self.c.lease_ms / 1000 * 1.5, proc))
+            elif kind in ("crash", "power"):
+                self.restart(kind)
+        threads[0].join()  # every job admitted
+        self.drain(thaw)
+        self.stop.set()
+        for t in threads[1:]:
+            t.join(timeout=10)
+        for proc in list(self.workers):
+            proc.kill()
+            proc.wait()
+        report = check(self.dir, self.c, self.final_dump())
+        report.seconds = round(time.monotonic() - started, 1)
+        for node in self.nodes():
+            node.cleanup()
+        return report
+
+    def thaw_due(self, thaw: list) -> None:
+        for item in list(thaw):
+            due, proc = item
+            if time.monotonic() >= due:
+                thaw.remove(item)
+                if proc.poll() is None:
+                    self.ledger.log("U", proc.pid)
+                    proc.send_signal(signal.SIGCONT)
+                self.frozen.discard(proc.pid)
+
+    def drain(self, thaw: list) -> None:
+        """Poll the queues until every job has settled (pending, active and schedule empty)."""
+        link = Link(self.url, self.c.wire, self.c.cluster, self.queue_names)
+        give_up = time.monotonic() + self.c.drain_timeout_s
+        while True:
+            self.thaw_due(thaw)
+            try:
+                counts = [q.counts() for q in link.get().values()]
+                if not thaw and all(c.pending == c.active == c.scheduled == 0 for c in counts):
+                    return
+            except FATAL:
+                link.drop()
+            if time.monotonic() > give_up:
+                raise TimeoutError(f"chaos run did not drain in {self.c.drain_timeout_s}s: {counts}")
+            time.sleep(0.05)
+
+    def final_dump(self) -> dict:
+        """Every key of every queue: type and content (rows as field maps, sets as id → score)."""
+        conn = open_connection(self.url, self.c.wire, self.c.cluster)
+        client = conn.client
+        out: dict[str, Any] = {"keys": {}, "metrics": {}}
+        for name in self.queue_names:
+            q = Queue(conn, name)
+            for node_client in self._node_clients():
+                for key in node_client.scan_iter(match=q.keys.pattern(), count=1000):
+                    kind = node_client.type(key).decode()
+                    if kind == "hash":
+                        out["keys"][key.decode()] = ("hash", {k.decode(): v.decode(errors="replace")
+                                                              for k, v in node_client.hgetall(key).items()})
+                    elif kind == "zset":
+                        out["keys"][key.decode()] = ("zset", {m.decode(): s for m, s in
+                                                              node_client.zrange(key, 0, -1, withscores=True)})
+                    else:
+                        out["keys"][key.decode()] = (kind, None)
+            out["metrics"][name] = q.metrics()
+        conn.close()
+        return out
+
+    def _node_clients(self):
+        return [node.client() for node in self.nodes()]
+
+
+# ---------------------------------------------------------------------------------------------
+# the checker
+# ---------------------------------------------------------------------------------------------
+
+
+def read_events(folder: Path) -> list[list[str]]:
+    events = []
+    for path in folder.glob("*.log"):
+        for line in path.read_text().splitlines():
+            parts = line.split(" ")
+            if len(parts) >= 2 and parts[1].isdigit():
+                events.append(parts)
+    events.sort(key=lambda e: int(e[1]))
+    return events
+
+
+def check(folder: Path, c: Config, dump: dict) -> Report:
+    report = Report(config=asdict(c))
+    v = report.violations
+    events = read_events(folder)
+    claims: dict[str, list[tuple[int, int]]] = defaultdict(list)  # id -> [(t, token)]
+    sends: dict[tuple, int] = {}
+    complete_sent: set[str] = set()
+    accepted: Counter = Counter()
+    enqueued: set[str] = set()
+    ups: list[int] = []
+    verdicts: list[tuple[int, str, str]] = []
+    crossing: dict[str, tuple[int, str]] = {}  # id -> (restart time, token) of a lease not yet swept
+    sent_after: dict[str, list[tuple[int, str]]] = defaultdict(list)  # id -> [(t, token)] of settles sent
+    completes_ok: Counter = Counter()
+    for e in events:
+        kind, t = e[0], int(e[1])
+        if kind == "E" and e[4] == "ok":
+            enqueued.add(e[3])
+        elif kind == "C":
+            claims[e[3]].append((t, int(e[4])))
+            report.claims += 1
+        elif kind == "S":
+            sends[(e[3], e[4], e[5])] = t  # the latest send of this settle
+            sent_after[e[3]].append((t, e[4]))
+            if e[5] == "complete":
+                complete_sent.add(e[3])
+        elif kind == "R":
+            job_id, token, verb, outcome = e[3], int(e[4]), e[5], e[6]
+            sent = sends.get((job_id, e[4], verb), t)
+            stale = any(tok > token and tc < sent for tc, tok in claims[job_id])
+            report.stale_settles_tried += stale
+            if outcome.startswith("ok"):
+                report.settles_accepted += 1
+                accepted[(job_id, token)] += 1
+                if stale:
+                    report.stale_settles_accepted += 1
+                    if not c.power_loss:  # a claim erased by the cut hands its token out again
+                        v.append(f"stale settle accepted: {verb} {job_id} token {token}")
+                if verb == "complete":
+                    completes_ok[job_id] += 1
+        elif kind == "P":
+            ups.append(t)
+        elif kind == "A":
+            crossing[e[3]] = (ups[-1], e[4])
+        elif kind == "V":
+            verdicts.append((t, e[4], e[5]))
+        elif kind == "K":
+            report.worker_kills += 1
+        elif kind == "Z":
+            report.freezes += 1
+        elif kind == "L":
+            report.regressions["aof_bytes_cut"] = report.regressions.get("aof_bytes_cut", 0) + int(e[2])
+    report.restarts = max(0, len(ups) - 1)
+    report.enqueued = len(enqueued)
+    report.tokens_settled_twice = sum(1 for n in accepted.values() if n > 1)
+    if report.tokens_settled_twice and not c.power_loss:
+        v.append(f"{report.tokens_settled_twice} tokens had two accepted settles")
+    report.duplicate_completes = sum(n - 1 for n in completes_ok.values() if n > 1)
+
+    # -- verdicts against restarts -------------------------------------------------------------
+    # A verdict judges a lease that crossed a restart when its id was in that restart's
+    # snapshot and this is the id's first verdict since (a lease must be swept before the
+    # job can be claimed again). If its holder sent a settle meanwhile, the lease may have
+    # ended and another begun: ambiguous, not judged.
+    tally: Counter = Counter()
+    for tv, verdict, job_id in sorted(verdicts):
+        tally[verdict] += 1
+        crossed = False
+        if job_id in crossing:
+            up, token = crossing.pop(job_id)
+            if any(up < ts < tv and tok == token for ts, tok in sent_after[job_id]):
+                tally["ambiguous"] += 1
+                continue
+            crossed = up < tv
+        if crossed and verdict == "exe":
+            report.crossed_restart_exempt += 1
+        elif crossed:
+            report.crossed_restart_counted += 1
+            if c.wire == 6:
+                v.append(f"wire 6 counted a restart-crossing expiry as a stall: {job_id}")
+        elif verdict == "exe":
+            report.counted_expiry_exempt += 1
+            if not c.power_loss:  # a cut moves the dataset back in time under the ledger's feet
+                v.append(f"an expiry within one run was exempted: {job_id}")
+    report.verdicts = dict(tally)
+
+    # -- the final keyspace, id by id ----------------------------------------------------------
+    keys = dump["keys"]
+    members: dict[str, list[str]] = defaultdict(list)
+    rows: dict[str, dict] = {}
+    known = set()
+    for key, (kind, content) in keys.items():
+        queue = key[key.index("{") + 1 : key.index("}")]
+        suffix = key[key.index("}") + 2 :]
+        if suffix.startswith("job:") and kind == "hash":
+            rows[suffix[4:]] = content
+            known.add(key)
+        elif suffix in ("pending", "active", "schedule", "dead") and kind == "zset":
+            for member in content:
+                members[member].append(suffix)
+            known.add(key)
+        elif suffix.startswith("metrics:") or suffix == "meta":
+            known.add(key)
+    report.unknown_keys = len(set(keys) - known)
+    if report.unknown_keys:
+        v.append(f"unknown keys: {sorted(set(keys) - known)[:5]}")
+    dead_reasons: Counter = Counter()
+    ledger_ids = {f"c{c.seed}-{n:07d}" for n in range(c.jobs)}
+    for job_id in sorted(ledger_ids | set(rows) | set(members)):
+        sets, row = members.get(job_id, []), rows.get(job_id)
+        if job_id not in ledger_ids:
+            v.append(f"an id nobody enqueued: {job_id}")
+            continue
+        if len(sets) > 1:
+            report.in_two_sets += 1
+            v.append(f"{job_id} in {sets}")
+        if row is None and not sets:
+            if job_id in complete_sent:
+                report.completed += 1
+            elif claims[job_id]:
+                report.erased_after_running += 1  # ran (a dead letter, or failing), then its record was cut
+                if not c.power_loss:
+                    v.append(f"erased: {job_id} ran but has no row and never completed")
+            else:
+                report.lost += 1
+                if not c.power_loss:
+                    v.append(f"lost: {job_id} (no row, no set, never claimed)")
+        elif row is not None and row.get("state") == "dead" and sets == ["dead"] and row.get("last_error"):
+            dead_reasons[row["last_error"]] += 1
+            if c.wire == 6:
+                counted = sum(1 for _, verdict, i in verdicts if i == job_id and verdict in ("rec", "dead"))
+                if int(row.get("stalled", 0)) != counted:
+                    v.append(f"{job_id}: stalled={row.get('stalled')} but {counted} counted verdicts")
+        else:
+            report.row_set_mismatch += 1
+            v.append(f"{job_id}: row {row and row.get('state')} sets {sets}")
+    report.dead = dict(dead_reasons)
+    poison = {f"c{c.seed}-{n:07d}" for n in range(c.jobs) if c.poison_every and n % c.poison_every == 0}
+    for job_id in poison:
+        row = rows.get(job_id)
+        if (row is None or row.get("state") != "dead") and not c.power_loss:
+            v.append(f"poison job {job_id} did not end dead: {row}")
+        elif row is None:
+            report.regressions["dead_letters_erased"] = report.regressions.get("dead_letters_erased", 0) + 1
+    completed_metric = sum(m["completed"] for m in dump["metrics"].values())
+    failed_metric = sum(m["failed"] for m in dump["metrics"].values())
+    report.metrics = {"completed": completed_metric, "failed": failed_metric}
+    if completed_metric != report.completed + report.duplicate_completes and not c.power_loss:
+        v.append(f"metrics:completed {completed_metric} != {report.completed} completed")
+    if c.power_loss:
+        report.regressions.update(
+            acknowledged_enqueues_lost_never_ran=report.lost,
+            records_erased_after_running=report.erased_after_running,
+            completed_metric_regressed_by=report.completed + report.duplicate_completes - completed_metric,
+            jobs_run_again_after_completing=report.duplicate_completes,
+            tokens_handed_out_twice=report.stale_settles_accepted + report.tokens_settled_twice,
+        )
+    if len(report.violations) > 50:
+        report.violations = report.violations[:50] + [f"... {len(v) - 50} more"]
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+# ---------------------------------------------------------------------------------------------
+
+
+def run(config: Config, keep: str | None = None) -> Report:
+    folder = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="echomq-chaos-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    chaos = Run(config, folder)
+    try:
+        return chaos.execute()
+    finally:
+        for proc in chaos.workers:
+            if proc.poll() is None:
+                proc.kill()
+        for node in chaos.nodes() if (chaos.server or chaos.cluster) else []:
+            node.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.reliability.chaos")
+    sub = parser.add_subparsers(dest="cmd")
+    w = sub.add_parser("worker")
+    for name in ("url", "queues", "ledger"):
+        w.add_argument(f"--{name}", required=True)
+    for name in ("wire", "lease-ms", "max-attempts", "seed"):
+        w.add_argument(f"--{name}", type=int, required=True)
+    w.add_argument("--cluster", action="store_true")
+    for name, default in asdict(Config()).items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(default, bool):
+            parser.add_argument(flag, action="store_true", default=default)
+        else:
+            parser.add_argument(flag, type=type(default), default=default)
+    parser.add_argument("--long", action="store_true", help="100k jobs, 8 restarts, 40 kills (minutes)")
+    parser.add_argument("--keep", help="keep the ledgers in this folder")
+    args = parser.parse_args(argv)
+    if args.cmd == "worker":
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        worker_main(args)
+        return 0
+    config = Config(**{k: getattr(args, k) for k in asdict(Config())})
+    if args.long:
+        config.jobs, config.restarts, config.kills, config.freezes, config.workers = 100_000, 8, 40, 10, 6
+        config.drain_timeout_s = 900
+    report = run(config, args.keep)
+    out = asdict(report)
+    print(json.dumps(out, indent=1))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
