@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..verbs import BY_NAME
-from .compare import Diff, diff, reply_same
+from .compare import MISSING, Diff, Whole, diff, reply_same
 from .dump import Dump, Entry
 from .normalise import I64_MAX, Err, Offset, plain, row_key, same, string2ll
 from .observation import Observation, Verdict
@@ -579,7 +579,23 @@ def local(obs: Observation, ids: frozenset[bytes]) -> bool:
     rows = {row_key(obs.base, j) for j in ids}
     members = {f"member {j.decode(errors='backslashreplace')}" for j in ids}
     metrics = {obs.base + b"metrics:failed", obs.base + b"metrics:completed"}
-    return all(d.key in rows or d.key in metrics or d.part in members for d in obs.diffs)
+    return all(d.key in rows or d.key in metrics or d.part in members or _whole_set_of(d, ids) for d in obs.diffs)
+
+
+def _whole_set_of(d: Diff, ids: frozenset[bytes]) -> bool:
+    """A set present on one side only (or of another kind) whose differing members are all ``ids``."""
+    if d.part is not None:
+        return False
+    sides = []
+    for side in (d.left, d.right):
+        if side is MISSING:
+            sides.append({})
+        elif isinstance(side, Whole) and side.kind == "zset":
+            sides.append(side.value)
+        else:
+            return False
+    a, b = sides
+    return all(m in ids for m in a.keys() | b.keys() if not same(a.get(m), b.get(m)))
 
 
 def classify(obs: Observation) -> Verdict:

@@ -55,7 +55,7 @@ def table(results: Iterable[CaseResult], out: TextIO, *, brief: bool = False) ->
 
 
 def by_kind(tally: Tally) -> str:
-    named = sum(tally.named.values())
+    named = tally.named_steps
     kinds = ", ".join(f"§{n} ×{c}" for n, c in sorted(tally.named.items()))
     return (f"{tally.steps} steps: {tally.equal} equal, {named} differ as named"
             + (f" ({kinds})" if kinds else "") + f", {tally.unexpected} UNEXPECTED")

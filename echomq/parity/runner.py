@@ -193,7 +193,8 @@ class Tally:
 
     steps: int = 0
     equal: int = 0
-    named: dict[str, int] = field(default_factory=dict)
+    named_steps: int = 0
+    named: dict[str, int] = field(default_factory=dict)  #: per §5 name (a step may show two)
     unexpected: int = 0
 
     def add(self, verdict: Verdict) -> None:
@@ -201,6 +202,7 @@ class Tally:
         if verdict.kind == "equal":
             self.equal += 1
         elif verdict.kind == "named":
+            self.named_steps += 1
             for name in verdict.names:
                 self.named[name] = self.named.get(name, 0) + 1
         else:
