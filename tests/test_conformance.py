@@ -242,6 +242,16 @@ def test_extends_answers_per_pair_with_one_deadline(q):
     assert snap(q) == expected
 
 
+def test_extend_many_splits_past_the_extends_pair_limit(q):
+    """EXTENDS takes at most 1000 pairs (SPEC §3); the API sends 1001 leases as two commands."""
+    made = q.enqueue_many([b"p"] * 1001)
+    jobs = [q.claim(60_000) for _ in made]
+    answers = q.extend_many(jobs, 120_000)
+    assert len(answers) == 1001 and all(a > 0 for a in answers)
+    assert {s for _, s in q.ids(State.ACTIVE, count=2000)} == set(answers)
+    assert len(set(answers)) <= 2  # one deadline per command
+
+
 # --------------------------------------------------------------------------- COMPLETE
 
 

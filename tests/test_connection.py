@@ -125,6 +125,44 @@ def test_wire6_refuses_a_node_branded_4(server4):
             connect(server4.url, wire=6)
 
 
+@pytest.fixture(scope="module")
+def bare_native_server():
+    from echomq import module_path
+
+    with EmbeddedServer(module=module_path()) as server:  # the module, no brand
+        yield server
+
+
+@pytest.fixture
+def bare_native(bare_native_server):
+    client = bare_native_server.client()
+    client.flushall()
+    yield bare_native_server, client
+    client.flushall()
+    client.close()
+
+
+def test_wire6_needs_the_brand_after_the_tokens(bare_native):
+    server, client = bare_native
+    with unchanged(client):
+        with pytest.raises(BrandError, match="not branded"):
+            connect(server.url, wire=6)
+    assert client.exists(VERSION_KEY) == 0
+
+
+@pytest.mark.parametrize("have,want", [(4, 6), (6, 4)])
+def test_wire6_node_and_script_brands_refuse_each_other(bare_native, have, want):
+    """SPEC §7: a node is one or the other, even when the module is loaded."""
+    server, client = bare_native
+    brand_node(client, have)
+    with unchanged(client):
+        with pytest.raises(BrandError) as info:
+            connect(server.url, wire=want)
+    assert BRANDS[have].decode() in str(info.value)
+    with connect(server.url, wire=have) as conn:
+        assert conn.wire == have
+
+
 def test_brand_node_brands_once_and_repeats_as_a_no_op(bare):
     server, client = bare
     assert brand_node(client, 4) == BRANDS[4]
