@@ -1,0 +1,200 @@
+"""`emq`: every command against real servers, and clear errors on bad input with nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import fresh_name
+from echomq import EmbeddedServer, Queue, module_path
+from echomq.cli import main
+from echomq.server import free_port
+from helpers import dump, server_ms, wait_server_past
+from worker_helpers import ROOT, wait_until
+
+
+@pytest.fixture
+def emq(server):
+    """``emq(*args)`` runs the CLI in-process on the test's server; returns the click Result."""
+    runner = CliRunner(env={"COLUMNS": "200"})  # rich tables unwrapped
+
+    def run(*args: str, url: str | None = None):
+        return runner.invoke(main, [*args, "--url", url or server.url], catch_exceptions=False)
+
+    return run
+
+
+@pytest.fixture
+def name():
+    return fresh_name("c")
+
+
+def test_enqueue_then_stats_inspect_and_the_wire_auto_detected(emq, conn, name):
+    result = emq("enqueue", "-q", name, '{"to": "ada"}', '{"to": "bob"}')
+    assert result.exit_code == 0, result.output
+    ids = [line.split("\t")[0] for line in result.stdout.splitlines()]
+    assert len(ids) == 2
+    queue = Queue(conn, name)
+    assert queue.counts().pending == 2 and queue.job(ids[0])["payload"] == {"to": "ada"}
+
+    stats = emq("stats", "-q", name)
+    assert stats.exit_code == 0 and name in stats.stdout
+    assert [c for c in stats.stdout.splitlines() if name in c][0].split("│")[2].strip() == "2"
+
+    shown = emq("inspect", ids[1], "-q", name)
+    assert shown.exit_code == 0 and "pending" in shown.stdout and '"to": "bob"' in shown.stdout
+
+
+def test_stats_without_a_queue_finds_every_queue_and_watch_shows_rates(emq, conn, name):
+    Queue(conn, name).enqueue({})
+    assert name in emq("stats").stdout
+    watched = emq("stats", "-q", name, "--watch", "--times", "2", "--interval", "0.05")
+    assert watched.exit_code == 0 and "completed/s" in watched.stdout
+
+
+def test_enqueue_options_id_priority_delay_count_raw(emq, conn, name):
+    queue = Queue(conn, name)
+    assert emq("enqueue", "-q", name, "--id", "order-1", "{}").exit_code == 0
+    again = emq("enqueue", "-q", name, "--id", "order-1", "{}")
+    assert "exists (not enqueued again)" in again.stdout
+    assert emq("enqueue", "-q", name, "--priority", "5", "--count", "3", '{"x": 1}').exit_code == 0
+    assert emq("enqueue", "-q", name, "--delay-ms", "60000", "{}").exit_code == 0
+    assert emq("enqueue", "-q", name, "--raw", "plain text").exit_code == 0
+    counts = queue.counts()
+    assert (counts.pending, counts.scheduled) == (5, 1)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("enqueue", "-q", "QUEUE", "{bad json"), "is not JSON"),
+    (("enqueue", "-q", "QUEUE", "{}", "[1, 2"), "is not JSON"),
+    (("enqueue", "-q", "QUEUE", "--id", "x", "{}", "{}"), "--id names one job"),
+    (("enqueue", "-q", "bad{queue}", "{}"), "bad queue name"),
+    (("stats", "-q", "bad{queue}"), "bad queue name"),
+    (("pause", "-q", ""), "bad queue name"),
+    (("inspect", "x" * 600, "-q", "QUEUE"), "bad job id"),
+    (("reprocess", "-q", "QUEUE", "x" * 600), "bad job id"),
+])
+def test_bad_input_is_a_clear_error_and_writes_nothing(emq, server, name, args, message):
+    with server.client() as client:
+        before = dump(client)
+        result = emq(*(name if a == "QUEUE" else a for a in args))
+        assert result.exit_code == 1 and message in result.stderr, result.output
+        assert "Traceback" not in result.output
+        assert dump(client) == before
+
+
+def test_bad_url_missing_server_unbranded_node_and_the_wrong_wire(emq, server, wire, name):
+    bad = emq("stats", url="http://example.com")
+    assert bad.exit_code == 1 and "bad URL" in bad.stderr
+    missing = emq("stats", url=f"redis://127.0.0.1:{free_port()}")
+    assert missing.exit_code == 1 and "no Valkey answers" in missing.stderr
+    other = 4 if wire == 6 else 6
+    wrong = CliRunner().invoke(main, ["stats", "--url", server.url, "--wire", str(other)])
+    assert wrong.exit_code == 1
+    assert ("branded" in wrong.stderr) or ("EMQ.VERSION" in wrong.stderr), wrong.stderr
+    with EmbeddedServer() as bare:
+        unbranded = emq("enqueue", "-q", name, "{}", url=bare.url)
+        assert unbranded.exit_code == 1 and "not branded" in unbranded.stderr and "emq brand" in unbranded.stderr
+        with bare.client() as client:
+            assert client.dbsize() == 0
+
+
+def test_brand_once_and_never_the_other_wire():
+    runner = CliRunner()
+    with EmbeddedServer() as bare:
+        first = runner.invoke(main, ["brand", bare.url, "--wire", "4"])
+        assert first.exit_code == 0 and "echomq:4.0.0" in first.stdout
+        assert runner.invoke(main, ["brand", bare.url, "--wire", "4"]).exit_code == 0  # idempotent
+        other = runner.invoke(main, ["brand", bare.url, "--wire", "6"])
+        assert other.exit_code == 1 and "already branded" in other.stderr
+        assert runner.invoke(main, ["stats", "--url", bare.url]).exit_code == 0
+
+
+def test_dead_lists_and_reprocess_sends_back(emq, conn, name):
+    queue = Queue(conn, name)
+    jobs = [queue.enqueue({"n": n}) for n in range(3)]
+    for _ in jobs:
+        queue.fail(queue.claim(10_000), "boom: bad row", max_attempts=1)
+    listed = emq("dead", "-q", name)
+    assert listed.exit_code == 0 and "dead in" in listed.stdout and "boom: bad row" in listed.stdout
+    assert all(j.id in listed.stdout for j in jobs)
+
+    one = emq("reprocess", "-q", name, jobs[0].id, "no-such-job")
+    assert one.exit_code == 0 and "reprocessed 1 job(s)" in one.stdout and "no-such-job: not in dead" in one.stderr
+    assert queue.state(jobs[0].id).value == "pending"
+    assert "reprocessed 2 job(s)" in emq("reprocess", "-q", name, "--all").stdout
+    assert queue.counts().pending == 3 and queue.counts().dead == 0
+    assert emq("reprocess", "-q", name).exit_code == 2  # neither ids nor --all: a usage error
+
+
+def test_pause_resume_promote_and_sweep_once(emq, conn, name):
+    queue = Queue(conn, name)
+    assert "paused" in emq("pause", "-q", name).stdout and queue.counts().paused
+    assert "(paused)" in emq("stats", "-q", name).stdout
+    assert "resumed" in emq("resume", "-q", name).stdout and not queue.counts().paused
+
+    queue.schedule({}, 0)
+    wait_server_past(conn.client, server_ms(conn.client) + 1)
+    assert "promoted 1 job(s)" in emq("promote", "-q", name).stdout
+    job = queue.claim(1)
+    wait_server_past(conn.client, conn.client.zscore(queue.keys.active, job.id))
+    swept = emq("sweep", "-q", name, "--max-stalled", "2")
+    assert "recovered 1" in swept.stdout and job.id in swept.stdout
+    assert queue.state(job.id).value == "pending"
+
+
+def test_inspect_a_held_job_shows_its_lease_and_a_missing_one_is_an_error(emq, conn, name):
+    queue = Queue(conn, name)
+    queue.enqueue({"a": 1})
+    job = queue.claim(60_000)
+    shown = emq("inspect", job.id, "-q", name)
+    assert "active" in shown.stdout and "expires in" in shown.stdout
+    missing = emq("inspect", "nope", "-q", name)
+    assert missing.exit_code == 1 and "no job 'nope'" in missing.stderr
+
+
+def test_module_path_and_a_bad_app_spec():
+    runner = CliRunner()
+    result = runner.invoke(main, ["module-path"])
+    assert result.exit_code == 0 and result.stdout.strip() == module_path()
+    bad = runner.invoke(main, ["worker", "no_such_module_here:app"])
+    assert bad.exit_code == 2 and "cannot import 'no_such_module_here'" in bad.stderr
+    shape = runner.invoke(main, ["worker", "no-colon"])
+    assert shape.exit_code == 2 and "expected module:app" in shape.stderr
+
+
+@pytest.mark.parametrize("wire_arg", ["4", "6"])
+def test_server_runs_until_sigterm(tmp_path, wire_arg):
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "echomq.cli", "server", "--wire", wire_arg, "--port", str(port),
+                             "--aof", "--dir", str(tmp_path / "data")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert f"redis://127.0.0.1:{port}, wire {wire_arg}, AOF on" in line, line + proc.stderr.read()
+        result = CliRunner().invoke(main, ["enqueue", "-q", "s", "{}", "--url", f"redis://127.0.0.1:{port}"])
+        assert result.exit_code == 0, result.output
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert (tmp_path / "data" / "appendonlydir").is_dir()  # the data directory was kept
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_demo_app_module_loads():
+    from echomq.cli import load_app
+
+    app = load_app("echomq.demo:app")
+    assert list(app.tasks) == ["demo"]
+    assert json.dumps(app.tasks["demo"].fn({"order": 123}, None)) == "6"

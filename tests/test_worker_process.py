@@ -1,0 +1,102 @@
+"""`emq worker` processes against real servers: many processes, SIGKILL, SIGTERM, a second signal."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from conftest import fresh_name
+from echomq import Queue
+from helpers import wait_server_past
+from worker_helpers import out, processed, spawn, started, wait_until  # noqa: F401 (fixtures)
+
+FAST_TIMERS = ("--promote-interval-ms", "50", "--sweep-interval-ms", "50")
+
+
+def test_two_worker_processes_process_every_job_exactly_once(conn, spawn, out):
+    name = fresh_name("p")
+    queue = Queue(conn, name)
+    ids = {job.id for job in queue.enqueue_many([{"n": n} for n in range(400)])}
+    workers = [spawn(name, "-c", "4") for _ in range(2)]
+    wait_until(lambda: queue.metrics()["completed"] == 400, 30, "400 completions")
+    rows = processed(out)
+    assert sorted(job_id for job_id, _, _ in rows) == sorted(ids)  # each once, none missing
+    assert {attempt for _, attempt, _ in rows} == {1}
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait() == 0
+        assert "stopped with nothing held" in worker.log()
+    assert queue.counts().total == 0
+
+
+def test_retry_and_dead_across_a_worker_process(conn, spawn, out):
+    name = fresh_name("p")
+    queue = Queue(conn, name)
+    flaky = queue.enqueue({"fail": 2})
+    broken = queue.enqueue({"fail": 99})
+    spawn(name, *FAST_TIMERS, env={"EMQ_TEST_MAX_ATTEMPTS": "3"})
+    wait_until(lambda: queue.metrics() == {"completed": 1, "failed": 1}, 20, "one completion and one death")
+    assert [(i, a) for i, a, _ in processed(out)] == [(flaky.id, 3)]
+    row = queue.job(broken.id)
+    assert row["state"] == "dead" and row["attempts"] == "3" and row["last_error"] == "RuntimeError: planned failure 3"
+
+
+def test_a_sigkilled_workers_job_is_recovered_by_another_workers_sweep(conn, spawn, out):
+    name = fresh_name("p")
+    queue = Queue(conn, name)
+    job = queue.enqueue({"hold": True})
+    first = spawn(name, "--lease-ms", "300", *FAST_TIMERS)
+    wait_until(lambda: started(out, job.id, 1), 20, "the first attempt to start")
+    first.kill()  # SIGKILL mid-job: no settle, no requeue, the lease just stops being renewed
+    assert queue.state(job.id).value == "active"
+    (out / "release").touch()
+    second = spawn(name, "--lease-ms", "300", *FAST_TIMERS)
+    wait_until(lambda: queue.metrics()["completed"] == 1, 20, "the recovered job to complete")
+    assert [(i, a) for i, a, pid in processed(out)] == [(job.id, 2)]
+    assert processed(out)[0][2] == second.pid
+    second.wait_log("1 expired lease(s) recovered")
+
+
+@pytest.mark.parametrize("async_handler", [False, True], ids=["sync", "async"])
+def test_sigterm_waits_the_grace_then_requeues_on_wire_6_or_leaves_to_lease_expiry_on_wire_4(
+        conn, wire, spawn, out, async_handler):
+    name = fresh_name("p")
+    queue = Queue(conn, name)
+    jobs = [queue.enqueue({"hold": True}) for _ in range(2)]
+    worker = spawn(name, "-c", "2", "--grace", "0.3", "--lease-ms", "400",
+                   env={"EMQ_TEST_ASYNC": "1"} if async_handler else None)
+    wait_until(lambda: all(started(out, j.id, 1) for j in jobs), 20, "both jobs to start")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    log = worker.log()
+    assert "SIGTERM: no more claims; 2 job(s) held" in log
+    if wire == 6:
+        assert "wire 6: requeued 2 job(s)" in log
+        assert queue.counts().pending == 2 and queue.counts().active == 0
+    else:
+        assert "wire 4 has no REQUEUE: 2 job(s) still held are left to lease expiry" in log
+        deadline = max(conn.client.zscore(queue.keys.active, j.id) for j in jobs)
+        wait_server_past(conn.client, deadline)
+        assert sorted(queue.stalled_check(max_stalled=3).recovered) == sorted(j.id for j in jobs)
+    assert processed(out) == []  # the held handlers never settled
+    (out / "release").touch()
+    spawn(name)
+    wait_until(lambda: queue.metrics()["completed"] == 2, 20, "both jobs to complete")
+    assert sorted((i, a) for i, a, _ in processed(out)) == sorted((j.id, 2) for j in jobs)
+    assert queue.counts().total == 0  # none lost
+
+
+def test_a_second_signal_exits_at_once(conn, wire, spawn, out):
+    name = fresh_name("p")
+    queue = Queue(conn, name)
+    job = queue.enqueue({"hold": True})
+    worker = spawn(name, "--grace", "60")
+    wait_until(lambda: started(out, job.id, 1), 20, "the job to start")
+    worker.signal(signal.SIGINT)
+    worker.wait_log("SIGINT: no more claims")
+    worker.signal(signal.SIGINT)
+    assert worker.wait(5) == 128 + signal.SIGINT
+    assert "second SIGINT, exiting at once; 1 held job(s) left to lease expiry" in worker.log()
+    assert queue.state(job.id).value == "active"  # not lost: the sweep recovers it once the lease runs out
