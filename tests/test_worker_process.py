@@ -7,9 +7,9 @@ import signal
 import pytest
 
 from conftest import fresh_name
-from echomq import Queue
+from echomq import EmbeddedServer, Queue, connect, module_path
 from helpers import wait_server_past
-from worker_helpers import out, processed, spawn, started, wait_until  # noqa: F401 (fixtures)
+from worker_helpers import WorkerProcess, out, processed, spawn, started, wait_until  # noqa: F401 (fixtures)
 
 FAST_TIMERS = ("--promote-interval-ms", "50", "--sweep-interval-ms", "50")
 
@@ -100,3 +100,33 @@ def test_a_second_signal_exits_at_once(conn, wire, spawn, out):
     assert worker.wait(5) == 128 + signal.SIGINT
     assert "second SIGINT, exiting at once; 1 held job(s) left to lease expiry" in worker.log()
     assert queue.state(job.id).value == "active"  # not lost: the sweep recovers it once the lease runs out
+
+
+@pytest.fixture
+def aof_server(wire):
+    with EmbeddedServer(module=module_path() if wire == 6 else None, aof=True, appendfsync="always",
+                        brand=wire) as server:
+        yield server
+
+
+def test_a_server_restart_is_ridden_out_not_taken_for_a_crash(aof_server, wire, out):
+    name = fresh_name("p")
+    with connect(aof_server.url, wire=wire) as conn:
+        queue = Queue(conn, name)
+        job = queue.enqueue({"hold": True})
+        worker = WorkerProcess(aof_server.url, wire, name, out, "--lease-ms", "1000", *FAST_TIMERS)
+        try:
+            wait_until(lambda: started(out, job.id, 1), 20, "the job to start")
+            before = conn.client.zscore(queue.keys.active, job.id)
+            aof_server.restart()  # a clean restart: the AOF keeps the lease, the run_id changes
+            # the worker reconnects and keeps renewing the same lease with the same token
+            wait_until(lambda: (conn.client.zscore(queue.keys.active, job.id) or 0) > before, 10,
+                       "a renewal after the restart")
+            (out / "release").touch()
+            wait_until(lambda: queue.metrics()["completed"] == 1, 20, "the completion")
+            assert [(i, a) for i, a, _ in processed(out)] == [(job.id, 1)]  # never run twice
+            worker.signal(signal.SIGTERM)
+            assert worker.wait() == 0
+            assert "lease lost" not in worker.log() and "step failed" in worker.log()
+        finally:
+            worker.kill()
