@@ -23,17 +23,21 @@ def test_version_takes_no_argument(c):
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
 def test_command_info_answers_for_every_verb(c, verb):
+    numkeys = VERBS[verb][0]
     info = c.execute_command("COMMAND", "INFO", verb)
     entry = info[verb] if isinstance(info, dict) else info[0]
     assert entry, f"{verb} is not registered"
     flags = entry["flags"]
-    assert "write" in flags and "denyoom" in flags and "movablekeys" in flags
+    assert "write" in flags and "denyoom" in flags
+    # the N keys after numkeys: a fixed range, so cluster routing and clients see them
+    assert (entry["first_key_pos"], entry["last_key_pos"], entry["step_count"]) == (2, 1 + numkeys, 1)
     specs = entry["key_specifications"]
     assert len(specs) == 1
     spec = dict(zip(specs[0][0::2], specs[0][1::2]))
-    assert spec[b"begin_search"] == [b"type", b"index", b"spec", [b"index", 1]]
+    assert spec[b"flags"] == [b"RW", b"access", b"update"]
+    assert spec[b"begin_search"] == [b"type", b"index", b"spec", [b"index", 2]]
     assert spec[b"find_keys"] == [
-        b"type", b"keynum", b"spec", [b"keynumidx", 0, b"firstkey", 1, b"keystep", 1]
+        b"type", b"range", b"spec", [b"lastkey", numkeys - 1, b"keystep", 1, b"limit", 0]
     ]
 
 

@@ -245,7 +245,15 @@ pub fn sweep_plan(
             Swept::Die(st) => {
                 plan.push(op(
                     "HSET",
-                    &[&row, b"stalled", &num(st), b"state", b"dead", b"last_error", b"stalled"],
+                    &[
+                        &row,
+                        b"stalled",
+                        &num(st),
+                        b"state",
+                        b"dead",
+                        b"last_error",
+                        b"stalled",
+                    ],
                     Expect::AnyInt,
                 ));
                 to_dead.push(b"0".to_vec());
@@ -291,8 +299,19 @@ mod tests {
         assert_eq!(string2ll(b"9223372036854775807"), Some(i64::MAX));
         assert_eq!(string2ll(b"-9223372036854775808"), Some(i64::MIN));
         for bad in [
-            "", "-", "-0", "007", "+1", " 1", "1 ", "1.5", "9223372036854775808",
-            "-9223372036854775809", "abc", "00", "0x1",
+            "",
+            "-",
+            "-0",
+            "007",
+            "+1",
+            " 1",
+            "1 ",
+            "1.5",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "abc",
+            "00",
+            "0x1",
         ] {
             assert_eq!(string2ll(bad.as_bytes()), None, "{bad}");
         }
@@ -310,7 +329,8 @@ mod tests {
 
     #[test]
     fn fail_budget_table() {
-        let cases: [(Option<&[u8]>, i64, i64, Result<(i64, Budget), &str>); 7] = [
+        type Case<'a> = (Option<&'a [u8]>, i64, i64, Result<(i64, Budget), &'a str>);
+        let cases: [Case; 7] = [
             (None, 3, 0, Ok((1, Budget::Pending))),
             (None, 3, 10, Ok((1, Budget::Scheduled))),
             (Some(b"1"), 3, 0, Ok((2, Budget::Pending))),
@@ -324,23 +344,60 @@ mod tests {
         }
     }
 
-    fn seen<'a>(row: RowKind, group: bool, epoch: Option<&'a [u8]>, st: Option<&'a [u8]>) -> MemberSeen<'a> {
-        MemberSeen { row, group, lease_epoch: epoch, stalled: st }
+    fn seen<'a>(
+        row: RowKind,
+        group: bool,
+        epoch: Option<&'a [u8]>,
+        st: Option<&'a [u8]>,
+    ) -> MemberSeen<'a> {
+        MemberSeen {
+            row,
+            group,
+            lease_epoch: epoch,
+            stalled: st,
+        }
     }
 
     #[test]
     fn sweep_verdict_table() {
         let run = b"run".as_slice();
         let cases = [
-            (seen(RowKind::None, true, None, Some(b"x")), Ok(Swept::Ghost)),
-            (seen(RowKind::Other, false, None, None), Err(SweepRefusal::WrongType)),
-            (seen(RowKind::Hash, true, Some(run), None), Err(SweepRefusal::Lane)),
-            (seen(RowKind::Hash, false, None, Some(b"x")), Ok(Swept::Exempt)),
-            (seen(RowKind::Hash, false, Some(b"old"), None), Ok(Swept::Exempt)),
-            (seen(RowKind::Hash, false, Some(run), None), Ok(Swept::Recover(1))),
-            (seen(RowKind::Hash, false, Some(run), Some(b"1")), Ok(Swept::Die(2))),
-            (seen(RowKind::Hash, false, Some(run), Some(b"5")), Ok(Swept::Die(6))),
-            (seen(RowKind::Hash, false, Some(run), Some(b"x")), Err(SweepRefusal::Counter(NOT_INTEGER))),
+            (
+                seen(RowKind::None, true, None, Some(b"x")),
+                Ok(Swept::Ghost),
+            ),
+            (
+                seen(RowKind::Other, false, None, None),
+                Err(SweepRefusal::WrongType),
+            ),
+            (
+                seen(RowKind::Hash, true, Some(run), None),
+                Err(SweepRefusal::Lane),
+            ),
+            (
+                seen(RowKind::Hash, false, None, Some(b"x")),
+                Ok(Swept::Exempt),
+            ),
+            (
+                seen(RowKind::Hash, false, Some(b"old"), None),
+                Ok(Swept::Exempt),
+            ),
+            (
+                seen(RowKind::Hash, false, Some(run), None),
+                Ok(Swept::Recover(1)),
+            ),
+            (
+                seen(RowKind::Hash, false, Some(run), Some(b"1")),
+                Ok(Swept::Die(2)),
+            ),
+            (
+                seen(RowKind::Hash, false, Some(run), Some(b"5")),
+                Ok(Swept::Die(6)),
+            ),
+            (
+                seen(RowKind::Hash, false, Some(run), Some(b"x")),
+                Err(SweepRefusal::Counter(NOT_INTEGER)),
+            ),
         ];
         for (s, want) in cases {
             assert_eq!(decide_member(run, 2, &s), want, "{s:?}");
@@ -351,7 +408,11 @@ mod tests {
     fn sweep_plan_writes_each_verdict() {
         let q = Queue { base: b"emq:{q}:" };
         let keys: [&[u8]; 3] = [b"emq:{q}:active", b"emq:{q}:pending", b"emq:{q}:dead"];
-        let m = |id: &[u8], verdict, priority| SweptMember { id: id.to_vec(), verdict, priority };
+        let m = |id: &[u8], verdict, priority| SweptMember {
+            id: id.to_vec(),
+            verdict,
+            priority,
+        };
         let members = [
             m(b"g", Swept::Ghost, 0),
             m(b"e", Swept::Exempt, 4),
@@ -362,7 +423,11 @@ mod tests {
         let shown: Vec<String> = plan
             .iter()
             .map(|o| {
-                let args: Vec<String> = o.args.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+                let args: Vec<String> = o
+                    .args
+                    .iter()
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect();
                 format!("{} {}", o.cmd, args.join(" "))
             })
             .collect();

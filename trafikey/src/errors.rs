@@ -125,7 +125,10 @@ mod tests {
             Refusal::Counter(OVERFLOW).to_string(),
             "EMQ increment or decrement would overflow"
         );
-        assert_eq!(Refusal::lane().to_string(), "EMQSTATE lane row is not native");
+        assert_eq!(
+            Refusal::lane().to_string(),
+            "EMQSTATE lane row is not native"
+        );
     }
 
     #[test]

@@ -25,7 +25,8 @@ macro_rules! native {
             argv: *mut *mut valkey_module::raw::RedisModuleString,
             argc: std::ffi::c_int,
         ) -> std::ffi::c_int {
-            $crate::ffi::dispatch(ctx, argv, argc, $handler)
+            // SAFETY: the server calls a command with `argc` live strings in `argv`.
+            unsafe { $crate::ffi::dispatch(ctx, argv, argc, $handler) }
         }
         entry as $crate::ffi::Callback
     }};
@@ -34,7 +35,11 @@ pub(crate) use native;
 
 /// The handler boundary: argv read as byte slices (no copies, no retains), the handler run
 /// under `catch_unwind` so no panic reaches the server, the result replied.
-pub fn dispatch(
+///
+/// # Safety
+/// `ctx` is the command's live context and `argv` holds `argc` live module strings (what the
+/// server passes a command callback).
+pub unsafe fn dispatch(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
@@ -75,7 +80,13 @@ impl OwnedString {
     fn new(bytes: &[u8]) -> Option<Self> {
         let create = unsafe { raw::RedisModule_CreateString }?;
         // SAFETY: a NULL context is allowed; the buffer is copied.
-        let s = unsafe { create(ptr::null_mut(), bytes.as_ptr().cast::<c_char>(), bytes.len()) };
+        let s = unsafe {
+            create(
+                ptr::null_mut(),
+                bytes.as_ptr().cast::<c_char>(),
+                bytes.len(),
+            )
+        };
         (!s.is_null()).then_some(OwnedString(s))
     }
 }
@@ -147,9 +158,10 @@ impl Caller {
             Caller::User(u) if u.is_null() => return false,
             Caller::User(u) => *u,
         };
-        let (Some(check), Some(name)) =
-            (unsafe { raw::RedisModule_ACLCheckKeyPermissions }, OwnedString::new(key))
-        else {
+        let (Some(check), Some(name)) = (
+            unsafe { raw::RedisModule_ACLCheckKeyPermissions },
+            OwnedString::new(key),
+        ) else {
             return false;
         };
         // SAFETY: `user` is a live module user held by us; `name` is a live string.
@@ -229,28 +241,30 @@ impl ReadKey {
     }
 
     /// The values of up to 12 `fields` (NUL-free names), in order; `None` per missing field.
-    /// `Err` when the key is not a hash or the host refuses.
-    pub fn hash_fields(&self, fields: &[&str]) -> Result<Vec<Option<Vec<u8>>>, ()> {
+    /// `None` when the key is not a hash or the host refuses.
+    pub fn hash_fields(&self, fields: &[&str]) -> Option<Vec<Option<Vec<u8>>>> {
         if self.kind() != Kind::Hash || fields.len() > 12 {
-            return Err(());
+            return None;
         }
         let mut values = vec![ptr::null_mut::<raw::RedisModuleString>(); fields.len()];
-        raw::hash_get_multi(self.key, fields, &mut values).map_err(|_| ())?;
+        raw::hash_get_multi(self.key, fields, &mut values).ok()?;
         let free = unsafe { raw::RedisModule_FreeString };
-        Ok(values
-            .into_iter()
-            .map(|v| {
-                if v.is_null() {
-                    return None;
-                }
-                // SAFETY: HashGet returned a live string we own; copied, then freed once.
-                let bytes = unsafe { string_bytes(v) }.to_vec();
-                if let Some(free) = free {
-                    unsafe { free(self.ctx, v) };
-                }
-                Some(bytes)
-            })
-            .collect())
+        Some(
+            values
+                .into_iter()
+                .map(|v| {
+                    if v.is_null() {
+                        return None;
+                    }
+                    // SAFETY: HashGet returned a live string we own; copied, then freed once.
+                    let bytes = unsafe { string_bytes(v) }.to_vec();
+                    if let Some(free) = free {
+                        unsafe { free(self.ctx, v) };
+                    }
+                    Some(bytes)
+                })
+                .collect(),
+        )
     }
 }
 
@@ -275,16 +289,17 @@ static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleComman
     sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
 };
 
-/// Register one command: `CreateCommand`, then `SetCommandInfo` with its arity and
-/// (when `numkeys`) one key-spec: every key after a numkeys argument, like EVAL's, read and
-/// written.
+/// Register one command: `CreateCommand`, then `SetCommandInfo` with its arity and, for a
+/// verb with `numkeys` = Some(N), one key-spec: the N keys at argv positions 2..=N+1 (after
+/// the numkeys argument), read and written. A range spec also fills the command's legacy
+/// key range, which cluster routing reads.
 pub fn register(
     ctx: &Context,
     name: &str,
     callback: Callback,
     flags: &str,
     arity: i32,
-    numkeys: bool,
+    numkeys: Option<usize>,
 ) -> Result<(), String> {
     let fail = |what: &str| format!("trafikey: {what} failed for {name}");
     let c_name = CString::new(name).map_err(|_| fail("name"))?;
@@ -299,7 +314,15 @@ pub fn register(
     // SAFETY: called from OnLoad with its context; the strings outlive the calls (the server
     // copies what it keeps).
     let status = unsafe {
-        create(ctx.ctx, c_name.as_ptr(), Some(callback), c_flags.as_ptr(), 0, 0, 0)
+        create(
+            ctx.ctx,
+            c_name.as_ptr(),
+            Some(callback),
+            c_flags.as_ptr(),
+            0,
+            0,
+            0,
+        )
     };
     if status != raw::REDISMODULE_OK as c_int {
         return Err(fail("CreateCommand"));
@@ -308,17 +331,16 @@ pub fn register(
     if command.is_null() {
         return Err(fail("GetCommand"));
     }
-    let mut specs = if numkeys {
-        get_redis_key_spec(vec![KeySpec::new(
+    let mut specs = match numkeys {
+        Some(n) => get_redis_key_spec(vec![KeySpec::new(
             None,
             KeySpecFlags::READ_WRITE | KeySpecFlags::ACCESS | KeySpecFlags::UPDATE,
-            BeginSearch::new_index(1),
-            FindKeys::new_keys_num(0, 1, 1),
-        )])
-    } else {
-        Vec::new()
+            BeginSearch::new_index(2),
+            FindKeys::new_range(n as i32 - 1, 1, 0),
+        )]),
+        None => Vec::new(),
     };
-    let mut info = raw::RedisModuleCommandInfo {
+    let info = raw::RedisModuleCommandInfo {
         version: &INFO_VERSION,
         summary: SUMMARY.as_ptr(),
         complexity: ptr::null(),
@@ -326,11 +348,15 @@ pub fn register(
         history: ptr::null_mut(),
         tips: ptr::null(),
         arity,
-        key_specs: if specs.is_empty() { ptr::null_mut() } else { specs.as_mut_ptr() },
+        key_specs: if specs.is_empty() {
+            ptr::null_mut()
+        } else {
+            specs.as_mut_ptr()
+        },
         args: ptr::null_mut(),
     };
     // SAFETY: `command` came from GetCommand; `info` and its arrays live across the call.
-    if unsafe { set_info(command, &mut info) } != raw::REDISMODULE_OK as c_int {
+    if unsafe { set_info(command, &info) } != raw::REDISMODULE_OK as c_int {
         return Err(fail("SetCommandInfo"));
     }
     Ok(())

@@ -168,7 +168,10 @@ pub fn number(name: &'static str, raw: &[u8], min: i64, max: i64) -> Result<i64,
     let n = parse_digits(raw).ok_or_else(|| {
         Refusal::Arg(
             name,
-            format!("must be ASCII decimal digits within i64, got '{}'", printable(raw)),
+            format!(
+                "must be ASCII decimal digits within i64, got '{}'",
+                printable(raw)
+            ),
         )
     })?;
     if n < min || n > max {
@@ -230,7 +233,14 @@ mod tests {
 
     #[test]
     fn shape_counts_keys_and_args() {
-        let a = line(&["EMQ.CLAIM", "3", "emq:{q}:pending", "emq:{q}:active", "emq:{q}:", "5"]);
+        let a = line(&[
+            "EMQ.CLAIM",
+            "3",
+            "emq:{q}:pending",
+            "emq:{q}:active",
+            "emq:{q}:",
+            "5",
+        ]);
         let c = shape("EMQ.CLAIM", &a, 3, Argc::Exact(1)).expect("shape");
         assert_eq!(c.keys.len(), 3);
         assert_eq!(c.argv, [b"5".as_slice()]);
@@ -270,7 +280,14 @@ mod tests {
         assert!(is_base(b"emq:{a.b:c-1}:"));
         assert!(is_base(b"emq:{\xff\x00}:"));
         for bad in [
-            "emq:{}:", "emq:{a{b}:", "emq:{a}b}:", "emq:{q}", "emq:q:", "EMQ:{q}:", "emq:{q}:x", "",
+            "emq:{}:",
+            "emq:{a{b}:",
+            "emq:{a}b}:",
+            "emq:{q}",
+            "emq:q:",
+            "EMQ:{q}:",
+            "emq:{q}:x",
+            "",
         ] {
             assert!(!is_base(bad.as_bytes()), "{bad}");
         }
@@ -278,15 +295,32 @@ mod tests {
 
     #[test]
     fn layout_checks_suffixes_in_order() {
-        let a = line(&["V", "3", "emq:{q}:pending", "emq:{q}:active", "emq:{q}:", "5"]);
+        let a = line(&[
+            "V",
+            "3",
+            "emq:{q}:pending",
+            "emq:{q}:active",
+            "emq:{q}:",
+            "5",
+        ]);
         let c = shape("V", &a, 3, Argc::Exact(1)).expect("shape");
         let q = layout(&c, &["pending", "active"]).expect("layout");
         assert_eq!(q.row(b"7"), b"emq:{q}:job:7");
         assert_eq!(q.metrics_failed(), b"emq:{q}:metrics:failed");
         assert!(layout(&c, &["active", "pending"]).is_err());
-        let a = line(&["V", "3", "emq:{q}:pending", "emq:{r}:active", "emq:{q}:", "5"]);
+        let a = line(&[
+            "V",
+            "3",
+            "emq:{q}:pending",
+            "emq:{r}:active",
+            "emq:{q}:",
+            "5",
+        ]);
         let c = shape("V", &a, 3, Argc::Exact(1)).expect("shape");
-        assert!(matches!(layout(&c, &["pending", "active"]), Err(Refusal::Layout(_))));
+        assert!(matches!(
+            layout(&c, &["pending", "active"]),
+            Err(Refusal::Layout(_))
+        ));
         let a = line(&["V", "2", "emq:{q}:pending", "emq:{q}", "5"]);
         let c = shape("V", &a, 2, Argc::Exact(1)).expect("shape");
         assert!(matches!(layout(&c, &["pending"]), Err(Refusal::Layout(_))));
@@ -297,7 +331,17 @@ mod tests {
         assert_eq!(parse_digits(b"0"), Some(0));
         assert_eq!(parse_digits(b"007"), Some(7));
         assert_eq!(parse_digits(b"9223372036854775807"), Some(i64::MAX));
-        for bad in ["", "-1", "+1", " 1", "1 ", "1.0", "0x10", "9223372036854775808", "1e3"] {
+        for bad in [
+            "",
+            "-1",
+            "+1",
+            " 1",
+            "1 ",
+            "1.0",
+            "0x10",
+            "9223372036854775808",
+            "1e3",
+        ] {
             assert_eq!(parse_digits(bad.as_bytes()), None, "{bad}");
         }
     }

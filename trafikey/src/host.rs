@@ -47,7 +47,12 @@ fn read_options() -> &'static CallOptions {
 
 fn write_options() -> &'static CallOptions {
     static O: OnceLock<CallOptions> = OnceLock::new();
-    O.get_or_init(|| CallOptionsBuilder::new().errors_as_replies().replicate().build())
+    O.get_or_init(|| {
+        CallOptionsBuilder::new()
+            .errors_as_replies()
+            .replicate()
+            .build()
+    })
 }
 
 /// One verb's view of the server.
@@ -104,13 +109,24 @@ impl<'c> Host<'c> {
     pub fn due(&self, key: &[u8], max: i64, limit: i64) -> Result<Vec<Vec<u8>>, Refusal> {
         let max = max.to_string();
         let limit = limit.to_string();
-        let args: [&[u8]; 7] = [key, b"-inf", max.as_bytes(), b"BYSCORE", b"LIMIT", b"0", limit.as_bytes()];
+        let args: [&[u8]; 7] = [
+            key,
+            b"-inf",
+            max.as_bytes(),
+            b"BYSCORE",
+            b"LIMIT",
+            b"0",
+            limit.as_bytes(),
+        ];
         self.members("ZRANGE", &args)
     }
 
     /// The lowest member of a zset, as ZPOPMIN would pop it.
     pub fn head(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Refusal> {
-        Ok(self.members("ZRANGE", &[key, b"0", b"0"])?.into_iter().next())
+        Ok(self
+            .members("ZRANGE", &[key, b"0", b"0"])?
+            .into_iter()
+            .next())
     }
 
     fn members(&self, cmd: &str, args: &[&[u8]]) -> Result<Vec<Vec<u8>>, Refusal> {
@@ -155,14 +171,18 @@ impl<'c> Host<'c> {
 
     /// A hash's fields, in order: `None` when the key does not exist, WRONGTYPE when it is
     /// not a hash.
-    pub fn hash(&self, key: &[u8], fields: &[&str]) -> Result<Option<Vec<Option<Vec<u8>>>>, Refusal> {
+    pub fn hash(
+        &self,
+        key: &[u8],
+        fields: &[&str],
+    ) -> Result<Option<Vec<Option<Vec<u8>>>>, Refusal> {
         let k = self.open(key)?;
         match k.kind() {
             Kind::Empty => Ok(None),
             Kind::Hash => k
                 .hash_fields(fields)
                 .map(Some)
-                .map_err(|()| self.host_error("could not read a hash")),
+                .ok_or_else(|| self.host_error("could not read a hash")),
             _ => Err(Refusal::WrongType),
         }
     }
@@ -190,7 +210,10 @@ impl<'c> Host<'c> {
             _ => false,
         };
         if !ok {
-            return Err(self.host_error(&format!("{} answered {reply:?}, not {:?}", op.cmd, op.expect)));
+            return Err(self.host_error(&format!(
+                "{} answered {reply:?}, not {:?}",
+                op.cmd, op.expect
+            )));
         }
         Ok(reply)
     }

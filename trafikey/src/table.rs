@@ -12,8 +12,12 @@ use crate::verbs;
 pub enum Keys {
     /// None (EMQ.VERSION).
     None,
-    /// Every key after a numkeys argument, like EVAL's: `VERB N k1 … kN argv…`.
-    Numkeys,
+    /// The verb's N keys after its numkeys argument, like EVAL's: `VERB N k1 … kN argv…`.
+    /// N is fixed per verb, so the key-spec is the range of argv positions 2..=N+1: the
+    /// server's ACL check, COMMAND GETKEYS and cluster routing all read it (a keynum spec
+    /// would leave a module command without a legacy key range, and Valkey 9's cluster
+    /// routing reads only that one).
+    Numkeys(usize),
 }
 
 /// Command flags of the writers and of the one reader.
@@ -35,7 +39,7 @@ impl Row {
     pub fn arity(&self) -> i32 {
         match self.keys {
             Keys::None => 1,
-            Keys::Numkeys => -1,
+            Keys::Numkeys(_) => -1,
         }
     }
 }
@@ -111,34 +115,41 @@ fn version(_ctx: &Context, _args: &[&[u8]]) -> ValkeyResult {
 }
 
 macro_rules! row {
-    ($name:literal, $handler:path, $flags:expr, $keys:expr, [$($token:literal),*]) => {
+    ($verb:ident, [$($token:literal),*]) => {
         Row {
-            name: $name,
-            callback: native!($handler),
-            flags: $flags,
-            keys: $keys,
+            name: verbs::$verb::VERB,
+            callback: native!($verb),
+            flags: WRITE,
+            keys: Keys::Numkeys(verbs::$verb::NUMKEYS),
             tokens: &[$($token),*],
         }
     };
 }
 
 /// Every registered command, in registration order: the job core first, in the order
-/// EMQ.VERSION advertises it.
+/// EMQ.VERSION advertises it. A verb row reads its name and its KEYS count from the verb's
+/// own file; its handler is the one-line wrapper of the same name above.
 pub static TABLE: &[Row] = &[
-    row!("EMQ.ENQUEUE", enqueue, WRITE, Keys::Numkeys, ["enqueue"]),
-    row!("EMQ.CLAIM", claim, WRITE, Keys::Numkeys, ["claim", "claim.pause"]),
-    row!("EMQ.EXTEND", extend, WRITE, Keys::Numkeys, ["extend"]),
-    row!("EMQ.EXTENDS", extends, WRITE, Keys::Numkeys, ["extends"]),
-    row!("EMQ.COMPLETE", complete, WRITE, Keys::Numkeys, ["complete.flat"]),
-    row!("EMQ.SCHEDULE", schedule, WRITE, Keys::Numkeys, ["schedule"]),
-    row!("EMQ.PROMOTE", promote, WRITE, Keys::Numkeys, ["promote"]),
-    row!("EMQ.RESCHEDULE", reschedule, WRITE, Keys::Numkeys, ["reschedule"]),
-    row!("EMQ.DELAY", delay, WRITE, Keys::Numkeys, ["delay"]),
-    row!("EMQ.FAIL", fail, WRITE, Keys::Numkeys, ["fail.flat"]),
-    row!("EMQ.REPROCESS", reprocess, WRITE, Keys::Numkeys, ["reprocess"]),
-    row!("EMQ.REQUEUE", requeue, WRITE, Keys::Numkeys, ["requeue"]),
-    row!("EMQ.STALLED.CHECK", stalled_check, WRITE, Keys::Numkeys, ["stalled.check"]),
-    row!("EMQ.VERSION", version, READ, Keys::None, []),
+    row!(enqueue, ["enqueue"]),
+    row!(claim, ["claim", "claim.pause"]),
+    row!(extend, ["extend"]),
+    row!(extends, ["extends"]),
+    row!(complete, ["complete.flat"]),
+    row!(schedule, ["schedule"]),
+    row!(promote, ["promote"]),
+    row!(reschedule, ["reschedule"]),
+    row!(delay, ["delay"]),
+    row!(fail, ["fail.flat"]),
+    row!(reprocess, ["reprocess"]),
+    row!(requeue, ["requeue"]),
+    row!(stalled_check, ["stalled.check"]),
+    Row {
+        name: "EMQ.VERSION",
+        callback: native!(version),
+        flags: READ,
+        keys: Keys::None,
+        tokens: &[],
+    },
 ];
 
 /// EMQ.VERSION's answer: the tokens of the registered rows, in row order.
@@ -153,7 +164,11 @@ pub fn caps() -> String {
 /// Register every row (from OnLoad).
 pub fn register(ctx: &Context) -> Result<(), String> {
     TABLE.iter().try_for_each(|r| {
-        ffi::register(ctx, r.name, r.callback, r.flags, r.arity(), r.keys == Keys::Numkeys)
+        let numkeys = match r.keys {
+            Keys::None => None,
+            Keys::Numkeys(n) => Some(n),
+        };
+        ffi::register(ctx, r.name, r.callback, r.flags, r.arity(), numkeys)
     })
 }
 
@@ -172,7 +187,7 @@ mod tests {
 
     #[test]
     fn every_verb_has_one_file_and_writes() {
-        let verbs: Vec<&Row> = TABLE.iter().filter(|r| r.keys == Keys::Numkeys).collect();
+        let verbs: Vec<&Row> = TABLE.iter().filter(|r| r.keys != Keys::None).collect();
         assert_eq!(verbs.len(), 13);
         for r in verbs {
             assert_eq!(r.flags, WRITE, "{}", r.name);

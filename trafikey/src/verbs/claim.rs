@@ -9,10 +9,12 @@ use crate::grammar::{self, Argc};
 use crate::host::{bulk, int, Host};
 
 pub const VERB: &str = "EMQ.CLAIM";
+/// KEYS, after the numkeys argument (also the key-spec the table registers).
+pub const NUMKEYS: usize = 3;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 3, one ARGV
-    let call = grammar::shape(VERB, args, 3, Argc::Exact(1))?;
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(1))?;
     // 2. layout: pending, active, base
     let q = grammar::layout(&call, &["pending", "active"])?;
     let (pending, active) = (call.keys[0], call.keys[1]);
@@ -57,7 +59,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     };
     h.apply(&[
         op("HINCRBY", &[&row, b"attempts", b"1"], Expect::Int(att)),
-        op("HSET", &[&row, b"state", b"active", b"lease_epoch", run_id], Expect::AnyInt),
+        op(
+            "HSET",
+            &[&row, b"state", b"active", b"lease_epoch", run_id],
+            Expect::AnyInt,
+        ),
         op("ZADD", &[active, &num(deadline), &id], Expect::AnyInt),
     ])?;
     let payload = seen.into_iter().nth(1).flatten();

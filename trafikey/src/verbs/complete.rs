@@ -9,10 +9,12 @@ use crate::host::{int, Host};
 use crate::verbs::{held, FLAT_NO_FLOW};
 
 pub const VERB: &str = "EMQ.COMPLETE";
+/// KEYS, after the numkeys argument (also the key-spec the table registers).
+pub const NUMKEYS: usize = 2;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 2, two ARGV
-    let call = grammar::shape(VERB, args, 2, Argc::Exact(2))?;
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(2))?;
     // 2. layout: active, base
     let q = grammar::layout(&call, &["active"])?;
     let active = call.keys[0];
@@ -22,13 +24,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–5. fence and reads: held, flat, not a flow child
     let h = Host::new(ctx, VERB);
     let fence = h.fence();
-    if held(&h, &fence, &q, active, id, token, FLAT_NO_FLOW, &[])?.is_none() {
+    if held(&h, &fence, &q, active, (id, token), FLAT_NO_FLOW, &[])?.is_none() {
         return Ok(int(0));
     }
     let row = q.row(id);
     let metrics = q.metrics_completed();
     fence.read(&metrics)?;
-    let stored = h.hash(&metrics, &["count"])?.and_then(|m| m.into_iter().next().flatten());
+    let stored = h
+        .hash(&metrics, &["count"])?
+        .and_then(|m| m.into_iter().next().flatten());
     let count = incr(stored.as_deref(), 1).map_err(Refusal::Counter)?;
     fence.write(&row)?;
     fence.write(&metrics)?;

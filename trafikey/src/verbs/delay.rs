@@ -8,10 +8,12 @@ use crate::host::{int, Host};
 use crate::verbs::{held, FLAT_ONLY};
 
 pub const VERB: &str = "EMQ.DELAY";
+/// KEYS, after the numkeys argument (also the key-spec the table registers).
+pub const NUMKEYS: usize = 3;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 3, three ARGV
-    let call = grammar::shape(VERB, args, 3, Argc::Exact(3))?;
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(3))?;
     // 2. layout: active, schedule, base
     let q = grammar::layout(&call, &["active", "schedule"])?;
     let (active, schedule) = (call.keys[0], call.keys[1]);
@@ -23,7 +25,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let due = grammar::at("delay_ms", h.now_ms()?, delay)?;
     // 4.–5. fence and reads: held and flat; schedule takes a ZADD
     let fence = h.fence();
-    if held(&h, &fence, &q, active, id, token, FLAT_ONLY, &[])?.is_none() {
+    if held(&h, &fence, &q, active, (id, token), FLAT_ONLY, &[])?.is_none() {
         return Ok(int(0));
     }
     h.expect_zset(schedule)?;

@@ -7,10 +7,12 @@ use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 
 pub const VERB: &str = "EMQ.ENQUEUE";
+/// KEYS, after the numkeys argument (also the key-spec the table registers).
+pub const NUMKEYS: usize = 2;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 2, three ARGV
-    let call = grammar::shape(VERB, args, 2, Argc::Exact(3))?;
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(3))?;
     // 2. layout: pending, base
     let q = grammar::layout(&call, &["pending"])?;
     let pending = call.keys[0];
@@ -30,7 +32,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     h.expect_zset(pending)?;
     fence.write(&row)?;
     // 6. writes
-    let mut fields: Vec<&[u8]> = vec![&row, b"state", b"pending", b"payload", payload, b"attempts", b"0"];
+    let mut fields: Vec<&[u8]> = vec![
+        &row,
+        b"state",
+        b"pending",
+        b"payload",
+        payload,
+        b"attempts",
+        b"0",
+    ];
     let prio = num(priority);
     if priority > 0 {
         fields.extend_from_slice(&[b"priority", &prio]);

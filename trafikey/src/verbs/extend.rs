@@ -8,10 +8,12 @@ use crate::host::{int, Host};
 use crate::verbs::{held, ANY_ROW};
 
 pub const VERB: &str = "EMQ.EXTEND";
+/// KEYS, after the numkeys argument (also the key-spec the table registers).
+pub const NUMKEYS: usize = 2;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 2, three ARGV
-    let call = grammar::shape(VERB, args, 2, Argc::Exact(3))?;
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(3))?;
     // 2. layout: active, base
     let q = grammar::layout(&call, &["active"])?;
     let active = call.keys[0];
@@ -23,7 +25,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let deadline = grammar::at("lease_ms", h.now_ms()?, lease)?;
     // 4.–5. fence and reads: the row read once; no row or another token answers 0
     let fence = h.fence();
-    if held(&h, &fence, &q, active, id, token, ANY_ROW, &[])?.is_none() {
+    if held(&h, &fence, &q, active, (id, token), ANY_ROW, &[])?.is_none() {
         return Ok(int(0));
     }
     let row = q.row(id);

@@ -10,10 +10,12 @@ use crate::host::{int, Host};
 use crate::verbs::{held, ANY_ROW};
 
 pub const VERB: &str = "EMQ.EXTENDS";
+/// KEYS, after the numkeys argument (also the key-spec the table registers).
+pub const NUMKEYS: usize = 2;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 2, lease_ms then 1..=1000 pairs
-    let call = grammar::shape(VERB, args, 2, Argc::LeadThenPairs)?;
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::LeadThenPairs)?;
     // 2. layout: active, base
     let q = grammar::layout(&call, &["active"])?;
     let active = call.keys[0];
@@ -32,7 +34,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let mut stamps: Vec<Op> = Vec::new();
     let run_id = h.epoch()?;
     for (id, token) in &pairs {
-        let ok = match held(&h, &fence, &q, active, id, token, ANY_ROW, &[]) {
+        let ok = match held(&h, &fence, &q, active, (id, token), ANY_ROW, &[]) {
             Ok(Some(_)) => true,
             Ok(None) | Err(Refusal::State(_)) => false,
             Err(other) => return Err(other.into()),
@@ -50,7 +52,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     }
     // 6. writes: one ZADD for every held pair (all members exist), one stamp per row
     if zadd.len() > 1 {
-        h.write(&Op { cmd: "ZADD", args: zadd, expect: Expect::Int(0) })?;
+        h.write(&Op {
+            cmd: "ZADD",
+            args: zadd,
+            expect: Expect::Int(0),
+        })?;
         h.apply(&stamps)?;
     }
     Ok(ValkeyValue::Array(replies))

@@ -10,13 +10,16 @@ use crate::host::{bulk, int, Host};
 use crate::verbs::{field, held, FLAT_NO_FLOW, HELD};
 
 pub const VERB: &str = "EMQ.FAIL";
+/// KEYS, after the numkeys argument (also the key-spec the table registers).
+pub const NUMKEYS: usize = 5;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 5, five ARGV
-    let call = grammar::shape(VERB, args, 5, Argc::Exact(5))?;
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(5))?;
     // 2. layout: active, pending, schedule, dead, base
     let q = grammar::layout(&call, &["active", "pending", "schedule", "dead"])?;
-    let (active, pending, schedule, dead) = (call.keys[0], call.keys[1], call.keys[2], call.keys[3]);
+    let (active, pending, schedule, dead) =
+        (call.keys[0], call.keys[1], call.keys[2], call.keys[3]);
     // 3. arguments: id, token, error (bytes), max_attempts, backoff_ms
     let id = grammar::id(call.argv[0])?;
     let token = call.argv[1];
@@ -28,7 +31,16 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–5. fence and reads: held, flat, not a flow child (a dead row is not active: a
     // repeated terminal FAIL writes nothing)
     let fence = h.fence();
-    let Some(seen) = held(&h, &fence, &q, active, id, token, FLAT_NO_FLOW, &["failures", "priority"])? else {
+    let Some(seen) = held(
+        &h,
+        &fence,
+        &q,
+        active,
+        (id, token),
+        FLAT_NO_FLOW,
+        &["failures", "priority"],
+    )?
+    else {
         return Ok(int(0));
     };
     let n = HELD.len();
@@ -56,17 +68,31 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         to,
         op(
             "HSET",
-            &[&row, b"state", verdict.state(), b"last_error", error, b"failures", &failures],
+            &[
+                &row,
+                b"state",
+                verdict.state(),
+                b"last_error",
+                error,
+                b"failures",
+                &failures,
+            ],
             Expect::AnyInt,
         ),
     ];
     if verdict == Budget::Dead {
         let metrics = q.metrics_failed();
         fence.read(&metrics)?;
-        let stored = h.hash(&metrics, &["count"])?.and_then(|m| m.into_iter().next().flatten());
+        let stored = h
+            .hash(&metrics, &["count"])?
+            .and_then(|m| m.into_iter().next().flatten());
         let count = incr(stored.as_deref(), 1).map_err(Refusal::Counter)?;
         fence.write(&metrics)?;
-        plan.push(op("HINCRBY", &[&metrics, b"count", b"1"], Expect::Int(count)));
+        plan.push(op(
+            "HINCRBY",
+            &[&metrics, b"count", b"1"],
+            Expect::Int(count),
+        ));
     }
     fence.write(&row)?;
     // 6. writes

@@ -30,12 +30,25 @@ pub struct Boundary {
     pub flow: bool,
 }
 
-pub const FLAT_ONLY: Boundary = Boundary { lane: true, flow: false };
-pub const FLAT_NO_FLOW: Boundary = Boundary { lane: true, flow: true };
-pub const ANY_ROW: Boundary = Boundary { lane: false, flow: false };
+pub const FLAT_ONLY: Boundary = Boundary {
+    lane: true,
+    flow: false,
+};
+pub const FLAT_NO_FLOW: Boundary = Boundary {
+    lane: true,
+    flow: true,
+};
+pub const ANY_ROW: Boundary = Boundary {
+    lane: false,
+    flow: false,
+};
 
 /// Refuse a row the verb must not move: a lane row, or a flow child where `flow` is set.
-pub fn boundary(b: Boundary, group: &Option<Vec<u8>>, parent: &Option<Vec<u8>>) -> Result<(), Refusal> {
+pub fn boundary(
+    b: Boundary,
+    group: &Option<Vec<u8>>,
+    parent: &Option<Vec<u8>>,
+) -> Result<(), Refusal> {
     if b.lane && group.is_some() {
         return Err(Refusal::lane());
     }
@@ -53,7 +66,9 @@ pub fn expect_state(verb: &str, state: &Option<Vec<u8>>, want: &str) -> Result<(
             "{verb} row is {}, not {want}",
             printable(s)
         ))),
-        None => Err(Refusal::State(format!("{verb} row has no state, not {want}"))),
+        None => Err(Refusal::State(format!(
+            "{verb} row has no state, not {want}"
+        ))),
     }
 }
 
@@ -66,8 +81,7 @@ pub fn held(
     fence: &Fence,
     q: &Queue<'_>,
     active: &[u8],
-    id: &[u8],
-    token: &[u8],
+    (id, token): (&[u8], &[u8]),
     b: Boundary,
     extra: &[&str],
 ) -> Result<Option<Vec<Option<Vec<u8>>>>, Refusal> {

@@ -9,10 +9,12 @@ use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 
 pub const VERB: &str = "EMQ.PROMOTE";
+/// KEYS, after the numkeys argument (also the key-spec the table registers).
+pub const NUMKEYS: usize = 3;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 3, one ARGV
-    let call = grammar::shape(VERB, args, 3, Argc::Exact(1))?;
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(1))?;
     // 2. layout: schedule, pending, base
     let q = grammar::layout(&call, &["schedule", "pending"])?;
     let (schedule, pending) = (call.keys[0], call.keys[1]);
@@ -48,9 +50,17 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         h.expect_zset(pending)?;
     }
     // 6. writes: one ZREM for every member, one ZADD for the rows, their states
-    h.write(&Op { cmd: "ZREM", args: zrem, expect: Expect::Int(due.len() as i64) })?;
+    h.write(&Op {
+        cmd: "ZREM",
+        args: zrem,
+        expect: Expect::Int(due.len() as i64),
+    })?;
     if moved > 0 {
-        h.write(&Op { cmd: "ZADD", args: zadd, expect: Expect::AnyInt })?;
+        h.write(&Op {
+            cmd: "ZADD",
+            args: zadd,
+            expect: Expect::AnyInt,
+        })?;
         h.apply(&states)?;
     }
     Ok(int(moved))

@@ -9,10 +9,12 @@ use crate::host::{int, Host};
 use crate::verbs::{boundary, expect_state, FLAT_ONLY};
 
 pub const VERB: &str = "EMQ.REPROCESS";
+/// KEYS, after the numkeys argument (also the key-spec the table registers).
+pub const NUMKEYS: usize = 3;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 3, one ARGV
-    let call = grammar::shape(VERB, args, 3, Argc::Exact(1))?;
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(1))?;
     // 2. layout: dead, pending, base
     let q = grammar::layout(&call, &["dead", "pending"])?;
     let (dead, pending) = (call.keys[0], call.keys[1]);
@@ -38,10 +40,17 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     h.expect_zset(pending)?;
     fence.write(&row)?;
     // 6. writes: every counter kept
-    h.apply(&[
+    #[allow(unused_mut)]
+    let mut writes = vec![
         op("ZREM", &[dead, id], Expect::Int(1)),
         op("ZADD", &[pending, &num(prio), id], Expect::AnyInt),
         op("HSET", &[&row, b"state", b"pending"], Expect::AnyInt),
-    ])?;
+    ];
+    // planted (recovery): the job is sent to pending but left in dead too
+    #[cfg(feature = "planted")]
+    if crate::plant::on("reprocess.keep_dead") {
+        writes.remove(0);
+    }
+    h.apply(&writes)?;
     Ok(int(1))
 }

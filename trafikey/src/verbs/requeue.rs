@@ -9,10 +9,12 @@ use crate::host::{int, Host};
 use crate::verbs::{field, held, FLAT_ONLY, HELD};
 
 pub const VERB: &str = "EMQ.REQUEUE";
+/// KEYS, after the numkeys argument (also the key-spec the table registers).
+pub const NUMKEYS: usize = 3;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 3, two ARGV
-    let call = grammar::shape(VERB, args, 3, Argc::Exact(2))?;
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(2))?;
     // 2. layout: active, pending, base
     let q = grammar::layout(&call, &["active", "pending"])?;
     let (active, pending) = (call.keys[0], call.keys[1]);
@@ -22,7 +24,16 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–5. fence and reads: held and flat; the pending score is the row's priority
     let h = Host::new(ctx, VERB);
     let fence = h.fence();
-    let Some(seen) = held(&h, &fence, &q, active, id, token, FLAT_ONLY, &["priority"])? else {
+    let Some(seen) = held(
+        &h,
+        &fence,
+        &q,
+        active,
+        (id, token),
+        FLAT_ONLY,
+        &["priority"],
+    )?
+    else {
         return Ok(int(0));
     };
     let prio = priority(field(&seen, HELD.len())).map_err(Refusal::Counter)?;

@@ -10,10 +10,12 @@ use crate::host::{int, Host};
 use crate::verbs::{boundary, expect_state, FLAT_ONLY};
 
 pub const VERB: &str = "EMQ.RESCHEDULE";
+/// KEYS, after the numkeys argument (also the key-spec the table registers).
+pub const NUMKEYS: usize = 2;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 2, two ARGV
-    let call = grammar::shape(VERB, args, 2, Argc::Exact(2))?;
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(2))?;
     // 2. layout: schedule, base
     let q = grammar::layout(&call, &["schedule"])?;
     let schedule = call.keys[0];
@@ -22,6 +24,13 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let delay = grammar::delay("delay_ms", call.argv[1])?;
     let h = Host::new(ctx, VERB);
     let due = grammar::at("delay_ms", h.now_ms()?, delay)?;
+    // planted (schedule): the new due time ignores delay_ms
+    #[cfg(feature = "planted")]
+    let due = if crate::plant::on("reschedule.ignore_delay") {
+        h.now_ms()?
+    } else {
+        due
+    };
     // 4. fence: the row is only read
     let fence = h.fence();
     let row = q.row(id);

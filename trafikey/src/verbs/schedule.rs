@@ -7,10 +7,12 @@ use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 
 pub const VERB: &str = "EMQ.SCHEDULE";
+/// KEYS, after the numkeys argument (also the key-spec the table registers).
+pub const NUMKEYS: usize = 2;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 2, four ARGV
-    let call = grammar::shape(VERB, args, 2, Argc::Exact(4))?;
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(4))?;
     // 2. layout: schedule, base
     let q = grammar::layout(&call, &["schedule"])?;
     let schedule = call.keys[0];
@@ -32,7 +34,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     h.expect_zset(schedule)?;
     fence.write(&row)?;
     // 6. writes
-    let mut fields: Vec<&[u8]> = vec![&row, b"state", b"scheduled", b"payload", payload, b"attempts", b"0"];
+    let mut fields: Vec<&[u8]> = vec![
+        &row,
+        b"state",
+        b"scheduled",
+        b"payload",
+        payload,
+        b"attempts",
+        b"0",
+    ];
     let prio = num(priority);
     if priority > 0 {
         fields.extend_from_slice(&[b"priority", &prio]);

@@ -4,19 +4,23 @@
 
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
-use crate::decide::{self, decide_member, incr, MemberSeen, RowKind, Swept, SweepRefusal, SweptMember};
+use crate::decide::{
+    self, decide_member, incr, MemberSeen, RowKind, SweepRefusal, Swept, SweptMember,
+};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{bulk, Host};
 
 pub const VERB: &str = "EMQ.STALLED.CHECK";
+/// KEYS, after the numkeys argument (also the key-spec the table registers).
+pub const NUMKEYS: usize = 4;
 
 /// The row fields the sweep reads, once per member.
 const FIELDS: [&str; 4] = ["group", "lease_epoch", "stalled", "priority"];
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 4, two ARGV
-    let call = grammar::shape(VERB, args, 4, Argc::Exact(2))?;
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(2))?;
     // 2. layout: active, pending, dead, base
     let q = grammar::layout(&call, &["active", "pending", "dead"])?;
     let (active, pending, dead) = (call.keys[0], call.keys[1], call.keys[2]);
@@ -62,11 +66,20 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         if verdict != Swept::Ghost {
             fence.write(&row)?;
         }
-        members.push(SweptMember { id, verdict, priority });
+        members.push(SweptMember {
+            id,
+            verdict,
+            priority,
+        });
     }
     // the sets the verdicts write to, and the dead count predicted
-    let died = members.iter().filter(|m| matches!(m.verdict, Swept::Die(_))).count() as i64;
-    let back = members.iter().any(|m| matches!(m.verdict, Swept::Exempt | Swept::Recover(_)));
+    let died = members
+        .iter()
+        .filter(|m| matches!(m.verdict, Swept::Die(_)))
+        .count() as i64;
+    let back = members
+        .iter()
+        .any(|m| matches!(m.verdict, Swept::Exempt | Swept::Recover(_)));
     if back {
         h.expect_zset(pending)?;
     }
@@ -75,14 +88,27 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         h.expect_zset(dead)?;
         let metrics = q.metrics_failed();
         fence.read(&metrics)?;
-        let stored = h.hash(&metrics, &["count"])?.and_then(|m| m.into_iter().next().flatten());
+        let stored = h
+            .hash(&metrics, &["count"])?
+            .and_then(|m| m.into_iter().next().flatten());
         failed_count = Some(incr(stored.as_deref(), died).map_err(Refusal::Counter)?);
         fence.write(&metrics)?;
     }
     // 6. writes, as planned by the pure sweep plan
-    h.apply(&decide::sweep_plan(&q, [active, pending, dead], &members, failed_count))?;
+    h.apply(&decide::sweep_plan(
+        &q,
+        [active, pending, dead],
+        &members,
+        failed_count,
+    ))?;
     let list = |pick: fn(&Swept) -> bool| {
-        ValkeyValue::Array(members.iter().filter(|m| pick(&m.verdict)).map(|m| bulk(&m.id)).collect())
+        ValkeyValue::Array(
+            members
+                .iter()
+                .filter(|m| pick(&m.verdict))
+                .map(|m| bulk(&m.id))
+                .collect(),
+        )
     };
     Ok(ValkeyValue::Array(vec![
         list(|v| matches!(v, Swept::Recover(_))),

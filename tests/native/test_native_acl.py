@@ -1,0 +1,129 @@
+"""ACL: the declared KEYS are checked by the server through the key-specs; the derived keys
+(row, meta, metrics) by the verb itself, as the calling user, read before read and write
+before write (SPEC §5 check 4). Every NOPERM leaves the dataset unchanged."""
+
+from __future__ import annotations
+
+import pytest
+import valkey
+
+from native_helpers import NativeQueue, digest, error_code, fresh_name
+
+
+@pytest.fixture
+def admin(native_server):
+    client = native_server.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def make_user(native_server, admin):
+    made = []
+
+    def make(*rules: str) -> valkey.Valkey:
+        name = fresh_name("user")
+        admin.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", *rules)
+        made.append(name)
+        return native_server.client(username=name, password="pw")
+
+    yield make
+    for name in made:
+        admin.execute_command("ACL", "DELUSER", name)
+
+
+def noperm(admin: valkey.Valkey, client: valkey.Valkey, *command) -> str:
+    before = digest(admin)
+    with pytest.raises(valkey.ResponseError) as info:
+        client.execute_command(*command)
+    assert error_code(info.value) == "NOPERM", str(info.value)
+    assert digest(admin) == before
+    return str(info.value)
+
+
+def test_a_queue_scoped_user_cannot_touch_another_queue(admin, make_user):
+    a = NativeQueue(admin, fresh_name("a"))
+    b = NativeQueue(admin, fresh_name("b"))
+    user = make_user(f"~emq:{{{a.name}}}:*", "+@all", "-@dangerous")
+    ua = NativeQueue(user, a.name)
+    ub = NativeQueue(user, b.name)
+    # queue a: the whole lifecycle works
+    assert ua.enqueue("j", b"p") == 1
+    _, _, att = ua.claim()
+    assert ua.complete("j", att) == 1
+    # queue b: every verb is refused by the server's key-spec check
+    b.enqueue("j", b"p")
+    b.claim()
+    for line in ub.lines().values():
+        noperm(admin, user, *line)
+    assert b.hrow("j")[b"state"] == b"active"
+
+
+def test_declared_keys_alone_do_not_reach_the_row(admin, make_user):
+    q = NativeQueue(admin, fresh_name("a"))
+    q.enqueue("j", b"p")
+    declared = [f"~{k.decode()}" for k in (q.pending, q.active, q.base, q.meta)]
+    user = make_user(*declared, "+@all")
+    msg = noperm(admin, user, *NativeQueue(user, q.name).lines()["EMQ.CLAIM"])
+    assert "job:j" in msg and "read" in msg
+    assert q.zset(q.pending) == [(b"j", 0.0)]  # not popped
+
+
+def test_declared_keys_without_meta_are_refused_at_the_pause_read(admin, make_user):
+    q = NativeQueue(admin, fresh_name("a"))
+    q.enqueue("j", b"p")
+    declared = [f"~{k.decode()}" for k in (q.pending, q.active, q.base)]
+    user = make_user(*declared, f"~{q.base.decode()}job:*", "+@all")
+    msg = noperm(admin, user, *NativeQueue(user, q.name).lines()["EMQ.CLAIM"])
+    assert "meta" in msg
+
+
+def test_read_only_row_access_is_refused_before_the_first_write(admin, make_user):
+    q = NativeQueue(admin, fresh_name("a"))
+    q.enqueue("j", b"p")
+    base = q.base.decode()
+    user = make_user(
+        f"~{base}pending", f"~{base}active", f"~{base}", f"~{base}meta", f"%R~{base}job:*", "+@all"
+    )
+    msg = noperm(admin, user, *NativeQueue(user, q.name).lines()["EMQ.CLAIM"])
+    assert "write" in msg
+
+
+def test_enqueue_needs_the_row(admin, make_user):
+    q = NativeQueue(admin, fresh_name("a"))
+    base = q.base.decode()
+    user = make_user(f"~{base}pending", f"~{base}", "+@all")
+    noperm(admin, user, *NativeQueue(user, q.name).lines()["EMQ.ENQUEUE"])
+
+
+def test_complete_needs_the_metrics(admin, make_user):
+    q = NativeQueue(admin, fresh_name("a"))
+    q.enqueue("j", b"p")
+    q.claim()
+    base = q.base.decode()
+    user = make_user(f"~{base}active", f"~{base}", f"~{base}job:*", "+@all")
+    uq = NativeQueue(user, q.name)
+    msg = noperm(admin, user, "EMQ.COMPLETE", 2, uq.active, uq.base, "j", 1)
+    assert "metrics:completed" in msg
+    admin.execute_command("ACL", "SETUSER", user.connection_pool.connection_kwargs["username"],
+                          f"~{base}metrics:*")
+    assert uq.complete("j", 1) == 1
+
+
+def test_sweep_checks_each_member_row(admin, make_user):
+    q = NativeQueue(admin, fresh_name("a"))
+    q.enqueue("j", b"p")
+    q.expire_all()
+    base = q.base.decode()
+    user = make_user(f"~{base}active", f"~{base}pending", f"~{base}dead", f"~{base}", "+@all")
+    noperm(admin, user, *NativeQueue(user, q.name).lines()["EMQ.STALLED.CHECK"])
+    assert q.hrow("j")[b"state"] == b"active"
+
+
+def test_a_user_allowed_only_some_commands(admin, make_user):
+    q = NativeQueue(admin, fresh_name("a"))
+    user = make_user(f"~{q.base.decode()}*", "+emq.enqueue", "+emq.version")
+    uq = NativeQueue(user, q.name)
+    assert uq.enqueue("j", b"p") == 1
+    assert user.execute_command("EMQ.VERSION")
+    noperm(admin, user, *uq.lines()["EMQ.CLAIM"])

@@ -1,0 +1,80 @@
+"""Cluster smoke: the key-specs route every verb by the queue's hashtag; one node holding all
+slots serves a queue; keys of two queues in one call are CROSSSLOT."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import valkey
+
+from echomq import EmbeddedServer, module_path
+from native_helpers import NativeQueue, fresh_name
+
+
+@pytest.fixture(scope="module")
+def cluster_node():
+    with EmbeddedServer(module=module_path(), cluster=True) as node:
+        with node.client() as c:
+            c.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+            stop = time.monotonic() + 20
+            while b"cluster_state:ok" not in c.execute_command("CLUSTER", "INFO"):
+                if time.monotonic() > stop:
+                    raise AssertionError("the node never reached cluster_state:ok")
+        yield node
+
+
+def test_verbs_work_on_one_queue(cluster_node):
+    with cluster_node.client() as c:
+        q = NativeQueue(c)
+        assert q.enqueue("j", b"p") == 1
+        _, _, att = q.claim()
+        assert q.extend("j", att, 5000) > 0
+        assert q.fail("j", att, b"e", 3, 0) == b"pending"
+        _, _, att = q.claim()
+        assert q.complete("j", att) == 1
+        assert q.schedule("s", b"p", 0, 0) == 1
+        assert q.stalled_check(3, 10) == [[], [], []]
+        assert c.execute_command("EMQ.VERSION").startswith(b"enqueue claim")
+        slots = {c.execute_command("CLUSTER", "KEYSLOT", k) for k in (q.pending, q.active, q.base, q.row("j"))}
+        assert len(slots) == 1
+
+
+def test_keys_of_two_queues_are_crossslot(cluster_node):
+    with cluster_node.client() as c:
+        a = NativeQueue(c, fresh_name("a"))
+        b = NativeQueue(c, fresh_name("b"))
+        assert c.execute_command("CLUSTER", "KEYSLOT", a.base) != c.execute_command("CLUSTER", "KEYSLOT", b.base)
+        with pytest.raises(valkey.ResponseError, match="CROSSSLOT"):
+            c.execute_command("EMQ.CLAIM", 3, a.pending, b.active, a.base, 1000)
+        with pytest.raises(valkey.ResponseError, match="CROSSSLOT"):
+            c.execute_command("EMQ.ENQUEUE", 2, a.pending, b.base, "j", "p", 0)
+
+
+def test_routing_reads_the_declared_keys():
+    """A node serving half the slots: a verb on a queue in an unserved slot is stopped by the
+    server's routing (before the verb runs), exactly as a plain command on that key is."""
+    with EmbeddedServer(
+        module=module_path(), cluster=True, extra_args=("--cluster-require-full-coverage", "no")
+    ) as node, node.client() as c:
+        c.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 8191)
+        stop = time.monotonic() + 20
+        while b"cluster_state:ok" not in c.execute_command("CLUSTER", "INFO"):
+            if time.monotonic() > stop:
+                raise AssertionError("the node never reached cluster_state:ok")
+        served, unserved = None, None
+        for i in range(200):
+            q = NativeQueue(c, fresh_name(f"r{i}-"))
+            slot = c.execute_command("CLUSTER", "KEYSLOT", q.base)
+            if slot <= 8191:
+                served = served or q
+            else:
+                unserved = unserved or q
+            if served and unserved:
+                break
+        assert served.enqueue("j", b"p") == 1
+        for line in unserved.lines().values():
+            with pytest.raises(valkey.ResponseError, match="CLUSTERDOWN Hash slot not served"):
+                c.execute_command(*line)
+        with pytest.raises(valkey.ResponseError, match="CLUSTERDOWN Hash slot not served"):
+            c.hset(unserved.row("j"), "state", "pending")

@@ -1,0 +1,79 @@
+"""Replication (SPEC §5 check 7): the verbs' writes travel as effects, so a replica (with or
+without the module) ends with exactly the primary's dataset, whatever its own clock and
+run_id."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from echomq import EmbeddedServer, module_path
+from native_helpers import NativeQueue, digest, wait_past
+
+
+def wait_link_up(replica, timeout_s: float = 20.0) -> None:
+    stop = time.monotonic() + timeout_s
+    with replica.client() as c:
+        while c.info("replication").get("master_link_status") != "up":
+            if time.monotonic() > stop:
+                raise AssertionError("replica never linked to its primary")
+
+
+def workload(q: NativeQueue) -> None:
+    """Every verb, ordinary paths and edges."""
+    c = q.c
+    for j, prio in (("a", 0), ("b", 3), ("c", 0), ("d", 0), ("e", 1), ("f", 0)):
+        q.enqueue(j, b"payload-" + j.encode() + b"\xff\x00", prio)
+    _, _, ta = q.claim(60000)  # a
+    assert q.extend("a", ta, 120000) > 0
+    _, _, tc = q.claim(60000)  # c
+    assert q.extends(90000, "a", ta, "c", tc, "zz", 1)[2] == 0
+    assert q.complete("a", ta) == 1
+    assert q.fail("c", tc, b"boom", 1, 0) == b"dead"
+    assert q.reprocess("c") == 1
+    _, _, t = q.claim(60000)  # c again
+    assert q.requeue("c", t) == 1
+    _, _, t = q.claim(60000)  # c
+    assert q.delay("c", t, 0) > 0
+    assert q.fail(*q.claim(60000)[::2], b"retry", 5, 0) == b"pending"  # d
+    assert q.fail(*q.claim(60000)[::2], b"later", 5, 1) == b"scheduled"  # f
+    q.schedule("s", b"sp", 0, 2)
+    q.schedule("far", b"sp", 3_600_000, 0)
+    assert q.reschedule("far", 7_200_000) > 0
+    c.zadd(q.schedule_key, {"ghost-s": 0})
+    wait_past(c, int(c.zscore(q.schedule_key, "s")))
+    assert q.promote(100) >= 2
+    c.zadd(q.active, {"ghost-a": 0})
+    q.claim(1)
+    q.claim(1)
+    last = q.claim(1)
+    c.hset(q.row(last[0]), "lease_epoch", "another-run")
+    wait_past(c, int(c.zscore(q.active, last[0])))
+    swept = q.stalled_check(1, 100)
+    assert sum(len(part) for part in swept) == 3
+    c.zadd(q.dead, {"ghost-d": 0})
+    assert q.reprocess("ghost-d") == 0
+
+
+@pytest.mark.parametrize("replica_module", [True, False], ids=["replica-with-module", "plain-replica"])
+def test_a_replica_ends_with_the_primarys_dataset(replica_module):
+    with EmbeddedServer(module=module_path()) as primary:
+        with EmbeddedServer(
+            module=module_path() if replica_module else None,
+            replicaof=("127.0.0.1", primary.port),
+        ) as replica:
+            wait_link_up(replica)
+            c = primary.client()
+            q = NativeQueue(c)
+            workload(q)
+            assert c.execute_command("WAIT", 1, 5000) == 1
+            r = replica.client()
+            assert digest(r) == digest(c)
+            # the replica kept the primary's stamp: effects, not a re-run on its own clock
+            for key in c.keys(q.base + b"job:*"):
+                assert r.hgetall(key) == c.hgetall(key)
+            assert r.zrange(q.active, 0, -1, withscores=True) == c.zrange(q.active, 0, -1, withscores=True)
+            assert primary.run_id() != replica.run_id()
+            c.close()
+            r.close()
