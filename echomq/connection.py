@@ -123,7 +123,7 @@ class _RouteByFirstKey:
     def determine_slot(self, *args: Any) -> int:
         name = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
         name = name.upper()
-        at = 2 if name in ("EVAL", "EVALSHA") else 1 if name.startswith("EMQ.") else None
+        at = 2 if name in ("EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO") else 1 if name.startswith("EMQ.") else None
         if at is not None and len(args) > at + 1 and int(args[at]) > 0:
             return self.keyslot(args[at + 1])  # type: ignore[attr-defined]
         return super().determine_slot(*args)  # type: ignore[misc]
@@ -217,7 +217,9 @@ class Connection:
                 if self.wire == 4
                 else f"script {verb.name!r} is not sent on wire 6"
             )
-        return ("EVALSHA", script.sha, len(call.keys), *call.keys, *call.argv)
+        # the declared reads go read-only: a read-only ACL user may run them, a replica may serve them
+        command = "EVALSHA_RO" if verb.read_only else "EVALSHA"
+        return (command, script.sha, len(call.keys), *call.keys, *call.argv)
 
     def send(self, call: Call) -> Any:
         args = self.command_args(call)
