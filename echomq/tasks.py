@@ -103,6 +103,8 @@ class Task:
     max_attempts: int = 3
     backoff: Backoff = Backoff()
     serializer: Serializer = JSON
+    arity: int = field(init=False, repr=False)  #: how many of (payload, ctx) the handler takes
+    is_async: bool = field(init=False, repr=False)  #: an ``async def`` handler, run on the asyncio loop
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -110,17 +112,16 @@ class Task:
             raise ConfigurationError(f"bad max_attempts {self.max_attempts!r} for queue {self.queue!r}: an integer >= 1")
         if not callable(self.fn):
             raise ConfigurationError(f"the handler for queue {self.queue!r} is not callable: {self.fn!r}")
+        # read the signature once, not per job
+        object.__setattr__(self, "arity", _arity(self.fn))
+        object.__setattr__(self, "is_async", asyncio.iscoroutinefunction(self.fn))
 
     @property
     def name(self) -> str:
         return getattr(self.fn, "__qualname__", repr(self.fn))
 
-    @property
-    def is_async(self) -> bool:
-        return asyncio.iscoroutinefunction(self.fn)
-
     def arguments(self, payload: Any, ctx: JobContext) -> tuple[Any, ...]:
-        return (payload, ctx)[: _arity(self.fn)]
+        return (payload, ctx)[: self.arity]
 
     def on(self, connection: Any) -> Any:
         """This task's :class:`~echomq.Queue` on ``connection`` (to enqueue jobs for it)."""

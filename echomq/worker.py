@@ -396,12 +396,15 @@ class Worker:
         for key in policy.select_expired(live, now, self.config.lease):
             self._lose(self.held[key], "no renewal reached the server within the lease")
 
-    def _lose(self, held: Held, reason: str) -> None:
-        """Tell the handler its lease is gone; its outcome will be dropped when it finishes."""
+    def _lose(self, held: Held, reason: str | None) -> None:
+        """Tell the handler its lease is gone; its outcome will be dropped when it finishes.
+        (A sync handler that never looks at ``ctx.lease_lost`` keeps its slot until it returns.)"""
         held.ctx.lost.set()
         if held.future is not None and held.task.is_async:
             held.future.cancel()
-        log.warning("job %s/%s attempt %d: lease lost (%s)", held.job.queue, held.job.id, held.job.attempt, reason)
+        if reason:
+            log.warning("job %s/%s attempt %d: lease lost (%s)", held.job.queue, held.job.id, held.job.attempt,
+                        reason)
 
     # -- 4. claim --------------------------------------------------------------------
     def claim(self, now: float) -> int:
@@ -462,7 +465,7 @@ class Worker:
             log.warning("worker %d: could not settle finished jobs at shutdown: %s", os.getpid(), exc)
         still = [held for held in self.held.values() if not held.ctx.lease_lost]
         for held in still:
-            self._lose(held, "worker shutting down")  # first: its outcome must never be settled now
+            self._lose(held, None)  # first: its outcome must never be settled now (logged below, all at once)
         if still and self.connection.wire == 6:
             self._requeue(still)
         elif still:
