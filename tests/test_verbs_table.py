@@ -193,25 +193,33 @@ def test_rust_states_match_python():
         assert not missing, f"{path.relative_to(ROOT)} defines State without {sorted(missing)}"
 
 
-RUST_ROW = re.compile(r'row!\(\s*"([^"]+)",\s*(\w+),\s*(\w+),\s*Keys::(\w+),\s*\[([^\]]*)\]\s*,?\s*\)')
+RUST_ROW = re.compile(r'row!\(\s*(?:"(?P<name>[^"]+)"\s*,\s*)?(?P<handler>\w+)\s*,[^\[]*\[(?P<tokens>[^\]]*)\]')
 
 
 def test_rust_registration_table_matches_the_verb_table():
-    """trafikey's table.rs is its only list of commands: same rows, order, tokens, one file per verb."""
+    """trafikey's table.rs is its only list of commands: same rows, order, tokens; one file per verb
+    naming its command and numkeys as the verb table does."""
     table = RUST_SRC / "table.rs"
     if not table.is_file():
         pytest.skip("trafikey/src/table.rs does not exist yet")
-    rows = RUST_ROW.findall(table.read_text())
+    text = table.read_text()
+    rows = list(RUST_ROW.finditer(text))
     assert rows, "no row!(...) entries found in table.rs"
-    verbs_rows = [r for r in rows if r[3] == "Numkeys"]
-    assert [r[0] for r in verbs_rows] == [v.command for v in VERBS]
-    for (name, handler, flags, _, tokens), verb in zip(verbs_rows, VERBS):
-        assert tuple(re.findall(r'"([^"]+)"', tokens)) == verb.tokens, name
-        assert handler == verb.name, f"{name}: the handler is named as the verb"
-        assert flags == "WRITE", name
-        assert (RUST_SRC / "verbs" / f"{verb.name}.rs").is_file(), f"verbs/{verb.name}.rs"
-    others = [r for r in rows if r[3] != "Numkeys"]
-    assert [(r[0], r[3], r[4].strip()) for r in others] == [("EMQ.VERSION", "None", "")]
-    assert rows.index(others[0]) > rows.index(verbs_rows[-1]), "the job-core rows come first"
+    assert [r["handler"] for r in rows] == [v.name for v in VERBS], "rows in SPEC §3 order, named as the verbs"
+    for row, verb in zip(rows, VERBS):
+        assert tuple(re.findall(r'"([^"]+)"', row["tokens"])) == verb.tokens, verb.name
+        if row["name"]:
+            assert row["name"] == verb.command
+        source = RUST_SRC / "verbs" / f"{verb.name}.rs"
+        assert source.is_file(), f"verbs/{verb.name}.rs"
+        code = source.read_text()
+        named = re.search(r'const VERB\s*:\s*&str\s*=\s*"([^"]+)"', code)
+        if named:
+            assert named.group(1) == verb.command, f"verbs/{verb.name}.rs registers {named.group(1)}"
+        numkeys = re.search(r"const NUMKEYS\s*:\s*\w+\s*=\s*(\d+)", code)
+        if numkeys:
+            assert int(numkeys.group(1)) == len(verb.keys), f"verbs/{verb.name}.rs NUMKEYS"
+    version = text.find('"EMQ.VERSION"')
+    assert version > rows[-1].end(), "EMQ.VERSION is registered, after the job-core rows"
     on_disk = {p.stem for p in (RUST_SRC / "verbs").glob("*.rs")} - {"mod"}
     assert on_disk == {v.name for v in VERBS}
