@@ -198,3 +198,13 @@ def test_demo_app_module_loads():
     app = load_app("echomq.demo:app")
     assert list(app.tasks) == ["demo"]
     assert json.dumps(app.tasks["demo"].fn({"order": 123}, None)) == "6"
+
+
+def test_every_command_is_in_the_docs_table():
+    text = (ROOT / "docs" / "workers.md").read_text()
+    missing = [name for name in main.commands if f"`emq {name}" not in text]
+    assert not missing, f"docs/workers.md does not list: {missing}"
+    worker_options = {opt for param in main.commands["worker"].params for opt in param.opts if opt.startswith("--")}
+    undocumented = sorted(o for o in worker_options - {"--url", "--wire", "--log-level", "--queue", "--concurrency"}
+                          if o not in text)
+    assert not undocumented, undocumented
