@@ -44,7 +44,7 @@ import valkey
 
 from . import policy
 from .connection import Call, Connection
-from .errors import CommandRefused, ConfigurationError, EchoMQError, LeaseLost
+from .errors import CommandRefused, ConfigurationError, EchoMQError, LeaseLost, StateError
 from .policy import Backoff, IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
 from .serializers import RAW
@@ -204,6 +204,7 @@ class Worker:
         self._empty_polls = {name: 0 for name in names}
         self._next_poll = {name: 0.0 for name in names}
         self._next_tick: float | None = None
+        self._turn = 0
         self._link_down_until = 0.0
         self._link_failures = 0
         self._stop_at: float | None = None
@@ -216,8 +217,14 @@ class Worker:
     def stopping(self) -> bool:
         return self._stop_at is not None
 
-    def run(self, *, install_signals: bool = True) -> Tally:
-        """Work until stopped (signal or :meth:`stop`), then shut down; returns the tally."""
+    def run(self, *, install_signals: bool | None = None) -> Tally:
+        """Work until stopped (signal or :meth:`stop`), then shut down; returns the tally.
+
+        SIGTERM/SIGINT handlers are installed when this runs on the main thread (or when
+        ``install_signals`` says so); from another thread, stop it with :meth:`stop`.
+        """
+        if install_signals is None:
+            install_signals = threading.current_thread() is threading.main_thread()
         if install_signals:
             self._install_signals()
         log.info("worker %d: queues %s on wire %d, concurrency %d, lease %d ms",
@@ -345,13 +352,14 @@ class Worker:
     def _record(self, held: Held, decision: policy.Settle, reply: Any) -> None:
         job = held.job
         where = f"job {job.queue}/{job.id} attempt {job.attempt}"
-        if isinstance(reply, (LeaseLost, CommandRefused)):
+        if isinstance(reply, (LeaseLost, StateError)):
             # the fence: someone else holds the job now (or the sweep moved it); this attempt's outcome is void
             self.tally.lost += 1
             log.warning("%s: settle refused, the lease is gone (%s); not settled by this worker", where, reply)
         elif isinstance(reply, Exception):
+            # any other refusal writes nothing either: the job stays active until its lease runs out
             self.tally.lost += 1
-            log.error("%s: settle failed: %r", where, reply)
+            log.error("%s: settle refused by the server (%s); the sweep recovers it after its lease", where, reply)
         elif isinstance(decision, policy.Complete):
             self.tally.completed += 1
         elif isinstance(decision, policy.Delay):
@@ -410,7 +418,10 @@ class Worker:
     def claim(self, now: float) -> int:
         """Claim into the free slots from every queue whose poll is due; returns how many were claimed."""
         claimed = 0
-        for name, queue in self.queues.items():
+        names = list(self.queues)
+        self._turn = (self._turn + 1) % len(names)  # take turns going first: a busy queue cannot starve the rest
+        for name in names[self._turn:] + names[:self._turn]:
+            queue = self.queues[name]
             capacity = self._capacity()
             if capacity <= 0:
                 break
@@ -441,16 +452,23 @@ class Worker:
             held.future = Future()
             held.future.set_exception(exc)
         else:
-            args = task.arguments(payload, ctx)
-            if task.is_async:
-                if self._async is None:
-                    self._async = _AsyncRunner()
-                held.future = self._async.submit(task.fn(*args))
-            else:
-                if self._pool is None:
-                    self._pool = _DaemonPool(self.config.concurrency)
-                held.future = self._pool.submit(task.fn, *args)
+            held.future = self._submit(task, task.arguments(payload, ctx))
         held.future.add_done_callback(lambda _f, held=held: self._done(held))
+
+    def _submit(self, task: Task, args: tuple[Any, ...]) -> Future:
+        if not task.is_async:
+            if self._pool is None:
+                self._pool = _DaemonPool(self.config.concurrency)
+            return self._pool.submit(task.fn, *args)
+        if self._async is None:
+            self._async = _AsyncRunner()
+        try:
+            coro = task.fn(*args)
+        except Exception as exc:  # raised before its first await (a bad signature, say): this job's outcome
+            failed: Future = Future()
+            failed.set_exception(exc)
+            return failed
+        return self._async.submit(coro)
 
     def _done(self, held: Held) -> None:
         self._finished.put(held)

@@ -148,6 +148,38 @@ def test_a_payload_the_task_cannot_read_fails_that_job_only(conn):
     assert seen == [{"fine": True}]
 
 
+def test_an_async_handler_that_cannot_even_start_fails_its_job_not_the_worker(conn):
+    name = fresh_name("w")
+
+    async def three(payload, ctx, missing):  # called with two: TypeError before the first await
+        return None
+
+    app = App()
+    app.handler(name, three, max_attempts=1)
+    queue = Queue(conn, name)
+    job = queue.enqueue({})
+    with running(Worker(app, conn)) as worker:
+        wait_until(lambda: queue.counts().dead == 1, what="the job to go dead")
+    assert "TypeError" in queue.job(job.id)["last_error"] and worker.tally.dead == 1
+
+
+def test_a_busy_queue_does_not_starve_another(conn):
+    busy, quiet, order, lock = fresh_name("w"), fresh_name("w"), [], threading.Lock()
+
+    def record(payload, ctx):
+        with lock:
+            order.append(ctx.queue)
+
+    app = App()
+    app.handler(busy, record)
+    app.handler(quiet, record)
+    Queue(conn, busy).enqueue_many([{}] * 200)
+    Queue(conn, quiet).enqueue({})
+    with running(Worker(app, conn, config=WorkerConfig(concurrency=4, claim_batch=4))):
+        wait_until(lambda: len(order) == 201, what="every job")
+    assert order.index(quiet) < 20, order.index(quiet)
+
+
 def test_a_paused_queue_is_not_claimed_until_resumed(conn):
     name, clock = fresh_name("w"), FakeClock()
     app = App()
