@@ -9,11 +9,14 @@ False for a lost lease), because a batch is partly lost by nature.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
+
+from valkey.exceptions import ResponseError
 
 from . import errors
-from .connection import Call, Connection, build_call
+from .connection import Call, Connection, as_refusal, build_call
 from .ids import uuid7
 from .keys import STATE_SETS, Keyspace, State, check_job_id
 from .serializers import JSON, Serializer
@@ -272,10 +275,12 @@ class Queue:
     # -- pause ----------------------------------------------------------------
     def pause(self) -> None:
         """Hold claims (enqueue and schedule still admit jobs)."""
-        self.connection.client.hset(self.keys.meta, "paused", 1)
+        with _plain():
+            self.connection.client.hset(self.keys.meta, "paused", 1)
 
     def resume(self) -> None:
-        self.connection.client.hdel(self.keys.meta, "paused")
+        with _plain():
+            self.connection.client.hdel(self.keys.meta, "paused")
 
     # -- reading ----------------------------------------------------------------
     def counts(self) -> Counts:
@@ -288,7 +293,9 @@ class Queue:
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         """The job's row, fields as text and the payload deserialized; None when there is no row."""
-        row = self.connection.client.hgetall(self.keys.job(check_job_id(job_id)))
+        key = self.keys.job(check_job_id(job_id))
+        with _plain():
+            row = self.connection.client.hgetall(key)
         if not row:
             return None
         fields = {_text(k): v for k, v in row.items()}
@@ -299,13 +306,29 @@ class Queue:
 
     def ids(self, state: State | str, *, offset: int = 0, count: int = 100) -> list[tuple[str, float]]:
         """A page of (id, score) from the set of ``state``, lowest score first."""
-        key = self.keys.key(STATE_SETS[State(state)])
-        rows = self.connection.client.zrange(key, offset, offset + count - 1, withscores=True)
+        try:
+            key = self.keys.key(STATE_SETS[State(state)])
+        except ValueError:
+            raise errors.ConfigurationError(f"bad state {state!r}: one of {[s.value for s in State]}") from None
+        check_int("offset", offset, 0)
+        check_int("count", count, 1)  # count 0 would ask ZRANGE for offset..offset-1: all of it at offset 0
+        with _plain():
+            rows = self.connection.client.zrange(key, offset, offset + count - 1, withscores=True)
         return [(_text(member), score) for member, score in rows]
 
     def metrics(self) -> dict[str, int]:
         client = self.connection.client
-        return {name: int(client.hget(self.keys.metrics(name), "count") or 0) for name in ("completed", "failed")}
+        with _plain():
+            return {name: int(client.hget(self.keys.metrics(name), "count") or 0) for name in ("completed", "failed")}
+
+
+@contextmanager
+def _plain() -> Iterator[None]:
+    """Plain commands (pause, the reads) answer in the same error tree as the verbs."""
+    try:
+        yield
+    except ResponseError as exc:
+        raise as_refusal(exc) from exc
 
 
 def _fence(call: Call, reply: Any) -> Any:

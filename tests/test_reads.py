@@ -1,0 +1,107 @@
+"""The plain-command side of the API (no verb): pause/resume and the reads job, ids, metrics.
+
+They are not verbs, but they answer in the same error tree: a wrong-typed key is a
+WrongType (not valkey-py's raw ResponseError), bad paging is a ConfigurationError
+naming the value, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+from echomq import ConfigurationError, Queue, State, WrongType
+from echomq.serializers import RAW
+from helpers import digest, dump
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def q(conn):
+    return Queue(conn, f"rd{os.getpid()}-{next(_names)}", serializer=RAW)
+
+
+class unchanged:
+    def __init__(self, q):
+        self.client, self.keys = q.connection.client, q.keys
+
+    def __enter__(self):
+        self.before = digest(self.client), dump(self.client, self.keys)
+
+    def __exit__(self, *exc):
+        assert (digest(self.client), dump(self.client, self.keys)) == self.before
+
+
+def test_job_reads_the_row_as_text_with_the_payload_decoded(q):
+    q.enqueue(b"\xff\x00", id="a", priority=3)
+    assert q.job("a") == {"state": "pending", "attempts": "0", "priority": "3", "payload": b"\xff\x00"}
+    assert q.job("missing") is None
+
+
+def test_ids_pages_through_a_set_lowest_score_first(q):
+    for i in range(7):
+        q.enqueue(b"p", id=f"j{i}", priority=7 - i)
+    everything = q.ids(State.PENDING, count=100)
+    assert [m for m, _ in everything] == [f"j{i}" for i in reversed(range(7))]
+    assert q.ids("pending", offset=2, count=3) == everything[2:5]
+    assert q.ids(State.PENDING, offset=6, count=5) == everything[6:]
+    assert q.ids(State.PENDING, offset=7) == []
+    assert q.ids(State.DEAD) == []
+
+
+@pytest.mark.parametrize("count", [0, -1, True, 1.5])
+def test_ids_refuses_a_bad_count(q, count):
+    q.enqueue(b"p", id="a")
+    with pytest.raises(ConfigurationError) as info:
+        q.ids(State.PENDING, count=count)
+    assert "count" in str(info.value) and repr(count) in str(info.value)
+
+
+@pytest.mark.parametrize("offset", [-1, -5, None])
+def test_ids_refuses_a_bad_offset(q, offset):
+    q.enqueue(b"p", id="a")
+    with pytest.raises(ConfigurationError) as info:
+        q.ids(State.PENDING, offset=offset)
+    assert "offset" in str(info.value) and repr(offset) in str(info.value)
+
+
+@pytest.mark.parametrize("state", ["schedule", "done", "", None])
+def test_ids_refuses_an_unknown_state(q, state):
+    with pytest.raises(ConfigurationError) as info:
+        q.ids(state)
+    assert repr(state) in str(info.value)
+
+
+def test_metrics_count_completions_and_deaths(q):
+    assert q.metrics() == {"completed": 0, "failed": 0}
+    q.enqueue(b"p", id="a")
+    q.enqueue(b"p", id="b")
+    q.complete(q.claim(60_000))
+    q.fail(q.claim(60_000), "x", max_attempts=1)
+    assert q.metrics() == {"completed": 1, "failed": 1}
+
+
+def _wrong(q, key):
+    q.connection.client.set(key, "a string")
+
+
+@pytest.mark.parametrize(
+    "what,key,call",
+    [
+        ("pause", lambda q: q.keys.meta, lambda q: q.pause()),
+        ("resume", lambda q: q.keys.meta, lambda q: q.resume()),
+        ("job", lambda q: q.keys.job("a"), lambda q: q.job("a")),
+        ("ids", lambda q: q.keys.pending, lambda q: q.ids(State.PENDING)),
+        ("metrics", lambda q: q.keys.metrics("failed"), lambda q: q.metrics()),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_a_wrong_typed_key_is_a_wrong_type_error_and_writes_nothing(q, what, key, call):
+    _wrong(q, key(q))
+    with unchanged(q):
+        with pytest.raises(WrongType) as info:
+            call(q)
+    assert info.value.code == "WRONGTYPE"
