@@ -57,6 +57,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let (Some((att, run_id)), Some(seen)) = (planned, seen) else {
         return empty();
     };
+    // planted (claim): the lease is stamped with an empty epoch, not the run_id
+    #[cfg(feature = "planted")]
+    let run_id: &[u8] = if crate::plant::on("claim.blank_epoch") { b"" } else { run_id };
     h.apply(&[
         op("HINCRBY", &[&row, b"attempts", b"1"], Expect::Int(att)),
         op(

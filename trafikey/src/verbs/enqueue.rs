@@ -42,6 +42,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         b"0",
     ];
     let prio = num(priority);
+    // planted (admission): the row forgets its priority (pending still gets the score)
+    #[cfg(feature = "planted")]
+    let priority = if crate::plant::on("enqueue.forget_priority") { 0 } else { priority };
     if priority > 0 {
         fields.extend_from_slice(&[b"priority", &prio]);
     }
