@@ -74,13 +74,20 @@ def run_plants(module: str | None, planted_module: str | None, out: TextIO) -> b
             rows.append(("native plants", "-", "no planted build: cargo build --release --features planted "
                                               "--target-dir trafikey/target/planted", "NOT RUN"))
         else:
+            # the control: the planted build with no plant switched on must be clean
+            with Pair(module=path) as pair:
+                control = first_catch(pair)
+            rows.append(("(planted build, no plant on)", "control", "must stay clean",
+                         "clean" if control == "NOT CAUGHT" else f"FALSE ALARM at {control}"))
             for plant in NATIVE_PLANTS:
                 with Pair(module=path, plant=plant.name) as pair:
                     rows.append((plant.name, plant.family, plant.what, first_catch(pair)))
     plants_table(rows, out)
-    caught = sum(1 for r in rows if r[3] not in ("NOT CAUGHT", "NOT RUN"))
-    out.write(f"plants: {caught} of {len(rows)} caught\n")
-    return caught == len(rows)
+    plants = [r for r in rows if r[1] != "control"]
+    caught = sum(1 for r in plants if r[3] not in ("NOT CAUGHT", "NOT RUN"))
+    clean = all(r[3] == "clean" for r in rows if r[1] == "control")
+    out.write(f"plants: {caught} of {len(plants)} caught" + ("" if clean else "; the control run was NOT clean") + "\n")
+    return caught == len(plants) and clean
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

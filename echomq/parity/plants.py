@@ -13,7 +13,9 @@ fails if the instrument reports no UNEXPECTED difference.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..verbs import BY_NAME
 
@@ -80,6 +82,28 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
 )
 
 #: The native plants compiled into trafikey with ``--features planted`` (see docs/parity.md).
-NATIVE_PLANTS: tuple[NativePlant, ...] = ()
+NATIVE_PLANTS: tuple[NativePlant, ...] = (
+    NativePlant("enqueue.forget_priority", "admission", "enqueue",
+                "enqueue writes no priority field (pending still gets the score)"),
+    NativePlant("claim.blank_epoch", "claim", "claim", "claim stamps the lease with an empty lease_epoch"),
+    NativePlant("complete.no_metric", "settle", "complete", "complete does not count the job"),
+    NativePlant("epoch.stale", "lease", "claim",
+                "the module stamps leases with an epoch that is not the server's run_id (lib.rs)"),
+    NativePlant("reschedule.ignore_delay", "schedule", "reschedule", "reschedule's due time ignores delay_ms"),
+    NativePlant("reprocess.keep_dead", "recovery", "reprocess", "reprocess leaves the job in dead as well"),
+)
+
+PLANTED_DIR = Path(__file__).resolve().parents[2] / "trafikey" / "target" / "planted" / "release"
+PLANTED_ENV = "ECHOMQ_PLANTED_MODULE"
+
+
+def planted_module_path() -> str | None:
+    """The trafikey build with ``--features planted``: ``ECHOMQ_PLANTED_MODULE``, else the crate's
+    ``target/planted`` (``cargo build --release --features planted --target-dir trafikey/target/planted``)."""
+    override = os.environ.get(PLANTED_ENV)
+    if override:
+        return override if os.path.isfile(override) else None
+    built = PLANTED_DIR / "libtrafikey.so"
+    return str(built) if built.is_file() else None
 
 SCRIPT_PLANT = {plant.name: plant for plant in SCRIPT_PLANTS}
