@@ -1,0 +1,123 @@
+"""EchoMQ's benchmarks, one command: ``.venv/bin/python -m bench``.
+
+    .venv/bin/python -m bench                         the documented run: writes docs/benchmarks.md
+                                                      and bench/results/latest.json
+    .venv/bin/python -m bench --max-jobs 1000000      the growth table up to 10⁶ queued jobs
+    .venv/bin/python -m bench --peers none            EchoMQ only (peers are optional extras)
+    .venv/bin/python -m bench --smoke                 seconds: every part once, tiny (the test suite's smoke)
+
+Sections: ``cost`` (server µs per verb and lifecycle: wire 6, wire 4, the primitive
+floor), ``growth`` (cost and memory at 10³ … --max-jobs queued jobs), ``e2e``
+(throughput with 1, 2, 4 worker processes, bulk enqueue, idle pick-up latency, for
+EchoMQ on each wire and for every peer). Everything runs on one embedded
+valkey-server (with trafikey loaded when it is built); see bench/common.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from . import cost, e2e, growth, report
+from .common import ROOT, BenchServer, client_versions, machine, say, trafikey_module
+from .systems import ALL_PEERS, echomq_system, emq_worker_available, peers
+
+SECTIONS = ("cost", "growth", "e2e")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default=",".join(SECTIONS), help="sections to run, comma-separated: " + ",".join(SECTIONS))
+    p.add_argument("--rounds", type=int, default=5, help="rounds of the cost section (default 5)")
+    p.add_argument("--jobs", type=int, default=5000, help="calls per verb phase in the cost section")
+    p.add_argument("--max-jobs", type=int, default=100_000, help="largest queue depth in the growth section")
+    p.add_argument("--growth-rounds", type=int, default=3)
+    p.add_argument("--growth-m", type=int, default=2000, help="lifecycles measured at each depth")
+    p.add_argument("--e2e-jobs", type=int, default=10_000, help="jobs per throughput run")
+    p.add_argument("--e2e-rounds", type=int, default=3)
+    p.add_argument("--bulk-jobs", type=int, default=20_000)
+    p.add_argument("--window", type=float, default=20.0, help="seconds a throughput run may take before it is "
+                                                               "timed on what it did")
+    p.add_argument("--processes", default="1,2,4", help="worker process counts")
+    p.add_argument("--latency-jobs", type=int, default=60)
+    p.add_argument("--latency-gap-ms", default="20,400", help="idle gaps between latency jobs, LO,HI ms")
+    p.add_argument("--peers", default=",".join(ALL_PEERS), help="comma-separated, or 'none'")
+    p.add_argument("--modes", default="emq,batch",
+                   help="how EchoMQ's workers run: emq (the worker), loop, batch (see bench/drive_echomq.py)")
+    p.add_argument("--wires", default="6,4")
+    p.add_argument("--json", default=str(ROOT / "bench" / "results" / "latest.json"))
+    p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    p.add_argument("--baseline", help="an earlier results file: adds a before/after table")
+    p.add_argument("--smoke", action="store_true", help="tiny everything, for the test suite (seconds)")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.rounds, args.jobs, args.max_jobs, args.growth_rounds, args.growth_m = 1, 50, 1000, 1, 50
+        args.e2e_jobs, args.e2e_rounds, args.bulk_jobs, args.processes = 200, 1, 200, "1"
+        args.latency_jobs, args.latency_gap_ms, args.window = 3, "5,20", 20.0
+        given = " ".join(argv if argv is not None else sys.argv[1:])
+        if "--peers" not in given:
+            args.peers = "none"
+        if "--modes" not in given:
+            args.modes = "batch"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    started = time.time()
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    command = "cd /work/main && .venv/bin/python -m bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    module, why_not = trafikey_module()
+    wires = [int(w) for w in args.wires.split(",") if w]
+    if module is None and 6 in wires:
+        say(f"wire 6 skipped: {why_not}")
+        wires.remove(6)
+    executors = [{6: "native", 4: "scripts"}[w] for w in wires] + ["floor"]
+    results: dict = {"meta": {
+        "command": command.strip(), "args": vars(args), "machine": machine(), "clients": client_versions(),
+        "trafikey": module, "trafikey_skipped": why_not, "results_path": str(Path(args.json).relative_to(ROOT))
+        if Path(args.json).resolve().is_relative_to(ROOT) else args.json}}
+
+    with BenchServer(module) as server:
+        results["meta"]["valkey"] = server.version()
+        if "cost" in sections:
+            results["cost"] = cost.run(server, executors=executors, n=args.jobs, rounds=args.rounds)
+        if "growth" in sections:
+            sizes = [s for s in (1_000, 10_000, 100_000, 1_000_000) if s <= args.max_jobs] or [args.max_jobs]
+            results["growth"] = growth.run(server, executors=executors, sizes=sizes, m=args.growth_m,
+                                           rounds=args.growth_rounds)
+        if "e2e" in sections:
+            modes = [m for m in args.modes.split(",") if m]
+            have_worker, why = emq_worker_available()
+            if not have_worker and "emq" in modes:
+                say(f"emq worker not available ({why}): measuring the bare loop instead, labelled so")
+                modes = [m if m != "emq" else "loop" for m in modes]
+            systems = [echomq_system(w, mode) for w in wires for mode in dict.fromkeys(modes)]
+            wanted = [] if args.peers == "none" else [p for p in args.peers.split(",") if p]
+            peer_systems, skipped = peers(wanted)
+            results["peers_skipped"] = skipped
+            lo, hi = (int(x) for x in args.latency_gap_ms.split(","))
+            results["e2e"] = e2e.run(server, systems + peer_systems,
+                                     processes=[int(k) for k in args.processes.split(",")], n=args.e2e_jobs,
+                                     bulk_n=args.bulk_jobs, rounds=args.e2e_rounds, lat_m=args.latency_jobs,
+                                     lat_lo=lo, lat_hi=hi, window_s=args.window)
+    results["elapsed_s"] = time.time() - started
+    results["headline"] = report.headline(results)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(results, indent=1))
+    baseline = json.loads(Path(args.baseline).read_text()) if args.baseline else None
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(report.render(results, baseline))
+    say(f"wrote {args.out} and {args.json} in {results['elapsed_s']:.0f}s")
+    for key, value in results["headline"].items():
+        say(f"  {key}: {value if not isinstance(value, float) else round(value, 3)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""EchoMQ driven as bench/peers/drive.py drives a peer, so every queue is measured one way:
+
+    drive_echomq.py worker  WIRE/MODE URL QUEUE          one worker process
+    drive_echomq.py enqueue WIRE/MODE URL QUEUE N        N no-op jobs, enqueue_many in pipelines of 1000; JSON
+    drive_echomq.py stamped WIRE/MODE URL QUEUE M LO HI  spaced, stamped jobs (pick-up latency)
+
+MODE is how the worker runs: ``emq`` = ``emq worker bench.echomq_tasks:app`` with its
+defaults (the real thing); ``loop`` = a minimal claim -> run -> complete loop, one job a
+round trip each way; ``batch`` = the same loop with pipelined claim_many/complete_many
+(10 at a time). The loops exist to show what the worker adds over the bare verbs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+from echomq import Queue, connect
+
+from .peers import probe
+from .peers.probe import gaps
+
+LEASE_MS = 30_000
+BATCH = 10
+
+
+def loop_worker(wire: int, url: str, queue: str, batch: int) -> None:
+    """Claim, run the no-op, complete; sleep 1 ms while the queue is empty."""
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    q = Queue(connect(url, wire=wire), queue)
+    while not stop:
+        jobs = q.claim_many(batch, LEASE_MS) if batch > 1 else [j for j in [q.claim(LEASE_MS)] if j]
+        if not jobs:
+            time.sleep(0.001)
+            continue
+        for job in jobs:
+            probe.done(job.payload.get("t") if isinstance(job.payload, dict) else None)
+        if batch > 1:
+            q.complete_many(jobs)
+        else:
+            q.complete(jobs[0])
+
+
+def emq_worker_argv(wire: int, url: str, queue: str) -> list[str]:
+    return [sys.executable, "-c", "import sys; from echomq.cli import main; sys.exit(main())",
+            "worker", "bench.echomq_tasks:app", "--url", url, "--wire", str(wire), "-q", queue,
+            "--log-level", "warning"]
+
+
+def main(argv: list[str]) -> int:
+    what, system, url, queue = argv[:4]
+    wire_text, _, mode = system.partition("/")
+    wire = int(wire_text)
+    os.environ["BENCH_URL"] = url
+    os.environ["BENCH_QUEUE"] = queue
+    if what == "worker":
+        if mode == "emq":
+            os.execv(sys.executable, emq_worker_argv(wire, url, queue))
+        loop_worker(wire, url, queue, BATCH if mode == "batch" else 1)
+        return 0
+    q = Queue(connect(url, wire=wire), queue)
+    if what == "enqueue":
+        n = int(argv[4])
+        t = {"start": time.time()}
+        for start in range(0, n, 1000):
+            q.enqueue_many([{}] * min(1000, n - start))
+        t["end"] = time.time()
+    elif what == "stamped":
+        t = {"start": time.time()}
+        for pause in gaps(int(argv[4]), float(argv[5]), float(argv[6])):
+            time.sleep(pause)
+            q.enqueue({"t": time.time()})
+        t["end"] = time.time()
+    else:
+        raise SystemExit(__doc__)
+    print(json.dumps(t), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

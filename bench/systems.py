@@ -1,0 +1,147 @@
+"""The queues under test, each as the commands that run its worker and its producer.
+
+EchoMQ's are driven by bench/drive_echomq.py in EchoMQ's venv; each peer by
+bench/peers/drive.py in a venv of its own (bench/.peers-venv/<peer>) or, for BullMQ
+on Node, by bench/peers/bullmq_node.mjs. Peers are installed on demand from
+bench/peers/requirements.txt and package.json; one whose install or smoke check
+fails is skipped with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .common import ROOT, say
+
+PEERS_DIR = ROOT / "bench" / "peers"
+PEERS_VENV = ROOT / "bench" / ".peers-venv"
+PY_PEERS = ("bullmq", "arq", "rq", "saq", "celery", "dramatiq")
+ALL_PEERS = PY_PEERS + ("bullmq-node",)
+
+
+@dataclass
+class System:
+    name: str  #: as the tables print it
+    kind: str  #: "echomq" or "peer"
+    brand: int | None  #: the wire the node is branded for; None for a peer (a plain node)
+    base: list[str]  #: argv prefix: [python-or-node, driver, (system)]
+    config: str = ""
+    version: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self, what: str, url: str, queue: str, *rest: object) -> list[str]:
+        if self.kind == "echomq":
+            return [*self.base[:-1], what, self.base[-1], url, queue, *map(str, rest)]
+        if self.base[0].endswith("node"):
+            return [*self.base, what, url, queue, *map(str, rest)]
+        return [*self.base[:-1], what, self.base[-1], url, queue, *map(str, rest)]
+
+
+def echomq_system(wire: int, mode: str) -> System:
+    labels = {"emq": "emq worker", "loop": "bare loop", "batch": "bare loop, batched"}
+    configs = {
+        "emq": "emq worker defaults: concurrency 10, claim batch 10, idle back-off 10..1000 ms",
+        "loop": "claim -> no-op -> complete, one round trip each (not the worker: the verbs' own speed)",
+        "batch": "claim_many(10) -> no-ops -> complete_many, pipelined (not the worker)",
+    }
+    return System(f"EchoMQ wire {wire} ({labels[mode]})", "echomq", wire,
+                  [sys.executable, "-m", "bench.drive_echomq", f"{wire}/{mode}"], configs[mode])
+
+
+def emq_worker_available() -> tuple[bool, str]:
+    try:
+        from echomq import cli  # noqa: F401
+        from echomq.worker import Worker  # noqa: F401
+    except Exception as exc:  # not landed yet: the bare loop stands in, labelled so
+        return False, f"echomq.cli / echomq.worker not importable ({exc})"
+    return True, ""
+
+
+# -- peers ---------------------------------------------------------------------------
+def _requirement(peer: str) -> str | None:
+    for line in (PEERS_DIR / "requirements.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        name = line.split("[", 1)[0].split("=", 1)[0].split()[0] if line else ""
+        if line and name == peer:
+            return line
+    return None
+
+
+def _venv_python(peer: str) -> Path:
+    return PEERS_VENV / peer / "bin" / "python"
+
+
+def install_peer(peer: str) -> tuple[System | None, str]:
+    """Install the peer if needed, check that its driver imports; (System, "") or (None, why skipped)."""
+    if peer == "bullmq-node":
+        node, npm = shutil.which("node"), shutil.which("npm")
+        if not node or not npm:
+            return None, "node or npm is not on PATH"
+        if not (PEERS_DIR / "node_modules" / "bullmq").is_dir() or not (PEERS_DIR / "node_modules" / "ioredis").is_dir():
+            say("installing BullMQ for Node (npm install in bench/peers)")
+            done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=PEERS_DIR,
+                                  capture_output=True, text=True, timeout=600)
+            if done.returncode:
+                return None, f"npm install failed: {done.stderr.strip().splitlines()[-1:]}"
+        version = json.loads((PEERS_DIR / "node_modules" / "bullmq" / "package.json").read_text())["version"]
+        return System("BullMQ (Node)", "peer", None, [node, str(PEERS_DIR / "bullmq_node.mjs")],
+                      "Node; Worker concurrency 1 (its default); Queue.addBulk", f"bullmq {version}"), ""
+    requirement = _requirement(peer)
+    if requirement is None:
+        return None, f"{peer} is not listed in bench/peers/requirements.txt"
+    python = _venv_python(peer)
+    stamp = PEERS_VENV / peer / ".bench-requirement"
+    if not python.exists() or not stamp.exists() or stamp.read_text() != requirement:
+        say(f"installing peer {requirement} into {PEERS_VENV / peer}")
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV / peer)], check=True,
+                           capture_output=True, timeout=300)
+            done = subprocess.run([str(python), "-m", "pip", "install", "-q", *requirement.split(), "hiredis"],
+                                  capture_output=True, text=True, timeout=900)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return None, f"venv/pip failed: {exc}"
+        if done.returncode:
+            tail = (done.stderr.strip().splitlines() or ["?"])[-1]
+            return None, f"pip install {requirement} failed: {tail[:200]}"
+        stamp.write_text(requirement)
+    driver = str(PEERS_DIR / "drive.py")
+    check = subprocess.run([str(python), driver, "config", peer], capture_output=True, text=True, timeout=60)
+    if check.returncode:
+        return None, f"driver check failed: {(check.stderr.strip().splitlines() or ['?'])[-1][:200]}"
+    dist = requirement.split()[0].split("[", 1)[0].split("=", 1)[0]
+    version = subprocess.run([str(python), "-c", f"from importlib.metadata import version; print(version({dist!r}))"],
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+    config = json.loads(check.stdout)["config"]
+    names = {"bullmq": "BullMQ (Python port)", "arq": "arq", "rq": "RQ", "saq": "SAQ", "celery": "Celery",
+             "dramatiq": "Dramatiq"}
+    return System(names[peer], "peer", None, [str(python), driver, peer], config, f"{dist} {version}"), ""
+
+
+def peers(wanted: list[str]) -> tuple[list[System], dict[str, str]]:
+    ready, skipped = [], {}
+    for peer in wanted:
+        if peer not in ALL_PEERS:
+            skipped[peer] = "unknown peer"
+            continue
+        try:
+            system, why = install_peer(peer)
+        except Exception as exc:  # an install that breaks oddly is a skip, not a failed run
+            system, why = None, f"{type(exc).__name__}: {exc}"
+        if system is None:
+            say(f"skipping peer {peer}: {why}")
+            skipped[peer] = why
+        else:
+            ready.append(system)
+    return ready, skipped
+
+
+def child_env(url: str, queue: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(BENCH_URL=url, BENCH_QUEUE=queue, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+    return env

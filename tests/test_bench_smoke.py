@@ -1,0 +1,33 @@
+"""The benchmark harness still runs end to end (tiny, no peers): never a timed assertion.
+
+`python -m bench --smoke` runs every section once on a few jobs and writes its results
+file and page; this checks that both come out whole, not how fast anything was.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_smoke(tmp_path):
+    results, page = tmp_path / "results.json", tmp_path / "benchmarks.md"
+    done = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--json", str(results), "--out", str(page)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(results.read_text())
+    executors = set(data["cost"]["table"])
+    assert {"scripts", "floor"} <= executors
+    for name in executors:
+        assert data["cost"]["table"][name]["lifecycle"]["usec"]["median"] > 0
+    assert "scripts/floor:usec" in data["cost"]["ratios"]
+    assert data["growth"]["table"]["scripts"]["1000"]["memory_per_job_bytes"] > 0
+    systems = data["e2e"]["table"]
+    assert systems and all("failed" not in row for row in systems.values()), systems
+    assert all(row["throughput:1"]["median"] > 0 and row["latency"]["n"] == 3 for row in systems.values())
+    text = page.read_text()
+    assert "## Server cost per job lifecycle" in text and "## End to end" in text and "--smoke" in text
