@@ -273,3 +273,11 @@ def test_the_edge_values_are_accepted(q):
     assert q.promote(10_000) in (0, 1)
     assert isinstance(q.claim(1), Job)
     assert len(q.stalled_check(max_stalled=1, limit=10_000)) in (0, 1)
+
+
+def test_empty_batches_send_nothing(q):
+    """An empty batch answers empty without a command (an EXTENDS of no pair would be a shape error)."""
+    with unchanged(q):
+        assert q.enqueue_many([]) == []
+        assert q.complete_many([]) == []
+        assert q.extend_many([], 1_000) == []
