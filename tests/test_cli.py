@@ -11,12 +11,11 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from conftest import fresh_name
 from echomq import EmbeddedServer, Queue, module_path
 from echomq.cli import main
 from echomq.server import free_port
 from helpers import dump, server_ms, wait_server_past
-from worker_helpers import ROOT, wait_until
+from worker_helpers import ROOT, fresh_name, wait_until
 
 
 @pytest.fixture

@@ -14,12 +14,11 @@ from contextlib import contextmanager
 
 import pytest
 
-from conftest import fresh_name
 from echomq import (App, Backoff, Delay, IdlePolicy, LeasePolicy, Queue, Retry, TimerConfig, Timers, Worker,
                     WorkerConfig)
 from echomq.serializers import RAW
 from helpers import server_ms, wait_server_past
-from worker_helpers import commands_sent, wait_until
+from worker_helpers import commands_sent, fresh_name, wait_until
 
 FAST = Backoff(base_ms=10, max_ms=50, jitter=0.0)
 

@@ -6,10 +6,9 @@ import signal
 
 import pytest
 
-from conftest import fresh_name
 from echomq import EmbeddedServer, Queue, connect, module_path
 from helpers import wait_server_past
-from worker_helpers import WorkerProcess, out, processed, spawn, started, wait_until  # noqa: F401 (fixtures)
+from worker_helpers import WorkerProcess, fresh_name, out, processed, spawn, started, wait_until  # noqa: F401 (fixtures)
 
 FAST_TIMERS = ("--promote-interval-ms", "50", "--sweep-interval-ms", "50")
 
