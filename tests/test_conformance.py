@@ -13,7 +13,7 @@ import pytest
 
 from echomq import Enqueued, LeaseLost, State, UnsupportedOnWire
 from echomq.connection import build_call
-from echomq.verbs import JOB_CORE_TOKENS, VERBS
+from echomq.verbs import JOB_CORE_TOKENS, READS, VERBS
 from helpers import digest, dump, server_ms, wait_server_past
 
 # --------------------------------------------------------------------------- expected-state builders
@@ -582,15 +582,25 @@ def test_wire6_command_info_answers_for_every_verb(server6):
         assert _command_info(client, "EMQ.NOSUCHVERB") is None
 
 
-def test_verbs_travel_with_the_scripts_keys_and_argv(conn, wire):
-    """SPEC §7: on wire 6 each verb travels as its EMQ command with the script's numkeys, KEYS, ARGV."""
+@pytest.mark.parametrize("verb", VERBS + READS, ids=lambda v: v.name)
+def test_verbs_travel_with_the_scripts_keys_and_argv(conn, wire, verb):
+    """SPEC §7: on wire 6 each verb travels as its EMQ command with the script's numkeys, KEYS
+    and ARGV unchanged; the declared reads stay scripts on both wires; wire 4 has no REQUEUE
+    or RESCHEDULE."""
     from echomq import Keyspace
 
     ks = Keyspace("shape")
-    call = build_call("fail", ks, ["id", "1", "err", 3, 0])
-    args = conn.command_args(call)
-    if wire == 4:
-        assert args[0] == "EVALSHA" and args[2:] == (5, *call.keys, *call.argv)
+    argv = [f"arg{i}" for i in range(len(verb.argv))]
+    call = build_call(verb.name, ks, argv)
+    assert call.keys == tuple(ks.key(s) for s in verb.keys)
+    if verb.read_only:
+        args = conn.command_args(call)
+        assert args[0] in ("EVALSHA", "EVALSHA_RO")
+        assert args[1:] == (conn.scripts[verb.name].sha, len(verb.keys), *call.keys, *argv)
+    elif wire == 6:
+        assert conn.command_args(call) == (verb.command, len(verb.keys), *call.keys, *argv)
+    elif verb.scripted:
+        assert conn.command_args(call) == ("EVALSHA", conn.scripts[verb.name].sha, len(verb.keys), *call.keys, *argv)
     else:
-        assert args == ("EMQ.FAIL", 5, *call.keys, *call.argv)
-    assert call.keys == tuple(ks.key(s) for s in ("active", "pending", "schedule", "dead", ""))
+        with pytest.raises(UnsupportedOnWire, match=verb.name):
+            conn.command_args(call)
