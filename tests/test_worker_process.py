@@ -58,6 +58,31 @@ def test_a_sigkilled_workers_job_is_recovered_by_another_workers_sweep(conn, spa
     second.wait_log("1 expired lease(s) recovered")
 
 
+def test_a_frozen_worker_loses_its_job_and_settles_nothing_when_it_wakes(conn, spawn, out):
+    """SIGSTOP past the lease (a VM pause, a GC storm): the job is swept and run by another
+    worker; on SIGCONT the frozen one learns it lost the lease, one way or the other."""
+    name = fresh_name("p")
+    queue = Queue(conn, name)
+    job = queue.enqueue({"hold": True})
+    frozen = spawn(name, "--lease-ms", "300", *FAST_TIMERS)
+    wait_until(lambda: started(out, job.id, 1), 20, "the first attempt to start")
+    frozen.signal(signal.SIGSTOP)
+    try:
+        wait_server_past(conn.client, conn.client.zscore(queue.keys.active, job.id))
+        (out / "release").touch()
+        spawn(name, "--lease-ms", "300", *FAST_TIMERS)
+        wait_until(lambda: queue.metrics()["completed"] == 1, 20, "the other worker to complete it")
+    finally:
+        frozen.signal(signal.SIGCONT)
+    frozen.wait_log("attempt 1: ")  # whichever it meets first: EXTENDS 0, or its COMPLETE fenced off
+    wait_until(lambda: "settle refused" in frozen.log() or "its outcome is not settled" in frozen.log(), 10,
+               "the frozen worker to give the job up")
+    frozen.signal(signal.SIGTERM)
+    assert frozen.wait() == 0
+    assert queue.metrics() == {"completed": 1, "failed": 0} and queue.job(job.id) is None
+    assert "done: claimed 1, lost 1" in frozen.log()
+
+
 @pytest.mark.parametrize("async_handler", [False, True], ids=["sync", "async"])
 def test_sigterm_waits_the_grace_then_requeues_on_wire_6_or_leaves_to_lease_expiry_on_wire_4(
         conn, wire, spawn, out, async_handler):
