@@ -290,11 +290,11 @@ def test_heartbeats_keep_a_long_job_held_past_its_lease(conn):
     app.handler(name, lambda payload: release.wait(10))
     queue = Queue(conn, name)
     job = queue.enqueue({})
-    worker = Worker(app, conn, config=WorkerConfig(lease=LeasePolicy(200)))
+    worker = Worker(app, conn, config=WorkerConfig(lease=LeasePolicy(500)))  # renewed every 125 ms
     with running(worker):
         wait_until(lambda: queue.counts().active == 1, what="the claim")
         first = conn.client.zscore(queue.keys.active, job.id)
-        wait_server_past(conn.client, first + 200)  # two leases' worth of server time
+        wait_server_past(conn.client, first + 100)  # the first lease has run out on the server clock
         assert queue.stalled_check(max_stalled=1).recovered == []  # renewed: nothing expired
         assert conn.client.zscore(queue.keys.active, job.id) > first
         release.set()

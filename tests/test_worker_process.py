@@ -138,7 +138,7 @@ def test_a_server_restart_is_ridden_out_not_taken_for_a_crash(aof_server, wire, 
     with connect(aof_server.url, wire=wire) as conn:
         queue = Queue(conn, name)
         job = queue.enqueue({"hold": True})
-        worker = WorkerProcess(aof_server.url, wire, name, out, "--lease-ms", "1000", *FAST_TIMERS)
+        worker = WorkerProcess(aof_server.url, wire, name, out, "--lease-ms", "3000", *FAST_TIMERS)
         try:
             wait_until(lambda: started(out, job.id, 1), 20, "the job to start")
             before = conn.client.zscore(queue.keys.active, job.id)
