@@ -46,12 +46,12 @@ def test_a_sigkilled_workers_job_is_recovered_by_another_workers_sweep(conn, spa
     name = fresh_name("p")
     queue = Queue(conn, name)
     job = queue.enqueue({"hold": True})
-    first = spawn(name, "--lease-ms", "300", *FAST_TIMERS)
+    first = spawn(name, "--lease-ms", "800", *FAST_TIMERS)
     wait_until(lambda: started(out, job.id, 1), 20, "the first attempt to start")
     first.kill()  # SIGKILL mid-job: no settle, no requeue, the lease just stops being renewed
     assert queue.state(job.id).value == "active"
     (out / "release").touch()
-    second = spawn(name, "--lease-ms", "300", *FAST_TIMERS)
+    second = spawn(name, "--lease-ms", "800", *FAST_TIMERS)
     wait_until(lambda: queue.metrics()["completed"] == 1, 20, "the recovered job to complete")
     assert [(i, a) for i, a, pid in processed(out)] == [(job.id, 2)]
     assert processed(out)[0][2] == second.pid
@@ -64,13 +64,13 @@ def test_a_frozen_worker_loses_its_job_and_settles_nothing_when_it_wakes(conn, s
     name = fresh_name("p")
     queue = Queue(conn, name)
     job = queue.enqueue({"hold": True})
-    frozen = spawn(name, "--lease-ms", "300", *FAST_TIMERS)
+    frozen = spawn(name, "--lease-ms", "800", *FAST_TIMERS)
     wait_until(lambda: started(out, job.id, 1), 20, "the first attempt to start")
     frozen.signal(signal.SIGSTOP)
     try:
         wait_server_past(conn.client, conn.client.zscore(queue.keys.active, job.id))
         (out / "release").touch()
-        spawn(name, "--lease-ms", "300", *FAST_TIMERS)
+        spawn(name, "--lease-ms", "800", *FAST_TIMERS)
         wait_until(lambda: queue.metrics()["completed"] == 1, 20, "the other worker to complete it")
     finally:
         frozen.signal(signal.SIGCONT)
