@@ -1,15 +1,22 @@
-"""Builds trafikey (the Rust Valkey module) into the package as a plain cdylib."""
+"""Builds trafikey (the Rust Valkey module) into the package as a plain cdylib.
+
+``./run`` sets ECHOMQ_NATIVE_BUILD=cargo: it builds the crate with cargo itself on
+every run (so Rust edits are picked up), and the editable install skips a second,
+identical build. ``pip install .`` builds it here.
+"""
+
+import os
 
 from setuptools import setup
 from setuptools_rust import Binding, RustExtension
 
-setup(
-    rust_extensions=[
-        RustExtension(
-            "echomq.libtrafikey",
-            path="trafikey/Cargo.toml",
-            binding=Binding.NoBinding,
-            py_limited_api=False,
-        )
-    ]
-)
+native = [
+    RustExtension(
+        "echomq.libtrafikey",
+        path="trafikey/Cargo.toml",
+        binding=Binding.NoBinding,
+        py_limited_api=False,
+    )
+]
+
+setup(rust_extensions=[] if os.environ.get("ECHOMQ_NATIVE_BUILD") == "cargo" else native)
