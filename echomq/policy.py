@@ -14,9 +14,11 @@ and returns a decision, so every rule here is table-tested without a server:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Union
+from typing import Hashable, Iterable, Mapping, TypeVar, Union
 
 from .errors import ConfigurationError
+
+K = TypeVar("K", bound=Hashable)  #: whatever names a held job (the worker uses (queue, id))
 
 # -- the retry schedule ----------------------------------------------------------
 
@@ -200,7 +202,7 @@ class LeasePolicy:
         return self.tick_ms or self.lease_ms // 4
 
 
-def select_renewals(renewed_at: Mapping[str, float], now_ms: float, policy: LeasePolicy) -> list[str]:
+def select_renewals(renewed_at: Mapping[K, float], now_ms: float, policy: LeasePolicy) -> list[K]:
     """The held jobs to renew on the tick at ``now_ms`` (local clock), oldest first.
 
     ``renewed_at`` maps a job to the local time its claim or last successful renewal was
@@ -210,13 +212,13 @@ def select_renewals(renewed_at: Mapping[str, float], now_ms: float, policy: Leas
     return [job for _, job in sorted(due)]
 
 
-def select_expired(renewed_at: Mapping[str, float], now_ms: float, policy: LeasePolicy) -> list[str]:
+def select_expired(renewed_at: Mapping[K, float], now_ms: float, policy: LeasePolicy) -> list[K]:
     """The held jobs whose lease may already have run out on the server: no renewal
     reached it within ``lease_ms`` (the link was down). The worker gives them up."""
     return [job for job, at in renewed_at.items() if now_ms - at >= policy.lease_ms]
 
 
-def lost_from_extends(jobs: Iterable[str], answers: Iterable[int]) -> list[str]:
+def lost_from_extends(jobs: Iterable[K], answers: Iterable[int]) -> list[K]:
     """The jobs EXTENDS answered 0 for: their lease is gone (re-claimed, swept or settled)."""
     return [job for job, answer in zip(jobs, answers) if not answer]
 
@@ -231,5 +233,3 @@ def next_timer_ms(last_ms: float | None, now_ms: float, interval_ms: int, satura
         return now_ms
     return last_ms + interval_ms
 
-
-RandomSource = Callable[[], float]

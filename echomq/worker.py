@@ -45,7 +45,7 @@ import valkey
 from . import policy
 from .connection import Call, Connection
 from .errors import CommandRefused, ConfigurationError, EchoMQError, LeaseLost, StateError
-from .policy import Backoff, IdlePolicy, LeasePolicy
+from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
 from .serializers import RAW
 from .tasks import App, Delay, JobContext, Retry, Task
@@ -393,11 +393,12 @@ class Worker:
         for name, batch in by_queue.items():
             sent = self._clock_ms()
             answers = self.queues[name].extend_many([h.job for h in batch], self.config.lease.lease_ms)
-            for held, answer in zip(batch, answers):
-                if answer:
-                    held.renewed_at = sent
-                else:
+            lost = set(policy.lost_from_extends([h.key for h in batch], answers))
+            for held in batch:
+                if held.key in lost:
                     self._lose(held, "EXTENDS answered 0: the job is no longer held with this token")
+                else:
+                    held.renewed_at = sent
 
     def give_up_expired(self, now: float) -> None:
         live = {key: held.renewed_at for key, held in self.held.items() if not held.ctx.lease_lost}

@@ -15,7 +15,7 @@ from echomq import EmbeddedServer, Queue, module_path
 from echomq.cli import main
 from echomq.server import free_port
 from helpers import dump, server_ms, wait_server_past
-from worker_helpers import ROOT, fresh_name, wait_until
+from worker_helpers import ROOT, fresh_name
 
 
 @pytest.fixture
