@@ -20,6 +20,9 @@ from .errors import ConfigurationError
 
 K = TypeVar("K", bound=Hashable)  #: whatever names a held job (the worker uses (queue, id))
 
+#: The longest wait a handler may ask for (ten years): the server adds it to its clock in i64 ms.
+MAX_DELAY_MS = 10 * 365 * 24 * 3600 * 1000
+
 # -- the retry schedule ----------------------------------------------------------
 
 
@@ -42,8 +45,8 @@ class Backoff:
             raise ConfigurationError(f"bad backoff base_ms {self.base_ms!r}: an integer >= 0")
         if not self.factor >= 1:
             raise ConfigurationError(f"bad backoff factor {self.factor!r}: a number >= 1")
-        if not (isinstance(self.max_ms, int) and self.max_ms >= self.base_ms):
-            raise ConfigurationError(f"bad backoff max_ms {self.max_ms!r}: an integer >= base_ms")
+        if not (isinstance(self.max_ms, int) and self.base_ms <= self.max_ms <= MAX_DELAY_MS):
+            raise ConfigurationError(f"bad backoff max_ms {self.max_ms!r}: an integer from base_ms to {MAX_DELAY_MS}")
         if not 0 <= self.jitter <= 1:
             raise ConfigurationError(f"bad backoff jitter {self.jitter!r}: a fraction from 0 to 1")
 
@@ -123,7 +126,11 @@ Outcome = Union[Returned, Raised, RetryAsked, DelayAsked]
 
 def describe_error(error: BaseException, limit: int = 2000) -> str:
     """The text FAIL stores as ``last_error``: the exception's type and message, bounded."""
-    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    try:
+        message = str(error)
+    except Exception:  # an exception whose __str__ fails must not take the worker down with it
+        message = "(its message could not be read)"
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

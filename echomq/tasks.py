@@ -31,7 +31,11 @@ from typing import Any, Callable
 from .errors import ConfigurationError, LeaseLost
 from .keys import check_queue_name
 from .serializers import JSON, Serializer
-from .policy import Backoff
+from .policy import MAX_DELAY_MS, Backoff
+
+
+def _good_delay(delay_ms: object) -> bool:
+    return isinstance(delay_ms, int) and not isinstance(delay_ms, bool) and 0 <= delay_ms <= MAX_DELAY_MS
 
 
 class Retry(Exception):
@@ -40,8 +44,8 @@ class Retry(Exception):
 
     def __init__(self, reason: str = "retry requested", *, delay_ms: int | None = None) -> None:
         super().__init__(reason)
-        if delay_ms is not None and (not isinstance(delay_ms, int) or delay_ms < 0):
-            raise ConfigurationError(f"bad Retry delay_ms {delay_ms!r}: an integer >= 0")
+        if delay_ms is not None and not _good_delay(delay_ms):
+            raise ConfigurationError(f"bad Retry delay_ms {delay_ms!r}: an integer from 0 to {MAX_DELAY_MS}")
         self.reason = reason
         self.delay_ms = delay_ms
 
@@ -51,8 +55,8 @@ class Delay(Exception):
     (DELAY). On wire 4 the next claim still counts towards ``max_attempts``."""
 
     def __init__(self, delay_ms: int) -> None:
-        if not isinstance(delay_ms, int) or delay_ms < 0:
-            raise ConfigurationError(f"bad Delay delay_ms {delay_ms!r}: an integer >= 0")
+        if not _good_delay(delay_ms):
+            raise ConfigurationError(f"bad Delay delay_ms {delay_ms!r}: an integer from 0 to {MAX_DELAY_MS}")
         super().__init__(f"delay {delay_ms} ms")
         self.delay_ms = delay_ms
 

@@ -34,7 +34,8 @@ def test_jitter_never_passes_the_cap_or_goes_negative():
 
 
 @pytest.mark.parametrize("kwargs", [dict(base_ms=-1), dict(factor=0.5), dict(max_ms=10, base_ms=100),
-                                    dict(jitter=1.5), dict(base_ms=1.5)])
+                                    dict(jitter=1.5), dict(base_ms=1.5),
+                                    dict(max_ms=policy.MAX_DELAY_MS + 1)])
 def test_bad_backoff_is_refused(kwargs):
     with pytest.raises(ConfigurationError):
         Backoff(**kwargs)
@@ -62,6 +63,14 @@ def test_each_outcome_becomes_its_settle(outcome, settle):
 def test_a_lost_lease_is_never_settled(outcome):
     decision = policy.decide_outcome(outcome, lost=True, attempt=1, max_attempts=3, backoff=B, rand=0.5)
     assert isinstance(decision, policy.Drop)
+
+
+def test_an_error_whose_message_fails_is_still_described():
+    class Sulky(Exception):
+        def __str__(self):
+            raise RuntimeError("no")
+
+    assert policy.describe_error(Sulky()) == "Sulky: (its message could not be read)"
 
 
 def test_error_text_is_bounded():
@@ -222,6 +231,10 @@ def test_bad_retry_delay_and_worker_config_are_refused():
         Retry(delay_ms=-1)
     with pytest.raises(ConfigurationError):
         Delay(1.5)
+    with pytest.raises(ConfigurationError):
+        Delay(policy.MAX_DELAY_MS + 1)
+    with pytest.raises(ConfigurationError):
+        Retry(delay_ms=True)
     with pytest.raises(ConfigurationError):
         WorkerConfig(concurrency=0)
     with pytest.raises(ConfigurationError):
