@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 import click
 import valkey
+from rich import box
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -412,14 +413,22 @@ def discover_queues(connection: Connection) -> list[str]:
     return sorted(names)
 
 
+def _where(queues: list[Queue]) -> str:
+    connection = queues[0].connection
+    kwargs = connection.client.get_connection_kwargs()
+    place = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+    return f"{place}, wire {connection.wire}"
+
+
 def stats_table(queues: list[Queue], previous: dict[str, dict[str, int]] | None, elapsed_s: float,
                 samples: dict[str, dict[str, int]]) -> Table:
-    table = Table(title="EchoMQ queues")
+    table = Table(title=f"EchoMQ queues on {_where(queues)}", box=box.SIMPLE_HEAD, collapse_padding=True,
+                  pad_edge=False)  # fits 80 columns with the rates
     for column in ("queue", "pending", "active", "scheduled", "dead", "completed", "failed"):
         table.add_column(column, justify="left" if column == "queue" else "right")
     if previous is not None:
-        table.add_column("completed/s", justify="right")
-        table.add_column("failed/s", justify="right")
+        table.add_column("done/s", justify="right")
+        table.add_column("fail/s", justify="right")
     for queue in queues:
         counts, metrics = queue.counts(), queue.metrics()
         samples[queue.name] = metrics
