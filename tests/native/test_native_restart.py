@@ -67,4 +67,4 @@ def test_the_aof_holds_effects_not_verbs(aof_server):
     aof_server.stop()
     aof = b"".join(p.read_bytes() for p in Path(aof_server.dir).rglob("*.aof"))
     assert b"EMQ." not in aof.upper()
-    assert b"ZPOPMIN" in aof and b"HINCRBY" in aof and b"MULTI" in aof
+    assert b"ZREM" in aof and b"HINCRBY" in aof and b"MULTI" in aof

@@ -191,24 +191,35 @@ pub enum Kind {
     Other,
 }
 
-/// A read-only key handle: type, zset scores, hash fields, without the command path.
-pub struct ReadKey {
+/// A key handle (read, or read and write): types, zset and hash reads and writes without the
+/// command path. Writes through it are not propagated by the server: the host replicates
+/// each write's effect itself.
+pub struct Key {
     ctx: *mut raw::RedisModuleCtx,
-    _name: OwnedString,
+    name: OwnedString,
     key: *mut raw::RedisModuleKey,
 }
 
-impl ReadKey {
-    pub fn open(ctx: &Context, name: &[u8]) -> Option<ReadKey> {
+impl Key {
+    fn open_mode(ctx: &Context, name: &[u8], mode: u32) -> Option<Key> {
         let owned = OwnedString::new(name)?;
         let open = unsafe { raw::RedisModule_OpenKey }?;
         // SAFETY: live context and key name; READ mode returns NULL for a missing key.
-        let key = unsafe { open(ctx.ctx, owned.0, raw::REDISMODULE_READ as c_int) };
-        Some(ReadKey {
+        let key = unsafe { open(ctx.ctx, owned.0, mode as c_int) };
+        Some(Key {
             ctx: ctx.ctx,
-            _name: owned,
+            name: owned,
             key: key.cast(),
         })
+    }
+
+    pub fn read(ctx: &Context, name: &[u8]) -> Option<Key> {
+        Key::open_mode(ctx, name, raw::REDISMODULE_READ)
+    }
+
+    pub fn write(ctx: &Context, name: &[u8]) -> Option<Key> {
+        let key = Key::open_mode(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)?;
+        (!key.key.is_null()).then_some(key)
     }
 
     pub fn kind(&self) -> Kind {
@@ -240,6 +251,46 @@ impl ReadKey {
         found.then_some(score)
     }
 
+    /// Members with score ≤ `max`, lowest first (ties by member, as ZRANGE), at most
+    /// `limit`, with their scores. Empty when the key is not a zset.
+    pub fn zrange_to(&self, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)> {
+        let mut out = Vec::new();
+        if self.kind() != Kind::Zset || limit == 0 {
+            return out;
+        }
+        // SAFETY: a live zset key handle; every element string is copied, then freed; the
+        // range is stopped before returning.
+        unsafe {
+            let (Some(first), Some(current), Some(next), Some(end), Some(stop), Some(free)) = (
+                raw::RedisModule_ZsetFirstInScoreRange,
+                raw::RedisModule_ZsetRangeCurrentElement,
+                raw::RedisModule_ZsetRangeNext,
+                raw::RedisModule_ZsetRangeEndReached,
+                raw::RedisModule_ZsetRangeStop,
+                raw::RedisModule_FreeString,
+            ) else {
+                return out;
+            };
+            if first(self.key, f64::NEG_INFINITY, max, 0, 0) != raw::REDISMODULE_OK as c_int {
+                return out;
+            }
+            while out.len() < limit && end(self.key) == 0 {
+                let mut score = 0f64;
+                let ele = current(self.key, &mut score);
+                if ele.is_null() {
+                    break;
+                }
+                out.push((string_bytes(ele).to_vec(), score));
+                free(self.ctx, ele);
+                if next(self.key) == 0 {
+                    break;
+                }
+            }
+            stop(self.key);
+        }
+        out
+    }
+
     /// The values of up to 12 `fields` (NUL-free names), in order; `None` per missing field.
     /// `None` when the key is not a hash or the host refuses.
     pub fn hash_fields(&self, fields: &[&str]) -> Option<Vec<Option<Vec<u8>>>> {
@@ -266,13 +317,98 @@ impl ReadKey {
                 .collect(),
         )
     }
+
+    /// One field of a hash (or of nothing), as HGET.
+    pub fn hash_get(&self, field: &[u8]) -> Option<Vec<u8>> {
+        let name = CString::new(field).ok()?;
+        let name = name.to_str().ok()?;
+        self.hash_fields(&[name])?.pop().flatten()
+    }
+
+    /// HSET of one field on a key opened for write (a hash or nothing): `Some(true)` when the
+    /// field is new.
+    pub fn hash_set(&self, field: &[u8], value: &[u8]) -> Option<bool> {
+        if !matches!(self.kind(), Kind::Hash | Kind::Empty) {
+            return None;
+        }
+        let field = CString::new(field).ok()?;
+        let value = OwnedString::new(value)?;
+        let set = unsafe { raw::RedisModule_HashSet }?;
+        // SAFETY: a live write handle; CFIELDS takes a C string field; the value string is
+        // copied into the hash; the argument list ends with NULL.
+        let updated = unsafe {
+            set(
+                self.key,
+                raw::REDISMODULE_HASH_CFIELDS as c_int,
+                field.as_ptr(),
+                value.0,
+                ptr::null::<c_char>(),
+            )
+        };
+        Some(updated == 0)
+    }
+
+    /// ZADD of one member on a key opened for write (a zset or nothing): `Some(true)` when
+    /// the member is new.
+    pub fn zadd(&self, score: f64, member: &[u8]) -> Option<bool> {
+        if !matches!(self.kind(), Kind::Zset | Kind::Empty) {
+            return None;
+        }
+        let ele = OwnedString::new(member)?;
+        let add = unsafe { raw::RedisModule_ZsetAdd }?;
+        let mut flags: c_int = 0;
+        // SAFETY: a live write handle and member string.
+        let ok = unsafe { add(self.key, score, ele.0, &mut flags) } == raw::REDISMODULE_OK as c_int;
+        ok.then_some(flags & raw::REDISMODULE_ZADD_ADDED as c_int != 0)
+    }
+
+    /// ZREM of one member: `Some(true)` when it was there.
+    pub fn zrem(&self, member: &[u8]) -> Option<bool> {
+        match self.kind() {
+            Kind::Empty => return Some(false),
+            Kind::Zset => {}
+            _ => return None,
+        }
+        let ele = OwnedString::new(member)?;
+        let rem = unsafe { raw::RedisModule_ZsetRem }?;
+        let mut deleted: c_int = 0;
+        // SAFETY: a live write handle on a zset and a member string.
+        let ok = unsafe { rem(self.key, ele.0, &mut deleted) } == raw::REDISMODULE_OK as c_int;
+        ok.then_some(deleted != 0)
+    }
+
+    /// Delete the key: `Some(true)` when it existed.
+    pub fn delete(&self) -> Option<bool> {
+        if self.kind() == Kind::Empty {
+            return Some(false);
+        }
+        let del = unsafe { raw::RedisModule_DeleteKey }?;
+        // SAFETY: a live write handle.
+        (unsafe { del(self.key) } == raw::REDISMODULE_OK as c_int).then_some(true)
+    }
+
+    /// Fire a keyspace event for this key, when the server has that class enabled.
+    pub fn notify(&self, class: c_int, event: &std::ffi::CStr) {
+        // SAFETY: plain reads of the server's flags; a live context and key name.
+        unsafe {
+            let (Some(flags), Some(notify)) = (
+                raw::RedisModule_GetNotifyKeyspaceEvents,
+                raw::RedisModule_NotifyKeyspaceEvent,
+            ) else {
+                return;
+            };
+            if flags() & class != 0 {
+                notify(self.ctx, class, event.as_ptr(), self.name.0);
+            }
+        }
+    }
 }
 
-impl Drop for ReadKey {
+impl Drop for Key {
     fn drop(&mut self) {
         if !self.key.is_null() {
             if let Some(close) = unsafe { raw::RedisModule_CloseKey } {
-                // SAFETY: opened by us, closed once.
+                // SAFETY: opened by us, closed once (a write handle signals the change).
                 unsafe { close(self.key) };
             }
         }

@@ -1,58 +1,31 @@
-//! Host glue: the only place the verbs touch the server. Reads go through read-only key
-//! handles (no command path) or `call_ext` (replies read as bytes); writes go through
-//! `call_ext` with the replicate option, so their effects (not the verb) reach replicas and
-//! the AOF, wrapped by the server in one MULTI/EXEC per command.
+//! Host glue: the only place the verbs touch the server. Reads and writes go through the
+//! module API's key handles, not the command path (a verb made of inner commands costs what
+//! those commands cost; see NATIVE-NOTES "Speed"). Every write is then replicated as its
+//! effect, the concrete command with the values written (`RM_Replicate`), so replicas and
+//! the AOF replay what the primary did, never the verb; the server wraps one command's
+//! effects in one MULTI/EXEC.
 
-use std::sync::OnceLock;
+use std::ffi::{c_int, CStr};
 
-use valkey_module::{
-    CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, ValkeyError, ValkeyValue,
+use valkey_module::raw::{
+    REDISMODULE_NOTIFY_GENERIC, REDISMODULE_NOTIFY_HASH, REDISMODULE_NOTIFY_ZSET,
 };
+use valkey_module::{Context, ValkeyError, ValkeyValue};
 
-use crate::decide::{Expect, Op};
+use crate::decide::{incr, num, string2ll, Expect, Op};
 use crate::errors::{printable, Refusal};
-use crate::ffi::{self, Caller, Kind, ReadKey};
+use crate::ffi::{self, Caller, Key, Kind};
+
+const NOTIFY_GENERIC: c_int = REDISMODULE_NOTIFY_GENERIC;
+const NOTIFY_HASH: c_int = REDISMODULE_NOTIFY_HASH;
+const NOTIFY_ZSET: c_int = REDISMODULE_NOTIFY_ZSET;
 
 /// A host reply, owned and binary-safe.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     Int(i64),
     Bulk(Vec<u8>),
-    Null,
     Array(Vec<Reply>),
-    Other,
-}
-
-fn own(r: &CallReply<'_>) -> Reply {
-    match r {
-        CallReply::I64(i) => Reply::Int(i.to_i64()),
-        CallReply::String(s) => Reply::Bulk(s.as_bytes().to_vec()),
-        CallReply::Null(_) => Reply::Null,
-        CallReply::Array(a) => Reply::Array(
-            a.iter()
-                .map(|e| match e {
-                    Ok(c) => own(&c),
-                    Err(_) => Reply::Other,
-                })
-                .collect(),
-        ),
-        _ => Reply::Other,
-    }
-}
-
-fn read_options() -> &'static CallOptions {
-    static O: OnceLock<CallOptions> = OnceLock::new();
-    O.get_or_init(|| CallOptionsBuilder::new().errors_as_replies().build())
-}
-
-fn write_options() -> &'static CallOptions {
-    static O: OnceLock<CallOptions> = OnceLock::new();
-    O.get_or_init(|| {
-        CallOptionsBuilder::new()
-            .errors_as_replies()
-            .replicate()
-            .build()
-    })
 }
 
 /// One verb's view of the server.
@@ -95,55 +68,32 @@ impl<'c> Host<'c> {
         }
     }
 
-    /// A read through the command path; a WRONGTYPE answer is the WRONGTYPE refusal.
-    pub fn read(&self, cmd: &str, args: &[&[u8]]) -> Result<Reply, Refusal> {
-        let r: CallResult<'static> = self.ctx.call_ext(cmd, read_options(), args);
-        match r {
-            Ok(reply) => Ok(own(&reply)),
-            Err(e) if e.as_bytes().starts_with(b"WRONGTYPE") => Err(Refusal::WrongType),
-            Err(e) => Err(self.host_error(&format!("{cmd} answered {}", printable(e.as_bytes())))),
-        }
-    }
-
-    /// The members of a zset with score ≤ `max`, lowest first, at most `limit`.
+    /// The members of a zset (or of nothing) with score ≤ `max`, lowest first, at most
+    /// `limit`; WRONGTYPE when the key holds anything else.
     pub fn due(&self, key: &[u8], max: i64, limit: i64) -> Result<Vec<Vec<u8>>, Refusal> {
-        let max = max.to_string();
-        let limit = limit.to_string();
-        let args: [&[u8]; 7] = [
-            key,
-            b"-inf",
-            max.as_bytes(),
-            b"BYSCORE",
-            b"LIMIT",
-            b"0",
-            limit.as_bytes(),
-        ];
-        self.members("ZRANGE", &args)
+        self.range(key, max as f64, usize::try_from(limit).unwrap_or(0))
     }
 
     /// The lowest member of a zset, as ZPOPMIN would pop it.
     pub fn head(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Refusal> {
-        Ok(self
-            .members("ZRANGE", &[key, b"0", b"0"])?
-            .into_iter()
-            .next())
+        Ok(self.range(key, f64::INFINITY, 1)?.into_iter().next())
     }
 
-    fn members(&self, cmd: &str, args: &[&[u8]]) -> Result<Vec<Vec<u8>>, Refusal> {
-        match self.read(cmd, args)? {
-            Reply::Array(items) => items
+    fn range(&self, key: &[u8], max: f64, limit: usize) -> Result<Vec<Vec<u8>>, Refusal> {
+        let k = self.open(key)?;
+        match k.kind() {
+            Kind::Empty => Ok(Vec::new()),
+            Kind::Zset => Ok(k
+                .zrange_to(max, limit)
                 .into_iter()
-                .map(|i| match i {
-                    Reply::Bulk(b) => Ok(b),
-                    _ => Err(self.host_error(&format!("{cmd} answered a non-bulk member"))),
-                })
-                .collect(),
-            _ => Err(self.host_error(&format!("{cmd} answered a non-array"))),
+                .map(|(m, _)| m)
+                .collect()),
+            _ => Err(Refusal::WrongType),
         }
     }
 
-    fn open(&self, key: &[u8]) -> Result<ReadKey, Refusal> {
-        ReadKey::open(self.ctx, key).ok_or_else(|| self.host_error("could not open a key"))
+    fn open(&self, key: &[u8]) -> Result<Key, Refusal> {
+        Key::read(self.ctx, key).ok_or_else(|| self.host_error("could not open a key"))
     }
 
     /// What `key` holds.
@@ -187,19 +137,79 @@ impl<'c> Host<'c> {
         }
     }
 
-    /// Check 6, one write, replicated as an effect and verified against its prediction.
+    /// Check 6, one write: made through a key handle, verified against its prediction, then
+    /// replicated as its effect.
     pub fn write(&self, op: &Op) -> Result<Reply, Refusal> {
-        let args: Vec<&[u8]> = op.args.iter().map(Vec::as_slice).collect();
-        let r: CallResult<'static> = self.ctx.call_ext(op.cmd, write_options(), args.as_slice());
-        let reply = match r {
-            Ok(reply) => own(&reply),
-            Err(e) => {
-                return Err(self.host_error(&format!(
-                    "{} answered {}",
-                    op.cmd,
-                    printable(e.as_bytes())
-                )))
+        let fail = |what: &str| self.host_error(&format!("{} {what}", op.cmd));
+        let (key, rest) = op.args.split_first().ok_or_else(|| fail("has no key"))?;
+        let k = Key::write(self.ctx, key).ok_or_else(|| fail("could not open its key"))?;
+        let score = |raw: &[u8]| {
+            string2ll(raw)
+                .map(|n| n as f64)
+                .ok_or_else(|| fail("has a bad score"))
+        };
+        let (reply, class, event): (Reply, c_int, &CStr) = match op.cmd {
+            "HSET" => {
+                let mut new = 0;
+                for pair in rest.chunks(2) {
+                    let [field, value] = pair else {
+                        return Err(fail("has an odd field list"));
+                    };
+                    new += i64::from(
+                        k.hash_set(field, value)
+                            .ok_or_else(|| fail("was refused"))?,
+                    );
+                }
+                (Reply::Int(new), NOTIFY_HASH, c"hset")
             }
+            "HINCRBY" => {
+                let [field, by] = rest else {
+                    return Err(fail("has bad arguments"));
+                };
+                let by = string2ll(by).ok_or_else(|| fail("has a bad increment"))?;
+                let next = incr(k.hash_get(field).as_deref(), by).map_err(&fail)?;
+                k.hash_set(field, &num(next))
+                    .ok_or_else(|| fail("was refused"))?;
+                (Reply::Int(next), NOTIFY_HASH, c"hincrby")
+            }
+            "ZADD" => {
+                let mut added = 0;
+                for pair in rest.chunks(2) {
+                    let [s, member] = pair else {
+                        return Err(fail("has an odd member list"));
+                    };
+                    added += i64::from(
+                        k.zadd(score(s)?, member)
+                            .ok_or_else(|| fail("was refused"))?,
+                    );
+                }
+                (Reply::Int(added), NOTIFY_ZSET, c"zadd")
+            }
+            "ZREM" => {
+                let mut removed = 0;
+                for member in rest {
+                    removed += i64::from(k.zrem(member).ok_or_else(|| fail("was refused"))?);
+                }
+                (Reply::Int(removed), NOTIFY_ZSET, c"zrem")
+            }
+            "ZPOPMIN" => {
+                let Some((member, s)) = k.zrange_to(f64::INFINITY, 1).into_iter().next() else {
+                    return Err(fail("found nothing to pop"));
+                };
+                if k.zrem(&member) != Some(true) {
+                    return Err(fail("could not remove the head"));
+                }
+                (
+                    Reply::Array(vec![Reply::Bulk(member), Reply::Bulk(num(s as i64))]),
+                    NOTIFY_ZSET,
+                    c"zpopmin",
+                )
+            }
+            "DEL" => {
+                let existed = k.delete().ok_or_else(|| fail("was refused"))?;
+                (Reply::Int(i64::from(existed)), NOTIFY_GENERIC, c"del")
+            }
+            _ => return Err(fail("is not a planned write")),
         };
         let ok = match (&op.expect, &reply) {
             (Expect::Int(want), Reply::Int(got)) => want == got,
@@ -210,11 +220,25 @@ impl<'c> Host<'c> {
             _ => false,
         };
         if !ok {
-            return Err(self.host_error(&format!(
-                "{} answered {reply:?}, not {:?}",
-                op.cmd, op.expect
-            )));
+            return Err(fail(&format!("answered {reply:?}, not {:?}", op.expect)));
         }
+        k.notify(class, event);
+        if k.kind() == Kind::Empty && class != NOTIFY_GENERIC {
+            k.notify(NOTIFY_GENERIC, c"del");
+        }
+        drop(k);
+        // the effect: the command as written; a pop travels as the removal of what it popped
+        let mut args: Vec<&[u8]> = op.args.iter().map(Vec::as_slice).collect();
+        let cmd = match (&reply, op.cmd) {
+            (Reply::Array(items), "ZPOPMIN") => {
+                if let Some(Reply::Bulk(member)) = items.first() {
+                    args.push(member);
+                }
+                "ZREM"
+            }
+            _ => op.cmd,
+        };
+        self.ctx.replicate(cmd, args.as_slice());
         Ok(reply)
     }
 
