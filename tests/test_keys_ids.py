@@ -11,8 +11,10 @@ import time
 import uuid
 
 import pytest
+from valkey.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from echomq import errors, ids
+from echomq.connection import as_refusal
 from echomq.keys import MAX_ID_BYTES, STATE_SETS, VERSION_KEY, Keyspace, State, check_job_id, check_queue_name
 from echomq.queue import I64_MAX, PRIORITY_MAX, check_int
 
@@ -234,3 +236,26 @@ def test_lease_lost_names_verb_id_and_token():
     err = errors.LeaseLost("complete", "job-7", "3")
     assert (err.verb, err.job_id, err.token) == ("complete", "job-7", "3")
     assert "complete" in str(err) and "'job-7'" in str(err) and "3" in str(err)
+
+
+# valkey-py strips some codes (ERR, NOPERM, NOSCRIPT, ...) off the reply and raises its own class;
+# as_refusal puts the code back so `code` is always the reply's first word on the wire.
+@pytest.mark.parametrize(
+    "exc,cls,code",
+    [
+        (ResponseError("user_script:1: attempt to perform arithmetic on a nil value script: on @user_script:1."), errors.CommandRefused, "ERR"),
+        (ResponseError("hash value is not an integer script: on @user_script:14."), errors.CommandRefused, "ERR"),
+        (ResponseError("ACL failure in script: No permissions to access a key script: on @user_script:4."), errors.CommandRefused, "ERR"),
+        (ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), errors.WrongType, "WRONGTYPE"),
+        (NoPermissionError("No permissions to access a key"), errors.PermissionDenied, "NOPERM"),
+        (NoScriptError("No matching script."), errors.CommandRefused, "NOSCRIPT"),
+        (ResponseError("EMQSTATE row is not active"), errors.StateError, "EMQSTATE"),
+        (ResponseError("EMQ increment or decrement would overflow"), errors.CounterError, "EMQ"),
+        (ResponseError("EMQARG lease_ms must be ASCII digits"), errors.ArgumentError, "EMQARG"),
+        (ResponseError("BUSY Valkey is busy running a script."), errors.CommandRefused, "BUSY"),
+    ],
+)
+def test_as_refusal_restores_the_code_valkey_py_strips(exc, cls, code):
+    err = as_refusal(exc)
+    assert type(err) is cls and err.code == code
+    assert err.reply.startswith(code + " ") and err.reply.endswith(str(exc))
