@@ -52,14 +52,18 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         planned = Some((att, h.epoch()?));
     }
 
-    // 6. writes: the pop verified against the peek; a ghost (no row) ends there
+    // 6.–7. writes, each replicated as its effect: the pop verified against the peek; a ghost (no row) ends there
     h.write(&op("ZPOPMIN", &[pending], Expect::Popped(id.clone())))?;
     let (Some((att, run_id)), Some(seen)) = (planned, seen) else {
         return empty();
     };
     // planted (claim): the lease is stamped with an empty epoch, not the run_id
     #[cfg(feature = "planted")]
-    let run_id: &[u8] = if crate::plant::on("claim.blank_epoch") { b"" } else { run_id };
+    let run_id: &[u8] = if crate::plant::on("claim.blank_epoch") {
+        b""
+    } else {
+        run_id
+    };
     h.apply(&[
         op("HINCRBY", &[&row, b"attempts", b"1"], Expect::Int(att)),
         op(

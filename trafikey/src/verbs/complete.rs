@@ -36,7 +36,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let count = incr(stored.as_deref(), 1).map_err(Refusal::Counter)?;
     fence.write(&row)?;
     fence.write(&metrics)?;
-    // 6. writes
+    // 6.–7. writes, each replicated as its effect
     #[allow(unused_mut)]
     let mut writes = vec![
         op("ZREM", &[active, id], Expect::Int(1)),

@@ -31,7 +31,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     h.expect_zset(schedule)?;
     let row = q.row(id);
     fence.write(&row)?;
-    // 6. writes
+    // 6.–7. writes, each replicated as its effect
     h.apply(&[
         op("ZREM", &[active, id], Expect::Int(1)),
         op("ZADD", &[schedule, &num(due), id], Expect::AnyInt),

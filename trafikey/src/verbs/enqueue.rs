@@ -31,7 +31,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     }
     h.expect_zset(pending)?;
     fence.write(&row)?;
-    // 6. writes
+    // 6.–7. writes, each replicated as its effect
     let mut fields: Vec<&[u8]> = vec![
         &row,
         b"state",
@@ -44,7 +44,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let prio = num(priority);
     // planted (admission): the row forgets its priority (pending still gets the score)
     #[cfg(feature = "planted")]
-    let priority = if crate::plant::on("enqueue.forget_priority") { 0 } else { priority };
+    let priority = if crate::plant::on("enqueue.forget_priority") {
+        0
+    } else {
+        priority
+    };
     if priority > 0 {
         fields.extend_from_slice(&[b"priority", &prio]);
     }

@@ -31,7 +31,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let row = q.row(id);
     fence.write(&row)?;
     let run_id = h.epoch()?;
-    // 6. writes: the member exists, so ZADD adds nothing
+    // 6.–7. writes, each replicated as its effect: the member exists, so ZADD adds nothing
     h.apply(&[
         op("ZADD", &[active, &num(deadline), id], Expect::Int(0)),
         op("HSET", &[&row, b"lease_epoch", run_id], Expect::AnyInt),

@@ -95,7 +95,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         ));
     }
     fence.write(&row)?;
-    // 6. writes
+    // 6.–7. writes, each replicated as its effect
     h.apply(&plan)?;
     Ok(bulk(verdict.state()))
 }

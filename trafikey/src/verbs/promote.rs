@@ -22,13 +22,13 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let limit = grammar::limit(call.argv[0])?;
     let h = Host::new(ctx, VERB);
     let now = h.now_ms()?;
-    // 5. reads: the due members, lowest first (schedule's type checked by the read)
+    // 4.–5. fence and reads: the due members, lowest first (schedule's type checked by the
+    // read), then member by member, each row read as the caller: ghost or row, its score
+    let fence = h.fence();
     let due = h.due(schedule, now, limit)?;
     if due.is_empty() {
         return Ok(int(0));
     }
-    // 4.–5. fence and reads, member by member: ghost or row, and its pending score
-    let fence = h.fence();
     let mut zrem = vec![schedule.to_vec()];
     let mut zadd = vec![pending.to_vec()];
     let mut states: Vec<Op> = Vec::new();
@@ -49,7 +49,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     if moved > 0 {
         h.expect_zset(pending)?;
     }
-    // 6. writes: one ZREM for every member, one ZADD for the rows, their states
+    // 6.–7. writes, each replicated as its effect: one ZREM for every member, one ZADD for the rows, their states
     h.write(&Op {
         cmd: "ZREM",
         args: zrem,

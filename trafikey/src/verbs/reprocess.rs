@@ -21,36 +21,31 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 3. arguments: id
     let id = grammar::id(call.argv[0])?;
     let h = Host::new(ctx, VERB);
-    // 5. reads: not in dead answers 0 (dead's type checked by the read)
+    // 4.–5. fence and reads: not in dead answers 0 (dead's type checked by the read); the
+    // row is read as the caller; a ghost (no row) is only removed from dead
+    let fence = h.fence();
     if !h.in_zset(dead, id)? {
         return Ok(int(0));
     }
-    // 4. fence: the row is read first
-    let fence = h.fence();
     let row = q.row(id);
     fence.read(&row)?;
-    // 5. reads and checks: a ghost is removed from dead and answers 0
-    let Some(seen) = h.hash(&row, &["state", "group", "priority"])? else {
-        h.write(&op("ZREM", &[dead, id], Expect::Int(1)))?;
-        return Ok(int(0));
+    let (plan, reply) = match h.hash(&row, &["state", "group", "priority"])? {
+        None => (vec![op("ZREM", &[dead, id], Expect::Int(1))], 0),
+        Some(seen) => {
+            boundary(FLAT_ONLY, &seen[1], &None)?;
+            expect_state(VERB, &seen[0], "dead")?;
+            let prio = priority(seen[2].as_deref()).map_err(Refusal::Counter)?;
+            h.expect_zset(pending)?;
+            fence.write(&row)?;
+            let plan = vec![
+                op("ZREM", &[dead, id], Expect::Int(1)),
+                op("ZADD", &[pending, &num(prio), id], Expect::AnyInt),
+                op("HSET", &[&row, b"state", b"pending"], Expect::AnyInt),
+            ];
+            (plan, 1)
+        }
     };
-    boundary(FLAT_ONLY, &seen[1], &None)?;
-    expect_state(VERB, &seen[0], "dead")?;
-    let prio = priority(seen[2].as_deref()).map_err(Refusal::Counter)?;
-    h.expect_zset(pending)?;
-    fence.write(&row)?;
-    // 6. writes: every counter kept
-    #[allow(unused_mut)]
-    let mut writes = vec![
-        op("ZREM", &[dead, id], Expect::Int(1)),
-        op("ZADD", &[pending, &num(prio), id], Expect::AnyInt),
-        op("HSET", &[&row, b"state", b"pending"], Expect::AnyInt),
-    ];
-    // planted (recovery): the job is sent to pending but left in dead too
-    #[cfg(feature = "planted")]
-    if crate::plant::on("reprocess.keep_dead") {
-        writes.remove(0);
-    }
-    h.apply(&writes)?;
-    Ok(int(1))
+    // 6.–7. writes, each replicated as its effect: every counter kept
+    h.apply(&plan)?;
+    Ok(int(reply))
 }

@@ -40,7 +40,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     h.expect_zset(pending)?;
     let row = q.row(id);
     fence.write(&row)?;
-    // 6. writes: no counter
+    // 6.–7. writes, each replicated as its effect: no counter
     h.apply(&[
         op("ZREM", &[active, id], Expect::Int(1)),
         op("ZADD", &[pending, &num(prio), id], Expect::AnyInt),

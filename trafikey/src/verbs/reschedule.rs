@@ -44,7 +44,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     if !h.in_zset(schedule, id)? {
         return Err(Refusal::State(format!("{VERB} id is not in schedule")).into());
     }
-    // 6. writes: the member exists, so ZADD adds nothing
+    // 6.–7. writes, each replicated as its effect: the member exists, so ZADD adds nothing
     h.write(&op("ZADD", &[schedule, &num(due), id], Expect::Int(0)))?;
     Ok(int(due))
 }

@@ -33,7 +33,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     }
     h.expect_zset(schedule)?;
     fence.write(&row)?;
-    // 6. writes
+    // 6.–7. writes, each replicated as its effect
     let mut fields: Vec<&[u8]> = vec![
         &row,
         b"state",

@@ -30,10 +30,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let h = Host::new(ctx, VERB);
     let now = h.now_ms()?;
     let run_id = h.epoch()?;
-    // 5. reads: the expired leases, lowest deadline first (active's type checked by the read)
-    let expired = h.due(active, now, limit)?;
-    // 4.–5. fence and reads, member by member, then the pure verdict
+    // 4.–5. fence and reads: the expired leases, lowest deadline first (active's type
+    // checked by the read), then member by member, each row read as the caller, and the
+    // pure verdict
     let fence = h.fence();
+    let expired = h.due(active, now, limit)?;
     let mut members = Vec::with_capacity(expired.len());
     for id in expired {
         let row = q.row(&id);
@@ -94,7 +95,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         failed_count = Some(incr(stored.as_deref(), died).map_err(Refusal::Counter)?);
         fence.write(&metrics)?;
     }
-    // 6. writes, as planned by the pure sweep plan
+    // 6.–7. writes, each replicated as its effect, as planned by the pure sweep plan
     h.apply(&decide::sweep_plan(
         &q,
         [active, pending, dead],
