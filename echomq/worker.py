@@ -31,13 +31,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from queue import SimpleQueue
 import random
 import signal
 import threading
 import time
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
+from queue import SimpleQueue
 from typing import Any, Callable, Sequence
 
 import valkey
@@ -335,9 +335,9 @@ class Worker:
             for (held, decision, _), reply in zip(batch, replies):
                 self._record(held, decision, reply)
                 self._release(held)
-                wait = getattr(decision, "backoff_ms", getattr(decision, "delay_ms", None))
-                if wait is not None and not isinstance(reply, Exception):
+                if isinstance(decision, policy.Delay) or reply == b"scheduled":
                     # promote when it falls due, not a whole interval later (plus slack for the two clocks)
+                    wait = decision.delay_ms if isinstance(decision, policy.Delay) else decision.backoff_ms
                     self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
 
     def _settle_call(self, held: Held, decision: policy.Settle) -> Call:
@@ -368,8 +368,8 @@ class Worker:
             state = reply.decode() if isinstance(reply, bytes) else str(reply)
             if state == "dead":
                 self.tally.dead += 1
-                log.error("%s failed (%s) and is dead after %d attempt(s)", where, decision.error,
-                          decision.max_attempts)
+                log.error("%s failed (%s) and is dead: its budget of %d attempts is spent", where,
+                          decision.error, decision.max_attempts)
             else:
                 self.tally.retried += 1
                 log.info("%s failed (%s); retry in %d ms", where, decision.error, decision.backoff_ms)
