@@ -213,16 +213,16 @@ def held(q):
     return q, job
 
 
-@pytest.mark.parametrize("bad", BAD_IDS, ids=["empty", "513", "257x2bytes", "none", "int", "bytes"])
 @pytest.mark.parametrize("verb", list(ID_CALLS))
-def test_a_bad_job_id_is_refused_naming_it(held, verb, bad):
+def test_a_bad_job_id_is_refused_naming_it(held, verb):
     q, _ = held
-    if bad is None and verb in ("enqueue", "schedule"):
-        pytest.skip("id=None asks for a generated id")
-    with unchanged(q):
-        with pytest.raises(ConfigurationError) as info:
-            ID_CALLS[verb](q, bad)
-    assert _named(bad) in str(info.value)
+    for bad in BAD_IDS:
+        if bad is None and verb in ("enqueue", "schedule"):
+            continue  # id=None asks for a generated id
+        with unchanged(q):
+            with pytest.raises(ConfigurationError) as info:
+                ID_CALLS[verb](q, bad)
+        assert _named(bad) in str(info.value), (verb, bad)
 
 
 def test_an_id_without_its_token_is_refused(held):
@@ -252,18 +252,15 @@ NUMBER_CALLS = [
 ]
 
 
-@pytest.mark.parametrize(
-    "name,call,value",
-    [(name, call, value) for name, call, values in NUMBER_CALLS for value in values],
-    ids=[f"{name}-{i}-{value!r}" for i, (name, call, values) in enumerate(NUMBER_CALLS) for value in values],
-)
-def test_a_bad_number_is_refused_naming_it(held, name, call, value):
+@pytest.mark.parametrize("name,call,values", NUMBER_CALLS, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(NUMBER_CALLS)])
+def test_a_bad_number_is_refused_naming_it(held, name, call, values):
     q, job = held
-    with unchanged(q):
-        with pytest.raises(ConfigurationError) as info:
-            call(q, job, value)
-    message = str(info.value)
-    assert name in message and repr(value) in message
+    for value in values:
+        with unchanged(q):
+            with pytest.raises(ConfigurationError) as info:
+                call(q, job, value)
+        message = str(info.value)
+        assert name in message and repr(value) in message, (name, value, message)
 
 
 def test_the_edge_values_are_accepted(q):
