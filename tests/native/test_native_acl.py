@@ -59,6 +59,17 @@ def test_a_queue_scoped_user_cannot_touch_another_queue(admin, make_user):
     assert b.hrow("j")[b"state"] == b"active"
 
 
+def test_the_declared_keys_of_claim_are_not_enough(admin, make_user):
+    """Allowed exactly CLAIM's KEYS (pending, active, base): the server's key-spec check
+    passes, the verb's own fence refuses at the first derived key (meta, the pause read)."""
+    q = NativeQueue(admin, fresh_name("a"))
+    q.enqueue("j", b"p")
+    base = q.base.decode()
+    user = make_user(f"~{base}pending", f"~{base}active", f"~{base}", "+@all", "-@dangerous")
+    noperm(admin, user, *NativeQueue(user, q.name).lines()["EMQ.CLAIM"])
+    assert q.zset(q.pending) == [(b"j", 0.0)]
+
+
 def test_declared_keys_alone_do_not_reach_the_row(admin, make_user):
     q = NativeQueue(admin, fresh_name("a"))
     q.enqueue("j", b"p")
