@@ -271,7 +271,7 @@ class Connection:
 
 def branded_wire(client: valkey.Valkey) -> int:
     """The wire the node's brand names; BrandError when it is unbranded or carries another brand."""
-    brand = client.get(VERSION_KEY)
+    brand = read_brand(client)
     for wire, want in BRANDS.items():
         if brand == want:
             return wire

@@ -111,6 +111,23 @@ def test_a_wrong_typed_brand_is_a_brand_error(bare):
             brand_node(client, 4)
 
 
+def test_auto_wire_reads_the_brand_and_refuses_what_names_no_wire(bare):
+    server, client = bare
+    for planted in (None, b"acme:1", "hash"):
+        client.delete(VERSION_KEY)
+        if planted == "hash":
+            client.hset(VERSION_KEY, "brand", "echomq:4.0.0")
+        elif planted is not None:
+            client.set(VERSION_KEY, planted)
+        with unchanged(client):
+            with pytest.raises(BrandError):
+                connect(server.url, wire="auto")
+    client.delete(VERSION_KEY)
+    brand_node(client, 4)
+    with unchanged(client), connect(server.url, wire="auto") as conn:
+        assert conn.wire == 4
+
+
 def test_wire6_needs_the_module_even_on_a_node_branded_6(bare):
     server, client = bare
     client.set(VERSION_KEY, BRANDS[6])
