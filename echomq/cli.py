@@ -208,8 +208,6 @@ def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurre
            grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int, sweep_interval_ms: int,
            max_stalled: int, log_level: str) -> None:
     """Run the handlers of MODULE:APP until SIGTERM/SIGINT (a second one exits at once)."""
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = load_app(app_spec)
     with reported():
         config = WorkerConfig(
@@ -219,7 +217,10 @@ def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurre
                                max_stalled=max_stalled),
         )
     with opened(url, wire) as connection, reported():
-        Worker(app, connection, queues=queues or None, config=config).run()
+        instance = Worker(app, connection, queues=queues or None, config=config)
+        logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        instance.run()
 
 
 # -- jobs ---------------------------------------------------------------------------

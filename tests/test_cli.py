@@ -208,3 +208,9 @@ def test_every_command_is_in_the_docs_table():
     undocumented = sorted(o for o in worker_options - {"--url", "--wire", "--log-level", "--queue", "--concurrency"}
                           if o not in text)
     assert not undocumented, undocumented
+
+
+def test_worker_refuses_a_queue_its_app_has_no_handler_for(server, tmp_path):
+    runner = CliRunner(env={"EMQ_TEST_QUEUE": "known", "EMQ_TEST_OUT": str(tmp_path)})
+    result = runner.invoke(main, ["worker", "worker_apps:make_app", "--url", server.url, "-q", "unknown"])
+    assert result.exit_code == 1 and "no handler for queue(s) ['unknown']" in result.stderr, result.output
