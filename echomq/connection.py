@@ -242,11 +242,26 @@ class Connection:
                 results[i] = result
         return [as_refusal(r) if isinstance(r, ResponseError) else r for r in results]
 
-    def _pipeline(self, calls: Sequence[Call]) -> list[Any]:
+    def _pipeline(self, calls: Sequence[Call], *, pause_of: Keyspace | None = None) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for call in calls:
             pipe.execute_command(*self.command_args(call))
+        if pause_of is not None:
+            pipe.hget(pause_of.meta, "paused")
         return pipe.execute(raise_on_error=False)
+
+    def send_many_and_read_pause(self, calls: Sequence[Call], keyspace: Keyspace) -> tuple[list[Any], bool]:
+        """``send_many(calls)`` with the scripted claim's pause read (SPEC §4) in the same round
+        trip, after them: (the calls' replies, paused). As :meth:`paused`, any non-nil reply,
+        an error reply included, reads as paused."""
+        results = self._pipeline(calls, pause_of=keyspace)
+        pause = results.pop()
+        retry = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if retry:
+            self.load_scripts()  # a NOSCRIPT reply means the call did not run: resending is safe
+            for i, result in zip(retry, self._pipeline([calls[i] for i in retry])):
+                results[i] = result
+        return [as_refusal(r) if isinstance(r, ResponseError) else r for r in results], pause is not None
 
     # -- the pause read of the scripted claim ----------------------------------
     def paused(self, keyspace: Keyspace) -> bool:

@@ -1,0 +1,64 @@
+"""Queue.settle_and_claim: a batch's settles and the next claims in one round trip (wire 6),
+two on wire 4 (its pause read rides with the settles; the claims follow unless paused)."""
+
+from __future__ import annotations
+
+import pytest
+
+from echomq import LeaseLost
+
+LEASE = 30_000
+
+
+def pipelines(conn, monkeypatch) -> list[int]:
+    """Count the pipelines (round trips) the connection sends from now on."""
+    sent: list[int] = []
+    real = conn.client.pipeline
+
+    def counting(*args, **kwargs):
+        sent.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conn.client, "pipeline", counting)
+    return sent
+
+
+def test_settles_then_claims_in_the_fewest_round_trips(queue, conn, wire, monkeypatch):
+    queue.enqueue_many([{"n": i} for i in range(5)])
+    held = queue.claim_many(2, LEASE)
+    sent = pipelines(conn, monkeypatch)
+    answers, nxt = queue.settle_and_claim([queue.complete_call(job) for job in held], 2, LEASE)
+    assert answers == [1, 1]
+    assert [job.payload["n"] for job in nxt] == [2, 3]
+    assert len(sent) == (1 if wire == 6 else 2)
+    counts = queue.counts()
+    assert (counts.pending, counts.active) == (1, 2)
+    assert queue.metrics()["completed"] == 2
+
+
+def test_paused_settles_but_claims_nothing(queue):
+    queue.enqueue_many(["a", "b", "c"])
+    held = queue.claim_many(1, LEASE)
+    queue.pause()
+    answers, nxt = queue.settle_and_claim([queue.complete_call(held[0])], 2, LEASE)
+    assert answers == [1] and nxt == []
+    assert queue.counts().pending == 2
+    queue.resume()
+    assert len(queue.settle_and_claim([], 5, LEASE)[1]) == 2
+
+
+def test_a_lost_lease_is_answered_not_raised(queue):
+    queue.enqueue("x")
+    (job,) = queue.claim_many(1, LEASE)
+    queue.complete(job)
+    answers, nxt = queue.settle_and_claim([queue.complete_call(job)], 1, LEASE)
+    assert isinstance(answers[0], LeaseLost) and nxt == []
+
+
+@pytest.mark.parametrize("count", [0, 3])
+def test_nothing_to_settle_or_nothing_to_claim(queue, count):
+    assert queue.settle_and_claim([], 0, LEASE) == ([], [])
+    queue.enqueue_many(["a", "b", "c"])
+    held = queue.claim_many(3, LEASE)
+    answers, nxt = queue.settle_and_claim([queue.complete_call(j) for j in held], count, LEASE)
+    assert answers == [1, 1, 1] and nxt == []
