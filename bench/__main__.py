@@ -69,6 +69,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    args.json, args.out = str(Path(args.json).resolve()), str(Path(args.out).resolve())
     started = time.time()
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
     command = "cd /work/main && .venv/bin/python -m bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"meta": {
         "command": command.strip(), "args": vars(args), "machine": machine(), "clients": client_versions(),
         "trafikey": module, "trafikey_skipped": why_not, "results_path": str(Path(args.json).relative_to(ROOT))
-        if Path(args.json).resolve().is_relative_to(ROOT) else args.json}}
+        if Path(args.json).is_relative_to(ROOT) else args.json}}
 
     with BenchServer(module) as server:
         results["meta"]["valkey"] = server.version()

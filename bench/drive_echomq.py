@@ -7,7 +7,8 @@
 MODE is how the worker runs: ``emq`` = ``emq worker bench.echomq_tasks:app`` with its
 defaults (the real thing); ``loop`` = a minimal claim -> run -> complete loop, one job a
 round trip each way; ``batch`` = the same loop with pipelined claim_many/complete_many
-(10 at a time). The loops exist to show what the worker adds over the bare verbs.
+(10 at a time); ``fused`` = ``batch`` with each batch's completes and the next claims in
+one Queue.settle_and_claim. The loops show what the worker adds over the bare verbs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,22 @@ from .peers.probe import gaps
 
 LEASE_MS = 30_000
 BATCH = 10
+
+
+def fused_worker(wire: int, url: str, queue: str, batch: int) -> None:
+    """The batched loop with each batch's completes and the next claims sent together by
+    Queue.settle_and_claim: one round trip per batch on wire 6, two on wire 4."""
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    q = Queue(connect(url, wire=wire), queue)
+    jobs: list = []
+    while not stop:
+        _, jobs = q.settle_and_claim([q.complete_call(job) for job in jobs], batch, LEASE_MS)
+        if not jobs:
+            time.sleep(0.001)
+            continue
+        for job in jobs:
+            probe.done(job.payload.get("t") if isinstance(job.payload, dict) else None)
 
 
 def loop_worker(wire: int, url: str, queue: str, batch: int) -> None:
@@ -60,7 +77,10 @@ def main(argv: list[str]) -> int:
     if what == "worker":
         if mode == "emq":
             os.execv(sys.executable, emq_worker_argv(wire, url, queue))
-        loop_worker(wire, url, queue, BATCH if mode == "batch" else 1)
+        if mode == "fused":
+            fused_worker(wire, url, queue, BATCH)
+        else:
+            loop_worker(wire, url, queue, BATCH if mode == "batch" else 1)
         return 0
     q = Queue(connect(url, wire=wire), queue)
     if what == "enqueue":

@@ -3,7 +3,7 @@
 Every queue (EchoMQ on each wire, every peer) is measured the same way, on the same
 server, the node wiped between runs:
 
-* **throughput** -- start k worker processes on an empty queue, warm them up (50 jobs
+* **throughput** -- start k worker processes on an empty queue, warm them up (20 jobs
   per process, wait until all are done), then one producer process enqueues N jobs
   through the queue's fastest enqueue while the workers run. Throughput = N / (time
   from the producer's first enqueue to the N-th job counted done); a queue too slow to
@@ -30,7 +30,9 @@ from .systems import System, child_env
 
 DONE_KEY = b"bench:done"
 LAT_KEY = b"bench:lat"
-WARM_PER_WORKER = 50
+#: the probe's own commands (probe.py), left out of a queue's server cost
+PROBE_COMMANDS = {"incrbyfloat", "getrange"}
+WARM_PER_WORKER = 20
 
 
 class RunFailed(Exception):
@@ -99,7 +101,7 @@ def wait_done(server: BenchServer, target: int, timeout: float, workers: Workers
     ``partial_ok``, what was done by then (a slow queue is timed on a window, not waited for)."""
     deadline = time.monotonic() + timeout
     while True:
-        count = int(server.client.get(DONE_KEY) or 0)
+        count = int(float(server.client.getrange(DONE_KEY, 0, -1) or 0))
         if count >= target:
             return time.time(), count
         if time.monotonic() > deadline:
@@ -123,15 +125,25 @@ def throughput(server: BenchServer, system: System, k: int, n: int, window_s: fl
     queue = "bench"
     with Workers(system, server.url, queue, k) as workers:
         base = warm(server, system, workers, queue)
+        server.reset_stats()
+        cpu0 = server.cpu_seconds()
         t = produce(system, server.url, queue, n)
         budget = max(1.0, window_s - (time.time() - t["start"]))
         finished, count = wait_done(server, base + n, budget, workers, partial_ok=True)
+        cpu = server.cpu_seconds() - cpu0
+        stats = server.commandstats()
     done = count - base
     if done <= 0:
         raise RunFailed(f"no job done within {window_s:.0f}s")
     elapsed = finished - t["start"]
+    own = {name: v for name, v in stats.items() if name not in PROBE_COMMANDS}
+    # per job done. Commands include those run inside scripts (commandstats counts both, so
+    # their usec would count twice: CPU is the cost measure). With a partial window the
+    # enqueues of jobs not yet run are counted too, so these read high for such a queue.
     return {"jobs_per_s": done / elapsed, "seconds": elapsed, "done": done, "of": n,
-            "enqueue_s": t["end"] - t["start"]}
+            "enqueue_s": t["end"] - t["start"],
+            "server_cpu_us_per_job": cpu * 1e6 / done,
+            "commands_per_job": sum(c for c, _ in own.values()) / done}
 
 
 def bulk_enqueue(server: BenchServer, system: System, n: int) -> float:
@@ -183,6 +195,9 @@ def run(server: BenchServer, systems: list[System], *, processes: list[int], n: 
         for key, values in rows.items():
             if key.startswith("throughput:"):
                 entry[key] = summary(v["jobs_per_s"] for v in values)
+                k = key.split(":")[1]
+                for measure in ("server_cpu_us_per_job", "commands_per_job"):
+                    entry[f"{measure}:{k}"] = summary(v[measure] for v in values)
                 partial = [v for v in values if v["done"] < v["of"]]
                 if partial:
                     entry[key]["window"] = f"{len(partial)} of {len(values)} runs timed on a {window_s:.0f} s window"

@@ -169,7 +169,20 @@ def render(results: dict, baseline: dict | None = None) -> str:
             rows.append(cells)
         lines += table(["queue"] + [f"jobs/s, {k} proc" for k in ks] + ["bulk enqueue jobs/s", "p50 ms", "p99 ms"],
                        rows)
-        lines += ["⧗ timed on the window (it did not finish the jobs in time).", "", "How each queue ran:", ""]
+        lines += ["⧗ timed on the window (it did not finish the jobs in time).", ""]
+        rows = []
+        for name, row in ordered:
+            cells = [name]
+            for k in ks:
+                cpu, cmds = row.get(f"server_cpu_us_per_job:{k}"), row.get(f"commands_per_job:{k}")
+                cells.append(f"{num(cpu['median'], 1)} / {num(cmds['median'], 1)}" if cpu and cpu.get("median")
+                             else "–")
+            rows.append(cells)
+        lines += ["Server cost of the same runs, per job done: main-thread CPU µs / commands executed (commands "
+                  "inside scripts included; a queue's idle polling and housekeeping count too, the harness's own "
+                  "counting does not):", ""]
+        lines += table(["queue"] + [f"{k} proc" for k in ks], rows)
+        lines += ["How each queue ran:", ""]
         lines += [f"* {name}: {row['config']}" + (f" — **failed**: {row['failed']}" if row.get("failed") else "")
                   for name, row in ordered]
         lines.append("")

@@ -44,11 +44,14 @@ class System:
 
 
 def echomq_system(wire: int, mode: str) -> System:
-    labels = {"emq": "emq worker", "loop": "bare loop", "batch": "bare loop, batched"}
+    labels = {"emq": "emq worker", "loop": "bare loop", "batch": "bare loop, batched",
+              "fused": "bare loop, batched, settle+claim fused"}
     configs = {
         "emq": "emq worker defaults: concurrency 10, claim batch 10, idle back-off 10..1000 ms",
         "loop": "claim -> no-op -> complete, one round trip each (not the worker: the verbs' own speed)",
         "batch": "claim_many(10) -> no-ops -> complete_many, pipelined (not the worker)",
+        "fused": "as batched, but each batch's completes and the next claims go in one "
+                 "Queue.settle_and_claim (one round trip per batch on wire 6, two on wire 4; not the worker)",
     }
     return System(f"EchoMQ wire {wire} ({labels[mode]})", "echomq", wire,
                   [sys.executable, "-m", "bench.drive_echomq", f"{wire}/{mode}"], configs[mode])

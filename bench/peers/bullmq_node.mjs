@@ -21,7 +21,7 @@ if (what === "worker") {
     count = 0; lat = [];
     const pipe = probe.pipeline();
     if (l.length) pipe.rpush("bench:lat", ...l);
-    if (c) pipe.incrby("bench:done", c);
+    if (c) pipe.incrbyfloat("bench:done", c);
     await pipe.exec();
   }, 2);
   const worker = new Worker(queue, async (job) => {

@@ -2,9 +2,10 @@
 
 A handler must not pay a round trip per job to be counted (that would tax the fastest
 queue most), so ``done()`` only bumps a counter in the process; a daemon thread adds
-it to ``bench:done`` on the server every few milliseconds (INCRBY), and likewise
-pushes pick-up latencies to ``bench:lat`` (RPUSH, in milliseconds). The harness
-polls ``bench:done``. The thread is started per process id, so it survives the
+it to ``bench:done`` on the server every few milliseconds, and likewise pushes pick-up
+latencies to ``bench:lat`` (RPUSH, in milliseconds). The harness polls ``bench:done``.
+Both sides use commands no queue uses (INCRBYFLOAT to add, GETRANGE to read), so the
+harness can leave them out of a queue's own server cost. The thread is started per process id, so it survives the
 forks of prefork pools. Needs only redis-py or valkey-py, whichever is installed.
 """
 
@@ -46,7 +47,7 @@ def _flusher() -> None:
             if lat:
                 pipe.rpush(LAT_KEY, *lat)
             if count:
-                pipe.incrby(DONE_KEY, count)
+                pipe.incrbyfloat(DONE_KEY, count)
             pipe.execute()
 
 
@@ -81,5 +82,5 @@ def done_now(t: float | None = None) -> None:
     pipe = client.pipeline(transaction=False)
     if t is not None:
         pipe.rpush(LAT_KEY, f"{(time.time() - float(t)) * 1000.0:.3f}")
-    pipe.incrby(DONE_KEY, 1)
+    pipe.incrbyfloat(DONE_KEY, 1)
     pipe.execute()
