@@ -9,7 +9,8 @@ from .runner import Pair
 __all__ = ["CATALOGUE", "CaseResult", "Pair", "Verdict", "main"]
 
 
-def main(argv=None) -> int:
+def main(argv=None, out=None) -> int:
+    """The command's entry point (``emq parity`` calls this): parse ``argv``, run, print to ``out``."""
     from .__main__ import main as _main
 
-    return _main(argv)
+    return _main(argv, out)

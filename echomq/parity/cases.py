@@ -70,7 +70,7 @@ ORDINARY = [
     case("fail.backoff", "settle", *held(), fail(Q, "a", 1, "later", 3, 25_000)),
     case("fail.dead", "settle",
          *held(), fail(Q, "a", 1, "one", 2), claim(Q), fail(Q, "a", 2, "two", 2)),
-    case("delay.ordinary", "settle", *held(), delay(Q, "a", 1, 15_000), delay(Q, "a", 1), delay(Q, "b", 1)),
+    case("delay.ordinary", "settle", *held(), delay(Q, "a", 2), delay(Q, "b", 1), delay(Q, "a", 1, 15_000)),
     case("requeue.ordinary", "settle",
          enqueue(Q, "a", priority=2), claim(Q), requeue(Q, "a", 1), requeue(Q, "a", 5), claim(Q), requeue(Q, "a", 2),
          note="REQUEUE is native only: the script node runs the instrument's twin (parity/twins/requeue.lua)"),

@@ -224,6 +224,7 @@ class Pair:
         else:
             self.native = Node("native", 6, module=module, plant=plant, aof=aof)
         self.tally = Tally()
+        self.last: Observation | None = None  #: the latest step's observation
         self._script_dump: Dump = {}
         self._native_dump: Dump = {}
 
@@ -314,6 +315,7 @@ class Pair:
             run_id=run_id, native_is_native=self.native_is_native, violations=violations,
         )
         obs.diffs = diff(obs.script_post_n, obs.native_post_n)
+        self.last = obs
         verdict = differences.classify(obs)
         self.tally.add(verdict)
         self._native_dump = n_post

@@ -1,0 +1,81 @@
+"""The instrument proves itself (SPEC §8): every planted defect, one at a time, must make it
+report UNEXPECTED. A plant that goes unnoticed fails the suite."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from echomq import module_path
+from echomq.parity.__main__ import first_catch
+from echomq.parity.plants import FAMILIES, NATIVE_PLANTS, SCRIPT_PLANTS, planted_module_path
+from echomq.parity.runner import Pair
+
+CRATE = Path(__file__).resolve().parents[1] / "trafikey"
+
+
+@pytest.fixture(scope="module")
+def pair():
+    with Pair(module=module_path()) as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def planted_module():
+    """Build (or bring up to date) the planted variant in its own target dir; the release .so is untouched."""
+    cargo = shutil.which("cargo") or str(Path.home() / ".cargo/bin/cargo")
+    if Path(cargo).exists():
+        subprocess.run([cargo, "build", "--release", "--quiet", "--features", "planted",
+                        "--target-dir", str(CRATE / "target" / "planted")], cwd=CRATE, check=True)
+    path = planted_module_path()
+    if path is None:
+        pytest.fail("no planted trafikey build and no cargo to make one")
+    return path
+
+
+@pytest.mark.parametrize("plant", SCRIPT_PLANTS, ids=lambda p: p.name)
+def test_script_plant_is_caught(pair, plant):
+    pair.set_script_plants([plant])
+    try:
+        caught = first_catch(pair)
+    finally:
+        pair.set_script_plants([])
+    assert caught != "NOT CAUGHT", f"{plant.name} ({plant.what}) went unnoticed"
+
+
+@pytest.mark.parametrize("plant", NATIVE_PLANTS, ids=lambda p: p.name)
+def test_native_plant_is_caught(planted_module, plant):
+    with Pair(module=planted_module, plant=plant.name) as pair:
+        caught = first_catch(pair)
+    assert caught != "NOT CAUGHT", f"{plant.name} ({plant.what}) went unnoticed"
+
+
+def test_the_planted_build_with_no_plant_on_is_clean(planted_module):
+    with Pair(module=planted_module) as pair:
+        assert first_catch(pair) == "NOT CAUGHT"
+
+
+def test_every_family_has_a_plant_on_each_side():
+    assert {p.family for p in SCRIPT_PLANTS} == set(FAMILIES)
+    assert {p.family for p in NATIVE_PLANTS} == set(FAMILIES)
+
+
+def test_the_release_build_contains_no_plant():
+    """The plants live behind the cargo feature `planted`, which is not a default feature."""
+    features = tomllib.loads((CRATE / "Cargo.toml").read_text())["features"]
+    assert features["planted"] == [] and "planted" not in features.get("default", [])
+    release = Path(module_path()).read_bytes()
+    for plant in NATIVE_PLANTS:
+        assert plant.name.encode() not in release, plant.name
+    assert b"TRAFIKEY_PLANT" not in release
+
+
+def test_every_native_plant_is_still_in_the_crate():
+    """A rewrite of a verb file can drop its planted branch; say which one, before the catalogue does."""
+    source = "\n".join(p.read_text() for p in (CRATE / "src").rglob("*.rs"))
+    missing = [plant.name for plant in NATIVE_PLANTS if f'plant::on("{plant.name}")' not in source]
+    assert not missing, f"planted branches missing from trafikey/src: {missing}"
