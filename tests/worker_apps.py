@@ -5,7 +5,8 @@ EMQ_TEST_QUEUE names the queue, EMQ_TEST_OUT a directory the handler reports int
 * ``processed.log`` -- one line ``id attempt pid`` per handler run that returned;
 * ``started-<id>-<attempt>`` -- written when a run starts (tests wait for it);
 * a job whose payload has ``"hold": true`` runs until ``release`` appears in the
-  directory (or its lease is lost), so a test can kill or stop a worker mid-job.
+  directory, so a test can kill or stop a worker mid-job; told its lease is lost,
+  it stops without recording anything.
 
 A payload's ``"fail": n`` makes its first n attempts raise.
 """
@@ -38,6 +39,8 @@ def run(payload, ctx):
     if payload.get("hold"):
         while not (_out() / "release").exists() and not ctx.lease_lost:
             time.sleep(0.01)  # the handler's own work, not test synchronisation
+        if ctx.lease_lost:
+            return  # a well-behaved handler stops once told: nothing it did would count
     if ctx.attempt <= payload.get("fail", 0):
         raise RuntimeError(f"planned failure {ctx.attempt}")
     _record("processed.log", f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
