@@ -49,6 +49,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peers", default=",".join(ALL_PEERS), help="comma-separated, or 'none'")
     p.add_argument("--modes", default="emq,batch",
                    help="how EchoMQ's workers run: emq (the worker), loop, batch (see bench/drive_echomq.py)")
+    p.add_argument("--latency-modes", default="emq-idle50",
+                   help="extra EchoMQ worker modes measured for pick-up latency only (emq-idleN: --idle-max-ms N)")
     p.add_argument("--wires", default="6,4")
     p.add_argument("--json", default=str(ROOT / "bench" / "results" / "latest.json"))
     p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
@@ -64,6 +66,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             args.peers = "none"
         if "--modes" not in given:
             args.modes = "batch"
+        if "--latency-modes" not in given:
+            args.latency_modes = ""
     return args
 
 
@@ -103,10 +107,12 @@ def main(argv: list[str] | None = None) -> int:
             peer_systems, skipped = peers(wanted)
             results["peers_skipped"] = skipped
             lo, hi = (int(x) for x in args.latency_gap_ms.split(","))
+            lat_modes = [m for m in args.latency_modes.split(",") if m and have_worker]
             results["e2e"] = e2e.run(server, systems + peer_systems,
                                      processes=[int(k) for k in args.processes.split(",")], n=args.e2e_jobs,
                                      bulk_n=args.bulk_jobs, rounds=args.e2e_rounds, lat_m=args.latency_jobs,
-                                     lat_lo=lo, lat_hi=hi, window_s=args.window)
+                                     lat_lo=lo, lat_hi=hi, window_s=args.window,
+                                     latency_only=[echomq_system(w, m) for w in wires for m in lat_modes])
     results["elapsed_s"] = time.time() - started
     results["headline"] = report.headline(results)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -116,7 +116,9 @@ class BenchServer:
         return self.server.port
 
     def wipe(self) -> None:
-        self.client.flushall()
+        # SYNC: Valkey may free a plain FLUSHALL in the background, and the memory readings
+        # after a wipe must not include what is still being freed
+        self.client.execute_command("FLUSHALL", "SYNC")
         self.client.execute_command("MEMORY", "PURGE")
 
     def use(self, wire: int | None) -> None:

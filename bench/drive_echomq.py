@@ -5,7 +5,7 @@
     drive_echomq.py stamped WIRE/MODE URL QUEUE M LO HI  spaced, stamped jobs (pick-up latency)
 
 MODE is how the worker runs: ``emq`` = ``emq worker bench.echomq_tasks:app`` with its
-defaults (the real thing); ``loop`` = a minimal claim -> run -> complete loop, one job a
+defaults (the real thing); ``emq-idleN`` = the same with ``--idle-max-ms N``; ``loop`` = a minimal claim -> run -> complete loop, one job a
 round trip each way; ``batch`` = the same loop with pipelined claim_many/complete_many
 (10 at a time); ``fused`` = ``batch`` with each batch's completes and the next claims in
 one Queue.settle_and_claim. The loops show what the worker adds over the bare verbs.
@@ -62,10 +62,10 @@ def loop_worker(wire: int, url: str, queue: str, batch: int) -> None:
             q.complete(jobs[0])
 
 
-def emq_worker_argv(wire: int, url: str, queue: str) -> list[str]:
+def emq_worker_argv(wire: int, url: str, queue: str, extra: list[str]) -> list[str]:
     return [sys.executable, "-c", "import sys; from echomq.cli import main; sys.exit(main())",
             "worker", "bench.echomq_tasks:app", "--url", url, "--wire", str(wire), "-q", queue,
-            "--log-level", "warning"]
+            "--log-level", "warning", *extra]
 
 
 def main(argv: list[str]) -> int:
@@ -75,8 +75,10 @@ def main(argv: list[str]) -> int:
     os.environ["BENCH_URL"] = url
     os.environ["BENCH_QUEUE"] = queue
     if what == "worker":
-        if mode == "emq":
-            os.execv(sys.executable, emq_worker_argv(wire, url, queue))
+        if mode == "emq" or mode.startswith("emq-idle"):
+            # emq-idleN: the worker with its idle back-off capped at N ms (default 1000)
+            extra = ["--idle-max-ms", mode[len("emq-idle"):]] if mode != "emq" else []
+            os.execv(sys.executable, emq_worker_argv(wire, url, queue, extra))
         if mode == "fused":
             fused_worker(wire, url, queue, BATCH)
         else:

@@ -48,7 +48,7 @@ class Workers:
         self.logs: list[Any] = []
 
     def __enter__(self) -> "Workers":
-        env = child_env(self.url, self.queue)
+        env = {**child_env(self.url, self.queue), **self.system.env}
         for i in range(self.k):
             log = open(os.devnull, "wb") if not os.environ.get("BENCH_DEBUG") else open(f"/tmp/bench-w{i}.log", "wb")
             self.logs.append(log)
@@ -88,7 +88,7 @@ class Workers:
 
 def produce(system: System, url: str, queue: str, *args: object, timeout: float = 600) -> dict[str, float]:
     what = "enqueue" if len(args) == 1 else "stamped"
-    done = subprocess.run(system.argv(what, url, queue, *args), cwd=ROOT, env=child_env(url, queue),
+    done = subprocess.run(system.argv(what, url, queue, *args), cwd=ROOT, env={**child_env(url, queue), **system.env},
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     if done.returncode:
         raise RunFailed(f"the producer failed ({done.returncode}): {done.stderr.strip()[-400:]}")
@@ -167,10 +167,18 @@ def latency(server: BenchServer, system: System, m: int, lo_ms: int, hi_ms: int)
 
 
 def run(server: BenchServer, systems: list[System], *, processes: list[int], n: int, bulk_n: int, rounds: int,
-        lat_m: int, lat_lo: int, lat_hi: int, window_s: float = 30.0) -> dict[str, Any]:
-    """Rounds interleave the systems (order rotating), so noise falls on all alike."""
-    raw: dict[str, dict[str, list]] = {s.name: {} for s in systems}
+        lat_m: int, lat_lo: int, lat_hi: int, window_s: float = 30.0,
+        latency_only: list[System] = ()) -> dict[str, Any]:
+    """Rounds interleave the systems (order rotating), so noise falls on all alike.
+    ``latency_only`` systems (worker settings, say) get only the pick-up latency, in round one."""
+    raw: dict[str, dict[str, list]] = {s.name: {} for s in [*systems, *latency_only]}
     failures: dict[str, str] = {}
+    for system in latency_only if lat_m else ():
+        try:
+            say(f"e2e: {system.name}, idle pick-up latency, {lat_m} jobs")
+            raw[system.name]["latency"] = [latency(server, system, lat_m, lat_lo, lat_hi)]
+        except (RunFailed, subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as exc:
+            failures[system.name] = str(exc)[:500]
     for r in range(rounds):
         order = systems[r % len(systems):] + systems[: r % len(systems)]
         for system in order:
@@ -189,7 +197,7 @@ def run(server: BenchServer, systems: list[System], *, processes: list[int], n: 
                 say(f"e2e: {system.name} failed: {exc}")
                 failures[system.name] = str(exc)[:500]
     table: dict[str, Any] = {}
-    for system in systems:
+    for system in [*systems, *latency_only]:
         rows = raw[system.name]
         entry: dict[str, Any] = {"kind": system.kind, "config": system.config, "version": system.version}
         for key, values in rows.items():

@@ -22,7 +22,7 @@ from .common import ROOT, say
 PEERS_DIR = ROOT / "bench" / "peers"
 PEERS_VENV = ROOT / "bench" / ".peers-venv"
 PY_PEERS = ("bullmq", "arq", "rq", "saq", "celery", "dramatiq")
-ALL_PEERS = PY_PEERS + ("bullmq-node",)
+ALL_PEERS = PY_PEERS + ("bullmq-c10", "bullmq-node", "bullmq-node-c10")
 
 
 @dataclass
@@ -44,6 +44,11 @@ class System:
 
 
 def echomq_system(wire: int, mode: str) -> System:
+    if mode.startswith("emq-idle"):
+        cap = mode[len("emq-idle"):]
+        return System(f"EchoMQ wire {wire} (emq worker, --idle-max-ms {cap})", "echomq", wire,
+                      [sys.executable, "-m", "bench.drive_echomq", f"{wire}/{mode}"],
+                      f"emq worker defaults but the idle back-off capped at {cap} ms (default 1000)")
     labels = {"emq": "emq worker", "loop": "bare loop", "batch": "bare loop, batched",
               "fused": "bare loop, batched, settle+claim fused"}
     configs = {
@@ -82,7 +87,7 @@ def _venv_python(peer: str) -> Path:
 
 def install_peer(peer: str) -> tuple[System | None, str]:
     """Install the peer if needed, check that its driver imports; (System, "") or (None, why skipped)."""
-    if peer == "bullmq-node":
+    if peer.startswith("bullmq-node"):
         node, npm = shutil.which("node"), shutil.which("npm")
         if not node or not npm:
             return None, "node or npm is not on PATH"
@@ -93,8 +98,15 @@ def install_peer(peer: str) -> tuple[System | None, str]:
             if done.returncode:
                 return None, f"npm install failed: {done.stderr.strip().splitlines()[-1:]}"
         version = json.loads((PEERS_DIR / "node_modules" / "bullmq" / "package.json").read_text())["version"]
+        if peer.endswith("-c10"):
+            return System("BullMQ (Node), concurrency 10", "peer", None, [node, str(PEERS_DIR / "bullmq_node.mjs")],
+                          "Node; Worker concurrency 10 (EchoMQ's worker default); Queue.addBulk",
+                          f"bullmq {version}", env={"BENCH_CONCURRENCY": "10"}), ""
         return System("BullMQ (Node)", "peer", None, [node, str(PEERS_DIR / "bullmq_node.mjs")],
                       "Node; Worker concurrency 1 (its default); Queue.addBulk", f"bullmq {version}"), ""
+    variant = {}
+    if peer == "bullmq-c10":  # the Python port again, with EchoMQ's worker concurrency
+        peer, variant = "bullmq", {"BENCH_CONCURRENCY": "10"}
     requirement = _requirement(peer)
     if requirement is None:
         return None, f"{peer} is not listed in bench/peers/requirements.txt"
@@ -123,6 +135,10 @@ def install_peer(peer: str) -> tuple[System | None, str]:
     config = json.loads(check.stdout)["config"]
     names = {"bullmq": "BullMQ (Python port)", "arq": "arq", "rq": "RQ", "saq": "SAQ", "celery": "Celery",
              "dramatiq": "Dramatiq"}
+    if variant:
+        return System(names[peer] + ", concurrency 10", "peer", None, [str(python), driver, peer],
+                      config.replace("concurrency 1 (its default)", "concurrency 10 (EchoMQ's worker default)"),
+                      f"{dist} {version}", env=variant), ""
     return System(names[peer], "peer", None, [str(python), driver, peer], config, f"{dist} {version}"), ""
 
 

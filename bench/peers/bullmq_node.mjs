@@ -2,6 +2,7 @@
 //   node bullmq_node.mjs worker  URL QUEUE
 //   node bullmq_node.mjs enqueue URL QUEUE N          (prints JSON {start, end}, epoch seconds)
 //   node bullmq_node.mjs stamped URL QUEUE M LO_MS HI_MS   (gaps as drive.py's gaps())
+// BENCH_CONCURRENCY sets the Worker's concurrency (BullMQ's default is 1).
 // The no-op processor counts itself as probe.py does: a process-local counter that a
 // timer adds to bench:done every 2 ms (and latencies to bench:lat), never a round trip per job.
 import { Queue, Worker } from "bullmq";
@@ -27,7 +28,7 @@ if (what === "worker") {
   const worker = new Worker(queue, async (job) => {
     if (job.data && job.data.t !== undefined) lat.push(((Date.now() / 1000 - job.data.t) * 1000).toFixed(3));
     count += 1;
-  }, { connection: connection() });
+  }, { connection: connection(), concurrency: Number(process.env.BENCH_CONCURRENCY || 1) });
   const stop = async () => { await worker.close(); process.exit(0); };
   process.on("SIGTERM", stop);
   process.on("SIGINT", stop);

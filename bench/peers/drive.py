@@ -50,7 +50,8 @@ def worker(peer: str, url: str, queue: str) -> None:
         from bullmq import Worker
 
         async def main():
-            w = Worker(queue, peer_tasks.bullmq_noop, {"connection": url})
+            w = Worker(queue, peer_tasks.bullmq_noop,
+                       {"connection": url, "concurrency": int(os.environ.get("BENCH_CONCURRENCY", "1"))})
             await asyncio.Event().wait()
             await w.close()
 
