@@ -53,11 +53,33 @@ from echomq.serializers import JSON
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTLES = ("complete", "fail")
-FATAL = (valkey.ConnectionError, valkey.TimeoutError, valkey.exceptions.ValkeyClusterException)
+FATAL = (valkey.ConnectionError, valkey.TimeoutError, valkey.exceptions.ValkeyClusterException)  # + WrongNode
+
+
+# no AOF rewrite mid-run (the power-loss model cuts the incr file); a replica's full sync starts at once
+EXTRA = ("--auto-aof-rewrite-percentage", "0", "--repl-diskless-sync-delay", "0")
+
+
+class WrongNode(Exception):
+    """The node answered READONLY (a replica now sits at the old primary's address) or LOADING."""
+
+
+def checked(fn, *args, **kwargs):
+    """Call ``fn``; a READONLY/LOADING refusal means this link is on the wrong node: reconnect."""
+    try:
+        return fn(*args, **kwargs)
+    except errors.CommandRefused as exc:
+        if exc.code in ("READONLY", "LOADING", "MASTERDOWN"):
+            raise WrongNode(str(exc)) from exc
+        raise
 
 
 def now() -> int:
     return time.monotonic_ns()
+
+
+def _raise(exc: Exception):
+    raise exc
 
 
 class Ledger:
@@ -78,12 +100,13 @@ class Ledger:
 # ---------------------------------------------------------------------------------------------
 
 
-def open_connection(url: str, wire: int, cluster: bool, deadline_s: float = 60.0) -> echomq.Connection:
-    """Connect, polling while the server is down or loading its AOF."""
+def open_connection(url, wire: int, cluster: bool, deadline_s: float = 60.0) -> echomq.Connection:
+    """Connect, polling while the server is down or loading its AOF; ``url`` may be a callable,
+    read at every try (a failover names a new primary)."""
     give_up = time.monotonic() + deadline_s
     while True:
         try:
-            return connect(url, wire=wire, cluster=cluster, socket_timeout=5)
+            return connect(url() if callable(url) else url, wire=wire, cluster=cluster, socket_timeout=5)
         except (errors.ConnectionFailed, errors.BrandError, errors.WireError, *FATAL):
             if time.monotonic() > give_up:
                 raise
@@ -93,7 +116,8 @@ def open_connection(url: str, wire: int, cluster: bool, deadline_s: float = 60.0
 class Link:
     """A connection and its queues, rebuilt after a connection fault."""
 
-    def __init__(self, url: str, wire: int, cluster: bool, queues: list[str]) -> None:
+    def __init__(self, url, wire: int, cluster: bool, queues: list[str]) -> None:
+        # url: a string, or a callable read at every (re)connect (after a failover it names the new primary)
         self.url, self.wire, self.cluster, self.names = url, wire, cluster, queues
         self.conn: echomq.Connection | None = None
         self.queues: dict[str, Queue] = {}
@@ -120,15 +144,20 @@ class Link:
 
 def worker_main(args: argparse.Namespace) -> None:
     ledger = Ledger(Path(args.ledger))
-    link = Link(args.url, args.wire, args.cluster, args.queues.split(","))
+    url_file = Path(args.url)
+    link = Link(lambda: url_file.read_text().strip(), args.wire, args.cluster, args.queues.split(","))
     rng = random.Random(args.seed)
     names = args.queues.split(",")
     idle = 0
+    ready = False
     while True:
         try:
             queues = link.get()
-            job = queues[names[rng.randrange(len(names))]].claim(args.lease_ms)
-        except FATAL:
+            if not ready:
+                ledger.log("W", os.getpid())  # connected: from now on a kill can find it holding a job
+                ready = True
+            job = checked(queues[names[rng.randrange(len(names))]].claim, args.lease_ms)
+        except (*FATAL, WrongNode):
             link.drop()
             continue
         if job is None:
@@ -152,14 +181,14 @@ def settle(ledger: Ledger, link: Link, job: echomq.Job, verb: str, send) -> None
     for _ in range(100):
         ledger.log("S", job.queue, job.id, job.token, verb)
         try:
-            reply = send(link.get()[job.queue])
+            reply = checked(send, link.get()[job.queue])
         except errors.LeaseLost:
             ledger.log("R", job.queue, job.id, job.token, verb, "lost")
             return
         except errors.CommandRefused as exc:
             ledger.log("R", job.queue, job.id, job.token, verb, f"err:{exc.code}")
             return
-        except FATAL:
+        except (*FATAL, WrongNode):
             ledger.log("R", job.queue, job.id, job.token, verb, "conn")
             link.drop()
             continue
@@ -187,6 +216,10 @@ class Config:
     freezes: int = 3
     power_cuts: int = 1  #: restarts that also SIGKILL every worker (their leases cross the restart)
     power_loss: bool = False  #: on a crash, cut the AOF back to what was on disk a second earlier
+    replica: bool = False  #: run a replica; at the end its DEBUG DIGEST must equal the primary's
+    failovers: int = 0  #: of the restarts, how many are failovers to the replica (REPLICAOF NO ONE)
+    abrupt: bool = False  #: fail over without letting the replica catch up first (measured, not judged)
+    failover_kills_workers: bool = True  #: the old primary's site dies with it: every worker SIGKILLed
     poison_every: int = 50
     fail_every: int = 7
     work_ms: int = 2
@@ -220,6 +253,7 @@ class Report:
     crossed_restart_exempt: int = 0
     counted_expiry_exempt: int = 0  #: expiries that did not cross a restart but were exempted
     duplicate_completes: int = 0
+    replica_digest_equal: bool | None = None
     metrics: dict = field(default_factory=dict)
     regressions: dict = field(default_factory=dict)
     violations: list = field(default_factory=list)
@@ -243,14 +277,17 @@ class Run:
         self.restart_lock = threading.Lock()
         self.aof_sizes: list[tuple[float, Path, int]] = []
         self.server = None
+        self.replica = None
         self.cluster = None
+        self.url_file = workdir / "url"
+        self.replicas_made = 0
         self.spawned = 0
         self.span_s = max(3.0, config.jobs / 400)  # roughly the time the workers need for the jobs
 
     # -- servers ------------------------------------------------------------------------------
     def start_servers(self) -> None:
         module = echomq.module_path() if self.c.wire == 6 else None
-        extra = ("--auto-aof-rewrite-percentage", "0")
+        extra = EXTRA
         if self.c.cluster:
             from echomq.cluster import LocalCluster
 
@@ -261,7 +298,65 @@ class Run:
             self.server = EmbeddedServer(module=module, brand=self.c.wire, aof=True, appendfsync=self.c.fsync,
                                          directory=self.dir / "valkey", extra_args=extra).start()
             self.url = self.server.url
+            if self.c.replica:
+                self.replica = self.start_replica()
+        self.url_file.write_text(self.url)
         self.ledger.log("P", self.run_ids())
+
+    def start_replica(self) -> EmbeddedServer:
+        self.replicas_made += 1
+        module = echomq.module_path() if self.c.wire == 6 else None
+        replica = EmbeddedServer(module=module, aof=True, appendfsync=self.c.fsync, replicaof=("127.0.0.1", self.server.port),
+                                 directory=self.dir / f"replica-{self.replicas_made}",
+                                 extra_args=EXTRA).start()
+        self.wait_synced(replica)
+        return replica
+
+    def wait_synced(self, replica: EmbeddedServer, timeout_s: float = 60.0) -> None:
+        """Poll until the replica's offset equals the primary's (and the link is up)."""
+        give_up = time.monotonic() + timeout_s
+        with self.server.client() as primary, replica.client() as rep:
+            while True:
+                want = primary.info("replication")["master_repl_offset"]
+                info = rep.info("replication")
+                if info.get("master_link_status") == "up" and info.get("slave_repl_offset", -1) >= want:
+                    return
+                if time.monotonic() > give_up:
+                    raise TimeoutError(f"replica did not catch up: {info} vs {want}")
+                time.sleep(0.01)
+
+    def failover(self) -> None:
+        """Promote the replica (REPLICAOF NO ONE) and crash the old primary; a fresh replica
+        follows the new primary. Coordinated unless --abrupt: the old primary's writes are
+        paused and the replica caught up before the switch, so nothing acknowledged is lost."""
+        with self.restart_lock:
+            old, new = self.server, self.replica
+            if self.c.failover_kills_workers:
+                for proc in list(self.workers):
+                    self.kill_worker(proc, respawn=False)
+            if not self.c.abrupt:
+                with old.client() as client:
+                    client.execute_command("CLIENT", "PAUSE", 30_000, "WRITE")
+                self.wait_synced(new)
+            self.ledger.log("D", "failover")
+            old.kill()
+            with new.client() as client:
+                client.execute_command("REPLICAOF", "NO", "ONE")
+            new.replicaof = None  # a later restart of this node must come back a primary
+            self.server, self.url = new, new.url
+            self.url_file.write_text(self.url)
+            self.ledger.log("P", self.run_ids())
+            self.snapshot_crossing(new)
+            old.cleanup()
+            self.replica = self.start_replica()
+            if self.c.failover_kills_workers:
+                for _ in range(self.c.workers):
+                    self.spawn_worker()
+
+    def digests_equal(self) -> bool:
+        self.wait_synced(self.replica)
+        with self.server.client() as primary, self.replica.client() as rep:
+            return primary.execute_command("DEBUG", "DIGEST") == rep.execute_command("DEBUG", "DIGEST")
 
     def nodes(self) -> list[EmbeddedServer]:
         return self.cluster.nodes if self.cluster else [self.server]
@@ -338,13 +433,26 @@ class Run:
     def spawn_worker(self) -> None:
         self.spawned += 1
         n = self.spawned
-        cmd = [sys.executable, "-m", "tests.reliability.chaos", "worker", "--url", self.url, "--wire", str(self.c.wire),
+        cmd = [sys.executable, "-m", "tests.reliability.chaos", "worker", "--url", str(self.url_file), "--wire", str(self.c.wire),
                "--queues", ",".join(self.queue_names), "--lease-ms", str(self.c.lease_ms),
                "--max-attempts", str(self.c.max_attempts), "--ledger", str(self.dir / f"worker-{n}.log"),
                "--seed", str(self.rng.randrange(1 << 30))]
         if self.c.cluster:
             cmd.append("--cluster")
-        self.workers.append(subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True))
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc.ledger = self.dir / f"worker-{n}.log"  # type: ignore[attr-defined]
+        self.workers.append(proc)
+
+    def ready_workers(self) -> list[subprocess.Popen]:
+        """Workers that have connected (their ledger has a line) and are not frozen."""
+        return [p for p in self.workers if p.pid not in self.frozen and p.ledger.exists() and p.ledger.stat().st_size]
+
+    def wait_ready(self, count: int, timeout_s: float = 60.0) -> None:
+        give_up = time.monotonic() + timeout_s
+        while len(self.ready_workers()) < count:
+            if time.monotonic() > give_up:
+                raise TimeoutError(f"fewer than {count} workers connected in {timeout_s}s")
+            time.sleep(0.01)
 
     def kill_worker(self, proc: subprocess.Popen, respawn: bool = True) -> None:
         self.ledger.log("K", proc.pid)
@@ -369,7 +477,7 @@ class Run:
         return f"{self.tag}-{n:07d}"
 
     def produce(self) -> None:
-        link = Link(self.url, self.c.wire, self.c.cluster, self.queue_names)
+        link = Link(lambda: self.url, self.c.wire, self.c.cluster, self.queue_names)
         batch = 100
         began, rate = time.monotonic(), self.c.jobs / (self.span_s * 0.8)  # admit over most of the run
         for start in range(0, self.c.jobs, batch):
@@ -386,10 +494,10 @@ class Run:
                     for name, calls in by_queue.items():
                         for call, reply in zip(calls, link.conn.send_many(calls)):
                             if isinstance(reply, Exception):
-                                raise reply
+                                checked(_raise, reply)
                             self.ledger.log("E", name, call.argv[0], "ok")
                     break
-                except FATAL:
+                except (*FATAL, WrongNode):
                     # the batch may be partly in: resending is idempotent while the rows live
                     for n in ns:
                         self.ledger.log("E", self.queue_names[n % len(self.queue_names)], self.job_id(n), "conn")
@@ -398,19 +506,19 @@ class Run:
                 return
 
     def sweep(self) -> None:
-        link = Link(self.url, self.c.wire, self.c.cluster, self.queue_names)
+        link = Link(lambda: self.url, self.c.wire, self.c.cluster, self.queue_names)
         while not self.stop.is_set():
             with self.restart_lock:  # never sweep between a restart and its crossing snapshot
                 try:
                     queues = link.get()
                     for q in queues.values():
-                        q.promote()
+                        checked(q.promote)
                         sent = now()
-                        result = q.stalled_check(self.c.max_stalled, 1000)
+                        result = checked(q.stalled_check, self.c.max_stalled, 1000)
                         for verdict, ids in (("rec", result.recovered), ("exe", result.exempt), ("dead", result.dead)):
                             for job_id in ids:
                                 self.ledger.log("V", q.name, "-", verdict, job_id, t=sent)
-                except FATAL:
+                except (*FATAL, WrongNode):
                     link.drop()
                 except errors.CommandRefused as exc:
                     self.ledger.log("X", "sweep", exc.code)
@@ -422,15 +530,20 @@ class Run:
         c = self.c
         plan = [(self.rng.uniform(0.1, span_s), "kill") for _ in range(c.kills)]
         plan += [(self.rng.uniform(0.1, span_s), "freeze") for _ in range(c.freezes)]
-        kinds = ["power"] * min(c.power_cuts, c.restarts) + ["crash"] * (c.restarts - min(c.power_cuts, c.restarts))
+        fails = min(c.failovers, c.restarts)
+        cuts = min(c.power_cuts, c.restarts - fails)
+        kinds = ["failover"] * fails + ["power"] * cuts + ["crash"] * (c.restarts - fails - cuts)
+        self.rng.shuffle(kinds)
         plan += [(span_s * (i + 1) / (c.restarts + 1), kind) for i, kind in enumerate(kinds)]
         return sorted(plan)
 
     def execute(self) -> Report:
-        started = time.monotonic()
+        began = time.monotonic()
         self.start_servers()
         for _ in range(self.c.workers):
             self.spawn_worker()
+        self.wait_ready(self.c.workers)
+        started = time.monotonic()
         threads = [threading.Thread(target=f, daemon=True) for f in (self.produce, self.sweep, self.watch_aof)]
         for t in threads:
             t.start()
@@ -440,7 +553,8 @@ class Run:
             while time.monotonic() - started < at:
                 self.thaw_due(thaw)
                 time.sleep(0.01)
-            live = [p for p in self.workers if p.pid not in self.frozen]
+            self.wait_ready(1)  # a fault strikes a worker that is really working
+            live = self.ready_workers()
             if kind == "kill" and live:
                 self.kill_worker(self.rng.choice(live))
             elif kind == "freeze" and live:
@@ -451,6 +565,8 @@ class Run:
                 thaw.append((time.monotonic() + self.c.lease_ms / 1000 * 1.5, proc))
             elif kind in ("crash", "power"):
                 self.restart(kind)
+            elif kind == "failover":
+                self.failover()
         threads[0].join()  # every job admitted
         self.drain(thaw)
         self.stop.set()
@@ -460,10 +576,17 @@ class Run:
             proc.kill()
             proc.wait()
         report = check(self.dir, self.c, self.final_dump())
-        report.seconds = round(time.monotonic() - started, 1)
+        if self.replica is not None:
+            report.replica_digest_equal = self.digests_equal()
+            if not report.replica_digest_equal:
+                report.violations.append("the replica's DEBUG DIGEST differs from the primary's")
+        report.seconds = round(time.monotonic() - began, 1)
         for node in self.nodes():
             node.cleanup()
         return report
+
+    def all_nodes(self) -> list[EmbeddedServer]:
+        return self.nodes() + ([self.replica] if self.replica else [])
 
     def thaw_due(self, thaw: list) -> None:
         for item in list(thaw):
@@ -477,15 +600,15 @@ class Run:
 
     def drain(self, thaw: list) -> None:
         """Poll the queues until every job has settled (pending, active and schedule empty)."""
-        link = Link(self.url, self.c.wire, self.c.cluster, self.queue_names)
+        link = Link(lambda: self.url, self.c.wire, self.c.cluster, self.queue_names)
         give_up = time.monotonic() + self.c.drain_timeout_s
         while True:
             self.thaw_due(thaw)
             try:
-                counts = [q.counts() for q in link.get().values()]
+                counts = [checked(q.counts) for q in link.get().values()]
                 if not thaw and all(c.pending == c.active == c.scheduled == 0 for c in counts):
                     return
-            except FATAL:
+            except (*FATAL, WrongNode):
                 link.drop()
             if time.monotonic() > give_up:
                 raise TimeoutError(f"chaos run did not drain in {self.c.drain_timeout_s}s: {counts}")
@@ -536,6 +659,7 @@ def read_events(folder: Path) -> list[list[str]]:
 def check(folder: Path, c: Config, dump: dict) -> Report:
     report = Report(config=asdict(c))
     v = report.violations
+    lossy = c.power_loss or (c.abrupt and c.failovers > 0)  # history may lose its tail: measured, not judged
     events = read_events(folder)
     claims: dict[str, list[tuple[int, int]]] = defaultdict(list)  # id -> [(t, token)]
     sends: dict[tuple, int] = {}
@@ -544,7 +668,7 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
     enqueued: set[str] = set()
     ups: list[int] = []
     verdicts: list[tuple[int, str, str]] = []
-    crossing: dict[str, tuple[int, str]] = {}  # id -> (restart time, token) of a lease not yet swept
+    crossing: dict[str, list[tuple[int, str]]] = defaultdict(list)  # id -> [(restart time, token)] snapshots
     sent_after: dict[str, list[tuple[int, str]]] = defaultdict(list)  # id -> [(t, token)] of settles sent
     completes_ok: Counter = Counter()
     for e in events:
@@ -569,14 +693,14 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
                 accepted[(job_id, token)] += 1
                 if stale:
                     report.stale_settles_accepted += 1
-                    if not c.power_loss:  # a claim erased by the cut hands its token out again
+                    if not lossy:  # a claim erased by the cut hands its token out again
                         v.append(f"stale settle accepted: {verb} {job_id} token {token}")
                 if verb == "complete":
                     completes_ok[job_id] += 1
         elif kind == "P":
             ups.append(t)
         elif kind == "A":
-            crossing[e[3]] = (ups[-1], e[4])
+            crossing[e[3]].append((ups[-1], e[4]))
         elif kind == "V":
             verdicts.append((t, e[4], e[5]))
         elif kind == "K":
@@ -588,7 +712,7 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
     report.restarts = max(0, len(ups) - 1)
     report.enqueued = len(enqueued)
     report.tokens_settled_twice = sum(1 for n in accepted.values() if n > 1)
-    if report.tokens_settled_twice and not c.power_loss:
+    if report.tokens_settled_twice and not lossy:
         v.append(f"{report.tokens_settled_twice} tokens had two accepted settles")
     report.duplicate_completes = sum(n - 1 for n in completes_ok.values() if n > 1)
 
@@ -598,15 +722,19 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
     # job can be claimed again). If its holder sent a settle meanwhile, the lease may have
     # ended and another begun: ambiguous, not judged.
     tally: Counter = Counter()
+    last_verdict: dict[str, int] = {}
     for tv, verdict, job_id in sorted(verdicts):
         tally[verdict] += 1
         crossed = False
-        if job_id in crossing:
-            up, token = crossing.pop(job_id)
+        since = last_verdict.get(job_id, -1)
+        last_verdict[job_id] = tv
+        snaps = [(up, token) for up, token in crossing.get(job_id, []) if since < up < tv]
+        if snaps:
+            up, token = snaps[-1]
             if any(up < ts < tv and tok == token for ts, tok in sent_after[job_id]):
                 tally["ambiguous"] += 1
                 continue
-            crossed = up < tv
+            crossed = True
         if crossed and verdict == "exe":
             report.crossed_restart_exempt += 1
         elif crossed:
@@ -615,7 +743,7 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
                 v.append(f"wire 6 counted a restart-crossing expiry as a stall: {job_id}")
         elif verdict == "exe":
             report.counted_expiry_exempt += 1
-            if not c.power_loss:  # a cut moves the dataset back in time under the ledger's feet
+            if not lossy:  # a cut moves the dataset back in time under the ledger's feet
                 v.append(f"an expiry within one run was exempted: {job_id}")
     report.verdicts = dict(tally)
 
@@ -654,11 +782,11 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
                 report.completed += 1
             elif claims[job_id]:
                 report.erased_after_running += 1  # ran (a dead letter, or failing), then its record was cut
-                if not c.power_loss:
+                if not lossy:
                     v.append(f"erased: {job_id} ran but has no row and never completed")
             else:
                 report.lost += 1
-                if not c.power_loss:
+                if not lossy:
                     v.append(f"lost: {job_id} (no row, no set, never claimed)")
         elif row is not None and row.get("state") == "dead" and sets == ["dead"] and row.get("last_error"):
             dead_reasons[row["last_error"]] += 1
@@ -673,16 +801,16 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
     poison = {f"c{c.seed}-{n:07d}" for n in range(c.jobs) if c.poison_every and n % c.poison_every == 0}
     for job_id in poison:
         row = rows.get(job_id)
-        if (row is None or row.get("state") != "dead") and not c.power_loss:
+        if (row is None or row.get("state") != "dead") and not lossy:
             v.append(f"poison job {job_id} did not end dead: {row}")
         elif row is None:
             report.regressions["dead_letters_erased"] = report.regressions.get("dead_letters_erased", 0) + 1
     completed_metric = sum(m["completed"] for m in dump["metrics"].values())
     failed_metric = sum(m["failed"] for m in dump["metrics"].values())
     report.metrics = {"completed": completed_metric, "failed": failed_metric}
-    if completed_metric != report.completed + report.duplicate_completes and not c.power_loss:
+    if completed_metric != report.completed + report.duplicate_completes and not lossy:
         v.append(f"metrics:completed {completed_metric} != {report.completed} completed")
-    if c.power_loss:
+    if lossy:
         report.regressions.update(
             acknowledged_enqueues_lost_never_ran=report.lost,
             records_erased_after_running=report.erased_after_running,
@@ -710,7 +838,7 @@ def run(config: Config, keep: str | None = None) -> Report:
         for proc in chaos.workers:
             if proc.poll() is None:
                 proc.kill()
-        for node in chaos.nodes() if (chaos.server or chaos.cluster) else []:
+        for node in chaos.all_nodes() if (chaos.server or chaos.cluster) else []:
             node.cleanup()
 
 
