@@ -52,7 +52,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         planned = Some((att, h.epoch()?));
     }
 
-    // 6.–7. writes, each replicated as its effect: the pop verified against the peek; a ghost (no row) ends there
+    // 6.–7. writes, each replicated as its effect: the pop verified against the peek; a
+    // ghost (no row) ends there
     h.write(&op("ZPOPMIN", &[pending], Expect::Popped(id.clone())))?;
     let (Some((att, run_id)), Some(seen)) = (planned, seen) else {
         return empty();

@@ -50,7 +50,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         stamps.push(op("HSET", &[&row, b"lease_epoch", run_id], Expect::AnyInt));
         replies.push(int(deadline));
     }
-    // 6.–7. writes, each replicated as its effect: one ZADD for every held pair (all members exist), one stamp per row
+    // 6.–7. writes, each replicated as its effect: one ZADD for every held pair (all
+    // members exist), one stamp per row
     if zadd.len() > 1 {
         h.write(&Op {
             cmd: "ZADD",

@@ -49,7 +49,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     if moved > 0 {
         h.expect_zset(pending)?;
     }
-    // 6.–7. writes, each replicated as its effect: one ZREM for every member, one ZADD for the rows, their states
+    // 6.–7. writes, each replicated as its effect: one ZREM for every member, one ZADD for
+    // the rows, their states
     h.write(&Op {
         cmd: "ZREM",
         args: zrem,
