@@ -274,6 +274,8 @@ class Pair:
 
     def step(self, step: Step, *, case: str = "", index: int = 0) -> Verdict:
         s_pre, n_pre = self._script_dump, self._native_dump
+        # normalised before the step moves the origins on: a member it removes keeps its offset here
+        s_pre_n, n_pre_n = self._norm(self.script, s_pre), self._norm(self.native, n_pre)
         s_window = n_window = None
         s_reply = n_reply = None
         run_id = self.native.run_id
@@ -310,8 +312,8 @@ class Pair:
             native_reply=normalise_reply(_verb(step), n_reply, n_window) if n_window else None,
             script_window=s_window, native_window=n_window,
             script_pre=s_pre, script_post=s_post, native_pre=n_pre, native_post=n_post,
-            script_pre_n=self._norm(self.script, s_pre), script_post_n=self._norm(self.script, s_post),
-            native_pre_n=self._norm(self.native, n_pre), native_post_n=self._norm(self.native, n_post),
+            script_pre_n=s_pre_n, script_post_n=self._norm(self.script, s_post),
+            native_pre_n=n_pre_n, native_post_n=self._norm(self.native, n_post),
             run_id=run_id, native_is_native=self.native_is_native, violations=violations,
         )
         obs.diffs = diff(obs.script_post_n, obs.native_post_n)

@@ -105,14 +105,26 @@ class ParityMachine(RuleBasedStateMachine):
         queue = chosen[0][0]  # one EXTENDS renews leases of one queue
         self.do(S.extends(queue, LONG, *[(job, token) for cq, job, token in chosen if cq == queue]))
 
+    @rule(q=QUEUES, cap=st.integers(1, 3))
+    def expiry_cycle(self, q, cap):
+        """A lease expires (on the server clock), the sweep recovers it, a worker claims again:
+        the job now has more attempts than failures, where the two budgets part (§5.7)."""
+        self.claim(q, True)
+        self.do(S.stalled_check(q, cap))
+        self.claim(q, False)
+
     # -- settle
     @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD)
     def complete(self, q, job, token, held):
         self.do(S.complete(*self.target(q, job, token, held)))
 
-    @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD, cap=st.integers(1, 3), backoff=st.sampled_from([0, 0, 1, LONG]))
+    @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD, cap=st.sampled_from([1, 2, 3, 0]),
+          backoff=st.sampled_from([0, 0, 1, LONG]))
     def fail(self, q, job, token, held, cap, backoff):
         q, job, token = self.target(q, job, token, held)
+        # cap 0 draws max_attempts = the token: the last attempt by the script's count, which is
+        # where the two budgets part after a stall or a requeue (§5.7)
+        cap = cap or max(1, int(token))
         self.do(S.fail(q, job, token, "e" + token, cap, backoff))
         if backoff == 1:
             self.do(S.tick())
