@@ -316,11 +316,11 @@ def connect(
             client = valkey.Valkey.from_url(url, **client_options)
     except ValueError as exc:
         raise errors.ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port or rediss://host:port") from exc
-    except (valkey.ConnectionError, valkey.exceptions.ValkeyClusterException) as exc:
+    except (valkey.ConnectionError, valkey.TimeoutError, valkey.exceptions.ValkeyClusterException) as exc:
         # the cluster client reads the slot map as it is built: no node, no client
         raise errors.ConnectionFailed(f"no Valkey Cluster answers at {url}: {exc}") from exc
     try:
         client.ping()
-    except (valkey.ConnectionError, valkey.exceptions.ValkeyClusterException) as exc:
+    except (valkey.ConnectionError, valkey.TimeoutError, valkey.exceptions.ValkeyClusterException) as exc:
         raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
     return Connection(client, branded_wire(client) if wire == "auto" else wire)
