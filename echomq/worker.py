@@ -8,17 +8,18 @@ functions of :mod:`echomq.policy`; this module only performs the calls.
 
 A step, in order:
 
-1. **settle** what finished: return -> COMPLETE, raise -> FAIL (backoff with jitter,
-   the task's ``max_attempts``), :class:`~echomq.Retry` -> FAIL with its delay,
-   :class:`~echomq.Delay` -> DELAY; pipelined per queue. A job whose lease was lost
-   is dropped, never settled; a settle the server fences off (token gone) is logged.
+1. **settle and claim**, per queue in one round trip (two on wire 4, whose claim
+   follows its pause read): what finished is settled -- return -> COMPLETE, raise ->
+   FAIL (backoff with jitter, the task's ``max_attempts``), :class:`~echomq.Retry` ->
+   FAIL with its delay, :class:`~echomq.Delay` -> DELAY -- and the slots it frees are
+   filled: a pipelined batch of claims while the queue is busy, single claims spaced
+   by an adaptive back-off while it is empty. A job whose lease was lost is dropped,
+   never settled; a settle the server fences off (token gone) is logged.
 2. **renew** on the tick: one EXTENDS per queue for every held job that is due; a 0
    marks that job lost (its async handler is cancelled, ``ctx.lease_lost`` turns true).
 3. **give up** jobs no renewal reached the server for in a whole lease (the link was
    down): they are marked lost the same way.
-4. **claim** while there are free slots: a pipelined batch when the queue is busy,
-   single claims spaced by an adaptive back-off while it is empty.
-5. **timers**: PROMOTE and STALLED.CHECK on their intervals (:mod:`echomq.timers`).
+4. **timers**: PROMOTE and STALLED.CHECK on their intervals (:mod:`echomq.timers`).
 
 Shutdown (SIGTERM/SIGINT, or :meth:`Worker.stop`): stop claiming, let running jobs
 finish for up to ``grace_s`` while still renewing and settling them, then REQUEUE
@@ -269,11 +270,10 @@ class Worker:
         if now < self._link_down_until:
             return self._link_down_until
         try:
-            self.settle_finished()
-            self.renew(now)
+            self.exchange(now)
+            self.renew(self._clock_ms())
             self.give_up_expired(self._clock_ms())
             if not self.stopping:
-                self.claim(self._clock_ms())
                 self.timers.run_due(self._clock_ms())
             self._link_failures = 0
         except (*LINK_ERRORS, CommandRefused) as exc:
@@ -304,13 +304,49 @@ class Worker:
     def _capacity(self) -> int:
         return self.config.concurrency - len(self.held)
 
-    # -- 1. settle ----------------------------------------------------------------
-    def settle_finished(self) -> None:
+    # -- 1. settle and 4. claim: one exchange per queue -------------------------------
+    def exchange(self, now: float) -> int:
+        """Settle what finished and claim into the free slots, per queue in one round trip
+        (two on wire 4, whose claim follows its pause read): ``Queue.settle_and_claim``.
+        Queues take turns going first, so a busy queue cannot starve the rest. Returns how
+        many jobs were claimed."""
+        batches = self._decide_settles()
+        names = list(self.queues)
+        self._turn = (self._turn + 1) % len(names)
+        order = names[self._turn:] + names[:self._turn]
+        claimed = 0
+        for at, name in enumerate(order):
+            batch = batches.get(name, [])
+            count = 0
+            if not self.stopping and now >= self._next_poll[name]:
+                # the jobs settled in this round trip free their slots for its claims
+                count = policy.claim_batch(self._capacity() + len(batch), self._empty_polls[name],
+                                           self.config.claim_batch)
+            if not batch and not count:
+                continue
+            sent = self._clock_ms()
+            try:
+                answers, jobs = self.queues[name].settle_and_claim([call for _, _, call in batch], count,
+                                                                   self.config.lease.lease_ms)
+            except (*LINK_ERRORS, CommandRefused):
+                # unknown whether the settles applied: send them again next step (a repeat is fenced by the token)
+                self._unsettled += [held for later in order[at:] for held, _, _ in batches.get(later, [])]
+                raise
+            self._settled(name, batch, answers)
+            if count:
+                self._polled(name, now, found=bool(jobs))
+            for job in jobs:
+                self._start(self.tasks[name], self.queues[name], job, sent)
+            claimed += len(jobs)
+        return claimed
+
+    def _decide_settles(self) -> dict[str, list[tuple[Held, policy.Settle, Call]]]:
+        """What to send for every finished handler, by queue; lost ones are dropped here."""
         done = self._unsettled
         self._unsettled = []
         while not self._finished.empty():
             done.append(self._finished.get())
-        by_queue: dict[str, list[tuple[Held, Any, Call]]] = {}
+        by_queue: dict[str, list[tuple[Held, policy.Settle, Call]]] = {}
         for held in done:
             decision = policy.decide_outcome(
                 outcome_of(held.future), lost=held.ctx.lease_lost, attempt=held.job.attempt,
@@ -323,22 +359,26 @@ class Worker:
                             held.job.queue, held.job.id, held.job.attempt, decision.reason)
                 continue
             by_queue.setdefault(held.job.queue, []).append((held, decision, self._settle_call(held, decision)))
-        batches = list(by_queue.items())
-        for at, (name, batch) in enumerate(batches):
-            try:
-                replies = self.queues[name].settle_many([call for _, _, call in batch])
-            except LINK_ERRORS:
-                # unknown whether they applied: send again next step (a repeat is fenced by the token)
-                self._unsettled += [held for _, rest in batches[at:] for held, _, _ in rest]
-                raise
-            settled_at = self._clock_ms()
-            for (held, decision, _), reply in zip(batch, replies):
-                self._record(held, decision, reply)
-                self._release(held)
-                if isinstance(decision, policy.Delay) or reply == b"scheduled":
-                    # promote when it falls due, not a whole interval later (plus slack for the two clocks)
-                    wait = decision.delay_ms if isinstance(decision, policy.Delay) else decision.backoff_ms
-                    self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
+        return by_queue
+
+    def _settled(self, name: str, batch: list[tuple[Held, policy.Settle, Call]], answers: list[Any]) -> None:
+        settled_at = self._clock_ms()
+        for (held, decision, _), reply in zip(batch, answers):
+            self._record(held, decision, reply)
+            self._release(held)
+            if isinstance(decision, policy.Delay) or reply == b"scheduled":
+                # promote when it falls due, not a whole interval later (plus slack for the two clocks)
+                wait = decision.delay_ms if isinstance(decision, policy.Delay) else decision.backoff_ms
+                self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
+
+    def _polled(self, name: str, now: float, *, found: bool) -> None:
+        """After a claim: poll again at once while the queue gives jobs, else back off."""
+        if found:
+            self._empty_polls[name] = 0
+            self._next_poll[name] = now
+        else:
+            self._empty_polls[name] += 1
+            self._next_poll[name] = now + policy.idle_interval_ms(self.config.idle, self._empty_polls[name])
 
     def _settle_call(self, held: Held, decision: policy.Settle) -> Call:
         queue, job = held.queue, held.job
@@ -415,33 +455,7 @@ class Worker:
             log.warning("job %s/%s attempt %d: lease lost (%s)", held.job.queue, held.job.id, held.job.attempt,
                         reason)
 
-    # -- 4. claim --------------------------------------------------------------------
-    def claim(self, now: float) -> int:
-        """Claim into the free slots from every queue whose poll is due; returns how many were claimed."""
-        claimed = 0
-        names = list(self.queues)
-        self._turn = (self._turn + 1) % len(names)  # take turns going first: a busy queue cannot starve the rest
-        for name in names[self._turn:] + names[:self._turn]:
-            queue = self.queues[name]
-            capacity = self._capacity()
-            if capacity <= 0:
-                break
-            if now < self._next_poll[name]:
-                continue
-            count = policy.claim_batch(capacity, self._empty_polls[name], self.config.claim_batch)
-            sent = self._clock_ms()
-            jobs = queue.claim_many(count, self.config.lease.lease_ms)
-            if jobs:
-                self._empty_polls[name] = 0
-                self._next_poll[name] = now
-            else:
-                self._empty_polls[name] += 1
-                self._next_poll[name] = now + policy.idle_interval_ms(self.config.idle, self._empty_polls[name])
-            for job in jobs:
-                self._start(self.tasks[name], queue, job, sent)
-            claimed += len(jobs)
-        return claimed
-
+    # -- running handlers ------------------------------------------------------------
     def _start(self, task: Task, queue: Queue, job: Job, sent: float) -> None:
         self.tally.claimed += 1
         ctx = JobContext(job.id, job.queue, job.attempt)
@@ -478,8 +492,10 @@ class Worker:
     # -- shutdown ----------------------------------------------------------------------
     def shutdown(self) -> None:
         """Settle what finished, then release what is still held: REQUEUE on wire 6, lease expiry on wire 4."""
+        if self._stop_at is None:
+            self._stop_at = self._clock_ms()  # no claims from here on, whatever brought us here
         try:
-            self.settle_finished()
+            self.exchange(self._clock_ms())
         except (EchoMQError, *LINK_ERRORS) as exc:
             log.warning("worker %d: could not settle finished jobs at shutdown: %s", os.getpid(), exc)
         still = [held for held in self.held.values() if not held.ctx.lease_lost]
