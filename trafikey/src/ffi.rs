@@ -73,6 +73,52 @@ unsafe fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
     std::slice::from_raw_parts(p.cast::<u8>(), len)
 }
 
+/// A hash field name as a NUL-terminated C string on the stack (the names are the row's
+/// ASCII field names; no allocation per field).
+struct CField([u8; 32]);
+
+impl CField {
+    fn new(name: &[u8]) -> Option<CField> {
+        if name.len() >= 32 || name.contains(&0) {
+            return None;
+        }
+        let mut buf = [0u8; 32];
+        buf[..name.len()].copy_from_slice(name);
+        Some(CField(buf))
+    }
+
+    fn as_ptr(&self) -> *const c_char {
+        self.0.as_ptr().cast()
+    }
+}
+
+/// Replicate one effect: `cmd` with `args`, to replicas and the AOF, inside the command's
+/// MULTI/EXEC (`RM_Replicate`, format `v`). False when the server refuses it.
+pub fn replicate(ctx: &Context, cmd: &std::ffi::CStr, args: &[&[u8]]) -> bool {
+    let Some(strings) = args
+        .iter()
+        .map(|a| OwnedString::new(a))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return false;
+    };
+    let mut argv: Vec<*mut raw::RedisModuleString> = strings.iter().map(|s| s.0).collect();
+    let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
+        return false;
+    };
+    // SAFETY: a live command context; format `v` takes (RedisModuleString **, size_t); the
+    // server retains what it keeps, ours are freed after the call.
+    unsafe {
+        rep(
+            ctx.ctx,
+            cmd.as_ptr(),
+            c"v".as_ptr(),
+            argv.as_mut_ptr(),
+            argv.len(),
+        ) == raw::REDISMODULE_OK as c_int
+    }
+}
+
 /// A module string owned by us (created with a NULL context, freed on drop).
 struct OwnedString(*mut raw::RedisModuleString);
 
@@ -291,37 +337,49 @@ impl Key {
         out
     }
 
-    /// The values of up to 12 `fields` (NUL-free names), in order; `None` per missing field.
+    /// The values of `fields` (short NUL-free names), in order; `None` per missing field.
     /// `None` when the key is not a hash or the host refuses.
     pub fn hash_fields(&self, fields: &[&str]) -> Option<Vec<Option<Vec<u8>>>> {
-        if self.kind() != Kind::Hash || fields.len() > 12 {
+        if self.kind() != Kind::Hash {
             return None;
         }
-        let mut values = vec![ptr::null_mut::<raw::RedisModuleString>(); fields.len()];
-        raw::hash_get_multi(self.key, fields, &mut values).ok()?;
-        let free = unsafe { raw::RedisModule_FreeString };
-        Some(
-            values
-                .into_iter()
-                .map(|v| {
-                    if v.is_null() {
+        let (Some(get), Some(free)) = (unsafe { raw::RedisModule_HashGet }, unsafe {
+            raw::RedisModule_FreeString
+        }) else {
+            return None;
+        };
+        fields
+            .iter()
+            .map(|f| {
+                let name = CField::new(f.as_bytes())?;
+                let mut v = ptr::null_mut::<raw::RedisModuleString>();
+                // SAFETY: a live hash key handle; CFIELDS takes a C string; the list ends
+                // with NULL; a returned string is ours, copied, then freed once.
+                unsafe {
+                    let rc = get(
+                        self.key,
+                        raw::REDISMODULE_HASH_CFIELDS as c_int,
+                        name.as_ptr(),
+                        &mut v as *mut *mut raw::RedisModuleString,
+                        ptr::null::<c_char>(),
+                    );
+                    if rc != raw::REDISMODULE_OK as c_int {
                         return None;
                     }
-                    // SAFETY: HashGet returned a live string we own; copied, then freed once.
-                    let bytes = unsafe { string_bytes(v) }.to_vec();
-                    if let Some(free) = free {
-                        unsafe { free(self.ctx, v) };
+                    if v.is_null() {
+                        return Some(None);
                     }
-                    Some(bytes)
-                })
-                .collect(),
-        )
+                    let bytes = string_bytes(v).to_vec();
+                    free(self.ctx, v);
+                    Some(Some(bytes))
+                }
+            })
+            .collect()
     }
 
     /// One field of a hash (or of nothing), as HGET.
     pub fn hash_get(&self, field: &[u8]) -> Option<Vec<u8>> {
-        let name = CString::new(field).ok()?;
-        let name = name.to_str().ok()?;
+        let name = std::str::from_utf8(field).ok()?;
         self.hash_fields(&[name])?.pop().flatten()
     }
 
@@ -331,7 +389,7 @@ impl Key {
         if !matches!(self.kind(), Kind::Hash | Kind::Empty) {
             return None;
         }
-        let field = CString::new(field).ok()?;
+        let field = CField::new(field)?;
         let value = OwnedString::new(value)?;
         let set = unsafe { raw::RedisModule_HashSet }?;
         // SAFETY: a live write handle; CFIELDS takes a C string field; the value string is

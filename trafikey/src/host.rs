@@ -148,7 +148,7 @@ impl<'c> Host<'c> {
                 .map(|n| n as f64)
                 .ok_or_else(|| fail("has a bad score"))
         };
-        let (reply, class, event): (Reply, c_int, &CStr) = match op.cmd {
+        let (reply, class, event, name): (Reply, c_int, &CStr, &CStr) = match op.cmd {
             "HSET" => {
                 let mut new = 0;
                 for pair in rest.chunks(2) {
@@ -160,7 +160,7 @@ impl<'c> Host<'c> {
                             .ok_or_else(|| fail("was refused"))?,
                     );
                 }
-                (Reply::Int(new), NOTIFY_HASH, c"hset")
+                (Reply::Int(new), NOTIFY_HASH, c"hset", c"HSET")
             }
             "HINCRBY" => {
                 let [field, by] = rest else {
@@ -170,7 +170,7 @@ impl<'c> Host<'c> {
                 let next = incr(k.hash_get(field).as_deref(), by).map_err(&fail)?;
                 k.hash_set(field, &num(next))
                     .ok_or_else(|| fail("was refused"))?;
-                (Reply::Int(next), NOTIFY_HASH, c"hincrby")
+                (Reply::Int(next), NOTIFY_HASH, c"hincrby", c"HINCRBY")
             }
             "ZADD" => {
                 let mut added = 0;
@@ -183,14 +183,14 @@ impl<'c> Host<'c> {
                             .ok_or_else(|| fail("was refused"))?,
                     );
                 }
-                (Reply::Int(added), NOTIFY_ZSET, c"zadd")
+                (Reply::Int(added), NOTIFY_ZSET, c"zadd", c"ZADD")
             }
             "ZREM" => {
                 let mut removed = 0;
                 for member in rest {
                     removed += i64::from(k.zrem(member).ok_or_else(|| fail("was refused"))?);
                 }
-                (Reply::Int(removed), NOTIFY_ZSET, c"zrem")
+                (Reply::Int(removed), NOTIFY_ZSET, c"zrem", c"ZREM")
             }
             "ZPOPMIN" => {
                 let Some((member, s)) = k.zrange_to(f64::INFINITY, 1).into_iter().next() else {
@@ -203,11 +203,17 @@ impl<'c> Host<'c> {
                     Reply::Array(vec![Reply::Bulk(member), Reply::Bulk(num(s as i64))]),
                     NOTIFY_ZSET,
                     c"zpopmin",
+                    c"ZREM",
                 )
             }
             "DEL" => {
                 let existed = k.delete().ok_or_else(|| fail("was refused"))?;
-                (Reply::Int(i64::from(existed)), NOTIFY_GENERIC, c"del")
+                (
+                    Reply::Int(i64::from(existed)),
+                    NOTIFY_GENERIC,
+                    c"del",
+                    c"DEL",
+                )
             }
             _ => return Err(fail("is not a planned write")),
         };
@@ -229,16 +235,14 @@ impl<'c> Host<'c> {
         drop(k);
         // the effect: the command as written; a pop travels as the removal of what it popped
         let mut args: Vec<&[u8]> = op.args.iter().map(Vec::as_slice).collect();
-        let cmd = match (&reply, op.cmd) {
-            (Reply::Array(items), "ZPOPMIN") => {
-                if let Some(Reply::Bulk(member)) = items.first() {
-                    args.push(member);
-                }
-                "ZREM"
+        if let (Reply::Array(items), "ZPOPMIN") = (&reply, op.cmd) {
+            if let Some(Reply::Bulk(member)) = items.first() {
+                args.push(member);
             }
-            _ => op.cmd,
-        };
-        self.ctx.replicate(cmd, args.as_slice());
+        }
+        if !ffi::replicate(self.ctx, name, &args) {
+            return Err(fail("could not be replicated"));
+        }
         Ok(reply)
     }
 
