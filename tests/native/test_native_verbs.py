@@ -352,3 +352,38 @@ def test_a_full_lifecycle_on_one_queue(c):
     assert q.extend("j", att, 10000) > 0
     assert q.complete("j", att) == 1
     assert c.keys(q.base + b"*") == [q.completed]
+
+
+# -- keyspace events --------------------------------------------------------------------
+
+def test_writes_fire_keyspace_events_when_enabled():
+    """The verbs write through key handles; the events the inner commands would fire still
+    fire (when the server enables them)."""
+    from echomq import EmbeddedServer, module_path
+
+    with EmbeddedServer(module=module_path(), extra_args=("--notify-keyspace-events", "KEA")) as s:
+        c = s.client()
+        q = NativeQueue(c)
+        sub = c.pubsub()
+        sub.psubscribe("__keyevent@0__:*")
+        assert sub.get_message(timeout=5)["type"] == "psubscribe"
+        q.enqueue("j", b"p")
+        _, _, att = q.claim()
+        q.complete("j", att)
+        c.publish("__keyevent@0__:end", "end")  # the events above reach the subscriber first
+        events = []
+        while True:
+            m = sub.get_message(timeout=5)
+            assert m is not None, f"no end marker after {events}"
+            if m["data"] == b"end":
+                break
+            events.append((m["channel"].split(b":", 1)[1], m["data"]))
+        assert events == [
+            (b"hset", q.row("j")), (b"zadd", q.pending),
+            (b"zpopmin", q.pending), (b"del", q.pending),
+            (b"hincrby", q.row("j")), (b"hset", q.row("j")), (b"zadd", q.active),
+            (b"zrem", q.active), (b"del", q.active), (b"del", q.row("j")),
+            (b"hincrby", q.completed),
+        ]
+        sub.close()
+        c.close()
