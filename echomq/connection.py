@@ -41,6 +41,10 @@ _STRIPPED_CODES = {
     valkey.exceptions.ReadOnlyError: "READONLY",
     valkey.exceptions.NoScriptError: "NOSCRIPT",
     valkey.exceptions.ClusterCrossSlotError: "CROSSSLOT",
+    # a cluster node between states (restarting, no quorum yet): the call did not run; retry later
+    valkey.exceptions.MasterDownError: "MASTERDOWN",  # before its base class
+    valkey.exceptions.ClusterDownError: "CLUSTERDOWN",
+    valkey.exceptions.TryAgainError: "TRYAGAIN",
 }
 
 

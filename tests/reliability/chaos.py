@@ -53,15 +53,20 @@ from echomq.serializers import JSON
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTLES = ("complete", "fail")
-FATAL = (valkey.ConnectionError, valkey.TimeoutError, valkey.exceptions.ValkeyClusterException)  # + WrongNode
+FATAL = (valkey.ConnectionError, valkey.TimeoutError, valkey.exceptions.ValkeyClusterException,
+         valkey.exceptions.ClusterDownError, valkey.exceptions.TryAgainError)  # + WrongNode
 
 
 # no AOF rewrite mid-run (the power-loss model cuts the incr file); a replica's full sync starts at once
 EXTRA = ("--auto-aof-rewrite-percentage", "0", "--repl-diskless-sync-delay", "0")
 
 
+NOT_NOW = ("READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN")
+
+
 class WrongNode(Exception):
-    """The node answered READONLY (a replica now sits at the old primary's address) or LOADING."""
+    """The node answered READONLY (a replica now sits at the old primary's address), LOADING, or a
+    cluster node is between states (CLUSTERDOWN, TRYAGAIN): the call did not run."""
 
 
 def checked(fn, *args, **kwargs):
@@ -69,7 +74,7 @@ def checked(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except errors.CommandRefused as exc:
-        if exc.code in ("READONLY", "LOADING", "MASTERDOWN"):
+        if exc.code in NOT_NOW:
             raise WrongNode(str(exc)) from exc
         raise
 
@@ -107,6 +112,10 @@ def open_connection(url, wire: int, cluster: bool, deadline_s: float = 60.0) -> 
     while True:
         try:
             return connect(url() if callable(url) else url, wire=wire, cluster=cluster, socket_timeout=5)
+        except errors.CommandRefused as exc:
+            if exc.code not in NOT_NOW or time.monotonic() > give_up:
+                raise
+            time.sleep(0.02)
         except (errors.ConnectionFailed, errors.BrandError, errors.WireError, *FATAL):
             if time.monotonic() > give_up:
                 raise

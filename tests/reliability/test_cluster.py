@@ -1,0 +1,159 @@
+"""Valkey Cluster: a real three-primary cluster on loopback (echomq.cluster.LocalCluster), both wires.
+
+* queues spread over the slots of every primary; one queue's keys on one node;
+* pipelines (enqueue_many, claim_many, complete_many, settle_many) split by node;
+* a call that mixes two queues is refused CROSSSLOT by the node, nothing written;
+  two queues that happen to share a slot pass CROSSSLOT and wire 6 refuses them
+  EMQLAYOUT;
+* the worker's own tests (tests/test_worker.py) run again on a cluster connection;
+* the chaos run on the cluster: nodes crashed and restarted from their AOF.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from valkey.crc import key_slot
+
+import echomq
+from echomq import Queue, connect, errors
+from echomq.cluster import LocalCluster, slot_ranges
+from echomq.connection import build_call
+from echomq.keys import Keyspace
+
+from chaos import Config, run
+
+# The worker's tests, collected again here where ``conn`` is a cluster connection.
+from test_worker import (  # noqa: F401
+    test_a_busy_queue_does_not_starve_another,
+    test_a_lease_found_lost_at_renewal_tells_the_handler_and_is_never_settled,
+    test_a_paused_queue_is_not_claimed_until_resumed,
+    test_a_stale_settle_is_refused_and_the_job_is_settled_once,
+    test_dead_after_max_attempts,
+    test_every_job_is_processed_exactly_once,
+    test_retry_then_success,
+    test_retry_with_its_own_delay_then_a_plain_delay,
+    test_stop_releases_what_is_still_held_requeue_on_wire_6_lease_expiry_on_wire_4,
+    test_timers_promote_and_sweep_and_say_what_they_moved,
+)
+
+pytestmark = pytest.mark.timeout(180)
+_n = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def cluster4():
+    with LocalCluster(3, brand=4) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def cluster6():
+    with LocalCluster(3, module=echomq.module_path(), brand=6) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster(wire, request):
+    return request.getfixturevalue(f"cluster{wire}")
+
+
+@pytest.fixture
+def conn(cluster, wire):
+    with connect(cluster.url, wire=wire, cluster=True) as connection:
+        yield connection
+
+
+def digests(cluster: LocalCluster) -> list[bytes]:
+    out = []
+    for node in cluster.nodes:
+        with node.client() as client:
+            out.append(client.execute_command("DEBUG", "DIGEST"))
+    return out
+
+
+def names_on_every_node(cluster: LocalCluster, per_node: int = 2) -> list[str]:
+    """Queue names chosen so that every primary serves ``per_node`` of them."""
+    found: dict[int, list[str]] = {i: [] for i in range(len(cluster.nodes))}
+    ranges = slot_ranges(len(cluster.nodes))
+    for i in itertools.count():
+        name = f"spread-{next(_n)}-{i}"
+        slot = key_slot(Keyspace(name).pending.encode())
+        node = next(k for k, (lo, hi) in enumerate(ranges) if lo <= slot <= hi)
+        if len(found[node]) < per_node:
+            found[node].append(name)
+        if all(len(v) == per_node for v in found.values()):
+            return [n for names in found.values() for n in names]
+
+
+def test_queues_spread_over_every_primary(cluster, conn):
+    names = names_on_every_node(cluster)
+    for name in names:
+        q = Queue(conn, name)
+        q.enqueue_many([{"n": n} for n in range(5)])
+        job = q.claim(10_000)
+        q.complete(job)
+        assert q.counts().pending == 4 and q.metrics()["completed"] == 1
+    for name in names:
+        holders = []
+        for node in cluster.nodes:
+            with node.client() as client:
+                holders.append(sum(1 for _ in client.scan_iter(match=Keyspace(name).pattern())))
+        assert sorted(holders)[:2] == [0, 0] and max(holders) > 0, (name, holders)  # one node holds the queue
+    assert all(node_keys for node_keys in (
+        [k for k in node.client().scan_iter(match="emq:*")] for node in cluster.nodes))
+
+
+def test_pipelines_on_the_cluster(cluster, conn):
+    queues = [Queue(conn, name) for name in names_on_every_node(cluster, 1)]
+    for q in queues:
+        assert all(e.created for e in q.enqueue_many([{"n": n} for n in range(20)]))
+        jobs = q.claim_many(10, 30_000)
+        assert len(jobs) == 10
+        assert q.complete_many(jobs[:5]) == [True] * 5
+        calls = [q.fail_call(job, "x", max_attempts=1) for job in jobs[5:]]
+        assert [str(r, "ascii") if isinstance(r, bytes) else r for r in q.settle_many(calls)] == ["dead"] * 5
+        assert q.counts().pending == 10 and q.counts().dead == 5
+
+
+def test_a_call_mixing_two_queues_is_refused_crossslot(cluster, conn, wire):
+    a, b = names_on_every_node(cluster, 1)[:2]
+    Queue(conn, a).enqueue({"n": 1}, id="j")
+    ka, kb = Keyspace(a), Keyspace(b)
+    mixed = build_call("claim", ka, [1000])
+    mixed = type(mixed)(mixed.verb, (ka.pending, kb.active, ka.base), mixed.argv)
+    before = digests(cluster)
+    with pytest.raises(errors.CommandRefused) as info:
+        conn.send(mixed)
+    assert info.value.code == "CROSSSLOT"
+    assert digests(cluster) == before
+
+
+def test_two_queues_in_one_slot_pass_crossslot_and_wire_6_refuses_the_layout(cluster, conn, wire):
+    if wire == 4:
+        pytest.skip("the layout check is native (SPEC §5.2); a script trusts its keys")
+    first = Keyspace(f"slot-{next(_n)}")
+    slot = key_slot(first.pending.encode())
+    second = next(Keyspace(f"slot-{i}") for i in itertools.count(10**6)
+                  if key_slot(Keyspace(f"slot-{i}").pending.encode()) == slot)
+    Queue(conn, first.queue).enqueue({"n": 1}, id="j")
+    call = build_call("enqueue", first, ["k", b"{}", 0])
+    call = type(call)(call.verb, (first.pending, second.base), call.argv)
+    before = digests(cluster)
+    with pytest.raises(errors.LayoutError):
+        conn.send(call)
+    assert digests(cluster) == before
+
+
+def test_chaos_on_the_cluster(wire, tmp_path):
+    report = run(Config(wire=wire, jobs=1000, cluster=True, queues=6, restarts=2, power_cuts=0, seed=51 + wire),
+                 str(tmp_path))
+    print(json.dumps({k: v for k, v in report.__dict__.items() if k != "config"}, sort_keys=True))
+    assert report.violations == []
+    assert report.lost == report.in_two_sets == report.row_set_mismatch == 0
+    assert report.completed + sum(report.dead.values()) == 1000
+    assert report.restarts == 2
+    if wire == 6:
+        assert report.crossed_restart_counted == 0
