@@ -47,3 +47,17 @@ def test_power_loss_under_everysec_is_measured_not_silent_corruption(wire, tmp_p
     assert report.violations == []
     assert report.in_two_sets == report.row_set_mismatch == report.unknown_keys == 0
     assert report.regressions["aof_bytes_cut"] > 0
+
+
+def test_waitaof_confirms_an_acknowledged_enqueue_is_on_disk_under_everysec(wire, tmp_path):
+    """The remedy docs/guarantees.md gives for everysec: WAITAOF 1 0 <ms> after the writes that
+    must survive a power cut answers once the local AOF is fsynced past them."""
+    from echomq import EmbeddedServer, Queue, connect, module_path
+
+    module = module_path() if wire == 6 else None
+    with EmbeddedServer(module=module, brand=wire, aof=True, appendfsync="everysec", directory=tmp_path) as server:
+        with connect(server.url, wire=wire) as conn:
+            q = Queue(conn, "durable")
+            q.enqueue_many([{"n": n} for n in range(100)])
+            local, replicas = conn.client.execute_command("WAITAOF", 1, 0, 5000)
+            assert (local, replicas) == (1, 0)
