@@ -77,3 +77,29 @@ def test_a_replica_ends_with_the_primarys_dataset(replica_module):
             assert primary.run_id() != replica.run_id()
             c.close()
             r.close()
+
+
+def test_verbs_inside_multi_and_scripts_replicate_as_effects():
+    """A verb queued in MULTI/EXEC or called from a script replicates its effects inside
+    the transaction or the script's own effects, and a refusal in the middle writes nothing."""
+    with EmbeddedServer(module=module_path()) as primary:
+        with EmbeddedServer(replicaof=("127.0.0.1", primary.port)) as replica:
+            wait_link_up(replica)
+            c = primary.client()
+            q = NativeQueue(c)
+            p = c.pipeline(transaction=True)
+            p.execute_command("EMQ.ENQUEUE", 2, q.pending, q.base, "j", "p", 0)
+            p.execute_command("EMQ.CLAIM", 3, q.pending, q.active, q.base, 60000)
+            p.execute_command("EMQ.CLAIM", 2, q.pending, q.active, q.base, 60000)
+            replies = p.execute(raise_on_error=False)
+            assert replies[:2] == [1, [b"j", b"p", 1]]
+            assert str(replies[2]).startswith("EMQSHAPE")
+            script = "return redis.call('EMQ.COMPLETE', 2, KEYS[1], KEYS[2], ARGV[1], ARGV[2])"
+            assert c.eval(script, 2, q.active, q.base, "j", 1) == 1
+            assert c.eval(script, 2, q.active, q.base, "j", 1) == 0
+            assert c.execute_command("WAIT", 1, 5000) == 1
+            r = replica.client()
+            assert digest(r) == digest(c)
+            assert r.hgetall(q.completed) == {b"count": b"1"}
+            c.close()
+            r.close()
