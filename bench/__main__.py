@@ -33,21 +33,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default=",".join(SECTIONS), help="sections to run, comma-separated: " + ",".join(SECTIONS))
-    p.add_argument("--rounds", type=int, default=5, help="rounds of the cost section (default 5)")
+    p.add_argument("--rounds", type=int, default=9, help="rounds of the cost section")
     p.add_argument("--jobs", type=int, default=5000, help="calls per verb phase in the cost section")
     p.add_argument("--max-jobs", type=int, default=100_000, help="largest queue depth in the growth section")
     p.add_argument("--growth-rounds", type=int, default=3)
     p.add_argument("--growth-m", type=int, default=2000, help="lifecycles measured at each depth")
     p.add_argument("--e2e-jobs", type=int, default=10_000, help="jobs per throughput run")
-    p.add_argument("--e2e-rounds", type=int, default=3)
-    p.add_argument("--bulk-jobs", type=int, default=20_000)
-    p.add_argument("--window", type=float, default=20.0, help="seconds a throughput run may take before it is "
+    p.add_argument("--e2e-rounds", type=int, default=2)
+    p.add_argument("--bulk-jobs", type=int, default=50_000)
+    p.add_argument("--window", type=float, default=8.0, help="seconds a throughput run may take before it is "
                                                                "timed on what it did")
     p.add_argument("--processes", default="1,2,4", help="worker process counts")
-    p.add_argument("--latency-jobs", type=int, default=60)
-    p.add_argument("--latency-gap-ms", default="20,400", help="idle gaps between latency jobs, LO,HI ms")
+    p.add_argument("--latency-jobs", type=int, default=40)
+    p.add_argument("--latency-gap-ms", default="20,300", help="idle gaps between latency jobs, LO,HI ms")
     p.add_argument("--peers", default=",".join(ALL_PEERS), help="comma-separated, or 'none'")
-    p.add_argument("--modes", default="emq,batch",
+    p.add_argument("--modes", default="emq,batch,fused",
                    help="how EchoMQ's workers run: emq (the worker), loop, batch (see bench/drive_echomq.py)")
     p.add_argument("--latency-modes", default="emq-idle50",
                    help="extra EchoMQ worker modes measured for pick-up latency only (emq-idleN: --idle-max-ms N)")

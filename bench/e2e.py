@@ -10,7 +10,9 @@ server, the node wiped between runs:
   finish within the window is timed on the window (jobs done by then / time). Done is counted by
   the handlers themselves (probe.py: a process-local counter added to the server every
   2 ms, never a round trip per job), so every queue is timed by one clock and one rule.
-* **bulk enqueue** -- no workers; N jobs through the same producer; jobs/s.
+* **bulk enqueue** -- no workers; the same producer, about two seconds' worth of jobs
+  (at most N); jobs/s. A throughput run gets no more jobs than its producer enqueues in
+  half the window.
 * **idle pick-up latency** -- one idle worker; M jobs enqueued one at a time with idle
   gaps between LO and HI ms (the same gaps for every queue); the handler's start minus
   the enqueue time, p50 and p99.
@@ -146,7 +148,13 @@ def throughput(server: BenchServer, system: System, k: int, n: int, window_s: fl
             "commands_per_job": sum(c for c, _ in own.values()) / done}
 
 
-def bulk_enqueue(server: BenchServer, system: System, n: int) -> float:
+def bulk_enqueue(server: BenchServer, system: System, n: int, seconds: float = 2.0) -> float:
+    """Jobs/s of the producer alone: a 500-job probe, then about ``seconds`` worth (at most ``n``),
+    so a slow producer is not waited on for minutes and a fast one is timed on more than a blip."""
+    server.use(system.brand)
+    t = produce(system, server.url, "bench", 500)
+    rate = 500 / max(t["end"] - t["start"], 1e-6)
+    n = int(min(n, max(1000, rate * seconds)))
     server.use(system.brand)
     t = produce(system, server.url, "bench", n)
     return n / (t["end"] - t["start"])
@@ -185,11 +193,16 @@ def run(server: BenchServer, systems: list[System], *, processes: list[int], n: 
             if system.name in failures:
                 continue
             try:
+                say(f"e2e round {r + 1}/{rounds}: {system.name}, bulk enqueue")
+                rate = bulk_enqueue(server, system, bulk_n)
+                raw[system.name].setdefault("bulk_enqueue", []).append(rate)
+                # no more jobs than its producer can enqueue in half the window: a slow producer
+                # must not be what a run waits on
+                jobs = int(min(n, max(1000, rate * window_s / 2)))
                 for k in processes:
-                    say(f"e2e round {r + 1}/{rounds}: {system.name}, {k} process(es), {n} jobs")
-                    raw[system.name].setdefault(f"throughput:{k}", []).append(throughput(server, system, k, n, window_s))
-                say(f"e2e round {r + 1}/{rounds}: {system.name}, bulk enqueue {bulk_n}")
-                raw[system.name].setdefault("bulk_enqueue", []).append(bulk_enqueue(server, system, bulk_n))
+                    say(f"e2e round {r + 1}/{rounds}: {system.name}, {k} process(es), {jobs} jobs")
+                    raw[system.name].setdefault(f"throughput:{k}", []).append(
+                        throughput(server, system, k, jobs, window_s))
                 if r == 0 and lat_m:
                     say(f"e2e: {system.name}, idle pick-up latency, {lat_m} jobs")
                     raw[system.name]["latency"] = [latency(server, system, lat_m, lat_lo, lat_hi)]

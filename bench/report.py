@@ -151,9 +151,10 @@ def render(results: dict, baseline: dict | None = None) -> str:
     if e2e:
         ks = e2e["processes"]
         lines += ["## End to end: no-op jobs", "",
-                  f"Throughput: k worker processes, warmed up, then one producer enqueues {e2e['n']:,} jobs while they "
-                  f"run; jobs/s from the first enqueue to the last job done (a queue that cannot finish is timed on a "
-                  f"{e2e.get('window_s', 0):.0f} s window). Bulk enqueue: {e2e['bulk_n']:,} jobs, no workers. Idle "
+                  f"Throughput: k worker processes, warmed up, then one producer enqueues up to {e2e['n']:,} jobs "
+                  f"(no more than it can in half the window) while they run; jobs/s from the first enqueue to the last "
+                  f"job done (a queue that cannot finish is timed on the {e2e.get('window_s', 0):.0f} s window). Bulk "
+                  f"enqueue: no workers, about two seconds' worth of jobs (at most {e2e['bulk_n']:,}). Idle "
                   f"pick-up latency: one idle worker, {e2e['latency_jobs']} jobs sent one at a time with idle gaps of "
                   f"{e2e['latency_gap_ms'][0]}–{e2e['latency_gap_ms'][1]} ms, enqueue → handler start. "
                   f"{e2e['rounds']} rounds (latency: one).", ""]
