@@ -191,6 +191,9 @@ def render(results: dict, baseline: dict | None = None) -> str:
         if skipped:
             lines += ["Peers skipped:", ""] + [f"* {peer}: {why}" for peer, why in skipped.items()] + [""]
 
+    if e2e:
+        lines += derived(results)
+
     growth = results.get("growth")
     if growth:
         lines += ["## Cost growth with queue depth", "",
@@ -214,6 +217,70 @@ def render(results: dict, baseline: dict | None = None) -> str:
     if NOTES.exists():
         lines += [NOTES.read_text().strip(), ""]
     return "\n".join(lines) + "\n"
+
+
+def _thr(row: dict | None, k: int) -> float | None:
+    s = (row or {}).get(f"throughput:{k}")
+    return s.get("median") if s else None
+
+
+def derived(results: dict) -> list[str]:
+    """Ratios read off the end-to-end table of this run (medians over its rounds)."""
+    e2e = results["e2e"]
+    t, ks = e2e["table"], e2e["processes"]
+    by = {name: row for name, row in t.items()}
+
+    def find(wire: int, label: str) -> dict | None:
+        return by.get(f"EchoMQ wire {wire} ({label})")
+
+    rows = []
+    for wire in (6, 4):
+        for a, b, what in (("bare loop, batched, settle+claim fused", "bare loop, batched",
+                            "settle+claim fused / batched (Queue.settle_and_claim: the after / before)"),
+                           ("emq worker", "bare loop, batched", "emq worker / bare batched loop")):
+            ra, rb = find(wire, a), find(wire, b)
+            if ra and rb:
+                cells = [f"wire {wire}: {what}"]
+                for k in ks:
+                    x, y = _thr(ra, k), _thr(rb, k)
+                    cells.append(num(x / y) + "×" if x and y else "–")
+                rows.append(cells)
+    for label in ("emq worker", "bare loop, batched, settle+claim fused"):
+        r6, r4 = find(6, label), find(4, label)
+        if r6 and r4:
+            cells = [f"wire 6 / wire 4: {label}"]
+            for k in ks:
+                x, y = _thr(r6, k), _thr(r4, k)
+                cells.append(num(x / y) + "×" if x and y else "–")
+            rows.append(cells)
+    peers = {name: row for name, row in t.items() if row["kind"] == "peer"}
+    ours = {name: row for name, row in t.items() if row["kind"] == "echomq" and name.endswith("(emq worker)")}
+    for name, row in sorted(ours.items()):
+        cells = [f"{name} / best peer, jobs/s"]
+        for k in ks:
+            best = max((_thr(p, k) or 0, n) for n, p in peers.items()) if peers else (0, "")
+            x = _thr(row, k)
+            cells.append(f"{num(x / best[0])}× ({best[1]})" if x and best[0] else "–")
+        rows.append(cells)
+    for name, row in sorted(ours.items()):
+        cells = [f"best peer's server CPU per job / {name}'s"]
+        for k in ks:
+            mine = (row.get(f"server_cpu_us_per_job:{k}") or {}).get("median")
+            theirs = [((p.get(f"server_cpu_us_per_job:{k}") or {}).get("median"), n) for n, p in peers.items()
+                      if not (p.get(f"throughput:{k}") or {}).get("window")]
+            theirs = [(c, n) for c, n in theirs if c]
+            if mine and theirs:
+                c, n = min(theirs)
+                cells.append(f"{num(c / mine)}× ({n})")
+            else:
+                cells.append("–")
+        rows.append(cells)
+    if not rows:
+        return []
+    return ["### Read off the table above", "",
+            "Each cell divides two medians of this run at the same number of worker processes. The best peer's "
+            "server CPU per job is taken among peers that finished their jobs (not timed on the window).", ""] + \
+        table(["ratio"] + [f"{k} proc" for k in ks], rows)
 
 
 def before_after(before: dict, after: dict) -> list[str]:
