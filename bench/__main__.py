@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import cost, e2e, growth, report
 from .common import ROOT, BenchServer, client_versions, machine, say, trafikey_module
-from .systems import ALL_PEERS, echomq_system, emq_worker_available, peers
+from .systems import ALL_PEERS, echomq_at, echomq_system, emq_worker_available, peers
 
 SECTIONS = ("cost", "growth", "e2e")
 
@@ -51,6 +51,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="how EchoMQ's workers run: emq (the worker), loop, batch (see bench/drive_echomq.py)")
     p.add_argument("--latency-modes", default="emq-idle50",
                    help="extra EchoMQ worker modes measured for pick-up latency only (emq-idleN: --idle-max-ms N)")
+    p.add_argument("--worker-before", default="",
+                   help="a git revision: also run emq worker with the echomq package as of it (a before/after)")
     p.add_argument("--wires", default="6,4")
     p.add_argument("--json", default=str(ROOT / "bench" / "results" / "latest.json"))
     p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
@@ -103,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"emq worker not available ({why}): measuring the bare loop instead, labelled so")
                 modes = [m if m != "emq" else "loop" for m in modes]
             systems = [echomq_system(w, mode) for w in wires for mode in dict.fromkeys(modes)]
+            if args.worker_before and have_worker:
+                systems += [echomq_at(args.worker_before, w) for w in wires]
             wanted = [] if args.peers == "none" else [p for p in args.peers.split(",") if p]
             peer_systems, skipped = peers(wanted)
             results["peers_skipped"] = skipped

