@@ -35,6 +35,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", default=",".join(SECTIONS), help="sections to run, comma-separated: " + ",".join(SECTIONS))
     p.add_argument("--rounds", type=int, default=9, help="rounds of the cost section")
     p.add_argument("--jobs", type=int, default=5000, help="calls per verb phase in the cost section")
+    p.add_argument("--aof-rounds", type=int, default=5,
+                   help="rounds of the cost section again with the append-only file on (0: skip)")
     p.add_argument("--max-jobs", type=int, default=100_000, help="largest queue depth in the growth section")
     p.add_argument("--growth-rounds", type=int, default=3)
     p.add_argument("--growth-m", type=int, default=2000, help="lifecycles measured at each depth")
@@ -61,6 +63,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.smoke:
         args.rounds, args.jobs, args.max_jobs, args.growth_rounds, args.growth_m = 1, 50, 1000, 1, 50
+        args.aof_rounds = 1
         args.e2e_jobs, args.e2e_rounds, args.bulk_jobs, args.processes = 200, 1, 200, "1"
         args.latency_jobs, args.latency_gap_ms, args.window = 3, "5,20", 20.0
         given = " ".join(argv if argv is not None else sys.argv[1:])
@@ -94,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         results["meta"]["valkey"] = server.version()
         if "cost" in sections:
             results["cost"] = cost.run(server, executors=executors, n=args.jobs, rounds=args.rounds)
+            if args.aof_rounds:
+                # with persistence on, every executor's writes are really propagated (without a replica
+                # or an AOF the server drops them, which flatters whoever prepares the least)
+                server.set_aof(True)
+                try:
+                    results["cost_aof"] = cost.run(server, executors=executors, n=args.jobs, rounds=args.aof_rounds)
+                finally:
+                    server.set_aof(False)
         if "growth" in sections:
             sizes = [s for s in (1_000, 10_000, 100_000, 1_000_000) if s <= args.max_jobs] or [args.max_jobs]
             results["growth"] = growth.run(server, executors=executors, sizes=sizes, m=args.growth_m,

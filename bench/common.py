@@ -127,6 +127,18 @@ class BenchServer:
         if wire is not None:
             brand_node(self.client, wire)
 
+    def set_aof(self, on: bool) -> None:
+        """Turn the append-only file on or off at run time (on: wait for its first rewrite)."""
+        self.client.config_set("appendonly", "yes" if on else "no")
+        if on:
+            self.client.config_set("appendfsync", "everysec")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                info = self.client.info("persistence")
+                if not int(info.get("aof_rewrite_in_progress", 0)) and not int(info.get("aof_rewrite_scheduled", 0)):
+                    break
+                time.sleep(0.05)
+
     def version(self) -> str:
         info = self.client.info("server")
         return str(info.get("valkey_version") or info.get("redis_version"))

@@ -51,6 +51,10 @@ def headline(results: dict) -> dict[str, Any]:
                 "native/floor:cpu_us"):
         if key in ratios:
             out[key] = ratios[key]["median"]
+    aof = results.get("cost_aof", {}).get("ratios", {})
+    for key in ("native/scripts:usec", "native/floor:usec", "native/scripts:cpu_us", "native/floor:cpu_us"):
+        if key in aof:
+            out["aof " + key] = aof[key]["median"]
     e2e = results.get("e2e", {}).get("table", {})
     ours = {name: row for name, row in e2e.items() if row["kind"] == "echomq" and "emq worker" in name}
     if not ours:
@@ -102,6 +106,9 @@ def render(results: dict, baseline: dict | None = None) -> str:
                          f"main-thread CPU incl. I/O: {head.get('native/floor:cpu_us', float('nan')):.2f}×")
         if "scripts/floor:usec" in head:
             lines.append(f"* scripts / primitive floor: {head['scripts/floor:usec']:.2f}×")
+        if "aof native/scripts:usec" in head:
+            lines.append(f"* with the append-only file on: native / scripts {head['aof native/scripts:usec']:.2f}×, "
+                         f"native / floor {head.get('aof native/floor:usec', float('nan')):.2f}× (commandstats µs)")
         for key, value in head.items():
             if key.startswith("ours/best_peer:"):
                 k = key.split(":")[1]
@@ -148,6 +155,25 @@ def render(results: dict, baseline: dict | None = None) -> str:
                       "Inner calls = commands run inside one call (Lua `redis.call`s; the module's host calls), "
                       "from the same commandstats.", ""]
             lines += table(["verb", "wire 4 µs", "wire 6 µs", "6/4", "wire 4 inner calls", "wire 6 inner calls"], rows)
+
+    aof = results.get("cost_aof")
+    if aof:
+        lines += ["### The same with the append-only file on", "",
+                  f"appendonly yes, appendfsync everysec; {aof['rounds']} rounds of {aof['n']} jobs. Without a replica "
+                  "or an AOF the server drops what a command propagates, so the table above leaves propagation out; "
+                  "here every executor's writes are really propagated (commandstats still times only the command "
+                  "itself, main-thread CPU also the AOF buffer).", ""]
+        rows = []
+        for name in ("native", "scripts", "floor"):
+            t = aof["table"].get(name)
+            if t:
+                rows.append([EXECUTOR_NAMES[name], med(t["enqueue"]["usec"]), med(t["claim"]["usec"]),
+                             med(t["complete"]["usec"]), "**" + med(t["lifecycle"]["usec"]) + "**",
+                             med(t["lifecycle"]["cpu_us"])])
+        lines += table(["executor", "enqueue µs", "claim µs", "complete µs", "lifecycle µs", "lifecycle CPU µs"], rows)
+        rows = [[key.split(":")[0], "commandstats µs" if key.endswith("usec") else "main-thread CPU", med(v)]
+                for key, v in aof["ratios"].items() if not key.startswith("verb:")]
+        lines += table(["ratio (AOF on)", "measure", "median (min–max)"], rows)
 
     e2e = results.get("e2e")
     if e2e:
