@@ -109,6 +109,20 @@ def render(results: dict, baseline: dict | None = None) -> str:
         if "aof native/scripts:usec" in head:
             lines.append(f"* with the append-only file on: native / scripts {head['aof native/scripts:usec']:.2f}×, "
                          f"native / floor {head.get('aof native/floor:usec', float('nan')):.2f}× (commandstats µs)")
+        e2e_t = results.get("e2e", {}).get("table", {})
+        for wire in (6, 4):
+            row = e2e_t.get(f"EchoMQ wire {wire} (emq worker)")
+            if row:
+                ks = results["e2e"]["processes"]
+                lines.append(f"* EchoMQ wire {wire}, `emq worker`, no-op jobs/s with "
+                             + ", ".join(f"{k} process{'es' if k != 1 else ''}: {med(row.get(f'throughput:{k}'), 0)}"
+                                         for k in ks))
+        g = results.get("growth")
+        if g:
+            name = "native" if "native" in g["table"] else "scripts"
+            lines.append(f"* memory per queued job ({EXECUTOR_NAMES[name]}): "
+                         + ", ".join(f"{int(size):,}: {num(g['table'][name][str(size)]['memory_per_job_bytes'], 0)} B"
+                                     for size in g["sizes"] if str(size) in g["table"][name]))
         for key, value in head.items():
             if key.startswith("ours/best_peer:"):
                 k = key.split(":")[1]
@@ -215,9 +229,13 @@ def render(results: dict, baseline: dict | None = None) -> str:
         lines += [f"* {name}: {row['config']}" + (f" — **failed**: {row['failed']}" if row.get("failed") else "")
                   for name, row in ordered]
         lines.append("")
-        skipped = results.get("peers_skipped", {})
+        skipped = results.get("peers_skipped")
         if skipped:
             lines += ["Peers skipped:", ""] + [f"* {peer}: {why}" for peer, why in skipped.items()] + [""]
+        elif skipped is not None:
+            asked = results["meta"]["args"].get("peers", "")
+            lines += ["Peers skipped: none" + (" (none were asked for: `--peers none`)" if asked == "none" else
+                                                 " — every peer asked for installed and ran") + ".", ""]
 
     if e2e:
         lines += derived(results)
