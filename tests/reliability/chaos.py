@@ -178,6 +178,8 @@ def worker_main(args: argparse.Namespace) -> None:
         spec = job.payload
         if spec.get("ms"):
             time.sleep(spec["ms"] / 1000)  # the job's work
+        if spec.get("slow") and job.attempt == 1:
+            time.sleep(args.lease_ms * 1.4 / 1000)  # a first run that overruns its lease: its settle goes stale
         if spec.get("poison") or job.attempt <= spec.get("fail", 0):
             verb, send = "fail", lambda q: q.fail(job, "boom", max_attempts=args.max_attempts, backoff_ms=spec.get("backoff", 0))
         else:
@@ -224,6 +226,7 @@ class Config:
     kills: int = 6
     freezes: int = 3
     power_cuts: int = 1  #: restarts that also SIGKILL every worker (their leases cross the restart)
+    slow_every: int = 0  #: every n-th job overruns its lease on its first run (stale settles)
     power_loss: bool = False  #: on a crash, cut the AOF back to what was on disk a second earlier
     replica: bool = False  #: run a replica; at the end its DEBUG DIGEST must equal the primary's
     failovers: int = 0  #: of the restarts, how many are failovers to the replica (REPLICAOF NO ONE)
@@ -385,6 +388,7 @@ class Run:
             if self.c.power_loss:
                 self.cut_aof(node)
             node.start()
+            self.floor_aof(node)
             if self.cluster:
                 self.cluster.wait_ok()
             self.ledger.log("P", self.run_ids())
@@ -426,6 +430,13 @@ class Run:
                         pass
             time.sleep(0.05)
 
+    def floor_aof(self, node: EmbeddedServer) -> None:
+        """What a restart loaded was on disk: forget older sizes, the next cut stops here."""
+        path = self.aof_file(node)
+        if path is not None:
+            self.aof_sizes = [(t, p, size) for t, p, size in self.aof_sizes if p != path]
+            self.aof_sizes.append((0.0, path, path.stat().st_size))
+
     def cut_aof(self, node: EmbeddedServer) -> None:
         """Power loss under everysec: keep only what the file held one second before the crash."""
         path = self.aof_file(node)
@@ -434,8 +445,13 @@ class Run:
         before = time.monotonic() - 1.0
         sizes = [size for t, p, size in self.aof_sizes if p == path and t <= before]
         if sizes:
-            cut = path.stat().st_size - sizes[-1]
-            os.truncate(path, sizes[-1])
+            # a page-sized loss can split a command; Valkey then asks for valkey-check-aof --fix.
+            # The model keeps whole commands: cut at the last command start before the size.
+            with open(path, "rb") as f:
+                head = f.read(sizes[-1])
+            keep = head.rfind(b"\r\n*") + 2 if 0 < sizes[-1] < path.stat().st_size else min(sizes[-1], path.stat().st_size)
+            cut = path.stat().st_size - keep
+            os.truncate(path, keep)
             self.ledger.log("L", cut)
 
     # -- workers --------------------------------------------------------------------------------
@@ -477,6 +493,8 @@ class Run:
         spec: dict[str, Any] = {"n": n, "ms": self.rng.randrange(self.c.work_ms + 1)}
         if self.c.poison_every and n % self.c.poison_every == 0:
             spec["poison"] = True
+        elif self.c.slow_every and n % self.c.slow_every == 1:
+            spec["slow"] = True
         elif self.c.fail_every and n % self.c.fail_every == 0:
             spec["fail"] = self.rng.randrange(1, self.c.max_attempts)
             spec["backoff"] = self.rng.choice([0, 0, 20])
@@ -876,6 +894,7 @@ def main(argv: list[str] | None = None) -> int:
     config = Config(**{k: getattr(args, k) for k in asdict(Config())})
     if args.long:
         config.jobs, config.restarts, config.kills, config.freezes, config.workers = 100_000, 8, 40, 10, 6
+        config.slow_every = config.slow_every or 500
         config.drain_timeout_s = 900
     report = run(config, args.keep)
     out = asdict(report)
