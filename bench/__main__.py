@@ -41,7 +41,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-jobs", type=int, default=100_000, help="largest queue depth in the growth section")
     p.add_argument("--growth-rounds", type=int, default=3)
     p.add_argument("--growth-m", type=int, default=2000, help="lifecycles measured at each depth")
-    p.add_argument("--e2e-jobs", type=int, default=10_000, help="jobs per throughput run")
+    p.add_argument("--e2e-jobs", type=int, default=20_000, help="jobs per throughput run (at most)")
     p.add_argument("--e2e-rounds", type=int, default=2)
     p.add_argument("--bulk-jobs", type=int, default=50_000)
     p.add_argument("--window", type=float, default=8.0, help="seconds a throughput run may take before it is "
