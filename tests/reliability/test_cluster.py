@@ -157,3 +157,21 @@ def test_chaos_on_the_cluster(wire, tmp_path):
     assert report.restarts == 2
     if wire == 6:
         assert report.crossed_restart_counted == 0
+
+
+def test_connecting_checks_every_primary_and_loads_scripts_on_each(cluster, wire):
+    with connect(cluster.url, wire=wire, cluster=True) as connection:
+        for node in cluster.nodes:
+            with node.client() as client:
+                loaded = client.script_exists(*(s.sha for s in connection.scripts.values()))
+                assert all(loaded), f"scripts missing on node {node.port}"
+                if wire == 6:
+                    stats = client.info("commandstats")
+                    assert stats.get("cmdstat_EMQ.VERSION", {}).get("calls", 0) >= 1, node.port
+
+
+def test_connecting_to_no_cluster_is_connection_failed():
+    from echomq.server import free_port
+
+    with pytest.raises(errors.ConnectionFailed):
+        connect(f"redis://127.0.0.1:{free_port()}", wire=4, cluster=True)
