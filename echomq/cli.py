@@ -160,6 +160,15 @@ def module_path_command() -> None:
         click.echo(module_path())
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def parity(args: tuple[str, ...]) -> None:
+    """Run the parity instrument: scripts vs trafikey, every key compared (--help for its options)."""
+    from .parity import main as parity_main
+
+    sys.exit(parity_main(list(args)))
+
+
 # -- the worker --------------------------------------------------------------------
 
 

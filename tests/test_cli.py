@@ -214,3 +214,13 @@ def test_worker_refuses_a_queue_its_app_has_no_handler_for(server, tmp_path):
     runner = CliRunner(env={"EMQ_TEST_QUEUE": "known", "EMQ_TEST_OUT": str(tmp_path)})
     result = runner.invoke(main, ["worker", "worker_apps:make_app", "--url", server.url, "-q", "unknown"])
     assert result.exit_code == 1 and "no handler for queue(s) ['unknown']" in result.stderr, result.output
+
+
+def test_emq_parity_runs_the_instrument_and_reports_a_total():
+    from click.testing import CliRunner
+
+    from echomq.cli import main
+
+    result = CliRunner().invoke(main, ["parity", "--case", "claim.*", "--brief"])
+    assert result.exit_code == 0, result.output
+    assert "0 UNEXPECTED" in result.output
