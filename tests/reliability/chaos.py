@@ -175,7 +175,12 @@ def worker_main(args: argparse.Namespace) -> None:
             continue
         idle = 0
         ledger.log("C", job.queue, job.id, job.token)
+        granted = time.monotonic()
         spec = job.payload
+        if spec is None:  # a row a script minted from a ghost: no payload (SPEC §5.4)
+            ledger.log("G", job.queue, job.id, job.token)
+            settle(ledger, link, job, "fail", lambda q: q.fail(job, "phantom", max_attempts=1), granted, args)
+            continue
         if spec.get("ms"):
             time.sleep(spec["ms"] / 1000)  # the job's work
         if spec.get("slow") and job.attempt == 1:
@@ -184,12 +189,20 @@ def worker_main(args: argparse.Namespace) -> None:
             verb, send = "fail", lambda q: q.fail(job, "boom", max_attempts=args.max_attempts, backoff_ms=spec.get("backoff", 0))
         else:
             verb, send = "complete", lambda q: q.complete(job)
-        settle(ledger, link, job, verb, send)
+        settle(ledger, link, job, verb, send, granted, args)
 
 
-def settle(ledger: Ledger, link: Link, job: echomq.Job, verb: str, send) -> None:
-    """Send one fenced settle; after a connection fault resend it (same token: safe to repeat)."""
-    for _ in range(100):
+def settle(ledger: Ledger, link: Link, job: echomq.Job, verb: str, send, granted: float, args) -> None:
+    """Send one fenced settle; after a connection fault resend it with the same token.
+
+    Wire 6 refuses a resend that comes after the sweep recovered the job (EMQSTATE). A
+    script acts on any row whose token matches, a recovered one included (SPEC §5.2), so
+    on wire 4 a settle is resent only while the lease surely holds; past it, the job is
+    left to the sweep (at-least-once: it may run again)."""
+    for attempt in range(100):
+        if attempt and args.wire == 4 and time.monotonic() - granted > args.lease_ms * 0.8 / 1000:
+            ledger.log("R", job.queue, job.id, job.token, verb, "abandoned")
+            return
         ledger.log("S", job.queue, job.id, job.token, verb)
         try:
             reply = checked(send, link.get()[job.queue])
@@ -265,6 +278,8 @@ class Report:
     crossed_restart_exempt: int = 0
     counted_expiry_exempt: int = 0  #: expiries that did not cross a restart but were exempted
     duplicate_completes: int = 0
+    settles_abandoned: int = 0  #: wire 4: a resend after a connection fault, past the lease: left to the sweep
+    phantoms: int = 0  #: claims of a row without payload: a script turned a ghost into a row
     replica_digest_equal: bool | None = None
     metrics: dict = field(default_factory=dict)
     regressions: dict = field(default_factory=dict)
@@ -715,6 +730,8 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
             sent = sends.get((job_id, e[4], verb), t)
             stale = any(tok > token and tc < sent for tc, tok in claims[job_id])
             report.stale_settles_tried += stale
+            if outcome == "abandoned":
+                report.settles_abandoned += 1
             if outcome.startswith("ok"):
                 report.settles_accepted += 1
                 accepted[(job_id, token)] += 1
@@ -730,6 +747,9 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
             crossing[e[3]].append((ups[-1], e[4]))
         elif kind == "V":
             verdicts.append((t, e[4], e[5]))
+        elif kind == "G":
+            report.phantoms += 1
+            v.append(f"a claim returned a row with no payload (a script minted it from a ghost): {e[3]}")
         elif kind == "K":
             report.worker_kills += 1
         elif kind == "Z":
