@@ -4,6 +4,8 @@ and restarted from its AOF, and at the end every enqueued id accounted for.
     python -m tests.reliability.chaos --wire 6 --jobs 2000            # a small run
     python -m tests.reliability.chaos --wire 6 --long                 # 100k jobs
     python -m tests.reliability.chaos --wire 4 --fsync everysec --power-loss
+    python -m tests.reliability.chaos --wire 6 --replica --failovers 2     # failovers to a replica
+    python -m tests.reliability.chaos --wire 6 --cluster --queues 6        # a 3-primary cluster
 
 Processes: this one (producer, sweeper, chaos controller, checker) and N worker
 processes (``chaos.py worker``). Everyone appends one line per event to its own
@@ -13,12 +15,15 @@ line it was writing). Times are CLOCK_MONOTONIC ns, shared by all processes.
     E t q id ok|conn              producer: enqueue acknowledged / connection fault
     C t q id token                worker: claim granted (reply received)
     S t q id token verb           worker: settle about to be sent
-    R t q id token verb outcome   worker: settle answered (ok:<reply> lost err:<code> conn)
+    R t q id token verb outcome   worker: settle answered (ok:<reply> lost err:<code> conn abandoned)
+    G t q id token                worker: a claim returned a row without payload (a phantom)
     V t q run verdict id          sweeper: STALLED.CHECK verdict (rec exe dead); t = when it was sent
     A t q id token                controller: a lease that crossed the restart just made (in active
                                   after the restart with a deadline granted before it)
     K/Z/U t pid                   controller: SIGKILL / SIGSTOP / SIGCONT of a worker
-    D t crash|clean|power  P t run_id   controller: server down / up again (new run_id)
+    D t crash|power|failover      controller: a node goes down (a power cut kills every worker too)
+    P t run_ids                   controller: up again (new run_id), or the replica promoted
+    L t bytes                     controller: AOF bytes cut by the power-loss model
 
 The checker (:func:`check`) proves, from the ledgers and a dump of the final keyspace:
 every id is completed (no row, no set, a complete was sent for it) or dead (row
@@ -52,7 +57,6 @@ from echomq import EmbeddedServer, Queue, connect, errors
 from echomq.serializers import JSON
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTLES = ("complete", "fail")
 FATAL = (valkey.ConnectionError, valkey.TimeoutError, valkey.exceptions.ValkeyClusterException,
          valkey.exceptions.ClusterDownError, valkey.exceptions.TryAgainError)  # + WrongNode
 
