@@ -28,7 +28,7 @@ from rich.table import Table
 from . import __version__
 from .admin import brand_node
 from .connection import Connection, connect
-from .errors import ConfigurationError, ConnectionFailed, EchoMQError
+from .errors import CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError
 from .keys import State, check_job_id, check_queue_name
 from .module import module_path
 from .policy import IdlePolicy, LeasePolicy
@@ -440,7 +440,11 @@ def stats_table(queues: list[Queue], previous: dict[str, dict[str, int]] | None,
         table.add_column("done/s", justify="right")
         table.add_column("fail/s", justify="right")
     for queue in queues:
-        counts, metrics = queue.counts(), queue.metrics()
+        try:
+            counts, metrics = queue.counts(), queue.metrics()
+        except CommandRefused as exc:  # one damaged queue (a wrong-typed key) must not hide the others
+            table.add_row(queue.name, f"[red]unreadable: {exc}[/]")
+            continue
         samples[queue.name] = metrics
         row = [queue.name + (" [yellow](paused)[/]" if counts.paused else ""), str(counts.pending),
                str(counts.active), str(counts.scheduled), str(counts.dead), str(metrics["completed"]),

@@ -194,10 +194,7 @@ class Connection:
         if brand == want:
             return
         if brand is None:
-            raise errors.BrandError(
-                f"the node is not branded for EchoMQ: {VERSION_KEY} is missing. Brand it once with "
-                f"`emq brand URL --wire {self.wire}` (or echomq.brand_node(client, {self.wire}))"
-            )
+            raise unbranded(str(self.wire))
         raise errors.BrandError(
             f"the node is branded {brand.decode(errors='replace')!r}, not {want.decode()!r}: it serves the other "
             f"wire; connect with wire={4 if self.wire == 6 else 6} or use another node"
@@ -238,13 +235,24 @@ class Connection:
 
     def send_many(self, calls: Sequence[Call]) -> list[Any]:
         """Pipeline ``calls`` (no transaction); error replies come back as exception objects."""
-        results = self._pipeline(calls)
+        return self._send_many(calls)[0]
+
+    def send_many_and_read_pause(self, calls: Sequence[Call], keyspace: Keyspace) -> tuple[list[Any], bool]:
+        """``send_many(calls)`` with the scripted claim's pause read (SPEC §4) in the same round
+        trip, after them: (the calls' replies, paused). As :meth:`paused`, any non-nil reply,
+        an error reply included, reads as paused."""
+        results, pause = self._send_many(calls, pause_of=keyspace)
+        return results, pause is not None
+
+    def _send_many(self, calls: Sequence[Call], *, pause_of: Keyspace | None = None) -> tuple[list[Any], Any]:
+        results = self._pipeline(calls, pause_of=pause_of)
+        pause = results.pop() if pause_of is not None else None
         retry = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
         if retry:
             self.load_scripts()  # a NOSCRIPT reply means the call did not run: resending is safe
             for i, result in zip(retry, self._pipeline([calls[i] for i in retry])):
                 results[i] = result
-        return [as_refusal(r) if isinstance(r, ResponseError) else r for r in results]
+        return [as_refusal(r) if isinstance(r, ResponseError) else r for r in results], pause
 
     def _pipeline(self, calls: Sequence[Call], *, pause_of: Keyspace | None = None) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
@@ -253,19 +261,6 @@ class Connection:
         if pause_of is not None:
             pipe.hget(pause_of.meta, "paused")
         return pipe.execute(raise_on_error=False)
-
-    def send_many_and_read_pause(self, calls: Sequence[Call], keyspace: Keyspace) -> tuple[list[Any], bool]:
-        """``send_many(calls)`` with the scripted claim's pause read (SPEC §4) in the same round
-        trip, after them: (the calls' replies, paused). As :meth:`paused`, any non-nil reply,
-        an error reply included, reads as paused."""
-        results = self._pipeline(calls, pause_of=keyspace)
-        pause = results.pop()
-        retry = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
-        if retry:
-            self.load_scripts()  # a NOSCRIPT reply means the call did not run: resending is safe
-            for i, result in zip(retry, self._pipeline([calls[i] for i in retry])):
-                results[i] = result
-        return [as_refusal(r) if isinstance(r, ResponseError) else r for r in results], pause is not None
 
     # -- the pause read of the scripted claim ----------------------------------
     def paused(self, keyspace: Keyspace) -> bool:
@@ -288,6 +283,13 @@ class Connection:
         self.close()
 
 
+def unbranded(wire: str) -> errors.BrandError:
+    return errors.BrandError(
+        f"the node is not branded for EchoMQ: {VERSION_KEY} is missing. Brand it once with "
+        f"`emq brand URL --wire {wire}` (or echomq.brand_node(client, {wire.replace('|', ' or ')}))"
+    )
+
+
 def branded_wire(client: valkey.Valkey) -> int:
     """The wire the node's brand names; BrandError when it is unbranded or carries another brand."""
     brand = read_brand(client)
@@ -295,10 +297,7 @@ def branded_wire(client: valkey.Valkey) -> int:
         if brand == want:
             return wire
     if brand is None:
-        raise errors.BrandError(
-            f"the node is not branded for EchoMQ: {VERSION_KEY} is missing. Brand it once with "
-            "`emq brand URL --wire 4|6` (or echomq.brand_node(client, wire))"
-        )
+        raise unbranded("4|6")
     raise errors.BrandError(f"the node is branded {brand.decode(errors='replace')!r}, which names no EchoMQ wire")
 
 

@@ -224,3 +224,17 @@ def test_emq_parity_runs_the_instrument_and_reports_a_total():
     result = CliRunner().invoke(main, ["parity", "--case", "claim.*", "--brief"])
     assert result.exit_code == 0, result.output
     assert "0 UNEXPECTED" in result.output
+
+
+def test_stats_shows_a_damaged_queue_as_unreadable_and_still_lists_the_others(emq, conn, name, server):
+    Queue(conn, name).enqueue({})
+    damaged = name + "-damaged"
+    with server.client() as client:
+        client.set(f"emq:{{{damaged}}}:pending", "not a zset")
+    try:
+        result = emq("stats")
+        assert result.exit_code == 0, result.output
+        assert name in result.stdout and "unreadable" in result.stdout
+    finally:
+        with server.client() as client:
+            client.delete(f"emq:{{{damaged}}}:pending")
