@@ -1,6 +1,9 @@
 //! Pure deciders: Valkey's integer rules, the FAIL budget, the sweep verdict and its write
 //! plan. Nothing here calls the server; the verbs read, ask these, then write.
 
+use std::borrow::Cow;
+use std::ffi::CStr;
+
 use crate::errors::{NOT_INTEGER, OVERFLOW};
 use crate::grammar::Queue;
 
@@ -177,16 +180,45 @@ pub enum Expect {
 
 /// One planned write: the command, its arguments, the reply it must give.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Op {
+pub struct Op<'a> {
     pub cmd: &'static str,
-    pub args: Vec<Vec<u8>>,
+    /// The key, then the command's arguments; borrowed where the verb holds them.
+    pub args: Vec<Cow<'a, [u8]>>,
     pub expect: Expect,
 }
 
-pub fn op(cmd: &'static str, args: &[&[u8]], expect: Expect) -> Op {
+impl Op<'_> {
+    /// HSET or HINCRBY: writes that can travel merged as one HSET of the values written.
+    pub fn is_hash_write(&self) -> bool {
+        matches!(self.cmd, "HSET" | "HINCRBY")
+    }
+
+    /// The command its effect is replicated as (a pop as the removal of what it popped).
+    pub fn replicated(&self) -> &'static CStr {
+        match self.cmd {
+            "HSET" => c"HSET",
+            "HINCRBY" => c"HINCRBY",
+            "ZADD" => c"ZADD",
+            "ZREM" | "ZPOPMIN" => c"ZREM",
+            "DEL" => c"DEL",
+            _ => c"",
+        }
+    }
+}
+
+pub fn op<'a>(cmd: &'static str, args: &[&'a [u8]], expect: Expect) -> Op<'a> {
     Op {
         cmd,
-        args: args.iter().map(|a| a.to_vec()).collect(),
+        args: args.iter().map(|a| Cow::Borrowed(*a)).collect(),
+        expect,
+    }
+}
+
+/// An op over arguments the plan owns (batched members, numbers it formatted).
+pub fn owned_op(cmd: &'static str, args: Vec<Vec<u8>>, expect: Expect) -> Op<'static> {
+    Op {
+        cmd,
+        args: args.into_iter().map(Cow::Owned).collect(),
         expect,
     }
 }
@@ -212,7 +244,7 @@ pub fn sweep_plan(
     keys: [&[u8]; 3],
     members: &[SweptMember],
     failed_count: Option<i64>,
-) -> Vec<Op> {
+) -> Vec<Op<'static>> {
     let [active, pending, dead] = keys;
     let mut plan = Vec::with_capacity(members.len() + 4);
     if members.is_empty() {
@@ -220,11 +252,7 @@ pub fn sweep_plan(
     }
     let mut zrem = vec![active.to_vec()];
     zrem.extend(members.iter().map(|m| m.id.clone()));
-    plan.push(Op {
-        cmd: "ZREM",
-        args: zrem,
-        expect: Expect::Int(members.len() as i64),
-    });
+    plan.push(owned_op("ZREM", zrem, Expect::Int(members.len() as i64)));
     let mut to_pending = vec![pending.to_vec()];
     let mut to_dead = vec![dead.to_vec()];
     let mut died = 0i64;
@@ -233,26 +261,36 @@ pub fn sweep_plan(
         match m.verdict {
             Swept::Ghost => continue,
             Swept::Exempt => {
-                plan.push(op("HSET", &[&row, b"state", b"pending"], Expect::AnyInt));
+                plan.push(owned_op(
+                    "HSET",
+                    vec![row, b"state".to_vec(), b"pending".to_vec()],
+                    Expect::AnyInt,
+                ));
             }
             Swept::Recover(st) => {
-                plan.push(op(
+                plan.push(owned_op(
                     "HSET",
-                    &[&row, b"stalled", &num(st), b"state", b"pending"],
+                    vec![
+                        row,
+                        b"stalled".to_vec(),
+                        num(st),
+                        b"state".to_vec(),
+                        b"pending".to_vec(),
+                    ],
                     Expect::AnyInt,
                 ));
             }
             Swept::Die(st) => {
-                plan.push(op(
+                plan.push(owned_op(
                     "HSET",
-                    &[
-                        &row,
-                        b"stalled",
-                        &num(st),
-                        b"state",
-                        b"dead",
-                        b"last_error",
-                        b"stalled",
+                    vec![
+                        row,
+                        b"stalled".to_vec(),
+                        num(st),
+                        b"state".to_vec(),
+                        b"dead".to_vec(),
+                        b"last_error".to_vec(),
+                        b"stalled".to_vec(),
                     ],
                     Expect::AnyInt,
                 ));
@@ -266,21 +304,13 @@ pub fn sweep_plan(
         to_pending.push(m.id.clone());
     }
     if to_pending.len() > 1 {
-        plan.push(Op {
-            cmd: "ZADD",
-            args: to_pending,
-            expect: Expect::AnyInt,
-        });
+        plan.push(owned_op("ZADD", to_pending, Expect::AnyInt));
     }
     if died > 0 {
-        plan.push(Op {
-            cmd: "ZADD",
-            args: to_dead,
-            expect: Expect::AnyInt,
-        });
-        plan.push(op(
+        plan.push(owned_op("ZADD", to_dead, Expect::AnyInt));
+        plan.push(owned_op(
             "HINCRBY",
-            &[&q.metrics_failed(), b"count", &num(died)],
+            vec![q.metrics_failed(), b"count".to_vec(), num(died)],
             failed_count.map_or(Expect::AnyInt, Expect::Int),
         ));
     }

@@ -73,57 +73,33 @@ unsafe fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
     std::slice::from_raw_parts(p.cast::<u8>(), len)
 }
 
-/// A hash field name as a NUL-terminated C string on the stack (the names are the row's
-/// ASCII field names; no allocation per field).
-struct CField([u8; 32]);
+/// A module string we hold one reference to (created by us, retained, or handed to us by
+/// the server), released on drop. Borrowed as bytes; never written.
+pub struct Str {
+    ptr: *mut raw::RedisModuleString,
+    ctx: *mut raw::RedisModuleCtx,
+    /// Its bytes, read once (a string we hold is never changed).
+    data: *const u8,
+    len: usize,
+}
 
-impl CField {
-    fn new(name: &[u8]) -> Option<CField> {
-        if name.len() >= 32 || name.contains(&0) {
-            return None;
+impl Str {
+    /// Take over one reference to a live string (`ctx` = the context it was handed with).
+    ///
+    /// # Safety
+    /// `ptr` is a live, non-NULL module string whose reference we now own.
+    unsafe fn own(ptr: *mut raw::RedisModuleString, ctx: *mut raw::RedisModuleCtx) -> Str {
+        let bytes = string_bytes(ptr);
+        Str {
+            ptr,
+            ctx,
+            data: bytes.as_ptr(),
+            len: bytes.len(),
         }
-        let mut buf = [0u8; 32];
-        buf[..name.len()].copy_from_slice(name);
-        Some(CField(buf))
     }
 
-    fn as_ptr(&self) -> *const c_char {
-        self.0.as_ptr().cast()
-    }
-}
-
-/// Replicate one effect: `cmd` with `args`, to replicas and the AOF, inside the command's
-/// MULTI/EXEC (`RM_Replicate`, format `v`). False when the server refuses it.
-pub fn replicate(ctx: &Context, cmd: &std::ffi::CStr, args: &[&[u8]]) -> bool {
-    let Some(strings) = args
-        .iter()
-        .map(|a| OwnedString::new(a))
-        .collect::<Option<Vec<_>>>()
-    else {
-        return false;
-    };
-    let mut argv: Vec<*mut raw::RedisModuleString> = strings.iter().map(|s| s.0).collect();
-    let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
-        return false;
-    };
-    // SAFETY: a live command context; format `v` takes (RedisModuleString **, size_t); the
-    // server retains what it keeps, ours are freed after the call.
-    unsafe {
-        rep(
-            ctx.ctx,
-            cmd.as_ptr(),
-            c"v".as_ptr(),
-            argv.as_mut_ptr(),
-            argv.len(),
-        ) == raw::REDISMODULE_OK as c_int
-    }
-}
-
-/// A module string owned by us (created with a NULL context, freed on drop).
-struct OwnedString(*mut raw::RedisModuleString);
-
-impl OwnedString {
-    fn new(bytes: &[u8]) -> Option<Self> {
+    /// A new string holding a copy of `bytes` (created with a NULL context).
+    pub fn new(bytes: &[u8]) -> Option<Str> {
         let create = unsafe { raw::RedisModule_CreateString }?;
         // SAFETY: a NULL context is allowed; the buffer is copied.
         let s = unsafe {
@@ -133,16 +109,141 @@ impl OwnedString {
                 bytes.len(),
             )
         };
-        (!s.is_null()).then_some(OwnedString(s))
+        // SAFETY: a new string, ours.
+        (!s.is_null()).then(|| unsafe { Str::own(s, ptr::null_mut()) })
+    }
+
+    /// One more reference to the same string (a refcount, no copy).
+    pub fn retain(&self) -> Option<Str> {
+        let retain = unsafe { raw::RedisModule_RetainString }?;
+        // SAFETY: a live string we hold; a NULL context takes a plain reference.
+        unsafe { retain(ptr::null_mut(), self.ptr) };
+        Some(Str {
+            ptr: self.ptr,
+            ctx: ptr::null_mut(),
+            data: self.data,
+            len: self.len,
+        })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        if self.data.is_null() {
+            return &[];
+        }
+        // SAFETY: the bytes of a live string we hold a reference to (read at `own`); the
+        // slice borrows `self`.
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
     }
 }
 
-impl Drop for OwnedString {
+impl std::ops::Deref for Str {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+impl std::fmt::Debug for Str {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.bytes()))
+    }
+}
+
+impl Drop for Str {
     fn drop(&mut self) {
-        if let Some(free) = unsafe { raw::RedisModule_FreeString } {
-            // SAFETY: created by us with a NULL context, freed once.
-            unsafe { free(ptr::null_mut(), self.0) };
+        if self.ptr.is_null() {
+            return;
         }
+        if let Some(free) = unsafe { raw::RedisModule_FreeString } {
+            // SAFETY: we hold one reference, released once, with the context it came with.
+            unsafe { free(self.ctx, self.ptr) };
+        }
+    }
+}
+
+/// The row and counter field names the verbs use, made once (strings the server reads by
+/// pointer: no C-string copy per field access).
+const FIELD_NAMES: [&str; 14] = [
+    "attempts",
+    "state",
+    "group",
+    "parent",
+    "payload",
+    "priority",
+    "lease_epoch",
+    "failures",
+    "last_error",
+    "stalled",
+    "count",
+    "paused",
+    "pending",
+    "active",
+];
+
+struct Shared(Vec<Str>);
+// SAFETY: module strings are only touched from the server's main thread (command handlers);
+// these are created once, never freed, and only read or refcounted there.
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
+static SHARED: std::sync::OnceLock<Option<Shared>> = std::sync::OnceLock::new();
+
+fn shared(bytes: &[u8]) -> Option<Str> {
+    let all = SHARED.get_or_init(|| {
+        FIELD_NAMES
+            .iter()
+            .map(|n| Str::new(n.as_bytes()))
+            .collect::<Option<Vec<_>>>()
+            .map(Shared)
+    });
+    let at = FIELD_NAMES.iter().position(|n| n.as_bytes() == bytes)?;
+    all.as_ref()?.0.get(at).and_then(Str::retain)
+}
+
+/// How many recently made strings a command keeps for reuse (a key name is checked, opened
+/// and replicated several times; a member is read, then written).
+const RECENT: usize = 8;
+
+/// One command's module strings: the shared field names, then the last few made, reused;
+/// else a new one.
+#[derive(Default)]
+pub struct Names(std::cell::RefCell<Vec<Str>>);
+
+impl Names {
+    pub fn get(&self, bytes: &[u8]) -> Option<Str> {
+        if let Some(s) = shared(bytes) {
+            return Some(s);
+        }
+        let mut recent = self.0.borrow_mut();
+        if let Some(s) = recent.iter().rev().find(|s| s.bytes() == bytes) {
+            return s.retain();
+        }
+        let s = Str::new(bytes)?;
+        if recent.len() == RECENT {
+            recent.remove(0);
+        }
+        recent.push(s.retain()?);
+        Some(s)
+    }
+}
+
+/// Replicate one effect: `cmd` with `args`, to replicas and the AOF, inside the command's
+/// MULTI/EXEC (`RM_Replicate`, format `v`). False when the server refuses it.
+pub fn replicate(ctx: &Context, cmd: &std::ffi::CStr, args: &[Str]) -> bool {
+    let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|s| s.ptr).collect();
+    let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
+        return false;
+    };
+    // SAFETY: a live command context; format `v` takes (RedisModuleString **, size_t); the
+    // server takes its own references to what it keeps, ours are released by the caller.
+    unsafe {
+        rep(
+            ctx.ctx,
+            cmd.as_ptr(),
+            c"v".as_ptr(),
+            argv.as_mut_ptr(),
+            argv.len(),
+        ) == raw::REDISMODULE_OK as c_int
     }
 }
 
@@ -198,20 +299,17 @@ impl Caller {
     }
 
     /// Does the user hold `perms` (REDISMODULE_CMD_KEY_* bits) on `key`?
-    pub fn allows(&self, key: &[u8], perms: u32) -> bool {
+    pub fn allows(&self, key: &Str, perms: u32) -> bool {
         let user = match self {
             Caller::Trusted => return true,
             Caller::User(u) if u.is_null() => return false,
             Caller::User(u) => *u,
         };
-        let (Some(check), Some(name)) = (
-            unsafe { raw::RedisModule_ACLCheckKeyPermissions },
-            OwnedString::new(key),
-        ) else {
+        let Some(check) = (unsafe { raw::RedisModule_ACLCheckKeyPermissions }) else {
             return false;
         };
-        // SAFETY: `user` is a live module user held by us; `name` is a live string.
-        unsafe { check(user, name.0, perms as c_int) == raw::REDISMODULE_OK as c_int }
+        // SAFETY: `user` is a live module user held by us; `key` is a live string.
+        unsafe { check(user, key.ptr, perms as c_int) == raw::REDISMODULE_OK as c_int }
     }
 }
 
@@ -242,28 +340,27 @@ pub enum Kind {
 /// each write's effect itself.
 pub struct Key {
     ctx: *mut raw::RedisModuleCtx,
-    name: OwnedString,
+    name: Str,
     key: *mut raw::RedisModuleKey,
 }
 
 impl Key {
-    fn open_mode(ctx: &Context, name: &[u8], mode: u32) -> Option<Key> {
-        let owned = OwnedString::new(name)?;
+    fn open_mode(ctx: &Context, name: Str, mode: u32) -> Option<Key> {
         let open = unsafe { raw::RedisModule_OpenKey }?;
         // SAFETY: live context and key name; READ mode returns NULL for a missing key.
-        let key = unsafe { open(ctx.ctx, owned.0, mode as c_int) };
+        let key = unsafe { open(ctx.ctx, name.ptr, mode as c_int) };
         Some(Key {
             ctx: ctx.ctx,
-            name: owned,
+            name,
             key: key.cast(),
         })
     }
 
-    pub fn read(ctx: &Context, name: &[u8]) -> Option<Key> {
+    pub fn read(ctx: &Context, name: Str) -> Option<Key> {
         Key::open_mode(ctx, name, raw::REDISMODULE_READ)
     }
 
-    pub fn write(ctx: &Context, name: &[u8]) -> Option<Key> {
+    pub fn write(ctx: &Context, name: Str) -> Option<Key> {
         let key = Key::open_mode(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)?;
         (!key.key.is_null()).then_some(key)
     }
@@ -285,35 +382,33 @@ impl Key {
     }
 
     /// The member's score; `None` when the key is not a zset or the member is absent.
-    pub fn zscore(&self, member: &[u8]) -> Option<f64> {
+    pub fn zscore(&self, member: &Str) -> Option<f64> {
         if self.kind() != Kind::Zset {
             return None;
         }
-        let ele = OwnedString::new(member)?;
         let zscore = unsafe { raw::RedisModule_ZsetScore }?;
         let mut score = 0f64;
         // SAFETY: a live zset key handle and a live member string.
-        let found = unsafe { zscore(self.key, ele.0, &mut score) } == raw::REDISMODULE_OK as c_int;
+        let found = unsafe { zscore(self.key, member.ptr, &mut score) } == raw::REDISMODULE_OK as c_int;
         found.then_some(score)
     }
 
     /// Members with score ≤ `max`, lowest first (ties by member, as ZRANGE), at most
     /// `limit`, with their scores. Empty when the key is not a zset.
-    pub fn zrange_to(&self, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)> {
+    pub fn zrange_to(&self, max: f64, limit: usize) -> Vec<(Str, f64)> {
         let mut out = Vec::new();
         if self.kind() != Kind::Zset || limit == 0 {
             return out;
         }
-        // SAFETY: a live zset key handle; every element string is copied, then freed; the
-        // range is stopped before returning.
+        // SAFETY: a live zset key handle; every element string is ours (released when its
+        // `Str` drops); the range is stopped before returning.
         unsafe {
-            let (Some(first), Some(current), Some(next), Some(end), Some(stop), Some(free)) = (
+            let (Some(first), Some(current), Some(next), Some(end), Some(stop)) = (
                 raw::RedisModule_ZsetFirstInScoreRange,
                 raw::RedisModule_ZsetRangeCurrentElement,
                 raw::RedisModule_ZsetRangeNext,
                 raw::RedisModule_ZsetRangeEndReached,
                 raw::RedisModule_ZsetRangeStop,
-                raw::RedisModule_FreeString,
             ) else {
                 return out;
             };
@@ -326,8 +421,7 @@ impl Key {
                 if ele.is_null() {
                     break;
                 }
-                out.push((string_bytes(ele).to_vec(), score));
-                free(self.ctx, ele);
+                out.push((Str::own(ele, self.ctx), score));
                 if next(self.key) == 0 {
                     break;
                 }
@@ -337,69 +431,52 @@ impl Key {
         out
     }
 
-    /// The values of `fields` (short NUL-free names), in order; `None` per missing field.
-    /// `None` when the key is not a hash or the host refuses.
-    pub fn hash_fields(&self, fields: &[&str]) -> Option<Vec<Option<Vec<u8>>>> {
+    /// The values of `fields`, in order; `None` per missing field. `None` when the key is
+    /// not a hash or the host refuses.
+    pub fn hash_fields(&self, fields: &[Str]) -> Option<Vec<Option<Str>>> {
         if self.kind() != Kind::Hash {
             return None;
         }
-        let (Some(get), Some(free)) = (unsafe { raw::RedisModule_HashGet }, unsafe {
-            raw::RedisModule_FreeString
-        }) else {
-            return None;
-        };
+        let get = unsafe { raw::RedisModule_HashGet }?;
         fields
             .iter()
-            .map(|f| {
-                let name = CField::new(f.as_bytes())?;
+            .map(|name| {
                 let mut v = ptr::null_mut::<raw::RedisModuleString>();
-                // SAFETY: a live hash key handle; CFIELDS takes a C string; the list ends
-                // with NULL; a returned string is ours, copied, then freed once.
-                unsafe {
-                    let rc = get(
+                // SAFETY: a live hash key handle and field string; the list ends with NULL; a
+                // returned string is ours (released when its `Str` drops).
+                let rc = unsafe {
+                    get(
                         self.key,
-                        raw::REDISMODULE_HASH_CFIELDS as c_int,
-                        name.as_ptr(),
+                        raw::REDISMODULE_HASH_NONE as c_int,
+                        name.ptr,
                         &mut v as *mut *mut raw::RedisModuleString,
                         ptr::null::<c_char>(),
-                    );
-                    if rc != raw::REDISMODULE_OK as c_int {
-                        return None;
-                    }
-                    if v.is_null() {
-                        return Some(None);
-                    }
-                    let bytes = string_bytes(v).to_vec();
-                    free(self.ctx, v);
-                    Some(Some(bytes))
+                    )
+                };
+                if rc != raw::REDISMODULE_OK as c_int {
+                    return None;
                 }
+                // SAFETY: a string the server handed us, ours to release.
+                Some((!v.is_null()).then(|| unsafe { Str::own(v, self.ctx) }))
             })
             .collect()
     }
 
-    /// One field of a hash (or of nothing), as HGET.
-    pub fn hash_get(&self, field: &[u8]) -> Option<Vec<u8>> {
-        let name = std::str::from_utf8(field).ok()?;
-        self.hash_fields(&[name])?.pop().flatten()
-    }
-
     /// HSET of one field on a key opened for write (a hash or nothing): `Some(true)` when the
     /// field is new.
-    pub fn hash_set(&self, field: &[u8], value: &[u8]) -> Option<bool> {
+    pub fn hash_set(&self, field: &Str, value: &Str) -> Option<bool> {
         if !matches!(self.kind(), Kind::Hash | Kind::Empty) {
             return None;
         }
-        let field = CField::new(field)?;
-        let value = OwnedString::new(value)?;
         let set = unsafe { raw::RedisModule_HashSet }?;
-        // SAFETY: a live write handle; CFIELDS takes a C string field; the value string is
-        // copied into the hash; the argument list ends with NULL.
+        // SAFETY: a live write handle; field and value strings are copied into the hash; the
+        // argument list ends with NULL.
         let updated = unsafe {
             set(
                 self.key,
-                raw::REDISMODULE_HASH_CFIELDS as c_int,
-                field.as_ptr(),
-                value.0,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.ptr,
+                value.ptr,
                 ptr::null::<c_char>(),
             )
         };
@@ -408,30 +485,29 @@ impl Key {
 
     /// ZADD of one member on a key opened for write (a zset or nothing): `Some(true)` when
     /// the member is new.
-    pub fn zadd(&self, score: f64, member: &[u8]) -> Option<bool> {
+    pub fn zadd(&self, score: f64, member: &Str) -> Option<bool> {
         if !matches!(self.kind(), Kind::Zset | Kind::Empty) {
             return None;
         }
-        let ele = OwnedString::new(member)?;
         let add = unsafe { raw::RedisModule_ZsetAdd }?;
         let mut flags: c_int = 0;
         // SAFETY: a live write handle and member string.
-        let ok = unsafe { add(self.key, score, ele.0, &mut flags) } == raw::REDISMODULE_OK as c_int;
+        let ok =
+            unsafe { add(self.key, score, member.ptr, &mut flags) } == raw::REDISMODULE_OK as c_int;
         ok.then_some(flags & raw::REDISMODULE_ZADD_ADDED as c_int != 0)
     }
 
     /// ZREM of one member: `Some(true)` when it was there.
-    pub fn zrem(&self, member: &[u8]) -> Option<bool> {
+    pub fn zrem(&self, member: &Str) -> Option<bool> {
         match self.kind() {
             Kind::Empty => return Some(false),
             Kind::Zset => {}
             _ => return None,
         }
-        let ele = OwnedString::new(member)?;
         let rem = unsafe { raw::RedisModule_ZsetRem }?;
         let mut deleted: c_int = 0;
         // SAFETY: a live write handle on a zset and a member string.
-        let ok = unsafe { rem(self.key, ele.0, &mut deleted) } == raw::REDISMODULE_OK as c_int;
+        let ok = unsafe { rem(self.key, member.ptr, &mut deleted) } == raw::REDISMODULE_OK as c_int;
         ok.then_some(deleted != 0)
     }
 
@@ -456,7 +532,7 @@ impl Key {
                 return;
             };
             if flags() & class != 0 {
-                notify(self.ctx, class, event.as_ptr(), self.name.0);
+                notify(self.ctx, class, event.as_ptr(), self.name.ptr);
             }
         }
     }

@@ -14,7 +14,7 @@ use valkey_module::{Context, ValkeyError, ValkeyValue};
 
 use crate::decide::{incr, num, string2ll, Expect, Op};
 use crate::errors::{printable, Refusal};
-use crate::ffi::{self, Caller, Key, Kind};
+use crate::ffi::{self, Caller, Key, Kind, Names, Str};
 
 const NOTIFY_GENERIC: c_int = REDISMODULE_NOTIFY_GENERIC;
 const NOTIFY_HASH: c_int = REDISMODULE_NOTIFY_HASH;
@@ -32,7 +32,11 @@ pub enum Reply {
 pub struct Host<'c> {
     pub ctx: &'c Context,
     pub verb: &'static str,
+    names: Names,
 }
+
+/// A row (or hash) read: each asked field's value, `None` when absent.
+pub type Seen = Vec<Option<Str>>;
 
 /// Read or write access to a derived key (ACL key permission bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,11 +47,22 @@ pub enum Access {
 
 impl<'c> Host<'c> {
     pub fn new(ctx: &'c Context, verb: &'static str) -> Self {
-        Host { ctx, verb }
+        Host {
+            ctx,
+            verb,
+            names: Names::default(),
+        }
     }
 
     fn host_error(&self, what: &str) -> Refusal {
         Refusal::Host(format!("{} {what}", self.verb))
+    }
+
+    /// The server string for `bytes` (field names shared, recent keys and members reused).
+    fn name(&self, bytes: &[u8]) -> Result<Str, Refusal> {
+        self.names
+            .get(bytes)
+            .ok_or_else(|| self.host_error("could not make a string"))
     }
 
     /// The server's cached clock, read once per command.
@@ -61,25 +76,25 @@ impl<'c> Host<'c> {
     }
 
     /// Check 4, the fence: the caller, held for this command's derived-key checks.
-    pub fn fence(&self) -> Fence {
+    pub fn fence(&self) -> Fence<'_> {
         Fence {
             caller: Caller::of(self.ctx),
-            verb: self.verb,
+            host: self,
         }
     }
 
     /// The members of a zset (or of nothing) with score ≤ `max`, lowest first, at most
     /// `limit`; WRONGTYPE when the key holds anything else.
-    pub fn due(&self, key: &[u8], max: i64, limit: i64) -> Result<Vec<Vec<u8>>, Refusal> {
+    pub fn due(&self, key: &[u8], max: i64, limit: i64) -> Result<Vec<Str>, Refusal> {
         self.range(key, max as f64, usize::try_from(limit).unwrap_or(0))
     }
 
     /// The lowest member of a zset, as ZPOPMIN would pop it.
-    pub fn head(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Refusal> {
+    pub fn head(&self, key: &[u8]) -> Result<Option<Str>, Refusal> {
         Ok(self.range(key, f64::INFINITY, 1)?.into_iter().next())
     }
 
-    fn range(&self, key: &[u8], max: f64, limit: usize) -> Result<Vec<Vec<u8>>, Refusal> {
+    fn range(&self, key: &[u8], max: f64, limit: usize) -> Result<Vec<Str>, Refusal> {
         let k = self.open(key)?;
         match k.kind() {
             Kind::Empty => Ok(Vec::new()),
@@ -93,7 +108,7 @@ impl<'c> Host<'c> {
     }
 
     fn open(&self, key: &[u8]) -> Result<Key, Refusal> {
-        Key::read(self.ctx, key).ok_or_else(|| self.host_error("could not open a key"))
+        Key::read(self.ctx, self.name(key)?).ok_or_else(|| self.host_error("could not open a key"))
     }
 
     /// What `key` holds.
@@ -114,41 +129,96 @@ impl<'c> Host<'c> {
         let k = self.open(key)?;
         match k.kind() {
             Kind::Empty => Ok(false),
-            Kind::Zset => Ok(k.zscore(member).is_some()),
+            Kind::Zset => Ok(k.zscore(&self.name(member)?).is_some()),
             _ => Err(Refusal::WrongType),
         }
     }
 
     /// A hash's fields, in order: `None` when the key does not exist, WRONGTYPE when it is
     /// not a hash.
-    pub fn hash(
-        &self,
-        key: &[u8],
-        fields: &[&str],
-    ) -> Result<Option<Vec<Option<Vec<u8>>>>, Refusal> {
+    pub fn hash(&self, key: &[u8], fields: &[&str]) -> Result<Option<Seen>, Refusal> {
         let k = self.open(key)?;
         match k.kind() {
             Kind::Empty => Ok(None),
-            Kind::Hash => k
-                .hash_fields(fields)
-                .map(Some)
-                .ok_or_else(|| self.host_error("could not read a hash")),
+            Kind::Hash => {
+                let names = fields
+                    .iter()
+                    .map(|f| self.name(f.as_bytes()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                k.hash_fields(&names)
+                    .map(Some)
+                    .ok_or_else(|| self.host_error("could not read a hash"))
+            }
             _ => Err(Refusal::WrongType),
         }
     }
 
     /// Check 6, one write: made through a key handle, verified against its prediction, then
     /// replicated as its effect.
-    pub fn write(&self, op: &Op) -> Result<Reply, Refusal> {
+    pub fn write(&self, op: &Op<'_>) -> Result<Reply, Refusal> {
+        self.write_run(std::slice::from_ref(op))
+            .map(|mut replies| replies.pop().unwrap_or(Reply::Int(0)))
+    }
+
+    /// Writes to one key, in order, through one key handle; each verified and notified as
+    /// its own command. The effect replicated is the command itself, except for a run of
+    /// several hash writes, which travels as one HSET of the values written (an increment
+    /// as the value it produced).
+    fn write_run(&self, run: &[Op<'_>]) -> Result<Vec<Reply>, Refusal> {
+        let Some(first) = run.first() else {
+            return Ok(Vec::new());
+        };
+        let fail = |op: &Op<'_>, what: &str| self.host_error(&format!("{} {what}", op.cmd));
+        let key = first
+            .args
+            .first()
+            .ok_or_else(|| fail(first, "has no key"))?;
+        let key = self.name(key)?;
+        let k = Key::write(self.ctx, key.retain().ok_or_else(|| fail(first, "has no key"))?)
+            .ok_or_else(|| fail(first, "could not open its key"))?;
+        let merged = run.len() > 1;
+        let mut effect = vec![key];
+        let mut replies = Vec::with_capacity(run.len());
+        let mut name: &CStr = c"HSET";
+        for op in run {
+            let args = op
+                .args
+                .iter()
+                .skip(1)
+                .map(|a| self.name(a))
+                .collect::<Result<Vec<Str>, _>>()?;
+            let (reply, produced) = self.perform(&k, op, &args)?;
+            name = if merged { c"HSET" } else { op.replicated() };
+            match (op.cmd, merged, produced) {
+                // an increment among merged hash writes: its field and the value it produced
+                ("HINCRBY", true, Some(value)) => {
+                    effect.extend(args.into_iter().take(1).chain([value]))
+                }
+                // a pop travels as the removal of what it popped
+                ("ZPOPMIN", _, Some(member)) => effect.push(member),
+                _ => effect.extend(args),
+            }
+            replies.push(reply);
+        }
+        drop(k);
+        if !ffi::replicate(self.ctx, name, &effect) {
+            return Err(fail(first, "could not be replicated"));
+        }
+        Ok(replies)
+    }
+
+    /// One write on an open key handle: made, verified against its prediction, notified.
+    /// Also answers what the effect needs beyond the op's own arguments: the value an
+    /// increment produced (for a merged HSET), or the member a pop removed.
+    fn perform(&self, k: &Key, op: &Op<'_>, rest: &[Str]) -> Result<(Reply, Option<Str>), Refusal> {
         let fail = |what: &str| self.host_error(&format!("{} {what}", op.cmd));
-        let (key, rest) = op.args.split_first().ok_or_else(|| fail("has no key"))?;
-        let k = Key::write(self.ctx, key).ok_or_else(|| fail("could not open its key"))?;
         let score = |raw: &[u8]| {
             string2ll(raw)
                 .map(|n| n as f64)
                 .ok_or_else(|| fail("has a bad score"))
         };
-        let (reply, class, event, name): (Reply, c_int, &CStr, &CStr) = match op.cmd {
+        let mut produced = None;
+        let (reply, class, event): (Reply, c_int, &CStr) = match op.cmd {
             "HSET" => {
                 let mut new = 0;
                 for pair in rest.chunks(2) {
@@ -160,17 +230,22 @@ impl<'c> Host<'c> {
                             .ok_or_else(|| fail("was refused"))?,
                     );
                 }
-                (Reply::Int(new), NOTIFY_HASH, c"hset", c"HSET")
+                (Reply::Int(new), NOTIFY_HASH, c"hset")
             }
             "HINCRBY" => {
                 let [field, by] = rest else {
                     return Err(fail("has bad arguments"));
                 };
                 let by = string2ll(by).ok_or_else(|| fail("has a bad increment"))?;
-                let next = incr(k.hash_get(field).as_deref(), by).map_err(&fail)?;
-                k.hash_set(field, &num(next))
+                let stored = k
+                    .hash_fields(std::slice::from_ref(field))
+                    .and_then(|mut v| v.pop().flatten());
+                let next = incr(stored.as_deref(), by).map_err(&fail)?;
+                let value = self.name(&num(next))?;
+                k.hash_set(field, &value)
                     .ok_or_else(|| fail("was refused"))?;
-                (Reply::Int(next), NOTIFY_HASH, c"hincrby", c"HINCRBY")
+                produced = Some(value);
+                (Reply::Int(next), NOTIFY_HASH, c"hincrby")
             }
             "ZADD" => {
                 let mut added = 0;
@@ -183,14 +258,14 @@ impl<'c> Host<'c> {
                             .ok_or_else(|| fail("was refused"))?,
                     );
                 }
-                (Reply::Int(added), NOTIFY_ZSET, c"zadd", c"ZADD")
+                (Reply::Int(added), NOTIFY_ZSET, c"zadd")
             }
             "ZREM" => {
                 let mut removed = 0;
                 for member in rest {
                     removed += i64::from(k.zrem(member).ok_or_else(|| fail("was refused"))?);
                 }
-                (Reply::Int(removed), NOTIFY_ZSET, c"zrem", c"ZREM")
+                (Reply::Int(removed), NOTIFY_ZSET, c"zrem")
             }
             "ZPOPMIN" => {
                 let Some((member, s)) = k.zrange_to(f64::INFINITY, 1).into_iter().next() else {
@@ -199,21 +274,13 @@ impl<'c> Host<'c> {
                 if k.zrem(&member) != Some(true) {
                     return Err(fail("could not remove the head"));
                 }
-                (
-                    Reply::Array(vec![Reply::Bulk(member), Reply::Bulk(num(s as i64))]),
-                    NOTIFY_ZSET,
-                    c"zpopmin",
-                    c"ZREM",
-                )
+                let reply = Reply::Array(vec![Reply::Bulk(member.to_vec()), Reply::Bulk(num(s as i64))]);
+                produced = Some(member);
+                (reply, NOTIFY_ZSET, c"zpopmin")
             }
             "DEL" => {
                 let existed = k.delete().ok_or_else(|| fail("was refused"))?;
-                (
-                    Reply::Int(i64::from(existed)),
-                    NOTIFY_GENERIC,
-                    c"del",
-                    c"DEL",
-                )
+                (Reply::Int(i64::from(existed)), NOTIFY_GENERIC, c"del")
             }
             _ => return Err(fail("is not a planned write")),
         };
@@ -232,33 +299,36 @@ impl<'c> Host<'c> {
         if k.kind() == Kind::Empty && class != NOTIFY_GENERIC {
             k.notify(NOTIFY_GENERIC, c"del");
         }
-        drop(k);
-        // the effect: the command as written; a pop travels as the removal of what it popped
-        let mut args: Vec<&[u8]> = op.args.iter().map(Vec::as_slice).collect();
-        if let (Reply::Array(items), "ZPOPMIN") = (&reply, op.cmd) {
-            if let Some(Reply::Bulk(member)) = items.first() {
-                args.push(member);
-            }
-        }
-        if !ffi::replicate(self.ctx, name, &args) {
-            return Err(fail("could not be replicated"));
-        }
-        Ok(reply)
+        Ok((reply, produced))
     }
 
-    /// Every planned write, in order.
-    pub fn apply(&self, plan: &[Op]) -> Result<(), Refusal> {
-        plan.iter().try_for_each(|op| self.write(op).map(|_| ()))
+    /// Every planned write, in order; consecutive hash writes to one key share a key
+    /// handle and one replicated HSET.
+    pub fn apply(&self, plan: &[Op<'_>]) -> Result<(), Refusal> {
+        let mut rest = plan;
+        while let Some(first) = rest.first() {
+            let len = if first.is_hash_write() {
+                rest.iter()
+                    .take_while(|o| o.is_hash_write() && o.args.first() == first.args.first())
+                    .count()
+            } else {
+                1
+            };
+            let (run, after) = rest.split_at(len.max(1));
+            self.write_run(run)?;
+            rest = after;
+        }
+        Ok(())
     }
 }
 
 /// The caller's ACL, checked on derived keys at first access (SPEC §5 check 4).
-pub struct Fence {
+pub struct Fence<'h> {
     caller: Caller,
-    verb: &'static str,
+    host: &'h Host<'h>,
 }
 
-impl Fence {
+impl Fence<'_> {
     pub fn check(&self, key: &[u8], access: Access) -> Result<(), Refusal> {
         let perms = match access {
             Access::Read => valkey_module::raw::REDISMODULE_CMD_KEY_ACCESS,
@@ -268,7 +338,7 @@ impl Fence {
                     | valkey_module::raw::REDISMODULE_CMD_KEY_DELETE
             }
         };
-        if self.caller.allows(key, perms) {
+        if self.caller.allows(&self.host.name(key)?, perms) {
             return Ok(());
         }
         let what = match access {
@@ -277,7 +347,7 @@ impl Fence {
         };
         Err(Refusal::NoPerm(format!(
             "{} has no {what} permission on the derived key '{}'",
-            self.verb,
+            self.host.verb,
             printable(key)
         )))
     }

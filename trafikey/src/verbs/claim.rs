@@ -54,7 +54,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
 
     // 6.–7. writes, each replicated as its effect: the pop verified against the peek; a
     // ghost (no row) ends there
-    h.write(&op("ZPOPMIN", &[pending], Expect::Popped(id.clone())))?;
+    h.write(&op("ZPOPMIN", &[pending], Expect::Popped(id.to_vec())))?;
     let (Some((att, run_id)), Some(seen)) = (planned, seen) else {
         return empty();
     };
@@ -77,7 +77,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let payload = seen.into_iter().nth(1).flatten();
     Ok(ValkeyValue::Array(vec![
         bulk(&id),
-        payload.map_or(ValkeyValue::Null, ValkeyValue::StringBuffer),
+        payload.map_or(ValkeyValue::Null, |p| bulk(&p)),
         int(att),
     ]))
 }

@@ -3,7 +3,7 @@
 
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
-use crate::decide::{num, op, Expect, Op};
+use crate::decide::{num, owned_op, Expect, Op};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -47,17 +47,17 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         fence.write(&row)?;
         zadd.push(num(deadline));
         zadd.push(id.to_vec());
-        stamps.push(op("HSET", &[&row, b"lease_epoch", run_id], Expect::AnyInt));
+        stamps.push(owned_op(
+            "HSET",
+            vec![row, b"lease_epoch".to_vec(), run_id.to_vec()],
+            Expect::AnyInt,
+        ));
         replies.push(int(deadline));
     }
     // 6.–7. writes, each replicated as its effect: one ZADD for every held pair (all
     // members exist), one stamp per row
     if zadd.len() > 1 {
-        h.write(&Op {
-            cmd: "ZADD",
-            args: zadd,
-            expect: Expect::Int(0),
-        })?;
+        h.write(&owned_op("ZADD", zadd, Expect::Int(0)))?;
         h.apply(&stamps)?;
     }
     Ok(ValkeyValue::Array(replies))

@@ -48,21 +48,17 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         fail_budget(field(&seen, n), max_attempts, backoff).map_err(Refusal::Counter)?;
     let row = q.row(id);
     let failures = num(failures);
-    let to = match verdict {
-        Budget::Pending => {
-            let prio = priority(field(&seen, n + 1)).map_err(Refusal::Counter)?;
-            h.expect_zset(pending)?;
-            op("ZADD", &[pending, &num(prio), id], Expect::AnyInt)
-        }
-        Budget::Scheduled => {
-            h.expect_zset(schedule)?;
-            op("ZADD", &[schedule, &num(due), id], Expect::AnyInt)
-        }
-        Budget::Dead => {
-            h.expect_zset(dead)?;
-            op("ZADD", &[dead, b"0", id], Expect::AnyInt)
-        }
+    let (target, score) = match verdict {
+        Budget::Pending => (
+            pending,
+            priority(field(&seen, n + 1)).map_err(Refusal::Counter)?,
+        ),
+        Budget::Scheduled => (schedule, due),
+        Budget::Dead => (dead, 0),
     };
+    h.expect_zset(target)?;
+    let score = num(score);
+    let to = op("ZADD", &[target, &score, id], Expect::AnyInt);
     let mut plan = vec![
         op("ZREM", &[active, id], Expect::Int(1)),
         to,
@@ -80,8 +76,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             Expect::AnyInt,
         ),
     ];
+    let metrics = q.metrics_failed();
     if verdict == Budget::Dead {
-        let metrics = q.metrics_failed();
         fence.read(&metrics)?;
         let stored = h
             .hash(&metrics, &["count"])?

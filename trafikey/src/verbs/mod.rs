@@ -18,7 +18,8 @@ pub mod stalled_check;
 
 use crate::errors::{printable, Refusal};
 use crate::grammar::Queue;
-use crate::host::{Fence, Host};
+use crate::ffi::Str;
+use crate::host::{Fence, Host, Seen};
 
 /// The row fields a token verb reads first, in this order, before its own.
 pub const HELD: [&str; 4] = ["attempts", "state", "group", "parent"];
@@ -44,11 +45,7 @@ pub const ANY_ROW: Boundary = Boundary {
 };
 
 /// Refuse a row the verb must not move: a lane row, or a flow child where `flow` is set.
-pub fn boundary(
-    b: Boundary,
-    group: &Option<Vec<u8>>,
-    parent: &Option<Vec<u8>>,
-) -> Result<(), Refusal> {
+pub fn boundary(b: Boundary, group: Option<&[u8]>, parent: Option<&[u8]>) -> Result<(), Refusal> {
     if b.lane && group.is_some() {
         return Err(Refusal::lane());
     }
@@ -59,7 +56,7 @@ pub fn boundary(
 }
 
 /// Refuse a row whose `state` is not `want`.
-pub fn expect_state(verb: &str, state: &Option<Vec<u8>>, want: &str) -> Result<(), Refusal> {
+pub fn expect_state(verb: &str, state: Option<&[u8]>, want: &str) -> Result<(), Refusal> {
     match state {
         Some(s) if s == want.as_bytes() => Ok(()),
         Some(s) => Err(Refusal::State(format!(
@@ -84,7 +81,7 @@ pub fn held(
     (id, token): (&[u8], &[u8]),
     b: Boundary,
     extra: &[&str],
-) -> Result<Option<Vec<Option<Vec<u8>>>>, Refusal> {
+) -> Result<Option<Seen>, Refusal> {
     let row = q.row(id);
     fence.read(&row)?;
     let mut fields: Vec<&str> = HELD.to_vec();
@@ -92,10 +89,9 @@ pub fn held(
     let Some(seen) = h.hash(&row, &fields)? else {
         return Ok(None);
     };
-    let none = None;
-    let at = |i: usize| seen.get(i).unwrap_or(&none);
+    let at = |i: usize| field(&seen, i);
     boundary(b, at(2), at(3))?;
-    if at(0).as_deref() != Some(token) {
+    if at(0) != Some(token) {
         return Ok(None);
     }
     expect_state(h.verb, at(1), "active")?;
@@ -106,6 +102,6 @@ pub fn held(
 }
 
 /// Field `i` of a row read, borrowed.
-pub fn field(seen: &[Option<Vec<u8>>], i: usize) -> Option<&[u8]> {
+pub fn field(seen: &[Option<Str>], i: usize) -> Option<&[u8]> {
     seen.get(i).and_then(|f| f.as_deref())
 }

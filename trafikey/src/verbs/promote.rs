@@ -3,7 +3,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
-use crate::decide::{num, op, priority, Expect, Op};
+use crate::decide::{num, owned_op, priority, Expect, Op};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -35,15 +35,19 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     for id in &due {
         let row = q.row(id);
         fence.read(&row)?;
-        zrem.push(id.clone());
+        zrem.push(id.to_vec());
         let Some(seen) = h.hash(&row, &["priority"])? else {
             continue;
         };
         let prio = priority(seen[0].as_deref()).map_err(Refusal::Counter)?;
         fence.write(&row)?;
         zadd.push(num(prio));
-        zadd.push(id.clone());
-        states.push(op("HSET", &[&row, b"state", b"pending"], Expect::AnyInt));
+        zadd.push(id.to_vec());
+        states.push(owned_op(
+            "HSET",
+            vec![row, b"state".to_vec(), b"pending".to_vec()],
+            Expect::AnyInt,
+        ));
     }
     let moved = states.len() as i64;
     if moved > 0 {
@@ -51,17 +55,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     }
     // 6.–7. writes, each replicated as its effect: one ZREM for every member, one ZADD for
     // the rows, their states
-    h.write(&Op {
-        cmd: "ZREM",
-        args: zrem,
-        expect: Expect::Int(due.len() as i64),
-    })?;
+    h.write(&owned_op("ZREM", zrem, Expect::Int(due.len() as i64)))?;
     if moved > 0 {
-        h.write(&Op {
-            cmd: "ZADD",
-            args: zadd,
-            expect: Expect::AnyInt,
-        })?;
+        h.write(&owned_op("ZADD", zadd, Expect::AnyInt))?;
         h.apply(&states)?;
     }
     Ok(int(moved))

@@ -29,17 +29,18 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     }
     let row = q.row(id);
     fence.read(&row)?;
+    let prio;
     let (plan, reply) = match h.hash(&row, &["state", "group", "priority"])? {
         None => (vec![op("ZREM", &[dead, id], Expect::Int(1))], 0),
         Some(seen) => {
-            boundary(FLAT_ONLY, &seen[1], &None)?;
-            expect_state(VERB, &seen[0], "dead")?;
-            let prio = priority(seen[2].as_deref()).map_err(Refusal::Counter)?;
+            boundary(FLAT_ONLY, seen[1].as_deref(), None)?;
+            expect_state(VERB, seen[0].as_deref(), "dead")?;
+            prio = num(priority(seen[2].as_deref()).map_err(Refusal::Counter)?);
             h.expect_zset(pending)?;
             fence.write(&row)?;
             let plan = vec![
                 op("ZREM", &[dead, id], Expect::Int(1)),
-                op("ZADD", &[pending, &num(prio), id], Expect::AnyInt),
+                op("ZADD", &[pending, &prio, id], Expect::AnyInt),
                 op("HSET", &[&row, b"state", b"pending"], Expect::AnyInt),
             ];
             (plan, 1)

@@ -39,8 +39,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let Some(seen) = h.hash(&row, &["state", "group"])? else {
         return Ok(int(0));
     };
-    boundary(FLAT_ONLY, &seen[1], &None)?;
-    expect_state(VERB, &seen[0], "scheduled")?;
+    boundary(FLAT_ONLY, seen[1].as_deref(), None)?;
+    expect_state(VERB, seen[0].as_deref(), "scheduled")?;
     if !h.in_zset(schedule, id)? {
         return Err(Refusal::State(format!("{VERB} id is not in schedule")).into());
     }

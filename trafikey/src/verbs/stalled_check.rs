@@ -10,6 +10,7 @@ use crate::decide::{
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{bulk, Host};
+use crate::verbs::field;
 
 pub const VERB: &str = "EMQ.STALLED.CHECK";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -45,13 +46,12 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             Err(Refusal::WrongType) => (RowKind::Other, None),
             Err(e) => return Err(e.into()),
         };
-        let none = None;
-        let f = |i: usize| read.as_ref().and_then(|r| r.get(i)).unwrap_or(&none);
+        let f = |i: usize| read.as_deref().and_then(|r| field(r, i));
         let seen = MemberSeen {
             row: kind,
             group: f(0).is_some(),
-            lease_epoch: f(1).as_deref(),
-            stalled: f(2).as_deref(),
+            lease_epoch: f(1),
+            stalled: f(2),
         };
         let verdict = decide_member(run_id, max_stalled, &seen).map_err(|r| match r {
             SweepRefusal::WrongType => Refusal::WrongType,
@@ -60,7 +60,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         })?;
         let priority = match verdict {
             Swept::Exempt | Swept::Recover(_) => {
-                decide::priority(f(3).as_deref()).map_err(Refusal::Counter)?
+                decide::priority(f(3)).map_err(Refusal::Counter)?
             }
             Swept::Ghost | Swept::Die(_) => 0,
         };
@@ -68,7 +68,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             fence.write(&row)?;
         }
         members.push(SweptMember {
-            id,
+            id: id.to_vec(),
             verdict,
             priority,
         });
