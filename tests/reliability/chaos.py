@@ -83,6 +83,11 @@ def checked(fn, *args, **kwargs):
         raise
 
 
+def wall_ms() -> int:
+    """The host's clock in ms: what TIME answers on a server running here."""
+    return time.time_ns() // 1_000_000
+
+
 def now() -> int:
     return time.monotonic_ns()
 
@@ -283,6 +288,7 @@ class Report:
     counted_expiry_exempt: int = 0  #: expiries that did not cross a restart but were exempted
     duplicate_completes: int = 0
     settles_abandoned: int = 0  #: wire 4: a resend after a connection fault, past the lease: left to the sweep
+    recreated: int = 0  #: an enqueue resent after a fault, once the job had completed: it runs again
     phantoms: int = 0  #: claims of a row without payload: a script turned a ghost into a row
     replica_digest_equal: bool | None = None
     metrics: dict = field(default_factory=dict)
@@ -371,13 +377,14 @@ class Run:
                 self.wait_synced(new)
             self.ledger.log("D", "failover")
             old.kill()
+            down_ms = wall_ms()  # every lease the old primary granted, it granted before this
             with new.client() as client:
                 client.execute_command("REPLICAOF", "NO", "ONE")
             new.replicaof = None  # a later restart of this node must come back a primary
             self.server, self.url = new, new.url
             self.url_file.write_text(self.url)
             self.ledger.log("P", self.run_ids())
-            self.snapshot_crossing(new)
+            self.snapshot_crossing(new, down_ms)
             old.cleanup()
             self.replica = self.start_replica()
             if self.c.failover_kills_workers:
@@ -404,6 +411,7 @@ class Run:
                     self.kill_worker(proc, respawn=False)
             self.ledger.log("D", kind)
             node.kill()
+            down_ms = wall_ms()  # every lease the old run granted, it granted before this
             if self.c.power_loss:
                 self.cut_aof(node)
             node.start()
@@ -411,24 +419,24 @@ class Run:
             if self.cluster:
                 self.cluster.wait_ok()
             self.ledger.log("P", self.run_ids())
-            self.snapshot_crossing(node)
+            self.snapshot_crossing(node, down_ms)
             if kind == "power":
                 for _ in range(self.c.workers):
                     self.spawn_worker()
 
-    def snapshot_crossing(self, node: EmbeddedServer) -> None:
-        """Log the leases that crossed this restart: active members of the restarted node whose
-        deadline is below up + lease_ms (a lease granted after the restart ends later). The
-        sweeper is held off (restart_lock) until this is read."""
+    def snapshot_crossing(self, node: EmbeddedServer, down_ms: int) -> None:
+        """Log the leases that crossed this restart: active members of the restarted node granted
+        (deadline - lease_ms, server clock) no later than the moment the old process was dead.
+        The servers run on this host, so their clock is this clock; workers may already be
+        claiming on the new process, but those grants come later. The sweeper is held off
+        (restart_lock) until this is read."""
         with node.client() as client:
-            seconds, micros = client.time()
-            up_ms = seconds * 1000 + micros // 1000
             for name in self.queue_names:
                 keys = echomq.Keyspace(name)
                 if self.cluster and self.cluster.node_for(keys.active) is not node:
                     continue
                 for member, score in client.zrange(keys.active, 0, -1, withscores=True):
-                    if score < up_ms + self.c.lease_ms:
+                    if score - self.c.lease_ms <= down_ms:
                         token = client.hget(keys.job(member.decode()), "attempts")
                         self.ledger.log("A", name, member.decode(), (token or b"-").decode())
 
@@ -530,23 +538,24 @@ class Run:
             while time.monotonic() - began < start / rate and not self.stop.is_set():
                 time.sleep(0.005)  # pacing the producer, so faults land among enqueues too
             ns = range(start, min(start + batch, self.c.jobs))
-            while True:
+            todo: dict[str, list[tuple[int, dict]]] = defaultdict(list)
+            for n in ns:
+                todo[self.queue_names[n % len(self.queue_names)]].append((n, self.payload(n)))
+            while todo:
+                name = next(iter(todo))
                 try:
-                    queues = link.get()
-                    by_queue = defaultdict(list)
-                    for n in ns:
-                        q = queues[self.queue_names[n % len(self.queue_names)]]
-                        by_queue[q.name].append(q._enqueue_call(self.payload(n), self.job_id(n), 0))
-                    for name, calls in by_queue.items():
-                        for call, reply in zip(calls, link.conn.send_many(calls)):
-                            if isinstance(reply, Exception):
-                                checked(_raise, reply)
-                            self.ledger.log("E", name, call.argv[0], "ok")
-                    break
+                    q = link.get()[name]
+                    calls = [q._enqueue_call(payload, self.job_id(n), 0) for n, payload in todo[name]]
+                    for call, reply in zip(calls, link.conn.send_many(calls)):
+                        if isinstance(reply, Exception):
+                            checked(_raise, reply)
+                        # 1 created; 0 the row exists (a resend after a fault). A resend once the
+                        # row is gone (completed) creates the job again: idempotent only while it lives
+                        self.ledger.log("E", name, call.argv[0], f"ok:{reply}")
+                    del todo[name]  # acknowledged: never resent
                 except (*FATAL, WrongNode):
-                    # the batch may be partly in: resending is idempotent while the rows live
-                    for n in ns:
-                        self.ledger.log("E", self.queue_names[n % len(self.queue_names)], self.job_id(n), "conn")
+                    for n, _ in todo[name]:
+                        self.ledger.log("E", name, self.job_id(n), "conn")
                     link.drop()
             if self.stop.is_set():
                 return
@@ -717,9 +726,14 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
     crossing: dict[str, list[tuple[int, str]]] = defaultdict(list)  # id -> [(restart time, token)] snapshots
     sent_after: dict[str, list[tuple[int, str]]] = defaultdict(list)  # id -> [(t, token)] of settles sent
     completes_ok: Counter = Counter()
+    incarnation: Counter = Counter()
     for e in events:
         kind, t = e[0], int(e[1])
-        if kind == "E" and e[4] == "ok":
+        if kind == "E" and e[4].startswith("ok"):  # ok:0 = a resend found the row: it was in
+            if e[4] == "ok:1" and e[3] in enqueued:  # created again after its row was gone: a new incarnation
+                report.recreated += 1
+                claims[e[3]] = []
+                incarnation[e[3]] += 1
             enqueued.add(e[3])
         elif kind == "C":
             claims[e[3]].append((t, int(e[4])))
@@ -738,7 +752,7 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
                 report.settles_abandoned += 1
             if outcome.startswith("ok"):
                 report.settles_accepted += 1
-                accepted[(job_id, token)] += 1
+                accepted[(job_id, token, incarnation[job_id])] += 1
                 if stale:
                     report.stale_settles_accepted += 1
                     if not lossy:  # a claim erased by the cut hands its token out again
@@ -766,6 +780,8 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
     if report.tokens_settled_twice and not lossy:
         v.append(f"{report.tokens_settled_twice} tokens had two accepted settles")
     report.duplicate_completes = sum(n - 1 for n in completes_ok.values() if n > 1)
+    if report.duplicate_completes > report.recreated and not lossy:
+        v.append(f"{report.duplicate_completes} jobs completed twice, only {report.recreated} were enqueued again")
 
     # -- verdicts against restarts -------------------------------------------------------------
     # A verdict judges a lease that crossed a restart when its id was in that restart's
