@@ -356,6 +356,11 @@ impl Key {
         })
     }
 
+    /// The key's name.
+    pub fn name(&self) -> &[u8] {
+        self.name.bytes()
+    }
+
     pub fn read(ctx: &Context, name: Str) -> Option<Key> {
         Key::open_mode(ctx, name, raw::REDISMODULE_READ)
     }

@@ -5,6 +5,7 @@
 //! the AOF replay what the primary did, never the verb; the server wraps one command's
 //! effects in one MULTI/EXEC.
 
+use std::cell::RefCell;
 use std::ffi::{c_int, CStr};
 
 use valkey_module::raw::{
@@ -33,7 +34,12 @@ pub struct Host<'c> {
     pub ctx: &'c Context,
     pub verb: &'static str,
     names: Names,
+    /// Read handles kept until the first write (see `read`).
+    reads: RefCell<Vec<Key>>,
 }
+
+/// How many read handles a command keeps.
+const KEPT_READS: usize = 4;
 
 /// A row (or hash) read: each asked field's value, `None` when absent.
 pub type Seen = Vec<Option<Str>>;
@@ -51,6 +57,7 @@ impl<'c> Host<'c> {
             ctx,
             verb,
             names: Names::default(),
+            reads: RefCell::new(Vec::new()),
         }
     }
 
@@ -95,8 +102,7 @@ impl<'c> Host<'c> {
     }
 
     fn range(&self, key: &[u8], max: f64, limit: usize) -> Result<Vec<Str>, Refusal> {
-        let k = self.open(key)?;
-        match k.kind() {
+        self.read(key, |k| match k.kind() {
             Kind::Empty => Ok(Vec::new()),
             Kind::Zset => Ok(k
                 .zrange_to(max, limit)
@@ -104,16 +110,32 @@ impl<'c> Host<'c> {
                 .map(|(m, _)| m)
                 .collect()),
             _ => Err(Refusal::WrongType),
-        }
+        })?
     }
 
-    fn open(&self, key: &[u8]) -> Result<Key, Refusal> {
-        Key::read(self.ctx, self.name(key)?).ok_or_else(|| self.host_error("could not open a key"))
+    /// `f` on a read handle of `key`. A key that exists keeps its handle until the first
+    /// write (a verb that checks one set per pair or member opens it once); a missing key
+    /// is looked up again each time, as a script's reads would.
+    fn read<T>(&self, key: &[u8], f: impl FnOnce(&Key) -> T) -> Result<T, Refusal> {
+        if let Some(k) = self.reads.borrow().iter().find(|k| k.name() == key) {
+            return Ok(f(k));
+        }
+        let k = Key::read(self.ctx, self.name(key)?)
+            .ok_or_else(|| self.host_error("could not open a key"))?;
+        let out = f(&k);
+        if k.kind() != Kind::Empty {
+            let mut reads = self.reads.borrow_mut();
+            if reads.len() == KEPT_READS {
+                reads.remove(0);
+            }
+            reads.push(k);
+        }
+        Ok(out)
     }
 
     /// What `key` holds.
     pub fn kind(&self, key: &[u8]) -> Result<Kind, Refusal> {
-        Ok(self.open(key)?.kind())
+        self.read(key, Key::kind)
     }
 
     /// A key the verb will ZADD/ZREM: a zset or nothing.
@@ -126,19 +148,17 @@ impl<'c> Host<'c> {
 
     /// Is `member` in the zset `key` (a zset or nothing, else WRONGTYPE)?
     pub fn in_zset(&self, key: &[u8], member: &[u8]) -> Result<bool, Refusal> {
-        let k = self.open(key)?;
-        match k.kind() {
+        self.read(key, |k| match k.kind() {
             Kind::Empty => Ok(false),
             Kind::Zset => Ok(k.zscore(&self.name(member)?).is_some()),
             _ => Err(Refusal::WrongType),
-        }
+        })?
     }
 
     /// A hash's fields, in order: `None` when the key does not exist, WRONGTYPE when it is
     /// not a hash.
     pub fn hash(&self, key: &[u8], fields: &[&str]) -> Result<Option<Seen>, Refusal> {
-        let k = self.open(key)?;
-        match k.kind() {
+        self.read(key, |k| match k.kind() {
             Kind::Empty => Ok(None),
             Kind::Hash => {
                 let names = fields
@@ -150,24 +170,26 @@ impl<'c> Host<'c> {
                     .ok_or_else(|| self.host_error("could not read a hash"))
             }
             _ => Err(Refusal::WrongType),
-        }
+        })?
     }
 
     /// Check 6, one write: made through a key handle, verified against its prediction, then
     /// replicated as its effect.
-    pub fn write(&self, op: &Op<'_>) -> Result<Reply, Refusal> {
+    pub fn write(&self, op: &Op<'_>) -> Result<(), Refusal> {
         self.write_run(std::slice::from_ref(op))
-            .map(|mut replies| replies.pop().unwrap_or(Reply::Int(0)))
     }
 
     /// Writes to one key, in order, through one key handle; each verified and notified as
     /// its own command. The effect replicated is the command itself, except for a run of
     /// several hash writes, which travels as one HSET of the values written (an increment
     /// as the value it produced).
-    fn write_run(&self, run: &[Op<'_>]) -> Result<Vec<Reply>, Refusal> {
+    fn write_run(&self, run: &[Op<'_>]) -> Result<(), Refusal> {
         let Some(first) = run.first() else {
-            return Ok(Vec::new());
+            return Ok(());
         };
+        // no read handle outlives the first write (a write may change or delete what it
+        // points at)
+        self.reads.borrow_mut().clear();
         let fail = |op: &Op<'_>, what: &str| self.host_error(&format!("{} {what}", op.cmd));
         let key = first
             .args
@@ -177,40 +199,39 @@ impl<'c> Host<'c> {
         let k = Key::write(self.ctx, key.retain().ok_or_else(|| fail(first, "has no key"))?)
             .ok_or_else(|| fail(first, "could not open its key"))?;
         let merged = run.len() > 1;
-        let mut effect = vec![key];
-        let mut replies = Vec::with_capacity(run.len());
+        let mut effect = Vec::with_capacity(run.iter().map(|o| o.args.len() + 1).sum());
+        effect.push(key);
         let mut name: &CStr = c"HSET";
         for op in run {
-            let args = op
-                .args
-                .iter()
-                .skip(1)
-                .map(|a| self.name(a))
-                .collect::<Result<Vec<Str>, _>>()?;
-            let (reply, produced) = self.perform(&k, op, &args)?;
+            // the op's arguments after the key, as strings, straight into the effect
+            let start = effect.len();
+            for a in op.args.iter().skip(1) {
+                effect.push(self.name(a)?);
+            }
+            let produced = self.perform(&k, op, &effect[start..])?;
             name = if merged { c"HSET" } else { op.replicated() };
             match (op.cmd, merged, produced) {
                 // an increment among merged hash writes: its field and the value it produced
                 ("HINCRBY", true, Some(value)) => {
-                    effect.extend(args.into_iter().take(1).chain([value]))
+                    effect.truncate(start + 1);
+                    effect.push(value);
                 }
                 // a pop travels as the removal of what it popped
                 ("ZPOPMIN", _, Some(member)) => effect.push(member),
-                _ => effect.extend(args),
+                _ => {}
             }
-            replies.push(reply);
         }
         drop(k);
         if !ffi::replicate(self.ctx, name, &effect) {
             return Err(fail(first, "could not be replicated"));
         }
-        Ok(replies)
+        Ok(())
     }
 
     /// One write on an open key handle: made, verified against its prediction, notified.
     /// Also answers what the effect needs beyond the op's own arguments: the value an
     /// increment produced (for a merged HSET), or the member a pop removed.
-    fn perform(&self, k: &Key, op: &Op<'_>, rest: &[Str]) -> Result<(Reply, Option<Str>), Refusal> {
+    fn perform(&self, k: &Key, op: &Op<'_>, rest: &[Str]) -> Result<Option<Str>, Refusal> {
         let fail = |what: &str| self.host_error(&format!("{} {what}", op.cmd));
         let score = |raw: &[u8]| {
             string2ll(raw)
@@ -299,7 +320,7 @@ impl<'c> Host<'c> {
         if k.kind() == Kind::Empty && class != NOTIFY_GENERIC {
             k.notify(NOTIFY_GENERIC, c"del");
         }
-        Ok((reply, produced))
+        Ok(produced)
     }
 
     /// Every planned write, in order; consecutive hash writes to one key share a key
