@@ -394,7 +394,8 @@ impl Key {
         let zscore = unsafe { raw::RedisModule_ZsetScore }?;
         let mut score = 0f64;
         // SAFETY: a live zset key handle and a live member string.
-        let found = unsafe { zscore(self.key, member.ptr, &mut score) } == raw::REDISMODULE_OK as c_int;
+        let found =
+            unsafe { zscore(self.key, member.ptr, &mut score) } == raw::REDISMODULE_OK as c_int;
         found.then_some(score)
     }
 
@@ -436,35 +437,32 @@ impl Key {
         out
     }
 
-    /// The values of `fields`, in order; `None` per missing field. `None` when the key is
-    /// not a hash or the host refuses.
-    pub fn hash_fields(&self, fields: &[Str]) -> Option<Vec<Option<Str>>> {
-        if self.kind() != Kind::Hash {
-            return None;
+    /// One field's value, as HGET: `Some(None)` when absent (or the key is empty); `None`
+    /// when the key is not a hash or the host refuses.
+    pub fn hash_get(&self, field: &Str) -> Option<Option<Str>> {
+        match self.kind() {
+            Kind::Empty => return Some(None),
+            Kind::Hash => {}
+            _ => return None,
         }
         let get = unsafe { raw::RedisModule_HashGet }?;
-        fields
-            .iter()
-            .map(|name| {
-                let mut v = ptr::null_mut::<raw::RedisModuleString>();
-                // SAFETY: a live hash key handle and field string; the list ends with NULL; a
-                // returned string is ours (released when its `Str` drops).
-                let rc = unsafe {
-                    get(
-                        self.key,
-                        raw::REDISMODULE_HASH_NONE as c_int,
-                        name.ptr,
-                        &mut v as *mut *mut raw::RedisModuleString,
-                        ptr::null::<c_char>(),
-                    )
-                };
-                if rc != raw::REDISMODULE_OK as c_int {
-                    return None;
-                }
-                // SAFETY: a string the server handed us, ours to release.
-                Some((!v.is_null()).then(|| unsafe { Str::own(v, self.ctx) }))
-            })
-            .collect()
+        let mut v = ptr::null_mut::<raw::RedisModuleString>();
+        // SAFETY: a live hash key handle and field string; the list ends with NULL; a
+        // returned string is ours (released when its `Str` drops).
+        let rc = unsafe {
+            get(
+                self.key,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.ptr,
+                &mut v as *mut *mut raw::RedisModuleString,
+                ptr::null::<c_char>(),
+            )
+        };
+        if rc != raw::REDISMODULE_OK as c_int {
+            return None;
+        }
+        // SAFETY: a string the server handed us, ours to release.
+        Some((!v.is_null()).then(|| unsafe { Str::own(v, self.ctx) }))
     }
 
     /// HSET of one field on a key opened for write (a hash or nothing): `Some(true)` when the

@@ -158,17 +158,24 @@ impl<'c> Host<'c> {
     /// A hash's fields, in order: `None` when the key does not exist, WRONGTYPE when it is
     /// not a hash.
     pub fn hash(&self, key: &[u8], fields: &[&str]) -> Result<Option<Seen>, Refusal> {
+        self.hash_of(key, fields.iter().copied())
+    }
+
+    /// [`Host::hash`] of the fields an iterator names.
+    pub fn hash_of<'f>(
+        &self,
+        key: &[u8],
+        fields: impl Iterator<Item = &'f str>,
+    ) -> Result<Option<Seen>, Refusal> {
         self.read(key, |k| match k.kind() {
             Kind::Empty => Ok(None),
-            Kind::Hash => {
-                let names = fields
-                    .iter()
-                    .map(|f| self.name(f.as_bytes()))
-                    .collect::<Result<Vec<_>, _>>()?;
-                k.hash_fields(&names)
-                    .map(Some)
-                    .ok_or_else(|| self.host_error("could not read a hash"))
-            }
+            Kind::Hash => fields
+                .map(|f| {
+                    k.hash_get(&self.name(f.as_bytes())?)
+                        .ok_or_else(|| self.host_error("could not read a hash"))
+                })
+                .collect::<Result<Seen, _>>()
+                .map(Some),
             _ => Err(Refusal::WrongType),
         })?
     }
@@ -196,8 +203,11 @@ impl<'c> Host<'c> {
             .first()
             .ok_or_else(|| fail(first, "has no key"))?;
         let key = self.name(key)?;
-        let k = Key::write(self.ctx, key.retain().ok_or_else(|| fail(first, "has no key"))?)
-            .ok_or_else(|| fail(first, "could not open its key"))?;
+        let k = Key::write(
+            self.ctx,
+            key.retain().ok_or_else(|| fail(first, "has no key"))?,
+        )
+        .ok_or_else(|| fail(first, "could not open its key"))?;
         let merged = run.len() > 1;
         let mut effect = Vec::with_capacity(run.iter().map(|o| o.args.len() + 1).sum());
         effect.push(key);
@@ -258,9 +268,7 @@ impl<'c> Host<'c> {
                     return Err(fail("has bad arguments"));
                 };
                 let by = string2ll(by).ok_or_else(|| fail("has a bad increment"))?;
-                let stored = k
-                    .hash_fields(std::slice::from_ref(field))
-                    .and_then(|mut v| v.pop().flatten());
+                let stored = k.hash_get(field).flatten();
                 let next = incr(stored.as_deref(), by).map_err(&fail)?;
                 let value = self.name(&num(next))?;
                 k.hash_set(field, &value)
@@ -295,7 +303,10 @@ impl<'c> Host<'c> {
                 if k.zrem(&member) != Some(true) {
                     return Err(fail("could not remove the head"));
                 }
-                let reply = Reply::Array(vec![Reply::Bulk(member.to_vec()), Reply::Bulk(num(s as i64))]);
+                let reply = Reply::Array(vec![
+                    Reply::Bulk(member.to_vec()),
+                    Reply::Bulk(num(s as i64)),
+                ]);
                 produced = Some(member);
                 (reply, NOTIFY_ZSET, c"zpopmin")
             }

@@ -24,10 +24,10 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–5. fence and reads: held, flat, not a flow child
     let h = Host::new(ctx, VERB);
     let fence = h.fence();
-    if held(&h, &fence, &q, active, (id, token), FLAT_NO_FLOW, &[])?.is_none() {
+    let row = q.row(id);
+    if held(&h, &fence, &row, active, (id, token), FLAT_NO_FLOW, &[])?.is_none() {
         return Ok(int(0));
     }
-    let row = q.row(id);
     let metrics = q.metrics_completed();
     fence.read(&metrics)?;
     let stored = h

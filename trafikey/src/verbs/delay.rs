@@ -25,11 +25,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let due = grammar::at("delay_ms", h.now_ms()?, delay)?;
     // 4.–5. fence and reads: held and flat; schedule takes a ZADD
     let fence = h.fence();
-    if held(&h, &fence, &q, active, (id, token), FLAT_ONLY, &[])?.is_none() {
+    let row = q.row(id);
+    if held(&h, &fence, &row, active, (id, token), FLAT_ONLY, &[])?.is_none() {
         return Ok(int(0));
     }
     h.expect_zset(schedule)?;
-    let row = q.row(id);
     fence.write(&row)?;
     // 6.–7. writes, each replicated as its effect
     h.apply(&[

@@ -25,10 +25,10 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let deadline = grammar::at("lease_ms", h.now_ms()?, lease)?;
     // 4.–5. fence and reads: the row read once; no row or another token answers 0
     let fence = h.fence();
-    if held(&h, &fence, &q, active, (id, token), ANY_ROW, &[])?.is_none() {
+    let row = q.row(id);
+    if held(&h, &fence, &row, active, (id, token), ANY_ROW, &[])?.is_none() {
         return Ok(int(0));
     }
-    let row = q.row(id);
     fence.write(&row)?;
     let run_id = h.epoch()?;
     // 6.–7. writes, each replicated as its effect: the member exists, so ZADD adds nothing

@@ -3,7 +3,9 @@
 
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
-use crate::decide::{num, owned_op, Expect, Op};
+use std::borrow::Cow;
+
+use crate::decide::{num, Expect, Op};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -30,11 +32,13 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–5. fence and reads, pair by pair; a pair not held answers 0 instead of refusing
     let fence = h.fence();
     let mut replies = Vec::with_capacity(pairs.len());
-    let mut zadd = vec![active.to_vec()];
+    let at = num(deadline);
+    let mut zadd: Vec<Cow<[u8]>> = vec![Cow::Borrowed(active)];
     let mut stamps: Vec<Op> = Vec::new();
     let run_id = h.epoch()?;
     for (id, token) in &pairs {
-        let ok = match held(&h, &fence, &q, active, (id, token), ANY_ROW, &[]) {
+        let row = q.row(id);
+        let ok = match held(&h, &fence, &row, active, (id, token), ANY_ROW, &[]) {
             Ok(Some(_)) => true,
             Ok(None) | Err(Refusal::State(_)) => false,
             Err(other) => return Err(other.into()),
@@ -43,21 +47,27 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             replies.push(int(0));
             continue;
         }
-        let row = q.row(id);
         fence.write(&row)?;
-        zadd.push(num(deadline));
-        zadd.push(id.to_vec());
-        stamps.push(owned_op(
-            "HSET",
-            vec![row, b"lease_epoch".to_vec(), run_id.to_vec()],
-            Expect::AnyInt,
-        ));
+        zadd.extend([Cow::Borrowed(at.as_slice()), Cow::Borrowed(*id)]);
+        stamps.push(Op {
+            cmd: "HSET",
+            args: vec![
+                Cow::Owned(row),
+                Cow::Borrowed(b"lease_epoch"),
+                Cow::Borrowed(run_id),
+            ],
+            expect: Expect::AnyInt,
+        });
         replies.push(int(deadline));
     }
     // 6.–7. writes, each replicated as its effect: one ZADD for every held pair (all
     // members exist), one stamp per row
     if zadd.len() > 1 {
-        h.write(&owned_op("ZADD", zadd, Expect::Int(0)))?;
+        h.write(&Op {
+            cmd: "ZADD",
+            args: zadd,
+            expect: Expect::Int(0),
+        })?;
         h.apply(&stamps)?;
     }
     Ok(ValkeyValue::Array(replies))

@@ -31,10 +31,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–5. fence and reads: held, flat, not a flow child (a dead row is not active: a
     // repeated terminal FAIL writes nothing)
     let fence = h.fence();
+    let row = q.row(id);
     let Some(seen) = held(
         &h,
         &fence,
-        &q,
+        &row,
         active,
         (id, token),
         FLAT_NO_FLOW,
@@ -46,7 +47,6 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let n = HELD.len();
     let (failures, verdict) =
         fail_budget(field(&seen, n), max_attempts, backoff).map_err(Refusal::Counter)?;
-    let row = q.row(id);
     let failures = num(failures);
     let (target, score) = match verdict {
         Budget::Pending => (

@@ -17,7 +17,6 @@ pub mod schedule;
 pub mod stalled_check;
 
 use crate::errors::{printable, Refusal};
-use crate::grammar::Queue;
 use crate::ffi::Str;
 use crate::host::{Fence, Host, Seen};
 
@@ -69,24 +68,21 @@ pub fn expect_state(verb: &str, state: Option<&[u8]>, want: &str) -> Result<(), 
     }
 }
 
-/// Steps 4–5 for a verb that takes a token on an active job: the row read once (the `HELD`
+/// Steps 4–5 for a verb that takes a token on an active job (`row` = the id's row key): the row read once (the `HELD`
 /// fields, then `extra`), then, in order: no row → `None` (reply 0); a refused boundary; a
 /// token that is not `attempts` byte for byte → `None`; not `active` or not in active →
 /// EMQSTATE. On `Some`, the fields in `HELD` + `extra` order.
 pub fn held(
     h: &Host<'_>,
     fence: &Fence,
-    q: &Queue<'_>,
+    row: &[u8],
     active: &[u8],
     (id, token): (&[u8], &[u8]),
     b: Boundary,
     extra: &[&str],
 ) -> Result<Option<Seen>, Refusal> {
-    let row = q.row(id);
-    fence.read(&row)?;
-    let mut fields: Vec<&str> = HELD.to_vec();
-    fields.extend_from_slice(extra);
-    let Some(seen) = h.hash(&row, &fields)? else {
+    fence.read(row)?;
+    let Some(seen) = h.hash_of(row, HELD.iter().chain(extra).copied())? else {
         return Ok(None);
     };
     let at = |i: usize| field(&seen, i);

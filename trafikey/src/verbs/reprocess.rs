@@ -48,7 +48,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     };
     // planted (recovery): the job is sent to pending but left in dead too
     #[cfg(feature = "planted")]
-    let plan = if crate::plant::on("reprocess.keep_dead") && reply == 1 { plan[1..].to_vec() } else { plan };
+    let plan = if crate::plant::on("reprocess.keep_dead") && reply == 1 {
+        plan[1..].to_vec()
+    } else {
+        plan
+    };
     // 6.–7. writes, each replicated as its effect: every counter kept
     h.apply(&plan)?;
     Ok(int(reply))

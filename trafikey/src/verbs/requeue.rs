@@ -24,10 +24,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–5. fence and reads: held and flat; the pending score is the row's priority
     let h = Host::new(ctx, VERB);
     let fence = h.fence();
+    let row = q.row(id);
     let Some(seen) = held(
         &h,
         &fence,
-        &q,
+        &row,
         active,
         (id, token),
         FLAT_ONLY,
@@ -38,7 +39,6 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     };
     let prio = priority(field(&seen, HELD.len())).map_err(Refusal::Counter)?;
     h.expect_zset(pending)?;
-    let row = q.row(id);
     fence.write(&row)?;
     // 6.–7. writes, each replicated as its effect: no counter
     h.apply(&[
