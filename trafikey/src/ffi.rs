@@ -74,13 +74,16 @@ unsafe fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
 }
 
 /// A module string we hold one reference to (created by us, retained, or handed to us by
-/// the server), released on drop. Borrowed as bytes; never written.
+/// the server), released on drop; or a view of a shared field name, which lives as long as
+/// the module and is never released. Borrowed as bytes; never written.
 pub struct Str {
     ptr: *mut raw::RedisModuleString,
     ctx: *mut raw::RedisModuleCtx,
     /// Its bytes, read once (a string we hold is never changed).
     data: *const u8,
     len: usize,
+    /// Does this value hold a reference (released on drop)? False for a shared name's view.
+    counted: bool,
 }
 
 impl Str {
@@ -95,6 +98,7 @@ impl Str {
             ctx,
             data: bytes.as_ptr(),
             len: bytes.len(),
+            counted: true,
         }
     }
 
@@ -113,17 +117,32 @@ impl Str {
         (!s.is_null()).then(|| unsafe { Str::own(s, ptr::null_mut()) })
     }
 
-    /// One more reference to the same string (a refcount, no copy).
+    /// One more reference to the same string (a refcount, no copy; a shared name's view
+    /// needs none).
     pub fn retain(&self) -> Option<Str> {
-        let retain = unsafe { raw::RedisModule_RetainString }?;
-        // SAFETY: a live string we hold; a NULL context takes a plain reference.
-        unsafe { retain(ptr::null_mut(), self.ptr) };
+        if self.counted {
+            let retain = unsafe { raw::RedisModule_RetainString }?;
+            // SAFETY: a live string we hold; a NULL context takes a plain reference.
+            unsafe { retain(ptr::null_mut(), self.ptr) };
+        }
         Some(Str {
             ptr: self.ptr,
             ctx: ptr::null_mut(),
             data: self.data,
             len: self.len,
+            counted: self.counted,
         })
+    }
+
+    /// A view that holds no reference: only for strings that are never released.
+    fn view(&self) -> Str {
+        Str {
+            ptr: self.ptr,
+            ctx: ptr::null_mut(),
+            data: self.data,
+            len: self.len,
+            counted: false,
+        }
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -151,7 +170,7 @@ impl std::fmt::Debug for Str {
 
 impl Drop for Str {
     fn drop(&mut self) {
-        if self.ptr.is_null() {
+        if self.ptr.is_null() || !self.counted {
             return;
         }
         if let Some(free) = unsafe { raw::RedisModule_FreeString } {
@@ -182,7 +201,8 @@ const FIELD_NAMES: [&str; 14] = [
 
 struct Shared(Vec<Str>);
 // SAFETY: module strings are only touched from the server's main thread (command handlers);
-// these are created once, never freed, and only read or refcounted there.
+// these are created once and never freed (so views of them need no reference), and are
+// only read or refcounted there.
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
@@ -197,7 +217,7 @@ fn shared(bytes: &[u8]) -> Option<Str> {
             .map(Shared)
     });
     let at = FIELD_NAMES.iter().position(|n| n.as_bytes() == bytes)?;
-    all.as_ref()?.0.get(at).and_then(Str::retain)
+    all.as_ref()?.0.get(at).map(Str::view)
 }
 
 /// How many recently made strings a command keeps for reuse (a key name is checked, opened
