@@ -212,13 +212,24 @@ impl<'c> Host<'c> {
         let mut effect = Vec::with_capacity(run.iter().map(|o| o.args.len() + 1).sum());
         effect.push(key);
         let mut name: &CStr = c"HSET";
+        let mut outcome = Ok(());
+        let mut done = 0;
         for op in run {
             // the op's arguments after the key, as strings, straight into the effect
             let start = effect.len();
-            for a in op.args.iter().skip(1) {
+            let made = op.args.iter().skip(1).try_for_each(|a| {
                 effect.push(self.name(a)?);
-            }
-            let produced = self.perform(&k, op, &effect[start..])?;
+                Ok(())
+            });
+            let produced = match made.and_then(|()| self.perform(&k, op, &effect[start..])) {
+                Ok(produced) => produced,
+                Err(e) => {
+                    // what the run already wrote is still replicated below
+                    effect.truncate(start);
+                    outcome = Err(e);
+                    break;
+                }
+            };
             name = if merged { c"HSET" } else { op.replicated() };
             match (op.cmd, merged, produced) {
                 // an increment among merged hash writes: its field and the value it produced
@@ -230,12 +241,13 @@ impl<'c> Host<'c> {
                 ("ZPOPMIN", _, Some(member)) => effect.push(member),
                 _ => {}
             }
+            done += 1;
         }
         drop(k);
-        if !ffi::replicate(self.ctx, name, &effect) {
+        if done > 0 && !ffi::replicate(self.ctx, name, &effect) {
             return Err(fail(first, "could not be replicated"));
         }
-        Ok(())
+        outcome
     }
 
     /// One write on an open key handle: made, verified against its prediction, notified.
