@@ -242,6 +242,9 @@ impl Names {
         if recent.len() == RECENT {
             recent.remove(0);
         }
+        if recent.capacity() == 0 {
+            recent.reserve_exact(RECENT);
+        }
         recent.push(s.retain()?);
         Some(s)
     }

@@ -128,6 +128,9 @@ impl<'c> Host<'c> {
             if reads.len() == KEPT_READS {
                 reads.remove(0);
             }
+            if reads.capacity() == 0 {
+                reads.reserve_exact(KEPT_READS);
+            }
             reads.push(k);
         }
         Ok(out)
