@@ -24,7 +24,8 @@ LEASE_MS = 60_000
 
 
 def top_level_usec(client, wire: int, verb_command: str) -> tuple[int, int]:
-    stats = client.info("commandstats")
+    # module commands keep their registered case in INFO (cmdstat_EMQ.CLAIM): match without case
+    stats = {name.lower(): entry for name, entry in client.info("commandstats").items()}
     name = "cmdstat_evalsha" if wire == 4 else "cmdstat_" + verb_command.lower()
     entry = stats.get(name, {"calls": 0, "usec": 0})
     return int(entry["calls"]), int(entry["usec"])
