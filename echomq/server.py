@@ -79,7 +79,8 @@ class EmbeddedServer:
         cluster: bool = False,
         extra_args: Sequence[str] = (),
     ) -> None:
-        self.module = module
+        # absolute: the server resolves a relative --loadmodule against its own --dir
+        self.module = str(Path(module).resolve()) if module else None
         self.aof = aof
         self.appendfsync = appendfsync
         self.brand = brand

@@ -3,7 +3,7 @@
     .venv/bin/python trafikey/tools/side_by_side.py BEFORE.so AFTER.so [--jobs 3000] [--rounds 9]
 
 Three embedded servers side by side, rounds interleaved (the same noise for all three); each
-round runs bench/server_cost.py's verb phases and reads INFO commandstats (EVALSHA on wire 4,
+round is bench/server_cost.py's measure(): its verb phases and INFO commandstats (EVALSHA on wire 4,
 the EMQ.* command on wire 6; looked up case-insensitively). Prints the median and the min of
 the rounds, µs per call, and each build's ratio to the scripts. To compare with a build of an
 older commit: `git worktree add /tmp/old <commit>` and
@@ -19,28 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.server_cost import phases  # noqa: E402
-from echomq import EmbeddedServer, Queue, connect  # noqa: E402
-from echomq.ids import uuid7  # noqa: E402
-from echomq.verbs import BY_NAME  # noqa: E402
-
-
-def measure(server: EmbeddedServer, wire: int, n: int) -> dict[str, float]:
-    conn = connect(server.url, wire=wire)
-    queue = Queue(conn, f"bench{uuid7()[-6:]}")
-    client = server.client(decode_responses=True)
-    out: dict[str, float] = {}
-    for verb, run in phases(queue, n):
-        client.config_resetstat()
-        run()
-        name = "cmdstat_evalsha" if wire == 4 else "cmdstat_" + BY_NAME[verb].command.lower()
-        stats = {k.lower(): v for k, v in client.info("commandstats").items()}
-        entry = stats.get(name, {"calls": 0, "usec": 0})
-        if entry["calls"]:
-            out.setdefault(verb, entry["usec"] / entry["calls"])
-    out["lifecycle"] = out["enqueue"] + out["claim"] + out["complete"]
-    conn.close()
-    return out
+from bench.server_cost import measure  # noqa: E402
+from echomq import EmbeddedServer  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
