@@ -56,7 +56,7 @@ def headline(results: dict) -> dict[str, Any]:
         if key in aof:
             out["aof " + key] = aof[key]["median"]
     e2e = results.get("e2e", {}).get("table", {})
-    ours = {name: row for name, row in e2e.items() if row["kind"] == "echomq" and "emq worker" in name}
+    ours = {name: row for name, row in e2e.items() if row["kind"] == "echomq" and name.endswith("(emq worker)")}
     if not ours:
         ours = {name: row for name, row in e2e.items() if row["kind"] == "echomq"}
     peers = {name: row for name, row in e2e.items() if row["kind"] == "peer"}
