@@ -72,7 +72,8 @@ def headline(results: dict) -> dict[str, Any]:
     return out
 
 
-def render(results: dict, baseline: dict | None = None) -> str:
+def render(results: dict, baseline: dict | None = None, later: list[dict] | None = None,
+           rendered_by: str = "") -> str:
     meta = results["meta"]
     m = meta["machine"]
     lines = ["# Benchmarks", "",
@@ -81,7 +82,11 @@ def render(results: dict, baseline: dict | None = None) -> str:
              "read as a ratio. These machines are shared and noisy: absolute numbers move from run to run, ratios "
              "much less. Benchmarks are never timed assertions in the test suite.", "",
              "## How this page was made", "",
-             "```", meta["command"], "```", "",
+             "```", meta["command"], "```", ""]
+    if rendered_by:
+        lines += ["then the page rendered again with the earlier (*Before / after*) and later cost runs:", "",
+                  "```", rendered_by, "```", ""]
+    lines += [
              f"* machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}; load average at start "
              f"{m['loadavg_at_start']}",
              f"* started {m['started_at']}, took {results.get('elapsed_s', 0) / 60:.1f} min; EchoMQ commit "
@@ -106,6 +111,13 @@ def render(results: dict, baseline: dict | None = None) -> str:
                          f"main-thread CPU incl. I/O: {head.get('native/floor:cpu_us', float('nan')):.2f}×")
         if "scripts/floor:usec" in head:
             lines.append(f"* scripts / primitive floor: {head['scripts/floor:usec']:.2f}×")
+        for extra in later or ():
+            r = extra.get("cost", {}).get("ratios", {})
+            if "native/scripts:usec" in r:
+                lines.append(f"* a later cost run on trafikey {extra['meta']['machine']['trafikey_commit']} (see *A later "
+                             f"cost run*): native / scripts {r['native/scripts:usec']['median']:.2f}×, native / floor "
+                             f"{r['native/floor:usec']['median']:.2f}× (main-thread CPU "
+                             f"{r['native/floor:cpu_us']['median']:.2f}×)")
         if "aof native/scripts:usec" in head:
             lines.append(f"* with the append-only file on: native / scripts {head['aof native/scripts:usec']:.2f}×, "
                          f"native / floor {head.get('aof native/floor:usec', float('nan')):.2f}× (commandstats µs)")
@@ -260,6 +272,8 @@ def render(results: dict, baseline: dict | None = None) -> str:
 
     if baseline:
         lines += before_after(baseline, results)
+    for extra in later or ():
+        lines += later_cost(extra)
     if NOTES.exists():
         lines += [NOTES.read_text().strip(), ""]
     return "\n".join(lines) + "\n"
@@ -341,6 +355,34 @@ def derived(results: dict) -> list[str]:
         table(["ratio"] + [f"{k} proc" for k in ks], rows)
 
 
+def later_cost(extra: dict) -> list[str]:
+    """A cost-only run made after the main one (a newer trafikey, say): its lifecycle and ratios."""
+    meta, cost_ = extra["meta"], extra.get("cost")
+    if not cost_:
+        return []
+    m = meta["machine"]
+    lines = ["## A later cost run", "",
+             f"`{meta['command']}` at {m['started_at']}: trafikey commit {m['trafikey_commit']}"
+             + (" (with uncommitted changes)" if m.get("trafikey_dirty") else "")
+             + f", built {m.get('trafikey_built_at', '?')}, sha256 {meta.get('trafikey_sha256', '?')}…; "
+             f"{cost_['rounds']} rounds of {cost_['n']} jobs. The same method as the section above, on the "
+             "build that was current after the main run.", ""]
+    rows = []
+    for name in ("native", "scripts", "floor"):
+        t = cost_["table"].get(name)
+        if t:
+            rows.append([EXECUTOR_NAMES[name], med(t["enqueue"]["usec"]), med(t["claim"]["usec"]),
+                         med(t["complete"]["usec"]), "**" + med(t["lifecycle"]["usec"]) + "**",
+                         med(t["lifecycle"]["cpu_us"])])
+    lines += table(["executor", "enqueue µs", "claim µs", "complete µs", "lifecycle µs", "lifecycle CPU µs"], rows)
+    rows = [[key.split(":")[0], "commandstats µs" if key.endswith("usec") else "main-thread CPU", med(v)]
+            for key, v in cost_["ratios"].items() if not key.startswith("verb:")]
+    for label, block in (("AOF on: ", extra.get("cost_aof", {}).get("ratios", {})),):
+        rows += [[label + key.split(":")[0], "commandstats µs" if key.endswith("usec") else "main-thread CPU",
+                  med(v)] for key, v in block.items() if not key.startswith("verb:")]
+    return lines + table(["ratio", "measure", "median (min–max)"], rows)
+
+
 def before_after(before: dict, after: dict) -> list[str]:
     lines = ["## Before / after", "",
              f"Before: `{before['meta']['command']}` at {before['meta']['machine']['started_at']} (commit "
@@ -374,11 +416,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("results")
     parser.add_argument("--baseline")
+    parser.add_argument("--later", action="append", default=[],
+                        help="a cost-only results file made after the main run (repeatable)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     args = parser.parse_args(argv)
     results = json.loads(Path(args.results).read_text())
     baseline = json.loads(Path(args.baseline).read_text()) if args.baseline else None
-    Path(args.out).write_text(render(results, baseline))
+    later = [json.loads(Path(p).read_text()) for p in args.later]
+    import shlex
+
+    rendered_by = "cd /work/main && .venv/bin/python -m bench.report " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    Path(args.out).write_text(render(results, baseline, later, rendered_by if (baseline or later) else ""))
     return 0
 
 
