@@ -172,25 +172,25 @@ def _rust_sources() -> dict[Path, str]:
     return {p: p.read_text() for p in sorted(RUST_SRC.rglob("*.rs"))}
 
 
-RUST_STATE_WRITE = re.compile(r'b?"state"\s*,\s*b?"([^"]*)"')
-ROW_FIELDS = {"state", "payload", "attempts", "failures", "stalled", "lease_epoch", "last_error", "priority", "group", "parent"}
-RUST_STATE_ENUM = re.compile(r"\benum\s+State\b")
+RUST_STATES = RUST_SRC / "state.rs"
+RUST_STATE_ARM = re.compile(r'State::(\w+)\s*=>\s*b?"([^"]*)"')
+RUST_RAW_STATE_WRITE = re.compile(r'b"state"(?:\.to_vec\(\))?\s*,\s*b"(pending|active|scheduled|dead)"')
 
 
 def test_rust_states_match_python():
-    sources = _rust_sources()
-    written = {(p, s) for p, text in sources.items() for s in RUST_STATE_WRITE.findall(text) if s not in ROW_FIELDS}
-    defining = [p for p, text in sources.items() if RUST_STATE_ENUM.search(text)]
-    if not written and not defining:
-        pytest.skip("trafikey/src neither defines nor writes states yet")
-    values = {s.value for s in State}
-    for path, state in written:  # ("state", "group") is a list of fields to read, not a write
-        assert state in values, f"{path.relative_to(ROOT)} writes state {state!r}, not one of {sorted(values)}"
-    assert {state for _, state in written} == values, "the native verbs write each of the four states"
-    for path in defining:
-        literals = set(re.findall(r'b?"((?:[^"\\]|\\.)*)"', sources[path]))
-        missing = values - literals
-        assert not missing, f"{path.relative_to(ROOT)} defines State without {sorted(missing)}"
+    """trafikey/src/state.rs defines the four states once: the same field values and sets as Python."""
+    text = RUST_STATES.read_text()
+    field_fn, set_fn = text.split("pub const fn set")
+    fields = dict(RUST_STATE_ARM.findall(field_fn))
+    sets = dict(RUST_STATE_ARM.findall(set_fn))
+    assert set(fields.values()) == {s.value for s in State}
+    assert {fields[variant]: sets[variant] for variant in fields} == {s.value: STATE_SETS[s] for s in State}
+
+
+def test_rust_writes_states_only_through_its_state_module():
+    """No verb writes a state as a raw literal: drift would slip past the comparison above."""
+    raw = {p.name: RUST_RAW_STATE_WRITE.findall(text) for p, text in _rust_sources().items() if p != RUST_STATES}
+    assert {name: found for name, found in raw.items() if found} == {}
 
 
 RUST_ROW = re.compile(r'row!\(\s*(?:"(?P<name>[^"]+)"\s*,\s*)?(?P<handler>\w+)\s*,[^\[]*\[(?P<tokens>[^\]]*)\]')

@@ -6,6 +6,7 @@ use std::ffi::CStr;
 
 use crate::errors::{NOT_INTEGER, OVERFLOW};
 use crate::grammar::Queue;
+use crate::state::State;
 
 /// Valkey's `string2ll`: an optional `-`, then no leading zero (except `0` itself), at most
 /// 20 characters, within i64. Hash values HINCRBY accepts are exactly these.
@@ -77,9 +78,9 @@ impl Budget {
     /// The state written and the bulk reply.
     pub fn state(self) -> &'static [u8] {
         match self {
-            Budget::Pending => b"pending",
-            Budget::Scheduled => b"scheduled",
-            Budget::Dead => b"dead",
+            Budget::Pending => State::Pending.field(),
+            Budget::Scheduled => State::Scheduled.field(),
+            Budget::Dead => State::Dead.field(),
         }
     }
 }
@@ -263,7 +264,7 @@ pub fn sweep_plan(
             Swept::Exempt => {
                 plan.push(owned_op(
                     "HSET",
-                    vec![row, b"state".to_vec(), b"pending".to_vec()],
+                    vec![row, b"state".to_vec(), State::Pending.field().to_vec()],
                     Expect::AnyInt,
                 ));
             }
@@ -275,7 +276,7 @@ pub fn sweep_plan(
                         b"stalled".to_vec(),
                         num(st),
                         b"state".to_vec(),
-                        b"pending".to_vec(),
+                        State::Pending.field().to_vec(),
                     ],
                     Expect::AnyInt,
                 ));
@@ -288,7 +289,7 @@ pub fn sweep_plan(
                         b"stalled".to_vec(),
                         num(st),
                         b"state".to_vec(),
-                        b"dead".to_vec(),
+                        State::Dead.field().to_vec(),
                         b"last_error".to_vec(),
                         b"stalled".to_vec(),
                     ],

@@ -16,6 +16,7 @@ pub mod grammar;
 pub mod host;
 #[cfg(feature = "planted")]
 pub mod plant;
+pub mod state;
 pub mod table;
 pub mod verbs;
 

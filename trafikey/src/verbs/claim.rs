@@ -7,6 +7,7 @@ use crate::decide::{next_attempt, num, op, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{bulk, int, Host};
+use crate::state::State;
 
 pub const VERB: &str = "EMQ.CLAIM";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -69,7 +70,13 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         op("HINCRBY", &[&row, b"attempts", b"1"], Expect::Int(att)),
         op(
             "HSET",
-            &[&row, b"state", b"active", b"lease_epoch", run_id],
+            &[
+                &row,
+                b"state",
+                State::Active.field(),
+                b"lease_epoch",
+                run_id,
+            ],
             Expect::AnyInt,
         ),
         op("ZADD", &[active, &num(deadline), &id], Expect::AnyInt),

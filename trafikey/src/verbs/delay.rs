@@ -5,6 +5,7 @@ use valkey_module::{Context, ValkeyResult};
 use crate::decide::{num, op, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
+use crate::state::State;
 use crate::verbs::{held, FLAT_ONLY};
 
 pub const VERB: &str = "EMQ.DELAY";
@@ -35,7 +36,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     h.apply(&[
         op("ZREM", &[active, id], Expect::Int(1)),
         op("ZADD", &[schedule, &num(due), id], Expect::AnyInt),
-        op("HSET", &[&row, b"state", b"scheduled"], Expect::AnyInt),
+        op(
+            "HSET",
+            &[&row, b"state", State::Scheduled.field()],
+            Expect::AnyInt,
+        ),
     ])?;
     Ok(int(due))
 }

@@ -19,6 +19,7 @@ pub mod stalled_check;
 use crate::errors::{printable, Refusal};
 use crate::ffi::Str;
 use crate::host::{Fence, Host, Seen};
+use crate::state::State;
 
 /// The row fields a token verb reads first, in this order, before its own.
 pub const HELD: [&str; 4] = ["attempts", "state", "group", "parent"];
@@ -55,15 +56,16 @@ pub fn boundary(b: Boundary, group: Option<&[u8]>, parent: Option<&[u8]>) -> Res
 }
 
 /// Refuse a row whose `state` is not `want`.
-pub fn expect_state(verb: &str, state: Option<&[u8]>, want: &str) -> Result<(), Refusal> {
+pub fn expect_state(verb: &str, state: Option<&[u8]>, want: State) -> Result<(), Refusal> {
+    let want_name = want.name();
     match state {
-        Some(s) if s == want.as_bytes() => Ok(()),
+        Some(s) if s == want.field() => Ok(()),
         Some(s) => Err(Refusal::State(format!(
-            "{verb} row is {}, not {want}",
+            "{verb} row is {}, not {want_name}",
             printable(s)
         ))),
         None => Err(Refusal::State(format!(
-            "{verb} row has no state, not {want}"
+            "{verb} row has no state, not {want_name}"
         ))),
     }
 }
@@ -90,7 +92,7 @@ pub fn held(
     if at(0) != Some(token) {
         return Ok(None);
     }
-    expect_state(h.verb, at(1), "active")?;
+    expect_state(h.verb, at(1), State::Active)?;
     if !h.in_zset(active, id)? {
         return Err(Refusal::State(format!("{} id is not in active", h.verb)));
     }

@@ -7,6 +7,7 @@ use crate::decide::{num, owned_op, priority, Expect, Op};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
+use crate::state::State;
 
 pub const VERB: &str = "EMQ.PROMOTE";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -45,7 +46,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         zadd.push(id.to_vec());
         states.push(owned_op(
             "HSET",
-            vec![row, b"state".to_vec(), b"pending".to_vec()],
+            vec![row, b"state".to_vec(), State::Pending.field().to_vec()],
             Expect::AnyInt,
         ));
     }

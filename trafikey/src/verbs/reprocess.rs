@@ -6,6 +6,7 @@ use crate::decide::{num, op, priority, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
+use crate::state::State;
 use crate::verbs::{boundary, expect_state, FLAT_ONLY};
 
 pub const VERB: &str = "EMQ.REPROCESS";
@@ -34,14 +35,18 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         None => (vec![op("ZREM", &[dead, id], Expect::Int(1))], 0),
         Some(seen) => {
             boundary(FLAT_ONLY, seen[1].as_deref(), None)?;
-            expect_state(VERB, seen[0].as_deref(), "dead")?;
+            expect_state(VERB, seen[0].as_deref(), State::Dead)?;
             prio = num(priority(seen[2].as_deref()).map_err(Refusal::Counter)?);
             h.expect_zset(pending)?;
             fence.write(&row)?;
             let plan = vec![
                 op("ZREM", &[dead, id], Expect::Int(1)),
                 op("ZADD", &[pending, &prio, id], Expect::AnyInt),
-                op("HSET", &[&row, b"state", b"pending"], Expect::AnyInt),
+                op(
+                    "HSET",
+                    &[&row, b"state", State::Pending.field()],
+                    Expect::AnyInt,
+                ),
             ];
             (plan, 1)
         }

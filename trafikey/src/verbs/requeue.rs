@@ -6,6 +6,7 @@ use crate::decide::{num, op, priority, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
+use crate::state::State;
 use crate::verbs::{field, held, FLAT_ONLY, HELD};
 
 pub const VERB: &str = "EMQ.REQUEUE";
@@ -44,7 +45,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     h.apply(&[
         op("ZREM", &[active, id], Expect::Int(1)),
         op("ZADD", &[pending, &num(prio), id], Expect::AnyInt),
-        op("HSET", &[&row, b"state", b"pending"], Expect::AnyInt),
+        op(
+            "HSET",
+            &[&row, b"state", State::Pending.field()],
+            Expect::AnyInt,
+        ),
     ])?;
     Ok(int(1))
 }

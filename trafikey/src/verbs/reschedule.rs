@@ -7,6 +7,7 @@ use crate::decide::{num, op, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
+use crate::state::State;
 use crate::verbs::{boundary, expect_state, FLAT_ONLY};
 
 pub const VERB: &str = "EMQ.RESCHEDULE";
@@ -40,7 +41,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         return Ok(int(0));
     };
     boundary(FLAT_ONLY, seen[1].as_deref(), None)?;
-    expect_state(VERB, seen[0].as_deref(), "scheduled")?;
+    expect_state(VERB, seen[0].as_deref(), State::Scheduled)?;
     if !h.in_zset(schedule, id)? {
         return Err(Refusal::State(format!("{VERB} id is not in schedule")).into());
     }

@@ -5,6 +5,7 @@ use valkey_module::{Context, ValkeyResult};
 use crate::decide::{num, op, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
+use crate::state::State;
 
 pub const VERB: &str = "EMQ.SCHEDULE";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -37,7 +38,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let mut fields: Vec<&[u8]> = vec![
         &row,
         b"state",
-        b"scheduled",
+        State::Scheduled.field(),
         b"payload",
         payload,
         b"attempts",
