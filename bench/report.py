@@ -42,6 +42,29 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     out += ["| " + " | ".join(row) + " |" for row in rows]
     return out + [""]
 
+LIFECYCLE_HEADER = ["executor", "enqueue µs", "claim µs", "complete µs", "lifecycle µs", "lifecycle CPU µs"]
+
+
+def lifecycle_rows(cost_table: dict, with_commands: bool = False) -> list[list[str]]:
+    """One row per executor: the lifecycle's verbs and total, median (min–max)."""
+    rows = []
+    for name in ("native", "scripts", "floor"):
+        t = cost_table.get(name)
+        if t:
+            row = [EXECUTOR_NAMES[name], med(t["enqueue"]["usec"]), med(t["claim"]["usec"]),
+                   med(t["complete"]["usec"]), "**" + med(t["lifecycle"]["usec"]) + "**", med(t["lifecycle"]["cpu_us"])]
+            if with_commands:
+                row.append(num(t["lifecycle"]["commands"]["median"], 1))
+            rows.append(row)
+    return rows
+
+
+def ratio_rows(ratios: dict, label: str = "") -> list[list[str]]:
+    """The lifecycle ratios (not the per-verb ones), each with the measure it divides."""
+    return [[label + key.split(":")[0], "commandstats µs" if key.endswith("usec") else "main-thread CPU", med(v)]
+            for key, v in ratios.items() if not key.startswith("verb:")]
+
+
 
 def headline(results: dict) -> dict[str, Any]:
     """The figures the page leads with (also stored in the results file)."""
@@ -152,20 +175,9 @@ def render(results: dict, baseline: dict | None = None, later: list[dict] | None
                   "paused` round trip (SPEC §4). The floor is the lifecycle's writes (and the payload read) as plain "
                   "pipelined commands with no checks: HSET+ZADD; ZPOPMIN+HINCRBY+HSET+ZADD+HGET; ZREM+DEL+HINCRBY.",
                   ""]
-        rows = []
-        for name in ("native", "scripts", "floor"):
-            t = cost["table"].get(name)
-            if not t:
-                continue
-            rows.append([EXECUTOR_NAMES[name], med(t["enqueue"]["usec"]), med(t["claim"]["usec"]),
-                         med(t["complete"]["usec"]), "**" + med(t["lifecycle"]["usec"]) + "**",
-                         med(t["lifecycle"]["cpu_us"]), num(t["lifecycle"]["commands"]["median"], 1)])
-        lines += table(["executor", "enqueue µs", "claim µs", "complete µs", "lifecycle µs", "lifecycle CPU µs",
-                        "commands executed / job"], rows)
-        rows = [[key.split(":")[0], "commandstats µs" if key.endswith("usec") else "main-thread CPU", med(v)]
-                for key, v in cost["ratios"].items() if not key.startswith("verb:")]
+        lines += table(LIFECYCLE_HEADER + ["commands executed / job"], lifecycle_rows(cost["table"], True))
         lines += ["Ratios, computed per round (paired) then summarised:", ""]
-        lines += table(["ratio", "measure", "median (min–max)"], rows)
+        lines += table(["ratio", "measure", "median (min–max)"], ratio_rows(cost["ratios"]))
         if "native" in cost["table"] and "scripts" in cost["table"]:
             n6, s4 = cost["table"]["native"], cost["table"]["scripts"]
             rows = []
@@ -189,17 +201,8 @@ def render(results: dict, baseline: dict | None = None, later: list[dict] | None
                   "or an AOF the server drops what a command propagates, so the table above leaves propagation out; "
                   "here every executor's writes are really propagated (commandstats still times only the command "
                   "itself, main-thread CPU also the AOF buffer).", ""]
-        rows = []
-        for name in ("native", "scripts", "floor"):
-            t = aof["table"].get(name)
-            if t:
-                rows.append([EXECUTOR_NAMES[name], med(t["enqueue"]["usec"]), med(t["claim"]["usec"]),
-                             med(t["complete"]["usec"]), "**" + med(t["lifecycle"]["usec"]) + "**",
-                             med(t["lifecycle"]["cpu_us"])])
-        lines += table(["executor", "enqueue µs", "claim µs", "complete µs", "lifecycle µs", "lifecycle CPU µs"], rows)
-        rows = [[key.split(":")[0], "commandstats µs" if key.endswith("usec") else "main-thread CPU", med(v)]
-                for key, v in aof["ratios"].items() if not key.startswith("verb:")]
-        lines += table(["ratio (AOF on)", "measure", "median (min–max)"], rows)
+        lines += table(LIFECYCLE_HEADER, lifecycle_rows(aof["table"]))
+        lines += table(["ratio (AOF on)", "measure", "median (min–max)"], ratio_rows(aof["ratios"]))
 
     e2e = results.get("e2e")
     if e2e:
@@ -367,19 +370,8 @@ def later_cost(extra: dict) -> list[str]:
              + f", built {m.get('trafikey_built_at', '?')}, sha256 {meta.get('trafikey_sha256', '?')}…; "
              f"{cost_['rounds']} rounds of {cost_['n']} jobs. The same method as the section above, on the "
              "build that was current after the main run.", ""]
-    rows = []
-    for name in ("native", "scripts", "floor"):
-        t = cost_["table"].get(name)
-        if t:
-            rows.append([EXECUTOR_NAMES[name], med(t["enqueue"]["usec"]), med(t["claim"]["usec"]),
-                         med(t["complete"]["usec"]), "**" + med(t["lifecycle"]["usec"]) + "**",
-                         med(t["lifecycle"]["cpu_us"])])
-    lines += table(["executor", "enqueue µs", "claim µs", "complete µs", "lifecycle µs", "lifecycle CPU µs"], rows)
-    rows = [[key.split(":")[0], "commandstats µs" if key.endswith("usec") else "main-thread CPU", med(v)]
-            for key, v in cost_["ratios"].items() if not key.startswith("verb:")]
-    for label, block in (("AOF on: ", extra.get("cost_aof", {}).get("ratios", {})),):
-        rows += [[label + key.split(":")[0], "commandstats µs" if key.endswith("usec") else "main-thread CPU",
-                  med(v)] for key, v in block.items() if not key.startswith("verb:")]
+    lines += table(LIFECYCLE_HEADER, lifecycle_rows(cost_["table"]))
+    rows = ratio_rows(cost_["ratios"]) + ratio_rows(extra.get("cost_aof", {}).get("ratios", {}), "AOF on: ")
     return lines + table(["ratio", "measure", "median (min–max)"], rows)
 
 
