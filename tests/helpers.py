@@ -46,3 +46,25 @@ def wait_server_past(client: valkey.Valkey, deadline_ms: float, timeout_s: float
         if time.monotonic() > give_up:
             raise TimeoutError(f"server clock did not pass {deadline_ms}")
         time.sleep(0.001)
+
+
+class unchanged:
+    """The node's dataset is the same afterwards: DEBUG DIGEST, plus a full dump of one queue's
+    keys (``keyspace``) or of every key (``keyspace=None``); ``dump_keys=False``: the digest only."""
+
+    def __init__(self, client: valkey.Valkey, keyspace: Keyspace | None = None, *, dump_keys: bool = True) -> None:
+        self.client, self.keyspace, self.dump_keys = client, keyspace, dump_keys
+
+    def _state(self) -> tuple:
+        return digest(self.client), dump(self.client, self.keyspace) if self.dump_keys else None
+
+    def __enter__(self) -> None:
+        self.before = self._state()
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._state() == self.before
+
+
+def queue_unchanged(queue) -> unchanged:
+    """``unchanged`` for one queue's keys on its own connection."""
+    return unchanged(queue.connection.client, queue.keys)

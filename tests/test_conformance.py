@@ -14,7 +14,7 @@ import pytest
 from echomq import Enqueued, LeaseLost, State, UnsupportedOnWire
 from echomq.connection import build_call
 from echomq.verbs import JOB_CORE_TOKENS, READS, VERBS
-from helpers import digest, dump, server_ms, wait_server_past
+from helpers import dump, queue_unchanged, server_ms, wait_server_past
 
 # --------------------------------------------------------------------------- expected-state builders
 
@@ -84,21 +84,6 @@ def score_of(state: dict, key: bytes, member: str) -> float:
     return dict(members)[member.encode()]
 
 
-def unchanged(q):
-    """Context: the whole node's dataset must be byte-for-byte the same afterwards."""
-
-    class _Same:
-        def __enter__(self):
-            self.before = digest(q.connection.client)
-            self.keys = snap(q)
-
-        def __exit__(self, *exc):
-            assert snap(q) == self.keys
-            assert digest(q.connection.client) == self.before
-
-    return _Same()
-
-
 @pytest.fixture
 def q(raw_queue):
     """A fresh queue with the RAW serializer, so payloads are compared as the exact bytes stored."""
@@ -147,7 +132,7 @@ def test_enqueue_of_an_existing_id_writes_nothing(q, where):
         job = q.claim(60_000)
         if where == "dead":
             q.fail(job, "e", max_attempts=1)
-    with unchanged(q):
+    with queue_unchanged(q):
         assert q.enqueue(b"new", id="a", priority=5) == Enqueued("a", False)
         assert q.schedule(b"new", 5, id="a") == Enqueued("a", False)
 
@@ -174,14 +159,14 @@ def test_claim_again_after_retry_adds_one_to_attempts(q):
 
 
 def test_claim_on_empty_pending_answers_none_and_writes_nothing(q):
-    with unchanged(q):
+    with queue_unchanged(q):
         assert q.claim(1_000) is None
 
 
 def test_claim_while_paused_answers_none_and_writes_nothing(q):
     q.enqueue(b"p", id="a")
     q.pause()
-    with unchanged(q):
+    with queue_unchanged(q):
         assert q.claim(1_000) is None
     q.resume()
     assert q.claim(1_000).id == "a"
@@ -222,7 +207,7 @@ def test_extend_with_explicit_id_and_token(q):
 @pytest.mark.parametrize("job_id,token", [("a", "2"), ("a", "0"), ("a", "01"), ("a", " 1"), ("nope", "1")])
 def test_extend_without_the_token_is_lease_lost_and_writes_nothing(q, job_id, token):
     claimed(q)
-    with unchanged(q):
+    with queue_unchanged(q):
         with pytest.raises(LeaseLost) as info:
             q.extend(job_id, 2_000, token=token)
     assert (info.value.verb, info.value.job_id, info.value.token) == ("extend", job_id, token)
@@ -275,13 +260,13 @@ def test_complete_deletes_the_row_and_counts(q):
 @pytest.mark.parametrize("token", ["2", "0", "", "1 "])
 def test_complete_without_the_token_is_lease_lost_and_writes_nothing(q, token):
     claimed(q)
-    with unchanged(q):
+    with queue_unchanged(q):
         with pytest.raises(LeaseLost):
             q.complete("a", token=token)
 
 
 def test_complete_of_no_row_is_lease_lost(q):
-    with unchanged(q):
+    with queue_unchanged(q):
         with pytest.raises(LeaseLost):
             q.complete("nope", token=1)
 
@@ -326,7 +311,7 @@ def test_promote_moves_due_rows_lowest_first_up_to_limit(q):
 
 def test_promote_with_nothing_due_writes_nothing(q):
     q.schedule(b"x", 600_000, id="later")
-    with unchanged(q):
+    with queue_unchanged(q):
         assert q.promote() == 0
 
 
@@ -343,7 +328,7 @@ def test_delay_moves_the_held_job_to_schedule(q):
 
 def test_delay_without_the_token_writes_nothing(q):
     claimed(q)
-    with unchanged(q):
+    with queue_unchanged(q):
         with pytest.raises(LeaseLost):
             q.delay("a", 1_000, token=2)
 
@@ -395,7 +380,7 @@ def test_fail_budget_on_the_ordinary_path(q):
 
 def test_fail_without_the_token_writes_nothing(q):
     claimed(q)
-    with unchanged(q):
+    with queue_unchanged(q):
         with pytest.raises(LeaseLost):
             q.fail("a", "e", max_attempts=1, token=7)
         with pytest.raises(LeaseLost):
@@ -420,7 +405,7 @@ def test_reprocess_returns_a_dead_job_to_pending_keeping_counters(q):
 
 def test_reprocess_of_a_job_not_in_dead_writes_nothing(q):
     q.enqueue(b"p", id="a")
-    with unchanged(q):
+    with queue_unchanged(q):
         assert q.reprocess("a") is False
         assert q.reprocess("nope") is False
 
@@ -431,13 +416,13 @@ def test_reprocess_of_a_job_not_in_dead_writes_nothing(q):
 def test_requeue_releases_without_spending_budget(q, wire):
     job = claimed(q, priority=2)
     if wire == 4:
-        with unchanged(q):
+        with queue_unchanged(q):
             with pytest.raises(UnsupportedOnWire, match="requeue"):
                 q.requeue(job)
         return
     q.requeue(job)
     assert snap(q) == {K(q, "pending"): Z(("a", 2)), R(q, "a"): row(q, "pending", attempts=1, claimed=True, priority=2)}
-    with unchanged(q):
+    with queue_unchanged(q):
         with pytest.raises(LeaseLost):
             q.requeue("a", token=5)
 
@@ -445,7 +430,7 @@ def test_requeue_releases_without_spending_budget(q, wire):
 def test_reschedule_moves_the_due_time(q, wire):
     q.schedule(b"s", 600_000, id="s")
     if wire == 4:
-        with unchanged(q):
+        with queue_unchanged(q):
             with pytest.raises(UnsupportedOnWire, match="reschedule"):
                 q.reschedule("s", 1_000)
         return
@@ -456,7 +441,7 @@ def test_reschedule_moves_the_due_time(q, wire):
     expected = dict(before)
     expected[K(q, "schedule")] = Z(("s", due))
     assert snap(q) == expected
-    with unchanged(q):
+    with queue_unchanged(q):
         assert q.reschedule("nope", 1_000) is None
 
 
@@ -511,7 +496,7 @@ def test_stalled_check_takes_the_lowest_deadlines_up_to_limit(q):
 
 def test_stalled_check_leaves_live_leases_alone(q):
     claimed(q, lease_ms=600_000)
-    with unchanged(q):
+    with queue_unchanged(q):
         assert len(q.stalled_check()) == 0
 
 
@@ -524,7 +509,7 @@ def test_counts_and_state_read_every_set(q):
     claimed(q, "act")
     q.schedule(b"s", 600_000, id="sch")
     q.fail(claimed(q, "dd"), "x", max_attempts=1)
-    with unchanged(q):
+    with queue_unchanged(q):
         counts = q.counts()
         states = {i: q.state(i) for i in ("p1", "act", "sch", "dd", "none")}
     assert (counts.pending, counts.active, counts.scheduled, counts.dead, counts.paused, counts.total) == (2, 1, 1, 1, False, 5)

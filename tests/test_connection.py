@@ -32,33 +32,13 @@ from echomq.keys import VERSION_KEY, Keyspace
 from echomq.serializers import RAW
 from echomq.server import free_port
 from echomq.verbs import SCRIPTED, Verb
-from helpers import digest, dump
+from helpers import dump, unchanged
 
 _names = itertools.count()
 
 
 def fresh(prefix="c"):
     return f"{prefix}{os.getpid()}-{next(_names)}"
-
-
-class unchanged:
-    """The node's dataset is the same afterwards: DEBUG DIGEST, plus a dump of one queue's keys
-    (``keys``) or, on the small brand server, of every key (``keys=None``)."""
-
-    def __init__(self, client, keys: Keyspace | bool | None = None):
-        self.client, self.scope = client, keys
-
-    def _dump(self):
-        if self.scope is False:
-            return None
-        return dump(self.client, self.scope)
-
-    def __enter__(self):
-        self.digest, self.keys = digest(self.client), self._dump()
-
-    def __exit__(self, *exc):
-        assert self._dump() == self.keys
-        assert digest(self.client) == self.digest
 
 
 # --------------------------------------------------------------------------- brands
@@ -137,7 +117,7 @@ def test_wire6_needs_the_module_even_on_a_node_branded_6(bare):
 
 
 def test_wire6_refuses_a_node_branded_4(server4):
-    with server4.client() as client, unchanged(client, False):
+    with server4.client() as client, unchanged(client, dump_keys=False):
         with pytest.raises(WireError):  # no module on the script node: refused before the brand is read
             connect(server4.url, wire=6)
 
@@ -213,7 +193,7 @@ def test_brand_node_refuses_a_bad_wire_without_writing(bare, wire):
 @pytest.mark.parametrize("wire", [5, 0, "6", None])
 def test_a_bad_wire_is_a_configuration_error(server4, wire):
     client = server4.client()
-    with unchanged(client, False):
+    with unchanged(client, dump_keys=False):
         with pytest.raises(ConfigurationError) as info:
             Connection(client, wire)
     assert repr(wire) in str(info.value)

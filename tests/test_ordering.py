@@ -16,7 +16,7 @@ import pytest
 
 from echomq import ConfigurationError, Job, Queue, State
 from echomq.serializers import JSON, RAW
-from helpers import digest, dump, wait_server_past
+from helpers import digest, dump, queue_unchanged, wait_server_past
 
 _names = itertools.count()
 
@@ -157,19 +157,6 @@ def test_an_id_is_enqueued_once_until_its_row_is_gone(q):
 # --------------------------------------------------------------------------- bad input: ConfigurationError, nothing sent
 
 
-class unchanged:
-    """The node's DEBUG DIGEST and the queue's full dump are the same afterwards."""
-
-    def __init__(self, q):
-        self.client, self.keys = q.connection.client, q.keys
-
-    def __enter__(self):
-        self.before = digest(self.client), dump(self.client, self.keys)
-
-    def __exit__(self, *exc):
-        assert (digest(self.client), dump(self.client, self.keys)) == self.before
-
-
 @pytest.mark.parametrize("name", ["", "a{b}", "q}", "{q", "x" * 129, "sp ace", "é", "a*", None, 7])
 def test_a_bad_queue_name_is_refused_naming_it(conn, name):
     before = digest(conn.client)
@@ -219,7 +206,7 @@ def test_a_bad_job_id_is_refused_naming_it(held, verb):
     for bad in BAD_IDS:
         if bad is None and verb in ("enqueue", "schedule"):
             continue  # id=None asks for a generated id
-        with unchanged(q):
+        with queue_unchanged(q):
             with pytest.raises(ConfigurationError) as info:
                 ID_CALLS[verb](q, bad)
         assert _named(bad) in str(info.value), (verb, bad)
@@ -227,7 +214,7 @@ def test_a_bad_job_id_is_refused_naming_it(held, verb):
 
 def test_an_id_without_its_token_is_refused(held):
     q, job = held
-    with unchanged(q):
+    with queue_unchanged(q):
         for call in (lambda: q.complete("a"), lambda: q.extend("a", 1_000), lambda: q.delay("a", 5),
                      lambda: q.fail("a", "e", max_attempts=1), lambda: q.requeue("a")):
             with pytest.raises(ConfigurationError, match="'a'.*token="):
@@ -256,7 +243,7 @@ NUMBER_CALLS = [
 def test_a_bad_number_is_refused_naming_it(held, name, call, values):
     q, job = held
     for value in values:
-        with unchanged(q):
+        with queue_unchanged(q):
             with pytest.raises(ConfigurationError) as info:
                 call(q, job, value)
         message = str(info.value)
@@ -274,7 +261,7 @@ def test_the_edge_values_are_accepted(q):
 
 def test_empty_batches_send_nothing(q):
     """An empty batch answers empty without a command (an EXTENDS of no pair would be a shape error)."""
-    with unchanged(q):
+    with queue_unchanged(q):
         assert q.enqueue_many([]) == []
         assert q.complete_many([]) == []
         assert q.extend_many([], 1_000) == []

@@ -14,7 +14,7 @@ import pytest
 
 from echomq import ConfigurationError, Queue, State, WrongType
 from echomq.serializers import RAW
-from helpers import digest, dump
+from helpers import queue_unchanged
 
 _names = itertools.count()
 
@@ -22,17 +22,6 @@ _names = itertools.count()
 @pytest.fixture
 def q(conn):
     return Queue(conn, f"rd{os.getpid()}-{next(_names)}", serializer=RAW)
-
-
-class unchanged:
-    def __init__(self, q):
-        self.client, self.keys = q.connection.client, q.keys
-
-    def __enter__(self):
-        self.before = digest(self.client), dump(self.client, self.keys)
-
-    def __exit__(self, *exc):
-        assert (digest(self.client), dump(self.client, self.keys)) == self.before
 
 
 def test_job_reads_the_row_as_text_with_the_payload_decoded(q):
@@ -101,7 +90,7 @@ def _wrong(q, key):
 )
 def test_a_wrong_typed_key_is_a_wrong_type_error_and_writes_nothing(q, what, key, call):
     _wrong(q, key(q))
-    with unchanged(q):
+    with queue_unchanged(q):
         with pytest.raises(WrongType) as info:
             call(q)
     assert info.value.code == "WRONGTYPE"
