@@ -14,6 +14,7 @@ from .errors import (
     LayoutError,
     LeaseLost,
     PermissionDenied,
+    PortInUse,
     ServerNotFound,
     ServerStartError,
     ShapeError,
@@ -35,7 +36,7 @@ from .worker import Tally, Worker, WorkerConfig
 __all__ = [
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
     "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
-    "Job", "Keyspace", "LayoutError", "LeaseLost", "PermissionDenied", "Queue", "RAW", "RawSerializer",
+    "Job", "Keyspace", "LayoutError", "LeaseLost", "PermissionDenied", "PortInUse", "Queue", "RAW", "RawSerializer",
     "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Sweep", "UnsupportedOnWire",
     "WireError", "WrongType", "brand_node", "connect", "module_path",
     # workers

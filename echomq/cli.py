@@ -28,7 +28,7 @@ from rich.table import Table
 from . import __version__
 from .admin import brand_node
 from .connection import Connection, connect
-from .errors import CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError
+from .errors import CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, PortInUse, ServerStartError
 from .keys import State, check_job_id, check_queue_name
 from .module import module_path
 from .policy import IdlePolicy, LeasePolicy
@@ -110,30 +110,33 @@ def main() -> None:
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
               help="data directory (default: a fresh temporary one)")
 def server(wire: str, port: int | None, aof: bool, directory: str | None) -> None:
-    """Run an embedded Valkey, branded for WIRE, until Ctrl-C."""
-    with reported():
-        module = module_path() if wire == "6" else None
-        instance = EmbeddedServer(module=module, aof=aof, brand=int(wire), port=port, directory=directory)
-        instance.start()
-        try:
-            connect(instance.url, wire=int(wire)).close()  # the node must serve the wire it is branded for
-        except EchoMQError:
-            instance.cleanup()
-            raise
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    """Run an embedded Valkey, branded for WIRE, until Ctrl-C, SIGINT or SIGTERM."""
+    stop_asked = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        # set both explicitly: `emq server &` in a script inherits SIGINT ignored
+        signal.signal(signum, lambda *_: stop_asked.set())
+    instance: EmbeddedServer | None = None
     try:
+        with reported():
+            module = module_path() if wire == "6" else None
+            instance = EmbeddedServer(module=module, aof=aof, brand=int(wire), port=port, directory=directory)
+            try:
+                instance.start()  # on a failure it leaves nothing running and no temporary directory
+            except PortInUse as exc:
+                raise ServerStartError(f"port {exc.port} is already in use by another process; "
+                                       "pick another with --port, or omit --port for a free one") from exc
+            connect(instance.url, wire=int(wire)).close()  # the node must serve the wire it is branded for
         out.print(f"[bold]valkey[/] on {instance.url}, wire {wire}" + (", AOF on" if aof else "")
-                  + (f", module {module}" if module else "") + f"\ndata in {instance.dir}")
-        out.print(f"export EMQ_URL={instance.url}   # then: emq worker mymodule:app")
-        while not stopped.wait(0.5):
+                  + (f", module {module}" if module else "") + f"\ndata in {instance.dir}", soft_wrap=True)
+        out.print(f"export EMQ_URL={instance.url}   # then: emq worker mymodule:app", soft_wrap=True)
+        while not stop_asked.wait(0.5):
             if not instance.running:
-                raise click.ClickException(f"valkey-server exited; see {instance.log_path}")
-    except KeyboardInterrupt:
-        pass
+                # the log goes with a temporary directory: show its end now
+                raise click.ClickException(f"valkey-server exited; the end of its log:\n{instance.log_tail()}")
     finally:
-        instance.cleanup()  # stops it; removes the data directory only if it made it
-        err.print("server stopped")
+        if instance is not None:
+            instance.cleanup()  # stops our process; removes the data directory only if it made it
+    err.print("server stopped")
 
 
 @main.command()

@@ -1,8 +1,9 @@
 """A local Valkey Cluster for tests, benchmarks and trying EchoMQ on a cluster.
 
 ``LocalCluster(primaries=3)`` starts that many ``valkey-server --cluster-enabled
-yes`` processes on free loopback ports (each an :class:`EmbeddedServer`, so each
-can be restarted or killed on its own), gives each primary one contiguous range of
+yes`` processes on free loopback ports, client and bus (each an :class:`EmbeddedServer`,
+which chooses again if another process takes a port first, and each can be
+restarted or killed on its own), gives each primary one contiguous range of
 the 16384 slots (``CLUSTER ADDSLOTSRANGE``), introduces them (``CLUSTER MEET``)
 and waits until every node reports ``cluster_state:ok`` and knows every other.
 Branding is one write of ``{emq}:version`` through the cluster client (the key has
@@ -22,7 +23,7 @@ import valkey.cluster
 from valkey.crc import key_slot
 
 from .errors import ServerStartError
-from .server import EmbeddedServer, free_port
+from .server import EmbeddedServer
 
 SLOTS = 16384
 READY_TIMEOUT_S = 30.0
@@ -50,17 +51,9 @@ class LocalCluster:
         if primaries < 1:
             raise ValueError("a cluster needs at least one primary")
         self.brand = brand
-        self.bus_ports = [free_port() for _ in range(primaries)]
         self.nodes = [
-            EmbeddedServer(
-                module=module,
-                aof=aof,
-                appendfsync=appendfsync,
-                cluster=True,
-                # the bus port defaults to port+10000, impossible above 55535: pick one
-                extra_args=("--cluster-port", str(bus_port), *extra_args),
-            )
-            for bus_port in self.bus_ports
+            EmbeddedServer(module=module, aof=aof, appendfsync=appendfsync, cluster=True, extra_args=extra_args)
+            for _ in range(primaries)
         ]
 
     @property
@@ -80,8 +73,8 @@ class LocalCluster:
                 with node.client() as client:
                     client.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
             with self.nodes[0].client() as first_node:
-                for node, bus_port in zip(self.nodes[1:], self.bus_ports[1:]):
-                    first_node.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, bus_port)
+                for node in self.nodes[1:]:
+                    first_node.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, node.cluster_port)
             self.wait_ok()
             if self.brand is not None:
                 from .admin import brand_node

@@ -4,6 +4,7 @@
     ├── ConfigurationError        bad input to the library (queue name, id, numbers)
     ├── ServerNotFound            no valkey-server binary to start
     ├── ServerStartError          the embedded server did not come up
+    │   └── PortInUse             another process holds the port it was given
     ├── ConnectionFailed          no Valkey answers at the URL
     ├── BrandError                the node is unbranded or carries the other wire's brand
     ├── WireError                 the node cannot serve the wire asked for (no module, missing tokens)
@@ -37,6 +38,15 @@ class ServerNotFound(EchoMQError):
 
 class ServerStartError(EchoMQError):
     pass
+
+
+class PortInUse(ServerStartError):
+    """The port asked for is held by a process the embedded server did not start; nothing was started."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(f"port {port} on 127.0.0.1 is already in use by another process: "
+                         "pick another port, or leave it out for a free one")
+        self.port = port
 
 
 class ConnectionFailed(EchoMQError):

