@@ -32,7 +32,16 @@ def module_path() -> str:
     built = [path for path in candidates() if path.is_file()]
     if built:
         return str(max(built, key=lambda path: path.stat().st_mtime))
-    raise WireError(
-        "the trafikey module is not built: run the README's setup (./run tests or ./run demo), "
-        f"or `cargo build --release --manifest-path {CRATE_DIR}/Cargo.toml`, or set {MODULE_ENV}"
-    )
+    raise WireError(missing_module_message(CRATE_DIR, in_checkout=(CRATE_DIR / "Cargo.toml").is_file()))
+
+
+def missing_module_message(crate_dir: Path, *, in_checkout: bool) -> str:
+    """How to get the module: a source checkout builds it; an install without Rust needs reinstalling."""
+    if in_checkout:
+        how = (f"build it with `./run setup` in {crate_dir.parent}, or with "
+               f"`cargo build --release --manifest-path {crate_dir / 'Cargo.toml'}`")
+    else:
+        how = ("this install was made without a Rust toolchain: install Rust (https://rustup.rs), then "
+               "reinstall echomq from the same source (`pip install --force-reinstall --no-deps SOURCE`)")
+    return (f"the trafikey module is not built: {how}; or set {MODULE_ENV} to a built libtrafikey.so. "
+            "Wire 4 (the scripts) needs no module")
