@@ -142,11 +142,19 @@ def tls_server(tmp_path, monkeypatch):
     subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
                     "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
                    check=True, capture_output=True)
-    tls_port = echomq.server.free_port()
     monkeypatch.setenv("ECHOMQ_VALKEY_SERVER", redis)
-    server = EmbeddedServer(brand=4, directory=tmp_path / "data", extra_args=(
-        "--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
-        "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"))
+    for attempt in range(1, echomq.server.PORT_ATTEMPTS + 1):
+        # the TLS port is ours to choose: taken before the server binds it, choose again
+        tls_port = echomq.server.free_port()
+        server = EmbeddedServer(brand=4, directory=tmp_path / "data", extra_args=(
+            "--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+            "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"))
+        try:
+            server.start()
+            break
+        except errors.PortInUse:
+            if attempt == echomq.server.PORT_ATTEMPTS:
+                raise
     with server:
         yield f"rediss://127.0.0.1:{tls_port}", str(cert)
 
