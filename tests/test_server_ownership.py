@@ -199,9 +199,10 @@ def ignore_interrupts() -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_emq_server_in_the_background_stops_on_sigint_and_sigterm(signum, tmp_path):
+@pytest.mark.parametrize("started", [None, ignore_interrupts], ids=["foreground", "background"])
+def test_emq_server_stops_on_sigint_and_sigterm_in_the_foreground_and_background(signum, started, tmp_path):
     tmpdir = tmp_path / "tmp"
-    proc = emq_server("--wire", "4", tmpdir=tmpdir, preexec_fn=ignore_interrupts)
+    proc = emq_server("--wire", "4", tmpdir=tmpdir, preexec_fn=started)
     try:
         first, second = proc.stdout.readline(), proc.stdout.readline()
         assert "valkey on redis://127.0.0.1:" in first, first + proc.stderr.read()
