@@ -123,6 +123,8 @@ def server(wire: str, port: int | None, aof: bool, directory: str | None) -> Non
             try:
                 instance.start()  # on a failure it leaves nothing running and no temporary directory
             except PortInUse as exc:
+                if port is None:
+                    raise
                 raise ServerStartError(f"port {exc.port} is already in use by another process; "
                                        "pick another with --port, or omit --port for a free one") from exc
             connect(instance.url, wire=int(wire)).close()  # the node must serve the wire it is branded for
