@@ -23,7 +23,7 @@ import pytest
 import valkey
 
 import echomq.server
-from echomq import EmbeddedServer, PortInUse, ServerStartError, brand_node
+from echomq import EmbeddedServer, PortInUse, ServerStartError, brand_node, module_path
 from echomq.server import free_port, port_in_use, server_binary
 from helpers import unchanged
 from worker_helpers import ROOT
@@ -117,13 +117,15 @@ def test_emq_server_refuses_a_port_in_use_and_leaves_its_server_alone(foreign, w
     still_serving(foreign)
 
 
-def test_a_port_taken_after_the_check_is_refused_by_the_ownership_check(foreign, monkeypatch):
+@pytest.mark.parametrize("wire", [4, 6])
+def test_a_port_taken_after_the_check_is_refused_by_the_ownership_check(foreign, monkeypatch, wire):
     """The race the check cannot close: the port is taken between the check and the bind. The
     foreign server answers the readiness probe; its process_id is not our child's, so it is
-    ignored, our child fails to bind, and nothing is sent to the foreign server."""
+    ignored, our child fails to bind, and nothing is sent to the foreign server (neither the
+    brand, which the same wire would have reused, nor a SHUTDOWN after the other wire's refusal)."""
     port, _, client = foreign
     monkeypatch.setattr(echomq.server, "port_in_use", lambda port: False)
-    server = EmbeddedServer(port=port, brand=4)
+    server = EmbeddedServer(port=port, brand=wire, module=module_path() if wire == 6 else None)
     with unchanged(client), pytest.raises(PortInUse, match=f"port {port} "):
         server.start()
     assert not server.dir.exists()
