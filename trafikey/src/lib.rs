@@ -43,13 +43,18 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
             return Status::Err;
         }
     }
-    match table::register(ctx) {
-        Ok(()) => Status::Ok,
-        Err(e) => {
-            ctx.log_warning(&e);
-            Status::Err
-        }
+    if let Err(e) = table::register(ctx) {
+        ctx.log_warning(&e);
+        return Status::Err;
     }
+    // a resume is a plain HDEL on the queue's meta: BCLAIM hears it here
+    let classes = (valkey_module::raw::REDISMODULE_NOTIFY_HASH
+        | valkey_module::raw::REDISMODULE_NOTIFY_GENERIC) as std::ffi::c_int;
+    if !ffi::subscribe(ctx, classes, ffi::listener!(verbs::bclaim::meta_changed)) {
+        ctx.log_warning("trafikey: could not subscribe to keyspace events");
+        return Status::Err;
+    }
+    Status::Ok
 }
 
 valkey_module! {
