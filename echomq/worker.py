@@ -211,8 +211,9 @@ class Worker:
         self._finished: SimpleQueue[Held] = SimpleQueue()
         self._unsettled: list[Held] = []
         self._wake = threading.Event()
-        # waiting instead of polling: BZPOPMIN on wire 4, BCLAIM on wire 6 when the node lists claim.block
-        self.blocking = connection.wire == 4 or connection.supports("bclaim")
+        # waiting instead of polling (set by run(); steps driven by hand poll): BZPOPMIN on wire 4,
+        # BCLAIM on wire 6 when the node lists claim.block
+        self.blocking = False
         self._idle: set[str] = set()  #: queues whose last claim came back empty: a waiter watches them
         self._paused: set[str] = set()  #: wire 4: idle queues whose last claim read the pause flag
         self._reports: SimpleQueue[waiter.Report] = SimpleQueue()
@@ -446,7 +447,10 @@ class Worker:
 
     # -- waiting for work: the waiters ------------------------------------------------
     def _start_waiters(self) -> None:
-        if not self.blocking or self._waiters:
+        self.blocking = self.connection.wire == 4 or self.connection.supports("bclaim")
+        if not self.blocking:
+            log.info("worker %d: the node's EMQ.VERSION lists no claim.block: idle queues are polled",
+                     os.getpid())
             return
         one_per_queue = self.connection.wire == 6 or self.connection.cluster
         for group in policy.wait_groups(list(self.queues), one_per_queue=one_per_queue):
