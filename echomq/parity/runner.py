@@ -114,8 +114,11 @@ class Node:
         if isinstance(step, Raw):
             return self._timed([step.args])
         call = Call(BY_NAME[step.verb], step.call_keys(), step.argv)
+        if self.wire == 4 and step.verb == "bclaim":
+            # scripts cannot block: the scripted stand-in of BCLAIM is the claim (a worker waits on the wake marker)
+            call = Call(BY_NAME["claim"], step.call_keys(), step.argv[:1])
         command = self.conn.command_args(call)
-        if self.wire == 4 and step.verb == "claim":
+        if self.wire == 4 and call.verb.name == "claim":
             # the scripted claim is two round trips: the client reads `meta paused` first (SPEC §4)
             meta = step.call_keys()[-1] + "meta"
             pipe = self.client.pipeline(transaction=False)
@@ -385,7 +388,7 @@ def _extras_expected(step: Step, reply: Any) -> tuple[set[bytes], set[bytes]]:
     if not isinstance(step, Do) or isinstance(reply, Err) or reply is None:
         return stamped, failed
     base = step.base
-    if step.verb == "claim" and isinstance(reply, list) and reply:
+    if step.verb in ("claim", "bclaim") and isinstance(reply, list) and reply:
         stamped.add(row_key(base, _b(reply[0])))
     elif step.verb == "extend" and isinstance(reply, int) and reply != 0:
         stamped.add(row_key(base, step.argv[0].encode()))
