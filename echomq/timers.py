@@ -4,10 +4,13 @@ Every worker runs them on an interval. That is safe with any number of workers: 
 call is one atomic step in the server, bounded by ``limit``, so two workers never move
 the same job twice. A run that hits its limit runs again at once (there is more to move).
 
-PROMOTE is exact rather than periodic: each run also reads when the schedule's head falls
-due (one round trip), and the next run comes then; the interval is only the backstop for
-a due time that moved earlier unseen (on wire 4 such a write also wakes a waiting worker,
-which then calls :meth:`Timers.recheck`; on wire 6 BCLAIM answers empty for it).
+PROMOTE is exact as well as periodic: each run also reads when the schedule's head falls
+due (one round trip), and the next run comes then. The interval is the backstop for a due
+time that moved earlier unseen while the queue was busy. An *idle* queue (one a waiting
+worker watches) has no interval: a write that brings its due time earlier wakes the waiter
+(the wake marker on wire 4; BCLAIM answers empty on wire 6), which calls :meth:`Timers.recheck`,
+as does the end of every block (at most ``policy.BLOCK_MAX_MS``), so an idle worker sends
+almost nothing.
 
     timers = Timers([queue], TimerConfig(sweep_interval_ms=2000))
     timers.run_once()          # both verbs on every queue, now: what `emq promote`/`sweep` do
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import AbstractSet, Sequence
 
 from .errors import ConfigurationError
 from .policy import next_timer_ms, promote_at_ms
@@ -29,7 +32,7 @@ log = logging.getLogger("echomq.timers")
 
 @dataclass(frozen=True)
 class TimerConfig:
-    promote_interval_ms: int = 5000  #: the backstop between exact promotes (each run reads the next due time)
+    promote_interval_ms: int = 1000  #: a busy queue's backstop between exact promotes (each reads the next due time)
     sweep_interval_ms: int = 5000  #: how often expired leases are looked for
     max_stalled: int = 3  #: a job whose lease expires this many times goes dead (wire 6 exempts restarts)
     limit: int = 1000  #: the most one call moves
@@ -62,8 +65,10 @@ class _Clock:
     saturated: bool = False
     hint_ms: float | None = None  #: a job is known to fall due then (a retry's backoff): run no later
 
-    def due_ms(self, now_ms: float, interval_ms: int) -> float:
-        due = next_timer_ms(self.last_ms, now_ms, interval_ms, self.saturated)
+    def due_ms(self, now_ms: float, interval_ms: int, periodic: bool = True) -> float:
+        # an idle queue's promote has no interval, but its first run (which reads the head) is at once
+        due = next_timer_ms(self.last_ms, now_ms, interval_ms, self.saturated) \
+            if periodic or self.saturated or self.last_ms is None else float("inf")
         return due if self.hint_ms is None else min(due, self.hint_ms)
 
     def ran(self, now_ms: float, interval_ms: int, saturated: bool, hint_ms: float | None = None) -> None:
@@ -84,9 +89,11 @@ class Timers:
         self._promote = {q.name: _Clock() for q in self.queues}
         self._sweep = {q.name: _Clock() for q in self.queues}
 
-    def next_due_ms(self, now_ms: float) -> float:
-        """The earliest local time at which some timer is due."""
-        times = [c.due_ms(now_ms, self.config.promote_interval_ms) for c in self._promote.values()]
+    def next_due_ms(self, now_ms: float, idle: AbstractSet[str] = frozenset()) -> float:
+        """The earliest local time at which some timer is due (``idle``: queues promoted only when
+        known to be due, see the module's docstring)."""
+        times = [c.due_ms(now_ms, self.config.promote_interval_ms, name not in idle)
+                 for name, c in self._promote.items()]
         times += [c.due_ms(now_ms, self.config.sweep_interval_ms) for c in self._sweep.values()]
         return min(times, default=float("inf"))
 
@@ -97,12 +104,12 @@ class Timers:
         clock = self._promote[queue]
         clock.hint_ms = at_ms if clock.hint_ms is None else min(clock.hint_ms, at_ms)
 
-    def run_due(self, now_ms: float) -> list[TimerRun]:
+    def run_due(self, now_ms: float, idle: AbstractSet[str] = frozenset()) -> list[TimerRun]:
         runs = []
         for queue in self.queues:
             run = TimerRun(queue.name)
             promote, sweep = self._promote[queue.name], self._sweep[queue.name]
-            if promote.due_ms(now_ms, self.config.promote_interval_ms) <= now_ms:
+            if promote.due_ms(now_ms, self.config.promote_interval_ms, queue.name not in idle) <= now_ms:
                 run.promoted, due_in = self.promote_and_next_due(queue)
                 promote.ran(now_ms, self.config.promote_interval_ms, run.promoted >= self.config.limit,
                             promote_at_ms(now_ms, due_in))

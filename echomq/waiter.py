@@ -30,12 +30,14 @@ import valkey
 from valkey.exceptions import ResponseError
 
 from .connection import Connection
+from .policy import BLOCK_MAX_MS
 from .queue import Job, Queue
 
 log = logging.getLogger("echomq.worker")
 
 LINK_ERRORS = (valkey.ConnectionError, valkey.TimeoutError)
 RETRY_MS = (100, 5000)
+READ_MARGIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,9 @@ class Waiter(threading.Thread):
         # the control thread's client for this node sends CLIENT UNBLOCK; the waiter has a socket of its own
         self.control = node_client(connection, queues[0])
         pool = self.control.connection_pool
-        self._socket_timeout = pool.connection_kwargs.get("socket_timeout")
-        self._link = pool.connection_class(**pool.connection_kwargs)
+        # a read outlives the longest block: the server answers by then, or the link is dead
+        self._link = pool.connection_class(**{**pool.connection_kwargs,
+                                              "socket_timeout": BLOCK_MAX_MS / 1000 + READ_MARGIN_S})
         self._inbox: SimpleQueue[tuple[tuple[str, ...], int] | None] = SimpleQueue()
         self._client_id: int | None = None
         self._closed = threading.Event()
@@ -151,8 +154,7 @@ class Waiter(threading.Thread):
         if self._client_id is None:  # after a (re)connect: CLIENT UNBLOCK needs this socket's id
             link.send_command("CLIENT", "ID")
             self._client_id = int(link.read_response())
-        if self._socket_timeout:  # a block longer than the socket's timeout would read as a dead link
-            timeout_ms = min(timeout_ms, max(1, int(self._socket_timeout * 1000) - 500))
+        timeout_ms = min(timeout_ms, BLOCK_MAX_MS)
         if self.connection.wire == 4:
             keys = [self.queues[name].keys.wake for name in queues]
             link.send_command("BZPOPMIN", *keys, f"{timeout_ms / 1000:.3f}")

@@ -292,7 +292,9 @@ class Worker:
             self.renew(self._clock_ms())
             self.give_up_expired(self._clock_ms())
             if not self.stopping:
-                self.timers.run_due(self._clock_ms())
+                for run in self.timers.run_due(self._clock_ms(), self._idle):
+                    if run.promoted or (run.sweep and (run.sweep.recovered or run.sweep.exempt)):
+                        self._idle.discard(run.queue)  # it put jobs in pending itself: claim, no wake needed
             self._arm_waiters()
             self._link_failures = 0
         except (*LINK_ERRORS, CommandRefused) as exc:
@@ -319,7 +321,7 @@ class Worker:
                 times += [self._next_poll[name] for name in self.queues if name not in self._idle]
             if any(w.busy and w.interrupting for w in self._waiters):
                 times.append(now + INTERRUPT_RETRY_MS)
-            times.append(self.timers.next_due_ms(now))
+            times.append(self.timers.next_due_ms(now, self._idle))
         return min(times)
 
     def _capacity(self) -> int:
@@ -475,8 +477,11 @@ class Worker:
                     self.timers.recheck(name, now)
             elif isinstance(report, waiter.TimedOut):
                 for name in report.queues:
-                    if name in self._paused:  # a plain HDEL resume writes no marker: look again
-                        self._idle.discard(name)
+                    # claim once: a plain HDEL resume writes no marker, and another waiter (a frozen
+                    # process, say) may have taken a wake it never acted on
+                    self._idle.discard(name)
+                    if name not in self._paused:
+                        self.timers.recheck(name, now)  # an idle queue's promote backstop
             elif isinstance(report, waiter.Recheck):
                 self.timers.recheck(report.queue, now)
             elif self.stopping:
