@@ -22,6 +22,9 @@ TOKENS = (
     "reschedule delay fail.flat reprocess requeue stalled.check"
 )
 
+#: The optional tokens registered after the job core (SPEC §9.4), in registration order.
+OPTIONAL_TOKENS = "claim.block"
+
 #: Every registered verb with its numkeys and ARGV count (SPEC §3).
 VERBS = {
     "EMQ.ENQUEUE": (2, 3),
@@ -37,6 +40,7 @@ VERBS = {
     "EMQ.REPROCESS": (3, 1),
     "EMQ.REQUEUE": (3, 2),
     "EMQ.STALLED.CHECK": (4, 2),
+    "EMQ.BCLAIM": (3, 2),
 }
 
 
@@ -106,6 +110,8 @@ class NativeQueue:
         return {
             "EMQ.ENQUEUE": ("EMQ.ENQUEUE", 2, self.pending, self.base, "x", "p", 0),
             "EMQ.CLAIM": ("EMQ.CLAIM", 3, self.pending, self.active, self.base, 1000),
+            # a 1 ms timeout: a line that is not refused cannot hang a test
+            "EMQ.BCLAIM": ("EMQ.BCLAIM", 3, self.pending, self.active, self.base, 1000, 1),
             "EMQ.EXTEND": ("EMQ.EXTEND", 2, self.active, self.base, "x", "1", 1000),
             "EMQ.EXTENDS": ("EMQ.EXTENDS", 2, self.active, self.base, 1000, "x", "1"),
             "EMQ.COMPLETE": ("EMQ.COMPLETE", 2, self.active, self.base, "x", "1"),
