@@ -197,7 +197,7 @@ def test_a_ghost_at_a_wake_is_popped_and_answered_empty_as_claim_does(native_ser
 
 # -- pause ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("resume", ["hdel", "hdel-other-fields-stay", "del"])
+@pytest.mark.parametrize("resume", ["hdel", "hdel-other-fields-stay", "del", "unlink", "expire", "rename"])
 def test_paused_it_stays_blocked_and_a_resume_is_seen_at_once(native_server, admin, run_id, resume):
     q = NativeQueue(admin)
     admin.hset(q.meta, "paused", 1)
@@ -211,12 +211,30 @@ def test_paused_it_stays_blocked_and_a_resume_is_seen_at_once(native_server, adm
     started = time.monotonic()
     if resume == "del":
         admin.delete(q.meta)
+    elif resume == "unlink":
+        admin.unlink(q.meta)
+    elif resume == "expire":  # the server's expiry cycle deletes it: an "expired" event
+        admin.pexpire(q.meta, 1)
+    elif resume == "rename":
+        admin.rename(q.meta, q.key("meta-was"))
     else:
         admin.hdel(q.meta, "paused")
     reply = blocker.result(within_s=1.0)
     took = time.monotonic() - started
     claimed_ok(q, reply, b"j", 1, run_id)
     assert took < 1.0
+
+
+def test_paused_while_blocked_it_stays_blocked_until_the_resume(native_server, admin, run_id):
+    q = NativeQueue(admin)
+    blocker = Blocker(native_server, q).start()
+    wait_blocked(admin, blocker)
+    admin.hset(q.meta, "paused", 1)
+    still_blocked(admin, blocker)
+    q.enqueue("j", b"p")
+    still_blocked(admin, blocker)
+    admin.hdel(q.meta, "paused")
+    claimed_ok(q, blocker.result(within_s=1.0), b"j", 1, run_id)
 
 
 def test_paused_and_empty_a_resume_alone_does_not_wake_it(native_server, admin):
