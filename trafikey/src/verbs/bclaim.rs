@@ -98,7 +98,7 @@ pub const META_EVENTS: std::ffi::c_int = valkey_module::raw::REDISMODULE_NOTIFY_
 /// whatever else changed meta, the claimer re-checks it): its pending is signalled, so a
 /// claimer blocked on the paused queue wakes and runs CLAIM's checks again (still paused: it
 /// keeps waiting; pending empty: the server wakes nobody).
-pub fn meta_changed(ctx: &Context, _event: &[u8], key: &[u8]) {
+pub fn meta_changed(ctx: &Context, key: &[u8]) {
     let Some(base) = grammar::base_of_meta(key) else {
         return;
     };
