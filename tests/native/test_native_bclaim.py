@@ -1,4 +1,4 @@
-"""EMQ.BCLAIM (SPEC §9.3, docs/spec.md "BCLAIM"): CLAIM, but where CLAIM would answer empty
+"""EMQ.BCLAIM (SPEC §9.3, docs/spec.md §9): CLAIM, but where CLAIM would answer empty
 having written nothing (pending empty, or the queue paused) the caller blocks until a write
 can serve it or timeout_ms passes. Real servers, real blocked connections: each blocked call
 runs on its own connection in a thread, and "blocked" is read from CLIENT LIST (flag ``b``),
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import valkey
@@ -390,6 +391,12 @@ def test_a_server_restart_while_blocked_is_a_connection_error_and_the_data_stays
         admin = server.client()
         other = NativeQueue(admin)
         other.enqueue("kept", b"p")
+        served = NativeQueue(admin)  # a claim made from a wake: its effects reach the AOF
+        blocker = Blocker(server, served).start()
+        wait_blocked(admin, blocker)
+        served.enqueue("j", b"p")
+        assert blocker.result()[0] == b"j"
+        assert bclaim(admin, served, 30000, 5) == []  # a timeout: nothing reaches the AOF
         q = NativeQueue(admin)
         blocker = Blocker(server, q).start()
         wait_blocked(admin, blocker)
@@ -401,7 +408,11 @@ def test_a_server_restart_while_blocked_is_a_connection_error_and_the_data_stays
         with server.client() as admin:
             assert digest(admin) == before
             assert NativeQueue(admin, other.name).zset(other.pending) == [(b"kept", 0.0)]
+            assert NativeQueue(admin, served.name).hrow("j")[b"state"] == b"active"
             assert admin.exists(q.pending, q.active) == 0
+        server.stop()
+        aof = b"".join(p.read_bytes() for p in Path(server.dir).rglob("*.aof"))
+        assert b"EMQ." not in aof.upper()  # effects, never the verb
 
 
 # -- replication ---------------------------------------------------------------------------
