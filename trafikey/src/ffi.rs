@@ -188,8 +188,8 @@ pub fn signal_ready(ctx: &Context, key: &Str) {
     }
 }
 
-/// A keyspace-event handler: the event name and the key, as bytes.
-pub type EventHandler = fn(&Context, &[u8], &[u8]);
+/// A keyspace-event handler: the key the event names, as bytes.
+pub type EventHandler = fn(&Context, &[u8]);
 
 /// Subscribe `handler` to the keyspace events of the `types` classes
 /// (`RM_SubscribeToKeyspaceEvents`, which sees every event whatever
@@ -208,12 +208,12 @@ macro_rules! listener {
         unsafe extern "C" fn entry(
             ctx: *mut valkey_module::raw::RedisModuleCtx,
             _type: std::ffi::c_int,
-            event: *const std::ffi::c_char,
+            _event: *const std::ffi::c_char,
             key: *mut valkey_module::raw::RedisModuleString,
         ) -> std::ffi::c_int {
-            // SAFETY: the server passes a live context, a NUL-terminated event name and a
-            // live key string, all alive for the call.
-            unsafe { $crate::ffi::event(ctx, event, key, $handler) }
+            // SAFETY: the server passes a live context and a live key string, alive for the
+            // call.
+            unsafe { $crate::ffi::event(ctx, key, $handler) }
         }
         Some(entry as unsafe extern "C" fn(_, _, _, _) -> _)
     }};
@@ -223,25 +223,19 @@ pub(crate) use listener;
 /// The boundary of a keyspace-event callback: no panic reaches the server.
 ///
 /// # Safety
-/// As the server calls a notification callback: `event` NUL-terminated, `key` live.
+/// As the server calls a notification callback: `key` a live string.
 pub unsafe fn event(
     ctx: *mut raw::RedisModuleCtx,
-    event: *const c_char,
     key: *mut raw::RedisModuleString,
     handler: EventHandler,
 ) -> c_int {
-    if event.is_null() || key.is_null() {
+    if key.is_null() {
         return raw::REDISMODULE_OK as c_int;
     }
     let context = Context::new(ctx);
     // SAFETY: as promised by the caller.
-    let (event, key) = unsafe {
-        (
-            std::ffi::CStr::from_ptr(event).to_bytes(),
-            string_bytes(key),
-        )
-    };
-    let _ = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, event, key)));
+    let key = unsafe { string_bytes(key) };
+    let _ = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, key)));
     raw::REDISMODULE_OK as c_int
 }
 

@@ -48,9 +48,8 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
         return Status::Err;
     }
     // a resume is a plain HDEL on the queue's meta: BCLAIM hears it here
-    let classes = (valkey_module::raw::REDISMODULE_NOTIFY_HASH
-        | valkey_module::raw::REDISMODULE_NOTIFY_GENERIC) as std::ffi::c_int;
-    if !ffi::subscribe(ctx, classes, ffi::listener!(verbs::bclaim::meta_changed)) {
+    let heard = ffi::listener!(verbs::bclaim::meta_changed);
+    if !ffi::subscribe(ctx, verbs::bclaim::META_EVENTS, heard) {
         ctx.log_warning("trafikey: could not subscribe to keyspace events");
         return Status::Err;
     }

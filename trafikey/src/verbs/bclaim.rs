@@ -85,13 +85,20 @@ fn timed_out(_ctx: &Context, _args: &[&[u8]]) -> ValkeyResult {
     Ok(ValkeyValue::Array(Vec::new()))
 }
 
-/// A keyspace event (hash and generic classes): a queue's meta losing a field or deleted may
-/// be a resume (`HDEL meta paused`, a plain command), so its pending is signalled and a
-/// claimer blocked on the paused queue wakes to check again.
-pub fn meta_changed(ctx: &Context, event: &[u8], key: &[u8]) {
-    if event != b"hdel" && event != b"del" {
-        return;
-    }
+/// The keyspace-event classes [`meta_changed`] hears: every way a meta hash can lose its
+/// `paused` field (HDEL, DEL/UNLINK, an expiry, an eviction, a rename or a move away, a
+/// RESTORE or SET over it).
+pub const META_EVENTS: std::ffi::c_int = valkey_module::raw::REDISMODULE_NOTIFY_GENERIC
+    | valkey_module::raw::REDISMODULE_NOTIFY_HASH
+    | valkey_module::raw::REDISMODULE_NOTIFY_STRING
+    | valkey_module::raw::REDISMODULE_NOTIFY_EXPIRED
+    | valkey_module::raw::REDISMODULE_NOTIFY_EVICTED;
+
+/// A keyspace event on a queue's meta (any event: a resume is a plain `HDEL meta paused`, and
+/// whatever else changed meta, the claimer re-checks it): its pending is signalled, so a
+/// claimer blocked on the paused queue wakes and runs CLAIM's checks again (still paused: it
+/// keeps waiting; pending empty: the server wakes nobody).
+pub fn meta_changed(ctx: &Context, key: &[u8]) {
     let Some(base) = grammar::base_of_meta(key) else {
         return;
     };
