@@ -278,6 +278,13 @@ class Connection:
             pipe.hget(pause_of.meta, "paused")
         return pipe.execute(raise_on_error=False)
 
+    def node_client(self, keyspace: Keyspace) -> valkey.Valkey:
+        """A plain client of the node that holds ``keyspace``'s queue (this connection's own client
+        off a cluster): for what a cluster pipeline refuses (TIME) and for a waiter's socket."""
+        if self.cluster:
+            return self.client.get_node_from_key(keyspace.pending).valkey_connection
+        return self.client
+
     # -- the pause read of the scripted claim ----------------------------------
     def paused(self, keyspace: Keyspace) -> bool:
         """SPEC §4: any non-nil reply means paused, an error reply included; only a

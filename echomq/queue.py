@@ -297,7 +297,8 @@ class Queue:
         The worker promotes again then: a delayed job runs at its due time, not an interval later."""
         command = self.connection.command_args(self.call("promote", check_int("limit", limit, 1, LIMIT_MAX)))
         for _ in range(2):
-            pipe = self.connection.client.pipeline(transaction=False)
+            # on the queue's own node: a cluster pipeline refuses TIME, which has no key
+            pipe = self.connection.node_client(self.keys).pipeline(transaction=False)
             pipe.execute_command(*command)
             pipe.zrange(self.keys.schedule, 0, 0, withscores=True)
             pipe.time()
@@ -341,7 +342,7 @@ class Queue:
             if self.connection.wire == 6:
                 self.connection.client.hdel(self.keys.meta, "paused")
                 return
-            pipe = self.connection.client.pipeline(transaction=True)
+            pipe = self.connection.node_client(self.keys).pipeline(transaction=True)  # one node: MULTI works
             pipe.hdel(self.keys.meta, "paused")
             pipe.zadd(self.keys.wake, {"w": 0})
             pipe.execute()

@@ -73,13 +73,6 @@ class Recheck:
 Report = Woken | TimedOut | Claimed | Recheck
 
 
-def node_client(connection: Connection, queue: Queue) -> valkey.Valkey:
-    """The client of the node that holds ``queue`` (the connection's own client off a cluster)."""
-    if connection.cluster:
-        return connection.client.get_node_from_key(queue.keys.pending).redis_connection
-    return connection.client
-
-
 class Waiter(threading.Thread):
     """One blocking connection to the node of ``queues`` (all on one node; one slot on a cluster)."""
 
@@ -93,7 +86,7 @@ class Waiter(threading.Thread):
         self._report = report
         self._clock_ms = clock_ms
         # the control thread's client for this node sends CLIENT UNBLOCK; the waiter has a socket of its own
-        self.control = node_client(connection, queues[0])
+        self.control = connection.node_client(queues[0].keys)
         pool = self.control.connection_pool
         # a read outlives the longest block: the server answers by then, or the link is dead
         self._link = pool.connection_class(**{**pool.connection_kwargs,
