@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from echomq import App, EmbeddedServer, Queue, TimerConfig, Worker, WorkerConfig, connect, module_path
+from echomq.errors import ConfigurationError, UnsupportedOnWire
 from helpers import dump, server_ms, wait_server_past
 from worker_helpers import WorkerProcess, fresh_name, out, processed, started, wait_until  # noqa: F401 (fixture)
 
@@ -208,3 +209,37 @@ def test_a_worker_killed_while_blocked_leaves_no_trace(own_conn, spawn_own, out,
         assert own_conn.client.zrange(queue.keys.wake, 0, -1) == [b"w"]
     spawn_own(name)
     wait_until(lambda: [(i, a) for i, a, _ in processed(out)] == [(job.id, 1)], 20, "the next worker run it")
+
+
+# -- Queue.bclaim --------------------------------------------------------------------------------
+
+def test_bclaim_claims_as_claim_waits_while_empty_and_is_wire_6_only(own_conn, wire):
+    queue = Queue(own_conn, fresh_name("bc"))
+    if wire == 4:
+        before = dump(own_conn.client)
+        with pytest.raises(UnsupportedOnWire, match="wake marker"):
+            queue.bclaim(1000, 10)
+        assert dump(own_conn.client) == before
+        return
+    job = queue.enqueue({"n": 1})
+    got = queue.bclaim(5000, 10)
+    assert got.id == job.id and got.attempt == 1 and got.payload == {"n": 1}
+    assert queue.bclaim(5000, 10) is None  # empty: waited 10 ms, then nothing
+    with pytest.raises(ConfigurationError):
+        queue.bclaim(5000, -1)
+
+
+def test_a_wire_6_node_without_claim_block_is_polled(own_conn, wire):
+    """An older trafikey lists no claim.block: bclaim is refused before sending, and the worker polls."""
+    if wire == 4:
+        pytest.skip("wire 6's optional token")
+    own_conn.tokens = own_conn.tokens - {"claim.block"}
+    queue = Queue(own_conn, fresh_name("old"))
+    with pytest.raises(UnsupportedOnWire, match="claim.block"):
+        queue.bclaim(1000, 10)
+    seen = []
+    with Running(Worker(recording_app([queue.name], seen), own_conn)) as worker:
+        wait_until(lambda: commands_total(own_conn.client) > 0 and not worker.blocking, what="the worker polling")
+        job = queue.enqueue({})
+        wait_until(lambda: seen == [(queue.name, job.id, 1)], what="the job run by polling")
+        assert blocked(own_conn.client) == 0
