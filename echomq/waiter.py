@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from queue import SimpleQueue
 from typing import Callable, Sequence

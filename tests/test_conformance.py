@@ -14,13 +14,13 @@ import pytest
 from echomq import Enqueued, LeaseLost, State, UnsupportedOnWire
 from echomq.connection import build_call
 from echomq.verbs import JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, VERBS
-from helpers import dump, queue_unchanged, server_ms, wait_server_past
+from helpers import core_dump, queue_unchanged, server_ms, wait_server_past
 
 # --------------------------------------------------------------------------- expected-state builders
 
 
 def snap(q):
-    return dump(q.connection.client, q.keys)
+    return core_dump(q.connection.client, q.keys)
 
 
 def K(q, suffix: str) -> bytes:
