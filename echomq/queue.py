@@ -336,16 +336,13 @@ class Queue:
             self.connection.client.hset(self.keys.meta, "paused", 1)
 
     def resume(self) -> None:
-        """Release claims. On wire 4 it also writes the wake marker, so a worker blocked on this
-        queue claims at once (wire 6's blocked claimers see the resume by themselves)."""
+        """Release claims. On wire 4 it then writes the wake marker, so a worker blocked on this
+        queue claims at once (wire 6's blocked claimers hear the HDEL by themselves)."""
+        client = self.connection.client
         with _plain():
-            if self.connection.wire == 6:
-                self.connection.client.hdel(self.keys.meta, "paused")
-                return
-            pipe = self.connection.node_client(self.keys).pipeline(transaction=True)  # one node: MULTI works
-            pipe.hdel(self.keys.meta, "paused")
-            pipe.zadd(self.keys.wake, {"w": 0})
-            pipe.execute()
+            client.hdel(self.keys.meta, "paused")  # a refusal (a wrong-typed meta) stops here: no marker
+            if self.connection.wire == 4:
+                client.zadd(self.keys.wake, {"w": 0})
 
     # -- reading ----------------------------------------------------------------
     def counts(self) -> Counts:
