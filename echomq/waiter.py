@@ -48,9 +48,10 @@ class Woken:
 
 @dataclass(frozen=True)
 class TimedOut:
-    """Wire 4: the block's timeout passed (or it was interrupted) with no marker."""
+    """Wire 4: the block's timeout passed with no marker, or the control thread ended it."""
 
     queues: tuple[str, ...]
+    interrupted: bool = False  #: ended by CLIENT UNBLOCK (as far as the waiter saw): not a real timeout
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ class Waiter(threading.Thread):
             link.send_command("BZPOPMIN", *keys, f"{timeout_ms / 1000:.3f}")
             reply = link.read_response()
             if not reply:
-                return TimedOut(queues)
+                return TimedOut(queues, interrupted=self.unblocked)
             return Woken((self.by_wake_key[reply[0]],))
         (name,) = queues
         queue = self.queues[name]

@@ -476,7 +476,7 @@ class Worker:
                     self._paused.discard(name)
                     self.timers.recheck(name, now)
             elif isinstance(report, waiter.TimedOut):
-                for name in report.queues:
+                for name in () if report.interrupted else report.queues:  # interrupted: just re-armed
                     # claim once: a plain HDEL resume writes no marker, and another waiter (a frozen
                     # process, say) may have taken a wake it never acted on
                     self._idle.discard(name)

@@ -243,3 +243,17 @@ def test_a_wire_6_node_without_claim_block_is_polled(own_conn, wire):
         job = queue.enqueue({})
         wait_until(lambda: seen == [(queue.name, job.id, 1)], what="the job run by polling")
         assert blocked(own_conn.client) == 0
+
+
+def test_a_queue_that_goes_idle_joins_the_blocked_wait(own_conn, wire):
+    """Wire 4 waits on every idle queue in one BZPOPMIN: one that empties while the others are
+    waited on is added (CLIENT UNBLOCK, then a new block over all of them)."""
+    names, seen = [fresh_name("j0"), fresh_name("j1")], []
+    with Running(Worker(recording_app(names, seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+        wait_until(lambda: blocked(own_conn.client) == (1 if wire == 4 else 2), what="blocked on both")
+        for _ in range(3):  # each time j0 drains, it must be waited on again, next to j1
+            job = Queue(own_conn, names[0]).enqueue({})
+            wait_until(lambda: (names[0], job.id, 1) in seen, what="the job of j0")
+            wait_until(lambda: blocked(own_conn.client) == (1 if wire == 4 else 2), what="blocked on both again")
+        job = Queue(own_conn, names[1]).enqueue({})
+        wait_until(lambda: (names[1], job.id, 1) in seen, what="the job of j1, still waited on")
