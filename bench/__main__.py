@@ -9,7 +9,8 @@
 Sections: ``cost`` (server µs per verb and lifecycle: wire 6, wire 4, the primitive
 floor), ``growth`` (cost and memory at 10³ … --max-jobs queued jobs), ``e2e``
 (throughput with 1, 2, 4 worker processes, bulk enqueue, idle pick-up latency, for
-EchoMQ on each wire and for every peer). Everything runs on one embedded
+EchoMQ on each wire and for every peer), ``idle`` (one idle ``emq worker`` per wire, and at
+--worker-before: pick-up, delayed-job lateness, idle commands/s; bench/idle.py). Everything runs on one embedded
 valkey-server (with trafikey loaded when it is built); see bench/common.py.
 """
 
@@ -23,11 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import cost, e2e, growth, report
+from . import cost, e2e, growth, idle, report
 from .common import ROOT, TRAFIKEY_SOURCE, BenchServer, client_versions, machine, say, trafikey_module
 from .systems import ALL_PEERS, echomq_at, echomq_system, emq_worker_available, peers
 
-SECTIONS = ("cost", "growth", "e2e")
+SECTIONS = ("cost", "growth", "e2e", "idle")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -56,6 +57,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="extra EchoMQ worker modes measured for pick-up latency only (emq-idleN: --idle-max-ms N)")
     p.add_argument("--worker-before", default="",
                    help="a git revision: also run emq worker with the echomq package as of it (a before/after)")
+    p.add_argument("--delay-ms", type=int, default=200, help="how far ahead the idle section schedules its jobs")
+    p.add_argument("--idle-seconds", type=float, default=10.0, help="how long the idle section counts commands")
     p.add_argument("--wires", default="6,4")
     p.add_argument("--json", default=str(ROOT / "bench" / "results" / "latest.json"))
     p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
@@ -67,6 +70,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.aof_rounds = 1
         args.e2e_jobs, args.e2e_rounds, args.bulk_jobs, args.processes = 200, 1, 200, "1"
         args.latency_jobs, args.latency_gap_ms, args.window = 3, "5,20", 20.0
+        args.delay_ms, args.idle_seconds = 20, 0.5
         given = " ".join(argv if argv is not None else sys.argv[1:])
         if "--peers" not in given:
             args.peers = "none"
@@ -132,6 +136,17 @@ def main(argv: list[str] | None = None) -> int:
                                      bulk_n=args.bulk_jobs, rounds=args.e2e_rounds, lat_m=args.latency_jobs,
                                      lat_lo=lo, lat_hi=hi, window_s=args.window,
                                      latency_only=[echomq_system(w, m) for w in wires for m in lat_modes])
+        if "idle" in sections:
+            have_worker, why = emq_worker_available()
+            if have_worker:
+                lo, hi = (int(x) for x in args.latency_gap_ms.split(","))
+                systems = [echomq_system(w, "emq") for w in wires]
+                if args.worker_before:
+                    systems += [echomq_at(args.worker_before, w) for w in wires]
+                results["idle"] = idle.run(server, systems, m=args.latency_jobs, lo=lo, hi=hi,
+                                           delay_ms=args.delay_ms, idle_s=args.idle_seconds)
+            else:
+                say(f"idle section skipped: {why}")
     results["elapsed_s"] = time.time() - started
     results["headline"] = report.headline(results)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

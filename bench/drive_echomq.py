@@ -3,6 +3,8 @@
     drive_echomq.py worker  WIRE/MODE URL QUEUE          one worker process
     drive_echomq.py enqueue WIRE/MODE URL QUEUE N        N no-op jobs, enqueue_many in pipelines of 1000; JSON
     drive_echomq.py stamped WIRE/MODE URL QUEUE M LO HI  spaced, stamped jobs (pick-up latency)
+    drive_echomq.py delayed WIRE/MODE URL QUEUE M LO HI D  spaced jobs scheduled D ms ahead, stamped with
+                                                         their due time (lateness)
 
 MODE is how the worker runs: ``emq`` = ``emq worker bench.echomq_tasks:app`` with its
 defaults (the real thing); ``emq-idleN`` = the same with ``--idle-max-ms N``; ``loop`` = a minimal claim -> run -> complete loop, one job a
@@ -96,6 +98,13 @@ def main(argv: list[str]) -> int:
         for pause in gaps(int(argv[4]), float(argv[5]), float(argv[6])):
             time.sleep(pause)
             q.enqueue({"t": time.time()})
+        t["end"] = time.time()
+    elif what == "delayed":
+        t = {"start": time.time()}
+        delay_ms = int(argv[7])
+        for pause in gaps(int(argv[4]), float(argv[5]), float(argv[6])):
+            time.sleep(pause)
+            q.schedule({"t": time.time() + delay_ms / 1000}, delay_ms)  # t: its due time
         t["end"] = time.time()
     else:
         raise SystemExit(__doc__)

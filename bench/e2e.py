@@ -89,8 +89,9 @@ class Workers:
             log.close()
 
 
-def produce(system: System, url: str, queue: str, *args: object, timeout: float = 600) -> dict[str, float]:
-    what = "enqueue" if len(args) == 1 else "stamped"
+def produce(system: System, url: str, queue: str, *args: object, timeout: float = 600,
+            what: str | None = None) -> dict[str, float]:
+    what = what or ("enqueue" if len(args) == 1 else "stamped")
     done = subprocess.run(system.argv(what, url, queue, *args), cwd=system.cwd or ROOT,
                           env={**child_env(url, queue), **system.env},
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)

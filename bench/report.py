@@ -273,6 +273,9 @@ def render(results: dict, baseline: dict | None = None, later: list[dict] | None
         lines += table(["queued jobs", "executor", "lifecycle µs", "claim µs", "lifecycle CPU µs",
                         "bytes / queued job", "row bytes", "pending zset bytes / job"], rows)
 
+    if results.get("idle"):
+        lines += idle_section(results["idle"], results.get("e2e"))
+
     if baseline:
         lines += before_after(baseline, results)
     for extra in later or ():
@@ -373,6 +376,47 @@ def later_cost(extra: dict) -> list[str]:
     lines += table(LIFECYCLE_HEADER, lifecycle_rows(cost_["table"]))
     rows = ratio_rows(cost_["ratios"]) + ratio_rows(extra.get("cost_aof", {}).get("ratios", {}), "AOF on: ")
     return lines + table(["ratio", "measure", "median (min–max)"], rows)
+
+
+def idle_section(idle: dict, e2e: dict | None) -> list[str]:
+    """An idle ``emq worker`` (bench/idle.py), and its throughput and server cost against the
+    same worker at an earlier revision where the e2e section ran both."""
+    lines = ["## An idle worker: pick-up, delayed jobs, idle commands", "",
+             f"One idle `emq worker` (defaults) per row. Pick-up: {idle['jobs']} single jobs sent with idle gaps of "
+             f"{idle['gap_ms'][0]}–{idle['gap_ms'][1]} ms, enqueue → handler start. Delayed: {idle['jobs']} jobs "
+             f"each scheduled {idle['delay_ms']} ms ahead, with the same gaps, due time → handler start. Idle: "
+             f"every command the server executed in {idle['idle_s']:.0f} s with nothing to do (commandstats, "
+             "commands inside scripts included), per second. Targets (issue 11): pick-up p50 ≤ 2 ms, p99 ≤ 5 ms; "
+             "delayed p99 ≤ 20 ms; idle ≤ 1 command/s.", ""]
+    rows = []
+    for name, row in idle["table"].items():
+        if "failed" in row:
+            rows.append([name, "failed: " + row["failed"][:80], "", "", "", ""])
+            continue
+        pick, late = row["pickup"], row["lateness"]
+        rows.append([name, num(pick["p50_ms"], 1), num(pick["p99_ms"], 1), num(late["p50_ms"], 1),
+                     num(late["p99_ms"], 1), num(row["idle_commands_per_s"], 2)])
+    lines += table(["worker", "pick-up p50 ms", "p99 ms", "delayed: late p50 ms", "p99 ms", "idle commands/s"], rows)
+    before = [name for name in idle["table"] if " @ " in name]
+    pairs = []
+    for name in before:
+        after = name.split(" @ ")[0] + ")"  # "EchoMQ wire 6 (emq worker @ abc123)" -> "EchoMQ wire 6 (emq worker)"
+        if e2e and name in e2e["table"] and after in e2e["table"]:
+            pairs.append((after, name))
+    if pairs:
+        rows = []
+        for after, name in pairs:
+            a, b = e2e["table"][after], e2e["table"][name]
+            for k in e2e["processes"]:
+                ta, tb = a.get(f"throughput:{k}"), b.get(f"throughput:{k}")
+                ca, cb = a.get(f"server_cpu_us_per_job:{k}"), b.get(f"server_cpu_us_per_job:{k}")
+                if ta and tb and ca and cb:
+                    rows.append([after.replace(" (emq worker)", ""), str(k), num(ta["median"] / tb["median"], 2),
+                                 num(ca["median"] / cb["median"], 2)])
+        lines += ["", "Busy: the same worker against its earlier revision in the e2e runs above (after / before; "
+                  "throughput above 1 and server CPU per job below 1 are better):", ""]
+        lines += table(["wire", "processes", "jobs/s after/before", "server CPU µs per job after/before"], rows)
+    return lines + [""]
 
 
 def before_after(before: dict, after: dict) -> list[str]:

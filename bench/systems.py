@@ -53,7 +53,8 @@ def echomq_system(wire: int, mode: str) -> System:
     labels = {"emq": "emq worker", "loop": "bare loop", "batch": "bare loop, batched",
               "fused": "bare loop, batched, settle+claim fused"}
     configs = {
-        "emq": "emq worker defaults: concurrency 10, claim batch 10, idle back-off 10..1000 ms",
+        "emq": "emq worker defaults: concurrency 10, claim batch 10; an idle queue waits on the server "
+               "(BZPOPMIN on the wake marker on wire 4, EMQ.BCLAIM on wire 6)",
         "loop": "claim -> no-op -> complete, one round trip each (not the worker: the verbs' own speed)",
         "batch": "claim_many(10) -> no-ops -> complete_many, pipelined (not the worker)",
         "fused": "as batched, but each batch's completes and the next claims go in one "

@@ -211,8 +211,11 @@ def load_app(spec: str) -> App:
 @click.option("--claim-batch", type=click.IntRange(1, 10_000), default=10, show_default=True,
               help="claims pipelined per round trip while busy")
 @click.option("--idle-max-ms", type=click.IntRange(10), default=1000, show_default=True,
-              help="longest wait between claims on an empty queue")
-@click.option("--promote-interval-ms", type=click.IntRange(1), default=1000, show_default=True)
+              help="longest wait between claims on an empty queue, where the worker polls (a wire-6 node "
+                   "without claim.block); otherwise it waits on the server")
+@click.option("--promote-interval-ms", type=click.IntRange(1), default=1000, show_default=True,
+              help="a busy queue's backstop between promotes (each promote reads the next due time and the "
+                   "next runs then; an idle queue is promoted only when due)")
 @click.option("--sweep-interval-ms", type=click.IntRange(1), default=5000, show_default=True)
 @click.option("--max-stalled", type=click.IntRange(1), default=3, show_default=True,
               help="lease expiries before a job goes dead")

@@ -157,6 +157,7 @@ class Connection:
             raise errors.ConfigurationError(f"bad wire {wire!r}: EchoMQ speaks wire 4 (scripts) or wire 6 (trafikey)")
         self.client = client
         self.wire = wire
+        self.tokens: frozenset[str] = frozenset()  #: what EMQ.VERSION lists on every primary (wire 6)
         self.scripts = load_scripts(v for v in SCRIPTED if wire == 4 or v.read_only)
         self._handshake()
 
@@ -182,11 +183,22 @@ class Connection:
                 "wire 6 needs the trafikey module on the node, and EMQ.VERSION failed "
                 f"({exc}); start valkey-server with --loadmodule $(emq module-path), or connect with wire=4"
             ) from exc
+        common: set[str] | None = None
         for node, reply in listed.items():
             tokens = set(reply.decode().split())
             missing = [token for token in JOB_CORE_TOKENS if token not in tokens]
             if missing:
                 raise errors.WireError(f"the trafikey on {node} lacks job-core tokens {missing}; upgrade the module")
+            common = tokens if common is None else common & tokens
+        self.tokens = frozenset(common or ())
+
+    def supports(self, verb_name: str) -> bool:
+        """Whether this connection carries ``verb_name``: its script on wire 4; on wire 6 its
+        command, listed (with all its tokens) by EMQ.VERSION on every primary."""
+        verb = BY_NAME[verb_name]
+        if self.wire == 4:
+            return verb.scripted
+        return verb.read_only or set(verb.tokens) <= self.tokens
 
     def _require_brand(self) -> None:
         brand = read_brand(self.client)
@@ -210,6 +222,10 @@ class Connection:
         """The command that carries ``call`` on this connection's wire."""
         verb = call.verb
         if self.wire == 6 and not verb.read_only:
+            if not set(verb.tokens) <= self.tokens:
+                raise errors.UnsupportedOnWire(
+                    f"{verb.name} needs the token(s) {list(verb.tokens)}, which this node's EMQ.VERSION does not "
+                    "list; upgrade the trafikey module")
             return (verb.command, len(call.keys), *call.keys, *call.argv)
         script = self.scripts.get(verb.name)
         if script is None:
@@ -261,6 +277,13 @@ class Connection:
         if pause_of is not None:
             pipe.hget(pause_of.meta, "paused")
         return pipe.execute(raise_on_error=False)
+
+    def node_client(self, keyspace: Keyspace) -> valkey.Valkey:
+        """A plain client of the node that holds ``keyspace``'s queue (this connection's own client
+        off a cluster): for what a cluster pipeline refuses (TIME) and for a waiter's socket."""
+        if self.cluster:
+            return self.client.get_node_from_key(keyspace.pending).valkey_connection
+        return self.client
 
     # -- the pause read of the scripted claim ----------------------------------
     def paused(self, keyspace: Keyspace) -> bool:

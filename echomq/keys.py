@@ -88,6 +88,12 @@ class Keyspace:
     def meta(self) -> str:
         return self.key("meta")
 
+    @property
+    def wake(self) -> str:
+        """Wire 4's wake marker (SPEC §9.3): a zset of one member the scripts that make a job
+        claimable (or bring the next due time earlier) ZADD, and a waiting worker BZPOPMINs."""
+        return self.key("wake")
+
     def job(self, job_id: str) -> str:
         return self.key("job:" + job_id)
 

@@ -5,7 +5,11 @@ and returns a decision, so every rule here is table-tested without a server:
 
 * :func:`backoff_ms` -- the retry schedule: exponential, capped, with jitter;
 * :func:`decide_outcome` -- what a handler's result turns into (a :data:`Settle`);
-* :func:`idle_interval_ms` -- how long an idle queue waits before it polls again;
+* :func:`wait_groups`, :func:`to_wait`, :func:`interrupt_waiter`, :func:`block_timeout_ms` --
+  how an idle worker waits on the server instead of polling;
+* :func:`promote_at_ms` -- when to promote next, from the schedule's head (exact timers);
+* :func:`idle_interval_ms` -- how long an idle queue waits before it polls again (a wire-6
+  node without the ``claim.block`` token);
 * :func:`claim_batch` -- how many claims to pipeline in one round trip;
 * :func:`select_renewals` / :func:`select_expired` -- which leases to renew, and
   which to give up on because no renewal reached the server in time.
@@ -14,7 +18,7 @@ and returns a decision, so every rule here is table-tested without a server:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Mapping, TypeVar, Union
+from typing import AbstractSet, Hashable, Iterable, Mapping, Sequence, TypeVar, Union
 
 from .errors import ConfigurationError
 
@@ -151,7 +155,57 @@ def decide_outcome(outcome: Outcome, *, lost: bool, attempt: int, max_attempts: 
     raise TypeError(f"not an outcome: {outcome!r}")
 
 
-# -- polling when idle ----------------------------------------------------------------
+# -- waiting when idle ----------------------------------------------------------------
+
+#: The longest block: with nothing happening, a waiter re-arms this often (its only idle traffic).
+BLOCK_MAX_MS = 30_000
+#: A paused queue on wire 4 is looked at this often: a plain ``HDEL meta paused`` writes no wake marker.
+PAUSED_RECHECK_MS = 1_000
+
+
+def wait_groups(queues: Sequence[str], *, one_per_queue: bool) -> list[tuple[str, ...]]:
+    """Which queues share a waiter (one blocking connection). On one node's wire 4, one waiter
+    for all: a single BZPOPMIN over every idle queue's wake marker. One per queue where the
+    blocking command names one queue (wire 6's BCLAIM) or one slot (on a cluster a BZPOPMIN's
+    keys must share a slot, and each queue has its own hashtag)."""
+    if one_per_queue:
+        return [(name,) for name in queues]
+    return [tuple(queues)] if queues else []
+
+
+def to_wait(group: Sequence[str], idle: AbstractSet[str], *, capacity: int, stopping: bool) -> tuple[str, ...]:
+    """The queues of ``group`` its waiter should block on: those whose last claim came back
+    empty, while the worker has a free slot and is not stopping."""
+    if stopping or capacity <= 0:
+        return ()
+    return tuple(name for name in group if name in idle)
+
+
+def interrupt_waiter(blocked_on: Sequence[str], wanted: Sequence[str], *, claims: bool) -> bool:
+    """Whether to end a waiter's block early: a queue went idle that it is not blocked on, or it
+    should wait on nothing now and its block would claim (wire 6: no job the worker cannot take)."""
+    if not wanted:
+        return claims
+    return not set(wanted) <= set(blocked_on)
+
+
+def block_timeout_ms(paused: bool) -> int:
+    """How long one block may last: long while nothing is due (a waiter's only idle traffic is
+    re-arming), but a second while a wire-4 queue is paused, so a plain resume is seen within it.
+    Timers do not bound it: the control thread wakes for them on its own."""
+    return PAUSED_RECHECK_MS if paused else BLOCK_MAX_MS
+
+
+def promote_at_ms(now_ms: float, due_in_ms: int | None, slack_ms: int = 1) -> float | None:
+    """When to promote next (local clock), given how long until the schedule's head is due on the
+    server clock (None: the schedule is empty). ``slack_ms`` covers the round trip that read it;
+    a promote that comes a little early moves nothing and reads the head again."""
+    if due_in_ms is None:
+        return None
+    return now_ms + max(0, due_in_ms) + slack_ms
+
+
+# -- polling when idle (a wire-6 node without claim.block) ------------------------------
 
 
 @dataclass(frozen=True)

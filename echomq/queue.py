@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
-from valkey.exceptions import ResponseError
+from valkey.exceptions import NoScriptError, ResponseError
 
 from . import errors
 from .connection import Call, Connection, as_refusal, build_call
@@ -109,6 +109,7 @@ class Queue:
         self.keys = Keyspace(name)
         self.name = name
         self.serializer = serializer
+        self.claim_paused = False  #: wire 4: the pause read of the last settle_and_claim that claimed
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, wire={self.connection.wire})"
@@ -153,6 +154,18 @@ class Queue:
         if self.connection.wire == 4 and self.connection.paused(self.keys):
             return None
         return self.decode_claim(self._send("claim", lease_ms))
+
+    def bclaim(self, lease_ms: int, timeout_ms: int) -> Job | None:
+        """CLAIM, but while the queue is empty or paused wait up to ``timeout_ms`` for a job
+        (EMQ.BCLAIM, wire 6 with the ``claim.block`` token); None when none came. It also answers
+        None early when the schedule's head moved earlier (a waiter recomputes its timers).
+        Wire 4 cannot block inside a script: a wire-4 worker waits on the wake marker instead."""
+        check_int("lease_ms", lease_ms, 1)
+        check_int("timeout_ms", timeout_ms, 0)
+        if self.connection.wire == 4:
+            raise errors.UnsupportedOnWire("bclaim needs wire 6 (trafikey): on wire 4 wait on the wake marker "
+                                           f"{self.keys.wake} (BZPOPMIN), then claim")
+        return self.decode_claim(self._send("bclaim", lease_ms, timeout_ms))
 
     def claim_many(self, count: int, lease_ms: int) -> list[Job]:
         """Claim up to ``count`` jobs in one pipelined round trip, each its own atomic CLAIM.
@@ -261,6 +274,7 @@ class Queue:
             settled, claimed = replies[: len(calls)], replies[len(calls):]
         else:
             settled, paused = conn.send_many_and_read_pause(calls, self.keys)
+            self.claim_paused = paused
             claimed = [] if paused else conn.send_many(claims)
         _raise_first(claimed)
         answers = [_fence(call, reply) for call, reply in zip(calls, settled)]
@@ -276,6 +290,27 @@ class Queue:
     def promote(self, limit: int = 1000) -> int:
         """Move up to ``limit`` due scheduled jobs to pending; returns how many moved."""
         return int(self._send("promote", check_int("limit", limit, 1, LIMIT_MAX)))
+
+    def promote_and_next_due(self, limit: int = 1000) -> tuple[int, int | None]:
+        """PROMOTE, then read when the schedule's head falls due, in one round trip: (moved,
+        ms from now (server clock) until the head is due, None when the schedule is empty).
+        The worker promotes again then: a delayed job runs at its due time, not an interval later."""
+        command = self.connection.command_args(self.call("promote", check_int("limit", limit, 1, LIMIT_MAX)))
+        for _ in range(2):
+            # on the queue's own node: a cluster pipeline refuses TIME, which has no key
+            pipe = self.connection.node_client(self.keys).pipeline(transaction=False)
+            pipe.execute_command(*command)
+            pipe.zrange(self.keys.schedule, 0, 0, withscores=True)
+            pipe.time()
+            moved, head, now = pipe.execute(raise_on_error=False)
+            if not isinstance(moved, NoScriptError):
+                break
+            self.connection.load_scripts()  # NOSCRIPT: it did not run; load and send again, once
+        for reply in (moved, head, now):
+            if isinstance(reply, ResponseError):
+                raise as_refusal(reply)
+        seconds, micros = now
+        return int(moved), None if not head else int(head[0][1]) - (seconds * 1000 + micros // 1000)
 
     def reschedule(self, job_id: str, delay_ms: int) -> int | None:
         """Move a scheduled job's due time to now + ``delay_ms`` (wire 6 only); None when no row."""
@@ -301,8 +336,13 @@ class Queue:
             self.connection.client.hset(self.keys.meta, "paused", 1)
 
     def resume(self) -> None:
+        """Release claims. On wire 4 it then writes the wake marker, so a worker blocked on this
+        queue claims at once (wire 6's blocked claimers hear the HDEL by themselves)."""
+        client = self.connection.client
         with _plain():
-            self.connection.client.hdel(self.keys.meta, "paused")
+            client.hdel(self.keys.meta, "paused")  # a refusal (a wrong-typed meta) stops here: no marker
+            if self.connection.wire == 4:
+                client.zadd(self.keys.wake, {"w": 0})
 
     # -- reading ----------------------------------------------------------------
     def counts(self) -> Counts:

@@ -4,6 +4,14 @@ Every worker runs them on an interval. That is safe with any number of workers: 
 call is one atomic step in the server, bounded by ``limit``, so two workers never move
 the same job twice. A run that hits its limit runs again at once (there is more to move).
 
+PROMOTE is exact as well as periodic: each run also reads when the schedule's head falls
+due (one round trip), and the next run comes then. The interval is the backstop for a due
+time that moved earlier unseen while the queue was busy. An *idle* queue (one a waiting
+worker watches) has no interval: a write that brings its due time earlier wakes the waiter
+(the wake marker on wire 4; BCLAIM answers empty on wire 6), which calls :meth:`Timers.recheck`,
+as does the end of every block (at most ``policy.BLOCK_MAX_MS``), so an idle worker sends
+almost nothing.
+
     timers = Timers([queue], TimerConfig(sweep_interval_ms=2000))
     timers.run_once()          # both verbs on every queue, now: what `emq promote`/`sweep` do
     timers.run_due(now_ms)     # only what is due at now_ms (the worker's loop calls this)
@@ -13,10 +21,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import AbstractSet, Sequence
 
 from .errors import ConfigurationError
-from .policy import next_timer_ms
+from .policy import next_timer_ms, promote_at_ms
 from .queue import LIMIT_MAX, Queue, Sweep
 
 log = logging.getLogger("echomq.timers")
@@ -24,7 +32,7 @@ log = logging.getLogger("echomq.timers")
 
 @dataclass(frozen=True)
 class TimerConfig:
-    promote_interval_ms: int = 1000  #: how often due scheduled jobs (retries, delays) are promoted
+    promote_interval_ms: int = 1000  #: a busy queue's backstop between exact promotes (each reads the next due time)
     sweep_interval_ms: int = 5000  #: how often expired leases are looked for
     max_stalled: int = 3  #: a job whose lease expires this many times goes dead (wire 6 exempts restarts)
     limit: int = 1000  #: the most one call moves
@@ -57,14 +65,19 @@ class _Clock:
     saturated: bool = False
     hint_ms: float | None = None  #: a job is known to fall due then (a retry's backoff): run no later
 
-    def due_ms(self, now_ms: float, interval_ms: int) -> float:
-        due = next_timer_ms(self.last_ms, now_ms, interval_ms, self.saturated)
+    def due_ms(self, now_ms: float, interval_ms: int, periodic: bool = True) -> float:
+        # an idle queue's promote has no interval, but its first run (which reads the head) is at once
+        due = next_timer_ms(self.last_ms, now_ms, interval_ms, self.saturated) \
+            if periodic or self.saturated or self.last_ms is None else float("inf")
         return due if self.hint_ms is None else min(due, self.hint_ms)
 
-    def ran(self, now_ms: float, saturated: bool) -> None:
-        self.last_ms, self.saturated = now_ms, saturated
-        if self.hint_ms is not None and self.hint_ms <= now_ms:
-            self.hint_ms = None
+    def ran(self, now_ms: float, interval_ms: int, saturated: bool, hint_ms: float | None = None) -> None:
+        """After a run at ``now_ms``; ``hint_ms``: when the next is known to be due. A run the hint
+        brought forward keeps the interval's rhythm, so the promote and sweep backstops stay together."""
+        if next_timer_ms(self.last_ms, now_ms, interval_ms, self.saturated) <= now_ms:
+            self.last_ms = now_ms
+        self.saturated = saturated
+        self.hint_ms = hint_ms
 
 
 @dataclass
@@ -76,29 +89,33 @@ class Timers:
         self._promote = {q.name: _Clock() for q in self.queues}
         self._sweep = {q.name: _Clock() for q in self.queues}
 
-    def next_due_ms(self, now_ms: float) -> float:
-        """The earliest local time at which some timer is due."""
-        times = [c.due_ms(now_ms, self.config.promote_interval_ms) for c in self._promote.values()]
+    def next_due_ms(self, now_ms: float, idle: AbstractSet[str] = frozenset()) -> float:
+        """The earliest local time at which some timer is due (``idle``: queues promoted only when
+        known to be due, see the module's docstring)."""
+        times = [c.due_ms(now_ms, self.config.promote_interval_ms, name not in idle)
+                 for name, c in self._promote.items()]
         times += [c.due_ms(now_ms, self.config.sweep_interval_ms) for c in self._sweep.values()]
         return min(times, default=float("inf"))
 
     def expect_due(self, queue: str, at_ms: float) -> None:
         """A job of ``queue`` falls due at local time ``at_ms``: promote then rather than a whole
-        interval later (the worker calls this after a FAIL or DELAY with a short wait)."""
+        interval later (the worker calls this after a FAIL or DELAY with a short wait, and with
+        the current time when a wake says the schedule's head may have moved: :meth:`recheck`)."""
         clock = self._promote[queue]
         clock.hint_ms = at_ms if clock.hint_ms is None else min(clock.hint_ms, at_ms)
 
-    def run_due(self, now_ms: float) -> list[TimerRun]:
+    def run_due(self, now_ms: float, idle: AbstractSet[str] = frozenset()) -> list[TimerRun]:
         runs = []
         for queue in self.queues:
             run = TimerRun(queue.name)
             promote, sweep = self._promote[queue.name], self._sweep[queue.name]
-            if promote.due_ms(now_ms, self.config.promote_interval_ms) <= now_ms:
-                run.promoted = self.promote(queue)
-                promote.ran(now_ms, run.promoted >= self.config.limit)
+            if promote.due_ms(now_ms, self.config.promote_interval_ms, queue.name not in idle) <= now_ms:
+                run.promoted, due_in = self.promote_and_next_due(queue)
+                promote.ran(now_ms, self.config.promote_interval_ms, run.promoted >= self.config.limit,
+                            promote_at_ms(now_ms, due_in))
             if sweep.due_ms(now_ms, self.config.sweep_interval_ms) <= now_ms:
                 run.sweep = self.sweep(queue)
-                sweep.ran(now_ms, len(run.sweep) >= self.config.limit)
+                sweep.ran(now_ms, self.config.sweep_interval_ms, len(run.sweep) >= self.config.limit)
             runs.append(run)
         return runs
 
@@ -106,8 +123,19 @@ class Timers:
         """Both verbs on every queue, once, regardless of the intervals."""
         return [TimerRun(q.name, self.promote(q), self.sweep(q)) for q in self.queues]
 
+    def recheck(self, queue: str, now_ms: float) -> None:
+        """The schedule's head of ``queue`` may have moved earlier: promote (and read it) now."""
+        self.expect_due(queue, now_ms)
+
     def promote(self, queue: Queue) -> int:
-        moved = queue.promote(self.config.limit)
+        return self._promoted(queue, queue.promote(self.config.limit))
+
+    def promote_and_next_due(self, queue: Queue) -> tuple[int, int | None]:
+        moved, due_in = queue.promote_and_next_due(self.config.limit)
+        return self._promoted(queue, moved), due_in
+
+    @staticmethod
+    def _promoted(queue: Queue, moved: int) -> int:
         if moved:
             log.info("promote %s: %d due job(s) moved to pending", queue.name, moved)
         return moved

@@ -61,16 +61,27 @@ VERBS: tuple[Verb, ...] = (
           "active → pending | dead", tokens=("stalled.check",)),
 )
 
+# Optional verbs (SPEC §9.3/§9.4): native only, registered after the job core (and the bus
+# rows), in the order they are added. A wire-6 connection requires none of them and uses one
+# only when EMQ.VERSION lists its tokens.
+OPTIONAL: tuple[Verb, ...] = (
+    _verb("bclaim", ("pending", "active", BASE), ("lease_ms", "timeout_ms"),
+          "pending → active (blocks while empty or paused)", tokens=("claim.block",), scripted=False),
+)
+
 # The two declared reads: scripts on both wires, never an EMQ command.
 READS: tuple[Verb, ...] = (
     Verb("counts", ("pending", "active", "schedule", "dead", "meta"), ()),
     Verb("state", (BASE,), ("id",)),
 )
 
-BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + READS}
+BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + OPTIONAL + READS}
 
 #: What EMQ.VERSION must list for a wire-6 connection, in registration order.
 JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in verb.tokens)
+
+#: The optional verbs' tokens, in registration order (after the job core's and the bus's).
+OPTIONAL_TOKENS: tuple[str, ...] = tuple(token for verb in OPTIONAL for token in verb.tokens)
 
 #: Every verb with a script (the eleven scripted verbs and the two reads).
 SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + READS if verb.scripted)

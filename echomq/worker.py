@@ -12,14 +12,19 @@ A step, in order:
    follows its pause read): what finished is settled -- return -> COMPLETE, raise ->
    FAIL (backoff with jitter, the task's ``max_attempts``), :class:`~echomq.Retry` ->
    FAIL with its delay, :class:`~echomq.Delay` -> DELAY -- and the slots it frees are
-   filled: a pipelined batch of claims while the queue is busy, single claims spaced
-   by an adaptive back-off while it is empty. A job whose lease was lost is dropped,
-   never settled; a settle the server fences off (token gone) is logged.
+   filled with a pipelined batch of claims while the queue is busy. A job whose lease
+   was lost is dropped, never settled; a settle the server fences off is logged.
+   A queue whose claim came back empty is **idle**: the worker stops claiming it and a
+   waiter (:mod:`echomq.waiter`, a thread with a connection of its own) blocks on the
+   server for it -- BZPOPMIN on its wake marker (wire 4) or EMQ.BCLAIM (wire 6) -- and
+   wakes this thread the moment it can be served. (A wire-6 node without the
+   ``claim.block`` token is polled instead: single claims spaced by an adaptive back-off.)
 2. **renew** on the tick: one EXTENDS per queue for every held job that is due; a 0
    marks that job lost (its async handler is cancelled, ``ctx.lease_lost`` turns true).
 3. **give up** jobs no renewal reached the server for in a whole lease (the link was
    down): they are marked lost the same way.
-4. **timers**: PROMOTE and STALLED.CHECK on their intervals (:mod:`echomq.timers`).
+4. **timers**: PROMOTE when the schedule's head falls due (each promote reads it) and
+   STALLED.CHECK on its interval (:mod:`echomq.timers`).
 
 Shutdown (SIGTERM/SIGINT, or :meth:`Worker.stop`): stop claiming, let running jobs
 finish for up to ``grace_s`` while still renewing and settling them, then REQUEUE
@@ -43,7 +48,7 @@ from typing import Any, Callable, Sequence
 
 import valkey
 
-from . import policy
+from . import policy, waiter
 from .connection import Call, Connection
 from .errors import CommandRefused, ConfigurationError, EchoMQError, LeaseLost, StateError
 from .policy import IdlePolicy, LeasePolicy
@@ -58,6 +63,10 @@ log = logging.getLogger("echomq.worker")
 LINK_ERRORS = (valkey.ConnectionError, valkey.TimeoutError)
 LINK_RETRY_MS = (100, 5000)
 PROMOTE_SLACK_MS = 5
+#: A waiter's block that must end (CLIENT UNBLOCK found it between blocks) is tried again this soon.
+INTERRUPT_RETRY_MS = 20
+#: How long shutdown waits for wire 6's blocked claims to answer (a job they took is requeued).
+WAITER_STOP_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -202,6 +211,13 @@ class Worker:
         self._finished: SimpleQueue[Held] = SimpleQueue()
         self._unsettled: list[Held] = []
         self._wake = threading.Event()
+        # waiting instead of polling (set by run(); steps driven by hand poll): BZPOPMIN on wire 4,
+        # BCLAIM on wire 6 when the node lists claim.block
+        self.blocking = False
+        self._idle: set[str] = set()  #: queues whose last claim came back empty: a waiter watches them
+        self._paused: set[str] = set()  #: wire 4: idle queues whose last claim read the pause flag
+        self._reports: SimpleQueue[waiter.Report] = SimpleQueue()
+        self._waiters: list[waiter.Waiter] = []
         self._empty_polls = {name: 0 for name in names}
         self._next_poll = {name: 0.0 for name in names}
         self._next_tick: float | None = None
@@ -232,6 +248,7 @@ class Worker:
                  os.getpid(), ", ".join(self.queues), self.connection.wire, self.config.concurrency,
                  self.config.lease.lease_ms)
         try:
+            self._start_waiters()
             while True:
                 next_ms = self.step()
                 if self.stopping and (not self.held or self._clock_ms() >= self._stop_at):
@@ -267,6 +284,7 @@ class Worker:
         """One pass of the loop; returns the local time (ms) at which the next one is due."""
         self._wake.clear()
         now = self._clock_ms()
+        self._read_reports(now)
         if now < self._link_down_until:
             return self._link_down_until
         try:
@@ -274,7 +292,10 @@ class Worker:
             self.renew(self._clock_ms())
             self.give_up_expired(self._clock_ms())
             if not self.stopping:
-                self.timers.run_due(self._clock_ms())
+                for run in self.timers.run_due(self._clock_ms(), self._idle):
+                    if run.promoted or (run.sweep and (run.sweep.recovered or run.sweep.exempt)):
+                        self._idle.discard(run.queue)  # it put jobs in pending itself: claim, no wake needed
+            self._arm_waiters()
             self._link_failures = 0
         except (*LINK_ERRORS, CommandRefused) as exc:
             # the link or the server failed this step: pause and retry; held leases run on meanwhile
@@ -287,7 +308,7 @@ class Worker:
         return self._next_due(self._clock_ms())
 
     def _next_due(self, now: float) -> float:
-        if not self._finished.empty() or self._unsettled:
+        if not self._finished.empty() or self._unsettled or not self._reports.empty():
             return now
         times = [self._next_tick or float("inf")]
         live = [h.renewed_at for h in self.held.values() if not h.ctx.lease_lost]
@@ -297,8 +318,10 @@ class Worker:
             times.append(self._stop_at)
         else:
             if self._capacity() > 0:
-                times += self._next_poll.values()
-            times.append(self.timers.next_due_ms(now))
+                times += [self._next_poll[name] for name in self.queues if name not in self._idle]
+            if any(w.busy and w.interrupting for w in self._waiters):
+                times.append(now + INTERRUPT_RETRY_MS)
+            times.append(self.timers.next_due_ms(now, self._idle))
         return min(times)
 
     def _capacity(self) -> int:
@@ -318,7 +341,7 @@ class Worker:
         for at, name in enumerate(order):
             batch = batches.get(name, [])
             count = 0
-            if not self.stopping and now >= self._next_poll[name]:
+            if not self.stopping and name not in self._idle and now >= self._next_poll[name]:
                 # the jobs settled in this round trip free their slots for its claims
                 count = policy.claim_batch(self._capacity() + len(batch), self._empty_polls[name],
                                            self.config.claim_batch)
@@ -334,7 +357,7 @@ class Worker:
                 raise
             self._settled(name, batch, answers)
             if count:
-                self._polled(name, now, found=bool(jobs))
+                self._polled(name, now, found=bool(jobs), paused=self.queues[name].claim_paused)
             for job in jobs:
                 self._start(self.tasks[name], self.queues[name], job, sent)
             claimed += len(jobs)
@@ -371,11 +394,18 @@ class Worker:
                 wait = decision.delay_ms if isinstance(decision, policy.Delay) else decision.backoff_ms
                 self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
 
-    def _polled(self, name: str, now: float, *, found: bool) -> None:
-        """After a claim: poll again at once while the queue gives jobs, else back off."""
+    def _polled(self, name: str, now: float, *, found: bool, paused: bool) -> None:
+        """After a claim: claim again at once while the queue gives jobs; else a waiter watches it
+        (or, without one, poll again after a back-off)."""
         if found:
             self._empty_polls[name] = 0
             self._next_poll[name] = now
+        elif self.blocking:
+            self._idle.add(name)
+            if paused:
+                self._paused.add(name)
+            else:
+                self._paused.discard(name)
         else:
             self._empty_polls[name] += 1
             self._next_poll[name] = now + policy.idle_interval_ms(self.config.idle, self._empty_polls[name])
@@ -416,6 +446,85 @@ class Worker:
 
     def _release(self, held: Held) -> None:
         self.held.pop(held.key, None)
+
+    # -- waiting for work: the waiters ------------------------------------------------
+    def _start_waiters(self) -> None:
+        self.blocking = self.connection.wire == 4 or self.connection.supports("bclaim")
+        if not self.blocking:
+            log.info("worker %d: the node's EMQ.VERSION lists no claim.block: idle queues are polled",
+                     os.getpid())
+            return
+        one_per_queue = self.connection.wire == 6 or self.connection.cluster
+        for group in policy.wait_groups(list(self.queues), one_per_queue=one_per_queue):
+            w = waiter.Waiter(self.connection, [self.queues[name] for name in group],
+                              lease_ms=self.config.lease.lease_ms, report=self._report, clock_ms=self._clock_ms)
+            w.start()
+            self._waiters.append(w)
+
+    def _report(self, report: waiter.Report) -> None:
+        """From a waiter's thread: its block ended."""
+        self._reports.put(report)
+        self._wake.set()
+
+    def _read_reports(self, now: float) -> None:
+        while not self._reports.empty():
+            report = self._reports.get()
+            if isinstance(report, waiter.Woken):
+                for name in report.queues:
+                    # a marker means claimable, or the schedule's head moved earlier: claim, and re-read it
+                    self._idle.discard(name)
+                    self._paused.discard(name)
+                    self.timers.recheck(name, now)
+            elif isinstance(report, waiter.TimedOut):
+                for name in () if report.interrupted else report.queues:  # interrupted: just re-armed
+                    # claim once: a plain HDEL resume writes no marker, and another waiter (a frozen
+                    # process, say) may have taken a wake it never acted on
+                    self._idle.discard(name)
+                    if name not in self._paused:
+                        self.timers.recheck(name, now)  # an idle queue's promote backstop
+            elif isinstance(report, waiter.Recheck):
+                self.timers.recheck(report.queue, now)
+            elif self.stopping:
+                self._release_claimed(report)
+            else:
+                self._idle.discard(report.queue)  # it had a job: more may follow, claimed in batches
+                self._start(self.tasks[report.queue], self.queues[report.queue], report.job, report.at_ms)
+
+    def _release_claimed(self, report: waiter.Claimed) -> None:
+        """A blocked claim answered with a job after the stop: straight back to pending (wire 6)."""
+        try:
+            self.queues[report.queue].requeue(report.job)
+            self.tally.requeued += 1
+            log.info("worker %d: stopping: requeued %s/%s, which a blocked claim took", os.getpid(),
+                     report.queue, report.job.id)
+        except (EchoMQError, *LINK_ERRORS) as exc:
+            self.tally.abandoned += 1
+            log.warning("worker %d: stopping: could not requeue %s/%s (%s); left to lease expiry", os.getpid(),
+                        report.queue, report.job.id, exc)
+
+    def _arm_waiters(self) -> None:
+        """Have every waiter block on its idle queues, or end a block that no longer fits."""
+        capacity, claims = self._capacity(), self.connection.wire == 6
+        for w in self._waiters:
+            wanted = policy.to_wait(list(w.queues), self._idle, capacity=capacity, stopping=self.stopping)
+            if w.busy:
+                if not w.unblocked and (w.interrupting or policy.interrupt_waiter(w.blocked_on, wanted, claims=claims)):
+                    w.interrupting = not w.interrupt()  # not found blocked: try again shortly
+            elif wanted:
+                w.request(wanted, policy.block_timeout_ms(paused=any(name in self._paused for name in wanted)))
+
+    def _stop_waiters(self) -> None:
+        """End every block. Wire 6's may hold a job: wait for their answers and requeue what they took."""
+        deadline = time.monotonic() + WAITER_STOP_S
+        for w in self._waiters:
+            w.close()
+            while w.busy and w.is_alive() and time.monotonic() < deadline:
+                w.interrupt()
+                w.join(INTERRUPT_RETRY_MS / 1000)
+                if self.connection.wire == 4:
+                    break  # nothing to release: a wire-4 waiter may end with its timeout
+        self._read_reports(self._clock_ms())
+        self._waiters.clear()
 
     # -- 2. and 3. leases -----------------------------------------------------------
     def renew(self, now: float) -> None:
@@ -494,6 +603,7 @@ class Worker:
         """Settle what finished, then release what is still held: REQUEUE on wire 6, lease expiry on wire 4."""
         if self._stop_at is None:
             self._stop_at = self._clock_ms()  # no claims from here on, whatever brought us here
+        self._stop_waiters()
         try:
             self.exchange(self._clock_ms())
         except (EchoMQError, *LINK_ERRORS) as exc:

@@ -30,6 +30,16 @@ def dump(client: valkey.Valkey, keyspace: Keyspace | None = None) -> dict[bytes,
     return {key: dump_key(client, key) for key in sorted(client.scan_iter(match=pattern, count=1000))}
 
 
+def core_dump(client: valkey.Valkey, keyspace: Keyspace) -> dict[bytes, tuple]:
+    """One queue's keys without wire 4's wake marker (SPEC §9.3), which must be the one-member
+    marker when present: the job core's dataset, the same on both wires. When the marker is
+    written is checked by the parity instrument and tests/test_blocking_worker.py."""
+    keys = dump(client, keyspace)
+    marker = keys.pop(keyspace.wake.encode(), None)
+    assert marker in (None, ("zset", [(b"w", 0.0)])), f"not the wake marker: {marker}"
+    return keys
+
+
 def digest(client: valkey.Valkey) -> bytes:
     return client.execute_command("DEBUG", "DIGEST")
 

@@ -29,5 +29,9 @@ def test_bench_smoke(tmp_path):
     systems = data["e2e"]["table"]
     assert systems and all("failed" not in row for row in systems.values()), systems
     assert all(row["throughput:1"]["median"] > 0 and row["latency"]["n"] == 3 for row in systems.values())
+    idle = data["idle"]["table"]
+    assert idle and all("failed" not in row and row["pickup"]["n"] == 3 and row["lateness"]["n"] == 3
+                        and row["idle_commands_per_s"] >= 0 for row in idle.values()), idle
     text = page.read_text()
     assert "## Server cost per job lifecycle" in text and "## End to end" in text and "--smoke" in text
+    assert "## An idle worker" in text

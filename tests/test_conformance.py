@@ -13,14 +13,14 @@ import pytest
 
 from echomq import Enqueued, LeaseLost, State, UnsupportedOnWire
 from echomq.connection import build_call
-from echomq.verbs import JOB_CORE_TOKENS, READS, VERBS
-from helpers import dump, queue_unchanged, server_ms, wait_server_past
+from echomq.verbs import JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, VERBS
+from helpers import core_dump, queue_unchanged, server_ms, wait_server_past
 
 # --------------------------------------------------------------------------- expected-state builders
 
 
 def snap(q):
-    return dump(q.connection.client, q.keys)
+    return core_dump(q.connection.client, q.keys)
 
 
 def K(q, suffix: str) -> bytes:
@@ -545,7 +545,7 @@ def test_wire6_version_reads_the_registration_table(server6):
     with server6.client() as client:
         listed = client.execute_command("EMQ.VERSION").decode().split(" ")
     assert listed[: len(JOB_CORE_TOKENS)] == list(JOB_CORE_TOKENS)
-    assert set(listed[len(JOB_CORE_TOKENS) :]) <= {"append", "failures.incr", "publish"}
+    assert set(listed[len(JOB_CORE_TOKENS) :]) <= {"append", "failures.incr", "publish", *OPTIONAL_TOKENS}
 
 
 def _command_info(client, name: str) -> dict | None:
@@ -560,7 +560,7 @@ def test_wire6_command_info_answers_for_every_verb(server6):
     """A linker problem would silently drop registrations: every verb must answer COMMAND INFO,
     with a key-spec (the ACL and the cluster see the declared KEYS through it)."""
     with server6.client() as client:
-        for verb in VERBS:
+        for verb in VERBS + OPTIONAL:
             info = _command_info(client, verb.command)
             assert info is not None, f"{verb.command} is not registered"
             assert info["key_specifications"], f"{verb.command} declares no key-spec"

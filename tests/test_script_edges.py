@@ -16,7 +16,7 @@ import pytest
 from echomq import CommandRefused, EmbeddedServer, Queue, State, WrongType, connect
 from echomq.connection import build_call
 from echomq.serializers import RAW
-from helpers import dump, server_ms, wait_server_past
+from helpers import core_dump, server_ms, wait_server_past
 
 _names = itertools.count()
 
@@ -27,7 +27,7 @@ def q(conn4):
 
 
 def snap(q):
-    return dump(q.connection.client, q.keys)
+    return core_dump(q.connection.client, q.keys)
 
 
 def K(q, suffix):

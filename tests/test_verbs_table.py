@@ -13,7 +13,7 @@ import pytest
 
 from echomq import verbs
 from echomq.keys import STATE_SETS, State
-from echomq.verbs import BASE, BY_NAME, JOB_CORE_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS
+from echomq.verbs import BASE, BY_NAME, JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS
 
 ROOT = Path(__file__).resolve().parent.parent
 RUST_SRC = ROOT / "trafikey" / "src"
@@ -39,6 +39,11 @@ SPEC_VERBS = [
 ]
 UNSCRIPTED = {"requeue", "reschedule"}  # SPEC §4: no script, wire 6 only
 
+# SPEC §9.3/§9.4, pinned: the optional native verbs, registered after the job core, in order.
+SPEC_OPTIONAL = [
+    ("EMQ.BCLAIM", ["pending", "active", "base"], ["lease_ms", "timeout_ms"], ("claim.block",)),
+]
+
 
 def _named(keys):
     return ["base" if k == BASE else k for k in keys]
@@ -47,6 +52,16 @@ def _named(keys):
 def test_tokens_are_the_spec_list_in_registration_order():
     assert " ".join(JOB_CORE_TOKENS) == SPEC_TOKENS
     assert len(JOB_CORE_TOKENS) == 14 and len(set(JOB_CORE_TOKENS)) == 14
+
+
+def test_optional_verbs_are_spec_section_9_and_not_required():
+    assert [(v.command, _named(v.keys), list(v.argv), v.tokens) for v in OPTIONAL] == SPEC_OPTIONAL
+    assert OPTIONAL_TOKENS == ("claim.block",)
+    assert not set(OPTIONAL_TOKENS) & set(JOB_CORE_TOKENS), "a wire-6 connection requires only the fourteen"
+    for verb in OPTIONAL:
+        assert not verb.scripted and not verb.read_only and verb.keys[-1] == BASE
+        assert verb.command == "EMQ." + verb.name.upper().replace("_", "."), verb
+        assert BY_NAME[verb.name] is verb
 
 
 def test_verb_rows_are_spec_section_3():
@@ -68,7 +83,7 @@ def test_declared_reads():
         ("state", ["base"], ["id"]),
     ]
     assert all(r.read_only and r.command is None and r.tokens == () and r.scripted for r in READS)
-    assert set(BY_NAME) == {v.name for v in VERBS + READS}
+    assert set(BY_NAME) == {v.name for v in VERBS + OPTIONAL + READS}
 
 
 def test_eleven_scripted_verbs_plus_two_reads():
@@ -205,8 +220,9 @@ def test_rust_registration_table_matches_the_verb_table():
     text = table.read_text()
     rows = list(RUST_ROW.finditer(text))
     assert rows, "no row!(...) entries found in table.rs"
-    assert [r["handler"] for r in rows] == [v.name for v in VERBS], "rows in SPEC §3 order, named as the verbs"
-    for row, verb in zip(rows, VERBS):
+    native = VERBS + OPTIONAL
+    assert [r["handler"] for r in rows] == [v.name for v in native], "rows in SPEC §3 then §9 order, named as the verbs"
+    for row, verb in zip(rows, native):
         assert tuple(re.findall(r'"([^"]+)"', row["tokens"])) == verb.tokens, verb.name
         if row["name"]:
             assert row["name"] == verb.command
@@ -222,4 +238,4 @@ def test_rust_registration_table_matches_the_verb_table():
     version = text.find('"EMQ.VERSION"')
     assert version > rows[-1].end(), "EMQ.VERSION is registered, after the job-core rows"
     on_disk = {p.stem for p in (RUST_SRC / "verbs").glob("*.rs")} - {"mod"}
-    assert on_disk == {v.name for v in VERBS}
+    assert on_disk == {v.name for v in native}

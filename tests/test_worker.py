@@ -357,7 +357,25 @@ def test_timers_promote_and_sweep_and_say_what_they_moved(conn, caplog):
     timers.expect_due(name, 300.0)  # a retry falls due sooner than the interval
     assert timers.next_due_ms(clock) == 300.0
     (run,) = timers.run_due(300.0)
-    assert run.promoted == 0 and run.sweep is None and timers.next_due_ms(300.0) == 1300.0
+    # a run the hint brought forward keeps the interval's rhythm (promote and sweep backstops stay together)
+    assert run.promoted == 0 and run.sweep is None and timers.next_due_ms(300.0) == 1000.0
+
+
+def test_a_promote_reads_the_schedules_head_and_runs_again_when_it_falls_due(conn):
+    name = fresh_name("w")
+    queue = Queue(conn, name)
+    timers = Timers([queue], TimerConfig(promote_interval_ms=60_000, sweep_interval_ms=60_000))
+    assert timers.run_due(0.0)[0].promoted == 0
+    assert timers.next_due_ms(0.0) == 60_000.0  # an empty schedule: only the backstop
+    later = queue.schedule({}, 5_000)
+    timers.recheck(name, 10.0)  # what a wake does: promote (and read the head) now
+    assert timers.next_due_ms(10.0) == 10.0
+    assert timers.run_due(10.0)[0].promoted == 0
+    due = timers.next_due_ms(10.0)
+    assert 10.0 + 4_900 <= due <= 10.0 + 5_001, due  # the head's due time, on the local clock
+    wait_server_past(conn.client, int(conn.client.zscore(queue.keys.schedule, later.id)))
+    assert timers.run_due(due)[0].promoted == 1 and queue.state(later.id).value == "pending"
+    assert timers.next_due_ms(due) == 60_000.0
 
 
 def test_a_saturated_timer_runs_again_at_once(conn):
@@ -366,7 +384,7 @@ def test_a_saturated_timer_runs_again_at_once(conn):
     for _ in range(3):
         queue.schedule({}, 0)
     wait_server_past(conn.client, server_ms(conn.client) + 1)
-    timers = Timers([queue], TimerConfig(limit=2))
+    timers = Timers([queue], TimerConfig(limit=2, promote_interval_ms=1000))
     assert timers.run_due(0.0)[0].promoted == 2
     assert timers.next_due_ms(1.0) == 1.0  # hit its limit: there is more
     assert timers.run_due(1.0)[0].promoted == 1

@@ -180,6 +180,45 @@ def test_next_timer(last, now, saturated, expected):
 
 # -- tasks --------------------------------------------------------------------------------
 
+# -- waiting when idle ---------------------------------------------------------------------
+
+def test_wait_groups_one_waiter_on_a_single_node_one_per_queue_where_a_block_names_one():
+    names = [f"q{i}" for i in range(20)]
+    assert policy.wait_groups(names, one_per_queue=False) == [tuple(names)]  # one BZPOPMIN over 20 markers
+    assert policy.wait_groups(names, one_per_queue=True) == [(name,) for name in names]  # BCLAIM, or a cluster
+    assert policy.wait_groups([], one_per_queue=False) == []
+
+
+@pytest.mark.parametrize("capacity, stopping, expected", [
+    (3, False, ("a", "c")),  # the idle ones, in the group's order
+    (0, False, ()),  # no free slot: nothing to wait for
+    (3, True, ()),  # stopping: no more claims, so no more waiting
+])
+def test_a_waiter_waits_on_the_idle_queues_of_its_group(capacity, stopping, expected):
+    assert policy.to_wait(("a", "b", "c"), {"c", "a", "z"}, capacity=capacity, stopping=stopping) == expected
+
+
+@pytest.mark.parametrize("blocked_on, wanted, claims, expected", [
+    (("a",), ("a",), False, False),  # blocked on what it should be
+    (("a", "b"), ("a",), False, False),  # waiting on more than needed is harmless: a wake re-claims nothing
+    (("a",), ("a", "b"), False, True),  # b went idle since: re-block to hear it
+    (("a",), (), False, False),  # wire 4: a popped marker claims nothing by itself
+    (("a",), (), True, True),  # wire 6: BCLAIM would lease a job nobody may run now
+])
+def test_when_a_block_is_ended_early(blocked_on, wanted, claims, expected):
+    assert policy.interrupt_waiter(blocked_on, wanted, claims=claims) is expected
+
+
+def test_a_block_is_long_unless_a_wire_4_queue_is_paused():
+    assert policy.block_timeout_ms(paused=False) == policy.BLOCK_MAX_MS
+    assert policy.block_timeout_ms(paused=True) == policy.PAUSED_RECHECK_MS <= 1000  # a plain resume, seen within 1 s
+
+
+@pytest.mark.parametrize("due_in, expected", [(None, None), (250, 1251.0), (0, 1001.0), (-40, 1001.0)])
+def test_the_next_promote_is_when_the_schedules_head_falls_due(due_in, expected):
+    assert policy.promote_at_ms(1000.0, due_in) == expected  # overdue: at once (plus the slack)
+
+
 def test_the_decorator_registers_one_handler_per_queue():
     app = App()
 

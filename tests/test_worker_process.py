@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 
 import pytest
@@ -23,6 +24,7 @@ def test_two_worker_processes_process_every_job_exactly_once(conn, spawn, out):
     assert sorted(job_id for job_id, _, _ in rows) == sorted(ids)  # each once, none missing
     assert {attempt for _, attempt, _ in rows} == {1}
     for worker in workers:
+        worker.wait_log("concurrency 4")  # its signal handlers are in place (one may have found no job left)
         worker.signal(signal.SIGTERM)
     for worker in workers:
         assert worker.wait() == 0
@@ -58,7 +60,7 @@ def test_a_sigkilled_workers_job_is_recovered_by_another_workers_sweep(conn, spa
     second.wait_log("1 expired lease(s) recovered")
 
 
-def test_a_frozen_worker_loses_its_job_and_settles_nothing_when_it_wakes(conn, spawn, out):
+def test_a_frozen_worker_loses_its_job_and_settles_nothing_when_it_wakes(conn, wire, spawn, out):
     """SIGSTOP past the lease (a VM pause, a GC storm): the job is swept and run by another
     worker; on SIGCONT the frozen one learns it lost the lease, one way or the other."""
     name = fresh_name("p")
@@ -80,7 +82,10 @@ def test_a_frozen_worker_loses_its_job_and_settles_nothing_when_it_wakes(conn, s
     frozen.signal(signal.SIGTERM)
     assert frozen.wait() == 0
     assert queue.metrics() == {"completed": 1, "failed": 0} and queue.job(job.id) is None
-    assert "done: claimed 1, lost 1" in frozen.log()
+    # every claim it made was lost: the first; on wire 6 perhaps also the recovered job, which its BCLAIM, blocked
+    # on the server since before the freeze, was first in line for (that lease ran out while it was stopped too)
+    claims = re.search(r"done: claimed (\d+), lost (\d+)\n", frozen.log())
+    assert claims and claims[1] == claims[2] and claims[1] in (("1", "2") if wire == 6 else ("1",)), frozen.log()
 
 
 @pytest.mark.parametrize("async_handler", [False, True], ids=["sync", "async"])
@@ -151,6 +156,8 @@ def test_a_server_restart_is_ridden_out_not_taken_for_a_crash(aof_server, wire, 
             assert [(i, a) for i, a, _ in processed(out)] == [(job.id, 1)]  # never run twice
             worker.signal(signal.SIGTERM)
             assert worker.wait() == 0
-            assert "lease lost" not in worker.log() and "step failed" in worker.log()
+            # the restart was seen (by a step, or by the waiter blocked while the queue was empty) and ridden out
+            log = worker.log()
+            assert "lease lost" not in log and ("step failed" in log or "blocked read failed" in log)
         finally:
             worker.kill()

@@ -7,7 +7,7 @@ nothing), and the suite fails on it.
 
 from __future__ import annotations
 
-from .steps import (Case, claim, complete, counts, delay, enqueue, extend, extends, fail, key, pause, promote, raw,
+from .steps import (Case, bclaim, claim, complete, counts, delay, enqueue, extend, extends, fail, key, pause, promote, raw,
                     reprocess, requeue, reschedule, restart, resume, schedule, stalled_check, state, wait, Do)
 
 Q, R = "q", "r"
@@ -50,6 +50,11 @@ ORDINARY = [
     case("claim.pending-ghost", "claim",
          raw("ZADD", key(Q, "pending"), "0", "ghost", label="ghost in pending"), enqueue(Q, "a", priority=1),
          claim(Q), claim(Q)),
+    # BCLAIM where it does not block (a job is there), or blocks 1 ms and times out: CLAIM's outcome
+    case("bclaim.ordinary", "claim",
+         enqueue(Q, "a", "pa"), enqueue(Q, "b", "pb", 1), bclaim(Q, 30_000), bclaim(Q, 1000, 5000), bclaim(Q, 1000)),
+    case("bclaim.paused", "claim",
+         enqueue(Q, "a"), pause(Q), bclaim(Q), resume(Q), bclaim(Q, 1000, 5000), bclaim(Q)),
     case("claim.lane-and-flow", "claim",
          enqueue(Q, "a"), lane("a"), enqueue(Q, "b"), lane("b", name="parent", value="p1"), claim(Q), claim(Q),
          note="CLAIM and EXTEND do not refuse lane rows or flow children"),
@@ -190,6 +195,11 @@ EDGES = [
     case("claim.edge.lease-not-a-number", "claim", enqueue(Q, "a"), claim(Q, "soon"), expect=("5.6",),
          note="the script pops, increments attempts and marks active before its arithmetic fails"),
     case("claim.edge.lease-zero", "claim", enqueue(Q, "a"), claim(Q, 0), expect=("5.6",)),
+    case("bclaim.edge.row-wrongtype", "claim",
+         raw("ZADD", key(Q, "pending"), "0", "a", label="a in pending"),
+         raw("SET", key(Q, "job:a"), "x", label="a's row as a string"), bclaim(Q), expect=("5.1",)),
+    case("bclaim.edge.timeout-not-a-number", "claim", enqueue(Q, "a"), bclaim(Q, 1000, "later"), expect=("5.6",),
+         note="the script node's stand-in (the claim) takes the job; native refuses the timeout first"),
     case("extend.edge.lease-zero", "lease", *held(), extend(Q, "a", 1, 0), expect=("5.6",)),
     case("extends.edge.shape", "lease", *held(), Do("extends", Q, ("1000", "a")), expect=("5.6",)),
     case("complete.edge.metrics-wrongtype", "settle",

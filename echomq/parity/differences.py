@@ -46,7 +46,7 @@ SETTLING = _v("extend", "complete", "delay", "fail", "requeue")
 ALL_VERBS = frozenset(v for v in BY_NAME)
 
 NAMED: dict[str, Named] = {n.id: n for n in (
-    Named("5.1", "CLAIM checks before it pops", _v("claim"),
+    Named("5.1", "CLAIM checks before it pops", _v("claim", "bclaim"),
           "native CLAIM refuses a wrong-typed meta (WRONGTYPE; the scripted client reads it as paused) and "
           "type-checks the head's row, its attempts and active before popping; the script pops first and fails after",
           "claim.edge.row-wrongtype"),
@@ -235,6 +235,7 @@ PRIORITY_MAX = 2**31 - 1
 GRAMMAR: dict[str, tuple[str, ...]] = {
     "enqueue": ("id", "any", "priority"),
     "claim": ("lease_ms",),
+    "bclaim": ("lease_ms", "timeout_ms"),
     "extend": ("id", "any", "lease_ms"),
     "complete": ("id", "any"),
     "schedule": ("id", "any", "delay_ms", "priority"),
@@ -248,7 +249,7 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "counts": (),
     "state": ("id",),
 }
-BOUNDS = {"lease_ms": (1, I64_MAX), "delay_ms": (0, I64_MAX), "backoff_ms": (0, I64_MAX),
+BOUNDS = {"lease_ms": (1, I64_MAX), "timeout_ms": (0, I64_MAX), "delay_ms": (0, I64_MAX), "backoff_ms": (0, I64_MAX),
           "limit": (1, 10_000), "max_attempts": (1, I64_MAX), "max_stalled": (1, I64_MAX),
           "priority": (0, PRIORITY_MAX)}
 

@@ -16,6 +16,12 @@ Three, each checked rather than masked:
   script node they are never dropped: a script that wrote one shows up.
 * **The brand.** ``{emq}:version`` must be the node's own brand; then it reads as
   ``<brand>`` on both.
+* **The wake marker** (SPEC §9.3), a named wire-4-only key. ``emq:{q}:wake`` must
+  be the one-member zset ``{w: 0}``, written by a script exactly when its call made a
+  job claimable or brought the schedule's head earlier (:func:`should_wake`), and
+  never otherwise. :func:`wake_violations` checks that on each script node; then the
+  runner consumes the marker (DEL, as a waiter's BZPOPMIN would), so it never enters a
+  comparison and each step must write its own. A native node never has it.
 
 Nothing else is masked.
 """
@@ -32,6 +38,8 @@ from .dump import Dump, Entry
 TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule)$")
 ROW = re.compile(rb"^emq:\{([^{}]+)\}:job:(.*)$", re.S)
 EXTRAS = (b"lease_epoch", b"failures")
+WAKE = re.compile(rb"^emq:\{[^{}]+\}:wake$")
+MARKER = {b"w": 0}  #: the wake marker's one member, as a dump reads it
 TIME_VERBS = frozenset({"extend", "extends", "delay", "reschedule"})  #: verbs whose nonzero reply is a time
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
@@ -224,3 +232,52 @@ def extras_violations(pre: Dump, post: Dump, *, stamped: Iterable[bytes], failed
 
 def _show(value: bytes | None) -> str:
     return "absent" if value is None else repr(value.decode(errors="backslashreplace"))
+
+
+# -- the wake marker (wire 4 only) --------------------------------------------------------
+def should_wake(verb: str | None, reply: Any, base: bytes, pre: Dump, post: Dump) -> bool:
+    """Whether a script's call must have written its queue's wake marker (SPEC §9.3): it made a
+    job claimable (a new job, a promotion, a reprocess, a retry to pending, a recovered lease),
+    or it put a job in schedule due before the schedule's head (a waiter's timeout is too long)."""
+    if verb is None or isinstance(reply, (Err, Exception)) or reply is None:
+        return False
+    if verb in ("enqueue", "reprocess"):
+        return reply == 1
+    if verb == "promote":
+        return isinstance(reply, int) and reply > 0
+    if verb == "stalled_check":
+        return isinstance(reply, (list, tuple)) and len(reply) == 3 and bool(reply[0])
+    if verb == "fail" and reply == b"pending":
+        return True
+    if (verb in ("schedule", "delay") and reply not in (0, None)) or (verb == "fail" and reply == b"scheduled"):
+        return _due_before_head(base, pre, post)
+    return False
+
+
+def _due_before_head(base: bytes, pre: Dump, post: Dump) -> bool:
+    """The call's job entered schedule before every member the schedule had (or it was empty)."""
+    key = base + b"schedule"
+    old, new = _zset(pre.get(key)), _zset(post.get(key))
+    moved = [score for member, score in new.items() if old.get(member) != score]
+    if not moved:
+        return False
+    return not old or min(moved) < min(old.values())
+
+
+def wake_violations(pre: Dump, post: Dump, *, woke: bytes | None) -> list[str]:
+    """Where a script node's wake markers break their rule in one call. ``woke``: the base
+    whose marker the call must have written (None: the call must write none). ``pre`` has
+    no marker (the runner consumes them after every step)."""
+    found = []
+    for key, entry in post.items():
+        if not WAKE.match(key):
+            continue
+        name = key.decode(errors="backslashreplace")
+        if entry.kind != "zset" or entry.value != MARKER:
+            found.append(f"{name} is not the one-member wake marker {{w: 0}}: {entry.kind} {entry.value!r}")
+        elif key != (woke or b"") + b"wake" and pre.get(key) != entry:
+            found.append(f"{name} written by a call that made nothing claimable and no due time earlier")
+    if woke is not None and woke + b"wake" not in post:
+        found.append(f"{(woke + b'wake').decode(errors='backslashreplace')} not written by a call that "
+                     "made a job claimable (or a due time earlier)")
+    return found

@@ -28,7 +28,8 @@ from ..verbs import BY_NAME
 from . import differences
 from .compare import Diff, diff
 from .dump import Dump, dump, server_ms
-from .normalise import (Err, Origins, Window, err, extras_violations, normalise, normalise_reply, row_key)
+from .normalise import (WAKE, Err, Origins, Window, err, extras_violations, normalise, normalise_reply, row_key,
+                        should_wake, wake_violations)
 from .observation import CaseResult, Observation, StepResult, Verdict
 from .plants import ScriptPlant
 from .steps import Case, Do, Raw, Restart, Step, Tick, Wait
@@ -113,8 +114,11 @@ class Node:
         if isinstance(step, Raw):
             return self._timed([step.args])
         call = Call(BY_NAME[step.verb], step.call_keys(), step.argv)
+        if self.wire == 4 and step.verb == "bclaim":
+            # scripts cannot block: the scripted stand-in of BCLAIM is the claim (a worker waits on the wake marker)
+            call = Call(BY_NAME["claim"], step.call_keys(), step.argv[:1])
         command = self.conn.command_args(call)
-        if self.wire == 4 and step.verb == "claim":
+        if self.wire == 4 and call.verb.name == "claim":
             # the scripted claim is two round trips: the client reads `meta paused` first (SPEC §4)
             meta = step.call_keys()[-1] + "meta"
             pipe = self.client.pipeline(transaction=False)
@@ -138,6 +142,13 @@ class Node:
         pipe.execute_command("TIME")
         out = pipe.execute(raise_on_error=False)
         return out[1:-1], Window(_ms(out[0]), _ms(out[-1]))
+
+    def consume_wake(self, post: Dump) -> Dump:
+        """Delete the wake markers a step wrote (as a waiter's BZPOPMIN would): the dump without them."""
+        markers = [key for key in post if WAKE.match(key)]
+        if markers:
+            self.client.delete(*markers)
+        return {key: entry for key, entry in post.items() if key not in markers}
 
     def tick(self, step: Tick) -> None:
         self._wait_until(server_ms(self.client) + step.ms)
@@ -292,11 +303,16 @@ class Pair:
             s_reply, s_window = self.script.execute(step)
             n_reply, n_window = self.native.execute(step)
         s_post, n_post = dump(self.script.client), dump(self.native.client)
+        violations: list[str] = []
+        for node, pre, post, reply in ((self.script, s_pre, s_post, s_reply), (self.native, n_pre, n_post, n_reply)):
+            if node.wire == 4:
+                woke = step.base if isinstance(step, Do) and should_wake(step.verb, reply, step.base, pre, post) else None
+                violations += [f"{node.role} node: {v}" for v in wake_violations(pre, post, woke=woke)]
+        s_post, n_post = self.script.consume_wake(s_post), self.native.consume_wake(n_post)
         verb_window = isinstance(step, Do)
         self.script.origins.update(s_pre, s_post, s_window if verb_window else None)
         self.native.origins.update(n_pre, n_post, n_window if verb_window else None)
 
-        violations: list[str] = []
         if isinstance(step, (Restart, Wait, Tick)):
             for role, pre, post in (("script", s_pre, s_post), ("native", n_pre, n_post)):
                 if pre != post:
@@ -372,7 +388,7 @@ def _extras_expected(step: Step, reply: Any) -> tuple[set[bytes], set[bytes]]:
     if not isinstance(step, Do) or isinstance(reply, Err) or reply is None:
         return stamped, failed
     base = step.base
-    if step.verb == "claim" and isinstance(reply, list) and reply:
+    if step.verb in ("claim", "bclaim") and isinstance(reply, list) and reply:
         stamped.add(row_key(base, _b(reply[0])))
     elif step.verb == "extend" and isinstance(reply, int) and reply != 0:
         stamped.add(row_key(base, step.argv[0].encode()))

@@ -85,9 +85,11 @@ class ParityMachine(RuleBasedStateMachine):
         self.do(S.schedule(q, job, delay, "s-" + job, priority))
 
     # -- claim and lease
-    @rule(q=QUEUES, short=st.booleans())
-    def claim(self, q, short):
-        self.do(S.claim(q, 1 if short else LONG))
+    @rule(q=QUEUES, short=st.booleans(), blocking=st.booleans())
+    def claim(self, q, short, blocking=False):
+        # BCLAIM (native) against the scripted claim: CLAIM's outcome; where it would block, 1 ms then empty
+        lease = 1 if short else LONG
+        self.do(S.bclaim(q, lease, 1) if blocking and self.pair.native_is_native else S.claim(q, lease))
         reply = self.pair.last.native_reply
         if isinstance(reply, tuple) and len(reply) == 3:
             self.leases.append((q, reply[0], str(reply[2])))

@@ -110,6 +110,11 @@ def claim(q: str, lease_ms: int | str = 60_000) -> Do:
     return Do("claim", q, (str(lease_ms),))
 
 
+def bclaim(q: str, lease_ms: int | str = 60_000, timeout_ms: int | str = 1) -> Do:
+    """EMQ.BCLAIM on the native node; the script node, which cannot block, runs its claim (SPEC §9.3)."""
+    return Do("bclaim", q, (str(lease_ms), str(timeout_ms)))
+
+
 def extend(q: str, job: str, token: int | str, lease_ms: int | str = 60_000) -> Do:
     return Do("extend", q, (job, str(token), str(lease_ms)))
 

@@ -1,10 +1,13 @@
 -- EMQ delay (wire 4). KEYS: active, schedule, base. ARGV: id, token, delay_ms.
 -- The holder puts its job back to wait until now + delay_ms.
+-- A due time earlier than the schedule's head writes the wake marker: a blocked worker recomputes its timeout.
 local row = KEYS[3] .. 'job:' .. ARGV[1]
 if redis.call('HGET', row, 'attempts') ~= ARGV[2] then return 0 end
 local t = redis.call('TIME')
 local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
 redis.call('ZREM', KEYS[1], ARGV[1])
+local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[2], due, ARGV[1])
 redis.call('HSET', row, 'state', 'scheduled')
+if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', KEYS[3] .. 'wake', 0, 'w') end
 return due

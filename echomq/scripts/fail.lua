@@ -16,10 +16,14 @@ local backoff = tonumber(ARGV[5])
 if backoff == 0 then
   redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), ARGV[1])
   redis.call('HSET', row, 'state', 'pending', 'last_error', ARGV[3])
+  redis.call('ZADD', base .. 'wake', 0, 'w')  -- claimable now: wake the waiters
   return 'pending'
 end
 local t = redis.call('TIME')
 local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + backoff
+local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[3], due, ARGV[1])
 redis.call('HSET', row, 'state', 'scheduled', 'last_error', ARGV[3])
+-- due before the schedule's head: a blocked worker recomputes its timeout
+if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', base .. 'wake', 0, 'w') end
 return 'scheduled'

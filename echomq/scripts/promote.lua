@@ -10,4 +10,5 @@ for _, id in ipairs(due) do
   redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), id)
   redis.call('HSET', row, 'state', 'pending')
 end
+if #due > 0 then redis.call('ZADD', KEYS[3] .. 'wake', 0, 'w') end  -- claimable now: wake the waiters
 return #due

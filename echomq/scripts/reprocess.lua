@@ -5,4 +5,5 @@ local row = KEYS[3] .. 'job:' .. ARGV[1]
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), ARGV[1])
 redis.call('HSET', row, 'state', 'pending')
+redis.call('ZADD', KEYS[3] .. 'wake', 0, 'w')  -- claimable now: wake the waiters
 return 1

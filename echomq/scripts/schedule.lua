@@ -1,5 +1,6 @@
 -- EMQ schedule (wire 4). KEYS: schedule, base. ARGV: id, payload, delay_ms, priority.
 -- As enqueue, but the job waits in schedule until now + delay_ms (server clock).
+-- A due time earlier than the schedule's head writes the wake marker: a blocked worker recomputes its timeout.
 local row = KEYS[2] .. 'job:' .. ARGV[1]
 if redis.call('EXISTS', row) == 1 then return 0 end
 if tonumber(ARGV[4]) > 0 then
@@ -9,5 +10,7 @@ else
 end
 local t = redis.call('TIME')
 local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], due, ARGV[1])
+if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w') end
 return 1

@@ -22,4 +22,5 @@ for _, id in ipairs(expired) do
     recovered[#recovered + 1] = id
   end
 end
+if #recovered > 0 then redis.call('ZADD', KEYS[4] .. 'wake', 0, 'w') end  -- claimable again: wake the waiters
 return {recovered, {}, dead}

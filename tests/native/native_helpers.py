@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 
 import pytest
@@ -21,6 +22,9 @@ TOKENS = (
     "enqueue claim claim.pause extend extends complete.flat schedule promote "
     "reschedule delay fail.flat reprocess requeue stalled.check"
 )
+
+#: The optional tokens registered after the job core (SPEC §9.4), in registration order.
+OPTIONAL_TOKENS = "claim.block"
 
 #: Every registered verb with its numkeys and ARGV count (SPEC §3).
 VERBS = {
@@ -37,6 +41,7 @@ VERBS = {
     "EMQ.REPROCESS": (3, 1),
     "EMQ.REQUEUE": (3, 2),
     "EMQ.STALLED.CHECK": (4, 2),
+    "EMQ.BCLAIM": (3, 2),
 }
 
 
@@ -106,6 +111,8 @@ class NativeQueue:
         return {
             "EMQ.ENQUEUE": ("EMQ.ENQUEUE", 2, self.pending, self.base, "x", "p", 0),
             "EMQ.CLAIM": ("EMQ.CLAIM", 3, self.pending, self.active, self.base, 1000),
+            # a 1 ms timeout: a line that is not refused cannot hang a test
+            "EMQ.BCLAIM": ("EMQ.BCLAIM", 3, self.pending, self.active, self.base, 1000, 1),
             "EMQ.EXTEND": ("EMQ.EXTEND", 2, self.active, self.base, "x", "1", 1000),
             "EMQ.EXTENDS": ("EMQ.EXTENDS", 2, self.active, self.base, 1000, "x", "1"),
             "EMQ.COMPLETE": ("EMQ.COMPLETE", 2, self.active, self.base, "x", "1"),
@@ -187,3 +194,66 @@ class NativeQueue:
         return got
 
 
+# -- blocked calls (EMQ.BCLAIM), observed ---------------------------------------------------
+
+class Blocker:
+    """One EMQ.BCLAIM on a connection of its own, in a thread; named so CLIENT LIST finds it."""
+
+    def __init__(self, server, q: NativeQueue, lease_ms=30000, timeout_ms=0, **client_kwargs):
+        self.client = server.client(socket_timeout=60, **client_kwargs)
+        self.name = fresh_name("blk")
+        self.client.client_setname(self.name)
+        self.line = ("EMQ.BCLAIM", 3, q.pending, q.active, q.base, lease_ms, timeout_ms)
+        self.reply = self.error = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        try:
+            self.reply = self.client.execute_command(*self.line)
+        except Exception as exc:  # noqa: BLE001 -- handed to the test through result()
+            self.error = exc
+
+    def start(self) -> "Blocker":
+        self.thread.start()
+        return self
+
+    @property
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def result(self, within_s: float = 10.0):
+        self.thread.join(within_s)
+        assert not self.thread.is_alive(), f"{self.name} is still blocked after {within_s}s"
+        self.client.close()
+        if self.error is not None:
+            raise self.error
+        return self.reply
+
+
+def client_entries(admin: valkey.Valkey, name: str) -> list[dict]:
+    return [e for e in admin.client_list() if e.get("name") == name]
+
+
+def is_blocked(admin: valkey.Valkey, name: str) -> bool:
+    return any("b" in e["flags"] and e["cmd"].lower() == "emq.bclaim" for e in client_entries(admin, name))
+
+
+def poll(condition, what: str, timeout_s: float = 10.0) -> None:
+    give_up = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"never: {what}")
+        time.sleep(0.001)
+
+
+def wait_blocked(admin: valkey.Valkey, *blockers: Blocker) -> None:
+    for b in blockers:
+        poll(lambda: is_blocked(admin, b.name) or b.done, f"{b.name} blocked")
+        assert not b.done, f"{b.name} answered instead of blocking: {b.reply!r} {b.error!r}"
+
+
+def still_blocked(admin: valkey.Valkey, *blockers: Blocker) -> None:
+    """Blocked now: a signal is served right after the command that made it, so a check after
+    that command's reply sees the outcome."""
+    for b in blockers:
+        assert not b.done and is_blocked(admin, b.name), f"{b.name} was woken: {b.reply!r}"

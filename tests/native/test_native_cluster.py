@@ -9,7 +9,7 @@ import pytest
 import valkey
 
 from echomq import EmbeddedServer, module_path
-from native_helpers import NativeQueue, fresh_name
+from native_helpers import Blocker, NativeQueue, fresh_name, wait_blocked
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,20 @@ def test_verbs_work_on_one_queue(cluster_node):
         assert len(slots) == 1
 
 
+def test_bclaim_blocks_on_its_queues_slot_and_is_served(cluster_node):
+    """BCLAIM waits on pending and schedule, keys of the queue's one slot."""
+    with cluster_node.client() as c:
+        q = NativeQueue(c)
+        blocker = Blocker(cluster_node, q).start()
+        wait_blocked(c, blocker)
+        q.enqueue("j", b"p")
+        assert blocker.result() == [b"j", b"p", 1]
+        blocker = Blocker(cluster_node, q).start()
+        wait_blocked(c, blocker)
+        q.schedule("s", b"p", 60_000)  # an earlier next due time: answered empty
+        assert blocker.result() == []
+
+
 def test_keys_of_two_queues_are_crossslot(cluster_node):
     with cluster_node.client() as c:
         a = NativeQueue(c, fresh_name("a"))
@@ -49,6 +63,8 @@ def test_keys_of_two_queues_are_crossslot(cluster_node):
             c.execute_command("EMQ.CLAIM", 3, a.pending, b.active, a.base, 1000)
         with pytest.raises(valkey.ResponseError, match="CROSSSLOT"):
             c.execute_command("EMQ.ENQUEUE", 2, a.pending, b.base, "j", "p", 0)
+        with pytest.raises(valkey.ResponseError, match="CROSSSLOT"):
+            c.execute_command("EMQ.BCLAIM", 3, a.pending, b.active, a.base, 1000, 0)
 
 
 def test_routing_reads_the_declared_keys():

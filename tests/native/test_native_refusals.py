@@ -94,6 +94,8 @@ ARG_CASES = [
     ("EMQ.ENQUEUE", 0, ["", "x" * 513], "id"),
     ("EMQ.ENQUEUE", 2, ["-1", "2147483648", "1.5", " 1", "+1", "0x1", ""], "priority"),
     ("EMQ.CLAIM", 0, ["0", "-1", "abc", "9223372036854775808", I64_MAX], "lease_ms"),
+    ("EMQ.BCLAIM", 0, ["0", "-1", "abc", "9223372036854775808", I64_MAX], "lease_ms"),
+    ("EMQ.BCLAIM", 1, ["-1", "2147483648", "1.5", "x", ""], "timeout_ms"),
     ("EMQ.EXTEND", 2, ["0", "x"], "lease_ms"),
     ("EMQ.EXTEND", 0, [""], "id"),
     ("EMQ.EXTENDS", 0, ["0", "-3"], "lease_ms"),

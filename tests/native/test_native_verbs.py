@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import valkey
 
-from native_helpers import TOKENS, VERBS, NativeQueue, server_ms, wait_past
+from native_helpers import OPTIONAL_TOKENS, TOKENS, VERBS, NativeQueue, server_ms, wait_past
 
 
 # -- registration -----------------------------------------------------------------------
 
-def test_version_lists_the_job_core_tokens_in_table_order(c):
-    assert c.execute_command("EMQ.VERSION") == TOKENS.encode()
+def test_version_lists_the_job_core_tokens_then_the_optional_ones_in_table_order(c):
+    assert c.execute_command("EMQ.VERSION") == f"{TOKENS} {OPTIONAL_TOKENS}".encode()
 
 
 def test_version_takes_no_argument(c):
@@ -29,6 +29,7 @@ def test_command_info_answers_for_every_verb(c, verb):
     assert entry, f"{verb} is not registered"
     flags = entry["flags"]
     assert "write" in flags and "denyoom" in flags
+    assert ("blocking" in flags) == (verb == "EMQ.BCLAIM")
     # the N keys after numkeys: a fixed range, so cluster routing and clients see them
     assert (entry["first_key_pos"], entry["last_key_pos"], entry["step_count"]) == (2, 1 + numkeys, 1)
     specs = entry["key_specifications"]

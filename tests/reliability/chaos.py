@@ -831,6 +831,8 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
             known.add(key)
         elif suffix.startswith("metrics:") or suffix == "meta":
             known.add(key)
+        elif suffix == "wake" and kind == "zset" and set(content) == {"w"}:
+            known.add(key)  # wire 4's wake marker (SPEC §9.3): one member, a hint to waiting workers
     report.unknown_keys = len(set(keys) - known)
     if report.unknown_keys:
         v.append(f"unknown keys: {sorted(set(keys) - known)[:5]}")

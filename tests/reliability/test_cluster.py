@@ -6,6 +6,7 @@
   two queues that happen to share a slot pass CROSSSLOT and wire 6 refuses them
   EMQLAYOUT;
 * the worker's own tests (tests/test_worker.py) run again on a cluster connection;
+* an idle worker waits on every node that holds its queues (one blocked connection each);
 * the chaos run on the cluster: nodes crashed and restarted from their AOF.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 
 import pytest
 from valkey.crc import key_slot
@@ -24,6 +26,7 @@ from echomq.connection import build_call
 from echomq.keys import Keyspace
 
 from chaos import Config, run
+from worker_helpers import wait_until
 
 # The worker's tests, collected again here where ``conn`` is a cluster connection.
 from test_worker import (  # noqa: F401
@@ -175,3 +178,33 @@ def test_connecting_to_no_cluster_is_connection_failed():
 
     with pytest.raises(errors.ConnectionFailed):
         connect(f"redis://127.0.0.1:{free_port()}", wire=4, cluster=True)
+
+
+def test_an_idle_worker_blocks_on_every_node_and_picks_up_from_each(cluster, conn, wire):
+    """A BZPOPMIN's keys must share a slot, so on a cluster the worker waits per queue (wire 4 as
+    wire 6): one blocked connection on each node here, one queue per node."""
+    names, seen = names_on_every_node(cluster, per_node=1), []
+    app = echomq.App()
+    for name in names:
+        app.handler(name, lambda payload, ctx: seen.append(ctx.queue))
+    worker = echomq.Worker(app, conn)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        def blocked_per_node() -> list[int]:
+            counts = []
+            for node in cluster.nodes:
+                with node.client() as client:
+                    counts.append(sum(1 for c in client.client_list()
+                                      if "b" in c["flags"] and c["cmd"].lower() in ("bzpopmin", "emq.bclaim")))
+            return counts
+
+        wait_until(lambda: blocked_per_node() == [1, 1, 1], what="one blocked waiter on each node")
+        for name in names:
+            Queue(conn, name).enqueue({})
+        wait_until(lambda: sorted(seen) == sorted(names), what="a job run from every node")
+        wait_until(lambda: blocked_per_node() == [1, 1, 1], what="blocked again on each node")
+    finally:
+        worker.stop("test over")
+        thread.join(10)
+    assert not thread.is_alive()

@@ -318,6 +318,47 @@ pub fn sweep_plan(
     plan
 }
 
+/// Does a due time written to schedule bring the queue's next due time earlier? `first` is
+/// schedule's lowest score before the write. Only then is schedule signalled, so a blocked
+/// BCLAIM (whose caller bounded its timeout by the old next due time) wakes to recompute it.
+pub fn earlier(due: i64, first: Option<i64>) -> bool {
+    first.is_none_or(|f| due < f)
+}
+
+/// Where a BCLAIM stands when CLAIM's checks have run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The command itself; `may_block` is false inside MULTI, a script, or where the server
+    /// denies blocking.
+    Called { may_block: bool },
+    /// A wake: a key it waits on was signalled; `by_schedule` when that key is schedule.
+    Woken { by_schedule: bool },
+}
+
+/// What BCLAIM does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Answer what CLAIM answered (a job, the empty array, or a refusal).
+    Reply,
+    /// Block the caller on the queue.
+    Block,
+    /// Stay blocked, answer nothing.
+    Wait,
+}
+
+/// BCLAIM's decision. `idle`: CLAIM would answer empty having written nothing (paused, or
+/// pending empty); a job, a ghost popped, or a refusal is always answered at once. Woken by
+/// schedule with nothing to claim, it answers empty so the caller re-reads the next due time.
+pub fn bclaim_next(idle: bool, phase: Phase) -> Next {
+    match (idle, phase) {
+        (false, _) => Next::Reply,
+        (true, Phase::Called { may_block: true }) => Next::Block,
+        (true, Phase::Called { may_block: false }) => Next::Reply,
+        (true, Phase::Woken { by_schedule: true }) => Next::Reply,
+        (true, Phase::Woken { by_schedule: false }) => Next::Wait,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,5 +518,32 @@ mod tests {
         assert_eq!(plan[0].expect, Expect::Int(4));
         assert_eq!(plan[6].expect, Expect::Int(8));
         assert!(sweep_plan(&q, keys, &[], None).is_empty());
+    }
+
+    #[test]
+    fn schedule_is_signalled_only_when_the_next_due_time_moves_earlier() {
+        assert!(earlier(100, None));
+        assert!(earlier(99, Some(100)));
+        assert!(!earlier(100, Some(100)));
+        assert!(!earlier(101, Some(100)));
+    }
+
+    #[test]
+    fn bclaim_blocks_only_when_claim_would_answer_empty_having_written_nothing() {
+        use Next::*;
+        use Phase::*;
+        let called = |may_block| Called { may_block };
+        let woken = |by_schedule| Woken { by_schedule };
+        // a job, a ghost or a refusal: answered at once, whatever the phase
+        for phase in [called(true), called(false), woken(true), woken(false)] {
+            assert_eq!(bclaim_next(false, phase), Reply, "{phase:?}");
+        }
+        assert_eq!(bclaim_next(true, called(true)), Block);
+        // MULTI, scripts: as CLAIM
+        assert_eq!(bclaim_next(true, called(false)), Reply);
+        // woken by pending (or a resume) with still nothing to claim: keep waiting
+        assert_eq!(bclaim_next(true, woken(false)), Wait);
+        // woken by an earlier due time: answer empty so the caller recomputes its timeout
+        assert_eq!(bclaim_next(true, woken(true)), Reply);
     }
 }

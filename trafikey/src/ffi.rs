@@ -46,6 +46,85 @@ pub unsafe fn dispatch(
     handler: Handler,
 ) -> c_int {
     let context = Context::new(ctx);
+    let args = unsafe { arg_bytes(argv, argc) };
+    let result = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, &args)))
+        .unwrap_or_else(|_| Err(ValkeyError::Str("EMQHOST trafikey caught a panic")));
+    context.reply(result) as c_int
+}
+
+/// What a blocked command's wake handler decided when a key it waits on was signalled ready.
+pub enum Wake {
+    /// Reply this and unblock the client.
+    Reply(ValkeyResult),
+    /// Reply nothing; the client stays blocked until the next signal or its timeout.
+    Wait,
+}
+
+/// A blocking verb's wake body: the full command line as bytes, and the key signalled ready.
+pub type WakeHandler = fn(&Context, &[&[u8]], &[u8]) -> Wake;
+
+/// Wraps a [`WakeHandler`] into the reply callback `RM_BlockClientOnKeys` takes (as
+/// [`native!`] does for a command).
+macro_rules! waker {
+    ($handler:path) => {{
+        extern "C" fn entry(
+            ctx: *mut valkey_module::raw::RedisModuleCtx,
+            argv: *mut *mut valkey_module::raw::RedisModuleString,
+            argc: std::ffi::c_int,
+        ) -> std::ffi::c_int {
+            // SAFETY: the server calls a reply callback with the blocked command's `argc` live
+            // strings in `argv`, in a context that names the ready key.
+            unsafe { $crate::ffi::wake(ctx, argv, argc, $handler) }
+        }
+        entry as $crate::ffi::Callback
+    }};
+}
+pub(crate) use waker;
+
+/// The boundary of a wake: as [`dispatch`], but `Wait` replies nothing and answers
+/// `REDISMODULE_ERR`, which keeps the client blocked; a reply answers `REDISMODULE_OK`, which
+/// unblocks it (the server then propagates what the wake wrote, as after a command).
+///
+/// # Safety
+/// As [`dispatch`], from a reply callback of `RM_BlockClientOnKeys`.
+pub unsafe fn wake(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    handler: WakeHandler,
+) -> c_int {
+    let context = Context::new(ctx);
+    let args = unsafe { arg_bytes(argv, argc) };
+    // SAFETY: a reply callback's context holds the ready key, alive for the callback.
+    let ready = unsafe {
+        match raw::RedisModule_GetBlockedClientReadyKey {
+            Some(get) => {
+                let key = get(ctx);
+                if key.is_null() {
+                    &[][..]
+                } else {
+                    string_bytes(key)
+                }
+            }
+            None => &[][..],
+        }
+    };
+    let woke = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, &args, ready)))
+        .unwrap_or_else(|_| Wake::Reply(Err(ValkeyError::Str("EMQHOST trafikey caught a panic"))));
+    match woke {
+        Wake::Wait => raw::REDISMODULE_ERR as c_int,
+        Wake::Reply(result) => {
+            context.reply(result);
+            raw::REDISMODULE_OK as c_int
+        }
+    }
+}
+
+/// The command line as byte slices borrowing the server's strings.
+///
+/// # Safety
+/// `argv` holds `argc` live module strings that outlive the slices.
+unsafe fn arg_bytes<'a>(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Vec<&'a [u8]> {
     let count = usize::try_from(argc).unwrap_or(0);
     let mut args: Vec<&[u8]> = Vec::with_capacity(count);
     if !argv.is_null() {
@@ -54,9 +133,110 @@ pub unsafe fn dispatch(
             args.push(unsafe { string_bytes(*argv.add(i)) });
         }
     }
-    let result = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, &args)))
-        .unwrap_or_else(|_| Err(ValkeyError::Str("EMQHOST trafikey caught a panic")));
-    context.reply(result) as c_int
+    args
+}
+
+/// May this command block its client? Not inside MULTI/EXEC or a script, nor where the
+/// server denies blocking (the server would answer an error instead of blocking).
+pub fn may_block(ctx: &Context) -> bool {
+    use valkey_module::ContextFlags as F;
+    !ctx.get_flags()
+        .intersects(F::MULTI | F::LUA | F::DENY_BLOCKING | F::REPLICATED | F::LOADING)
+}
+
+/// Block the calling client on `keys` (`RM_BlockClientOnKeys`): `on_wake` runs each time one
+/// of them is signalled ready (core writes that create a zset signal it, and so does
+/// [`signal_ready`]), `on_timeout` after `timeout_ms` (0: never). No private data is held,
+/// so a disconnect leaves nothing to free. False when the server lacks the call.
+pub fn block_on_keys(
+    ctx: &Context,
+    keys: &[Str],
+    timeout_ms: i64,
+    on_wake: Callback,
+    on_timeout: Callback,
+) -> bool {
+    let Some(block) = (unsafe { raw::RedisModule_BlockClientOnKeys }) else {
+        return false;
+    };
+    let mut argv: Vec<*mut raw::RedisModuleString> = keys.iter().map(|k| k.ptr).collect();
+    let Ok(numkeys) = c_int::try_from(argv.len()) else {
+        return false;
+    };
+    // SAFETY: a live command context (not a reply callback: the caller checked
+    // `may_block`); the server takes its own reference to every key it keeps.
+    let blocked = unsafe {
+        block(
+            ctx.ctx,
+            Some(on_wake),
+            Some(on_timeout),
+            None,
+            timeout_ms,
+            argv.as_mut_ptr(),
+            numkeys,
+            ptr::null_mut(),
+        )
+    };
+    !blocked.is_null()
+}
+
+/// Signal `key` ready (`RM_SignalKeyAsReady`): every client blocked on it gets its wake
+/// callback after this command (a quick return when no module client is blocked).
+pub fn signal_ready(ctx: &Context, key: &Str) {
+    if let Some(signal) = unsafe { raw::RedisModule_SignalKeyAsReady } {
+        // SAFETY: a live context with a selected database, and a live key string.
+        unsafe { signal(ctx.ctx, key.ptr) };
+    }
+}
+
+/// A keyspace-event handler: the key the event names, as bytes.
+pub type EventHandler = fn(&Context, &[u8]);
+
+/// Subscribe `handler` to the keyspace events of the `types` classes
+/// (`RM_SubscribeToKeyspaceEvents`, which sees every event whatever
+/// `notify-keyspace-events` says). The callback is generated by [`listener!`].
+pub fn subscribe(ctx: &Context, types: c_int, callback: raw::RedisModuleNotificationFunc) -> bool {
+    let Some(sub) = (unsafe { raw::RedisModule_SubscribeToKeyspaceEvents }) else {
+        return false;
+    };
+    // SAFETY: called from OnLoad with its context.
+    unsafe { sub(ctx.ctx, types, callback) == raw::REDISMODULE_OK as c_int }
+}
+
+/// Wraps an [`EventHandler`] into a keyspace-event callback.
+macro_rules! listener {
+    ($handler:path) => {{
+        unsafe extern "C" fn entry(
+            ctx: *mut valkey_module::raw::RedisModuleCtx,
+            _type: std::ffi::c_int,
+            _event: *const std::ffi::c_char,
+            key: *mut valkey_module::raw::RedisModuleString,
+        ) -> std::ffi::c_int {
+            // SAFETY: the server passes a live context and a live key string, alive for the
+            // call.
+            unsafe { $crate::ffi::event(ctx, key, $handler) }
+        }
+        Some(entry as unsafe extern "C" fn(_, _, _, _) -> _)
+    }};
+}
+pub(crate) use listener;
+
+/// The boundary of a keyspace-event callback: no panic reaches the server.
+///
+/// # Safety
+/// As the server calls a notification callback: `key` a live string.
+pub unsafe fn event(
+    ctx: *mut raw::RedisModuleCtx,
+    key: *mut raw::RedisModuleString,
+    handler: EventHandler,
+) -> c_int {
+    if key.is_null() {
+        return raw::REDISMODULE_OK as c_int;
+    }
+    let context = Context::new(ctx);
+    // SAFETY: as promised by the caller.
+    let key = unsafe { string_bytes(key) };
+    let _ = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, key)));
+    raw::REDISMODULE_OK as c_int
 }
 
 /// # Safety

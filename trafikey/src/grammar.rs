@@ -16,6 +16,10 @@ pub const BUDGET_MIN: i64 = 1;
 pub const PRIORITY_MAX: i64 = (1 << 31) - 1;
 /// `id` 1..=512 bytes.
 pub const ID_MAX_LEN: usize = 512;
+/// BCLAIM `timeout_ms` 0..=2^31−1 (0 blocks until served, as BLPOP's 0; a longer finite wait
+/// has no use a worker needs, and the bound keeps the server's `now + timeout` far from
+/// overflowing).
+pub const TIMEOUT_MAX: i64 = (1 << 31) - 1;
 /// EXTENDS: at most this many (id, token) pairs.
 pub const EXTENDS_MAX_PAIRS: usize = 1000;
 
@@ -205,6 +209,17 @@ pub fn priority(raw: &[u8]) -> Result<i64, Refusal> {
     number("priority", raw, 0, PRIORITY_MAX)
 }
 
+/// BCLAIM's `timeout_ms`: 0 = no timeout.
+pub fn timeout_ms(raw: &[u8]) -> Result<i64, Refusal> {
+    number("timeout_ms", raw, 0, TIMEOUT_MAX)
+}
+
+/// The queue whose meta hash `key` is (`emq:{q}:meta`), if it is one: its base.
+pub fn base_of_meta(key: &[u8]) -> Option<&[u8]> {
+    let base = key.strip_suffix(b"meta".as_slice())?;
+    is_base(base).then_some(base)
+}
+
 /// `id`: 1..=512 bytes, any bytes.
 pub fn id(raw: &[u8]) -> Result<&[u8], Refusal> {
     if raw.is_empty() || raw.len() > ID_MAX_LEN {
@@ -327,6 +342,25 @@ mod tests {
     }
 
     #[test]
+    fn a_meta_key_names_its_queue() {
+        assert_eq!(base_of_meta(b"emq:{q}:meta"), Some(b"emq:{q}:".as_slice()));
+        assert_eq!(
+            base_of_meta(b"emq:{a:b}:meta"),
+            Some(b"emq:{a:b}:".as_slice())
+        );
+        for other in [
+            "emq:{q}:metal",
+            "emq:{q}:job:meta",
+            "emq:{}:meta",
+            "meta",
+            "emq:{q}meta",
+            "x:{q}:meta",
+        ] {
+            assert_eq!(base_of_meta(other.as_bytes()), None, "{other}");
+        }
+    }
+
+    #[test]
     fn numbers_are_plain_digits_within_i64() {
         assert_eq!(parse_digits(b"0"), Some(0));
         assert_eq!(parse_digits(b"007"), Some(7));
@@ -361,6 +395,12 @@ mod tests {
         assert!(id(&[b'x'; 512]).is_ok());
         assert!(id(&[b'x'; 513]).is_err());
         assert!(at("lease_ms", i64::MAX - 1, 2).is_err());
+        assert_eq!(timeout_ms(b"0"), Ok(0));
+        assert_eq!(timeout_ms(b"2147483647"), Ok(TIMEOUT_MAX));
+        for bad in ["2147483648", "-1", "", "1.5", "1s"] {
+            let e = timeout_ms(bad.as_bytes()).map(|_| ()).unwrap_err_text();
+            assert!(e.starts_with("EMQARG timeout_ms "), "{bad}: {e}");
+        }
         let e = lease_ms(b"abc").map(|_| ()).unwrap_err_text();
         assert!(e.starts_with("EMQARG lease_ms "), "{e}");
     }

@@ -101,6 +101,48 @@ impl<'c> Host<'c> {
         Ok(self.range(key, f64::INFINITY, 1)?.into_iter().next())
     }
 
+    /// The lowest score of a zset (schedule's next due time), `None` when it is empty;
+    /// WRONGTYPE when the key holds anything else.
+    pub fn first_score(&self, key: &[u8]) -> Result<Option<i64>, Refusal> {
+        self.read(key, |k| match k.kind() {
+            Kind::Empty => Ok(None),
+            Kind::Zset => Ok(k
+                .zrange_to(f64::INFINITY, 1)
+                .first()
+                .map(|(_, score)| *score as i64)),
+            _ => Err(Refusal::WrongType),
+        })?
+    }
+
+    /// Signal `key` ready for the clients blocked on it (BCLAIM), after this command's writes.
+    /// Best effort by design: the writes are made, and a server without the call has no
+    /// blocked client to wake.
+    pub fn signal(&self, key: &[u8]) {
+        if let Ok(name) = self.name(key) {
+            ffi::signal_ready(self.ctx, &name);
+        }
+    }
+
+    /// Block the caller on `keys` until one is signalled (`on_wake`) or `timeout_ms` passes
+    /// (`on_timeout`; 0 = never). Nothing is written.
+    pub fn block(
+        &self,
+        keys: &[&[u8]],
+        timeout_ms: i64,
+        on_wake: ffi::Callback,
+        on_timeout: ffi::Callback,
+    ) -> Result<(), Refusal> {
+        let names = keys
+            .iter()
+            .map(|k| self.name(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        if ffi::block_on_keys(self.ctx, &names, timeout_ms, on_wake, on_timeout) {
+            Ok(())
+        } else {
+            Err(self.host_error("could not block the client"))
+        }
+    }
+
     fn range(&self, key: &[u8], max: f64, limit: usize) -> Result<Vec<Str>, Refusal> {
         self.read(key, |k| match k.kind() {
             Kind::Empty => Ok(Vec::new()),

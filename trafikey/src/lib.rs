@@ -43,13 +43,17 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
             return Status::Err;
         }
     }
-    match table::register(ctx) {
-        Ok(()) => Status::Ok,
-        Err(e) => {
-            ctx.log_warning(&e);
-            Status::Err
-        }
+    if let Err(e) = table::register(ctx) {
+        ctx.log_warning(&e);
+        return Status::Err;
     }
+    // a resume is a plain HDEL on the queue's meta: BCLAIM hears it here
+    let heard = ffi::listener!(verbs::bclaim::meta_changed);
+    if !ffi::subscribe(ctx, verbs::bclaim::META_EVENTS, heard) {
+        ctx.log_warning("trafikey: could not subscribe to keyspace events");
+        return Status::Err;
+    }
+    Status::Ok
 }
 
 valkey_module! {

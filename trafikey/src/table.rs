@@ -20,8 +20,9 @@ pub enum Keys {
     Numkeys(usize),
 }
 
-/// Command flags of the writers and of the one reader.
+/// Command flags of the writers, of the one writer that may block, and of the one reader.
 pub const WRITE: &str = "write deny-oom";
+pub const WRITE_BLOCKING: &str = "write deny-oom blocking";
 pub const READ: &str = "readonly fast";
 
 /// One registered command.
@@ -109,6 +110,11 @@ fn stalled_check(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::stalled_check::run(ctx, args)
 }
 
+/// `EMQ.BCLAIM 3 emq:{q}:pending emq:{q}:active emq:{q}: <lease_ms> <timeout_ms>`
+fn bclaim(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::bclaim::run(ctx, args)
+}
+
 /// `EMQ.VERSION` — the capability tokens of the registered rows, one space apart.
 fn version(_ctx: &Context, _args: &[&[u8]]) -> ValkeyResult {
     Ok(valkey_module::ValkeyValue::BulkString(caps()))
@@ -116,10 +122,13 @@ fn version(_ctx: &Context, _args: &[&[u8]]) -> ValkeyResult {
 
 macro_rules! row {
     ($verb:ident, [$($token:literal),*]) => {
+        row!($verb, [$($token),*], WRITE)
+    };
+    ($verb:ident, [$($token:literal),*], $flags:expr) => {
         Row {
             name: verbs::$verb::VERB,
             callback: native!($verb),
-            flags: WRITE,
+            flags: $flags,
             keys: Keys::Numkeys(verbs::$verb::NUMKEYS),
             tokens: &[$($token),*],
         }
@@ -127,7 +136,8 @@ macro_rules! row {
 }
 
 /// Every registered command, in registration order: the job core first, in the order
-/// EMQ.VERSION advertises it. A verb row reads its name and its KEYS count from the verb's
+/// EMQ.VERSION advertises it, then the optional verbs in the order they were added (SPEC §9.4:
+/// a wire-6 connection requires only the job core's tokens). A verb row reads its name and its KEYS count from the verb's
 /// own file; its handler is the one-line wrapper of the same name above.
 pub static TABLE: &[Row] = &[
     row!(enqueue, ["enqueue"]),
@@ -143,6 +153,7 @@ pub static TABLE: &[Row] = &[
     row!(reprocess, ["reprocess"]),
     row!(requeue, ["requeue"]),
     row!(stalled_check, ["stalled.check"]),
+    row!(bclaim, ["claim.block"], WRITE_BLOCKING),
     Row {
         name: "EMQ.VERSION",
         callback: native!(version),
@@ -177,20 +188,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn version_pins_the_job_core_tokens() {
+    fn version_pins_the_job_core_tokens_then_the_optional_ones() {
         assert_eq!(
             caps(),
             "enqueue claim claim.pause extend extends complete.flat schedule promote \
-             reschedule delay fail.flat reprocess requeue stalled.check"
+             reschedule delay fail.flat reprocess requeue stalled.check claim.block"
         );
     }
 
     #[test]
     fn every_verb_has_one_file_and_writes() {
         let verbs: Vec<&Row> = TABLE.iter().filter(|r| r.keys != Keys::None).collect();
-        assert_eq!(verbs.len(), 13);
+        assert_eq!(verbs.len(), 14);
         for r in verbs {
-            assert_eq!(r.flags, WRITE, "{}", r.name);
+            let want = if r.name == "EMQ.BCLAIM" {
+                WRITE_BLOCKING
+            } else {
+                WRITE
+            };
+            assert_eq!(r.flags, want, "{}", r.name);
             assert!(r.name.starts_with("EMQ."));
             assert!(!r.tokens.is_empty());
         }

@@ -1,11 +1,12 @@
 //! EMQ.CLAIM: lease the head of pending (SPEC §3, §5.1). The pause read is folded in; the
-//! head is peeked, checked and predicted, and only then popped.
+//! head is peeked, checked and predicted, and only then popped. BCLAIM runs the same steps
+//! 4–7 ([`claim`]) when it is called and at every wake.
 
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
 use crate::decide::{next_attempt, num, op, Expect};
 use crate::errors::Refusal;
-use crate::grammar::{self, Argc};
+use crate::grammar::{self, Argc, Call, Queue};
 use crate::host::{bulk, int, Host};
 use crate::state::State;
 
@@ -13,17 +14,41 @@ pub const VERB: &str = "EMQ.CLAIM";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
 pub const NUMKEYS: usize = 3;
 
+/// What CLAIM's checks and writes came to.
+pub enum Claimed {
+    /// A job leased: `[id, payload, attempts]`.
+    Job(ValkeyValue),
+    /// The head was a ghost: popped (written), answered empty.
+    Ghost,
+    /// Paused, or pending empty: answered empty, nothing written (where BCLAIM blocks).
+    Idle,
+}
+
+impl Claimed {
+    /// CLAIM's reply.
+    pub fn reply(self) -> ValkeyValue {
+        match self {
+            Claimed::Job(job) => job,
+            Claimed::Ghost | Claimed::Idle => ValkeyValue::Array(Vec::new()),
+        }
+    }
+}
+
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 3, one ARGV
     let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(1))?;
     // 2. layout: pending, active, base
     let q = grammar::layout(&call, &["pending", "active"])?;
-    let (pending, active) = (call.keys[0], call.keys[1]);
     // 3. arguments: lease_ms
     let lease = grammar::lease_ms(call.argv[0])?;
-    let h = Host::new(ctx, VERB);
+    Ok(claim(&Host::new(ctx, VERB), &q, &call, lease)?.reply())
+}
+
+/// Steps 4–7 of CLAIM (and of BCLAIM, at its call and at every wake): `call` has passed the
+/// shape and layout checks of pending, active, base; `lease` its grammar.
+pub fn claim(h: &Host<'_>, q: &Queue<'_>, call: &Call<'_>, lease: i64) -> Result<Claimed, Refusal> {
+    let (pending, active) = (call.keys[0], call.keys[1]);
     let deadline = grammar::at("lease_ms", h.now_ms()?, lease)?;
-    let empty = || Ok(ValkeyValue::Array(Vec::new()));
 
     // 4. fence: meta is read first
     let fence = h.fence();
@@ -34,12 +59,12 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // wrong-typed meta is refused rather than read as paused.
     if let Some(m) = h.hash(&meta, &["paused"])? {
         if m.first().is_some_and(Option::is_some) {
-            return empty();
+            return Ok(Claimed::Idle);
         }
     }
     // the head ZPOPMIN would pop, peeked (pending's type checked by the read)
     let Some(id) = h.head(pending)? else {
-        return empty();
+        return Ok(Claimed::Idle);
     };
     let row = q.row(&id);
     fence.read(&row)?;
@@ -57,7 +82,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // ghost (no row) ends there
     h.write(&op("ZPOPMIN", &[pending], Expect::Popped(id.to_vec())))?;
     let (Some((att, run_id)), Some(seen)) = (planned, seen) else {
-        return empty();
+        return Ok(Claimed::Ghost);
     };
     // planted (claim): the lease is stamped with an empty epoch, not the run_id
     #[cfg(feature = "planted")]
@@ -82,9 +107,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         op("ZADD", &[active, &num(deadline), &id], Expect::AnyInt),
     ])?;
     let payload = seen.into_iter().nth(1).flatten();
-    Ok(ValkeyValue::Array(vec![
+    Ok(Claimed::Job(ValkeyValue::Array(vec![
         bulk(&id),
         payload.map_or(ValkeyValue::Null, |p| bulk(&p)),
         int(att),
-    ]))
+    ])))
 }

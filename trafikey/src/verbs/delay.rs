@@ -2,7 +2,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
-use crate::decide::{num, op, Expect};
+use crate::decide::{earlier, num, op, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 use crate::state::State;
@@ -30,7 +30,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     if held(&h, &fence, &row, active, (id, token), FLAT_ONLY, &[])?.is_none() {
         return Ok(int(0));
     }
-    h.expect_zset(schedule)?;
+    let sooner = earlier(due, h.first_score(schedule)?);
     fence.write(&row)?;
     // 6.–7. writes, each replicated as its effect
     h.apply(&[
@@ -42,5 +42,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             Expect::AnyInt,
         ),
     ])?;
+    if sooner {
+        // the next due time moved earlier: a blocked BCLAIM wakes to recompute its timeout
+        h.signal(schedule);
+    }
     Ok(int(due))
 }

@@ -58,5 +58,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         op("HSET", &fields, Expect::Int(new_fields)),
         op("ZADD", &[pending, &prio, id], Expect::AnyInt),
     ])?;
+    // the queue is claimable: a blocked BCLAIM wakes
+    h.signal(pending);
     Ok(int(1))
 }

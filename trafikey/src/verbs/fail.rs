@@ -3,7 +3,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
-use crate::decide::{fail_budget, incr, num, op, priority, Budget, Expect};
+use crate::decide::{earlier, fail_budget, incr, num, op, priority, Budget, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{bulk, int, Host};
@@ -57,6 +57,12 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         Budget::Dead => (dead, 0),
     };
     h.expect_zset(target)?;
+    // what a blocked BCLAIM must hear: pending gained a job, or the next due time moved earlier
+    let wake = match verdict {
+        Budget::Pending => Some(pending),
+        Budget::Scheduled => earlier(due, h.first_score(schedule)?).then_some(schedule),
+        Budget::Dead => None,
+    };
     let score = num(score);
     let to = op("ZADD", &[target, &score, id], Expect::AnyInt);
     let mut plan = vec![
@@ -93,5 +99,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     fence.write(&row)?;
     // 6.–7. writes, each replicated as its effect
     h.apply(&plan)?;
+    if let Some(key) = wake {
+        h.signal(key);
+    }
     Ok(bulk(verdict.state()))
 }

@@ -1,7 +1,8 @@
-//! The thirteen verbs, one file each, named after the verb. Every file runs SPEC §5's check
+//! The thirteen job-core verbs and the optional BCLAIM, one file each, named after the verb. Every file runs SPEC §5's check
 //! order in the same visible steps: shape, layout, arguments, fence, reads and checks,
 //! writes (replicated as effects by the host).
 
+pub mod bclaim;
 pub mod claim;
 pub mod complete;
 pub mod delay;

@@ -60,6 +60,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     if moved > 0 {
         h.write(&owned_op("ZADD", zadd, Expect::AnyInt))?;
         h.apply(&states)?;
+        // the queue is claimable: a blocked BCLAIM wakes
+        h.signal(pending);
     }
     Ok(int(moved))
 }

@@ -60,5 +60,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     };
     // 6.–7. writes, each replicated as its effect: every counter kept
     h.apply(&plan)?;
+    if reply == 1 {
+        // the queue is claimable: a blocked BCLAIM wakes
+        h.signal(pending);
+    }
     Ok(int(reply))
 }

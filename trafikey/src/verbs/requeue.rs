@@ -51,5 +51,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             Expect::AnyInt,
         ),
     ])?;
+    // the queue is claimable: a blocked BCLAIM wakes
+    h.signal(pending);
     Ok(int(1))
 }

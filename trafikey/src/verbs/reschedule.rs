@@ -3,7 +3,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
-use crate::decide::{num, op, Expect};
+use crate::decide::{earlier, num, op, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -45,7 +45,12 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     if !h.in_zset(schedule, id)? {
         return Err(Refusal::State(format!("{VERB} id is not in schedule")).into());
     }
+    let sooner = earlier(due, h.first_score(schedule)?);
     // 6.–7. writes, each replicated as its effect: the member exists, so ZADD adds nothing
     h.write(&op("ZADD", &[schedule, &num(due), id], Expect::Int(0)))?;
+    if sooner {
+        // the next due time moved earlier: a blocked BCLAIM wakes to recompute its timeout
+        h.signal(schedule);
+    }
     Ok(int(due))
 }

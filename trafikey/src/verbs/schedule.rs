@@ -2,7 +2,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
-use crate::decide::{num, op, Expect};
+use crate::decide::{earlier, num, op, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 use crate::state::State;
@@ -32,7 +32,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     if h.kind(&row)? != crate::ffi::Kind::Empty {
         return Ok(int(0));
     }
-    h.expect_zset(schedule)?;
+    let sooner = earlier(due, h.first_score(schedule)?);
     fence.write(&row)?;
     // 6.–7. writes, each replicated as its effect
     let mut fields: Vec<&[u8]> = vec![
@@ -53,5 +53,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         op("HSET", &fields, Expect::Int(new_fields)),
         op("ZADD", &[schedule, &num(due), id], Expect::AnyInt),
     ])?;
+    if sooner {
+        // the next due time moved earlier: a blocked BCLAIM wakes to recompute its timeout
+        h.signal(schedule);
+    }
     Ok(int(1))
 }

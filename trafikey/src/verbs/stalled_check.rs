@@ -102,6 +102,10 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         &members,
         failed_count,
     ))?;
+    if back {
+        // the queue is claimable: a blocked BCLAIM wakes
+        h.signal(pending);
+    }
     let list = |pick: fn(&Swept) -> bool| {
         ValkeyValue::Array(
             members

@@ -1,0 +1,177 @@
+"""The worker's waiters: a blocked read on a connection of its own while a queue has nothing to claim.
+
+A waiter is a daemon thread with one dedicated socket to one node. The worker's control
+thread asks it for one block at a time (:meth:`Waiter.request`); the waiter sends the
+blocking command, and reports what came back through the worker's inbox:
+
+* **wire 4**: ``BZPOPMIN`` over the wake markers (SPEC §9.3) of the idle queues it was
+  given -- :class:`Woken` when a marker popped (the control thread then claims with its
+  normal batched path), :class:`TimedOut` when the timeout passed;
+* **wire 6**: ``EMQ.BCLAIM`` for one queue -- :class:`Claimed` with the leased job (the
+  control thread holds and renews it like any other), or :class:`Recheck` when it answered
+  empty (its timeout, or the schedule's head moved earlier: re-read it).
+
+:meth:`Waiter.interrupt` ends a block early with ``CLIENT UNBLOCK <id> TIMEOUT`` sent on the
+control connection (the blocked command answers as on a timeout: nothing claimed). A link
+error is reported as :class:`Woken` for every queue after a back-off (a wake may have been
+missed while the link was down, so the control thread claims once).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from queue import SimpleQueue
+from typing import Callable, Sequence
+
+import valkey
+from valkey.exceptions import ResponseError
+
+from .connection import Connection
+from .policy import BLOCK_MAX_MS
+from .queue import Job, Queue
+
+log = logging.getLogger("echomq.worker")
+
+LINK_ERRORS = (valkey.ConnectionError, valkey.TimeoutError)
+RETRY_MS = (100, 5000)
+READ_MARGIN_S = 10.0
+
+
+@dataclass(frozen=True)
+class Woken:
+    """Wire 4: a wake marker popped (or the link came back): claim these queues now."""
+
+    queues: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    """Wire 4: the block's timeout passed with no marker, or the control thread ended it."""
+
+    queues: tuple[str, ...]
+    interrupted: bool = False  #: ended by CLIENT UNBLOCK (as far as the waiter saw): not a real timeout
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """Wire 6: BCLAIM leased ``job``; ``at_ms`` is the local time its reply arrived."""
+
+    queue: str
+    job: Job
+    at_ms: float
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """Wire 6: BCLAIM answered empty (timeout, interrupt, or the schedule's head moved earlier)."""
+
+    queue: str
+
+
+Report = Woken | TimedOut | Claimed | Recheck
+
+
+class Waiter(threading.Thread):
+    """One blocking connection to the node of ``queues`` (all on one node; one slot on a cluster)."""
+
+    def __init__(self, connection: Connection, queues: Sequence[Queue], *, lease_ms: int,
+                 report: Callable[[Report], None], clock_ms: Callable[[], float]) -> None:
+        super().__init__(name=f"emq-waiter-{queues[0].name}", daemon=True)
+        self.connection = connection
+        self.queues = {queue.name: queue for queue in queues}
+        self.by_wake_key = {queue.keys.wake.encode(): queue.name for queue in queues}
+        self.lease_ms = lease_ms
+        self._report = report
+        self._clock_ms = clock_ms
+        # the control thread's client for this node sends CLIENT UNBLOCK; the waiter has a socket of its own
+        self.control = connection.node_client(queues[0].keys)
+        pool = self.control.connection_pool
+        # a read outlives the longest block: the server answers by then, or the link is dead
+        self._link = pool.connection_class(**{**pool.connection_kwargs,
+                                              "socket_timeout": BLOCK_MAX_MS / 1000 + READ_MARGIN_S})
+        self._inbox: SimpleQueue[tuple[tuple[str, ...], int] | None] = SimpleQueue()
+        self._client_id: int | None = None
+        self._closed = threading.Event()
+        self._failures = 0
+        self.busy = False  #: a block was requested and its outcome not reported yet
+        self.interrupting = False  #: the control thread wants this block ended and has not managed yet
+        self.unblocked = False  #: CLIENT UNBLOCK ended this block: its report is on the way
+        self.blocked_on: tuple[str, ...] = ()
+
+    # -- the control thread's side ----------------------------------------------------
+    def request(self, queues: Sequence[str], timeout_ms: int) -> None:
+        """Block on ``queues`` (one on wire 6) for up to ``timeout_ms``; the outcome is reported."""
+        self.busy = True
+        self.interrupting = self.unblocked = False
+        self.blocked_on = tuple(queues)
+        self._inbox.put((self.blocked_on, timeout_ms))
+
+    def interrupt(self) -> bool:
+        """End the current block now (as a timeout); False when the server had no block of ours to end
+        (the waiter is between blocks, or its link is down): try again later."""
+        client_id = self._client_id
+        if client_id is None:
+            return False
+        try:
+            self.unblocked = self.control.execute_command("CLIENT", "UNBLOCK", client_id, "TIMEOUT") == 1
+        except (*LINK_ERRORS, ResponseError):
+            return False
+        return self.unblocked
+
+    def close(self) -> None:
+        self._closed.set()
+        self._inbox.put(None)
+
+    # -- the waiter thread --------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while (item := self._inbox.get()) is not None:
+                queues, timeout_ms = item
+                try:
+                    report = self._block(queues, timeout_ms)
+                    self._failures = 0
+                except (*LINK_ERRORS, ResponseError) as exc:
+                    report = self._recover(queues, exc)
+                if self._closed.is_set() and not isinstance(report, Claimed):
+                    report = None  # closing: only a job it took still needs the control thread (to requeue it)
+                self.busy = False
+                if report is not None:
+                    self._report(report)
+        finally:
+            self._link.disconnect()
+
+    def _block(self, queues: tuple[str, ...], timeout_ms: int) -> Report:
+        link = self._link
+        if self._client_id is None:  # after a (re)connect: CLIENT UNBLOCK needs this socket's id
+            link.send_command("CLIENT", "ID")
+            self._client_id = int(link.read_response())
+        timeout_ms = min(timeout_ms, BLOCK_MAX_MS)
+        if self.connection.wire == 4:
+            keys = [self.queues[name].keys.wake for name in queues]
+            link.send_command("BZPOPMIN", *keys, f"{timeout_ms / 1000:.3f}")
+            reply = link.read_response()
+            if not reply:
+                return TimedOut(queues, interrupted=self.unblocked)
+            return Woken((self.by_wake_key[reply[0]],))
+        (name,) = queues
+        queue = self.queues[name]
+        link.send_command(*self.connection.command_args(queue.call("bclaim", self.lease_ms, timeout_ms)))
+        reply = link.read_response()
+        job = queue.decode_claim(reply)
+        return Recheck(name) if job is None else Claimed(name, job, self._clock_ms())
+
+    def _recover(self, queues: tuple[str, ...], exc: Exception) -> Report | None:
+        """The link failed (a server restart, say): drop the socket, back off, and have the queues
+        claimed once when it is back, since a wake may have come and gone meanwhile."""
+        self._link.disconnect()
+        self._client_id = None
+        self._failures += 1
+        pause = min(RETRY_MS[1], RETRY_MS[0] * 2 ** min(self._failures - 1, 10))
+        log.warning("waiter %s: blocked read failed (%s: %s); again in %d ms", self.name, type(exc).__name__, exc,
+                    pause)
+        if self._closed.wait(pause / 1000):
+            return None
+        return Woken(queues)
+

@@ -1,0 +1,259 @@
+"""An idle worker waits on the server instead of polling (SPEC §9.3), on both wires: BZPOPMIN on
+the wake marker (wire 4), EMQ.BCLAIM (wire 6). Each test runs on a server of its own, so the
+blocked clients it counts (CLIENT LIST) are its workers' and no one else's."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+
+from echomq import App, EmbeddedServer, Queue, TimerConfig, Worker, WorkerConfig, connect, module_path
+from echomq.errors import ConfigurationError, UnsupportedOnWire
+from helpers import dump, server_ms, wait_server_past
+from worker_helpers import WorkerProcess, fresh_name, out, processed, wait_until  # noqa: F401 (fixture: out)
+
+QUIET_TIMERS = TimerConfig(promote_interval_ms=60_000, sweep_interval_ms=60_000)  #: only exact promotes happen
+
+
+@pytest.fixture
+def own_server(wire):
+    with EmbeddedServer(module=module_path() if wire == 6 else None, aof=True, appendfsync="always",
+                        brand=wire) as server:
+        yield server
+
+
+@pytest.fixture
+def own_conn(own_server, wire):
+    with connect(own_server.url, wire=wire) as connection:
+        yield connection
+
+
+def blocked(client) -> int:
+    """Clients blocked in the worker's waiting command (BZPOPMIN on wire 4, EMQ.BCLAIM on wire 6)."""
+    return sum(1 for c in client.client_list() if "b" in c["flags"] and c["cmd"].lower() in ("bzpopmin", "emq.bclaim"))
+
+
+def commands_total(client) -> int:
+    """Every command any client sent (INFO commandstats), but the reads the test itself sends."""
+    stats = client.info("commandstats")
+    return sum(v["calls"] for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_client|list", "cmdstat_time"))
+
+
+class Running:
+    """A worker on a thread of this process, stopped (and joined) on exit."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+
+    def __enter__(self) -> Worker:
+        self.thread.start()
+        return self.worker
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.stop("test over")
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+
+
+def recording_app(names, seen):
+    app = App()
+    for name in names:
+        app.handler(name, lambda payload, ctx: seen.append((ctx.queue, ctx.id, ctx.attempt)))
+    return app
+
+
+def test_an_idle_worker_blocks_and_sends_nothing_until_a_job_comes(own_conn):
+    name, seen = fresh_name("b"), []
+    queue = Queue(own_conn, name)
+    with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked")
+        before = commands_total(own_conn.client)
+        # two seconds of the server's clock with nothing to do: a polling worker would have claimed a dozen times
+        wait_server_past(own_conn.client, server_ms(own_conn.client) + 2000)
+        assert commands_total(own_conn.client) - before == 0
+        job = queue.enqueue({})
+        wait_until(lambda: seen == [(name, job.id, 1)], what="the job run")
+        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked again")
+    assert blocked(own_conn.client) == 0  # the stop ended the block
+
+
+def test_twenty_queues_still_block(own_conn, wire):
+    names, seen = [fresh_name(f"m{i}") for i in range(20)], []
+    with Running(Worker(recording_app(names, seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+        # wire 4: one BZPOPMIN over twenty wake markers; wire 6: one BCLAIM per queue
+        wait_until(lambda: blocked(own_conn.client) == (1 if wire == 4 else 20), what="the worker blocked")
+        for name in (names[17], names[3]):
+            job = Queue(own_conn, name).enqueue({})
+            wait_until(lambda: (name, job.id, 1) in seen, what=f"the job of {name}")
+        wait_until(lambda: blocked(own_conn.client) == (1 if wire == 4 else 20), what="blocked again on all")
+    assert len(seen) == 2
+
+
+def test_pause_while_blocked_then_a_plain_resume(own_conn):
+    name, seen = fresh_name("p"), []
+    queue = Queue(own_conn, name)
+    queue.pause()
+    with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))) as worker:
+        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked")
+        job = queue.enqueue({})
+        # the enqueue wakes it (the marker on wire 4; on wire 6 BCLAIM re-checks) and the pause holds it back
+        wait_until(lambda: blocked(own_conn.client) == 1 and queue.counts().pending == 1, what="blocked on the pause")
+        assert worker.tally.claimed == 0 and seen == []
+        own_conn.client.hdel(queue.keys.meta, "paused")  # a plain HDEL: no wake marker on wire 4
+        wait_until(lambda: seen == [(name, job.id, 1)], timeout=5, what="the job run after the resume")
+
+
+def test_queue_resume_wakes_a_blocked_worker(own_conn):
+    name, seen = fresh_name("p"), []
+    queue = Queue(own_conn, name)
+    queue.pause()
+    job = queue.enqueue({})
+    with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked on the paused queue")
+        queue.resume()
+        wait_until(lambda: seen == [(name, job.id, 1)], what="the job run after the resume")
+
+
+def test_a_delayed_job_is_promoted_at_its_due_time_not_by_an_interval(own_conn):
+    """The promote interval is a minute: only the exact timer (the schedule's head) can run it."""
+    name, seen = fresh_name("d"), []
+    queue = Queue(own_conn, name)
+    job = queue.schedule({}, 300)
+    with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+        wait_until(lambda: seen == [(name, job.id, 1)], what="the delayed job run")
+
+
+def test_a_schedule_that_brings_the_due_time_earlier_wakes_the_waiter(own_conn):
+    name, seen = fresh_name("d"), []
+    queue = Queue(own_conn, name)
+    queue.schedule({}, 3_600_000)  # the head: an hour away
+    with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked until the hour's job")
+        soon = queue.schedule({}, 200)  # earlier than the head: the waiter hears it and re-reads the head
+        wait_until(lambda: seen == [(name, soon.id, 1)], what="the earlier job run")
+
+
+# -- worker processes ---------------------------------------------------------------------------
+
+@pytest.fixture
+def spawn_own(own_server, wire, out):
+    procs: list[WorkerProcess] = []
+
+    def start(queue: str, *args: str) -> WorkerProcess:
+        proc = WorkerProcess(own_server.url, wire, queue, out, *args)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+
+
+def test_ten_idle_workers_and_one_job_it_runs_once_and_the_others_stay_blocked(own_conn, spawn_own, out, wire):
+    name = fresh_name("ten")
+    queue = Queue(own_conn, name)
+    workers = [spawn_own(name) for _ in range(10)]
+    wait_until(lambda: blocked(own_conn.client) == 10, 60, "ten workers blocked")
+    job = queue.enqueue({})
+    wait_until(lambda: processed(out), 10, "the job run")
+    wait_until(lambda: blocked(own_conn.client) == 10, 10, "all ten blocked again")
+    assert [(i, a) for i, a, _ in processed(out)] == [(job.id, 1)]
+    assert queue.counts().total == 0 and queue.metrics()["completed"] == 1
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    tallies = []
+    for worker in workers:
+        assert worker.wait() == 0
+        tallies.append(worker.log().rsplit("done: ", 1)[-1].strip())
+    assert sorted(tallies) == ["claimed 1, completed 1"] + ["nothing"] * 9  # one claimed, nine never did
+
+
+def test_sigterm_while_blocked_exits_within_the_grace_time(own_conn, spawn_own):
+    worker = spawn_own(fresh_name("s"), "--grace", "3")
+    wait_until(lambda: blocked(own_conn.client) == 1, 20, "the worker blocked")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(3) == 0
+    assert "stopped with nothing held" in worker.log()
+    wait_until(lambda: blocked(own_conn.client) == 0, 5, "no blocked client left")
+
+
+def test_a_server_restart_while_blocked_is_ridden_out(own_server, own_conn, spawn_own, out, wire):
+    name = fresh_name("r")
+    worker = spawn_own(name)
+    wait_until(lambda: blocked(own_conn.client) == 1, 20, "the worker blocked")
+    own_server.restart()
+    with connect(own_server.url, wire=wire) as conn:
+        wait_until(lambda: blocked(conn.client) == 1, 20, "the worker blocked again after the restart")
+        job = Queue(conn, name).enqueue({})
+        wait_until(lambda: [(i, a) for i, a, _ in processed(out)] == [(job.id, 1)], 10, "the job run")
+    assert "blocked read failed" in worker.log()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+def test_a_worker_killed_while_blocked_leaves_no_trace(own_conn, spawn_own, out, wire):
+    name = fresh_name("k")
+    queue = Queue(own_conn, name)
+    worker = spawn_own(name)
+    wait_until(lambda: blocked(own_conn.client) == 1, 20, "the worker blocked")
+    before = dump(own_conn.client)
+    worker.kill()
+    wait_until(lambda: blocked(own_conn.client) == 0, 5, "the block gone with the client")
+    assert dump(own_conn.client) == before
+    job = queue.enqueue({})  # nobody takes it: no claim is left waiting on the server's side
+    assert queue.counts().pending == 1 and queue.state(job.id).value == "pending"
+    if wire == 4:  # the marker stays, harmless: the next worker pops it and claims
+        assert own_conn.client.zrange(queue.keys.wake, 0, -1) == [b"w"]
+    spawn_own(name)
+    wait_until(lambda: [(i, a) for i, a, _ in processed(out)] == [(job.id, 1)], 20, "the next worker run it")
+
+
+# -- Queue.bclaim --------------------------------------------------------------------------------
+
+def test_bclaim_claims_as_claim_waits_while_empty_and_is_wire_6_only(own_conn, wire):
+    queue = Queue(own_conn, fresh_name("bc"))
+    if wire == 4:
+        before = dump(own_conn.client)
+        with pytest.raises(UnsupportedOnWire, match="wake marker"):
+            queue.bclaim(1000, 10)
+        assert dump(own_conn.client) == before
+        return
+    job = queue.enqueue({"n": 1})
+    got = queue.bclaim(5000, 10)
+    assert got.id == job.id and got.attempt == 1 and got.payload == {"n": 1}
+    assert queue.bclaim(5000, 10) is None  # empty: waited 10 ms, then nothing
+    with pytest.raises(ConfigurationError):
+        queue.bclaim(5000, -1)
+
+
+def test_a_wire_6_node_without_claim_block_is_polled(own_conn, wire):
+    """An older trafikey lists no claim.block: bclaim is refused before sending, and the worker polls."""
+    if wire == 4:
+        pytest.skip("wire 6's optional token")
+    own_conn.tokens = own_conn.tokens - {"claim.block"}
+    queue = Queue(own_conn, fresh_name("old"))
+    with pytest.raises(UnsupportedOnWire, match="claim.block"):
+        queue.bclaim(1000, 10)
+    seen = []
+    with Running(Worker(recording_app([queue.name], seen), own_conn)) as worker:
+        wait_until(lambda: commands_total(own_conn.client) > 0 and not worker.blocking, what="the worker polling")
+        job = queue.enqueue({})
+        wait_until(lambda: seen == [(queue.name, job.id, 1)], what="the job run by polling")
+        assert blocked(own_conn.client) == 0
+
+
+def test_a_queue_that_goes_idle_joins_the_blocked_wait(own_conn, wire):
+    """Wire 4 waits on every idle queue in one BZPOPMIN: one that empties while the others are
+    waited on is added (CLIENT UNBLOCK, then a new block over all of them)."""
+    names, seen = [fresh_name("j0"), fresh_name("j1")], []
+    with Running(Worker(recording_app(names, seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+        wait_until(lambda: blocked(own_conn.client) == (1 if wire == 4 else 2), what="blocked on both")
+        for _ in range(3):  # each time j0 drains, it must be waited on again, next to j1
+            job = Queue(own_conn, names[0]).enqueue({})
+            wait_until(lambda: (names[0], job.id, 1) in seen, what="the job of j0")
+            wait_until(lambda: blocked(own_conn.client) == (1 if wire == 4 else 2), what="blocked on both again")
+        job = Queue(own_conn, names[1]).enqueue({})
+        wait_until(lambda: (names[1], job.id, 1) in seen, what="the job of j1, still waited on")
