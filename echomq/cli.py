@@ -3,6 +3,9 @@
 Every command that talks to a node takes ``--url`` (or ``EMQ_URL``) and ``--wire``
 (4, 6, or ``auto`` = what the node is branded for; or ``EMQ_WIRE``). Input is
 checked before anything is written: a bad payload, id or queue name changes nothing.
+
+For scripts: every read command takes ``--json``; tables printed to a pipe or a file
+are not wrapped; a command that matched nothing (an unknown queue or id) exits 1.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from rich.table import Table
 from . import __version__
 from .admin import brand_node
 from .connection import Connection, connect
-from .errors import CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError
+from .errors import ConfigurationError, ConnectionFailed, EchoMQError
+from .heartbeat import list_workers
+from .inventory import QueueNumbers, discover_queues, job_page, job_view, numbers_or_error, queue_exists
 from .keys import State, check_job_id, check_queue_name
 from .module import module_path
 from .policy import IdlePolicy, LeasePolicy
@@ -40,6 +45,7 @@ from .timers import TimerConfig
 from .worker import Worker, WorkerConfig
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
+UNWRAPPED = 100_000  #: the width tables get when stdout is not a terminal: one line per row, for scripts
 out = Console()
 err = Console(stderr=True)
 
@@ -58,6 +64,21 @@ def node_options(fn: Any) -> Any:
 
 def queue_option(required: bool = True) -> Any:
     return click.option("-q", "--queue", "queue_name", required=required, help="the queue's name")
+
+
+def json_option(fn: Any) -> Any:
+    return click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table (for scripts)")(fn)
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+def require_queue(queue: Queue) -> None:
+    """An unknown queue is an error (exit 1), not an empty answer: a typo must not look like 'nothing to do'."""
+    if not queue_exists(queue):
+        raise click.ClickException(f"no queue {queue.name!r} on this node (none of its keys exist); "
+                                   "`emq stats` lists the queues")
 
 
 @contextmanager
@@ -97,6 +118,8 @@ def _text(value: Any) -> str:
 @click.version_option(__version__, prog_name="emq")
 def main() -> None:
     """EchoMQ: a job queue on Valkey, every state change one atomic step in the server."""
+    for console in (out, err):  # per invocation: stdout may have been redirected since import
+        console.width = None if console.is_terminal else UNWRAPPED  # type: ignore[assignment]
 
 
 # -- the node ---------------------------------------------------------------------
@@ -281,60 +304,54 @@ def _parse_json(text: str) -> Any:
 @click.argument("job_id", metavar="ID")
 @node_options
 @queue_option()
-def inspect(job_id: str, url: str, wire: str, queue_name: str) -> None:
-    """Show one job: its row, its set and what its score means."""
+@json_option
+def inspect(job_id: str, url: str, wire: str, queue_name: str, as_json: bool) -> None:
+    """Show one job: its row, its set and what its score means (exit 1 when there is no such job)."""
     with reported():
         check_job_id(job_id)
     with opened_queue(url, wire, queue_name, serializer=RAW) as queue:
-        row = queue.job(job_id)
-        if row is None:
-            raise click.ClickException(f"no job {job_id!r} in queue {queue_name!r} (completed jobs leave no row)")
-        now_s, now_us = queue.connection.client.time()
-        now_ms = now_s * 1000 + now_us // 1000
-        state = row.get("state")
-        try:
-            score = queue.connection.client.zscore(queue.keys.key(State(state).set_suffix), job_id)
-        except ValueError:  # a state no set belongs to
-            score = None
+        require_queue(queue)
+        view = job_view(queue, job_id)
+    if view is None:
+        raise click.ClickException(f"no job {job_id!r} in queue {queue_name!r} (completed jobs leave no row)")
+    if as_json:
+        print_json(view.as_dict())
+        return
     table = Table(title=f"{queue_name} / {job_id}", show_header=False)
-    for field in ("state", "attempts", "failures", "stalled", "priority", "last_error", "lease_epoch"):
-        if field in row:
-            table.add_row(field, _text(row[field]))
-    if score is None:
+    table.add_row("state", view.state or "(none)")
+    for field in ("attempts", "failures", "stalled", "priority", "last_error", "lease_epoch"):
+        if field in view.fields:
+            table.add_row(field, view.fields[field])
+    if not view.in_its_set:
         table.add_row("in its set", "[red]no[/] (the row's state names a set it is not in)")
-    elif state == "active":
-        table.add_row("lease", f"expires in {int(score) - now_ms} ms (server clock)")
-    elif state == "scheduled":
-        table.add_row("due", f"in {int(score) - now_ms} ms (server clock)")
-    payload = row.get("payload")
-    table.add_row("payload", _show_payload(payload))
+    elif view.state == "active":
+        table.add_row("lease", f"expires in {view.due_in_ms} ms (server clock)")
+    elif view.state == "scheduled":
+        table.add_row("due", f"in {view.due_in_ms} ms (server clock)")
+    table.add_row("payload", view.payload_text())
     out.print(table)
-
-
-def _show_payload(raw: bytes | None) -> str:
-    if raw is None:
-        return "(none)"
-    try:
-        return json.dumps(json.loads(raw), indent=2)
-    except (ValueError, UnicodeDecodeError):
-        return repr(raw)
 
 
 @main.command()
 @node_options
 @queue_option()
 @click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
-def dead(url: str, wire: str, queue_name: str, limit: int) -> None:
+@json_option
+def dead(url: str, wire: str, queue_name: str, limit: int, as_json: bool) -> None:
     """List dead jobs with their last error."""
     with opened_queue(url, wire, queue_name, serializer=RAW) as queue:
+        require_queue(queue)
         total = queue.counts().dead
-        rows = [(job_id, queue.job(job_id) or {}) for job_id, _ in queue.ids(State.DEAD, count=limit)]
+        rows = [view.as_dict() for view in job_page(queue, State.DEAD, offset=0, count=limit)]
+    if as_json:
+        print_json({"queue": queue_name, "total": total, "jobs": rows})
+        return
     table = Table(title=f"dead in {queue_name}: {total}")
     table.add_column("id", no_wrap=True, min_width=36)
     for column in ("attempts", "failures", "stalled", "last error"):
         table.add_column(column)
-    for job_id, row in rows:
-        table.add_row(job_id, *(_text(row.get(f, "")) for f in ("attempts", "failures", "stalled", "last_error")))
+    for row in rows:
+        table.add_row(row["id"], *(str(row.get(f, "")) for f in ("attempts", "failures", "stalled", "last_error")))
     out.print(table)
     if total > len(rows):
         out.print(f"(showing {len(rows)} of {total}; --limit to see more)")
@@ -346,28 +363,40 @@ def dead(url: str, wire: str, queue_name: str, limit: int) -> None:
 @queue_option()
 @click.option("--all", "every", is_flag=True, help="every dead job of the queue")
 def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, every: bool) -> None:
-    """Send dead jobs back to pending (their counters are kept)."""
+    """Send dead jobs back to pending (exit 1 when a named id was not in dead)."""
     if bool(job_ids) == every:
         raise click.UsageError("name dead job ids, or pass --all")
     with reported():
         for job_id in job_ids:
             check_job_id(job_id)
     with opened_queue(url, wire, queue_name) as queue:
+        require_queue(queue)
         ids = list(job_ids)
         if every:
             ids = [job_id for job_id, _ in queue.ids(State.DEAD, count=queue.counts().dead or 1)]
         moved = [job_id for job_id in ids if queue.reprocess(job_id)]
-    for job_id in set(ids) - set(moved):
+    missed = [job_id for job_id in ids if job_id not in set(moved)]
+    for job_id in missed:
         err.print(f"{job_id}: not in dead, left as it is")
     click.echo(f"reprocessed {len(moved)} job(s) of {queue_name}")
+    if missed:
+        sys.exit(1)
+
+
+def create_option(fn: Any) -> Any:
+    return click.option("--create", is_flag=True,
+                        help="act on a queue that has no keys yet (it then exists, holding only this setting)")(fn)
 
 
 @main.command()
 @node_options
 @queue_option()
-def pause(url: str, wire: str, queue_name: str) -> None:
+@create_option
+def pause(url: str, wire: str, queue_name: str, create: bool) -> None:
     """Hold claims on a queue (enqueue still admits jobs)."""
     with opened_queue(url, wire, queue_name) as queue:
+        if not create:
+            require_queue(queue)
         queue.pause()
     click.echo(f"{queue_name} paused")
 
@@ -378,6 +407,7 @@ def pause(url: str, wire: str, queue_name: str) -> None:
 def resume(url: str, wire: str, queue_name: str) -> None:
     """Let workers claim from a paused queue again."""
     with opened_queue(url, wire, queue_name) as queue:
+        require_queue(queue)
         queue.resume()
     click.echo(f"{queue_name} resumed")
 
@@ -389,6 +419,7 @@ def resume(url: str, wire: str, queue_name: str) -> None:
 def promote(url: str, wire: str, queue_name: str, limit: int) -> None:
     """Move due scheduled jobs to pending, once."""
     with opened_queue(url, wire, queue_name) as queue:
+        require_queue(queue)
         moved = queue.promote(limit)
     click.echo(f"promoted {moved} job(s) of {queue_name}")
 
@@ -401,6 +432,7 @@ def promote(url: str, wire: str, queue_name: str, limit: int) -> None:
 def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int) -> None:
     """Recover expired leases (STALLED.CHECK), once."""
     with opened_queue(url, wire, queue_name) as queue:
+        require_queue(queue)
         found = queue.stalled_check(max_stalled, limit)
     click.echo(f"{queue_name}: recovered {len(found.recovered)}, exempt (server restart) {len(found.exempt)}, "
                f"dead {len(found.dead)}")
@@ -412,84 +444,150 @@ def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int) ->
 # -- stats ---------------------------------------------------------------------------
 
 
-def discover_queues(connection: Connection) -> list[str]:
-    """Every queue with a key on the node (one SCAN; job rows are skipped by name)."""
-    names = set()
-    for key in connection.client.scan_iter(match="emq:{*}:*", count=1000):
-        text = _text(key)
-        name, _, rest = text[len("emq:{"):].partition("}:")
-        if rest and not rest.startswith("job:"):
-            names.add(name)
-    return sorted(names)
-
-
-def _where(queues: list[Queue]) -> str:
-    connection = queues[0].connection
+def _where(connection: Connection) -> str:
     kwargs = connection.client.get_connection_kwargs()
     place = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
     return f"{place}, wire {connection.wire}"
 
 
-def stats_table(queues: list[Queue], previous: dict[str, dict[str, int]] | None, elapsed_s: float,
-                samples: dict[str, dict[str, int]]) -> Table:
-    table = Table(title=f"EchoMQ queues on {_where(queues)}", box=box.SIMPLE_HEAD, collapse_padding=True,
+#: the table's columns: the four sets as they are now, then the running totals of the metrics hashes
+STATS_COLUMNS = ("queue", "pending", "active", "scheduled", "dead", "completed\n(total)", "dead\n(total)")
+
+
+def rates(now: dict[str, QueueNumbers], before: dict[str, QueueNumbers] | None, elapsed_s: float) -> dict[str, dict]:
+    """Completions and deaths per second between two samples, per queue (pure)."""
+    if before is None or elapsed_s <= 0:
+        return {}
+    shown = {}
+    for name, numbers in now.items():
+        then = before.get(name, numbers)
+        shown[name] = {"completed_per_s": (numbers.completed - then.completed) / elapsed_s,
+                       "dead_per_s": (numbers.dead - then.dead) / elapsed_s}
+    return shown
+
+
+def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Exception],
+                per_s: dict[str, dict] | None) -> Table:
+    table = Table(title=f"EchoMQ queues on {_where(connection)}", box=box.SIMPLE_HEAD, collapse_padding=True,
                   pad_edge=False)  # fits 80 columns with the rates
-    for column in ("queue", "pending", "active", "scheduled", "dead", "completed", "failed"):
+    for column in STATS_COLUMNS:
         table.add_column(column, justify="left" if column == "queue" else "right")
-    if previous is not None:
+    if per_s is not None:
         table.add_column("done/s", justify="right")
-        table.add_column("fail/s", justify="right")
-    for queue in queues:
-        try:
-            counts, metrics = queue.counts(), queue.metrics()
-        except CommandRefused as exc:  # one damaged queue (a wrong-typed key) must not hide the others
-            table.add_row(queue.name, f"[red]unreadable: {exc}[/]")
+        table.add_column("died/s", justify="right")
+    for name, numbers in sampled.items():
+        if isinstance(numbers, Exception):  # one damaged queue (a wrong-typed key) must not hide the others
+            table.add_row(name, f"[red]unreadable: {numbers}[/]")
             continue
-        samples[queue.name] = metrics
-        row = [queue.name + (" [yellow](paused)[/]" if counts.paused else ""), str(counts.pending),
-               str(counts.active), str(counts.scheduled), str(counts.dead), str(metrics["completed"]),
-               str(metrics["failed"])]
-        if previous is not None:
-            before = previous.get(queue.name, metrics)
-            for name in ("completed", "failed"):
-                row.append(f"{(metrics[name] - before[name]) / elapsed_s:.0f}" if elapsed_s > 0 else "-")
+        c = numbers.counts
+        row = [name + (" [yellow](paused)[/]" if c.paused else ""), str(c.pending), str(c.active), str(c.scheduled),
+               str(c.dead), str(numbers.completed), str(numbers.dead)]
+        if per_s is not None:
+            rate = per_s.get(name)
+            row += [f"{rate['completed_per_s']:.0f}", f"{rate['dead_per_s']:.0f}"] if rate else ["-", "-"]
         table.add_row(*row)
     return table
+
+
+def stats_json(sampled: dict[str, QueueNumbers | Exception], per_s: dict[str, dict]) -> list[dict]:
+    return [{"queue": name, "error": str(numbers)} if isinstance(numbers, Exception)
+            else {**numbers.as_dict(), **per_s.get(name, {})} for name, numbers in sampled.items()]
 
 
 @main.command()
 @node_options
 @click.option("-q", "--queue", "queue_names", multiple=True, help="these queues (default: every queue on the node)")
-@click.option("--watch", is_flag=True, help="refresh until Ctrl-C, with completion and failure rates")
+@click.option("--watch", is_flag=True, help="refresh until Ctrl-C, with completion and death rates")
 @click.option("--interval", type=click.FloatRange(0.05), default=1.0, show_default=True, help="seconds between refreshes")
 @click.option("--times", type=click.IntRange(1), default=None, hidden=True, help="stop watching after this many refreshes")
-def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interval: float, times: int | None) -> None:
-    """Counts per set (pending, active, scheduled, dead) and metrics per queue."""
+@json_option
+def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interval: float, times: int | None,
+          as_json: bool) -> None:
+    """Counts per set now (pending, active, scheduled, dead) and totals (completed, dead) per queue.
+
+    With --json --watch: one JSON array per line per refresh (JSON Lines)."""
     with reported():
         for name in queue_names:
             check_queue_name(name)
     with opened(url, wire) as connection, reported():
         names = list(queue_names) or discover_queues(connection)
-        if not names:
-            out.print("no queues on this node yet")
-            return
         queues = [Queue(connection, name) for name in names]
-        samples: dict[str, dict[str, int]] = {}
+        for queue in queues:
+            require_queue(queue)
+        if not names:
+            if as_json:
+                click.echo("[]")
+            else:
+                out.print("no queues on this node yet")
+            return
+
+        def sample() -> dict[str, QueueNumbers | Exception]:
+            return {queue.name: numbers_or_error(queue) for queue in queues}
+
         if not watch:
-            out.print(stats_table(queues, None, 0, samples))
+            sampled = sample()
+            if as_json:
+                print_json(stats_json(sampled, {}))
+            else:
+                out.print(stats_table(connection, sampled, None))
             return
         previous, then, shown = None, time.monotonic(), 0
         try:
-            with Live(console=out, auto_refresh=False) as live:
+            with Live(console=out, auto_refresh=False) if not as_json else _nothing() as live:
                 while times is None or shown < times:
-                    now = time.monotonic()
-                    fresh: dict[str, dict[str, int]] = {}
-                    live.update(stats_table(queues, previous, now - then, fresh), refresh=True)
-                    previous, then, shown = fresh, now, shown + 1
+                    now, sampled = time.monotonic(), sample()
+                    good = {n: v for n, v in sampled.items() if isinstance(v, QueueNumbers)}
+                    per_s = rates(good, previous, now - then)
+                    if as_json:
+                        click.echo(json.dumps(stats_json(sampled, per_s), sort_keys=True))
+                    else:
+                        live.update(stats_table(connection, sampled, per_s), refresh=True)
+                    previous, then, shown = good, now, shown + 1
                     if times is None or shown < times:
                         time.sleep(interval)
         except KeyboardInterrupt:
             pass
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield None
+
+
+# -- workers ---------------------------------------------------------------------------
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+@main.command()
+@node_options
+@json_option
+def workers(url: str, wire: str, as_json: bool) -> None:
+    """The live workers: each one's heartbeat record (gone within its TTL after it dies)."""
+    with opened(url, wire) as connection, reported():
+        records = list_workers(connection.client)
+    if as_json:
+        print_json([record.as_dict() for record in records])
+        return
+    if not records:
+        out.print("no live workers")
+        return
+    now = time.time()
+    table = Table(title=f"{len(records)} live worker(s)", box=box.SIMPLE_HEAD)
+    for column in ("id", "queues", "wire", "concurrency", "held", "completed", "failed", "up", "last beat"):
+        table.add_column(column, no_wrap=column == "id",
+                         justify="left" if column in ("id", "queues") else "right")
+    for r in records:
+        table.add_row(r.id, ",".join(r.queues), str(r.wire), str(r.concurrency), str(r.held), str(r.completed),
+                      str(r.failed), _ago(now - r.started), _ago(now - r.last_beat) + " ago")
+    out.print(table)
 
 
 if __name__ == "__main__":

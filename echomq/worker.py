@@ -46,6 +46,7 @@ import valkey
 from . import policy
 from .connection import Call, Connection
 from .errors import CommandRefused, ConfigurationError, EchoMQError, LeaseLost, StateError
+from .heartbeat import Heartbeat, HeartbeatConfig
 from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
 from .serializers import RAW
@@ -68,6 +69,7 @@ class WorkerConfig:
     lease: LeasePolicy = field(default_factory=LeasePolicy)
     idle: IdlePolicy = field(default_factory=IdlePolicy)
     timers: TimerConfig = field(default_factory=TimerConfig)
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  #: the workers list (`emq workers`)
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
@@ -195,6 +197,8 @@ class Worker:
         # claims read raw bytes: the task's serializer decodes per job, so a bad payload fails one job
         self.queues = {name: Queue(connection, name, serializer=RAW) for name in names}
         self.timers = Timers(list(self.queues.values()), self.config.timers)
+        self.heartbeat = Heartbeat(connection.client, queues=names, concurrency=self.config.concurrency,
+                                   wire=connection.wire, config=self.config.heartbeat)
         self.tally = Tally()
         self.held: dict[tuple[str, str], Held] = {}
         self._rand = rand
@@ -275,6 +279,8 @@ class Worker:
             self.give_up_expired(self._clock_ms())
             if not self.stopping:
                 self.timers.run_due(self._clock_ms())
+            self.heartbeat.run_due(self._clock_ms(), held=len(self.held), completed=self.tally.completed,
+                                   failed=self.tally.retried + self.tally.dead)
             self._link_failures = 0
         except (*LINK_ERRORS, CommandRefused) as exc:
             # the link or the server failed this step: pause and retry; held leases run on meanwhile
@@ -299,6 +305,7 @@ class Worker:
             if self._capacity() > 0:
                 times += self._next_poll.values()
             times.append(self.timers.next_due_ms(now))
+        times.append(self.heartbeat.next_due_ms())
         return min(times)
 
     def _capacity(self) -> int:
@@ -511,6 +518,10 @@ class Worker:
         else:
             log.info("worker %d: stopped with nothing held", os.getpid())
         self.held.clear()
+        try:
+            self.heartbeat.remove()
+        except LINK_ERRORS as exc:
+            log.warning("worker %d: could not remove its heartbeat record (it expires by itself): %s", os.getpid(), exc)
         if self._pool:
             self._pool.shutdown()
         if self._async:
