@@ -33,7 +33,7 @@ from .admin import brand_node
 from .connection import Connection, connect
 from .errors import ConfigurationError, ConnectionFailed, EchoMQError
 from .heartbeat import list_workers
-from .inventory import QueueNumbers, discover_queues, job_page, job_view, numbers_or_error, queue_exists
+from .inventory import QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, queue_exists
 from .keys import State, check_job_id, check_queue_name
 from .module import module_path
 from .policy import IdlePolicy, LeasePolicy
@@ -557,15 +557,6 @@ def _nothing() -> Iterator[None]:
 # -- workers ---------------------------------------------------------------------------
 
 
-def _ago(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
 @main.command()
 @node_options
 @json_option
@@ -586,8 +577,42 @@ def workers(url: str, wire: str, as_json: bool) -> None:
                          justify="left" if column in ("id", "queues") else "right")
     for r in records:
         table.add_row(r.id, ",".join(r.queues), str(r.wire), str(r.concurrency), str(r.held), str(r.completed),
-                      str(r.failed), _ago(now - r.started), _ago(now - r.last_beat) + " ago")
+                      str(r.failed), ago(now - r.started), ago(now - r.last_beat) + " ago")
     out.print(table)
+
+
+# -- the dashboard -------------------------------------------------------------------
+
+
+@main.command()
+@node_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="the address to serve on; beyond loopback a --token is required")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
+@click.option("--read-only", is_flag=True, help="no actions: the buttons are hidden and their routes refuse")
+@click.option("--token", envvar="EMQ_DASHBOARD_TOKEN", default=None,
+              help="required on every request: Basic auth password (any user) or Bearer (or EMQ_DASHBOARD_TOKEN)")
+@click.option("-q", "--queue", "queue_names", multiple=True,
+              help="show only these queues (default: every queue on the node, found by SCAN every 10 s)")
+@click.option("--sample-interval", type=click.FloatRange(0.1), default=2.0, show_default=True,
+              help="seconds between the samples the rate chart is drawn from")
+def dashboard(url: str, wire: str, host: str, port: int, read_only: bool, token: str | None,
+              queue_names: tuple[str, ...], sample_interval: float) -> None:
+    """Serve the web dashboard and Prometheus /metrics for the node (Ctrl-C stops it)."""
+    try:
+        from .dashboard import Settings, check_binding, serve
+    except ImportError as exc:
+        raise click.ClickException(f"the dashboard needs its extra: pip install 'echomq[dashboard]' ({exc})") from exc
+    with reported():
+        for name in queue_names:
+            check_queue_name(name)
+        check_binding(host, token)  # before connecting: a refusal must not depend on the node
+    settings = Settings(read_only=read_only, token=token, queues=list(queue_names), sample_interval_s=sample_interval)
+    with opened(url, wire) as connection, reported():
+        shown = f"[{host}]" if ":" in host else host
+        err.print(f"dashboard for {_where(connection)} on http://{shown}:{port}/"
+                  + (" (read-only)" if read_only else "") + (", token required" if token else ""))
+        serve(connection, settings, host=host, port=port)
 
 
 if __name__ == "__main__":

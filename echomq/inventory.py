@@ -138,3 +138,13 @@ def job_page(queue: Queue, state: State, *, offset: int, count: int) -> list[Job
     row vanished meanwhile is skipped)."""
     views = [job_view(queue, job_id) for job_id, _ in queue.ids(state, offset=offset, count=count)]
     return [v for v in views if v is not None]
+
+
+def ago(seconds: float) -> str:
+    """A duration for people: 42s, 17m, 3.5h."""
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"

@@ -1,0 +1,21 @@
+// Live parts: an element with data-refresh="URL" is reloaded from URL every few seconds
+// (the server renders the HTML). Actions: a form with data-confirm asks before it posts.
+(function () {
+  const every = 2000;
+  function refresh(element) {
+    fetch(element.dataset.refresh, { credentials: "same-origin" })
+      .then((response) => (response.ok ? response.text() : Promise.reject(response.status)))
+      .then((html) => { element.innerHTML = html; element.classList.remove("stale"); })
+      .catch(() => element.classList.add("stale"));
+  }
+  document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll("[data-refresh]").forEach((element) => {
+      setInterval(() => refresh(element), every);
+    });
+    document.querySelectorAll("form[data-confirm]").forEach((form) => {
+      form.addEventListener("submit", (event) => {
+        if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+      });
+    });
+  });
+})();
