@@ -4,7 +4,11 @@ actions and their refusals (nothing written), auth, read-only, and /metrics agai
 from __future__ import annotations
 
 import base64
+import os
 import re
+import signal
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -18,9 +22,10 @@ from echomq.dashboard.auth import authorized
 from echomq.dashboard.rates import Point, Sample, rate_series, svg_chart
 from echomq.errors import ConfigurationError
 from echomq.heartbeat import Heartbeat
+from echomq.server import free_port
 from dashboard_helpers import PENDING, serving, stock
 from helpers import queue_unchanged, unchanged
-from worker_helpers import fresh_name
+from worker_helpers import ROOT, fresh_name, wait_until
 
 TOKEN = "s3cret-token"
 
@@ -222,3 +227,33 @@ def test_rates_between_samples_and_the_chart():
     chart = svg_chart(rate_series(samples))
     assert chart.count("<polyline") == 2 and "completed/s 0.0" in chart
     assert "sampling" in svg_chart([])
+
+
+def test_emq_dashboard_serves_until_sigterm_and_asks_for_its_token(server, stocked):
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), EMQ_DASHBOARD_TOKEN=TOKEN)
+    proc = subprocess.Popen([sys.executable, "-m", "echomq.cli", "dashboard", "--url", server.url, "--port",
+                             str(port), "--read-only", "-q", stocked.queue.name],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stderr.readline()
+        assert f"on http://127.0.0.1:{port}/ (read-only), token required" in line, line
+
+        def answer(**kwargs):
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/", **kwargs)
+            except httpx.ConnectError:
+                return None
+
+        wait_until(lambda: answer() is not None, what="the dashboard to listen")
+        assert answer().status_code == 401
+        shown = answer(auth=("me", TOKEN))
+        assert shown.status_code == 200 and stocked.queue.name in shown.text and "<form" not in shown.text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()

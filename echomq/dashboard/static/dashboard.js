@@ -1,7 +1,6 @@
-// Live parts: an element with data-refresh="URL" is reloaded from URL every few seconds
+// Live parts: an element with data-refresh="URL" is reloaded from URL every data-every ms
 // (the server renders the HTML). Actions: a form with data-confirm asks before it posts.
 (function () {
-  const every = 2000;
   function refresh(element) {
     fetch(element.dataset.refresh, { credentials: "same-origin" })
       .then((response) => (response.ok ? response.text() : Promise.reject(response.status)))
@@ -10,7 +9,7 @@
   }
   document.addEventListener("DOMContentLoaded", () => {
     document.querySelectorAll("[data-refresh]").forEach((element) => {
-      setInterval(() => refresh(element), every);
+      setInterval(() => refresh(element), Number(element.dataset.every || 2000));
     });
     document.querySelectorAll("form[data-confirm]").forEach((form) => {
       form.addEventListener("submit", (event) => {
