@@ -1,20 +1,11 @@
-"""The dashboard served for real: uvicorn on a free port in a thread of the test process,
-over a queue holding jobs in every state."""
+"""A queue holding jobs in every state, for the dashboard's tests (served for real with
+``echomq.dashboard.serving``: uvicorn on a free port in a thread of the test process)."""
 
 from __future__ import annotations
 
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
-
-import uvicorn
 
 from echomq import Queue
-from echomq.connection import Connection
-from echomq.dashboard import Settings, create_app
-from echomq.server import free_port
-from worker_helpers import wait_until
 
 PENDING = 30  #: more than one page (25)
 
@@ -41,20 +32,3 @@ def stock(queue: Queue) -> Stocked:
     scheduled = queue.schedule({"kind": "later"}, 600_000).id
     assert done.id not in pending
     return Stocked(queue, pending, active, scheduled, dead)
-
-
-@contextmanager
-def serving(connection: Connection, settings: Settings) -> Iterator[str]:
-    """The dashboard at the URL yielded, until the block ends."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(connection, settings), host="127.0.0.1", port=port,
-                                          log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started or not thread.is_alive(), what="the dashboard to start")
-        assert server.started, "uvicorn did not start"
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)

@@ -17,13 +17,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from echomq import Queue
 from echomq.cli import main
-from echomq.dashboard import Settings, check_binding
+from echomq.dashboard import Settings, check_binding, serving
 from echomq.dashboard.auth import authorized
 from echomq.dashboard.rates import Point, Sample, rate_series, svg_chart
 from echomq.errors import ConfigurationError
 from echomq.heartbeat import Heartbeat
 from echomq.server import free_port
-from dashboard_helpers import PENDING, serving, stock
+from dashboard_helpers import PENDING, stock
 from helpers import queue_unchanged, unchanged
 from worker_helpers import ROOT, fresh_name, wait_until
 

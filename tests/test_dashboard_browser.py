@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from echomq import Queue
-from echomq.dashboard import Settings
-from dashboard_helpers import PENDING, serving, stock
+from echomq.dashboard import Settings, serving
+from dashboard_helpers import PENDING, stock
 from worker_helpers import fresh_name, wait_until
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra: ./run setup")
