@@ -23,11 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import cost, e2e, growth, report
+from . import cost, dashboard_cost, e2e, growth, report
 from .common import ROOT, TRAFIKEY_SOURCE, BenchServer, client_versions, machine, say, trafikey_module
 from .systems import ALL_PEERS, echomq_at, echomq_system, emq_worker_available, peers
 
-SECTIONS = ("cost", "growth", "e2e")
+SECTIONS = ("cost", "growth", "e2e", "dashboard")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -57,6 +57,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--worker-before", default="",
                    help="a git revision: also run emq worker with the echomq package as of it (a before/after)")
     p.add_argument("--wires", default="6,4")
+    p.add_argument("--watch-seconds", type=float, default=5.0, help="seconds of each dashboard-cost window")
+    p.add_argument("--watch-rounds", type=int, default=3)
+    p.add_argument("--watch-depth", type=int, default=10_000, help="pending jobs on the node the dashboard watches")
+    p.add_argument("--watch-queues", default="1,10", help="queue counts the dashboard watches")
     p.add_argument("--json", default=str(ROOT / "bench" / "results" / "latest.json"))
     p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     p.add_argument("--baseline", help="an earlier results file: adds a before/after table")
@@ -67,6 +71,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.aof_rounds = 1
         args.e2e_jobs, args.e2e_rounds, args.bulk_jobs, args.processes = 200, 1, 200, "1"
         args.latency_jobs, args.latency_gap_ms, args.window = 3, "5,20", 20.0
+        args.watch_seconds, args.watch_rounds, args.watch_depth, args.watch_queues = 1.0, 1, 100, "2"
         given = " ".join(argv if argv is not None else sys.argv[1:])
         if "--peers" not in given:
             args.peers = "none"
@@ -132,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
                                      bulk_n=args.bulk_jobs, rounds=args.e2e_rounds, lat_m=args.latency_jobs,
                                      lat_lo=lo, lat_hi=hi, window_s=args.window,
                                      latency_only=[echomq_system(w, m) for w in wires for m in lat_modes])
+        if "dashboard" in sections:
+            results["dashboard"] = dashboard_cost.run(
+                server, wires=wires, queue_counts=[int(q) for q in args.watch_queues.split(",") if q],
+                depth=args.watch_depth, seconds=args.watch_seconds, rounds=args.watch_rounds)
     results["elapsed_s"] = time.time() - started
     results["headline"] = report.headline(results)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import dashboard_cost
 from .common import ROOT
 
 NOTES = ROOT / "bench" / "NOTES.md"
@@ -272,6 +273,9 @@ def render(results: dict, baseline: dict | None = None, later: list[dict] | None
                              num(t["pending_bytes_per_job"], 0)])
         lines += table(["queued jobs", "executor", "lifecycle µs", "claim µs", "lifecycle CPU µs",
                         "bytes / queued job", "row bytes", "pending zset bytes / job"], rows)
+
+    if results.get("dashboard"):
+        lines += dashboard_cost.lines(results["dashboard"], med, table)
 
     if baseline:
         lines += before_after(baseline, results)
