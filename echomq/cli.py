@@ -236,9 +236,12 @@ def load_app(spec: str) -> App:
               help="lease expiries before a job goes dead")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="serve this worker's Prometheus /metrics on this port (needs echomq[dashboard])")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="the address --metrics-port binds")
 def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurrency: int, lease_ms: int,
            grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int, sweep_interval_ms: int,
-           max_stalled: int, log_level: str) -> None:
+           max_stalled: int, log_level: str, metrics_port: int | None, metrics_host: str) -> None:
     """Run the handlers of MODULE:APP until SIGTERM/SIGINT (a second one exits at once)."""
     app = load_app(app_spec)
     with reported():
@@ -252,7 +255,27 @@ def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurre
         instance = Worker(app, connection, queues=queues or None, config=config)
         logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if metrics_port is not None:
+            serve_worker_metrics(instance, metrics_host, metrics_port)
         instance.run()
+
+
+def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
+    """Prometheus /metrics for this worker on a daemon thread (it ends with the process)."""
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        from .metrics import WorkerCollector
+    except ImportError as exc:
+        raise click.ClickException(f"--metrics-port needs prometheus_client: pip install 'echomq[dashboard]' ({exc})")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WorkerCollector(instance))
+    try:
+        server, _ = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve metrics on {host}:{port}: {exc}") from exc
+    logging.getLogger("echomq.worker").info("worker %d: metrics on http://%s:%d/metrics", os.getpid(), host,
+                                            server.server_port)
 
 
 # -- jobs ---------------------------------------------------------------------------

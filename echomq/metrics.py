@@ -13,11 +13,19 @@ What is exported (``prometheus_client``, installed with ``echomq[dashboard]``):
 
 The counters are the server's own totals, so every scraper sees the same numbers
 whichever process serves them; a restart of the dashboard does not reset them.
+
+``emq worker --metrics-port P`` serves one worker's own view (:class:`WorkerCollector`),
+read from its tally at scrape time: ``echomq_worker_jobs_total{outcome}`` (claimed,
+completed, retried, dead, delayed, lost, requeued, abandoned), ``echomq_worker_held``
+and ``echomq_worker_concurrency``. They count from the worker's start; sum them over
+workers with ``sum by (outcome)``. Per-job histograms (run time, time waited in
+pending) need a hook on each job and come with the worker's instrumentation hook.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from dataclasses import fields
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -27,6 +35,9 @@ from .heartbeat import WorkerRecord, list_workers
 from .inventory import QueueNumbers, numbers_or_error
 from .keys import State
 from .queue import Queue
+
+if TYPE_CHECKING:
+    from .worker import Worker
 
 
 def families(numbers: Iterable[QueueNumbers | tuple[str, Exception]], workers: list[WorkerRecord]) -> list[Metric]:
@@ -66,3 +77,23 @@ class NodeCollector(Collector):
             found = numbers_or_error(Queue(self.connection, name))
             readings.append((name, found) if isinstance(found, Exception) else found)
         yield from families(readings, list_workers(self.connection.client))
+
+
+class WorkerCollector(Collector):
+    """One worker's tally, held jobs and concurrency, read when scraped (the worker's thread keeps
+    writing them; a scrape reads plain ints)."""
+
+    def __init__(self, worker: "Worker") -> None:
+        self.worker = worker
+
+    def collect(self) -> Iterator[Metric]:
+        tally = self.worker.tally
+        jobs = CounterMetricFamily("echomq_worker_jobs", "Jobs this worker handled since it started, by outcome",
+                                   labels=["outcome"])
+        for item in fields(tally):
+            jobs.add_metric([item.name], getattr(tally, item.name))
+        held = GaugeMetricFamily("echomq_worker_held", "Jobs this worker holds now")
+        held.add_metric([], len(self.worker.held))
+        concurrency = GaugeMetricFamily("echomq_worker_concurrency", "The most jobs this worker holds at once")
+        concurrency.add_metric([], self.worker.config.concurrency)
+        yield from (jobs, held, concurrency)
