@@ -57,8 +57,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--worker-before", default="",
                    help="a git revision: also run emq worker with the echomq package as of it (a before/after)")
     p.add_argument("--wires", default="6,4")
-    p.add_argument("--watch-seconds", type=float, default=5.0, help="seconds of each dashboard-cost window")
-    p.add_argument("--watch-rounds", type=int, default=3)
+    p.add_argument("--watch-seconds", type=float, default=20.0,
+                   help="seconds of each dashboard-cost window (two queue discoveries at the default 20)")
+    p.add_argument("--watch-rounds", type=int, default=2)
     p.add_argument("--watch-depth", type=int, default=10_000, help="pending jobs on the node the dashboard watches")
     p.add_argument("--watch-queues", default="1,10", help="queue counts the dashboard watches")
     p.add_argument("--json", default=str(ROOT / "bench" / "results" / "latest.json"))

@@ -535,8 +535,9 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interv
     with opened(url, wire) as connection, reported():
         names = list(queue_names) or discover_queues(connection)
         queues = [Queue(connection, name) for name in names]
-        for queue in queues:
-            require_queue(queue)
+        if queue_names:  # asked for by name: a typo must not look like an empty queue (discovered ones exist)
+            for queue in queues:
+                require_queue(queue)
         if not names:
             if as_json:
                 click.echo("[]")

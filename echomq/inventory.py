@@ -17,7 +17,7 @@ from typing import Any
 from .connection import Connection
 from .errors import CommandRefused
 from .keys import STATE_SETS, State
-from .queue import Counts, Queue
+from .queue import Counts, Queue, _plain
 
 #: the keys whose presence means a queue exists (a queue whose jobs all completed keeps its metrics)
 PRESENCE_SUFFIXES = ("pending", "active", "schedule", "dead", "meta", "metrics:completed", "metrics:failed")
@@ -40,7 +40,8 @@ def discover_queues(connection: Connection) -> list[str]:
 
 def queue_exists(queue: Queue) -> bool:
     """True when any set, the meta hash or a metrics hash of the queue exists (one EXISTS)."""
-    return bool(queue.connection.client.exists(*(queue.keys.key(s) for s in PRESENCE_SUFFIXES)))
+    with _plain():
+        return bool(queue.connection.client.exists(*(queue.keys.key(s) for s in PRESENCE_SUFFIXES)))
 
 
 @dataclass(frozen=True)
@@ -119,15 +120,16 @@ class JobView:
 def job_view(queue: Queue, job_id: str) -> JobView | None:
     """The job's row, the server clock and its score; None when it has no row (completed jobs leave none)."""
     client = queue.connection.client
-    row = {_text(k): v for k, v in client.hgetall(queue.keys.job(job_id)).items()}
-    if not row:
-        return None
-    state = _text(row["state"]) if "state" in row else None
-    seconds, micros = client.time()
-    try:
-        score = client.zscore(queue.keys.key(STATE_SETS[State(state)]), job_id)
-    except ValueError:  # a state no set belongs to
-        score = None
+    with _plain():
+        row = {_text(k): v for k, v in client.hgetall(queue.keys.job(job_id)).items()}
+        if not row:
+            return None
+        state = _text(row["state"]) if "state" in row else None
+        seconds, micros = client.time()
+        try:
+            score = client.zscore(queue.keys.key(STATE_SETS[State(state)]), job_id)
+        except ValueError:  # a state no set belongs to
+            score = None
     payload = row.pop("payload", None)
     return JobView(queue.name, job_id, state, {k: _text(v) for k, v in row.items()}, payload, score,
                    seconds * 1000 + micros // 1000)
