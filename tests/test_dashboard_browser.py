@@ -5,15 +5,18 @@ shows the new state. With EMQ_DASHBOARD_SCREENSHOTS=DIR the main pages are saved
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 
-from echomq import Queue
+from echomq import App, Queue, Worker, WorkerConfig
 from echomq.dashboard import Settings, serving
 from dashboard_helpers import PENDING, stock
+from test_worker import running
 from worker_helpers import fresh_name, wait_until
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra: ./run setup")
@@ -55,7 +58,6 @@ def test_every_page_in_a_browser_then_reprocess_and_pause_by_clicking(conn, page
         assert row.locator('[data-state="pending"]').inner_text() == str(PENDING)
         assert row.locator('[data-state="dead"]').inner_text() == "2"
         page.wait_for_function("document.querySelector('svg.chart polyline') !== null")  # the sampler's rates
-        shot(page, "overview")
 
         page.click(f'a[href="/queues/{name}"]')
         assert page.locator("h3").first.inner_text().startswith(f"pending: {PENDING} job(s)")
@@ -102,3 +104,43 @@ def test_the_live_parts_refresh_without_a_reload(conn, page):
         assert cell.inner_text() == "1"
         queue.enqueue_many([{}, {}])
         wait_until(lambda: cell.inner_text() == "3", what="the overview to refresh itself")
+
+
+def test_a_busy_node_shows_its_rates_and_its_worker(conn, page, caplog):
+    caplog.set_level(logging.CRITICAL, logger="echomq.worker")  # every tenth job dies, by design
+    name = fresh_name("emails")
+    app = App()
+
+    @app.task(queue=name, max_attempts=1)
+    def send(payload):
+        if payload["n"] % 10 == 0:
+            raise ValueError("mailbox full")
+
+    queue = Queue(conn, name)
+    worker = Worker(app, conn, config=WorkerConfig(concurrency=4))
+    stop = threading.Event()
+
+    def feed():
+        n = 0
+        while not stop.wait(0.05):
+            queue.enqueue_many([{"n": n + i} for i in range(20)])
+            n += 20
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    with running(worker), serving(conn, Settings(sample_interval_s=0.25, refresh_s=0.5)) as url:
+        feeder.start()
+        try:
+            page.goto(url + "/")
+            legend = page.locator("svg.chart .legend .done").first
+            wait_until(lambda: float(legend.text_content().split()[-1]) > 0, what="a completion rate on the chart")
+            wait_until(lambda: page.locator(f"td.id:has-text('{worker.heartbeat.id}')").count() == 1,
+                       what="the worker in the workers table")
+            wait_until(lambda: float(page.locator("svg.chart .legend .died").first.text_content().split()[-1]) > 0,
+                       what="a death rate on the chart")
+            shot(page, "overview")
+            page.goto(url + "/workers")
+            assert page.locator("td.id").first.inner_text() == worker.heartbeat.id
+            shot(page, "workers")
+        finally:
+            stop.set()
+            feeder.join()
