@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
 import click
@@ -108,10 +108,6 @@ def opened_queue(url: str, wire: str, name: str, **kwargs: Any) -> Iterator[Queu
         check_queue_name(name)  # before connecting: a bad name is a usage error, whatever the node
     with opened(url, wire) as connection, reported():
         yield Queue(connection, name, **kwargs)
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -557,7 +553,7 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interv
             return
         previous, then, shown = None, time.monotonic(), 0
         try:
-            with Live(console=out, auto_refresh=False) if not as_json else _nothing() as live:
+            with Live(console=out, auto_refresh=False) if not as_json else nullcontext() as live:
                 while times is None or shown < times:
                     now, sampled = time.monotonic(), sample()
                     good = {n: v for n, v in sampled.items() if isinstance(v, QueueNumbers)}
@@ -571,11 +567,6 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interv
                         time.sleep(interval)
         except KeyboardInterrupt:
             pass
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield None
 
 
 # -- workers ---------------------------------------------------------------------------
