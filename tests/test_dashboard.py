@@ -226,6 +226,9 @@ def test_rates_between_samples_and_the_chart():
     assert rate_series(samples[:1]) == []
     chart = svg_chart(rate_series(samples))
     assert chart.count("<polyline") == 2 and "completed/s 0.0" in chart
+    assert "-30 s</text>" in chart  # 4 s sampled: the chart spans its 30 s minimum
+    long_run = [Point(float(t), 1.0, 0.0) for t in range(0, 1000, 10)]
+    assert "-5 min</text>" in svg_chart(long_run)  # at most five minutes
     assert "sampling" in svg_chart([])
 
 

@@ -127,6 +127,7 @@ def test_a_busy_node_shows_its_rates_and_its_worker(conn, page, caplog):
             n += 20
 
     feeder = threading.Thread(target=feed, daemon=True)
+    queue.enqueue({"n": 1})  # the queue exists before the dashboard's first discovery (then cached 10 s)
     with running(worker), serving(conn, Settings(sample_interval_s=0.25, refresh_s=0.5)) as url:
         feeder.start()
         try:
@@ -137,6 +138,9 @@ def test_a_busy_node_shows_its_rates_and_its_worker(conn, page, caplog):
                        what="the worker in the workers table")
             wait_until(lambda: float(page.locator("svg.chart .legend .died").first.text_content().split()[-1]) > 0,
                        what="a death rate on the chart")
+            if SHOTS:  # a picture worth showing: a few seconds of history on the chart
+                wait_until(lambda: len((page.locator("svg.chart polyline.done").first.get_attribute("points")
+                                        or "").split()) >= 16, 20, what="16 points on the chart")
             shot(page, "overview")
             page.goto(url + "/workers")
             assert page.locator("td.id").first.inner_text() == worker.heartbeat.id

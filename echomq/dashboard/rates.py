@@ -46,8 +46,10 @@ def rate_series(samples: list[Sample], queue: str | None = None) -> list[Point]:
     return points
 
 
-def svg_chart(points: list[Point], *, width: int = 640, height: int = 160, span_s: float = 300.0) -> str:
-    """Two lines (completed/s green, dead/s red) over the last ``span_s`` seconds, as inline SVG."""
+def svg_chart(points: list[Point], *, width: int = 640, height: int = 160, span_s: float = 300.0,
+              min_span_s: float = 30.0) -> str:
+    """Two lines (completed/s green, dead/s red) as inline SVG, over the last ``span_s`` seconds,
+    or over what has been sampled so far (at least ``min_span_s``) when that is shorter."""
     pad = 28
     frame = (f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
              f'role="img" aria-label="completed and dead per second">'
@@ -55,6 +57,7 @@ def svg_chart(points: list[Point], *, width: int = 640, height: int = 160, span_
     if not points:
         return frame + f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">sampling…</text></svg>'
     end = points[-1].at
+    span_s = min(span_s, max(min_span_s, end - points[0].at))
     shown = [p for p in points if p.at >= end - span_s]
     top = max(1.0, *(max(p.completed_per_s, p.dead_per_s) for p in shown))
     plot_w, plot_h = width - pad - 4, height - pad
@@ -69,12 +72,16 @@ def svg_chart(points: list[Point], *, width: int = 640, height: int = 160, span_
         path = " ".join(xy(p.at, getattr(p, name)) for p in shown)
         lines.append(f'<polyline class="{css}" points="{path}"/>')
     labels = (f'<text x="2" y="14">{top:.0f}/s</text><text x="2" y="{height - pad + 4}">0</text>'
-              f'<text x="{pad}" y="{height - 6}">-{span_s / 60:.0f} min</text>'
+              f'<text x="{pad}" y="{height - 6}">-{_span_label(span_s)}</text>'
               f'<text x="{width - 4}" y="{height - 6}" text-anchor="end">now</text>'
-              f'<text x="{width - 4}" y="18" text-anchor="end" class="legend">'
+              f'<text x="{pad + 6}" y="18" class="legend">'
               f'<tspan class="done">completed/s {shown[-1].completed_per_s:.1f}</tspan> '
               f'<tspan class="died">dead/s {shown[-1].dead_per_s:.1f}</tspan></text>')
     return frame + "".join(lines) + labels + "</svg>"
+
+
+def _span_label(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 class Sampler:
