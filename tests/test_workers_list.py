@@ -34,6 +34,12 @@ def test_a_ttl_that_does_not_outlast_the_interval_is_refused(interval, ttl):
         HeartbeatConfig(interval_ms=interval, ttl_ms=ttl)
 
 
+def test_the_workers_list_is_public():
+    import echomq
+
+    assert echomq.list_workers is list_workers and echomq.HeartbeatConfig is HeartbeatConfig
+
+
 def test_a_running_worker_is_listed_and_a_clean_stop_removes_it(conn, server):
     name = fresh_name("w")
     app = App()
