@@ -260,3 +260,20 @@ def test_emq_dashboard_serves_until_sigterm_and_asks_for_its_token(server, stock
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_a_node_that_stops_answering_is_a_clear_503_and_the_dashboard_lives_on(wire):
+    from echomq import EmbeddedServer, connect, module_path
+
+    with EmbeddedServer(module=module_path() if wire == 6 else None, brand=wire) as node:
+        conn = connect(node.url, wire=wire)
+        Queue(conn, "q").enqueue({})
+        with serving(conn, Settings(sample_interval_s=0.1)) as url, httpx.Client(base_url=url) as site:
+            assert site.get("/").status_code == 200
+            node.stop()
+            for path in ("/", "/queues/q", "/workers", "/metrics"):  # a 503 scrape: Prometheus marks the target down
+                down = site.get(path)
+                assert down.status_code == 503 and "the node does not answer" in down.text, path
+            node.start()
+            wait_until(lambda: site.get("/").status_code == 200, what="the dashboard to recover")
+        conn.close()

@@ -17,6 +17,7 @@ from importlib.resources import files
 from typing import Any, AsyncIterator, Callable
 from urllib.parse import parse_qs, urlencode
 
+import valkey
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
@@ -233,7 +234,14 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         finally:
             sampler.stop()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    def node_down(request: Request, exc: Exception) -> Response:
+        return _problem_page(render, 503, f"the node does not answer ({exc}); this page works again when it does")
+
+    def refused(request: Request, exc: Exception) -> Response:
+        return _problem_page(render, 500, f"the node refused a read: {exc}")
+
+    handlers = {valkey.ConnectionError: node_down, valkey.TimeoutError: node_down, EchoMQError: refused}
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)  # type: ignore[arg-type]
     app.state.sampler = sampler
     if settings.token:
         app.add_middleware(TokenRequired, token=settings.token)
