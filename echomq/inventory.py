@@ -117,28 +117,57 @@ class JobView:
                 "due_in_ms": self.due_in_ms, "payload": self.payload_json()}
 
 
+def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: float | None,
+                now_ms: int) -> JobView | None:
+    """A job view from its raw row, its score and the server clock (pure); None for no row."""
+    fields = {_text(k): v for k, v in row.items()}
+    if not fields:
+        return None
+    payload = fields.pop("payload", None)
+    text = {k: _text(v) for k, v in fields.items()}
+    return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms)
+
+
+def _set_of(row: dict[bytes, bytes]) -> str | None:
+    try:
+        return STATE_SETS[State(_text(row.get(b"state", b"")))]
+    except ValueError:  # no state, or one no set belongs to
+        return None
+
+
+def _ms(time_reply: Any) -> int:
+    seconds, micros = time_reply
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def job_view(queue: Queue, job_id: str) -> JobView | None:
     """The job's row, the server clock and its score; None when it has no row (completed jobs leave none)."""
     client = queue.connection.client
     with _plain():
-        row = {_text(k): v for k, v in client.hgetall(queue.keys.job(job_id)).items()}
+        row = client.hgetall(queue.keys.job(job_id))
         if not row:
             return None
-        state = _text(row["state"]) if "state" in row else None
-        seconds, micros = client.time()
-        try:
-            score = client.zscore(queue.keys.key(STATE_SETS[State(state)]), job_id)
-        except ValueError:  # a state no set belongs to
-            score = None
-    payload = row.pop("payload", None)
-    return JobView(queue.name, job_id, state, {k: _text(v) for k, v in row.items()}, payload, score,
-                   seconds * 1000 + micros // 1000)
+        suffix = _set_of(row)
+        score = client.zscore(queue.keys.key(suffix), job_id) if suffix else None
+        now_ms = _ms(client.time())
+    return decode_view(queue.name, job_id, row, score, now_ms)
 
 
 def job_page(queue: Queue, state: State, *, offset: int, count: int) -> list[JobView]:
-    """A page of one state's jobs, lowest score first, each read as :func:`job_view` (an id whose
-    row vanished meanwhile is skipped)."""
-    views = [job_view(queue, job_id) for job_id, _ in queue.ids(state, offset=offset, count=count)]
+    """A page of one state's jobs, lowest score first: the ids with their scores (one ZRANGE), every
+    row in one pipeline, and the server clock (a cluster pipeline refuses TIME, so apart). An id whose
+    row vanished meanwhile is skipped."""
+    listed = queue.ids(state, offset=offset, count=count)
+    if not listed:
+        return []
+    client = queue.connection.client
+    pipe = client.pipeline(transaction=False)
+    for job_id, _ in listed:
+        pipe.hgetall(queue.keys.job(job_id))
+    with _plain():
+        rows = pipe.execute()
+        now_ms = _ms(client.time())
+    views = [decode_view(queue.name, job_id, row, score, now_ms) for (job_id, score), row in zip(listed, rows)]
     return [v for v in views if v is not None]
 
 

@@ -195,6 +195,11 @@ def test_the_workers_list_and_the_dashboards_metrics_on_a_cluster(conn, cluster)
         assert key_slot(record_key(beat.id).encode()) == key_slot(b"{emq}:workers")
         with serving(conn, Settings()) as url:
             text = httpx.get(url + "/metrics").text
+            for name in names:  # a job list and a job page read rows on the queue's own node
+                listed = httpx.get(f"{url}/queues/{name}")
+                assert listed.status_code == 200 and listed.text.count("/job?id=") == names.index(name) + 1
+                (first, _), *_ = Queue(conn, name).ids("pending")
+                assert httpx.get(f"{url}/queues/{name}/job", params={"id": first}).status_code == 200
         pending = {s.labels["queue"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
                    if s.name == "echomq_jobs" and s.labels["state"] == "pending"}
         assert {name: pending.get(name) for name in names} == {name: n + 1 for n, name in enumerate(names)}
