@@ -288,8 +288,9 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
 @click.option("--count", type=click.IntRange(1), default=1, show_default=True,
               help="enqueue each payload this many times")
 @click.option("--raw", is_flag=True, help="payloads are bytes as given, not JSON")
+@json_option
 def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job_id: str | None, priority: int,
-            delay_ms: int | None, count: int, raw: bool) -> None:
+            delay_ms: int | None, count: int, raw: bool, as_json: bool) -> None:
     """Add jobs to a queue: each PAYLOAD is JSON text (default {})."""
     texts = list(payloads) or ["{}"]
     with reported():
@@ -306,6 +307,9 @@ def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job
             added = [queue.enqueue(values[0], id=job_id, priority=priority)]
         else:
             added = queue.enqueue_many(values, priority=priority)
+    if as_json:  # every id, not the first 20
+        print_json([{"id": item.id, "created": item.created} for item in added])
+        return
     for item in added[:20]:
         click.echo(f"{item.id}\t{'enqueued' if item.created else 'exists (not enqueued again)'}")
     if len(added) > 20:
@@ -381,7 +385,8 @@ def dead(url: str, wire: str, queue_name: str, limit: int, as_json: bool) -> Non
 @node_options
 @queue_option()
 @click.option("--all", "every", is_flag=True, help="every dead job of the queue")
-def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, every: bool) -> None:
+@json_option
+def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, every: bool, as_json: bool) -> None:
     """Send dead jobs back to pending (exit 1 when a named id was not in dead)."""
     if bool(job_ids) == every:
         raise click.UsageError("name dead job ids, or pass --all")
@@ -397,7 +402,10 @@ def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, ev
     missed = [job_id for job_id in ids if job_id not in set(moved)]
     for job_id in missed:
         err.print(f"{job_id}: not in dead, left as it is")
-    click.echo(f"reprocessed {len(moved)} job(s) of {queue_name}")
+    if as_json:
+        print_json({"queue": queue_name, "reprocessed": moved, "not_in_dead": missed})
+    else:
+        click.echo(f"reprocessed {len(moved)} job(s) of {queue_name}")
     if missed:
         sys.exit(1)
 
@@ -435,12 +443,16 @@ def resume(url: str, wire: str, queue_name: str) -> None:
 @node_options
 @queue_option()
 @click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
-def promote(url: str, wire: str, queue_name: str, limit: int) -> None:
+@json_option
+def promote(url: str, wire: str, queue_name: str, limit: int, as_json: bool) -> None:
     """Move due scheduled jobs to pending, once."""
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
         moved = queue.promote(limit)
-    click.echo(f"promoted {moved} job(s) of {queue_name}")
+    if as_json:
+        print_json({"queue": queue_name, "promoted": moved})
+    else:
+        click.echo(f"promoted {moved} job(s) of {queue_name}")
 
 
 @main.command()
@@ -448,11 +460,15 @@ def promote(url: str, wire: str, queue_name: str, limit: int) -> None:
 @queue_option()
 @click.option("--max-stalled", type=click.IntRange(1), default=3, show_default=True)
 @click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
-def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int) -> None:
+@json_option
+def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int, as_json: bool) -> None:
     """Recover expired leases (STALLED.CHECK), once."""
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
         found = queue.stalled_check(max_stalled, limit)
+    if as_json:
+        print_json({"queue": queue_name, "recovered": found.recovered, "exempt": found.exempt, "dead": found.dead})
+        return
     click.echo(f"{queue_name}: recovered {len(found.recovered)}, exempt (server restart) {len(found.exempt)}, "
                f"dead {len(found.dead)}")
     for label, ids in (("recovered", found.recovered), ("exempt", found.exempt), ("dead", found.dead)):

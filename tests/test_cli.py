@@ -321,3 +321,23 @@ def test_tables_are_not_wrapped_when_stdout_is_a_pipe(server, conn):
         [sys.executable, "-m", "echomq.cli", "stats", "-q", name, "--url", server.url],
         capture_output=True, text=True, env=env, check=True).stdout.splitlines() if line.split()[:1] == [name]]
     assert row[1:] == ["0", "0", "0", "1", "0", "1"]  # one line per queue: pending active scheduled dead, totals
+
+
+def test_write_commands_answer_json_too(emq, conn, name):
+    queue = Queue(conn, name)
+    added = json.loads(emq("enqueue", "-q", name, "--count", "25", "{}", "--json").stdout)
+    assert len(added) == 25 and all(row["created"] for row in added)  # every id, not the first 20
+    again = json.loads(emq("enqueue", "-q", name, "--id", added[0]["id"], "{}", "--json").stdout)
+    assert again == [{"id": added[0]["id"], "created": False}]
+    dead = queue.claim(60_000)
+    queue.fail(dead, "boom", max_attempts=1)
+    answer = emq("reprocess", "-q", name, dead.id, "missing-id", "--json")
+    assert answer.exit_code == 1
+    assert json.loads(answer.stdout) == {"queue": name, "reprocessed": [dead.id], "not_in_dead": ["missing-id"]}
+    queue.schedule({}, 0)
+    wait_server_past(conn.client, server_ms(conn.client) + 1)
+    assert json.loads(emq("promote", "-q", name, "--json").stdout) == {"queue": name, "promoted": 1}
+    held = queue.claim(1)
+    wait_server_past(conn.client, conn.client.zscore(queue.keys.active, held.id))
+    swept = json.loads(emq("sweep", "-q", name, "--json").stdout)
+    assert swept == {"queue": name, "recovered": [held.id], "exempt": [], "dead": []}
