@@ -277,3 +277,14 @@ def test_a_node_that_stops_answering_is_a_clear_503_and_the_dashboard_lives_on(w
             node.start()
             wait_until(lambda: site.get("/").status_code == 200, what="the dashboard to recover")
         conn.close()
+
+
+def test_without_a_token_only_loopback_names_may_address_it(site, stocked):
+    for host in ("localhost:8080", "127.0.0.1", "[::1]:8080"):
+        assert site.get("/", headers={"Host": host}).status_code == 200, host
+    with queue_unchanged(stocked.queue):
+        for host in ("attacker.example", "attacker.example:8080", "10.0.0.5"):
+            assert site.get("/", headers={"Host": host}).status_code == 400, host
+            secret = secret_of(site.get(f"/queues/{stocked.queue.name}").text)
+            assert site.post(f"/queues/{stocked.queue.name}/pause", data={"secret": secret},
+                             headers={"Host": host}).status_code == 400

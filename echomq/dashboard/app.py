@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -36,7 +37,7 @@ from ..keys import QUEUE_NAME, MAX_ID_BYTES, State
 from ..metrics import NodeCollector
 from ..queue import Queue
 from ..serializers import RAW
-from .auth import TokenRequired
+from .auth import LOOPBACK_HOSTS, TokenRequired
 from .rates import Sampler, rate_series, svg_chart
 
 PAGE_SIZE = 25
@@ -245,6 +246,10 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
     app.state.sampler = sampler
     if settings.token:
         app.add_middleware(TokenRequired, token=settings.token)
+    else:
+        # without a token it may only be served on loopback (check_binding), and only loopback names may
+        # address it: a page on another site cannot reach it through a DNS name rebound to 127.0.0.1
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK_HOSTS))
     return app
 
 

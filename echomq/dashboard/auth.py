@@ -10,11 +10,12 @@ from typing import Any, Awaitable, Callable
 
 from ..errors import ConfigurationError
 
-LOOPBACK_NAMES = {"localhost"}
+#: the Host headers a dashboard without a token answers (it listens on loopback only)
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 
 
 def is_loopback(host: str) -> bool:
-    if host in LOOPBACK_NAMES:
+    if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
