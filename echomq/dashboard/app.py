@@ -9,9 +9,9 @@ their routes (403).
 from __future__ import annotations
 
 import secrets
-from contextlib import asynccontextmanager
 import threading
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any, AsyncIterator, Callable
@@ -33,7 +33,7 @@ from ..connection import Connection
 from ..errors import EchoMQError
 from ..heartbeat import list_workers
 from ..inventory import QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, queue_exists
-from ..keys import QUEUE_NAME, MAX_ID_BYTES, State
+from ..keys import MAX_ID_BYTES, QUEUE_NAME, State
 from ..metrics import NodeCollector
 from ..queue import Queue
 from ..serializers import RAW
@@ -76,10 +76,6 @@ class QueueList:
             self._at = float("-inf")
 
 
-def readable(numbers: list[QueueNumbers | Exception]) -> list[QueueNumbers]:
-    return [n for n in numbers if isinstance(n, QueueNumbers)]
-
-
 def create_app(connection: Connection, settings: Settings | None = None) -> Starlette:
     """The dashboard for the node behind ``connection`` (the caller owns and closes it)."""
     settings = settings or Settings()
@@ -95,7 +91,7 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
     def all_numbers() -> list[tuple[str, QueueNumbers | Exception]]:
         return [(name, numbers_or_error(Queue(connection, name))) for name in queue_names()]
 
-    sampler = Sampler(lambda: readable([n for _, n in all_numbers()]), settings.sample_interval_s)
+    sampler = Sampler(lambda: [n for _, n in all_numbers() if isinstance(n, QueueNumbers)], settings.sample_interval_s)
 
     def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(env.get_template(name).render(**context), status_code=status)
@@ -243,7 +239,6 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
 
     handlers = {valkey.ConnectionError: node_down, valkey.TimeoutError: node_down, EchoMQError: refused}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)  # type: ignore[arg-type]
-    app.state.sampler = sampler
     if settings.token:
         app.add_middleware(TokenRequired, token=settings.token)
     else:
