@@ -24,11 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import cost, e2e, growth, idle, report
+from . import cost, dashboard_cost, e2e, growth, idle, report
 from .common import ROOT, TRAFIKEY_SOURCE, BenchServer, client_versions, machine, say, trafikey_module
 from .systems import ALL_PEERS, echomq_at, echomq_system, emq_worker_available, peers
 
-SECTIONS = ("cost", "growth", "e2e", "idle")
+SECTIONS = ("cost", "growth", "e2e", "idle", "dashboard")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -60,6 +60,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--delay-ms", type=int, default=200, help="how far ahead the idle section schedules its jobs")
     p.add_argument("--idle-seconds", type=float, default=10.0, help="how long the idle section counts commands")
     p.add_argument("--wires", default="6,4")
+    p.add_argument("--watch-seconds", type=float, default=20.0,
+                   help="seconds of each dashboard-cost window (two queue discoveries at the default 20)")
+    p.add_argument("--watch-rounds", type=int, default=2)
+    p.add_argument("--watch-depth", type=int, default=10_000, help="pending jobs on the node the dashboard watches")
+    p.add_argument("--watch-queues", default="1,10", help="queue counts the dashboard watches")
     p.add_argument("--json", default=str(ROOT / "bench" / "results" / "latest.json"))
     p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     p.add_argument("--baseline", help="an earlier results file: adds a before/after table")
@@ -71,6 +76,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.e2e_jobs, args.e2e_rounds, args.bulk_jobs, args.processes = 200, 1, 200, "1"
         args.latency_jobs, args.latency_gap_ms, args.window = 3, "5,20", 20.0
         args.delay_ms, args.idle_seconds = 20, 0.5
+        args.watch_seconds, args.watch_rounds, args.watch_depth, args.watch_queues = 1.0, 1, 100, "2"
         given = " ".join(argv if argv is not None else sys.argv[1:])
         if "--peers" not in given:
             args.peers = "none"
@@ -147,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                                            delay_ms=args.delay_ms, idle_s=args.idle_seconds)
             else:
                 say(f"idle section skipped: {why}")
+        if "dashboard" in sections:
+            results["dashboard"] = dashboard_cost.run(
+                server, wires=wires, queue_counts=[int(q) for q in args.watch_queues.split(",") if q],
+                depth=args.watch_depth, seconds=args.watch_seconds, rounds=args.watch_rounds)
     results["elapsed_s"] = time.time() - started
     results["headline"] = report.headline(results)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import dashboard_cost
 from .common import ROOT
 
 NOTES = ROOT / "bench" / "NOTES.md"
@@ -275,6 +276,8 @@ def render(results: dict, baseline: dict | None = None, later: list[dict] | None
 
     if results.get("idle"):
         lines += idle_section(results["idle"], results.get("e2e"))
+    if results.get("dashboard"):
+        lines += dashboard_cost.lines(results["dashboard"], med, table)
 
     if baseline:
         lines += before_after(baseline, results)

@@ -23,6 +23,7 @@ from .errors import (
     WireError,
     WrongType,
 )
+from .heartbeat import HeartbeatConfig, WorkerRecord, list_workers
 from .keys import Keyspace, State
 from .module import module_path
 from .policy import Backoff, IdlePolicy, LeasePolicy
@@ -42,5 +43,7 @@ __all__ = [
     # workers
     "App", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",
     "Timers", "Worker", "WorkerConfig",
+    # the workers list
+    "HeartbeatConfig", "WorkerRecord", "list_workers",
 ]
 __version__ = "0.1.0"

@@ -3,6 +3,9 @@
 Every command that talks to a node takes ``--url`` (or ``EMQ_URL``) and ``--wire``
 (4, 6, or ``auto`` = what the node is branded for; or ``EMQ_WIRE``). Input is
 checked before anything is written: a bad payload, id or queue name changes nothing.
+
+For scripts: every read command takes ``--json``; tables printed to a pipe or a file
+are not wrapped; a command that matched nothing (an unknown queue or id) exits 1.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
 import click
@@ -28,7 +31,9 @@ from rich.table import Table
 from . import __version__
 from .admin import brand_node
 from .connection import Connection, connect
-from .errors import CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, PortInUse, ServerStartError
+from .errors import ConfigurationError, ConnectionFailed, EchoMQError, PortInUse, ServerStartError
+from .heartbeat import list_workers
+from .inventory import QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, queue_exists
 from .keys import State, check_job_id, check_queue_name
 from .module import module_path
 from .policy import IdlePolicy, LeasePolicy
@@ -40,6 +45,7 @@ from .timers import TimerConfig
 from .worker import Worker, WorkerConfig
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
+UNWRAPPED = 100_000  #: the width tables get when stdout is not a terminal: one line per row, for scripts
 out = Console()
 err = Console(stderr=True)
 
@@ -58,6 +64,21 @@ def node_options(fn: Any) -> Any:
 
 def queue_option(required: bool = True) -> Any:
     return click.option("-q", "--queue", "queue_name", required=required, help="the queue's name")
+
+
+def json_option(fn: Any) -> Any:
+    return click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table (for scripts)")(fn)
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+def require_queue(queue: Queue) -> None:
+    """An unknown queue is an error (exit 1), not an empty answer: a typo must not look like 'nothing to do'."""
+    if not queue_exists(queue):
+        raise click.ClickException(f"no queue {queue.name!r} on this node (none of its keys exist); "
+                                   "`emq stats` lists the queues")
 
 
 @contextmanager
@@ -89,14 +110,12 @@ def opened_queue(url: str, wire: str, name: str, **kwargs: Any) -> Iterator[Queu
         yield Queue(connection, name, **kwargs)
 
 
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="emq")
 def main() -> None:
     """EchoMQ: a job queue on Valkey, every state change one atomic step in the server."""
+    for console in (out, err):  # per invocation: stdout may have been redirected since import
+        console.width = None if console.is_terminal else UNWRAPPED  # type: ignore[assignment]
 
 
 # -- the node ---------------------------------------------------------------------
@@ -221,9 +240,12 @@ def load_app(spec: str) -> App:
               help="lease expiries before a job goes dead")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="serve this worker's Prometheus /metrics on this port (needs echomq[dashboard])")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="the address --metrics-port binds")
 def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurrency: int, lease_ms: int,
            grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int, sweep_interval_ms: int,
-           max_stalled: int, log_level: str) -> None:
+           max_stalled: int, log_level: str, metrics_port: int | None, metrics_host: str) -> None:
     """Run the handlers of MODULE:APP until SIGTERM/SIGINT (a second one exits at once)."""
     app = load_app(app_spec)
     with reported():
@@ -237,7 +259,27 @@ def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurre
         instance = Worker(app, connection, queues=queues or None, config=config)
         logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if metrics_port is not None:
+            serve_worker_metrics(instance, metrics_host, metrics_port)
         instance.run()
+
+
+def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
+    """Prometheus /metrics for this worker on a daemon thread (it ends with the process)."""
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        from .metrics import WorkerCollector
+    except ImportError as exc:
+        raise click.ClickException(f"--metrics-port needs prometheus_client: pip install 'echomq[dashboard]' ({exc})")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WorkerCollector(instance))
+    try:
+        server, _ = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve metrics on {host}:{port}: {exc}") from exc
+    logging.getLogger("echomq.worker").info("worker %d: metrics on http://%s:%d/metrics", os.getpid(), host,
+                                            server.server_port)
 
 
 # -- jobs ---------------------------------------------------------------------------
@@ -254,8 +296,9 @@ def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurre
 @click.option("--count", type=click.IntRange(1), default=1, show_default=True,
               help="enqueue each payload this many times")
 @click.option("--raw", is_flag=True, help="payloads are bytes as given, not JSON")
+@json_option
 def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job_id: str | None, priority: int,
-            delay_ms: int | None, count: int, raw: bool) -> None:
+            delay_ms: int | None, count: int, raw: bool, as_json: bool) -> None:
     """Add jobs to a queue: each PAYLOAD is JSON text (default {})."""
     texts = list(payloads) or ["{}"]
     with reported():
@@ -272,6 +315,9 @@ def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job
             added = [queue.enqueue(values[0], id=job_id, priority=priority)]
         else:
             added = queue.enqueue_many(values, priority=priority)
+    if as_json:  # every id, not the first 20
+        print_json([{"id": item.id, "created": item.created} for item in added])
+        return
     for item in added[:20]:
         click.echo(f"{item.id}\t{'enqueued' if item.created else 'exists (not enqueued again)'}")
     if len(added) > 20:
@@ -289,60 +335,54 @@ def _parse_json(text: str) -> Any:
 @click.argument("job_id", metavar="ID")
 @node_options
 @queue_option()
-def inspect(job_id: str, url: str, wire: str, queue_name: str) -> None:
-    """Show one job: its row, its set and what its score means."""
+@json_option
+def inspect(job_id: str, url: str, wire: str, queue_name: str, as_json: bool) -> None:
+    """Show one job: its row, its set and what its score means (exit 1 when there is no such job)."""
     with reported():
         check_job_id(job_id)
     with opened_queue(url, wire, queue_name, serializer=RAW) as queue:
-        row = queue.job(job_id)
-        if row is None:
-            raise click.ClickException(f"no job {job_id!r} in queue {queue_name!r} (completed jobs leave no row)")
-        now_s, now_us = queue.connection.client.time()
-        now_ms = now_s * 1000 + now_us // 1000
-        state = row.get("state")
-        try:
-            score = queue.connection.client.zscore(queue.keys.key(State(state).set_suffix), job_id)
-        except ValueError:  # a state no set belongs to
-            score = None
+        require_queue(queue)
+        view = job_view(queue, job_id)
+    if view is None:
+        raise click.ClickException(f"no job {job_id!r} in queue {queue_name!r} (completed jobs leave no row)")
+    if as_json:
+        print_json(view.as_dict())
+        return
     table = Table(title=f"{queue_name} / {job_id}", show_header=False)
-    for field in ("state", "attempts", "failures", "stalled", "priority", "last_error", "lease_epoch"):
-        if field in row:
-            table.add_row(field, _text(row[field]))
-    if score is None:
+    table.add_row("state", view.state or "(none)")
+    for field in ("attempts", "failures", "stalled", "priority", "last_error", "lease_epoch"):
+        if field in view.fields:
+            table.add_row(field, view.fields[field])
+    if not view.in_its_set:
         table.add_row("in its set", "[red]no[/] (the row's state names a set it is not in)")
-    elif state == "active":
-        table.add_row("lease", f"expires in {int(score) - now_ms} ms (server clock)")
-    elif state == "scheduled":
-        table.add_row("due", f"in {int(score) - now_ms} ms (server clock)")
-    payload = row.get("payload")
-    table.add_row("payload", _show_payload(payload))
+    elif view.state == "active":
+        table.add_row("lease", f"expires in {view.due_in_ms} ms (server clock)")
+    elif view.state == "scheduled":
+        table.add_row("due", f"in {view.due_in_ms} ms (server clock)")
+    table.add_row("payload", view.payload_text())
     out.print(table)
-
-
-def _show_payload(raw: bytes | None) -> str:
-    if raw is None:
-        return "(none)"
-    try:
-        return json.dumps(json.loads(raw), indent=2)
-    except (ValueError, UnicodeDecodeError):
-        return repr(raw)
 
 
 @main.command()
 @node_options
 @queue_option()
 @click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
-def dead(url: str, wire: str, queue_name: str, limit: int) -> None:
+@json_option
+def dead(url: str, wire: str, queue_name: str, limit: int, as_json: bool) -> None:
     """List dead jobs with their last error."""
     with opened_queue(url, wire, queue_name, serializer=RAW) as queue:
+        require_queue(queue)
         total = queue.counts().dead
-        rows = [(job_id, queue.job(job_id) or {}) for job_id, _ in queue.ids(State.DEAD, count=limit)]
+        rows = [view.as_dict() for view in job_page(queue, State.DEAD, offset=0, count=limit)]
+    if as_json:
+        print_json({"queue": queue_name, "total": total, "jobs": rows})
+        return
     table = Table(title=f"dead in {queue_name}: {total}")
     table.add_column("id", no_wrap=True, min_width=36)
     for column in ("attempts", "failures", "stalled", "last error"):
         table.add_column(column)
-    for job_id, row in rows:
-        table.add_row(job_id, *(_text(row.get(f, "")) for f in ("attempts", "failures", "stalled", "last_error")))
+    for row in rows:
+        table.add_row(row["id"], *(str(row.get(f, "")) for f in ("attempts", "failures", "stalled", "last_error")))
     out.print(table)
     if total > len(rows):
         out.print(f"(showing {len(rows)} of {total}; --limit to see more)")
@@ -353,29 +393,45 @@ def dead(url: str, wire: str, queue_name: str, limit: int) -> None:
 @node_options
 @queue_option()
 @click.option("--all", "every", is_flag=True, help="every dead job of the queue")
-def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, every: bool) -> None:
-    """Send dead jobs back to pending (their counters are kept)."""
+@json_option
+def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, every: bool, as_json: bool) -> None:
+    """Send dead jobs back to pending (exit 1 when a named id was not in dead)."""
     if bool(job_ids) == every:
         raise click.UsageError("name dead job ids, or pass --all")
     with reported():
         for job_id in job_ids:
             check_job_id(job_id)
     with opened_queue(url, wire, queue_name) as queue:
+        require_queue(queue)
         ids = list(job_ids)
         if every:
             ids = [job_id for job_id, _ in queue.ids(State.DEAD, count=queue.counts().dead or 1)]
         moved = [job_id for job_id in ids if queue.reprocess(job_id)]
-    for job_id in set(ids) - set(moved):
+    missed = [job_id for job_id in ids if job_id not in set(moved)]
+    for job_id in missed:
         err.print(f"{job_id}: not in dead, left as it is")
-    click.echo(f"reprocessed {len(moved)} job(s) of {queue_name}")
+    if as_json:
+        print_json({"queue": queue_name, "reprocessed": moved, "not_in_dead": missed})
+    else:
+        click.echo(f"reprocessed {len(moved)} job(s) of {queue_name}")
+    if missed:
+        sys.exit(1)
+
+
+def create_option(fn: Any) -> Any:
+    return click.option("--create", is_flag=True,
+                        help="act on a queue that has no keys yet (it then exists, holding only this setting)")(fn)
 
 
 @main.command()
 @node_options
 @queue_option()
-def pause(url: str, wire: str, queue_name: str) -> None:
+@create_option
+def pause(url: str, wire: str, queue_name: str, create: bool) -> None:
     """Hold claims on a queue (enqueue still admits jobs)."""
     with opened_queue(url, wire, queue_name) as queue:
+        if not create:
+            require_queue(queue)
         queue.pause()
     click.echo(f"{queue_name} paused")
 
@@ -386,6 +442,7 @@ def pause(url: str, wire: str, queue_name: str) -> None:
 def resume(url: str, wire: str, queue_name: str) -> None:
     """Let workers claim from a paused queue again."""
     with opened_queue(url, wire, queue_name) as queue:
+        require_queue(queue)
         queue.resume()
     click.echo(f"{queue_name} resumed")
 
@@ -394,11 +451,16 @@ def resume(url: str, wire: str, queue_name: str) -> None:
 @node_options
 @queue_option()
 @click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
-def promote(url: str, wire: str, queue_name: str, limit: int) -> None:
+@json_option
+def promote(url: str, wire: str, queue_name: str, limit: int, as_json: bool) -> None:
     """Move due scheduled jobs to pending, once."""
     with opened_queue(url, wire, queue_name) as queue:
+        require_queue(queue)
         moved = queue.promote(limit)
-    click.echo(f"promoted {moved} job(s) of {queue_name}")
+    if as_json:
+        print_json({"queue": queue_name, "promoted": moved})
+    else:
+        click.echo(f"promoted {moved} job(s) of {queue_name}")
 
 
 @main.command()
@@ -406,10 +468,15 @@ def promote(url: str, wire: str, queue_name: str, limit: int) -> None:
 @queue_option()
 @click.option("--max-stalled", type=click.IntRange(1), default=3, show_default=True)
 @click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
-def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int) -> None:
+@json_option
+def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int, as_json: bool) -> None:
     """Recover expired leases (STALLED.CHECK), once."""
     with opened_queue(url, wire, queue_name) as queue:
+        require_queue(queue)
         found = queue.stalled_check(max_stalled, limit)
+    if as_json:
+        print_json({"queue": queue_name, "recovered": found.recovered, "exempt": found.exempt, "dead": found.dead})
+        return
     click.echo(f"{queue_name}: recovered {len(found.recovered)}, exempt (server restart) {len(found.exempt)}, "
                f"dead {len(found.dead)}")
     for label, ids in (("recovered", found.recovered), ("exempt", found.exempt), ("dead", found.dead)):
@@ -420,84 +487,171 @@ def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int) ->
 # -- stats ---------------------------------------------------------------------------
 
 
-def discover_queues(connection: Connection) -> list[str]:
-    """Every queue with a key on the node (one SCAN; job rows are skipped by name)."""
-    names = set()
-    for key in connection.client.scan_iter(match="emq:{*}:*", count=1000):
-        text = _text(key)
-        name, _, rest = text[len("emq:{"):].partition("}:")
-        if rest and not rest.startswith("job:"):
-            names.add(name)
-    return sorted(names)
-
-
-def _where(queues: list[Queue]) -> str:
-    connection = queues[0].connection
+def _where(connection: Connection) -> str:
     kwargs = connection.client.get_connection_kwargs()
     place = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
     return f"{place}, wire {connection.wire}"
 
 
-def stats_table(queues: list[Queue], previous: dict[str, dict[str, int]] | None, elapsed_s: float,
-                samples: dict[str, dict[str, int]]) -> Table:
-    table = Table(title=f"EchoMQ queues on {_where(queues)}", box=box.SIMPLE_HEAD, collapse_padding=True,
+#: the table's columns: the four sets as they are now, then the running totals of the metrics hashes
+STATS_COLUMNS = ("queue", "pending", "active", "scheduled", "dead", "completed\n(total)", "dead\n(total)")
+
+
+def rates(now: dict[str, QueueNumbers], before: dict[str, QueueNumbers] | None, elapsed_s: float) -> dict[str, dict]:
+    """Completions and deaths per second between two samples, per queue (pure)."""
+    if before is None or elapsed_s <= 0:
+        return {}
+    shown = {}
+    for name, numbers in now.items():
+        then = before.get(name, numbers)
+        shown[name] = {"completed_per_s": (numbers.completed - then.completed) / elapsed_s,
+                       "dead_per_s": (numbers.dead - then.dead) / elapsed_s}
+    return shown
+
+
+def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Exception],
+                per_s: dict[str, dict] | None) -> Table:
+    table = Table(title=f"EchoMQ queues on {_where(connection)}", box=box.SIMPLE_HEAD, collapse_padding=True,
                   pad_edge=False)  # fits 80 columns with the rates
-    for column in ("queue", "pending", "active", "scheduled", "dead", "completed", "failed"):
+    for column in STATS_COLUMNS:
         table.add_column(column, justify="left" if column == "queue" else "right")
-    if previous is not None:
+    if per_s is not None:
         table.add_column("done/s", justify="right")
-        table.add_column("fail/s", justify="right")
-    for queue in queues:
-        try:
-            counts, metrics = queue.counts(), queue.metrics()
-        except CommandRefused as exc:  # one damaged queue (a wrong-typed key) must not hide the others
-            table.add_row(queue.name, f"[red]unreadable: {exc}[/]")
+        table.add_column("died/s", justify="right")
+    for name, numbers in sampled.items():
+        if isinstance(numbers, Exception):  # one damaged queue (a wrong-typed key) must not hide the others
+            table.add_row(name, f"[red]unreadable: {numbers}[/]")
             continue
-        samples[queue.name] = metrics
-        row = [queue.name + (" [yellow](paused)[/]" if counts.paused else ""), str(counts.pending),
-               str(counts.active), str(counts.scheduled), str(counts.dead), str(metrics["completed"]),
-               str(metrics["failed"])]
-        if previous is not None:
-            before = previous.get(queue.name, metrics)
-            for name in ("completed", "failed"):
-                row.append(f"{(metrics[name] - before[name]) / elapsed_s:.0f}" if elapsed_s > 0 else "-")
+        c = numbers.counts
+        row = [name + (" [yellow](paused)[/]" if c.paused else ""), str(c.pending), str(c.active), str(c.scheduled),
+               str(c.dead), str(numbers.completed), str(numbers.dead)]
+        if per_s is not None:
+            rate = per_s.get(name)
+            row += [f"{rate['completed_per_s']:.0f}", f"{rate['dead_per_s']:.0f}"] if rate else ["-", "-"]
         table.add_row(*row)
     return table
+
+
+def stats_json(sampled: dict[str, QueueNumbers | Exception], per_s: dict[str, dict]) -> list[dict]:
+    return [{"queue": name, "error": str(numbers)} if isinstance(numbers, Exception)
+            else {**numbers.as_dict(), **per_s.get(name, {})} for name, numbers in sampled.items()]
 
 
 @main.command()
 @node_options
 @click.option("-q", "--queue", "queue_names", multiple=True, help="these queues (default: every queue on the node)")
-@click.option("--watch", is_flag=True, help="refresh until Ctrl-C, with completion and failure rates")
+@click.option("--watch", is_flag=True, help="refresh until Ctrl-C, with completion and death rates")
 @click.option("--interval", type=click.FloatRange(0.05), default=1.0, show_default=True, help="seconds between refreshes")
 @click.option("--times", type=click.IntRange(1), default=None, hidden=True, help="stop watching after this many refreshes")
-def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interval: float, times: int | None) -> None:
-    """Counts per set (pending, active, scheduled, dead) and metrics per queue."""
+@json_option
+def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interval: float, times: int | None,
+          as_json: bool) -> None:
+    """Counts per set now (pending, active, scheduled, dead) and totals (completed, dead) per queue.
+
+    With --json --watch: one JSON array per line per refresh (JSON Lines)."""
     with reported():
         for name in queue_names:
             check_queue_name(name)
     with opened(url, wire) as connection, reported():
         names = list(queue_names) or discover_queues(connection)
-        if not names:
-            out.print("no queues on this node yet")
-            return
         queues = [Queue(connection, name) for name in names]
-        samples: dict[str, dict[str, int]] = {}
+        if queue_names:  # asked for by name: a typo must not look like an empty queue (discovered ones exist)
+            for queue in queues:
+                require_queue(queue)
+        if not names:
+            if as_json:
+                click.echo("[]")
+            else:
+                out.print("no queues on this node yet")
+            return
+
+        def sample() -> dict[str, QueueNumbers | Exception]:
+            return {queue.name: numbers_or_error(queue) for queue in queues}
+
         if not watch:
-            out.print(stats_table(queues, None, 0, samples))
+            sampled = sample()
+            if as_json:
+                print_json(stats_json(sampled, {}))
+            else:
+                out.print(stats_table(connection, sampled, None))
             return
         previous, then, shown = None, time.monotonic(), 0
         try:
-            with Live(console=out, auto_refresh=False) as live:
+            with Live(console=out, auto_refresh=False) if not as_json else nullcontext() as live:
                 while times is None or shown < times:
-                    now = time.monotonic()
-                    fresh: dict[str, dict[str, int]] = {}
-                    live.update(stats_table(queues, previous, now - then, fresh), refresh=True)
-                    previous, then, shown = fresh, now, shown + 1
+                    now, sampled = time.monotonic(), sample()
+                    good = {n: v for n, v in sampled.items() if isinstance(v, QueueNumbers)}
+                    per_s = rates(good, previous, now - then)
+                    if as_json:
+                        click.echo(json.dumps(stats_json(sampled, per_s), sort_keys=True))
+                    else:
+                        live.update(stats_table(connection, sampled, per_s), refresh=True)
+                    previous, then, shown = good, now, shown + 1
                     if times is None or shown < times:
                         time.sleep(interval)
         except KeyboardInterrupt:
             pass
+
+
+# -- workers ---------------------------------------------------------------------------
+
+
+@main.command()
+@node_options
+@json_option
+def workers(url: str, wire: str, as_json: bool) -> None:
+    """The live workers: each one's heartbeat record (gone within its TTL after it dies)."""
+    with opened(url, wire) as connection, reported():
+        records = list_workers(connection.client)
+    if as_json:
+        print_json([record.as_dict() for record in records])
+        return
+    if not records:
+        out.print("no live workers")
+        return
+    now = time.time()
+    table = Table(title=f"{len(records)} live worker(s)", box=box.SIMPLE_HEAD)
+    for column in ("id", "queues", "wire", "concurrency", "held", "completed", "failed", "up", "last beat"):
+        table.add_column(column, no_wrap=column == "id",
+                         justify="left" if column in ("id", "queues") else "right")
+    for r in records:
+        table.add_row(r.id, ",".join(r.queues), str(r.wire), str(r.concurrency), str(r.held), str(r.completed),
+                      str(r.failed), ago(now - r.started), ago(now - r.last_beat) + " ago")
+    out.print(table)
+
+
+# -- the dashboard -------------------------------------------------------------------
+
+
+@main.command()
+@node_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="the address to serve on; beyond loopback a --token is required")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
+@click.option("--read-only", is_flag=True, help="no actions: the buttons are hidden and their routes refuse")
+@click.option("--token", envvar="EMQ_DASHBOARD_TOKEN", default=None,
+              help="required on every request: Basic auth password (any user) or Bearer (or EMQ_DASHBOARD_TOKEN)")
+@click.option("-q", "--queue", "queue_names", multiple=True,
+              help="show only these queues (default: every queue on the node, found by SCAN every 10 s)")
+@click.option("--sample-interval", type=click.FloatRange(0.1), default=2.0, show_default=True,
+              help="seconds between the samples the rate chart is drawn from")
+def dashboard(url: str, wire: str, host: str, port: int, read_only: bool, token: str | None,
+              queue_names: tuple[str, ...], sample_interval: float) -> None:
+    """Serve the web dashboard and Prometheus /metrics for the node (Ctrl-C stops it)."""
+    try:
+        from .dashboard import Settings, check_binding, serve
+    except ImportError as exc:
+        raise click.ClickException(f"the dashboard needs its extra: pip install 'echomq[dashboard]' ({exc})") from exc
+    with reported():
+        for name in queue_names:
+            check_queue_name(name)
+        check_binding(host, token)  # before connecting: a refusal must not depend on the node
+    settings = Settings(read_only=read_only, token=token, queues=list(queue_names), sample_interval_s=sample_interval)
+    with opened(url, wire) as connection, reported():
+        shown = f"[{host}]" if ":" in host else host
+        err.print(f"dashboard for {_where(connection)} on http://{shown}:{port}/"
+                  + (" (read-only)" if read_only else "") + (", token required" if token else ""))
+        serve(connection, settings, host=host, port=port)
 
 
 if __name__ == "__main__":

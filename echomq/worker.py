@@ -51,6 +51,7 @@ import valkey
 from . import policy, waiter
 from .connection import Call, Connection
 from .errors import CommandRefused, ConfigurationError, EchoMQError, LeaseLost, StateError
+from .heartbeat import Heartbeat, HeartbeatConfig
 from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
 from .serializers import RAW
@@ -77,6 +78,7 @@ class WorkerConfig:
     lease: LeasePolicy = field(default_factory=LeasePolicy)
     idle: IdlePolicy = field(default_factory=IdlePolicy)
     timers: TimerConfig = field(default_factory=TimerConfig)
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  #: the workers list (`emq workers`)
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
@@ -204,6 +206,8 @@ class Worker:
         # claims read raw bytes: the task's serializer decodes per job, so a bad payload fails one job
         self.queues = {name: Queue(connection, name, serializer=RAW) for name in names}
         self.timers = Timers(list(self.queues.values()), self.config.timers)
+        self.heartbeat = Heartbeat(connection.client, queues=names, concurrency=self.config.concurrency,
+                                   wire=connection.wire, config=self.config.heartbeat)
         self.tally = Tally()
         self.held: dict[tuple[str, str], Held] = {}
         self._rand = rand
@@ -295,6 +299,8 @@ class Worker:
                 for run in self.timers.run_due(self._clock_ms(), self._idle):
                     if run.promoted or (run.sweep and (run.sweep.recovered or run.sweep.exempt)):
                         self._idle.discard(run.queue)  # it put jobs in pending itself: claim, no wake needed
+            self.heartbeat.run_due(self._clock_ms(), held=len(self.held), completed=self.tally.completed,
+                                   failed=self.tally.retried + self.tally.dead)
             self._arm_waiters()
             self._link_failures = 0
         except (*LINK_ERRORS, CommandRefused) as exc:
@@ -322,6 +328,7 @@ class Worker:
             if any(w.busy and w.interrupting for w in self._waiters):
                 times.append(now + INTERRUPT_RETRY_MS)
             times.append(self.timers.next_due_ms(now, self._idle))
+        times.append(self.heartbeat.next_due_ms())
         return min(times)
 
     def _capacity(self) -> int:
@@ -621,6 +628,10 @@ class Worker:
         else:
             log.info("worker %d: stopped with nothing held", os.getpid())
         self.held.clear()
+        try:
+            self.heartbeat.remove()
+        except LINK_ERRORS as exc:
+            log.warning("worker %d: could not remove its heartbeat record (it expires by itself): %s", os.getpid(), exc)
         if self._pool:
             self._pool.shutdown()
         if self._async:

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from echomq import EmbeddedServer, Queue, module_path
 from echomq.cli import main
 from echomq.server import free_port
-from helpers import dump, server_ms, wait_server_past
+from helpers import dump, server_ms, unchanged, wait_server_past
 from worker_helpers import ROOT, fresh_name
 
 
@@ -126,7 +126,7 @@ def test_dead_lists_and_reprocess_sends_back(emq, conn, name):
     assert all(j.id in listed.stdout for j in jobs)
 
     one = emq("reprocess", "-q", name, jobs[0].id, "no-such-job")
-    assert one.exit_code == 0 and "reprocessed 1 job(s)" in one.stdout and "no-such-job: not in dead" in one.stderr
+    assert one.exit_code == 1 and "reprocessed 1 job(s)" in one.stdout and "no-such-job: not in dead" in one.stderr
     assert queue.state(jobs[0].id).value == "pending"
     assert "reprocessed 2 job(s)" in emq("reprocess", "-q", name, "--all").stdout
     assert queue.counts().pending == 3 and queue.counts().dead == 0
@@ -135,7 +135,7 @@ def test_dead_lists_and_reprocess_sends_back(emq, conn, name):
 
 def test_pause_resume_promote_and_sweep_once(emq, conn, name):
     queue = Queue(conn, name)
-    assert "paused" in emq("pause", "-q", name).stdout and queue.counts().paused
+    assert "paused" in emq("pause", "-q", name, "--create").stdout and queue.counts().paused
     assert "(paused)" in emq("stats", "-q", name).stdout
     assert "resumed" in emq("resume", "-q", name).stdout and not queue.counts().paused
 
@@ -238,3 +238,106 @@ def test_stats_shows_a_damaged_queue_as_unreadable_and_still_lists_the_others(em
     finally:
         with server.client() as client:
             client.delete(f"emq:{{{damaged}}}:pending")
+
+
+# -- for scripts: --json, unwrapped tables, exit 1 when nothing matched ---------------------------------
+
+
+def test_read_commands_answer_json(emq, conn, name):
+    queue = Queue(conn, name)
+    held = queue.enqueue({"n": 1})
+    queue.enqueue({"n": 2})
+    queue.schedule({"n": 3}, 60_000)
+    queue.fail(queue.claim(60_000), "boom", max_attempts=1)
+    queue.complete(queue.claim(60_000))
+    assert held.id  # the first one went dead (claimed first), the second completed
+
+    (row,) = json.loads(emq("stats", "-q", name, "--json").stdout)
+    assert row == {"queue": name, "pending": 0, "active": 0, "scheduled": 1, "dead": 1, "paused": False,
+                   "completed_total": 1, "dead_total": 1}
+    dead = json.loads(emq("dead", "-q", name, "--json").stdout)
+    assert dead["total"] == 1 and dead["jobs"][0]["id"] == held.id and dead["jobs"][0]["last_error"] == "boom"
+    shown = json.loads(emq("inspect", held.id, "-q", name, "--json").stdout)
+    assert (shown["state"], shown["attempts"], shown["payload"], shown["in_its_set"]) == ("dead", "1", {"n": 1}, True)
+    (scheduled_id, _), = queue.ids("scheduled")
+    due = json.loads(emq("inspect", scheduled_id, "-q", name, "--json").stdout)
+    assert due["state"] == "scheduled" and 0 < due["due_in_ms"] <= 60_000
+    assert isinstance(json.loads(emq("workers", "--json").stdout), list)
+
+
+def test_stats_json_watch_prints_one_line_per_refresh_with_rates(emq, conn, name):
+    Queue(conn, name).enqueue({})
+    watched = emq("stats", "-q", name, "--json", "--watch", "--times", "2", "--interval", "0.05")
+    lines = watched.stdout.splitlines()
+    assert watched.exit_code == 0 and len(lines) == 2
+    first, second = (json.loads(line)[0] for line in lines)
+    assert "completed_per_s" not in first and second["completed_per_s"] == 0 and second["pending"] == 1
+
+
+@pytest.mark.parametrize("args", [
+    ("stats", "-q", "QUEUE"), ("dead", "-q", "QUEUE"), ("inspect", "some-id", "-q", "QUEUE"),
+    ("reprocess", "-q", "QUEUE", "some-id"), ("reprocess", "-q", "QUEUE", "--all"), ("pause", "-q", "QUEUE"),
+    ("resume", "-q", "QUEUE"), ("promote", "-q", "QUEUE"), ("sweep", "-q", "QUEUE"),
+])
+def test_an_unknown_queue_is_exit_1_and_creates_nothing(emq, server, name, args):
+    with server.client() as client, unchanged(client):
+        result = emq(*(name if a == "QUEUE" else a for a in args))
+    assert result.exit_code == 1, result.output
+    assert f"no queue {name!r} on this node" in result.stderr
+
+
+def test_pause_with_create_makes_the_queue_and_says_so_in_help(emq, conn, name):
+    assert "--create" in emq("pause", "--help").stdout
+    assert emq("pause", "-q", name, "--create").exit_code == 0
+    assert Queue(conn, name).counts().paused
+    assert emq("stats", "-q", name).exit_code == 0  # it exists now
+
+
+def test_reprocess_of_ids_not_in_dead_is_exit_1_and_writes_nothing(emq, conn, name):
+    queue = Queue(conn, name)
+    pending = queue.enqueue({}).id
+    with unchanged(conn.client, queue.keys):
+        result = emq("reprocess", "-q", name, pending, "no-such-id")
+    assert result.exit_code == 1 and "reprocessed 0 job(s)" in result.stdout
+    assert f"{pending}: not in dead" in result.stderr and "no-such-id: not in dead" in result.stderr
+
+
+def test_tables_are_not_wrapped_when_stdout_is_a_pipe(server, conn):
+    name = "a-rather-long-queue-name-" + fresh_name("wrap") + "-" + "x" * 60
+    queue = Queue(conn, name)
+    queue.enqueue({"to": "y" * 150})
+    queue.fail(queue.claim(60_000), "a long error message " + "z" * 120, max_attempts=1)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="")
+    env.pop("COLUMNS")
+    for args, needles in ((["stats", "-q", name], [name, "completed", "(total)"]),
+                          (["dead", "-q", name], ["last error", "z" * 120])):
+        piped = subprocess.run([sys.executable, "-m", "echomq.cli", *args, "--url", server.url],
+                               capture_output=True, text=True, env=env, check=True)
+        lines = piped.stdout.splitlines()
+        for needle in needles:
+            assert any(needle in line for line in lines), (needle, piped.stdout)
+        assert not any("…" in line for line in lines), piped.stdout  # nothing cut short either
+    (row,) = [line.split() for line in subprocess.run(
+        [sys.executable, "-m", "echomq.cli", "stats", "-q", name, "--url", server.url],
+        capture_output=True, text=True, env=env, check=True).stdout.splitlines() if line.split()[:1] == [name]]
+    assert row[1:] == ["0", "0", "0", "1", "0", "1"]  # one line per queue: pending active scheduled dead, totals
+
+
+def test_write_commands_answer_json_too(emq, conn, name):
+    queue = Queue(conn, name)
+    added = json.loads(emq("enqueue", "-q", name, "--count", "25", "{}", "--json").stdout)
+    assert len(added) == 25 and all(row["created"] for row in added)  # every id, not the first 20
+    again = json.loads(emq("enqueue", "-q", name, "--id", added[0]["id"], "{}", "--json").stdout)
+    assert again == [{"id": added[0]["id"], "created": False}]
+    dead = queue.claim(60_000)
+    queue.fail(dead, "boom", max_attempts=1)
+    answer = emq("reprocess", "-q", name, dead.id, "missing-id", "--json")
+    assert answer.exit_code == 1
+    assert json.loads(answer.stdout) == {"queue": name, "reprocessed": [dead.id], "not_in_dead": ["missing-id"]}
+    queue.schedule({}, 0)
+    wait_server_past(conn.client, server_ms(conn.client) + 1)
+    assert json.loads(emq("promote", "-q", name, "--json").stdout) == {"queue": name, "promoted": 1}
+    held = queue.claim(1)
+    wait_server_past(conn.client, conn.client.zscore(queue.keys.active, held.id))
+    swept = json.loads(emq("sweep", "-q", name, "--json").stdout)
+    assert swept == {"queue": name, "recovered": [held.id], "exempt": [], "dead": []}

@@ -19,6 +19,8 @@ def test_two_worker_processes_process_every_job_exactly_once(conn, spawn, out):
     queue = Queue(conn, name)
     ids = {job.id for job in queue.enqueue_many([{"n": n} for n in range(400)])}
     workers = [spawn(name, "-c", "4") for _ in range(2)]
+    for worker in workers:  # logged once its signal handlers are in: a SIGTERM before that would kill it
+        worker.wait_log(f"worker {worker.pid}: queues")
     wait_until(lambda: queue.metrics()["completed"] == 400, 30, "400 completions")
     rows = processed(out)
     assert sorted(job_id for job_id, _, _ in rows) == sorted(ids)  # each once, none missing

@@ -208,3 +208,34 @@ def test_an_idle_worker_blocks_on_every_node_and_picks_up_from_each(cluster, con
         worker.stop("test over")
         thread.join(10)
     assert not thread.is_alive()
+
+
+def test_the_workers_list_and_the_dashboards_metrics_on_a_cluster(conn, cluster):
+    """The worker records share the {emq} slot (one node); the dashboard finds queues on every node."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from echomq.dashboard import Settings, serving
+    from echomq.heartbeat import Heartbeat, list_workers, record_key
+
+    names = names_on_every_node(cluster, per_node=1)
+    for n, name in enumerate(names):
+        Queue(conn, name).enqueue_many([{}] * (n + 1))
+    beat = Heartbeat(conn.client, queues=names, concurrency=2, wire=conn.wire)
+    beat.beat(held=0, completed=0, failed=0)
+    try:
+        assert beat.id in {r.id for r in list_workers(conn.client)}
+        assert key_slot(record_key(beat.id).encode()) == key_slot(b"{emq}:workers")
+        with serving(conn, Settings()) as url:
+            text = httpx.get(url + "/metrics").text
+            for name in names:  # a job list and a job page read rows on the queue's own node
+                listed = httpx.get(f"{url}/queues/{name}")
+                assert listed.status_code == 200 and listed.text.count("/job?id=") == names.index(name) + 1
+                (first, _), *_ = Queue(conn, name).ids("pending")
+                assert httpx.get(f"{url}/queues/{name}/job", params={"id": first}).status_code == 200
+        pending = {s.labels["queue"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
+                   if s.name == "echomq_jobs" and s.labels["state"] == "pending"}
+        assert {name: pending.get(name) for name in names} == {name: n + 1 for n, name in enumerate(names)}
+    finally:
+        beat.remove()
+    assert beat.id not in {r.id for r in list_workers(conn.client)}

@@ -1,0 +1,59 @@
+"""``emq dashboard``: a web UI and Prometheus ``/metrics`` for one node, on either wire.
+
+Install with ``pip install "echomq[dashboard]"`` (Starlette, Jinja2, uvicorn,
+prometheus_client). ``create_app`` builds the ASGI app; ``serve`` runs it with uvicorn
+after the binding check (beyond localhost a token is required).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from ..connection import Connection
+from ..server import free_port
+from .app import Settings, create_app
+from .auth import check_binding
+
+__all__ = ["Settings", "create_app", "check_binding", "serve", "serving"]
+
+
+def serve(connection: Connection, settings: Settings, *, host: str = "127.0.0.1", port: int = 8080) -> None:
+    """Run the dashboard until Ctrl-C (refuses a non-loopback ``host`` without a token)."""
+    import signal
+    import threading
+
+    import uvicorn
+
+    check_binding(host, settings.token)
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn shuts down on SIGTERM/SIGINT, then re-raises the signal to the handler it found:
+        # with this one, a stop is a clean exit (status 0), not a death by signal or a KeyboardInterrupt
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: None)
+    uvicorn.run(create_app(connection, settings), host=host, port=port, log_level="warning")
+
+
+@contextmanager
+def serving(connection: Connection, settings: Settings, *, start_timeout_s: float = 10.0) -> Iterator[str]:
+    """The dashboard on a free loopback port in a thread of this process, for tests and benchmarks:
+    yields its base URL and stops it when the block ends."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(connection, settings), host="127.0.0.1", port=port,
+                                          log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, name="emq-dashboard", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while not server.started and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not server.started:
+            raise RuntimeError(f"the dashboard did not start on 127.0.0.1:{port} in {start_timeout_s}s")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -1,0 +1,269 @@
+"""The dashboard's web app: Starlette, server-rendered Jinja2 pages, a few lines of JS.
+
+Every page handler is a plain ``def``: Starlette runs it on its thread pool, so a slow
+Valkey call never stalls the event loop. Actions are POST forms, each confirmed in
+the browser and carrying the page's form secret; ``read_only`` hides them and refuses
+their routes (403).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from importlib.resources import files
+from typing import Any, AsyncIterator, Callable
+from urllib.parse import parse_qs, urlencode
+
+import valkey
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..connection import Connection
+from ..errors import EchoMQError
+from ..heartbeat import list_workers
+from ..inventory import QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, queue_exists
+from ..keys import MAX_ID_BYTES, QUEUE_NAME, State
+from ..metrics import NodeCollector
+from ..queue import Queue
+from ..serializers import RAW
+from .auth import LOOPBACK_HOSTS, TokenRequired
+from .rates import Sampler, rate_series, svg_chart
+
+PAGE_SIZE = 25
+DISCOVERY_TTL_S = 10.0  #: how long a SCAN's list of queues is reused (a SCAN walks the whole keyspace)
+HERE = files(__package__)
+
+
+@dataclass
+class Settings:
+    read_only: bool = False
+    token: str | None = None
+    queues: list[str] = field(default_factory=list)  #: pinned queues (no SCAN); empty = discover
+    sample_interval_s: float = 2.0
+    refresh_s: float = 2.0  #: how often open pages reload their live parts
+
+
+class QueueList:
+    """The queues to show: the pinned ones, or a SCAN's answer reused for ``DISCOVERY_TTL_S``."""
+
+    def __init__(self, connection: Connection, pinned: list[str]) -> None:
+        self.connection, self.pinned = connection, pinned
+        self._found: list[str] = []
+        self._at = float("-inf")
+        self._lock = threading.Lock()
+
+    def __call__(self) -> list[str]:
+        if self.pinned:
+            return self.pinned
+        with self._lock:
+            if time.monotonic() - self._at > DISCOVERY_TTL_S:
+                self._found, self._at = discover_queues(self.connection), time.monotonic()
+            return self._found
+
+    def forget(self) -> None:
+        with self._lock:
+            self._at = float("-inf")
+
+
+def create_app(connection: Connection, settings: Settings | None = None) -> Starlette:
+    """The dashboard for the node behind ``connection`` (the caller owns and closes it)."""
+    settings = settings or Settings()
+    queue_names = QueueList(connection, settings.queues)
+    form_secret = secrets.token_urlsafe(24)
+    env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=select_autoescape(["html"]))
+    env.globals.update(read_only=settings.read_only, form_secret=form_secret, refresh_s=settings.refresh_s,
+                       wire=connection.wire, states=[s.value for s in State])
+    env.filters["ago"] = ago
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(connection, queue_names))
+
+    def all_numbers() -> list[tuple[str, QueueNumbers | Exception]]:
+        return [(name, numbers_or_error(Queue(connection, name))) for name in queue_names()]
+
+    sampler = Sampler(lambda: [n for _, n in all_numbers() if isinstance(n, QueueNumbers)], settings.sample_interval_s)
+
+    def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        return HTMLResponse(env.get_template(name).render(**context), status_code=status)
+
+    def known_queue(request: Request) -> Queue:
+        name = request.path_params["name"]
+        if not QUEUE_NAME.fullmatch(name):
+            raise _Problem(400, f"bad queue name {name!r}")
+        queue = Queue(connection, name, serializer=RAW)
+        if not queue_exists(queue):
+            raise _Problem(404, f"no queue {name!r} on this node")
+        return queue
+
+    def overview_context() -> dict[str, Any]:
+        samples = sampler.snapshot()
+        rows = []
+        for name, numbers in all_numbers():
+            series = rate_series(samples, name)
+            rows.append({"name": name, "numbers": numbers, "rate": series[-1] if series else None})
+        return {"rows": rows, "chart": svg_chart(rate_series(samples)), "workers": list_workers(connection.client),
+                "now": time.time()}
+
+    # -- pages (sync: run on the thread pool) --------------------------------------------------
+    def overview(request: Request) -> Response:
+        return render("overview.html", **overview_context())
+
+    def overview_part(request: Request) -> Response:
+        return render("_overview.html", **overview_context())
+
+    def queue_context(request: Request) -> dict[str, Any]:
+        queue = known_queue(request)
+        state = request.query_params.get("state", "pending")
+        if state not in {s.value for s in State}:
+            raise _Problem(400, f"bad state {state!r}: one of {', '.join(s.value for s in State)}")
+        page = _page_number(request.query_params.get("page", "1"))
+        numbers = numbers_or_error(queue)
+        if isinstance(numbers, Exception):
+            raise _Problem(500, f"queue {queue.name!r} is unreadable: {numbers}")
+        total = getattr(numbers.counts, state)
+        jobs = job_page(queue, State(state), offset=(page - 1) * PAGE_SIZE, count=PAGE_SIZE)
+        return {"queue": queue.name, "numbers": numbers, "state": state, "page": page, "jobs": jobs,
+                "pages": max(1, -(-total // PAGE_SIZE)), "total": total,
+                "chart": svg_chart(rate_series(sampler.snapshot(), queue.name)),
+                "message": request.query_params.get("done")}
+
+    def queue_page(request: Request) -> Response:
+        return render("queue.html", **queue_context(request))
+
+    def queue_part(request: Request) -> Response:
+        return render("_queue.html", **queue_context(request))
+
+    def job_page_view(request: Request) -> Response:
+        queue = known_queue(request)
+        job_id = request.query_params.get("id", "")
+        if not 1 <= len(job_id.encode()) <= MAX_ID_BYTES:
+            raise _Problem(400, f"bad job id {job_id[:40]!r}: 1 to {MAX_ID_BYTES} bytes")
+        view = job_view(queue, job_id)
+        if view is None:
+            raise _Problem(404, f"no job {job_id!r} in {queue.name!r} (completed jobs leave no row)")
+        return render("job.html", queue=queue.name, job=view, message=request.query_params.get("done"))
+
+    def workers_page(request: Request) -> Response:
+        return render("workers.html", workers=list_workers(connection.client), now=time.time())
+
+    def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    # -- actions (async: the form is read on the loop, the valkey call on the pool) -------------
+    def action(do: Callable[[Queue, dict[str, str]], tuple[str, str]]) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            if settings.read_only:
+                return _problem_page(render, 403, "this dashboard is read-only")
+            form = {k: v[0] for k, v in parse_qs((await request.body()).decode(errors="replace")).items()}
+            if not secrets.compare_digest(form.get("secret", ""), form_secret):
+                return _problem_page(render, 403, "the form is stale or from another site: reload the page")
+            try:
+                queue = await run_in_threadpool(known_queue, request)
+                target, message = await run_in_threadpool(do, queue, form)
+            except _Problem as problem:
+                return _problem_page(render, problem.status, problem.message)
+            except EchoMQError as exc:
+                return _problem_page(render, 409, str(exc))
+            queue_names.forget()
+            return RedirectResponse(f"{target}{'&' if '?' in target else '?'}{urlencode({'done': message})}",
+                                    status_code=303)
+        return endpoint
+
+    def pause(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+        queue.pause()
+        return f"/queues/{queue.name}", f"{queue.name} paused"
+
+    def resume(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+        queue.resume()
+        return f"/queues/{queue.name}", f"{queue.name} resumed"
+
+    def promote(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+        moved = queue.promote()
+        return f"/queues/{queue.name}?state=scheduled", f"promoted {moved} due job(s)"
+
+    def reprocess(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+        job_id = form.get("id", "")
+        moved = queue.reprocess(job_id)
+        where = f"/queues/{queue.name}/job?{urlencode({'id': job_id})}"
+        if not moved:
+            raise _Problem(409, f"job {job_id!r} is not in dead: nothing reprocessed")
+        return where, f"{job_id} reprocessed: back to pending"
+
+    def with_problems(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        def wrapped(request: Request) -> Response:
+            try:
+                return handler(request)
+            except _Problem as problem:
+                return _problem_page(render, problem.status, problem.message)
+        wrapped.__name__ = handler.__name__
+        return wrapped
+
+    routes = [
+        Route("/", with_problems(overview)),
+        Route("/parts/overview", with_problems(overview_part)),
+        Route("/workers", with_problems(workers_page)),
+        Route("/metrics", metrics),
+        Route("/queues/{name}", with_problems(queue_page)),
+        Route("/parts/queues/{name}", with_problems(queue_part)),
+        Route("/queues/{name}/job", with_problems(job_page_view)),
+        Route("/queues/{name}/pause", action(pause), methods=["POST"]),
+        Route("/queues/{name}/resume", action(resume), methods=["POST"]),
+        Route("/queues/{name}/promote", action(promote), methods=["POST"]),
+        Route("/queues/{name}/reprocess", action(reprocess), methods=["POST"]),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sampler.start()
+        try:
+            yield
+        finally:
+            sampler.stop()
+
+    def node_down(request: Request, exc: Exception) -> Response:
+        return _problem_page(render, 503, f"the node does not answer ({exc}); this page works again when it does")
+
+    def refused(request: Request, exc: Exception) -> Response:
+        return _problem_page(render, 500, f"the node refused a read: {exc}")
+
+    handlers = {valkey.ConnectionError: node_down, valkey.TimeoutError: node_down, EchoMQError: refused}
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)  # type: ignore[arg-type]
+    if settings.token:
+        app.add_middleware(TokenRequired, token=settings.token)
+    else:
+        # without a token it may only be served on loopback (check_binding), and only loopback names may
+        # address it: a page on another site cannot reach it through a DNS name rebound to 127.0.0.1
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK_HOSTS))
+    return app
+
+
+class _Problem(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def _problem_page(render: Callable[..., HTMLResponse], status: int, message: str) -> HTMLResponse:
+    return render("problem.html", status=status, message=message)
+
+
+def _page_number(text: str) -> int:
+    try:
+        page = int(text)
+    except ValueError:
+        raise _Problem(400, f"bad page {text!r}: a number from 1") from None
+    if page < 1:
+        raise _Problem(400, f"bad page {text!r}: a number from 1")
+    return page
+

@@ -1,0 +1,181 @@
+"""Read-only views of a node for people and scripts: which queues exist, a queue's numbers,
+one job's story. The CLI's read commands and the dashboard both print these; nothing
+here writes.
+
+Names of the numbers, as shown everywhere: ``completed`` and ``dead`` are running
+totals from the queue's metrics hashes (``emq:{q}:metrics:completed`` and
+``emq:{q}:metrics:failed`` -- the latter counts jobs that went **dead**, not every
+failed attempt; a failure that is retried is not counted anywhere on the server).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .connection import Connection
+from .errors import CommandRefused
+from .keys import STATE_SETS, State
+from .queue import Counts, Queue, _plain
+
+#: the keys whose presence means a queue exists (a queue whose jobs all completed keeps its metrics)
+PRESENCE_SUFFIXES = ("pending", "active", "schedule", "dead", "meta", "metrics:completed", "metrics:failed")
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def discover_queues(connection: Connection) -> list[str]:
+    """Every queue with a key on the node (one SCAN of the keyspace; job rows are skipped by name)."""
+    names = set()
+    for key in connection.client.scan_iter(match="emq:{*}:*", count=1000):
+        text = _text(key)
+        name, _, rest = text[len("emq:{"):].partition("}:")
+        if rest and not rest.startswith("job:"):
+            names.add(name)
+    return sorted(names)
+
+
+def queue_exists(queue: Queue) -> bool:
+    """True when any set, the meta hash or a metrics hash of the queue exists (one EXISTS)."""
+    with _plain():
+        return bool(queue.connection.client.exists(*(queue.keys.key(s) for s in PRESENCE_SUFFIXES)))
+
+
+@dataclass(frozen=True)
+class QueueNumbers:
+    """One queue's counts per state and its running totals."""
+
+    name: str
+    counts: Counts
+    completed: int  #: jobs completed, all time
+    dead: int  #: jobs that went dead, all time (the ``metrics:failed`` hash)
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.counts
+        return {"queue": self.name, "pending": c.pending, "active": c.active, "scheduled": c.scheduled,
+                "dead": c.dead, "paused": c.paused, "completed_total": self.completed, "dead_total": self.dead}
+
+
+def numbers(queue: Queue) -> QueueNumbers:
+    metrics = queue.metrics()
+    return QueueNumbers(queue.name, queue.counts(), metrics["completed"], metrics["failed"])
+
+
+def numbers_or_error(queue: Queue) -> QueueNumbers | CommandRefused:
+    """A damaged queue (a wrong-typed key) must not hide the others: its refusal is returned."""
+    try:
+        return numbers(queue)
+    except CommandRefused as exc:
+        return exc
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One job as stored: its row, where it sits, and what its set's score means."""
+
+    queue: str
+    id: str
+    state: str | None
+    fields: dict[str, str]  #: the row without the payload
+    payload: bytes | None
+    score: float | None  #: in the set its state names; None when it is not there
+    now_ms: int  #: the server clock when read
+
+    @property
+    def in_its_set(self) -> bool:
+        return self.score is not None
+
+    @property
+    def due_in_ms(self) -> int | None:
+        """For active: the lease runs out in this long; for scheduled: it falls due in this long."""
+        if self.score is None or self.state not in ("active", "scheduled"):
+            return None
+        return int(self.score) - self.now_ms
+
+    def payload_text(self) -> str:
+        if self.payload is None:
+            return "(none)"
+        try:
+            return json.dumps(json.loads(self.payload), indent=2)
+        except (ValueError, UnicodeDecodeError):
+            return repr(self.payload)
+
+    def payload_json(self) -> Any:
+        """The payload as JSON when it is JSON, else its text (or repr of its bytes)."""
+        if self.payload is None:
+            return None
+        try:
+            return json.loads(self.payload)
+        except (ValueError, UnicodeDecodeError):
+            return self.payload.decode(errors="replace")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"queue": self.queue, "id": self.id, "state": self.state, **self.fields, "in_its_set": self.in_its_set,
+                "due_in_ms": self.due_in_ms, "payload": self.payload_json()}
+
+
+def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: float | None,
+                now_ms: int) -> JobView | None:
+    """A job view from its raw row, its score and the server clock (pure); None for no row."""
+    fields = {_text(k): v for k, v in row.items()}
+    if not fields:
+        return None
+    payload = fields.pop("payload", None)
+    text = {k: _text(v) for k, v in fields.items()}
+    return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms)
+
+
+def _set_of(row: dict[bytes, bytes]) -> str | None:
+    try:
+        return STATE_SETS[State(_text(row.get(b"state", b"")))]
+    except ValueError:  # no state, or one no set belongs to
+        return None
+
+
+def _ms(time_reply: Any) -> int:
+    seconds, micros = time_reply
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def job_view(queue: Queue, job_id: str) -> JobView | None:
+    """The job's row, the server clock and its score; None when it has no row (completed jobs leave none)."""
+    client = queue.connection.client
+    with _plain():
+        row = client.hgetall(queue.keys.job(job_id))
+        if not row:
+            return None
+        suffix = _set_of(row)
+        score = client.zscore(queue.keys.key(suffix), job_id) if suffix else None
+        now_ms = _ms(client.time())
+    return decode_view(queue.name, job_id, row, score, now_ms)
+
+
+def job_page(queue: Queue, state: State, *, offset: int, count: int) -> list[JobView]:
+    """A page of one state's jobs, lowest score first: the ids with their scores (one ZRANGE), every
+    row in one pipeline, and the server clock (a cluster pipeline refuses TIME, so apart). An id whose
+    row vanished meanwhile is skipped."""
+    listed = queue.ids(state, offset=offset, count=count)
+    if not listed:
+        return []
+    client = queue.connection.client
+    pipe = client.pipeline(transaction=False)
+    for job_id, _ in listed:
+        pipe.hgetall(queue.keys.job(job_id))
+    with _plain():
+        rows = pipe.execute()
+        now_ms = _ms(client.time())
+    views = [decode_view(queue.name, job_id, row, score, now_ms) for (job_id, score), row in zip(listed, rows)]
+    return [v for v in views if v is not None]
+
+
+def ago(seconds: float) -> str:
+    """A duration for people: 42s, 17m, 3.5h."""
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"

@@ -1,0 +1,99 @@
+"""Prometheus metrics of a node, read at scrape time: ``/metrics`` of ``emq dashboard``.
+
+What is exported (``prometheus_client``, installed with ``echomq[dashboard]``):
+
+| metric | type | labels | what |
+|---|---|---|---|
+| ``echomq_jobs`` | gauge | queue, state | jobs in each state's set now (pending, active, scheduled, dead) |
+| ``echomq_queue_paused`` | gauge | queue | 1 while the queue is paused |
+| ``echomq_jobs_completed_total`` | counter | queue | jobs completed, all time (``emq:{q}:metrics:completed``) |
+| ``echomq_jobs_dead_total`` | counter | queue | jobs that went dead, all time (``emq:{q}:metrics:failed``) |
+| ``echomq_queue_unreadable`` | gauge | queue | 1 when the queue's keys could not be read (a wrong-typed key) |
+| ``echomq_workers_alive`` | gauge | | workers whose heartbeat record is live (``emq workers``) |
+
+The counters are the server's own totals, so every scraper sees the same numbers
+whichever process serves them; a restart of the dashboard does not reset them.
+
+``emq worker --metrics-port P`` serves one worker's own view (:class:`WorkerCollector`),
+read from its tally at scrape time: ``echomq_worker_jobs_total{outcome}`` (claimed,
+completed, retried, dead, delayed, lost, requeued, abandoned), ``echomq_worker_held``
+and ``echomq_worker_concurrency``. They count from the worker's start; sum them over
+workers with ``sum by (outcome)``. Per-job histograms (run time, time waited in
+pending) need a hook on each job and come with the worker's instrumentation hook.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .connection import Connection
+from .heartbeat import WorkerRecord, list_workers
+from .inventory import QueueNumbers, numbers_or_error
+from .keys import State
+from .queue import Queue
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+
+def families(numbers: Iterable[QueueNumbers | tuple[str, Exception]], workers: list[WorkerRecord]) -> list[Metric]:
+    """The metric families for these readings (pure: the collector reads, this decides what to show)."""
+    jobs = GaugeMetricFamily("echomq_jobs", "Jobs in each state's set now", labels=["queue", "state"])
+    paused = GaugeMetricFamily("echomq_queue_paused", "1 while the queue is paused", labels=["queue"])
+    completed = CounterMetricFamily("echomq_jobs_completed", "Jobs completed, all time", labels=["queue"])
+    dead = CounterMetricFamily("echomq_jobs_dead", "Jobs that went dead, all time", labels=["queue"])
+    unreadable = GaugeMetricFamily("echomq_queue_unreadable", "1 when the queue's keys could not be read",
+                                   labels=["queue"])
+    for reading in numbers:
+        if isinstance(reading, tuple):
+            unreadable.add_metric([reading[0]], 1)
+            continue
+        name, counts = reading.name, reading.counts
+        for state in State:
+            jobs.add_metric([name, state.value], getattr(counts, state.value))
+        paused.add_metric([name], int(counts.paused))
+        completed.add_metric([name], reading.completed)
+        dead.add_metric([name], reading.dead)
+        unreadable.add_metric([name], 0)
+    alive = GaugeMetricFamily("echomq_workers_alive", "Workers whose heartbeat record is live")
+    alive.add_metric([], len(workers))
+    return [jobs, paused, completed, dead, unreadable, alive]
+
+
+class NodeCollector(Collector):
+    """Reads every queue ``queue_names()`` gives (and the workers list) when scraped."""
+
+    def __init__(self, connection: Connection, queue_names: Callable[[], list[str]]) -> None:
+        self.connection = connection
+        self.queue_names = queue_names
+
+    def collect(self) -> Iterator[Metric]:
+        readings: list[QueueNumbers | tuple[str, Exception]] = []
+        for name in self.queue_names():
+            found = numbers_or_error(Queue(self.connection, name))
+            readings.append((name, found) if isinstance(found, Exception) else found)
+        yield from families(readings, list_workers(self.connection.client))
+
+
+class WorkerCollector(Collector):
+    """One worker's tally, held jobs and concurrency, read when scraped (the worker's thread keeps
+    writing them; a scrape reads plain ints)."""
+
+    def __init__(self, worker: "Worker") -> None:
+        self.worker = worker
+
+    def collect(self) -> Iterator[Metric]:
+        tally = self.worker.tally
+        jobs = CounterMetricFamily("echomq_worker_jobs", "Jobs this worker handled since it started, by outcome",
+                                   labels=["outcome"])
+        for item in fields(tally):
+            jobs.add_metric([item.name], getattr(tally, item.name))
+        held = GaugeMetricFamily("echomq_worker_held", "Jobs this worker holds now")
+        held.add_metric([], len(self.worker.held))
+        concurrency = GaugeMetricFamily("echomq_worker_concurrency", "The most jobs this worker holds at once")
+        concurrency.add_metric([], self.worker.config.concurrency)
+        yield from (jobs, held, concurrency)

@@ -1,0 +1,34 @@
+"""A queue holding jobs in every state, for the dashboard's tests (served for real with
+``echomq.dashboard.serving``: uvicorn on a free port in a thread of the test process)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from echomq import Queue
+
+PENDING = 30  #: more than one page (25)
+
+
+@dataclass
+class Stocked:
+    queue: Queue
+    pending: list[str]
+    active: str
+    scheduled: str
+    dead: list[str]
+
+
+def stock(queue: Queue) -> Stocked:
+    """Jobs in every state: 30 pending, 1 active, 1 scheduled, 2 dead (and 1 completed)."""
+    dead = [queue.enqueue({"kind": "doomed", "n": n}).id for n in range(2)]
+    for _ in dead:
+        queue.fail(queue.claim(60_000), "ValueError: bad row", max_attempts=1)
+    done = queue.enqueue({"kind": "done"})
+    queue.complete(queue.claim(60_000))
+    active = queue.enqueue({"kind": "held"}).id
+    assert queue.claim(600_000).id == active
+    pending = [e.id for e in queue.enqueue_many([{"kind": "waiting", "n": n} for n in range(PENDING)])]
+    scheduled = queue.schedule({"kind": "later"}, 600_000).id
+    assert done.id not in pending
+    return Stocked(queue, pending, active, scheduled, dead)

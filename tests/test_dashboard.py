@@ -1,0 +1,290 @@
+"""`emq dashboard` over HTTP against real servers on both wires: every page, paging, the
+actions and their refusals (nothing written), auth, read-only, and /metrics against counts()."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
+
+from echomq import Queue
+from echomq.cli import main
+from echomq.dashboard import Settings, check_binding, serving
+from echomq.dashboard.auth import authorized
+from echomq.dashboard.rates import Point, Sample, rate_series, svg_chart
+from echomq.errors import ConfigurationError
+from echomq.heartbeat import Heartbeat
+from echomq.server import free_port
+from dashboard_helpers import PENDING, stock
+from helpers import queue_unchanged, unchanged
+from worker_helpers import ROOT, fresh_name, wait_until
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def stocked(conn):
+    return stock(Queue(conn, fresh_name("dash")))
+
+
+@pytest.fixture
+def site(conn, stocked):
+    """Started after the stock is in, so its first queue discovery finds it."""
+    with serving(conn, Settings(sample_interval_s=0.1)) as url, httpx.Client(base_url=url) as client:
+        yield client
+
+
+def secret_of(html: str) -> str:
+    return re.search(r'name="secret" value="([^"]+)"', html).group(1)
+
+
+def ids_on(html: str) -> list[str]:
+    return re.findall(r'/job\?id=([^"]+)"', html)
+
+
+def test_every_page_loads_and_shows_the_queue(site, stocked):
+    name = stocked.queue.name
+    overview = site.get("/")
+    assert overview.status_code == 200 and f'href="/queues/{name}"' in overview.text
+    row = re.search(rf'<tr data-queue="{re.escape(name)}">(.*?)</tr>', overview.text, re.S).group(1)
+    assert re.findall(r'data-state="(\w+)">(\d+)<', row) == [("pending", str(PENDING)), ("active", "1"),
+                                                             ("scheduled", "1"), ("dead", "2")]
+    assert "<svg" in overview.text and "Workers" in overview.text
+    assert site.get("/parts/overview").status_code == 200
+    assert site.get("/workers").status_code == 200
+    for state, expected in (("active", [stocked.active]), ("scheduled", [stocked.scheduled]),
+                            ("dead", stocked.dead)):
+        page = site.get(f"/queues/{name}", params={"state": state})
+        assert page.status_code == 200 and sorted(ids_on(page.text)) == sorted(expected), state
+    dead = site.get(f"/queues/{name}/job", params={"id": stocked.dead[0]})
+    assert dead.status_code == 200 and "ValueError: bad row" in dead.text and "&#34;doomed&#34;" in dead.text
+    assert ">Reprocess</button>" in dead.text
+    held = site.get(f"/queues/{name}/job", params={"id": stocked.active})
+    assert "lease</th><td>ends in" in held.text and ">Reprocess</button>" not in held.text
+
+
+def test_job_lists_page_through_a_state(site, stocked):
+    name = stocked.queue.name
+    first = ids_on(site.get(f"/queues/{name}").text)
+    second_page = site.get(f"/queues/{name}", params={"state": "pending", "page": 2}).text
+    second = ids_on(second_page)
+    assert len(first) == 25 and len(second) == PENDING - 25 and not set(first) & set(second)
+    assert first + second == stocked.pending  # lowest score first, then FIFO by id
+    assert "page 2 of 2" in second_page and 'rel="prev"' in second_page
+
+
+@pytest.mark.parametrize("path, params, status, text", [
+    ("/queues/no-such-queue-here", {}, 404, "no queue"),
+    ("/queues/QUEUE", {"state": "finished"}, 400, "bad state"),
+    ("/queues/QUEUE", {"page": "0"}, 400, "bad page"),
+    ("/queues/QUEUE/job", {"id": "no-such-id"}, 404, "completed jobs leave no row"),
+])
+def test_bad_addresses_are_clear_errors(site, stocked, path, params, status, text):
+    answer = site.get(path.replace("QUEUE", stocked.queue.name), params=params)
+    assert answer.status_code == status and text in answer.text
+
+
+def test_actions_reprocess_pause_resume_promote(site, stocked):
+    queue, name = stocked.queue, stocked.queue.name
+    secret = secret_of(site.get(f"/queues/{name}").text)
+    moved = site.post(f"/queues/{name}/reprocess", data={"secret": secret, "id": stocked.dead[0]},
+                      follow_redirects=True)
+    assert moved.status_code == 200 and "reprocessed: back to pending" in moved.text
+    assert queue.state(stocked.dead[0]).value == "pending"
+    assert "paused" in site.post(f"/queues/{name}/pause", data={"secret": secret}, follow_redirects=True).text
+    assert queue.counts().paused
+    assert ">Resume</button>" in site.get(f"/queues/{name}").text
+    site.post(f"/queues/{name}/resume", data={"secret": secret})
+    assert not queue.counts().paused
+    promoted = site.post(f"/queues/{name}/promote", data={"secret": secret}, follow_redirects=True)
+    assert "promoted 0 due job(s)" in promoted.text  # the scheduled one is due in 10 minutes
+
+
+def test_refused_actions_write_nothing(site, stocked):
+    queue, name = stocked.queue, stocked.queue.name
+    secret = secret_of(site.get(f"/queues/{name}").text)
+    with queue_unchanged(queue):
+        not_dead = site.post(f"/queues/{name}/reprocess", data={"secret": secret, "id": stocked.pending[0]})
+        assert not_dead.status_code == 409 and "is not in dead" in not_dead.text
+        stale = site.post(f"/queues/{name}/pause", data={"secret": "from-another-site"})
+        assert stale.status_code == 403 and "stale or from another site" in stale.text
+        assert site.post(f"/queues/{name}/pause", data={}).status_code == 403
+    with unchanged(queue.connection.client):
+        missing = site.post("/queues/no-such-queue-here/pause", data={"secret": secret})
+        assert missing.status_code == 404  # pausing never creates a queue from the dashboard
+
+
+def test_read_only_hides_the_actions_and_refuses_them(conn, stocked):
+    name = stocked.queue.name
+    with serving(conn, Settings(read_only=True)) as url, httpx.Client(base_url=url) as site:
+        page = site.get(f"/queues/{name}").text
+        job = site.get(f"/queues/{name}/job", params={"id": stocked.dead[0]}).text
+        assert "<form" not in page and "<form" not in job and "read-only" in page
+        with queue_unchanged(stocked.queue):
+            for action, data in (("pause", {}), ("reprocess", {"id": stocked.dead[0]})):
+                refused = site.post(f"/queues/{name}/{action}", data=data)
+                assert refused.status_code == 403 and "read-only" in refused.text
+
+
+def test_the_token_is_required_on_every_route(conn, stocked):
+    name = stocked.queue.name
+    with serving(conn, Settings(token=TOKEN)) as url, httpx.Client(base_url=url) as site:
+        for path in ("/", "/metrics", f"/queues/{name}", "/static/dashboard.css"):
+            refused = site.get(path)
+            assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic")
+        assert site.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        with queue_unchanged(stocked.queue):
+            assert site.post(f"/queues/{name}/pause", data={"secret": "x"}).status_code == 401
+        assert site.get("/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert site.get("/metrics", auth=("prometheus", TOKEN)).status_code == 200
+
+
+def test_authorized_reads_bearer_and_basic_and_nothing_else():
+    basic = base64.b64encode(f"anyone:{TOKEN}".encode()).decode()
+    assert authorized(f"Bearer {TOKEN}", TOKEN) and authorized(f"Basic {basic}", TOKEN)
+    for header in (None, "", TOKEN, f"Token {TOKEN}", "Bearer", f"Bearer {TOKEN}x", "Basic !!!",
+                   "Basic " + base64.b64encode(TOKEN.encode()).decode()):
+        assert not authorized(header, TOKEN), header
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "127.0.0.2"])
+def test_loopback_needs_no_token(host):
+    check_binding(host, None)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "dashboard.example.com"])
+def test_beyond_loopback_without_a_token_is_refused(host):
+    with pytest.raises(ConfigurationError, match="without a token"):
+        check_binding(host, None)
+    check_binding(host, TOKEN)
+
+
+def test_the_cli_refuses_to_serve_beyond_loopback_without_a_token(server):
+    result = CliRunner(env={"EMQ_DASHBOARD_TOKEN": None}).invoke(
+        main, ["dashboard", "--url", server.url, "--host", "0.0.0.0"])
+    assert result.exit_code == 1 and "without a token" in result.stderr and "--token" in result.stderr
+
+
+def _scrape(site) -> dict[tuple[str, tuple], float]:
+    found = {}
+    for family in text_string_to_metric_families(site.get("/metrics").text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def test_metrics_match_counts_after_a_known_workload(site, stocked, conn):
+    queue, name = stocked.queue, stocked.queue.name
+    for _ in range(4):  # the workload on top of the stock: 4 more completed, 1 more dead
+        queue.complete(queue.claim(60_000))
+    queue.fail(queue.claim(60_000), "boom", max_attempts=1)
+    beat = Heartbeat(conn.client, queues=[name], concurrency=1, wire=conn.wire)
+    beat.beat(held=0, completed=0, failed=0)
+    try:
+        scraped = _scrape(site)
+        counts = queue.counts()
+        for state in ("pending", "active", "scheduled", "dead"):
+            assert scraped[("echomq_jobs", (("queue", name), ("state", state)))] == getattr(counts, state)
+        assert (counts.pending, counts.dead) == (PENDING - 5, 3)
+        assert scraped[("echomq_jobs_completed_total", (("queue", name),))] == 1 + 4
+        assert scraped[("echomq_jobs_dead_total", (("queue", name),))] == 3
+        assert scraped[("echomq_queue_paused", (("queue", name),))] == 0
+        assert scraped[("echomq_workers_alive", ())] >= 1
+    finally:
+        beat.remove()
+
+
+def test_a_damaged_queue_is_shown_unreadable_and_the_others_still_are(conn, stocked, server):
+    damaged = fresh_name("dash-damaged")
+    with server.client() as client:
+        client.set(f"emq:{{{damaged}}}:pending", "not a zset")
+        try:
+            with serving(conn, Settings()) as url, httpx.Client(base_url=url) as site:
+                row = re.search(rf'<tr data-queue="{damaged}">(.*?)</tr>', site.get("/").text, re.S).group(1)
+                assert "unreadable" in row and "WRONGTYPE" in row
+                assert f'data-queue="{stocked.queue.name}"' in site.get("/").text
+                scraped = _scrape(site)
+                assert scraped[("echomq_queue_unreadable", (("queue", damaged),))] == 1
+                assert scraped[("echomq_queue_unreadable", (("queue", stocked.queue.name),))] == 0
+        finally:
+            client.delete(f"emq:{{{damaged}}}:pending")
+
+
+def test_rates_between_samples_and_the_chart():
+    samples = [Sample(0.0, {"a": (0, 0), "b": (10, 1)}), Sample(2.0, {"a": (4, 2), "b": (12, 1)}),
+               Sample(4.0, {"a": (0, 2), "b": (12, 1)})]  # a's metrics were reset: no negative rate
+    assert rate_series(samples, "a") == [Point(2.0, 2.0, 1.0), Point(4.0, 0.0, 0.0)]
+    assert rate_series(samples) == [Point(2.0, 3.0, 1.0), Point(4.0, 0.0, 0.0)]
+    assert rate_series(samples[:1]) == []
+    chart = svg_chart(rate_series(samples))
+    assert chart.count("<polyline") == 2 and "completed/s 0.0" in chart
+    assert "-30 s</text>" in chart  # 4 s sampled: the chart spans its 30 s minimum
+    long_run = [Point(float(t), 1.0, 0.0) for t in range(0, 1000, 10)]
+    assert "-5 min</text>" in svg_chart(long_run)  # at most five minutes
+    assert "sampling" in svg_chart([])
+
+
+def test_emq_dashboard_serves_until_sigterm_and_asks_for_its_token(server, stocked):
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), EMQ_DASHBOARD_TOKEN=TOKEN)
+    proc = subprocess.Popen([sys.executable, "-m", "echomq.cli", "dashboard", "--url", server.url, "--port",
+                             str(port), "--read-only", "-q", stocked.queue.name],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stderr.readline()
+        assert f"on http://127.0.0.1:{port}/ (read-only), token required" in line, line
+
+        def answer(**kwargs):
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/", **kwargs)
+            except httpx.ConnectError:
+                return None
+
+        wait_until(lambda: answer() is not None, what="the dashboard to listen")
+        assert answer().status_code == 401
+        shown = answer(auth=("me", TOKEN))
+        assert shown.status_code == 200 and stocked.queue.name in shown.text and "<form" not in shown.text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_a_node_that_stops_answering_is_a_clear_503_and_the_dashboard_lives_on(wire):
+    from echomq import EmbeddedServer, connect, module_path
+
+    with EmbeddedServer(module=module_path() if wire == 6 else None, brand=wire) as node:
+        conn = connect(node.url, wire=wire)
+        Queue(conn, "q").enqueue({})
+        with serving(conn, Settings(sample_interval_s=0.1)) as url, httpx.Client(base_url=url) as site:
+            assert site.get("/").status_code == 200
+            node.stop()
+            for path in ("/", "/queues/q", "/workers", "/metrics"):  # a 503 scrape: Prometheus marks the target down
+                down = site.get(path)
+                assert down.status_code == 503 and "the node does not answer" in down.text, path
+            node.start()
+            wait_until(lambda: site.get("/").status_code == 200, what="the dashboard to recover")
+        conn.close()
+
+
+def test_without_a_token_only_loopback_names_may_address_it(site, stocked):
+    for host in ("localhost:8080", "127.0.0.1", "[::1]:8080"):
+        assert site.get("/", headers={"Host": host}).status_code == 200, host
+    with queue_unchanged(stocked.queue):
+        for host in ("attacker.example", "attacker.example:8080", "10.0.0.5"):
+            assert site.get("/", headers={"Host": host}).status_code == 400, host
+            secret = secret_of(site.get(f"/queues/{stocked.queue.name}").text)
+            assert site.post(f"/queues/{stocked.queue.name}/pause", data={"secret": secret},
+                             headers={"Host": host}).status_code == 400

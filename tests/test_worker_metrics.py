@@ -1,0 +1,50 @@
+"""`emq worker --metrics-port`: a real worker process's own counters, scraped over HTTP after a
+known workload and checked against what the server counted."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from echomq import Queue
+from echomq.server import free_port
+from worker_helpers import fresh_name, out, spawn, wait_until  # noqa: F401 (fixtures)
+
+FAST_TIMERS = ("--promote-interval-ms", "20", "--sweep-interval-ms", "200")
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_a_workers_metrics_count_its_outcomes(conn, spawn):
+    name = fresh_name("m")
+    queue = Queue(conn, name)
+    queue.enqueue_many([{}, {}])
+    queue.enqueue({"fail": 1})  # retried once, then completes
+    queue.enqueue({"fail": 99})  # dead after two attempts
+    port = free_port()
+    proc = spawn(name, "-c", "4", "--metrics-port", str(port), *FAST_TIMERS, env={"EMQ_TEST_MAX_ATTEMPTS": "2"})
+    proc.wait_log(f"metrics on http://127.0.0.1:{port}/metrics")
+    wait_until(lambda: queue.metrics() == {"completed": 3, "failed": 1}, 20, "three completions and one death")
+    scraped = wait_until(lambda: (s := scrape(port))[("echomq_worker_jobs_total", (("outcome", "dead"),))] == 1
+                         and s, 10, "the worker to record the death")
+    outcome = {label[0][1]: value for (metric, label), value in scraped.items() if metric == "echomq_worker_jobs_total"}
+    assert outcome["completed"] == 3 == queue.metrics()["completed"]
+    assert outcome["dead"] == 1 == queue.metrics()["failed"]
+    assert outcome["retried"] == 2 and outcome["claimed"] == 6 and outcome["lost"] == 0
+    assert scraped[("echomq_worker_concurrency", ())] == 4
+    assert scraped[("echomq_worker_held", ())] == 0
+
+
+def test_a_port_in_use_is_a_clear_error(conn, spawn):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = spawn(fresh_name("m"), "--metrics-port", str(taken.getsockname()[1]))
+        assert proc.wait() == 1
+        assert "cannot serve metrics on 127.0.0.1:" in proc.log()
