@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import valkey
@@ -78,3 +79,13 @@ class unchanged:
 def queue_unchanged(queue) -> unchanged:
     """``unchanged`` for one queue's keys on its own connection."""
     return unchanged(queue.connection.client, queue.keys)
+
+
+def reap(proc: subprocess.Popen) -> None:
+    """Kill a test's subprocess if it still runs, and close its pipes: the cleanup for every path."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe:
+            pipe.close()

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from echomq import EmbeddedServer, Queue, module_path
 from echomq.cli import main
 from echomq.server import free_port
-from helpers import dump, server_ms, unchanged, wait_server_past
+from helpers import dump, reap, server_ms, unchanged, wait_server_past
 from worker_helpers import ROOT, fresh_name
 
 
@@ -185,11 +185,7 @@ def test_server_runs_until_sigterm(tmp_path, wire_arg):
         assert proc.wait(15) == 0
         assert (tmp_path / "data" / "appendonlydir").is_dir()  # the data directory was kept
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        reap(proc)
 
 
 def test_demo_app_module_loads():

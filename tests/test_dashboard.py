@@ -24,7 +24,7 @@ from echomq.errors import ConfigurationError
 from echomq.heartbeat import Heartbeat
 from echomq.server import free_port
 from dashboard_helpers import PENDING, stock
-from helpers import queue_unchanged, unchanged
+from helpers import queue_unchanged, reap, unchanged
 from worker_helpers import ROOT, fresh_name, wait_until
 
 TOKEN = "s3cret-token"
@@ -255,11 +255,7 @@ def test_emq_dashboard_serves_until_sigterm_and_asks_for_its_token(server, stock
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        reap(proc)
 
 
 def test_a_node_that_stops_answering_is_a_clear_503_and_the_dashboard_lives_on(wire):

@@ -25,7 +25,7 @@ import valkey
 import echomq.server
 from echomq import EmbeddedServer, PortInUse, ServerStartError, brand_node, module_path
 from echomq.server import free_port, port_in_use, server_binary
-from helpers import unchanged
+from helpers import reap, unchanged
 from worker_helpers import ROOT
 
 READY_S = 20.0
@@ -221,11 +221,7 @@ def test_emq_server_stops_on_sigint_and_sigterm_in_the_foreground_and_background
         with pytest.raises(ProcessLookupError):
             os.kill(child, 0)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        reap(proc)
 
 
 # -- failure paths leave no temporary directory ---------------------------------------
