@@ -4,9 +4,10 @@ raw EMQ.* commands, no mocks (helpers in native_helpers.py)."""
 from __future__ import annotations
 
 import pytest
+import valkey
 
 from echomq import EmbeddedServer, module_path
-from native_helpers import NativeQueue
+from native_helpers import NativeQueue, fresh_name
 
 
 @pytest.fixture(scope="session")
@@ -30,3 +31,26 @@ def nq(c):
 @pytest.fixture(scope="session")
 def run_id(native_server):
     return native_server.run_id()
+
+
+@pytest.fixture
+def admin(native_server):
+    client = native_server.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def make_user(native_server, admin):
+    """A client logged in as a fresh ACL user with ``rules``; every user is deleted after the test."""
+    made = []
+
+    def make(*rules: str) -> valkey.Valkey:
+        name = fresh_name("user")
+        admin.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", *rules)
+        made.append(name)
+        return native_server.client(username=name, password="pw", socket_timeout=10)
+
+    yield make
+    for name in made:
+        admin.execute_command("ACL", "DELUSER", name)

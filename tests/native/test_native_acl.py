@@ -10,26 +10,6 @@ import valkey
 from native_helpers import NativeQueue, digest, error_code, fresh_name
 
 
-@pytest.fixture
-def admin(native_server):
-    client = native_server.client()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def make_user(native_server, admin):
-    made = []
-
-    def make(*rules: str) -> valkey.Valkey:
-        name = fresh_name("user")
-        admin.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", *rules)
-        made.append(name)
-        return native_server.client(username=name, password="pw")
-
-    yield make
-    for name in made:
-        admin.execute_command("ACL", "DELUSER", name)
 
 
 def noperm(admin: valkey.Valkey, client: valkey.Valkey, *command) -> str:

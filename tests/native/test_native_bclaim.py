@@ -32,13 +32,6 @@ from native_helpers import (
 NOT_INTEGER = "EMQ hash value is not an integer"
 
 
-@pytest.fixture
-def admin(native_server):
-    client = native_server.client()
-    yield client
-    client.close()
-
-
 def bclaim(client, q: NativeQueue, lease_ms=30000, timeout_ms=1):
     return client.execute_command("EMQ.BCLAIM", 3, q.pending, q.active, q.base, lease_ms, timeout_ms)
 
@@ -465,19 +458,6 @@ def test_a_replica_sees_the_claims_that_happened_and_no_timeout():
 
 # -- ACL -----------------------------------------------------------------------------------
 
-@pytest.fixture
-def make_user(native_server, admin):
-    made = []
-
-    def make(*rules: str) -> valkey.Valkey:
-        name = fresh_name("user")
-        admin.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", *rules)
-        made.append(name)
-        return native_server.client(username=name, password="pw", socket_timeout=10)
-
-    yield make
-    for name in made:
-        admin.execute_command("ACL", "DELUSER", name)
 
 
 def test_a_user_confined_to_one_queue_cannot_block_on_another(native_server, admin, make_user):
