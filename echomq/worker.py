@@ -41,11 +41,10 @@ from dataclasses import dataclass, field
 from queue import SimpleQueue
 from typing import Any, Callable, Sequence
 
-import valkey
-
 from . import policy
 from .connection import Call, Connection
-from .errors import CommandRefused, ConfigurationError, EchoMQError, LeaseLost, StateError
+from .errors import CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, LeaseLost
+from .keys import State
 from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
 from .serializers import RAW
@@ -54,8 +53,9 @@ from .timers import TimerConfig, Timers
 
 log = logging.getLogger("echomq.worker")
 
-#: The server link failed: the step is abandoned and retried after a pause.
-LINK_ERRORS = (valkey.ConnectionError, valkey.TimeoutError)
+#: The server link failed (the send path maps every link fault to this): the step is abandoned
+#: and retried after a pause.
+LINK_ERRORS = (ConnectionFailed,)
 LINK_RETRY_MS = (100, 5000)
 PROMOTE_SLACK_MS = 5
 
@@ -366,7 +366,7 @@ class Worker:
         for (held, decision, _), reply in zip(batch, answers):
             self._record(held, decision, reply)
             self._release(held)
-            if isinstance(decision, policy.Delay) or reply == b"scheduled":
+            if isinstance(decision, policy.Delay) or reply == State.SCHEDULED:
                 # promote when it falls due, not a whole interval later (plus slack for the two clocks)
                 wait = decision.delay_ms if isinstance(decision, policy.Delay) else decision.backoff_ms
                 self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
@@ -392,8 +392,9 @@ class Worker:
     def _record(self, held: Held, decision: policy.Settle, reply: Any) -> None:
         job = held.job
         where = f"job {job.queue}/{job.id} attempt {job.attempt}"
-        if isinstance(reply, (LeaseLost, StateError)):
-            # the fence: someone else holds the job now (or the sweep moved it); this attempt's outcome is void
+        if isinstance(reply, LeaseLost):
+            # the fence (a 0, or wire 6's EMQSTATE for a row no longer active): someone else holds
+            # the job now, or the sweep moved it; this attempt's outcome is void
             self.tally.lost += 1
             log.warning("%s: settle refused, the lease is gone (%s); not settled by this worker", where, reply)
         elif isinstance(reply, Exception):
@@ -405,8 +406,7 @@ class Worker:
         elif isinstance(decision, policy.Delay):
             self.tally.delayed += 1
         else:
-            state = reply.decode() if isinstance(reply, bytes) else str(reply)
-            if state == "dead":
+            if reply == State.DEAD:
                 self.tally.dead += 1
                 log.error("%s failed (%s) and is dead: its budget of %d attempts is spent", where,
                           decision.error, decision.max_attempts)
@@ -529,7 +529,7 @@ class Worker:
                 log.warning("worker %d: REQUEUE failed (%s): %d job(s) left to lease expiry", os.getpid(), exc,
                             len(batch))
                 continue
-            ok = [h.job.id for h, reply in zip(batch, replies) if reply == 1]
+            ok = [h.job.id for h, reply in zip(batch, replies) if reply is True]
             self.tally.requeued += len(ok)
             self.tally.abandoned += len(batch) - len(ok)
             log.warning("worker %d: wire 6: requeued %d job(s) still held at the end of the grace period: %s",

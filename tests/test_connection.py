@@ -311,12 +311,15 @@ def test_a_wrong_typed_meta_reads_as_paused_on_wire4_and_is_refused_on_wire6(con
             q.counts()
 
 
-def test_a_connection_fault_on_the_pause_read_reads_as_not_paused(conn4):
-    ks = Keyspace(fresh())
+def test_a_connection_fault_on_the_pause_read_is_connection_failed(conn4):
+    """SPEC §4: only a link fault is not read as paused -- and then the claim fails on it."""
+    q = Queue(conn4, fresh())
     good = conn4.client
     conn4.client = valkey.Valkey(port=free_port(), socket_connect_timeout=1)
     try:
-        assert conn4.paused(ks) is False  # and the claim itself then fails on the same fault
+        with pytest.raises(ConnectionFailed, match="claim|hget") as info:
+            q.claim(60_000)
+        assert isinstance(info.value.__cause__, valkey.ConnectionError)
     finally:
         conn4.client.close()
         conn4.client = good
