@@ -68,3 +68,32 @@ class unchanged:
 def queue_unchanged(queue) -> unchanged:
     """``unchanged`` for one queue's keys on its own connection."""
     return unchanged(queue.connection.client, queue.keys)
+
+
+class AwaitingQueue:
+    """An :class:`echomq.aio.Queue` seen through blocking calls, so one suite runs on both clients:
+    every coroutine method runs to completion on this adapter's own event loop; the pure parts
+    (``keys``, the ``*_call`` builders) pass through. ``connection`` is the sync twin's, for the
+    tests' own inspection of the dataset."""
+
+    def __init__(self, url: str, wire: int, twin) -> None:
+        import asyncio
+
+        from echomq import aio
+
+        self._loop = asyncio.new_event_loop()
+        self._aconn = self._loop.run_until_complete(aio.connect(url, wire=wire))
+        self._queue = aio.Queue(self._aconn, twin.name, serializer=twin.serializer)
+        self.connection = twin.connection
+
+    def __getattr__(self, name: str):
+        import inspect
+
+        attr = getattr(self._queue, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+        return lambda *args, **kwargs: self._loop.run_until_complete(attr(*args, **kwargs))
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._aconn.aclose())
+        self._loop.close()
