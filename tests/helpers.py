@@ -97,3 +97,28 @@ class AwaitingQueue:
     def close(self) -> None:
         self._loop.run_until_complete(self._aconn.aclose())
         self._loop.close()
+
+
+class awaited_connect:
+    """``echomq.aio.connect`` run to completion on a loop of its own: the handshake tests run
+    the same checks through both clients. ``wire`` as the connection's; a context manager."""
+
+    def __init__(self, url: str, **options) -> None:
+        import asyncio
+
+        from echomq import aio
+
+        self._loop = asyncio.new_event_loop()
+        try:
+            self.conn = self._loop.run_until_complete(aio.connect(url, **options))
+        except BaseException:
+            self._loop.close()
+            raise
+        self.wire = self.conn.wire
+
+    def __enter__(self) -> "awaited_connect":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.run_until_complete(self.conn.aclose())
+        self._loop.close()
