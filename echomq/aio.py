@@ -44,6 +44,16 @@ __all__ = ["Connection", "EchoAsyncCluster", "Queue", "connect"]
 
 DEFAULT_MAX_CONNECTIONS = 50
 DEFAULT_POOL_TIMEOUT_S = 5.0
+#: What a sync client's connection options carry over to an asyncio one (the same names on both).
+_PORTABLE = frozenset(
+    "host port db username password path client_name socket_timeout socket_connect_timeout socket_keepalive "
+    "ssl_keyfile ssl_certfile ssl_cert_reqs ssl_ca_certs ssl_ca_data ssl_check_hostname protocol".split()
+)
+_ASYNC_CONNECTION = {
+    "Connection": avalkey.Connection,
+    "SSLConnection": avalkey.SSLConnection,
+    "UnixDomainSocketConnection": avalkey.UnixDomainSocketConnection,
+}
 
 
 class EchoAsyncCluster(AsyncValkeyCluster):
@@ -63,6 +73,27 @@ class Connection(WireCodec):
     def __init__(self, client: avalkey.Valkey | AsyncValkeyCluster, wire: int) -> None:
         super().__init__(wire)
         self.client = client
+
+    @classmethod
+    def sharing(cls, connection: Any, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                pool_timeout: float = DEFAULT_POOL_TIMEOUT_S) -> "Connection":
+        """An asyncio connection to the node(s) of a checked sync ``connection``, on the same
+        wire: no second handshake (that node passed it; a script the server lost is reloaded
+        on its NOSCRIPT). No I/O here: the sockets open on first use, bound to the event loop
+        that uses them (a worker's async handlers share one this way)."""
+        sync = connection.client
+        if connection.cluster:
+            node = sync.get_default_node()
+            options = {k: v for k, v in sync.get_connection_kwargs().items() if k in _PORTABLE}
+            client: Any = EchoAsyncCluster(host=node.host, port=node.port, max_connections=max_connections,
+                                           **options)
+        else:
+            pool = sync.connection_pool
+            options = {k: v for k, v in pool.connection_kwargs.items() if k in _PORTABLE}
+            kind = _ASYNC_CONNECTION[pool.connection_class.__name__]
+            client = avalkey.Valkey.from_pool(avalkey.BlockingConnectionPool(
+                connection_class=kind, max_connections=max_connections, timeout=pool_timeout, **options))
+        return cls(client, connection.wire)
 
     @property
     def cluster(self) -> bool:

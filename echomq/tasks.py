@@ -15,6 +15,12 @@ returning (COMPLETE), raising (FAIL: retried with backoff until ``max_attempts``
 then dead), raising :class:`Retry` (FAIL with its own delay) or :class:`Delay`
 (DELAY: run again later, no failure recorded).
 
+A handler enqueues follow-up work through its context, on the worker's own
+connection: ``ctx.producer("emails")`` is an :class:`echomq.Queue` in a sync
+handler and an :class:`echomq.aio.Queue` (its methods awaited) in an ``async def``
+one, so a follow-up enqueue never blocks the event loop every async handler shares.
+(``ctx.queue`` is the job's queue name, so the method has its own name.)
+
 If the worker loses the job's lease (the job is re-claimed by someone else), the
 outcome is never settled: an ``async def`` handler is cancelled, a sync handler
 sees ``ctx.lease_lost`` turn true (``ctx.lost`` is a :class:`threading.Event`).
@@ -69,6 +75,15 @@ class JobContext:
     queue: str
     attempt: int  #: the fencing token: 1 on the first claim, +1 on every claim after
     lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    producers: Callable[[str, Serializer | None], Any] | None = field(default=None, repr=False)
+
+    def producer(self, queue: str | None = None, *, serializer: Serializer | None = None) -> Any:
+        """A producer for ``queue`` (this job's own by default) on the worker's connection: an
+        :class:`echomq.Queue` in a sync handler, an :class:`echomq.aio.Queue` in an async one.
+        Its serializer is the app's task's for that queue, else JSON, unless given."""
+        if self.producers is None:
+            raise ConfigurationError("this context has no worker connection: producer() works inside a worker's handler")
+        return self.producers(self.queue if queue is None else queue, serializer)
 
     @property
     def idempotency_key(self) -> str:

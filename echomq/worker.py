@@ -41,13 +41,13 @@ from dataclasses import dataclass, field
 from queue import SimpleQueue
 from typing import Any, Callable, Sequence
 
-from . import policy
+from . import aio, policy
 from .connection import Call, Connection
 from .errors import CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, LeaseLost
 from .keys import State
 from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
-from .serializers import RAW
+from .serializers import JSON, RAW, Serializer
 from .tasks import App, Delay, JobContext, Retry, Task
 from .timers import TimerConfig, Timers
 
@@ -152,6 +152,13 @@ class _AsyncRunner:
     def submit(self, coro: Any) -> Future:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
+    def close(self, connection: "aio.Connection", timeout_s: float = 2.0) -> None:
+        """Close the async handlers' connection on its own loop (a stuck handler cannot hold this up)."""
+        try:
+            self.submit(connection.aclose()).result(timeout_s)
+        except Exception as exc:
+            log.warning("worker %d: closing the async handlers' connection: %s", os.getpid(), exc)
+
     def shutdown(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
@@ -212,6 +219,7 @@ class Worker:
         self._signals = 0
         self._pool: _DaemonPool | None = None
         self._async: _AsyncRunner | None = None
+        self._aio: aio.Connection | None = None  #: async handlers' producers, on the runner's loop
 
     # -- running ----------------------------------------------------------------
     @property
@@ -458,7 +466,7 @@ class Worker:
     # -- running handlers ------------------------------------------------------------
     def _start(self, task: Task, queue: Queue, job: Job, sent: float) -> None:
         self.tally.claimed += 1
-        ctx = JobContext(job.id, job.queue, job.attempt)
+        ctx = JobContext(job.id, job.queue, job.attempt, producers=self._producers(task.is_async))
         held = Held(queue, task, job, ctx, renewed_at=sent)
         self.held[held.key] = held
         try:
@@ -469,6 +477,25 @@ class Worker:
         else:
             held.future = self._submit(task, task.arguments(payload, ctx))
         held.future.add_done_callback(lambda _f, held=held: self._done(held))
+
+    def _producers(self, is_async: bool) -> Callable[[str, Serializer | None], Any]:
+        """``ctx.producer`` for a handler: sync handlers share the worker's connection (valkey-py's
+        client is thread-safe); async ones share one asyncio connection to the same node, used
+        only on the runner's loop."""
+
+        def serializer_of(name: str, given: Serializer | None) -> Serializer:
+            task = self.app.tasks.get(name)
+            return given or (task.serializer if task else JSON)
+
+        if not is_async:
+            return lambda name, given: Queue(self.connection, name, serializer=serializer_of(name, given))
+
+        def async_queue(name: str, given: Serializer | None) -> aio.Queue:
+            if self._aio is None:
+                self._aio = aio.Connection.sharing(self.connection)
+            return aio.Queue(self._aio, name, serializer=serializer_of(name, given))
+
+        return async_queue
 
     def _submit(self, task: Task, args: tuple[Any, ...]) -> Future:
         if not task.is_async:
@@ -514,6 +541,8 @@ class Worker:
         if self._pool:
             self._pool.shutdown()
         if self._async:
+            if self._aio is not None:
+                self._async.close(self._aio)
             self._async.shutdown()
         log.info("worker %d: done: %s", os.getpid(), self.tally)
 
