@@ -32,11 +32,11 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "job.claimed": ("worker", "queue", "id", "attempt"),
     "job.completed": ("worker", "queue", "id", "attempt"),
     "job.retried": ("worker", "queue", "id", "attempt", "error", "backoff_ms"),
-    "job.dead": ("worker", "queue", "id", "attempt", "error"),
+    "job.dead": ("worker", "queue", "id", "attempt", "error", "max_attempts"),
     "job.delayed": ("worker", "queue", "id", "attempt", "delay_ms"),
     "job.lost": ("worker", "queue", "id", "attempt", "reason"),
     "job.requeued": ("worker", "queue", "id", "attempt"),
-    "job.abandoned": ("worker", "queue", "id", "attempt"),
+    "job.abandoned": ("worker", "queue", "id", "attempt", "reason"),
 }
 
 _subscribers: dict[str, tuple[Subscriber, ...]] = {}

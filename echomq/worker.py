@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from queue import SimpleQueue
 from typing import Any, Callable, Sequence
 
-from . import aio, policy
+from . import aio, hooks, policy
 from .connection import Call, Connection
 from .errors import CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, LeaseLost
 from .keys import State
@@ -80,7 +80,8 @@ class WorkerConfig:
 
 @dataclass
 class Tally:
-    """What this worker did, by outcome."""
+    """What this worker did, by outcome: a subscriber to the worker's ``job.*`` hooks (each
+    field is named after its event)."""
 
     claimed: int = 0
     completed: int = 0
@@ -93,6 +94,33 @@ class Tally:
 
     def __str__(self) -> str:
         return ", ".join(f"{name} {value}" for name, value in vars(self).items() if value) or "nothing"
+
+    def add(self, event: str) -> None:
+        field_name = event.removeprefix("job.")
+        setattr(self, field_name, getattr(self, field_name) + 1)
+
+
+def _count(event: str, data: dict[str, Any]) -> None:
+    data["worker"].tally.add(event)
+
+
+def _log(event: str, data: dict[str, Any]) -> None:
+    """The worker's per-job log lines, as a subscriber."""
+    where = f"job {data['queue']}/{data['id']} attempt {data['attempt']}"
+    if event == "job.lost":
+        log.warning("%s: %s", where, data["reason"])
+    elif event == "job.dead":
+        log.error("%s failed (%s) and is dead: its budget of %d attempts is spent", where, data["error"],
+                  data["max_attempts"])
+    elif event == "job.retried":
+        log.info("%s failed (%s); retry in %d ms", where, data["error"], data["backoff_ms"])
+
+
+for _event in hooks.EVENTS:
+    if _event.startswith("job."):
+        hooks.subscribe(_event, _count)
+for _event in ("job.lost", "job.dead", "job.retried"):
+    hooks.subscribe(_event, _log)
 
 
 @dataclass(eq=False)
@@ -362,9 +390,7 @@ class Worker:
             )
             if isinstance(decision, policy.Drop):
                 self._release(held)
-                self.tally.lost += 1
-                log.warning("job %s/%s attempt %d: %s; its outcome is not settled",
-                            held.job.queue, held.job.id, held.job.attempt, decision.reason)
+                self._emit("job.lost", held.job, reason=f"{decision.reason}; its outcome is not settled")
                 continue
             by_queue.setdefault(held.job.queue, []).append((held, decision, self._settle_call(held, decision)))
         return by_queue
@@ -399,28 +425,25 @@ class Worker:
 
     def _record(self, held: Held, decision: policy.Settle, reply: Any) -> None:
         job = held.job
-        where = f"job {job.queue}/{job.id} attempt {job.attempt}"
         if isinstance(reply, LeaseLost):
             # the fence (a 0, or wire 6's EMQSTATE for a row no longer active): someone else holds
             # the job now, or the sweep moved it; this attempt's outcome is void
-            self.tally.lost += 1
-            log.warning("%s: settle refused, the lease is gone (%s); not settled by this worker", where, reply)
+            self._emit("job.lost", job, reason=f"settle refused, the lease is gone ({reply}); not settled by this worker")
         elif isinstance(reply, Exception):
             # any other refusal writes nothing either: the job stays active until its lease runs out
-            self.tally.lost += 1
-            log.error("%s: settle refused by the server (%s); the sweep recovers it after its lease", where, reply)
+            self._emit("job.lost", job, reason=f"settle refused by the server ({reply}); the sweep recovers it "
+                                               "after its lease")
         elif isinstance(decision, policy.Complete):
-            self.tally.completed += 1
+            self._emit("job.completed", job)
         elif isinstance(decision, policy.Delay):
-            self.tally.delayed += 1
+            self._emit("job.delayed", job, delay_ms=decision.delay_ms)
+        elif reply == State.DEAD:
+            self._emit("job.dead", job, error=decision.error, max_attempts=decision.max_attempts)
         else:
-            if reply == State.DEAD:
-                self.tally.dead += 1
-                log.error("%s failed (%s) and is dead: its budget of %d attempts is spent", where,
-                          decision.error, decision.max_attempts)
-            else:
-                self.tally.retried += 1
-                log.info("%s failed (%s); retry in %d ms", where, decision.error, decision.backoff_ms)
+            self._emit("job.retried", job, error=decision.error, backoff_ms=decision.backoff_ms)
+
+    def _emit(self, event: str, job: Job, **fields: Any) -> None:
+        hooks.emit(event, worker=self, queue=job.queue, id=job.id, attempt=job.attempt, **fields)
 
     def _release(self, held: Held) -> None:
         self.held.pop(held.key, None)
@@ -461,11 +484,11 @@ class Worker:
             held.future.cancel()
         if reason:
             log.warning("job %s/%s attempt %d: lease lost (%s)", held.job.queue, held.job.id, held.job.attempt,
-                        reason)
+                        reason)  # counted as job.lost when its handler finishes and the outcome is dropped
 
     # -- running handlers ------------------------------------------------------------
     def _start(self, task: Task, queue: Queue, job: Job, sent: float) -> None:
-        self.tally.claimed += 1
+        self._emit("job.claimed", job)
         ctx = JobContext(job.id, job.queue, job.attempt, producers=self._producers(task.is_async))
         held = Held(queue, task, job, ctx, renewed_at=sent)
         self.held[held.key] = held
@@ -531,7 +554,8 @@ class Worker:
         if still and self.connection.wire == 6:
             self._requeue(still)
         elif still:
-            self.tally.abandoned += len(still)
+            for held in still:
+                self._emit("job.abandoned", held.job, reason="wire 4 has no REQUEUE")
             log.warning("worker %d: wire 4 has no REQUEUE: %d job(s) still held are left to lease expiry "
                         "(back to pending by the next sweep after up to %d ms): %s", os.getpid(), len(still),
                         self.config.lease.lease_ms, ", ".join(h.job.id for h in still))
@@ -554,12 +578,16 @@ class Worker:
             try:
                 replies = self.queues[name].settle_many([self.queues[name].requeue_call(h.job) for h in batch])
             except LINK_ERRORS as exc:
-                self.tally.abandoned += len(batch)
+                for held in batch:
+                    self._emit("job.abandoned", held.job, reason=f"REQUEUE failed ({exc})")
                 log.warning("worker %d: REQUEUE failed (%s): %d job(s) left to lease expiry", os.getpid(), exc,
                             len(batch))
                 continue
+            for held, reply in zip(batch, replies):
+                if reply is True:
+                    self._emit("job.requeued", held.job)
+                else:
+                    self._emit("job.abandoned", held.job, reason=f"REQUEUE answered {reply}")
             ok = [h.job.id for h, reply in zip(batch, replies) if reply is True]
-            self.tally.requeued += len(ok)
-            self.tally.abandoned += len(batch) - len(ok)
             log.warning("worker %d: wire 6: requeued %d job(s) still held at the end of the grace period: %s",
                         os.getpid(), len(ok), ", ".join(ok))
