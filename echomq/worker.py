@@ -68,6 +68,7 @@ class WorkerConfig:
     lease: LeasePolicy = field(default_factory=LeasePolicy)
     idle: IdlePolicy = field(default_factory=IdlePolicy)
     timers: TimerConfig = field(default_factory=TimerConfig)
+    burst: bool = False  #: stop once the queues are empty (:meth:`Worker.drained`)
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
@@ -270,6 +271,8 @@ class Worker:
         try:
             while True:
                 next_ms = self.step()
+                if self.config.burst and not self.stopping and self.drained():
+                    self.stop("burst: the queues are empty")
                 if self.stopping and (not self.held or self._clock_ms() >= self._stop_at):
                     break
                 self._wake.wait(max(0.0, next_ms - self._clock_ms()) / 1000)
@@ -321,6 +324,23 @@ class Worker:
             self._link_down_until = self._clock_ms() + pause
             return self._link_down_until
         return self._next_due(self._clock_ms())
+
+    def drained(self) -> bool:
+        """Nothing held or left to settle, and every queue empty: nothing pending (a paused queue
+        counts as empty) and nothing scheduled -- a retry's backoff or a delay is waited for, the
+        timers promote it when due. Jobs other workers hold are theirs."""
+        if self.held or not self._finished.empty() or self._unsettled:
+            return False
+        if any(polls == 0 for polls in self._empty_polls.values()):
+            return False  # a queue gave jobs on its last claim: not empty yet
+        try:
+            for queue in self.queues.values():
+                counts = queue.counts()
+                if (counts.pending and not counts.paused) or counts.scheduled:
+                    return False
+        except LINK_ERRORS:
+            return False
+        return True
 
     def _next_due(self, now: float) -> float:
         if not self._finished.empty() or self._unsettled:
