@@ -32,7 +32,7 @@ import asyncio
 import inspect
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from .errors import ConfigurationError, LeaseLost
 from .keys import check_queue_name
@@ -149,6 +149,19 @@ class Task:
         return Queue(connection, self.queue, serializer=self.serializer)
 
 
+P = ParamSpec("P")
+R = TypeVar("R", covariant=True)
+
+
+class TaskFunction(Protocol, Generic[P, R]):
+    """What ``@app.task`` returns: the function itself, same signature for type checkers, with
+    ``.task`` (its :class:`Task`) set."""
+
+    task: Task
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+
 class App:
     """The task registry a worker serves: ``emq worker mymodule:app``."""
 
@@ -168,16 +181,25 @@ class App:
         self.tasks[queue] = task
         return task
 
-    def task(self, fn: Callable[..., Any] | None = None, *, queue: str | None = None, max_attempts: int = 3,
+    @overload
+    def task(self, fn: Callable[P, R], /) -> TaskFunction[P, R]: ...
+
+    @overload
+    def task(self, fn: None = None, /, *, queue: str | None = None, max_attempts: int = 3,
+             backoff: Backoff | None = None, serializer: Serializer = JSON,
+             ) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON) -> Any:
         """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
 
-        The decorated function is returned unchanged, with ``.task`` set to its :class:`Task`.
+        The decorated function is returned unchanged -- type checkers keep its signature --
+        with ``.task`` set to its :class:`Task`.
         """
 
-        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def register(fn: Callable[P, R]) -> TaskFunction[P, R]:
             fn.task = self.handler(queue or fn.__name__, fn, max_attempts=max_attempts,  # type: ignore[attr-defined]
                                    backoff=backoff, serializer=serializer)
-            return fn
+            return fn  # type: ignore[return-value]
 
         return register(fn) if fn is not None else register

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
-
-import valkey
+from typing import Any
 
 from echomq.keys import Keyspace
 
+# valkey-py's annotations mix its sync and asyncio returns (``Awaitable[Any] | Any``) and want str
+# keys: the helpers take its sync client as Any, so type checkers read the tests, not its stubs.
+Client = Any
 
-def dump_key(client: valkey.Valkey, key: bytes) -> tuple:
+
+def dump_key(client: Client, key: bytes) -> tuple:
     kind = client.type(key).decode()
     if kind == "hash":
         return kind, dict(sorted(client.hgetall(key).items()))
@@ -24,22 +27,22 @@ def dump_key(client: valkey.Valkey, key: bytes) -> tuple:
     return kind, None
 
 
-def dump(client: valkey.Valkey, keyspace: Keyspace | None = None) -> dict[bytes, tuple]:
+def dump(client: Client, keyspace: Keyspace | None = None) -> dict[bytes, tuple]:
     """Every key (of one queue, or of the node) with its type and full content."""
     pattern = keyspace.pattern() if keyspace else "*"
     return {key: dump_key(client, key) for key in sorted(client.scan_iter(match=pattern, count=1000))}
 
 
-def digest(client: valkey.Valkey) -> bytes:
+def digest(client: Client) -> bytes:
     return client.execute_command("DEBUG", "DIGEST")
 
 
-def server_ms(client: valkey.Valkey) -> int:
+def server_ms(client: Client) -> int:
     seconds, micros = client.time()
     return seconds * 1000 + micros // 1000
 
 
-def wait_server_past(client: valkey.Valkey, deadline_ms: float, timeout_s: float = 10.0) -> None:
+def wait_server_past(client: Client, deadline_ms: float, timeout_s: float = 10.0) -> None:
     """Poll the server's clock until it is past ``deadline_ms``: waits on the server, not on a guess."""
     give_up = time.monotonic() + timeout_s
     while server_ms(client) <= deadline_ms:
@@ -52,7 +55,7 @@ class unchanged:
     """The node's dataset is the same afterwards: DEBUG DIGEST, plus a full dump of one queue's
     keys (``keyspace``) or of every key (``keyspace=None``); ``dump_keys=False``: the digest only."""
 
-    def __init__(self, client: valkey.Valkey, keyspace: Keyspace | None = None, *, dump_keys: bool = True) -> None:
+    def __init__(self, client: Client, keyspace: Keyspace | None = None, *, dump_keys: bool = True) -> None:
         self.client, self.keyspace, self.dump_keys = client, keyspace, dump_keys
 
     def _state(self) -> tuple:
