@@ -9,7 +9,8 @@
 Sections: ``cost`` (server µs per verb and lifecycle: wire 6, wire 4, the primitive
 floor), ``growth`` (cost and memory at 10³ … --max-jobs queued jobs), ``e2e``
 (throughput with 1, 2, 4 worker processes, bulk enqueue, idle pick-up latency, for
-EchoMQ on each wire and for every peer). Everything runs on one embedded
+EchoMQ on each wire and for every peer), ``producers`` (the asyncio client's enqueue
+throughput, 50 concurrent tasks, next to the sync ``enqueue_many``). Everything runs on one embedded
 valkey-server (with trafikey loaded when it is built); see bench/common.py.
 """
 
@@ -23,11 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import cost, e2e, growth, report
+from . import cost, e2e, growth, producers, report
 from .common import ROOT, TRAFIKEY_SOURCE, BenchServer, client_versions, machine, say, trafikey_module
 from .systems import ALL_PEERS, echomq_at, echomq_system, emq_worker_available, peers
 
-SECTIONS = ("cost", "growth", "e2e")
+SECTIONS = ("cost", "growth", "e2e", "producers")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -47,6 +48,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--window", type=float, default=8.0, help="seconds a throughput run may take before it is "
                                                                "timed on what it did")
     p.add_argument("--processes", default="1,2,4", help="worker process counts")
+    p.add_argument("--producer-jobs", type=int, default=20_000, help="jobs per producers run (sync and asyncio)")
+    p.add_argument("--producer-rounds", type=int, default=3)
     p.add_argument("--latency-jobs", type=int, default=40)
     p.add_argument("--latency-gap-ms", default="20,300", help="idle gaps between latency jobs, LO,HI ms")
     p.add_argument("--peers", default=",".join(ALL_PEERS), help="comma-separated, or 'none'")
@@ -66,6 +69,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.rounds, args.jobs, args.max_jobs, args.growth_rounds, args.growth_m = 1, 50, 1000, 1, 50
         args.aof_rounds = 1
         args.e2e_jobs, args.e2e_rounds, args.bulk_jobs, args.processes = 200, 1, 200, "1"
+        args.producer_jobs, args.producer_rounds = 200, 1
         args.latency_jobs, args.latency_gap_ms, args.window = 3, "5,20", 20.0
         given = " ".join(argv if argv is not None else sys.argv[1:])
         if "--peers" not in given:
@@ -132,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
                                      bulk_n=args.bulk_jobs, rounds=args.e2e_rounds, lat_m=args.latency_jobs,
                                      lat_lo=lo, lat_hi=hi, window_s=args.window,
                                      latency_only=[echomq_system(w, m) for w in wires for m in lat_modes])
+        if "producers" in sections:
+            results["producers"] = producers.run(server, wires=wires, n=args.producer_jobs,
+                                                 rounds=args.producer_rounds)
     results["elapsed_s"] = time.time() - started
     results["headline"] = report.headline(results)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

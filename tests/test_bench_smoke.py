@@ -29,5 +29,9 @@ def test_bench_smoke(tmp_path):
     systems = data["e2e"]["table"]
     assert systems and all("failed" not in row for row in systems.values()), systems
     assert all(row["throughput:1"]["median"] > 0 and row["latency"]["n"] == 3 for row in systems.values())
+    producers = data["producers"]["table"]
+    assert producers and all(row["async_tasks"]["median"] > 0 and row["sync/async_tasks"]["median"] > 0
+                             for row in producers.values())
     text = page.read_text()
     assert "## Server cost per job lifecycle" in text and "## End to end" in text and "--smoke" in text
+    assert "## Producers: asyncio next to sync" in text

@@ -1,0 +1,65 @@
+"""echomq.aio specifics (the shared behaviour is the conformance suite's, through AwaitingQueue):
+concurrent calls coalesce into one pipeline, each keeping its own answer or error; the pool."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from echomq import WrongType, aio
+from worker_helpers import fresh_name
+
+
+def test_calls_made_in_one_turn_share_one_pipeline_and_keep_their_own_answers(server, wire):
+    async def main():
+        async with await aio.connect(server.url, wire=wire) as conn:
+            pipelines = []
+            real = conn.client.pipeline
+
+            def counting(*args, **kwargs):
+                pipelines.append(1)
+                return real(*args, **kwargs)
+
+            conn.client.pipeline = counting  # type: ignore[method-assign]
+            good = aio.Queue(conn, fresh_name("a"))
+            broken = aio.Queue(conn, fresh_name("a"))
+            await conn.client.set(broken.keys.pending, "not a zset")
+            results = await asyncio.gather(
+                *(good.enqueue({"n": n}, id=f"j{n}") for n in range(20)),
+                broken.enqueue({}, id="x"),
+                return_exceptions=True,
+            )
+            return pipelines, results, await good.counts()
+
+    pipelines, results, counts = asyncio.run(main())
+    assert len(pipelines) == 1  # 21 calls from 21 tasks, one round trip
+    assert [r.id for r in results[:20]] == [f"j{n}" for n in range(20)] and all(r.created for r in results[:20])
+    assert isinstance(results[20], WrongType)
+    assert counts.pending == 20
+
+
+def test_the_pool_bounds_the_sockets(server, wire):
+    async def main():
+        async with await aio.connect(server.url, wire=wire, max_connections=3) as conn:
+            queue = aio.Queue(conn, fresh_name("a"))
+            for _ in range(5):  # sequential turns, concurrent within each
+                await asyncio.gather(*(queue.enqueue({}) for _ in range(40)), queue.counts())
+            pool = conn.client.connection_pool
+            return pool.max_connections, len(pool._in_use_connections) + len(pool._available_connections), \
+                (await queue.counts()).pending
+
+    limit, opened, pending = asyncio.run(main())
+    assert limit == 3 and 1 <= opened <= 3 and pending == 200
+
+
+@pytest.mark.parametrize("bad", [0, -1, "x"])
+def test_a_bad_argument_is_a_configuration_error_naming_it(server, wire, bad):
+    from echomq import ConfigurationError
+
+    async def main():
+        async with await aio.connect(server.url, wire=wire) as conn:
+            with pytest.raises(ConfigurationError, match="lease_ms"):
+                await aio.Queue(conn, fresh_name("a")).claim(bad)
+
+    asyncio.run(main())
