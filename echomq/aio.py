@@ -32,6 +32,10 @@ from typing import Any, Iterable, Sequence
 import valkey.asyncio as avalkey
 from valkey.asyncio.cluster import ValkeyCluster as AsyncValkeyCluster
 from valkey.exceptions import ResponseError
+from valkey.utils import LIBVALKEY_AVAILABLE
+
+if LIBVALKEY_AVAILABLE:
+    from valkey.connection import LibvalkeyRespSerializer
 
 from . import errors, hooks
 from .connection import (
@@ -57,6 +61,29 @@ _ASYNC_CONNECTION = {
     "SSLConnection": avalkey.SSLConnection,
     "UnixDomainSocketConnection": avalkey.UnixDomainSocketConnection,
 }
+
+
+class _LibvalkeyPacking:
+    """Pack commands with libvalkey, as valkey-py's sync client does (its asyncio client packs
+    them in Python, the larger part of a call's client-side cost)."""
+
+    _packer = LibvalkeyRespSerializer() if LIBVALKEY_AVAILABLE else None
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        return self._packer.pack(*args)
+
+
+_PACKED: dict[type, type] = {}
+
+
+def _pool(pool: avalkey.ConnectionPool) -> avalkey.ConnectionPool:
+    """The pool, its connections packing with libvalkey when it is installed."""
+    if LIBVALKEY_AVAILABLE:
+        kind = pool.connection_class
+        if kind not in _PACKED:
+            _PACKED[kind] = type(f"Libvalkey{kind.__name__}", (_LibvalkeyPacking, kind), {})
+        pool.connection_class = _PACKED[kind]
+    return pool
 
 
 class EchoAsyncCluster(AsyncValkeyCluster):
@@ -96,8 +123,8 @@ class Connection(WireCodec):
             pool = sync.connection_pool
             options = {k: v for k, v in pool.connection_kwargs.items() if k in _PORTABLE}
             kind = _ASYNC_CONNECTION[pool.connection_class.__name__]
-            client = avalkey.Valkey.from_pool(avalkey.BlockingConnectionPool(
-                connection_class=kind, max_connections=max_connections, timeout=pool_timeout, **options))
+            client = avalkey.Valkey.from_pool(_pool(avalkey.BlockingConnectionPool(
+                connection_class=kind, max_connections=max_connections, timeout=pool_timeout, **options)))
         return cls(client, connection.wire)
 
     @property
@@ -240,7 +267,7 @@ async def connect(
         else:
             pool = avalkey.BlockingConnectionPool.from_url(
                 url, max_connections=max_connections, timeout=pool_timeout, **client_options)
-            client = avalkey.Valkey.from_pool(pool)
+            client = avalkey.Valkey.from_pool(_pool(pool))
     except ValueError as exc:
         raise errors.ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port or rediss://host:port") from exc
     try:
