@@ -63,3 +63,28 @@ def test_a_bad_argument_is_a_configuration_error_naming_it(server, wire, bad):
                 await aio.Queue(conn, fresh_name("a")).claim(bad)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("wire", [4, 6])
+def test_on_a_cluster_every_queue_goes_to_its_slots_primary(wire):
+    from echomq import module_path
+    from echomq.cluster import LocalCluster
+
+    names = [fresh_name(f"c{i}") for i in range(12)]
+
+    async def main(url: str):
+        async with await aio.connect(url, wire=wire, cluster=True) as conn:
+            queues = [aio.Queue(conn, name) for name in names]
+            await asyncio.gather(*(q.enqueue_many([{"q": q.name}] * 3) for q in queues))
+            jobs = await asyncio.gather(*(q.claim_many(2, 60_000) for q in queues))
+            await asyncio.gather(*(q.complete_many(held) for q, held in zip(queues, jobs)))
+            return [await q.counts() for q in queues]
+
+    with LocalCluster(primaries=3, module=module_path() if wire == 6 else None, brand=wire) as cluster:
+        counts = asyncio.run(main(cluster.url))
+        assert [(c.pending, c.active) for c in counts] == [(1, 0)] * 12
+        nodes = {cluster.node_for(f"emq:{{{name}}}:pending").port for name in names}
+        assert len(nodes) > 1  # the queues really live on different primaries
+        for name in names:  # and each queue's keys are on its own slot's node
+            with cluster.node_for(f"emq:{{{name}}}:pending").client() as node:
+                assert node.zcard(f"emq:{{{name}}}:pending") == 1
