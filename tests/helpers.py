@@ -1,7 +1,10 @@
-"""Test helpers: dump a queue's keys, read the server clock, wait on the server clock."""
+"""Test helpers: fresh queue names, dump a queue's keys, read and wait on the server clock, the
+'dataset unchanged' check -- one of each for every test directory."""
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 from typing import Any
 
@@ -10,6 +13,13 @@ from echomq.keys import Keyspace
 # valkey-py's annotations mix its sync and asyncio returns (``Awaitable[Any] | Any``) and want str
 # keys: the helpers take its sync client as Any, so type checkers read the tests, not its stubs.
 Client = Any
+
+_names = itertools.count()
+
+
+def fresh_name(prefix: str = "t") -> str:
+    """A queue name no other test uses (the shared servers outlive each test)."""
+    return f"{prefix}-{os.getpid()}-{next(_names)}"
 
 
 def dump_key(client: Client, key: bytes) -> tuple:
@@ -38,8 +48,9 @@ def digest(client: Client) -> bytes:
 
 
 def server_ms(client: Client) -> int:
+    """The server clock in ms, as the verbs read it (TIME)."""
     seconds, micros = client.time()
-    return seconds * 1000 + micros // 1000
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def wait_server_past(client: Client, deadline_ms: float, timeout_s: float = 10.0) -> None:

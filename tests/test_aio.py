@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from echomq import WrongType, aio
-from worker_helpers import fresh_name
+from helpers import fresh_name
 
 
 def test_calls_made_in_one_turn_share_one_pipeline_and_keep_their_own_answers(server, wire):

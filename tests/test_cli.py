@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from echomq import EmbeddedServer, Queue, module_path
 from echomq.cli import main
 from echomq.server import free_port
-from helpers import dump, server_ms, wait_server_past
-from worker_helpers import ROOT, fresh_name
+from helpers import dump, fresh_name, server_ms, wait_server_past
+from worker_helpers import ROOT
 
 
 @pytest.fixture

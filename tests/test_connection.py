@@ -6,8 +6,6 @@ node-wide, so they must not touch the session servers' brands.
 
 from __future__ import annotations
 
-import itertools
-import os
 
 import pytest
 import valkey
@@ -32,13 +30,10 @@ from echomq.keys import VERSION_KEY, Keyspace
 from echomq.serializers import RAW
 from echomq.server import free_port
 from echomq.verbs import SCRIPTED, Verb
-from helpers import awaited_connect, dump, unchanged
+from helpers import awaited_connect, dump, fresh_name, unchanged
 
-_names = itertools.count()
-
-
-def fresh(prefix="c"):
-    return f"{prefix}{os.getpid()}-{next(_names)}"
+def fresh(prefix: str = "c") -> str:
+    return fresh_name(prefix)
 
 
 # --------------------------------------------------------------------------- brands

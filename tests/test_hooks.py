@@ -11,7 +11,8 @@ import pytest
 
 from echomq import App, ConnectionFailed, Queue, Worker, WorkerConfig, aio, hooks
 from echomq.server import free_port
-from worker_helpers import fresh_name, wait_until
+from helpers import fresh_name
+from worker_helpers import wait_until
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -10,7 +10,8 @@ import pytest
 
 from echomq import App, ConnectionFailed, EmbeddedServer, Queue, Worker, WorkerConfig, aio, connect, module_path
 from echomq.policy import IdlePolicy
-from worker_helpers import fresh_name, wait_until
+from helpers import fresh_name
+from worker_helpers import wait_until
 
 
 @pytest.mark.parametrize("wire", [4, 6])

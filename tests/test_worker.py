@@ -17,8 +17,8 @@ import pytest
 from echomq import (App, Backoff, Delay, IdlePolicy, LeasePolicy, Queue, Retry, TimerConfig, Timers, Worker,
                     WorkerConfig)
 from echomq.serializers import RAW
-from helpers import server_ms, wait_server_past
-from worker_helpers import commands_sent, fresh_name, wait_until
+from helpers import fresh_name, server_ms, wait_server_past
+from worker_helpers import commands_sent, wait_until
 
 FAST = Backoff(base_ms=10, max_ms=50, jitter=0.0)
 

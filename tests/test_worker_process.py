@@ -7,8 +7,8 @@ import signal
 import pytest
 
 from echomq import EmbeddedServer, Queue, connect, module_path
-from helpers import wait_server_past
-from worker_helpers import WorkerProcess, fresh_name, out, processed, spawn, started, wait_until  # noqa: F401 (fixtures)
+from helpers import fresh_name, wait_server_past
+from worker_helpers import WorkerProcess, out, processed, spawn, started, wait_until  # noqa: F401 (fixtures)
 
 FAST_TIMERS = ("--promote-interval-ms", "50", "--sweep-interval-ms", "50")
 
@@ -23,6 +23,7 @@ def test_two_worker_processes_process_every_job_exactly_once(conn, spawn, out):
     assert sorted(job_id for job_id, _, _ in rows) == sorted(ids)  # each once, none missing
     assert {attempt for _, attempt, _ in rows} == {1}
     for worker in workers:
+        worker.wait_log("on wire")  # started, signal handlers in place (a loaded machine may starve one)
         worker.signal(signal.SIGTERM)
     for worker in workers:
         assert worker.wait() == 0

@@ -10,7 +10,8 @@ import valkey
 
 from echomq import EmbeddedServer, module_path
 from echomq.server import free_port
-from native_helpers import NativeQueue, fresh_name
+from helpers import fresh_name
+from native_helpers import NativeQueue
 
 
 def bus() -> tuple[str, ...]:
