@@ -62,3 +62,42 @@ def test_a_killed_server_is_connection_failed_on_both_clients_and_the_worker_rid
         assert sorted(done) == list(range(40))
         # a settle in flight at the crash may have applied unseen: resent, the token fences it (lost, not twice)
         assert worker.tally.completed + worker.tally.lost == 40 and worker.tally.claimed == 40
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_a_timed_out_call_is_connection_failed(server4, client):
+    """The server stalls (DEBUG SLEEP on another link) past the client's socket timeout."""
+    import valkey
+
+    name = fresh_name("k")
+    stall = threading.Thread(target=lambda: server4.client().execute_command("DEBUG", "SLEEP", "1"), daemon=True)
+
+    if client == "sync":
+        with connect(server4.url, wire=4, socket_timeout=0.2) as conn:
+            stall.start()
+            wait_until(lambda: _stalled(server4), what="the server to stall")
+            with pytest.raises(ConnectionFailed) as info:
+                Queue(conn, name).enqueue({})
+    else:
+        async def main():
+            async with await aio.connect(server4.url, wire=4, socket_timeout=0.2) as conn:
+                stall.start()
+                await asyncio.to_thread(wait_until, lambda: _stalled(server4), 10.0, "the server to stall")
+                await aio.Queue(conn, name).enqueue({})
+
+        with pytest.raises(ConnectionFailed) as info:
+            asyncio.run(main())
+    assert isinstance(info.value.__cause__, valkey.TimeoutError), repr(info.value.__cause__)
+    stall.join(5)
+
+
+def _stalled(server) -> bool:
+    """True once a fresh client's PING times out: the server is inside DEBUG SLEEP."""
+    import valkey
+
+    try:
+        with server.client(socket_timeout=0.05) as probe:
+            probe.ping()
+    except valkey.TimeoutError:
+        return True
+    return False
