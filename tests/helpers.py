@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import itertools
 import os
 import time
 from typing import Any
 
+from echomq import aio
 from echomq.keys import Keyspace
 
 # valkey-py's annotations mix its sync and asyncio returns (``Awaitable[Any] | Any``) and want str
@@ -91,18 +94,12 @@ class AwaitingQueue:
     tests' own inspection of the dataset."""
 
     def __init__(self, url: str, wire: int, twin) -> None:
-        import asyncio
-
-        from echomq import aio
-
         self._loop = asyncio.new_event_loop()
         self._aconn = self._loop.run_until_complete(aio.connect(url, wire=wire))
         self._queue = aio.Queue(self._aconn, twin.name, serializer=twin.serializer)
         self.connection = twin.connection
 
     def __getattr__(self, name: str):
-        import inspect
-
         attr = getattr(self._queue, name)
         if not inspect.iscoroutinefunction(attr):
             return attr
@@ -118,10 +115,6 @@ class awaited_connect:
     the same checks through both clients. ``wire`` as the connection's; a context manager."""
 
     def __init__(self, url: str, **options) -> None:
-        import asyncio
-
-        from echomq import aio
-
         self._loop = asyncio.new_event_loop()
         try:
             self.conn = self._loop.run_until_complete(aio.connect(url, **options))
