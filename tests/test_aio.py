@@ -88,3 +88,34 @@ def test_on_a_cluster_every_queue_goes_to_its_slots_primary(wire):
         for name in names:  # and each queue's keys are on its own slot's node
             with cluster.node_for(f"emq:{{{name}}}:pending").client() as node:
                 assert node.zcard(f"emq:{{{name}}}:pending") == 1
+
+
+def test_an_async_handlers_producer_shares_a_cluster_connection():
+    """ctx.producer in an async handler on a cluster: aio.Connection.sharing opens an asyncio
+    cluster client to the same nodes; the follow-ups land on their own queue's primary."""
+    import threading
+
+    from echomq import App, Queue, Worker, WorkerConfig, connect
+    from echomq.cluster import LocalCluster
+    from worker_helpers import wait_until
+
+    first, second = fresh_name("cf"), fresh_name("cs")
+    app = App()
+
+    @app.task(queue=first)
+    async def forward(payload, ctx):
+        await ctx.producer(second).enqueue(payload, id=f"f{payload['n']}")
+
+    with LocalCluster(primaries=3, brand=4) as cluster, connect(cluster.url, wire=4, cluster=True) as conn:
+        Queue(conn, first).enqueue_many([{"n": n} for n in range(10)])
+        worker = Worker(app, conn, queues=[first], config=WorkerConfig(concurrency=4))
+        thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+        thread.start()
+        try:
+            wait_until(lambda: Queue(conn, second).counts().pending == 10, what="10 follow-ups")
+        finally:
+            worker.stop()
+            thread.join(10)
+        assert worker.tally.completed == 10
+        with cluster.node_for(f"emq:{{{second}}}:pending").client() as node:
+            assert node.zcard(f"emq:{{{second}}}:pending") == 10
