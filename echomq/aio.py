@@ -182,7 +182,7 @@ class Connection(WireCodec):
             hooks.emit("verb.stop", verbs=names, wire=self.wire, duration_s=time.perf_counter() - started)
         return self.refusals(replies)
 
-    async def _exchange(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+    def _exchange(self, commands: list[tuple[Any, ...]]) -> asyncio.Future[list[Any]]:
         """Send ``commands`` with every other call made in the same turn of the event loop, in
         one round trip: 50 request handlers enqueueing at once cost one pipeline, not 50 round
         trips. Each command stays its own atomic call (no transaction); a link fault fails
@@ -192,7 +192,7 @@ class Connection(WireCodec):
         self._waiting.append((commands, waiter))
         if len(self._waiting) == 1:
             loop.call_soon(self._flush)
-        return await waiter
+        return waiter
 
     def _flush(self) -> None:
         batch, self._waiting = self._waiting, []
