@@ -194,35 +194,35 @@ class Verb:
         return self.decode(reply)
 
 
-def _verb(name, keys, argv, move, decode, tokens=None, scripted=True, fenced=False):
+def _verb(name, keys, argv, move, decode=lambda reply: reply, tokens=None, scripted=True, fenced=False):
     command = "EMQ." + name.upper().replace("_", ".")
     return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move, decode, fenced)
 
 
 # Rows in the order of SPEC §3 and of trafikey's registration table.
 VERBS: tuple[Verb, ...] = (
-    _verb("enqueue", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending", _one),
-    _verb("claim", ("pending", "active", BASE), ("lease_ms",), "pending → active", _claimed,
+    _verb("enqueue", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending", decode=_one),
+    _verb("claim", ("pending", "active", BASE), ("lease_ms",), "pending → active", decode=_claimed,
           tokens=("claim", "claim.pause")),
-    _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", int, fenced=True),
+    _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", decode=int, fenced=True),
     _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active",
-          lambda reply: [int(a) for a in reply]),
-    _verb("complete", ("active", BASE), ("id", "token"), "active → (deleted)", _one, tokens=("complete.flat",),
+          decode=lambda reply: [int(a) for a in reply]),
+    _verb("complete", ("active", BASE), ("id", "token"), "active → (deleted)", decode=_one, tokens=("complete.flat",),
           fenced=True),
-    _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled", _one),
-    _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending", int),
+    _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled", decode=_one),
+    _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending", decode=int),
     _verb("reschedule", ("schedule", BASE), ("id", "delay_ms"), "scheduled → scheduled",
-          lambda reply: int(reply) or None, scripted=False),
-    _verb("delay", ("active", "schedule", BASE), ("id", "token", "delay_ms"), "active → scheduled", int,
+          decode=lambda reply: int(reply) or None, scripted=False),
+    _verb("delay", ("active", "schedule", BASE), ("id", "token", "delay_ms"), "active → scheduled", decode=int,
           fenced=True),
     _verb("fail", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
-          lambda reply: State(text(reply)), tokens=("fail.flat",), fenced=True),
-    _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending", _one),
-    _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", _one, scripted=False,
+          decode=lambda reply: State(text(reply)), tokens=("fail.flat",), fenced=True),
+    _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending", decode=_one),
+    _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", decode=_one, scripted=False,
           fenced=True),
     _verb("stalled_check", ("active", "pending", "dead", BASE), ("max_stalled", "limit"),
-          "active → pending | dead", _sweep, tokens=("stalled.check",)),
+          "active → pending | dead", decode=_sweep, tokens=("stalled.check",)),
 )
 
 # The two declared reads: scripts on both wires, never an EMQ command.
