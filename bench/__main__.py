@@ -10,7 +10,9 @@ Sections: ``cost`` (server µs per verb and lifecycle: wire 6, wire 4, the primi
 floor), ``growth`` (cost and memory at 10³ … --max-jobs queued jobs), ``e2e``
 (throughput with 1, 2, 4 worker processes, bulk enqueue, idle pick-up latency, for
 EchoMQ on each wire and for every peer), ``idle`` (one idle ``emq worker`` per wire, and at
---worker-before: pick-up, delayed-job lateness, idle commands/s; bench/idle.py). Everything runs on one embedded
+--worker-before: pick-up, delayed-job lateness, idle commands/s; bench/idle.py), ``producers`` (the
+asyncio client's enqueue throughput, 50 concurrent tasks, next to the sync ``enqueue_many``).
+Everything runs on one embedded
 valkey-server (with trafikey loaded when it is built); see bench/common.py.
 """
 
@@ -24,11 +26,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import cost, dashboard_cost, e2e, growth, idle, report
+from . import cost, dashboard_cost, e2e, growth, idle, producers, report
 from .common import ROOT, TRAFIKEY_SOURCE, BenchServer, client_versions, machine, say, trafikey_module
 from .systems import ALL_PEERS, echomq_at, echomq_system, emq_worker_available, peers
 
-SECTIONS = ("cost", "growth", "e2e", "idle", "dashboard")
+SECTIONS = ("cost", "growth", "e2e", "idle", "dashboard", "producers")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -48,6 +50,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--window", type=float, default=8.0, help="seconds a throughput run may take before it is "
                                                                "timed on what it did")
     p.add_argument("--processes", default="1,2,4", help="worker process counts")
+    p.add_argument("--producer-jobs", type=int, default=20_000, help="jobs per producers run (sync and asyncio)")
+    p.add_argument("--producer-rounds", type=int, default=3)
     p.add_argument("--latency-jobs", type=int, default=40)
     p.add_argument("--latency-gap-ms", default="20,300", help="idle gaps between latency jobs, LO,HI ms")
     p.add_argument("--peers", default=",".join(ALL_PEERS), help="comma-separated, or 'none'")
@@ -74,6 +78,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.rounds, args.jobs, args.max_jobs, args.growth_rounds, args.growth_m = 1, 50, 1000, 1, 50
         args.aof_rounds = 1
         args.e2e_jobs, args.e2e_rounds, args.bulk_jobs, args.processes = 200, 1, 200, "1"
+        args.producer_jobs, args.producer_rounds = 200, 1
         args.latency_jobs, args.latency_gap_ms, args.window = 3, "5,20", 20.0
         args.delay_ms, args.idle_seconds = 20, 0.5
         args.watch_seconds, args.watch_rounds, args.watch_depth, args.watch_queues = 1.0, 1, 100, "2"
@@ -157,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             results["dashboard"] = dashboard_cost.run(
                 server, wires=wires, queue_counts=[int(q) for q in args.watch_queues.split(",") if q],
                 depth=args.watch_depth, seconds=args.watch_seconds, rounds=args.watch_rounds)
+        if "producers" in sections:
+            results["producers"] = producers.run(server, wires=wires, n=args.producer_jobs,
+                                                 rounds=args.producer_rounds)
     results["elapsed_s"] = time.time() - started
     results["headline"] = report.headline(results)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

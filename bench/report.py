@@ -93,7 +93,21 @@ def headline(results: dict) -> dict[str, Any]:
         if best_ours and best_peer:
             out[f"ours/best_peer:{k}"] = {"ratio": best_ours[0] / best_peer[0], "ours": best_ours[1],
                                           "peer": best_peer[1]}
+    for wire, row in results.get("producers", {}).get("table", {}).items():
+        out[f"producers sync_enqueue_many/async_tasks ({wire})"] = row["sync/async_tasks"]["median"]
     return out
+
+
+def producers_section(prod: dict) -> list[str]:
+    lines = ["## Producers: asyncio next to sync", "",
+             f"{prod['n']:,} jobs into an empty queue, {prod['rounds']} rounds (medians): the sync "
+             f"`enqueue_many` in pipelined batches of {prod['batch']:,}; `echomq.aio.Queue.enqueue` awaited one "
+             f"job at a time by {prod['tasks']} concurrent tasks on one connection pool; the asyncio "
+             "`enqueue_many` in the same batches. The ratio is sync batches / async tasks (target: at most 2).", ""]
+    rows = [[wire, med(row["sync_enqueue_many"], 0), med(row["async_tasks"], 0), med(row["async_enqueue_many"], 0),
+             med(row["sync/async_tasks"])] for wire, row in prod["table"].items()]
+    return lines + table(["wire", "sync enqueue_many jobs/s", f"async {prod['tasks']} tasks jobs/s",
+                          "async enqueue_many jobs/s", "sync/async tasks"], rows)
 
 
 def render(results: dict, baseline: dict | None = None, later: list[dict] | None = None,
@@ -255,6 +269,9 @@ def render(results: dict, baseline: dict | None = None, later: list[dict] | None
 
     if e2e:
         lines += derived(results)
+
+    if results.get("producers"):
+        lines += producers_section(results["producers"])
 
     growth = results.get("growth")
     if growth:

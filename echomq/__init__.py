@@ -1,5 +1,6 @@
 """EchoMQ: a job queue for Python on Valkey, every state change one atomic step in the server."""
 
+from . import aio, hooks
 from .admin import brand_node
 from .connection import Connection, connect
 from .errors import (
@@ -39,7 +40,7 @@ __all__ = [
     "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
     "Job", "Keyspace", "LayoutError", "LeaseLost", "PermissionDenied", "PortInUse", "Queue", "RAW", "RawSerializer",
     "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Sweep", "UnsupportedOnWire",
-    "WireError", "WrongType", "brand_node", "connect", "module_path",
+    "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "module_path",
     # workers
     "App", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",
     "Timers", "Worker", "WorkerConfig",

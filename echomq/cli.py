@@ -11,6 +11,7 @@ are not wrapped; a command that matched nothing (an unknown queue or id) exits 1
 from __future__ import annotations
 
 import importlib
+from inspect import signature
 import json
 import logging
 import os
@@ -211,11 +212,41 @@ def load_app(spec: str) -> App:
         found = getattr(found, part, None)
         if found is None:
             raise click.BadParameter(f"{module_name!r} has no {attr!r}", param_hint="APP")
-    if not isinstance(found, App) and callable(found):
-        found = found()
-    if not isinstance(found, App):
-        raise click.BadParameter(f"{spec} is a {type(found).__name__}, not an echomq.App", param_hint="APP")
-    return found
+    if isinstance(found, App):
+        return found
+    if not _factory(found):
+        raise click.BadParameter(f"{spec} is {_what(found)}, not an echomq.App or a function that takes no "
+                                 f"arguments and returns one{_apps_in(module_name)}", param_hint="APP")
+    made = found()
+    if not isinstance(made, App):
+        raise click.BadParameter(f"{spec}() returned {_what(made)}, not an echomq.App", param_hint="APP")
+    return made
+
+
+def _factory(found: Any) -> bool:
+    """A callable that can be called with no arguments (a class is not taken: App itself would pass)."""
+    if not callable(found) or isinstance(found, type) or hasattr(found, "task"):
+        return False
+    try:
+        signature(found).bind()
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): not an app factory
+        return False
+    return True
+
+
+def _what(found: Any) -> str:
+    if hasattr(found, "task"):
+        return f"the task handler {getattr(found, '__qualname__', found)!r} (registered with @app.task)"
+    if callable(found) and not isinstance(found, type):
+        return f"a {type(found).__name__} that takes arguments"
+    return f"a {type(found).__name__}"
+
+
+def _apps_in(module_name: str) -> str:
+    names = [name for name, value in vars(sys.modules[module_name]).items() if isinstance(value, App)]
+    return f"; point at the App instead: {', '.join(f'{module_name}:{n}' for n in names)}" if names else ""
 
 
 @main.command()
@@ -243,10 +274,13 @@ def load_app(spec: str) -> App:
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="serve this worker's Prometheus /metrics on this port (needs echomq[dashboard])")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="the address --metrics-port binds")
+@click.option("--burst", is_flag=True,
+              help="exit once the queues are empty (nothing pending or scheduled, nothing held); for scripts and CI")
 def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurrency: int, lease_ms: int,
            grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int, sweep_interval_ms: int,
-           max_stalled: int, log_level: str, metrics_port: int | None, metrics_host: str) -> None:
-    """Run the handlers of MODULE:APP until SIGTERM/SIGINT (a second one exits at once)."""
+           max_stalled: int, log_level: str, metrics_port: int | None, metrics_host: str, burst: bool) -> None:
+    """Run the handlers of MODULE:APP until SIGTERM/SIGINT (a second one exits at once), or with
+    --burst until its queues are empty."""
     app = load_app(app_spec)
     with reported():
         config = WorkerConfig(
@@ -254,6 +288,7 @@ def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurre
             idle=IdlePolicy(max_ms=idle_max_ms),
             timers=TimerConfig(promote_interval_ms=promote_interval_ms, sweep_interval_ms=sweep_interval_ms,
                                max_stalled=max_stalled),
+            burst=burst,
         )
     with opened(url, wire) as connection, reported():
         instance = Worker(app, connection, queues=queues or None, config=config)

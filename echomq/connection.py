@@ -9,6 +9,12 @@
 
 The connection never writes the brand: that is the admin step in ``admin.py``.
 
+Everything that decides (the command for a call on a wire, the handshake's checks,
+the mapping of error replies and link faults) is pure and shared with the asyncio
+connection in ``aio.py``; each connection only sends, through one path
+(:meth:`Connection.round_trip`), which maps every link fault to
+:class:`~echomq.ConnectionFailed` and emits the ``verb.*`` hooks.
+
 On a Valkey Cluster (``connect(url, cluster=True)``) the client is an
 :class:`EchoCluster`: every verb goes to the primary of its queue's slot (the
 keys share the queue's hashtag), the scripts are loaded on every primary, the
@@ -21,16 +27,20 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import valkey
 from valkey.cluster import ClusterPipeline, ValkeyCluster
-from valkey.exceptions import NoScriptError, ResponseError
+from valkey.exceptions import ClusterError, NoScriptError, ResponseError, ValkeyClusterException
 
-from . import errors
+from . import errors, hooks
 from .keys import VERSION_KEY, Keyspace
-from .verbs import BY_NAME, JOB_CORE_TOKENS, SCRIPTED, Verb
+from .verbs import BY_NAME, JOB_CORE_TOKENS, SCRIPTED, Call, Plain, Verb, build_call
+
+__all__ = ["BRANDS", "Call", "Connection", "Plain", "Script", "WireCodec", "as_refusal", "build_call", "connect"]
 
 BRANDS = {4: b"echomq:4.0.0", 6: b"echomq:6.0.0"}
 
@@ -73,18 +83,89 @@ def as_refusal(exc: ResponseError) -> errors.CommandRefused:
     return errors.refusal(text)
 
 
+#: A link fault on either client: refused, reset, timed out, or no cluster node answered.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    valkey.ConnectionError, valkey.TimeoutError, ValkeyClusterException, ClusterError, OSError,
+)
+
+
+def link_failed(exc: BaseException, where: str) -> errors.ConnectionFailed:
+    failed = errors.ConnectionFailed(f"the link to Valkey failed during {where}: {type(exc).__name__}: {exc}")
+    failed.__cause__ = exc
+    return failed
+
+
+@contextmanager
+def plain_commands(where: str) -> Iterator[None]:
+    """Raw client commands outside the send path (the inventory's reads, the heartbeat) answer in
+    its error tree: a refusal is the typed :class:`~echomq.CommandRefused`, a link fault
+    :class:`~echomq.ConnectionFailed`."""
+    try:
+        yield
+    except ResponseError as exc:
+        raise as_refusal(exc) from exc
+    except TRANSPORT_ERRORS as exc:
+        raise link_failed(exc, where) from exc
+
+
+def brand_unreadable(exc: ResponseError) -> errors.EchoMQError:
+    """The error for a failed read of the brand: a ``{emq}:version`` of another type is no brand."""
+    refusal = as_refusal(exc)
+    if isinstance(refusal, errors.WrongType):
+        return errors.BrandError(
+            f"the node's {VERSION_KEY} is not a string, so it carries no EchoMQ brand: "
+            "the key belongs to something else; use another node"
+        )
+    return refusal
+
+
 def read_brand(client: valkey.Valkey) -> bytes | None:
     """The node's brand; a ``{emq}:version`` of another type is no brand (BrandError, not WRONGTYPE)."""
     try:
         return client.get(VERSION_KEY)
     except ResponseError as exc:
-        refusal = as_refusal(exc)
-        if isinstance(refusal, errors.WrongType):
-            raise errors.BrandError(
-                f"the node's {VERSION_KEY} is not a string, so it carries no EchoMQ brand: "
-                "the key belongs to something else; use another node"
-            ) from exc
-        raise refusal from exc
+        raise brand_unreadable(exc) from exc
+
+
+def check_brand(brand: bytes | None, wire: int) -> None:
+    want = BRANDS[wire]
+    if brand == want:
+        return
+    if brand is None:
+        raise unbranded(str(wire))
+    raise errors.BrandError(
+        f"the node is branded {brand.decode(errors='replace')!r}, not {want.decode()!r}: it serves the other "
+        f"wire; connect with wire={4 if wire == 6 else 6} or use another node"
+    )
+
+
+def wire_of_brand(brand: bytes | None) -> int:
+    """The wire the node's brand names; BrandError when it is unbranded or carries another brand."""
+    for wire, want in BRANDS.items():
+        if brand == want:
+            return wire
+    if brand is None:
+        raise unbranded("4|6")
+    raise errors.BrandError(f"the node is branded {brand.decode(errors='replace')!r}, which names no EchoMQ wire")
+
+
+def tokens_unavailable(exc: ResponseError) -> errors.WireError:
+    return errors.WireError(
+        "wire 6 needs the trafikey module on the node, and EMQ.VERSION failed "
+        f"({exc}); start valkey-server with --loadmodule $(emq module-path), or connect with wire=4"
+    )
+
+
+def check_tokens(listed: Mapping[Any, bytes]) -> frozenset[str]:
+    """Every node's EMQ.VERSION must list the job-core tokens; returns the tokens all of them list."""
+    common: set[str] | None = None
+    for node, reply in listed.items():
+        tokens = set(reply.decode().split())
+        missing = [token for token in JOB_CORE_TOKENS if token not in tokens]
+        if missing:
+            raise errors.WireError(f"the trafikey on {node} lacks job-core tokens {missing}; upgrade the module")
+        common = tokens if common is None else common & tokens
+    return frozenset(common or ())
 
 
 @dataclass(frozen=True)
@@ -101,18 +182,14 @@ def load_scripts(verbs: Iterable[Verb]) -> dict[str, Script]:
     return {verb.name: Script(verb, verb.script_path.read_bytes()) for verb in verbs}
 
 
-@dataclass(frozen=True)
-class Call:
-    """One verb call, built once and sendable on either wire."""
-
-    verb: Verb
-    keys: tuple[str, ...]
-    argv: tuple[Any, ...]
-
-
-def build_call(verb_name: str, keyspace: Keyspace, argv: Sequence[Any]) -> Call:
-    verb = BY_NAME[verb_name]
-    return Call(verb, tuple(keyspace.key(suffix) for suffix in verb.keys), tuple(argv))
+def first_key_at(args: Sequence[Any]) -> int | None:
+    """Where the first key is in a command that carries numkeys (EVALSHA, every ``EMQ.*`` verb)."""
+    name = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
+    name = name.upper()
+    at = 2 if name in ("EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO") else 1 if name.startswith("EMQ.") else None
+    if at is not None and len(args) > at + 1 and int(args[at]) > 0:
+        return at + 1
+    return None
 
 
 class _RouteByFirstKey:
@@ -125,11 +202,9 @@ class _RouteByFirstKey:
     """
 
     def determine_slot(self, *args: Any) -> int:
-        name = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
-        name = name.upper()
-        at = 2 if name in ("EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO") else 1 if name.startswith("EMQ.") else None
-        if at is not None and len(args) > at + 1 and int(args[at]) > 0:
-            return self.keyslot(args[at + 1])  # type: ignore[attr-defined]
+        at = first_key_at(args)
+        if at is not None:
+            return self.keyslot(args[at])  # type: ignore[attr-defined]
         return super().determine_slot(*args)  # type: ignore[misc]
 
 
@@ -146,51 +221,16 @@ class EchoCluster(_RouteByFirstKey, ValkeyCluster):
         return pipe
 
 
-class Connection:
-    """A client bound to one wire. Build it with :func:`connect`.
+class WireCodec:
+    """What both connections share and nothing sends: the wire, its scripts, the command that
+    carries a call, and the reading of a round trip's replies."""
 
-    ``client`` is a ``valkey.Valkey`` or, on a cluster, an :class:`EchoCluster`.
-    """
-
-    def __init__(self, client: valkey.Valkey | ValkeyCluster, wire: int) -> None:
+    def __init__(self, wire: int) -> None:
         if wire not in BRANDS:
             raise errors.ConfigurationError(f"bad wire {wire!r}: EchoMQ speaks wire 4 (scripts) or wire 6 (trafikey)")
-        self.client = client
         self.wire = wire
         self.tokens: frozenset[str] = frozenset()  #: what EMQ.VERSION lists on every primary (wire 6)
         self.scripts = load_scripts(v for v in SCRIPTED if wire == 4 or v.read_only)
-        self._handshake()
-
-    # -- opening ------------------------------------------------------------
-    def _handshake(self) -> None:
-        if self.wire == 6:
-            self._require_tokens()
-        self._require_brand()
-        self.load_scripts()
-
-    @property
-    def cluster(self) -> bool:
-        return isinstance(self.client, ValkeyCluster)
-
-    def _require_tokens(self) -> None:
-        try:
-            if self.cluster:  # every primary must serve the verbs, not just one
-                listed = self.client.execute_command("EMQ.VERSION", target_nodes=ValkeyCluster.PRIMARIES)
-            else:
-                listed = {"node": self.client.execute_command("EMQ.VERSION")}
-        except ResponseError as exc:
-            raise errors.WireError(
-                "wire 6 needs the trafikey module on the node, and EMQ.VERSION failed "
-                f"({exc}); start valkey-server with --loadmodule $(emq module-path), or connect with wire=4"
-            ) from exc
-        common: set[str] | None = None
-        for node, reply in listed.items():
-            tokens = set(reply.decode().split())
-            missing = [token for token in JOB_CORE_TOKENS if token not in tokens]
-            if missing:
-                raise errors.WireError(f"the trafikey on {node} lacks job-core tokens {missing}; upgrade the module")
-            common = tokens if common is None else common & tokens
-        self.tokens = frozenset(common or ())
 
     def supports(self, verb_name: str) -> bool:
         """Whether this connection carries ``verb_name``: its script on wire 4; on wire 6 its
@@ -200,24 +240,6 @@ class Connection:
             return verb.scripted
         return verb.read_only or set(verb.tokens) <= self.tokens
 
-    def _require_brand(self) -> None:
-        brand = read_brand(self.client)
-        want = BRANDS[self.wire]
-        if brand == want:
-            return
-        if brand is None:
-            raise unbranded(str(self.wire))
-        raise errors.BrandError(
-            f"the node is branded {brand.decode(errors='replace')!r}, not {want.decode()!r}: it serves the other "
-            f"wire; connect with wire={4 if self.wire == 6 else 6} or use another node"
-        )
-
-    def load_scripts(self) -> None:
-        # on a cluster valkey-py sends SCRIPT LOAD to every primary
-        for script in self.scripts.values():
-            self.client.script_load(script.source)
-
-    # -- sending --------------------------------------------------------------
     def command_args(self, call: Call) -> tuple[Any, ...]:
         """The command that carries ``call`` on this connection's wire."""
         verb = call.verb
@@ -238,44 +260,109 @@ class Connection:
         command = "EVALSHA_RO" if verb.read_only else "EVALSHA"
         return (command, script.sha, len(call.keys), *call.keys, *call.argv)
 
-    def send(self, call: Call) -> Any:
-        args = self.command_args(call)
+    def args_of(self, item: Call | Plain) -> tuple[Any, ...]:
+        return item.args if isinstance(item, Plain) else self.command_args(item)
+
+    @staticmethod
+    def unanswered(replies: Sequence[Any]) -> list[int]:
+        """Which replies are NOSCRIPT: those calls did not run, so resending them is safe."""
+        return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+
+    @staticmethod
+    def refusals(replies: Sequence[Any]) -> list[Any]:
+        return [as_refusal(r) if isinstance(r, ResponseError) else r for r in replies]
+
+
+def has_keyless(commands: Sequence[tuple[Any, ...]]) -> bool:
+    """Whether a round trip holds a command a cluster client cannot route (TIME, which has no key)."""
+    return any(str(command[0]).upper() == "TIME" for command in commands)
+
+
+def names_of(request: Sequence[Call | Plain]) -> list[str]:
+    """What the ``verb.*`` hooks report for a round trip: verb names, or a plain command's name."""
+    return [item.verb.name if isinstance(item, Call) else str(item.args[0]).lower() for item in request]
+
+
+class Connection(WireCodec):
+    """A client bound to one wire. Build it with :func:`connect`.
+
+    ``client`` is a ``valkey.Valkey`` or, on a cluster, an :class:`EchoCluster`.
+    """
+
+    def __init__(self, client: valkey.Valkey | ValkeyCluster, wire: int) -> None:
+        super().__init__(wire)
+        self.client = client
+        self._handshake()
+
+    # -- opening ------------------------------------------------------------
+    def _handshake(self) -> None:
         try:
-            try:
-                return self.client.execute_command(*args)
-            except NoScriptError:
-                self.load_scripts()  # SCRIPT FLUSH or a restart without the cache: load once, retry once
-                return self.client.execute_command(*args)
+            if self.wire == 6:
+                self._require_tokens()
+            check_brand(read_brand(self.client), self.wire)
+            self.load_scripts()
+        except TRANSPORT_ERRORS as exc:
+            raise link_failed(exc, "the handshake") from exc
+
+    @property
+    def cluster(self) -> bool:
+        return isinstance(self.client, ValkeyCluster)
+
+    def _require_tokens(self) -> None:
+        try:
+            if self.cluster:  # every primary must serve the verbs, not just one
+                listed = self.client.execute_command("EMQ.VERSION", target_nodes=ValkeyCluster.PRIMARIES)
+            else:
+                listed = {"node": self.client.execute_command("EMQ.VERSION")}
         except ResponseError as exc:
-            raise as_refusal(exc) from exc
+            raise tokens_unavailable(exc) from exc
+        self.tokens = check_tokens(listed)
 
-    def send_many(self, calls: Sequence[Call]) -> list[Any]:
-        """Pipeline ``calls`` (no transaction); error replies come back as exception objects."""
-        return self._send_many(calls)[0]
+    def load_scripts(self) -> None:
+        # on a cluster valkey-py sends SCRIPT LOAD to every primary
+        for script in self.scripts.values():
+            self.client.script_load(script.source)
 
-    def send_many_and_read_pause(self, calls: Sequence[Call], keyspace: Keyspace) -> tuple[list[Any], bool]:
-        """``send_many(calls)`` with the scripted claim's pause read (SPEC §4) in the same round
-        trip, after them: (the calls' replies, paused). As :meth:`paused`, any non-nil reply,
-        an error reply included, reads as paused."""
-        results, pause = self._send_many(calls, pause_of=keyspace)
-        return results, pause is not None
+    # -- sending: the one path --------------------------------------------------
+    def round_trip(self, request: Sequence[Call | Plain], on: Keyspace | None = None) -> list[Any]:
+        """Send ``request`` in one round trip (one command alone, more as a pipeline, no
+        transaction); error replies come back as typed exception objects, a link fault
+        raises :class:`~echomq.ConnectionFailed`. NOSCRIPT reloads the scripts and resends
+        only the calls that did not run, once. On a cluster a round trip with a keyless command
+        (TIME) goes whole to the node of ``on``, the queue it serves."""
+        commands = [self.args_of(item) for item in request]
+        names = names_of(request) if hooks.wanted("verb") else None
+        started = time.perf_counter()
+        if names:
+            hooks.emit("verb.start", verbs=names, wire=self.wire)
+        try:
+            client = self.node_client(on) if on is not None and self.cluster and has_keyless(commands) else self.client
+            replies = self._exchange(client, commands)
+            retry = self.unanswered(replies)
+            if retry:
+                self.load_scripts()  # SCRIPT FLUSH or a restart without the cache
+                for i, reply in zip(retry, self._exchange(client, [commands[i] for i in retry])):
+                    replies[i] = reply
+        except TRANSPORT_ERRORS as exc:
+            failed = link_failed(exc, " ".join(names_of(request)))
+            if names:
+                hooks.emit("verb.error", verbs=names, wire=self.wire, error=failed,
+                           duration_s=time.perf_counter() - started)
+            raise failed from exc
+        if names:
+            hooks.emit("verb.stop", verbs=names, wire=self.wire, duration_s=time.perf_counter() - started)
+        return self.refusals(replies)
 
-    def _send_many(self, calls: Sequence[Call], *, pause_of: Keyspace | None = None) -> tuple[list[Any], Any]:
-        results = self._pipeline(calls, pause_of=pause_of)
-        pause = results.pop() if pause_of is not None else None
-        retry = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
-        if retry:
-            self.load_scripts()  # a NOSCRIPT reply means the call did not run: resending is safe
-            for i, result in zip(retry, self._pipeline([calls[i] for i in retry])):
-                results[i] = result
-        return [as_refusal(r) if isinstance(r, ResponseError) else r for r in results], pause
-
-    def _pipeline(self, calls: Sequence[Call], *, pause_of: Keyspace | None = None) -> list[Any]:
-        pipe = self.client.pipeline(transaction=False)
-        for call in calls:
-            pipe.execute_command(*self.command_args(call))
-        if pause_of is not None:
-            pipe.hget(pause_of.meta, "paused")
+    @staticmethod
+    def _exchange(client: valkey.Valkey | ValkeyCluster, commands: list[tuple[Any, ...]]) -> list[Any]:
+        if len(commands) == 1:
+            try:
+                return [client.execute_command(*commands[0])]
+            except ResponseError as exc:
+                return [exc]
+        pipe = client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
         return pipe.execute(raise_on_error=False)
 
     def node_client(self, keyspace: Keyspace) -> valkey.Valkey:
@@ -285,16 +372,16 @@ class Connection:
             return self.client.get_node_from_key(keyspace.pending).valkey_connection
         return self.client
 
-    # -- the pause read of the scripted claim ----------------------------------
-    def paused(self, keyspace: Keyspace) -> bool:
-        """SPEC §4: any non-nil reply means paused, an error reply included; only a
-        connection fault reads as not paused (and then the claim itself fails)."""
-        try:
-            return self.client.hget(keyspace.meta, "paused") is not None
-        except ResponseError:
-            return True
-        except (valkey.ConnectionError, valkey.TimeoutError):
-            return False
+    def send(self, call: Call | Plain) -> Any:
+        """Send one call; its error reply is raised as the typed EchoMQ error."""
+        (reply,) = self.round_trip([call])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def send_many(self, calls: Sequence[Call | Plain]) -> list[Any]:
+        """Pipeline ``calls``; error replies come back as exception objects."""
+        return self.round_trip(calls) if calls else []
 
     def close(self) -> None:
         self.client.close()
@@ -315,13 +402,7 @@ def unbranded(wire: str) -> errors.BrandError:
 
 def branded_wire(client: valkey.Valkey) -> int:
     """The wire the node's brand names; BrandError when it is unbranded or carries another brand."""
-    brand = read_brand(client)
-    for wire, want in BRANDS.items():
-        if brand == want:
-            return wire
-    if brand is None:
-        raise unbranded("4|6")
-    raise errors.BrandError(f"the node is branded {brand.decode(errors='replace')!r}, which names no EchoMQ wire")
+    return wire_of_brand(read_brand(client))
 
 
 def connect(
@@ -342,11 +423,12 @@ def connect(
             client = valkey.Valkey.from_url(url, **client_options)
     except ValueError as exc:
         raise errors.ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port or rediss://host:port") from exc
-    except (valkey.ConnectionError, valkey.TimeoutError, valkey.exceptions.ValkeyClusterException) as exc:
+    except TRANSPORT_ERRORS as exc:
         # the cluster client reads the slot map as it is built: no node, no client
         raise errors.ConnectionFailed(f"no Valkey Cluster answers at {url}: {exc}") from exc
     try:
         client.ping()
-    except (valkey.ConnectionError, valkey.TimeoutError, valkey.exceptions.ValkeyClusterException) as exc:
+        chosen = branded_wire(client) if wire == "auto" else wire
+    except TRANSPORT_ERRORS as exc:
         raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
-    return Connection(client, branded_wire(client) if wire == "auto" else wire)
+    return Connection(client, chosen)

@@ -5,11 +5,11 @@
     ├── ServerNotFound            no valkey-server binary to start
     ├── ServerStartError          the embedded server did not come up
     │   └── PortInUse             another process holds the port it was given
-    ├── ConnectionFailed          no Valkey answers at the URL
+    ├── ConnectionFailed          no Valkey answers at the URL, or the link failed (refused, reset, timeout)
     ├── BrandError                the node is unbranded or carries the other wire's brand
     ├── WireError                 the node cannot serve the wire asked for (no module, missing tokens)
     ├── UnsupportedOnWire         a verb or script the connection's wire does not carry
-    ├── LeaseLost                 a token-fenced verb answered 0: the caller no longer holds the job
+    ├── LeaseLost                 a token-fenced verb answered 0 or EMQSTATE: the caller no longer holds the job
     └── CommandRefused            the server refused a verb; `code` is the reply's first word
         ├── ShapeError            EMQSHAPE
         ├── LayoutError           EMQLAYOUT
@@ -66,13 +66,18 @@ class UnsupportedOnWire(EchoMQError):
 
 
 class LeaseLost(EchoMQError):
-    """The job's token no longer matches (or the row is gone): someone else holds it, or it settled."""
+    """The job's token no longer matches (or the row is gone, or is no longer active): someone
+    else holds it, or it settled. ``refusal`` is the server's EMQSTATE refusal when wire 6
+    refused the settle of a row that is not active (wire 4 answers 0 there), else None."""
 
-    def __init__(self, verb: str, job_id: str, token: str) -> None:
-        super().__init__(f"{verb}: lease lost for job {job_id!r} (token {token}): the job is no longer held with this token")
+    def __init__(self, verb: str, job_id: str, token: str, refusal: "CommandRefused | None" = None) -> None:
+        why = f" ({refusal.reply})" if refusal is not None else ""
+        super().__init__(f"{verb}: lease lost for job {job_id!r} (token {token}): the job is no longer held "
+                         f"with this token{why}")
         self.verb = verb
         self.job_id = job_id
         self.token = token
+        self.refusal = refusal
 
 
 class CommandRefused(EchoMQError):

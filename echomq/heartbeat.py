@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import valkey
 
-from .connection import as_refusal
+from .connection import plain_commands
 from .errors import ConfigurationError
 
 WORKERS_KEY = "{emq}:workers"
@@ -134,10 +134,8 @@ class Heartbeat:
         """Beat if one is due at local time ``now_ms``; True when it did."""
         if now_ms < self.next_due_ms():
             return False
-        try:
+        with plain_commands("the heartbeat"):  # a refusal or a link fault: the worker's step handles it
             self.beat(held=held, completed=completed, failed=failed)
-        except valkey.ResponseError as exc:  # a refusal (a wrong-typed key, ACL): the worker's step handles it
-            raise as_refusal(exc) from exc
         self._last_ms = now_ms
         return True
 
@@ -169,4 +167,5 @@ class Heartbeat:
         pipe = self.client.pipeline(transaction=False)
         pipe.delete(record_key(self.id))
         pipe.srem(WORKERS_KEY, self.id)
-        pipe.execute()
+        with plain_commands("the heartbeat's removal"):
+            pipe.execute()

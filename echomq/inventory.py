@@ -14,10 +14,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .connection import Connection
+from .connection import Connection, plain_commands
 from .errors import CommandRefused
 from .keys import STATE_SETS, State
-from .queue import Counts, Queue, _plain
+from .queue import Counts, Queue
 
 #: the keys whose presence means a queue exists (a queue whose jobs all completed keeps its metrics)
 PRESENCE_SUFFIXES = ("pending", "active", "schedule", "dead", "meta", "metrics:completed", "metrics:failed")
@@ -40,7 +40,7 @@ def discover_queues(connection: Connection) -> list[str]:
 
 def queue_exists(queue: Queue) -> bool:
     """True when any set, the meta hash or a metrics hash of the queue exists (one EXISTS)."""
-    with _plain():
+    with plain_commands("a queue's presence read"):
         return bool(queue.connection.client.exists(*(queue.keys.key(s) for s in PRESENCE_SUFFIXES)))
 
 
@@ -143,7 +143,7 @@ def _ms(time_reply: Any) -> int:
 def job_view(queue: Queue, job_id: str) -> JobView | None:
     """The job's row, the server clock and its score; None when it has no row (completed jobs leave none)."""
     client = queue.connection.client
-    with _plain():
+    with plain_commands("a job's read"):
         row = client.hgetall(queue.keys.job(job_id))
         if not row:
             return None
@@ -164,7 +164,7 @@ def job_page(queue: Queue, state: State, *, offset: int, count: int) -> list[Job
     pipe = client.pipeline(transaction=False)
     for job_id, _ in listed:
         pipe.hgetall(queue.keys.job(job_id))
-    with _plain():
+    with plain_commands("a page of jobs"):
         rows = pipe.execute()
         now_ms = _ms(client.time())
     views = [decode_view(queue.name, job_id, row, score, now_ms) for (job_id, score), row in zip(listed, rows)]

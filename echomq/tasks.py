@@ -15,6 +15,12 @@ returning (COMPLETE), raising (FAIL: retried with backoff until ``max_attempts``
 then dead), raising :class:`Retry` (FAIL with its own delay) or :class:`Delay`
 (DELAY: run again later, no failure recorded).
 
+A handler enqueues follow-up work through its context, on the worker's own
+connection: ``ctx.producer("emails")`` is an :class:`echomq.Queue` in a sync
+handler and an :class:`echomq.aio.Queue` (its methods awaited) in an ``async def``
+one, so a follow-up enqueue never blocks the event loop every async handler shares.
+(``ctx.queue`` is the job's queue name, so the method has its own name.)
+
 If the worker loses the job's lease (the job is re-claimed by someone else), the
 outcome is never settled: an ``async def`` handler is cancelled, a sync handler
 sees ``ctx.lease_lost`` turn true (``ctx.lost`` is a :class:`threading.Event`).
@@ -26,7 +32,7 @@ import asyncio
 import inspect
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from .errors import ConfigurationError, LeaseLost
 from .keys import check_queue_name
@@ -69,6 +75,15 @@ class JobContext:
     queue: str
     attempt: int  #: the fencing token: 1 on the first claim, +1 on every claim after
     lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    producers: Callable[[str, Serializer | None], Any] | None = field(default=None, repr=False)
+
+    def producer(self, queue: str | None = None, *, serializer: Serializer | None = None) -> Any:
+        """A producer for ``queue`` (this job's own by default) on the worker's connection: an
+        :class:`echomq.Queue` in a sync handler, an :class:`echomq.aio.Queue` in an async one.
+        Its serializer is the app's task's for that queue, else JSON, unless given."""
+        if self.producers is None:
+            raise ConfigurationError("this context has no worker connection: producer() works inside a worker's handler")
+        return self.producers(self.queue if queue is None else queue, serializer)
 
     @property
     def idempotency_key(self) -> str:
@@ -134,6 +149,19 @@ class Task:
         return Queue(connection, self.queue, serializer=self.serializer)
 
 
+P = ParamSpec("P")
+R = TypeVar("R", covariant=True)
+
+
+class TaskFunction(Protocol, Generic[P, R]):
+    """What ``@app.task`` returns: the function itself, same signature for type checkers, with
+    ``.task`` (its :class:`Task`) set."""
+
+    task: Task
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+
 class App:
     """The task registry a worker serves: ``emq worker mymodule:app``."""
 
@@ -153,16 +181,25 @@ class App:
         self.tasks[queue] = task
         return task
 
-    def task(self, fn: Callable[..., Any] | None = None, *, queue: str | None = None, max_attempts: int = 3,
+    @overload
+    def task(self, fn: Callable[P, R], /) -> TaskFunction[P, R]: ...
+
+    @overload
+    def task(self, fn: None = None, /, *, queue: str | None = None, max_attempts: int = 3,
+             backoff: Backoff | None = None, serializer: Serializer = JSON,
+             ) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON) -> Any:
         """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
 
-        The decorated function is returned unchanged, with ``.task`` set to its :class:`Task`.
+        The decorated function is returned unchanged -- type checkers keep its signature --
+        with ``.task`` set to its :class:`Task`.
         """
 
-        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def register(fn: Callable[P, R]) -> TaskFunction[P, R]:
             fn.task = self.handler(queue or fn.__name__, fn, max_attempts=max_attempts,  # type: ignore[attr-defined]
                                    backoff=backoff, serializer=serializer)
-            return fn
+            return fn  # type: ignore[return-value]
 
         return register(fn) if fn is not None else register

@@ -1,19 +1,151 @@
 """The verb table: the one place the Python side lists the job core's verbs.
 
-Each row says which keys (as suffixes of the queue's base) and which ARGV a verb
-takes, whether a Lua script serves it on wire 4, which ``EMQ.*`` command serves it
-on wire 6, and the capability tokens that command advertises. The connection
-dispatches from this table; the scripts and trafikey's registration table are
-checked against it by tests.
+Each row owns everything about its verb: which keys (as suffixes of the queue's
+base) and which ARGV it takes, the SPEC §3 limits those arguments are checked
+against before anything is sent (:meth:`Verb.build`), and the decoder that turns
+its reply into a typed value (:meth:`Verb.answer`). It also says whether a Lua
+script serves it on wire 4, which ``EMQ.*`` command serves it on wire 6, and the
+capability tokens that command advertises. Nothing here does I/O: the sync and the
+asyncio connection both send what these rows build. The scripts and trafikey's
+registration table and grammar are checked against this file by tests.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import errors
+from .keys import MAX_ID_BYTES, Keyspace, State, check_job_id
 
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
 BASE = ""  # the key suffix that names the base itself, ``emq:{q}:``
+
+# SPEC §3's argument limits, defined once (tests/test_verbs_table.py reads trafikey's grammar.rs
+# and compares its constants with these).
+I64_MAX = 2**63 - 1
+LEASE_MIN = 1
+DELAY_MIN = 0
+LIMIT_MIN = 1
+LIMIT_MAX = 10_000
+BUDGET_MIN = 1
+PRIORITY_MAX = 2**31 - 1
+ID_MAX_LEN = MAX_ID_BYTES
+EXTENDS_MAX_PAIRS = 1_000
+TIMEOUT_MAX = 2**31 - 1  #: BCLAIM's wait; 0 waits until served
+
+#: The numeric ARGV names and their inclusive bounds.
+BOUNDS: dict[str, tuple[int, int]] = {
+    "priority": (0, PRIORITY_MAX),
+    "lease_ms": (LEASE_MIN, I64_MAX),
+    "delay_ms": (DELAY_MIN, I64_MAX),
+    "backoff_ms": (DELAY_MIN, I64_MAX),
+    "limit": (LIMIT_MIN, LIMIT_MAX),
+    "max_attempts": (BUDGET_MIN, I64_MAX),
+    "max_stalled": (BUDGET_MIN, I64_MAX),
+    "timeout_ms": (0, TIMEOUT_MAX),
+}
+
+
+def check_int(name: str, value: Any, low: int, high: int = I64_MAX) -> int:
+    """A SPEC §3 number: an int in [low, high] (bools are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise errors.ConfigurationError(f"bad {name} {value!r}: expected an integer from {low} to {high}")
+    return value
+
+
+def check_arg(name: str, value: Any) -> Any:
+    """One ARGV value checked by its name: a number within its bounds, an id, or passed as is."""
+    if name in BOUNDS:
+        return check_int(name, value, *BOUNDS[name])
+    if name == "id":
+        return check_job_id(value)
+    if name == "token":
+        return str(value)
+    return value  # payload (already serialized) and error text travel as given
+
+
+@dataclass(frozen=True)
+class Call:
+    """One verb call, built once and sendable on either wire."""
+
+    verb: "Verb"
+    keys: tuple[str, ...]
+    argv: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Plain:
+    """A plain command on one of the queue's keys (the pause flag, the reads that are not verbs)."""
+
+    args: tuple[Any, ...]
+
+
+# -- typed replies ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """CLAIM's reply before the payload is deserialized."""
+
+    id: str
+    raw_payload: bytes | None
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Counts:
+    pending: int
+    active: int
+    scheduled: int
+    dead: int
+    paused: bool
+
+    @property
+    def total(self) -> int:
+        return self.pending + self.active + self.scheduled + self.dead
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What one STALLED.CHECK moved."""
+
+    recovered: list[str]
+    exempt: list[str]  #: restart-caused expiries (wire 6 only): recovered without counting a stall
+    dead: list[str]
+
+    def __len__(self) -> int:
+        return len(self.recovered) + len(self.exempt) + len(self.dead)
+
+
+def text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _one(reply: Any) -> bool:
+    return reply == 1
+
+
+def _claimed(reply: Sequence[Any]) -> Claimed | None:
+    if not reply:
+        return None  # empty pending, paused, or a ghost head popped
+    job_id, raw, attempts = reply
+    return Claimed(text(job_id), raw, int(attempts))
+
+
+def _sweep(reply: Sequence[Sequence[Any]]) -> Sweep:
+    recovered, exempt, dead = reply
+    return Sweep([text(i) for i in recovered], [text(i) for i in exempt], [text(i) for i in dead])
+
+
+def _counts(reply: Sequence[Any]) -> Counts:
+    pending, active, scheduled, dead, paused = reply
+    return Counts(pending, active, scheduled, dead, paused == 1)
+
+
+def _state(reply: Any) -> State | None:
+    return None if reply is None else State(text(reply))
 
 
 @dataclass(frozen=True)
@@ -25,6 +157,8 @@ class Verb:
     tokens: tuple[str, ...] = ()  #: capability tokens its native row advertises
     scripted: bool = True  #: served by ``scripts/<name>.lua`` on wire 4
     move: str = ""  #: the lifecycle arrow it performs, as docs/lifecycle.md lists it
+    decode: Callable[[Any], Any] = lambda reply: reply  #: the reply, typed
+    fenced: bool = False  #: takes (id, token) first; 0 or EMQSTATE means the lease is lost
 
     @property
     def script_path(self) -> Path:
@@ -34,31 +168,63 @@ class Verb:
     def read_only(self) -> bool:
         return self.command is None
 
+    def build(self, keyspace: Keyspace, *argv: Any) -> Call:
+        """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs)."""
+        names = self.argv
+        if self.name == "extends":
+            pairs = (len(argv) - 1) // 2
+            if not 1 <= pairs <= EXTENDS_MAX_PAIRS or len(argv) % 2 != 1:
+                raise errors.ConfigurationError(
+                    f"bad EXTENDS: 1 to {EXTENDS_MAX_PAIRS} (id, token) pairs after the lease, got {len(argv) - 1} values")
+            names = self.argv[:1] + self.argv[1:] * pairs
+        elif len(argv) != len(names):
+            raise errors.ConfigurationError(f"{self.name} takes {list(names)}, got {len(argv)} values")
+        return Call(self, tuple(keyspace.key(s) for s in self.keys), tuple(map(check_arg, names, argv)))
 
-def _verb(name, keys, argv, move, tokens=None, scripted=True):
+    def answer(self, call: Call, reply: Any) -> Any:
+        """The typed answer to ``call``; an error reply stays an exception object (the caller
+        raises it, or returns it in a batch). A fenced verb's 0 (no row, or the token does
+        not match) and its EMQSTATE refusal (wire 6: the row is no longer active) are both
+        :class:`~echomq.LeaseLost`, so a lost lease reads the same on both wires."""
+        if self.fenced and (reply == 0 and not isinstance(reply, Exception) or isinstance(reply, errors.StateError)):
+            refusal = reply if isinstance(reply, errors.StateError) else None
+            lost = errors.LeaseLost(self.name, text(call.argv[0]), text(call.argv[1]), refusal)
+            lost.__cause__ = refusal
+            return lost
+        if isinstance(reply, Exception):
+            return reply
+        return self.decode(reply)
+
+
+def _verb(name, keys, argv, move, decode=lambda reply: reply, tokens=None, scripted=True, fenced=False):
     command = "EMQ." + name.upper().replace("_", ".")
-    return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move)
+    return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move, decode, fenced)
 
 
 # Rows in the order of SPEC §3 and of trafikey's registration table.
 VERBS: tuple[Verb, ...] = (
-    _verb("enqueue", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending"),
-    _verb("claim", ("pending", "active", BASE), ("lease_ms",), "pending → active",
+    _verb("enqueue", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending", decode=_one),
+    _verb("claim", ("pending", "active", BASE), ("lease_ms",), "pending → active", decode=_claimed,
           tokens=("claim", "claim.pause")),
-    _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active"),
-    _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active"),
-    _verb("complete", ("active", BASE), ("id", "token"), "active → (deleted)", tokens=("complete.flat",)),
-    _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled"),
-    _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending"),
-    _verb("reschedule", ("schedule", BASE), ("id", "delay_ms"), "scheduled → scheduled", scripted=False),
-    _verb("delay", ("active", "schedule", BASE), ("id", "token", "delay_ms"), "active → scheduled"),
+    _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", decode=int, fenced=True),
+    _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active",
+          decode=lambda reply: [int(a) for a in reply]),
+    _verb("complete", ("active", BASE), ("id", "token"), "active → (deleted)", decode=_one, tokens=("complete.flat",),
+          fenced=True),
+    _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled", decode=_one),
+    _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending", decode=int),
+    _verb("reschedule", ("schedule", BASE), ("id", "delay_ms"), "scheduled → scheduled",
+          decode=lambda reply: int(reply) or None, scripted=False),
+    _verb("delay", ("active", "schedule", BASE), ("id", "token", "delay_ms"), "active → scheduled", decode=int,
+          fenced=True),
     _verb("fail", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
-          tokens=("fail.flat",)),
-    _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending"),
-    _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", scripted=False),
+          decode=lambda reply: State(text(reply)), tokens=("fail.flat",), fenced=True),
+    _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending", decode=_one),
+    _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", decode=_one, scripted=False,
+          fenced=True),
     _verb("stalled_check", ("active", "pending", "dead", BASE), ("max_stalled", "limit"),
-          "active → pending | dead", tokens=("stalled.check",)),
+          "active → pending | dead", decode=_sweep, tokens=("stalled.check",)),
 )
 
 # Optional verbs (SPEC §9.3/§9.4): native only, registered after the job core (and the bus
@@ -66,13 +232,14 @@ VERBS: tuple[Verb, ...] = (
 # only when EMQ.VERSION lists its tokens.
 OPTIONAL: tuple[Verb, ...] = (
     _verb("bclaim", ("pending", "active", BASE), ("lease_ms", "timeout_ms"),
-          "pending → active (blocks while empty or paused)", tokens=("claim.block",), scripted=False),
+          "pending → active (blocks while empty or paused)", decode=_claimed, tokens=("claim.block",),
+          scripted=False),
 )
 
 # The two declared reads: scripts on both wires, never an EMQ command.
 READS: tuple[Verb, ...] = (
-    Verb("counts", ("pending", "active", "schedule", "dead", "meta"), ()),
-    Verb("state", (BASE,), ("id",)),
+    Verb("counts", ("pending", "active", "schedule", "dead", "meta"), (), decode=_counts),
+    Verb("state", (BASE,), ("id",), decode=_state),
 )
 
 BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + OPTIONAL + READS}
@@ -85,3 +252,9 @@ OPTIONAL_TOKENS: tuple[str, ...] = tuple(token for verb in OPTIONAL for token in
 
 #: Every verb with a script (the eleven scripted verbs and the two reads).
 SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + READS if verb.scripted)
+
+
+def build_call(verb_name: str, keyspace: Keyspace, argv: Sequence[Any]) -> Call:
+    """A call exactly as given, unchecked (tests use it to send what the checks would refuse)."""
+    verb = BY_NAME[verb_name]
+    return Call(verb, tuple(keyspace.key(suffix) for suffix in verb.keys), tuple(argv))

@@ -159,7 +159,7 @@ class Waiter(threading.Thread):
         queue = self.queues[name]
         link.send_command(*self.connection.command_args(queue.call("bclaim", self.lease_ms, timeout_ms)))
         reply = link.read_response()
-        job = queue.decode_claim(reply)
+        job = queue.claimed(reply)
         return Recheck(name) if job is None else Claimed(name, job, self._clock_ms())
 
     def _recover(self, queues: tuple[str, ...], exc: Exception) -> Report | None:

@@ -46,22 +46,22 @@ from dataclasses import dataclass, field
 from queue import SimpleQueue
 from typing import Any, Callable, Sequence
 
-import valkey
-
-from . import policy, waiter
+from . import aio, hooks, policy, waiter
 from .connection import Call, Connection
-from .errors import CommandRefused, ConfigurationError, EchoMQError, LeaseLost, StateError
+from .errors import CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, LeaseLost
 from .heartbeat import Heartbeat, HeartbeatConfig
+from .keys import State
 from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
-from .serializers import RAW
+from .serializers import JSON, RAW, Serializer
 from .tasks import App, Delay, JobContext, Retry, Task
 from .timers import TimerConfig, Timers
 
 log = logging.getLogger("echomq.worker")
 
-#: The server link failed: the step is abandoned and retried after a pause.
-LINK_ERRORS = (valkey.ConnectionError, valkey.TimeoutError)
+#: The server link failed (the send path maps every link fault to this): the step is abandoned
+#: and retried after a pause.
+LINK_ERRORS = (ConnectionFailed,)
 LINK_RETRY_MS = (100, 5000)
 PROMOTE_SLACK_MS = 5
 #: A waiter's block that must end (CLIENT UNBLOCK found it between blocks) is tried again this soon.
@@ -79,6 +79,7 @@ class WorkerConfig:
     idle: IdlePolicy = field(default_factory=IdlePolicy)
     timers: TimerConfig = field(default_factory=TimerConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  #: the workers list (`emq workers`)
+    burst: bool = False  #: stop once the queues are empty (:meth:`Worker.drained`)
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
@@ -91,7 +92,8 @@ class WorkerConfig:
 
 @dataclass
 class Tally:
-    """What this worker did, by outcome."""
+    """What this worker did, by outcome: a subscriber to the worker's ``job.*`` hooks (each
+    field is named after its event)."""
 
     claimed: int = 0
     completed: int = 0
@@ -104,6 +106,33 @@ class Tally:
 
     def __str__(self) -> str:
         return ", ".join(f"{name} {value}" for name, value in vars(self).items() if value) or "nothing"
+
+    def add(self, event: str) -> None:
+        field_name = event.removeprefix("job.")
+        setattr(self, field_name, getattr(self, field_name) + 1)
+
+
+def _count(event: str, data: dict[str, Any]) -> None:
+    data["worker"].tally.add(event)
+
+
+def _log(event: str, data: dict[str, Any]) -> None:
+    """The worker's per-job log lines, as a subscriber."""
+    where = f"job {data['queue']}/{data['id']} attempt {data['attempt']}"
+    if event == "job.lost":
+        log.warning("%s: %s", where, data["reason"])
+    elif event == "job.dead":
+        log.error("%s failed (%s) and is dead: its budget of %d attempts is spent", where, data["error"],
+                  data["max_attempts"])
+    elif event == "job.retried":
+        log.info("%s failed (%s); retry in %d ms", where, data["error"], data["backoff_ms"])
+
+
+for _event in hooks.EVENTS:
+    if _event.startswith("job."):
+        hooks.subscribe(_event, _count)
+for _event in ("job.lost", "job.dead", "job.retried"):
+    hooks.subscribe(_event, _log)
 
 
 @dataclass(eq=False)
@@ -162,6 +191,13 @@ class _AsyncRunner:
 
     def submit(self, coro: Any) -> Future:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self, connection: "aio.Connection", timeout_s: float = 2.0) -> None:
+        """Close the async handlers' connection on its own loop (a stuck handler cannot hold this up)."""
+        try:
+            self.submit(connection.aclose()).result(timeout_s)
+        except Exception as exc:
+            log.warning("worker %d: closing the async handlers' connection: %s", os.getpid(), exc)
 
     def shutdown(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -232,6 +268,7 @@ class Worker:
         self._signals = 0
         self._pool: _DaemonPool | None = None
         self._async: _AsyncRunner | None = None
+        self._aio: aio.Connection | None = None  #: async handlers' producers, on the runner's loop
 
     # -- running ----------------------------------------------------------------
     @property
@@ -255,6 +292,8 @@ class Worker:
             self._start_waiters()
             while True:
                 next_ms = self.step()
+                if self.config.burst and not self.stopping and self.drained():
+                    self.stop("burst: the queues are empty")
                 if self.stopping and (not self.held or self._clock_ms() >= self._stop_at):
                     break
                 self._wake.wait(max(0.0, next_ms - self._clock_ms()) / 1000)
@@ -312,6 +351,26 @@ class Worker:
             self._link_down_until = self._clock_ms() + pause
             return self._link_down_until
         return self._next_due(self._clock_ms())
+
+    def drained(self) -> bool:
+        """Nothing held or left to settle, and every queue empty: nothing pending (a paused queue
+        counts as empty) and nothing scheduled -- a retry's backoff or a delay is waited for, the
+        timers promote it when due. Jobs other workers hold are theirs."""
+        if self.held or not self._finished.empty() or self._unsettled:
+            return False
+        if not all(self._came_back_empty(name) for name in self.queues):
+            return False  # a queue gave jobs on its last claim (or has not been claimed from): not empty yet
+        try:
+            for queue in self.queues.values():
+                counts = queue.counts()
+                if (counts.pending and not counts.paused) or counts.scheduled:
+                    return False
+        except LINK_ERRORS:
+            return False
+        return True
+
+    def _came_back_empty(self, name: str) -> bool:
+        return name in self._idle if self.blocking else self._empty_polls[name] > 0
 
     def _next_due(self, now: float) -> float:
         if not self._finished.empty() or self._unsettled or not self._reports.empty():
@@ -384,9 +443,7 @@ class Worker:
             )
             if isinstance(decision, policy.Drop):
                 self._release(held)
-                self.tally.lost += 1
-                log.warning("job %s/%s attempt %d: %s; its outcome is not settled",
-                            held.job.queue, held.job.id, held.job.attempt, decision.reason)
+                self._emit("job.lost", held.job, reason=f"{decision.reason}; its outcome is not settled")
                 continue
             by_queue.setdefault(held.job.queue, []).append((held, decision, self._settle_call(held, decision)))
         return by_queue
@@ -396,7 +453,7 @@ class Worker:
         for (held, decision, _), reply in zip(batch, answers):
             self._record(held, decision, reply)
             self._release(held)
-            if isinstance(decision, policy.Delay) or reply == b"scheduled":
+            if isinstance(decision, policy.Delay) or reply == State.SCHEDULED:
                 # promote when it falls due, not a whole interval later (plus slack for the two clocks)
                 wait = decision.delay_ms if isinstance(decision, policy.Delay) else decision.backoff_ms
                 self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
@@ -428,28 +485,25 @@ class Worker:
 
     def _record(self, held: Held, decision: policy.Settle, reply: Any) -> None:
         job = held.job
-        where = f"job {job.queue}/{job.id} attempt {job.attempt}"
-        if isinstance(reply, (LeaseLost, StateError)):
-            # the fence: someone else holds the job now (or the sweep moved it); this attempt's outcome is void
-            self.tally.lost += 1
-            log.warning("%s: settle refused, the lease is gone (%s); not settled by this worker", where, reply)
+        if isinstance(reply, LeaseLost):
+            # the fence (a 0, or wire 6's EMQSTATE for a row no longer active): someone else holds
+            # the job now, or the sweep moved it; this attempt's outcome is void
+            self._emit("job.lost", job, reason=f"settle refused, the lease is gone ({reply}); not settled by this worker")
         elif isinstance(reply, Exception):
             # any other refusal writes nothing either: the job stays active until its lease runs out
-            self.tally.lost += 1
-            log.error("%s: settle refused by the server (%s); the sweep recovers it after its lease", where, reply)
+            self._emit("job.lost", job, reason=f"settle refused by the server ({reply}); the sweep recovers it "
+                                               "after its lease")
         elif isinstance(decision, policy.Complete):
-            self.tally.completed += 1
+            self._emit("job.completed", job)
         elif isinstance(decision, policy.Delay):
-            self.tally.delayed += 1
+            self._emit("job.delayed", job, delay_ms=decision.delay_ms)
+        elif reply == State.DEAD:
+            self._emit("job.dead", job, error=decision.error, max_attempts=decision.max_attempts)
         else:
-            state = reply.decode() if isinstance(reply, bytes) else str(reply)
-            if state == "dead":
-                self.tally.dead += 1
-                log.error("%s failed (%s) and is dead: its budget of %d attempts is spent", where,
-                          decision.error, decision.max_attempts)
-            else:
-                self.tally.retried += 1
-                log.info("%s failed (%s); retry in %d ms", where, decision.error, decision.backoff_ms)
+            self._emit("job.retried", job, error=decision.error, backoff_ms=decision.backoff_ms)
+
+    def _emit(self, event: str, job: Job, **fields: Any) -> None:
+        hooks.emit(event, worker=self, queue=job.queue, id=job.id, attempt=job.attempt, **fields)
 
     def _release(self, held: Held) -> None:
         self.held.pop(held.key, None)
@@ -569,12 +623,12 @@ class Worker:
             held.future.cancel()
         if reason:
             log.warning("job %s/%s attempt %d: lease lost (%s)", held.job.queue, held.job.id, held.job.attempt,
-                        reason)
+                        reason)  # counted as job.lost when its handler finishes and the outcome is dropped
 
     # -- running handlers ------------------------------------------------------------
     def _start(self, task: Task, queue: Queue, job: Job, sent: float) -> None:
-        self.tally.claimed += 1
-        ctx = JobContext(job.id, job.queue, job.attempt)
+        self._emit("job.claimed", job)
+        ctx = JobContext(job.id, job.queue, job.attempt, producers=self._producers(task.is_async))
         held = Held(queue, task, job, ctx, renewed_at=sent)
         self.held[held.key] = held
         try:
@@ -585,6 +639,25 @@ class Worker:
         else:
             held.future = self._submit(task, task.arguments(payload, ctx))
         held.future.add_done_callback(lambda _f, held=held: self._done(held))
+
+    def _producers(self, is_async: bool) -> Callable[[str, Serializer | None], Any]:
+        """``ctx.producer`` for a handler: sync handlers share the worker's connection (valkey-py's
+        client is thread-safe); async ones share one asyncio connection to the same node, used
+        only on the runner's loop."""
+
+        def serializer_of(name: str, given: Serializer | None) -> Serializer:
+            task = self.app.tasks.get(name)
+            return given or (task.serializer if task else JSON)
+
+        if not is_async:
+            return lambda name, given: Queue(self.connection, name, serializer=serializer_of(name, given))
+
+        def async_queue(name: str, given: Serializer | None) -> aio.Queue:
+            if self._aio is None:
+                self._aio = aio.Connection.sharing(self.connection)
+            return aio.Queue(self._aio, name, serializer=serializer_of(name, given))
+
+        return async_queue
 
     def _submit(self, task: Task, args: tuple[Any, ...]) -> Future:
         if not task.is_async:
@@ -621,7 +694,8 @@ class Worker:
         if still and self.connection.wire == 6:
             self._requeue(still)
         elif still:
-            self.tally.abandoned += len(still)
+            for held in still:
+                self._emit("job.abandoned", held.job, reason="wire 4 has no REQUEUE")
             log.warning("worker %d: wire 4 has no REQUEUE: %d job(s) still held are left to lease expiry "
                         "(back to pending by the next sweep after up to %d ms): %s", os.getpid(), len(still),
                         self.config.lease.lease_ms, ", ".join(h.job.id for h in still))
@@ -635,6 +709,8 @@ class Worker:
         if self._pool:
             self._pool.shutdown()
         if self._async:
+            if self._aio is not None:
+                self._async.close(self._aio)
             self._async.shutdown()
         log.info("worker %d: done: %s", os.getpid(), self.tally)
 
@@ -646,12 +722,16 @@ class Worker:
             try:
                 replies = self.queues[name].settle_many([self.queues[name].requeue_call(h.job) for h in batch])
             except LINK_ERRORS as exc:
-                self.tally.abandoned += len(batch)
+                for held in batch:
+                    self._emit("job.abandoned", held.job, reason=f"REQUEUE failed ({exc})")
                 log.warning("worker %d: REQUEUE failed (%s): %d job(s) left to lease expiry", os.getpid(), exc,
                             len(batch))
                 continue
-            ok = [h.job.id for h, reply in zip(batch, replies) if reply == 1]
-            self.tally.requeued += len(ok)
-            self.tally.abandoned += len(batch) - len(ok)
+            for held, reply in zip(batch, replies):
+                if reply is True:
+                    self._emit("job.requeued", held.job)
+                else:
+                    self._emit("job.abandoned", held.job, reason=f"REQUEUE answered {reply}")
+            ok = [h.job.id for h, reply in zip(batch, replies) if reply is True]
             log.warning("worker %d: wire 6: requeued %d job(s) still held at the end of the grace period: %s",
                         os.getpid(), len(ok), ", ".join(ok))

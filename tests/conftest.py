@@ -6,16 +6,14 @@ sharing state. ``wire`` parametrises the conformance tests over both executors.
 
 from __future__ import annotations
 
-import itertools
-import os
 
 import pytest
 
 import echomq
 from echomq import EmbeddedServer, Queue, connect, module_path
 from echomq.serializers import RAW
+from helpers import fresh_name
 
-_names = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -44,10 +42,6 @@ def server(wire, request):
 def conn(server, wire):
     with connect(server.url, wire=wire) as connection:
         yield connection
-
-
-def fresh_name(prefix: str = "t") -> str:
-    return f"{prefix}{os.getpid()}-{next(_names)}"
 
 
 @pytest.fixture

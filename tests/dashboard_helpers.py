@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echomq import Queue
+from helpers import take
 
 PENDING = 30  #: more than one page (25)
 
@@ -23,11 +24,11 @@ def stock(queue: Queue) -> Stocked:
     """Jobs in every state: 30 pending, 1 active, 1 scheduled, 2 dead (and 1 completed)."""
     dead = [queue.enqueue({"kind": "doomed", "n": n}).id for n in range(2)]
     for _ in dead:
-        queue.fail(queue.claim(60_000), "ValueError: bad row", max_attempts=1)
+        queue.fail(take(queue), "ValueError: bad row", max_attempts=1)
     done = queue.enqueue({"kind": "done"})
-    queue.complete(queue.claim(60_000))
+    queue.complete(take(queue))
     active = queue.enqueue({"kind": "held"}).id
-    assert queue.claim(600_000).id == active
+    assert take(queue, 600_000).id == active
     pending = [e.id for e in queue.enqueue_many([{"kind": "waiting", "n": n} for n in range(PENDING)])]
     scheduled = queue.schedule({"kind": "later"}, 600_000).id
     assert done.id not in pending

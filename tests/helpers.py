@@ -1,16 +1,32 @@
-"""Test helpers: dump a queue's keys, read the server clock, wait on the server clock."""
+"""Test helpers: fresh queue names, dump a queue's keys, read and wait on the server clock, the
+'dataset unchanged' check -- one of each for every test directory."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import itertools
+import os
 import subprocess
 import time
+from typing import Any
 
-import valkey
-
+from echomq import aio
 from echomq.keys import Keyspace
 
+# valkey-py's annotations mix its sync and asyncio returns (``Awaitable[Any] | Any``) and want str
+# keys: the helpers take its sync client as Any, so type checkers read the tests, not its stubs.
+Client = Any
 
-def dump_key(client: valkey.Valkey, key: bytes) -> tuple:
+_names = itertools.count()
+
+
+def fresh_name(prefix: str = "t") -> str:
+    """A queue name no other test uses (the shared servers outlive each test)."""
+    return f"{prefix}-{os.getpid()}-{next(_names)}"
+
+
+def dump_key(client: Client, key: bytes) -> tuple:
     kind = client.type(key).decode()
     if kind == "hash":
         return kind, dict(sorted(client.hgetall(key).items()))
@@ -25,13 +41,13 @@ def dump_key(client: valkey.Valkey, key: bytes) -> tuple:
     return kind, None
 
 
-def dump(client: valkey.Valkey, keyspace: Keyspace | None = None) -> dict[bytes, tuple]:
+def dump(client: Client, keyspace: Keyspace | None = None) -> dict[bytes, tuple]:
     """Every key (of one queue, or of the node) with its type and full content."""
     pattern = keyspace.pattern() if keyspace else "*"
     return {key: dump_key(client, key) for key in sorted(client.scan_iter(match=pattern, count=1000))}
 
 
-def core_dump(client: valkey.Valkey, keyspace: Keyspace) -> dict[bytes, tuple]:
+def core_dump(client: Client, keyspace: Keyspace) -> dict[bytes, tuple]:
     """One queue's keys without wire 4's wake marker (SPEC §9.3), which must be the one-member
     marker when present: the job core's dataset, the same on both wires. When the marker is
     written is checked by the parity instrument and tests/test_blocking_worker.py."""
@@ -41,16 +57,17 @@ def core_dump(client: valkey.Valkey, keyspace: Keyspace) -> dict[bytes, tuple]:
     return keys
 
 
-def digest(client: valkey.Valkey) -> bytes:
+def digest(client: Client) -> bytes:
     return client.execute_command("DEBUG", "DIGEST")
 
 
-def server_ms(client: valkey.Valkey) -> int:
+def server_ms(client: Client) -> int:
+    """The server clock in ms, as the verbs read it (TIME)."""
     seconds, micros = client.time()
-    return seconds * 1000 + micros // 1000
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
-def wait_server_past(client: valkey.Valkey, deadline_ms: float, timeout_s: float = 10.0) -> None:
+def wait_server_past(client: Client, deadline_ms: float, timeout_s: float = 10.0) -> None:
     """Poll the server's clock until it is past ``deadline_ms``: waits on the server, not on a guess."""
     give_up = time.monotonic() + timeout_s
     while server_ms(client) <= deadline_ms:
@@ -63,7 +80,7 @@ class unchanged:
     """The node's dataset is the same afterwards: DEBUG DIGEST, plus a full dump of one queue's
     keys (``keyspace``) or of every key (``keyspace=None``); ``dump_keys=False``: the digest only."""
 
-    def __init__(self, client: valkey.Valkey, keyspace: Keyspace | None = None, *, dump_keys: bool = True) -> None:
+    def __init__(self, client: Client, keyspace: Keyspace | None = None, *, dump_keys: bool = True) -> None:
         self.client, self.keyspace, self.dump_keys = client, keyspace, dump_keys
 
     def _state(self) -> tuple:
@@ -89,3 +106,54 @@ def reap(proc: subprocess.Popen) -> None:
     for pipe in (proc.stdout, proc.stderr):
         if pipe:
             pipe.close()
+
+
+class AwaitingQueue:
+    """An :class:`echomq.aio.Queue` seen through blocking calls, so one suite runs on both clients:
+    every coroutine method runs to completion on this adapter's own event loop; the pure parts
+    (``keys``, the ``*_call`` builders) pass through. ``connection`` is the sync twin's, for the
+    tests' own inspection of the dataset."""
+
+    def __init__(self, url: str, wire: int, twin) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._aconn = self._loop.run_until_complete(aio.connect(url, wire=wire))
+        self._queue = aio.Queue(self._aconn, twin.name, serializer=twin.serializer)
+        self.connection = twin.connection
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._queue, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+        return lambda *args, **kwargs: self._loop.run_until_complete(attr(*args, **kwargs))
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._aconn.aclose())
+        self._loop.close()
+
+
+class awaited_connect:
+    """``echomq.aio.connect`` run to completion on a loop of its own: the handshake tests run
+    the same checks through both clients. ``wire`` as the connection's; a context manager."""
+
+    def __init__(self, url: str, **options) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self.conn = self._loop.run_until_complete(aio.connect(url, **options))
+        except BaseException:
+            self._loop.close()
+            raise
+        self.wire = self.conn.wire
+
+    def __enter__(self) -> "awaited_connect":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.run_until_complete(self.conn.aclose())
+        self._loop.close()
+
+
+def take(queue, lease_ms: int = 60_000):
+    """Claim the head of ``queue``, which the test knows is there (a typed ``Job``, never None)."""
+    job = queue.claim(lease_ms)
+    assert job is not None, f"{queue.name}: nothing to claim"
+    return job

@@ -35,3 +35,7 @@ def test_bench_smoke(tmp_path):
     text = page.read_text()
     assert "## Server cost per job lifecycle" in text and "## End to end" in text and "--smoke" in text
     assert "## An idle worker" in text
+    producers = data["producers"]["table"]
+    assert producers and all(row["async_tasks"]["median"] > 0 and row["sync/async_tasks"]["median"] > 0
+                             for row in producers.values())
+    assert "## Producers: asyncio next to sync" in text

@@ -11,8 +11,8 @@ import pytest
 
 from echomq import App, EmbeddedServer, Queue, TimerConfig, Worker, WorkerConfig, connect, module_path
 from echomq.errors import ConfigurationError, UnsupportedOnWire
-from helpers import dump, server_ms, wait_server_past
-from worker_helpers import WorkerProcess, fresh_name, out, processed, wait_until  # noqa: F401 (fixture: out)
+from helpers import dump, fresh_name, server_ms, wait_server_past
+from worker_helpers import WorkerProcess, out, processed, wait_until  # noqa: F401 (fixture: out)
 
 QUIET_TIMERS = TimerConfig(promote_interval_ms=60_000, sweep_interval_ms=60_000)  #: only exact promotes happen
 

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from echomq import EmbeddedServer, Queue, module_path
 from echomq.cli import main
 from echomq.server import free_port
-from helpers import dump, reap, server_ms, unchanged, wait_server_past
-from worker_helpers import ROOT, fresh_name
+from helpers import dump, fresh_name, reap, server_ms, unchanged, wait_server_past
+from worker_helpers import ROOT
 
 
 @pytest.fixture
@@ -337,3 +337,71 @@ def test_write_commands_answer_json_too(emq, conn, name):
     wait_server_past(conn.client, conn.client.zscore(queue.keys.active, held.id))
     swept = json.loads(emq("sweep", "-q", name, "--json").stdout)
     assert swept == {"queue": name, "recovered": [held.id], "exempt": [], "dead": []}
+
+
+MYAPP = '''
+from echomq import App
+
+app = App("myapp")
+
+
+@app.task
+def send_email(payload):
+    return payload
+
+
+def make_app():
+    return app
+
+
+def make_nothing():
+    return 42
+
+
+def needs_config(config):
+    return app
+
+
+number = 7
+'''
+
+
+@pytest.mark.parametrize("attr,says", [
+    ("send_email", "is the task handler 'send_email' (registered with @app.task), not an echomq.App"),
+    ("needs_config", "is a function that takes arguments, not an echomq.App"),
+    ("number", "is a int, not an echomq.App"),
+    ("make_nothing", "make_nothing() returned a int, not an echomq.App"),
+])
+def test_load_app_refuses_what_is_not_an_app_in_one_line(tmp_path, attr, says):
+    (tmp_path / "myapp.py").write_text(MYAPP)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "echomq.cli", "worker", f"myapp:{attr}", "--url", "redis://127.0.0.1:1"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr and "Traceback" not in done.stderr
+    error_lines = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error_lines) == 1, done.stderr
+    if attr != "make_nothing":
+        assert "point at the App instead: myapp:app" in error_lines[0]
+
+
+def test_load_app_takes_the_app_or_a_factory(tmp_path, monkeypatch):
+    from echomq.cli import load_app
+
+    (tmp_path / "myapp2.py").write_text(MYAPP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert load_app("myapp2:app") is load_app("myapp2:make_app")
+    assert list(load_app("myapp2:app").tasks) == ["send_email"]
+
+
+def test_worker_burst_exits_once_its_queue_is_empty(server, wire, tmp_path, conn):
+    from worker_helpers import WorkerProcess, processed
+
+    queue = fresh_name("burst")
+    made = Queue(conn, queue).enqueue_many([{"n": n, "fail": 1 if n == 0 else 0} for n in range(6)])
+    proc = WorkerProcess(server.url, wire, queue, tmp_path, "--burst", "--promote-interval-ms", "10",
+                         env={"EMQ_TEST_MAX_ATTEMPTS": "3"})
+    assert proc.wait(30) == 0, proc.log()
+    assert sorted(job_id for job_id, _, _ in processed(tmp_path)) == sorted(e.id for e in made)
+    assert Queue(conn, queue).counts().total == 0  # the retry (backoff 20 ms) was waited for: it fell due
+    assert "burst: the queues are empty" in proc.log()

@@ -1,4 +1,5 @@
-"""Conformance: the ordinary path of every verb, on both wires (SPEC §3).
+"""Conformance: the ordinary path of every verb, on both wires (SPEC §3), through both clients
+(the sync ``echomq.Queue`` and ``echomq.aio.Queue``, driven through ``helpers.AwaitingQueue``).
 
 Each test dumps the queue's keys before and after and asserts the whole after-state:
 the reply, every key written, every field, every score. Time-valued scores are
@@ -11,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from echomq import Enqueued, LeaseLost, State, UnsupportedOnWire
+from echomq import Counts, Enqueued, Job, LeaseLost, State, StateError, UnsupportedOnWire
 from echomq.connection import build_call
 from echomq.verbs import JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, VERBS
-from helpers import core_dump, queue_unchanged, server_ms, wait_server_past
+from helpers import AwaitingQueue, core_dump, queue_unchanged, server_ms, wait_server_past
 
 # --------------------------------------------------------------------------- expected-state builders
 
@@ -84,10 +85,18 @@ def score_of(state: dict, key: bytes, member: str) -> float:
     return dict(members)[member.encode()]
 
 
-@pytest.fixture
-def q(raw_queue):
-    """A fresh queue with the RAW serializer, so payloads are compared as the exact bytes stored."""
-    return raw_queue
+@pytest.fixture(params=["sync", "async"])
+def q(request, raw_queue, server, wire):
+    """A fresh queue with the RAW serializer, so payloads are compared as the exact bytes stored;
+    once as ``echomq.Queue``, once as ``echomq.aio.Queue`` (same name, same server)."""
+    if request.param == "sync":
+        yield raw_queue
+        return
+    awaiting = AwaitingQueue(server.url, wire, raw_queue)
+    try:
+        yield awaiting
+    finally:
+        awaiting.close()
 
 
 def claimed(q, job_id="a", payload=b"p", priority=0, lease_ms=60_000):
@@ -276,6 +285,64 @@ def test_complete_many_reports_per_job(q):
     q.complete(b)
     assert q.complete_many([a, b]) == [True, False]
     assert snap(q) == {K(q, "metrics:completed"): H({"count": 2})}
+
+
+SETTLES = {
+    "complete": lambda q, job: q.complete(job),
+    "fail": lambda q, job: q.fail(job, "e", max_attempts=5),
+    "delay": lambda q, job: q.delay(job, 1_000),
+    "extend": lambda q, job: q.extend(job, 1_000),
+}
+
+
+@pytest.mark.parametrize("settle", sorted(SETTLES))
+def test_a_settle_after_the_sweep_took_the_job_back_is_lease_lost(q, settle):
+    """The sweep re-claimed the job for someone else: the old token no longer matches, 0 on both wires."""
+    expire(q, "a")
+    assert q.stalled_check(max_stalled=5).recovered == ["a"]
+    old = claimed_again(q)
+    with queue_unchanged(q):
+        with pytest.raises(LeaseLost) as info:
+            SETTLES[settle](q, old)
+    assert (info.value.verb, info.value.job_id, info.value.token, info.value.refusal) == (settle, "a", "1", None)
+
+
+def claimed_again(q):
+    job = q.claim(60_000)
+    assert job.attempt == 2
+    return Job(job.queue, job.id, job.payload, job.raw_payload, 1)  # the first claim's handle, now stale
+
+
+@pytest.mark.parametrize("settle", sorted(SETTLES))
+def test_a_settle_of_a_row_no_longer_active_is_lease_lost_on_wire6(q, wire, settle):
+    """The token matches but the sweep put the row back in pending: wire 6 refuses EMQSTATE, which
+    the client raises as LeaseLost, keeping the refusal (``refusal``, and the cause). Wire 4's
+    script acts on such a row instead (SPEC §5.2, the documented difference)."""
+    (job,) = expire(q, "a")
+    assert q.stalled_check(max_stalled=5).recovered == ["a"]  # pending again, attempts still 1
+    if wire == 4:
+        SETTLES[settle](q, job)  # the script acts: no error
+        return
+    with queue_unchanged(q):
+        with pytest.raises(LeaseLost) as info:
+            SETTLES[settle](q, job)
+    assert (info.value.verb, info.value.job_id, info.value.token) == (settle, "a", "1")
+    assert isinstance(info.value.refusal, StateError) and info.value.__cause__ is info.value.refusal
+    assert info.value.refusal.reply in str(info.value)
+
+
+def test_the_batch_forms_pipeline_and_answer_per_job(q):
+    made = q.enqueue_many([b"1", b"2", b"3"], priority=2)
+    assert [e.created for e in made] == [True, True, True]
+    jobs = q.claim_many(2, 60_000)
+    assert [j.id for j in jobs] == [e.id for e in made[:2]] and [j.raw_payload for j in jobs] == [b"1", b"2"]
+    answers = q.settle_many([q.complete_call(jobs[0]), q.fail_call(jobs[1], "x", max_attempts=1),
+                             q.complete_call(jobs[0])])
+    assert answers[:2] == [True, State.DEAD] and isinstance(answers[2], LeaseLost)
+    settled, more = q.settle_and_claim([], 5, 60_000)
+    assert settled == [] and [j.id for j in more] == [made[2].id]
+    assert q.extend_many(more + [jobs[0]], 60_000)[1] == 0
+    assert q.counts() == Counts(0, 1, 0, 1, False)
 
 
 # --------------------------------------------------------------------------- SCHEDULE, PROMOTE

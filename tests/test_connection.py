@@ -6,8 +6,6 @@ node-wide, so they must not touch the session servers' brands.
 
 from __future__ import annotations
 
-import itertools
-import os
 
 import pytest
 import valkey
@@ -32,16 +30,19 @@ from echomq.keys import VERSION_KEY, Keyspace
 from echomq.serializers import RAW
 from echomq.server import free_port
 from echomq.verbs import SCRIPTED, Verb
-from helpers import dump, unchanged
+from helpers import awaited_connect, dump, fresh_name, unchanged
 
-_names = itertools.count()
-
-
-def fresh(prefix="c"):
-    return f"{prefix}{os.getpid()}-{next(_names)}"
+def fresh(prefix: str = "c") -> str:
+    return fresh_name(prefix)
 
 
 # --------------------------------------------------------------------------- brands
+
+
+@pytest.fixture(params=["sync", "async"])
+def open_conn(request):
+    """The handshake checks run through ``echomq.connect`` and through ``echomq.aio.connect``."""
+    return connect if request.param == "sync" else awaited_connect
 
 
 @pytest.fixture(scope="module")
@@ -60,38 +61,38 @@ def bare(bare_server):
 
 
 @pytest.mark.parametrize("wire", [4, 6])
-def test_an_unbranded_node_is_refused_and_left_unbranded(bare, wire):
+def test_an_unbranded_node_is_refused_and_left_unbranded(bare, wire, open_conn):
     server, client = bare
     with unchanged(client):
         with pytest.raises(BrandError if wire == 4 else WireError) as info:
-            connect(server.url, wire=wire)
+            open_conn(server.url, wire=wire)
     assert client.exists(VERSION_KEY) == 0
     if wire == 4:
         assert VERSION_KEY in str(info.value) and "brand" in str(info.value)
 
 
 @pytest.mark.parametrize("have", [b"echomq:6.0.0", b"echomq:5.0.0", b"acme:4.0.0", b""])
-def test_another_brand_is_refused_and_kept(bare, have):
+def test_another_brand_is_refused_and_kept(bare, have, open_conn):
     server, client = bare
     client.set(VERSION_KEY, have)
     with unchanged(client):
         with pytest.raises(BrandError) as info:
-            connect(server.url, wire=4)
+            open_conn(server.url, wire=4)
     assert repr(have.decode()) in str(info.value) and "echomq:4.0.0" in str(info.value)
     assert client.get(VERSION_KEY) == have
 
 
-def test_a_wrong_typed_brand_is_a_brand_error(bare):
+def test_a_wrong_typed_brand_is_a_brand_error(bare, open_conn):
     server, client = bare
     client.hset(VERSION_KEY, "brand", "echomq:4.0.0")
     with unchanged(client):
         with pytest.raises(BrandError):
-            connect(server.url, wire=4)
+            open_conn(server.url, wire=4)
         with pytest.raises(BrandError):
             brand_node(client, 4)
 
 
-def test_auto_wire_reads_the_brand_and_refuses_what_names_no_wire(bare):
+def test_auto_wire_reads_the_brand_and_refuses_what_names_no_wire(bare, open_conn):
     server, client = bare
     for planted in (None, b"acme:1", "hash"):
         client.delete(VERSION_KEY)
@@ -101,25 +102,25 @@ def test_auto_wire_reads_the_brand_and_refuses_what_names_no_wire(bare):
             client.set(VERSION_KEY, planted)
         with unchanged(client):
             with pytest.raises(BrandError):
-                connect(server.url, wire="auto")
+                open_conn(server.url, wire="auto")
     client.delete(VERSION_KEY)
     brand_node(client, 4)
-    with unchanged(client), connect(server.url, wire="auto") as conn:
+    with unchanged(client), open_conn(server.url, wire="auto") as conn:
         assert conn.wire == 4
 
 
-def test_wire6_needs_the_module_even_on_a_node_branded_6(bare):
+def test_wire6_needs_the_module_even_on_a_node_branded_6(bare, open_conn):
     server, client = bare
     client.set(VERSION_KEY, BRANDS[6])
     with unchanged(client):
         with pytest.raises(WireError, match="EMQ.VERSION"):
-            connect(server.url, wire=6)
+            open_conn(server.url, wire=6)
 
 
-def test_wire6_refuses_a_node_branded_4(server4):
+def test_wire6_refuses_a_node_branded_4(server4, open_conn):
     with server4.client() as client, unchanged(client, dump_keys=False):
         with pytest.raises(WireError):  # no module on the script node: refused before the brand is read
-            connect(server4.url, wire=6)
+            open_conn(server4.url, wire=6)
 
 
 @pytest.fixture(scope="module")
@@ -139,24 +140,24 @@ def bare_native(bare_native_server):
     client.close()
 
 
-def test_wire6_needs_the_brand_after_the_tokens(bare_native):
+def test_wire6_needs_the_brand_after_the_tokens(bare_native, open_conn):
     server, client = bare_native
     with unchanged(client):
         with pytest.raises(BrandError, match="not branded"):
-            connect(server.url, wire=6)
+            open_conn(server.url, wire=6)
     assert client.exists(VERSION_KEY) == 0
 
 
 @pytest.mark.parametrize("have,want", [(4, 6), (6, 4)])
-def test_wire6_node_and_script_brands_refuse_each_other(bare_native, have, want):
+def test_wire6_node_and_script_brands_refuse_each_other(bare_native, have, want, open_conn):
     """SPEC §7: a node is one or the other, even when the module is loaded."""
     server, client = bare_native
     brand_node(client, have)
     with unchanged(client):
         with pytest.raises(BrandError) as info:
-            connect(server.url, wire=want)
+            open_conn(server.url, wire=want)
     assert BRANDS[have].decode() in str(info.value)
-    with connect(server.url, wire=have) as conn:
+    with open_conn(server.url, wire=have) as conn:
         assert conn.wire == have
 
 
@@ -200,16 +201,16 @@ def test_a_bad_wire_is_a_configuration_error(server4, wire):
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:1", "nonsense", "tcp://x:1"])
-def test_a_bad_url_is_a_configuration_error(url):
+def test_a_bad_url_is_a_configuration_error(url, open_conn):
     with pytest.raises(ConfigurationError) as info:
-        connect(url)
+        open_conn(url)
     assert repr(url) in str(info.value)
 
 
-def test_no_server_is_connection_failed():
+def test_no_server_is_connection_failed(open_conn):
     url = f"redis://127.0.0.1:{free_port()}"
     with pytest.raises(ConnectionFailed) as info:
-        connect(url, socket_connect_timeout=2)
+        open_conn(url, socket_connect_timeout=2)
     assert url in str(info.value)
 
 
@@ -311,12 +312,15 @@ def test_a_wrong_typed_meta_reads_as_paused_on_wire4_and_is_refused_on_wire6(con
             q.counts()
 
 
-def test_a_connection_fault_on_the_pause_read_reads_as_not_paused(conn4):
-    ks = Keyspace(fresh())
+def test_a_connection_fault_on_the_pause_read_is_connection_failed(conn4):
+    """SPEC §4: only a link fault is not read as paused -- and then the claim fails on it."""
+    q = Queue(conn4, fresh())
     good = conn4.client
     conn4.client = valkey.Valkey(port=free_port(), socket_connect_timeout=1)
     try:
-        assert conn4.paused(ks) is False  # and the claim itself then fails on the same fault
+        with pytest.raises(ConnectionFailed, match="claim|hget") as info:
+            q.claim(60_000)
+        assert isinstance(info.value.__cause__, valkey.ConnectionError)
     finally:
         conn4.client.close()
         conn4.client = good

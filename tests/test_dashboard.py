@@ -24,8 +24,8 @@ from echomq.errors import ConfigurationError
 from echomq.heartbeat import Heartbeat
 from echomq.server import free_port
 from dashboard_helpers import PENDING, stock
-from helpers import queue_unchanged, reap, unchanged
-from worker_helpers import ROOT, fresh_name, wait_until
+from helpers import fresh_name, queue_unchanged, reap, unchanged
+from worker_helpers import ROOT, wait_until
 
 TOKEN = "s3cret-token"
 
@@ -43,7 +43,9 @@ def site(conn, stocked):
 
 
 def secret_of(html: str) -> str:
-    return re.search(r'name="secret" value="([^"]+)"', html).group(1)
+    found = re.search(r'name="secret" value="([^"]+)"', html)
+    assert found, html
+    return found.group(1)
 
 
 def ids_on(html: str) -> list[str]:

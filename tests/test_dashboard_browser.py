@@ -17,7 +17,8 @@ from echomq import App, Queue, Worker, WorkerConfig
 from echomq.dashboard import Settings, serving
 from dashboard_helpers import PENDING, stock
 from test_worker import running
-from worker_helpers import fresh_name, wait_until
+from helpers import fresh_name
+from worker_helpers import wait_until
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra: ./run setup")
 CHROMIUM = shutil.which("chromium")

@@ -9,25 +9,17 @@ and the dataset does not change.
 
 from __future__ import annotations
 
-import itertools
 import os
 
 import pytest
 
 from echomq import ConfigurationError, Job, Queue, State
 from echomq.serializers import JSON, RAW
-from helpers import digest, dump, queue_unchanged, wait_server_past
-
-_names = itertools.count()
-
-
-def fresh():
-    return f"ord{os.getpid()}-{next(_names)}"
-
+from helpers import digest, dump, fresh_name, queue_unchanged, wait_server_past
 
 @pytest.fixture
 def q(conn):
-    return Queue(conn, fresh(), serializer=RAW)
+    return Queue(conn, fresh_name("ord"), serializer=RAW)
 
 
 def drain(q, lease_ms=60_000):
@@ -127,7 +119,7 @@ def test_raw_takes_text_as_utf8(q):
 
 
 def test_json_payloads_round_trip(conn):
-    q = Queue(conn, fresh(), serializer=JSON)
+    q = Queue(conn, fresh_name("ord"), serializer=JSON)
     payload = {"to": "é@example.com", "n": [1, 2.5, None, True], "nested": {"☃": ""}}
     q.enqueue(payload, id="a")
     job = q.claim(60_000)

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from typing import Any
+
 import pytest
 import valkey
 
@@ -37,7 +39,8 @@ def wait_answering(port: int, pid: int) -> valkey.Valkey:
     while True:
         client = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=5)
         try:
-            if client.info("server")["process_id"] == pid:
+            info: Any = client.info("server")
+            if info["process_id"] == pid:
                 client.ping()
                 return client
         except valkey.ValkeyError:

@@ -15,6 +15,7 @@ from echomq.module import MODULE_ENV
 from worker_helpers import ROOT
 
 spec = importlib.util.spec_from_file_location("find_libclang", ROOT / "tools" / "find_libclang.py")
+assert spec is not None and spec.loader is not None
 find_libclang = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(find_libclang)
 

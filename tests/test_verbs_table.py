@@ -239,3 +239,60 @@ def test_rust_registration_table_matches_the_verb_table():
     assert version > rows[-1].end(), "EMQ.VERSION is registered, after the job-core rows"
     on_disk = {p.stem for p in (RUST_SRC / "verbs").glob("*.rs")} - {"mod"}
     assert on_disk == {v.name for v in native}
+
+
+# --------------------------------------------------------------------------- SPEC §3 limits, defined once
+
+
+def _rust_consts() -> dict[str, int]:
+    """``pub const NAME: i64|usize = value;`` from trafikey's grammar.rs, evaluated."""
+    source = (RUST_SRC / "grammar.rs").read_text()
+    found = {}
+    for name, expr in re.findall(r"pub const (\w+): (?:i64|usize) = ([^;]+);", source):
+        found[name] = eval(expr.replace("_", ""), {})  # integer literals and shifts only
+    return found
+
+
+def test_the_argument_limits_are_trafikeys_grammar():
+    rust = _rust_consts()
+    assert {name: rust[name] for name in ("LEASE_MIN", "DELAY_MIN", "LIMIT_MIN", "LIMIT_MAX", "BUDGET_MIN",
+                                          "PRIORITY_MAX", "ID_MAX_LEN", "EXTENDS_MAX_PAIRS", "TIMEOUT_MAX")} == {
+        "LEASE_MIN": verbs.LEASE_MIN, "DELAY_MIN": verbs.DELAY_MIN, "LIMIT_MIN": verbs.LIMIT_MIN,
+        "LIMIT_MAX": verbs.LIMIT_MAX, "BUDGET_MIN": verbs.BUDGET_MIN, "PRIORITY_MAX": verbs.PRIORITY_MAX,
+        "ID_MAX_LEN": verbs.ID_MAX_LEN, "EXTENDS_MAX_PAIRS": verbs.EXTENDS_MAX_PAIRS,
+        "TIMEOUT_MAX": verbs.TIMEOUT_MAX,
+    }
+
+
+def test_every_numeric_argument_has_its_bounds():
+    numeric = {name for verb in VERBS + OPTIONAL + READS for name in verb.argv} - {"id", "token", "payload", "error"}
+    assert numeric == set(verbs.BOUNDS)
+
+
+@pytest.mark.parametrize("name,low,high", [(n, lo, hi) for n, (lo, hi) in verbs.BOUNDS.items()])
+def test_the_builders_refuse_one_past_each_bound(name, low, high):
+    from echomq import ConfigurationError
+    from echomq.keys import Keyspace
+
+    verb = next(v for v in VERBS + OPTIONAL if name in v.argv)
+    good = {"id": "a", "token": "1", "payload": b"p", "error": "e", **{n: lo for n, (lo, _) in verbs.BOUNDS.items()}}
+    argv = [good[n] for n in verb.argv]
+    at = verb.argv.index(name)
+    for value, ok in ((low, True), (high, True), (low - 1, False), (high + 1, False), (True, False)):
+        argv[at] = value
+        if ok:
+            assert verb.build(Keyspace("q"), *argv).argv[at] == value
+        else:
+            with pytest.raises(ConfigurationError, match=name):
+                verb.build(Keyspace("q"), *argv)
+
+
+def test_extends_takes_one_to_a_thousand_pairs():
+    from echomq import ConfigurationError
+    from echomq.keys import Keyspace
+
+    extends = BY_NAME["extends"]
+    assert len(extends.build(Keyspace("q"), 1, *["a", "1"] * verbs.EXTENDS_MAX_PAIRS).argv) == 2001
+    for bad in ([1], [1, "a"], [1, *["a", "1"] * (verbs.EXTENDS_MAX_PAIRS + 1)]):
+        with pytest.raises(ConfigurationError, match="EXTENDS"):
+            extends.build(Keyspace("q"), *bad)

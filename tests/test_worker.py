@@ -17,8 +17,8 @@ import pytest
 from echomq import (App, Backoff, Delay, IdlePolicy, LeasePolicy, Queue, Retry, TimerConfig, Timers, Worker,
                     WorkerConfig)
 from echomq.serializers import RAW
-from helpers import server_ms, wait_server_past
-from worker_helpers import commands_sent, fresh_name, wait_until
+from helpers import fresh_name, server_ms, wait_server_past
+from worker_helpers import commands_sent, wait_until
 
 FAST = Backoff(base_ms=10, max_ms=50, jitter=0.0)
 
@@ -389,3 +389,43 @@ def test_a_saturated_timer_runs_again_at_once(conn):
     assert timers.next_due_ms(1.0) == 1.0  # hit its limit: there is more
     assert timers.run_due(1.0)[0].promoted == 1
     assert timers.next_due_ms(2.0) == 1001.0
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_handler_enqueues_follow_ups_through_its_context(conn, kind):
+    """ctx.producer(name): an echomq.Queue in a sync handler, an echomq.aio.Queue (awaited, on the
+    worker's asyncio loop) in an async one; both on the worker's node, with the app's serializer."""
+    from echomq import aio
+
+    first, second = fresh_name("w"), fresh_name("w")
+    kinds, done = [], []
+
+    def forward(payload, ctx):
+        producer = ctx.producer(second)
+        kinds.append(type(producer))
+        producer.enqueue({"from": payload["n"]}, id=f"f{payload['n']}")
+
+    async def aforward(payload, ctx):
+        producer = ctx.producer(second)
+        kinds.append(type(producer))
+        await producer.enqueue({"from": payload["n"]}, id=f"f{payload['n']}")
+        assert (await ctx.producer().counts()).active >= 1  # its own queue by default
+
+    def sink(payload, ctx):
+        done.append(payload["from"])
+
+    app = App()
+    app.handler(first, forward if kind == "sync" else aforward)
+    app.handler(second, sink)
+    Queue(conn, first).enqueue_many([{"n": n} for n in range(20)])
+    with running(Worker(app, conn, config=WorkerConfig(concurrency=4))):
+        wait_until(lambda: Queue(conn, second).metrics()["completed"] == 20, what="20 follow-ups completed")
+    assert sorted(done) == list(range(20))
+    assert set(kinds) == {Queue if kind == "sync" else aio.Queue}
+
+
+def test_a_context_outside_a_worker_has_no_producer():
+    from echomq import ConfigurationError, JobContext
+
+    with pytest.raises(ConfigurationError, match="producer"):
+        JobContext("a", "q", 1).producer()

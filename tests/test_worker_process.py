@@ -8,8 +8,8 @@ import signal
 import pytest
 
 from echomq import EmbeddedServer, Queue, connect, module_path
-from helpers import wait_server_past
-from worker_helpers import WorkerProcess, fresh_name, out, processed, spawn, started, wait_until  # noqa: F401 (fixtures)
+from helpers import fresh_name, wait_server_past
+from worker_helpers import WorkerProcess, out, processed, spawn, started, wait_until  # noqa: F401 (fixtures)
 
 FAST_TIMERS = ("--promote-interval-ms", "50", "--sweep-interval-ms", "50")
 

@@ -17,7 +17,8 @@ from echomq.errors import ConfigurationError
 from echomq.heartbeat import (WORKERS_KEY, Heartbeat, HeartbeatConfig, WorkerRecord, decode_record, encode_record,
                               list_workers, record_key)
 from test_worker import running
-from worker_helpers import fresh_name, out, spawn, wait_until  # noqa: F401 (fixtures)
+from helpers import fresh_name
+from worker_helpers import out, spawn, wait_until  # noqa: F401 (fixtures)
 
 
 def test_a_record_round_trips_through_its_hash_fields():

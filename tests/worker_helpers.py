@@ -6,7 +6,6 @@ can observe (counts, a file a handler wrote, the server's clock) against a deadl
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import subprocess
@@ -17,16 +16,9 @@ from typing import Any, Callable
 
 import pytest
 
+
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
-
-
-_names = itertools.count()
-
-
-def fresh_name(prefix: str) -> str:
-    """A queue name no other test uses (the shared servers outlive each test)."""
-    return f"{prefix}-{os.getpid()}-{next(_names)}"
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "the condition") -> Any:

@@ -30,7 +30,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..connection import Connection
-from ..errors import EchoMQError
+from ..errors import ConnectionFailed, EchoMQError
 from ..heartbeat import list_workers
 from ..inventory import QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, queue_exists
 from ..keys import MAX_ID_BYTES, QUEUE_NAME, State
@@ -237,7 +237,8 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
     def refused(request: Request, exc: Exception) -> Response:
         return _problem_page(render, 500, f"the node refused a read: {exc}")
 
-    handlers = {valkey.ConnectionError: node_down, valkey.TimeoutError: node_down, EchoMQError: refused}
+    handlers = {ConnectionFailed: node_down, valkey.ConnectionError: node_down, valkey.TimeoutError: node_down,
+                EchoMQError: refused}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)  # type: ignore[arg-type]
     if settings.token:
         app.add_middleware(TokenRequired, token=settings.token)

@@ -14,8 +14,7 @@ import time
 import pytest
 import valkey
 
-
-_names = itertools.count()
+from helpers import digest, fresh_name, server_ms
 
 #: The job-core tokens EMQ.VERSION must list, in registration-table order (SPEC §6).
 TOKENS = (
@@ -45,26 +44,12 @@ VERBS = {
 }
 
 
-def fresh_name(prefix: str = "n") -> str:
-    return f"{prefix}{os.getpid()}-{next(_names)}"
-
-
-def server_ms(client: valkey.Valkey) -> int:
-    """The server clock in ms, as the verbs read it (TIME)."""
-    sec, usec = client.time()
-    return int(sec) * 1000 + int(usec) // 1000
-
-
 def wait_past(client: valkey.Valkey, deadline_ms: int, timeout_s: float = 10.0) -> None:
     """Poll the server's TIME until it is past `deadline_ms` (a lease's score)."""
     stop = time.monotonic() + timeout_s
     while server_ms(client) <= deadline_ms:
         if time.monotonic() > stop:
             raise AssertionError(f"server clock never passed {deadline_ms}")
-
-
-def digest(client: valkey.Valkey) -> bytes:
-    return client.execute_command("DEBUG", "DIGEST")
 
 
 def error_code(exc: valkey.ResponseError) -> str:

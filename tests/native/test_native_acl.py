@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import valkey
 
-from native_helpers import NativeQueue, digest, error_code, fresh_name
+from helpers import digest, fresh_name
+from native_helpers import NativeQueue, error_code
 
 
 

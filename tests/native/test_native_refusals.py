@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from native_helpers import VERBS, NativeQueue, digest, refused, wait_past
+from helpers import digest
+from native_helpers import VERBS, NativeQueue, refused, wait_past
 
 LANE = "EMQSTATE lane row is not native"
 FLOW = "EMQSTATE flow child is not native"

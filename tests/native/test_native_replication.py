@@ -9,7 +9,8 @@ import time
 import pytest
 
 from echomq import EmbeddedServer, module_path
-from native_helpers import NativeQueue, digest, wait_past
+from helpers import digest
+from native_helpers import NativeQueue, wait_past
 
 
 def wait_link_up(replica, timeout_s: float = 20.0) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import valkey
 
-from native_helpers import OPTIONAL_TOKENS, TOKENS, VERBS, NativeQueue, server_ms, wait_past
+from helpers import server_ms
+from native_helpers import OPTIONAL_TOKENS, TOKENS, VERBS, NativeQueue, wait_past
 
 
 # -- registration -----------------------------------------------------------------------

@@ -57,8 +57,11 @@ from echomq import EmbeddedServer, Queue, connect, errors
 from echomq.serializers import JSON
 
 ROOT = Path(__file__).resolve().parents[2]
-FATAL = (valkey.ConnectionError, valkey.TimeoutError, valkey.exceptions.ValkeyClusterException,
-         valkey.exceptions.ClusterDownError, valkey.exceptions.TryAgainError)  # + WrongNode
+# the send path raises ConnectionFailed for a link fault; the plain clients here (the ledger's
+# reads, the restarts) still raise valkey-py's own
+FATAL = (errors.ConnectionFailed, valkey.ConnectionError, valkey.TimeoutError,
+         valkey.exceptions.ValkeyClusterException, valkey.exceptions.ClusterDownError,
+         valkey.exceptions.TryAgainError)  # + WrongNode
 
 
 # no AOF rewrite mid-run (the power-loss model cuts the incr file); a replica's full sync starts at once
@@ -204,7 +207,8 @@ def worker_main(args: argparse.Namespace) -> None:
 def settle(ledger: Ledger, link: Link, job: echomq.Job, verb: str, send, granted: float, args) -> None:
     """Send one fenced settle; after a connection fault resend it with the same token.
 
-    Wire 6 refuses a resend that comes after the sweep recovered the job (EMQSTATE). A
+    Wire 6 refuses a resend that comes after the sweep recovered the job (EMQSTATE, raised as
+    LeaseLost). A
     script acts on any row whose token matches, a recovered one included (SPEC §5.2), so
     on wire 4 a settle is resent only while the lease surely holds; past it, the job is
     left to the sweep (at-least-once: it may run again)."""
@@ -545,7 +549,7 @@ class Run:
                 name = next(iter(todo))
                 try:
                     q = link.get()[name]
-                    calls = [q._enqueue_call(payload, self.job_id(n), 0) for n, payload in todo[name]]
+                    calls = [q.enqueue_call(payload, id=self.job_id(n)) for n, payload in todo[name]]
                     for call, reply in zip(calls, link.conn.send_many(calls)):
                         if isinstance(reply, Exception):
                             checked(_raise, reply)

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from echomq import EmbeddedServer, Queue, connect, module_path
 from echomq.verbs import VERBS
+from helpers import digest
 
 EXAMPLES = int(os.environ.get("ECHOMQ_FUZZ_EXAMPLES", "200"))
 CODES = {"EMQSHAPE", "EMQLAYOUT", "EMQARG", "NOPERM", "WRONGTYPE", "EMQSTATE", "EMQ"}
@@ -127,10 +128,6 @@ def calls(draw, verb):
     if draw(st.integers(0, 7)) == 0:  # ARGV count off
         argv = argv[: draw(st.integers(0, len(argv)))] + draw(st.lists(numbers, max_size=3))
     return (verb.command, numkeys, *keys, *argv)
-
-
-def digest(client: valkey.Valkey) -> bytes:
-    return client.execute_command("DEBUG", "DIGEST")
 
 
 def code_of(exc: valkey.ResponseError) -> str:

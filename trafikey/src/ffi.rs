@@ -284,6 +284,7 @@ impl Str {
 
     /// A new string holding a copy of `bytes` (created with a NULL context).
     pub fn new(bytes: &[u8]) -> Option<Str> {
+        // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
         let create = unsafe { raw::RedisModule_CreateString }?;
         // SAFETY: a NULL context is allowed; the buffer is copied.
         let s = unsafe {
@@ -301,6 +302,7 @@ impl Str {
     /// needs none).
     pub fn retain(&self) -> Option<Str> {
         if self.counted {
+            // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
             let retain = unsafe { raw::RedisModule_RetainString }?;
             // SAFETY: a live string we hold; a NULL context takes a plain reference.
             unsafe { retain(ptr::null_mut(), self.ptr) };
@@ -353,6 +355,7 @@ impl Drop for Str {
         if self.ptr.is_null() || !self.counted {
             return;
         }
+        // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
         if let Some(free) = unsafe { raw::RedisModule_FreeString } {
             // SAFETY: we hold one reference, released once, with the context it came with.
             unsafe { free(self.ctx, self.ptr) };
@@ -384,6 +387,7 @@ struct Shared(Vec<Str>);
 // these are created once and never freed (so views of them need no reference), and are
 // only read or refcounted there.
 unsafe impl Sync for Shared {}
+// SAFETY: as for Sync above: only the main thread touches them, and they are never freed.
 unsafe impl Send for Shared {}
 
 static SHARED: std::sync::OnceLock<Option<Shared>> = std::sync::OnceLock::new();
@@ -434,6 +438,7 @@ impl Names {
 /// MULTI/EXEC (`RM_Replicate`, format `v`). False when the server refuses it.
 pub fn replicate(ctx: &Context, cmd: &std::ffi::CStr, args: &[Str]) -> bool {
     let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|s| s.ptr).collect();
+    // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
     let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
         return false;
     };
@@ -508,6 +513,7 @@ impl Caller {
             Caller::User(u) if u.is_null() => return false,
             Caller::User(u) => *u,
         };
+        // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
         let Some(check) = (unsafe { raw::RedisModule_ACLCheckKeyPermissions }) else {
             return false;
         };
@@ -520,6 +526,7 @@ impl Drop for Caller {
     fn drop(&mut self) {
         if let Caller::User(u) = self {
             if !u.is_null() {
+                // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
                 if let Some(free) = unsafe { raw::RedisModule_FreeModuleUser } {
                     // SAFETY: obtained from GetModuleUserFromUserName, freed once.
                     unsafe { free(*u) };
@@ -549,6 +556,7 @@ pub struct Key {
 
 impl Key {
     fn open_mode(ctx: &Context, name: Str, mode: u32) -> Option<Key> {
+        // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
         let open = unsafe { raw::RedisModule_OpenKey }?;
         // SAFETY: live context and key name; READ mode returns NULL for a missing key.
         let key = unsafe { open(ctx.ctx, name.ptr, mode as c_int) };
@@ -577,6 +585,7 @@ impl Key {
         if self.key.is_null() {
             return Kind::Empty;
         }
+        // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
         let Some(key_type) = (unsafe { raw::RedisModule_KeyType }) else {
             return Kind::Other;
         };
@@ -594,6 +603,7 @@ impl Key {
         if self.kind() != Kind::Zset {
             return None;
         }
+        // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
         let zscore = unsafe { raw::RedisModule_ZsetScore }?;
         let mut score = 0f64;
         // SAFETY: a live zset key handle and a live member string.
@@ -648,6 +658,7 @@ impl Key {
             Kind::Hash => {}
             _ => return None,
         }
+        // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
         let get = unsafe { raw::RedisModule_HashGet }?;
         let mut v = ptr::null_mut::<raw::RedisModuleString>();
         // SAFETY: a live hash key handle and field string; the list ends with NULL; a
@@ -674,6 +685,7 @@ impl Key {
         if !matches!(self.kind(), Kind::Hash | Kind::Empty) {
             return None;
         }
+        // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
         let set = unsafe { raw::RedisModule_HashSet }?;
         // SAFETY: a live write handle; field and value strings are copied into the hash; the
         // argument list ends with NULL.
@@ -695,6 +707,7 @@ impl Key {
         if !matches!(self.kind(), Kind::Zset | Kind::Empty) {
             return None;
         }
+        // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
         let add = unsafe { raw::RedisModule_ZsetAdd }?;
         let mut flags: c_int = 0;
         // SAFETY: a live write handle and member string.
@@ -710,6 +723,7 @@ impl Key {
             Kind::Zset => {}
             _ => return None,
         }
+        // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
         let rem = unsafe { raw::RedisModule_ZsetRem }?;
         let mut deleted: c_int = 0;
         // SAFETY: a live write handle on a zset and a member string.
@@ -722,6 +736,7 @@ impl Key {
         if self.kind() == Kind::Empty {
             return Some(false);
         }
+        // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
         let del = unsafe { raw::RedisModule_DeleteKey }?;
         // SAFETY: a live write handle.
         (unsafe { del(self.key) } == raw::REDISMODULE_OK as c_int).then_some(true)
@@ -747,6 +762,7 @@ impl Key {
 impl Drop for Key {
     fn drop(&mut self) {
         if !self.key.is_null() {
+            // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
             if let Some(close) = unsafe { raw::RedisModule_CloseKey } {
                 // SAFETY: opened by us, closed once (a write handle signals the change).
                 unsafe { close(self.key) };
@@ -780,6 +796,7 @@ pub fn register(
     let fail = |what: &str| format!("trafikey: {what} failed for {name}");
     let c_name = CString::new(name).map_err(|_| fail("name"))?;
     let c_flags = CString::new(flags).map_err(|_| fail("flags"))?;
+    // SAFETY: reads the API table entries `RedisModule_Init` filled at load (this runs in OnLoad, after it).
     let (Some(create), Some(get), Some(set_info)) = (
         unsafe { raw::RedisModule_CreateCommand },
         unsafe { raw::RedisModule_GetCommand },
@@ -803,6 +820,7 @@ pub fn register(
     if status != raw::REDISMODULE_OK as c_int {
         return Err(fail("CreateCommand"));
     }
+    // SAFETY: OnLoad's context, and the command just created under `c_name`, which outlives the call.
     let command = unsafe { get(ctx.ctx, c_name.as_ptr()) };
     if command.is_null() {
         return Err(fail("GetCommand"));

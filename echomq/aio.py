@@ -1,0 +1,388 @@
+"""EchoMQ for asyncio: the same queue API, as coroutines, on ``valkey.asyncio``.
+
+    conn = await echomq.aio.connect("redis://127.0.0.1:6379", wire="auto")
+    emails = echomq.aio.Queue(conn, "emails")
+    await emails.enqueue({"to": "ada@example.com"})
+    await conn.aclose()
+
+:class:`Queue` drives the same operations as :class:`echomq.Queue` (those of
+:class:`~echomq.core.QueueCore`): the same calls, argument checks, replies and
+errors; only the sending awaits. The connection makes the same handshake checks as
+:func:`echomq.connect` (the tokens on wire 6, the brand, the scripts), from the same
+pure functions in :mod:`echomq.connection`. Replies are parsed by libvalkey when it
+is installed (valkey-py picks it up by itself); the batch forms pipeline, and the calls
+that many tasks make in the same turn of the event loop go out together in one pipeline
+(each still its own atomic call), so concurrency costs round trips only once per turn.
+
+**The pool.** One connection object is meant to be shared by a whole web service:
+each concurrent call borrows a socket from a :class:`valkey.asyncio.BlockingConnectionPool`
+of at most ``max_connections`` (default 50), and a call that finds them all busy waits
+up to ``pool_timeout`` seconds for one (then :class:`~echomq.ConnectionFailed`)
+instead of opening sockets without bound. Size it near the number of requests you
+serve at once; every worker process of the service has its own pool. On a cluster
+(``cluster=True``) ``max_connections`` bounds the sockets to each node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Iterable, Sequence
+
+import valkey.asyncio as avalkey
+from valkey.asyncio.cluster import ValkeyCluster as AsyncValkeyCluster
+from valkey.exceptions import ResponseError
+from valkey.utils import LIBVALKEY_AVAILABLE
+
+if LIBVALKEY_AVAILABLE:
+    from valkey.connection import LibvalkeyRespSerializer
+
+from . import errors, hooks
+from .connection import (
+    TRANSPORT_ERRORS, WireCodec, brand_unreadable, check_brand, check_tokens, first_key_at, link_failed, names_of,
+    tokens_unavailable, wire_of_brand,
+)
+from .core import Enqueued, Job, JobRef, Op, QueueCore, T
+from .keys import VERSION_KEY, State
+from .serializers import JSON, Serializer
+from .verbs import Call, Counts, Plain, Sweep
+
+__all__ = ["Connection", "EchoAsyncCluster", "Queue", "connect"]
+
+DEFAULT_MAX_CONNECTIONS = 50
+DEFAULT_POOL_TIMEOUT_S = 5.0
+#: What a sync client's connection options carry over to an asyncio one (the same names on both).
+_PORTABLE = frozenset(
+    "host port db username password path client_name socket_timeout socket_connect_timeout socket_keepalive "
+    "ssl_keyfile ssl_certfile ssl_cert_reqs ssl_ca_certs ssl_ca_data ssl_check_hostname protocol".split()
+)
+_ASYNC_CONNECTION = {
+    "Connection": avalkey.Connection,
+    "SSLConnection": avalkey.SSLConnection,
+    "UnixDomainSocketConnection": avalkey.UnixDomainSocketConnection,
+}
+
+
+class _LibvalkeyPacking:
+    """Pack commands with libvalkey, as valkey-py's sync client does (its asyncio client packs
+    them in Python, the larger part of a call's client-side cost)."""
+
+    _packer = LibvalkeyRespSerializer() if LIBVALKEY_AVAILABLE else None
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        return self._packer.pack(*args)
+
+
+_PACKED: dict[type, type] = {}
+
+
+def _pool(pool: avalkey.ConnectionPool) -> avalkey.ConnectionPool:
+    """The pool, its connections packing with libvalkey when it is installed."""
+    if LIBVALKEY_AVAILABLE:
+        kind = pool.connection_class
+        if kind not in _PACKED:
+            _PACKED[kind] = type(f"Libvalkey{kind.__name__}", (_LibvalkeyPacking, kind), {})
+        pool.connection_class = _PACKED[kind]
+    return pool
+
+
+class EchoAsyncCluster(AsyncValkeyCluster):
+    """valkey-py's asyncio cluster client, routing EchoMQ's verbs by their first key (their
+    queue's slot), as :class:`echomq.connection.EchoCluster` does for the sync client."""
+
+    async def _determine_slot(self, command: str, *args: Any) -> int:
+        at = first_key_at((command, *args))
+        if at is not None:
+            return self.keyslot((command, *args)[at])
+        return await super()._determine_slot(command, *args)
+
+
+class Connection(WireCodec):
+    """An asyncio client bound to one wire. Build it with :func:`connect`."""
+
+    def __init__(self, client: avalkey.Valkey | AsyncValkeyCluster, wire: int) -> None:
+        super().__init__(wire)
+        self.client = client
+        self._waiting: list[tuple[list[tuple[Any, ...]], asyncio.Future[list[Any]]]] = []
+        self._in_flight: set[asyncio.Future[None]] = set()
+
+    @classmethod
+    def sharing(cls, connection: Any, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                pool_timeout: float = DEFAULT_POOL_TIMEOUT_S) -> "Connection":
+        """An asyncio connection to the node(s) of a checked sync ``connection``, on the same
+        wire: no second handshake (that node passed it; a script the server lost is reloaded
+        on its NOSCRIPT). No I/O here: the sockets open on first use, bound to the event loop
+        that uses them (a worker's async handlers share one this way)."""
+        sync = connection.client
+        if connection.cluster:
+            node = sync.get_default_node()
+            options = {k: v for k, v in sync.get_connection_kwargs().items() if k in _PORTABLE}
+            client: Any = EchoAsyncCluster(host=node.host, port=node.port, max_connections=max_connections,
+                                           **options)
+        else:
+            pool = sync.connection_pool
+            options = {k: v for k, v in pool.connection_kwargs.items() if k in _PORTABLE}
+            kind = _ASYNC_CONNECTION[pool.connection_class.__name__]
+            client = avalkey.Valkey.from_pool(_pool(avalkey.BlockingConnectionPool(
+                connection_class=kind, max_connections=max_connections, timeout=pool_timeout, **options)))
+        shared = cls(client, connection.wire)
+        shared.tokens = connection.tokens  # the same nodes: what their EMQ.VERSION listed
+        return shared
+
+    @property
+    def cluster(self) -> bool:
+        return isinstance(self.client, AsyncValkeyCluster)
+
+    # -- opening ------------------------------------------------------------
+    async def handshake(self) -> None:
+        """The checks of :class:`echomq.Connection`: the tokens (wire 6), the brand, the scripts."""
+        try:
+            if self.wire == 6:
+                await self._require_tokens()
+            check_brand(await read_brand(self.client), self.wire)
+            await self.load_scripts()
+        except TRANSPORT_ERRORS as exc:
+            raise link_failed(exc, "the handshake") from exc
+
+    async def _require_tokens(self) -> None:
+        try:
+            if self.cluster:  # every primary must serve the verbs, not just one
+                listed = await self.client.execute_command("EMQ.VERSION", target_nodes=AsyncValkeyCluster.PRIMARIES)
+                listed = listed if isinstance(listed, dict) else {"node": listed}
+            else:
+                listed = {"node": await self.client.execute_command("EMQ.VERSION")}
+        except ResponseError as exc:
+            raise tokens_unavailable(exc) from exc
+        self.tokens = check_tokens(listed)
+
+    async def load_scripts(self) -> None:
+        for script in self.scripts.values():
+            await self.client.script_load(script.source)
+
+    # -- sending: the one path --------------------------------------------------
+    async def round_trip(self, request: Sequence[Call | Plain]) -> list[Any]:
+        """As :meth:`echomq.Connection.round_trip`, awaited."""
+        commands = [self.args_of(item) for item in request]
+        names = names_of(request) if hooks.wanted("verb") else None
+        started = time.perf_counter()
+        if names:
+            hooks.emit("verb.start", verbs=names, wire=self.wire)
+        try:
+            replies = await self._exchange(commands)
+            retry = self.unanswered(replies)
+            if retry:
+                await self.load_scripts()  # SCRIPT FLUSH or a restart without the cache
+                for i, reply in zip(retry, await self._exchange([commands[i] for i in retry])):
+                    replies[i] = reply
+        except TRANSPORT_ERRORS as exc:
+            failed = link_failed(exc, " ".join(names_of(request)))
+            if names:
+                hooks.emit("verb.error", verbs=names, wire=self.wire, error=failed,
+                           duration_s=time.perf_counter() - started)
+            raise failed from exc
+        if names:
+            hooks.emit("verb.stop", verbs=names, wire=self.wire, duration_s=time.perf_counter() - started)
+        return self.refusals(replies)
+
+    def _exchange(self, commands: list[tuple[Any, ...]]) -> asyncio.Future[list[Any]]:
+        """Send ``commands`` with every other call made in the same turn of the event loop, in
+        one round trip: 50 request handlers enqueueing at once cost one pipeline, not 50 round
+        trips. Each command stays its own atomic call (no transaction); a link fault fails
+        every caller of that round trip."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[list[Any]] = loop.create_future()
+        self._waiting.append((commands, waiter))
+        if len(self._waiting) == 1:
+            loop.call_soon(self._flush)
+        return waiter
+
+    def _flush(self) -> None:
+        batch, self._waiting = self._waiting, []
+        task = asyncio.ensure_future(self._send_batch(batch))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    async def _send_batch(self, batch: list[tuple[list[tuple[Any, ...]], asyncio.Future[list[Any]]]]) -> None:
+        commands = [command for part, _ in batch for command in part]
+        try:
+            replies = await self._send_commands(commands)
+        except BaseException as exc:
+            for _, waiter in batch:
+                if not waiter.done():
+                    waiter.set_exception(exc)
+            return
+        at = 0
+        for part, waiter in batch:
+            if not waiter.done():  # a caller cancelled while waiting: its reply is dropped
+                waiter.set_result(replies[at:at + len(part)])
+            at += len(part)
+
+    async def _send_commands(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        if len(commands) == 1:
+            try:
+                return [await self.client.execute_command(*commands[0])]
+            except ResponseError as exc:
+                return [exc]
+        pipe = self.client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
+
+    async def send(self, call: Call | Plain) -> Any:
+        (reply,) = await self.round_trip([call])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def send_many(self, calls: Sequence[Call | Plain]) -> list[Any]:
+        return await self.round_trip(calls) if calls else []
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def __aenter__(self) -> "Connection":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def read_brand(client: avalkey.Valkey | AsyncValkeyCluster) -> bytes | None:
+    try:
+        return await client.get(VERSION_KEY)
+    except ResponseError as exc:
+        raise brand_unreadable(exc) from exc
+
+
+async def connect(
+    url: str = "redis://127.0.0.1:6379", *, wire: int | str = 4, cluster: bool = False,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS, pool_timeout: float = DEFAULT_POOL_TIMEOUT_S,
+    **client_options: Any,
+) -> Connection:
+    """Open an asyncio connection on ``wire`` 4, 6 or ``"auto"`` after checking the node, as
+    :func:`echomq.connect` does. ``max_connections`` and ``pool_timeout`` size the pool (see
+    the module's notes); ``client_options`` go to valkey-py's client."""
+    try:
+        if cluster:
+            client: avalkey.Valkey | AsyncValkeyCluster = EchoAsyncCluster.from_url(
+                url, max_connections=max_connections, **client_options)
+        else:
+            pool = avalkey.BlockingConnectionPool.from_url(
+                url, max_connections=max_connections, timeout=pool_timeout, **client_options)
+            client = avalkey.Valkey.from_pool(_pool(pool))
+    except ValueError as exc:
+        raise errors.ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port or rediss://host:port") from exc
+    try:
+        if cluster:
+            await client.initialize()  # type: ignore[union-attr]
+        await client.ping()
+        chosen = wire_of_brand(await read_brand(client)) if wire == "auto" else wire
+        connection = Connection(client, chosen)  # type: ignore[arg-type]
+        await connection.handshake()
+    except TRANSPORT_ERRORS as exc:
+        await client.aclose()
+        raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
+    except BaseException:
+        await client.aclose()
+        raise
+    return connection
+
+
+class Queue(QueueCore):
+    """One queue on one asyncio connection: ``Queue(conn, "emails")``; every method is a coroutine."""
+
+    def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON) -> None:
+        super().__init__(name, connection.wire, serializer)
+        self.connection = connection
+
+    def __repr__(self) -> str:
+        return f"aio.Queue({self.name!r}, wire={self.wire})"
+
+    async def _run(self, op: Op[T]) -> T:
+        """Drive an operation: each round trip it yields is sent, awaited, and its replies sent back."""
+        try:
+            request = next(op)
+            while True:
+                request = op.send(await self.connection.round_trip(request))
+        except StopIteration as done:
+            return done.value
+
+    async def enqueue(self, payload: Any, *, id: str | None = None, priority: int = 0) -> Enqueued:
+        return await self._run(self.op_enqueue(payload, id, priority))
+
+    async def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0) -> list[Enqueued]:
+        return await self._run(self.op_enqueue_many(payloads, priority))
+
+    async def schedule(self, payload: Any, delay_ms: int, *, id: str | None = None, priority: int = 0) -> Enqueued:
+        return await self._run(self.op_schedule(payload, delay_ms, id, priority))
+
+    async def claim(self, lease_ms: int) -> Job | None:
+        return await self._run(self.op_claim(lease_ms))
+
+    async def bclaim(self, lease_ms: int, timeout_ms: int) -> Job | None:
+        return await self._run(self.op_bclaim(lease_ms, timeout_ms))
+
+    async def claim_many(self, count: int, lease_ms: int) -> list[Job]:
+        return await self._run(self.op_claim_many(count, lease_ms))
+
+    async def extend(self, job: JobRef, lease_ms: int, *, token: str | int | None = None) -> int:
+        return await self._run(self.op_extend(job, lease_ms, token))
+
+    async def extend_many(self, jobs: Sequence[JobRef | tuple[str, str]], lease_ms: int) -> list[int]:
+        return await self._run(self.op_extend_many(jobs, lease_ms))
+
+    async def complete(self, job: JobRef, *, token: str | int | None = None) -> None:
+        await self._run(self.op_fenced(self.complete_call(job, token=token)))
+
+    async def complete_many(self, jobs: Sequence[JobRef]) -> list[bool]:
+        return await self._run(self.op_complete_many(jobs))
+
+    async def fail(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
+                   token: str | int | None = None) -> State:
+        call = self.fail_call(job, error, max_attempts=max_attempts, backoff_ms=backoff_ms, token=token)
+        return await self._run(self.op_fenced(call))
+
+    async def delay(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> int:
+        return await self._run(self.op_fenced(self.delay_call(job, delay_ms, token=token)))
+
+    async def requeue(self, job: JobRef, *, token: str | int | None = None) -> None:
+        await self._run(self.op_fenced(self.requeue_call(job, token=token)))
+
+    async def settle_many(self, calls: Sequence[Call]) -> list[Any]:
+        return await self._run(self.op_settle_many(calls))
+
+    async def settle_and_claim(self, calls: Sequence[Call], count: int, lease_ms: int) -> tuple[list[Any], list[Job]]:
+        return await self._run(self.op_settle_and_claim(calls, count, lease_ms))
+
+    async def promote(self, limit: int = 1000) -> int:
+        return await self._run(self.op_promote(limit))
+
+    async def reschedule(self, job_id: str, delay_ms: int) -> int | None:
+        return await self._run(self.op_reschedule(job_id, delay_ms))
+
+    async def reprocess(self, job_id: str) -> bool:
+        return await self._run(self.op_reprocess(job_id))
+
+    async def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
+        return await self._run(self.op_stalled_check(max_stalled, limit))
+
+    async def pause(self) -> None:
+        await self._run(self.op_pause())
+
+    async def resume(self) -> None:
+        await self._run(self.op_resume())
+
+    async def counts(self) -> Counts:
+        return await self._run(self.op_counts())
+
+    async def state(self, job_id: str) -> State | None:
+        return await self._run(self.op_state(job_id))
+
+    async def job(self, job_id: str) -> dict[str, Any] | None:
+        return await self._run(self.op_job(job_id))
+
+    async def ids(self, state: State | str, *, offset: int = 0, count: int = 100) -> list[tuple[str, float]]:
+        return await self._run(self.op_ids(state, offset, count))
+
+    async def metrics(self) -> dict[str, int]:
+        return await self._run(self.op_metrics())

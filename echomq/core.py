@@ -1,0 +1,303 @@
+"""The queue's core, with no I/O: what each method sends and what its replies mean.
+
+Every :class:`echomq.Queue` method (and its coroutine twin in :class:`echomq.aio.Queue`)
+is one *operation* here: a generator that yields a round trip -- a list of
+:class:`~echomq.verbs.Call` and :class:`~echomq.verbs.Plain` commands, sent together
+-- receives their replies (error replies as exception objects), and returns the
+method's answer. The two queues only drive these generators over their connection,
+one blocking, one awaiting, so both build the same calls, check the same limits and
+answer and raise the same way (httpx's ``BaseClient``/``Client``/``AsyncClient``
+split). Argument limits and reply decoding live in the verb rows (:mod:`echomq.verbs`).
+
+Token-fenced verbs that answer ``0`` (or, on wire 6, refuse a row that is no longer
+active) raise :class:`LeaseLost`: a caller that thought it held the job must not
+carry on as if it did. ``extend_many``, ``complete_many`` and ``settle_many`` report
+per job instead, because a batch is partly lost by nature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generator, Iterable, Sequence, TypeVar
+
+from . import errors
+from .ids import uuid7
+from .keys import STATE_SETS, Keyspace, State, check_job_id
+from .serializers import JSON, Serializer
+from .verbs import (
+    BY_NAME, EXTENDS_MAX_PAIRS, LIMIT_MAX, Call, Claimed, Counts, Plain, Sweep, build_call, check_int, text,
+)
+
+T = TypeVar("T")
+RoundTrip = list["Call | Plain"]
+#: An operation: yields round trips, is sent their replies, returns the answer.
+Op = Generator[RoundTrip, list[Any], T]
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    id: str
+    created: bool  #: False when the id already had a row (idempotent enqueue: nothing written)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A claimed job. ``token`` is the fencing token (attempts as text) every settle presents."""
+
+    queue: str
+    id: str
+    payload: Any
+    raw_payload: bytes | None
+    attempt: int
+
+    @property
+    def token(self) -> str:
+        return str(self.attempt)
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable per attempt: use it for downstream writes a retry must not repeat."""
+        return f"{self.id}:{self.attempt}"
+
+
+JobRef = Job | str
+
+
+def _ref(job: JobRef, token: str | int | None) -> tuple[str, str]:
+    """(id, token) from a Job, or from an id and an explicit token."""
+    if isinstance(job, Job):
+        return job.id, job.token if token is None else str(token)
+    if token is None:
+        raise errors.ConfigurationError(f"job {job!r}: pass the Job, or its id with token=")
+    return check_job_id(job), str(token)
+
+
+def due_in_ms(head: Sequence[Any], now: Sequence[Any]) -> int:
+    """Ms from ``now`` (a TIME reply) until the schedule's head (ZRANGE 0 0 WITHSCORES) is due."""
+    score = head[0][1] if isinstance(head[0], (list, tuple)) else head[1]  # RESP3 pairs or a flat RESP2 list
+    seconds, micros = now
+    return int(float(score)) - (int(seconds) * 1000 + int(micros) // 1000)
+
+
+def raise_first(replies: Sequence[Any]) -> None:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+
+
+def _raised(answer: Any) -> Any:
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
+
+
+class QueueCore:
+    """One queue's calls and answers; :class:`echomq.Queue` and :class:`echomq.aio.Queue` send them."""
+
+    wire: int
+
+    def __init__(self, name: str, wire: int, serializer: Serializer = JSON) -> None:
+        self.keys = Keyspace(name)
+        self.name = name
+        self.wire = wire
+        self.serializer = serializer
+        self.claim_paused = False  #: wire 4: the pause read of the last settle_and_claim that claimed
+
+    # -- building calls (pure) --------------------------------------------------
+    def call(self, verb: str, *argv: Any) -> Call:
+        """A call exactly as given (no argument checks)."""
+        return build_call(verb, self.keys, argv)
+
+    def build(self, verb: str, *argv: Any) -> Call:
+        """A call with its arguments checked against SPEC §3."""
+        return BY_NAME[verb].build(self.keys, *argv)
+
+    def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0) -> Call:
+        return self.build("enqueue", uuid7() if id is None else id, self.serializer.dumps(payload), priority)
+
+    def complete_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
+        return self.build("complete", *_ref(job, token))
+
+    def fail_call(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
+                  token: str | int | None = None) -> Call:
+        return self.build("fail", *_ref(job, token), error, max_attempts, backoff_ms)
+
+    def delay_call(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> Call:
+        return self.build("delay", *_ref(job, token), delay_ms)
+
+    def requeue_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
+        return self.build("requeue", *_ref(job, token))
+
+    def _claim_calls(self, count: int, lease_ms: int) -> list[Call]:
+        return [self.build("claim", lease_ms)] * count
+
+    def _job(self, claimed: Claimed | None) -> Job | None:
+        if claimed is None:
+            return None
+        raw = claimed.raw_payload
+        payload = None if raw is None else self.serializer.loads(raw)
+        return Job(self.name, claimed.id, payload, raw, claimed.attempt)
+
+    def claimed(self, reply: Sequence[Any]) -> Job | None:
+        """The job in a CLAIM or BCLAIM reply (a waiter reads BCLAIM's on a socket of its own)."""
+        return self._job(BY_NAME["claim"].decode(reply))
+
+    def _jobs(self, calls: Sequence[Call], replies: Sequence[Any]) -> list[Job]:
+        raise_first(replies)
+        jobs = (self._job(call.verb.answer(call, reply)) for call, reply in zip(calls, replies))
+        return [job for job in jobs if job is not None]
+
+    def _pause_read(self) -> Plain:
+        return Plain(("HGET", self.keys.meta, "paused"))
+
+    # -- operations ---------------------------------------------------------------
+    def _one(self, call: Call) -> Op[Any]:
+        (reply,) = yield [call]
+        return _raised(call.verb.answer(call, reply))
+
+    def _plain(self, *args: Any) -> Op[Any]:
+        (reply,) = yield [Plain(args)]
+        return _raised(reply)
+
+    def op_enqueue(self, payload: Any, id: str | None, priority: int) -> Op[Enqueued]:
+        call = self.enqueue_call(payload, id=id, priority=priority)
+        return Enqueued(call.argv[0], (yield from self._one(call)))
+
+    def op_enqueue_many(self, payloads: Iterable[Any], priority: int) -> Op[list[Enqueued]]:
+        calls = [self.enqueue_call(payload, priority=priority) for payload in payloads]
+        replies = (yield calls) if calls else []
+        raise_first(replies)
+        return [Enqueued(call.argv[0], call.verb.answer(call, reply)) for call, reply in zip(calls, replies)]
+
+    def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int) -> Op[Enqueued]:
+        job_id = uuid7() if id is None else id
+        call = self.build("schedule", job_id, self.serializer.dumps(payload), delay_ms, priority)
+        return Enqueued(call.argv[0], (yield from self._one(call)))
+
+    def op_claim(self, lease_ms: int) -> Op[Job | None]:
+        jobs = yield from self.op_claim_many(1, lease_ms)
+        return jobs[0] if jobs else None
+
+    def op_bclaim(self, lease_ms: int, timeout_ms: int) -> Op[Job | None]:
+        if self.wire == 4:
+            raise errors.UnsupportedOnWire("bclaim needs wire 6 (trafikey): on wire 4 wait on the wake marker "
+                                           f"{self.keys.wake} (BZPOPMIN), then claim")
+        call = self.build("bclaim", lease_ms, timeout_ms)
+        jobs = self._jobs([call], (yield [call]))
+        return jobs[0] if jobs else None
+
+    def op_claim_many(self, count: int, lease_ms: int) -> Op[list[Job]]:
+        check_int("count", count, 1, LIMIT_MAX)
+        calls = self._claim_calls(count, lease_ms)
+        if self.wire == 4:
+            # SPEC §4: the scripted claim follows its own pause read; any non-nil reply, an
+            # error reply included, means paused
+            (paused,) = yield [self._pause_read()]
+            if paused is not None:
+                return []
+        return self._jobs(calls, (yield calls))
+
+    def op_extend(self, job: JobRef, lease_ms: int, token: str | int | None) -> Op[int]:
+        return (yield from self._one(self.build("extend", *_ref(job, token), lease_ms)))
+
+    def op_extend_many(self, jobs: Sequence[JobRef | tuple[str, str]], lease_ms: int) -> Op[list[int]]:
+        check_int("lease_ms", lease_ms, 1)
+        pairs = [job if isinstance(job, tuple) else _ref(job, None) for job in jobs]
+        calls = [
+            self.call("extends", lease_ms, *[part for pair in pairs[start:start + EXTENDS_MAX_PAIRS] for part in pair])
+            for start in range(0, len(pairs), EXTENDS_MAX_PAIRS)
+        ]
+        replies = (yield calls) if calls else []  # EXTENDS takes at most 1000 pairs: one command per chunk
+        raise_first(replies)
+        return [answer for call, reply in zip(calls, replies) for answer in call.verb.answer(call, reply)]
+
+    def op_fenced(self, call: Call) -> Op[Any]:
+        return (yield from self._one(call))
+
+    def op_complete_many(self, jobs: Sequence[JobRef]) -> Op[list[bool]]:
+        calls = [self.complete_call(job) for job in jobs]
+        answers = yield from self.op_settle_many(calls)
+        raise_first([a for a in answers if not isinstance(a, errors.LeaseLost)])
+        return [answer is True for answer in answers]
+
+    def op_settle_many(self, calls: Sequence[Call]) -> Op[list[Any]]:
+        replies = (yield list(calls)) if calls else []
+        return [call.verb.answer(call, reply) for call, reply in zip(calls, replies)]
+
+    def op_settle_and_claim(self, calls: Sequence[Call], count: int, lease_ms: int) -> Op[tuple[list[Any], list[Job]]]:
+        check_int("count", count, 0, LIMIT_MAX)
+        check_int("lease_ms", lease_ms, 1)
+        claims = self._claim_calls(count, lease_ms)
+        calls = list(calls)
+        if self.wire == 6 or not count:
+            replies = (yield [*calls, *claims]) if calls or claims else []
+            settled, claimed = replies[: len(calls)], replies[len(calls):]
+        else:
+            # the pause read rides with the settles; the claims follow unless paused
+            *settled, paused = yield [*calls, self._pause_read()]
+            self.claim_paused = paused is not None
+            claimed = [] if self.claim_paused else (yield claims)
+        answers = [call.verb.answer(call, reply) for call, reply in zip(calls, settled)]
+        return answers, self._jobs(claims, claimed)
+
+    def op_promote(self, limit: int) -> Op[int]:
+        return (yield from self._one(self.build("promote", limit)))
+
+    def op_promote_and_next_due(self, limit: int) -> Op[tuple[int, int | None]]:
+        promote = self.build("promote", limit)
+        moved, head, now = yield [promote, Plain(("ZRANGE", self.keys.schedule, 0, 0, "WITHSCORES")), Plain(("TIME",))]
+        raise_first([moved, head, now])
+        return promote.verb.answer(promote, moved), None if not head else due_in_ms(head, now)
+
+    def op_reschedule(self, job_id: str, delay_ms: int) -> Op[int | None]:
+        return (yield from self._one(self.build("reschedule", job_id, delay_ms)))
+
+    def op_reprocess(self, job_id: str) -> Op[bool]:
+        return (yield from self._one(self.build("reprocess", job_id)))
+
+    def op_stalled_check(self, max_stalled: int, limit: int) -> Op[Sweep]:
+        return (yield from self._one(self.build("stalled_check", max_stalled, limit)))
+
+    def op_pause(self) -> Op[None]:
+        yield from self._plain("HSET", self.keys.meta, "paused", 1)
+
+    def op_resume(self) -> Op[None]:
+        yield from self._plain("HDEL", self.keys.meta, "paused")  # a refusal (a wrong-typed meta) stops here
+        if self.wire == 4:
+            # a worker blocked on the wake marker claims at once; wire 6's blocked claimers hear the HDEL
+            yield from self._plain("ZADD", self.keys.wake, 0, "w")
+
+    def op_counts(self) -> Op[Counts]:
+        return (yield from self._one(self.call("counts")))
+
+    def op_state(self, job_id: str) -> Op[State | None]:
+        return (yield from self._one(self.build("state", job_id)))
+
+    def op_job(self, job_id: str) -> Op[dict[str, Any] | None]:
+        row = yield from self._plain("HGETALL", self.keys.job(check_job_id(job_id)))
+        if not row:
+            return None
+        if not isinstance(row, dict):  # a client without the HGETALL callback answers the flat list
+            row = dict(zip(row[::2], row[1::2]))
+        fields = {text(k): v for k, v in row.items()}
+        raw = fields.pop("payload", None)
+        decoded: dict[str, Any] = {k: text(v) for k, v in fields.items()}
+        decoded["payload"] = None if raw is None else self.serializer.loads(raw)
+        return decoded
+
+    def op_ids(self, state: State | str, offset: int, count: int) -> Op[list[tuple[str, float]]]:
+        try:
+            key = self.keys.key(STATE_SETS[State(state)])
+        except ValueError:
+            raise errors.ConfigurationError(f"bad state {state!r}: one of {[s.value for s in State]}") from None
+        check_int("offset", offset, 0)
+        check_int("count", count, 1)  # count 0 would ask ZRANGE for offset..offset-1: all of it at offset 0
+        reply = yield from self._plain("ZRANGE", key, offset, offset + count - 1, "WITHSCORES")
+        pairs = reply if reply and isinstance(reply[0], (list, tuple)) else zip(reply[::2], reply[1::2])  # RESP3: pairs
+        return [(text(member), float(score)) for member, score in pairs]
+
+    def op_metrics(self) -> Op[dict[str, int]]:
+        names = ("completed", "failed")
+        replies = yield [Plain(("HGET", self.keys.metrics(name), "count")) for name in names]
+        raise_first(replies)
+        return {name: int(reply or 0) for name, reply in zip(names, replies)}
