@@ -545,6 +545,8 @@ class Worker:
                         self.timers.recheck(name, now)  # an idle queue's promote backstop
             elif isinstance(report, waiter.Recheck):
                 self.timers.recheck(report.queue, now)
+            elif isinstance(report, waiter.HeadRead):
+                self.timers.expect_due(report.queue, now + max(0, report.due_in_ms) + PROMOTE_SLACK_MS)
             elif self.stopping:
                 self._release_claimed(report)
             else:
