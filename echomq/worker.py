@@ -465,6 +465,9 @@ class Worker:
             self._empty_polls[name] = 0
             self._next_poll[name] = now
         elif self.blocking:
+            # the claim after its next wake is one, not a batch: a wake at a block's timeout (the
+            # backstop) usually finds nothing, and a single job is the common reason for a wake
+            self._empty_polls[name] += 1
             self._idle.add(name)
             if paused:
                 self._paused.add(name)

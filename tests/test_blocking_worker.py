@@ -141,6 +141,25 @@ def test_an_idle_queue_is_swept_when_its_earliest_lease_expires_not_by_an_interv
         assert queue.job(lost) is None  # completed by the worker
 
 
+def test_an_idle_worker_probes_with_one_claim_after_a_block_times_out(own_conn, monkeypatch):
+    """A block that ends with nothing (its timeout, the backstop) is followed by one claim, not a
+    batch (claim_batch 10): the idle worker's backstop costs a few commands, not a dozen."""
+    from echomq import policy
+
+    monkeypatch.setattr(policy, "BLOCK_MAX_MS", 200)  # blocks time out five times a second
+    name = fresh_name("p")
+    with Running(Worker(recording_app([name], []), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked")
+        own_conn.client.config_resetstat()
+        wait_server_past(own_conn.client, server_ms(own_conn.client) + 1500)
+        stats = own_conn.client.info("commandstats")
+    calls = {k.split("_", 1)[1].lower(): v["calls"] for k, v in stats.items()}
+    blocks = calls.get("bzpopmin", 0) + calls.get("emq.bclaim", 0)
+    claims = calls.get("zpopmin", 0) + calls.get("emq.claim", 0)  # wire 4's claim script pops with ZPOPMIN
+    assert blocks >= 3, calls
+    assert claims <= blocks, calls  # one probe per timed-out block at most (wire 6's BCLAIM claims by itself)
+
+
 def test_a_wire_6_block_reads_the_schedules_head_with_it(own_conn, wire):
     """The head read rides in BCLAIM's packet: a SCHEDULE that moved the head earlier just before
     the block (when no blocked claimer was there to answer) is still seen, and reported first."""
