@@ -346,7 +346,7 @@ def dead(url: str, wire: str, queue_name: str, limit: int) -> None:
 @queue_option()
 @click.option("--all", "every", is_flag=True, help="every dead job of the queue")
 def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, every: bool) -> None:
-    """Send dead jobs back to pending (their counters are kept)."""
+    """Send dead jobs back to pending with a full retry and stall budget again (attempts go on)."""
     if bool(job_ids) == every:
         raise click.UsageError("name dead job ids, or pass --all")
     with reported():

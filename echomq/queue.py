@@ -233,7 +233,7 @@ class Queue:
         return self._fenced(self.delay_call(job, delay_ms, token=token))
 
     def requeue(self, job: JobRef, *, token: str | int | None = None) -> None:
-        """Release a held job to pending without spending any budget (wire 6 only)."""
+        """Release a held job to pending without spending any budget."""
         self._fenced(self.requeue_call(job, token=token))
 
     def settle_many(self, calls: Sequence[Call]) -> list[Any]:
@@ -278,13 +278,14 @@ class Queue:
         return int(self._send("promote", check_int("limit", limit, 1, LIMIT_MAX)))
 
     def reschedule(self, job_id: str, delay_ms: int) -> int | None:
-        """Move a scheduled job's due time to now + ``delay_ms`` (wire 6 only); None when no row."""
+        """Move a scheduled job's due time to now + ``delay_ms``; None when no row."""
         check_job_id(job_id)
         check_int("delay_ms", delay_ms, 0)
         return int(self._send("reschedule", job_id, delay_ms)) or None
 
     def reprocess(self, job_id: str) -> bool:
-        """Send a dead job back to pending, keeping its counters; False when it is not in dead."""
+        """Send a dead job back to pending with a full retry and stall budget again (``attempts``,
+        the token, goes on); False when it is not in dead."""
         return self._send("reprocess", check_job_id(job_id)) == 1
 
     def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:

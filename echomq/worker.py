@@ -23,8 +23,7 @@ A step, in order:
 
 Shutdown (SIGTERM/SIGINT, or :meth:`Worker.stop`): stop claiming, let running jobs
 finish for up to ``grace_s`` while still renewing and settling them, then REQUEUE
-what is still held (wire 6) or leave it to lease expiry and the sweep (wire 4,
-which has no REQUEUE). A second signal exits at once.
+what is still held (both wires: no budget spent). A second signal exits at once.
 """
 
 from __future__ import annotations
@@ -88,8 +87,8 @@ class Tally:
     dead: int = 0  #: FAIL answered dead
     delayed: int = 0
     lost: int = 0  #: lease lost: dropped, or a settle the server fenced off
-    requeued: int = 0  #: released at shutdown (wire 6)
-    abandoned: int = 0  #: left to lease expiry at shutdown (wire 4)
+    requeued: int = 0  #: released at shutdown
+    abandoned: int = 0  #: left to lease expiry at shutdown (REQUEUE failed or was refused)
 
     def __str__(self) -> str:
         return ", ".join(f"{name} {value}" for name, value in vars(self).items() if value) or "nothing"
@@ -491,7 +490,7 @@ class Worker:
 
     # -- shutdown ----------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Settle what finished, then release what is still held: REQUEUE on wire 6, lease expiry on wire 4."""
+        """Settle what finished, then release what is still held (REQUEUE, on both wires)."""
         if self._stop_at is None:
             self._stop_at = self._clock_ms()  # no claims from here on, whatever brought us here
         try:
@@ -501,13 +500,8 @@ class Worker:
         still = [held for held in self.held.values() if not held.ctx.lease_lost]
         for held in still:
             self._lose(held, None)  # first: its outcome must never be settled now (logged below, all at once)
-        if still and self.connection.wire == 6:
+        if still:
             self._requeue(still)
-        elif still:
-            self.tally.abandoned += len(still)
-            log.warning("worker %d: wire 4 has no REQUEUE: %d job(s) still held are left to lease expiry "
-                        "(back to pending by the next sweep after up to %d ms): %s", os.getpid(), len(still),
-                        self.config.lease.lease_ms, ", ".join(h.job.id for h in still))
         else:
             log.info("worker %d: stopped with nothing held", os.getpid())
         self.held.clear()
@@ -532,5 +526,5 @@ class Worker:
             ok = [h.job.id for h, reply in zip(batch, replies) if reply == 1]
             self.tally.requeued += len(ok)
             self.tally.abandoned += len(batch) - len(ok)
-            log.warning("worker %d: wire 6: requeued %d job(s) still held at the end of the grace period: %s",
+            log.warning("worker %d: requeued %d job(s) still held at the end of the grace period: %s",
                         os.getpid(), len(ok), ", ".join(ok))

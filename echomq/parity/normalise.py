@@ -8,12 +8,12 @@ Three, each checked rather than masked:
   ``[before, after]`` window of TIME read just before and after the call on that
   node. Two offsets are the same when their intervals meet. A score written by a
   plain command (a case's setup) is absolute and stays as it is.
-* **The native extras.** ``lease_epoch`` must equal the native node's run_id at
+* **The native extra.** ``lease_epoch`` must equal the native node's run_id at
   the call that wrote it and may only be written by a CLAIM, EXTEND or EXTENDS
-  that took the lease; ``failures`` may only be written by a FAIL that settled,
-  as the old value plus one (SPEC §5.7). :func:`extras_violations` checks both on
-  the native node; only then are the two fields dropped from its rows. On the
-  script node they are never dropped: a script that wrote one shows up.
+  that took the lease. :func:`extras_violations` checks it on the native node;
+  only then is the field dropped from its rows. On the script node it is never
+  dropped: a script that wrote one shows up. (``failures`` is no extra since the
+  scripts keep the same budget, SPEC §9.1: it is compared like any field.)
 * **The brand.** ``{emq}:version`` must be the node's own brand; then it reads as
   ``<brand>`` on both.
 
@@ -31,7 +31,7 @@ from .dump import Dump, Entry
 
 TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule)$")
 ROW = re.compile(rb"^emq:\{([^{}]+)\}:job:(.*)$", re.S)
-EXTRAS = (b"lease_epoch", b"failures")
+EXTRAS = (b"lease_epoch",)
 TIME_VERBS = frozenset({"extend", "extends", "delay", "reschedule"})  #: verbs whose nonzero reply is a time
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
@@ -135,7 +135,7 @@ def _zset(entry: Entry | None) -> dict:
 
 def normalise(dump: Dump, origins: Origins, *, brand: bytes, native_extras: bool) -> Dump:
     """The dump as compared: offsets for verb-written time scores, the brand checked,
-    and (on the native node, after :func:`extras_violations`) its two extra fields dropped."""
+    and (on the native node, after :func:`extras_violations`) its extra field dropped."""
     out: Dump = {}
     for key, entry in dump.items():
         if key == VERSION_KEY.encode() and entry.kind == "string" and entry.value == brand:
@@ -188,15 +188,13 @@ def row_key(base: bytes, job_id: bytes) -> bytes:
     return base + b"job:" + job_id
 
 
-def extras_violations(pre: Dump, post: Dump, *, stamped: Iterable[bytes], failed: Iterable[bytes],
-                      run_id: bytes) -> list[str]:
-    """Where the native node's ``lease_epoch`` or ``failures`` break their rule in one call.
+def extras_violations(pre: Dump, post: Dump, *, stamped: Iterable[bytes], run_id: bytes) -> list[str]:
+    """Where the native node's ``lease_epoch`` breaks its rule in one call.
 
     ``stamped``: the row keys this call took or renewed a lease on (it must stamp
-    each with ``run_id``); ``failed``: the row keys this call's FAIL settled (their
-    ``failures`` must go up by one). Every other row keeps both fields as they were.
+    each with ``run_id``). Every other row keeps the field as it was.
     """
-    stamped, failed = set(stamped), set(failed)
+    stamped = set(stamped)
     found = []
     for key, entry in post.items():
         if entry.kind != "hash":
@@ -211,14 +209,6 @@ def extras_violations(pre: Dump, post: Dump, *, stamped: Iterable[bytes], failed
                 found.append(f"{name} lease_epoch={_show(epoch_new)}, expected this run_id {run_id.decode()}")
         elif epoch_new != epoch_old:
             found.append(f"{name} lease_epoch {_show(epoch_old)}→{_show(epoch_new)} by a call that took no lease")
-        fail_old, fail_new = old.get(b"failures"), new.get(b"failures")
-        if key in failed:
-            prior = string2ll(fail_old)
-            want = None if prior is None else str(prior + 1).encode()
-            if fail_new != want:
-                found.append(f"{name} failures {_show(fail_old)}→{_show(fail_new)}, expected {_show(want)}")
-        elif fail_new != fail_old:
-            found.append(f"{name} failures {_show(fail_old)}→{_show(fail_new)} by a call that settled no failure")
     return found
 
 

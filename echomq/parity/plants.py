@@ -77,7 +77,7 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
                 "redis.call('HINCRBY', row, 'stalled', 1)", "redis.call('HINCRBY', row, 'stalled', 2)",
                 "the sweep counts two stalls per expiry"),
     ScriptPlant("script:reprocess.reset_attempts", "recovery", "reprocess",
-                "redis.call('HSET', row, 'state', 'pending')", "redis.call('HSET', row, 'state', 'pending', 'attempts', '0')",
+                "'failures', '0', 'stalled', '0')", "'failures', '0', 'stalled', '0', 'attempts', '0')",
                 "reprocess resets the attempts counter"),
 )
 

@@ -1,12 +1,20 @@
 -- EMQ fail (wire 4). KEYS: active, pending, schedule, dead, base.
 -- ARGV: id, token, error, max_attempts, backoff_ms.
--- The scripted budget caps on attempts (the claim count): dead when attempts >= max_attempts.
+-- One budget on both wires (SPEC §9.1): failures' = failures + 1, dead when failures' >= max_attempts.
+-- A matching token on a row that is not active (a repeated terminal failure included), or not
+-- in active, is refused before any write.
 local base = KEYS[5]
 local row = base .. 'job:' .. ARGV[1]
-local attempts = redis.call('HGET', row, 'attempts')
-if attempts ~= ARGV[2] then return 0 end
+local held = redis.call('HMGET', row, 'attempts', 'state')
+if held[1] ~= ARGV[2] then return 0 end
+if held[2] ~= 'active' then
+  return redis.error_reply('EMQSTATE EMQ.FAIL row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
+end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.FAIL id is not in active') end
+-- the first write: a failures field HINCRBY refuses stops the script before any other
+local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], ARGV[1])
-if tonumber(attempts) >= tonumber(ARGV[4]) then
+if failures >= tonumber(ARGV[4]) then
   redis.call('ZADD', KEYS[4], 0, ARGV[1])
   redis.call('HSET', row, 'state', 'dead', 'last_error', ARGV[3])
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
