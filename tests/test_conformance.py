@@ -359,9 +359,11 @@ def test_fail_with_backoff_schedules_the_retry(q):
 
 def test_fail_out_of_budget_goes_dead_and_counts(q):
     job = claimed(q, priority=9)
-    assert q.fail(job, "fatal", max_attempts=1, backoff_ms=5_000) is State.DEAD
+    with Clock(q) as clock:
+        assert q.fail(job, "fatal", max_attempts=1, backoff_ms=5_000) is State.DEAD
+    died = clock.check(score_of(snap(q), K(q, "dead"), "a"), 0)  # the dead score is the time it died
     assert snap(q) == {
-        K(q, "dead"): Z(("a", 0)),
+        K(q, "dead"): Z(("a", died)),
         R(q, "a"): row(q, "dead", attempts=1, claimed=True, failures=1, priority=9, last_error="fatal"),
         K(q, "metrics:failed"): H({"count": 1}),
     }
@@ -475,10 +477,12 @@ def test_stalled_check_recovers_an_expired_lease(q):
 
 def test_stalled_check_kills_at_the_stall_budget(q):
     expire(q, "a")
-    sweep = q.stalled_check(max_stalled=1)
+    with Clock(q) as clock:
+        sweep = q.stalled_check(max_stalled=1)
     assert (sweep.recovered, sweep.exempt, sweep.dead) == ([], [], ["a"])
+    died = clock.check(score_of(snap(q), K(q, "dead"), "a"), 0)
     assert snap(q) == {
-        K(q, "dead"): Z(("a", 0)),
+        K(q, "dead"): Z(("a", died)),
         R(q, "a"): row(q, "dead", attempts=1, claimed=True, stalled=1, last_error="stalled"),
         K(q, "metrics:failed"): H({"count": 1}),
     }

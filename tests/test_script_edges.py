@@ -216,8 +216,10 @@ def test_stalled_check_of_a_ghost_in_active_creates_a_partial_row(q, max_stalled
     sweep = q.stalled_check(max_stalled=max_stalled)
     if max_stalled == 1:
         assert sweep.dead == ["g"]
+        died = q.ids(State.DEAD)[0][1]
+        assert died > 1  # scored the time it died
         assert snap(q) == {
-            K(q, "dead"): Z(("g", 0)),
+            K(q, "dead"): Z(("g", died)),
             R(q, "g"): H(state="dead", stalled=1, last_error="stalled"),
             K(q, "metrics:failed"): H(count=1),
         }

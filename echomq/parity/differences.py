@@ -25,7 +25,7 @@ from typing import Any, Callable
 from ..verbs import BY_NAME
 from .compare import MISSING, Diff, Whole, diff, reply_same
 from .dump import Dump, Entry
-from .normalise import I64_MAX, Err, plain, row_key, same, string2ll
+from .normalise import I64_MAX, Err, Offset, plain, row_key, same, string2ll
 from .observation import Observation, Verdict
 
 
@@ -386,7 +386,7 @@ def model_stalled(obs: Observation) -> Match | None:
         count += 1
         if count >= max_stalled:
             edit.hset(key, stalled=str(count).encode(), state=b"dead", last_error=b"stalled")
-            edit.zadd(dead_key, job, 0)
+            edit.zadd(dead_key, job, Offset(0, 0))  # scored the time it died: this call's
             edit.hincrby(obs.base + b"metrics:failed", b"count", 1)
             dead.append(job)
         else:

@@ -2,8 +2,8 @@
 
 Three, each checked rather than masked:
 
-* **Time.** A score in ``active`` or ``schedule`` written by a verb is a server
-  time plus a delay. It becomes an :class:`Offset`: the score minus the server
+* **Time.** A score in ``active``, ``schedule`` or ``dead`` written by a verb is a
+  server time plus a delay (the dead score is the time the job died). It becomes an :class:`Offset`: the score minus the server
   time of the call that wrote it, where that time is only known to lie in the
   ``[before, after]`` window of TIME read just before and after the call on that
   node. Two offsets are the same when their intervals meet. A score written by a
@@ -29,7 +29,7 @@ from typing import Any, Iterable
 from ..keys import VERSION_KEY
 from .dump import Dump, Entry
 
-TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule)$")
+TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule|dead)$")
 ROW = re.compile(rb"^emq:\{([^{}]+)\}:job:(.*)$", re.S)
 EXTRAS = (b"lease_epoch",)
 TIME_VERBS = frozenset({"extend", "extends", "delay", "reschedule"})  #: verbs whose nonzero reply is a time

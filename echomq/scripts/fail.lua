@@ -14,8 +14,11 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQ
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if failures >= tonumber(ARGV[4]) then
-  redis.call('ZADD', KEYS[4], 0, ARGV[1])
+  -- the dead score is the time it died (purge by age)
+  redis.call('ZADD', KEYS[4], now, ARGV[1])
   redis.call('HSET', row, 'state', 'dead', 'last_error', ARGV[3])
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
   return 'dead'
@@ -26,8 +29,7 @@ if backoff == 0 then
   redis.call('HSET', row, 'state', 'pending', 'last_error', ARGV[3])
   return 'pending'
 end
-local t = redis.call('TIME')
-local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + backoff
+local due = now + backoff
 redis.call('ZADD', KEYS[3], due, ARGV[1])
 redis.call('HSET', row, 'state', 'scheduled', 'last_error', ARGV[3])
 return 'scheduled'

@@ -239,12 +239,14 @@ pub struct SweptMember {
 
 /// The sweep's writes: every member leaves active (one ZREM), then each verdict's writes;
 /// the pending and dead adds are batched into one ZADD each, the dead count into one HINCRBY
-/// whose reply `failed_count` predicts. `keys` = active, pending, dead.
+/// whose reply `failed_count` predicts. `keys` = active, pending, dead; a death is scored
+/// `now`, the time it died.
 pub fn sweep_plan(
     q: &Queue<'_>,
     keys: [&[u8]; 3],
     members: &[SweptMember],
     failed_count: Option<i64>,
+    now: i64,
 ) -> Vec<Op<'static>> {
     let [active, pending, dead] = keys;
     let mut plan = Vec::with_capacity(members.len() + 4);
@@ -295,7 +297,7 @@ pub fn sweep_plan(
                     ],
                     Expect::AnyInt,
                 ));
-                to_dead.push(b"0".to_vec());
+                to_dead.push(num(now));
                 to_dead.push(m.id.clone());
                 died += 1;
                 continue;
@@ -450,7 +452,7 @@ mod tests {
             m(b"r", Swept::Recover(1), 0),
             m(b"d", Swept::Die(3), 0),
         ];
-        let plan = sweep_plan(&q, keys, &members, Some(8));
+        let plan = sweep_plan(&q, keys, &members, Some(8), 1_700);
         let shown: Vec<String> = plan
             .iter()
             .map(|o| {
@@ -470,12 +472,12 @@ mod tests {
                 "HSET emq:{q}:job:r stalled 1 state pending",
                 "HSET emq:{q}:job:d stalled 3 state dead last_error stalled",
                 "ZADD emq:{q}:pending 4 e 0 r",
-                "ZADD emq:{q}:dead 0 d",
+                "ZADD emq:{q}:dead 1700 d",
                 "HINCRBY emq:{q}:metrics:failed count 1",
             ]
         );
         assert_eq!(plan[0].expect, Expect::Int(4));
         assert_eq!(plan[6].expect, Expect::Int(8));
-        assert!(sweep_plan(&q, keys, &[], None).is_empty());
+        assert!(sweep_plan(&q, keys, &[], None, 1_700).is_empty());
     }
 }

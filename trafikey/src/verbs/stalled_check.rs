@@ -101,6 +101,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         [active, pending, dead],
         &members,
         failed_count,
+        now,
     ))?;
     let list = |pick: fn(&Swept) -> bool| {
         ValkeyValue::Array(
