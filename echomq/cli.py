@@ -11,12 +11,13 @@ import importlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import click
 import valkey
@@ -360,6 +361,94 @@ def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, ev
     for job_id in set(ids) - set(moved):
         err.print(f"{job_id}: not in dead, left as it is")
     click.echo(f"reprocessed {len(moved)} job(s) of {queue_name}")
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
+@node_options
+@queue_option()
+def remove(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str) -> None:
+    """Delete pending, scheduled or dead jobs (an active job is refused: cancel it)."""
+    with reported():
+        for job_id in job_ids:
+            check_job_id(job_id)
+    removed = 0
+    with opened_queue(url, wire, queue_name) as queue:
+        for job_id in job_ids:
+            was = queue.remove(job_id)
+            if was is None:
+                err.print(f"{job_id}: no such job")
+            else:
+                removed += 1
+    click.echo(f"removed {removed} job(s) of {queue_name}")
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
+@node_options
+@queue_option()
+def cancel(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str) -> None:
+    """Cancel running jobs: dead with last_error 'cancelled'; the worker drops their outcome."""
+    with reported():
+        for job_id in job_ids:
+            check_job_id(job_id)
+    cancelled = 0
+    with opened_queue(url, wire, queue_name) as queue:
+        for job_id in job_ids:
+            if queue.cancel(job_id):
+                cancelled += 1
+            else:
+                err.print(f"{job_id}: no such job")
+    click.echo(f"cancelled {cancelled} job(s) of {queue_name}")
+
+
+DURATION = re.compile(r"([0-9]+)(ms|s|m|h|d)")
+DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``500ms``, ``30s``, ``15m``, ``12h``, ``7d`` as milliseconds."""
+    found = DURATION.fullmatch(text.strip())
+    if found is None:
+        raise click.BadParameter(f"{text!r} is not a duration: a whole number with ms, s, m, h or d, e.g. 7d")
+    return int(found[1]) * DURATION_MS[found[2]]
+
+
+def _batches(step: Callable[[], int], size: int) -> int:
+    """Call a bounded verb until a call moves fewer than ``size``; the total moved."""
+    total = 0
+    while True:
+        moved = step()
+        total += moved
+        if moved < size:
+            return total
+
+
+@main.command()
+@node_options
+@queue_option()
+@click.option("--older-than", "age_ms", default=None, metavar="DURATION",
+              callback=lambda ctx, param, value: None if value is None else parse_duration_ms(value),
+              help="only jobs dead at least this long (500ms, 30s, 15m, 12h, 7d); default: every dead job")
+@click.option("--batch", type=click.IntRange(1, 10_000), default=1000, show_default=True,
+              help="jobs deleted per server call")
+def purge(url: str, wire: str, queue_name: str, age_ms: int | None, batch: int) -> None:
+    """Delete a queue's dead jobs, oldest first."""
+    with opened_queue(url, wire, queue_name) as queue:
+        total = _batches(lambda: queue.purge(older_than_ms=age_ms or 0, limit=batch), batch)
+    click.echo(f"purged {total} dead job(s) of {queue_name}")
+
+
+@main.command()
+@node_options
+@queue_option()
+@click.option("--batch", type=click.IntRange(1, 10_000), default=1000, show_default=True,
+              help="jobs deleted per server call")
+def drain(url: str, wire: str, queue_name: str, batch: int) -> None:
+    """Delete a queue's pending jobs (active, scheduled and dead jobs are left alone)."""
+    with opened_queue(url, wire, queue_name) as queue:
+        total = _batches(lambda: queue.drain(limit=batch), batch)
+    click.echo(f"drained {total} pending job(s) of {queue_name}")
 
 
 @main.command()

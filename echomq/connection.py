@@ -157,6 +157,7 @@ class Connection:
             raise errors.ConfigurationError(f"bad wire {wire!r}: EchoMQ speaks wire 4 (scripts) or wire 6 (trafikey)")
         self.client = client
         self.wire = wire
+        self.tokens: frozenset[str] = frozenset()  #: wire 6: the tokens every node's EMQ.VERSION lists
         self.scripts = load_scripts(v for v in SCRIPTED if wire == 4 or v.read_only)
         self._handshake()
 
@@ -182,11 +183,14 @@ class Connection:
                 "wire 6 needs the trafikey module on the node, and EMQ.VERSION failed "
                 f"({exc}); start valkey-server with --loadmodule $(emq module-path), or connect with wire=4"
             ) from exc
+        common: set[str] | None = None
         for node, reply in listed.items():
             tokens = set(reply.decode().split())
             missing = [token for token in JOB_CORE_TOKENS if token not in tokens]
             if missing:
                 raise errors.WireError(f"the trafikey on {node} lacks job-core tokens {missing}; upgrade the module")
+            common = tokens if common is None else common & tokens
+        self.tokens = frozenset(common or ())
 
     def _require_brand(self) -> None:
         brand = read_brand(self.client)
@@ -210,6 +214,12 @@ class Connection:
         """The command that carries ``call`` on this connection's wire."""
         verb = call.verb
         if self.wire == 6 and not verb.read_only:
+            lacking = [token for token in verb.tokens if token not in self.tokens]
+            if lacking:  # a verb added after the job core (SPEC §9.4): only when the module lists it
+                raise errors.UnsupportedOnWire(
+                    f"{verb.command} is not served by this node's trafikey (EMQ.VERSION lacks {' '.join(lacking)}); "
+                    "upgrade the module"
+                )
             return (verb.command, len(call.keys), *call.keys, *call.argv)
         script = self.scripts.get(verb.name)
         if script is None:

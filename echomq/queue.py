@@ -295,6 +295,31 @@ class Queue:
         recovered, exempt, dead = self._send("stalled_check", max_stalled, limit)
         return Sweep([_text(i) for i in recovered], [_text(i) for i in exempt], [_text(i) for i in dead])
 
+    # -- control: remove, cancel, purge, drain (SPEC §9.4: optional tokens on wire 6) ------------
+    def remove(self, job_id: str) -> State | None:
+        """Delete a pending, scheduled or dead job (row and set membership in one step); returns
+        the state it was removed from, None when there is no row. An active job is refused
+        (:class:`StateError`): cancel it instead."""
+        reply = self._send("remove", check_job_id(job_id))
+        return None if reply == 0 else State(_text(reply))
+
+    def cancel(self, job_id: str) -> bool:
+        """Revoke an active job's lease: it goes dead with ``last_error`` ``cancelled``, its holder's
+        settle is refused and its handler sees ``ctx.lost`` at the next renewal. False when there
+        is no row; a job that is not active is refused (:class:`StateError`)."""
+        return self._send("cancel", check_job_id(job_id)) == 1
+
+    def purge(self, *, older_than_ms: int = 0, limit: int = 1000) -> int:
+        """Delete up to ``limit`` dead jobs that died at least ``older_than_ms`` ago (server clock),
+        oldest first; returns how many left dead. Call again while it returns ``limit``."""
+        check_int("older_than_ms", older_than_ms, 0)
+        return int(self._send("purge", older_than_ms, check_int("limit", limit, 1, LIMIT_MAX)))
+
+    def drain(self, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` jobs from the head of pending; returns how many left pending.
+        Call again while it returns ``limit``."""
+        return int(self._send("drain", check_int("limit", limit, 1, LIMIT_MAX)))
+
     # -- pause ----------------------------------------------------------------
     def pause(self) -> None:
         """Hold claims (enqueue and schedule still admit jobs)."""

@@ -61,16 +61,25 @@ VERBS: tuple[Verb, ...] = (
           "active → pending | dead", tokens=("stalled.check",)),
 )
 
+# The control verbs (SPEC §9.4): registered after the job core, in the order added. A wire-6
+# connection does not require them; it sends one only when EMQ.VERSION lists its token.
+CONTROL: tuple[Verb, ...] = (
+    _verb("remove", ("pending", "schedule", "dead", BASE), ("id",), "pending | scheduled | dead → (deleted)"),
+    _verb("cancel", ("active", "dead", BASE), ("id",), "active → dead"),
+    _verb("purge", ("dead", BASE), ("age_ms", "limit"), "dead → (deleted)"),
+    _verb("drain", ("pending", BASE), ("limit",), "pending → (deleted)"),
+)
+
 # The two declared reads: scripts on both wires, never an EMQ command.
 READS: tuple[Verb, ...] = (
     Verb("counts", ("pending", "active", "schedule", "dead", "meta"), ()),
     Verb("state", (BASE,), ("id",)),
 )
 
-BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + READS}
+BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + CONTROL + READS}
 
 #: What EMQ.VERSION must list for a wire-6 connection, in registration order.
 JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in verb.tokens)
 
-#: Every verb with a script (the eleven scripted verbs and the two reads).
-SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + READS if verb.scripted)
+#: Every verb with a script (the thirteen job-core verbs, the control verbs and the two reads).
+SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + CONTROL + READS if verb.scripted)

@@ -7,8 +7,9 @@ nothing), and the suite fails on it.
 
 from __future__ import annotations
 
-from .steps import (Case, claim, complete, counts, delay, enqueue, extend, extends, fail, key, pause, promote, raw,
-                    reprocess, requeue, reschedule, restart, resume, schedule, stalled_check, state, wait, Do)
+from .steps import (Case, cancel, claim, complete, counts, delay, drain, enqueue, extend, extends, fail, key, pause,
+                    promote, purge, raw, remove, reprocess, requeue, reschedule, restart, resume, schedule,
+                    stalled_check, state, tick, wait, Do)
 
 Q, R = "q", "r"
 LONG = 60_000
@@ -101,6 +102,31 @@ ORDINARY = [
          enqueue(Q, "a", priority=9), claim(Q, 1), wait(Q), stalled_check(Q, 1), reprocess(Q, "a"), claim(Q),
          fail(Q, "a", 2, "x", 2), claim(Q), fail(Q, "a", 3, "x", 2), reprocess(Q, "a"), claim(Q),
          note="SPEC §9.2: failures and stalled start again from 0, attempts goes on"),
+    # -- control (docs/spec.md "Control verbs")
+    case("remove.ordinary", "control",
+         *dead_job("d"), enqueue(Q, "a", priority=2), schedule(Q, "b", LONG), claim(Q),
+         remove(Q, "b"), remove(Q, "d"), remove(Q, "zz"), remove(Q, "a"), enqueue(Q, "c"), remove(Q, "c")),
+    case("remove.edge.out-of-place", "control",
+         enqueue(Q, "a"), raw("ZREM", key(Q, "pending"), "a", label="a out of pending"), remove(Q, "a"),
+         enqueue(Q, "b"), lane("b"), remove(Q, "b"), raw("HSET", key(Q, "job:c"), "state", "x", label="c in no state"),
+         remove(Q, "c")),
+    case("cancel.ordinary", "control",
+         *held("a"), cancel(Q, "a"), complete(Q, "a", 1), extends(Q, LONG, ("a", 1)), cancel(Q, "a"), cancel(Q, "zz"),
+         reprocess(Q, "a"), claim(Q), complete(Q, "a", 2)),
+    case("cancel.edge.not-in-active", "control",
+         *held("a"), raw("ZREM", key(Q, "active"), "a", label="a out of active"), cancel(Q, "a"),
+         *held("b"), lane("b", name="parent", value="p1"), cancel(Q, "b")),
+    case("purge.ordinary", "control",
+         *dead_job("a"), *dead_job("b"), *dead_job("c"), purge(Q, LONG), purge(Q, 0, 2), purge(Q), purge(Q)),
+    case("purge.edge.ghost-and-drift", "control",
+         raw("ZADD", key(Q, "dead"), "0", "ghost", label="ghost in dead"), enqueue(Q, "a"),
+         raw("ZADD", key(Q, "dead"), "0", "a", label="pending a also in dead"), *dead_job("b"), tick(), purge(Q, 1)),
+    case("drain.ordinary", "control",
+         enqueue(Q, "a", priority=5), enqueue(Q, "b", priority=1), enqueue(Q, "c", priority=3),
+         schedule(Q, "s", LONG), drain(Q, 2), drain(Q, 2), drain(Q), claim(Q)),
+    case("drain.edge.ghost-and-drift", "control",
+         *held("a"), raw("ZADD", key(Q, "pending"), "0", "a", label="active a also in pending"),
+         raw("ZADD", key(Q, "pending"), "0", "ghost", label="ghost in pending"), enqueue(Q, "b"), drain(Q)),
     # -- reads and restarts
     case("reads.counts-and-state", "reads",
          *held("a"), enqueue(Q, "b"), schedule(Q, "c", LONG), pause(Q), counts(Q), state(Q, "a"), state(Q, "zz")),
@@ -206,6 +232,7 @@ EDGES = [
          schedule(Q, "a", 0), raw("SET", key(Q, "pending"), "x", label="pending as a string"), wait(Q, "schedule"),
          promote(Q), expect=("5.6",)),
     case("stalled.edge.max-stalled-zero", "recovery", stalled_check(Q, 0), expect=("5.6",)),
+    case("purge.edge.limit-zero", "control", *dead_job(), purge(Q, 0, 0), expect=("5.6",)),
     case("stalled.edge.stalled-not-integer", "recovery",
          *held(lease=1), raw("HSET", key(Q, "job:a"), "stalled", "x", label="stalled not an integer"), wait(Q),
          stalled_check(Q, 3), expect=("5.6",)),

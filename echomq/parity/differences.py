@@ -190,10 +190,14 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "reprocess": ("id",),
     "requeue": ("id", "any"),
     "stalled_check": ("max_stalled", "limit"),
+    "remove": ("id",),
+    "cancel": ("id",),
+    "purge": ("age_ms", "limit"),
+    "drain": ("limit",),
     "counts": (),
     "state": ("id",),
 }
-BOUNDS = {"lease_ms": (1, I64_MAX), "delay_ms": (0, I64_MAX), "backoff_ms": (0, I64_MAX),
+BOUNDS = {"lease_ms": (1, I64_MAX), "delay_ms": (0, I64_MAX), "backoff_ms": (0, I64_MAX), "age_ms": (0, I64_MAX),
           "limit": (1, 10_000), "max_attempts": (1, I64_MAX), "max_stalled": (1, I64_MAX),
           "priority": (0, PRIORITY_MAX)}
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..verbs import BY_NAME
 
-FAMILIES = ("admission", "claim", "lease", "settle", "schedule", "recovery")
+FAMILIES = ("admission", "claim", "lease", "settle", "schedule", "recovery", "control")
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,9 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
     ScriptPlant("script:reprocess.reset_attempts", "recovery", "reprocess",
                 "'failures', '0', 'stalled', '0')", "'failures', '0', 'stalled', '0', 'attempts', '0')",
                 "reprocess resets the attempts counter"),
+    ScriptPlant("script:drain.keep_rows", "control", "drain",
+                "for _, row in ipairs(rows) do redis.call('DEL', row) end", "",
+                "drain leaves the rows behind"),
 )
 
 #: The native plants compiled into trafikey with ``--features planted`` (see docs/parity.md).
@@ -91,6 +94,7 @@ NATIVE_PLANTS: tuple[NativePlant, ...] = (
                 "the module stamps leases with an epoch that is not the server's run_id (lib.rs)"),
     NativePlant("reschedule.ignore_delay", "schedule", "reschedule", "reschedule's due time ignores delay_ms"),
     NativePlant("reprocess.keep_dead", "recovery", "reprocess", "reprocess leaves the job in dead as well"),
+    NativePlant("cancel.no_metric", "control", "cancel", "cancel does not count the job in metrics:failed"),
 )
 
 PLANTED_DIR = Path(__file__).resolve().parents[2] / "trafikey" / "target" / "planted" / "release"

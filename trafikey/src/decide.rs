@@ -103,6 +103,30 @@ pub fn fail_budget(
     Ok((next, verdict))
 }
 
+/// REMOVE's check: the state a removable row is in (pending, scheduled or dead), else the
+/// refusal text. An active job has a holder: it is cancelled, not removed.
+pub fn removable(verb: &str, state: Option<&[u8]>) -> Result<State, String> {
+    let found = State::ALL.into_iter().find(|s| Some(s.field()) == state);
+    match found {
+        Some(State::Active) => Err(format!("{verb} row is active: cancel it instead")),
+        Some(s) => Ok(s),
+        None => Err(match state {
+            Some(other) => format!(
+                "{verb} row is {}, not pending, scheduled or dead",
+                crate::errors::printable(other)
+            ),
+            None => format!("{verb} row has no state, not pending, scheduled or dead"),
+        }),
+    }
+}
+
+/// PURGE's and DRAIN's verdict on one member of the set they clear: its row is deleted when
+/// its `state` names that set; a ghost (no row) or a row whose state names another set only
+/// leaves the set, so a job that drifted into two sets keeps its row.
+pub fn deletes_row(state: Option<Option<&[u8]>>, want: State) -> bool {
+    matches!(state, Some(Some(s)) if s == want.field())
+}
+
 /// One swept member's verdict (SPEC §5, STALLED.CHECK).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Swept {
@@ -435,6 +459,27 @@ mod tests {
         for (s, want) in cases {
             assert_eq!(decide_member(run, 2, &s), want, "{s:?}");
         }
+    }
+
+    #[test]
+    fn removable_takes_waiting_and_dead_rows_only() {
+        assert_eq!(removable("V", Some(b"pending")), Ok(State::Pending));
+        assert_eq!(removable("V", Some(b"scheduled")), Ok(State::Scheduled));
+        assert_eq!(removable("V", Some(b"dead")), Ok(State::Dead));
+        assert_eq!(
+            removable("V", Some(b"active")),
+            Err("V row is active: cancel it instead".to_owned())
+        );
+        assert!(removable("V", Some(b"x")).is_err());
+        assert!(removable("V", None).is_err());
+    }
+
+    #[test]
+    fn a_cleared_member_deletes_its_row_only_where_its_state_names_the_set() {
+        assert!(deletes_row(Some(Some(b"dead")), State::Dead));
+        assert!(!deletes_row(Some(Some(b"pending")), State::Dead));
+        assert!(!deletes_row(Some(None), State::Pending));
+        assert!(!deletes_row(None, State::Pending));
     }
 
     #[test]

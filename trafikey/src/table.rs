@@ -109,6 +109,26 @@ fn stalled_check(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::stalled_check::run(ctx, args)
 }
 
+/// `EMQ.REMOVE 4 emq:{q}:pending emq:{q}:schedule emq:{q}:dead emq:{q}: <id>`
+fn remove(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::remove::run(ctx, args)
+}
+
+/// `EMQ.CANCEL 3 emq:{q}:active emq:{q}:dead emq:{q}: <id>`
+fn cancel(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::cancel::run(ctx, args)
+}
+
+/// `EMQ.PURGE 2 emq:{q}:dead emq:{q}: <age_ms> <limit>`
+fn purge(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::purge::run(ctx, args)
+}
+
+/// `EMQ.DRAIN 2 emq:{q}:pending emq:{q}: <limit>`
+fn drain(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::drain::run(ctx, args)
+}
+
 /// `EMQ.VERSION` — the capability tokens of the registered rows, one space apart.
 fn version(_ctx: &Context, _args: &[&[u8]]) -> ValkeyResult {
     Ok(valkey_module::ValkeyValue::BulkString(caps()))
@@ -127,7 +147,7 @@ macro_rules! row {
 }
 
 /// Every registered command, in registration order: the job core first, in the order
-/// EMQ.VERSION advertises it. A verb row reads its name and its KEYS count from the verb's
+/// EMQ.VERSION advertises it, then the verbs added after it. A verb row reads its name and its KEYS count from the verb's
 /// own file; its handler is the one-line wrapper of the same name above.
 pub static TABLE: &[Row] = &[
     row!(enqueue, ["enqueue"]),
@@ -143,6 +163,11 @@ pub static TABLE: &[Row] = &[
     row!(reprocess, ["reprocess"]),
     row!(requeue, ["requeue"]),
     row!(stalled_check, ["stalled.check"]),
+    // the control verbs (SPEC §9.4: after the job core, in the order added)
+    row!(remove, ["remove"]),
+    row!(cancel, ["cancel"]),
+    row!(purge, ["purge"]),
+    row!(drain, ["drain"]),
     Row {
         name: "EMQ.VERSION",
         callback: native!(version),
@@ -177,18 +202,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn version_pins_the_job_core_tokens() {
+    fn version_pins_the_job_core_tokens_then_the_added_ones() {
         assert_eq!(
             caps(),
             "enqueue claim claim.pause extend extends complete.flat schedule promote \
-             reschedule delay fail.flat reprocess requeue stalled.check"
+             reschedule delay fail.flat reprocess requeue stalled.check \
+             remove cancel purge drain"
         );
     }
 
     #[test]
     fn every_verb_has_one_file_and_writes() {
         let verbs: Vec<&Row> = TABLE.iter().filter(|r| r.keys != Keys::None).collect();
-        assert_eq!(verbs.len(), 13);
+        assert_eq!(verbs.len(), 17);
         for r in verbs {
             assert_eq!(r.flags, WRITE, "{}", r.name);
             assert!(r.name.starts_with("EMQ."));
