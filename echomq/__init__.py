@@ -11,8 +11,10 @@ from .errors import (
     CounterError,
     EchoMQError,
     HostError,
+    JobTimeout,
     LayoutError,
     LeaseLost,
+    PayloadError,
     PermissionDenied,
     ServerNotFound,
     ServerStartError,
@@ -35,7 +37,7 @@ from .worker import Tally, Worker, WorkerConfig
 __all__ = [
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
     "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
-    "Job", "Keyspace", "LayoutError", "LeaseLost", "PermissionDenied", "Queue", "RAW", "RawSerializer",
+    "Job", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost", "PayloadError", "PermissionDenied", "Queue", "RAW", "RawSerializer",
     "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Sweep", "UnsupportedOnWire",
     "WireError", "WrongType", "brand_node", "connect", "module_path",
     # workers

@@ -212,11 +212,14 @@ def load_app(spec: str) -> App:
 @click.option("--sweep-interval-ms", type=click.IntRange(1), default=5000, show_default=True)
 @click.option("--max-stalled", type=click.IntRange(1), default=3, show_default=True,
               help="lease expiries before a job goes dead")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=None,
+              help="seconds a handler may run before it fails with JobTimeout, for every task "
+                   "(default: each task's timeout, 300 unless it says otherwise)")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurrency: int, lease_ms: int,
            grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int, sweep_interval_ms: int,
-           max_stalled: int, log_level: str) -> None:
+           max_stalled: int, timeout_s: float | None, log_level: str) -> None:
     """Run the handlers of MODULE:APP until SIGTERM/SIGINT (a second one exits at once)."""
     app = load_app(app_spec)
     with reported():
@@ -225,6 +228,7 @@ def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurre
             idle=IdlePolicy(max_ms=idle_max_ms),
             timers=TimerConfig(promote_interval_ms=promote_interval_ms, sweep_interval_ms=sweep_interval_ms,
                                max_stalled=max_stalled),
+            timeout_s=timeout_s,
         )
     with opened(url, wire) as connection, reported():
         instance = Worker(app, connection, queues=queues or None, config=config)

@@ -65,6 +65,20 @@ class LeaseLost(EchoMQError):
         self.token = token
 
 
+class JobTimeout(EchoMQError):
+    """A handler ran past its task's ``timeout``: the attempt is failed with this error (one
+    attempt spent) and the handler's own outcome, whenever it comes, is dropped."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"the handler ran past its timeout of {timeout_s:g} s")
+        self.timeout_s = timeout_s
+
+
+class PayloadError(EchoMQError):
+    """A job's payload cannot be decoded by its task's serializer: it goes dead at once, since
+    no retry can read it."""
+
+
 class CommandRefused(EchoMQError):
     """An error reply from the server; ``code`` is its first word, ``reply`` the whole text."""
 

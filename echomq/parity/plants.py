@@ -57,7 +57,7 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
                 "now + tonumber(ARGV[1])", "now + 2 * tonumber(ARGV[1])",
                 "claim leases for twice lease_ms"),
     ScriptPlant("script:extend.ignore_token", "lease", "extend",
-                "if redis.call('HGET', row, 'attempts') ~= ARGV[2] then return 0 end", "",
+                "if held[1] ~= ARGV[2] then return 0 end", "",
                 "extend renews whatever the token"),
     ScriptPlant("script:complete.no_metric", "settle", "complete",
                 "redis.call('HINCRBY', KEYS[2] .. 'metrics:completed', 'count', 1)\n", "",
