@@ -33,8 +33,8 @@ from .errors import CommandRefused, ConfigurationError, ConnectionFailed, EchoMQ
 from .keys import State, check_job_id, check_queue_name
 from .module import module_path
 from .policy import IdlePolicy, LeasePolicy
-from .queue import Queue
-from .serializers import RAW
+from .queue import MAX_PAYLOAD_BYTES, Queue, encode_payload
+from .serializers import JSON, RAW
 from .server import EmbeddedServer
 from .tasks import App
 from .timers import TimerConfig
@@ -251,17 +251,28 @@ def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurre
 @click.option("--count", type=click.IntRange(1), default=1, show_default=True,
               help="enqueue each payload this many times")
 @click.option("--raw", is_flag=True, help="payloads are bytes as given, not JSON")
+@click.option("--file", "files", multiple=True, type=click.File("rb"),
+              help="read a payload from this file (repeatable); a PAYLOAD of - reads one from stdin")
+@click.option("--max-payload-bytes", type=click.IntRange(1), default=MAX_PAYLOAD_BYTES, show_default=True,
+              help="refuse a larger payload before sending anything")
 def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job_id: str | None, priority: int,
-            delay_ms: int | None, count: int, raw: bool) -> None:
-    """Add jobs to a queue: each PAYLOAD is JSON text (default {})."""
-    texts = list(payloads) or ["{}"]
+            delay_ms: int | None, count: int, raw: bool, files: tuple[Any, ...], max_payload_bytes: int) -> None:
+    """Add jobs to a queue: each PAYLOAD is standard JSON text (default {}), - for stdin."""
+    if list(payloads).count("-") > 1:
+        raise click.UsageError("stdin holds one payload: give - at most once")
+    texts = [_stdin_bytes() if text == "-" else text.encode() for text in payloads]
+    texts += [f.read() for f in files]
+    texts = texts or [b"{}"]
+    serializer = RAW if raw else JSON
     with reported():
-        values = texts if raw else [_parse_json(text) for text in texts]  # all parsed before any write
+        values = texts if raw else [_parse_json(text) for text in texts]
+        for value in values:  # every payload checked before any write
+            encode_payload(serializer, value, max_payload_bytes)
         if job_id is not None:
             check_job_id(job_id)
             if len(values) * count != 1:
                 raise ConfigurationError("--id names one job: give one payload and no --count")
-    with opened_queue(url, wire, queue_name, **({"serializer": RAW} if raw else {})) as queue:
+    with opened_queue(url, wire, queue_name, serializer=serializer, max_payload_bytes=max_payload_bytes) as queue:
         values = values * count
         if delay_ms is not None:
             added = [queue.schedule(v, delay_ms, id=job_id, priority=priority) for v in values]
@@ -275,11 +286,20 @@ def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job
         click.echo(f"... {len(added)} jobs in all")
 
 
-def _parse_json(text: str) -> Any:
+def _stdin_bytes() -> bytes:
+    return sys.stdin.buffer.read()
+
+
+def _parse_json(data: bytes) -> Any:
+    """One payload as standard JSON (NaN and Infinity refused: other readers cannot parse them)."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"payload {text[:60]!r} is not JSON ({exc}); pass --raw for plain text") from exc
+        return JSON.loads(data)
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"payload {data[:60]!r} is not UTF-8 text ({exc}); pass --raw for bytes") from exc
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"payload {data[:60].decode(errors='replace')!r} is not standard JSON ({exc}); pass --raw for plain text"
+        ) from exc
 
 
 @main.command()

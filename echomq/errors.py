@@ -75,8 +75,9 @@ class JobTimeout(EchoMQError):
 
 
 class PayloadError(EchoMQError):
-    """A job's payload cannot be decoded by its task's serializer: it goes dead at once, since
-    no retry can read it."""
+    """A payload the serializer cannot handle: refused client-side when it cannot be encoded or
+    is over ``max_payload_bytes``; a job whose payload its task cannot decode goes dead at once,
+    since no retry can read it."""
 
 
 class CommandRefused(EchoMQError):

@@ -22,6 +22,9 @@ from .keys import STATE_SETS, Keyspace, State, check_job_id
 from .serializers import JSON, Serializer
 
 I64_MAX = 2**63 - 1
+#: The largest payload a Queue sends by default (1 MiB): a job queue carries references to
+#: large data, not the data; ``Queue(..., max_payload_bytes=...)`` changes it, None lifts it.
+MAX_PAYLOAD_BYTES = 1 << 20
 PRIORITY_MAX = 2**31 - 1
 LIMIT_MAX = 10_000
 EXTENDS_MAX = 1_000
@@ -32,6 +35,21 @@ def check_int(name: str, value: Any, low: int, high: int = I64_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise errors.ConfigurationError(f"bad {name} {value!r}: expected an integer from {low} to {high}")
     return value
+
+
+def encode_payload(serializer: Serializer, payload: Any, max_bytes: int | None) -> bytes:
+    """The payload as the bytes a job stores, refused client-side (:class:`PayloadError`) when the
+    serializer cannot encode it or it is over ``max_bytes``."""
+    try:
+        data = serializer.dumps(payload)
+    except (TypeError, ValueError) as exc:
+        raise errors.PayloadError(f"the payload cannot be encoded by {type(serializer).__name__}: {exc}") from exc
+    if max_bytes is not None and len(data) > max_bytes:
+        raise errors.PayloadError(
+            f"the payload is {len(data)} bytes, over the limit of {max_bytes} (max_payload_bytes): keep large "
+            "data elsewhere and enqueue a reference to it, or raise the limit"
+        )
+    return data
 
 
 @dataclass(frozen=True)
@@ -104,11 +122,14 @@ def _ref(job: JobRef, token: str | int | None) -> tuple[str, str]:
 class Queue:
     """One queue on one connection: ``Queue(conn, "emails")``."""
 
-    def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON) -> None:
+    def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON,
+                 max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
         self.connection = connection
         self.keys = Keyspace(name)
         self.name = name
         self.serializer = serializer
+        self.max_payload_bytes = None if max_payload_bytes is None else check_int(
+            "max_payload_bytes", max_payload_bytes, 1)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, wire={self.connection.wire})"
@@ -117,13 +138,17 @@ class Queue:
     def call(self, verb: str, *argv: Any) -> Call:
         return build_call(verb, self.keys, argv)
 
+    def encode(self, payload: Any) -> bytes:
+        """The payload's bytes, checked client-side: encodable and within ``max_payload_bytes``."""
+        return encode_payload(self.serializer, payload, self.max_payload_bytes)
+
     def _send(self, verb: str, *argv: Any) -> Any:
         return self.connection.send(self.call(verb, *argv))
 
     def _enqueue_call(self, payload: Any, job_id: str | None, priority: int) -> Call:
         job_id = check_job_id(job_id) if job_id is not None else uuid7()
         check_int("priority", priority, 0, PRIORITY_MAX)
-        return self.call("enqueue", job_id, self.serializer.dumps(payload), priority)
+        return self.call("enqueue", job_id, self.encode(payload), priority)
 
     # -- admission ------------------------------------------------------------
     def enqueue(self, payload: Any, *, id: str | None = None, priority: int = 0) -> Enqueued:
@@ -143,7 +168,7 @@ class Queue:
         job_id = check_job_id(id) if id is not None else uuid7()
         check_int("delay_ms", delay_ms, 0)
         check_int("priority", priority, 0, PRIORITY_MAX)
-        reply = self._send("schedule", job_id, self.serializer.dumps(payload), delay_ms, priority)
+        reply = self._send("schedule", job_id, self.encode(payload), delay_ms, priority)
         return Enqueued(job_id, reply == 1)
 
     # -- the lease --------------------------------------------------------------
