@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..verbs import BY_NAME
 
-FAMILIES = ("admission", "claim", "lease", "settle", "schedule", "recovery", "control")
+FAMILIES = ("admission", "claim", "lease", "settle", "schedule", "recovery", "operator")
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
     ScriptPlant("script:reprocess.reset_attempts", "recovery", "reprocess",
                 "'failures', '0', 'stalled', '0')", "'failures', '0', 'stalled', '0', 'attempts', '0')",
                 "reprocess resets the attempts counter"),
-    ScriptPlant("script:drain.keep_rows", "control", "drain",
+    ScriptPlant("script:drain.keep_rows", "operator", "drain",
                 "for _, row in ipairs(rows) do redis.call('DEL', row) end", "",
                 "drain leaves the rows behind"),
 )
@@ -94,7 +94,7 @@ NATIVE_PLANTS: tuple[NativePlant, ...] = (
                 "the module stamps leases with an epoch that is not the server's run_id (lib.rs)"),
     NativePlant("reschedule.ignore_delay", "schedule", "reschedule", "reschedule's due time ignores delay_ms"),
     NativePlant("reprocess.keep_dead", "recovery", "reprocess", "reprocess leaves the job in dead as well"),
-    NativePlant("cancel.no_metric", "control", "cancel", "cancel does not count the job in metrics:failed"),
+    NativePlant("cancel.no_metric", "operator", "cancel", "cancel does not count the job in metrics:failed"),
 )
 
 PLANTED_DIR = Path(__file__).resolve().parents[2] / "trafikey" / "target" / "planted" / "release"

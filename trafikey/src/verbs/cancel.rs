@@ -66,7 +66,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         ),
         op("HINCRBY", &[&metrics, b"count", b"1"], Expect::Int(count)),
     ];
-    // planted (control): the cancelled job is not counted
+    // planted (operator): the cancelled job is not counted
     #[cfg(feature = "planted")]
     if crate::plant::on("cancel.no_metric") {
         writes.pop();
