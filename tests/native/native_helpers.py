@@ -16,10 +16,12 @@ import valkey
 
 _names = itertools.count()
 
-#: The job-core tokens EMQ.VERSION must list, in registration-table order (SPEC §6).
+#: The tokens EMQ.VERSION must list, in registration-table order (SPEC §6): the job core, then
+#: the operator verbs added after it (SPEC §9.4).
 TOKENS = (
     "enqueue claim claim.pause extend extends complete.flat schedule promote "
-    "reschedule delay fail.flat reprocess requeue stalled.check"
+    "reschedule delay fail.flat reprocess requeue stalled.check "
+    "remove cancel purge drain"
 )
 
 #: Every registered verb with its numkeys and ARGV count (SPEC §3).
@@ -37,6 +39,10 @@ VERBS = {
     "EMQ.REPROCESS": (3, 1),
     "EMQ.REQUEUE": (3, 2),
     "EMQ.STALLED.CHECK": (4, 2),
+    "EMQ.REMOVE": (4, 1),
+    "EMQ.CANCEL": (3, 1),
+    "EMQ.PURGE": (2, 2),
+    "EMQ.DRAIN": (2, 1),
 }
 
 
@@ -122,6 +128,10 @@ class NativeQueue:
             "EMQ.STALLED.CHECK": (
                 "EMQ.STALLED.CHECK", 4, self.active, self.pending, self.dead, self.base, 3, 10,
             ),
+            "EMQ.REMOVE": ("EMQ.REMOVE", 4, self.pending, self.schedule_key, self.dead, self.base, "x"),
+            "EMQ.CANCEL": ("EMQ.CANCEL", 3, self.active, self.dead, self.base, "x"),
+            "EMQ.PURGE": ("EMQ.PURGE", 2, self.dead, self.base, 0, 10),
+            "EMQ.DRAIN": ("EMQ.DRAIN", 2, self.pending, self.base, 10),
         }
 
     def enqueue(self, id, payload=b"p", priority=0):
@@ -171,6 +181,18 @@ class NativeQueue:
         return self.c.execute_command(
             "EMQ.STALLED.CHECK", 4, self.active, self.pending, self.dead, self.base, max_stalled, limit
         )
+
+    def remove(self, id):
+        return self.c.execute_command("EMQ.REMOVE", 4, self.pending, self.schedule_key, self.dead, self.base, id)
+
+    def cancel(self, id):
+        return self.c.execute_command("EMQ.CANCEL", 3, self.active, self.dead, self.base, id)
+
+    def purge(self, age_ms=0, limit=100):
+        return self.c.execute_command("EMQ.PURGE", 2, self.dead, self.base, age_ms, limit)
+
+    def drain(self, limit=100):
+        return self.c.execute_command("EMQ.DRAIN", 2, self.pending, self.base, limit)
 
     # -- reading the keyspace -------------------------------------------------
     def hrow(self, id) -> dict:
