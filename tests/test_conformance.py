@@ -13,14 +13,17 @@ import pytest
 
 from echomq import Enqueued, LeaseLost, State
 from echomq.connection import build_call
-from echomq.verbs import JOB_CORE_TOKENS, READS, VERBS
-from helpers import dump, queue_unchanged, server_ms, wait_server_past
+from echomq.verbs import CONTROL, JOB_CORE_TOKENS, READS, VERBS
+from helpers import TIME, dump, mask_times, queue_unchanged, server_ms, wait_server_past
 
 # --------------------------------------------------------------------------- expected-state builders
 
 
 def snap(q):
-    return dump(q.connection.client, q.keys)
+    """The queue's keys, row time fields checked and masked (helpers.mask_times)."""
+    client = q.connection.client
+    state = dump(client, q.keys)
+    return mask_times(state, server_ms(client))
 
 
 def K(q, suffix: str) -> bytes:
@@ -49,10 +52,15 @@ def epoch(q) -> bytes:
     return q.connection.client.info("server")["run_id"].encode()
 
 
-def row(q, state: str, payload=b"p", attempts=0, *, claimed=False, failures=None, **extra) -> tuple:
-    """The row as the verb leaves it: ``failures`` on both wires (SPEC §9.1), the native extra
-    ``lease_epoch`` only on wire 6 (SPEC §5, ordinary path)."""
-    fields = {"state": state, "payload": payload, "attempts": attempts, **extra}
+def row(q, state: str, payload=b"p", attempts=0, *, claimed=False, failures=None, failed=None, **extra) -> tuple:
+    """The row as the verb leaves it: ``failures`` on both wires (SPEC §9.1), the time fields
+    (``created``; ``started`` once claimed; ``failed`` once failed, by default when ``failures``
+    is written), the native extra ``lease_epoch`` only on wire 6 (SPEC §5, ordinary path)."""
+    fields = {"state": state, "payload": payload, "attempts": attempts, "created": TIME, **extra}
+    if claimed:
+        fields["started"] = TIME
+    if failed or (failed is None and failures is not None):
+        fields["failed"] = TIME
     if failures is not None:
         fields["failures"] = failures
     if q.connection.wire == 6 and claimed:
@@ -483,7 +491,7 @@ def test_stalled_check_kills_at_the_stall_budget(q):
     died = clock.check(score_of(snap(q), K(q, "dead"), "a"), 0)
     assert snap(q) == {
         K(q, "dead"): Z(("a", died)),
-        R(q, "a"): row(q, "dead", attempts=1, claimed=True, stalled=1, last_error="stalled"),
+        R(q, "a"): row(q, "dead", attempts=1, claimed=True, failed=True, stalled=1, last_error="stalled"),
         K(q, "metrics:failed"): H({"count": 1}),
     }
 
@@ -557,7 +565,9 @@ def test_wire6_version_reads_the_registration_table(server6):
     with server6.client() as client:
         listed = client.execute_command("EMQ.VERSION").decode().split(" ")
     assert listed[: len(JOB_CORE_TOKENS)] == list(JOB_CORE_TOKENS)
-    assert set(listed[len(JOB_CORE_TOKENS) :]) <= {"append", "failures.incr", "publish"}
+    added = {"append", "failures.incr", "publish", "claim.block"} | {t for v in CONTROL for t in v.tokens}  # §9.4
+    assert set(listed[len(JOB_CORE_TOKENS) :]) <= added
+    assert {t for v in CONTROL for t in v.tokens} <= set(listed)
 
 
 def _command_info(client, name: str) -> dict | None:
@@ -600,3 +610,39 @@ def test_verbs_travel_with_the_scripts_keys_and_argv(conn, wire, verb):
         assert conn.command_args(call) == (verb.command, len(verb.keys), *call.keys, *argv)
     else:
         assert conn.command_args(call) == ("EVALSHA", conn.scripts[verb.name].sha, len(verb.keys), *call.keys, *argv)
+
+
+# --------------------------------------------------------------------------- the row's times (SPEC §9)
+
+
+def test_rows_carry_created_started_and_failed_on_the_server_clock(q):
+    """created (ENQUEUE, SCHEDULE), started (every CLAIM), failed (every FAIL, a kill by the
+    sweep, a CANCEL): each the server's time of the call that wrote it, on both wires."""
+
+    def times(job_id):
+        row = q.connection.client.hgetall(q.keys.job(job_id))
+        return {k.decode(): int(v) for k, v in row.items() if k in (b"created", b"started", b"failed")}
+
+    with Clock(q) as made:
+        q.enqueue(b"p", id="a")
+        q.schedule(b"p", 60_000, id="s")
+    assert made.before <= times("a")["created"] <= made.after and made.before <= times("s")["created"] <= made.after
+    with Clock(q) as first:
+        job = q.claim(60_000)
+    assert set(times("a")) == {"created", "started"}
+    first.check(times("a")["started"], 0)
+    with Clock(q) as failing:
+        q.fail(job, "x", max_attempts=3)
+    failing.check(times("a")["failed"], 0)
+    with Clock(q) as second:
+        job = q.claim(60_000)
+    second.check(times("a")["started"], 0)  # the last claim
+    with Clock(q) as cancelling:
+        q.cancel("a")
+    cancelling.check(times("a")["failed"], 0)
+    q.enqueue(b"p", id="b")
+    q.claim(1)
+    wait_server_past(q.connection.client, q.ids(State.ACTIVE)[0][1])
+    with Clock(q) as sweeping:
+        assert q.stalled_check(max_stalled=1).dead == ["b"]
+    sweeping.check(times("b")["failed"], 0)

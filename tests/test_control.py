@@ -12,8 +12,8 @@ from echomq import ArgumentError, ConfigurationError, Queue, State, StateError, 
 from echomq.connection import build_call
 from echomq.serializers import RAW
 from echomq.verbs import BY_NAME, CONTROL
-from helpers import dump, queue_unchanged, server_ms, wait_server_past
-from conftest import fresh_name
+from helpers import TIME, dump, mask_times, queue_unchanged, server_ms, wait_server_past
+from worker_helpers import fresh_name
 
 
 @pytest.fixture
@@ -22,7 +22,10 @@ def q(conn):
 
 
 def snap(q):
-    return dump(q.connection.client, q.keys)
+    """The queue's keys, row time fields checked and masked (helpers.mask_times)."""
+    client = q.connection.client
+    state = dump(client, q.keys)
+    return mask_times(state, server_ms(client))
 
 
 def K(q, suffix):
@@ -59,7 +62,7 @@ def test_remove_deletes_a_pending_a_scheduled_and_a_dead_job_with_its_membership
     assert q.remove("c") is State.DEAD
     assert snap(q) == {
         K(q, "pending"): ("zset", [(b"k", 0.0)]),
-        R(q, "k"): ("hash", {b"attempts": b"0", b"payload": b"keep", b"state": b"pending"}),
+        R(q, "k"): ("hash", {b"attempts": b"0", b"created": TIME, b"payload": b"keep", b"state": b"pending"}),
         K(q, "metrics:failed"): ("hash", {b"count": b"1"}),
     }
     with queue_unchanged(q):

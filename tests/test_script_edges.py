@@ -17,7 +17,7 @@ import pytest
 from echomq import CommandRefused, EmbeddedServer, Queue, State, StateError, WrongType, connect
 from echomq.connection import build_call
 from echomq.serializers import RAW
-from helpers import dump, queue_unchanged, server_ms, wait_server_past
+from helpers import TIME, dump, mask_times, queue_unchanged, server_ms, wait_server_past
 
 _names = itertools.count()
 
@@ -28,7 +28,10 @@ def q(conn4):
 
 
 def snap(q):
-    return dump(q.connection.client, q.keys)
+    """The queue's keys, row time fields checked and masked (helpers.mask_times)."""
+    client = q.connection.client
+    state = dump(client, q.keys)
+    return mask_times(state, server_ms(client))
 
 
 def K(q, suffix):
@@ -200,7 +203,7 @@ def test_promote_of_a_ghost_creates_a_partial_row(q):
     assert snap(q) == {K(q, "pending"): Z(("g", 0)), R(q, "g"): H(state="pending")}
     job = q.claim(60_000)  # the partial row is claimable: no payload, attempts minted by HINCRBY
     assert (job.id, job.raw_payload, job.payload, job.attempt) == ("g", None, None, 1)
-    assert snap(q)[R(q, "g")] == H(state="active", attempts=1)
+    assert snap(q)[R(q, "g")] == H(state="active", attempts=1, started=TIME)
 
 
 def test_reprocess_of_a_ghost_in_dead_removes_it_and_answers_zero(q):
@@ -220,7 +223,7 @@ def test_stalled_check_of_a_ghost_in_active_creates_a_partial_row(q, max_stalled
         assert died > 1  # scored the time it died
         assert snap(q) == {
             K(q, "dead"): Z(("g", died)),
-            R(q, "g"): H(state="dead", stalled=1, last_error="stalled"),
+            R(q, "g"): H(state="dead", stalled=1, last_error="stalled", failed=TIME),
             K(q, "metrics:failed"): H(count=1),
         }
     else:
@@ -249,7 +252,7 @@ def test_complete_acts_on_a_lane_or_flow_row(q, marked):
 def test_fail_acts_on_a_lane_or_flow_row(q, marked):
     field, job = marked
     assert q.fail(job, "x", max_attempts=1) is State.DEAD
-    assert snap(q)[R(q, "a")] == H(state="dead", payload=b"p", attempts=1, failures=1, last_error="x", **{field: "g1"})
+    assert snap(q)[R(q, "a")] == H(state="dead", payload=b"p", attempts=1, failures=1, last_error="x", created=TIME, started=TIME, failed=TIME, **{field: "g1"})
     assert q.reprocess("a") is True
     assert q.state("a") is State.PENDING
 
@@ -264,7 +267,7 @@ def test_delay_and_stalled_check_act_on_a_lane_row(q):
     q.claim(1)
     wait_server_past(q.connection.client, q.ids(State.ACTIVE)[0][1])
     assert q.stalled_check(max_stalled=1).dead == ["a"]
-    assert snap(q)[R(q, "a")] == H(state="dead", payload=b"p", attempts=2, group="g1", stalled=1, last_error="stalled")
+    assert snap(q)[R(q, "a")] == H(state="dead", payload=b"p", attempts=2, group="g1", stalled=1, last_error="stalled", created=TIME, started=TIME, failed=TIME)
 
 
 # --------------------------------------------------------------------------- §5.6 a script may fail halfway
@@ -279,14 +282,14 @@ def test_enqueue_into_a_wrong_typed_pending_leaves_the_row_behind(q):
     key, value = wrong_type(q, "pending")
     with pytest.raises(WrongType):
         q.enqueue(b"p", id="a")
-    assert snap(q) == {key: value, R(q, "a"): H(state="pending", payload=b"p", attempts=0)}
+    assert snap(q) == {key: value, R(q, "a"): H(state="pending", payload=b"p", attempts=0, created=TIME)}
 
 
 def test_schedule_into_a_wrong_typed_schedule_leaves_the_row_behind(q):
     key, value = wrong_type(q, "schedule")
     with pytest.raises(WrongType):
         q.schedule(b"p", 10, id="a", priority=2)
-    assert snap(q) == {key: value, R(q, "a"): H(state="scheduled", payload=b"p", attempts=0, priority=2)}
+    assert snap(q) == {key: value, R(q, "a"): H(state="scheduled", payload=b"p", attempts=0, priority=2, created=TIME)}
 
 
 def test_claim_into_a_wrong_typed_active_pops_and_counts_first(q):
@@ -295,7 +298,7 @@ def test_claim_into_a_wrong_typed_active_pops_and_counts_first(q):
     with pytest.raises(WrongType):
         q.claim(60_000)
     # popped from pending, attempts spent, state active -- and in no set
-    assert snap(q) == {key: value, R(q, "a"): H(state="active", payload=b"p", attempts=1)}
+    assert snap(q) == {key: value, R(q, "a"): H(state="active", payload=b"p", attempts=1, created=TIME, started=TIME)}
 
 
 def test_claim_with_a_non_numeric_lease_fails_after_the_pop(q):
@@ -303,7 +306,7 @@ def test_claim_with_a_non_numeric_lease_fails_after_the_pop(q):
     with pytest.raises(CommandRefused) as info:
         raw(q, "claim", "soon")
     assert info.value.code == "ERR"
-    assert snap(q) == {R(q, "a"): H(state="active", payload=b"p", attempts=1)}
+    assert snap(q) == {R(q, "a"): H(state="active", payload=b"p", attempts=1, created=TIME, started=TIME)}
 
 
 def test_enqueue_with_a_non_numeric_priority_fails_before_any_write(q):
@@ -316,7 +319,7 @@ def test_enqueue_with_a_non_numeric_priority_fails_before_any_write(q):
 def test_enqueue_with_a_negative_priority_is_taken_as_a_score(q):
     """The script has no ARGV grammar: "-5" is written as the score, and no priority field."""
     assert raw(q, "enqueue", "a", "p", "-5") == 1
-    assert snap(q) == {K(q, "pending"): Z(("a", -5)), R(q, "a"): H(state="pending", payload=b"p", attempts=0)}
+    assert snap(q) == {K(q, "pending"): Z(("a", -5)), R(q, "a"): H(state="pending", payload=b"p", attempts=0, created=TIME)}
 
 
 def test_complete_into_a_wrong_typed_metric_has_already_deleted_the_row(q):
@@ -333,7 +336,7 @@ def test_fail_into_a_wrong_typed_dead_leaves_an_active_row_in_no_set(q):
     with pytest.raises(WrongType):
         q.fail(job, "x", max_attempts=1)
     # failures is HINCRBY'd first, then ZADD dead fails: the row keeps the count, in no set
-    assert snap(q) == {key: value, R(q, "a"): H(state="active", payload=b"p", attempts=1, failures=1)}
+    assert snap(q) == {key: value, R(q, "a"): H(state="active", payload=b"p", attempts=1, failures=1, created=TIME, started=TIME)}
 
 
 def test_promote_into_a_wrong_typed_pending_drops_the_member(q):
@@ -342,7 +345,7 @@ def test_promote_into_a_wrong_typed_pending_drops_the_member(q):
     key, value = wrong_type(q, "pending")
     with pytest.raises(WrongType):
         q.promote()
-    assert snap(q) == {key: value, R(q, "a"): H(state="scheduled", payload=b"p", attempts=0)}
+    assert snap(q) == {key: value, R(q, "a"): H(state="scheduled", payload=b"p", attempts=0, created=TIME)}
 
 
 def test_stalled_check_keeps_the_members_before_a_wrong_typed_row(q):
@@ -355,7 +358,7 @@ def test_stalled_check_keeps_the_members_before_a_wrong_typed_row(q):
     # "a" was recovered before the error; "b" left active and is in no set now
     assert snap(q) == {
         K(q, "pending"): Z(("a", 0)),
-        R(q, "a"): H(state="pending", payload=b"p", attempts=1, stalled=1),
+        R(q, "a"): H(state="pending", payload=b"p", attempts=1, stalled=1, created=TIME, started=TIME),
         R(q, "b"): ("string", b"not a hash"),
     }
 
@@ -366,4 +369,4 @@ def test_stalled_check_on_a_non_integer_stall_count(q):
     with pytest.raises(CommandRefused) as info:
         q.stalled_check(max_stalled=5)
     assert info.value.code == "ERR" and "not an integer" in str(info.value)
-    assert snap(q) == {R(q, "a"): H(state="active", payload=b"p", attempts=1, stalled="many")}
+    assert snap(q) == {R(q, "a"): H(state="active", payload=b"p", attempts=1, stalled="many", created=TIME, started=TIME)}

@@ -389,7 +389,7 @@ def model_stalled(obs: Observation) -> Match | None:
             return None
         count += 1
         if count >= max_stalled:
-            edit.hset(key, stalled=str(count).encode(), state=b"dead", last_error=b"stalled")
+            edit.hset(key, stalled=str(count).encode(), state=b"dead", last_error=b"stalled", failed=Offset(0, 0))
             edit.zadd(dead_key, job, Offset(0, 0))  # scored the time it died: this call's
             edit.hincrby(obs.base + b"metrics:failed", b"count", 1)
             dead.append(job)

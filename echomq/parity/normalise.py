@@ -3,7 +3,8 @@
 Three, each checked rather than masked:
 
 * **Time.** A score in ``active``, ``schedule`` or ``dead`` written by a verb is a
-  server time plus a delay (the dead score is the time the job died). It becomes an :class:`Offset`: the score minus the server
+  server time plus a delay (the dead score is the time the job died); so is a row's
+  time field (``created``, ``started``, ``failed``) a verb wrote. It becomes an :class:`Offset`: the score minus the server
   time of the call that wrote it, where that time is only known to lie in the
   ``[before, after]`` window of TIME read just before and after the call on that
   node. Two offsets are the same when their intervals meet. A score written by a
@@ -32,6 +33,7 @@ from .dump import Dump, Entry
 TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule|dead)$")
 ROW = re.compile(rb"^emq:\{([^{}]+)\}:job:(.*)$", re.S)
 EXTRAS = (b"lease_epoch",)
+TIME_FIELDS = (b"created", b"started", b"failed")  #: row fields that hold the server time of a verb
 TIME_VERBS = frozenset({"extend", "extends", "delay", "reschedule"})  #: verbs whose nonzero reply is a time
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
@@ -96,11 +98,11 @@ def same(a: Any, b: Any) -> bool:
 
 # -- time -----------------------------------------------------------------------
 class Origins:
-    """Which call last wrote each time-set member's score, per node.
+    """Which call last wrote each time-set member's score and each row's time field, per node.
 
-    ``None`` for a score written by a plain command (absolute); the call's
-    :class:`Window` for a score written by a verb. A member keeps its origin
-    while its score is unchanged, so an unchanged lease keeps the offset of the
+    ``None`` for a value written by a plain command (absolute); the call's
+    :class:`Window` for one written by a verb. A member (a field) keeps its origin
+    while its value is unchanged, so an unchanged lease keeps the offset of the
     call that set it.
     """
 
@@ -116,6 +118,13 @@ class Origins:
             for member, value in new.items():
                 if old.get(member) != value or (key, member) not in self.of:
                     self.of[(key, member)] = window
+        for key in {k for k in before.keys() | after.keys() if ROW.match(k)}:
+            old, new = _hash(before.get(key)), _hash(after.get(key))
+            for name in TIME_FIELDS:
+                if name not in new:
+                    self.of.pop((key, name), None)
+                elif old.get(name) != new[name] or (key, name) not in self.of:
+                    self.of[(key, name)] = window
 
     def copy_key(self, key: bytes, source: "Origins") -> None:
         """Take ``key``'s origins from another node's tracker (after a resync copied the key)."""
@@ -133,6 +142,18 @@ def _zset(entry: Entry | None) -> dict:
     return entry.value if entry is not None and entry.kind == "zset" else {}
 
 
+def _hash(entry: Entry | None) -> dict:
+    return entry.value if entry is not None and entry.kind == "hash" else {}
+
+
+def _time_field(value: bytes, window: Window | None) -> Any:
+    """A row's time field as an offset against the call that wrote it (raw when a plain
+    command wrote it, or when it is not a number)."""
+    if window is None or not re.fullmatch(rb"-?[0-9]{1,19}", value):
+        return value
+    return Offset.of(int(value), window)
+
+
 def normalise(dump: Dump, origins: Origins, *, brand: bytes, native_extras: bool) -> Dump:
     """The dump as compared: offsets for verb-written time scores, the brand checked,
     and (on the native node, after :func:`extras_violations`) its extra field dropped."""
@@ -146,8 +167,13 @@ def normalise(dump: Dump, origins: Origins, *, brand: bytes, native_extras: bool
                 window = origins.of.get((key, member))
                 value[member] = Offset.of(s, window) if window is not None else s
             out[key] = Entry("zset", value)
-        elif entry.kind == "hash" and native_extras:
-            out[key] = Entry("hash", {f: v for f, v in entry.value.items() if f not in EXTRAS})
+        elif entry.kind == "hash":
+            value = {f: v for f, v in entry.value.items() if not (native_extras and f in EXTRAS)}
+            if ROW.match(key):
+                for name in TIME_FIELDS:
+                    if name in value:
+                        value[name] = _time_field(value[name], origins.of.get((key, name)))
+            out[key] = Entry("hash", value)
         else:
             out[key] = entry
     return out

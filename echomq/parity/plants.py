@@ -48,10 +48,10 @@ class NativePlant:
 
 SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
     ScriptPlant("script:enqueue.attempts_one", "admission", "enqueue",
-                "'attempts', '0')\nend", "'attempts', '1')\nend",
+                "'attempts', '0', 'created', created)\nend", "'attempts', '1', 'created', created)\nend",
                 "enqueue without priority writes attempts 1"),
     ScriptPlant("script:schedule.drop_priority", "admission", "schedule",
-                "'attempts', '0', 'priority', ARGV[4])", "'attempts', '0')",
+                "'created', now, 'priority', ARGV[4])", "'created', now)",
                 "schedule forgets the priority field"),
     ScriptPlant("script:claim.double_lease", "claim", "claim",
                 "now + tonumber(ARGV[1])", "now + 2 * tonumber(ARGV[1])",
@@ -63,8 +63,8 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
                 "redis.call('HINCRBY', KEYS[2] .. 'metrics:completed', 'count', 1)\n", "",
                 "complete does not count the job"),
     ScriptPlant("script:fail.keep_error", "settle", "fail",
-                "redis.call('HSET', row, 'state', 'pending', 'last_error', ARGV[3])",
-                "redis.call('HSET', row, 'state', 'pending')",
+                "redis.call('HSET', row, 'state', 'pending', 'last_error', ARGV[3], 'failed', now)",
+                "redis.call('HSET', row, 'state', 'pending', 'failed', now)",
                 "fail's retry forgets last_error"),
     ScriptPlant("script:promote.ignore_priority", "schedule", "promote",
                 "redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), id)",

@@ -17,6 +17,6 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[2], now, ARGV[1])
-redis.call('HSET', row, 'state', 'dead', 'last_error', 'cancelled')
+redis.call('HSET', row, 'state', 'dead', 'last_error', 'cancelled', 'failed', now)
 redis.call('HINCRBY', KEYS[3] .. 'metrics:failed', 'count', 1)
 return 1

@@ -19,17 +19,17 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if failures >= tonumber(ARGV[4]) then
   -- the dead score is the time it died (purge by age)
   redis.call('ZADD', KEYS[4], now, ARGV[1])
-  redis.call('HSET', row, 'state', 'dead', 'last_error', ARGV[3])
+  redis.call('HSET', row, 'state', 'dead', 'last_error', ARGV[3], 'failed', now)
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
   return 'dead'
 end
 local backoff = tonumber(ARGV[5])
 if backoff == 0 then
   redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), ARGV[1])
-  redis.call('HSET', row, 'state', 'pending', 'last_error', ARGV[3])
+  redis.call('HSET', row, 'state', 'pending', 'last_error', ARGV[3], 'failed', now)
   return 'pending'
 end
 local due = now + backoff
 redis.call('ZADD', KEYS[3], due, ARGV[1])
-redis.call('HSET', row, 'state', 'scheduled', 'last_error', ARGV[3])
+redis.call('HSET', row, 'state', 'scheduled', 'last_error', ARGV[3], 'failed', now)
 return 'scheduled'

@@ -2,12 +2,13 @@
 -- As enqueue, but the job waits in schedule until now + delay_ms (server clock).
 local row = KEYS[2] .. 'job:' .. ARGV[1]
 if redis.call('EXISTS', row) == 1 then return 0 end
-if tonumber(ARGV[4]) > 0 then
-  redis.call('HSET', row, 'state', 'scheduled', 'payload', ARGV[2], 'attempts', '0', 'priority', ARGV[4])
-else
-  redis.call('HSET', row, 'state', 'scheduled', 'payload', ARGV[2], 'attempts', '0')
-end
 local t = redis.call('TIME')
-local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(ARGV[4]) > 0 then
+  redis.call('HSET', row, 'state', 'scheduled', 'payload', ARGV[2], 'attempts', '0', 'created', now, 'priority', ARGV[4])
+else
+  redis.call('HSET', row, 'state', 'scheduled', 'payload', ARGV[2], 'attempts', '0', 'created', now)
+end
+local due = now + tonumber(ARGV[3])
 redis.call('ZADD', KEYS[1], due, ARGV[1])
 return 1

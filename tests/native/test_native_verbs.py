@@ -62,17 +62,20 @@ def test_command_getkeys_after_numkeys_like_eval(c):
 
 # -- ENQUEUE, CLAIM, COMPLETE -----------------------------------------------------------
 
-def test_enqueue_writes_row_and_pending(nq):
+def test_enqueue_writes_row_and_pending(nq, c):
+    t0 = server_ms(c)
     assert nq.enqueue("j1", b"payload") == 1
-    assert nq.hrow("j1") == {b"state": b"pending", b"payload": b"payload", b"attempts": b"0"}
+    row = nq.hrow("j1")
+    assert t0 <= int(row.pop(b"created")) <= server_ms(c)  # the server clock at the call
+    assert row == {b"state": b"pending", b"payload": b"payload", b"attempts": b"0"}
     assert nq.zset(nq.pending) == [(b"j1", 0.0)]
 
 
 def test_enqueue_with_priority_scores_pending(nq):
     assert nq.enqueue("j1", b"p", 7) == 1
-    assert nq.hrow("j1") == {
-        b"state": b"pending", b"payload": b"p", b"attempts": b"0", b"priority": b"7"
-    }
+    row = nq.hrow("j1")
+    assert row.pop(b"created")
+    assert row == {b"state": b"pending", b"payload": b"p", b"attempts": b"0", b"priority": b"7"}
     assert nq.zset(nq.pending) == [(b"j1", 7.0)]
 
 
@@ -91,9 +94,9 @@ def test_claim_leases_the_head(nq, c, run_id):
     got = nq.claim(5000)
     t1 = server_ms(c)
     assert got == [b"a", b"pa", 1]
-    assert nq.hrow("a") == {
-        b"state": b"active", b"payload": b"pa", b"attempts": b"1", b"lease_epoch": run_id
-    }
+    row = nq.hrow("a")
+    assert row.pop(b"created") and t0 <= int(row.pop(b"started")) <= t1  # started: this claim
+    assert row == {b"state": b"active", b"payload": b"pa", b"attempts": b"1", b"lease_epoch": run_id}
     [(member, score)] = nq.zset(nq.active)
     assert member == b"a" and t0 + 5000 <= score <= t1 + 5000
     assert nq.zset(nq.pending) == [(b"b", 0.0)]
@@ -183,9 +186,9 @@ def test_extends_answers_each_pair(nq, c, run_id):
 def test_schedule_writes_row_and_due_time(nq, c):
     t0 = server_ms(c)
     assert nq.schedule("s", b"sp", 60000, 4) == 1
-    assert nq.hrow("s") == {
-        b"state": b"scheduled", b"payload": b"sp", b"attempts": b"0", b"priority": b"4"
-    }
+    row = nq.hrow("s")
+    assert t0 <= int(row.pop(b"created")) <= server_ms(c)
+    assert row == {b"state": b"scheduled", b"payload": b"sp", b"attempts": b"0", b"priority": b"4"}
     [(member, score)] = nq.zset(nq.schedule_key)
     assert member == b"s" and t0 + 60000 <= score <= server_ms(c) + 60000
     assert nq.schedule("s", b"other", 0, 0) == 0

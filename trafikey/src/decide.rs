@@ -318,6 +318,8 @@ pub fn sweep_plan(
                         State::Dead.field().to_vec(),
                         b"last_error".to_vec(),
                         b"stalled".to_vec(),
+                        b"failed".to_vec(),
+                        num(now),
                     ],
                     Expect::AnyInt,
                 ));
@@ -515,7 +517,7 @@ mod tests {
                 "ZREM emq:{q}:active g e r d",
                 "HSET emq:{q}:job:e state pending",
                 "HSET emq:{q}:job:r stalled 1 state pending",
-                "HSET emq:{q}:job:d stalled 3 state dead last_error stalled",
+                "HSET emq:{q}:job:d stalled 3 state dead last_error stalled failed 1700",
                 "ZADD emq:{q}:pending 4 e 0 r",
                 "ZADD emq:{q}:dead 1700 d",
                 "HINCRBY emq:{q}:metrics:failed count 1",

@@ -26,8 +26,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 3. arguments: id
     let id = grammar::id(call.argv[0])?;
     let h = Host::new(ctx, VERB);
-    let now = num(h.now_ms()?);
-    // 4.–5. fence and reads: no row answers 0; flat, not a flow child; active and in active
+    let now = num(h.now_ms()?); // the dead score and the row's `failed` time
+                                // 4.–5. fence and reads: no row answers 0; flat, not a flow child; active and in active
     let fence = h.fence();
     let row = q.row(id);
     fence.read(&row)?;
@@ -61,6 +61,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
                 State::Dead.field(),
                 b"last_error",
                 CANCELLED,
+                b"failed",
+                &now,
             ],
             Expect::AnyInt,
         ),

@@ -22,7 +22,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 3. arguments: lease_ms
     let lease = grammar::lease_ms(call.argv[0])?;
     let h = Host::new(ctx, VERB);
-    let deadline = grammar::at("lease_ms", h.now_ms()?, lease)?;
+    let now = h.now_ms()?;
+    let deadline = grammar::at("lease_ms", now, lease)?;
+    let started = num(now);
     let empty = || Ok(ValkeyValue::Array(Vec::new()));
 
     // 4. fence: meta is read first
@@ -76,6 +78,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
                 State::Active.field(),
                 b"lease_epoch",
                 run_id,
+                b"started",
+                &started,
             ],
             Expect::AnyInt,
         ),

@@ -29,6 +29,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let h = Host::new(ctx, VERB);
     let now = h.now_ms()?;
     let due = grammar::at("backoff_ms", now, backoff)?;
+    let failed = num(now);
     // 4.–5. fence and reads: held, flat, not a flow child (a dead row is not active: a
     // repeated terminal FAIL writes nothing)
     let fence = h.fence();
@@ -74,6 +75,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
                 error,
                 b"failures",
                 &failures,
+                b"failed",
+                &failed,
             ],
             Expect::AnyInt,
         ),
