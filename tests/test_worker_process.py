@@ -23,6 +23,10 @@ def test_two_worker_processes_process_every_job_exactly_once(conn, spawn, out):
     assert sorted(job_id for job_id, _, _ in rows) == sorted(ids)  # each once, none missing
     assert {attempt for _, attempt, _ in rows} == {1}
     for worker in workers:
+        # on a busy machine one worker may finish all 400 before the other has started: a
+        # SIGTERM before its signal handlers exist would kill it, which is not what is tested
+        worker.wait_log("worker ", 30)
+    for worker in workers:
         worker.signal(signal.SIGTERM)
     for worker in workers:
         assert worker.wait() == 0
