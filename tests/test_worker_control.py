@@ -94,3 +94,14 @@ def test_an_undecodable_payload_goes_dead_at_once_without_retries(conn, spawn, o
     assert row["last_error"].startswith("PayloadError: the payload cannot be decoded by the task's serializer")
     assert not started(out, job.id, 1)  # the handler never ran
     worker.wait_log("cannot be decoded")
+
+
+def test_the_worker_timeout_flag_overrides_the_tasks(conn, spawn, out):
+    name = fresh_name("tf")
+    queue = Queue(conn, name)
+    # the task keeps the default timeout (300 s); the flag cuts it to TIMEOUT_S
+    spawn(name, *FAST, "--timeout", str(TIMEOUT_S), env={"EMQ_TEST_MAX_ATTEMPTS": "1"})
+    job = queue.enqueue({"hang": True})
+    row = wait_until(lambda: is_dead(queue, job.id), 10, "the hung job to go dead")
+    assert row["last_error"] == f"JobTimeout: the handler ran past its timeout of {TIMEOUT_S:g} s"
+    assert (row["attempts"], row["failures"]) == ("1", "1")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from echomq import App
 from echomq.policy import Backoff
+from echomq.tasks import DEFAULT_TIMEOUT_S
 
 
 def _out() -> Path:
@@ -67,5 +68,5 @@ def make_app() -> App:
     app.handler(os.environ["EMQ_TEST_QUEUE"], handler,
                 max_attempts=int(os.environ.get("EMQ_TEST_MAX_ATTEMPTS", "3")),
                 backoff=Backoff(base_ms=20, max_ms=200, jitter=0.0),
-                timeout=float(os.environ.get("EMQ_TEST_TIMEOUT", "300")))
+                timeout=float(os.environ.get("EMQ_TEST_TIMEOUT", DEFAULT_TIMEOUT_S)))
     return app
