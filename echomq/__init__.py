@@ -11,8 +11,10 @@ from .errors import (
     CounterError,
     EchoMQError,
     HostError,
+    JobTimeout,
     LayoutError,
     LeaseLost,
+    PayloadError,
     PermissionDenied,
     PortInUse,
     ServerNotFound,
@@ -37,9 +39,9 @@ from .worker import Tally, Worker, WorkerConfig
 __all__ = [
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
     "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
-    "Job", "Keyspace", "LayoutError", "LeaseLost", "PermissionDenied", "PortInUse", "Queue", "RAW", "RawSerializer",
-    "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Sweep", "UnsupportedOnWire",
-    "WireError", "WrongType", "brand_node", "connect", "module_path",
+    "Job", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost", "PayloadError", "PermissionDenied", "PortInUse",
+    "Queue", "RAW", "RawSerializer", "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError",
+    "Sweep", "UnsupportedOnWire", "WireError", "WrongType", "brand_node", "connect", "module_path",
     # workers
     "App", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",
     "Timers", "Worker", "WorkerConfig",

@@ -22,6 +22,9 @@ from .keys import STATE_SETS, Keyspace, State, check_job_id
 from .serializers import JSON, Serializer
 
 I64_MAX = 2**63 - 1
+#: The largest payload a Queue sends by default (1 MiB): a job queue carries references to
+#: large data, not the data; ``Queue(..., max_payload_bytes=...)`` changes it, None lifts it.
+MAX_PAYLOAD_BYTES = 1 << 20
 PRIORITY_MAX = 2**31 - 1
 LIMIT_MAX = 10_000
 EXTENDS_MAX = 1_000
@@ -32,6 +35,21 @@ def check_int(name: str, value: Any, low: int, high: int = I64_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise errors.ConfigurationError(f"bad {name} {value!r}: expected an integer from {low} to {high}")
     return value
+
+
+def encode_payload(serializer: Serializer, payload: Any, max_bytes: int | None) -> bytes:
+    """The payload as the bytes a job stores, refused client-side (:class:`PayloadError`) when the
+    serializer cannot encode it or it is over ``max_bytes``."""
+    try:
+        data = serializer.dumps(payload)
+    except (TypeError, ValueError) as exc:
+        raise errors.PayloadError(f"the payload cannot be encoded by {type(serializer).__name__}: {exc}") from exc
+    if max_bytes is not None and len(data) > max_bytes:
+        raise errors.PayloadError(
+            f"the payload is {len(data)} bytes, over the limit of {max_bytes} (max_payload_bytes): keep large "
+            "data elsewhere and enqueue a reference to it, or raise the limit"
+        )
+    return data
 
 
 @dataclass(frozen=True)
@@ -104,12 +122,15 @@ def _ref(job: JobRef, token: str | int | None) -> tuple[str, str]:
 class Queue:
     """One queue on one connection: ``Queue(conn, "emails")``."""
 
-    def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON) -> None:
+    def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON,
+                 max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
         self.connection = connection
         self.keys = Keyspace(name)
         self.name = name
         self.serializer = serializer
         self.claim_paused = False  #: wire 4: the pause read of the last settle_and_claim that claimed
+        self.max_payload_bytes = None if max_payload_bytes is None else check_int(
+            "max_payload_bytes", max_payload_bytes, 1)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, wire={self.connection.wire})"
@@ -118,13 +139,17 @@ class Queue:
     def call(self, verb: str, *argv: Any) -> Call:
         return build_call(verb, self.keys, argv)
 
+    def encode(self, payload: Any) -> bytes:
+        """The payload's bytes, checked client-side: encodable and within ``max_payload_bytes``."""
+        return encode_payload(self.serializer, payload, self.max_payload_bytes)
+
     def _send(self, verb: str, *argv: Any) -> Any:
         return self.connection.send(self.call(verb, *argv))
 
     def _enqueue_call(self, payload: Any, job_id: str | None, priority: int) -> Call:
         job_id = check_job_id(job_id) if job_id is not None else uuid7()
         check_int("priority", priority, 0, PRIORITY_MAX)
-        return self.call("enqueue", job_id, self.serializer.dumps(payload), priority)
+        return self.call("enqueue", job_id, self.encode(payload), priority)
 
     # -- admission ------------------------------------------------------------
     def enqueue(self, payload: Any, *, id: str | None = None, priority: int = 0) -> Enqueued:
@@ -144,7 +169,7 @@ class Queue:
         job_id = check_job_id(id) if id is not None else uuid7()
         check_int("delay_ms", delay_ms, 0)
         check_int("priority", priority, 0, PRIORITY_MAX)
-        reply = self._send("schedule", job_id, self.serializer.dumps(payload), delay_ms, priority)
+        reply = self._send("schedule", job_id, self.encode(payload), delay_ms, priority)
         return Enqueued(job_id, reply == 1)
 
     # -- the lease --------------------------------------------------------------
@@ -246,7 +271,7 @@ class Queue:
         return self._fenced(self.delay_call(job, delay_ms, token=token))
 
     def requeue(self, job: JobRef, *, token: str | int | None = None) -> None:
-        """Release a held job to pending without spending any budget (wire 6 only)."""
+        """Release a held job to pending without spending any budget."""
         self._fenced(self.requeue_call(job, token=token))
 
     def settle_many(self, calls: Sequence[Call]) -> list[Any]:
@@ -313,13 +338,14 @@ class Queue:
         return int(moved), None if not head else int(head[0][1]) - (seconds * 1000 + micros // 1000)
 
     def reschedule(self, job_id: str, delay_ms: int) -> int | None:
-        """Move a scheduled job's due time to now + ``delay_ms`` (wire 6 only); None when no row."""
+        """Move a scheduled job's due time to now + ``delay_ms``; None when no row."""
         check_job_id(job_id)
         check_int("delay_ms", delay_ms, 0)
         return int(self._send("reschedule", job_id, delay_ms)) or None
 
     def reprocess(self, job_id: str) -> bool:
-        """Send a dead job back to pending, keeping its counters; False when it is not in dead."""
+        """Send a dead job back to pending with a full retry and stall budget again (``attempts``,
+        the token, goes on); False when it is not in dead."""
         return self._send("reprocess", check_job_id(job_id)) == 1
 
     def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
@@ -328,6 +354,31 @@ class Queue:
         check_int("limit", limit, 1, LIMIT_MAX)
         recovered, exempt, dead = self._send("stalled_check", max_stalled, limit)
         return Sweep([_text(i) for i in recovered], [_text(i) for i in exempt], [_text(i) for i in dead])
+
+    # -- control: remove, cancel, purge, drain (SPEC §9.4: optional tokens on wire 6) ------------
+    def remove(self, job_id: str) -> State | None:
+        """Delete a pending, scheduled or dead job (row and set membership in one step); returns
+        the state it was removed from, None when there is no row. An active job is refused
+        (:class:`StateError`): cancel it instead."""
+        reply = self._send("remove", check_job_id(job_id))
+        return None if reply == 0 else State(_text(reply))
+
+    def cancel(self, job_id: str) -> bool:
+        """Revoke an active job's lease: it goes dead with ``last_error`` ``cancelled``, its holder's
+        settle is refused and its handler sees ``ctx.lost`` at the next renewal. False when there
+        is no row; a job that is not active is refused (:class:`StateError`)."""
+        return self._send("cancel", check_job_id(job_id)) == 1
+
+    def purge(self, *, older_than_ms: int = 0, limit: int = 1000) -> int:
+        """Delete up to ``limit`` dead jobs that died at least ``older_than_ms`` ago (server clock),
+        oldest first; returns how many left dead. Call again while it returns ``limit``."""
+        check_int("older_than_ms", older_than_ms, 0)
+        return int(self._send("purge", older_than_ms, check_int("limit", limit, 1, LIMIT_MAX)))
+
+    def drain(self, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` jobs from the head of pending; returns how many left pending.
+        Call again while it returns ``limit``."""
+        return int(self._send("drain", check_int("limit", limit, 1, LIMIT_MAX)))
 
     # -- pause ----------------------------------------------------------------
     def pause(self) -> None:

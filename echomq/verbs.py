@@ -50,23 +50,27 @@ VERBS: tuple[Verb, ...] = (
     _verb("complete", ("active", BASE), ("id", "token"), "active → (deleted)", tokens=("complete.flat",)),
     _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled"),
     _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending"),
-    _verb("reschedule", ("schedule", BASE), ("id", "delay_ms"), "scheduled → scheduled", scripted=False),
+    _verb("reschedule", ("schedule", BASE), ("id", "delay_ms"), "scheduled → scheduled"),
     _verb("delay", ("active", "schedule", BASE), ("id", "token", "delay_ms"), "active → scheduled"),
     _verb("fail", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
           tokens=("fail.flat",)),
     _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending"),
-    _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", scripted=False),
+    _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending"),
     _verb("stalled_check", ("active", "pending", "dead", BASE), ("max_stalled", "limit"),
           "active → pending | dead", tokens=("stalled.check",)),
 )
 
-# Optional verbs (SPEC §9.3/§9.4): native only, registered after the job core (and the bus
-# rows), in the order they are added. A wire-6 connection requires none of them and uses one
-# only when EMQ.VERSION lists its tokens.
+# Optional verbs (SPEC §9.3/§9.4): registered after the job core (and the bus rows), in the
+# order they landed: the blocking claim (native only), then the control verbs (a script each).
+# A wire-6 connection requires none of them and uses one only when EMQ.VERSION lists its tokens.
 OPTIONAL: tuple[Verb, ...] = (
     _verb("bclaim", ("pending", "active", BASE), ("lease_ms", "timeout_ms"),
           "pending → active (blocks while empty or paused)", tokens=("claim.block",), scripted=False),
+    _verb("remove", ("pending", "schedule", "dead", BASE), ("id",), "pending | scheduled | dead → (deleted)"),
+    _verb("cancel", ("active", "dead", BASE), ("id",), "active → dead"),
+    _verb("purge", ("dead", BASE), ("age_ms", "limit"), "dead → (deleted)"),
+    _verb("drain", ("pending", BASE), ("limit",), "pending → (deleted)"),
 )
 
 # The two declared reads: scripts on both wires, never an EMQ command.
@@ -83,5 +87,5 @@ JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in ve
 #: The optional verbs' tokens, in registration order (after the job core's and the bus's).
 OPTIONAL_TOKENS: tuple[str, ...] = tuple(token for verb in OPTIONAL for token in verb.tokens)
 
-#: Every verb with a script (the eleven scripted verbs and the two reads).
-SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + READS if verb.scripted)
+#: Every verb with a script (the thirteen job-core verbs, the control verbs and the two reads).
+SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + OPTIONAL + READS if verb.scripted)
