@@ -12,8 +12,10 @@ from .errors import (
     CounterError,
     EchoMQError,
     HostError,
+    JobTimeout,
     LayoutError,
     LeaseLost,
+    PayloadError,
     PermissionDenied,
     PortInUse,
     ServerNotFound,
@@ -38,9 +40,9 @@ from .worker import Tally, Worker, WorkerConfig
 __all__ = [
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
     "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
-    "Job", "Keyspace", "LayoutError", "LeaseLost", "PermissionDenied", "PortInUse", "Queue", "RAW", "RawSerializer",
-    "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Sweep", "UnsupportedOnWire",
-    "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "module_path",
+    "Job", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost", "PayloadError", "PermissionDenied", "PortInUse",
+    "Queue", "RAW", "RawSerializer", "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError",
+    "Sweep", "UnsupportedOnWire", "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "module_path",
     # workers
     "App", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",
     "Timers", "Worker", "WorkerConfig",

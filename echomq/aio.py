@@ -42,7 +42,7 @@ from .connection import (
     TRANSPORT_ERRORS, WireCodec, brand_unreadable, check_brand, check_tokens, first_key_at, link_failed, names_of,
     tokens_unavailable, wire_of_brand,
 )
-from .core import Enqueued, Job, JobRef, Op, QueueCore, T
+from .core import MAX_PAYLOAD_BYTES, Enqueued, Job, JobRef, Op, QueueCore, T
 from .keys import VERSION_KEY, State
 from .serializers import JSON, Serializer
 from .verbs import Call, Counts, Plain, Sweep
@@ -291,8 +291,9 @@ async def connect(
 class Queue(QueueCore):
     """One queue on one asyncio connection: ``Queue(conn, "emails")``; every method is a coroutine."""
 
-    def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON) -> None:
-        super().__init__(name, connection.wire, serializer)
+    def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON,
+                 max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
+        super().__init__(name, connection.wire, serializer, max_payload_bytes)
         self.connection = connection
 
     def __repr__(self) -> str:
@@ -362,6 +363,18 @@ class Queue(QueueCore):
 
     async def reprocess(self, job_id: str) -> bool:
         return await self._run(self.op_reprocess(job_id))
+
+    async def remove(self, job_id: str) -> State | None:
+        return await self._run(self.op_remove(job_id))
+
+    async def cancel(self, job_id: str) -> bool:
+        return await self._run(self.op_cancel(job_id))
+
+    async def purge(self, *, older_than_ms: int = 0, limit: int = 1000) -> int:
+        return await self._run(self.op_purge(older_than_ms, limit))
+
+    async def drain(self, *, limit: int = 1000) -> int:
+        return await self._run(self.op_drain(limit))
 
     async def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
         return await self._run(self.op_stalled_check(max_stalled, limit))

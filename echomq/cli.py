@@ -15,12 +15,13 @@ from inspect import signature
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
 import time
 from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import click
 import valkey
@@ -38,8 +39,9 @@ from .inventory import QueueNumbers, ago, discover_queues, job_page, job_view, n
 from .keys import State, check_job_id, check_queue_name
 from .module import module_path
 from .policy import IdlePolicy, LeasePolicy
+from .core import MAX_PAYLOAD_BYTES, encode_payload
 from .queue import Queue
-from .serializers import RAW
+from .serializers import JSON, RAW
 from .server import EmbeddedServer
 from .tasks import App
 from .timers import TimerConfig
@@ -272,6 +274,9 @@ def _apps_in(module_name: str) -> str:
               help="an idle queue is swept when its earliest lease expires, and at least this often")
 @click.option("--max-stalled", type=click.IntRange(1), default=3, show_default=True,
               help="lease expiries before a job goes dead")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=None,
+              help="seconds a handler may run before it fails with JobTimeout, for every task "
+                   "(default: each task's timeout, 300 unless it says otherwise)")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
@@ -281,8 +286,8 @@ def _apps_in(module_name: str) -> str:
               help="exit once the queues are empty (nothing pending or scheduled, nothing held); for scripts and CI")
 def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurrency: int, lease_ms: int,
            grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int, sweep_interval_ms: int,
-           idle_sweep_interval_ms: int, max_stalled: int, log_level: str, metrics_port: int | None, metrics_host: str,
-           burst: bool) -> None:
+           idle_sweep_interval_ms: int, max_stalled: int, timeout_s: float | None, log_level: str,
+           metrics_port: int | None, metrics_host: str, burst: bool) -> None:
     """Run the handlers of MODULE:APP until SIGTERM/SIGINT (a second one exits at once), or with
     --burst until its queues are empty."""
     app = load_app(app_spec)
@@ -292,7 +297,7 @@ def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurre
             idle=IdlePolicy(max_ms=idle_max_ms),
             timers=TimerConfig(promote_interval_ms=promote_interval_ms, sweep_interval_ms=sweep_interval_ms,
                                idle_sweep_interval_ms=idle_sweep_interval_ms, max_stalled=max_stalled),
-            burst=burst,
+            burst=burst, timeout_s=timeout_s,
         )
     with opened(url, wire) as connection, reported():
         instance = Worker(app, connection, queues=queues or None, config=config)
@@ -335,18 +340,30 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
 @click.option("--count", type=click.IntRange(1), default=1, show_default=True,
               help="enqueue each payload this many times")
 @click.option("--raw", is_flag=True, help="payloads are bytes as given, not JSON")
+@click.option("--file", "files", multiple=True, type=click.File("rb"),
+              help="read a payload from this file (repeatable); a PAYLOAD of - reads one from stdin")
+@click.option("--max-payload-bytes", type=click.IntRange(1), default=MAX_PAYLOAD_BYTES, show_default=True,
+              help="refuse a larger payload before sending anything")
 @json_option
 def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job_id: str | None, priority: int,
-            delay_ms: int | None, count: int, raw: bool, as_json: bool) -> None:
-    """Add jobs to a queue: each PAYLOAD is JSON text (default {})."""
-    texts = list(payloads) or ["{}"]
+            delay_ms: int | None, count: int, raw: bool, files: tuple[Any, ...], max_payload_bytes: int,
+            as_json: bool) -> None:
+    """Add jobs to a queue: each PAYLOAD is standard JSON text (default {}), - for stdin."""
+    if list(payloads).count("-") > 1:
+        raise click.UsageError("stdin holds one payload: give - at most once")
+    texts = [_stdin_bytes() if text == "-" else text.encode() for text in payloads]
+    texts += [f.read() for f in files]
+    texts = texts or [b"{}"]
+    serializer = RAW if raw else JSON
     with reported():
-        values = texts if raw else [_parse_json(text) for text in texts]  # all parsed before any write
+        values = texts if raw else [_parse_json(text) for text in texts]
+        for value in values:  # every payload checked before any write
+            encode_payload(serializer, value, max_payload_bytes)
         if job_id is not None:
             check_job_id(job_id)
             if len(values) * count != 1:
                 raise ConfigurationError("--id names one job: give one payload and no --count")
-    with opened_queue(url, wire, queue_name, **({"serializer": RAW} if raw else {})) as queue:
+    with opened_queue(url, wire, queue_name, serializer=serializer, max_payload_bytes=max_payload_bytes) as queue:
         values = values * count
         if delay_ms is not None:
             added = [queue.schedule(v, delay_ms, id=job_id, priority=priority) for v in values]
@@ -363,11 +380,20 @@ def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job
         click.echo(f"... {len(added)} jobs in all")
 
 
-def _parse_json(text: str) -> Any:
+def _stdin_bytes() -> bytes:
+    return sys.stdin.buffer.read()
+
+
+def _parse_json(data: bytes) -> Any:
+    """One payload as standard JSON (NaN and Infinity refused: other readers cannot parse them)."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"payload {text[:60]!r} is not JSON ({exc}); pass --raw for plain text") from exc
+        return JSON.loads(data)
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"payload {data[:60]!r} is not UTF-8 text ({exc}); pass --raw for bytes") from exc
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"payload {data[:60].decode(errors='replace')!r} is not standard JSON ({exc}); pass --raw for plain text"
+        ) from exc
 
 
 @main.command()
@@ -434,7 +460,8 @@ def dead(url: str, wire: str, queue_name: str, limit: int, as_json: bool) -> Non
 @click.option("--all", "every", is_flag=True, help="every dead job of the queue")
 @json_option
 def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, every: bool, as_json: bool) -> None:
-    """Send dead jobs back to pending (exit 1 when a named id was not in dead)."""
+    """Send dead jobs back to pending with a full retry and stall budget again (attempts go on;
+    exit 1 when a named id was not in dead)."""
     if bool(job_ids) == every:
         raise click.UsageError("name dead job ids, or pass --all")
     with reported():
@@ -460,6 +487,112 @@ def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, ev
 def create_option(fn: Any) -> Any:
     return click.option("--create", is_flag=True,
                         help="act on a queue that has no keys yet (it then exists, holding only this setting)")(fn)
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
+@node_options
+@queue_option()
+@json_option
+def remove(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, as_json: bool) -> None:
+    """Delete pending, scheduled or dead jobs (an active job is refused: cancel it; exit 1 when a
+    named id had no job)."""
+    with reported():
+        for job_id in job_ids:
+            check_job_id(job_id)
+    with opened_queue(url, wire, queue_name) as queue:
+        require_queue(queue)
+        removed = {job_id: was for job_id in job_ids if (was := queue.remove(job_id)) is not None}
+    settled_report(queue_name, "removed", removed, [job_id for job_id in job_ids if job_id not in removed], as_json)
+
+
+@main.command()
+@click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
+@node_options
+@queue_option()
+@json_option
+def cancel(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, as_json: bool) -> None:
+    """Cancel running jobs: dead with last_error 'cancelled'; the worker drops their outcome
+    (exit 1 when a named id had no job)."""
+    with reported():
+        for job_id in job_ids:
+            check_job_id(job_id)
+    with opened_queue(url, wire, queue_name) as queue:
+        require_queue(queue)
+        cancelled = [job_id for job_id in job_ids if queue.cancel(job_id)]
+    settled_report(queue_name, "cancelled", cancelled, [job_id for job_id in job_ids if job_id not in cancelled],
+                   as_json)
+
+
+def settled_report(queue_name: str, verb: str, done: Any, missed: list[str], as_json: bool) -> None:
+    """What remove and cancel print: the ids they acted on, the ids with no job (then exit 1)."""
+    for job_id in missed:
+        err.print(f"{job_id}: no such job")
+    if as_json:
+        print_json({"queue": queue_name, verb: done, "no_such_job": missed})
+    else:
+        click.echo(f"{verb} {len(done)} job(s) of {queue_name}")
+    if missed:
+        sys.exit(1)
+
+
+DURATION = re.compile(r"([0-9]+)(ms|s|m|h|d)")
+DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``500ms``, ``30s``, ``15m``, ``12h``, ``7d`` as milliseconds."""
+    found = DURATION.fullmatch(text.strip())
+    if found is None:
+        raise click.BadParameter(f"{text!r} is not a duration: a whole number with ms, s, m, h or d, e.g. 7d")
+    return int(found[1]) * DURATION_MS[found[2]]
+
+
+def _batches(step: Callable[[], int], size: int) -> int:
+    """Call a bounded verb until a call moves fewer than ``size``; the total moved."""
+    total = 0
+    while True:
+        moved = step()
+        total += moved
+        if moved < size:
+            return total
+
+
+@main.command()
+@node_options
+@queue_option()
+@click.option("--older-than", "age_ms", default=None, metavar="DURATION",
+              callback=lambda ctx, param, value: None if value is None else parse_duration_ms(value),
+              help="only jobs dead at least this long (500ms, 30s, 15m, 12h, 7d); default: every dead job")
+@click.option("--batch", type=click.IntRange(1, 10_000), default=1000, show_default=True,
+              help="jobs deleted per server call")
+@json_option
+def purge(url: str, wire: str, queue_name: str, age_ms: int | None, batch: int, as_json: bool) -> None:
+    """Delete a queue's dead jobs, oldest first."""
+    with opened_queue(url, wire, queue_name) as queue:
+        require_queue(queue)
+        total = _batches(lambda: queue.purge(older_than_ms=age_ms or 0, limit=batch), batch)
+    if as_json:
+        print_json({"queue": queue_name, "purged": total})
+    else:
+        click.echo(f"purged {total} dead job(s) of {queue_name}")
+
+
+@main.command()
+@node_options
+@queue_option()
+@click.option("--batch", type=click.IntRange(1, 10_000), default=1000, show_default=True,
+              help="jobs deleted per server call")
+@json_option
+def drain(url: str, wire: str, queue_name: str, batch: int, as_json: bool) -> None:
+    """Delete a queue's pending jobs (active, scheduled and dead jobs are left alone)."""
+    with opened_queue(url, wire, queue_name) as queue:
+        require_queue(queue)
+        total = _batches(lambda: queue.drain(limit=batch), batch)
+    if as_json:
+        print_json({"queue": queue_name, "drained": total})
+    else:
+        click.echo(f"drained {total} pending job(s) of {queue_name}")
 
 
 @main.command()

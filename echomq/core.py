@@ -91,16 +91,39 @@ def _raised(answer: Any) -> Any:
     return answer
 
 
+#: The largest payload a Queue sends by default (1 MiB): a job queue carries references to
+#: large data, not the data; ``Queue(..., max_payload_bytes=...)`` changes it, None lifts it.
+MAX_PAYLOAD_BYTES = 1 << 20
+
+
+def encode_payload(serializer: Serializer, payload: Any, max_bytes: int | None) -> bytes:
+    """The payload as the bytes a job stores, refused client-side (:class:`PayloadError`) when the
+    serializer cannot encode it or it is over ``max_bytes``."""
+    try:
+        data = serializer.dumps(payload)
+    except (TypeError, ValueError) as exc:
+        raise errors.PayloadError(f"the payload cannot be encoded by {type(serializer).__name__}: {exc}") from exc
+    if max_bytes is not None and len(data) > max_bytes:
+        raise errors.PayloadError(
+            f"the payload is {len(data)} bytes, over the limit of {max_bytes} (max_payload_bytes): keep large "
+            "data elsewhere and enqueue a reference to it, or raise the limit"
+        )
+    return data
+
+
 class QueueCore:
     """One queue's calls and answers; :class:`echomq.Queue` and :class:`echomq.aio.Queue` send them."""
 
     wire: int
 
-    def __init__(self, name: str, wire: int, serializer: Serializer = JSON) -> None:
+    def __init__(self, name: str, wire: int, serializer: Serializer = JSON,
+                 max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
         self.keys = Keyspace(name)
         self.name = name
         self.wire = wire
         self.serializer = serializer
+        self.max_payload_bytes = None if max_payload_bytes is None else check_int(
+            "max_payload_bytes", max_payload_bytes, 1)
         self.claim_paused = False  #: wire 4: the pause read of the last settle_and_claim that claimed
 
     # -- building calls (pure) --------------------------------------------------
@@ -112,8 +135,12 @@ class QueueCore:
         """A call with its arguments checked against SPEC §3."""
         return BY_NAME[verb].build(self.keys, *argv)
 
+    def encode(self, payload: Any) -> bytes:
+        """The payload's bytes, checked client-side: encodable and within ``max_payload_bytes``."""
+        return encode_payload(self.serializer, payload, self.max_payload_bytes)
+
     def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0) -> Call:
-        return self.build("enqueue", uuid7() if id is None else id, self.serializer.dumps(payload), priority)
+        return self.build("enqueue", uuid7() if id is None else id, self.encode(payload), priority)
 
     def complete_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
         return self.build("complete", *_ref(job, token))
@@ -171,7 +198,7 @@ class QueueCore:
 
     def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int) -> Op[Enqueued]:
         job_id = uuid7() if id is None else id
-        call = self.build("schedule", job_id, self.serializer.dumps(payload), delay_ms, priority)
+        call = self.build("schedule", job_id, self.encode(payload), delay_ms, priority)
         return Enqueued(call.argv[0], (yield from self._one(call)))
 
     def op_claim(self, lease_ms: int) -> Op[Job | None]:
@@ -261,6 +288,19 @@ class QueueCore:
 
     def op_reprocess(self, job_id: str) -> Op[bool]:
         return (yield from self._one(self.build("reprocess", job_id)))
+
+    def op_remove(self, job_id: str) -> Op[State | None]:
+        return (yield from self._one(self.build("remove", job_id)))
+
+    def op_cancel(self, job_id: str) -> Op[bool]:
+        return (yield from self._one(self.build("cancel", job_id)))
+
+    def op_purge(self, older_than_ms: int, limit: int) -> Op[int]:
+        check_int("older_than_ms", older_than_ms, 0)  # the verb's age_ms, named for the caller
+        return (yield from self._one(self.build("purge", older_than_ms, limit)))
+
+    def op_drain(self, limit: int) -> Op[int]:
+        return (yield from self._one(self.build("drain", limit)))
 
     def op_stalled_check(self, max_stalled: int, limit: int) -> Op[Sweep]:
         return (yield from self._one(self.build("stalled_check", max_stalled, limit)))

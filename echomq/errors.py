@@ -80,6 +80,21 @@ class LeaseLost(EchoMQError):
         self.refusal = refusal
 
 
+class JobTimeout(EchoMQError):
+    """A handler ran past its task's ``timeout``: the attempt is failed with this error (one
+    attempt spent) and the handler's own outcome, whenever it comes, is dropped."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"the handler ran past its timeout of {timeout_s:g} s")
+        self.timeout_s = timeout_s
+
+
+class PayloadError(EchoMQError):
+    """A payload the serializer cannot handle: refused client-side when it cannot be encoded or
+    is over ``max_payload_bytes``; a job whose payload its task cannot decode goes dead at once,
+    since no retry can read it."""
+
+
 class CommandRefused(EchoMQError):
     """An error reply from the server; ``code`` is its first word, ``reply`` the whole text."""
 

@@ -125,7 +125,14 @@ class DelayAsked:
     delay_ms: int
 
 
-Outcome = Union[Returned, Raised, RetryAsked, DelayAsked]
+@dataclass(frozen=True)
+class Undecodable:
+    """The payload could not be decoded: no handler ran, and no retry can do better."""
+
+    error: BaseException
+
+
+Outcome = Union[Returned, Raised, RetryAsked, DelayAsked, Undecodable]
 
 
 def describe_error(error: BaseException, limit: int = 2000) -> str:
@@ -152,6 +159,9 @@ def decide_outcome(outcome: Outcome, *, lost: bool, attempt: int, max_attempts: 
         return Fail(outcome.reason, max_attempts, wait)
     if isinstance(outcome, Raised):
         return Fail(describe_error(outcome.error), max_attempts, backoff_ms(backoff, attempt, rand))
+    if isinstance(outcome, Undecodable):
+        # a budget of one: FAIL caps on failures, so this failure is the last (dead at once)
+        return Fail(describe_error(outcome.error), 1, 0)
     raise TypeError(f"not an outcome: {outcome!r}")
 
 
@@ -277,6 +287,12 @@ def select_expired(renewed_at: Mapping[K, float], now_ms: float, policy: LeasePo
     """The held jobs whose lease may already have run out on the server: no renewal
     reached it within ``lease_ms`` (the link was down). The worker gives them up."""
     return [job for job, at in renewed_at.items() if now_ms - at >= policy.lease_ms]
+
+
+def select_timed_out(deadlines: Mapping[K, float], now_ms: float) -> list[K]:
+    """The running jobs whose handler is past its timeout at ``now_ms`` (local clock), earliest
+    deadline first. ``deadlines`` maps a job to the local time its timeout runs out."""
+    return [job for at, job in sorted((at, job) for job, at in deadlines.items() if now_ms >= at)]
 
 
 def lost_from_extends(jobs: Iterable[K], answers: Iterable[int]) -> list[K]:

@@ -11,20 +11,22 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from .connection import Connection
-from .core import Enqueued, Job, JobRef, Op, QueueCore, T
+from .core import MAX_PAYLOAD_BYTES, Enqueued, Job, JobRef, Op, QueueCore, T
 from .keys import State
 from .serializers import JSON, Serializer
 from .verbs import EXTENDS_MAX_PAIRS, I64_MAX, LIMIT_MAX, PRIORITY_MAX, Call, Counts, Sweep, check_int
 
-__all__ = ["Counts", "Enqueued", "EXTENDS_MAX_PAIRS", "I64_MAX", "Job", "JobRef", "LIMIT_MAX", "PRIORITY_MAX",
-           "Queue", "Sweep", "check_int"]
+__all__ = ["Counts", "Enqueued", "EXTENDS_MAX_PAIRS", "I64_MAX", "Job", "JobRef", "LIMIT_MAX", "MAX_PAYLOAD_BYTES",
+           "PRIORITY_MAX", "Queue", "Sweep", "check_int"]
 
 
 class Queue(QueueCore):
-    """One queue on one connection: ``Queue(conn, "emails")``."""
+    """One queue on one connection: ``Queue(conn, "emails")``. Payloads over ``max_payload_bytes``
+    (1 MiB by default; None lifts it) are refused before sending (:class:`~echomq.PayloadError`)."""
 
-    def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON) -> None:
-        super().__init__(name, connection.wire, serializer)
+    def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON,
+                 max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
+        super().__init__(name, connection.wire, serializer, max_payload_bytes)
         self.connection = connection
 
     def __repr__(self) -> str:
@@ -100,7 +102,7 @@ class Queue(QueueCore):
         return self._run(self.op_fenced(self.delay_call(job, delay_ms, token=token)))
 
     def requeue(self, job: JobRef, *, token: str | int | None = None) -> None:
-        """Release a held job to pending without spending any budget (wire 6 only)."""
+        """Release a held job to pending without spending any budget."""
         self._run(self.op_fenced(self.requeue_call(job, token=token)))
 
     def settle_many(self, calls: Sequence[Call]) -> list[Any]:
@@ -132,12 +134,36 @@ class Queue(QueueCore):
         return self._run(self.op_promote_and_next_due(limit))
 
     def reschedule(self, job_id: str, delay_ms: int) -> int | None:
-        """Move a scheduled job's due time to now + ``delay_ms`` (wire 6 only); None when no row."""
+        """Move a scheduled job's due time to now + ``delay_ms``; None when no row."""
         return self._run(self.op_reschedule(job_id, delay_ms))
 
     def reprocess(self, job_id: str) -> bool:
-        """Send a dead job back to pending, keeping its counters; False when it is not in dead."""
+        """Send a dead job back to pending with a full retry and stall budget again (``attempts``,
+        the token, goes on); False when it is not in dead."""
         return self._run(self.op_reprocess(job_id))
+
+    # -- control: remove, cancel, purge, drain (SPEC §9.4: optional tokens on wire 6) ------------
+    def remove(self, job_id: str) -> State | None:
+        """Delete a pending, scheduled or dead job (row and set membership in one step); returns
+        the state it was removed from, None when there is no row. An active job is refused
+        (:class:`StateError`): cancel it instead."""
+        return self._run(self.op_remove(job_id))
+
+    def cancel(self, job_id: str) -> bool:
+        """Revoke an active job's lease: it goes dead with ``last_error`` ``cancelled``, its holder's
+        settle is refused and its handler sees ``ctx.lost`` at the next renewal. False when there
+        is no row; a job that is not active is refused (:class:`StateError`)."""
+        return self._run(self.op_cancel(job_id))
+
+    def purge(self, *, older_than_ms: int = 0, limit: int = 1000) -> int:
+        """Delete up to ``limit`` dead jobs that died at least ``older_than_ms`` ago (server clock),
+        oldest first; returns how many left dead. Call again while it returns ``limit``."""
+        return self._run(self.op_purge(older_than_ms, limit))
+
+    def drain(self, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` jobs from the head of pending; returns how many left pending.
+        Call again while it returns ``limit``."""
+        return self._run(self.op_drain(limit))
 
     def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
         """Recover up to ``limit`` expired leases; a job that stalls ``max_stalled`` times goes dead."""

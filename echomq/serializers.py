@@ -12,14 +12,19 @@ class Serializer(Protocol):
     def loads(self, data: bytes) -> Any: ...
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not standard JSON")
+
+
 class JSONSerializer:
-    """The default: compact JSON, UTF-8."""
+    """The default: compact, standard JSON, UTF-8. NaN and Infinity are refused both ways:
+    other JSON readers (and JSON.parse) cannot read them."""
 
     def dumps(self, obj: Any) -> bytes:
-        return json.dumps(obj, separators=(",", ":")).encode()
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
 
-    def loads(self, data: bytes) -> Any:
-        return json.loads(data)
+    def loads(self, data: bytes | str) -> Any:
+        return json.loads(data, parse_constant=_refuse_constant)
 
 
 class RawSerializer:

@@ -21,9 +21,16 @@ handler and an :class:`echomq.aio.Queue` (its methods awaited) in an ``async def
 one, so a follow-up enqueue never blocks the event loop every async handler shares.
 (``ctx.queue`` is the job's queue name, so the method has its own name.)
 
-If the worker loses the job's lease (the job is re-claimed by someone else), the
-outcome is never settled: an ``async def`` handler is cancelled, a sync handler
-sees ``ctx.lease_lost`` turn true (``ctx.lost`` is a :class:`threading.Event`).
+If the worker loses the job's lease (the job is re-claimed by someone else, or
+cancelled), the outcome is never settled: an ``async def`` handler is cancelled, a
+sync handler sees ``ctx.lease_lost`` turn true (``ctx.lost`` is a :class:`threading.Event`).
+
+A handler runs for at most the task's ``timeout`` seconds (default
+:data:`DEFAULT_TIMEOUT_S`, 300; ``None``: no limit; ``emq worker --timeout`` overrides
+it). Then the attempt fails with :class:`~echomq.JobTimeout` (one attempt spent): an
+async handler is cancelled; a sync handler's thread cannot be killed, so it is
+abandoned (``ctx.lost`` is set, its outcome dropped, the worker starts a fresh thread
+in its place) and runs on until it returns.
 """
 
 from __future__ import annotations
@@ -38,6 +45,20 @@ from .errors import ConfigurationError, LeaseLost
 from .keys import check_queue_name
 from .serializers import JSON, Serializer
 from .policy import MAX_DELAY_MS, Backoff
+
+
+#: A task's default ``timeout``, seconds: long enough for ordinary work, short enough that a hung
+#: handler is failed (and, after its budget, dead) within minutes rather than never.
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def check_timeout(timeout: object, what: str) -> float | None:
+    """A handler timeout: seconds > 0, or None for no timeout."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ConfigurationError(f"bad timeout {timeout!r} for {what}: seconds > 0, or None for no timeout")
+    return float(timeout)
 
 
 def _good_delay(delay_ms: object) -> bool:
@@ -122,6 +143,7 @@ class Task:
     max_attempts: int = 3
     backoff: Backoff = Backoff()
     serializer: Serializer = JSON
+    timeout: float | None = DEFAULT_TIMEOUT_S  #: seconds a handler may run; then JobTimeout (None: no limit)
     arity: int = field(init=False, repr=False)  #: how many of (payload, ctx) the handler takes
     is_async: bool = field(init=False, repr=False)  #: an ``async def`` handler, run on the asyncio loop
 
@@ -131,6 +153,7 @@ class Task:
             raise ConfigurationError(f"bad max_attempts {self.max_attempts!r} for queue {self.queue!r}: an integer >= 1")
         if not callable(self.fn):
             raise ConfigurationError(f"the handler for queue {self.queue!r} is not callable: {self.fn!r}")
+        object.__setattr__(self, "timeout", check_timeout(self.timeout, f"queue {self.queue!r}"))
         # read the signature once, not per job
         object.__setattr__(self, "arity", _arity(self.fn))
         object.__setattr__(self, "is_async", asyncio.iscoroutinefunction(self.fn))
@@ -173,9 +196,10 @@ class App:
         return f"App({self.name!r}, queues={sorted(self.tasks)})"
 
     def handler(self, queue: str, fn: Callable[..., Any], *, max_attempts: int = 3,
-                backoff: Backoff | None = None, serializer: Serializer = JSON) -> Task:
+                backoff: Backoff | None = None, serializer: Serializer = JSON,
+                timeout: float | None = DEFAULT_TIMEOUT_S) -> Task:
         """Register ``fn`` as the handler of ``queue`` (one handler per queue)."""
-        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer)
+        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout)
         if queue in self.tasks:
             raise ConfigurationError(f"queue {queue!r} already has a handler: {self.tasks[queue].name}")
         self.tasks[queue] = task
@@ -187,10 +211,11 @@ class App:
     @overload
     def task(self, fn: None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
-             ) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
+             timeout: float | None = DEFAULT_TIMEOUT_S) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, max_attempts: int = 3,
-             backoff: Backoff | None = None, serializer: Serializer = JSON) -> Any:
+             backoff: Backoff | None = None, serializer: Serializer = JSON,
+             timeout: float | None = DEFAULT_TIMEOUT_S) -> Any:
         """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
 
         The decorated function is returned unchanged -- type checkers keep its signature --
@@ -199,7 +224,7 @@ class App:
 
         def register(fn: Callable[P, R]) -> TaskFunction[P, R]:
             fn.task = self.handler(queue or fn.__name__, fn, max_attempts=max_attempts,  # type: ignore[attr-defined]
-                                   backoff=backoff, serializer=serializer)
+                                   backoff=backoff, serializer=serializer, timeout=timeout)
             return fn  # type: ignore[return-value]
 
         return register(fn) if fn is not None else register

@@ -41,6 +41,7 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "lease_ms": (LEASE_MIN, I64_MAX),
     "delay_ms": (DELAY_MIN, I64_MAX),
     "backoff_ms": (DELAY_MIN, I64_MAX),
+    "age_ms": (DELAY_MIN, I64_MAX),
     "limit": (LIMIT_MIN, LIMIT_MAX),
     "max_attempts": (BUDGET_MIN, I64_MAX),
     "max_stalled": (BUDGET_MIN, I64_MAX),
@@ -214,26 +215,30 @@ VERBS: tuple[Verb, ...] = (
     _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled", decode=_one),
     _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending", decode=int),
     _verb("reschedule", ("schedule", BASE), ("id", "delay_ms"), "scheduled → scheduled",
-          decode=lambda reply: int(reply) or None, scripted=False),
+          decode=lambda reply: int(reply) or None),
     _verb("delay", ("active", "schedule", BASE), ("id", "token", "delay_ms"), "active → scheduled", decode=int,
           fenced=True),
     _verb("fail", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
           decode=lambda reply: State(text(reply)), tokens=("fail.flat",), fenced=True),
     _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending", decode=_one),
-    _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", decode=_one, scripted=False,
-          fenced=True),
+    _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", decode=_one, fenced=True),
     _verb("stalled_check", ("active", "pending", "dead", BASE), ("max_stalled", "limit"),
           "active → pending | dead", decode=_sweep, tokens=("stalled.check",)),
 )
 
-# Optional verbs (SPEC §9.3/§9.4): native only, registered after the job core (and the bus
-# rows), in the order they are added. A wire-6 connection requires none of them and uses one
-# only when EMQ.VERSION lists its tokens.
+# Optional verbs (SPEC §9.3/§9.4): registered after the job core (and the bus rows), in the
+# order they landed: the blocking claim (native only), then the control verbs (a script each).
+# A wire-6 connection requires none of them and uses one only when EMQ.VERSION lists its tokens.
 OPTIONAL: tuple[Verb, ...] = (
     _verb("bclaim", ("pending", "active", BASE), ("lease_ms", "timeout_ms"),
           "pending → active (blocks while empty or paused)", decode=_claimed, tokens=("claim.block",),
           scripted=False),
+    _verb("remove", ("pending", "schedule", "dead", BASE), ("id",), "pending | scheduled | dead → (deleted)",
+          decode=lambda reply: None if reply == 0 else State(text(reply))),
+    _verb("cancel", ("active", "dead", BASE), ("id",), "active → dead", decode=_one),
+    _verb("purge", ("dead", BASE), ("age_ms", "limit"), "dead → (deleted)", decode=int),
+    _verb("drain", ("pending", BASE), ("limit",), "pending → (deleted)", decode=int),
 )
 
 # The two declared reads: scripts on both wires, never an EMQ command.
@@ -250,8 +255,8 @@ JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in ve
 #: The optional verbs' tokens, in registration order (after the job core's and the bus's).
 OPTIONAL_TOKENS: tuple[str, ...] = tuple(token for verb in OPTIONAL for token in verb.tokens)
 
-#: Every verb with a script (the eleven scripted verbs and the two reads).
-SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + READS if verb.scripted)
+#: Every verb with a script (the thirteen job-core verbs, the control verbs and the two reads).
+SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + OPTIONAL + READS if verb.scripted)
 
 
 def build_call(verb_name: str, keyspace: Keyspace, argv: Sequence[Any]) -> Call:

@@ -21,15 +21,16 @@ A step, in order:
    ``claim.block`` token is polled instead: single claims spaced by an adaptive back-off.)
 2. **renew** on the tick: one EXTENDS per queue for every held job that is due; a 0
    marks that job lost (its async handler is cancelled, ``ctx.lease_lost`` turns true).
-3. **give up** jobs no renewal reached the server for in a whole lease (the link was
-   down): they are marked lost the same way.
+3. **time out and give up**: a handler past its task's ``timeout`` is failed with
+   :class:`~echomq.JobTimeout` (an async one cancelled, a sync one abandoned to its
+   thread); jobs no renewal reached the server for in a whole lease (the link was
+   down) are marked lost the same way as a 0.
 4. **timers**: PROMOTE when the schedule's head falls due (each promote reads it) and
    STALLED.CHECK on its interval (:mod:`echomq.timers`).
 
 Shutdown (SIGTERM/SIGINT, or :meth:`Worker.stop`): stop claiming, let running jobs
 finish for up to ``grace_s`` while still renewing and settling them, then REQUEUE
-what is still held (wire 6) or leave it to lease expiry and the sweep (wire 4,
-which has no REQUEUE). A second signal exits at once.
+what is still held (both wires: no budget spent). A second signal exits at once.
 """
 
 from __future__ import annotations
@@ -48,13 +49,14 @@ from typing import Any, Callable, Sequence
 
 from . import aio, hooks, policy, waiter
 from .connection import Call, Connection
-from .errors import CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, LeaseLost
+from .errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, JobTimeout, LeaseLost,
+                     PayloadError)
 from .heartbeat import Heartbeat, HeartbeatConfig
 from .keys import State
 from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
 from .serializers import JSON, RAW, Serializer
-from .tasks import App, Delay, JobContext, Retry, Task
+from .tasks import App, Delay, JobContext, Retry, Task, check_timeout
 from .timers import TimerConfig, Timers
 
 log = logging.getLogger("echomq.worker")
@@ -80,8 +82,10 @@ class WorkerConfig:
     timers: TimerConfig = field(default_factory=TimerConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  #: the workers list (`emq workers`)
     burst: bool = False  #: stop once the queues are empty (:meth:`Worker.drained`)
+    timeout_s: float | None = None  #: overrides every task's ``timeout`` (``emq worker --timeout``)
 
     def __post_init__(self) -> None:
+        check_timeout(self.timeout_s, "the worker")
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
             raise ConfigurationError(f"bad concurrency {self.concurrency!r}: an integer >= 1")
         if not isinstance(self.claim_batch, int) or not 1 <= self.claim_batch <= LIMIT_MAX:
@@ -101,8 +105,8 @@ class Tally:
     dead: int = 0  #: FAIL answered dead
     delayed: int = 0
     lost: int = 0  #: lease lost: dropped, or a settle the server fenced off
-    requeued: int = 0  #: released at shutdown (wire 6)
-    abandoned: int = 0  #: left to lease expiry at shutdown (wire 4)
+    requeued: int = 0  #: released at shutdown
+    abandoned: int = 0  #: left to lease expiry at shutdown (REQUEUE failed or was refused)
 
     def __str__(self) -> str:
         return ", ".join(f"{name} {value}" for name, value in vars(self).items() if value) or "nothing"
@@ -144,7 +148,11 @@ class Held:
     job: Job
     ctx: JobContext
     renewed_at: float  #: local ms when the claim or the last renewal that reached the server was sent
+    deadline: float | None = None  #: local ms when the handler's timeout runs out (None: no timeout)
     future: Future | None = None
+    #: an outcome the worker decided itself (a timeout, an undecodable payload): it wins over the
+    #: handler's, which is dropped whenever it comes
+    verdict: policy.Outcome | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -165,6 +173,13 @@ class _DaemonPool:
         future: Future = Future()
         self._work.put((future, fn, args))
         return future
+
+    def replace_one(self) -> None:
+        """One more thread, in place of one running an abandoned (timed out) handler: Python
+        cannot stop a thread, so that one runs on until its handler returns."""
+        thread = threading.Thread(target=self._run, name=f"emq-handler-{len(self._threads)}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def _run(self) -> None:
         while (item := self._work.get()) is not None:
@@ -332,6 +347,7 @@ class Worker:
             return self._link_down_until
         try:
             self.exchange(now)
+            self.time_out(self._clock_ms())
             self.renew(self._clock_ms())
             self.give_up_expired(self._clock_ms())
             if not self.stopping:
@@ -376,9 +392,10 @@ class Worker:
         if not self._finished.empty() or self._unsettled or not self._reports.empty():
             return now
         times = [self._next_tick or float("inf")]
-        live = [h.renewed_at for h in self.held.values() if not h.ctx.lease_lost]
+        live = [h for h in self.held.values() if not h.ctx.lease_lost]
         if live:
-            times.append(min(live) + self.config.lease.lease_ms)
+            times.append(min(h.renewed_at for h in live) + self.config.lease.lease_ms)
+            times += [h.deadline for h in live if h.deadline is not None]
         if self.stopping:
             times.append(self._stop_at)
         else:
@@ -437,8 +454,12 @@ class Worker:
             done.append(self._finished.get())
         by_queue: dict[str, list[tuple[Held, policy.Settle, Call]]] = {}
         for held in done:
+            outcome = held.verdict or outcome_of(held.future)
+            if isinstance(outcome, policy.Raised) and not held.ctx.lease_lost:
+                log.warning("job %s/%s attempt %d raised:", held.job.queue, held.job.id, held.job.attempt,
+                            exc_info=outcome.error)
             decision = policy.decide_outcome(
-                outcome_of(held.future), lost=held.ctx.lease_lost, attempt=held.job.attempt,
+                outcome, lost=held.ctx.lease_lost and held.verdict is None, attempt=held.job.attempt,
                 max_attempts=held.task.max_attempts, backoff=held.task.backoff, rand=self._rand(),
             )
             if isinstance(decision, policy.Drop):
@@ -560,11 +581,11 @@ class Worker:
         """A blocked claim answered with a job after the stop: straight back to pending (wire 6)."""
         try:
             self.queues[report.queue].requeue(report.job)
-            self.tally.requeued += 1
+            self._emit("job.requeued", report.job)
             log.info("worker %d: stopping: requeued %s/%s, which a blocked claim took", os.getpid(),
                      report.queue, report.job.id)
         except (EchoMQError, *LINK_ERRORS) as exc:
-            self.tally.abandoned += 1
+            self._emit("job.abandoned", report.job, reason=f"could not requeue ({exc})")
             log.warning("worker %d: stopping: could not requeue %s/%s (%s); left to lease expiry", os.getpid(),
                         report.queue, report.job.id, exc)
 
@@ -615,6 +636,30 @@ class Worker:
                 else:
                     held.renewed_at = sent
 
+    def time_out(self, now: float) -> None:
+        """Fail every handler past its timeout with JobTimeout (settled by the next exchange): an
+        async one is cancelled; a sync one is abandoned to its thread, and a fresh thread takes
+        its place in the pool. Either way the lease is no longer renewed and the handler's own
+        outcome is dropped."""
+        running = {key: held.deadline for key, held in self.held.items()
+                   if held.deadline is not None and held.verdict is None and not held.ctx.lease_lost}
+        for key in policy.select_timed_out(running, now):
+            held = self.held[key]
+            timeout_s = self._timeout_s(held.task)
+            held.verdict = policy.Raised(JobTimeout(timeout_s))
+            held.ctx.lost.set()
+            if held.task.is_async:
+                held.future.cancel()
+            elif self._pool is not None:
+                self._pool.replace_one()
+            log.error("job %s/%s attempt %d: the handler ran past its timeout of %g s: failed with JobTimeout%s",
+                      held.job.queue, held.job.id, held.job.attempt, timeout_s,
+                      "" if held.task.is_async else "; its thread is abandoned and runs on until it returns")
+            self._finished.put(held)
+
+    def _timeout_s(self, task: Task) -> float | None:
+        return self.config.timeout_s if self.config.timeout_s is not None else task.timeout
+
     def give_up_expired(self, now: float) -> None:
         live = {key: held.renewed_at for key, held in self.held.items() if not held.ctx.lease_lost}
         for key in policy.select_expired(live, now, self.config.lease):
@@ -634,15 +679,20 @@ class Worker:
     def _start(self, task: Task, queue: Queue, job: Job, sent: float) -> None:
         self._emit("job.claimed", job)
         ctx = JobContext(job.id, job.queue, job.attempt, producers=self._producers(task.is_async))
-        held = Held(queue, task, job, ctx, renewed_at=sent)
+        timeout_s = self._timeout_s(task)
+        held = Held(queue, task, job, ctx, renewed_at=sent,
+                    deadline=None if timeout_s is None else sent + timeout_s * 1000)
         self.held[held.key] = held
         try:
             payload = None if job.raw_payload is None else task.serializer.loads(job.raw_payload)
-        except Exception as exc:  # a payload this task cannot read fails this job, not the worker
-            held.future = Future()
-            held.future.set_exception(exc)
-        else:
-            held.future = self._submit(task, task.arguments(payload, ctx))
+        except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
+            held.verdict = policy.Undecodable(PayloadError(
+                f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
+                f"{type(exc).__name__}: {exc}"))
+            log.error("job %s/%s: %s", job.queue, job.id, held.verdict.error)
+            self._finished.put(held)
+            return
+        held.future = self._submit(task, task.arguments(payload, ctx))
         held.future.add_done_callback(lambda _f, held=held: self._done(held))
 
     def _producers(self, is_async: bool) -> Callable[[str, Serializer | None], Any]:
@@ -680,12 +730,16 @@ class Worker:
         return self._async.submit(coro)
 
     def _done(self, held: Held) -> None:
+        if held.verdict is not None:  # timed out: already failed; this late outcome is dropped
+            log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
+                     held.job.queue, held.job.id, held.job.attempt)
+            return
         self._finished.put(held)
         self._wake.set()
 
     # -- shutdown ----------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Settle what finished, then release what is still held: REQUEUE on wire 6, lease expiry on wire 4."""
+        """Settle what finished, then release what is still held (REQUEUE, on both wires)."""
         if self._stop_at is None:
             self._stop_at = self._clock_ms()  # no claims from here on, whatever brought us here
         self._stop_waiters()
@@ -696,14 +750,8 @@ class Worker:
         still = [held for held in self.held.values() if not held.ctx.lease_lost]
         for held in still:
             self._lose(held, None)  # first: its outcome must never be settled now (logged below, all at once)
-        if still and self.connection.wire == 6:
+        if still:
             self._requeue(still)
-        elif still:
-            for held in still:
-                self._emit("job.abandoned", held.job, reason="wire 4 has no REQUEUE")
-            log.warning("worker %d: wire 4 has no REQUEUE: %d job(s) still held are left to lease expiry "
-                        "(back to pending by the next sweep after up to %d ms): %s", os.getpid(), len(still),
-                        self.config.lease.lease_ms, ", ".join(h.job.id for h in still))
         else:
             log.info("worker %d: stopped with nothing held", os.getpid())
         self.held.clear()
@@ -738,5 +786,5 @@ class Worker:
                 else:
                     self._emit("job.abandoned", held.job, reason=f"REQUEUE answered {reply}")
             ok = [h.job.id for h, reply in zip(batch, replies) if reply is True]
-            log.warning("worker %d: wire 6: requeued %d job(s) still held at the end of the grace period: %s",
+            log.warning("worker %d: requeued %d job(s) still held at the end of the grace period: %s",
                         os.getpid(), len(ok), ", ".join(ok))

@@ -195,6 +195,28 @@ def test_a_schedule_that_brings_the_due_time_earlier_wakes_the_waiter(own_conn):
         wait_until(lambda: seen == [(name, soon.id, 1)], what="the earlier job run")
 
 
+def test_a_reschedule_that_brings_the_due_time_earlier_wakes_the_waiter(own_conn):
+    name, seen = fresh_name("d"), []
+    queue = Queue(own_conn, name)
+    job = queue.schedule({}, 3_600_000)  # the head: an hour away
+    with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked until the hour's job")
+        queue.reschedule(job.id, 200)  # reschedule.lua / EMQ.RESCHEDULE: earlier than the head, so it wakes
+        wait_until(lambda: seen == [(name, job.id, 1)], what="the rescheduled job run")
+
+
+def test_a_requeue_wakes_a_blocked_worker(own_conn):
+    """Another holder releases its job (requeue.lua writes the marker; EMQ.REQUEUE signals pending)."""
+    name, seen = fresh_name("r"), []
+    queue = Queue(own_conn, name)
+    queue.enqueue({})
+    held = queue.claim(60_000)
+    with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked on the empty queue")
+        queue.requeue(held)
+        wait_until(lambda: seen == [(name, held.id, 2)], what="the requeued job run")
+
+
 # -- worker processes ---------------------------------------------------------------------------
 
 @pytest.fixture

@@ -71,8 +71,15 @@ def test_enqueue_options_id_priority_delay_count_raw(emq, conn, name):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("enqueue", "-q", "QUEUE", "{bad json"), "is not JSON"),
-    (("enqueue", "-q", "QUEUE", "{}", "[1, 2"), "is not JSON"),
+    (("enqueue", "-q", "QUEUE", "{bad json"), "is not standard JSON"),
+    (("enqueue", "-q", "QUEUE", "{}", "[1, 2"), "is not standard JSON"),
+    (("enqueue", "-q", "QUEUE", "{}", "NaN"), "NaN is not standard JSON"),
+    (("enqueue", "-q", "QUEUE", '{"x": Infinity}'), "Infinity is not standard JSON"),
+    (("enqueue", "-q", "QUEUE", "{}", '{"x": -Infinity}'), "-Infinity is not standard JSON"),
+    (("enqueue", "-q", "QUEUE", "--max-payload-bytes", "8", "{}", '{"big": 1}'), "over the limit of 8"),
+    (("enqueue", "-q", "QUEUE", "--raw", "--max-payload-bytes", "4", "hello"), "is 5 bytes, over the limit of 4"),
+    (("remove", "-q", "QUEUE", "x" * 600), "bad job id"),
+    (("cancel", "-q", "QUEUE", "x" * 600), "bad job id"),
     (("enqueue", "-q", "QUEUE", "--id", "x", "{}", "{}"), "--id names one job"),
     (("enqueue", "-q", "bad{queue}", "{}"), "bad queue name"),
     (("stats", "-q", "bad{queue}"), "bad queue name"),
@@ -274,6 +281,8 @@ def test_stats_json_watch_prints_one_line_per_refresh_with_rates(emq, conn, name
     ("stats", "-q", "QUEUE"), ("dead", "-q", "QUEUE"), ("inspect", "some-id", "-q", "QUEUE"),
     ("reprocess", "-q", "QUEUE", "some-id"), ("reprocess", "-q", "QUEUE", "--all"), ("pause", "-q", "QUEUE"),
     ("resume", "-q", "QUEUE"), ("promote", "-q", "QUEUE"), ("sweep", "-q", "QUEUE"),
+    ("remove", "-q", "QUEUE", "some-id"), ("cancel", "-q", "QUEUE", "some-id"), ("purge", "-q", "QUEUE"),
+    ("drain", "-q", "QUEUE"),
 ])
 def test_an_unknown_queue_is_exit_1_and_creates_nothing(emq, server, name, args):
     with server.client() as client, unchanged(client):
@@ -405,3 +414,63 @@ def test_worker_burst_exits_once_its_queue_is_empty(server, wire, tmp_path, conn
     assert sorted(job_id for job_id, _, _ in processed(tmp_path)) == sorted(e.id for e in made)
     assert Queue(conn, queue).counts().total == 0  # the retry (backoff 20 ms) was waited for: it fell due
     assert "burst: the queues are empty" in proc.log()
+
+
+def test_enqueue_reads_payloads_from_a_file_and_from_stdin(emq, conn, name, tmp_path, server):
+    path = tmp_path / "payload.json"
+    path.write_text('{"from": "file"}')
+    assert emq("enqueue", "-q", name, "--file", str(path)).exit_code == 0
+    runner = CliRunner(env={"COLUMNS": "200"})
+    piped = runner.invoke(main, ["enqueue", "-q", name, "-", "--url", server.url], input='{"from": "stdin"}',
+                          catch_exceptions=False)
+    assert piped.exit_code == 0, piped.output
+    queue = Queue(conn, name)
+    assert sorted(queue.job(i)["payload"]["from"] for i, _ in queue.ids("pending")) == ["file", "stdin"]
+    raw_in = runner.invoke(main, ["enqueue", "-q", name, "--raw", "-", "--url", server.url], input=b"\x00bytes",
+                           catch_exceptions=False)
+    assert raw_in.exit_code == 0 and queue.counts().pending == 3
+    with server.client() as client:
+        before = dump(client)
+        bad = runner.invoke(main, ["enqueue", "-q", name, "-", "--url", server.url], input="NaN")
+        assert bad.exit_code == 1 and "NaN is not standard JSON" in bad.stderr
+        twice = runner.invoke(main, ["enqueue", "-q", name, "-", "-", "--url", server.url], input="{}")
+        assert twice.exit_code == 2 and "give - at most once" in twice.stderr
+        assert dump(client) == before
+
+
+def test_remove_cancel_purge_and_drain_with_counts(emq, conn, name):
+    queue = Queue(conn, name)
+    for _ in range(5):
+        queue.enqueue({})
+    held = queue.claim(60_000)
+    dead = queue.claim(60_000)
+    queue.fail(dead, "x", max_attempts=1)
+    waiting = queue.ids("pending")[0][0]
+    removed = emq("remove", "-q", name, waiting, dead.id, "nope")  # a named id with no job: exit 1
+    assert removed.exit_code == 1 and "removed 2 job(s)" in removed.stdout and "nope: no such job" in removed.stderr
+    refused = emq("remove", "-q", name, held.id)
+    assert refused.exit_code == 1 and "cancel it instead" in refused.stderr
+    assert "cancelled 1 job(s)" in emq("cancel", "-q", name, held.id).stdout
+    assert queue.job(held.id)["last_error"] == "cancelled"
+    assert "purged 0 dead job(s)" in emq("purge", "-q", name, "--older-than", "1h").stdout
+    assert "purged 1 dead job(s)" in emq("purge", "-q", name).stdout
+    assert "drained 2 pending job(s)" in emq("drain", "-q", name, "--batch", "1").stdout
+    counts = queue.counts()
+    assert (counts.pending, counts.active, counts.dead) == (0, 0, 0)
+    bad = emq("purge", "-q", name, "--older-than", "soon")
+    assert bad.exit_code == 2 and "is not a duration" in bad.stderr
+
+
+def test_remove_cancel_purge_and_drain_answer_json(emq, conn, name):
+    queue = Queue(conn, name)
+    for _ in range(4):
+        queue.enqueue({})
+    held = queue.claim(60_000)
+    waiting = queue.ids("pending")[0][0]
+    answer = emq("remove", "-q", name, waiting, "missing-id", "--json")
+    assert answer.exit_code == 1
+    assert json.loads(answer.stdout) == {"queue": name, "removed": {waiting: "pending"}, "no_such_job": ["missing-id"]}
+    cancelled = json.loads(emq("cancel", "-q", name, held.id, "--json").stdout)
+    assert cancelled == {"queue": name, "cancelled": [held.id], "no_such_job": []}
+    assert json.loads(emq("purge", "-q", name, "--json").stdout) == {"queue": name, "purged": 1}
+    assert json.loads(emq("drain", "-q", name, "--json").stdout) == {"queue": name, "drained": 2}

@@ -4,24 +4,20 @@
 Each test dumps the queue's keys before and after and asserts the whole after-state:
 the reply, every key written, every field, every score. Time-valued scores are
 bounded by the server clock read just before and just after the call. On wire 6
-the native verbs add exactly what SPEC §5 allows on the ordinary path:
-``lease_epoch`` (CLAIM, EXTEND, EXTENDS) and ``failures`` (FAIL).
+the native verbs add exactly what SPEC §5 allows on the ordinary path: ``lease_epoch``
+(CLAIM, EXTEND, EXTENDS). ``failures`` (FAIL) is written on both wires (SPEC §9.1).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from echomq import Counts, Enqueued, Job, LeaseLost, State, StateError, UnsupportedOnWire
+from echomq import Counts, Enqueued, Job, LeaseLost, State, StateError
 from echomq.connection import build_call
 from echomq.verbs import JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, VERBS
-from helpers import AwaitingQueue, core_dump, queue_unchanged, server_ms, wait_server_past
+from helpers import TIME, AwaitingQueue, queue_unchanged, server_ms, snap, wait_server_past
 
 # --------------------------------------------------------------------------- expected-state builders
-
-
-def snap(q):
-    return core_dump(q.connection.client, q.keys)
 
 
 def K(q, suffix: str) -> bytes:
@@ -50,14 +46,19 @@ def epoch(q) -> bytes:
     return q.connection.client.info("server")["run_id"].encode()
 
 
-def row(q, state: str, payload=b"p", attempts=0, *, claimed=False, failures=None, **extra) -> tuple:
-    """The row as the verb leaves it; the native extras only on wire 6 (SPEC §5, ordinary path)."""
-    fields = {"state": state, "payload": payload, "attempts": attempts, **extra}
-    if q.connection.wire == 6:
-        if claimed:
-            fields["lease_epoch"] = epoch(q)
-        if failures is not None:
-            fields["failures"] = failures
+def row(q, state: str, payload=b"p", attempts=0, *, claimed=False, failures=None, failed=None, **extra) -> tuple:
+    """The row as the verb leaves it: ``failures`` on both wires (SPEC §9.1), the time fields
+    (``created``; ``started`` once claimed; ``failed`` once failed, by default when ``failures``
+    is written), the native extra ``lease_epoch`` only on wire 6 (SPEC §5, ordinary path)."""
+    fields = {"state": state, "payload": payload, "attempts": attempts, "created": TIME, **extra}
+    if claimed:
+        fields["started"] = TIME
+    if failed or (failed is None and failures is not None):
+        fields["failed"] = TIME
+    if failures is not None:
+        fields["failures"] = failures
+    if q.connection.wire == 6 and claimed:
+        fields["lease_epoch"] = epoch(q)
     return H(fields)
 
 
@@ -314,15 +315,12 @@ def claimed_again(q):
 
 
 @pytest.mark.parametrize("settle", sorted(SETTLES))
-def test_a_settle_of_a_row_no_longer_active_is_lease_lost_on_wire6(q, wire, settle):
-    """The token matches but the sweep put the row back in pending: wire 6 refuses EMQSTATE, which
-    the client raises as LeaseLost, keeping the refusal (``refusal``, and the cause). Wire 4's
-    script acts on such a row instead (SPEC §5.2, the documented difference)."""
+def test_a_settle_of_a_row_no_longer_active_is_lease_lost(q, settle):
+    """The token matches but the sweep put the row back in pending: both wires refuse EMQSTATE
+    (the scripts check the row's state too, SPEC §9.1), which the client raises as LeaseLost,
+    keeping the refusal (``refusal``, and the cause)."""
     (job,) = expire(q, "a")
     assert q.stalled_check(max_stalled=5).recovered == ["a"]  # pending again, attempts still 1
-    if wire == 4:
-        SETTLES[settle](q, job)  # the script acts: no error
-        return
     with queue_unchanged(q):
         with pytest.raises(LeaseLost) as info:
             SETTLES[settle](q, job)
@@ -426,9 +424,11 @@ def test_fail_with_backoff_schedules_the_retry(q):
 
 def test_fail_out_of_budget_goes_dead_and_counts(q):
     job = claimed(q, priority=9)
-    assert q.fail(job, "fatal", max_attempts=1, backoff_ms=5_000) is State.DEAD
+    with Clock(q) as clock:
+        assert q.fail(job, "fatal", max_attempts=1, backoff_ms=5_000) is State.DEAD
+    died = clock.check(score_of(snap(q), K(q, "dead"), "a"), 0)  # the dead score is the time it died
     assert snap(q) == {
-        K(q, "dead"): Z(("a", 0)),
+        K(q, "dead"): Z(("a", died)),
         R(q, "a"): row(q, "dead", attempts=1, claimed=True, failures=1, priority=9, last_error="fatal"),
         K(q, "metrics:failed"): H({"count": 1}),
     }
@@ -457,7 +457,7 @@ def test_fail_without_the_token_writes_nothing(q):
 # --------------------------------------------------------------------------- REPROCESS
 
 
-def test_reprocess_returns_a_dead_job_to_pending_keeping_counters(q):
+def test_reprocess_returns_a_dead_job_to_pending_with_both_budgets_refilled(q):
     job = claimed(q, priority=6)
     q.fail(job, "fatal", max_attempts=1)
     before = snap(q)
@@ -465,9 +465,27 @@ def test_reprocess_returns_a_dead_job_to_pending_keeping_counters(q):
     expected = dict(before)
     del expected[K(q, "dead")]
     expected[K(q, "pending")] = Z(("a", 6))
-    expected[R(q, "a")] = row(q, "pending", attempts=1, claimed=True, failures=1, priority=6, last_error="fatal")
+    expected[R(q, "a")] = row(q, "pending", attempts=1, claimed=True, failures=0, stalled=0, priority=6,
+                              last_error="fatal")
     assert snap(q) == expected
-    assert q.claim(60_000).attempt == 2
+    job = q.claim(60_000)
+    assert job.attempt == 2  # the token goes on
+    assert q.fail(job, "again", max_attempts=2) is State.PENDING  # a full budget: failures 1 of 2
+
+
+def test_the_trial_sequence_ends_the_same_on_both_wires(q):
+    """Issue 13's trial: two expired leases recovered by the sweep, then one real failure with
+    max_attempts=3. One budget (SPEC §9.1): stalls spend none of it, so the job is retried."""
+    q.enqueue(b"p", id="a")
+    for _ in range(2):
+        assert q.claim(1).id == "a"
+        wait_server_past(q.connection.client, q.ids(State.ACTIVE)[0][1])
+        assert q.stalled_check(max_stalled=3).recovered == ["a"]
+    job = q.claim(60_000)
+    assert job.attempt == 3
+    assert q.fail(job, "real", max_attempts=3, backoff_ms=500) is State.SCHEDULED
+    fields = q.job("a")
+    assert (fields["attempts"], fields["failures"], fields["stalled"]) == ("3", "1", "2")
 
 
 def test_reprocess_of_a_job_not_in_dead_writes_nothing(q):
@@ -477,16 +495,11 @@ def test_reprocess_of_a_job_not_in_dead_writes_nothing(q):
         assert q.reprocess("nope") is False
 
 
-# --------------------------------------------------------------------------- REQUEUE, RESCHEDULE (wire 6 only)
+# --------------------------------------------------------------------------- REQUEUE, RESCHEDULE (both wires, SPEC §9.1)
 
 
-def test_requeue_releases_without_spending_budget(q, wire):
+def test_requeue_releases_without_spending_budget(q):
     job = claimed(q, priority=2)
-    if wire == 4:
-        with queue_unchanged(q):
-            with pytest.raises(UnsupportedOnWire, match="requeue"):
-                q.requeue(job)
-        return
     q.requeue(job)
     assert snap(q) == {K(q, "pending"): Z(("a", 2)), R(q, "a"): row(q, "pending", attempts=1, claimed=True, priority=2)}
     with queue_unchanged(q):
@@ -494,13 +507,8 @@ def test_requeue_releases_without_spending_budget(q, wire):
             q.requeue("a", token=5)
 
 
-def test_reschedule_moves_the_due_time(q, wire):
+def test_reschedule_moves_the_due_time(q):
     q.schedule(b"s", 600_000, id="s")
-    if wire == 4:
-        with queue_unchanged(q):
-            with pytest.raises(UnsupportedOnWire, match="reschedule"):
-                q.reschedule("s", 1_000)
-        return
     before = snap(q)
     with Clock(q) as clock:
         due = q.reschedule("s", 1_000)
@@ -534,11 +542,13 @@ def test_stalled_check_recovers_an_expired_lease(q):
 
 def test_stalled_check_kills_at_the_stall_budget(q):
     expire(q, "a")
-    sweep = q.stalled_check(max_stalled=1)
+    with Clock(q) as clock:
+        sweep = q.stalled_check(max_stalled=1)
     assert (sweep.recovered, sweep.exempt, sweep.dead) == ([], [], ["a"])
+    died = clock.check(score_of(snap(q), K(q, "dead"), "a"), 0)
     assert snap(q) == {
-        K(q, "dead"): Z(("a", 0)),
-        R(q, "a"): row(q, "dead", attempts=1, claimed=True, stalled=1, last_error="stalled"),
+        K(q, "dead"): Z(("a", died)),
+        R(q, "a"): row(q, "dead", attempts=1, claimed=True, failed=True, stalled=1, last_error="stalled"),
         K(q, "metrics:failed"): H({"count": 1}),
     }
 
@@ -613,6 +623,7 @@ def test_wire6_version_reads_the_registration_table(server6):
         listed = client.execute_command("EMQ.VERSION").decode().split(" ")
     assert listed[: len(JOB_CORE_TOKENS)] == list(JOB_CORE_TOKENS)
     assert set(listed[len(JOB_CORE_TOKENS) :]) <= {"append", "failures.incr", "publish", *OPTIONAL_TOKENS}
+    assert set(OPTIONAL_TOKENS) <= set(listed)  # §9.4: this build registers every optional verb
 
 
 def _command_info(client, name: str) -> dict | None:
@@ -639,8 +650,8 @@ def test_wire6_command_info_answers_for_every_verb(server6):
 @pytest.mark.parametrize("verb", VERBS + READS, ids=lambda v: v.name)
 def test_verbs_travel_with_the_scripts_keys_and_argv(conn, wire, verb):
     """SPEC §7: on wire 6 each verb travels as its EMQ command with the script's numkeys, KEYS
-    and ARGV unchanged; the declared reads stay scripts on both wires; wire 4 has no REQUEUE
-    or RESCHEDULE."""
+    and ARGV unchanged; the declared reads stay scripts on both wires; on wire 4 every verb is its script
+    (REQUEUE and RESCHEDULE too, SPEC §9.1)."""
     from echomq import Keyspace
 
     ks = Keyspace("shape")
@@ -653,8 +664,41 @@ def test_verbs_travel_with_the_scripts_keys_and_argv(conn, wire, verb):
         assert args[1:] == (conn.scripts[verb.name].sha, len(verb.keys), *call.keys, *argv)
     elif wire == 6:
         assert conn.command_args(call) == (verb.command, len(verb.keys), *call.keys, *argv)
-    elif verb.scripted:
-        assert conn.command_args(call) == ("EVALSHA", conn.scripts[verb.name].sha, len(verb.keys), *call.keys, *argv)
     else:
-        with pytest.raises(UnsupportedOnWire, match=verb.name):
-            conn.command_args(call)
+        assert conn.command_args(call) == ("EVALSHA", conn.scripts[verb.name].sha, len(verb.keys), *call.keys, *argv)
+
+
+# --------------------------------------------------------------------------- the row's times (SPEC §9)
+
+
+def test_rows_carry_created_started_and_failed_on_the_server_clock(q):
+    """created (ENQUEUE, SCHEDULE), started (every CLAIM), failed (every FAIL, a kill by the
+    sweep, a CANCEL): each the server's time of the call that wrote it, on both wires."""
+
+    def times(job_id):
+        row = q.connection.client.hgetall(q.keys.job(job_id))
+        return {k.decode(): int(v) for k, v in row.items() if k in (b"created", b"started", b"failed")}
+
+    with Clock(q) as made:
+        q.enqueue(b"p", id="a")
+        q.schedule(b"p", 60_000, id="s")
+    assert made.before <= times("a")["created"] <= made.after and made.before <= times("s")["created"] <= made.after
+    with Clock(q) as first:
+        job = q.claim(60_000)
+    assert set(times("a")) == {"created", "started"}
+    first.check(times("a")["started"], 0)
+    with Clock(q) as failing:
+        q.fail(job, "x", max_attempts=3)
+    failing.check(times("a")["failed"], 0)
+    with Clock(q) as second:
+        job = q.claim(60_000)
+    second.check(times("a")["started"], 0)  # the last claim
+    with Clock(q) as cancelling:
+        q.cancel("a")
+    cancelling.check(times("a")["failed"], 0)
+    q.enqueue(b"p", id="b")
+    q.claim(1)
+    wait_server_past(q.connection.client, q.ids(State.ACTIVE)[0][1])
+    with Clock(q) as sweeping:
+        assert q.stalled_check(max_stalled=1).dead == ["b"]
+    sweeping.check(times("b")["failed"], 0)

@@ -60,7 +60,7 @@ def test_the_command_prints_the_table_and_a_total():
     out = io.StringIO()
     assert main(["--case", "fail.*", "--brief"], out=out) == 0
     text = out.getvalue()
-    assert "differs as §5.3" in text and "0 UNEXPECTED" in text and text.rstrip().endswith("s")
+    assert "differs as §5.5" in text and "0 UNEXPECTED" in text and text.rstrip().endswith("s")
 
 
 def test_the_instrument_finds_no_difference_between_two_script_nodes():

@@ -59,9 +59,10 @@ def test_normalise_turns_verb_written_time_scores_into_offsets_and_nothing_else(
     assert normalise(raw, origins, brand=B6, native_extras=True)[b"{emq}:version"].value == B4  # wrong brand shows
 
 
-def test_only_the_native_node_drops_lease_epoch_and_failures():
+def test_only_the_native_node_drops_lease_epoch_and_failures_is_compared():
     raw = {ROW: h(state="active", attempts=1, lease_epoch=RUN, failures=1)}
-    assert normalise(raw, Origins(), brand=B6, native_extras=True)[ROW].value == {b"state": b"active", b"attempts": b"1"}
+    assert normalise(raw, Origins(), brand=B6, native_extras=True)[ROW].value == {
+        b"state": b"active", b"attempts": b"1", b"failures": b"1"}
     assert b"lease_epoch" in normalise(raw, Origins(), brand=B4, native_extras=False)[ROW].value
 
 
@@ -87,21 +88,12 @@ def test_string2ll_follows_valkeys_integer_rules(raw, value):
 def test_a_lease_must_carry_the_run_id_of_the_call_that_took_it():
     pre = {ROW: h(state="pending", attempts=0)}
     good = {ROW: h(state="active", attempts=1, lease_epoch=RUN)}
-    assert extras_violations(pre, good, stamped=[ROW], failed=[], run_id=RUN) == []
+    assert extras_violations(pre, good, stamped=[ROW], run_id=RUN) == []
     stale = {ROW: h(state="active", attempts=1, lease_epoch=b"old")}
-    assert "expected this run_id" in extras_violations(pre, stale, stamped=[ROW], failed=[], run_id=RUN)[0]
+    assert "expected this run_id" in extras_violations(pre, stale, stamped=[ROW], run_id=RUN)[0]
     unstamped = {ROW: h(state="active", attempts=1)}
-    assert extras_violations(pre, unstamped, stamped=[ROW], failed=[], run_id=RUN)
-    assert "took no lease" in extras_violations(pre, good, stamped=[], failed=[], run_id=RUN)[0]
-
-
-def test_failures_goes_up_by_one_only_in_a_fail_that_settled():
-    pre = {ROW: h(attempts=2, failures=1)}
-    assert extras_violations(pre, {ROW: h(attempts=2, failures=2)}, stamped=[], failed=[ROW], run_id=RUN) == []
-    assert extras_violations(pre, {ROW: h(attempts=2, failures=3)}, stamped=[], failed=[ROW], run_id=RUN)
-    assert extras_violations(pre, {ROW: h(attempts=2, failures=2)}, stamped=[], failed=[], run_id=RUN)
-    assert extras_violations({ROW: h(attempts=1)}, {ROW: h(attempts=1, failures=1)}, stamped=[], failed=[ROW],
-                             run_id=RUN) == []
+    assert extras_violations(pre, unstamped, stamped=[ROW], run_id=RUN)
+    assert "took no lease" in extras_violations(pre, good, stamped=[], run_id=RUN)[0]
 
 
 # -- comparison ------------------------------------------------------------------------------
@@ -152,11 +144,14 @@ def test_equal_replies_and_datasets_are_equal():
     assert classify(_obs(enqueue("q", "a"), PENDING_ROW, native_reply=0, script_reply=0)).kind == "equal"
 
 
-def test_a_justified_not_active_refusal_is_named_and_shows_what_the_script_did():
+def test_a_not_active_refusal_on_both_nodes_is_equal_and_a_script_that_acts_is_unexpected():
+    """Since SPEC §9.1 the script checks the state too: §5.2 is no named difference any more."""
+    refusal = err("EMQSTATE row is pending")
+    assert classify(_obs(complete("q", "a", 1), PENDING_ROW, native_reply=refusal, script_reply=refusal)).kind == "equal"
     script_post = {b"emq:{q}:pending": z(a=0), b"emq:{q}:metrics:completed": h(count=1)}
     verdict = classify(_obs(complete("q", "a", 1), PENDING_ROW, script_post=script_post,
-                            native_reply=err("EMQSTATE row is pending"), script_reply=1))
-    assert (verdict.kind, verdict.names) == ("named", ("5.2",))
+                            native_reply=refusal, script_reply=1))
+    assert verdict.kind == "unexpected"
     assert {d.key for d in verdict.left_behind} == {ROW, b"emq:{q}:metrics:completed"}
 
 
@@ -189,15 +184,14 @@ def test_a_broken_extras_rule_is_unexpected_even_when_everything_else_is_equal()
     assert verdict.kind == "unexpected" and verdict.violations
 
 
-def test_a_ghost_in_dead_is_named_only_when_the_native_node_did_exactly_the_rule():
+def test_a_ghost_in_dead_is_no_named_difference_since_the_script_removes_it_too():
     pre = {b"emq:{q}:dead": z(g=0)}
+    assert classify(_obs(reprocess("q", "g"), pre, native_post={}, script_post={}, native_reply=0,
+                         script_reply=0)).kind == "equal"
     script_post = {b"emq:{q}:pending": z(g=0), b"emq:{q}:job:g": h(state="pending")}
-    named = classify(_obs(reprocess("q", "g"), pre, native_post={}, script_post=script_post, native_reply=0,
-                          script_reply=1))
-    assert named.names == ("5.4",)
-    kept = classify(_obs(reprocess("q", "g"), pre, native_post=pre, script_post=script_post, native_reply=0,
-                         script_reply=1))
-    assert kept.kind == "unexpected"  # the rule removes the ghost from dead
+    partial = classify(_obs(reprocess("q", "g"), pre, native_post={}, script_post=script_post, native_reply=0,
+                            script_reply=1))
+    assert partial.kind == "unexpected"  # the old partial row is now a defect of the script
 
 
 def test_a_difference_outside_the_named_ids_is_unexpected():
@@ -211,6 +205,6 @@ def test_a_difference_outside_the_named_ids_is_unexpected():
 def test_the_named_differences_are_data_with_an_example_each():
     from echomq.parity.cases import BY_NAME as CASES
 
-    assert set(NAMED) == {"5.1", "5.2", "5.3", "5.4", "5.5", "5.6", "5.7", "5.exempt"}
+    assert set(NAMED) == {"5.1", "5.4", "5.5", "5.6", "5.exempt"}  # §5.2, §5.3, §5.7 gone since SPEC §9.1
     for named in NAMED.values():
         assert named.id in CASES[named.example].expect, named.example

@@ -15,6 +15,8 @@ from echomq import verbs
 from echomq.keys import STATE_SETS, State
 from echomq.verbs import BASE, BY_NAME, JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS
 
+REGISTERED = VERBS + OPTIONAL  # trafikey's rows: the job core, then the optional verbs in order (SPEC §9.4)
+
 ROOT = Path(__file__).resolve().parent.parent
 RUST_SRC = ROOT / "trafikey" / "src"
 
@@ -37,11 +39,17 @@ SPEC_VERBS = [
     ("EMQ.REQUEUE", ["active", "pending", "base"], ["id", "token"]),
     ("EMQ.STALLED.CHECK", ["active", "pending", "dead", "base"], ["max_stalled", "limit"]),
 ]
-UNSCRIPTED = {"requeue", "reschedule"}  # SPEC §4: no script, wire 6 only
+# SPEC §9.1: every job-core verb has its script since requeue.lua and reschedule.lua; BCLAIM
+# blocks, which a script cannot (§9.3: wire 4 waits on the wake marker instead)
+UNSCRIPTED = {"bclaim"}
 
 # SPEC §9.3/§9.4, pinned: the optional native verbs, registered after the job core, in order.
 SPEC_OPTIONAL = [
     ("EMQ.BCLAIM", ["pending", "active", "base"], ["lease_ms", "timeout_ms"], ("claim.block",)),
+    ("EMQ.REMOVE", ["pending", "schedule", "dead", "base"], ["id"], ("remove",)),
+    ("EMQ.CANCEL", ["active", "dead", "base"], ["id"], ("cancel",)),
+    ("EMQ.PURGE", ["dead", "base"], ["age_ms", "limit"], ("purge",)),
+    ("EMQ.DRAIN", ["pending", "base"], ["limit"], ("drain",)),
 ]
 
 
@@ -56,10 +64,10 @@ def test_tokens_are_the_spec_list_in_registration_order():
 
 def test_optional_verbs_are_spec_section_9_and_not_required():
     assert [(v.command, _named(v.keys), list(v.argv), v.tokens) for v in OPTIONAL] == SPEC_OPTIONAL
-    assert OPTIONAL_TOKENS == ("claim.block",)
+    assert OPTIONAL_TOKENS == ("claim.block", "remove", "cancel", "purge", "drain")
     assert not set(OPTIONAL_TOKENS) & set(JOB_CORE_TOKENS), "a wire-6 connection requires only the fourteen"
     for verb in OPTIONAL:
-        assert not verb.scripted and not verb.read_only and verb.keys[-1] == BASE
+        assert verb.scripted == (verb.name not in UNSCRIPTED) and not verb.read_only and verb.keys[-1] == BASE
         assert verb.command == "EMQ." + verb.name.upper().replace("_", "."), verb
         assert BY_NAME[verb.name] is verb
 
@@ -69,7 +77,7 @@ def test_verb_rows_are_spec_section_3():
 
 
 def test_verb_names_match_their_commands():
-    for verb in VERBS:
+    for verb in REGISTERED:
         assert verb.command == "EMQ." + verb.name.upper().replace("_", "."), verb
         assert not verb.read_only
         assert verb.keys[-1] == BASE, f"{verb.name}: the base comes last, the row is derived from it"
@@ -83,13 +91,13 @@ def test_declared_reads():
         ("state", ["base"], ["id"]),
     ]
     assert all(r.read_only and r.command is None and r.tokens == () and r.scripted for r in READS)
-    assert set(BY_NAME) == {v.name for v in VERBS + OPTIONAL + READS}
+    assert set(BY_NAME) == {v.name for v in REGISTERED + READS}
 
 
-def test_eleven_scripted_verbs_plus_two_reads():
+def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
     scripted_verbs = [v.name for v in SCRIPTED if not v.read_only]
-    assert len(scripted_verbs) == 11
-    assert set(scripted_verbs) == {v.name for v in VERBS} - UNSCRIPTED
+    assert len(scripted_verbs) == 13 + 4  # the job core and the four control verbs
+    assert set(scripted_verbs) == {v.name for v in REGISTERED} - UNSCRIPTED
     assert [v.name for v in SCRIPTED if v.read_only] == ["counts", "state"]
 
 
@@ -220,9 +228,8 @@ def test_rust_registration_table_matches_the_verb_table():
     text = table.read_text()
     rows = list(RUST_ROW.finditer(text))
     assert rows, "no row!(...) entries found in table.rs"
-    native = VERBS + OPTIONAL
-    assert [r["handler"] for r in rows] == [v.name for v in native], "rows in SPEC §3 then §9 order, named as the verbs"
-    for row, verb in zip(rows, native):
+    assert [r["handler"] for r in rows] == [v.name for v in REGISTERED], "rows in SPEC §3 then §9 order, named as the verbs"
+    for row, verb in zip(rows, REGISTERED):
         assert tuple(re.findall(r'"([^"]+)"', row["tokens"])) == verb.tokens, verb.name
         if row["name"]:
             assert row["name"] == verb.command
@@ -238,7 +245,7 @@ def test_rust_registration_table_matches_the_verb_table():
     version = text.find('"EMQ.VERSION"')
     assert version > rows[-1].end(), "EMQ.VERSION is registered, after the job-core rows"
     on_disk = {p.stem for p in (RUST_SRC / "verbs").glob("*.rs")} - {"mod"}
-    assert on_disk == {v.name for v in native}
+    assert on_disk == {v.name for v in REGISTERED}
 
 
 # --------------------------------------------------------------------------- SPEC §3 limits, defined once

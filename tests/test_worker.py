@@ -302,7 +302,7 @@ def test_heartbeats_keep_a_long_job_held_past_its_lease(conn):
     assert worker.tally.lost == 0
 
 
-def test_stop_releases_what_is_still_held_requeue_on_wire_6_lease_expiry_on_wire_4(conn, wire):
+def test_stop_releases_what_is_still_held_by_requeue_on_both_wires(conn):
     name, release = fresh_name("w"), threading.Event()
     app = App()
     app.handler(name, lambda payload, ctx: release.wait(10) and not ctx.lease_lost)
@@ -312,11 +312,8 @@ def test_stop_releases_what_is_still_held_requeue_on_wire_6_lease_expiry_on_wire
     with running(worker):
         wait_until(lambda: queue.counts().active == 1, what="the claim")
     release.set()
-    if wire == 6:
-        assert worker.tally.requeued == 1 and queue.state(job.id).value == "pending"
-        assert "failures" not in queue.job(job.id) and "stalled" not in queue.job(job.id)
-    else:
-        assert worker.tally.abandoned == 1 and queue.state(job.id).value == "active"
+    assert worker.tally.requeued == 1 and queue.state(job.id).value == "pending"
+    assert "failures" not in queue.job(job.id) and "stalled" not in queue.job(job.id)
     assert queue.metrics()["completed"] == 0  # the handler returned after the stop: nothing settled
 
 

@@ -283,3 +283,82 @@ def test_bad_retry_delay_and_worker_config_are_refused():
 
 async def _coro(payload):
     return payload
+
+
+# -- timeouts, undecodable payloads, payload limits (issue 13) -----------------------------
+
+def test_timed_out_jobs_are_those_past_their_deadline_earliest_first():
+    assert policy.select_timed_out({"a": 300.0, "b": 100.0, "c": 500.0}, 300.0) == ["b", "a"]
+    assert policy.select_timed_out({"a": 300.0}, 299.9) == []
+
+
+def test_an_undecodable_payload_fails_with_a_budget_of_one_whatever_the_task_says():
+    from echomq import PayloadError
+
+    decision = policy.decide_outcome(policy.Undecodable(PayloadError("cannot decode")), lost=False, attempt=1,
+                                     max_attempts=5, backoff=Backoff(), rand=0.5)
+    assert decision == policy.Fail("PayloadError: cannot decode", 1, 0)
+
+
+def test_a_timeout_fails_like_a_raise_and_spends_one_attempt():
+    from echomq import JobTimeout
+
+    decision = policy.decide_outcome(policy.Raised(JobTimeout(2.5)), lost=False, attempt=2, max_attempts=3,
+                                     backoff=Backoff(jitter=0.0), rand=0.5)
+    assert decision == policy.Fail("JobTimeout: the handler ran past its timeout of 2.5 s", 3, 2000)
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("inf"), float("nan"), "5", True])
+def test_a_bad_timeout_is_refused_on_the_task_and_the_worker(timeout):
+    with pytest.raises(ConfigurationError, match="bad timeout"):
+        App().handler("q", lambda payload: None, timeout=timeout)
+    with pytest.raises(ConfigurationError, match="bad timeout"):
+        WorkerConfig(timeout_s=timeout)
+
+
+def test_the_default_timeout_is_documented_and_none_means_no_limit():
+    from echomq.tasks import DEFAULT_TIMEOUT_S
+
+    assert App().handler("q", lambda payload: None).timeout == DEFAULT_TIMEOUT_S == 300.0
+    assert App().handler("q", lambda payload: None, timeout=None).timeout is None
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), {"x": float("-inf")}])
+def test_json_refuses_non_standard_numbers_both_ways(value):
+    from echomq import JSON, PayloadError
+    from echomq.core import encode_payload
+
+    with pytest.raises(PayloadError, match="cannot be encoded"):
+        encode_payload(JSON, value, None)
+    for text in (b"NaN", b"[Infinity]", b'{"x": -Infinity}'):
+        with pytest.raises(ValueError, match="is not standard JSON"):
+            JSON.loads(text)
+
+
+def test_a_payload_over_the_limit_is_refused_and_one_at_the_limit_is_not():
+    from echomq import RAW, PayloadError
+    from echomq.core import MAX_PAYLOAD_BYTES, encode_payload
+
+    assert MAX_PAYLOAD_BYTES == 1 << 20
+    assert encode_payload(RAW, b"x" * 10, 10) == b"x" * 10
+    with pytest.raises(PayloadError, match="11 bytes, over the limit of 10"):
+        encode_payload(RAW, b"x" * 11, 10)
+    assert encode_payload(RAW, b"x" * 11, None) == b"x" * 11
+
+
+@pytest.mark.parametrize("text, ms", [("500ms", 500), ("30s", 30_000), ("15m", 900_000), ("12h", 43_200_000),
+                                      ("7d", 604_800_000), (" 0s ", 0)])
+def test_durations_for_purge(text, ms):
+    from echomq.cli import parse_duration_ms
+
+    assert parse_duration_ms(text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "7", "d", "1.5h", "-1s", "7 days"])
+def test_bad_durations_are_refused(text):
+    import click
+
+    from echomq.cli import parse_duration_ms
+
+    with pytest.raises(click.BadParameter, match="is not a duration"):
+        parse_duration_ms(text)

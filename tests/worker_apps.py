@@ -8,7 +8,9 @@ EMQ_TEST_QUEUE names the queue, EMQ_TEST_OUT a directory the handler reports int
   directory, so a test can kill or stop a worker mid-job; told its lease is lost,
   it stops without recording anything.
 
-A payload's ``"fail": n`` makes its first n attempts raise.
+A payload's ``"fail": n`` makes its first n attempts raise; ``"hang": true`` makes every
+attempt hang without ever looking at its lease (the timeout must end it).
+EMQ_TEST_TIMEOUT sets the task's timeout (seconds).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from echomq import App
 from echomq.policy import Backoff
+from echomq.tasks import DEFAULT_TIMEOUT_S
 
 
 def _out() -> Path:
@@ -36,6 +39,8 @@ def _record(name: str, line: str = "") -> None:
 
 def run(payload, ctx):
     _record(f"started-{ctx.id}-{ctx.attempt}")
+    while payload.get("hang"):
+        time.sleep(0.05)  # a hung handler: it never checks ctx.lease_lost
     if payload.get("hold"):
         while not (_out() / "release").exists() and not ctx.lease_lost:
             time.sleep(0.01)  # the handler's own work, not test synchronisation
@@ -48,6 +53,8 @@ def run(payload, ctx):
 
 async def run_async(payload, ctx):
     _record(f"started-{ctx.id}-{ctx.attempt}")
+    if payload.get("hang"):
+        await asyncio.Event().wait()  # never set: only cancellation ends it
     while payload.get("hold") and not (_out() / "release").exists():
         await asyncio.sleep(0.01)
     if ctx.attempt <= payload.get("fail", 0):
@@ -60,5 +67,6 @@ def make_app() -> App:
     handler = run_async if os.environ.get("EMQ_TEST_ASYNC") else run
     app.handler(os.environ["EMQ_TEST_QUEUE"], handler,
                 max_attempts=int(os.environ.get("EMQ_TEST_MAX_ATTEMPTS", "3")),
-                backoff=Backoff(base_ms=20, max_ms=200, jitter=0.0))
+                backoff=Backoff(base_ms=20, max_ms=200, jitter=0.0),
+                timeout=float(os.environ.get("EMQ_TEST_TIMEOUT", DEFAULT_TIMEOUT_S)))
     return app

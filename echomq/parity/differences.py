@@ -4,11 +4,11 @@ A step whose replies and normalised datasets are equal is *equal*. Otherwise eac
 named difference that may apply to the step's verb is tried in order. Each one
 states exactly what the native node must have done on this pre-state:
 
-* a **refusal** (§5.1, §5.2, §5.3, §5.5, §5.6): the native reply is the named
+* a **refusal** (§5.1, §5.5, §5.6): the native reply is the named
   error code, the native dataset is byte-for-byte unchanged, and the pre-state
   justifies the refusal (the row really is not active, the key really is
   wrong-typed, the argument really is outside SPEC §3's grammar, ...);
-* a **model** (§5.2 for EXTENDS, §5.4, §5.7, the restart exemption): the native
+* a **model** (§5.4, the restart exemption): the native
   reply and dataset must equal what the native rule computes from the pre-state,
   and every key where the two nodes differ must belong to the ids the rule is
   about (their rows, their set memberships, the queue's metrics).
@@ -31,7 +31,7 @@ from .observation import Observation, Verdict
 
 @dataclass(frozen=True)
 class Named:
-    id: str  #: "5.2"
+    id: str  #: "5.4"
     title: str
     verbs: frozenset[str]
     rule: str  #: what the native verb does where the script does something else
@@ -42,7 +42,6 @@ def _v(*names: str) -> frozenset[str]:
     return frozenset(names)
 
 
-SETTLING = _v("extend", "complete", "delay", "fail", "requeue")
 ALL_VERBS = frozenset(v for v in BY_NAME)
 
 NAMED: dict[str, Named] = {n.id: n for n in (
@@ -50,14 +49,7 @@ NAMED: dict[str, Named] = {n.id: n for n in (
           "native CLAIM refuses a wrong-typed meta (WRONGTYPE; the scripted client reads it as paused) and "
           "type-checks the head's row, its attempts and active before popping; the script pops first and fails after",
           "claim.edge.row-wrongtype"),
-    Named("5.2", "not active", SETTLING | _v("extends", "reschedule", "reprocess"),
-          "a token-matching row that is not active (or not in active) is refused EMQSTATE; EXTENDS answers 0 for "
-          "that pair; RESCHEDULE refuses a row not scheduled, REPROCESS a row in dead whose state is not dead; "
-          "the script acts on it", "extend.edge.not-active"),
-    Named("5.3", "repeated terminal failure", _v("fail"),
-          "FAIL on a row already dead writes nothing (EMQSTATE); the script counts the failure again",
-          "fail.edge.repeated-terminal"),
-    Named("5.4", "ghosts", _v("promote", "stalled_check", "reprocess"),
+    Named("5.4", "ghosts", _v("promote", "stalled_check"),
           "an id in a set with no row is removed from its set and no row is created; the script creates a partial row",
           "promote.edge.ghost"),
     Named("5.5", "lanes and flows", _v("complete", "fail", "delay", "requeue", "reprocess", "reschedule", "stalled_check"),
@@ -67,9 +59,6 @@ NAMED: dict[str, Named] = {n.id: n for n in (
           "every argument and key type is checked before the first write (EMQSHAPE, EMQLAYOUT, EMQARG, WRONGTYPE, "
           "EMQ); the script may fail halfway and keep what it wrote, or act on a bad argument",
           "claim.edge.lease-not-a-number"),
-    Named("5.7", "budgets", _v("fail"),
-          "native FAIL caps on failures, which a stall recovery or a requeue does not spend; the script caps on "
-          "attempts, the claim count", "fail.edge.budget-after-stall"),
     Named("5.exempt", "the restart exemption", _v("stalled_check"),
           "an expired lease whose lease_epoch is missing or not the current run_id is recovered without counting "
           "a stall; the script counts every expiry", "stalled.edge.restart-exempt"),
@@ -114,16 +103,6 @@ def refused(obs: Observation, *codes: str) -> bool:
             and obs.native_pre == obs.native_post)
 
 
-def holder(obs: Observation) -> tuple[bytes, dict] | None:
-    """(id, row) when the call's token matches the row's attempts (the script would act)."""
-    if len(obs.argv) < 2:
-        return None
-    job = obs.argv[0].encode()
-    entry = row(obs, job)
-    if entry is None or entry.kind != "hash" or entry.value.get(b"attempts") != obs.argv[1].encode():
-        return None
-    return job, entry.value
-
 
 # -- refusals -----------------------------------------------------------------------------
 def claim_checks(obs: Observation) -> Match | None:
@@ -161,40 +140,6 @@ def _if(cond: bool, why: str, name: str) -> Match | None:
     return Match(why, (name,)) if cond else None
 
 
-def repeated_terminal(obs: Observation) -> Match | None:
-    held = holder(obs)
-    if held and held[1].get(b"state") == b"dead" and refused(obs, "EMQSTATE"):
-        return Match(f"{held[0].decode()} is already dead: native refuses; the script fails it again", ("5.3",))
-    return None
-
-
-def not_active(obs: Observation) -> Match | None:
-    verb = obs.verb
-    if verb == "extends":
-        return extends_not_active(obs)
-    if verb == "reschedule":
-        job = obs.argv[0].encode() if obs.argv else b""
-        entry = row(obs, job)
-        if (entry is not None and entry.kind == "hash" and refused(obs, "EMQSTATE")
-                and (entry.value.get(b"state") != b"scheduled" or job not in zset(obs.native_pre, key_of(obs, "schedule")))):
-            return Match(f"{job.decode()} is not scheduled in schedule: native refuses", ("5.2",))
-        return None
-    if verb == "reprocess":
-        job = obs.argv[0].encode() if obs.argv else b""
-        entry = row(obs, job)
-        if (job in zset(obs.native_pre, key_of(obs, "dead")) and entry is not None and entry.kind == "hash"
-                and entry.value.get(b"state") != b"dead" and refused(obs, "EMQSTATE")):
-            return Match(f"{job.decode()} is in dead with state {_s(entry.value.get(b'state'))}: native refuses", ("5.2",))
-        return None
-    held = holder(obs)
-    if held is None or not refused(obs, "EMQSTATE"):
-        return None
-    job, fields_ = held
-    in_active = job in zset(obs.native_pre, key_of(obs, "active"))
-    if fields_.get(b"state") != b"active" or not in_active:
-        where = f"state {_s(fields_.get(b'state'))}" + ("" if in_active else ", not in active")
-        return Match(f"{job.decode()} matches the token but is {where}: native refuses; the script acts", ("5.2",))
-    return None
 
 
 def lanes(obs: Observation) -> Match | None:
@@ -246,10 +191,15 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "reprocess": ("id",),
     "requeue": ("id", "any"),
     "stalled_check": ("max_stalled", "limit"),
+    "remove": ("id",),
+    "cancel": ("id",),
+    "purge": ("age_ms", "limit"),
+    "drain": ("limit",),
     "counts": (),
     "state": ("id",),
 }
 BOUNDS = {"lease_ms": (1, I64_MAX), "timeout_ms": (0, I64_MAX), "delay_ms": (0, I64_MAX), "backoff_ms": (0, I64_MAX),
+          "age_ms": (0, I64_MAX),
           "limit": (1, 10_000), "max_attempts": (1, I64_MAX), "max_stalled": (1, I64_MAX),
           "priority": (0, PRIORITY_MAX)}
 
@@ -441,8 +391,8 @@ def model_stalled(obs: Observation) -> Match | None:
             return None
         count += 1
         if count >= max_stalled:
-            edit.hset(key, stalled=str(count).encode(), state=b"dead", last_error=b"stalled")
-            edit.zadd(dead_key, job, 0)
+            edit.hset(key, stalled=str(count).encode(), state=b"dead", last_error=b"stalled", failed=Offset(0, 0))
+            edit.zadd(dead_key, job, Offset(0, 0))  # scored the time it died: this call's
             edit.hincrby(obs.base + b"metrics:failed", b"count", 1)
             dead.append(job)
         else:
@@ -467,110 +417,20 @@ def model_stalled(obs: Observation) -> Match | None:
     return Match("; ".join(p for p in parts if p), names, ids)
 
 
-def reprocess_ghost(obs: Observation) -> Match | None:
-    job = obs.argv[0].encode() if obs.argv else b""
-    dead_key = key_of(obs, "dead")
-    if job not in zset(obs.native_pre, dead_key) or row(obs, job) is not None or obs.native_reply != 0:
-        return None
-    edit = Edit(obs.native_pre_n)
-    edit.zrem(dead_key, job)
-    if diff(edit.d, obs.native_post_n):
-        return None
-    return Match(f"ghost {job.decode()} leaves dead, answers 0, gets no row", ("5.4",), frozenset({job}))
-
 
 def ghosts(obs: Observation) -> Match | None:
-    return {"promote": model_promote, "stalled_check": model_stalled, "reprocess": reprocess_ghost}[obs.verb](obs)
+    return {"promote": model_promote, "stalled_check": model_stalled}[obs.verb](obs)
 
 
-def budgets(obs: Observation) -> Match | None:
-    held = holder(obs)
-    if held is None or len(obs.argv) != 5:
-        return None
-    job, values = held
-    active_key = key_of(obs, "active")
-    if (values.get(b"state") != b"active" or job not in zset(obs.native_pre, active_key)
-            or b"group" in values or b"parent" in values):
-        return None
-    _, token, error, max_arg, backoff_arg = obs.argv
-    if not (DIGITS.fullmatch(max_arg) and DIGITS.fullmatch(backoff_arg)):
-        return None
-    failures = string2ll(values.get(b"failures"))
-    attempts = string2ll(values.get(b"attempts"))
-    if failures is None or attempts is None:
-        return None
-    cap, backoff = int(max_arg), int(backoff_arg)
-    native_dead, script_dead = failures + 1 >= cap, attempts >= cap
-    if native_dead == script_dead:
-        return None
-    key = row_key(obs.base, job)
-    edit = Edit(obs.native_pre_n)
-    edit.zrem(active_key, job)
-    if native_dead:
-        edit.zadd(key_of(obs, "dead"), job, 0)
-        edit.hset(key, state=b"dead", last_error=error.encode())
-        edit.hincrby(obs.base + b"metrics:failed", b"count", 1)
-        expected = "dead"
-    elif backoff == 0:
-        edit.zadd(key_of(obs, "pending"), job, priority(values))
-        edit.hset(key, state=b"pending", last_error=error.encode())
-        expected = "pending"
-    else:
-        edit.zadd(key_of(obs, "schedule"), job, Offset(backoff, backoff))
-        edit.hset(key, state=b"scheduled", last_error=error.encode())
-        expected = "scheduled"
-    if obs.native_reply != expected or diff(edit.d, obs.native_post_n):
-        return None
-    return Match(f"{job.decode()}: failures {failures}+1 vs attempts {attempts} against max_attempts {cap}: "
-                 f"native {expected}, script {'dead' if script_dead else 'retries'}", ("5.7",), frozenset({job}))
 
-
-def extends_not_active(obs: Observation) -> Match | None:
-    if not refused_or_reply(obs) or not isinstance(obs.script_reply, tuple):
-        return None
-    active_key = key_of(obs, "active")
-    pairs = list(zip(obs.argv[1::2], obs.argv[2::2]))
-    if len(obs.script_reply) != len(pairs) or not isinstance(obs.native_reply, tuple):
-        return None
-    quiet = set()
-    for i, (job, token) in enumerate(pairs):
-        values = fields(row(obs, job.encode()))
-        if values.get(b"attempts") == token.encode() and (
-                values.get(b"state") != b"active" or job.encode() not in zset(obs.native_pre, active_key)):
-            quiet.add(i)
-    if not quiet:
-        return None
-    expected = tuple(0 if i in quiet else r for i, r in enumerate(obs.script_reply))
-    if not same(expected, obs.native_reply):
-        return None
-    edit = Edit(obs.script_post_n)
-    for i in quiet:
-        job = pairs[i][0].encode()
-        old = zset(obs.native_pre_n, active_key).get(job)
-        if old is None:
-            edit.zrem(active_key, job)
-        else:
-            edit.zadd(active_key, job, old)
-    if diff(edit.d, obs.native_post_n):
-        return None
-    ids = frozenset(pairs[i][0].encode() for i in quiet)
-    return Match(f"pairs {_ids(sorted(ids))} match but are not active: native answers 0 and writes nothing for them",
-                 ("5.2",), ids)
-
-
-def refused_or_reply(obs: Observation) -> bool:
-    return not isinstance(obs.native_reply, Err)
 
 
 # -- the order they are tried in -------------------------------------------------------------
 MATCHERS: tuple[tuple[str, Matcher], ...] = (
     ("5.1", claim_checks),
-    ("5.3", repeated_terminal),
     ("5.5", lanes),
-    ("5.2", not_active),
     ("5.4", ghosts),
     ("5.exempt", ghosts),
-    ("5.7", budgets),
     ("5.6", types_and_arguments),
 )
 
@@ -628,9 +488,6 @@ def left_behind(obs: Observation) -> list[Diff]:
         return diff(obs.script_pre_n, obs.script_post_n)
     return []
 
-
-def _s(value: bytes | None) -> str:
-    return "absent" if value is None else value.decode(errors="replace")
 
 
 def _ids(ids) -> str:

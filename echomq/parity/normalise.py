@@ -2,18 +2,19 @@
 
 Three, each checked rather than masked:
 
-* **Time.** A score in ``active`` or ``schedule`` written by a verb is a server
-  time plus a delay. It becomes an :class:`Offset`: the score minus the server
+* **Time.** A score in ``active``, ``schedule`` or ``dead`` written by a verb is a
+  server time plus a delay (the dead score is the time the job died); so is a row's
+  time field (``created``, ``started``, ``failed``) a verb wrote. It becomes an :class:`Offset`: the score minus the server
   time of the call that wrote it, where that time is only known to lie in the
   ``[before, after]`` window of TIME read just before and after the call on that
   node. Two offsets are the same when their intervals meet. A score written by a
   plain command (a case's setup) is absolute and stays as it is.
-* **The native extras.** ``lease_epoch`` must equal the native node's run_id at
+* **The native extra.** ``lease_epoch`` must equal the native node's run_id at
   the call that wrote it and may only be written by a CLAIM, EXTEND or EXTENDS
-  that took the lease; ``failures`` may only be written by a FAIL that settled,
-  as the old value plus one (SPEC §5.7). :func:`extras_violations` checks both on
-  the native node; only then are the two fields dropped from its rows. On the
-  script node they are never dropped: a script that wrote one shows up.
+  that took the lease. :func:`extras_violations` checks it on the native node;
+  only then is the field dropped from its rows. On the script node it is never
+  dropped: a script that wrote one shows up. (``failures`` is no extra since the
+  scripts keep the same budget, SPEC §9.1: it is compared like any field.)
 * **The brand.** ``{emq}:version`` must be the node's own brand; then it reads as
   ``<brand>`` on both.
 * **The wake marker** (SPEC §9.3), a named wire-4-only key. ``emq:{q}:wake`` must
@@ -35,9 +36,10 @@ from typing import Any, Iterable
 from ..keys import VERSION_KEY
 from .dump import Dump, Entry
 
-TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule)$")
+TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule|dead)$")
 ROW = re.compile(rb"^emq:\{([^{}]+)\}:job:(.*)$", re.S)
-EXTRAS = (b"lease_epoch", b"failures")
+EXTRAS = (b"lease_epoch",)
+TIME_FIELDS = (b"created", b"started", b"failed")  #: row fields that hold the server time of a verb
 WAKE = re.compile(rb"^emq:\{[^{}]+\}:wake$")
 MARKER = {b"w": 0}  #: the wake marker's one member, as a dump reads it
 TIME_VERBS = frozenset({"extend", "extends", "delay", "reschedule"})  #: verbs whose nonzero reply is a time
@@ -104,11 +106,11 @@ def same(a: Any, b: Any) -> bool:
 
 # -- time -----------------------------------------------------------------------
 class Origins:
-    """Which call last wrote each time-set member's score, per node.
+    """Which call last wrote each time-set member's score and each row's time field, per node.
 
-    ``None`` for a score written by a plain command (absolute); the call's
-    :class:`Window` for a score written by a verb. A member keeps its origin
-    while its score is unchanged, so an unchanged lease keeps the offset of the
+    ``None`` for a value written by a plain command (absolute); the call's
+    :class:`Window` for one written by a verb. A member (a field) keeps its origin
+    while its value is unchanged, so an unchanged lease keeps the offset of the
     call that set it.
     """
 
@@ -124,6 +126,13 @@ class Origins:
             for member, value in new.items():
                 if old.get(member) != value or (key, member) not in self.of:
                     self.of[(key, member)] = window
+        for key in {k for k in before.keys() | after.keys() if ROW.match(k)}:
+            old, new = _hash(before.get(key)), _hash(after.get(key))
+            for name in TIME_FIELDS:
+                if name not in new:
+                    self.of.pop((key, name), None)
+                elif old.get(name) != new[name] or (key, name) not in self.of:
+                    self.of[(key, name)] = window
 
     def copy_key(self, key: bytes, source: "Origins") -> None:
         """Take ``key``'s origins from another node's tracker (after a resync copied the key)."""
@@ -141,9 +150,21 @@ def _zset(entry: Entry | None) -> dict:
     return entry.value if entry is not None and entry.kind == "zset" else {}
 
 
+def _hash(entry: Entry | None) -> dict:
+    return entry.value if entry is not None and entry.kind == "hash" else {}
+
+
+def _time_field(value: bytes, window: Window | None) -> Any:
+    """A row's time field as an offset against the call that wrote it (raw when a plain
+    command wrote it, or when it is not a number)."""
+    if window is None or not re.fullmatch(rb"-?[0-9]{1,19}", value):
+        return value
+    return Offset.of(int(value), window)
+
+
 def normalise(dump: Dump, origins: Origins, *, brand: bytes, native_extras: bool) -> Dump:
     """The dump as compared: offsets for verb-written time scores, the brand checked,
-    and (on the native node, after :func:`extras_violations`) its two extra fields dropped."""
+    and (on the native node, after :func:`extras_violations`) its extra field dropped."""
     out: Dump = {}
     for key, entry in dump.items():
         if key == VERSION_KEY.encode() and entry.kind == "string" and entry.value == brand:
@@ -154,8 +175,13 @@ def normalise(dump: Dump, origins: Origins, *, brand: bytes, native_extras: bool
                 window = origins.of.get((key, member))
                 value[member] = Offset.of(s, window) if window is not None else s
             out[key] = Entry("zset", value)
-        elif entry.kind == "hash" and native_extras:
-            out[key] = Entry("hash", {f: v for f, v in entry.value.items() if f not in EXTRAS})
+        elif entry.kind == "hash":
+            value = {f: v for f, v in entry.value.items() if not (native_extras and f in EXTRAS)}
+            if ROW.match(key):
+                for name in TIME_FIELDS:
+                    if name in value:
+                        value[name] = _time_field(value[name], origins.of.get((key, name)))
+            out[key] = Entry("hash", value)
         else:
             out[key] = entry
     return out
@@ -196,15 +222,13 @@ def row_key(base: bytes, job_id: bytes) -> bytes:
     return base + b"job:" + job_id
 
 
-def extras_violations(pre: Dump, post: Dump, *, stamped: Iterable[bytes], failed: Iterable[bytes],
-                      run_id: bytes) -> list[str]:
-    """Where the native node's ``lease_epoch`` or ``failures`` break their rule in one call.
+def extras_violations(pre: Dump, post: Dump, *, stamped: Iterable[bytes], run_id: bytes) -> list[str]:
+    """Where the native node's ``lease_epoch`` breaks its rule in one call.
 
     ``stamped``: the row keys this call took or renewed a lease on (it must stamp
-    each with ``run_id``); ``failed``: the row keys this call's FAIL settled (their
-    ``failures`` must go up by one). Every other row keeps both fields as they were.
+    each with ``run_id``). Every other row keeps the field as it was.
     """
-    stamped, failed = set(stamped), set(failed)
+    stamped = set(stamped)
     found = []
     for key, entry in post.items():
         if entry.kind != "hash":
@@ -219,14 +243,6 @@ def extras_violations(pre: Dump, post: Dump, *, stamped: Iterable[bytes], failed
                 found.append(f"{name} lease_epoch={_show(epoch_new)}, expected this run_id {run_id.decode()}")
         elif epoch_new != epoch_old:
             found.append(f"{name} lease_epoch {_show(epoch_old)}→{_show(epoch_new)} by a call that took no lease")
-        fail_old, fail_new = old.get(b"failures"), new.get(b"failures")
-        if key in failed:
-            prior = string2ll(fail_old)
-            want = None if prior is None else str(prior + 1).encode()
-            if fail_new != want:
-                found.append(f"{name} failures {_show(fail_old)}→{_show(fail_new)}, expected {_show(want)}")
-        elif fail_new != fail_old:
-            found.append(f"{name} failures {_show(fail_old)}→{_show(fail_new)} by a call that settled no failure")
     return found
 
 
@@ -237,11 +253,11 @@ def _show(value: bytes | None) -> str:
 # -- the wake marker (wire 4 only) --------------------------------------------------------
 def should_wake(verb: str | None, reply: Any, base: bytes, pre: Dump, post: Dump) -> bool:
     """Whether a script's call must have written its queue's wake marker (SPEC §9.3): it made a
-    job claimable (a new job, a promotion, a reprocess, a retry to pending, a recovered lease),
-    or it put a job in schedule due before the schedule's head (a waiter's timeout is too long)."""
+    job claimable (a new job, a promotion, a reprocess, a requeue, a retry to pending, a recovered
+    lease), or it put a job in schedule due before the schedule's head (a waiter's timeout is too long)."""
     if verb is None or isinstance(reply, (Err, Exception)) or reply is None:
         return False
-    if verb in ("enqueue", "reprocess"):
+    if verb in ("enqueue", "reprocess", "requeue"):
         return reply == 1
     if verb == "promote":
         return isinstance(reply, int) and reply > 0
@@ -249,7 +265,8 @@ def should_wake(verb: str | None, reply: Any, base: bytes, pre: Dump, post: Dump
         return isinstance(reply, (list, tuple)) and len(reply) == 3 and bool(reply[0])
     if verb == "fail" and reply == b"pending":
         return True
-    if (verb in ("schedule", "delay") and reply not in (0, None)) or (verb == "fail" and reply == b"scheduled"):
+    if (verb in ("schedule", "delay", "reschedule") and reply not in (0, None)) or (
+            verb == "fail" and reply == b"scheduled"):
         return _due_before_head(base, pre, post)
     return False
 

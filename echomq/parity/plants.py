@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..verbs import BY_NAME
 
-FAMILIES = ("admission", "claim", "lease", "settle", "schedule", "recovery")
+FAMILIES = ("admission", "claim", "lease", "settle", "schedule", "recovery", "operator")
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class NativePlant:
 
 SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
     ScriptPlant("script:enqueue.attempts_one", "admission", "enqueue",
-                "'attempts', '0')\nend", "'attempts', '1')\nend",
+                "'attempts', '0', 'created', created)\nend", "'attempts', '1', 'created', created)\nend",
                 "enqueue without priority writes attempts 1"),
     ScriptPlant("script:enqueue.no_wake", "admission", "enqueue",
                 "redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w')\n", "",
@@ -57,21 +57,21 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
                 "if #due > 0 then redis.call", "if true then redis.call",
                 "promote writes the wake marker even when it moved nothing"),
     ScriptPlant("script:schedule.drop_priority", "admission", "schedule",
-                "'attempts', '0', 'priority', ARGV[4])", "'attempts', '0')",
+                "'created', now, 'priority', ARGV[4])", "'created', now)",
                 "schedule forgets the priority field"),
     ScriptPlant("script:claim.double_lease", "claim", "claim",
                 "now + tonumber(ARGV[1])", "now + 2 * tonumber(ARGV[1])",
                 "claim leases for twice lease_ms"),
     ScriptPlant("script:extend.ignore_token", "lease", "extend",
-                "if redis.call('HGET', row, 'attempts') ~= ARGV[2] then return 0 end", "",
+                "if held[1] ~= ARGV[2] then return 0 end", "",
                 "extend renews whatever the token"),
     ScriptPlant("script:complete.no_metric", "settle", "complete",
                 "redis.call('HINCRBY', KEYS[2] .. 'metrics:completed', 'count', 1)\n", "",
                 "complete does not count the job"),
     ScriptPlant("script:fail.keep_error", "settle", "fail",
-                "redis.call('HSET', row, 'state', 'pending', 'last_error', ARGV[3])",
-                "redis.call('HSET', row, 'state', 'pending')",
-                "fail's retry forgets last_error"),
+                "redis.call('HSET', row, 'state', 'scheduled', 'last_error', ARGV[3], 'failed', now)",
+                "redis.call('HSET', row, 'state', 'scheduled', 'failed', now)",
+                "fail's retry after a backoff forgets last_error"),
     ScriptPlant("script:promote.ignore_priority", "schedule", "promote",
                 "redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), id)",
                 "redis.call('ZADD', KEYS[2], 0, id)",
@@ -83,8 +83,11 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
                 "redis.call('HINCRBY', row, 'stalled', 1)", "redis.call('HINCRBY', row, 'stalled', 2)",
                 "the sweep counts two stalls per expiry"),
     ScriptPlant("script:reprocess.reset_attempts", "recovery", "reprocess",
-                "redis.call('HSET', row, 'state', 'pending')", "redis.call('HSET', row, 'state', 'pending', 'attempts', '0')",
+                "'failures', '0', 'stalled', '0')", "'failures', '0', 'stalled', '0', 'attempts', '0')",
                 "reprocess resets the attempts counter"),
+    ScriptPlant("script:drain.keep_rows", "operator", "drain",
+                "for _, row in ipairs(rows) do redis.call('DEL', row) end", "",
+                "drain leaves the rows behind"),
 )
 
 #: The native plants compiled into trafikey with ``--features planted`` (see docs/parity.md).
@@ -97,6 +100,7 @@ NATIVE_PLANTS: tuple[NativePlant, ...] = (
                 "the module stamps leases with an epoch that is not the server's run_id (lib.rs)"),
     NativePlant("reschedule.ignore_delay", "schedule", "reschedule", "reschedule's due time ignores delay_ms"),
     NativePlant("reprocess.keep_dead", "recovery", "reprocess", "reprocess leaves the job in dead as well"),
+    NativePlant("cancel.no_metric", "operator", "cancel", "cancel does not count the job in metrics:failed"),
 )
 
 PLANTED_DIR = Path(__file__).resolve().parents[2] / "trafikey" / "target" / "planted" / "release"

@@ -15,7 +15,6 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import valkey
@@ -28,13 +27,12 @@ from ..verbs import BY_NAME
 from . import differences
 from .compare import Diff, diff
 from .dump import Dump, dump, server_ms
-from .normalise import (WAKE, Err, Origins, Window, err, extras_violations, normalise, normalise_reply, row_key,
-                        should_wake, wake_violations)
+from .normalise import (EXTRAS, WAKE, Err, Origins, Window, err, extras_violations, normalise, normalise_reply,
+                        row_key, should_wake, wake_violations)
 from .observation import CaseResult, Observation, StepResult, Verdict
 from .plants import ScriptPlant
 from .steps import Case, Do, Raw, Restart, Step, Tick, Wait
 
-TWINS_DIR = Path(__file__).parent / "twins"
 PLANT_ENV = "TRAFIKEY_PLANT"
 WAIT_TIMEOUT_S = 10.0
 
@@ -73,9 +71,6 @@ class Node:
             self.conn.close()
         self.conn = connect(self.server.url, wire=self.wire)
         if self.wire == 4:
-            # REQUEUE and RESCHEDULE have no script (SPEC §4): the instrument's own twins stand in
-            for name in ("requeue", "reschedule"):
-                self.conn.scripts[name] = Script(BY_NAME[name], (TWINS_DIR / f"{name}.lua").read_bytes())
             for plant in self.script_plants:
                 verb = BY_NAME[plant.verb]
                 self.conn.scripts[plant.verb] = Script(verb, plant.source())
@@ -319,8 +314,8 @@ class Pair:
                     changed = "; ".join(str(d) for d in diff(pre, post)[:6])
                     violations.append(f"{step} changed the {role} node's dataset: {changed}")
         if self.native_is_native:
-            stamped, failed = _extras_expected(step, n_reply)
-            violations += extras_violations(n_pre, n_post, stamped=stamped, failed=failed, run_id=run_id)
+            stamped = _stamped(step, n_reply)
+            violations += extras_violations(n_pre, n_post, stamped=stamped, run_id=run_id)
             # the row the native node stamps at a claim must carry the run_id of that call, not a later one
         obs = Observation(
             case=case, index=index, step=step,
@@ -354,7 +349,7 @@ class Pair:
             if entry is None:
                 continue
             if entry.kind == "hash":
-                fields = {f: v for f, v in entry.value.items() if not (self.native_is_native and f in (b"lease_epoch", b"failures"))}
+                fields = {f: v for f, v in entry.value.items() if not (self.native_is_native and f in EXTRAS)}
                 if fields:
                     pipe.hset(key, mapping=fields)
             elif entry.kind == "zset":
@@ -381,12 +376,11 @@ def _verb(step: Step) -> str | None:
     return step.verb if isinstance(step, Do) else None
 
 
-def _extras_expected(step: Step, reply: Any) -> tuple[set[bytes], set[bytes]]:
-    """Row keys the native reply says were leased (lease_epoch due) and failed (failures due)."""
+def _stamped(step: Step, reply: Any) -> set[bytes]:
+    """Row keys the native reply says were leased (lease_epoch due)."""
     stamped: set[bytes] = set()
-    failed: set[bytes] = set()
     if not isinstance(step, Do) or isinstance(reply, Err) or reply is None:
-        return stamped, failed
+        return stamped
     base = step.base
     if step.verb in ("claim", "bclaim") and isinstance(reply, list) and reply:
         stamped.add(row_key(base, _b(reply[0])))
@@ -396,9 +390,7 @@ def _extras_expected(step: Step, reply: Any) -> tuple[set[bytes], set[bytes]]:
         for i, answer in enumerate(reply):
             if isinstance(answer, int) and answer != 0 and 1 + 2 * i < len(step.argv):
                 stamped.add(row_key(base, step.argv[1 + 2 * i].encode()))
-    elif step.verb == "fail" and _b(reply) in (b"pending", b"scheduled", b"dead"):
-        failed.add(row_key(base, step.argv[0].encode()))
-    return stamped, failed
+    return stamped
 
 
 def _b(value: Any) -> bytes:

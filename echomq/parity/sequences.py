@@ -159,6 +159,23 @@ class ParityMachine(RuleBasedStateMachine):
     def stalled_check(self, q, cap, limit):
         self.do(S.stalled_check(q, cap, limit))
 
+    # -- control
+    @rule(q=QUEUES, job=st.one_of(IDS, GHOSTS))
+    def remove(self, q, job):
+        self.do(S.remove(q, job))
+
+    @rule(q=QUEUES, job=IDS)
+    def cancel(self, q, job):
+        self.do(S.cancel(q, job))
+
+    @rule(q=QUEUES, age=st.sampled_from([0, LONG]), limit=st.sampled_from([1, 1000]))
+    def purge(self, q, age, limit):
+        self.do(S.purge(q, age, limit))
+
+    @rule(q=QUEUES, limit=st.sampled_from([1, 2, 1000]))
+    def drain(self, q, limit):
+        self.do(S.drain(q, limit))
+
     # -- the world around the verbs
     @rule(q=QUEUES, dice=st.integers(0, 3))
     def pause(self, q, dice):

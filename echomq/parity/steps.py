@@ -156,6 +156,22 @@ def stalled_check(q: str, max_stalled: int | str = 3, limit: int | str = 1000) -
     return Do("stalled_check", q, (str(max_stalled), str(limit)))
 
 
+def remove(q: str, job: str) -> Do:
+    return Do("remove", q, (job,))
+
+
+def cancel(q: str, job: str) -> Do:
+    return Do("cancel", q, (job,))
+
+
+def purge(q: str, age_ms: int | str = 0, limit: int | str = 1000) -> Do:
+    return Do("purge", q, (str(age_ms), str(limit)))
+
+
+def drain(q: str, limit: int | str = 1000) -> Do:
+    return Do("drain", q, (str(limit),))
+
+
 def counts(q: str) -> Do:
     return Do("counts", q, ())
 

@@ -8,8 +8,8 @@ local row = KEYS[3] .. 'job:' .. id
 if redis.call('EXISTS', row) == 0 then return {} end
 -- attempts is the fencing token the holder presents from now on
 local attempts = redis.call('HINCRBY', row, 'attempts', 1)
-redis.call('HSET', row, 'state', 'active')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', row, 'state', 'active', 'started', now)
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), id)
 return {id, redis.call('HGET', row, 'payload'), attempts}

@@ -1,8 +1,14 @@
 -- EMQ delay (wire 4). KEYS: active, schedule, base. ARGV: id, token, delay_ms.
--- The holder puts its job back to wait until now + delay_ms.
+-- The holder puts its job back to wait until now + delay_ms. A matching token on a row that
+-- is not active, or not in active, is refused (SPEC §9.1).
 -- A due time earlier than the schedule's head writes the wake marker: a blocked worker recomputes its timeout.
 local row = KEYS[3] .. 'job:' .. ARGV[1]
-if redis.call('HGET', row, 'attempts') ~= ARGV[2] then return 0 end
+local held = redis.call('HMGET', row, 'attempts', 'state')
+if held[1] ~= ARGV[2] then return 0 end
+if held[2] ~= 'active' then
+  return redis.error_reply('EMQSTATE EMQ.DELAY row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
+end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.DELAY id is not in active') end
 local t = redis.call('TIME')
 local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
 redis.call('ZREM', KEYS[1], ARGV[1])

@@ -4,10 +4,12 @@
 local row = KEYS[2] .. 'job:' .. ARGV[1]
 if redis.call('EXISTS', row) == 1 then return 0 end
 local priority = tonumber(ARGV[3])
+local t = redis.call('TIME')
+local created = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if priority > 0 then
-  redis.call('HSET', row, 'state', 'pending', 'payload', ARGV[2], 'attempts', '0', 'priority', ARGV[3])
+  redis.call('HSET', row, 'state', 'pending', 'payload', ARGV[2], 'attempts', '0', 'created', created, 'priority', ARGV[3])
 else
-  redis.call('HSET', row, 'state', 'pending', 'payload', ARGV[2], 'attempts', '0')
+  redis.call('HSET', row, 'state', 'pending', 'payload', ARGV[2], 'attempts', '0', 'created', created)
 end
 redis.call('ZADD', KEYS[1], priority, ARGV[1])
 -- the wake marker (SPEC §9.3): a worker blocked in BZPOPMIN on it claims now

@@ -1,7 +1,13 @@
 -- EMQ extend (wire 4). KEYS: active, base. ARGV: id, token, lease_ms.
--- The token is compared as bytes with attempts; a match re-scores the lease, whatever the state.
+-- The token is compared as bytes with attempts; a match on an active row in active
+-- re-scores the lease. A matching token on a row that is not active is refused (SPEC §9.1).
 local row = KEYS[2] .. 'job:' .. ARGV[1]
-if redis.call('HGET', row, 'attempts') ~= ARGV[2] then return 0 end
+local held = redis.call('HMGET', row, 'attempts', 'state')
+if held[1] ~= ARGV[2] then return 0 end
+if held[2] ~= 'active' then
+  return redis.error_reply('EMQSTATE EMQ.EXTEND row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
+end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.EXTEND id is not in active') end
 local t = redis.call('TIME')
 local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
 redis.call('ZADD', KEYS[1], deadline, ARGV[1])

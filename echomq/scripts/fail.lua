@@ -1,29 +1,39 @@
 -- EMQ fail (wire 4). KEYS: active, pending, schedule, dead, base.
 -- ARGV: id, token, error, max_attempts, backoff_ms.
--- The scripted budget caps on attempts (the claim count): dead when attempts >= max_attempts.
+-- One budget on both wires (SPEC §9.1): failures' = failures + 1, dead when failures' >= max_attempts.
+-- A matching token on a row that is not active (a repeated terminal failure included), or not
+-- in active, is refused before any write.
 local base = KEYS[5]
 local row = base .. 'job:' .. ARGV[1]
-local attempts = redis.call('HGET', row, 'attempts')
-if attempts ~= ARGV[2] then return 0 end
+local held = redis.call('HMGET', row, 'attempts', 'state')
+if held[1] ~= ARGV[2] then return 0 end
+if held[2] ~= 'active' then
+  return redis.error_reply('EMQSTATE EMQ.FAIL row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
+end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.FAIL id is not in active') end
+-- the first write: a failures field HINCRBY refuses stops the script before any other
+local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], ARGV[1])
-if tonumber(attempts) >= tonumber(ARGV[4]) then
-  redis.call('ZADD', KEYS[4], 0, ARGV[1])
-  redis.call('HSET', row, 'state', 'dead', 'last_error', ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if failures >= tonumber(ARGV[4]) then
+  -- the dead score is the time it died (purge by age)
+  redis.call('ZADD', KEYS[4], now, ARGV[1])
+  redis.call('HSET', row, 'state', 'dead', 'last_error', ARGV[3], 'failed', now)
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
   return 'dead'
 end
 local backoff = tonumber(ARGV[5])
 if backoff == 0 then
   redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), ARGV[1])
-  redis.call('HSET', row, 'state', 'pending', 'last_error', ARGV[3])
+  redis.call('HSET', row, 'state', 'pending', 'last_error', ARGV[3], 'failed', now)
   redis.call('ZADD', base .. 'wake', 0, 'w')  -- claimable now: wake the waiters
   return 'pending'
 end
-local t = redis.call('TIME')
-local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + backoff
+local due = now + backoff
 local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[3], due, ARGV[1])
-redis.call('HSET', row, 'state', 'scheduled', 'last_error', ARGV[3])
+redis.call('HSET', row, 'state', 'scheduled', 'last_error', ARGV[3], 'failed', now)
 -- due before the schedule's head: a blocked worker recomputes its timeout
 if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', base .. 'wake', 0, 'w') end
 return 'scheduled'

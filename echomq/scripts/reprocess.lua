@@ -1,9 +1,20 @@
 -- EMQ reprocess (wire 4). KEYS: dead, pending, base. ARGV: id.
--- A dead job goes back to pending at its priority; every counter is kept.
+-- A dead job goes back to pending at its priority with both budgets refilled (SPEC §9.2):
+-- failures and stalled start again from 0; attempts, the fencing token, is kept.
+-- A ghost (in dead, no row) leaves dead and answers 0; a member of dead whose row is not
+-- dead is refused.
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 local row = KEYS[3] .. 'job:' .. ARGV[1]
+if redis.call('EXISTS', row) == 0 then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 0
+end
+local state = redis.call('HGET', row, 'state')
+if state ~= 'dead' then
+  return redis.error_reply('EMQSTATE EMQ.REPROCESS row ' .. (state and 'is ' .. state or 'has no state') .. ', not dead')
+end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), ARGV[1])
-redis.call('HSET', row, 'state', 'pending')
+redis.call('HSET', row, 'state', 'pending', 'failures', '0', 'stalled', '0')
 redis.call('ZADD', KEYS[3] .. 'wake', 0, 'w')  -- claimable now: wake the waiters
 return 1

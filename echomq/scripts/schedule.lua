@@ -3,13 +3,14 @@
 -- A due time earlier than the schedule's head writes the wake marker: a blocked worker recomputes its timeout.
 local row = KEYS[2] .. 'job:' .. ARGV[1]
 if redis.call('EXISTS', row) == 1 then return 0 end
-if tonumber(ARGV[4]) > 0 then
-  redis.call('HSET', row, 'state', 'scheduled', 'payload', ARGV[2], 'attempts', '0', 'priority', ARGV[4])
-else
-  redis.call('HSET', row, 'state', 'scheduled', 'payload', ARGV[2], 'attempts', '0')
-end
 local t = redis.call('TIME')
-local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(ARGV[4]) > 0 then
+  redis.call('HSET', row, 'state', 'scheduled', 'payload', ARGV[2], 'attempts', '0', 'created', now, 'priority', ARGV[4])
+else
+  redis.call('HSET', row, 'state', 'scheduled', 'payload', ARGV[2], 'attempts', '0', 'created', now)
+end
+local due = now + tonumber(ARGV[3])
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], due, ARGV[1])
 if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w') end

@@ -12,8 +12,8 @@ for _, id in ipairs(expired) do
   redis.call('ZREM', KEYS[1], id)
   local stalled = redis.call('HINCRBY', row, 'stalled', 1)
   if stalled >= max_stalled then
-    redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled')
-    redis.call('ZADD', KEYS[3], 0, id)
+    redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled', 'failed', now)
+    redis.call('ZADD', KEYS[3], now, id)
     redis.call('HINCRBY', KEYS[4] .. 'metrics:failed', 'count', 1)
     dead[#dead + 1] = id
   else

@@ -6,8 +6,6 @@ Every test gets a queue of its own (a fresh name) on a shared server, so a refus
 
 from __future__ import annotations
 
-import itertools
-import os
 import threading
 import time
 
@@ -22,8 +20,9 @@ TOKENS = (
     "reschedule delay fail.flat reprocess requeue stalled.check"
 )
 
-#: The optional tokens registered after the job core (SPEC §9.4), in registration order.
-OPTIONAL_TOKENS = "claim.block"
+#: The optional tokens registered after the job core (SPEC §9.4), in the order they landed: the
+#: blocking claim, then the operator verbs.
+OPTIONAL_TOKENS = "claim.block remove cancel purge drain"
 
 #: Every registered verb with its numkeys and ARGV count (SPEC §3).
 VERBS = {
@@ -41,6 +40,10 @@ VERBS = {
     "EMQ.REQUEUE": (3, 2),
     "EMQ.STALLED.CHECK": (4, 2),
     "EMQ.BCLAIM": (3, 2),
+    "EMQ.REMOVE": (4, 1),
+    "EMQ.CANCEL": (3, 1),
+    "EMQ.PURGE": (2, 2),
+    "EMQ.DRAIN": (2, 1),
 }
 
 
@@ -114,6 +117,10 @@ class NativeQueue:
             "EMQ.STALLED.CHECK": (
                 "EMQ.STALLED.CHECK", 4, self.active, self.pending, self.dead, self.base, 3, 10,
             ),
+            "EMQ.REMOVE": ("EMQ.REMOVE", 4, self.pending, self.schedule_key, self.dead, self.base, "x"),
+            "EMQ.CANCEL": ("EMQ.CANCEL", 3, self.active, self.dead, self.base, "x"),
+            "EMQ.PURGE": ("EMQ.PURGE", 2, self.dead, self.base, 0, 10),
+            "EMQ.DRAIN": ("EMQ.DRAIN", 2, self.pending, self.base, 10),
         }
 
     def enqueue(self, id, payload=b"p", priority=0):
@@ -163,6 +170,18 @@ class NativeQueue:
         return self.c.execute_command(
             "EMQ.STALLED.CHECK", 4, self.active, self.pending, self.dead, self.base, max_stalled, limit
         )
+
+    def remove(self, id):
+        return self.c.execute_command("EMQ.REMOVE", 4, self.pending, self.schedule_key, self.dead, self.base, id)
+
+    def cancel(self, id):
+        return self.c.execute_command("EMQ.CANCEL", 3, self.active, self.dead, self.base, id)
+
+    def purge(self, age_ms=0, limit=100):
+        return self.c.execute_command("EMQ.PURGE", 2, self.dead, self.base, age_ms, limit)
+
+    def drain(self, limit=100):
+        return self.c.execute_command("EMQ.DRAIN", 2, self.pending, self.base, limit)
 
     # -- reading the keyspace -------------------------------------------------
     def hrow(self, id) -> dict:

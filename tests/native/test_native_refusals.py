@@ -536,3 +536,55 @@ def test_stall_budget_counts_each_counted_expiry(c):
     assert q.hrow("j")[b"stalled"] == b"3"
     assert b"failures" not in q.hrow("j")
     assert c.hgetall(q.failed) == {b"count": b"1"}
+
+
+# -- the operator verbs (docs/spec.md §11.4) ----------------------------------------------
+
+def test_remove_refuses_an_active_row_a_lane_row_and_a_row_out_of_its_set(c, nq):
+    claimed(nq, "a")
+    refused(c, "EMQSTATE", *nq.lines()["EMQ.REMOVE"][:-1], "a")
+    nq.enqueue("l")
+    c.hset(nq.row("l"), "group", "g")
+    assert refused(c, "EMQSTATE", *nq.lines()["EMQ.REMOVE"][:-1], "l") == LANE
+    nq.enqueue("f")
+    c.hset(nq.row("f"), "parent", "p")
+    assert refused(c, "EMQSTATE", *nq.lines()["EMQ.REMOVE"][:-1], "f") == FLOW
+    nq.enqueue("o")
+    c.zrem(nq.pending, "o")
+    assert "id is not in pending" in refused(c, "EMQSTATE", *nq.lines()["EMQ.REMOVE"][:-1], "o")
+    c.hset(nq.row("w"), "state", "weird")
+    assert "not pending, scheduled or dead" in refused(c, "EMQSTATE", *nq.lines()["EMQ.REMOVE"][:-1], "w")
+    c.set(nq.row("t"), "x")
+    refused(c, "WRONGTYPE", *nq.lines()["EMQ.REMOVE"][:-1], "t")
+    refused(c, "EMQARG", *nq.lines()["EMQ.REMOVE"][:-1], "x" * 513)
+
+
+def test_cancel_refuses_a_row_not_active_or_not_in_active_and_a_bad_metric(c, nq):
+    nq.enqueue("p")
+    assert "row is pending, not active" in refused(c, "EMQSTATE", *nq.lines()["EMQ.CANCEL"][:-1], "p")
+    claimed(nq, "p")
+    c.zrem(nq.active, "p")
+    assert "id is not in active" in refused(c, "EMQSTATE", *nq.lines()["EMQ.CANCEL"][:-1], "p")
+    claimed(nq, "q")
+    c.hset(nq.failed, "count", "x")
+    assert refused(c, "EMQ", *nq.lines()["EMQ.CANCEL"][:-1], "q") == NOT_INTEGER
+    c.delete(nq.failed)
+    c.set(nq.dead, "x")
+    refused(c, "WRONGTYPE", *nq.lines()["EMQ.CANCEL"][:-1], "q")
+
+
+@pytest.mark.parametrize("verb, bad", [("EMQ.PURGE", (0, 0)), ("EMQ.PURGE", (0, 10001)), ("EMQ.PURGE", ("-1", 10)),
+                                       ("EMQ.DRAIN", (0,)), ("EMQ.DRAIN", ("x",))])
+def test_purge_and_drain_refuse_bad_arguments(c, nq, verb, bad):
+    nq.enqueue("a")
+    line = nq.lines()[verb]
+    refused(c, "EMQARG", *line[: len(line) - len(bad)], *bad)
+
+
+def test_purge_and_drain_refuse_a_wrong_typed_row_before_any_write(c, nq):
+    nq.enqueue("a")
+    c.zadd(nq.pending, {"t": 1})
+    c.set(nq.row("t"), "x")
+    refused(c, "WRONGTYPE", *nq.lines()["EMQ.DRAIN"])
+    c.zadd(nq.dead, {"d": 0, "t": 1})
+    refused(c, "WRONGTYPE", *nq.lines()["EMQ.PURGE"])

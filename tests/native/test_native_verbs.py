@@ -64,17 +64,20 @@ def test_command_getkeys_after_numkeys_like_eval(c):
 
 # -- ENQUEUE, CLAIM, COMPLETE -----------------------------------------------------------
 
-def test_enqueue_writes_row_and_pending(nq):
+def test_enqueue_writes_row_and_pending(nq, c):
+    t0 = server_ms(c)
     assert nq.enqueue("j1", b"payload") == 1
-    assert nq.hrow("j1") == {b"state": b"pending", b"payload": b"payload", b"attempts": b"0"}
+    row = nq.hrow("j1")
+    assert t0 <= int(row.pop(b"created")) <= server_ms(c)  # the server clock at the call
+    assert row == {b"state": b"pending", b"payload": b"payload", b"attempts": b"0"}
     assert nq.zset(nq.pending) == [(b"j1", 0.0)]
 
 
 def test_enqueue_with_priority_scores_pending(nq):
     assert nq.enqueue("j1", b"p", 7) == 1
-    assert nq.hrow("j1") == {
-        b"state": b"pending", b"payload": b"p", b"attempts": b"0", b"priority": b"7"
-    }
+    row = nq.hrow("j1")
+    assert row.pop(b"created")
+    assert row == {b"state": b"pending", b"payload": b"p", b"attempts": b"0", b"priority": b"7"}
     assert nq.zset(nq.pending) == [(b"j1", 7.0)]
 
 
@@ -93,9 +96,9 @@ def test_claim_leases_the_head(nq, c, run_id):
     got = nq.claim(5000)
     t1 = server_ms(c)
     assert got == [b"a", b"pa", 1]
-    assert nq.hrow("a") == {
-        b"state": b"active", b"payload": b"pa", b"attempts": b"1", b"lease_epoch": run_id
-    }
+    row = nq.hrow("a")
+    assert row.pop(b"created") and t0 <= int(row.pop(b"started")) <= t1  # started: this claim
+    assert row == {b"state": b"active", b"payload": b"pa", b"attempts": b"1", b"lease_epoch": run_id}
     [(member, score)] = nq.zset(nq.active)
     assert member == b"a" and t0 + 5000 <= score <= t1 + 5000
     assert nq.zset(nq.pending) == [(b"b", 0.0)]
@@ -185,9 +188,9 @@ def test_extends_answers_each_pair(nq, c, run_id):
 def test_schedule_writes_row_and_due_time(nq, c):
     t0 = server_ms(c)
     assert nq.schedule("s", b"sp", 60000, 4) == 1
-    assert nq.hrow("s") == {
-        b"state": b"scheduled", b"payload": b"sp", b"attempts": b"0", b"priority": b"4"
-    }
+    row = nq.hrow("s")
+    assert t0 <= int(row.pop(b"created")) <= server_ms(c)
+    assert row == {b"state": b"scheduled", b"payload": b"sp", b"attempts": b"0", b"priority": b"4"}
     [(member, score)] = nq.zset(nq.schedule_key)
     assert member == b"s" and t0 + 60000 <= score <= server_ms(c) + 60000
     assert nq.schedule("s", b"other", 0, 0) == 0
@@ -261,22 +264,24 @@ def test_fail_dead_letters_when_the_budget_is_spent(nq, c):
     nq.claim()
     assert nq.fail("j", 1, b"e1", 2, 0) == b"pending"
     nq.claim()
+    before = server_ms(c)
     assert nq.fail("j", 2, b"e2", 2, 0) == b"dead"
     row = nq.hrow("j")
     assert row[b"state"] == b"dead" and row[b"failures"] == b"2" and row[b"last_error"] == b"e2"
-    assert nq.zset(nq.dead) == [(b"j", 0.0)]
+    ((member, died),) = nq.zset(nq.dead)
+    assert member == b"j" and before <= died <= server_ms(c)  # scored the time it died
     assert c.hgetall(nq.failed) == {b"count": b"1"}
     assert nq.fail("j", 9, b"x", 2, 0) == 0
 
 
-def test_reprocess_returns_dead_to_pending_keeping_counters(nq, c):
+def test_reprocess_returns_dead_to_pending_with_both_budgets_refilled(nq, c):
     nq.enqueue("j", b"p", 2)
     nq.claim()
     nq.fail("j", 1, b"e", 1, 0)
     before = nq.hrow("j")
     assert nq.reprocess("j") == 1
     after = nq.hrow("j")
-    assert after == {**before, b"state": b"pending"}
+    assert after == {**before, b"state": b"pending", b"failures": b"0", b"stalled": b"0"}
     assert nq.zset(nq.pending) == [(b"j", 2.0)]
     assert nq.zset(nq.dead) == []
     assert nq.reprocess("j") == 0
@@ -306,7 +311,8 @@ def test_stalled_check_recovers_then_kills(nq, c):
     assert nq.stalled_check(2, 10) == [[], [], [b"j"]]
     row = nq.hrow("j")
     assert row[b"state"] == b"dead" and row[b"stalled"] == b"2" and row[b"last_error"] == b"stalled"
-    assert nq.zset(nq.dead) == [(b"j", 0.0)]
+    ((member, died),) = nq.zset(nq.dead)
+    assert member == b"j" and died <= server_ms(c)  # scored the time it died
     assert c.hgetall(nq.failed) == {b"count": b"1"}
 
 
@@ -389,3 +395,46 @@ def test_writes_fire_keyspace_events_when_enabled():
         ]
         sub.close()
         c.close()
+
+
+# -- the operator verbs (docs/spec.md §11.4) ----------------------------------------------
+
+def test_remove_deletes_a_waiting_or_dead_row_with_its_membership(nq, c):
+    nq.enqueue("p", b"p")
+    nq.schedule("s", b"s", 60000)
+    nq.enqueue("d", b"d", 5)
+    nq.enqueue("w")
+    assert nq.claim()[0] == b"p"
+    nq.fail("p", 1, b"x", 1, 0)  # p is dead now
+    assert nq.remove("p") == b"dead" and nq.remove("s") == b"scheduled" and nq.remove("w") == b"pending"
+    assert nq.hrow("p") == {} and nq.hrow("s") == {} and nq.hrow("w") == {}
+    assert nq.zset(nq.dead) == [] and nq.zset(nq.schedule_key) == [] and nq.zset(nq.pending) == [(b"d", 5.0)]
+    assert nq.remove("p") == 0
+
+
+def test_cancel_sends_an_active_job_to_dead_and_fences_its_holder(nq, c):
+    nq.enqueue("j", b"p")
+    nq.claim()
+    before = server_ms(c)
+    assert nq.cancel("j") == 1
+    row = nq.hrow("j")
+    assert row[b"state"] == b"dead" and row[b"last_error"] == b"cancelled" and row[b"attempts"] == b"1"
+    ((member, died),) = nq.zset(nq.dead)
+    assert member == b"j" and before <= died <= server_ms(c)
+    assert nq.zset(nq.active) == [] and c.hgetall(nq.failed) == {b"count": b"1"}
+    assert nq.extends(30000, "j", "1") == [0]
+    assert nq.cancel("nope") == 0
+
+
+def test_purge_deletes_dead_rows_by_age_and_drain_the_head_of_pending(nq, c):
+    for id in ("a", "b"):
+        nq.enqueue(id)
+        nq.claim()
+        nq.fail(id, 1, b"x", 1, 0)
+    assert nq.purge(3_600_000, 10) == 0  # none died an hour ago
+    assert nq.purge(0, 1) == 1 and nq.hrow("a") == {} and nq.hrow("b") != {}
+    assert nq.purge(0, 10) == 1 and nq.zset(nq.dead) == []
+    for id, prio in (("x", 3), ("y", 1), ("z", 2)):
+        nq.enqueue(id, b"p", prio)
+    assert nq.drain(2) == 2 and nq.zset(nq.pending) == [(b"x", 3.0)] and nq.hrow("y") == {}
+    assert nq.drain(10) == 1 and nq.drain(10) == 0

@@ -89,7 +89,6 @@ def argv_for(verb: str, planted: dict) -> tuple:
 HALFWAY_ON_WIRE_4 = {
     "claim": "ZPOPMIN pending ran before the row was refused: the job left pending and sits in no set",
     "promote": "ZREM schedule / ZADD pending ran before the row's HGET was refused",
-    "reprocess": "ZREM dead ran before the row was refused: the job sits in no set",
     "stalled_check": "ZREM active ran before the row's HINCRBY was refused",
 }
 

@@ -38,7 +38,7 @@ from test_worker import (  # noqa: F401
     test_every_job_is_processed_exactly_once,
     test_retry_then_success,
     test_retry_with_its_own_delay_then_a_plain_delay,
-    test_stop_releases_what_is_still_held_requeue_on_wire_6_lease_expiry_on_wire_4,
+    test_stop_releases_what_is_still_held_by_requeue_on_both_wires,
     test_timers_promote_and_sweep_and_say_what_they_moved,
 )
 

@@ -63,8 +63,9 @@ def argv_for(verb: str, held) -> tuple:
 # A script without flags is judged at its first write: refused OOM if that write is
 # deny-oom (HSET, ZADD, HINCRBY), else let run to the end, every later write included
 # (ZPOPMIN, ZREM free memory). So on wire 4 these verbs run whole past maxmemory, the
-# others are refused whole; on wire 6 every writer is flagged deny-oom and refused.
-WIRE_4_RUNS_PAST_MAXMEMORY = {"claim", "complete", "promote", "delay", "fail", "reprocess", "stalled_check"}
+# others are refused whole (FAIL since its first write is HINCRBY failures, SPEC §9.1); on
+# wire 6 every writer is flagged deny-oom and refused.
+WIRE_4_RUNS_PAST_MAXMEMORY = {"claim", "complete", "promote", "delay", "reprocess", "requeue", "stalled_check"}
 
 
 def consistent(client, keys: Keyspace) -> None:
@@ -82,8 +83,6 @@ def consistent(client, keys: Keyspace) -> None:
 
 @pytest.mark.parametrize("verb", VERB_NAMES)
 def test_maxmemory_refuses_writes_whole_never_halfway(server, wire, verb):
-    if wire == 4 and verb in ("reschedule", "requeue"):
-        pytest.skip("wire 6 only")
     with connect(server.url, wire=wire) as conn, server.client() as admin:
         name = f"oom-{wire}-{verb}"
         planted = plant(conn, name)

@@ -103,6 +103,30 @@ pub fn fail_budget(
     Ok((next, verdict))
 }
 
+/// REMOVE's check: the state a removable row is in (pending, scheduled or dead), else the
+/// refusal text. An active job has a holder: it is cancelled, not removed.
+pub fn removable(verb: &str, state: Option<&[u8]>) -> Result<State, String> {
+    let found = State::ALL.into_iter().find(|s| Some(s.field()) == state);
+    match found {
+        Some(State::Active) => Err(format!("{verb} row is active: cancel it instead")),
+        Some(s) => Ok(s),
+        None => Err(match state {
+            Some(other) => format!(
+                "{verb} row is {}, not pending, scheduled or dead",
+                crate::errors::printable(other)
+            ),
+            None => format!("{verb} row has no state, not pending, scheduled or dead"),
+        }),
+    }
+}
+
+/// PURGE's and DRAIN's verdict on one member of the set they clear: its row is deleted when
+/// its `state` names that set; a ghost (no row) or a row whose state names another set only
+/// leaves the set, so a job that drifted into two sets keeps its row.
+pub fn deletes_row(state: Option<Option<&[u8]>>, want: State) -> bool {
+    matches!(state, Some(Some(s)) if s == want.field())
+}
+
 /// One swept member's verdict (SPEC §5, STALLED.CHECK).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Swept {
@@ -239,12 +263,14 @@ pub struct SweptMember {
 
 /// The sweep's writes: every member leaves active (one ZREM), then each verdict's writes;
 /// the pending and dead adds are batched into one ZADD each, the dead count into one HINCRBY
-/// whose reply `failed_count` predicts. `keys` = active, pending, dead.
+/// whose reply `failed_count` predicts. `keys` = active, pending, dead; a death is scored
+/// `now`, the time it died.
 pub fn sweep_plan(
     q: &Queue<'_>,
     keys: [&[u8]; 3],
     members: &[SweptMember],
     failed_count: Option<i64>,
+    now: i64,
 ) -> Vec<Op<'static>> {
     let [active, pending, dead] = keys;
     let mut plan = Vec::with_capacity(members.len() + 4);
@@ -292,10 +318,12 @@ pub fn sweep_plan(
                         State::Dead.field().to_vec(),
                         b"last_error".to_vec(),
                         b"stalled".to_vec(),
+                        b"failed".to_vec(),
+                        num(now),
                     ],
                     Expect::AnyInt,
                 ));
-                to_dead.push(b"0".to_vec());
+                to_dead.push(num(now));
                 to_dead.push(m.id.clone());
                 died += 1;
                 continue;
@@ -477,6 +505,27 @@ mod tests {
     }
 
     #[test]
+    fn removable_takes_waiting_and_dead_rows_only() {
+        assert_eq!(removable("V", Some(b"pending")), Ok(State::Pending));
+        assert_eq!(removable("V", Some(b"scheduled")), Ok(State::Scheduled));
+        assert_eq!(removable("V", Some(b"dead")), Ok(State::Dead));
+        assert_eq!(
+            removable("V", Some(b"active")),
+            Err("V row is active: cancel it instead".to_owned())
+        );
+        assert!(removable("V", Some(b"x")).is_err());
+        assert!(removable("V", None).is_err());
+    }
+
+    #[test]
+    fn a_cleared_member_deletes_its_row_only_where_its_state_names_the_set() {
+        assert!(deletes_row(Some(Some(b"dead")), State::Dead));
+        assert!(!deletes_row(Some(Some(b"pending")), State::Dead));
+        assert!(!deletes_row(Some(None), State::Pending));
+        assert!(!deletes_row(None, State::Pending));
+    }
+
+    #[test]
     fn sweep_plan_writes_each_verdict() {
         let q = Queue { base: b"emq:{q}:" };
         let keys: [&[u8]; 3] = [b"emq:{q}:active", b"emq:{q}:pending", b"emq:{q}:dead"];
@@ -491,7 +540,7 @@ mod tests {
             m(b"r", Swept::Recover(1), 0),
             m(b"d", Swept::Die(3), 0),
         ];
-        let plan = sweep_plan(&q, keys, &members, Some(8));
+        let plan = sweep_plan(&q, keys, &members, Some(8), 1_700);
         let shown: Vec<String> = plan
             .iter()
             .map(|o| {
@@ -509,15 +558,15 @@ mod tests {
                 "ZREM emq:{q}:active g e r d",
                 "HSET emq:{q}:job:e state pending",
                 "HSET emq:{q}:job:r stalled 1 state pending",
-                "HSET emq:{q}:job:d stalled 3 state dead last_error stalled",
+                "HSET emq:{q}:job:d stalled 3 state dead last_error stalled failed 1700",
                 "ZADD emq:{q}:pending 4 e 0 r",
-                "ZADD emq:{q}:dead 0 d",
+                "ZADD emq:{q}:dead 1700 d",
                 "HINCRBY emq:{q}:metrics:failed count 1",
             ]
         );
         assert_eq!(plan[0].expect, Expect::Int(4));
         assert_eq!(plan[6].expect, Expect::Int(8));
-        assert!(sweep_plan(&q, keys, &[], None).is_empty());
+        assert!(sweep_plan(&q, keys, &[], None, 1_700).is_empty());
     }
 
     #[test]

@@ -115,6 +115,26 @@ fn bclaim(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::bclaim::run(ctx, args)
 }
 
+/// `EMQ.REMOVE 4 emq:{q}:pending emq:{q}:schedule emq:{q}:dead emq:{q}: <id>`
+fn remove(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::remove::run(ctx, args)
+}
+
+/// `EMQ.CANCEL 3 emq:{q}:active emq:{q}:dead emq:{q}: <id>`
+fn cancel(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::cancel::run(ctx, args)
+}
+
+/// `EMQ.PURGE 2 emq:{q}:dead emq:{q}: <age_ms> <limit>`
+fn purge(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::purge::run(ctx, args)
+}
+
+/// `EMQ.DRAIN 2 emq:{q}:pending emq:{q}: <limit>`
+fn drain(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::drain::run(ctx, args)
+}
+
 /// `EMQ.VERSION` — the capability tokens of the registered rows, one space apart.
 fn version(_ctx: &Context, _args: &[&[u8]]) -> ValkeyResult {
     Ok(valkey_module::ValkeyValue::BulkString(caps()))
@@ -153,7 +173,12 @@ pub static TABLE: &[Row] = &[
     row!(reprocess, ["reprocess"]),
     row!(requeue, ["requeue"]),
     row!(stalled_check, ["stalled.check"]),
+    // the optional verbs (SPEC §9.4: after the job core, in the order they landed)
     row!(bclaim, ["claim.block"], WRITE_BLOCKING),
+    row!(remove, ["remove"]),
+    row!(cancel, ["cancel"]),
+    row!(purge, ["purge"]),
+    row!(drain, ["drain"]),
     Row {
         name: "EMQ.VERSION",
         callback: native!(version),
@@ -192,14 +217,15 @@ mod tests {
         assert_eq!(
             caps(),
             "enqueue claim claim.pause extend extends complete.flat schedule promote \
-             reschedule delay fail.flat reprocess requeue stalled.check claim.block"
+             reschedule delay fail.flat reprocess requeue stalled.check \
+             claim.block remove cancel purge drain"
         );
     }
 
     #[test]
     fn every_verb_has_one_file_and_writes() {
         let verbs: Vec<&Row> = TABLE.iter().filter(|r| r.keys != Keys::None).collect();
-        assert_eq!(verbs.len(), 14);
+        assert_eq!(verbs.len(), 18);
         for r in verbs {
             let want = if r.name == "EMQ.BCLAIM" {
                 WRITE_BLOCKING

@@ -48,7 +48,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
 /// shape and layout checks of pending, active, base; `lease` its grammar.
 pub fn claim(h: &Host<'_>, q: &Queue<'_>, call: &Call<'_>, lease: i64) -> Result<Claimed, Refusal> {
     let (pending, active) = (call.keys[0], call.keys[1]);
-    let deadline = grammar::at("lease_ms", h.now_ms()?, lease)?;
+    let now = h.now_ms()?;
+    let deadline = grammar::at("lease_ms", now, lease)?;
+    let started = num(now);
 
     // 4. fence: meta is read first
     let fence = h.fence();
@@ -101,6 +103,8 @@ pub fn claim(h: &Host<'_>, q: &Queue<'_>, call: &Call<'_>, lease: i64) -> Result
                 State::Active.field(),
                 b"lease_epoch",
                 run_id,
+                b"started",
+                &started,
             ],
             Expect::AnyInt,
         ),

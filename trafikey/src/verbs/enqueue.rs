@@ -23,6 +23,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let priority = grammar::priority(call.argv[2])?;
     // 4. fence: the row is read (does it exist?) before it is written
     let h = Host::new(ctx, VERB);
+    let created = num(h.now_ms()?);
     let fence = h.fence();
     let row = q.row(id);
     fence.read(&row)?;
@@ -41,6 +42,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         payload,
         b"attempts",
         b"0",
+        b"created",
+        &created,
     ];
     let prio = num(priority);
     // planted (admission): the row forgets its priority (pending still gets the score)

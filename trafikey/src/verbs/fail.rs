@@ -27,7 +27,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let max_attempts = grammar::budget("max_attempts", call.argv[3])?;
     let backoff = grammar::delay("backoff_ms", call.argv[4])?;
     let h = Host::new(ctx, VERB);
-    let due = grammar::at("backoff_ms", h.now_ms()?, backoff)?;
+    let now = h.now_ms()?;
+    let due = grammar::at("backoff_ms", now, backoff)?;
+    let failed = num(now);
     // 4.–5. fence and reads: held, flat, not a flow child (a dead row is not active: a
     // repeated terminal FAIL writes nothing)
     let fence = h.fence();
@@ -54,7 +56,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             priority(field(&seen, n + 1)).map_err(Refusal::Counter)?,
         ),
         Budget::Scheduled => (schedule, due),
-        Budget::Dead => (dead, 0),
+        // the dead score is the time it died (SPEC §9, purge by age)
+        Budget::Dead => (dead, now),
     };
     h.expect_zset(target)?;
     // what a blocked BCLAIM must hear: pending gained a job, or the next due time moved earlier
@@ -78,6 +81,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
                 error,
                 b"failures",
                 &failures,
+                b"failed",
+                &failed,
             ],
             Expect::AnyInt,
         ),

@@ -1,24 +1,31 @@
-//! The thirteen job-core verbs and the optional BCLAIM, one file each, named after the verb. Every file runs SPEC §5's check
+//! The verbs, one file each, named after the verb: the thirteen of the job core, then the
+//! optional ones (BCLAIM; remove, cancel, purge, drain). Every file runs SPEC §5's check
 //! order in the same visible steps: shape, layout, arguments, fence, reads and checks,
 //! writes (replicated as effects by the host).
 
 pub mod bclaim;
+pub mod cancel;
 pub mod claim;
 pub mod complete;
 pub mod delay;
+pub mod drain;
 pub mod enqueue;
 pub mod extend;
 pub mod extends;
 pub mod fail;
 pub mod promote;
+pub mod purge;
+pub mod remove;
 pub mod reprocess;
 pub mod requeue;
 pub mod reschedule;
 pub mod schedule;
 pub mod stalled_check;
 
+use crate::decide::{deletes_row, owned_op, Expect};
 use crate::errors::{printable, Refusal};
 use crate::ffi::Str;
+use crate::grammar::Queue;
 use crate::host::{Fence, Host, Seen};
 use crate::state::State;
 
@@ -103,4 +110,41 @@ pub fn held(
 /// Field `i` of a row read, borrowed.
 pub fn field(seen: &[Option<Str>], i: usize) -> Option<&[u8]> {
     seen.get(i).and_then(|f| f.as_deref())
+}
+
+/// Steps 4–7 for a verb that clears members of one set (PURGE: dead, DRAIN: pending): each
+/// row read as the caller (a wrong-typed row refuses the whole command before any write),
+/// then one ZREM of every member and a DEL of each row whose state is `want`. Returns how
+/// many members left the set.
+pub fn clear_members(
+    h: &Host<'_>,
+    q: &Queue<'_>,
+    set: &[u8],
+    members: &[Str],
+    want: State,
+) -> Result<i64, Refusal> {
+    if members.is_empty() {
+        return Ok(0);
+    }
+    let fence = h.fence();
+    let mut rows = Vec::new();
+    for id in members {
+        let row = q.row(id);
+        fence.read(&row)?;
+        let seen = h.hash(&row, &["state"])?;
+        if deletes_row(seen.as_ref().map(|f| field(f, 0)), want) {
+            fence.write(&row)?;
+            rows.push(row);
+        }
+    }
+    let n = members.len() as i64;
+    let mut zrem = vec![set.to_vec()];
+    zrem.extend(members.iter().map(|m| m.to_vec()));
+    let mut plan = vec![owned_op("ZREM", zrem, Expect::Int(n))];
+    plan.extend(
+        rows.into_iter()
+            .map(|row| owned_op("DEL", vec![row], Expect::Int(1))),
+    );
+    h.apply(&plan)?;
+    Ok(n)
 }

@@ -1,4 +1,5 @@
-//! EMQ.REPROCESS: return a dead job to pending, every counter kept (SPEC §3, §5.2, §5.4).
+//! EMQ.REPROCESS: return a dead job to pending with both budgets refilled: `failures` and
+//! `stalled` start again from 0, `attempts` (the token) is kept (SPEC §3, §5.2, §5.4, §9.2).
 
 use valkey_module::{Context, ValkeyResult};
 
@@ -44,7 +45,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
                 op("ZADD", &[pending, &prio, id], Expect::AnyInt),
                 op(
                     "HSET",
-                    &[&row, b"state", State::Pending.field()],
+                    &[
+                        &row,
+                        b"state",
+                        State::Pending.field(),
+                        b"failures",
+                        b"0",
+                        b"stalled",
+                        b"0",
+                    ],
                     Expect::AnyInt,
                 ),
             ];
@@ -58,7 +67,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     } else {
         plan
     };
-    // 6.–7. writes, each replicated as its effect: every counter kept
+    // 6.–7. writes, each replicated as its effect: the budgets refilled, attempts kept
     h.apply(&plan)?;
     if reply == 1 {
         // the queue is claimable: a blocked BCLAIM wakes

@@ -23,7 +23,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let delay = grammar::delay("delay_ms", call.argv[2])?;
     let priority = grammar::priority(call.argv[3])?;
     let h = Host::new(ctx, VERB);
-    let due = grammar::at("delay_ms", h.now_ms()?, delay)?;
+    let now = h.now_ms()?;
+    let due = grammar::at("delay_ms", now, delay)?;
+    let created = num(now);
     // 4. fence: the row is read before it is written
     let fence = h.fence();
     let row = q.row(id);
@@ -43,6 +45,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         payload,
         b"attempts",
         b"0",
+        b"created",
+        &created,
     ];
     let prio = num(priority);
     if priority > 0 {

@@ -101,6 +101,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         [active, pending, dead],
         &members,
         failed_count,
+        now,
     ))?;
     if back {
         // the queue is claimable: a blocked BCLAIM wakes

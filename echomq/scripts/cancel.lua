@@ -1,0 +1,22 @@
+-- EMQ cancel (wire 4). KEYS: active, dead, base. ARGV: id.
+-- Revokes an active job's lease from outside: it goes dead (scored now) with last_error
+-- `cancelled` and is counted, so its holder's next renewal answers 0 and its settle is
+-- refused. No row answers 0; a row not active, not in active, a lane row or a flow child is
+-- refused before any write.
+local row = KEYS[3] .. 'job:' .. ARGV[1]
+if redis.call('EXISTS', row) == 0 then return 0 end
+local seen = redis.call('HMGET', row, 'group', 'parent', 'state')
+local state = seen[3]
+if seen[1] then return redis.error_reply('EMQSTATE lane row is not native') end
+if seen[2] then return redis.error_reply('EMQSTATE flow child is not native') end
+if state ~= 'active' then
+  return redis.error_reply('EMQSTATE EMQ.CANCEL row ' .. (state and 'is ' .. state or 'has no state') .. ', not active')
+end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.CANCEL id is not in active') end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+redis.call('HSET', row, 'state', 'dead', 'last_error', 'cancelled', 'failed', now)
+redis.call('HINCRBY', KEYS[3] .. 'metrics:failed', 'count', 1)
+return 1

@@ -1,0 +1,15 @@
+-- EMQ drain (wire 4). KEYS: pending, base. ARGV: limit.
+-- Deletes up to limit jobs from the head of pending (the order ZPOPMIN serves). Every row is
+-- read before the first write; a member whose row is pending is deleted with its row, a
+-- ghost or a row whose state is not pending only leaves pending. Reply: how many left pending.
+local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #ids == 0 then return 0 end
+local rows = {}
+for _, id in ipairs(ids) do
+  local row = KEYS[2] .. 'job:' .. id
+  if redis.call('HGET', row, 'state') == 'pending' then rows[#rows + 1] = row end
+end
+-- unpack in slices: Lua's stack takes a few thousand values at most, limit goes to 10000
+for i = 1, #ids, 1000 do redis.call('ZREM', KEYS[1], unpack(ids, i, math.min(i + 999, #ids))) end
+for _, row in ipairs(rows) do redis.call('DEL', row) end
+return #ids

@@ -1,0 +1,22 @@
+-- EMQ remove (wire 4). KEYS: pending, schedule, dead, base. ARGV: id.
+-- Deletes a waiting (pending, scheduled) or dead job: the row and its set membership go
+-- together. No row answers 0; an active job is refused (cancel it); so are a lane row, a
+-- flow child, and a row missing from the set its state names. Reply: the state removed from.
+local row = KEYS[4] .. 'job:' .. ARGV[1]
+if redis.call('EXISTS', row) == 0 then return 0 end
+local seen = redis.call('HMGET', row, 'group', 'parent', 'state')
+local state = seen[3]
+if seen[1] then return redis.error_reply('EMQSTATE lane row is not native') end
+if seen[2] then return redis.error_reply('EMQSTATE flow child is not native') end
+if state == 'active' then return redis.error_reply('EMQSTATE EMQ.REMOVE row is active: cancel it instead') end
+local set = ({pending = KEYS[1], scheduled = KEYS[2], dead = KEYS[3]})[state or '']
+if not set then
+  return redis.error_reply('EMQSTATE EMQ.REMOVE row ' .. (state and 'is ' .. state or 'has no state')
+    .. ', not pending, scheduled or dead')
+end
+if not redis.call('ZSCORE', set, ARGV[1]) then
+  return redis.error_reply('EMQSTATE EMQ.REMOVE id is not in ' .. (state == 'scheduled' and 'schedule' or state))
+end
+redis.call('ZREM', set, ARGV[1])
+redis.call('DEL', row)
+return state

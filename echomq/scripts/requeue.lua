@@ -1,0 +1,16 @@
+-- EMQ requeue (wire 4). KEYS: active, pending, base. ARGV: id, token.
+-- The holder releases its job to pending at its priority; no counter is written, so no
+-- budget is spent. A matching token on a row that is not active is refused (SPEC §9.1).
+-- The job is claimable again: it writes the wake marker.
+local row = KEYS[3] .. 'job:' .. ARGV[1]
+local held = redis.call('HMGET', row, 'attempts', 'state')
+if held[1] ~= ARGV[2] then return 0 end
+if held[2] ~= 'active' then
+  return redis.error_reply('EMQSTATE EMQ.REQUEUE row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
+end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.REQUEUE id is not in active') end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), ARGV[1])
+redis.call('HSET', row, 'state', 'pending')
+redis.call('ZADD', KEYS[3] .. 'wake', 0, 'w')  -- claimable now: wake the waiters
+return 1
