@@ -18,7 +18,7 @@ from valkey.exceptions import NoScriptError, ResponseError
 from . import errors
 from .connection import Call, Connection, as_refusal, build_call
 from .ids import uuid7
-from .keys import STATE_SETS, Keyspace, State, check_job_id
+from .keys import MAX_TRACEBACK_BYTES, STATE_SETS, Keyspace, State, check_job_id
 from .serializers import JSON, Serializer
 
 I64_MAX = 2**63 - 1
@@ -108,6 +108,18 @@ JobRef = Job | str
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def check_traceback(traceback: str) -> None:
+    """FAIL's traceback: text of at most MAX_TRACEBACK_BYTES in UTF-8 (:func:`echomq.policy.describe_traceback`
+    keeps a longer one's tail)."""
+    try:
+        size = len(traceback.encode())
+    except (AttributeError, UnicodeEncodeError) as exc:
+        raise errors.ConfigurationError(f"bad traceback: UTF-8 text, got {type(traceback).__name__} ({exc})") from exc
+    if size > MAX_TRACEBACK_BYTES:
+        raise errors.ConfigurationError(f"bad traceback of {size} bytes: at most {MAX_TRACEBACK_BYTES} in UTF-8 "
+                                        "(keep its tail: echomq.policy.describe_traceback)")
 
 
 def _ref(job: JobRef, token: str | int | None) -> tuple[str, str]:
@@ -236,11 +248,17 @@ class Queue:
         return self.call("complete", *_ref(job, token))
 
     def fail_call(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
-                  token: str | int | None = None) -> Call:
+                  token: str | int | None = None, traceback: str | None = None) -> Call:
         job_id, token = _ref(job, token)
         check_int("max_attempts", max_attempts, 1)
         check_int("backoff_ms", backoff_ms, 0)
-        return self.call("fail", job_id, token, error, max_attempts, backoff_ms)
+        argv = [job_id, token, error, max_attempts, backoff_ms]
+        if traceback is not None:
+            check_traceback(traceback)
+            # a wire-6 module that predates fail.traceback gets five ARGV: last_error is still written
+            if self.connection.carries("fail", "traceback"):
+                argv.append(traceback)
+        return self.call("fail", *argv)
 
     def delay_call(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> Call:
         job_id, token = _ref(job, token)
@@ -261,9 +279,14 @@ class Queue:
         return [reply == 1 for reply in replies]
 
     def fail(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
-             token: str | int | None = None) -> State:
-        """Record a failure: back to pending (no backoff), to schedule (backoff) or dead (out of budget)."""
-        call = self.fail_call(job, error, max_attempts=max_attempts, backoff_ms=backoff_ms, token=token)
+             token: str | int | None = None, traceback: str | None = None) -> State:
+        """Record a failure: back to pending (no backoff), to schedule (backoff) or dead (out of budget).
+
+        ``error`` becomes the row's ``last_error``; ``traceback`` (at most 8 KiB of UTF-8, ``""``
+        for none) its ``traceback`` field, written in the same step. A wire-6 module whose
+        EMQ.VERSION lacks ``fail.traceback`` is sent the failure without it."""
+        call = self.fail_call(job, error, max_attempts=max_attempts, backoff_ms=backoff_ms, token=token,
+                              traceback=traceback)
         return State(_text(self._fenced(call)))
 
     def delay(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> int:

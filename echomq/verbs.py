@@ -25,6 +25,10 @@ class Verb:
     tokens: tuple[str, ...] = ()  #: capability tokens its native row advertises
     scripted: bool = True  #: served by ``scripts/<name>.lua`` on wire 4
     move: str = ""  #: the lifecycle arrow it performs, as docs/lifecycle.md lists it
+    #: (argument, token): optional trailing ARGV added after the verb landed (SPEC §9.4), in
+    #: order; the script reads each when given, and a wire-6 client sends one only when
+    #: EMQ.VERSION lists its token
+    late: tuple[tuple[str, str], ...] = ()
 
     @property
     def script_path(self) -> Path:
@@ -35,9 +39,9 @@ class Verb:
         return self.command is None
 
 
-def _verb(name, keys, argv, move, tokens=None, scripted=True):
+def _verb(name, keys, argv, move, tokens=None, scripted=True, late=()):
     command = "EMQ." + name.upper().replace("_", ".")
-    return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move)
+    return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move, tuple(late))
 
 
 # Rows in the order of SPEC §3 and of trafikey's registration table.
@@ -54,7 +58,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("delay", ("active", "schedule", BASE), ("id", "token", "delay_ms"), "active → scheduled"),
     _verb("fail", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
-          tokens=("fail.flat",)),
+          tokens=("fail.flat",), late=(("traceback", "fail.traceback"),)),
     _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending"),
     _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending"),
     _verb("stalled_check", ("active", "pending", "dead", BASE), ("max_stalled", "limit"),
@@ -84,8 +88,12 @@ BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + OPTIONAL + READS
 #: What EMQ.VERSION must list for a wire-6 connection, in registration order.
 JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in verb.tokens)
 
-#: The optional verbs' tokens, in registration order (after the job core's and the bus's).
-OPTIONAL_TOKENS: tuple[str, ...] = tuple(token for verb in OPTIONAL for token in verb.tokens)
+#: The tokens of the late arguments, listed after every row's (trafikey's ARGUMENT_TOKENS).
+ARGUMENT_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS + OPTIONAL for _, token in verb.late)
+
+#: The optional tokens, in EMQ.VERSION's order: the optional verbs' (after the job core's and
+#: the bus's), then the late arguments'.
+OPTIONAL_TOKENS: tuple[str, ...] = tuple(token for verb in OPTIONAL for token in verb.tokens) + ARGUMENT_TOKENS
 
 #: Every verb with a script (the thirteen job-core verbs, the control verbs and the two reads).
 SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + OPTIONAL + READS if verb.scripted)
