@@ -293,7 +293,7 @@ class Queue(QueueCore):
 
     def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON,
                  max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
-        super().__init__(name, connection.wire, serializer, max_payload_bytes)
+        super().__init__(name, connection, serializer, max_payload_bytes)
         self.connection = connection
 
     def __repr__(self) -> str:
@@ -339,8 +339,9 @@ class Queue(QueueCore):
         return await self._run(self.op_complete_many(jobs))
 
     async def fail(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
-                   token: str | int | None = None) -> State:
-        call = self.fail_call(job, error, max_attempts=max_attempts, backoff_ms=backoff_ms, token=token)
+                   token: str | int | None = None, traceback: str | None = None) -> State:
+        call = self.fail_call(job, error, max_attempts=max_attempts, backoff_ms=backoff_ms, token=token,
+                              traceback=traceback)
         return await self._run(self.op_fenced(call))
 
     async def delay(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> int:

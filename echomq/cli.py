@@ -29,13 +29,15 @@ from rich import box
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from . import __version__
 from .admin import brand_node
 from .connection import Connection, connect
 from .errors import ConfigurationError, ConnectionFailed, EchoMQError, PortInUse, ServerStartError
 from .heartbeat import list_workers
-from .inventory import QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, queue_exists
+from .inventory import (TIME_FIELDS, QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error,
+                        queue_exists)
 from .keys import State, check_job_id, check_queue_name
 from .module import module_path
 from .policy import IdlePolicy, LeasePolicy
@@ -418,6 +420,10 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str, as_json: bool) ->
     for field in ("attempts", "failures", "stalled", "priority", "last_error", "lease_epoch"):
         if field in view.fields:
             table.add_row(field, view.fields[field])
+    for field in TIME_FIELDS:
+        if view.fields.get(field, "").isdigit():
+            at = int(view.fields[field])
+            table.add_row(field, f"{ago((view.now_ms - at) / 1000)} ago ({at} ms, server clock)")
     if not view.in_its_set:
         table.add_row("in its set", "[red]no[/] (the row's state names a set it is not in)")
     elif view.state == "active":
@@ -425,6 +431,8 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str, as_json: bool) ->
     elif view.state == "scheduled":
         table.add_row("due", f"in {view.due_in_ms} ms (server clock)")
     table.add_row("payload", view.payload_text())
+    if view.fields.get("traceback"):  # the last failure's, its tail kept (empty: it had none)
+        table.add_row("traceback", Text(view.fields["traceback"]))
     out.print(table)
 
 

@@ -241,6 +241,12 @@ class WireCodec:
             return verb.scripted
         return verb.read_only or set(verb.tokens) <= self.tokens
 
+    def carries(self, verb_name: str, argument: str) -> bool:
+        """Whether a call of ``verb_name`` may send its late ``argument`` (SPEC §9.4): the
+        script reads it on wire 4; on wire 6 EMQ.VERSION must list its token."""
+        token = dict(BY_NAME[verb_name].late)[argument]
+        return self.supports(verb_name) and (self.wire == 4 or token in self.tokens)
+
     def command_args(self, call: Call) -> tuple[Any, ...]:
         """The command that carries ``call`` on this connection's wire."""
         verb = call.verb

@@ -18,15 +18,19 @@ per job instead, because a batch is partly lost by nature.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generator, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Sequence, TypeVar
 
 from . import errors
 from .ids import uuid7
 from .keys import STATE_SETS, Keyspace, State, check_job_id
 from .serializers import JSON, Serializer
 from .verbs import (
-    BY_NAME, EXTENDS_MAX_PAIRS, LIMIT_MAX, Call, Claimed, Counts, Plain, Sweep, build_call, check_int, text,
+    BY_NAME, EXTENDS_MAX_PAIRS, LIMIT_MAX, Call, Claimed, Counts, Plain, Sweep, build_call, check_int, check_traceback,
+    text,
 )
+
+if TYPE_CHECKING:
+    from .connection import WireCodec
 
 T = TypeVar("T")
 RoundTrip = list["Call | Plain"]
@@ -116,11 +120,12 @@ class QueueCore:
 
     wire: int
 
-    def __init__(self, name: str, wire: int, serializer: Serializer = JSON,
+    def __init__(self, name: str, codec: WireCodec, serializer: Serializer = JSON,
                  max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
         self.keys = Keyspace(name)
         self.name = name
-        self.wire = wire
+        self.codec = codec  #: the connection's wire and tokens: what a call may carry (no I/O here)
+        self.wire = codec.wire
         self.serializer = serializer
         self.max_payload_bytes = None if max_payload_bytes is None else check_int(
             "max_payload_bytes", max_payload_bytes, 1)
@@ -146,8 +151,14 @@ class QueueCore:
         return self.build("complete", *_ref(job, token))
 
     def fail_call(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
-                  token: str | int | None = None) -> Call:
-        return self.build("fail", *_ref(job, token), error, max_attempts, backoff_ms)
+                  token: str | int | None = None, traceback: str | None = None) -> Call:
+        argv = [*_ref(job, token), error, max_attempts, backoff_ms]
+        # a wire-6 module that predates fail.traceback gets five ARGV: last_error is still written
+        if traceback is not None and self.codec.carries("fail", "traceback"):
+            argv.append(traceback)
+        elif traceback is not None:
+            check_traceback(traceback)  # refused the same whether or not it is sent
+        return self.build("fail", *argv)
 
     def delay_call(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> Call:
         return self.build("delay", *_ref(job, token), delay_ms)

@@ -19,6 +19,8 @@ from .errors import CommandRefused
 from .keys import STATE_SETS, State
 from .queue import Counts, Queue
 
+#: a row's times (ms, server clock): admitted, last claimed, last failed (docs/spec.md §11.5)
+TIME_FIELDS = ("created", "started", "failed")
 #: the keys whose presence means a queue exists (a queue whose jobs all completed keeps its metrics)
 PRESENCE_SUFFIXES = ("pending", "active", "schedule", "dead", "meta", "metrics:completed", "metrics:failed")
 

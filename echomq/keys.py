@@ -15,6 +15,7 @@ from .errors import ConfigurationError
 VERSION_KEY = "{emq}:version"
 QUEUE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_ID_BYTES = 512
+MAX_TRACEBACK_BYTES = 8192  #: FAIL's optional traceback (docs/spec.md §11.6); a client keeps a longer one's tail
 
 
 class State(str, enum.Enum):

@@ -4,7 +4,8 @@ Each function takes the facts (times are plain numbers, randomness is passed in)
 and returns a decision, so every rule here is table-tested without a server:
 
 * :func:`backoff_ms` -- the retry schedule: exponential, capped, with jitter;
-* :func:`decide_outcome` -- what a handler's result turns into (a :data:`Settle`);
+* :func:`decide_outcome` -- what a handler's result turns into (a :data:`Settle`), with
+  :func:`describe_error` and :func:`describe_traceback` (bounded: :func:`keep_tail`);
 * :func:`wait_groups`, :func:`to_wait`, :func:`interrupt_waiter`, :func:`block_timeout_ms` --
   how an idle worker waits on the server instead of polling;
 * :func:`promote_at_ms` -- when to promote next, from the schedule's head (exact timers);
@@ -17,10 +18,12 @@ and returns a decision, so every rule here is table-tested without a server:
 
 from __future__ import annotations
 
+import traceback as _traceback
 from dataclasses import dataclass
 from typing import AbstractSet, Hashable, Iterable, Mapping, Sequence, TypeVar, Union
 
 from .errors import ConfigurationError
+from .keys import MAX_TRACEBACK_BYTES
 
 K = TypeVar("K", bound=Hashable)  #: whatever names a held job (the worker uses (queue, id))
 
@@ -83,6 +86,7 @@ class Fail:
     error: str
     max_attempts: int
     backoff_ms: int
+    traceback: str = ""  #: the raised exception's, bounded; "" when there is none (a Retry, a timeout)
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,39 @@ def describe_error(error: BaseException, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: How far past the cut :func:`keep_tail` looks for a line start, so the tail begins with a whole line.
+LINE_SEARCH_BYTES = 512
+
+
+def keep_tail(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` bytes of UTF-8: whole when it fits, else its tail (from a
+    character boundary, at a line start when one is near) after a marker saying how much was cut."""
+    data = text.encode(errors="backslashreplace")  # lone surrogates become text the wire can carry
+    if len(data) <= limit:
+        return data.decode()
+    marker = "[... the first {} bytes were cut ...]\n"
+    start = len(data) - (limit - len(marker.format(len(data)).encode()))
+    while start < len(data) and data[start] & 0xC0 == 0x80:  # inside a character: to its end
+        start += 1
+    line = data.find(b"\n", start, start + LINE_SEARCH_BYTES)
+    if line != -1 and line + 1 < len(data):
+        start = line + 1
+    return marker.format(start) + data[start:].decode()
+
+
+def describe_traceback(error: BaseException, limit: int = MAX_TRACEBACK_BYTES) -> str:
+    """The text FAIL stores as ``traceback``: the exception formatted as ``traceback.format_exc()``
+    prints it (its chained causes included), its tail kept within ``limit`` bytes (the frames
+    nearest the raise and the message); "" for an exception that was never raised."""
+    if error.__traceback__ is None:
+        return ""
+    try:
+        text = "".join(_traceback.format_exception(error))
+    except Exception:  # an exception whose __str__ fails must not take the worker down with it
+        return ""
+    return keep_tail(text, limit)
+
+
 def decide_outcome(outcome: Outcome, *, lost: bool, attempt: int, max_attempts: int, backoff: Backoff,
                    rand: float) -> Settle:
     """What to send for a finished handler. A lost lease wins over everything: nothing is settled."""
@@ -158,7 +195,8 @@ def decide_outcome(outcome: Outcome, *, lost: bool, attempt: int, max_attempts: 
         wait = backoff_ms(backoff, attempt, rand) if outcome.delay_ms is None else outcome.delay_ms
         return Fail(outcome.reason, max_attempts, wait)
     if isinstance(outcome, Raised):
-        return Fail(describe_error(outcome.error), max_attempts, backoff_ms(backoff, attempt, rand))
+        return Fail(describe_error(outcome.error), max_attempts, backoff_ms(backoff, attempt, rand),
+                    describe_traceback(outcome.error))
     if isinstance(outcome, Undecodable):
         # a budget of one: FAIL caps on failures, so this failure is the last (dead at once)
         return Fail(describe_error(outcome.error), 1, 0)

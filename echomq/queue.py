@@ -26,7 +26,7 @@ class Queue(QueueCore):
 
     def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON,
                  max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
-        super().__init__(name, connection.wire, serializer, max_payload_bytes)
+        super().__init__(name, connection, serializer, max_payload_bytes)
         self.connection = connection
 
     def __repr__(self) -> str:
@@ -92,9 +92,14 @@ class Queue(QueueCore):
         return self._run(self.op_complete_many(jobs))
 
     def fail(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
-             token: str | int | None = None) -> State:
-        """Record a failure: back to pending (no backoff), to schedule (backoff) or dead (out of budget)."""
-        call = self.fail_call(job, error, max_attempts=max_attempts, backoff_ms=backoff_ms, token=token)
+             token: str | int | None = None, traceback: str | None = None) -> State:
+        """Record a failure: back to pending (no backoff), to schedule (backoff) or dead (out of budget).
+
+        ``error`` becomes the row's ``last_error``; ``traceback`` (at most 8 KiB of UTF-8, ``""``
+        for none) its ``traceback`` field, written in the same step. A wire-6 module whose
+        EMQ.VERSION lacks ``fail.traceback`` is sent the failure without it."""
+        call = self.fail_call(job, error, max_attempts=max_attempts, backoff_ms=backoff_ms, token=token,
+                              traceback=traceback)
         return self._run(self.op_fenced(call))
 
     def delay(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import errors
-from .keys import MAX_ID_BYTES, Keyspace, State, check_job_id
+from .keys import MAX_ID_BYTES, MAX_TRACEBACK_BYTES, Keyspace, State, check_job_id
 
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
 BASE = ""  # the key suffix that names the base itself, ``emq:{q}:``
@@ -56,6 +56,19 @@ def check_int(name: str, value: Any, low: int, high: int = I64_MAX) -> int:
     return value
 
 
+def check_traceback(traceback: Any) -> str:
+    """FAIL's traceback: text of at most MAX_TRACEBACK_BYTES in UTF-8 (:func:`echomq.policy.describe_traceback`
+    keeps a longer one's tail)."""
+    try:
+        size = len(traceback.encode())
+    except (AttributeError, UnicodeEncodeError) as exc:
+        raise errors.ConfigurationError(f"bad traceback: UTF-8 text, got {type(traceback).__name__} ({exc})") from exc
+    if size > MAX_TRACEBACK_BYTES:
+        raise errors.ConfigurationError(f"bad traceback of {size} bytes: at most {MAX_TRACEBACK_BYTES} in UTF-8 "
+                                        "(keep its tail: echomq.policy.describe_traceback)")
+    return traceback
+
+
 def check_arg(name: str, value: Any) -> Any:
     """One ARGV value checked by its name: a number within its bounds, an id, or passed as is."""
     if name in BOUNDS:
@@ -64,6 +77,8 @@ def check_arg(name: str, value: Any) -> Any:
         return check_job_id(value)
     if name == "token":
         return str(value)
+    if name == "traceback":
+        return check_traceback(value)
     return value  # payload (already serialized) and error text travel as given
 
 
@@ -160,6 +175,10 @@ class Verb:
     move: str = ""  #: the lifecycle arrow it performs, as docs/lifecycle.md lists it
     decode: Callable[[Any], Any] = lambda reply: reply  #: the reply, typed
     fenced: bool = False  #: takes (id, token) first; 0 or EMQSTATE means the lease is lost
+    #: (argument, token): optional trailing ARGV added after the verb landed (SPEC §9.4), in
+    #: order; the script reads each when given, and a wire-6 client sends one only when
+    #: EMQ.VERSION lists its token
+    late: tuple[tuple[str, str], ...] = ()
 
     @property
     def script_path(self) -> Path:
@@ -178,8 +197,13 @@ class Verb:
                 raise errors.ConfigurationError(
                     f"bad EXTENDS: 1 to {EXTENDS_MAX_PAIRS} (id, token) pairs after the lease, got {len(argv) - 1} values")
             names = self.argv[:1] + self.argv[1:] * pairs
-        elif len(argv) != len(names):
-            raise errors.ConfigurationError(f"{self.name} takes {list(names)}, got {len(argv)} values")
+        elif len(names) <= len(argv) <= len(names) + len(self.late):
+            names = names + tuple(name for name, _ in self.late)[: len(argv) - len(names)]
+        else:
+            late = [name for name, _ in self.late]
+            raise errors.ConfigurationError(
+                f"{self.name} takes {list(names)}" + (f" and optionally {late}" if late else "")
+                + f", got {len(argv)} values")
         return Call(self, tuple(keyspace.key(s) for s in self.keys), tuple(map(check_arg, names, argv)))
 
     def answer(self, call: Call, reply: Any) -> Any:
@@ -197,9 +221,10 @@ class Verb:
         return self.decode(reply)
 
 
-def _verb(name, keys, argv, move, decode=lambda reply: reply, tokens=None, scripted=True, fenced=False):
+def _verb(name, keys, argv, move, decode=lambda reply: reply, tokens=None, scripted=True, fenced=False, late=()):
     command = "EMQ." + name.upper().replace("_", ".")
-    return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move, decode, fenced)
+    return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move, decode, fenced,
+                tuple(late))
 
 
 # Rows in the order of SPEC §3 and of trafikey's registration table.
@@ -220,7 +245,8 @@ VERBS: tuple[Verb, ...] = (
           fenced=True),
     _verb("fail", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
-          decode=lambda reply: State(text(reply)), tokens=("fail.flat",), fenced=True),
+          decode=lambda reply: State(text(reply)), tokens=("fail.flat",), fenced=True,
+          late=(("traceback", "fail.traceback"),)),
     _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending", decode=_one),
     _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", decode=_one, fenced=True),
     _verb("stalled_check", ("active", "pending", "dead", BASE), ("max_stalled", "limit"),
@@ -252,8 +278,12 @@ BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + OPTIONAL + READS
 #: What EMQ.VERSION must list for a wire-6 connection, in registration order.
 JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in verb.tokens)
 
-#: The optional verbs' tokens, in registration order (after the job core's and the bus's).
-OPTIONAL_TOKENS: tuple[str, ...] = tuple(token for verb in OPTIONAL for token in verb.tokens)
+#: The tokens of the late arguments, listed after every row's (trafikey's ARGUMENT_TOKENS).
+ARGUMENT_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS + OPTIONAL for _, token in verb.late)
+
+#: The optional tokens, in EMQ.VERSION's order: the optional verbs' (after the job core's and
+#: the bus's), then the late arguments'.
+OPTIONAL_TOKENS: tuple[str, ...] = tuple(token for verb in OPTIONAL for token in verb.tokens) + ARGUMENT_TOKENS
 
 #: Every verb with a script (the thirteen job-core verbs, the control verbs and the two reads).
 SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + OPTIONAL + READS if verb.scripted)

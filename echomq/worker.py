@@ -504,7 +504,7 @@ class Worker:
             return queue.complete_call(job)
         if isinstance(decision, policy.Fail):
             return queue.fail_call(job, decision.error, max_attempts=decision.max_attempts,
-                                   backoff_ms=decision.backoff_ms)
+                                   backoff_ms=decision.backoff_ms, traceback=decision.traceback)
         return queue.delay_call(job, decision.delay_ms)
 
     def _record(self, held: Held, decision: policy.Settle, reply: Any) -> None:

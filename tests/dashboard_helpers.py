@@ -20,11 +20,16 @@ class Stocked:
     dead: list[str]
 
 
+#: the stocked dead jobs' traceback, as a worker stores it
+TRACEBACK = ('Traceback (most recent call last):\n  File "jobs.py", line 12, in handle\n    row = parse(payload)\n'
+             "ValueError: bad row\n")
+
+
 def stock(queue: Queue) -> Stocked:
     """Jobs in every state: 30 pending, 1 active, 1 scheduled, 2 dead (and 1 completed)."""
     dead = [queue.enqueue({"kind": "doomed", "n": n}).id for n in range(2)]
     for _ in dead:
-        queue.fail(take(queue), "ValueError: bad row", max_attempts=1)
+        queue.fail(take(queue), "ValueError: bad row", max_attempts=1, traceback=TRACEBACK)
     done = queue.enqueue({"kind": "done"})
     queue.complete(take(queue))
     active = queue.enqueue({"kind": "held"}).id

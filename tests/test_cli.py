@@ -166,6 +166,21 @@ def test_inspect_a_held_job_shows_its_lease_and_a_missing_one_is_an_error(emq, c
     assert missing.exit_code == 1 and "no job 'nope'" in missing.stderr
 
 
+def test_inspect_shows_the_last_failures_traceback_and_the_rows_times(emq, conn, name):
+    queue = Queue(conn, name)
+    queue.enqueue({"a": 1})
+    trace = ('Traceback (most recent call last):\n  File "jobs.py", line 9, in send\n'
+             "    [red]raise[/red] KeyError\nKeyError")
+    job = queue.claim(60_000)
+    queue.fail(job, "KeyError", max_attempts=1, traceback=trace)
+    shown = emq("inspect", job.id, "-q", name)
+    assert shown.exit_code == 0 and "KeyError" in shown.stdout
+    assert all(line.strip() in shown.stdout for line in trace.splitlines())  # as stored: no markup read
+    for field in ("created", "started", "failed"):
+        assert any(line.split()[1:2] == [field] and "ago (" in line for line in shown.stdout.splitlines()), field
+    assert json.loads(emq("inspect", job.id, "-q", name, "--json").stdout)["traceback"] == trace
+
+
 def test_module_path_and_a_bad_app_spec():
     runner = CliRunner()
     result = runner.invoke(main, ["module-path"])

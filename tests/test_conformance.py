@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from echomq import Counts, Enqueued, Job, LeaseLost, State, StateError
+from echomq import ConfigurationError, Counts, Enqueued, Job, LeaseLost, State, StateError
 from echomq.connection import build_call
+from echomq.keys import MAX_TRACEBACK_BYTES
 from echomq.verbs import JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, VERBS
 from helpers import TIME, AwaitingQueue, queue_unchanged, server_ms, snap, wait_server_past
 
@@ -443,6 +444,47 @@ def test_fail_budget_on_the_ordinary_path(q):
     assert job.attempt == 2
     assert q.fail(job, "two", max_attempts=2) is State.DEAD
     assert snap(q)[R(q, "a")] == row(q, "dead", attempts=2, claimed=True, failures=2, last_error="two")
+
+
+def test_fail_keeps_the_traceback_beside_last_error(q):
+    """docs/spec.md §11.6: the traceback is written in the same step as the failure, on every path;
+    a FAIL without one leaves the field as it is."""
+    job = claimed(q)
+    trace = "Traceback (most recent call last):\n  File \"jobs.py\", line 3, in send\nValueError: boom ü"
+    assert q.fail(job, "ValueError: boom ü", max_attempts=3, traceback=trace) is State.PENDING
+    assert snap(q)[R(q, "a")] == row(q, "pending", attempts=1, claimed=True, failures=1,
+                                     last_error="ValueError: boom ü", traceback=trace)
+    assert q.fail(q.claim(60_000), "two", max_attempts=3) is State.PENDING
+    assert snap(q)[R(q, "a")] == row(q, "pending", attempts=2, claimed=True, failures=2, last_error="two",
+                                     traceback=trace)
+    longest = "é" * (MAX_TRACEBACK_BYTES // 2)
+    assert q.fail(q.claim(60_000), "three", max_attempts=3, traceback=longest) is State.DEAD
+    assert snap(q)[R(q, "a")] == row(q, "dead", attempts=3, claimed=True, failures=3, last_error="three",
+                                     traceback=longest)
+
+
+def test_a_traceback_over_8_kib_is_refused_before_sending(q):
+    job = claimed(q)
+    with queue_unchanged(q):
+        with pytest.raises(ConfigurationError, match="bad traceback of 8193 bytes"):
+            q.fail(job, "e", max_attempts=3, traceback="x" * (MAX_TRACEBACK_BYTES + 1))
+        with pytest.raises(ConfigurationError, match="bad traceback"):
+            q.fail(job, "e", max_attempts=3, traceback=b"bytes")
+
+
+def test_a_wire_6_module_without_fail_traceback_gets_the_failure_without_it(q, wire):
+    """SPEC §9.4: the late argument goes only to a module whose EMQ.VERSION lists its token; the
+    failure itself is recorded either way."""
+    codec = q.codec  # the connection the queue sends on (the asyncio one for an async queue)
+    if wire == 4:
+        assert codec.carries("fail", "traceback")  # the script reads it
+        return
+    assert "fail.traceback" in codec.tokens and codec.carries("fail", "traceback")
+    codec.tokens = codec.tokens - {"fail.traceback"}  # a module that predates it
+    assert not codec.carries("fail", "traceback")
+    assert q.fail_call(claimed(q), "e", max_attempts=3, traceback="tb").argv == ("a", "1", "e", 3, 0)
+    assert q.fail("a", "boom", max_attempts=3, token=1, traceback="Traceback ...") is State.PENDING
+    assert snap(q)[R(q, "a")] == row(q, "pending", attempts=1, claimed=True, failures=1, last_error="boom")
 
 
 def test_fail_without_the_token_writes_nothing(q):

@@ -69,6 +69,7 @@ def test_every_page_loads_and_shows_the_queue(site, stocked):
     dead = site.get(f"/queues/{name}/job", params={"id": stocked.dead[0]})
     assert dead.status_code == 200 and "ValueError: bad row" in dead.text and "&#34;doomed&#34;" in dead.text
     assert ">Reprocess</button>" in dead.text
+    assert '<pre id="traceback">Traceback (most recent call last):\n  File &#34;jobs.py&#34;, line 12' in dead.text
     held = site.get(f"/queues/{name}/job", params={"id": stocked.active})
     assert "lease</th><td>ends in" in held.text and ">Reprocess</button>" not in held.text
 

@@ -13,7 +13,8 @@ import pytest
 
 from echomq import verbs
 from echomq.keys import STATE_SETS, State
-from echomq.verbs import BASE, BY_NAME, JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS
+from echomq.verbs import (ARGUMENT_TOKENS, BASE, BY_NAME, JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, SCRIPTED,
+                          SCRIPTS_DIR, VERBS)
 
 REGISTERED = VERBS + OPTIONAL  # trafikey's rows: the job core, then the optional verbs in order (SPEC §9.4)
 
@@ -64,7 +65,8 @@ def test_tokens_are_the_spec_list_in_registration_order():
 
 def test_optional_verbs_are_spec_section_9_and_not_required():
     assert [(v.command, _named(v.keys), list(v.argv), v.tokens) for v in OPTIONAL] == SPEC_OPTIONAL
-    assert OPTIONAL_TOKENS == ("claim.block", "remove", "cancel", "purge", "drain")
+    assert OPTIONAL_TOKENS == ("claim.block", "remove", "cancel", "purge", "drain", "fail.traceback")
+    assert ARGUMENT_TOKENS == ("fail.traceback",)
     assert not set(OPTIONAL_TOKENS) & set(JOB_CORE_TOKENS), "a wire-6 connection requires only the fourteen"
     for verb in OPTIONAL:
         assert verb.scripted == (verb.name not in UNSCRIPTED) and not verb.read_only and verb.keys[-1] == BASE
@@ -74,6 +76,11 @@ def test_optional_verbs_are_spec_section_9_and_not_required():
 
 def test_verb_rows_are_spec_section_3():
     assert [(v.command, _named(v.keys), list(v.argv)) for v in VERBS] == SPEC_VERBS
+
+
+def test_late_arguments_are_fails_traceback_only():
+    """docs/spec.md §11.6: FAIL's optional sixth ARGV, behind its own token."""
+    assert {v.name: v.late for v in REGISTERED if v.late} == {"fail": (("traceback", "fail.traceback"),)}
 
 
 def test_verb_names_match_their_commands():
@@ -142,7 +149,7 @@ def test_script_header_names_the_tables_keys_and_argv(verb):
     argv = re.search(r"ARGV: (.+?)(?<!\.)\.(?!\.)(?:\s|$)", header)
     if verb.argv:
         assert argv, f"{verb.name}.lua: no ARGV line in its header"
-        assert _names(argv.group(1)) == list(verb.argv)
+        assert _names(argv.group(1)) == list(verb.argv) + [f"{name} (optional)" for name, _ in verb.late]
     else:
         assert argv is None
 
@@ -156,7 +163,8 @@ def test_script_uses_exactly_its_declared_keys(verb):
     if verb.name == "extends":  # the pairs are walked with ARGV[i], ARGV[i + 1]
         assert 1 in argv_used and re.search(r"ARGV\[i\]", code) and re.search(r"ARGV\[i \+ 1\]", code)
     else:
-        assert argv_used == set(range(1, len(verb.argv) + 1)), f"{verb.name}.lua uses ARGV {sorted(argv_used)}"
+        want = set(range(1, len(verb.argv) + len(verb.late) + 1))
+        assert argv_used == want, f"{verb.name}.lua uses ARGV {sorted(argv_used)}"
     # the only key the script builds itself is derived from the base, never a literal queue key
     assert "emq:" not in code
     assert not re.search(r"redis\.call\('(?:EVAL|FLUSH|KEYS|SCAN)", code)
@@ -246,6 +254,13 @@ def test_rust_registration_table_matches_the_verb_table():
     assert version > rows[-1].end(), "EMQ.VERSION is registered, after the job-core rows"
     on_disk = {p.stem for p in (RUST_SRC / "verbs").glob("*.rs")} - {"mod"}
     assert on_disk == {v.name for v in REGISTERED}
+    late = re.search(r"pub static ARGUMENT_TOKENS: &\[&str\] = &\[(.*?)\];", text, re.S)
+    assert late and tuple(re.findall(r'^\s*"([^"]+)"', late.group(1), re.M)) == ARGUMENT_TOKENS
+    # a late argument's verb takes it: shape Late(n, k) with its ARGV count and late count
+    for verb in REGISTERED:
+        if verb.late:
+            code = (RUST_SRC / "verbs" / f"{verb.name}.rs").read_text()
+            assert f"Argc::Late({len(verb.argv)}, {len(verb.late)})" in code, verb.name
 
 
 # --------------------------------------------------------------------------- SPEC §3 limits, defined once

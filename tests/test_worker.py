@@ -109,6 +109,10 @@ def test_dead_after_max_attempts(conn):
     assert attempts == [1, 2]
     row = queue.job(job.id)
     assert row["state"] == "dead" and row["last_error"] == "ValueError: cannot parse 7" and row["attempts"] == "2"
+    # the raise's traceback beside it, written by the same FAIL (as traceback.format_exc() prints it)
+    assert row["traceback"].startswith("Traceback (most recent call last):\n")
+    assert "in broken\n    raise ValueError(f\"cannot parse {payload['order']}\")" in row["traceback"]
+    assert row["traceback"].endswith("ValueError: cannot parse 7\n")
     assert queue.metrics() == {"completed": 0, "failed": 1} and worker.tally.dead == 1
 
 

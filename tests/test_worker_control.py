@@ -40,6 +40,7 @@ def test_a_hung_handler_ends_dead_within_its_budget_of_timeouts(conn, spawn, out
     assert took <= bound, f"dead after {took:.2f}s, past (timeout + lease) x attempts = {bound:.2f}s"
     assert (row["attempts"], row["failures"]) == (str(ATTEMPTS), str(ATTEMPTS))
     assert row["last_error"] == f"JobTimeout: the handler ran past its timeout of {TIMEOUT_S:g} s"
+    assert row["traceback"] == ""  # the worker decided it: no raise, no traceback (nor an older one's)
     assert all(started(out, job.id, n) for n in range(1, ATTEMPTS + 1))
     worker.wait_log("failed with JobTimeout")
     if not async_handler:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import traceback
 from concurrent.futures import Future
 
 import pytest
 
 from echomq import App, Backoff, ConfigurationError, Delay, IdlePolicy, JobContext, LeasePolicy, Retry
 from echomq import policy
+from echomq.keys import MAX_TRACEBACK_BYTES
 from echomq.worker import WorkerConfig, outcome_of
 
 
@@ -76,6 +78,52 @@ def test_an_error_whose_message_fails_is_still_described():
 def test_error_text_is_bounded():
     text = policy.describe_error(RuntimeError("x" * 5000), limit=100)
     assert len(text) == 100 and text.startswith("RuntimeError: xxx") and text.endswith("...")
+
+
+def test_a_raised_exception_fails_with_its_traceback_as_format_exc_prints_it():
+    try:
+        try:
+            {}["missing"]
+        except KeyError as cause:
+            raise ValueError("bad") from cause
+    except ValueError as exc:
+        error, printed = exc, traceback.format_exc()
+    decision = policy.decide_outcome(policy.Raised(error), lost=False, attempt=3, max_attempts=5, backoff=B,
+                                     rand=0.5)
+    assert decision == policy.Fail("ValueError: bad", 5, 400, printed)
+    assert "KeyError: 'missing'" in printed and printed.endswith("ValueError: bad\n")  # the cause too
+    # never raised (a timeout the worker decided, say): no traceback to keep
+    assert policy.describe_traceback(ValueError("bad")) == ""
+
+
+@pytest.mark.parametrize("text, limit, want", [
+    ("short", 100, "short"),
+    ("x" * 100, 100, "x" * 100),
+    ("a\n" * 30, 50, "[... the first 50 bytes were cut ...]\n" + "a\n" * 5),  # from a line start
+    ("é" * 40, 50, "[... the first 68 bytes were cut ...]\n" + "é" * 6),  # never half a character
+    ("\ud800 lone", 100, "\\ud800 lone"),  # text the wire cannot carry is escaped
+])
+def test_keep_tail_fits_the_limit_and_keeps_the_end(text, limit, want):
+    kept = policy.keep_tail(text, limit)
+    assert kept == want and len(kept.encode()) <= limit
+
+
+def test_a_long_traceback_keeps_its_tail_within_8_kib():
+    def chain(n):
+        try:
+            if n == 0:
+                raise KeyError("the root")
+            chain(n - 1)
+        except Exception as exc:
+            raise RuntimeError(f"level {n}") from exc
+
+    with pytest.raises(RuntimeError) as raised:
+        chain(60)
+    whole = "".join(traceback.format_exception(raised.value))
+    text = policy.describe_traceback(raised.value)
+    assert len(whole.encode()) > MAX_TRACEBACK_BYTES >= len(text.encode())
+    assert text.startswith("[... the first ") and whole.endswith(text.split("\n", 1)[1])
+    assert text.endswith("RuntimeError: level 60\n")  # the end is what is kept
 
 
 def _future(value=None, error=None, cancel=False) -> Future:

@@ -44,6 +44,8 @@ def test_retry_and_dead_across_a_worker_process(conn, spawn, out):
     assert [(i, a) for i, a, _ in processed(out)] == [(flaky.id, 3)]
     row = queue.job(broken.id)
     assert row["state"] == "dead" and row["attempts"] == "3" and row["last_error"] == "RuntimeError: planned failure 3"
+    assert 'worker_apps.py", line' in row["traceback"]
+    assert row["traceback"].endswith("RuntimeError: planned failure 3\n")
 
 
 def test_a_sigkilled_workers_job_is_recovered_by_another_workers_sweep(conn, spawn, out):

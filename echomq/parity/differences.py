@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..keys import MAX_TRACEBACK_BYTES
 from ..verbs import BY_NAME
 from .compare import MISSING, Diff, Whole, diff, reply_same
 from .dump import Dump, Entry
@@ -187,7 +188,7 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "promote": ("limit",),
     "reschedule": ("id", "delay_ms"),
     "delay": ("id", "any", "delay_ms"),
-    "fail": ("id", "any", "any", "max_attempts", "backoff_ms"),
+    "fail": ("id", "any", "any", "max_attempts", "backoff_ms", "traceback"),
     "reprocess": ("id",),
     "requeue": ("id", "any"),
     "stalled_check": ("max_stalled", "limit"),
@@ -210,7 +211,8 @@ def argv_names(verb: str, argc: int) -> tuple[str, ...] | None:
             return None
         return ("lease_ms",) + ("id", "any") * ((argc - 1) // 2)
     names = GRAMMAR[verb]
-    return names if argc == len(names) else None
+    late = len(BY_NAME[verb].late)  # the trailing arguments a call may leave out (SPEC §9.4)
+    return names[:argc] if len(names) - late <= argc <= len(names) else None
 
 
 def shape_fault(obs: Observation) -> str | None:
@@ -244,6 +246,8 @@ def argument_fault(obs: Observation) -> str | None:
     for name, value in zip(names, obs.argv):
         if name == "id" and not 1 <= len(value.encode()) <= 512:
             return f"id of {len(value.encode())} bytes"
+        if name == "traceback" and len(value.encode()) > MAX_TRACEBACK_BYTES:
+            return f"traceback of {len(value.encode())} bytes"
         if name in BOUNDS:
             low, high = BOUNDS[name]
             if not DIGITS.fullmatch(value) or not low <= int(value) <= high:

@@ -121,13 +121,14 @@ class ParityMachine(RuleBasedStateMachine):
         self.do(S.complete(*self.target(q, job, token, held)))
 
     @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD, cap=st.sampled_from([1, 2, 3, 0]),
-          backoff=st.sampled_from([0, 0, 1, LONG]))
-    def fail(self, q, job, token, held, cap, backoff):
+          backoff=st.sampled_from([0, 0, 1, LONG]), traceback=st.sampled_from([None, None, "", "tb"]))
+    def fail(self, q, job, token, held, cap, backoff, traceback):
         q, job, token = self.target(q, job, token, held)
         # cap 0 draws max_attempts = the token: the last attempt by the script's count, which is
         # where the two budgets part after a stall or a requeue (§5.7)
         cap = cap or max(1, int(token))
-        self.do(S.fail(q, job, token, "e" + token, cap, backoff))
+        # the traceback: none (five ARGV: the field is left), empty, or one per token
+        self.do(S.fail(q, job, token, "e" + token, cap, backoff, traceback and traceback + token))
         if backoff == 1:
             self.do(S.tick())
 

@@ -128,8 +128,9 @@ def complete(q: str, job: str, token: int | str) -> Do:
 
 
 def fail(q: str, job: str, token: int | str, error: str = "boom", max_attempts: int | str = 3,
-         backoff_ms: int | str = 0) -> Do:
-    return Do("fail", q, (job, str(token), error, str(max_attempts), str(backoff_ms)))
+         backoff_ms: int | str = 0, traceback: str | None = None) -> Do:
+    late = () if traceback is None else (traceback,)
+    return Do("fail", q, (job, str(token), error, str(max_attempts), str(backoff_ms), *late))
 
 
 def delay(q: str, job: str, token: int | str, delay_ms: int | str = 60_000) -> Do:

@@ -21,8 +21,11 @@ TOKENS = (
 )
 
 #: The optional tokens registered after the job core (SPEC §9.4), in the order they landed: the
-#: blocking claim, then the operator verbs.
-OPTIONAL_TOKENS = "claim.block remove cancel purge drain"
+#: blocking claim, then the operator verbs, then FAIL's late traceback argument.
+OPTIONAL_TOKENS = "claim.block remove cancel purge drain fail.traceback"
+
+#: A verb's optional trailing ARGV (late arguments, SPEC §9.4): lines() leaves them out.
+LATE = {"EMQ.FAIL": ("Traceback (most recent call last):",)}
 
 #: Every registered verb with its numkeys and ARGV count (SPEC §3).
 VERBS = {
@@ -154,10 +157,10 @@ class NativeQueue:
             "EMQ.DELAY", 3, self.active, self.schedule_key, self.base, id, token, delay_ms
         )
 
-    def fail(self, id, token, error=b"boom", max_attempts=3, backoff_ms=0):
+    def fail(self, id, token, error=b"boom", max_attempts=3, backoff_ms=0, *traceback):
         return self.c.execute_command(
             "EMQ.FAIL", 5, self.active, self.pending, self.schedule_key, self.dead, self.base,
-            id, token, error, max_attempts, backoff_ms,
+            id, token, error, max_attempts, backoff_ms, *traceback,
         )
 
     def reprocess(self, id):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import digest
-from native_helpers import VERBS, NativeQueue, refused, wait_past
+from native_helpers import LATE, VERBS, NativeQueue, refused, wait_past
 
 LANE = "EMQSTATE lane row is not native"
 FLOW = "EMQSTATE flow child is not native"
@@ -44,7 +44,7 @@ def test_shape_numkeys_must_be_the_verbs(c, nq, verb):
 @pytest.mark.parametrize("verb", sorted(VERBS))
 def test_shape_argv_count_must_be_the_verbs(c, nq, verb):
     line = nq.lines()[verb]
-    refused(c, "EMQSHAPE", *line, "extra")
+    refused(c, "EMQSHAPE", *line, *LATE.get(verb, ()), "extra")
     refused(c, "EMQSHAPE", *line[:-1])
     refused(c, "EMQSHAPE", *line[:2])
     refused(c, "EMQSHAPE", verb)
@@ -109,6 +109,7 @@ ARG_CASES = [
     ("EMQ.DELAY", 2, ["+1", "-1"], "delay_ms"),
     ("EMQ.FAIL", 3, ["0", "-1", "x"], "max_attempts"),
     ("EMQ.FAIL", 4, ["-5", "x"], "backoff_ms"),
+    ("EMQ.FAIL", 5, ["t" * 8193], "traceback"),
     ("EMQ.REPROCESS", 0, [""], "id"),
     ("EMQ.REQUEUE", 0, [""], "id"),
     ("EMQ.STALLED.CHECK", 0, ["0", "x"], "max_stalled"),
@@ -118,7 +119,7 @@ ARG_CASES = [
 
 @pytest.mark.parametrize("verb,index,values,name", ARG_CASES, ids=lambda v: str(v)[:20])
 def test_arguments_outside_their_grammar(c, nq, verb, index, values, name):
-    line = nq.lines()[verb]
+    line = (*nq.lines()[verb], *LATE.get(verb, ()))
     at = 2 + line[1] + index
     for value in values:
         msg = refused(c, "EMQARG", *set_line(line, at, value))

@@ -37,7 +37,7 @@ def workload(q: NativeQueue) -> None:
     assert q.requeue("c", t) == 1
     _, _, t = q.claim(60000)  # c
     assert q.delay("c", t, 0) > 0
-    assert q.fail(*q.claim(60000)[::2], b"retry", 5, 0) == b"pending"  # d
+    assert q.fail(*q.claim(60000)[::2], b"retry", 5, 0, b"Traceback\n  d") == b"pending"  # d
     assert q.fail(*q.claim(60000)[::2], b"later", 5, 1) == b"scheduled"  # f
     q.schedule("s", b"sp", 0, 2)
     q.schedule("far", b"sp", 3_600_000, 0)

@@ -274,6 +274,26 @@ def test_fail_dead_letters_when_the_budget_is_spent(nq, c):
     assert nq.fail("j", 9, b"x", 2, 0) == 0
 
 
+def test_fail_writes_the_traceback_with_the_failure_and_a_five_argv_fail_leaves_it(nq, c):
+    """docs/spec.md §11.6: the sixth ARGV is written in FAIL's HSET on every path; any bytes up to 8192."""
+    nq.enqueue("j", b"p")
+    nq.claim()
+    assert nq.fail("j", 1, b"ValueError: one", 4, 0, b"Traceback\n  one") == b"pending"
+    assert nq.hrow("j")[b"traceback"] == b"Traceback\n  one"
+    nq.claim()
+    assert nq.fail("j", 2, b"two", 4, 0) == b"pending"  # five ARGV: the field is left as it is
+    row = nq.hrow("j")
+    assert (row[b"last_error"], row[b"traceback"]) == (b"two", b"Traceback\n  one")
+    nq.claim()
+    assert nq.fail("j", 3, b"later", 4, 1000, b"") == b"scheduled"
+    assert nq.hrow("j")[b"traceback"] == b""
+    nq.enqueue("k", b"p")
+    nq.claim()
+    longest = b"\xff" * 8192
+    assert nq.fail("k", 1, b"last", 1, 0, longest) == b"dead"
+    assert nq.hrow("k")[b"traceback"] == longest
+
+
 def test_reprocess_returns_dead_to_pending_with_both_budgets_refilled(nq, c):
     nq.enqueue("j", b"p", 2)
     nq.claim()

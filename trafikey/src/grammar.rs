@@ -22,6 +22,8 @@ pub const ID_MAX_LEN: usize = 512;
 pub const TIMEOUT_MAX: i64 = (1 << 31) - 1;
 /// EXTENDS: at most this many (id, token) pairs.
 pub const EXTENDS_MAX_PAIRS: usize = 1000;
+/// FAIL's optional `traceback`: at most 8 KiB, any bytes (the client keeps a longer one's tail).
+pub const TRACEBACK_MAX_LEN: usize = 8192;
 
 /// How many ARGV a verb takes after its keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +32,9 @@ pub enum Argc {
     Exact(usize),
     /// One leading argument, then 1..=EXTENDS_MAX_PAIRS pairs (EXTENDS: odd, ≥ 3, ≤ 2001).
     LeadThenPairs,
+    /// This many, then up to `late` optional ones (arguments added after the verb landed,
+    /// each with its own token: SPEC §9.4).
+    Late(usize, usize),
 }
 
 /// A call that passed the shape check: the verb, its KEYS and its ARGV.
@@ -64,6 +69,7 @@ pub fn shape<'a>(
     let (keys, argv) = rest.split_at(numkeys);
     let ok = match argc {
         Argc::Exact(n) => argv.len() == n,
+        Argc::Late(n, late) => (n..=n + late).contains(&argv.len()),
         Argc::LeadThenPairs => {
             argv.len() >= 3 && argv.len() % 2 == 1 && argv.len() <= 1 + 2 * EXTENDS_MAX_PAIRS
         }
@@ -71,6 +77,7 @@ pub fn shape<'a>(
     if !ok {
         let want = match argc {
             Argc::Exact(n) => n.to_string(),
+            Argc::Late(n, late) => format!("{n} to {}", n + late),
             Argc::LeadThenPairs => format!("an odd count from 3 to {}", 1 + 2 * EXTENDS_MAX_PAIRS),
         };
         return Err(Refusal::Shape(format!(
@@ -231,6 +238,20 @@ pub fn id(raw: &[u8]) -> Result<&[u8], Refusal> {
     Ok(raw)
 }
 
+/// FAIL's `traceback`: 0..=8192 bytes, any bytes.
+pub fn traceback(raw: &[u8]) -> Result<&[u8], Refusal> {
+    if raw.len() > TRACEBACK_MAX_LEN {
+        return Err(Refusal::Arg(
+            "traceback",
+            format!(
+                "must be at most {TRACEBACK_MAX_LEN} bytes, got {}",
+                raw.len()
+            ),
+        ));
+    }
+    Ok(raw)
+}
+
 /// A clock value plus a relative delay, refused when it leaves i64.
 pub fn at(name: &'static str, now_ms: i64, delta: i64) -> Result<i64, Refusal> {
     now_ms
@@ -270,6 +291,41 @@ mod tests {
             let r = shape("EMQ.CLAIM", &bad, 3, Argc::Exact(1)).map(|_| ());
             assert!(matches!(r, Err(Refusal::Shape(_))), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn late_arguments_may_be_left_out_but_not_exceeded() {
+        let mut a = line(&["EMQ.FAIL", "1", "emq:{q}:", "id", "1", "e", "3"]);
+        assert!(shape("EMQ.FAIL", &a, 1, Argc::Late(5, 1)).is_err());
+        a.push(b"0");
+        assert_eq!(
+            shape("EMQ.FAIL", &a, 1, Argc::Late(5, 1))
+                .expect("five")
+                .argv
+                .len(),
+            5
+        );
+        a.push(b"tb");
+        assert_eq!(
+            shape("EMQ.FAIL", &a, 1, Argc::Late(5, 1))
+                .expect("six")
+                .argv
+                .len(),
+            6
+        );
+        a.push(b"x");
+        let r = shape("EMQ.FAIL", &a, 1, Argc::Late(5, 1)).map(|_| ());
+        assert!(matches!(r, Err(Refusal::Shape(m)) if m.contains("takes 5 to 6 arguments")));
+    }
+
+    #[test]
+    fn traceback_is_at_most_8_kib() {
+        assert_eq!(traceback(b"").expect("empty"), b"");
+        assert!(traceback(&[0xff; TRACEBACK_MAX_LEN]).is_ok());
+        let r = traceback(&[b'x'; TRACEBACK_MAX_LEN + 1]).map(|_| ());
+        assert!(
+            matches!(r, Err(Refusal::Arg("traceback", m)) if m == "must be at most 8192 bytes, got 8193")
+        );
     }
 
     #[test]

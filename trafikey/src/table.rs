@@ -188,11 +188,20 @@ pub static TABLE: &[Row] = &[
     },
 ];
 
-/// EMQ.VERSION's answer: the tokens of the registered rows, in row order.
+/// Tokens of arguments added to a registered verb after its row landed (SPEC §9.4): the
+/// verb's row keeps its place, and EMQ.VERSION lists these after every row's tokens, in the
+/// order they landed. A client sends such an argument only to a module that lists its token.
+pub static ARGUMENT_TOKENS: &[&str] = &[
+    "fail.traceback", // EMQ.FAIL's sixth ARGV, the failure's traceback (docs/spec.md §11.6)
+];
+
+/// EMQ.VERSION's answer: the tokens of the registered rows, in row order, then the argument
+/// tokens.
 pub fn caps() -> String {
     TABLE
         .iter()
         .flat_map(|r| r.tokens.iter().copied())
+        .chain(ARGUMENT_TOKENS.iter().copied())
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -218,7 +227,7 @@ mod tests {
             caps(),
             "enqueue claim claim.pause extend extends complete.flat schedule promote \
              reschedule delay fail.flat reprocess requeue stalled.check \
-             claim.block remove cancel purge drain"
+             claim.block remove cancel purge drain fail.traceback"
         );
     }
 

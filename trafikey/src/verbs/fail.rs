@@ -1,5 +1,6 @@
 //! EMQ.FAIL: a held job failed; retry it (pending or schedule) or dead-letter it, capped on
-//! `failures` (SPEC §3, §5.2, §5.3, §5.7).
+//! `failures` (SPEC §3, §5.2, §5.3, §5.7). An optional sixth argument, the failure's
+//! traceback (token `fail.traceback`, docs/spec.md §11.6), is written in the same HSET.
 
 use valkey_module::{Context, ValkeyResult};
 
@@ -14,18 +15,23 @@ pub const VERB: &str = "EMQ.FAIL";
 pub const NUMKEYS: usize = 5;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
-    // 1. shape: numkeys 5, five ARGV
-    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(5))?;
+    // 1. shape: numkeys 5, five ARGV and the optional traceback
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Late(5, 1))?;
     // 2. layout: active, pending, schedule, dead, base
     let q = grammar::layout(&call, &["active", "pending", "schedule", "dead"])?;
     let (active, pending, schedule, dead) =
         (call.keys[0], call.keys[1], call.keys[2], call.keys[3]);
-    // 3. arguments: id, token, error (bytes), max_attempts, backoff_ms
+    // 3. arguments: id, token, error (bytes), max_attempts, backoff_ms[, traceback (bytes)]
     let id = grammar::id(call.argv[0])?;
     let token = call.argv[1];
     let error = call.argv[2];
     let max_attempts = grammar::budget("max_attempts", call.argv[3])?;
     let backoff = grammar::delay("backoff_ms", call.argv[4])?;
+    let traceback = call
+        .argv
+        .get(5)
+        .map(|t| grammar::traceback(t))
+        .transpose()?;
     let h = Host::new(ctx, VERB);
     let now = h.now_ms()?;
     let due = grammar::at("backoff_ms", now, backoff)?;
@@ -68,24 +74,24 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     };
     let score = num(score);
     let to = op("ZADD", &[target, &score, id], Expect::AnyInt);
+    let mut written: Vec<&[u8]> = vec![
+        &row,
+        b"state",
+        verdict.state(),
+        b"last_error",
+        error,
+        b"failures",
+        &failures,
+        b"failed",
+        &failed,
+    ];
+    if let Some(traceback) = traceback {
+        written.extend([b"traceback".as_slice(), traceback]);
+    }
     let mut plan = vec![
         op("ZREM", &[active, id], Expect::Int(1)),
         to,
-        op(
-            "HSET",
-            &[
-                &row,
-                b"state",
-                verdict.state(),
-                b"last_error",
-                error,
-                b"failures",
-                &failures,
-                b"failed",
-                &failed,
-            ],
-            Expect::AnyInt,
-        ),
+        op("HSET", &written, Expect::AnyInt),
     ];
     let metrics = q.metrics_failed();
     if verdict == Budget::Dead {
