@@ -11,6 +11,8 @@ from .errors import (
     CounterError,
     EchoMQError,
     HostError,
+    JobFailed,
+    JobNotFound,
     JobTimeout,
     LayoutError,
     LeaseLost,
@@ -24,10 +26,12 @@ from .errors import (
     WireError,
     WrongType,
 )
+from .events import Event
 from .keys import Keyspace, State
 from .module import module_path
 from .policy import Backoff, IdlePolicy, LeasePolicy
 from .queue import Counts, Enqueued, Job, Queue, Sweep
+from .results import Status
 from .serializers import JSON, RAW, JSONSerializer, RawSerializer
 from .server import EmbeddedServer
 from .tasks import App, Delay, JobContext, Retry, Task
@@ -37,8 +41,8 @@ from .worker import Tally, Worker, WorkerConfig
 __all__ = [
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
     "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
-    "Job", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost", "PayloadError", "PermissionDenied", "Queue", "RAW", "RawSerializer",
-    "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Sweep", "UnsupportedOnWire",
+    "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost", "PayloadError", "PermissionDenied", "Queue", "RAW", "RawSerializer",
+    "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Status", "Sweep", "UnsupportedOnWire",
     "WireError", "WrongType", "brand_node", "connect", "module_path",
     # workers
     "App", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import valkey
 from valkey.cluster import ClusterPipeline, ValkeyCluster
@@ -209,6 +210,14 @@ class Connection:
         for script in self.scripts.values():
             self.client.script_load(script.source)
 
+    def serves(self, verb_name: str) -> bool:
+        """Does this connection carry ``verb_name``? Wire 4: every scripted verb; wire 6: a verb
+        whose tokens EMQ.VERSION lists (the job core always, a later verb when the module has it)."""
+        verb = BY_NAME[verb_name]
+        if self.wire == 4:
+            return verb.name in self.scripts
+        return verb.read_only or all(token in self.tokens for token in verb.tokens)
+
     # -- sending --------------------------------------------------------------
     def command_args(self, call: Call) -> tuple[Any, ...]:
         """The command that carries ``call`` on this connection's wire."""
@@ -271,6 +280,26 @@ class Connection:
         if pause_of is not None:
             pipe.hget(pause_of.meta, "paused")
         return pipe.execute(raise_on_error=False)
+
+    # -- waiting on an outcome channel (the bus) ---------------------------------
+    @contextmanager
+    def outcome_listener(self, channel: str, *, confirm_s: float = 10.0) -> Iterator[Callable[[float | None], None]]:
+        """Subscribe to a job's outcome channel (SSUBSCRIBE: the queue's slot) on a connection of
+        its own and wait for the server's confirmation; yields ``wait(timeout_s)``, which returns
+        at the next message or when the time runs out (None: no limit)."""
+        pubsub = self.client.pubsub()
+        try:
+            pubsub.ssubscribe(channel)
+            confirmed = pubsub.get_sharded_message(ignore_subscribe_messages=False, timeout=confirm_s)
+            if not confirmed:
+                raise errors.ConnectionFailed(f"no confirmation of SSUBSCRIBE {channel} within {confirm_s:g} s")
+
+            def wait(timeout_s: float | None) -> None:
+                pubsub.get_sharded_message(timeout=timeout_s)
+
+            yield wait
+        finally:
+            pubsub.close()
 
     # -- the pause read of the scripted claim ----------------------------------
     def paused(self, keyspace: Keyspace) -> bool:

@@ -9,6 +9,7 @@ False for a lost lease), because a batch is partly lost by nature.
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
@@ -17,8 +18,10 @@ from valkey.exceptions import ResponseError
 
 from . import errors
 from .connection import Call, Connection, as_refusal, build_call
+from .events import DEFAULT_MAXLEN, Event, decode_event, encode_progress
 from .ids import uuid7
 from .keys import STATE_SETS, Keyspace, State, check_job_id
+from .results import ROW_FIELDS, Completed, Failed, Seen, Status, Unknown, decide_result, status_of
 from .serializers import JSON, Serializer
 
 I64_MAX = 2**63 - 1
@@ -237,6 +240,19 @@ class Queue:
     def requeue_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
         return self.call("requeue", *_ref(job, token))
 
+    def publish_call(self, job: JobRef, result: bytes, *, retention_ms: int, token: str | int | None = None) -> Call:
+        """COMPLETE with the outcome told (the bus): ``result`` (already encoded) kept as the job's
+        completed record for ``retention_ms`` (0: no record)."""
+        job_id, token = _ref(job, token)
+        check_int("retention_ms", retention_ms, 0)
+        return self.call("publish", job_id, token, result, retention_ms)
+
+    def failures_incr_call(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
+                           traceback: str = "", token: str | int | None = None) -> Call:
+        """FAIL with the bus: the traceback kept beside ``last_error``, a death told."""
+        fail = self.fail_call(job, error, max_attempts=max_attempts, backoff_ms=backoff_ms, token=token)
+        return self.call("failures_incr", *fail.argv, traceback)
+
     def complete(self, job: JobRef, *, token: str | int | None = None) -> None:
         """Done: the row is deleted and counted. Raises LeaseLost if the token no longer holds."""
         self._fenced(self.complete_call(job, token=token))
@@ -256,6 +272,19 @@ class Queue:
     def delay(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> int:
         """Put a held job back to wait ``delay_ms``; returns its due time (ms, server clock)."""
         return self._fenced(self.delay_call(job, delay_ms, token=token))
+
+    def publish(self, job: JobRef, result: Any = None, *, retention_ms: int, token: str | int | None = None) -> None:
+        """Complete and keep ``result`` (encoded by this queue's serializer) for ``retention_ms``;
+        a :meth:`result` waiter is woken. Raises LeaseLost if the token no longer holds."""
+        data = encode_payload(self.serializer, result, None)
+        self._fenced(self.publish_call(job, data, retention_ms=retention_ms, token=token))
+
+    def progress(self, job: JobRef, value: Any, *, token: str | int | None = None) -> None:
+        """Report a held job's progress (JSON, at most 64 KiB): kept in its row as ``progress`` and,
+        when events are on, appended as a ``progress`` event. Raises LeaseLost for a holder whose
+        lease is gone: it cannot write."""
+        job_id, token = _ref(job, token)
+        self._fenced(self.call("append", job_id, token, encode_progress(value)))
 
     def requeue(self, job: JobRef, *, token: str | int | None = None) -> None:
         """Release a held job to pending without spending any budget."""
@@ -355,6 +384,78 @@ class Queue:
         with _plain():
             self.connection.client.hdel(self.keys.meta, "paused")
 
+    # -- following a job: status, result, events (the bus) ------------------------
+    def _seen(self, job_id: str) -> Seen:
+        """One round trip: the row's state/last_error/traceback and the completed record."""
+        with _plain():
+            pipe = self.connection.client.pipeline(transaction=False)
+            pipe.hmget(self.keys.job(job_id), *ROW_FIELDS)
+            pipe.hgetall(self.keys.done(job_id))
+            row, record = pipe.execute()
+        return Seen.of(row, record)
+
+    def status(self, job_id: str) -> Status:
+        """pending, active, scheduled, dead, completed (within its retention) or unknown."""
+        return status_of(self._seen(check_job_id(job_id)))
+
+    def result(self, job_id: str, *, timeout: float | None = None) -> Any:
+        """The job's result, waiting up to ``timeout`` seconds (None: no limit) for it to finish.
+
+        Raises :class:`JobFailed` (``last_error``, ``traceback``) when it is dead,
+        :class:`JobNotFound` when there is no such job (or its record expired), and
+        :class:`TimeoutError` when the time runs out. The wait is woken by the job's outcome
+        channel (subscribed before the first read, so no completion slips between), not by polling.
+        """
+        check_job_id(job_id)
+        if timeout is not None and not timeout >= 0:
+            raise errors.ConfigurationError(f"bad timeout {timeout!r}: seconds >= 0, or None")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.connection.outcome_listener(self.keys.outcome(job_id)) as wait:
+            while True:
+                verdict = decide_result(self._seen(job_id))
+                if isinstance(verdict, Completed):
+                    return self.serializer.loads(verdict.raw)
+                if isinstance(verdict, Failed):
+                    raise errors.JobFailed(job_id, verdict.last_error, verdict.traceback)
+                if isinstance(verdict, Unknown):
+                    raise errors.JobNotFound(f"no job {job_id!r} in queue {self.name!r} (never enqueued, or its "
+                                             "result's retention has passed)")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"job {job_id!r} is still {verdict.status.value} after {timeout:g} s")
+                wait(left)
+
+    def enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> None:
+        """Turn this queue's event stream on, bounded to ``maxlen`` entries (the verbs read it)."""
+        with _plain():
+            self.connection.client.hset(self.keys.meta, "events", check_int("maxlen", maxlen, 1))
+
+    def disable_events(self) -> None:
+        """Turn the event stream off (what it holds stays until deleted)."""
+        with _plain():
+            self.connection.client.hdel(self.keys.meta, "events")
+
+    def events(self, since: str | None = None, *, follow: bool = False, block_ms: int = 1000,
+               count: int = 100) -> Iterator[Event]:
+        """The queue's events after ``since`` (a stream id; None: from the oldest kept; ``"$"``:
+        only new ones), oldest first. With ``follow`` it waits for new ones (XREAD BLOCK, ``block_ms``
+        per wait) and never ends: break out of the loop."""
+        client = self.connection.client
+        last = "0-0" if since is None else _last_id(client, self.keys.events) if since == "$" else since
+        while True:
+            with _plain():
+                if follow:
+                    reply = client.xread({self.keys.events: last}, count=count, block=block_ms)
+                    entries = reply[0][1] if reply else []
+                else:
+                    entries = client.xrange(self.keys.events, min="(" + last, count=count)
+            for stream_id, fields in entries:
+                event = decode_event(stream_id, fields)
+                last = event.stream_id
+                yield event
+            if not follow and len(entries) < count:
+                return
+
     # -- reading ----------------------------------------------------------------
     def counts(self) -> Counts:
         pending, active, scheduled, dead, paused = self._send("counts")
@@ -409,6 +510,12 @@ def _fence(call: Call, reply: Any) -> Any:
     if not isinstance(reply, Exception) and reply == 0:
         return errors.LeaseLost(call.verb.name, _text(call.argv[0]), _text(call.argv[1]))
     return reply
+
+
+def _last_id(client: Any, key: str) -> str:
+    """The newest entry's id: where a ``"$"`` reader starts (read once, so nothing after it is missed)."""
+    newest = client.xrevrange(key, count=1)
+    return _text(newest[0][0]) if newest else "0-0"
 
 
 def _raise_first(replies: Sequence[Any]) -> None:

@@ -61,6 +61,17 @@ VERBS: tuple[Verb, ...] = (
           "active → pending | dead", tokens=("stalled.check",)),
 )
 
+# The bus verbs (SPEC §6, §9.5; docs/spec.md §9.6): right after the job core, optional on
+# wire 6 like every verb after it. Each is a job-core move (or a fenced write) plus what it
+# tells: a result, an event, an outcome.
+BUS: tuple[Verb, ...] = (
+    _verb("append", ("active", BASE), ("id", "token", "progress"), "active → active"),
+    _verb("failures_incr", ("active", "pending", "schedule", "dead", BASE),
+          ("id", "token", "error", "max_attempts", "backoff_ms", "traceback"),
+          "active → pending | scheduled | dead", tokens=("failures.incr",)),
+    _verb("publish", ("active", BASE), ("id", "token", "result", "retention_ms"), "active → (completed record)"),
+)
+
 # The control verbs (SPEC §9.4): registered after the job core, in the order added. A wire-6
 # connection does not require them; it sends one only when EMQ.VERSION lists its token.
 CONTROL: tuple[Verb, ...] = (
@@ -76,10 +87,10 @@ READS: tuple[Verb, ...] = (
     Verb("state", (BASE,), ("id",)),
 )
 
-BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + CONTROL + READS}
+BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + BUS + CONTROL + READS}
 
 #: What EMQ.VERSION must list for a wire-6 connection, in registration order.
 JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in verb.tokens)
 
-#: Every verb with a script (the thirteen job-core verbs, the control verbs and the two reads).
-SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + CONTROL + READS if verb.scripted)
+#: Every verb with a script (the job-core verbs, the bus and control verbs, and the two reads).
+SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + BUS + CONTROL + READS if verb.scripted)

@@ -568,6 +568,8 @@ def test_wire6_version_reads_the_registration_table(server6):
     added = {"append", "failures.incr", "publish", "claim.block"} | {t for v in CONTROL for t in v.tokens}  # §9.4
     assert set(listed[len(JOB_CORE_TOKENS) :]) <= added
     assert {t for v in CONTROL for t in v.tokens} <= set(listed)
+    # SPEC §6: the bus rows come right after the job core
+    assert listed[len(JOB_CORE_TOKENS) : len(JOB_CORE_TOKENS) + 3] == ["append", "failures.incr", "publish"]
 
 
 def _command_info(client, name: str) -> dict | None:

@@ -13,9 +13,9 @@ import pytest
 
 from echomq import verbs
 from echomq.keys import STATE_SETS, State
-from echomq.verbs import BASE, BY_NAME, CONTROL, JOB_CORE_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS
+from echomq.verbs import BASE, BUS, BY_NAME, CONTROL, JOB_CORE_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS
 
-REGISTERED = VERBS + CONTROL  # trafikey's rows: the job core, then the verbs added after it (SPEC §9.4)
+REGISTERED = VERBS + BUS + CONTROL  # trafikey's rows: the job core, the bus, then the verbs added after it (SPEC §6, §9.4)
 
 ROOT = Path(__file__).resolve().parent.parent
 RUST_SRC = ROOT / "trafikey" / "src"
@@ -75,7 +75,7 @@ def test_declared_reads():
 
 def test_every_verb_is_scripted_plus_two_reads():
     scripted_verbs = [v.name for v in SCRIPTED if not v.read_only]
-    assert len(scripted_verbs) == 13 + len(CONTROL)
+    assert len(scripted_verbs) == 13 + len(BUS) + len(CONTROL)
     assert set(scripted_verbs) == {v.name for v in REGISTERED} - UNSCRIPTED
     assert [v.name for v in SCRIPTED if v.read_only] == ["counts", "state"]
 

@@ -127,6 +127,18 @@ pub fn deletes_row(state: Option<Option<&[u8]>>, want: State) -> bool {
     matches!(state, Some(Some(s)) if s == want.field())
 }
 
+/// The queue's event switch, `meta events`: absent or ≤ 0 = off; else the stream's bound
+/// (MAXLEN, exact). Anything but an integer is refused like a counter.
+pub fn events_bound(stored: Option<&[u8]>) -> Result<Option<i64>, &'static str> {
+    match stored {
+        None => Ok(None),
+        Some(raw) => {
+            let n = string2ll(raw).ok_or(NOT_INTEGER)?;
+            Ok((n > 0).then_some(n))
+        }
+    }
+}
+
 /// One swept member's verdict (SPEC §5, STALLED.CHECK).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Swept {
@@ -201,6 +213,8 @@ pub enum Expect {
     AnyInt,
     /// ZPOPMIN's `[member, score]` with this member.
     Popped(Vec<u8>),
+    /// XADD's reply: the id the entry was given, whatever it is.
+    AnyId,
 }
 
 /// One planned write: the command, its arguments, the reply it must give.
@@ -226,6 +240,8 @@ impl Op<'_> {
             "ZADD" => c"ZADD",
             "ZREM" | "ZPOPMIN" => c"ZREM",
             "DEL" => c"DEL",
+            "XADD" => c"XADD",
+            "PEXPIREAT" => c"PEXPIREAT",
             _ => c"",
         }
     }

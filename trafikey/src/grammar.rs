@@ -16,6 +16,8 @@ pub const BUDGET_MIN: i64 = 1;
 pub const PRIORITY_MAX: i64 = (1 << 31) - 1;
 /// `id` 1..=512 bytes.
 pub const ID_MAX_LEN: usize = 512;
+/// `progress` (APPEND): at most 64 KiB.
+pub const PROGRESS_MAX_LEN: usize = 64 * 1024;
 /// EXTENDS: at most this many (id, token) pairs.
 pub const EXTENDS_MAX_PAIRS: usize = 1000;
 
@@ -110,6 +112,16 @@ impl Queue<'_> {
 
     pub fn metrics_failed(&self) -> Vec<u8> {
         self.key(b"metrics:failed")
+    }
+
+    /// The event stream (the bus).
+    pub fn events(&self) -> Vec<u8> {
+        self.key(b"events")
+    }
+
+    /// `base .. 'done:' .. id`: a completed job's record, kept for its retention.
+    pub fn done(&self, id: &[u8]) -> Vec<u8> {
+        self.key(&[b"done:".as_slice(), id].concat())
     }
 }
 
@@ -214,6 +226,22 @@ pub fn id(raw: &[u8]) -> Result<&[u8], Refusal> {
         ));
     }
     Ok(raw)
+}
+
+/// `progress`: 0..=64 KiB, any bytes.
+pub fn progress(raw: &[u8]) -> Result<&[u8], Refusal> {
+    if raw.len() > PROGRESS_MAX_LEN {
+        return Err(Refusal::Arg(
+            "progress",
+            format!("must be at most {PROGRESS_MAX_LEN} bytes, got {}", raw.len()),
+        ));
+    }
+    Ok(raw)
+}
+
+/// `retention_ms` ≥ 0 (0 keeps no record).
+pub fn retention(raw: &[u8]) -> Result<i64, Refusal> {
+    number("retention_ms", raw, DELAY_MIN, i64::MAX)
 }
 
 /// A clock value plus a relative delay, refused when it leaves i64.

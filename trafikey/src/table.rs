@@ -109,6 +109,21 @@ fn stalled_check(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::stalled_check::run(ctx, args)
 }
 
+/// `EMQ.APPEND 2 emq:{q}:active emq:{q}: <id> <token> <progress>`
+fn append(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::append::run(ctx, args)
+}
+
+/// `EMQ.FAILURES.INCR 5 emq:{q}:active emq:{q}:pending emq:{q}:schedule emq:{q}:dead emq:{q}: <id> <token> <error> <max_attempts> <backoff_ms> <traceback>`
+fn failures_incr(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::failures_incr::run(ctx, args)
+}
+
+/// `EMQ.PUBLISH 2 emq:{q}:active emq:{q}: <id> <token> <result> <retention_ms>`
+fn publish(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::publish::run(ctx, args)
+}
+
 /// `EMQ.REMOVE 4 emq:{q}:pending emq:{q}:schedule emq:{q}:dead emq:{q}: <id>`
 fn remove(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::remove::run(ctx, args)
@@ -163,6 +178,10 @@ pub static TABLE: &[Row] = &[
     row!(reprocess, ["reprocess"]),
     row!(requeue, ["requeue"]),
     row!(stalled_check, ["stalled.check"]),
+    // the bus verbs (SPEC §6, §9.4: right after the job core)
+    row!(append, ["append"]),
+    row!(failures_incr, ["failures.incr"]),
+    row!(publish, ["publish"]),
     // the control verbs (SPEC §9.4: after the job core, in the order added)
     row!(remove, ["remove"]),
     row!(cancel, ["cancel"]),
@@ -207,14 +226,14 @@ mod tests {
             caps(),
             "enqueue claim claim.pause extend extends complete.flat schedule promote \
              reschedule delay fail.flat reprocess requeue stalled.check \
-             remove cancel purge drain"
+             append failures.incr publish remove cancel purge drain"
         );
     }
 
     #[test]
     fn every_verb_has_one_file_and_writes() {
         let verbs: Vec<&Row> = TABLE.iter().filter(|r| r.keys != Keys::None).collect();
-        assert_eq!(verbs.len(), 17);
+        assert_eq!(verbs.len(), 20);
         for r in verbs {
             assert_eq!(r.flags, WRITE, "{}", r.name);
             assert!(r.name.starts_with("EMQ."));

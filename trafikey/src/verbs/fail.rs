@@ -1,8 +1,10 @@
 //! EMQ.FAIL: a held job failed; retry it (pending or schedule) or dead-letter it, capped on
-//! `failures` (SPEC §3, §5.2, §5.3, §5.7).
+//! `failures` (SPEC §3, §5.2, §5.3, §5.7). EMQ.FAILURES.INCR runs the same move with the bus
+//! (`failures_incr.rs`).
 
 use valkey_module::{Context, ValkeyResult};
 
+use crate::bus;
 use crate::decide::{fail_budget, incr, num, op, priority, Budget, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
@@ -14,19 +16,27 @@ pub const VERB: &str = "EMQ.FAIL";
 pub const NUMKEYS: usize = 5;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
-    // 1. shape: numkeys 5, five ARGV
-    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(5))?;
+    settle(ctx, args, VERB, false)
+}
+
+/// FAIL's move for `verb`; with `bus`, a sixth ARGV (`traceback`, written to the row with
+/// `last_error`), the `failed` event then `retried` or `dead` when the queue's events are on,
+/// and `dead` on the job's outcome channel when it dies.
+pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> ValkeyResult {
+    // 1. shape: numkeys 5, five ARGV (six with the bus)
+    let call = grammar::shape(verb, args, NUMKEYS, Argc::Exact(if bus { 6 } else { 5 }))?;
     // 2. layout: active, pending, schedule, dead, base
     let q = grammar::layout(&call, &["active", "pending", "schedule", "dead"])?;
     let (active, pending, schedule, dead) =
         (call.keys[0], call.keys[1], call.keys[2], call.keys[3]);
-    // 3. arguments: id, token, error (bytes), max_attempts, backoff_ms
+    // 3. arguments: id, token, error (bytes), max_attempts, backoff_ms[, traceback (bytes)]
     let id = grammar::id(call.argv[0])?;
     let token = call.argv[1];
     let error = call.argv[2];
     let max_attempts = grammar::budget("max_attempts", call.argv[3])?;
     let backoff = grammar::delay("backoff_ms", call.argv[4])?;
-    let h = Host::new(ctx, VERB);
+    let traceback = call.argv.get(5).copied();
+    let h = Host::new(ctx, verb);
     let now = h.now_ms()?;
     let due = grammar::at("backoff_ms", now, backoff)?;
     let failed = num(now);
@@ -61,25 +71,24 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     };
     h.expect_zset(target)?;
     let score = num(score);
-    let to = op("ZADD", &[target, &score, id], Expect::AnyInt);
+    let mut fields: Vec<&[u8]> = vec![
+        &row,
+        b"state",
+        verdict.state(),
+        b"last_error",
+        error,
+        b"failures",
+        &failures,
+        b"failed",
+        &failed,
+    ];
+    if let Some(tb) = traceback {
+        fields.extend([b"traceback".as_slice(), tb]);
+    }
     let mut plan = vec![
         op("ZREM", &[active, id], Expect::Int(1)),
-        to,
-        op(
-            "HSET",
-            &[
-                &row,
-                b"state",
-                verdict.state(),
-                b"last_error",
-                error,
-                b"failures",
-                &failures,
-                b"failed",
-                &failed,
-            ],
-            Expect::AnyInt,
-        ),
+        op("ZADD", &[target, &score, id], Expect::AnyInt),
+        op("HSET", &fields, Expect::AnyInt),
     ];
     let metrics = q.metrics_failed();
     if verdict == Budget::Dead {
@@ -96,7 +105,23 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         ));
     }
     fence.write(&row)?;
-    // 6.–7. writes, each replicated as its effect
+    let events = if bus { bus::events(&h, &fence, &q)? } else { None };
+    if let Some(ev) = &events {
+        plan.push(ev.op(b"failed", id, token, &[b"error", error]));
+        let next: &[u8] = match verdict {
+            Budget::Dead => b"dead",
+            _ => b"retried",
+        };
+        plan.push(ev.op(next, id, token, &[b"state", verdict.state()]));
+    }
+    let channel = match (bus, verdict) {
+        (true, Budget::Dead) => Some(bus::outcome_channel(&fence, &q, id)?),
+        _ => None,
+    };
+    // 6.–7. writes, each replicated as its effect; then a death, told
     h.apply(&plan)?;
+    if let Some(channel) = channel {
+        h.publish(&channel, b"dead")?;
+    }
     Ok(bulk(verdict.state()))
 }

@@ -1,8 +1,10 @@
-//! The verbs, one file each, named after the verb: the thirteen of the job core, then the
-//! control verbs (remove, cancel, purge, drain). Every file runs SPEC §5's check
+//! The verbs, one file each, named after the verb: the thirteen of the job core, the bus
+//! verbs (append, failures_incr, publish), then the control verbs (remove, cancel, purge,
+//! drain). Every file runs SPEC §5's check
 //! order in the same visible steps: shape, layout, arguments, fence, reads and checks,
 //! writes (replicated as effects by the host).
 
+pub mod append;
 pub mod cancel;
 pub mod claim;
 pub mod complete;
@@ -12,7 +14,9 @@ pub mod enqueue;
 pub mod extend;
 pub mod extends;
 pub mod fail;
+pub mod failures_incr;
 pub mod promote;
+pub mod publish;
 pub mod purge;
 pub mod remove;
 pub mod reprocess;

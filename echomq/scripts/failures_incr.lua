@@ -1,0 +1,46 @@
+-- EMQ failures.incr (wire 4). KEYS: active, pending, schedule, dead, base.
+-- ARGV: id, token, error, max_attempts, backoff_ms, traceback.
+-- FAIL's move and checks (failures' = failures + 1, dead when failures' >= max_attempts), with
+-- the traceback written beside last_error, the `failed` event then `retried` or `dead` when
+-- `meta events` is on, and `dead` on the job's outcome channel when it dies (docs/spec.md §9.6).
+local base = KEYS[5]
+local id = ARGV[1]
+local row = base .. 'job:' .. id
+local held = redis.call('HMGET', row, 'attempts', 'state')
+if held[1] ~= ARGV[2] then return 0 end
+if held[2] ~= 'active' then
+  return redis.error_reply('EMQSTATE EMQ.FAILURES.INCR row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
+end
+if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE EMQ.FAILURES.INCR id is not in active') end
+local bound = redis.call('HGET', base .. 'meta', 'events')
+if bound then
+  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
+  bound = tonumber(bound)
+  if bound <= 0 then bound = nil end
+end
+-- the first write: a failures field HINCRBY refuses stops the script before any other
+local failures = redis.call('HINCRBY', row, 'failures', 1)
+redis.call('ZREM', KEYS[1], id)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local state
+if failures >= tonumber(ARGV[4]) then
+  state = 'dead'
+  redis.call('ZADD', KEYS[4], now, id)
+elseif tonumber(ARGV[5]) == 0 then
+  state = 'pending'
+  redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), id)
+else
+  state = 'scheduled'
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), id)
+end
+redis.call('HSET', row, 'state', state, 'last_error', ARGV[3], 'failed', now, 'traceback', ARGV[6])
+if state == 'dead' then redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1) end
+if bound then
+  local events = base .. 'events'
+  redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', 'failed', 'id', id, 'attempt', ARGV[2], 'error', ARGV[3])
+  redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', state == 'dead' and 'dead' or 'retried', 'id', id,
+    'attempt', ARGV[2], 'state', state)
+end
+if state == 'dead' then redis.call('SPUBLISH', base .. 'outcome:' .. id, 'dead') end
+return state
