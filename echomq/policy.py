@@ -13,7 +13,8 @@ and returns a decision, so every rule here is table-tested without a server:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import traceback
+from dataclasses import dataclass, field
 from typing import Hashable, Iterable, Mapping, TypeVar, Union
 
 from .errors import ConfigurationError
@@ -69,7 +70,10 @@ def backoff_ms(policy: Backoff, attempt: int, rand: float) -> int:
 
 @dataclass(frozen=True)
 class Complete:
-    """The handler returned: COMPLETE."""
+    """The handler returned: COMPLETE, or PUBLISH with ``value`` (the result, encoded) where the
+    node serves the bus and the task keeps results."""
+
+    value: object = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,8 @@ class Fail:
     error: str
     max_attempts: int
     backoff_ms: int
+    #: what FAILURES.INCR stores beside ``last_error`` (presentation, not part of the decision)
+    traceback: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -141,20 +147,31 @@ def describe_error(error: BaseException, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def describe_traceback(error: BaseException, limit: int = 8192) -> str:
+    """The traceback FAILURES.INCR stores, bounded: its last ``limit`` characters (the frame
+    that raised is at the end)."""
+    try:
+        text = "".join(traceback.format_exception(error))
+    except Exception:
+        return ""
+    return text if len(text) <= limit else "..." + text[-(limit - 3):]
+
+
 def decide_outcome(outcome: Outcome, *, lost: bool, attempt: int, max_attempts: int, backoff: Backoff,
                    rand: float) -> Settle:
     """What to send for a finished handler. A lost lease wins over everything: nothing is settled."""
     if lost:
         return Drop("lease lost while the handler ran")
     if isinstance(outcome, Returned):
-        return Complete()
+        return Complete(outcome.value)
     if isinstance(outcome, DelayAsked):
         return Delay(outcome.delay_ms)
     if isinstance(outcome, RetryAsked):
         wait = backoff_ms(backoff, attempt, rand) if outcome.delay_ms is None else outcome.delay_ms
         return Fail(outcome.reason, max_attempts, wait)
     if isinstance(outcome, Raised):
-        return Fail(describe_error(outcome.error), max_attempts, backoff_ms(backoff, attempt, rand))
+        return Fail(describe_error(outcome.error), max_attempts, backoff_ms(backoff, attempt, rand),
+                    describe_traceback(outcome.error))
     if isinstance(outcome, Undecodable):
         # a budget of one: FAIL caps on failures, so this failure is the last (dead at once)
         return Fail(describe_error(outcome.error), 1, 0)

@@ -47,6 +47,7 @@ from .connection import Call, Connection
 from .errors import CommandRefused, ConfigurationError, EchoMQError, JobTimeout, LeaseLost, PayloadError, StateError
 from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
+from .results import MAX_RESULT_BYTES, encode_result
 from .serializers import RAW
 from .tasks import App, Delay, JobContext, Retry, Task, check_timeout
 from .timers import TimerConfig, Timers
@@ -207,6 +208,8 @@ class Worker:
         # claims read raw bytes: the task's serializer decodes per job, so a bad payload fails one job
         self.queues = {name: Queue(connection, name, serializer=RAW) for name in names}
         self.timers = Timers(list(self.queues.values()), self.config.timers)
+        #: the node serves the bus: completions keep results and failures their tracebacks
+        self.bus = connection.serves("publish") and connection.serves("failures_incr")
         self.tally = Tally()
         self.held: dict[tuple[str, str], Held] = {}
         self._rand = rand
@@ -362,7 +365,7 @@ class Worker:
             done.append(self._finished.get())
         by_queue: dict[str, list[tuple[Held, policy.Settle, Call]]] = {}
         for held in done:
-            outcome = held.verdict or outcome_of(held.future)
+            outcome = self._encoded(held.task, held.verdict or outcome_of(held.future))
             if isinstance(outcome, policy.Raised) and not held.ctx.lease_lost:
                 log.warning("job %s/%s attempt %d raised:", held.job.queue, held.job.id, held.job.attempt,
                             exc_info=outcome.error)
@@ -378,6 +381,16 @@ class Worker:
                 continue
             by_queue.setdefault(held.job.queue, []).append((held, decision, self._settle_call(held, decision)))
         return by_queue
+
+    def _encoded(self, task: Task, outcome: policy.Outcome) -> policy.Outcome:
+        """A return value as the bytes PUBLISH keeps (when it will be kept); a value the task's
+        serializer refuses, or one over MAX_RESULT_BYTES, fails the attempt instead."""
+        if not isinstance(outcome, policy.Returned) or not (self.bus and task.result_ttl_ms):
+            return outcome
+        try:
+            return policy.Returned(encode_result(task.serializer, outcome.value, MAX_RESULT_BYTES))
+        except PayloadError as exc:
+            return policy.Raised(exc)
 
     def _settled(self, name: str, batch: list[tuple[Held, policy.Settle, Call]], answers: list[Any]) -> None:
         settled_at = self._clock_ms()
@@ -401,8 +414,13 @@ class Worker:
     def _settle_call(self, held: Held, decision: policy.Settle) -> Call:
         queue, job = held.queue, held.job
         if isinstance(decision, policy.Complete):
+            if self.bus and held.task.result_ttl_ms:
+                return queue.publish_call(job, decision.value, retention_ms=held.task.result_ttl_ms)
             return queue.complete_call(job)
         if isinstance(decision, policy.Fail):
+            if self.bus:
+                return queue.failures_incr_call(job, decision.error, max_attempts=decision.max_attempts,
+                                                backoff_ms=decision.backoff_ms, traceback=decision.traceback)
             return queue.fail_call(job, decision.error, max_attempts=decision.max_attempts,
                                    backoff_ms=decision.backoff_ms)
         return queue.delay_call(job, decision.delay_ms)
@@ -501,6 +519,9 @@ class Worker:
     def _start(self, task: Task, queue: Queue, job: Job, sent: float) -> None:
         self.tally.claimed += 1
         ctx = JobContext(job.id, job.queue, job.attempt)
+        if self.connection.serves("append"):
+            # progress is sent from the handler's own thread, on the connection's pool: one APPEND
+            ctx.report = lambda value, queue=queue, job=job: queue.progress(job, value)
         timeout_s = self._timeout_s(task)
         held = Held(queue, task, job, ctx, renewed_at=sent,
                     deadline=None if timeout_s is None else sent + timeout_s * 1000)

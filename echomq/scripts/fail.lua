@@ -2,7 +2,7 @@
 -- ARGV: id, token, error, max_attempts, backoff_ms.
 -- One budget on both wires (SPEC §9.1): failures' = failures + 1, dead when failures' >= max_attempts.
 -- A matching token on a row that is not active (a repeated terminal failure included), or not
--- in active, is refused before any write.
+-- in active, is refused before any write. The `failed` event, then `retried` or `dead`, when on.
 local base = KEYS[5]
 local row = base .. 'job:' .. ARGV[1]
 local held = redis.call('HMGET', row, 'attempts', 'state')
@@ -11,6 +11,21 @@ if held[2] ~= 'active' then
   return redis.error_reply('EMQSTATE EMQ.FAIL row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.FAIL id is not in active') end
+-- the queue's event switch (docs/spec.md §9.6): an integer bound (MAXLEN), off when absent or <= 0
+local bound = redis.call('HGET', base .. 'meta', 'events')
+if bound then
+  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
+  bound = tonumber(bound)
+  if bound <= 0 then bound = nil end
+end
+-- the `failed` event, then `retried` or `dead`, when the queue's events are on
+local function tell(state)
+  if not bound then return end
+  local events = base .. 'events'
+  redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', 'failed', 'id', ARGV[1], 'attempt', ARGV[2], 'error', ARGV[3])
+  redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', state == 'dead' and 'dead' or 'retried', 'id', ARGV[1],
+    'attempt', ARGV[2], 'state', state)
+end
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -21,15 +36,18 @@ if failures >= tonumber(ARGV[4]) then
   redis.call('ZADD', KEYS[4], now, ARGV[1])
   redis.call('HSET', row, 'state', 'dead', 'last_error', ARGV[3], 'failed', now)
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
+  tell('dead')
   return 'dead'
 end
 local backoff = tonumber(ARGV[5])
 if backoff == 0 then
   redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), ARGV[1])
   redis.call('HSET', row, 'state', 'pending', 'last_error', ARGV[3], 'failed', now)
+  tell('pending')
   return 'pending'
 end
 local due = now + backoff
 redis.call('ZADD', KEYS[3], due, ARGV[1])
 redis.call('HSET', row, 'state', 'scheduled', 'last_error', ARGV[3], 'failed', now)
+tell('scheduled')
 return 'scheduled'

@@ -3,7 +3,7 @@
 //! channel. Each is derived from the queue's base, so it shares the queue's hashtag, and each
 //! is checked (type, fence) in step 4–5 and written in step 6 with the move.
 
-use crate::decide::{events_bound, num, op, Expect, Op};
+use crate::decide::{events_bound, num, owned_op, Expect, Op};
 use crate::errors::Refusal;
 use crate::grammar::Queue;
 use crate::host::{Fence, Host};
@@ -45,16 +45,11 @@ pub fn events_on(
 }
 
 impl Events {
-    /// One event: `XADD events MAXLEN <bound> * type <kind> id <id> attempt <n> [extra…]`.
-    pub fn op<'a>(
-        &'a self,
-        kind: &'a [u8],
-        id: &'a [u8],
-        attempt: &'a [u8],
-        extra: &[&'a [u8]],
-    ) -> Op<'a> {
-        let mut args: Vec<&[u8]> = vec![
-            &self.key,
+    /// One event: `XADD events MAXLEN <bound> * type <kind> id <id> attempt <n> [extra…]`
+    /// (owned: events are written only when a queue turns them on).
+    pub fn op(&self, kind: &[u8], id: &[u8], attempt: &[u8], extra: &[&[u8]]) -> Op<'static> {
+        let mut args: Vec<Vec<u8>> = [
+            self.key.as_slice(),
             &self.bound,
             b"type",
             kind,
@@ -62,9 +57,12 @@ impl Events {
             id,
             b"attempt",
             attempt,
-        ];
-        args.extend_from_slice(extra);
-        op("XADD", &args, Expect::AnyId)
+        ]
+        .iter()
+        .map(|a| a.to_vec())
+        .collect();
+        args.extend(extra.iter().map(|a| a.to_vec()));
+        owned_op("XADD", args, Expect::AnyId)
     }
 }
 

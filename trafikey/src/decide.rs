@@ -204,6 +204,20 @@ pub fn decide_member(
     }
 }
 
+/// The events one swept member writes when its queue's events are on: a counted expiry is a
+/// `stalled`, then `recovered` or `dead` (error `stalled`); a restart-caused one only
+/// `recovered`; a ghost none.
+pub fn sweep_events(verdict: Swept) -> &'static [(&'static [u8], &'static [&'static [u8]])] {
+    const PENDING: &[&[u8]] = &[b"state", State::Pending.field()];
+    const DEAD: &[&[u8]] = &[b"error", b"stalled", b"state", State::Dead.field()];
+    match verdict {
+        Swept::Ghost => &[],
+        Swept::Exempt => &[(b"recovered", PENDING)],
+        Swept::Recover(_) => &[(b"stalled", &[]), (b"recovered", PENDING)],
+        Swept::Die(_) => &[(b"stalled", &[]), (b"dead", DEAD)],
+    }
+}
+
 /// What a write must answer to be the one predicted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expect {

@@ -571,10 +571,15 @@ impl Key {
     /// XADD with an automatic id on a key opened for write (a stream or nothing), then an
     /// exact trim to `maxlen` entries: the id given, as `(ms, seq)`.
     pub fn stream_add(&self, fields: &[Str], maxlen: i64) -> Option<(u64, u64)> {
-        if !matches!(self.kind(), Kind::Stream | Kind::Empty) || fields.len() % 2 != 0 {
+        if !matches!(self.kind(), Kind::Stream | Kind::Empty) || !fields.len().is_multiple_of(2) {
             return None;
         }
-        let (add, trim) = unsafe { (raw::RedisModule_StreamAdd?, raw::RedisModule_StreamTrimByLength?) };
+        let (add, trim) = unsafe {
+            (
+                raw::RedisModule_StreamAdd?,
+                raw::RedisModule_StreamTrimByLength?,
+            )
+        };
         let mut argv: Vec<*mut raw::RedisModuleString> = fields.iter().map(|s| s.ptr).collect();
         let mut id = raw::RedisModuleStreamID { ms: 0, seq: 0 };
         // SAFETY: a live write handle; `argv` holds live field/value strings, copied into the

@@ -233,7 +233,10 @@ pub fn progress(raw: &[u8]) -> Result<&[u8], Refusal> {
     if raw.len() > PROGRESS_MAX_LEN {
         return Err(Refusal::Arg(
             "progress",
-            format!("must be at most {PROGRESS_MAX_LEN} bytes, got {}", raw.len()),
+            format!(
+                "must be at most {PROGRESS_MAX_LEN} bytes, got {}",
+                raw.len()
+            ),
         ));
     }
     Ok(raw)

@@ -34,9 +34,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     fence.write(&row)?;
     let events = bus::events(&h, &fence, &q)?;
     let mut plan = vec![op("HSET", &[&row, b"progress", progress], Expect::AnyInt)];
-    if let Some(ev) = &events {
-        plan.push(ev.op(b"progress", id, token, &[b"progress", progress]));
-    }
+    plan.extend(events.map(|ev| ev.op(b"progress", id, token, &[b"progress", progress])));
     // 6.–7. writes, each replicated as its effect
     h.apply(&plan)?;
     Ok(int(1))

@@ -2,9 +2,10 @@
 
 use valkey_module::{Context, ValkeyResult};
 
+use crate::bus;
 use crate::decide::{incr, op, Expect, Op};
 use crate::errors::Refusal;
-use crate::grammar::{self, Argc};
+use crate::grammar::{self, Argc, Queue};
 use crate::host::{int, Fence, Host, Seen};
 use crate::verbs::{held, FLAT_NO_FLOW};
 
@@ -25,7 +26,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let h = Host::new(ctx, VERB);
     let fence = h.fence();
     let (row, metrics) = (q.row(id), q.metrics_completed());
-    let Some((_, writes)) = completion(&h, &fence, (active, &row, &metrics), (id, token), &[])?
+    let Some((_, writes)) = completion(&h, &fence, &q, (active, &row, &metrics), (id, token), &[])?
     else {
         return Ok(int(0));
     };
@@ -35,12 +36,13 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
 }
 
 /// Steps 4–5 of a completion (COMPLETE, PUBLISH): the job held with `token`, flat, not a
-/// flow child; the completed count predicted. `None` (reply 0) when not held; else the row's
-/// `HELD` + `extra` fields and the move's writes: `ZREM active id`, `DEL row`, `HINCRBY
-/// metrics:completed count 1`.
+/// flow child; the completed count predicted; the queue's events read. `None` (reply 0) when
+/// not held; else the row's `HELD` + `extra` fields and the move's writes: `ZREM active id`,
+/// `DEL row`, `HINCRBY metrics:completed count 1`, and the `completed` event when events are on.
 pub fn completion<'a>(
     h: &Host<'_>,
     fence: &Fence<'_>,
+    q: &Queue<'_>,
     (active, row, metrics): (&'a [u8], &'a [u8], &'a [u8]),
     (id, token): (&'a [u8], &[u8]),
     extra: &[&str],
@@ -55,6 +57,7 @@ pub fn completion<'a>(
     let count = incr(stored.as_deref(), 1).map_err(Refusal::Counter)?;
     fence.write(row)?;
     fence.write(metrics)?;
+    let events = bus::events(h, fence, q)?;
     #[allow(unused_mut)]
     let mut writes = vec![
         op("ZREM", &[active, id], Expect::Int(1)),
@@ -66,5 +69,6 @@ pub fn completion<'a>(
     if crate::plant::on("complete.no_metric") {
         writes.pop();
     }
+    writes.extend(events.map(|ev| ev.op(b"completed", id, token, &[])));
     Ok(Some((seen, writes)))
 }

@@ -1,5 +1,6 @@
 //! EMQ.FAIL: a held job failed; retry it (pending or schedule) or dead-letter it, capped on
-//! `failures` (SPEC §3, §5.2, §5.3, §5.7). EMQ.FAILURES.INCR runs the same move with the bus
+//! `failures` (SPEC §3, §5.2, §5.3, §5.7); the `failed` event, then `retried` or `dead`, when
+//! the queue's events are on. EMQ.FAILURES.INCR runs the same move with the bus
 //! (`failures_incr.rs`).
 
 use valkey_module::{Context, ValkeyResult};
@@ -20,8 +21,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
 }
 
 /// FAIL's move for `verb`; with `bus`, a sixth ARGV (`traceback`, written to the row with
-/// `last_error`), the `failed` event then `retried` or `dead` when the queue's events are on,
-/// and `dead` on the job's outcome channel when it dies.
+/// `last_error`) and `dead` on the job's outcome channel when it dies.
 pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> ValkeyResult {
     // 1. shape: numkeys 5, five ARGV (six with the bus)
     let call = grammar::shape(verb, args, NUMKEYS, Argc::Exact(if bus { 6 } else { 5 }))?;
@@ -105,8 +105,7 @@ pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> V
         ));
     }
     fence.write(&row)?;
-    let events = if bus { bus::events(&h, &fence, &q)? } else { None };
-    if let Some(ev) = &events {
+    if let Some(ev) = bus::events(&h, &fence, &q)? {
         plan.push(ev.op(b"failed", id, token, &[b"error", error]));
         let next: &[u8] = match verdict {
             Budget::Dead => b"dead",

@@ -1,7 +1,6 @@
 //! EMQ.PUBLISH: complete a held job and publish its outcome, in one step: COMPLETE's move,
-//! then the completed record with the handler's result (kept `retention_ms`), the
-//! `completed` event when the queue's events are on, and `completed` on the job's outcome
-//! channel (docs/spec.md §9.6).
+//! (its `completed` event included), then the completed record with the handler's result
+//! (kept `retention_ms`) and `completed` on the job's outcome channel (docs/spec.md §9.6).
 
 use valkey_module::{Context, ValkeyResult};
 
@@ -36,6 +35,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let Some((seen, mut plan)) = completion(
         &h,
         &fence,
+        &q,
         (active, &row, &metrics),
         (id, token),
         &["created", "started"],
@@ -71,10 +71,6 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         }
         plan.push(op("HSET", &record, Expect::AnyInt));
         plan.push(op("PEXPIREAT", &[&done, &expires], Expect::Int(1)));
-    }
-    let events = bus::events(&h, &fence, &q)?;
-    if let Some(ev) = &events {
-        plan.push(ev.op(b"completed", id, token, &[]));
     }
     let channel = bus::outcome_channel(&fence, &q, id)?;
     // 6.–7. writes, each replicated as its effect; then the outcome, told
