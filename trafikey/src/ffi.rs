@@ -347,9 +347,9 @@ impl Caller {
         let Some(check) = (unsafe { raw::RedisModule_ACLCheckChannelPermissions }) else {
             return false;
         };
-        // SAFETY: `user` is a live module user held by us; `channel` is a live string; 1 =
-        // the name is a literal, not a pattern.
-        unsafe { check(user, channel.ptr, 1) == raw::REDISMODULE_OK as c_int }
+        let publish = raw::REDISMODULE_CMD_CHANNEL_PUBLISH as c_int;
+        // SAFETY: `user` is a live module user held by us; `channel` is a live string.
+        unsafe { check(user, channel.ptr, publish) == raw::REDISMODULE_OK as c_int }
     }
 }
 
