@@ -17,6 +17,11 @@ Three, each checked rather than masked:
   scripts keep the same budget, SPEC §9.1: it is compared like any field.)
 * **The brand.** ``{emq}:version`` must be the node's own brand; then it reads as
   ``<brand>`` on both.
+* **The bus** (docs/spec.md §9.6). A stream entry's id is the server time it was
+  written: entries are compared in order, fields exact, ids dropped. A completed
+  record's ``finished`` and its expiry (``<expires>``) are offsets against the call
+  that wrote them; its ``created`` and ``started`` are copies of the row's, compared
+  as ``<time>`` (each node copies its own row's, which the row's own offsets checked).
 
 Nothing else is masked.
 """
@@ -28,10 +33,13 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..keys import VERSION_KEY
-from .dump import Dump, Entry
+from .dump import EXPIRES, Dump, Entry
 
 TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule|dead)$")
 ROW = re.compile(rb"^emq:\{([^{}]+)\}:job:(.*)$", re.S)
+DONE = re.compile(rb"^emq:\{([^{}]+)\}:done:(.*)$", re.S)
+DONE_TIME_FIELDS = (b"finished", EXPIRES)  #: a completed record's times, written by the call that completed
+DONE_COPIES = (b"created", b"started")  #: copied from the row
 EXTRAS = (b"lease_epoch",)
 TIME_FIELDS = (b"created", b"started", b"failed")  #: row fields that hold the server time of a verb
 TIME_VERBS = frozenset({"extend", "extends", "delay", "reschedule"})  #: verbs whose nonzero reply is a time
@@ -118,9 +126,9 @@ class Origins:
             for member, value in new.items():
                 if old.get(member) != value or (key, member) not in self.of:
                     self.of[(key, member)] = window
-        for key in {k for k in before.keys() | after.keys() if ROW.match(k)}:
+        for key in {k for k in before.keys() | after.keys() if ROW.match(k) or DONE.match(k)}:
             old, new = _hash(before.get(key)), _hash(after.get(key))
-            for name in TIME_FIELDS:
+            for name in TIME_FIELDS if ROW.match(key) else DONE_TIME_FIELDS:
                 if name not in new:
                     self.of.pop((key, name), None)
                 elif old.get(name) != new[name] or (key, name) not in self.of:
@@ -173,7 +181,16 @@ def normalise(dump: Dump, origins: Origins, *, brand: bytes, native_extras: bool
                 for name in TIME_FIELDS:
                     if name in value:
                         value[name] = _time_field(value[name], origins.of.get((key, name)))
+            elif DONE.match(key):
+                for name in DONE_TIME_FIELDS:
+                    if name in value:
+                        value[name] = _time_field(value[name], origins.of.get((key, name)))
+                for name in DONE_COPIES:
+                    if name in value and re.fullmatch(rb"[0-9]{1,19}", value[name]):
+                        value[name] = b"<time>"
             out[key] = Entry("hash", value)
+        elif entry.kind == "stream":
+            out[key] = Entry("stream", tuple(fields for _, fields in entry.value))
         else:
             out[key] = entry
     return out

@@ -151,6 +151,24 @@ def stalled_check(q: str, max_stalled: int | str = 3, limit: int | str = 1000) -
     return Do("stalled_check", q, (str(max_stalled), str(limit)))
 
 
+def append(q: str, job: str, token: int | str, progress: str = '{"pct":50}') -> Do:
+    return Do("append", q, (job, str(token), progress))
+
+
+def failures_incr(q: str, job: str, token: int | str, error: str = "boom", max_attempts: int | str = 3,
+                  backoff_ms: int | str = 0, traceback: str = "Traceback ...") -> Do:
+    return Do("failures_incr", q, (job, str(token), error, str(max_attempts), str(backoff_ms), traceback))
+
+
+def publish(q: str, job: str, token: int | str, result: str = "r", retention_ms: int | str = 60_000) -> Do:
+    return Do("publish", q, (job, str(token), result, str(retention_ms)))
+
+
+def events_on(q: str, maxlen: int | str = 100) -> Raw:
+    """Turn the queue's event stream on (docs/spec.md §9.6): a plain HSET of meta."""
+    return Raw(("HSET", Keyspace(q).meta, "events", str(maxlen)), f"events on({q}, {maxlen})")
+
+
 def remove(q: str, job: str) -> Do:
     return Do("remove", q, (job,))
 

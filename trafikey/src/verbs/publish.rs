@@ -71,6 +71,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         }
         plan.push(op("HSET", &record, Expect::AnyInt));
         plan.push(op("PEXPIREAT", &[&done, &expires], Expect::Int(1)));
+        // planted (bus): the completed record is kept forever
+        #[cfg(feature = "planted")]
+        if crate::plant::on("publish.keep_forever") {
+            plan.pop();
+        }
     }
     let channel = bus::outcome_channel(&fence, &q, id)?;
     // 6.–7. writes, each replicated as its effect; then the outcome, told
