@@ -305,24 +305,37 @@ def _parse_json(data: bytes) -> Any:
 @main.command()
 @click.argument("job_id", metavar="ID")
 @node_options
-@queue_option()
-def inspect(job_id: str, url: str, wire: str, queue_name: str) -> None:
-    """Show one job: its row, its set and what its score means."""
+@queue_option(required=False)
+def inspect(job_id: str, url: str, wire: str, queue_name: str | None) -> None:
+    """Show one job: its row, its set and what its score means; or, completed within its
+    retention, its record and result. Without -q the job is looked for in every queue (SCAN)."""
     with reported():
         check_job_id(job_id)
-    with opened_queue(url, wire, queue_name, serializer=RAW) as queue:
+        if queue_name is not None:
+            check_queue_name(queue_name)
+    with opened(url, wire) as connection, reported():
+        if queue_name is None:
+            queue_name = _find_queue(connection, job_id)
+        queue = Queue(connection, queue_name, serializer=RAW)
+        client = connection.client
         row = queue.job(job_id)
-        if row is None:
-            raise click.ClickException(f"no job {job_id!r} in queue {queue_name!r} (completed jobs leave no row)")
-        now_s, now_us = queue.connection.client.time()
+        record = client.hgetall(queue.keys.done(job_id)) if row is None else {}
+        now_s, now_us = client.time()
         now_ms = now_s * 1000 + now_us // 1000
+        if row is None and not record:
+            raise click.ClickException(f"no job {job_id!r} in queue {queue_name!r} (never enqueued, or completed "
+                                       "past its retention)")
+        if row is None:
+            _show_record(queue_name, job_id, {_text(k): v for k, v in record.items()},
+                         client.pttl(queue.keys.done(job_id)))
+            return
         state = row.get("state")
         try:
-            score = queue.connection.client.zscore(queue.keys.key(State(state).set_suffix), job_id)
+            score = client.zscore(queue.keys.key(State(state).set_suffix), job_id)
         except ValueError:  # a state no set belongs to
             score = None
     table = Table(title=f"{queue_name} / {job_id}", show_header=False)
-    for field in ("state", "attempts", "failures", "stalled", "priority", "last_error", "lease_epoch"):
+    for field in ("state", "attempts", "failures", "stalled", "priority", "last_error", "progress", "lease_epoch"):
         if field in row:
             table.add_row(field, _text(row[field]))
     if score is None:
@@ -333,6 +346,37 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str) -> None:
         table.add_row("due", f"in {int(score) - now_ms} ms (server clock)")
     payload = row.get("payload")
     table.add_row("payload", _show_payload(payload))
+    if "traceback" in row:
+        table.add_row("traceback", _text(row["traceback"]))
+    out.print(table)
+
+
+def _find_queue(connection: Connection, job_id: str) -> str:
+    """The one queue holding a row or a completed record for ``job_id`` (a SCAN of the node)."""
+    pattern_id = re.sub(r"([*?\[\]\\])", r"\\\1", job_id)
+    found = set()
+    for kind in ("job", "done"):
+        for key in connection.client.scan_iter(match=f"emq:{{*}}:{kind}:{pattern_id}", count=1000):
+            name, _, rest = _text(key)[len("emq:{"):].partition("}:")
+            if rest == f"{kind}:{job_id}":
+                found.add(name)
+    if not found:
+        raise click.ClickException(f"no job {job_id!r} in any queue on this node (never enqueued, or completed "
+                                   "past its retention)")
+    if len(found) > 1:
+        raise click.ClickException(f"job {job_id!r} is in several queues ({', '.join(sorted(found))}): pass -q")
+    return found.pop()
+
+
+def _show_record(queue_name: str, job_id: str, record: dict[str, bytes], ttl_ms: int) -> None:
+    table = Table(title=f"{queue_name} / {job_id}", show_header=False)
+    table.add_row("state", "completed")
+    for field in ("attempts", "created", "started", "finished"):
+        if field in record:
+            table.add_row(field, _text(record[field]))
+    if ttl_ms >= 0:
+        table.add_row("kept", f"for {ttl_ms} ms more (its retention, server clock)")
+    table.add_row("result", _show_payload(record.get("result")))
     out.print(table)
 
 
@@ -520,6 +564,54 @@ def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int) ->
     for label, ids in (("recovered", found.recovered), ("exempt", found.exempt), ("dead", found.dead)):
         for job_id in ids:
             click.echo(f"  {label}\t{job_id}")
+
+
+# -- events ---------------------------------------------------------------------------
+
+
+@main.command()
+@node_options
+@queue_option()
+@click.option("-f", "--follow", is_flag=True, help="keep waiting for new events (Ctrl-C stops)")
+@click.option("--since", default=None, metavar="ID",
+              help="only events after this stream id; '$' = only new ones (default: every one kept)")
+@click.option("--enable", "maxlen", type=click.IntRange(1), default=None, metavar="MAXLEN",
+              help="turn the queue's event stream on, bounded to MAXLEN entries, and exit")
+@click.option("--disable", is_flag=True, help="turn the queue's event stream off, and exit")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+def events(url: str, wire: str, queue_name: str, follow: bool, since: str | None, maxlen: int | None,
+           disable: bool, as_json: bool) -> None:
+    """Show a queue's events (enqueued, claimed, progress, completed, retried, failed, dead, stalled,
+    recovered, removed), oldest first; with --follow, as they happen."""
+    with opened_queue(url, wire, queue_name) as queue:
+        if maxlen is not None or disable:
+            if disable:
+                queue.disable_events()
+                click.echo(f"events off for {queue_name}")
+            else:
+                queue.enable_events(maxlen)
+                click.echo(f"events on for {queue_name}, the last {maxlen} kept")
+            return
+        if not follow and since is None and not queue.connection.client.exists(queue.keys.events):
+            err.print(f"no events in {queue_name} (turn them on with: emq events -q {queue_name} --enable 10000)")
+        try:
+            for event in queue.events(since=since, follow=follow, block_ms=1000):
+                click.echo(_event_line(event, as_json))
+        except KeyboardInterrupt:
+            pass
+
+
+def _event_line(event: Any, as_json: bool) -> str:
+    fields = {"stream_id": event.stream_id, "time_ms": event.time_ms, "type": event.type, "id": event.job_id,
+              "attempt": event.attempt}
+    fields.update({k: v for k, v in (("error", event.error), ("state", event.state), ("progress", event.progress))
+                   if v is not None})
+    if as_json:
+        return json.dumps(fields, separators=(",", ":"))
+    when = time.strftime("%H:%M:%S", time.gmtime(event.time_ms / 1000)) + f".{event.time_ms % 1000:03d}"
+    extra = "".join(f" {k}={json.dumps(v) if k == 'progress' else v}" for k, v in fields.items()
+                    if k in ("error", "state", "progress"))
+    return f"{when} {event.type:<9} {event.job_id} attempt={event.attempt}{extra}"
 
 
 # -- stats ---------------------------------------------------------------------------

@@ -79,7 +79,7 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
     ScriptPlant("script:reprocess.reset_attempts", "recovery", "reprocess",
                 "'failures', '0', 'stalled', '0')", "'failures', '0', 'stalled', '0', 'attempts', '0')",
                 "reprocess resets the attempts counter"),
-    ScriptPlant("script:append.no_event", "bus", "append",
+    ScriptPlant("script:append.wrong_progress", "bus", "append",
                 "'progress', ARGV[3])\nend", "'progress', 'x')\nend",
                 "append's progress event carries the wrong value"),
     ScriptPlant("script:drain.keep_rows", "operator", "drain",
