@@ -29,5 +29,8 @@ def test_bench_smoke(tmp_path):
     systems = data["e2e"]["table"]
     assert systems and all("failed" not in row for row in systems.values()), systems
     assert all(row["throughput:1"]["median"] > 0 and row["latency"]["n"] == 3 for row in systems.values())
+    bus = data["bus"]
+    assert bus["table"]["4:off"]["lifecycle"]["median"] > 0 and "4:both/off" in bus["ratios"]
+    assert bus["wake"]["4"]["n"] == 5 and bus["wake"]["4"]["p99_ms"] > 0
     text = page.read_text()
-    assert "## Server cost per job lifecycle" in text and "## End to end" in text and "--smoke" in text
+    assert "## Server cost per job lifecycle" in text and "## Following a job" in text and "## End to end" in text and "--smoke" in text
