@@ -36,7 +36,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .errors import ConfigurationError, LeaseLost
+from .errors import ConfigurationError, LeaseLost, UnsupportedOnWire
 from .keys import check_queue_name
 from .results import DEFAULT_RESULT_TTL_S
 from .serializers import JSON, Serializer
@@ -109,7 +109,10 @@ class JobContext:
         """Report progress (any JSON value, at most 64 KiB): kept on the job's row and, when the
         queue's events are on, a ``progress`` event. Fenced by this attempt's token: once the lease
         is lost it raises :class:`LeaseLost` and writes nothing."""
-        if self.lost.is_set() or self.report is None:
+        if self.report is None:
+            raise UnsupportedOnWire("progress needs the bus: this node's trafikey does not list `append` "
+                                    "(upgrade the module, or use wire 4)")
+        if self.lost.is_set():
             raise LeaseLost("progress", self.id, str(self.attempt))
         try:
             self.report(value)
