@@ -42,6 +42,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bus-wake", type=int, default=200, help="result waits timed in the bus section")
     p.add_argument("--bus-before", default="", metavar="REV",
                    help="a git revision before the bus: wire 4 also runs the lifecycle with its scripts")
+    p.add_argument("--bus-before-module", default="", metavar="SO",
+                   help="a trafikey .so built before the bus: wire 6 also runs the lifecycle on it")
     p.add_argument("--max-jobs", type=int, default=100_000, help="largest queue depth in the growth section")
     p.add_argument("--growth-rounds", type=int, default=3)
     p.add_argument("--growth-m", type=int, default=2000, help="lifecycles measured at each depth")
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                     server.set_aof(False)
         if "bus" in sections:
             results["bus"] = bus.run(server, wires=wires, n=args.jobs, rounds=args.bus_rounds, wake_m=args.bus_wake,
-                                     before_rev=args.bus_before)
+                                     before_rev=args.bus_before, before_module=args.bus_before_module)
         if "growth" in sections:
             sizes = [s for s in (1_000, 10_000, 100_000, 1_000_000) if s <= args.max_jobs] or [args.max_jobs]
             results["growth"] = growth.run(server, executors=executors, sizes=sizes, m=args.growth_m,

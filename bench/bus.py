@@ -9,7 +9,8 @@ off, results on, events on, and both; and how soon a result waiter wakes after t
   COMPLETE with the queue's events on (every verb appends). ``both``. Ratios per round
   (paired) against ``off``. With ``--bus-before REV`` wire 4 also runs ``before``: the same
   lifecycle with the scripts of git revision REV (before the bus), so ``off/before`` shows
-  what reading the event switch costs a queue with events off.
+  what reading the event switch costs a queue with events off; ``--bus-before-module SO``
+  does the same for wire 6 with a trafikey built before the bus, on a second server.
 * **Wake latency**: a waiter blocked in ``Queue.result`` (subscribed to the job's outcome
   channel), the completion sent from another thread; from just before PUBLISH is sent to
   ``result`` returning (the completion's round trip, the message, the waiter's one read).
@@ -130,17 +131,26 @@ def wake_latency(server: BenchServer, wire: int, m: int) -> dict[str, Any]:
     return {"n": m, "p50_ms": percentile(ordered, 0.5), "p99_ms": percentile(ordered, 0.99), "max_ms": ordered[-1]}
 
 
-def run(server: BenchServer, *, wires: list[int], n: int, rounds: int, wake_m: int, before_rev: str = ""
-        ) -> dict[str, Any]:
+def run(server: BenchServer, *, wires: list[int], n: int, rounds: int, wake_m: int, before_rev: str = "",
+        before_module: str = "") -> dict[str, Any]:
     before = scripts_at(before_rev) if before_rev else None
+    old = BenchServer(before_module) if before_module and 6 in wires else None
     raw: dict[str, list[dict[str, float]]] = {}
-    for r in range(rounds):
-        for wire in wires:
-            variants = VARIANTS + (("before",) if before and wire == 4 else ())
-            order = variants[r % len(variants):] + variants[: r % len(variants)]
-            for variant in order:
-                say(f"bus round {r + 1}/{rounds}: wire {wire} {variant}")
-                raw.setdefault(f"{wire}:{variant}", []).append(lifecycle(server, wire, variant, n, before))
+    try:
+        if old is not None:
+            old.__enter__()
+        for r in range(rounds):
+            for wire in wires:
+                has_before = (wire == 4 and before) or (wire == 6 and old is not None)
+                variants = VARIANTS + (("before",) if has_before else ())
+                order = variants[r % len(variants):] + variants[: r % len(variants)]
+                for variant in order:
+                    say(f"bus round {r + 1}/{rounds}: wire {wire} {variant}")
+                    node = old if (wire == 6 and variant == "before") else server
+                    raw.setdefault(f"{wire}:{variant}", []).append(lifecycle(node, wire, variant, n, before))
+    finally:
+        if old is not None:
+            old.__exit__()
     table = {key: {phase: summary(x[phase] for x in rs) for phase in rs[0]} for key, rs in raw.items()}
     ratios = {}
     for key, rs in raw.items():
@@ -148,11 +158,13 @@ def run(server: BenchServer, *, wires: list[int], n: int, rounds: int, wake_m: i
         base = raw.get(f"{wire}:off")
         if variant != "off" and base:
             ratios[f"{wire}:{variant}/off"] = summary(x["lifecycle"] / b["lifecycle"] for x, b in zip(rs, base))
-    if f"4:before" in raw:
-        ratios["4:off/before"] = summary(b["lifecycle"] / x["lifecycle"] for x, b in zip(raw["4:before"], raw["4:off"]))
+    for wire in wires:
+        if f"{wire}:before" in raw:
+            ratios[f"{wire}:off/before"] = summary(
+                b["lifecycle"] / x["lifecycle"] for x, b in zip(raw[f"{wire}:before"], raw[f"{wire}:off"]))
     wake = {str(wire): wake_latency(server, wire, wake_m) for wire in wires}
-    return {"n": n, "rounds": rounds, "batch": BATCH, "before_rev": before_rev, "table": table, "ratios": ratios,
-            "wake": wake}
+    return {"n": n, "rounds": rounds, "batch": BATCH, "before_rev": before_rev, "before_module": before_module,
+            "table": table, "ratios": ratios, "wake": wake}
 
 
 def render(bus: dict[str, Any], med, num, table) -> list[str]:
@@ -164,6 +176,8 @@ def render(bus: dict[str, Any], med, num, table) -> list[str]:
              "a 16-byte result; events = COMPLETE with the queue's events on (enqueue, claim and complete each "
              "append); both = PUBLISH with events on"
              + (f"; before = wire 4 with the scripts of `{bus['before_rev']}` (no event switch)" if bus["before_rev"]
+                else "")
+             + ("; before on wire 6 = a trafikey built before the bus, on a second server" if bus.get("before_module")
                 else "") + ".", ""]
     rows = []
     for key, t in bus["table"].items():
@@ -172,10 +186,11 @@ def render(bus: dict[str, Any], med, num, table) -> list[str]:
         rows.append([f"wire {wire}", variant, med(t["enqueue"]), med(t["claim"]), med(t["settle"]), med(t["lifecycle"]),
                      med(ratio) if ratio else "1"])
     lines += table(["wire", "variant", "enqueue µs", "claim µs", "settle µs", "lifecycle µs", "× off (paired)"], rows)
-    if "4:off/before" in bus["ratios"]:
-        lines += [f"Wire 4, events off, against the scripts before the bus: off / before = "
-                  f"{med(bus['ratios']['4:off/before'])} per lifecycle (the one `HGET meta events` each verb now "
-                  "reads).", ""]
+    for wire in ("6", "4"):
+        if f"{wire}:off/before" in bus["ratios"]:
+            lines += [f"Wire {wire}, events off, against the executor before the bus: off / before = "
+                      f"{med(bus['ratios'][f'{wire}:off/before'])} per lifecycle (each moving verb now reads the event "
+                      "switch, `meta events`).", ""]
     rows = [[f"wire {wire}", str(w["n"]), num(w["p50_ms"], 2), num(w["p99_ms"], 2), num(w["max_ms"], 2)]
             for wire, w in bus["wake"].items()]
     lines += ["Wake latency: a waiter blocked in `Queue.result` (SSUBSCRIBEd to the job's outcome channel), the "
