@@ -21,8 +21,9 @@ from .connection import Call, Connection, as_refusal, build_call
 from .events import DEFAULT_MAXLEN, Event, decode_event, encode_progress
 from .ids import uuid7
 from .keys import STATE_SETS, Keyspace, State, check_job_id
-from .results import ROW_FIELDS, Completed, Failed, Seen, Status, Unknown, decide_result, status_of
-from .serializers import JSON, Serializer
+from .results import (MAX_RESULT_BYTES, ROW_FIELDS, Completed, Failed, Seen, Status, Unknown, decide_result,
+                      encode_result, status_of)
+from .serializers import JSON, Serializer, encode
 
 I64_MAX = 2**63 - 1
 #: The largest payload a Queue sends by default (1 MiB): a job queue carries references to
@@ -43,16 +44,8 @@ def check_int(name: str, value: Any, low: int, high: int = I64_MAX) -> int:
 def encode_payload(serializer: Serializer, payload: Any, max_bytes: int | None) -> bytes:
     """The payload as the bytes a job stores, refused client-side (:class:`PayloadError`) when the
     serializer cannot encode it or it is over ``max_bytes``."""
-    try:
-        data = serializer.dumps(payload)
-    except (TypeError, ValueError) as exc:
-        raise errors.PayloadError(f"the payload cannot be encoded by {type(serializer).__name__}: {exc}") from exc
-    if max_bytes is not None and len(data) > max_bytes:
-        raise errors.PayloadError(
-            f"the payload is {len(data)} bytes, over the limit of {max_bytes} (max_payload_bytes): keep large "
-            "data elsewhere and enqueue a reference to it, or raise the limit"
-        )
-    return data
+    return encode(serializer, payload, max_bytes, what="payload", limit="max_payload_bytes",
+                  hint=": keep large data elsewhere and enqueue a reference to it, or raise the limit")
 
 
 @dataclass(frozen=True)
@@ -274,9 +267,10 @@ class Queue:
         return self._fenced(self.delay_call(job, delay_ms, token=token))
 
     def publish(self, job: JobRef, result: Any = None, *, retention_ms: int, token: str | int | None = None) -> None:
-        """Complete and keep ``result`` (encoded by this queue's serializer) for ``retention_ms``;
-        a :meth:`result` waiter is woken. Raises LeaseLost if the token no longer holds."""
-        data = encode_payload(self.serializer, result, None)
+        """Complete and keep ``result`` (encoded by this queue's serializer, at most 1 MiB) for
+        ``retention_ms``; a :meth:`result` waiter is woken. Raises LeaseLost if the token no longer
+        holds, PayloadError (nothing sent) if the result cannot be encoded."""
+        data = encode_result(self.serializer, result, MAX_RESULT_BYTES)
         self._fenced(self.publish_call(job, data, retention_ms=retention_ms, token=token))
 
     def progress(self, job: JobRef, value: Any, *, token: str | int | None = None) -> None:

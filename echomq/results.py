@@ -24,8 +24,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .errors import PayloadError
-from .serializers import Serializer
+from .serializers import Serializer, encode
 
 #: How long a completed job's record (and its result) is kept by default, seconds: long enough for
 #: a caller to collect it, short enough that a busy queue's records stay a bounded memory.
@@ -119,13 +118,7 @@ def decide_result(seen: Seen) -> Verdict:
 def encode_result(serializer: Serializer, value: Any, max_bytes: int | None) -> bytes:
     """A handler's return value as the bytes PUBLISH stores; :class:`PayloadError` when the
     serializer refuses it or it is over ``max_bytes`` (the worker then fails the attempt)."""
-    try:
-        data = serializer.dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(f"the result cannot be encoded by {type(serializer).__name__}: {exc}") from exc
-    if max_bytes is not None and len(data) > max_bytes:
-        raise PayloadError(f"the result is {len(data)} bytes, over the limit of {max_bytes} (max_result_bytes)")
-    return data
+    return encode(serializer, value, max_bytes, what="result", limit="echomq.results.MAX_RESULT_BYTES")
 
 
 def _str(value: bytes | str) -> str:

@@ -9,8 +9,9 @@ functions of :mod:`echomq.policy`; this module only performs the calls.
 A step, in order:
 
 1. **settle and claim**, per queue in one round trip (two on wire 4, whose claim
-   follows its pause read): what finished is settled -- return -> COMPLETE, raise ->
-   FAIL (backoff with jitter, the task's ``max_attempts``), :class:`~echomq.Retry` ->
+   follows its pause read): what finished is settled -- return -> PUBLISH with the result
+   (COMPLETE when the task keeps none or the node has no bus), raise -> FAILURES.INCR with the
+   traceback (FAIL without the bus; backoff with jitter, the task's ``max_attempts``), :class:`~echomq.Retry` ->
    FAIL with its delay, :class:`~echomq.Delay` -> DELAY -- and the slots it frees are
    filled: a pipelined batch of claims while the queue is busy, single claims spaced
    by an adaptive back-off while it is empty. A job whose lease was lost is dropped,

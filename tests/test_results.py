@@ -272,3 +272,29 @@ def test_follow_sees_new_events(conn):
     ids = [queue.enqueue("new").id for _ in range(2)]
     reader.join(10)
     assert seen == ids
+
+
+def test_a_wire6_module_without_the_bus_falls_back_to_complete_and_fail(server6):
+    """A module that lists no bus token: the worker completes with COMPLETE (no record), progress is
+    refused client-side, and nothing is sent that the node does not serve."""
+    from echomq import UnsupportedOnWire, connect
+
+    with connect(server6.url, wire=6) as conn:
+        conn.tokens = frozenset(t for t in conn.tokens if t not in ("append", "failures.incr", "publish"))
+        name = fresh_name("r")
+        reported = []
+
+        def handler(payload, ctx):
+            try:
+                ctx.progress(1)
+            except UnsupportedOnWire as exc:
+                reported.append(str(exc))
+            return "value"
+
+        queue = Queue(conn, name)
+        with _serve(conn, name, handler):
+            job = queue.enqueue(1)
+            wait_until(lambda: queue.metrics()["completed"] == 1, what="the completion")
+        assert queue.status(job.id) is Status.UNKNOWN and "append" in reported[0]
+        with pytest.raises(UnsupportedOnWire):
+            queue.publish(job.id, 1, retention_ms=1, token=1)
