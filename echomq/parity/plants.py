@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..verbs import BY_NAME
 
-FAMILIES = ("admission", "claim", "lease", "settle", "schedule", "recovery", "operator")
+FAMILIES = ("admission", "claim", "lease", "settle", "schedule", "recovery", "operator", "bus")
 
 
 @dataclass(frozen=True)

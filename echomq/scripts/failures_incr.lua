@@ -18,6 +18,12 @@ if bound then
   bound = tonumber(bound)
   if bound <= 0 then bound = nil end
 end
+-- a death is told on the outcome channel: refused whole when the caller may not publish there
+local channel = base .. 'outcome:' .. id
+local failures_now = tonumber(redis.call('HGET', row, 'failures') or '0')
+if failures_now and failures_now + 1 >= tonumber(ARGV[4]) and not redis.acl_check_cmd('SPUBLISH', channel, 'dead') then
+  return redis.error_reply("NOPERM EMQ.FAILURES.INCR has no permission to publish on the derived channel '" .. channel .. "'")
+end
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], id)
@@ -42,5 +48,5 @@ if bound then
   redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', state == 'dead' and 'dead' or 'retried', 'id', id,
     'attempt', ARGV[2], 'state', state)
 end
-if state == 'dead' then redis.call('SPUBLISH', base .. 'outcome:' .. id, 'dead') end
+if state == 'dead' then redis.call('SPUBLISH', channel, 'dead') end
 return state

@@ -12,6 +12,11 @@ if held[4] ~= 'active' then
   return redis.error_reply('EMQSTATE EMQ.PUBLISH row ' .. (held[4] and 'is ' .. held[4] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE EMQ.PUBLISH id is not in active') end
+-- the outcome channel: refused whole when the caller may not publish on it (a script cannot roll back)
+local channel = base .. 'outcome:' .. id
+if not redis.acl_check_cmd('SPUBLISH', channel, 'completed') then
+  return redis.error_reply("NOPERM EMQ.PUBLISH has no permission to publish on the derived channel '" .. channel .. "'")
+end
 -- the queue's event switch: an integer bound (MAXLEN), off when absent or <= 0
 local bound = redis.call('HGET', base .. 'meta', 'events')
 if bound then
@@ -37,5 +42,5 @@ end
 if bound then
   redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'completed', 'id', id, 'attempt', ARGV[2])
 end
-redis.call('SPUBLISH', base .. 'outcome:' .. id, 'completed')
+redis.call('SPUBLISH', channel, 'completed')
 return 1
