@@ -249,8 +249,12 @@ def test_the_sweep_remove_and_cancel_tell_their_events(conn):
     assert queue.stalled_check(max_stalled=1).dead == [a]
     queue.cancel(b)
     queue.remove(c)
-    told = [(e.type, e.job_id, e.error) for e in queue.events() if e.type not in ("enqueued", "claimed")]
-    assert told == [("stalled", a, None), ("dead", a, "stalled"), ("dead", b, "cancelled"), ("removed", c, None)]
+    d = queue.enqueue(3).id
+    assert queue.purge() == 2 and queue.drain() == 1
+    told = [(e.type, e.job_id, e.error, e.state) for e in queue.events() if e.type not in ("enqueued", "claimed")]
+    assert told == [("stalled", a, None, None), ("dead", a, "stalled", "dead"), ("dead", b, "cancelled", "dead"),
+                    ("removed", c, None, "pending"), ("removed", a, None, "dead"), ("removed", b, None, "dead"),
+                    ("removed", d, None, "pending")]
 
 
 def test_follow_sees_new_events(conn):

@@ -143,7 +143,7 @@ ORDINARY = [
          fail(Q, "a", 1, "first", 3, 0), claim(Q), failures_incr(Q, "a", 2, "second", 3, 0, "tb"), claim(Q),
          complete(Q, "a", 3), *held("b"), publish(Q, "b", 1, "rb"), *held("c"), cancel(Q, "c"), remove(Q, "s"),
          *dead_job("d"), remove(Q, "d"), enqueue(Q, "e"), claim(Q, 1), wait(Q), stalled_check(Q, 2),
-         claim(Q, 1), wait(Q), stalled_check(Q, 2)),
+         claim(Q, 1), wait(Q), stalled_check(Q, 2), *dead_job("f"), purge(Q), enqueue(Q, "g"), drain(Q)),
     case("events.bounded", "bus",
          events_on(Q, 3), *[enqueue(Q, f"j{n}") for n in range(6)], events_on(Q, 0), enqueue(Q, "off"),
          events_on(Q, "-1"), enqueue(Q, "off2")),

@@ -106,10 +106,14 @@ def test_every_moving_verb_appends_its_event_when_on(c, nq):
     token = nq.claim(60000)[2]
     nq.complete("b", token)
     nq.remove("s")
+    nq.enqueue("d")
+    nq.drain()
+    nq.purge()
     assert entries(nq) == [
         (b"enqueued", b"a", b"0"), (b"claimed", b"a", b"1"), (b"failed", b"a", b"1"), (b"dead", b"a", b"1"),
         (b"enqueued", b"b", b"0"), (b"enqueued", b"s", b"0"), (b"claimed", b"b", b"1"),
-        (b"completed", b"b", b"1"), (b"removed", b"s", b"0")]
+        (b"completed", b"b", b"1"), (b"removed", b"s", b"0"), (b"enqueued", b"d", b"0"), (b"removed", b"d", b"0"),
+        (b"removed", b"a", b"1")]
 
 
 def test_the_stream_is_bounded_exactly(c, nq):
