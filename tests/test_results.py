@@ -302,3 +302,28 @@ def test_a_wire6_module_without_the_bus_falls_back_to_complete_and_fail(server6)
         assert queue.status(job.id) is Status.UNKNOWN and "append" in reported[0]
         with pytest.raises(UnsupportedOnWire):
             queue.publish(job.id, 1, retention_ms=1, token=1)
+
+
+def test_a_cancel_and_a_fatal_stall_wake_the_waiter_with_job_failed(conn):
+    queue = Queue(conn, fresh_name("r"))
+    for kill in ("cancel", "sweep"):
+        job = queue.enqueue(1)
+        queue.claim(1 if kill == "sweep" else 60_000)
+        raised = []
+
+        def wait():
+            try:
+                queue.result(job.id, timeout=30)
+            except JobFailed as exc:
+                raised.append(exc)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        wait_until(lambda: Queue(conn, queue.name).status(job.id) is Status.ACTIVE, what="the claim")
+        if kill == "cancel":
+            queue.cancel(job.id)
+        else:
+            wait_server_past(conn.client, server_ms(conn.client) + 2)
+            assert queue.stalled_check(max_stalled=1).dead == [job.id]
+        waiter.join(10)  # woken by the death, long before its 30 s
+        assert not waiter.is_alive() and raised[0].last_error == ("cancelled" if kill == "cancel" else "stalled")

@@ -30,4 +30,7 @@ if bound then
   redis.call('XADD', KEYS[3] .. 'events', 'MAXLEN', bound, '*', 'type', 'dead', 'id', ARGV[1],
     'attempt', redis.call('HGET', row, 'attempts') or '0', 'error', 'cancelled', 'state', 'dead')
 end
+-- the death, told to a result waiter where the caller may publish
+local channel = KEYS[3] .. 'outcome:' .. ARGV[1]
+if redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
 return 1

@@ -2,7 +2,8 @@
 -- ARGV: id, token, error, max_attempts, backoff_ms, traceback.
 -- FAIL's move and checks (failures' = failures + 1, dead when failures' >= max_attempts), with
 -- the traceback written beside last_error, the `failed` event then `retried` or `dead` when
--- `meta events` is on, and `dead` on the job's outcome channel when it dies (docs/spec.md §9.6).
+-- `meta events` is on, and `dead` on the job's outcome channel when it dies, where the caller
+-- may publish (docs/spec.md §9.6).
 local base = KEYS[5]
 local id = ARGV[1]
 local row = base .. 'job:' .. id
@@ -17,12 +18,6 @@ if bound then
   if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
   bound = tonumber(bound)
   if bound <= 0 then bound = nil end
-end
--- a death is told on the outcome channel: refused whole when the caller may not publish there
-local channel = base .. 'outcome:' .. id
-local failures_now = tonumber(redis.call('HGET', row, 'failures') or '0')
-if failures_now and failures_now + 1 >= tonumber(ARGV[4]) and not redis.acl_check_cmd('SPUBLISH', channel, 'dead') then
-  return redis.error_reply("NOPERM EMQ.FAILURES.INCR has no permission to publish on the derived channel '" .. channel .. "'")
 end
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)
@@ -48,5 +43,7 @@ if bound then
   redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', state == 'dead' and 'dead' or 'retried', 'id', id,
     'attempt', ARGV[2], 'state', state)
 end
-if state == 'dead' then redis.call('SPUBLISH', channel, 'dead') end
+-- a death, told where the caller may publish (a wake-up, not state: untold otherwise)
+local channel = base .. 'outcome:' .. id
+if state == 'dead' and redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
 return state

@@ -2,7 +2,7 @@
 -- COMPLETE's move and checks, then, in the same step: the completed record `done:<id>` (the
 -- result, attempts, created, started, finished) expiring retention_ms from now (0 keeps
 -- none), the `completed` event when `meta events` is on, and `completed` on the job's
--- outcome channel (docs/spec.md §9.6).
+-- outcome channel where the caller may publish (docs/spec.md §9.6).
 local base = KEYS[2]
 local id = ARGV[1]
 local row = base .. 'job:' .. id
@@ -12,11 +12,6 @@ if held[4] ~= 'active' then
   return redis.error_reply('EMQSTATE EMQ.PUBLISH row ' .. (held[4] and 'is ' .. held[4] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE EMQ.PUBLISH id is not in active') end
--- the outcome channel: refused whole when the caller may not publish on it (a script cannot roll back)
-local channel = base .. 'outcome:' .. id
-if not redis.acl_check_cmd('SPUBLISH', channel, 'completed') then
-  return redis.error_reply("NOPERM EMQ.PUBLISH has no permission to publish on the derived channel '" .. channel .. "'")
-end
 -- the queue's event switch: an integer bound (MAXLEN), off when absent or <= 0
 local bound = redis.call('HGET', base .. 'meta', 'events')
 if bound then
@@ -42,5 +37,7 @@ end
 if bound then
   redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'completed', 'id', id, 'attempt', ARGV[2])
 end
-redis.call('SPUBLISH', channel, 'completed')
+-- the outcome, told where the caller may publish (a wake-up, not state: untold otherwise)
+local channel = base .. 'outcome:' .. id
+if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
 return 1

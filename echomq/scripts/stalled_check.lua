@@ -30,6 +30,9 @@ for _, id in ipairs(expired) do
       redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', 'dead', 'id', id, 'attempt', attempt,
         'error', 'stalled', 'state', 'dead')
     end
+    -- the death, told to a result waiter where the caller may publish
+    local channel = KEYS[4] .. 'outcome:' .. id
+    if redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
     dead[#dead + 1] = id
   else
     redis.call('HSET', row, 'state', 'pending')

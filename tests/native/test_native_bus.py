@@ -206,18 +206,51 @@ def noperm(admin, client, *command) -> str:
     return str(info.value)
 
 
-def test_the_bus_fences_its_derived_keys_and_channel(c, nq, make_user):
+def test_the_bus_fences_its_derived_keys_and_tells_only_where_it_may(native_server, c, nq, make_user):
     held(nq, "x")
     base = nq.base.decode()
     keys = [f"~{base}active", f"~{base}", f"~{base}job:*", f"~{base}metrics:*", f"%R~{base}meta", "+@all"]
     user = NativeQueue(make_user(*keys), nq.name)
     line = user.lines()["EMQ.PUBLISH"]
     assert "done:x" in noperm(c, user.c, *line)
-    with_done = NativeQueue(make_user(*keys, f"~{base}done:*"), nq.name)
-    assert "outcome:x" in noperm(c, with_done.c, *line)  # the channel: no publish permission
     c.hset(nq.meta, "events", 10)
-    allowed = NativeQueue(make_user(*keys, f"~{base}done:*", f"&{base}outcome:*"), nq.name)
-    assert "events" in noperm(c, allowed.c, *line)
-    assert "events" in noperm(c, allowed.c, *allowed.lines()["EMQ.APPEND"])
-    everything = NativeQueue(make_user(*keys, f"~{base}done:*", f"&{base}outcome:*", f"~{base}events"), nq.name)
-    assert everything.publish("x", 1, b"r", 1000) == 1
+    with_done = NativeQueue(make_user(*keys, f"~{base}done:*"), nq.name)
+    assert "events" in noperm(c, with_done.c, *line)
+    assert "events" in noperm(c, with_done.c, *with_done.lines()["EMQ.APPEND"])
+    # keys but no channel: the move goes through, untold (the next message is the admin's marker)
+    keys_only = NativeQueue(make_user(*keys, f"~{base}done:*", f"~{base}events"), nq.name)
+    listener = native_server.client()
+    pubsub = listener.pubsub()
+    pubsub.ssubscribe(nq.base + b"outcome:x")
+    assert pubsub.get_sharded_message(timeout=5)["type"] == "ssubscribe"
+    assert keys_only.publish("x", 1, b"r", 1000) == 1
+    c.execute_command("SPUBLISH", nq.base + b"outcome:x", "marker")
+    assert pubsub.get_sharded_message(timeout=5)["data"] == b"marker"
+    # with the channel: told
+    held(nq, "y")
+    pubsub.ssubscribe(nq.base + b"outcome:y")
+    assert pubsub.get_sharded_message(timeout=5)["type"] == "ssubscribe"
+    told = NativeQueue(make_user(*keys, f"~{base}done:*", f"~{base}events", f"&{base}outcome:*"), nq.name)
+    assert told.publish("y", 1, b"r", 1000) == 1
+    assert pubsub.get_sharded_message(timeout=5)["data"] == b"completed"
+    pubsub.close()
+    listener.close()
+
+
+def test_the_sweep_and_cancel_tell_a_death(native_server, c, nq):
+    listener = native_server.client()
+    pubsub = listener.pubsub()
+    for job in ("s", "k"):
+        pubsub.ssubscribe(nq.base + b"outcome:" + job.encode())
+        assert pubsub.get_sharded_message(timeout=5)["type"] == "ssubscribe"
+    nq.enqueue("s")
+    nq.expire_all()
+    assert nq.stalled_check(1, 10)[2] == [b"s"]
+    message = pubsub.get_sharded_message(timeout=5)
+    assert (message["channel"], message["data"]) == (nq.base + b"outcome:s", b"dead")
+    held(nq, "k")
+    assert nq.cancel("k") == 1
+    message = pubsub.get_sharded_message(timeout=5)
+    assert (message["channel"], message["data"]) == (nq.base + b"outcome:k", b"dead")
+    pubsub.close()
+    listener.close()

@@ -66,10 +66,14 @@ impl Events {
     }
 }
 
-/// A job's outcome channel, `base .. 'outcome:' .. id`: fenced (publish permission) before
-/// the first write, published after the last.
-pub fn outcome_channel(fence: &Fence<'_>, q: &Queue<'_>, id: &[u8]) -> Result<Vec<u8>, Refusal> {
+/// A job's outcome channel, `base .. 'outcome:' .. id`, when the caller may publish on it
+/// (checked before the first write, published after the last). The message is a wake-up, not
+/// state: a caller without the permission still makes its move, untold.
+pub fn outcome_channel(
+    fence: &Fence<'_>,
+    q: &Queue<'_>,
+    id: &[u8],
+) -> Result<Option<Vec<u8>>, Refusal> {
     let channel = q.key(&[b"outcome:".as_slice(), id].concat());
-    fence.publish(&channel)?;
-    Ok(channel)
+    Ok(fence.may_publish(&channel)?.then_some(channel))
 }

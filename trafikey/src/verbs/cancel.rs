@@ -50,6 +50,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     fence.write(&row)?;
     fence.write(&metrics)?;
     let events = bus::events(&h, &fence, &q)?;
+    let channel = bus::outcome_channel(&fence, &q, id)?;
     // 6.–7. writes, each replicated as its effect: dead, scored the time it was cancelled
     #[allow(unused_mut)]
     let mut writes = vec![
@@ -85,5 +86,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         )
     }));
     h.apply(&writes)?;
+    // the death, told to a result waiter
+    if let Some(channel) = channel {
+        h.publish(&channel, b"dead")?;
+    }
     Ok(int(1))
 }

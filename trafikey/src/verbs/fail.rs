@@ -114,7 +114,7 @@ pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> V
         plan.push(ev.op(next, id, token, &[b"state", verdict.state()]));
     }
     let channel = match (bus, verdict) {
-        (true, Budget::Dead) => Some(bus::outcome_channel(&fence, &q, id)?),
+        (true, Budget::Dead) => bus::outcome_channel(&fence, &q, id)?,
         _ => None,
     };
     // 6.–7. writes, each replicated as its effect; then a death, told

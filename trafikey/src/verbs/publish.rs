@@ -80,6 +80,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let channel = bus::outcome_channel(&fence, &q, id)?;
     // 6.–7. writes, each replicated as its effect; then the outcome, told
     h.apply(&plan)?;
-    h.publish(&channel, b"completed")?;
+    if let Some(channel) = channel {
+        h.publish(&channel, b"completed")?;
+    }
     Ok(int(1))
 }

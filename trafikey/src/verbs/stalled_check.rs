@@ -103,6 +103,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     } else {
         bus::events(&h, &fence, &q)?
     };
+    // each death, told to a result waiter (where the caller may publish)
+    let mut told = Vec::new();
+    for m in members.iter().filter(|m| matches!(m.verdict, Swept::Die(_))) {
+        told.extend(bus::outcome_channel(&fence, &q, &m.id)?);
+    }
     // 6.–7. writes, each replicated as its effect, as planned by the pure sweep plan, then
     // each member's events in selection order
     let mut plan = decide::sweep_plan(&q, [active, pending, dead], &members, failed_count, now);
@@ -116,6 +121,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         }
     }
     h.apply(&plan)?;
+    for channel in &told {
+        h.publish(channel, b"dead")?;
+    }
     let list = |pick: fn(&Swept) -> bool| {
         ValkeyValue::Array(
             members
