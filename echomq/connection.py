@@ -288,14 +288,17 @@ class Connection:
         its own and wait for the server's confirmation; yields ``wait(timeout_s)``, which returns
         at the next message or when the time runs out (None: no limit)."""
         pubsub = self.client.pubsub()
+        # on a cluster, read the node that serves the channel's slot (without it valkey-py's
+        # cluster pub/sub polls every node once and never waits)
+        node = {"target_node": self.client.get_node_from_key(channel)} if self.cluster else {}
         try:
             pubsub.ssubscribe(channel)
-            confirmed = pubsub.get_sharded_message(ignore_subscribe_messages=False, timeout=confirm_s)
+            confirmed = pubsub.get_sharded_message(ignore_subscribe_messages=False, timeout=confirm_s, **node)
             if not confirmed:
                 raise errors.ConnectionFailed(f"no confirmation of SSUBSCRIBE {channel} within {confirm_s:g} s")
 
             def wait(timeout_s: float | None) -> None:
-                pubsub.get_sharded_message(timeout=timeout_s)
+                pubsub.get_sharded_message(timeout=timeout_s, **node)
 
             yield wait
         finally:
