@@ -327,3 +327,27 @@ def test_a_cancel_and_a_fatal_stall_wake_the_waiter_with_job_failed(conn):
             assert queue.stalled_check(max_stalled=1).dead == [job.id]
         waiter.join(10)  # woken by the death, long before its 30 s
         assert not waiter.is_alive() and raised[0].last_error == ("cancelled" if kill == "cancel" else "stalled")
+
+
+def test_an_emq_worker_process_keeps_results_tracebacks_and_progress(server, wire, tmp_path, conn):
+    """`emq worker` in its own process, on both wires: a retried job's result, a dead job's traceback,
+    progress, and the events of both, in order."""
+    from worker_helpers import WorkerProcess
+
+    name = fresh_name("rp")
+    queue = Queue(conn, name)
+    queue.enable_events()
+    ok = queue.enqueue({"echo": "hi", "fail": 1, "progress": {"pct": 10}})
+    bad = queue.enqueue({"fail": 5})
+    worker = WorkerProcess(server.url, wire, name, tmp_path, env={"EMQ_TEST_MAX_ATTEMPTS": "2"})
+    try:
+        assert queue.result(ok.id, timeout=30) == {"echo": "hi", "attempt": 2}
+        with pytest.raises(JobFailed) as failed:
+            queue.result(bad.id, timeout=30)
+    finally:
+        worker.kill()
+    assert failed.value.last_error == "RuntimeError: planned failure 2"
+    assert "in run" in failed.value.traceback and "RuntimeError: planned failure 2" in failed.value.traceback
+    kinds = [e.type for e in queue.events() if e.job_id == ok.id]
+    assert kinds == ["enqueued", "claimed", "progress", "failed", "retried", "claimed", "progress", "completed"]
+    assert [e.type for e in queue.events() if e.job_id == bad.id][-2:] == ["failed", "dead"]
