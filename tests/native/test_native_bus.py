@@ -149,13 +149,31 @@ def test_a_lost_token_answers_zero_and_writes_nothing(c, nq, verb):
     assert digest(c) == before
 
 
-@pytest.mark.parametrize("verb", ["EMQ.APPEND", "EMQ.PUBLISH", "EMQ.FAILURES.INCR", "EMQ.ENQUEUE", "EMQ.CLAIM",
-                                  "EMQ.COMPLETE", "EMQ.FAIL"])
-def test_a_wrong_typed_event_stream_or_switch_is_refused(c, nq, verb):
-    if verb != "EMQ.ENQUEUE":
+def _ready(nq, verb):
+    """The state each verb moves from, for job x (the id every line of ``nq.lines()`` names)."""
+    if verb in ("EMQ.ENQUEUE", "EMQ.SCHEDULE"):
+        return
+    if verb in ("EMQ.REMOVE", "EMQ.DRAIN"):
+        nq.enqueue("x")
+    elif verb == "EMQ.STALLED.CHECK":
+        nq.enqueue("x")
+        nq.expire_all()
+    elif verb == "EMQ.PURGE":
         held(nq, "x")
-    if verb == "EMQ.CLAIM":
-        nq.enqueue("y")
+        nq.fail("x", 1, b"E", 1, 0)
+    elif verb == "EMQ.CLAIM":
+        nq.enqueue("x")
+    else:
+        held(nq, "x")
+
+
+EMITTERS = ["EMQ.APPEND", "EMQ.PUBLISH", "EMQ.FAILURES.INCR", "EMQ.ENQUEUE", "EMQ.SCHEDULE", "EMQ.CLAIM",
+            "EMQ.COMPLETE", "EMQ.FAIL", "EMQ.STALLED.CHECK", "EMQ.REMOVE", "EMQ.CANCEL", "EMQ.PURGE", "EMQ.DRAIN"]
+
+
+@pytest.mark.parametrize("verb", EMITTERS)
+def test_a_wrong_typed_event_stream_or_switch_is_refused(c, nq, verb):
+    _ready(nq, verb)
     c.hset(nq.meta, "events", 10)
     c.set(nq.events, "not a stream")
     refused(c, "WRONGTYPE", *nq.lines()[verb])
@@ -165,6 +183,30 @@ def test_a_wrong_typed_event_stream_or_switch_is_refused(c, nq, verb):
     c.delete(nq.meta)
     c.set(nq.meta, "x")
     refused(c, "WRONGTYPE", *nq.lines()[verb])
+    c.delete(nq.meta)
+    c.hset(nq.meta, "events", 10)
+    c.execute_command(*nq.lines()[verb])  # with a good switch, the same call goes through and tells
+    assert c.xlen(nq.events) >= 1
+
+
+def test_failures_incr_refuses_a_failures_count_it_cannot_increment(c, nq):
+    held(nq, "x")
+    c.hset(nq.row("x"), "failures", "many")
+    assert refused(c, "EMQ", *nq.lines()["EMQ.FAILURES.INCR"]) == NOT_INTEGER
+    c.hset(nq.row("x"), "failures", "9223372036854775807")
+    assert refused(c, "EMQ", *nq.lines()["EMQ.FAILURES.INCR"]) == "EMQ increment or decrement would overflow"
+
+
+def test_publish_refuses_a_completed_count_it_cannot_increment(c, nq):
+    held(nq, "x")
+    c.hset(nq.completed, "count", "x")
+    assert refused(c, "EMQ", *nq.lines()["EMQ.PUBLISH"]) == NOT_INTEGER
+
+
+def test_append_accepts_lane_rows_and_flow_children_as_extend_does(c, nq):
+    held(nq, "x")
+    c.hset(nq.row("x"), mapping={"group": "g", "parent": "p"})
+    assert nq.append("x", 1, b"1") == 1
 
 
 def test_publish_refuses_a_wrong_typed_record(c, nq):

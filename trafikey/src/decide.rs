@@ -557,4 +557,31 @@ mod tests {
         assert_eq!(plan[6].expect, Expect::Int(8));
         assert!(sweep_plan(&q, keys, &[], None, 1_700).is_empty());
     }
+
+    #[test]
+    fn the_event_switch_is_a_bound_or_off() {
+        assert_eq!(events_bound(None), Ok(None));
+        assert_eq!(events_bound(Some(b"0")), Ok(None));
+        assert_eq!(events_bound(Some(b"-5")), Ok(None));
+        assert_eq!(events_bound(Some(b"100")), Ok(Some(100)));
+        for bad in [b"ten".as_slice(), b"", b"01", b" 1", b"1.5"] {
+            assert_eq!(events_bound(Some(bad)), Err(NOT_INTEGER), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn each_sweep_verdict_tells_its_events() {
+        let kinds = |v| sweep_events(v).iter().map(|(k, _)| *k).collect::<Vec<_>>();
+        assert!(kinds(Swept::Ghost).is_empty());
+        assert_eq!(kinds(Swept::Exempt), [b"recovered".as_slice()]);
+        assert_eq!(
+            kinds(Swept::Recover(1)),
+            [b"stalled".as_slice(), b"recovered"]
+        );
+        assert_eq!(kinds(Swept::Die(3)), [b"stalled".as_slice(), b"dead"]);
+        assert_eq!(
+            sweep_events(Swept::Die(3))[1].1,
+            [b"error".as_slice(), b"stalled", b"state", b"dead"]
+        );
+    }
 }

@@ -105,7 +105,10 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     };
     // each death, told to a result waiter (where the caller may publish)
     let mut told = Vec::new();
-    for m in members.iter().filter(|m| matches!(m.verdict, Swept::Die(_))) {
+    for m in members
+        .iter()
+        .filter(|m| matches!(m.verdict, Swept::Die(_)))
+    {
         told.extend(bus::outcome_channel(&fence, &q, &m.id)?);
     }
     // 6.–7. writes, each replicated as its effect, as planned by the pure sweep plan, then
