@@ -581,7 +581,12 @@ mod tests {
         assert_eq!(kinds(Swept::Die(3)), [b"stalled".as_slice(), b"dead"]);
         assert_eq!(
             sweep_events(Swept::Die(3))[1].1,
-            [b"error".as_slice(), b"stalled", b"state", b"dead"]
+            [
+                b"error".as_slice(),
+                b"stalled",
+                b"state",
+                State::Dead.field()
+            ]
         );
     }
 }
