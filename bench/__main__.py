@@ -26,11 +26,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import cost, dashboard_cost, e2e, growth, idle, producers, report
+from . import bus, cost, dashboard_cost, e2e, growth, idle, producers, report
 from .common import ROOT, TRAFIKEY_SOURCE, BenchServer, client_versions, machine, say, trafikey_module
 from .systems import ALL_PEERS, echomq_at, echomq_system, emq_worker_available, peers
 
-SECTIONS = ("cost", "growth", "e2e", "idle", "dashboard", "producers")
+SECTIONS = ("cost", "bus", "growth", "e2e", "idle", "dashboard", "producers")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -41,6 +41,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=5000, help="calls per verb phase in the cost section")
     p.add_argument("--aof-rounds", type=int, default=5,
                    help="rounds of the cost section again with the append-only file on (0: skip)")
+    p.add_argument("--bus-rounds", type=int, default=5, help="rounds of the bus section (results and events)")
+    p.add_argument("--bus-wake", type=int, default=200, help="result waits timed in the bus section")
+    p.add_argument("--bus-before", default="", metavar="REV",
+                   help="a git revision before the bus: wire 4 also runs the lifecycle with its scripts")
+    p.add_argument("--bus-before-module", default="", metavar="SO",
+                   help="a trafikey .so built before the bus: wire 6 also runs the lifecycle on it")
     p.add_argument("--max-jobs", type=int, default=100_000, help="largest queue depth in the growth section")
     p.add_argument("--growth-rounds", type=int, default=3)
     p.add_argument("--growth-m", type=int, default=2000, help="lifecycles measured at each depth")
@@ -77,6 +83,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.smoke:
         args.rounds, args.jobs, args.max_jobs, args.growth_rounds, args.growth_m = 1, 50, 1000, 1, 50
         args.aof_rounds = 1
+        args.bus_rounds, args.bus_wake = 1, 5
         args.e2e_jobs, args.e2e_rounds, args.bulk_jobs, args.processes = 200, 1, 200, "1"
         args.producer_jobs, args.producer_rounds = 200, 1
         args.latency_jobs, args.latency_gap_ms, args.window = 3, "5,20", 20.0
@@ -124,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
                     results["cost_aof"] = cost.run(server, executors=executors, n=args.jobs, rounds=args.aof_rounds)
                 finally:
                     server.set_aof(False)
+        if "bus" in sections:
+            results["bus"] = bus.run(server, wires=wires, n=args.jobs, rounds=args.bus_rounds, wake_m=args.bus_wake,
+                                     before_rev=args.bus_before, before_module=args.bus_before_module)
         if "growth" in sections:
             sizes = [s for s in (1_000, 10_000, 100_000, 1_000_000) if s <= args.max_jobs] or [args.max_jobs]
             results["growth"] = growth.run(server, executors=executors, sizes=sizes, m=args.growth_m,

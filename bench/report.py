@@ -219,6 +219,11 @@ def render(results: dict, baseline: dict | None = None, later: list[dict] | None
         lines += table(LIFECYCLE_HEADER, lifecycle_rows(aof["table"]))
         lines += table(["ratio (AOF on)", "measure", "median (min–max)"], ratio_rows(aof["ratios"]))
 
+    if results.get("bus"):
+        from .bus import render as render_bus
+
+        lines += render_bus(results["bus"], med, num, table)
+
     e2e = results.get("e2e")
     if e2e:
         ks = e2e["processes"]

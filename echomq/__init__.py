@@ -12,6 +12,8 @@ from .errors import (
     CounterError,
     EchoMQError,
     HostError,
+    JobFailed,
+    JobNotFound,
     JobTimeout,
     LayoutError,
     LeaseLost,
@@ -27,10 +29,12 @@ from .errors import (
     WrongType,
 )
 from .heartbeat import HeartbeatConfig, WorkerRecord, list_workers
+from .events import Event
 from .keys import Keyspace, State
 from .module import module_path
 from .policy import Backoff, IdlePolicy, LeasePolicy
 from .queue import Counts, Enqueued, Job, Queue, Sweep
+from .results import Status
 from .serializers import JSON, RAW, JSONSerializer, RawSerializer
 from .server import EmbeddedServer
 from .tasks import App, Delay, JobContext, Retry, Task
@@ -40,9 +44,10 @@ from .worker import Tally, Worker, WorkerConfig
 __all__ = [
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
     "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
-    "Job", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost", "PayloadError", "PermissionDenied", "PortInUse",
-    "Queue", "RAW", "RawSerializer", "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError",
-    "Sweep", "UnsupportedOnWire", "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "module_path",
+    "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost", "PayloadError",
+    "PermissionDenied", "PortInUse", "Queue", "RAW", "RawSerializer", "ServerNotFound", "ServerStartError",
+    "ShapeError", "State", "StateError", "Status", "Sweep", "UnsupportedOnWire", "WireError", "WrongType", "aio",
+    "brand_node", "connect", "hooks", "module_path",
     # workers
     "App", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",
     "Timers", "Worker", "WorkerConfig",

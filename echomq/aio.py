@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 
 import valkey.asyncio as avalkey
 from valkey.asyncio.cluster import ValkeyCluster as AsyncValkeyCluster
@@ -42,8 +43,10 @@ from .connection import (
     TRANSPORT_ERRORS, WireCodec, brand_unreadable, check_brand, check_tokens, first_key_at, link_failed, names_of,
     tokens_unavailable, wire_of_brand,
 )
-from .core import MAX_PAYLOAD_BYTES, Enqueued, Job, JobRef, Op, QueueCore, T
-from .keys import VERSION_KEY, State
+from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
+from .events import DEFAULT_MAXLEN, Event
+from .keys import VERSION_KEY, State, check_job_id
+from .results import Status
 from .serializers import JSON, Serializer
 from .verbs import Call, Counts, Plain, Sweep
 
@@ -237,6 +240,43 @@ class Connection(WireCodec):
     async def send_many(self, calls: Sequence[Call | Plain]) -> list[Any]:
         return await self.round_trip(calls) if calls else []
 
+    # -- waiting on an outcome channel (the bus) ---------------------------------
+    @asynccontextmanager
+    async def outcome_listener(self, channel: str, *, confirm_s: float = 10.0
+                               ) -> AsyncIterator[Callable[[float | None], Awaitable[None]]]:
+        """As :meth:`echomq.Connection.outcome_listener`, awaited: SSUBSCRIBE on a socket of its
+        own (on a cluster, to the node that serves the channel's slot), confirmed; yields
+        ``await wait(timeout_s)``, which returns at the next message or when the time runs out."""
+        if self.cluster:
+            node = self.client.get_node_from_key(channel)
+            options = {k: v for k, v in node.connection_kwargs.items() if k in _PORTABLE}
+            owner: avalkey.Valkey | None = avalkey.Valkey(host=node.host, port=node.port, **options)
+            pubsub = owner.pubsub()
+        else:
+            owner, pubsub = None, self.client.pubsub()
+
+        async def wait(timeout_s: float | None, *, confirming: bool = False) -> None:
+            try:
+                got = await asyncio.wait_for(pubsub.parse_response(block=True), timeout_s)
+            except asyncio.TimeoutError:
+                got = None
+            except TRANSPORT_ERRORS as exc:
+                raise link_failed(exc, f"a wait on {channel}") from exc
+            if confirming and not got:
+                raise errors.ConnectionFailed(f"no confirmation of SSUBSCRIBE {channel} within {timeout_s:g} s")
+
+        try:
+            try:
+                await pubsub.execute_command("SSUBSCRIBE", channel)
+            except TRANSPORT_ERRORS as exc:
+                raise link_failed(exc, f"SSUBSCRIBE {channel}") from exc
+            await wait(confirm_s, confirming=True)
+            yield wait
+        finally:
+            await pubsub.aclose()
+            if owner is not None:
+                await owner.aclose()
+
     async def aclose(self) -> None:
         await self.client.aclose()
 
@@ -344,8 +384,21 @@ class Queue(QueueCore):
                               traceback=traceback)
         return await self._run(self.op_fenced(call))
 
+    async def failures_incr(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
+                            token: str | int | None = None, traceback: str | None = None) -> State:
+        call = self.failures_incr_call(job, error, max_attempts=max_attempts, backoff_ms=backoff_ms, token=token,
+                                       traceback=traceback)
+        return await self._run(self.op_fenced(call))
+
     async def delay(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> int:
         return await self._run(self.op_fenced(self.delay_call(job, delay_ms, token=token)))
+
+    async def publish(self, job: JobRef, result: Any = None, *, retention_ms: int,
+                      token: str | int | None = None) -> None:
+        await self._run(self.op_publish(job, result, retention_ms, token))
+
+    async def progress(self, job: JobRef, value: Any, *, token: str | int | None = None) -> None:
+        await self._run(self.op_fenced(self.append_call(job, value, token=token)))
 
     async def requeue(self, job: JobRef, *, token: str | int | None = None) -> None:
         await self._run(self.op_fenced(self.requeue_call(job, token=token)))
@@ -385,6 +438,39 @@ class Queue(QueueCore):
 
     async def resume(self) -> None:
         await self._run(self.op_resume())
+
+    async def status(self, job_id: str) -> Status:
+        return await self._run(self.op_status(job_id))
+
+    async def result(self, job_id: str, *, timeout: float | None = None) -> Any:
+        """As :meth:`echomq.Queue.result`, awaited: woken by the job's outcome channel, not polling."""
+        check_job_id(job_id)
+        deadline = None if check_wait(timeout) is None else time.monotonic() + timeout
+        async with self.connection.outcome_listener(self.keys.outcome(job_id)) as wait:
+            while True:
+                read = await self._run(self.op_result_read(job_id))
+                if isinstance(read, Done):
+                    return read.value
+                await wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+
+    async def enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> None:
+        await self._run(self.op_enable_events(maxlen))
+
+    async def disable_events(self) -> None:
+        await self._run(self.op_disable_events())
+
+    async def events(self, since: str | None = None, *, follow: bool = False, block_ms: int = 1000,
+                     count: int = 100) -> AsyncIterator[Event]:
+        """As :meth:`echomq.Queue.events`: ``async for event in q.events(...)``. A follower's
+        XREAD BLOCK holds a pooled socket while it waits."""
+        last = "0-0" if since is None else await self._run(self.op_last_event_id()) if since == "$" else since
+        while True:
+            page = await self._run(self.op_events_page(last, count, block_ms if follow else None))
+            for event in page:
+                last = event.stream_id
+                yield event
+            if not follow and len(page) < count:
+                return
 
     async def counts(self) -> Counts:
         return await self._run(self.op_counts())

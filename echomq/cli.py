@@ -36,8 +36,8 @@ from .admin import brand_node
 from .connection import Connection, connect
 from .errors import ConfigurationError, ConnectionFailed, EchoMQError, PortInUse, ServerStartError
 from .heartbeat import list_workers
-from .inventory import (TIME_FIELDS, QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error,
-                        queue_exists)
+from .inventory import (RECORD_TIME_FIELDS, TIME_FIELDS, QueueNumbers, ago, discover_queues, job_page, job_view,
+                        numbers_or_error, queue_exists, record_view, text_of)
 from .keys import State, check_job_id, check_queue_name
 from .module import module_path
 from .policy import IdlePolicy, LeasePolicy
@@ -401,29 +401,44 @@ def _parse_json(data: bytes) -> Any:
 @main.command()
 @click.argument("job_id", metavar="ID")
 @node_options
-@queue_option()
+@queue_option(required=False)
 @json_option
-def inspect(job_id: str, url: str, wire: str, queue_name: str, as_json: bool) -> None:
-    """Show one job: its row, its set and what its score means (exit 1 when there is no such job)."""
+def inspect(job_id: str, url: str, wire: str, queue_name: str | None, as_json: bool) -> None:
+    """Show one job: its row, its set and what its score means; or, completed within its
+    retention, its record and result. Without -q the job is looked for in every queue (SCAN).
+    Exit 1 when there is no such job."""
     with reported():
         check_job_id(job_id)
-    with opened_queue(url, wire, queue_name, serializer=RAW) as queue:
-        require_queue(queue)
-        view = job_view(queue, job_id)
+        if queue_name is not None:
+            check_queue_name(queue_name)
+    with opened(url, wire) as connection, reported():
+        if queue_name is None:
+            queue_name = _find_queue(connection, job_id)
+        queue = Queue(connection, queue_name, serializer=RAW)
+        view = job_view(queue, job_id) or record_view(queue, job_id)
+        if view is None:
+            require_queue(queue)
     if view is None:
-        raise click.ClickException(f"no job {job_id!r} in queue {queue_name!r} (completed jobs leave no row)")
+        raise click.ClickException(f"no job {job_id!r} in queue {queue_name!r} (never enqueued, or completed past "
+                                   "its retention)")
     if as_json:
         print_json(view.as_dict())
         return
     table = Table(title=f"{queue_name} / {job_id}", show_header=False)
     table.add_row("state", view.state or "(none)")
-    for field in ("attempts", "failures", "stalled", "priority", "last_error", "lease_epoch"):
+    for field in ("attempts", "failures", "stalled", "priority", "last_error", "progress", "lease_epoch"):
         if field in view.fields:
             table.add_row(field, view.fields[field])
-    for field in TIME_FIELDS:
+    for field in (*TIME_FIELDS, *RECORD_TIME_FIELDS):
         if view.fields.get(field, "").isdigit():
             at = int(view.fields[field])
             table.add_row(field, f"{ago((view.now_ms - at) / 1000)} ago ({at} ms, server clock)")
+    if view.completed:
+        if view.kept_ms is not None and view.kept_ms >= 0:
+            table.add_row("kept", f"for {view.kept_ms} ms more (its retention, server clock)")
+        table.add_row("result", view.payload_text())
+        out.print(table)
+        return
     if not view.in_its_set:
         table.add_row("in its set", "[red]no[/] (the row's state names a set it is not in)")
     elif view.state == "active":
@@ -434,6 +449,23 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str, as_json: bool) ->
     if view.fields.get("traceback"):  # the last failure's, its tail kept (empty: it had none)
         table.add_row("traceback", Text(view.fields["traceback"]))
     out.print(table)
+
+
+def _find_queue(connection: Connection, job_id: str) -> str:
+    """The one queue holding a row or a completed record for ``job_id`` (a SCAN of the node)."""
+    pattern_id = re.sub(r"([*?\[\]\\])", r"\\\1", job_id)
+    found = set()
+    for kind in ("job", "done"):
+        for key in connection.client.scan_iter(match=f"emq:{{*}}:{kind}:{pattern_id}", count=1000):
+            name, _, rest = text_of(key)[len("emq:{"):].partition("}:")
+            if rest == f"{kind}:{job_id}":
+                found.add(name)
+    if not found:
+        raise click.ClickException(f"no job {job_id!r} in any queue on this node (never enqueued, or completed "
+                                   "past its retention)")
+    if len(found) > 1:
+        raise click.ClickException(f"job {job_id!r} is in several queues ({', '.join(sorted(found))}): pass -q")
+    return found.pop()
 
 
 @main.command()
@@ -662,6 +694,54 @@ def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int, as
     for label, ids in (("recovered", found.recovered), ("exempt", found.exempt), ("dead", found.dead)):
         for job_id in ids:
             click.echo(f"  {label}\t{job_id}")
+
+
+# -- events ---------------------------------------------------------------------------
+
+
+@main.command()
+@node_options
+@queue_option()
+@click.option("-f", "--follow", is_flag=True, help="keep waiting for new events (Ctrl-C stops)")
+@click.option("--since", default=None, metavar="ID",
+              help="only events after this stream id; '$' = only new ones (default: every one kept)")
+@click.option("--enable", "maxlen", type=click.IntRange(1), default=None, metavar="MAXLEN",
+              help="turn the queue's event stream on, bounded to MAXLEN entries, and exit")
+@click.option("--disable", is_flag=True, help="turn the queue's event stream off, and exit")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+def events(url: str, wire: str, queue_name: str, follow: bool, since: str | None, maxlen: int | None,
+           disable: bool, as_json: bool) -> None:
+    """Show a queue's events (enqueued, claimed, progress, completed, retried, failed, dead, stalled,
+    recovered, removed), oldest first; with --follow, as they happen."""
+    with opened_queue(url, wire, queue_name) as queue:
+        if maxlen is not None or disable:
+            if disable:
+                queue.disable_events()
+                click.echo(f"events off for {queue_name}")
+            else:
+                queue.enable_events(maxlen)
+                click.echo(f"events on for {queue_name}, the last {maxlen} kept")
+            return
+        if not follow and since is None and not queue.connection.client.exists(queue.keys.events):
+            err.print(f"no events in {queue_name} (turn them on with: emq events -q {queue_name} --enable 10000)")
+        try:
+            for event in queue.events(since=since, follow=follow, block_ms=1000):
+                click.echo(_event_line(event, as_json))
+        except KeyboardInterrupt:
+            pass
+
+
+def _event_line(event: Any, as_json: bool) -> str:
+    fields = {"stream_id": event.stream_id, "time_ms": event.time_ms, "type": event.type, "id": event.job_id,
+              "attempt": event.attempt}
+    fields.update({k: v for k, v in (("error", event.error), ("state", event.state), ("progress", event.progress))
+                   if v is not None})
+    if as_json:
+        return json.dumps(fields, separators=(",", ":"))
+    when = time.strftime("%H:%M:%S", time.gmtime(event.time_ms / 1000)) + f".{event.time_ms % 1000:03d}"
+    extra = "".join(f" {k}={json.dumps(v) if k == 'progress' else v}" for k, v in fields.items()
+                    if k in ("error", "state", "progress"))
+    return f"{when} {event.type:<9} {event.job_id} attempt={event.attempt}{extra}"
 
 
 # -- stats ---------------------------------------------------------------------------

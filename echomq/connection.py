@@ -30,7 +30,7 @@ import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import valkey
 from valkey.cluster import ClusterPipeline, ValkeyCluster
@@ -389,6 +389,36 @@ class Connection(WireCodec):
     def send_many(self, calls: Sequence[Call | Plain]) -> list[Any]:
         """Pipeline ``calls``; error replies come back as exception objects."""
         return self.round_trip(calls) if calls else []
+
+    # -- waiting on an outcome channel (the bus) ---------------------------------
+    @contextmanager
+    def outcome_listener(self, channel: str, *, confirm_s: float = 10.0) -> Iterator[Callable[[float | None], None]]:
+        """Subscribe to a job's outcome channel (SSUBSCRIBE: the queue's slot) on a connection of
+        its own and wait for the server's confirmation; yields ``wait(timeout_s)``, which returns
+        at the next message or when the time runs out (None: no limit). A link fault is
+        :class:`~echomq.ConnectionFailed`, as on the send path."""
+        pubsub = self.client.pubsub()
+        # on a cluster, read the node that serves the channel's slot (without it valkey-py's
+        # cluster pub/sub polls every node once and never waits)
+        node = {"target_node": self.client.get_node_from_key(channel)} if self.cluster else {}
+
+        def wait(timeout_s: float | None, *, confirming: bool = False) -> None:
+            try:
+                got = pubsub.get_sharded_message(ignore_subscribe_messages=not confirming, timeout=timeout_s, **node)
+            except TRANSPORT_ERRORS as exc:
+                raise link_failed(exc, f"a wait on {channel}") from exc
+            if confirming and not got:
+                raise errors.ConnectionFailed(f"no confirmation of SSUBSCRIBE {channel} within {timeout_s:g} s")
+
+        try:
+            try:
+                pubsub.ssubscribe(channel)
+            except TRANSPORT_ERRORS as exc:
+                raise link_failed(exc, f"SSUBSCRIBE {channel}") from exc
+            wait(confirm_s, confirming=True)
+            yield wait
+        finally:
+            pubsub.close()
 
     def close(self) -> None:
         self.client.close()

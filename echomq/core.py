@@ -21,9 +21,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Sequence, TypeVar
 
 from . import errors
+from .events import DEFAULT_MAXLEN, Event, decode_event, encode_progress
 from .ids import uuid7
 from .keys import STATE_SETS, Keyspace, State, check_job_id
-from .serializers import JSON, Serializer
+from .results import MAX_RESULT_BYTES, ROW_FIELDS, Completed, Failed, Seen, Status, Unknown, Waiting, decide_result, \
+    encode_result, status_of
+from .serializers import JSON, Serializer, encode
 from .verbs import (
     BY_NAME, EXTENDS_MAX_PAIRS, LIMIT_MAX, Call, Claimed, Counts, Plain, Sweep, build_call, check_int, check_traceback,
     text,
@@ -103,16 +106,33 @@ MAX_PAYLOAD_BYTES = 1 << 20
 def encode_payload(serializer: Serializer, payload: Any, max_bytes: int | None) -> bytes:
     """The payload as the bytes a job stores, refused client-side (:class:`PayloadError`) when the
     serializer cannot encode it or it is over ``max_bytes``."""
-    try:
-        data = serializer.dumps(payload)
-    except (TypeError, ValueError) as exc:
-        raise errors.PayloadError(f"the payload cannot be encoded by {type(serializer).__name__}: {exc}") from exc
-    if max_bytes is not None and len(data) > max_bytes:
-        raise errors.PayloadError(
-            f"the payload is {len(data)} bytes, over the limit of {max_bytes} (max_payload_bytes): keep large "
-            "data elsewhere and enqueue a reference to it, or raise the limit"
-        )
-    return data
+    return encode(serializer, payload, max_bytes, what="payload", limit="max_payload_bytes",
+                  hint=": keep large data elsewhere and enqueue a reference to it, or raise the limit")
+
+
+@dataclass(frozen=True)
+class Done:
+    """A result waiter's read found the job completed: its result, decoded."""
+
+    value: Any
+
+
+def check_wait(timeout: float | None) -> float | None:
+    """A result wait's ``timeout``: seconds >= 0, or None for no limit."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0):
+        raise errors.ConfigurationError(f"bad timeout {timeout!r}: seconds >= 0, or None")
+    return timeout
+
+
+def time_left(job_id: str, waiting: Waiting, timeout: float | None, deadline: float | None, now: float) -> float | None:
+    """How long a result waiter may wait for the next word (None: no limit); TimeoutError when
+    the time has run out."""
+    if deadline is None:
+        return None
+    left = deadline - now
+    if left <= 0:
+        raise TimeoutError(f"job {job_id!r} is still {waiting.status.value} after {timeout:g} s")
+    return left
 
 
 class QueueCore:
@@ -152,13 +172,31 @@ class QueueCore:
 
     def fail_call(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
                   token: str | int | None = None, traceback: str | None = None) -> Call:
+        return self._failure("fail", job, error, max_attempts, backoff_ms, token, traceback)
+
+    def failures_incr_call(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
+                           token: str | int | None = None, traceback: str | None = None) -> Call:
+        """FAIL with the bus (FAIL's arguments): a death is told on the job's outcome channel."""
+        return self._failure("failures_incr", job, error, max_attempts, backoff_ms, token, traceback)
+
+    def _failure(self, verb: str, job: JobRef, error: str, max_attempts: int, backoff_ms: int,
+                 token: str | int | None, traceback: str | None) -> Call:
         argv = [*_ref(job, token), error, max_attempts, backoff_ms]
         # a wire-6 module that predates fail.traceback gets five ARGV: last_error is still written
-        if traceback is not None and self.codec.carries("fail", "traceback"):
+        if traceback is not None and self.codec.carries(verb, "traceback"):
             argv.append(traceback)
         elif traceback is not None:
             check_traceback(traceback)  # refused the same whether or not it is sent
-        return self.build("fail", *argv)
+        return self.build(verb, *argv)
+
+    def publish_call(self, job: JobRef, result: bytes, *, retention_ms: int, token: str | int | None = None) -> Call:
+        """COMPLETE with the outcome told (the bus): ``result`` (already encoded) kept as the job's
+        completed record for ``retention_ms`` (0: no record)."""
+        return self.build("publish", *_ref(job, token), result, retention_ms)
+
+    def append_call(self, job: JobRef, value: Any, *, token: str | int | None = None) -> Call:
+        """APPEND: a held job's progress (any JSON value, at most 64 KiB encoded)."""
+        return self.build("append", *_ref(job, token), encode_progress(value))
 
     def delay_call(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> Call:
         return self.build("delay", *_ref(job, token), delay_ms)
@@ -325,6 +363,58 @@ class QueueCore:
             # a worker blocked on the wake marker claims at once; wire 6's blocked claimers hear the HDEL
             yield from self._plain("ZADD", self.keys.wake, 0, "w")
 
+    # -- following a job: status, result, events (the bus, docs/spec.md §12) --------
+    def op_seen(self, job_id: str) -> Op[Seen]:
+        """One round trip: the row's state, last_error and traceback, and the completed record."""
+        row, record = yield [Plain(("HMGET", self.keys.job(job_id), *ROW_FIELDS)),
+                             Plain(("HGETALL", self.keys.done(job_id)))]
+        raise_first([row, record])
+        if not isinstance(record, dict):  # a client without the HGETALL callback answers the flat list
+            record = dict(zip(record[::2], record[1::2]))
+        return Seen.of(row, record)
+
+    def op_status(self, job_id: str) -> Op[Status]:
+        return status_of((yield from self.op_seen(check_job_id(job_id))))
+
+    def op_result_read(self, job_id: str) -> Op[Done | Waiting]:
+        """One read of a result waiter: :class:`Done` when completed, :class:`Waiting` while the job
+        is live; raises :class:`JobFailed` when it is dead, :class:`JobNotFound` when there is none."""
+        verdict = decide_result((yield from self.op_seen(job_id)))
+        if isinstance(verdict, Completed):
+            return Done(self.serializer.loads(verdict.raw))
+        if isinstance(verdict, Failed):
+            raise errors.JobFailed(job_id, verdict.last_error, verdict.traceback)
+        if isinstance(verdict, Unknown):
+            raise errors.JobNotFound(f"no job {job_id!r} in queue {self.name!r} (never enqueued, or its result's "
+                                     "retention has passed)")
+        return verdict
+
+    def op_publish(self, job: JobRef, result: Any, retention_ms: int, token: str | int | None) -> Op[None]:
+        data = encode_result(self.serializer, result, MAX_RESULT_BYTES)
+        yield from self._one(self.publish_call(job, data, retention_ms=retention_ms, token=token))
+
+    def op_enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> Op[None]:
+        yield from self._plain("HSET", self.keys.meta, "events", check_int("maxlen", maxlen, 1))
+
+    def op_disable_events(self) -> Op[None]:
+        yield from self._plain("HDEL", self.keys.meta, "events")
+
+    def op_events_page(self, last: str, count: int, block_ms: int | None) -> Op[list[Event]]:
+        """The events after stream id ``last`` (at most ``count``); with ``block_ms``, waiting that
+        long for the first (XREAD BLOCK)."""
+        if block_ms is None:
+            entries = yield from self._plain("XRANGE", self.keys.events, "(" + last, "+", "COUNT", count)
+        else:
+            reply = yield from self._plain("XREAD", "COUNT", count, "BLOCK", block_ms, "STREAMS", self.keys.events,
+                                           last)
+            entries = _stream_entries(reply)
+        return [decode_event(stream_id, _pairs(fields)) for stream_id, fields in entries]
+
+    def op_last_event_id(self) -> Op[str]:
+        """The newest entry's id: where a ``"$"`` reader starts (read once, so nothing after it is missed)."""
+        newest = yield from self._plain("XREVRANGE", self.keys.events, "+", "-", "COUNT", 1)
+        return text(newest[0][0]) if newest else "0-0"
+
     def op_counts(self) -> Op[Counts]:
         return (yield from self._one(self.call("counts")))
 
@@ -359,3 +449,17 @@ class QueueCore:
         replies = yield [Plain(("HGET", self.keys.metrics(name), "count")) for name in names]
         raise_first(replies)
         return {name: int(reply or 0) for name, reply in zip(names, replies)}
+
+
+def _stream_entries(reply: Any) -> list[Any]:
+    """XREAD's entries of its one stream (RESP2: [[key, entries]]; RESP3: {key: entries}); none on a timeout."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return list(reply.values())[0]
+    return reply[0][1]
+
+
+def _pairs(fields: Any) -> dict[Any, Any]:
+    """An entry's fields as a dict (raw commands answer the flat list)."""
+    return fields if isinstance(fields, dict) else dict(zip(fields[::2], fields[1::2]))

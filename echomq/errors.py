@@ -10,6 +10,8 @@
     ├── WireError                 the node cannot serve the wire asked for (no module, missing tokens)
     ├── UnsupportedOnWire         a verb or script the connection's wire does not carry
     ├── LeaseLost                 a token-fenced verb answered 0 or EMQSTATE: the caller no longer holds the job
+    ├── JobFailed                 Queue.result: the job is dead (last_error, traceback)
+    ├── JobNotFound               Queue.result: no such job (never seen, or past its retention)
     └── CommandRefused            the server refused a verb; `code` is the reply's first word
         ├── ShapeError            EMQSHAPE
         ├── LayoutError           EMQLAYOUT
@@ -78,6 +80,20 @@ class LeaseLost(EchoMQError):
         self.job_id = job_id
         self.token = token
         self.refusal = refusal
+
+
+class JobFailed(EchoMQError):
+    """The job went dead: ``last_error`` and, when the worker stored one, ``traceback``."""
+
+    def __init__(self, job_id: str, last_error: str, traceback: str | None) -> None:
+        super().__init__(f"job {job_id!r} failed: {last_error}")
+        self.job_id = job_id
+        self.last_error = last_error
+        self.traceback = traceback
+
+
+class JobNotFound(EchoMQError, LookupError):
+    """No row and no completed record: never enqueued, or completed past its retention."""
 
 
 class JobTimeout(EchoMQError):

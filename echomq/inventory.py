@@ -21,21 +21,24 @@ from .queue import Counts, Queue
 
 #: a row's times (ms, server clock): admitted, last claimed, last failed (docs/spec.md §11.5)
 TIME_FIELDS = ("created", "started", "failed")
+#: a completed record's own time (ms, server clock): when PUBLISH completed it (docs/spec.md §12)
+RECORD_TIME_FIELDS = ("finished",)
 #: the keys whose presence means a queue exists (a queue whose jobs all completed keeps its metrics)
 PRESENCE_SUFFIXES = ("pending", "active", "schedule", "dead", "meta", "metrics:completed", "metrics:failed")
 
 
-def _text(value: Any) -> str:
+def text_of(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def discover_queues(connection: Connection) -> list[str]:
-    """Every queue with a key on the node (one SCAN of the keyspace; job rows are skipped by name)."""
+    """Every queue with a key on the node (one SCAN of the keyspace; job rows and completed records
+    are skipped by name)."""
     names = set()
     for key in connection.client.scan_iter(match="emq:{*}:*", count=1000):
-        text = _text(key)
+        text = text_of(key)
         name, _, rest = text[len("emq:{"):].partition("}:")
-        if rest and not rest.startswith("job:"):
+        if rest and not rest.startswith(("job:", "done:")):
             names.add(name)
     return sorted(names)
 
@@ -85,6 +88,11 @@ class JobView:
     payload: bytes | None
     score: float | None  #: in the set its state names; None when it is not there
     now_ms: int  #: the server clock when read
+    kept_ms: int | None = None  #: a completed record (state ``completed``): ms left of its retention
+
+    @property
+    def completed(self) -> bool:
+        return self.state == "completed"
 
     @property
     def in_its_set(self) -> bool:
@@ -115,6 +123,9 @@ class JobView:
             return self.payload.decode(errors="replace")
 
     def as_dict(self) -> dict[str, Any]:
+        if self.completed:
+            return {"queue": self.queue, "id": self.id, **self.fields, "kept_ms": self.kept_ms,
+                    "result": self.payload_json()}
         return {"queue": self.queue, "id": self.id, "state": self.state, **self.fields, "in_its_set": self.in_its_set,
                 "due_in_ms": self.due_in_ms, "payload": self.payload_json()}
 
@@ -122,17 +133,17 @@ class JobView:
 def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: float | None,
                 now_ms: int) -> JobView | None:
     """A job view from its raw row, its score and the server clock (pure); None for no row."""
-    fields = {_text(k): v for k, v in row.items()}
+    fields = {text_of(k): v for k, v in row.items()}
     if not fields:
         return None
     payload = fields.pop("payload", None)
-    text = {k: _text(v) for k, v in fields.items()}
+    text = {k: text_of(v) for k, v in fields.items()}
     return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms)
 
 
 def _set_of(row: dict[bytes, bytes]) -> str | None:
     try:
-        return STATE_SETS[State(_text(row.get(b"state", b"")))]
+        return STATE_SETS[State(text_of(row.get(b"state", b"")))]
     except ValueError:  # no state, or one no set belongs to
         return None
 
@@ -153,6 +164,23 @@ def job_view(queue: Queue, job_id: str) -> JobView | None:
         score = client.zscore(queue.keys.key(suffix), job_id) if suffix else None
         now_ms = _ms(client.time())
     return decode_view(queue.name, job_id, row, score, now_ms)
+
+
+def record_view(queue: Queue, job_id: str) -> JobView | None:
+    """A completed job's record (PUBLISH's, within its retention) as a view: state ``completed``,
+    the result in place of the payload, what is left of its retention; None when there is none."""
+    client = queue.connection.client
+    key = queue.keys.done(job_id)
+    with plain_commands("a completed record's read"):
+        record = client.hgetall(key)
+        if not record:
+            return None
+        kept_ms = client.pttl(key)
+        now_ms = _ms(client.time())
+    fields = {text_of(k): v for k, v in record.items()}
+    result = fields.pop("result", None)
+    text = {"state": "completed", **{k: text_of(v) for k, v in fields.items()}}
+    return JobView(queue.name, job_id, "completed", text, result, None, now_ms, kept_ms)
 
 
 def job_page(queue: Queue, state: State, *, offset: int, count: int) -> list[JobView]:

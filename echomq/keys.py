@@ -98,6 +98,18 @@ class Keyspace:
     def job(self, job_id: str) -> str:
         return self.key("job:" + job_id)
 
+    @property
+    def events(self) -> str:
+        return self.key("events")
+
+    def done(self, job_id: str) -> str:
+        """A completed job's record (its result), kept for its retention."""
+        return self.key("done:" + job_id)
+
+    def outcome(self, job_id: str) -> str:
+        """The job's outcome channel (a channel, not a key): PUBLISH and a killing FAILURES.INCR tell it."""
+        return self.key("outcome:" + job_id)
+
     def metrics(self, name: str) -> str:
         return self.key("metrics:" + name)
 

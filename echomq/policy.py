@@ -76,7 +76,10 @@ def backoff_ms(policy: Backoff, attempt: int, rand: float) -> int:
 
 @dataclass(frozen=True)
 class Complete:
-    """The handler returned: COMPLETE."""
+    """The handler returned: COMPLETE, or PUBLISH with ``value`` (the result, encoded) where the
+    node serves the bus and the task keeps results."""
+
+    value: object = None
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,7 @@ def decide_outcome(outcome: Outcome, *, lost: bool, attempt: int, max_attempts: 
     if lost:
         return Drop("lease lost while the handler ran")
     if isinstance(outcome, Returned):
-        return Complete()
+        return Complete(outcome.value)
     if isinstance(outcome, DelayAsked):
         return Delay(outcome.delay_ms)
     if isinstance(outcome, RetryAsked):

@@ -8,11 +8,14 @@ the same operations with ``await``.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+import time
+from typing import Any, Iterable, Iterator, Sequence
 
 from .connection import Connection
-from .core import MAX_PAYLOAD_BYTES, Enqueued, Job, JobRef, Op, QueueCore, T
-from .keys import State
+from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
+from .events import DEFAULT_MAXLEN, Event
+from .results import Status
+from .keys import State, check_job_id
 from .serializers import JSON, Serializer
 from .verbs import EXTENDS_MAX_PAIRS, I64_MAX, LIMIT_MAX, PRIORITY_MAX, Call, Counts, Sweep, check_int
 
@@ -102,9 +105,29 @@ class Queue(QueueCore):
                               traceback=traceback)
         return self._run(self.op_fenced(call))
 
+    def failures_incr(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
+                      token: str | int | None = None, traceback: str | None = None) -> State:
+        """:meth:`fail` with the bus (EMQ.FAILURES.INCR): the same move and arguments, and a death
+        is told on the job's outcome channel (a :meth:`result` waiter wakes)."""
+        call = self.failures_incr_call(job, error, max_attempts=max_attempts, backoff_ms=backoff_ms, token=token,
+                                       traceback=traceback)
+        return self._run(self.op_fenced(call))
+
     def delay(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> int:
         """Put a held job back to wait ``delay_ms``; returns its due time (ms, server clock)."""
         return self._run(self.op_fenced(self.delay_call(job, delay_ms, token=token)))
+
+    def publish(self, job: JobRef, result: Any = None, *, retention_ms: int, token: str | int | None = None) -> None:
+        """Complete and keep ``result`` (encoded by this queue's serializer, at most 1 MiB) for
+        ``retention_ms``; a :meth:`result` waiter is woken. Raises LeaseLost if the token no longer
+        holds, PayloadError (nothing sent) if the result cannot be encoded."""
+        self._run(self.op_publish(job, result, retention_ms, token))
+
+    def progress(self, job: JobRef, value: Any, *, token: str | int | None = None) -> None:
+        """Report a held job's progress (JSON, at most 64 KiB): kept in its row as ``progress`` and,
+        when events are on, appended as a ``progress`` event. Raises LeaseLost for a holder whose
+        lease is gone: it cannot write."""
+        self._run(self.op_fenced(self.append_call(job, value, token=token)))
 
     def requeue(self, job: JobRef, *, token: str | int | None = None) -> None:
         """Release a held job to pending without spending any budget."""
@@ -187,6 +210,50 @@ class Queue(QueueCore):
 
     def resume(self) -> None:
         self._run(self.op_resume())
+
+    # -- following a job: status, result, events (the bus) ------------------------
+    def status(self, job_id: str) -> Status:
+        """pending, active, scheduled, dead, completed (within its retention) or unknown."""
+        return self._run(self.op_status(job_id))
+
+    def result(self, job_id: str, *, timeout: float | None = None) -> Any:
+        """The job's result, waiting up to ``timeout`` seconds (None: no limit) for it to finish.
+
+        Raises :class:`JobFailed` (``last_error``, ``traceback``) when it is dead,
+        :class:`JobNotFound` when there is no such job (or its record expired), and
+        :class:`TimeoutError` when the time runs out. The wait is woken by the job's outcome
+        channel (subscribed before the first read, so no completion slips between), not by polling.
+        """
+        check_job_id(job_id)
+        deadline = None if check_wait(timeout) is None else time.monotonic() + timeout
+        with self.connection.outcome_listener(self.keys.outcome(job_id)) as wait:
+            while True:
+                read = self._run(self.op_result_read(job_id))
+                if isinstance(read, Done):
+                    return read.value
+                wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+
+    def enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> None:
+        """Turn this queue's event stream on, bounded to ``maxlen`` entries (the verbs read it)."""
+        self._run(self.op_enable_events(maxlen))
+
+    def disable_events(self) -> None:
+        """Turn the event stream off (what it holds stays until deleted)."""
+        self._run(self.op_disable_events())
+
+    def events(self, since: str | None = None, *, follow: bool = False, block_ms: int = 1000,
+               count: int = 100) -> Iterator[Event]:
+        """The queue's events after ``since`` (a stream id; None: from the oldest kept; ``"$"``:
+        only new ones), oldest first. With ``follow`` it waits for new ones (XREAD BLOCK, ``block_ms``
+        per wait) and never ends: break out of the loop."""
+        last = "0-0" if since is None else self._run(self.op_last_event_id()) if since == "$" else since
+        while True:
+            page = self._run(self.op_events_page(last, count, block_ms if follow else None))
+            for event in page:
+                last = event.stream_id
+                yield event
+            if not follow and len(page) < count:
+                return
 
     # -- reading ----------------------------------------------------------------
     def counts(self) -> Counts:

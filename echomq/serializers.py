@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
+from .errors import PayloadError
+
 
 class Serializer(Protocol):
     def dumps(self, obj: Any) -> bytes: ...
@@ -39,6 +41,19 @@ class RawSerializer:
 
     def loads(self, data: bytes) -> bytes:
         return data
+
+
+def encode(serializer: "Serializer", value: Any, max_bytes: int | None, *, what: str, limit: str, hint: str = ""
+           ) -> bytes:
+    """``value`` as the bytes stored for it (a payload, a result), refused with :class:`PayloadError`
+    when the serializer cannot encode it or it is over ``max_bytes`` (the ``limit`` setting)."""
+    try:
+        data = serializer.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"the {what} cannot be encoded by {type(serializer).__name__}: {exc}") from exc
+    if max_bytes is not None and len(data) > max_bytes:
+        raise PayloadError(f"the {what} is {len(data)} bytes, over the limit of {max_bytes} ({limit}){hint}")
+    return data
 
 
 JSON = JSONSerializer()

@@ -11,7 +11,8 @@
 
 One handler per queue (the job core has no task name: the queue is the task). A
 handler takes ``(payload)`` or ``(payload, ctx)``. It finishes the job by
-returning (COMPLETE), raising (FAIL: retried with backoff until ``max_attempts``,
+returning (COMPLETE; its return value is kept as the job's result for ``result_ttl``
+seconds, default 600, where the node serves the bus: ``Queue.result``), raising (FAIL: retried with backoff until ``max_attempts``,
 then dead), raising :class:`Retry` (FAIL with its own delay) or :class:`Delay`
 (DELAY: run again later, no failure recorded).
 
@@ -41,8 +42,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from .errors import ConfigurationError, LeaseLost
+from .errors import ConfigurationError, LeaseLost, UnsupportedOnWire
 from .keys import check_queue_name
+from .results import DEFAULT_RESULT_TTL_S
 from .serializers import JSON, Serializer
 from .policy import MAX_DELAY_MS, Backoff
 
@@ -97,6 +99,8 @@ class JobContext:
     attempt: int  #: the fencing token: 1 on the first claim, +1 on every claim after
     lost: threading.Event = field(default_factory=threading.Event, repr=False)
     producers: Callable[[str, Serializer | None], Any] | None = field(default=None, repr=False)
+    #: sends APPEND for this attempt (set by the worker); raises LeaseLost when the lease is gone
+    report: Callable[[Any], None] | None = field(default=None, repr=False)
 
     def producer(self, queue: str | None = None, *, serializer: Serializer | None = None) -> Any:
         """A producer for ``queue`` (this job's own by default) on the worker's connection: an
@@ -115,6 +119,21 @@ class JobContext:
     def lease_lost(self) -> bool:
         """True once the worker knows it no longer holds the job: stop, nothing you return counts."""
         return self.lost.is_set()
+
+    def progress(self, value: Any) -> None:
+        """Report progress (any JSON value, at most 64 KiB): kept on the job's row and, when the
+        queue's events are on, a ``progress`` event. Fenced by this attempt's token: once the lease
+        is lost it raises :class:`LeaseLost` and writes nothing."""
+        if self.report is None:
+            raise UnsupportedOnWire("progress needs the bus: this node's trafikey does not list `append` "
+                                    "(upgrade the module, or use wire 4)")
+        if self.lost.is_set():
+            raise LeaseLost("progress", self.id, str(self.attempt))
+        try:
+            self.report(value)
+        except LeaseLost:
+            self.lost.set()
+            raise
 
     def check_lease(self) -> None:
         """Raise :class:`LeaseLost` if the lease is gone (call it between steps of long work)."""
@@ -144,6 +163,9 @@ class Task:
     backoff: Backoff = Backoff()
     serializer: Serializer = JSON
     timeout: float | None = DEFAULT_TIMEOUT_S  #: seconds a handler may run; then JobTimeout (None: no limit)
+    #: seconds a completed job's record and result are kept (``Queue.result``, ``Queue.status``);
+    #: 0 keeps none (then the worker completes with plain COMPLETE)
+    result_ttl: float = DEFAULT_RESULT_TTL_S
     arity: int = field(init=False, repr=False)  #: how many of (payload, ctx) the handler takes
     is_async: bool = field(init=False, repr=False)  #: an ``async def`` handler, run on the asyncio loop
 
@@ -154,6 +176,9 @@ class Task:
         if not callable(self.fn):
             raise ConfigurationError(f"the handler for queue {self.queue!r} is not callable: {self.fn!r}")
         object.__setattr__(self, "timeout", check_timeout(self.timeout, f"queue {self.queue!r}"))
+        ttl = self.result_ttl
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 <= ttl < 2**40:
+            raise ConfigurationError(f"bad result_ttl {ttl!r} for queue {self.queue!r}: seconds >= 0 (0 keeps none)")
         # read the signature once, not per job
         object.__setattr__(self, "arity", _arity(self.fn))
         object.__setattr__(self, "is_async", asyncio.iscoroutinefunction(self.fn))
@@ -161,6 +186,10 @@ class Task:
     @property
     def name(self) -> str:
         return getattr(self.fn, "__qualname__", repr(self.fn))
+
+    @property
+    def result_ttl_ms(self) -> int:
+        return int(self.result_ttl * 1000)
 
     def arguments(self, payload: Any, ctx: JobContext) -> tuple[Any, ...]:
         return (payload, ctx)[: self.arity]
@@ -197,9 +226,9 @@ class App:
 
     def handler(self, queue: str, fn: Callable[..., Any], *, max_attempts: int = 3,
                 backoff: Backoff | None = None, serializer: Serializer = JSON,
-                timeout: float | None = DEFAULT_TIMEOUT_S) -> Task:
+                timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S) -> Task:
         """Register ``fn`` as the handler of ``queue`` (one handler per queue)."""
-        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout)
+        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout, result_ttl)
         if queue in self.tasks:
             raise ConfigurationError(f"queue {queue!r} already has a handler: {self.tasks[queue].name}")
         self.tasks[queue] = task
@@ -211,11 +240,12 @@ class App:
     @overload
     def task(self, fn: None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
-             timeout: float | None = DEFAULT_TIMEOUT_S) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
+             timeout: float | None = DEFAULT_TIMEOUT_S,
+             result_ttl: float = DEFAULT_RESULT_TTL_S) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
-             timeout: float | None = DEFAULT_TIMEOUT_S) -> Any:
+             timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S) -> Any:
         """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
 
         The decorated function is returned unchanged -- type checkers keep its signature --
@@ -224,7 +254,8 @@ class App:
 
         def register(fn: Callable[P, R]) -> TaskFunction[P, R]:
             fn.task = self.handler(queue or fn.__name__, fn, max_attempts=max_attempts,  # type: ignore[attr-defined]
-                                   backoff=backoff, serializer=serializer, timeout=timeout)
+                                   backoff=backoff, serializer=serializer, timeout=timeout,
+                                   result_ttl=result_ttl)
             return fn  # type: ignore[return-value]
 
         return register(fn) if fn is not None else register

@@ -34,6 +34,7 @@ PRIORITY_MAX = 2**31 - 1
 ID_MAX_LEN = MAX_ID_BYTES
 EXTENDS_MAX_PAIRS = 1_000
 TIMEOUT_MAX = 2**31 - 1  #: BCLAIM's wait; 0 waits until served
+PROGRESS_MAX_LEN = 64 * 1024  #: APPEND's progress, bytes
 
 #: The numeric ARGV names and their inclusive bounds.
 BOUNDS: dict[str, tuple[int, int]] = {
@@ -46,6 +47,7 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "max_attempts": (BUDGET_MIN, I64_MAX),
     "max_stalled": (BUDGET_MIN, I64_MAX),
     "timeout_ms": (0, TIMEOUT_MAX),
+    "retention_ms": (0, I64_MAX),
 }
 
 
@@ -69,6 +71,14 @@ def check_traceback(traceback: Any) -> str:
     return traceback
 
 
+def check_progress(progress: bytes) -> bytes:
+    """APPEND's progress (already encoded): at most PROGRESS_MAX_LEN bytes."""
+    if len(progress) > PROGRESS_MAX_LEN:
+        raise errors.PayloadError(f"the progress is {len(progress)} bytes, over the limit of {PROGRESS_MAX_LEN}: "
+                                  "report a summary, keep the data elsewhere")
+    return progress
+
+
 def check_arg(name: str, value: Any) -> Any:
     """One ARGV value checked by its name: a number within its bounds, an id, or passed as is."""
     if name in BOUNDS:
@@ -79,6 +89,8 @@ def check_arg(name: str, value: Any) -> Any:
         return str(value)
     if name == "traceback":
         return check_traceback(value)
+    if name == "progress":
+        return check_progress(value)
     return value  # payload (already serialized) and error text travel as given
 
 
@@ -253,10 +265,24 @@ VERBS: tuple[Verb, ...] = (
           "active → pending | dead", decode=_sweep, tokens=("stalled.check",)),
 )
 
-# Optional verbs (SPEC §9.3/§9.4): registered after the job core (and the bus rows), in the
-# order they landed: the blocking claim (native only), then the control verbs (a script each).
-# A wire-6 connection requires none of them and uses one only when EMQ.VERSION lists its tokens.
-OPTIONAL: tuple[Verb, ...] = (
+# The bus verbs (SPEC §6, §9.5; docs/spec.md §12): right after the job core, optional on
+# wire 6 like every verb after it. Each is a job-core move (or a fenced write) plus what it
+# tells: a result, an event, an outcome. FAILURES.INCR takes FAIL's arguments, the traceback
+# included (born with the verb, so its token is the verb's own).
+BUS: tuple[Verb, ...] = (
+    _verb("append", ("active", BASE), ("id", "token", "progress"), "active → active", decode=_one, fenced=True),
+    _verb("failures_incr", ("active", "pending", "schedule", "dead", BASE),
+          ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
+          decode=lambda reply: State(text(reply)), tokens=("failures.incr",), fenced=True,
+          late=(("traceback", "failures.incr"),)),
+    _verb("publish", ("active", BASE), ("id", "token", "result", "retention_ms"), "active → (completed record)",
+          decode=_one, fenced=True),
+)
+
+# Optional verbs (SPEC §9.3/§9.4): registered after the job core, in the order they landed: the
+# bus, the blocking claim (native only), then the control verbs (a script each). A wire-6
+# connection requires none of them and uses one only when EMQ.VERSION lists its tokens.
+OPTIONAL: tuple[Verb, ...] = BUS + (
     _verb("bclaim", ("pending", "active", BASE), ("lease_ms", "timeout_ms"),
           "pending → active (blocks while empty or paused)", decode=_claimed, tokens=("claim.block",),
           scripted=False),
@@ -278,14 +304,16 @@ BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + OPTIONAL + READS
 #: What EMQ.VERSION must list for a wire-6 connection, in registration order.
 JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in verb.tokens)
 
-#: The tokens of the late arguments, listed after every row's (trafikey's ARGUMENT_TOKENS).
-ARGUMENT_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS + OPTIONAL for _, token in verb.late)
+#: The tokens of the late arguments added to a verb after it landed, listed after every row's
+#: (trafikey's ARGUMENT_TOKENS); a late argument born with its verb carries the verb's own token.
+ARGUMENT_TOKENS: tuple[str, ...] = tuple(
+    token for verb in VERBS + OPTIONAL for _, token in verb.late if token not in verb.tokens)
 
-#: The optional tokens, in EMQ.VERSION's order: the optional verbs' (after the job core's and
-#: the bus's), then the late arguments'.
+#: The optional tokens, in EMQ.VERSION's order: the optional verbs' (the bus's first, after the
+#: job core's), then the late arguments'.
 OPTIONAL_TOKENS: tuple[str, ...] = tuple(token for verb in OPTIONAL for token in verb.tokens) + ARGUMENT_TOKENS
 
-#: Every verb with a script (the thirteen job-core verbs, the control verbs and the two reads).
+#: Every verb with a script (the thirteen job-core verbs, the bus and control verbs, and the two reads).
 SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + OPTIONAL + READS if verb.scripted)
 
 

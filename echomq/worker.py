@@ -9,8 +9,9 @@ functions of :mod:`echomq.policy`; this module only performs the calls.
 A step, in order:
 
 1. **settle and claim**, per queue in one round trip (two on wire 4, whose claim
-   follows its pause read): what finished is settled -- return -> COMPLETE, raise ->
-   FAIL (backoff with jitter, the task's ``max_attempts``), :class:`~echomq.Retry` ->
+   follows its pause read): what finished is settled -- return -> PUBLISH with the result
+   (COMPLETE when the task keeps none or the node has no bus), raise -> FAILURES.INCR with the
+   traceback (FAIL without the bus; backoff with jitter, the task's ``max_attempts``), :class:`~echomq.Retry` ->
    FAIL with its delay, :class:`~echomq.Delay` -> DELAY -- and the slots it frees are
    filled with a pipelined batch of claims while the queue is busy. A job whose lease
    was lost is dropped, never settled; a settle the server fences off is logged.
@@ -55,6 +56,7 @@ from .heartbeat import Heartbeat, HeartbeatConfig
 from .keys import State
 from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
+from .results import MAX_RESULT_BYTES, encode_result
 from .serializers import JSON, RAW, Serializer
 from .tasks import App, Delay, JobContext, Retry, Task, check_timeout
 from .timers import TimerConfig, Timers
@@ -259,6 +261,8 @@ class Worker:
         self.timers = Timers(list(self.queues.values()), self.config.timers)
         self.heartbeat = Heartbeat(connection.client, queues=names, concurrency=self.config.concurrency,
                                    wire=connection.wire, config=self.config.heartbeat)
+        #: the node serves the bus: completions keep results and failures their tracebacks
+        self.bus = connection.supports("publish") and connection.supports("failures_incr")
         self.tally = Tally()
         self.held: dict[tuple[str, str], Held] = {}
         self._rand = rand
@@ -454,7 +458,7 @@ class Worker:
             done.append(self._finished.get())
         by_queue: dict[str, list[tuple[Held, policy.Settle, Call]]] = {}
         for held in done:
-            outcome = held.verdict or outcome_of(held.future)
+            outcome = self._encoded(held.task, held.verdict or outcome_of(held.future))
             if isinstance(outcome, policy.Raised) and not held.ctx.lease_lost:
                 log.warning("job %s/%s attempt %d raised:", held.job.queue, held.job.id, held.job.attempt,
                             exc_info=outcome.error)
@@ -468,6 +472,16 @@ class Worker:
                 continue
             by_queue.setdefault(held.job.queue, []).append((held, decision, self._settle_call(held, decision)))
         return by_queue
+
+    def _encoded(self, task: Task, outcome: policy.Outcome) -> policy.Outcome:
+        """A return value as the bytes PUBLISH keeps (when it will be kept); a value the task's
+        serializer refuses, or one over MAX_RESULT_BYTES, fails the attempt instead."""
+        if not isinstance(outcome, policy.Returned) or not (self.bus and task.result_ttl_ms):
+            return outcome
+        try:
+            return policy.Returned(encode_result(task.serializer, outcome.value, MAX_RESULT_BYTES))
+        except PayloadError as exc:
+            return policy.Raised(exc)
 
     def _settled(self, name: str, batch: list[tuple[Held, policy.Settle, Call]], answers: list[Any]) -> None:
         settled_at = self._clock_ms()
@@ -501,8 +515,13 @@ class Worker:
     def _settle_call(self, held: Held, decision: policy.Settle) -> Call:
         queue, job = held.queue, held.job
         if isinstance(decision, policy.Complete):
+            if self.bus and held.task.result_ttl_ms:
+                return queue.publish_call(job, decision.value, retention_ms=held.task.result_ttl_ms)
             return queue.complete_call(job)
         if isinstance(decision, policy.Fail):
+            if self.bus:
+                return queue.failures_incr_call(job, decision.error, max_attempts=decision.max_attempts,
+                                                backoff_ms=decision.backoff_ms, traceback=decision.traceback)
             return queue.fail_call(job, decision.error, max_attempts=decision.max_attempts,
                                    backoff_ms=decision.backoff_ms, traceback=decision.traceback)
         return queue.delay_call(job, decision.delay_ms)
@@ -679,6 +698,9 @@ class Worker:
     def _start(self, task: Task, queue: Queue, job: Job, sent: float) -> None:
         self._emit("job.claimed", job)
         ctx = JobContext(job.id, job.queue, job.attempt, producers=self._producers(task.is_async))
+        if self.connection.supports("append"):
+            # progress is sent from the handler's own thread, on the connection's pool: one APPEND
+            ctx.report = lambda value, queue=queue, job=job: queue.progress(job, value)
         timeout_s = self._timeout_s(task)
         held = Held(queue, task, job, ctx, renewed_at=sent,
                     deadline=None if timeout_s is None else sent + timeout_s * 1000)

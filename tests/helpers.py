@@ -38,6 +38,8 @@ def dump_key(client: Client, key: bytes) -> tuple:
         return kind, client.lrange(key, 0, -1)
     if kind == "set":
         return kind, sorted(client.smembers(key))
+    if kind == "stream":  # the entries' fields in order; their ids are server times
+        return kind, [fields for _, fields in client.xrange(key)]
     return kind, None
 
 
@@ -59,7 +61,7 @@ def core_dump(client: Client, keyspace: Keyspace) -> dict[bytes, tuple]:
 
 #: A row's time fields (SPEC §9: created, started = the last claim, failed = the last failure),
 #: written by the verbs on the server clock.
-TIME_FIELDS = (b"created", b"started", b"failed")
+TIME_FIELDS = (b"created", b"started", b"failed", b"finished")
 TIME = b"<time>"
 
 
@@ -68,7 +70,7 @@ def mask_times(state: dict[bytes, tuple], now_ms: int, window_ms: int = 600_000)
     the last ``window_ms`` up to ``now_ms``, then shown as ``<time>``: the dump stays comparable
     as a whole while the field's presence (and sanity) is still asserted."""
     for key, (kind, value) in state.items():
-        if kind == "hash" and b":job:" in key:
+        if kind == "hash" and (b":job:" in key or b":done:" in key):  # a row, or a completed record
             for name in TIME_FIELDS:
                 if name in value:
                     assert now_ms - window_ms <= int(value[name]) <= now_ms, (key, name, value[name], now_ms)
@@ -136,8 +138,8 @@ def reap(proc: subprocess.Popen) -> None:
 
 class AwaitingQueue:
     """An :class:`echomq.aio.Queue` seen through blocking calls, so one suite runs on both clients:
-    every coroutine method runs to completion on this adapter's own event loop; the pure parts
-    (``keys``, the ``*_call`` builders) pass through. ``connection`` is the sync twin's, for the
+    every coroutine method runs to completion on this adapter's own event loop (an async
+    generator, to its end, as a list); the pure parts (``keys``, the ``*_call`` builders) pass through. ``connection`` is the sync twin's, for the
     tests' own inspection of the dataset."""
 
     def __init__(self, url: str, wire: int, twin) -> None:
@@ -148,6 +150,11 @@ class AwaitingQueue:
 
     def __getattr__(self, name: str):
         attr = getattr(self._queue, name)
+        if inspect.isasyncgenfunction(attr):
+            async def collect(*args, **kwargs):
+                return [item async for item in attr(*args, **kwargs)]
+
+            return lambda *args, **kwargs: self._loop.run_until_complete(collect(*args, **kwargs))
         if not inspect.iscoroutinefunction(attr):
             return attr
         return lambda *args, **kwargs: self._loop.run_until_complete(attr(*args, **kwargs))

@@ -32,9 +32,12 @@ def test_bench_smoke(tmp_path):
     idle = data["idle"]["table"]
     assert idle and all("failed" not in row and row["pickup"]["n"] == 3 and row["lateness"]["n"] == 3
                         and row["idle_commands_per_s"] >= 0 for row in idle.values()), idle
+    bus = data["bus"]
+    assert bus["table"]["4:off"]["lifecycle"]["median"] > 0 and "4:both/off" in bus["ratios"]
+    assert bus["wake"]["4"]["n"] == 5 and bus["wake"]["4"]["p99_ms"] > 0
     text = page.read_text()
-    assert "## Server cost per job lifecycle" in text and "## End to end" in text and "--smoke" in text
-    assert "## An idle worker" in text
+    assert "## Server cost per job lifecycle" in text and "## Following a job" in text and "## End to end" in text
+    assert "--smoke" in text and "## An idle worker" in text
     producers = data["producers"]["table"]
     assert producers and all(row["async_tasks"]["median"] > 0 and row["sync/async_tasks"]["median"] > 0
                              for row in producers.values())

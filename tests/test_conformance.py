@@ -10,13 +10,17 @@ the native verbs add exactly what SPEC §5 allows on the ordinary path: ``lease_
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
-from echomq import ConfigurationError, Counts, Enqueued, Job, LeaseLost, State, StateError
+from echomq import (RAW, ConfigurationError, Counts, Enqueued, Job, JobFailed, JobNotFound, LeaseLost, PayloadError,
+                    Queue, State, StateError, Status)
 from echomq.connection import build_call
 from echomq.keys import MAX_TRACEBACK_BYTES
 from echomq.verbs import JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, VERBS
 from helpers import TIME, AwaitingQueue, queue_unchanged, server_ms, snap, wait_server_past
+from worker_helpers import wait_until
 
 # --------------------------------------------------------------------------- expected-state builders
 
@@ -496,6 +500,115 @@ def test_fail_without_the_token_writes_nothing(q):
             q.fail("nope", "e", max_attempts=1, token=1)
 
 
+# --------------------------------------------------------------------------- the bus (docs/spec.md §12)
+
+
+def record(result=b"r", attempts=1) -> tuple:
+    """A completed record as PUBLISH writes it: the result, the token, the row's times and its own."""
+    return H({"result": result, "attempts": attempts, "created": TIME, "started": TIME, "finished": TIME})
+
+
+def test_publish_completes_and_keeps_the_record_for_its_retention(q):
+    job = claimed(q)
+    assert q.publish(job, b"r", retention_ms=60_000) is None
+    assert snap(q) == {K(q, "done:a"): record(), K(q, "metrics:completed"): H({"count": 1})}
+    assert 0 < q.connection.client.pttl(K(q, "done:a")) <= 60_000
+    assert q.status("a") is Status.COMPLETED
+    assert q.result("a", timeout=0) == b"r"
+
+
+def test_publish_with_no_retention_keeps_no_record(q):
+    q.publish(claimed(q), b"r", retention_ms=0)
+    assert snap(q) == {K(q, "metrics:completed"): H({"count": 1})}
+    assert q.status("a") is Status.UNKNOWN
+    with pytest.raises(JobNotFound):
+        q.result("a", timeout=0)
+
+
+def test_progress_is_kept_in_the_row(q):
+    job = claimed(q)
+    assert q.progress(job, {"pct": 50}) is None
+    assert snap(q) == {K(q, "active"): snap(q)[K(q, "active")],
+                       R(q, "a"): row(q, "active", attempts=1, claimed=True, progress=b'{"pct":50}')}
+    with queue_unchanged(q), pytest.raises(PayloadError, match="progress"):
+        q.progress(job, "x" * (64 * 1024))  # over 64 KiB once encoded: refused before sending
+
+
+def test_failures_incr_is_fail_with_the_traceback_and_a_death_told(q):
+    """FAIL's arguments and move (docs/spec.md §12, §11.6): the traceback in the same HSET, five
+    ARGV leave it as it is; a death is what a result waiter reads."""
+    job = claimed(q, priority=2)
+    assert q.failures_incr(job, "boom", max_attempts=2, traceback="tb") is State.PENDING
+    assert snap(q) == {
+        K(q, "pending"): Z(("a", 2)),
+        R(q, "a"): row(q, "pending", attempts=1, claimed=True, failures=1, priority=2, last_error="boom",
+                       traceback="tb"),
+    }
+    assert q.failures_incr(q.claim(60_000), "fatal", max_attempts=2) is State.DEAD
+    assert snap(q)[R(q, "a")] == row(q, "dead", attempts=2, claimed=True, failures=2, priority=2,
+                                     last_error="fatal", traceback="tb")
+    assert q.status("a") is Status.DEAD
+    with pytest.raises(JobFailed) as failed:
+        q.result("a", timeout=0)
+    assert (failed.value.last_error, failed.value.traceback) == ("fatal", "tb")
+
+
+def test_the_bus_verbs_without_the_lease_write_nothing(q):
+    claimed(q)
+    with queue_unchanged(q):
+        with pytest.raises(LeaseLost):
+            q.publish("a", b"r", retention_ms=1, token=7)
+        with pytest.raises(LeaseLost):
+            q.progress("a", 1, token=7)
+        with pytest.raises(LeaseLost):
+            q.failures_incr("nope", "e", max_attempts=1, token=1)
+        with pytest.raises(ConfigurationError, match="bad traceback of 8193 bytes"):
+            q.failures_incr("a", "e", max_attempts=1, token=1, traceback="x" * (MAX_TRACEBACK_BYTES + 1))
+        with pytest.raises(ConfigurationError, match="retention_ms"):
+            q.publish("a", b"r", retention_ms=-1, token=1)
+
+
+def test_result_is_woken_by_the_outcome_channel(q):
+    """The waiter subscribes, reads (active), and waits; PUBLISH from another client wakes it long
+    before its timeout: no polling."""
+    job = claimed(q)
+    client, channel = q.connection.client, q.keys.outcome("a")
+    got = {}
+    waiter = threading.Thread(target=lambda: got.update(value=q.result("a", timeout=60)))
+    waiter.start()
+    try:
+        wait_until(lambda: client.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] == 1, what="the subscription")
+        Queue(q.connection, q.name, serializer=RAW).publish(job, b"done", retention_ms=60_000)
+    finally:
+        waiter.join(30)
+    assert not waiter.is_alive() and got == {"value": b"done"}
+
+
+def test_result_times_out_while_the_job_is_live(q):
+    q.enqueue(b"p", id="a")
+    with pytest.raises(TimeoutError, match="still pending"):
+        q.result("a", timeout=0.05)
+    with pytest.raises(ConfigurationError, match="bad timeout"):
+        q.result("a", timeout=-1)
+
+
+def test_events_tell_each_move_in_order(q):
+    q.enable_events(maxlen=100)
+    job = claimed(q)
+    q.progress(job, 7)
+    q.failures_incr(job, "e", max_attempts=3)
+    q.publish(q.claim(60_000), b"r", retention_ms=60_000)
+    told = [(e.type, e.job_id, e.attempt, e.error, e.state, e.progress) for e in q.events()]
+    assert told == [("enqueued", "a", 0, None, "pending", None), ("claimed", "a", 1, None, None, None),
+                    ("progress", "a", 1, None, None, 7), ("failed", "a", 1, "e", None, None),
+                    ("retried", "a", 1, None, "pending", None), ("claimed", "a", 2, None, None, None),
+                    ("completed", "a", 2, None, None, None)]
+    assert [e.job_id for e in q.events(since=list(q.events())[4].stream_id)] == ["a", "a"]
+    q.disable_events()
+    q.enqueue(b"p", id="b")
+    assert len(list(q.events())) == 7 and K(q, "meta") not in snap(q)
+
+
 # --------------------------------------------------------------------------- REPROCESS
 
 
@@ -664,8 +777,10 @@ def test_wire6_version_reads_the_registration_table(server6):
     with server6.client() as client:
         listed = client.execute_command("EMQ.VERSION").decode().split(" ")
     assert listed[: len(JOB_CORE_TOKENS)] == list(JOB_CORE_TOKENS)
-    assert set(listed[len(JOB_CORE_TOKENS) :]) <= {"append", "failures.incr", "publish", *OPTIONAL_TOKENS}
+    assert set(listed[len(JOB_CORE_TOKENS) :]) <= set(OPTIONAL_TOKENS)
     assert set(OPTIONAL_TOKENS) <= set(listed)  # §9.4: this build registers every optional verb
+    # SPEC §6: the bus rows come right after the job core
+    assert listed[len(JOB_CORE_TOKENS) : len(JOB_CORE_TOKENS) + 3] == ["append", "failures.incr", "publish"]
 
 
 def _command_info(client, name: str) -> dict | None:

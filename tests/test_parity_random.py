@@ -34,7 +34,7 @@ def test_a_planted_defect_fails_a_random_sequence_and_shrinks_to_a_short_one(pai
     pair.set_script_plants([SCRIPT_PLANT["script:fail.keep_error"]])
     try:
         with pytest.raises(Unexpected) as caught:
-            run_random(pair, examples=100, steps=20, seed=SEED, restarts=False)
+            run_random(pair, examples=300, steps=20, seed=SEED, restarts=False)
     finally:
         pair.set_script_plants([])
     assert "last_error" in str(caught.value)

@@ -13,8 +13,8 @@ import pytest
 
 from echomq import verbs
 from echomq.keys import STATE_SETS, State
-from echomq.verbs import (ARGUMENT_TOKENS, BASE, BY_NAME, JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, SCRIPTED,
-                          SCRIPTS_DIR, VERBS)
+from echomq.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS,
+                          SCRIPTED, SCRIPTS_DIR, VERBS)
 
 REGISTERED = VERBS + OPTIONAL  # trafikey's rows: the job core, then the optional verbs in order (SPEC §9.4)
 
@@ -44,8 +44,13 @@ SPEC_VERBS = [
 # blocks, which a script cannot (§9.3: wire 4 waits on the wake marker instead)
 UNSCRIPTED = {"bclaim"}
 
-# SPEC §9.3/§9.4, pinned: the optional native verbs, registered after the job core, in order.
+# SPEC §6, §9.3/§9.4, pinned: the optional native verbs, registered after the job core, in order:
+# the bus (docs/spec.md §12) first.
 SPEC_OPTIONAL = [
+    ("EMQ.APPEND", ["active", "base"], ["id", "token", "progress"], ("append",)),
+    ("EMQ.FAILURES.INCR", ["active", "pending", "schedule", "dead", "base"],
+     ["id", "token", "error", "max_attempts", "backoff_ms"], ("failures.incr",)),
+    ("EMQ.PUBLISH", ["active", "base"], ["id", "token", "result", "retention_ms"], ("publish",)),
     ("EMQ.BCLAIM", ["pending", "active", "base"], ["lease_ms", "timeout_ms"], ("claim.block",)),
     ("EMQ.REMOVE", ["pending", "schedule", "dead", "base"], ["id"], ("remove",)),
     ("EMQ.CANCEL", ["active", "dead", "base"], ["id"], ("cancel",)),
@@ -65,7 +70,8 @@ def test_tokens_are_the_spec_list_in_registration_order():
 
 def test_optional_verbs_are_spec_section_9_and_not_required():
     assert [(v.command, _named(v.keys), list(v.argv), v.tokens) for v in OPTIONAL] == SPEC_OPTIONAL
-    assert OPTIONAL_TOKENS == ("claim.block", "remove", "cancel", "purge", "drain", "fail.traceback")
+    assert OPTIONAL_TOKENS == ("append", "failures.incr", "publish", "claim.block", "remove", "cancel", "purge", "drain",
+                               "fail.traceback")
     assert ARGUMENT_TOKENS == ("fail.traceback",)
     assert not set(OPTIONAL_TOKENS) & set(JOB_CORE_TOKENS), "a wire-6 connection requires only the fourteen"
     for verb in OPTIONAL:
@@ -78,9 +84,11 @@ def test_verb_rows_are_spec_section_3():
     assert [(v.command, _named(v.keys), list(v.argv)) for v in VERBS] == SPEC_VERBS
 
 
-def test_late_arguments_are_fails_traceback_only():
-    """docs/spec.md §11.6: FAIL's optional sixth ARGV, behind its own token."""
-    assert {v.name: v.late for v in REGISTERED if v.late} == {"fail": (("traceback", "fail.traceback"),)}
+def test_late_arguments_are_the_traceback_only():
+    """docs/spec.md §11.6: FAIL's optional sixth ARGV, behind its own token; FAILURES.INCR takes the
+    same one (§12), born with the verb, so behind the verb's own token."""
+    assert {v.name: v.late for v in REGISTERED if v.late} == {
+        "fail": (("traceback", "fail.traceback"),), "failures_incr": (("traceback", "failures.incr"),)}
 
 
 def test_verb_names_match_their_commands():
@@ -103,7 +111,7 @@ def test_declared_reads():
 
 def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
     scripted_verbs = [v.name for v in SCRIPTED if not v.read_only]
-    assert len(scripted_verbs) == 13 + 4  # the job core and the four control verbs
+    assert len(scripted_verbs) == 13 + len(BUS) + 4  # the job core, the bus and the four control verbs
     assert set(scripted_verbs) == {v.name for v in REGISTERED} - UNSCRIPTED
     assert [v.name for v in SCRIPTED if v.read_only] == ["counts", "state"]
 
@@ -256,10 +264,14 @@ def test_rust_registration_table_matches_the_verb_table():
     assert on_disk == {v.name for v in REGISTERED}
     late = re.search(r"pub static ARGUMENT_TOKENS: &\[&str\] = &\[(.*?)\];", text, re.S)
     assert late and tuple(re.findall(r'^\s*"([^"]+)"', late.group(1), re.M)) == ARGUMENT_TOKENS
-    # a late argument's verb takes it: shape Late(n, k) with its ARGV count and late count
+    # a late argument's verb takes it: shape Late(n, k) with its ARGV count and late count (in the
+    # file of the verb whose steps it runs: FAILURES.INCR runs FAIL's, fail::settle)
     for verb in REGISTERED:
         if verb.late:
             code = (RUST_SRC / "verbs" / f"{verb.name}.rs").read_text()
+            runs = re.search(r"\b(\w+)::settle\(", code)
+            if runs:
+                code = (RUST_SRC / "verbs" / f"{runs.group(1)}.rs").read_text()
             assert f"Argc::Late({len(verb.argv)}, {len(verb.late)})" in code, verb.name
 
 
@@ -287,7 +299,8 @@ def test_the_argument_limits_are_trafikeys_grammar():
 
 
 def test_every_numeric_argument_has_its_bounds():
-    numeric = {name for verb in VERBS + OPTIONAL + READS for name in verb.argv} - {"id", "token", "payload", "error"}
+    numeric = {name for verb in VERBS + OPTIONAL + READS for name in verb.argv} - {
+        "id", "token", "payload", "error", "progress", "result"}
     assert numeric == set(verbs.BOUNDS)
 
 
@@ -297,7 +310,7 @@ def test_the_builders_refuse_one_past_each_bound(name, low, high):
     from echomq.keys import Keyspace
 
     verb = next(v for v in VERBS + OPTIONAL if name in v.argv)
-    good = {"id": "a", "token": "1", "payload": b"p", "error": "e", **{n: lo for n, (lo, _) in verbs.BOUNDS.items()}}
+    good = {"id": "a", "token": "1", "payload": b"p", "error": "e", "progress": b"1", "result": b"r", **{n: lo for n, (lo, _) in verbs.BOUNDS.items()}}
     argv = [good[n] for n in verb.argv]
     at = verb.argv.index(name)
     for value, ok in ((low, True), (high, True), (low - 1, False), (high + 1, False), (True, False)):

@@ -9,7 +9,9 @@ EMQ_TEST_QUEUE names the queue, EMQ_TEST_OUT a directory the handler reports int
   it stops without recording anything.
 
 A payload's ``"fail": n`` makes its first n attempts raise; ``"hang": true`` makes every
-attempt hang without ever looking at its lease (the timeout must end it).
+attempt hang without ever looking at its lease (the timeout must end it); ``"progress": v``
+reports v through ``ctx.progress`` (sync handler). A run that returns returns
+``{"echo": payload's "echo", "attempt": n}``: the job's result.
 EMQ_TEST_TIMEOUT sets the task's timeout (seconds).
 """
 
@@ -46,9 +48,12 @@ def run(payload, ctx):
             time.sleep(0.01)  # the handler's own work, not test synchronisation
         if ctx.lease_lost:
             return  # a well-behaved handler stops once told: nothing it did would count
+    if "progress" in payload:
+        ctx.progress(payload["progress"])
     if ctx.attempt <= payload.get("fail", 0):
         raise RuntimeError(f"planned failure {ctx.attempt}")
     _record("processed.log", f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
+    return {"echo": payload.get("echo"), "attempt": ctx.attempt}
 
 
 async def run_async(payload, ctx):

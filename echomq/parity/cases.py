@@ -7,9 +7,9 @@ nothing), and the suite fails on it.
 
 from __future__ import annotations
 
-from .steps import (Case, bclaim, cancel, claim, complete, counts, delay, drain, enqueue, extend, extends, fail, key,
-                    pause, promote, purge, raw, remove, reprocess, requeue, reschedule, restart, resume, schedule,
-                    stalled_check, state, tick, wait, Do)
+from .steps import (Case, append, bclaim, cancel, claim, complete, counts, delay, drain, enqueue, events_on, extend,
+                    extends, fail, failures_incr, key, pause, promote, publish, purge, raw, remove, reprocess,
+                    requeue, reschedule, restart, resume, schedule, stalled_check, state, tick, wait, Do)
 
 Q, R = "q", "r"
 LONG = 60_000
@@ -139,6 +139,26 @@ ORDINARY = [
     case("drain.edge.ghost-and-drift", "operator",
          *held("a"), raw("ZADD", key(Q, "pending"), "0", "a", label="active a also in pending"),
          raw("ZADD", key(Q, "pending"), "0", "ghost", label="ghost in pending"), enqueue(Q, "b"), drain(Q)),
+    # -- the bus (docs/spec.md §12): results, progress, failures told, and every verb's event
+    case("publish.ordinary", "bus",
+         *held("a"), *held("b"), publish(Q, "a", 1, '{"ok":1}'), publish(Q, "a", 1), publish(Q, "b", 7),
+         publish(Q, "b", 1, "", 0), enqueue(Q, "a"), claim(Q), publish(Q, "a", 1, "again", 30_000),
+         note="retention 0 keeps no record; a second completion of the same id replaces the record"),
+    case("failures_incr.ordinary", "bus",
+         enqueue(Q, "a", priority=2), claim(Q), failures_incr(Q, "a", 1, "first", 3, 0, "tb1"), claim(Q),
+         failures_incr(Q, "a", 2, "later", 3, 20_000, "tb2"), failures_incr(Q, "a", 2, "stale"),
+         *held("b"), failures_incr(Q, "b", 1, "fatal", 1, 0, "tb3"), failures_incr(Q, "b", 1, "again", 1)),
+    case("append.ordinary", "bus",
+         *held("a"), append(Q, "a", 1), append(Q, "a", 2), append(Q, "zz", 1), append(Q, "a", 1, '"done"')),
+    case("events.lifecycle", "bus",
+         events_on(Q, 100), enqueue(Q, "a", priority=1), schedule(Q, "s", LONG), claim(Q), append(Q, "a", 1),
+         fail(Q, "a", 1, "first", 3, 0), claim(Q), failures_incr(Q, "a", 2, "second", 3, 0, "tb"), claim(Q),
+         complete(Q, "a", 3), *held("b"), publish(Q, "b", 1, "rb"), *held("c"), cancel(Q, "c"), remove(Q, "s"),
+         *dead_job("d"), remove(Q, "d"), enqueue(Q, "e"), claim(Q, 1), wait(Q), stalled_check(Q, 2),
+         claim(Q, 1), wait(Q), stalled_check(Q, 2), *dead_job("f"), purge(Q), enqueue(Q, "g"), drain(Q)),
+    case("events.bounded", "bus",
+         events_on(Q, 3), *[enqueue(Q, f"j{n}") for n in range(6)], events_on(Q, 0), enqueue(Q, "off"),
+         events_on(Q, "-1"), enqueue(Q, "off2")),
     # -- reads and restarts
     case("reads.counts-and-state", "reads",
          *held("a"), enqueue(Q, "b"), schedule(Q, "c", LONG), pause(Q), counts(Q), state(Q, "a"), state(Q, "zz")),
@@ -211,6 +231,10 @@ EDGES = [
     )],
     case("complete.edge.flow", "settle", *held(), lane(name="parent", value="p1"), complete(Q, "a", 1), expect=("5.5",)),
     case("fail.edge.flow", "settle", *held(), lane(name="parent", value="p1"), fail(Q, "a", 1, "x"), expect=("5.5",)),
+    case("publish.edge.flow", "bus", *held(), lane(name="parent", value="p1"), publish(Q, "a", 1), expect=("5.5",)),
+    case("failures_incr.edge.lane", "bus", *held(), lane(), failures_incr(Q, "a", 1), expect=("5.5",)),
+    case("publish.edge.not-active", "bus", *held(), delay(Q, "a", 1), publish(Q, "a", 1), append(Q, "a", 1),
+         failures_incr(Q, "a", 1)),
     # §5.6 types and arguments first
     case("enqueue.edge.pending-wrongtype", "admission",
          raw("SET", key(Q, "pending"), "x", label="pending as a string"), enqueue(Q, "a"), expect=("5.6",),
@@ -257,6 +281,18 @@ EDGES = [
     case("stalled.edge.stalled-not-integer", "recovery",
          *held(lease=1), raw("HSET", key(Q, "job:a"), "stalled", "x", label="stalled not an integer"), wait(Q),
          stalled_check(Q, 3), expect=("5.6",)),
+    case("publish.edge.retention-negative", "bus", *held(), publish(Q, "a", 1, "r", "-1"), expect=("5.6",)),
+    case("append.edge.progress-too-big", "bus", *held(), append(Q, "a", 1, "x" * 65537),
+         note="the script checks the bound before any write, as the native verb does"),
+    case("publish.edge.record-wrongtype", "bus",
+         *held(), raw("SET", key(Q, "done:a"), "x", label="a's record as a string"), publish(Q, "a", 1),
+         expect=("5.6",), note="native refuses the wrong-typed record; the script's DEL of the old record replaces it"),
+    case("events.edge.stream-wrongtype", "bus",
+         events_on(Q), raw("SET", key(Q, "events"), "x", label="events as a string"), enqueue(Q, "a"),
+         expect=("5.6",), note="the script admits the job, then XADD fails"),
+    case("events.edge.switch-not-integer", "bus",
+         *held(), raw("HSET", key(Q, "meta"), "events", "many", label="events switch not an integer"),
+         complete(Q, "a", 1), enqueue(Q, "b")),
     case("reprocess.edge.pending-wrongtype", "recovery",
          *dead_job(), raw("SET", key(Q, "pending"), "x", label="pending as a string"), reprocess(Q, "a"),
          expect=("5.6",)),
@@ -275,6 +311,11 @@ EDGES = [
     case("stalled.edge.restart-exempt", "recovery",
          enqueue(Q, "a"), enqueue(Q, "b"), claim(Q, 1), restart(), claim(Q, 1), wait(Q), stalled_check(Q, 1),
          expect=("5.exempt",), note="a leased before the restart is exempt; b leased after it is counted"),
+    case("events.edge.restart-exempt", "bus",
+         events_on(Q), enqueue(Q, "a"), enqueue(Q, "b"), claim(Q, 1), restart(), claim(Q, 1),
+         raw("ZADD", key(Q, "active"), "0", "ghost", label="ghost in active"), wait(Q), stalled_check(Q, 1),
+         expect=("5.4", "5.exempt"), note="native: a recovered (its event only), b stalled and dead, the ghost "
+                                          "silent; the script counts all three and tells each"),
     case("stalled.edge.exempt-and-ghost", "recovery",
          enqueue(Q, "a"), claim(Q, 1), restart(), raw("ZADD", key(Q, "active"), "0", "ghost", label="ghost in active"),
          wait(Q), stalled_check(Q, 2), expect=("5.4", "5.exempt")),

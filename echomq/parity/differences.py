@@ -53,8 +53,10 @@ NAMED: dict[str, Named] = {n.id: n for n in (
     Named("5.4", "ghosts", _v("promote", "stalled_check"),
           "an id in a set with no row is removed from its set and no row is created; the script creates a partial row",
           "promote.edge.ghost"),
-    Named("5.5", "lanes and flows", _v("complete", "fail", "delay", "requeue", "reprocess", "reschedule", "stalled_check"),
-          "a row with a group field (and, for COMPLETE and FAIL, a parent field) is refused EMQSTATE; the script acts",
+    Named("5.5", "lanes and flows", _v("complete", "fail", "delay", "requeue", "reprocess", "reschedule", "stalled_check",
+                                       "publish", "failures_incr"),
+          "a row with a group field (and, for COMPLETE, FAIL, PUBLISH and FAILURES.INCR, a parent field) is refused "
+          "EMQSTATE; the script acts",
           "complete.edge.lane"),
     Named("5.6", "types and arguments first", ALL_VERBS,
           "every argument and key type is checked before the first write (EMQSHAPE, EMQLAYOUT, EMQARG, WRONGTYPE, "
@@ -156,7 +158,7 @@ def lanes(obs: Observation) -> Match | None:
     row_fields = fields(row(obs, job))
     if b"group" in row_fields:
         return Match(f"{job.decode()} is a lane row (group): native refuses", ("5.5",))
-    if obs.verb in ("complete", "fail") and b"parent" in row_fields:
+    if obs.verb in ("complete", "fail", "publish", "failures_incr") and b"parent" in row_fields:
         return Match(f"{job.decode()} is a flow child (parent): native refuses", ("5.5",))
     return None
 
@@ -192,6 +194,9 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "reprocess": ("id",),
     "requeue": ("id", "any"),
     "stalled_check": ("max_stalled", "limit"),
+    "append": ("id", "any", "progress"),
+    "failures_incr": ("id", "any", "any", "max_attempts", "backoff_ms", "traceback"),
+    "publish": ("id", "any", "any", "retention_ms"),
     "remove": ("id",),
     "cancel": ("id",),
     "purge": ("age_ms", "limit"),
@@ -200,7 +205,7 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "state": ("id",),
 }
 BOUNDS = {"lease_ms": (1, I64_MAX), "timeout_ms": (0, I64_MAX), "delay_ms": (0, I64_MAX), "backoff_ms": (0, I64_MAX),
-          "age_ms": (0, I64_MAX),
+          "age_ms": (0, I64_MAX), "retention_ms": (0, I64_MAX),
           "limit": (1, 10_000), "max_attempts": (1, I64_MAX), "max_stalled": (1, I64_MAX),
           "priority": (0, PRIORITY_MAX)}
 
@@ -248,6 +253,8 @@ def argument_fault(obs: Observation) -> str | None:
             return f"id of {len(value.encode())} bytes"
         if name == "traceback" and len(value.encode()) > MAX_TRACEBACK_BYTES:
             return f"traceback of {len(value.encode())} bytes"
+        if name == "progress" and len(value.encode()) > 65536:
+            return f"progress of {len(value.encode())} bytes"
         if name in BOUNDS:
             low, high = BOUNDS[name]
             if not DIGITS.fullmatch(value) or not low <= int(value) <= high:
@@ -266,6 +273,7 @@ def touched_keys(obs: Observation) -> tuple[list[bytes], list[bytes]]:
         jobs |= set(zset(pre, key))
     hashes = [row_key(obs.base, j) for j in sorted(jobs)]
     hashes += [obs.base + b"meta", obs.base + b"metrics:completed", obs.base + b"metrics:failed"]
+    hashes += [obs.base + b"done:" + j for j in sorted(jobs)]
     return [k for k in sets if not k.endswith(b":meta")], hashes + [k for k in sets if k.endswith(b":meta")]
 
 
@@ -279,13 +287,21 @@ def type_fault(obs: Observation) -> str | None:
         entry = obs.native_pre.get(key)
         if entry is not None and entry.kind != "hash":
             return f"{key.decode()} is a {entry.kind}"
+    events = obs.native_pre.get(obs.base + b"events")
+    if events is not None and events.kind != "stream" and events_on(obs):
+        return f"{(obs.base + b'events').decode()} is a {events.kind}"
     return None
+
+
+def events_on(obs: Observation) -> bool:
+    """The queue's event switch (``meta events``) is set, whatever its value."""
+    return b"events" in fields(obs.native_pre.get(obs.base + b"meta"))
 
 
 def counter_fault(obs: Observation) -> str | None:
     _, hashes = touched_keys(obs)
     for key in hashes:
-        for name in (b"attempts", b"stalled", b"failures", b"count"):
+        for name in (b"attempts", b"stalled", b"failures", b"count", b"events"):
             value = fields(obs.native_pre.get(key)).get(name)
             if value is not None and (string2ll(value) is None or string2ll(value) == I64_MAX):
                 return f"{key.decode()} {name.decode()}={value.decode(errors='replace')!r} cannot be incremented"
@@ -311,6 +327,12 @@ class Edit:
 
     def hset(self, key: bytes, **values: bytes) -> None:
         self.d.setdefault(key, Entry("hash", {})).value.update({k.encode(): v for k, v in values.items()})
+
+    def xadd(self, key: bytes, bound: int, **values: bytes) -> None:
+        """An event appended (normalised: its fields, in order), the stream trimmed to ``bound``."""
+        entry = self.d.get(key)
+        entries = entry.value if entry is not None and entry.kind == "stream" else ()
+        self.d[key] = Entry("stream", (entries + ({k.encode(): v for k, v in values.items()},))[-bound:])
 
     def hincrby(self, key: bytes, name: bytes, by: int) -> None:
         entry = self.d.setdefault(key, Entry("hash", {}))
@@ -406,6 +428,20 @@ def model_stalled(obs: Observation) -> Match | None:
     names = tuple(n for n, hit in (("5.4", ghosts), ("5.exempt", exempt)) if hit)
     if not names:
         return None
+    bound = string2ll(fields(obs.native_pre.get(obs.base + b"meta")).get(b"events", b"0"))
+    if bound is None:
+        return None
+    if bound > 0:  # each member's events, in selection order (docs/spec.md §12)
+        told = {**{j: ((b"recovered", b"pending"),) for j in exempt},
+                **{j: ((b"stalled", None), (b"recovered", b"pending")) for j in recovered},
+                **{j: ((b"stalled", None), (b"dead", b"dead")) for j in dead}}
+        for job in taken:
+            attempt = fields(row(obs, job)).get(b"attempts", b"0")
+            for kind, state in told.get(job, ()):
+                extra = {} if state is None else {"state": state}
+                if kind == b"dead":
+                    extra = {"error": b"stalled", **extra}
+                edit.xadd(obs.base + b"events", bound, type=kind, id=job, attempt=attempt, **extra)
     expected = plain([recovered, exempt, dead])
     if not same(expected, obs.native_reply) or diff(edit.d, obs.native_post_n):
         return None
@@ -443,7 +479,7 @@ def local(obs: Observation, ids: frozenset[bytes]) -> bool:
     """Every difference between the nodes belongs to ``ids`` (their rows or set memberships) or the metrics."""
     rows = {row_key(obs.base, j) for j in ids}
     members = {f"member {j.decode(errors='backslashreplace')}" for j in ids}
-    metrics = {obs.base + b"metrics:failed", obs.base + b"metrics:completed"}
+    metrics = {obs.base + b"metrics:failed", obs.base + b"metrics:completed", obs.base + b"events"}
     return all(d.key in rows or d.key in metrics or d.part in members or _whole_set_of(d, ids) for d in obs.diffs)
 
 

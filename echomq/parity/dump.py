@@ -2,7 +2,9 @@
 
 A dump is ``{key: Entry}``. Hash fields and string values stay bytes; zset
 members map to their scores (an ``int`` when the score is integral, which every
-score the job core writes is). The instrument dumps the whole node, not one
+score the job core writes is); a stream is its entries in order, each ``(id,
+fields)``. A key with an expiry (a completed record) carries it as the pseudo-field
+``<expires>`` (PEXPIRETIME, ms) of its hash. The instrument dumps the whole node, not one
 queue, so a write to a key nobody expected is seen too.
 """
 
@@ -24,6 +26,8 @@ class Entry:
 
 
 Dump = dict[bytes, Entry]
+#: The pseudo-field of a hash that carries the key's expiry (no real field has angle brackets).
+EXPIRES = b"<expires>"
 
 
 def score(raw: float | bytes | str) -> int | float:
@@ -32,7 +36,7 @@ def score(raw: float | bytes | str) -> int | float:
 
 
 def dump(client: valkey.Valkey) -> Dump:
-    """Every key of the node, with its type and full content (three round trips)."""
+    """Every key of the node, with its type, full content and expiry (three round trips)."""
     keys = sorted(client.execute_command("KEYS", "*"))
     if not keys:
         return {}
@@ -42,6 +46,7 @@ def dump(client: valkey.Valkey) -> Dump:
     kinds = [k.decode() if isinstance(k, bytes) else k for k in pipe.execute()]
     pipe = client.pipeline(transaction=False)
     for key, kind in zip(keys, kinds):
+        pipe.execute_command("PEXPIRETIME", key)
         if kind == "hash":
             pipe.hgetall(key)
         elif kind == "zset":
@@ -52,20 +57,27 @@ def dump(client: valkey.Valkey) -> Dump:
             pipe.lrange(key, 0, -1)
         elif kind == "set":
             pipe.smembers(key)
+        elif kind == "stream":
+            pipe.xrange(key)
         else:
             pipe.execute_command("DUMP", key)  # a kind the job core never writes: compare its serialisation
     out: Dump = {}
-    for key, kind, content in zip(keys, kinds, pipe.execute(raise_on_error=False)):
+    replies = pipe.execute(raise_on_error=False)
+    for key, kind, expires, content in zip(keys, kinds, replies[0::2], replies[1::2]):
         if kind == "none":
             continue  # deleted between KEYS and TYPE: cannot happen on our own nodes, but not an entry
         if kind == "hash":
             value: Any = dict(content)
+            if isinstance(expires, int) and expires >= 0:
+                value[EXPIRES] = str(expires).encode()
         elif kind == "zset":
             value = {member: score(s) for member, s in content}
         elif kind == "list":
             value = tuple(content)
         elif kind == "set":
             value = frozenset(content)
+        elif kind == "stream":
+            value = tuple((entry_id, dict(fields)) for entry_id, fields in content)
         else:
             value = content
         out[key] = Entry(kind, value)

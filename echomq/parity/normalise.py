@@ -23,6 +23,11 @@ Three, each checked rather than masked:
   never otherwise. :func:`wake_violations` checks that on each script node; then the
   runner consumes the marker (DEL, as a waiter's BZPOPMIN would), so it never enters a
   comparison and each step must write its own. A native node never has it.
+* **The bus** (docs/spec.md §12). A stream entry's id is the server time it was
+  written: entries are compared in order, fields exact, ids dropped. A completed
+  record's ``finished`` and its expiry (``<expires>``) are offsets against the call
+  that wrote them; its ``created`` and ``started`` are copies of the row's, compared
+  as ``<time>`` (each node copies its own row's, which the row's own offsets checked).
 
 Nothing else is masked.
 """
@@ -34,10 +39,13 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..keys import VERSION_KEY
-from .dump import Dump, Entry
+from .dump import EXPIRES, Dump, Entry
 
 TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule|dead)$")
 ROW = re.compile(rb"^emq:\{([^{}]+)\}:job:(.*)$", re.S)
+DONE = re.compile(rb"^emq:\{([^{}]+)\}:done:(.*)$", re.S)
+DONE_TIME_FIELDS = (b"finished", EXPIRES)  #: a completed record's times, written by the call that completed
+DONE_COPIES = (b"created", b"started")  #: copied from the row
 EXTRAS = (b"lease_epoch",)
 TIME_FIELDS = (b"created", b"started", b"failed")  #: row fields that hold the server time of a verb
 WAKE = re.compile(rb"^emq:\{[^{}]+\}:wake$")
@@ -126,9 +134,9 @@ class Origins:
             for member, value in new.items():
                 if old.get(member) != value or (key, member) not in self.of:
                     self.of[(key, member)] = window
-        for key in {k for k in before.keys() | after.keys() if ROW.match(k)}:
+        for key in {k for k in before.keys() | after.keys() if ROW.match(k) or DONE.match(k)}:
             old, new = _hash(before.get(key)), _hash(after.get(key))
-            for name in TIME_FIELDS:
+            for name in TIME_FIELDS if ROW.match(key) else DONE_TIME_FIELDS:
                 if name not in new:
                     self.of.pop((key, name), None)
                 elif old.get(name) != new[name] or (key, name) not in self.of:
@@ -181,7 +189,16 @@ def normalise(dump: Dump, origins: Origins, *, brand: bytes, native_extras: bool
                 for name in TIME_FIELDS:
                     if name in value:
                         value[name] = _time_field(value[name], origins.of.get((key, name)))
+            elif DONE.match(key):
+                for name in DONE_TIME_FIELDS:
+                    if name in value:
+                        value[name] = _time_field(value[name], origins.of.get((key, name)))
+                for name in DONE_COPIES:
+                    if name in value and re.fullmatch(rb"[0-9]{1,19}", value[name]):
+                        value[name] = b"<time>"
             out[key] = Entry("hash", value)
+        elif entry.kind == "stream":
+            out[key] = Entry("stream", tuple(fields for _, fields in entry.value))
         else:
             out[key] = entry
     return out
@@ -254,7 +271,8 @@ def _show(value: bytes | None) -> str:
 def should_wake(verb: str | None, reply: Any, base: bytes, pre: Dump, post: Dump) -> bool:
     """Whether a script's call must have written its queue's wake marker (SPEC §9.3): it made a
     job claimable (a new job, a promotion, a reprocess, a requeue, a retry to pending, a recovered
-    lease), or it put a job in schedule due before the schedule's head (a waiter's timeout is too long)."""
+    lease; FAIL's moves by FAILURES.INCR too), or it put a job in schedule due before the schedule's
+    head (a waiter's timeout is too long)."""
     if verb is None or isinstance(reply, (Err, Exception)) or reply is None:
         return False
     if verb in ("enqueue", "reprocess", "requeue"):
@@ -263,10 +281,10 @@ def should_wake(verb: str | None, reply: Any, base: bytes, pre: Dump, post: Dump
         return isinstance(reply, int) and reply > 0
     if verb == "stalled_check":
         return isinstance(reply, (list, tuple)) and len(reply) == 3 and bool(reply[0])
-    if verb == "fail" and reply == b"pending":
+    if verb in ("fail", "failures_incr") and reply == b"pending":
         return True
     if (verb in ("schedule", "delay", "reschedule") and reply not in (0, None)) or (
-            verb == "fail" and reply == b"scheduled"):
+            verb in ("fail", "failures_incr") and reply == b"scheduled"):
         return _due_before_head(base, pre, post)
     return False
 

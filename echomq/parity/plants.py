@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..verbs import BY_NAME
 
-FAMILIES = ("admission", "claim", "lease", "settle", "schedule", "recovery", "operator")
+FAMILIES = ("admission", "claim", "lease", "settle", "schedule", "recovery", "operator", "bus")
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,9 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
     ScriptPlant("script:reprocess.reset_attempts", "recovery", "reprocess",
                 "'failures', '0', 'stalled', '0')", "'failures', '0', 'stalled', '0', 'attempts', '0')",
                 "reprocess resets the attempts counter"),
+    ScriptPlant("script:append.wrong_progress", "bus", "append",
+                "'progress', ARGV[3])\nend", "'progress', 'x')\nend",
+                "append's progress event carries the wrong value"),
     ScriptPlant("script:drain.keep_rows", "operator", "drain",
                 "for _, row in ipairs(rows) do redis.call('DEL', row) end", "",
                 "drain leaves the rows behind"),
@@ -104,6 +107,7 @@ NATIVE_PLANTS: tuple[NativePlant, ...] = (
     NativePlant("reschedule.ignore_delay", "schedule", "reschedule", "reschedule's due time ignores delay_ms"),
     NativePlant("reprocess.keep_dead", "recovery", "reprocess", "reprocess leaves the job in dead as well"),
     NativePlant("cancel.no_metric", "operator", "cancel", "cancel does not count the job in metrics:failed"),
+    NativePlant("publish.keep_forever", "bus", "publish", "publish keeps the completed record with no expiry"),
 )
 
 PLANTED_DIR = Path(__file__).resolve().parents[2] / "trafikey" / "target" / "planted" / "release"

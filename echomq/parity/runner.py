@@ -26,7 +26,7 @@ from ..server import EmbeddedServer
 from ..verbs import BY_NAME
 from . import differences
 from .compare import Diff, diff
-from .dump import Dump, dump, server_ms
+from .dump import EXPIRES, Dump, dump, server_ms
 from .normalise import (EXTRAS, WAKE, Err, Origins, Window, err, extras_violations, normalise, normalise_reply,
                         row_key, should_wake, wake_violations)
 from .observation import CaseResult, Observation, StepResult, Verdict
@@ -349,9 +349,12 @@ class Pair:
             if entry is None:
                 continue
             if entry.kind == "hash":
-                fields = {f: v for f, v in entry.value.items() if not (self.native_is_native and f in EXTRAS)}
+                fields = {f: v for f, v in entry.value.items()
+                          if not (self.native_is_native and f in EXTRAS) and f != EXPIRES}
                 if fields:
                     pipe.hset(key, mapping=fields)
+                if EXPIRES in entry.value:
+                    pipe.pexpireat(key, int(entry.value[EXPIRES]))
             elif entry.kind == "zset":
                 pipe.zadd(key, {m: s for m, s in entry.value.items()})
             elif entry.kind == "string":
@@ -360,6 +363,9 @@ class Pair:
                 pipe.rpush(key, *entry.value)
             elif entry.kind == "set":
                 pipe.sadd(key, *entry.value)
+            elif entry.kind == "stream":
+                for entry_id, fields in entry.value:
+                    pipe.xadd(key, fields, id=entry_id)
             else:
                 raise InstrumentError(f"cannot resync {key!r} of type {entry.kind}")
         pipe.execute()

@@ -132,6 +132,26 @@ class ParityMachine(RuleBasedStateMachine):
         if backoff == 1:
             self.do(S.tick())
 
+    # -- the bus (docs/spec.md §12)
+    @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD, retention=st.sampled_from([0, LONG]))
+    def publish(self, q, job, token, held, retention):
+        q, job, token = self.target(q, job, token, held)
+        self.do(S.publish(q, job, token, "r" + token, retention))
+
+    @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD, cap=st.sampled_from([1, 3]),
+          backoff=st.sampled_from([0, LONG]))
+    def failures_incr(self, q, job, token, held, cap, backoff):
+        q, job, token = self.target(q, job, token, held)
+        self.do(S.failures_incr(q, job, token, "e" + token, cap, backoff, "tb" + token))
+
+    @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD)
+    def append(self, q, job, token, held):
+        self.do(S.append(*self.target(q, job, token, held)))
+
+    @rule(q=QUEUES, bound=st.sampled_from([0, 5, 100]))
+    def events(self, q, bound):
+        self.do(S.events_on(q, bound))
+
     @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD, delay=st.sampled_from([0, 1, LONG]))
     def delay(self, q, job, token, held, delay):
         q, job, token = self.target(q, job, token, held)

@@ -157,6 +157,26 @@ def stalled_check(q: str, max_stalled: int | str = 3, limit: int | str = 1000) -
     return Do("stalled_check", q, (str(max_stalled), str(limit)))
 
 
+def append(q: str, job: str, token: int | str, progress: str = '{"pct":50}') -> Do:
+    return Do("append", q, (job, str(token), progress))
+
+
+def failures_incr(q: str, job: str, token: int | str, error: str = "boom", max_attempts: int | str = 3,
+                  backoff_ms: int | str = 0, traceback: str | None = "Traceback ...") -> Do:
+    """FAIL's arguments (docs/spec.md §12): the traceback optional as FAIL's."""
+    late = () if traceback is None else (traceback,)
+    return Do("failures_incr", q, (job, str(token), error, str(max_attempts), str(backoff_ms), *late))
+
+
+def publish(q: str, job: str, token: int | str, result: str = "r", retention_ms: int | str = 60_000) -> Do:
+    return Do("publish", q, (job, str(token), result, str(retention_ms)))
+
+
+def events_on(q: str, maxlen: int | str = 100) -> Raw:
+    """Turn the queue's event stream on (docs/spec.md §12): a plain HSET of meta."""
+    return Raw(("HSET", Keyspace(q).meta, "events", str(maxlen)), f"events on({q}, {maxlen})")
+
+
 def remove(q: str, job: str) -> Do:
     return Do("remove", q, (job,))
 

@@ -8,7 +8,17 @@ if held[2] ~= 'active' then
   return redis.error_reply('EMQSTATE EMQ.COMPLETE row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.COMPLETE id is not in active') end
+-- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
+local bound = redis.call('HGET', KEYS[2] .. 'meta', 'events')
+if bound then
+  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
+  bound = tonumber(bound)
+  if bound <= 0 then bound = nil end
+end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('DEL', row)
 redis.call('HINCRBY', KEYS[2] .. 'metrics:completed', 'count', 1)
+if bound then
+  redis.call('XADD', KEYS[2] .. 'events', 'MAXLEN', bound, '*', 'type', 'completed', 'id', ARGV[1], 'attempt', ARGV[2])
+end
 return 1

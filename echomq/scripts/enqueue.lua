@@ -1,8 +1,15 @@
 -- EMQ enqueue (wire 4). KEYS: pending, base. ARGV: id, payload, priority.
--- Idempotent: an id that already has a row is not enqueued twice.
+-- Idempotent: an id that already has a row is not enqueued twice. The `enqueued` event when on.
 -- A new job writes the wake marker (one member) for workers blocked on it.
 local row = KEYS[2] .. 'job:' .. ARGV[1]
 if redis.call('EXISTS', row) == 1 then return 0 end
+-- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
+local bound = redis.call('HGET', KEYS[2] .. 'meta', 'events')
+if bound then
+  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
+  bound = tonumber(bound)
+  if bound <= 0 then bound = nil end
+end
 local priority = tonumber(ARGV[3])
 local t = redis.call('TIME')
 local created = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -12,6 +19,10 @@ else
   redis.call('HSET', row, 'state', 'pending', 'payload', ARGV[2], 'attempts', '0', 'created', created)
 end
 redis.call('ZADD', KEYS[1], priority, ARGV[1])
--- the wake marker (SPEC §9.3): a worker blocked in BZPOPMIN on it claims now
+if bound then
+  redis.call('XADD', KEYS[2] .. 'events', 'MAXLEN', bound, '*', 'type', 'enqueued', 'id', ARGV[1], 'attempt', '0',
+    'state', 'pending')
+end
+-- the wake marker (SPEC §9.3), the last write: a worker blocked in BZPOPMIN on it claims now
 redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w')
 return 1

@@ -3,7 +3,7 @@
 -- One budget on both wires (SPEC §9.1): failures' = failures + 1, dead when failures' >= max_attempts.
 -- Every outcome records the error, the time and, when given, the traceback (docs/spec.md §11.6).
 -- A matching token on a row that is not active (a repeated terminal failure included), or not
--- in active, is refused before any write.
+-- in active, is refused before any write. The `failed` event, then `retried` or `dead`, when on.
 local base = KEYS[5]
 local row = base .. 'job:' .. ARGV[1]
 local held = redis.call('HMGET', row, 'attempts', 'state')
@@ -12,6 +12,21 @@ if held[2] ~= 'active' then
   return redis.error_reply('EMQSTATE EMQ.FAIL row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.FAIL id is not in active') end
+-- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
+local bound = redis.call('HGET', base .. 'meta', 'events')
+if bound then
+  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
+  bound = tonumber(bound)
+  if bound <= 0 then bound = nil end
+end
+-- the `failed` event, then `retried` or `dead`, when the queue's events are on
+local function tell(state)
+  if not bound then return end
+  local events = base .. 'events'
+  redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', 'failed', 'id', ARGV[1], 'attempt', ARGV[2], 'error', ARGV[3])
+  redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', state == 'dead' and 'dead' or 'retried', 'id', ARGV[1],
+    'attempt', ARGV[2], 'state', state)
+end
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -24,19 +39,22 @@ if failures >= tonumber(ARGV[4]) then
   redis.call('ZADD', KEYS[4], now, ARGV[1])
   redis.call('HSET', row, 'state', 'dead', unpack(failure))
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
+  tell('dead')
   return 'dead'
 end
 local backoff = tonumber(ARGV[5])
 if backoff == 0 then
   redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), ARGV[1])
   redis.call('HSET', row, 'state', 'pending', unpack(failure))
-  redis.call('ZADD', base .. 'wake', 0, 'w')  -- claimable now: wake the waiters
+  tell('pending')
+  redis.call('ZADD', base .. 'wake', 0, 'w')  -- claimable now: wake the waiters (the last write)
   return 'pending'
 end
 local due = now + backoff
 local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[3], due, ARGV[1])
 redis.call('HSET', row, 'state', 'scheduled', unpack(failure))
--- due before the schedule's head: a blocked worker recomputes its timeout
+tell('scheduled')
+-- due before the schedule's head: a blocked worker recomputes its timeout (the last write)
 if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', base .. 'wake', 0, 'w') end
 return 'scheduled'

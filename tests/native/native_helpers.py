@@ -21,11 +21,13 @@ TOKENS = (
 )
 
 #: The optional tokens registered after the job core (SPEC §9.4), in the order they landed: the
-#: blocking claim, then the operator verbs, then FAIL's late traceback argument.
-OPTIONAL_TOKENS = "claim.block remove cancel purge drain fail.traceback"
+#: bus, the blocking claim, then the operator verbs, then FAIL's late traceback argument.
+OPTIONAL_TOKENS = "append failures.incr publish claim.block remove cancel purge drain fail.traceback"
 
-#: A verb's optional trailing ARGV (late arguments, SPEC §9.4): lines() leaves them out.
-LATE = {"EMQ.FAIL": ("Traceback (most recent call last):",)}
+#: A verb's optional trailing ARGV (late arguments, SPEC §9.4; FAILURES.INCR's as FAIL's): lines()
+#: leaves them out.
+LATE = {"EMQ.FAIL": ("Traceback (most recent call last):",),
+        "EMQ.FAILURES.INCR": ("Traceback (most recent call last):",)}
 
 #: Every registered verb with its numkeys and ARGV count (SPEC §3).
 VERBS = {
@@ -42,6 +44,9 @@ VERBS = {
     "EMQ.REPROCESS": (3, 1),
     "EMQ.REQUEUE": (3, 2),
     "EMQ.STALLED.CHECK": (4, 2),
+    "EMQ.APPEND": (2, 3),
+    "EMQ.FAILURES.INCR": (5, 5),
+    "EMQ.PUBLISH": (2, 4),
     "EMQ.BCLAIM": (3, 2),
     "EMQ.REMOVE": (4, 1),
     "EMQ.CANCEL": (3, 1),
@@ -89,6 +94,7 @@ class NativeQueue:
         self.meta = self.key("meta")
         self.completed = self.key("metrics:completed")
         self.failed = self.key("metrics:failed")
+        self.events = self.key("events")
 
     def key(self, suffix: str) -> bytes:
         return self.base + suffix.encode()
@@ -120,6 +126,12 @@ class NativeQueue:
             "EMQ.STALLED.CHECK": (
                 "EMQ.STALLED.CHECK", 4, self.active, self.pending, self.dead, self.base, 3, 10,
             ),
+            "EMQ.APPEND": ("EMQ.APPEND", 2, self.active, self.base, "x", "1", "50"),
+            "EMQ.FAILURES.INCR": (
+                "EMQ.FAILURES.INCR", 5, self.active, self.pending, self.schedule_key, self.dead, self.base,
+                "x", "1", "e", 3, 0,
+            ),
+            "EMQ.PUBLISH": ("EMQ.PUBLISH", 2, self.active, self.base, "x", "1", "r", 1000),
             "EMQ.REMOVE": ("EMQ.REMOVE", 4, self.pending, self.schedule_key, self.dead, self.base, "x"),
             "EMQ.CANCEL": ("EMQ.CANCEL", 3, self.active, self.dead, self.base, "x"),
             "EMQ.PURGE": ("EMQ.PURGE", 2, self.dead, self.base, 0, 10),
@@ -173,6 +185,22 @@ class NativeQueue:
         return self.c.execute_command(
             "EMQ.STALLED.CHECK", 4, self.active, self.pending, self.dead, self.base, max_stalled, limit
         )
+
+    def append(self, id, token, progress=b"50"):
+        return self.c.execute_command("EMQ.APPEND", 2, self.active, self.base, id, token, progress)
+
+    def failures_incr(self, id, token, error=b"boom", max_attempts=3, backoff_ms=0, *traceback):
+        """FAIL's arguments (the traceback optional, as FAIL's); the tests send one unless told."""
+        return self.c.execute_command(
+            "EMQ.FAILURES.INCR", 5, self.active, self.pending, self.schedule_key, self.dead, self.base,
+            id, token, error, max_attempts, backoff_ms, *(traceback or (b"tb",)),
+        )
+
+    def publish(self, id, token, result=b"r", retention_ms=60000):
+        return self.c.execute_command("EMQ.PUBLISH", 2, self.active, self.base, id, token, result, retention_ms)
+
+    def done(self, id) -> bytes:
+        return self.base + b"done:" + (id if isinstance(id, bytes) else str(id).encode())
 
     def remove(self, id):
         return self.c.execute_command("EMQ.REMOVE", 4, self.pending, self.schedule_key, self.dead, self.base, id)

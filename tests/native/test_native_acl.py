@@ -93,7 +93,8 @@ def test_complete_needs_the_metrics(admin, make_user):
     q.enqueue("j", b"p")
     q.claim()
     base = q.base.decode()
-    user = make_user(f"~{base}active", f"~{base}", f"~{base}job:*", "+@all")
+    # meta: the event switch every moving verb reads (docs/spec.md §12)
+    user = make_user(f"~{base}active", f"~{base}", f"~{base}job:*", f"%R~{base}meta", "+@all")
     uq = NativeQueue(user, q.name)
     msg = noperm(admin, user, "EMQ.COMPLETE", 2, uq.active, uq.base, "j", 1)
     assert "metrics:completed" in msg

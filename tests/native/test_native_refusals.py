@@ -114,6 +114,12 @@ ARG_CASES = [
     ("EMQ.REQUEUE", 0, [""], "id"),
     ("EMQ.STALLED.CHECK", 0, ["0", "x"], "max_stalled"),
     ("EMQ.STALLED.CHECK", 1, ["0", "10001"], "limit"),
+    ("EMQ.APPEND", 0, [""], "id"),
+    ("EMQ.APPEND", 2, ["x" * 65537], "progress"),
+    ("EMQ.FAILURES.INCR", 3, ["0", "x"], "max_attempts"),
+    ("EMQ.FAILURES.INCR", 4, ["-1"], "backoff_ms"),
+    ("EMQ.PUBLISH", 0, ["", "x" * 513], "id"),
+    ("EMQ.PUBLISH", 3, ["-1", "x", I64_MAX], "retention_ms"),
 ]
 
 

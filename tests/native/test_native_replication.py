@@ -22,8 +22,9 @@ def wait_link_up(replica, timeout_s: float = 20.0) -> None:
 
 
 def workload(q: NativeQueue) -> None:
-    """Every verb, ordinary paths and edges."""
+    """Every verb, ordinary paths and edges, with the queue's events on (every move appends)."""
     c = q.c
+    c.hset(q.meta, "events", 50)
     for j, prio in (("a", 0), ("b", 3), ("c", 0), ("d", 0), ("e", 1), ("f", 0)):
         q.enqueue(j, b"payload-" + j.encode() + b"\xff\x00", prio)
     _, _, ta = q.claim(60000)  # a
@@ -55,6 +56,15 @@ def workload(q: NativeQueue) -> None:
     assert sum(len(part) for part in swept) == 3
     c.zadd(q.dead, {"ghost-d": 0})
     assert q.reprocess("ghost-d") == 0
+    # the bus: progress, a kept result (its expiry an absolute time), a failure with its traceback
+    q.enqueue("bus", b"p")
+    q.enqueue("bus2", b"p")
+    while (got := q.claim(60000)) and got[0] != b"bus":
+        q.complete(got[0], got[2])
+    assert q.append("bus", got[2], b'{"pct":50}') == 1
+    assert q.publish("bus", got[2], b"result", 60000) == 1
+    got = q.claim(60000)
+    assert q.failures_incr(got[0], got[2], b"boom", 1, 0, b"Traceback ...") == b"dead"
 
 
 @pytest.mark.parametrize("replica_module", [True, False], ids=["replica-with-module", "plain-replica"])

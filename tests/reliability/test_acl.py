@@ -23,13 +23,13 @@ from echomq import PermissionDenied, Queue, connect
 from echomq.connection import build_call
 from echomq.errors import CommandRefused
 from echomq.keys import Keyspace
-from echomq.verbs import VERBS
+from echomq.verbs import BUS, VERBS
 from helpers import digest, wait_server_past, server_ms
 
 PASSWORD = "pw-acl-1"
 COMMON = ["on", f">{PASSWORD}", "+@all", "-@admin", "-@dangerous", "+script", "%R~{emq}:version"]
 USERS = {
-    "confined": ["~emq:{qa*}:*"],
+    "confined": ["~emq:{qa*}:*", "&emq:{qa*}:outcome:*"],  # the channels: PUBLISH tells the outcome
     "declared": [f"~emq:{{qa*}}:{suffix}" for suffix in ("pending", "active", "schedule", "dead", "")],
     "reader": ["%R~emq:{qa*}:*"],
 }
@@ -78,6 +78,9 @@ def argv_for(verb: str, planted: dict) -> tuple:
         "reprocess": ("s",),
         "requeue": (held.id, held.token),
         "stalled_check": (5, 100),
+        "append": (held.id, held.token, b'"half"'),
+        "failures_incr": (held.id, held.token, "e", 1, 0, "tb"),
+        "publish": (held.id, held.token, b'"r"', 60_000),
         "counts": (),
         "state": ("a",),
     }[verb]
@@ -86,13 +89,13 @@ def argv_for(verb: str, planted: dict) -> tuple:
 # A script meets the ACL only at the redis.call that touches a derived key, after its
 # first writes; Lua does not roll back. Measured here, documented in docs/guarantees.md:
 # on wire 4 a user must hold every key of the queue (emq:{q}:*), or use wire 6.
+# (CLAIM and STALLED.CHECK read the event switch in meta before any write since docs/spec.md
+# §12: refused whole.)
 HALFWAY_ON_WIRE_4 = {
-    "claim": "ZPOPMIN pending ran before the row was refused: the job left pending and sits in no set",
     "promote": "ZREM schedule / ZADD pending ran before the row's HGET was refused",
-    "stalled_check": "ZREM active ran before the row's HINCRBY was refused",
 }
 
-VERB_NAMES = [v.name for v in VERBS] + ["counts", "state"]
+VERB_NAMES = [v.name for v in VERBS + BUS] + ["counts", "state"]
 
 
 def expected(user: str, verb: str, inside: bool) -> str:
@@ -148,3 +151,28 @@ def test_acl_refusal_names_the_key_and_the_user_connects_by_url(acl_server, wire
     with pytest.raises(Exception) as info:
         connect(f"redis://confined:wrong@127.0.0.1:{acl_server.port}", wire=wire)
     assert "WRONGPASS" in str(info.value) or "invalid username-password" in str(info.value)
+
+
+@pytest.mark.parametrize("verb", ["publish", "failures_incr", "cancel"])
+def test_an_outcome_is_told_only_where_the_caller_may_publish(acl_server, wire, verb):
+    """A user with every key of the queue but no channel: the move goes through (the outcome message
+    is a wake-up, not state), and nothing is published; with the channel granted it is."""
+    name = f"qa-ch-{wire}-{next(_n)}"
+    with acl_server.client() as admin:
+        admin.execute_command("ACL", "SETUSER", "keys-only", "reset", *COMMON, "~emq:{qa*}:*")
+        planted = plant(acl_server, admin, wire, name)
+        held = planted["held"]
+        argv = {"publish": (held.id, held.token, b'"r"', 60_000),
+                "failures_incr": (held.id, held.token, "e", 1, 0, "tb"), "cancel": (held.id,)}[verb]
+        listener = admin.pubsub()
+        listener.ssubscribe(Keyspace(name).outcome(held.id))
+        assert listener.get_sharded_message(timeout=5)["type"] == "ssubscribe"
+        user = connect(f"redis://keys-only:{PASSWORD}@127.0.0.1:{acl_server.port}", wire=wire)
+        try:
+            assert user.send(build_call(verb, Keyspace(name), argv)) in (1, b"dead")
+            # the next message on the channel is the admin's own: the user's move told no one
+            admin.execute_command("SPUBLISH", Keyspace(name).outcome(held.id), "marker")
+            assert listener.get_sharded_message(timeout=5)["data"] == b"marker"
+        finally:
+            user.close()
+            listener.close()

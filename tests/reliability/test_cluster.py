@@ -239,3 +239,25 @@ def test_the_workers_list_and_the_dashboards_metrics_on_a_cluster(conn, cluster)
     finally:
         beat.remove()
     assert beat.id not in {r.id for r in list_workers(conn.client)}
+
+
+def test_results_status_and_events_on_every_primary(cluster, conn):
+    """The bus on a cluster: the record, the event stream and the outcome channel (SSUBSCRIBE, the
+    queue's slot) live with the queue, whichever primary serves it."""
+    import threading
+
+    from echomq import Status
+
+    for name in names_on_every_node(cluster, 1):
+        q = Queue(conn, name)
+        q.enable_events()
+        job = q.enqueue({"n": 1})
+        held = q.claim(30_000)
+        got = {}
+        waiter = threading.Thread(target=lambda: got.update(value=q.result(job.id, timeout=20)))
+        waiter.start()
+        q.progress(held, 50)
+        q.publish(held, {"ok": name}, retention_ms=60_000)
+        waiter.join(20)
+        assert got == {"value": {"ok": name}} and q.status(job.id) is Status.COMPLETED
+        assert [e.type for e in q.events()] == ["enqueued", "claimed", "progress", "completed"]

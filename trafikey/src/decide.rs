@@ -127,6 +127,18 @@ pub fn deletes_row(state: Option<Option<&[u8]>>, want: State) -> bool {
     matches!(state, Some(Some(s)) if s == want.field())
 }
 
+/// The queue's event switch, `meta events`: absent or ≤ 0 = off; else the stream's bound
+/// (MAXLEN, exact). Anything but an integer is refused like a counter.
+pub fn events_bound(stored: Option<&[u8]>) -> Result<Option<i64>, &'static str> {
+    match stored {
+        None => Ok(None),
+        Some(raw) => {
+            let n = string2ll(raw).ok_or(NOT_INTEGER)?;
+            Ok((n > 0).then_some(n))
+        }
+    }
+}
+
 /// One swept member's verdict (SPEC §5, STALLED.CHECK).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Swept {
@@ -192,6 +204,20 @@ pub fn decide_member(
     }
 }
 
+/// The events one swept member writes when its queue's events are on: a counted expiry is a
+/// `stalled`, then `recovered` or `dead` (error `stalled`); a restart-caused one only
+/// `recovered`; a ghost none.
+pub fn sweep_events(verdict: Swept) -> &'static [(&'static [u8], &'static [&'static [u8]])] {
+    const PENDING: &[&[u8]] = &[b"state", State::Pending.field()];
+    const DEAD: &[&[u8]] = &[b"error", b"stalled", b"state", State::Dead.field()];
+    match verdict {
+        Swept::Ghost => &[],
+        Swept::Exempt => &[(b"recovered", PENDING)],
+        Swept::Recover(_) => &[(b"stalled", &[]), (b"recovered", PENDING)],
+        Swept::Die(_) => &[(b"stalled", &[]), (b"dead", DEAD)],
+    }
+}
+
 /// What a write must answer to be the one predicted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expect {
@@ -201,6 +227,8 @@ pub enum Expect {
     AnyInt,
     /// ZPOPMIN's `[member, score]` with this member.
     Popped(Vec<u8>),
+    /// XADD's reply: the id the entry was given, whatever it is.
+    AnyId,
 }
 
 /// One planned write: the command, its arguments, the reply it must give.
@@ -226,6 +254,8 @@ impl Op<'_> {
             "ZADD" => c"ZADD",
             "ZREM" | "ZPOPMIN" => c"ZREM",
             "DEL" => c"DEL",
+            "XADD" => c"XADD",
+            "PEXPIREAT" => c"PEXPIREAT",
             _ => c"",
         }
     }
@@ -594,5 +624,37 @@ mod tests {
         assert_eq!(bclaim_next(true, woken(false)), Wait);
         // woken by an earlier due time: answer empty so the caller recomputes its timeout
         assert_eq!(bclaim_next(true, woken(true)), Reply);
+    }
+
+    #[test]
+    fn the_event_switch_is_a_bound_or_off() {
+        assert_eq!(events_bound(None), Ok(None));
+        assert_eq!(events_bound(Some(b"0")), Ok(None));
+        assert_eq!(events_bound(Some(b"-5")), Ok(None));
+        assert_eq!(events_bound(Some(b"100")), Ok(Some(100)));
+        for bad in [b"ten".as_slice(), b"", b"01", b" 1", b"1.5"] {
+            assert_eq!(events_bound(Some(bad)), Err(NOT_INTEGER), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn each_sweep_verdict_tells_its_events() {
+        let kinds = |v| sweep_events(v).iter().map(|(k, _)| *k).collect::<Vec<_>>();
+        assert!(kinds(Swept::Ghost).is_empty());
+        assert_eq!(kinds(Swept::Exempt), [b"recovered".as_slice()]);
+        assert_eq!(
+            kinds(Swept::Recover(1)),
+            [b"stalled".as_slice(), b"recovered"]
+        );
+        assert_eq!(kinds(Swept::Die(3)), [b"stalled".as_slice(), b"dead"]);
+        assert_eq!(
+            sweep_events(Swept::Die(3))[1].1,
+            [
+                b"error".as_slice(),
+                b"stalled",
+                b"state",
+                State::Dead.field()
+            ]
+        );
     }
 }

@@ -522,6 +522,23 @@ impl Caller {
     }
 }
 
+impl Caller {
+    /// May the user publish on `channel` (a literal channel name)?
+    pub fn allows_channel(&self, channel: &Str) -> bool {
+        let user = match self {
+            Caller::Trusted => return true,
+            Caller::User(u) if u.is_null() => return false,
+            Caller::User(u) => *u,
+        };
+        let Some(check) = (unsafe { raw::RedisModule_ACLCheckChannelPermissions }) else {
+            return false;
+        };
+        let publish = raw::REDISMODULE_CMD_CHANNEL_PUBLISH as c_int;
+        // SAFETY: `user` is a live module user held by us; `channel` is a live string.
+        unsafe { check(user, channel.ptr, publish) == raw::REDISMODULE_OK as c_int }
+    }
+}
+
 impl Drop for Caller {
     fn drop(&mut self) {
         if let Caller::User(u) = self {
@@ -536,12 +553,25 @@ impl Drop for Caller {
     }
 }
 
+/// SPUBLISH `message` on `channel` (sharded: the channel's slot is its hashtag's): delivered
+/// to the subscribers; nothing is written or replicated. False when the host has no such call
+/// (the server answers how many received it, which may be none).
+pub fn publish_shard(ctx: &Context, channel: &Str, message: &Str) -> bool {
+    let Some(publish) = (unsafe { raw::RedisModule_PublishMessageShard }) else {
+        return false;
+    };
+    // SAFETY: a live command context and live strings (the server copies the message).
+    unsafe { publish(ctx.ctx, channel.ptr, message.ptr) };
+    true
+}
+
 /// What a key holds, as far as the verbs care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Empty,
     Hash,
     Zset,
+    Stream,
     Other,
 }
 
@@ -594,6 +624,7 @@ impl Key {
             raw::REDISMODULE_KEYTYPE_EMPTY => Kind::Empty,
             raw::REDISMODULE_KEYTYPE_HASH => Kind::Hash,
             raw::REDISMODULE_KEYTYPE_ZSET => Kind::Zset,
+            raw::REDISMODULE_KEYTYPE_STREAM => Kind::Stream,
             _ => Kind::Other,
         }
     }
@@ -729,6 +760,48 @@ impl Key {
         // SAFETY: a live write handle on a zset and a member string.
         let ok = unsafe { rem(self.key, member.ptr, &mut deleted) } == raw::REDISMODULE_OK as c_int;
         ok.then_some(deleted != 0)
+    }
+
+    /// XADD with an automatic id on a key opened for write (a stream or nothing), then an
+    /// exact trim to `maxlen` entries: the id given, as `(ms, seq)`.
+    pub fn stream_add(&self, fields: &[Str], maxlen: i64) -> Option<(u64, u64)> {
+        if !matches!(self.kind(), Kind::Stream | Kind::Empty) || !fields.len().is_multiple_of(2) {
+            return None;
+        }
+        let (add, trim) = unsafe {
+            (
+                raw::RedisModule_StreamAdd?,
+                raw::RedisModule_StreamTrimByLength?,
+            )
+        };
+        let mut argv: Vec<*mut raw::RedisModuleString> = fields.iter().map(|s| s.ptr).collect();
+        let mut id = raw::RedisModuleStreamID { ms: 0, seq: 0 };
+        // SAFETY: a live write handle; `argv` holds live field/value strings, copied into the
+        // stream; `id` receives the id given.
+        let added = unsafe {
+            add(
+                self.key,
+                raw::REDISMODULE_STREAM_ADD_AUTOID as c_int,
+                &mut id,
+                argv.as_mut_ptr(),
+                (fields.len() / 2) as i64,
+            )
+        };
+        if added != raw::REDISMODULE_OK as c_int {
+            return None;
+        }
+        // SAFETY: the same live stream handle; flags 0 = an exact trim.
+        (unsafe { trim(self.key, 0, maxlen) } >= 0).then_some((id.ms, id.seq))
+    }
+
+    /// Expire the key at `at_ms` (absolute, ms): `Some(true)` when it was set.
+    pub fn expire_at(&self, at_ms: i64) -> Option<bool> {
+        if self.kind() == Kind::Empty {
+            return Some(false);
+        }
+        let set = unsafe { raw::RedisModule_SetAbsExpire }?;
+        // SAFETY: a live write handle on an existing key.
+        Some(unsafe { set(self.key, at_ms) } == raw::REDISMODULE_OK as c_int)
     }
 
     /// Delete the key: `Some(true)` when it existed.

@@ -20,6 +20,8 @@ pub const ID_MAX_LEN: usize = 512;
 /// has no use a worker needs, and the bound keeps the server's `now + timeout` far from
 /// overflowing).
 pub const TIMEOUT_MAX: i64 = (1 << 31) - 1;
+/// `progress` (APPEND): at most 64 KiB.
+pub const PROGRESS_MAX_LEN: usize = 64 * 1024;
 /// EXTENDS: at most this many (id, token) pairs.
 pub const EXTENDS_MAX_PAIRS: usize = 1000;
 /// FAIL's optional `traceback`: at most 8 KiB, any bytes (the client keeps a longer one's tail).
@@ -121,6 +123,16 @@ impl Queue<'_> {
 
     pub fn metrics_failed(&self) -> Vec<u8> {
         self.key(b"metrics:failed")
+    }
+
+    /// The event stream (the bus).
+    pub fn events(&self) -> Vec<u8> {
+        self.key(b"events")
+    }
+
+    /// `base .. 'done:' .. id`: a completed job's record, kept for its retention.
+    pub fn done(&self, id: &[u8]) -> Vec<u8> {
+        self.key(&[b"done:".as_slice(), id].concat())
     }
 }
 
@@ -238,18 +250,30 @@ pub fn id(raw: &[u8]) -> Result<&[u8], Refusal> {
     Ok(raw)
 }
 
-/// FAIL's `traceback`: 0..=8192 bytes, any bytes.
-pub fn traceback(raw: &[u8]) -> Result<&[u8], Refusal> {
-    if raw.len() > TRACEBACK_MAX_LEN {
+/// Bytes of any value, at most `max` of them (FAIL's `traceback`, APPEND's `progress`).
+fn at_most<'a>(name: &'static str, raw: &'a [u8], max: usize) -> Result<&'a [u8], Refusal> {
+    if raw.len() > max {
         return Err(Refusal::Arg(
-            "traceback",
-            format!(
-                "must be at most {TRACEBACK_MAX_LEN} bytes, got {}",
-                raw.len()
-            ),
+            name,
+            format!("must be at most {max} bytes, got {}", raw.len()),
         ));
     }
     Ok(raw)
+}
+
+/// FAIL's and FAILURES.INCR's `traceback`: 0..=8192 bytes, any bytes.
+pub fn traceback(raw: &[u8]) -> Result<&[u8], Refusal> {
+    at_most("traceback", raw, TRACEBACK_MAX_LEN)
+}
+
+/// `progress`: 0..=64 KiB, any bytes.
+pub fn progress(raw: &[u8]) -> Result<&[u8], Refusal> {
+    at_most("progress", raw, PROGRESS_MAX_LEN)
+}
+
+/// `retention_ms` ≥ 0 (0 keeps no record).
+pub fn retention(raw: &[u8]) -> Result<i64, Refusal> {
+    number("retention_ms", raw, DELAY_MIN, i64::MAX)
 }
 
 /// A clock value plus a relative delay, refused when it leaves i64.

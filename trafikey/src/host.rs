@@ -9,7 +9,8 @@ use std::cell::RefCell;
 use std::ffi::{c_int, CStr};
 
 use valkey_module::raw::{
-    REDISMODULE_NOTIFY_GENERIC, REDISMODULE_NOTIFY_HASH, REDISMODULE_NOTIFY_ZSET,
+    REDISMODULE_NOTIFY_GENERIC, REDISMODULE_NOTIFY_HASH, REDISMODULE_NOTIFY_STREAM,
+    REDISMODULE_NOTIFY_ZSET,
 };
 use valkey_module::{Context, ValkeyError, ValkeyValue};
 
@@ -20,6 +21,7 @@ use crate::ffi::{self, Caller, Key, Kind, Names, Str};
 const NOTIFY_GENERIC: c_int = REDISMODULE_NOTIFY_GENERIC;
 const NOTIFY_HASH: c_int = REDISMODULE_NOTIFY_HASH;
 const NOTIFY_ZSET: c_int = REDISMODULE_NOTIFY_ZSET;
+const NOTIFY_STREAM: c_int = REDISMODULE_NOTIFY_STREAM;
 
 /// A host reply, owned and binary-safe.
 #[derive(Debug, Clone, PartialEq)]
@@ -191,6 +193,33 @@ impl<'c> Host<'c> {
         }
     }
 
+    /// A key the verb will XADD to: a stream or nothing.
+    pub fn expect_stream(&self, key: &[u8]) -> Result<(), Refusal> {
+        match self.kind(key)? {
+            Kind::Empty | Kind::Stream => Ok(()),
+            _ => Err(Refusal::WrongType),
+        }
+    }
+
+    /// A key the verb will HSET: a hash or nothing.
+    pub fn expect_hash(&self, key: &[u8]) -> Result<(), Refusal> {
+        match self.kind(key)? {
+            Kind::Empty | Kind::Hash => Ok(()),
+            _ => Err(Refusal::WrongType),
+        }
+    }
+
+    /// SPUBLISH `message` on `channel`, after the writes (a message is no write: nothing is
+    /// replicated).
+    pub fn publish(&self, channel: &[u8], message: &[u8]) -> Result<(), Refusal> {
+        let (channel, message) = (self.name(channel)?, self.name(message)?);
+        if ffi::publish_shard(self.ctx, &channel, &message) {
+            Ok(())
+        } else {
+            Err(self.host_error("has no SPUBLISH"))
+        }
+    }
+
     /// Is `member` in the zset `key` (a zset or nothing, else WRONGTYPE)?
     pub fn in_zset(&self, key: &[u8], member: &[u8]) -> Result<bool, Refusal> {
         self.read(key, |k| match k.kind() {
@@ -284,6 +313,15 @@ impl<'c> Host<'c> {
                 }
                 // a pop travels as the removal of what it popped
                 ("ZPOPMIN", _, Some(member)) => effect.push(member),
+                // an append travels with the id it was given and its exact bound:
+                // XADD key MAXLEN <n> <id> field value …
+                ("XADD", _, Some(id)) => {
+                    let mut rest = effect.split_off(start).into_iter();
+                    effect.push(self.name(b"MAXLEN")?);
+                    effect.extend(rest.next());
+                    effect.push(id);
+                    effect.extend(rest);
+                }
                 _ => {}
             }
             done += 1;
@@ -371,11 +409,32 @@ impl<'c> Host<'c> {
                 let existed = k.delete().ok_or_else(|| fail("was refused"))?;
                 (Reply::Int(i64::from(existed)), NOTIFY_GENERIC, c"del")
             }
+            "XADD" => {
+                let Some((maxlen, fields)) = rest.split_first() else {
+                    return Err(fail("has bad arguments"));
+                };
+                let maxlen = string2ll(maxlen).ok_or_else(|| fail("has a bad bound"))?;
+                let (ms, seq) = k
+                    .stream_add(fields, maxlen)
+                    .ok_or_else(|| fail("was refused"))?;
+                let id = format!("{ms}-{seq}").into_bytes();
+                produced = Some(self.name(&id)?);
+                (Reply::Bulk(id), NOTIFY_STREAM, c"xadd")
+            }
+            "PEXPIREAT" => {
+                let [at] = rest else {
+                    return Err(fail("has bad arguments"));
+                };
+                let at = string2ll(at).ok_or_else(|| fail("has a bad time"))?;
+                let set = k.expire_at(at).ok_or_else(|| fail("was refused"))?;
+                (Reply::Int(i64::from(set)), NOTIFY_GENERIC, c"expire")
+            }
             _ => return Err(fail("is not a planned write")),
         };
         let ok = match (&op.expect, &reply) {
             (Expect::Int(want), Reply::Int(got)) => want == got,
             (Expect::AnyInt, Reply::Int(_)) => true,
+            (Expect::AnyId, Reply::Bulk(_)) => true,
             (Expect::Popped(id), Reply::Array(items)) => {
                 matches!(items.first(), Some(Reply::Bulk(b)) if b == id)
             }
@@ -447,6 +506,11 @@ impl Fence<'_> {
 
     pub fn write(&self, key: &[u8]) -> Result<(), Refusal> {
         self.check(key, Access::Write)
+    }
+
+    /// May the caller publish on a derived channel (the outcome channel of a job)?
+    pub fn may_publish(&self, channel: &[u8]) -> Result<bool, Refusal> {
+        Ok(self.caller.allows_channel(&self.host.name(channel)?))
     }
 }
 

@@ -8,6 +8,7 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod bus;
 pub mod decide;
 pub mod epoch;
 pub mod errors;

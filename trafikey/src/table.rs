@@ -90,7 +90,7 @@ fn delay(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::delay::run(ctx, args)
 }
 
-/// `EMQ.FAIL 5 emq:{q}:active emq:{q}:pending emq:{q}:schedule emq:{q}:dead emq:{q}: <id> <token> <error> <max_attempts> <backoff_ms>`
+/// `EMQ.FAIL 5 emq:{q}:active emq:{q}:pending emq:{q}:schedule emq:{q}:dead emq:{q}: <id> <token> <error> <max_attempts> <backoff_ms> [<traceback>]`
 fn fail(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::fail::run(ctx, args)
 }
@@ -108,6 +108,21 @@ fn requeue(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
 /// `EMQ.STALLED.CHECK 4 emq:{q}:active emq:{q}:pending emq:{q}:dead emq:{q}: <max_stalled> <limit>`
 fn stalled_check(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::stalled_check::run(ctx, args)
+}
+
+/// `EMQ.APPEND 2 emq:{q}:active emq:{q}: <id> <token> <progress>`
+fn append(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::append::run(ctx, args)
+}
+
+/// `EMQ.FAILURES.INCR 5 emq:{q}:active emq:{q}:pending emq:{q}:schedule emq:{q}:dead emq:{q}: <id> <token> <error> <max_attempts> <backoff_ms> [<traceback>]`
+fn failures_incr(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::failures_incr::run(ctx, args)
+}
+
+/// `EMQ.PUBLISH 2 emq:{q}:active emq:{q}: <id> <token> <result> <retention_ms>`
+fn publish(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::publish::run(ctx, args)
 }
 
 /// `EMQ.BCLAIM 3 emq:{q}:pending emq:{q}:active emq:{q}: <lease_ms> <timeout_ms>`
@@ -173,7 +188,11 @@ pub static TABLE: &[Row] = &[
     row!(reprocess, ["reprocess"]),
     row!(requeue, ["requeue"]),
     row!(stalled_check, ["stalled.check"]),
-    // the optional verbs (SPEC §9.4: after the job core, in the order they landed)
+    // the bus verbs (SPEC §6, §9.4: right after the job core)
+    row!(append, ["append"]),
+    row!(failures_incr, ["failures.incr"]),
+    row!(publish, ["publish"]),
+    // the optional verbs (SPEC §9.4: after the job core and the bus, in the order they landed)
     row!(bclaim, ["claim.block"], WRITE_BLOCKING),
     row!(remove, ["remove"]),
     row!(cancel, ["cancel"]),
@@ -227,14 +246,14 @@ mod tests {
             caps(),
             "enqueue claim claim.pause extend extends complete.flat schedule promote \
              reschedule delay fail.flat reprocess requeue stalled.check \
-             claim.block remove cancel purge drain fail.traceback"
+             append failures.incr publish claim.block remove cancel purge drain fail.traceback"
         );
     }
 
     #[test]
     fn every_verb_has_one_file_and_writes() {
         let verbs: Vec<&Row> = TABLE.iter().filter(|r| r.keys != Keys::None).collect();
-        assert_eq!(verbs.len(), 18);
+        assert_eq!(verbs.len(), 21);
         for r in verbs {
             let want = if r.name == "EMQ.BCLAIM" {
                 WRITE_BLOCKING

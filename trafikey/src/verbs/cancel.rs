@@ -4,6 +4,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
+use crate::bus;
 use crate::decide::{incr, num, op, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
@@ -31,7 +32,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let fence = h.fence();
     let row = q.row(id);
     fence.read(&row)?;
-    let Some(seen) = h.hash(&row, &["state", "group", "parent"])? else {
+    let Some(seen) = h.hash(&row, &["state", "group", "parent", "attempts"])? else {
         return Ok(int(0));
     };
     boundary(FLAT_NO_FLOW, field(&seen, 1), field(&seen, 2))?;
@@ -48,6 +49,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let count = incr(stored.as_deref(), 1).map_err(Refusal::Counter)?;
     fence.write(&row)?;
     fence.write(&metrics)?;
+    let events = bus::events(&h, &fence, &q)?;
+    let channel = bus::outcome_channel(&fence, &q, id)?;
     // 6.–7. writes, each replicated as its effect: dead, scored the time it was cancelled
     #[allow(unused_mut)]
     let mut writes = vec![
@@ -73,6 +76,19 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     if crate::plant::on("cancel.no_metric") {
         writes.pop();
     }
+    let attempt = field(&seen, 3).unwrap_or(b"0");
+    writes.extend(events.map(|ev| {
+        ev.op(
+            b"dead",
+            id,
+            attempt,
+            &[b"error", CANCELLED, b"state", State::Dead.field()],
+        )
+    }));
     h.apply(&writes)?;
+    // the death, told to a result waiter
+    if let Some(channel) = channel {
+        h.publish(&channel, b"dead")?;
+    }
     Ok(int(1))
 }

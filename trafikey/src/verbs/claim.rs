@@ -4,6 +4,7 @@
 
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
+use crate::bus;
 use crate::decide::{next_attempt, num, op, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc, Call, Queue};
@@ -58,11 +59,14 @@ pub fn claim(h: &Host<'_>, q: &Queue<'_>, call: &Call<'_>, lease: i64) -> Result
     fence.read(&meta)?;
 
     // 5. reads and checks. Any `paused` value (`0` and empty included) holds the queue; a
-    // wrong-typed meta is refused rather than read as paused.
-    if let Some(m) = h.hash(&meta, &["paused"])? {
+    // wrong-typed meta is refused rather than read as paused. The same read gives the
+    // queue's event switch.
+    let mut switch = None;
+    if let Some(m) = h.hash(&meta, &["paused", "events"])? {
         if m.first().is_some_and(Option::is_some) {
             return Ok(Claimed::Idle);
         }
+        switch = m.into_iter().nth(1).flatten();
     }
     // the head ZPOPMIN would pop, peeked (pending's type checked by the read)
     let Some(id) = h.head(pending)? else {
@@ -77,13 +81,17 @@ pub fn claim(h: &Host<'_>, q: &Queue<'_>, call: &Call<'_>, lease: i64) -> Result
         let att = next_attempt(seen[0].as_deref()).map_err(Refusal::Counter)?;
         h.expect_zset(active)?;
         fence.write(&row)?;
-        planned = Some((att, h.epoch()?));
+        planned = Some((
+            att,
+            h.epoch()?,
+            bus::events_on(&h, &fence, &q, switch.as_deref())?,
+        ));
     }
 
     // 6.–7. writes, each replicated as its effect: the pop verified against the peek; a
     // ghost (no row) ends there
     h.write(&op("ZPOPMIN", &[pending], Expect::Popped(id.to_vec())))?;
-    let (Some((att, run_id)), Some(seen)) = (planned, seen) else {
+    let (Some((att, run_id, events)), Some(seen)) = (planned, seen) else {
         return Ok(Claimed::Ghost);
     };
     // planted (claim): the lease is stamped with an empty epoch, not the run_id
@@ -93,7 +101,8 @@ pub fn claim(h: &Host<'_>, q: &Queue<'_>, call: &Call<'_>, lease: i64) -> Result
     } else {
         run_id
     };
-    h.apply(&[
+    let (token, deadline) = (num(att), num(deadline));
+    let mut plan = vec![
         op("HINCRBY", &[&row, b"attempts", b"1"], Expect::Int(att)),
         op(
             "HSET",
@@ -108,8 +117,10 @@ pub fn claim(h: &Host<'_>, q: &Queue<'_>, call: &Call<'_>, lease: i64) -> Result
             ],
             Expect::AnyInt,
         ),
-        op("ZADD", &[active, &num(deadline), &id], Expect::AnyInt),
-    ])?;
+        op("ZADD", &[active, &deadline, &id], Expect::AnyInt),
+    ];
+    plan.extend(events.map(|ev| ev.op(b"claimed", &id, &token, &[])));
+    h.apply(&plan)?;
     let payload = seen.into_iter().nth(1).flatten();
     Ok(Claimed::Job(ValkeyValue::Array(vec![
         bulk(&id),

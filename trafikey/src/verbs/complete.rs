@@ -2,10 +2,11 @@
 
 use valkey_module::{Context, ValkeyResult};
 
-use crate::decide::{incr, op, Expect};
+use crate::bus;
+use crate::decide::{incr, op, Expect, Op};
 use crate::errors::Refusal;
-use crate::grammar::{self, Argc};
-use crate::host::{int, Host};
+use crate::grammar::{self, Argc, Queue};
+use crate::host::{int, Fence, Host, Seen};
 use crate::verbs::{held, FLAT_NO_FLOW};
 
 pub const VERB: &str = "EMQ.COMPLETE";
@@ -24,30 +25,50 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–5. fence and reads: held, flat, not a flow child
     let h = Host::new(ctx, VERB);
     let fence = h.fence();
-    let row = q.row(id);
-    if held(&h, &fence, &row, active, (id, token), FLAT_NO_FLOW, &[])?.is_none() {
+    let (row, metrics) = (q.row(id), q.metrics_completed());
+    let Some((_, writes)) = completion(&h, &fence, &q, (active, &row, &metrics), (id, token), &[])?
+    else {
         return Ok(int(0));
-    }
-    let metrics = q.metrics_completed();
-    fence.read(&metrics)?;
+    };
+    // 6.–7. writes, each replicated as its effect
+    h.apply(&writes)?;
+    Ok(int(1))
+}
+
+/// Steps 4–5 of a completion (COMPLETE, PUBLISH): the job held with `token`, flat, not a
+/// flow child; the completed count predicted; the queue's events read. `None` (reply 0) when
+/// not held; else the row's `HELD` + `extra` fields and the move's writes: `ZREM active id`,
+/// `DEL row`, `HINCRBY metrics:completed count 1`, and the `completed` event when events are on.
+pub fn completion<'a>(
+    h: &Host<'_>,
+    fence: &Fence<'_>,
+    q: &Queue<'_>,
+    (active, row, metrics): (&'a [u8], &'a [u8], &'a [u8]),
+    (id, token): (&'a [u8], &[u8]),
+    extra: &[&str],
+) -> Result<Option<(Seen, Vec<Op<'a>>)>, Refusal> {
+    let Some(seen) = held(h, fence, row, active, (id, token), FLAT_NO_FLOW, extra)? else {
+        return Ok(None);
+    };
+    fence.read(metrics)?;
     let stored = h
-        .hash(&metrics, &["count"])?
+        .hash(metrics, &["count"])?
         .and_then(|m| m.into_iter().next().flatten());
     let count = incr(stored.as_deref(), 1).map_err(Refusal::Counter)?;
-    fence.write(&row)?;
-    fence.write(&metrics)?;
-    // 6.–7. writes, each replicated as its effect
+    fence.write(row)?;
+    fence.write(metrics)?;
+    let events = bus::events(h, fence, q)?;
     #[allow(unused_mut)]
     let mut writes = vec![
         op("ZREM", &[active, id], Expect::Int(1)),
-        op("DEL", &[&row], Expect::Int(1)),
-        op("HINCRBY", &[&metrics, b"count", b"1"], Expect::Int(count)),
+        op("DEL", &[row], Expect::Int(1)),
+        op("HINCRBY", &[metrics, b"count", b"1"], Expect::Int(count)),
     ];
     // planted (settle): the completion is not counted
     #[cfg(feature = "planted")]
     if crate::plant::on("complete.no_metric") {
         writes.pop();
     }
-    h.apply(&writes)?;
-    Ok(int(1))
+    writes.extend(events.map(|ev| ev.op(b"completed", id, token, &[])));
+    Ok(Some((seen, writes)))
 }

@@ -2,6 +2,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
+use crate::bus;
 use crate::decide::{num, op, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -33,6 +34,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     }
     h.expect_zset(pending)?;
     fence.write(&row)?;
+    let events = bus::events(&h, &fence, &q)?;
     // 6.–7. writes, each replicated as its effect
     let mut fields: Vec<&[u8]> = vec![
         &row,
@@ -57,10 +59,12 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         fields.extend_from_slice(&[b"priority", &prio]);
     }
     let new_fields = (fields.len() as i64 - 1) / 2;
-    h.apply(&[
+    let mut plan = vec![
         op("HSET", &fields, Expect::Int(new_fields)),
         op("ZADD", &[pending, &prio, id], Expect::AnyInt),
-    ])?;
+    ];
+    plan.extend(events.map(|ev| ev.op(b"enqueued", id, b"0", &[b"state", State::Pending.field()])));
+    h.apply(&plan)?;
     // the queue is claimable: a blocked BCLAIM wakes
     h.signal(pending);
     Ok(int(1))

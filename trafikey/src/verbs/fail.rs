@@ -1,9 +1,12 @@
 //! EMQ.FAIL: a held job failed; retry it (pending or schedule) or dead-letter it, capped on
-//! `failures` (SPEC §3, §5.2, §5.3, §5.7). An optional sixth argument, the failure's
-//! traceback (token `fail.traceback`, docs/spec.md §11.6), is written in the same HSET.
+//! `failures` (SPEC §3, §5.2, §5.3, §5.7); the `failed` event, then `retried` or `dead`, when
+//! the queue's events are on. An optional sixth argument, the failure's traceback (token
+//! `fail.traceback`, docs/spec.md §11.6), is written in the same HSET. EMQ.FAILURES.INCR runs
+//! the same move, with the same arguments, and tells a death (`failures_incr.rs`).
 
 use valkey_module::{Context, ValkeyResult};
 
+use crate::bus;
 use crate::decide::{earlier, fail_budget, incr, num, op, priority, Budget, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
@@ -15,8 +18,13 @@ pub const VERB: &str = "EMQ.FAIL";
 pub const NUMKEYS: usize = 5;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    settle(ctx, args, VERB, false)
+}
+
+/// FAIL's move for `verb`; with `bus`, `dead` on the job's outcome channel when it dies.
+pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> ValkeyResult {
     // 1. shape: numkeys 5, five ARGV and the optional traceback
-    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Late(5, 1))?;
+    let call = grammar::shape(verb, args, NUMKEYS, Argc::Late(5, 1))?;
     // 2. layout: active, pending, schedule, dead, base
     let q = grammar::layout(&call, &["active", "pending", "schedule", "dead"])?;
     let (active, pending, schedule, dead) =
@@ -32,7 +40,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         .get(5)
         .map(|t| grammar::traceback(t))
         .transpose()?;
-    let h = Host::new(ctx, VERB);
+    let h = Host::new(ctx, verb);
     let now = h.now_ms()?;
     let due = grammar::at("backoff_ms", now, backoff)?;
     let failed = num(now);
@@ -73,8 +81,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         Budget::Dead => None,
     };
     let score = num(score);
-    let to = op("ZADD", &[target, &score, id], Expect::AnyInt);
-    let mut written: Vec<&[u8]> = vec![
+    let mut fields: Vec<&[u8]> = vec![
         &row,
         b"state",
         verdict.state(),
@@ -85,13 +92,13 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         b"failed",
         &failed,
     ];
-    if let Some(traceback) = traceback {
-        written.extend([b"traceback".as_slice(), traceback]);
+    if let Some(tb) = traceback {
+        fields.extend([b"traceback".as_slice(), tb]);
     }
     let mut plan = vec![
         op("ZREM", &[active, id], Expect::Int(1)),
-        to,
-        op("HSET", &written, Expect::AnyInt),
+        op("ZADD", &[target, &score, id], Expect::AnyInt),
+        op("HSET", &fields, Expect::AnyInt),
     ];
     let metrics = q.metrics_failed();
     if verdict == Budget::Dead {
@@ -108,10 +115,25 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         ));
     }
     fence.write(&row)?;
-    // 6.–7. writes, each replicated as its effect
+    if let Some(ev) = bus::events(&h, &fence, &q)? {
+        plan.push(ev.op(b"failed", id, token, &[b"error", error]));
+        let next: &[u8] = match verdict {
+            Budget::Dead => b"dead",
+            _ => b"retried",
+        };
+        plan.push(ev.op(next, id, token, &[b"state", verdict.state()]));
+    }
+    let channel = match (bus, verdict) {
+        (true, Budget::Dead) => bus::outcome_channel(&fence, &q, id)?,
+        _ => None,
+    };
+    // 6.–7. writes, each replicated as its effect; then a death, told
     h.apply(&plan)?;
     if let Some(key) = wake {
         h.signal(key);
+    }
+    if let Some(channel) = channel {
+        h.publish(&channel, b"dead")?;
     }
     Ok(bulk(verdict.state()))
 }

@@ -1,8 +1,10 @@
-//! The verbs, one file each, named after the verb: the thirteen of the job core, then the
-//! optional ones (BCLAIM; remove, cancel, purge, drain). Every file runs SPEC §5's check
+//! The verbs, one file each, named after the verb: the thirteen of the job core, the bus
+//! verbs (append, failures_incr, publish), then the optional ones (BCLAIM; remove, cancel,
+//! purge, drain). Every file runs SPEC §5's check
 //! order in the same visible steps: shape, layout, arguments, fence, reads and checks,
 //! writes (replicated as effects by the host).
 
+pub mod append;
 pub mod bclaim;
 pub mod cancel;
 pub mod claim;
@@ -13,7 +15,9 @@ pub mod enqueue;
 pub mod extend;
 pub mod extends;
 pub mod fail;
+pub mod failures_incr;
 pub mod promote;
+pub mod publish;
 pub mod purge;
 pub mod remove;
 pub mod reprocess;
@@ -114,8 +118,8 @@ pub fn field(seen: &[Option<Str>], i: usize) -> Option<&[u8]> {
 
 /// Steps 4–7 for a verb that clears members of one set (PURGE: dead, DRAIN: pending): each
 /// row read as the caller (a wrong-typed row refuses the whole command before any write),
-/// then one ZREM of every member and a DEL of each row whose state is `want`. Returns how
-/// many members left the set.
+/// then one ZREM of every member, a DEL of each row whose state is `want`, and a `removed`
+/// event for each when the queue's events are on. Returns how many members left the set.
 pub fn clear_members(
     h: &Host<'_>,
     q: &Queue<'_>,
@@ -128,15 +132,19 @@ pub fn clear_members(
     }
     let fence = h.fence();
     let mut rows = Vec::new();
+    let mut told = Vec::new();
     for id in members {
         let row = q.row(id);
         fence.read(&row)?;
-        let seen = h.hash(&row, &["state"])?;
+        let seen = h.hash(&row, &["state", "attempts"])?;
         if deletes_row(seen.as_ref().map(|f| field(f, 0)), want) {
             fence.write(&row)?;
             rows.push(row);
+            let attempt = seen.as_ref().and_then(|f| field(f, 1)).unwrap_or(b"0");
+            told.push((id, attempt.to_vec()));
         }
     }
+    let events = crate::bus::events(h, &fence, q)?;
     let n = members.len() as i64;
     let mut zrem = vec![set.to_vec()];
     zrem.extend(members.iter().map(|m| m.to_vec()));
@@ -145,6 +153,13 @@ pub fn clear_members(
         rows.into_iter()
             .map(|row| owned_op("DEL", vec![row], Expect::Int(1))),
     );
+    if let Some(ev) = &events {
+        let state: &[&[u8]] = &[b"state", want.field()];
+        plan.extend(
+            told.iter()
+                .map(|(id, attempt)| ev.op(b"removed", id, attempt, state)),
+        );
+    }
     h.apply(&plan)?;
     Ok(n)
 }

@@ -4,6 +4,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
+use crate::bus;
 use crate::decide::{op, removable, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
@@ -28,7 +29,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let fence = h.fence();
     let row = q.row(id);
     fence.read(&row)?;
-    let Some(seen) = h.hash(&row, &["state", "group", "parent"])? else {
+    let Some(seen) = h.hash(&row, &["state", "group", "parent", "attempts"])? else {
         return Ok(int(0));
     };
     boundary(FLAT_NO_FLOW, field(&seen, 1), field(&seen, 2))?;
@@ -42,10 +43,14 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         return Err(Refusal::State(format!("{VERB} id is not in {}", state.set())).into());
     }
     fence.write(&row)?;
+    let events = bus::events(&h, &fence, &q)?;
     // 6.–7. writes, each replicated as its effect
-    h.apply(&[
+    let mut plan = vec![
         op("ZREM", &[set, id], Expect::Int(1)),
         op("DEL", &[&row], Expect::Int(1)),
-    ])?;
+    ];
+    let attempt = field(&seen, 3).unwrap_or(b"0");
+    plan.extend(events.map(|ev| ev.op(b"removed", id, attempt, &[b"state", state.field()])));
+    h.apply(&plan)?;
     Ok(bulk(state.field()))
 }

@@ -2,6 +2,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
+use crate::bus;
 use crate::decide::{earlier, num, op, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -36,6 +37,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     }
     let sooner = earlier(due, h.first_score(schedule)?);
     fence.write(&row)?;
+    let events = bus::events(&h, &fence, &q)?;
     // 6.–7. writes, each replicated as its effect
     let mut fields: Vec<&[u8]> = vec![
         &row,
@@ -53,10 +55,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         fields.extend_from_slice(&[b"priority", &prio]);
     }
     let new_fields = (fields.len() as i64 - 1) / 2;
-    h.apply(&[
+    let due = num(due);
+    let mut plan = vec![
         op("HSET", &fields, Expect::Int(new_fields)),
-        op("ZADD", &[schedule, &num(due), id], Expect::AnyInt),
-    ])?;
+        op("ZADD", &[schedule, &due, id], Expect::AnyInt),
+    ];
+    plan.extend(
+        events.map(|ev| ev.op(b"enqueued", id, b"0", &[b"state", State::Scheduled.field()])),
+    );
+    h.apply(&plan)?;
     if sooner {
         // the next due time moved earlier: a blocked BCLAIM wakes to recompute its timeout
         h.signal(schedule);

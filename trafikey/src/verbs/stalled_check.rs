@@ -4,6 +4,7 @@
 
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
+use crate::bus;
 use crate::decide::{
     self, decide_member, incr, MemberSeen, RowKind, SweepRefusal, Swept, SweptMember,
 };
@@ -17,7 +18,7 @@ pub const VERB: &str = "EMQ.STALLED.CHECK";
 pub const NUMKEYS: usize = 4;
 
 /// The row fields the sweep reads, once per member.
-const FIELDS: [&str; 4] = ["group", "lease_epoch", "stalled", "priority"];
+const FIELDS: [&str; 5] = ["group", "lease_epoch", "stalled", "priority", "attempts"];
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 4, two ARGV
@@ -37,6 +38,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let fence = h.fence();
     let expired = h.due(active, now, limit)?;
     let mut members = Vec::with_capacity(expired.len());
+    let mut attempts = Vec::with_capacity(expired.len());
     for id in expired {
         let row = q.row(&id);
         fence.read(&row)?;
@@ -67,6 +69,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         if verdict != Swept::Ghost {
             fence.write(&row)?;
         }
+        attempts.push(f(4).unwrap_or(b"0").to_vec());
         members.push(SweptMember {
             id: id.to_vec(),
             verdict,
@@ -95,17 +98,38 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         failed_count = Some(incr(stored.as_deref(), died).map_err(Refusal::Counter)?);
         fence.write(&metrics)?;
     }
-    // 6.–7. writes, each replicated as its effect, as planned by the pure sweep plan
-    h.apply(&decide::sweep_plan(
-        &q,
-        [active, pending, dead],
-        &members,
-        failed_count,
-        now,
-    ))?;
+    let events = if members.is_empty() {
+        None
+    } else {
+        bus::events(&h, &fence, &q)?
+    };
+    // each death, told to a result waiter (where the caller may publish)
+    let mut told = Vec::new();
+    for m in members
+        .iter()
+        .filter(|m| matches!(m.verdict, Swept::Die(_)))
+    {
+        told.extend(bus::outcome_channel(&fence, &q, &m.id)?);
+    }
+    // 6.–7. writes, each replicated as its effect, as planned by the pure sweep plan, then
+    // each member's events in selection order
+    let mut plan = decide::sweep_plan(&q, [active, pending, dead], &members, failed_count, now);
+    if let Some(ev) = &events {
+        for (m, attempt) in members.iter().zip(&attempts) {
+            plan.extend(
+                decide::sweep_events(m.verdict)
+                    .iter()
+                    .map(|(kind, extra)| ev.op(kind, &m.id, attempt, extra)),
+            );
+        }
+    }
+    h.apply(&plan)?;
     if back {
         // the queue is claimable: a blocked BCLAIM wakes
         h.signal(pending);
+    }
+    for channel in &told {
+        h.publish(channel, b"dead")?;
     }
     let list = |pick: fn(&Swept) -> bool| {
         ValkeyValue::Array(

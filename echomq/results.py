@@ -1,0 +1,125 @@
+"""Following one job by id: its status, its result, and waiting for it.
+
+The decisions here are pure: they read what one round trip saw of a job (its row's
+``state``, ``last_error`` and ``traceback``; its completed record) and say what it means.
+:class:`~echomq.Queue` does the I/O -- one pipelined read, and for :meth:`Queue.result`
+a wait on the job's outcome channel between reads -- so an asyncio twin only swaps the
+sending.
+
+Where a job's outcome lives (docs/spec.md §12):
+
+* a job completed with :data:`PUBLISH <echomq.verbs.BUS>` leaves the completed record
+  ``emq:{q}:done:<id>`` (``result``, ``attempts``, ``created``, ``started``,
+  ``finished``) for its task's retention (``result_ttl``), then expires;
+* a dead job keeps its row (``state dead``, ``last_error``, ``traceback``) until it is
+  purged, removed or reprocessed;
+* PUBLISH, and FAILURES.INCR when it kills, SPUBLISH ``completed``/``dead`` on the job's
+  outcome channel ``emq:{q}:outcome:<id>``: a waiter subscribes first, reads, and reads
+  again only when told.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Union
+
+from .serializers import Serializer, encode
+
+#: How long a completed job's record (and its result) is kept by default, seconds: long enough for
+#: a caller to collect it, short enough that a busy queue's records stay a bounded memory.
+DEFAULT_RESULT_TTL_S = 600.0
+#: The largest result a worker stores by default (as the payload's limit).
+MAX_RESULT_BYTES = 1 << 20
+#: The longest traceback stored with a failure.
+MAX_TRACEBACK_CHARS = 8192
+
+#: The row fields and the record a status read asks for, in this order.
+ROW_FIELDS = ("state", "last_error", "traceback")
+
+
+class Status(str, enum.Enum):
+    """Where a job is, by id."""
+
+    PENDING = "pending"  #: ready to claim
+    ACTIVE = "active"  #: claimed under a lease
+    SCHEDULED = "scheduled"  #: due later
+    DEAD = "dead"  #: out of budget (or cancelled), kept until purged
+    COMPLETED = "completed"  #: done, within its retention
+    UNKNOWN = "unknown"  #: never seen, or past its retention (or completed with none)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What one read saw of a job: its row's fields (None: no row) and its completed record."""
+
+    row: dict[str, bytes] | None
+    record: dict[str, bytes] | None
+
+    @classmethod
+    def of(cls, row_values: list[Any], record: dict[Any, Any]) -> "Seen":
+        """From ``HMGET row <ROW_FIELDS>`` and ``HGETALL done:<id>``."""
+        row = None if row_values[0] is None else {
+            name: value for name, value in zip(ROW_FIELDS, row_values) if value is not None}
+        done = {(k.decode() if isinstance(k, bytes) else k): v for k, v in record.items()} or None
+        return cls(row, done)
+
+
+def status_of(seen: Seen) -> Status:
+    """The row wins (a job enqueued again under the id of a completed one is live); then the
+    record; else unknown."""
+    if seen.row is not None:
+        state = seen.row["state"]
+        try:
+            return Status(state.decode() if isinstance(state, bytes) else state)
+        except ValueError:
+            return Status.UNKNOWN
+    return Status.COMPLETED if seen.record is not None else Status.UNKNOWN
+
+
+@dataclass(frozen=True)
+class Completed:
+    raw: bytes  #: the result as the task's serializer wrote it
+
+
+@dataclass(frozen=True)
+class Failed:
+    last_error: str
+    traceback: str | None
+
+
+@dataclass(frozen=True)
+class Waiting:
+    status: Status
+
+
+@dataclass(frozen=True)
+class Unknown:
+    pass
+
+
+Verdict = Union[Completed, Failed, Waiting, Unknown]
+
+
+def decide_result(seen: Seen) -> Verdict:
+    """What a result waiter does after one read: return, raise, or wait for the next word."""
+    status = status_of(seen)
+    if status is Status.COMPLETED:
+        return Completed(seen.record.get("result", b""))  # type: ignore[union-attr]
+    if status is Status.DEAD:
+        row = seen.row or {}
+        tb = row.get("traceback")
+        return Failed(_str(row.get("last_error", b"")), None if tb is None else _str(tb))
+    if status is Status.UNKNOWN:
+        return Unknown()
+    return Waiting(status)
+
+
+def encode_result(serializer: Serializer, value: Any, max_bytes: int | None) -> bytes:
+    """A handler's return value as the bytes PUBLISH stores; :class:`PayloadError` when the
+    serializer refuses it or it is over ``max_bytes`` (the worker then fails the attempt)."""
+    return encode(serializer, value, max_bytes, what="result", limit="echomq.results.MAX_RESULT_BYTES")
+
+
+def _str(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value

@@ -1,0 +1,43 @@
+-- EMQ publish (wire 4). KEYS: active, base. ARGV: id, token, result, retention_ms.
+-- COMPLETE's move and checks, then, in the same step: the completed record `done:<id>` (the
+-- result, attempts, created, started, finished) expiring retention_ms from now (0 keeps
+-- none), the `completed` event when `meta events` is on, and `completed` on the job's
+-- outcome channel where the caller may publish (docs/spec.md §12).
+local base = KEYS[2]
+local id = ARGV[1]
+local row = base .. 'job:' .. id
+local held = redis.call('HMGET', row, 'attempts', 'created', 'started', 'state')
+if held[1] ~= ARGV[2] then return 0 end
+if held[4] ~= 'active' then
+  return redis.error_reply('EMQSTATE EMQ.PUBLISH row ' .. (held[4] and 'is ' .. held[4] or 'has no state') .. ', not active')
+end
+if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE EMQ.PUBLISH id is not in active') end
+-- the queue's event switch: an integer bound (MAXLEN), off when absent or <= 0
+local bound = redis.call('HGET', base .. 'meta', 'events')
+if bound then
+  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
+  bound = tonumber(bound)
+  if bound <= 0 then bound = nil end
+end
+redis.call('ZREM', KEYS[1], id)
+redis.call('DEL', row)
+redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
+local retention = tonumber(ARGV[4])
+if retention > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local done = base .. 'done:' .. id
+  redis.call('DEL', done)
+  local record = {'result', ARGV[3], 'attempts', ARGV[2], 'finished', now}
+  if held[2] then record[#record + 1] = 'created'; record[#record + 1] = held[2] end
+  if held[3] then record[#record + 1] = 'started'; record[#record + 1] = held[3] end
+  redis.call('HSET', done, unpack(record))
+  redis.call('PEXPIREAT', done, now + retention)
+end
+if bound then
+  redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'completed', 'id', id, 'attempt', ARGV[2])
+end
+-- the outcome, told where the caller may publish (a wake-up, not state: untold otherwise)
+local channel = base .. 'outcome:' .. id
+if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
+return 1

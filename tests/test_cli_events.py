@@ -1,0 +1,90 @@
+"""`emq events` and `emq inspect` on the bus (docs/results.md), against real servers on both wires."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from echomq import Queue
+from echomq.cli import main
+from helpers import fresh_name
+from worker_helpers import ROOT
+
+
+@pytest.fixture
+def emq(server):
+    runner = CliRunner(env={"COLUMNS": "200"})
+
+    def run(*args: str):
+        return runner.invoke(main, [*args, "--url", server.url], catch_exceptions=False)
+
+    return run
+
+
+def test_events_enable_list_and_json(emq, conn):
+    name = fresh_name("e")
+    assert "events on" in emq("events", "-q", name, "--enable", "100").stdout
+    queue = Queue(conn, name)
+    job = queue.enqueue({"n": 1})
+    held = queue.claim(60_000)
+    queue.progress(held, {"pct": 40})
+    queue.fail(held, "boom", max_attempts=1)
+    lines = emq("events", "-q", name).stdout.splitlines()
+    assert [line.split()[1] for line in lines] == ["enqueued", "claimed", "progress", "failed", "dead"]
+    assert "error=boom" in lines[3] and 'progress={"pct": 40}' in lines[2]
+    parsed = [json.loads(line) for line in emq("events", "-q", name, "--json").stdout.splitlines()]
+    assert parsed[2] == {**parsed[2], "type": "progress", "id": job.id, "attempt": 1, "progress": {"pct": 40}}
+    since = emq("events", "-q", name, "--json", "--since", parsed[2]["stream_id"]).stdout.splitlines()
+    assert [json.loads(line)["type"] for line in since] == ["failed", "dead"]
+    assert "events off" in emq("events", "-q", name, "--disable").stdout
+    queue.enqueue(2)
+    assert len(emq("events", "-q", name).stdout.splitlines()) == 5
+
+
+def test_events_of_a_queue_without_them_says_how_to_turn_them_on(emq):
+    shown = emq("events", "-q", fresh_name("e"))
+    assert shown.exit_code == 0 and shown.stdout == "" and "--enable" in shown.stderr
+
+
+def test_inspect_a_completed_job_and_find_a_job_without_q(emq, conn):
+    name, other = fresh_name("e"), fresh_name("e")
+    queue = Queue(conn, name)
+    job = queue.enqueue({"a": 1})
+    queue.publish(queue.claim(60_000), {"total": 42}, retention_ms=60_000)
+    shown = emq("inspect", job.id)  # no -q: found by id
+    assert shown.exit_code == 0, shown.stderr
+    assert "completed" in shown.stdout and '"total": 42' in shown.stdout and "kept" in shown.stdout
+    pending = queue.enqueue(1, id="shared-id")
+    assert "pending" in emq("inspect", pending.id).stdout
+    Queue(conn, other).enqueue(1, id="shared-id")
+    ambiguous = emq("inspect", "shared-id")
+    assert ambiguous.exit_code == 1 and "several queues" in ambiguous.stderr and name in ambiguous.stderr
+    assert "pending" in emq("inspect", "shared-id", "-q", other).stdout
+    missing = emq("inspect", "no*such[id]")
+    assert missing.exit_code == 1 and "in any queue" in missing.stderr
+
+
+def test_events_follow_in_a_subprocess(server, conn):
+    name = fresh_name("e")
+    queue = Queue(conn, name)
+    queue.enable_events()
+    first = queue.enqueue("before")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "echomq.cli", "events", "-q", name, "--follow", "--json",
+                             "--url", server.url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        assert json.loads(proc.stdout.readline())["id"] == first.id  # what was kept, then ...
+        second = queue.enqueue("after")  # ... what happens while it follows
+        line = json.loads(proc.stdout.readline())
+        assert (line["type"], line["id"]) == ("enqueued", second.id)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

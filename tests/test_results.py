@@ -1,0 +1,353 @@
+"""Following a job on both wires, with real workers: results, status by id, progress, events
+(the bus: PUBLISH, FAILURES.INCR, APPEND; docs/results.md)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from echomq import (App, Backoff, JobFailed, JobNotFound, LeaseLost, Queue, Status, Worker, WorkerConfig)
+from echomq.results import Seen, decide_result, status_of, Completed, Failed, Unknown, Waiting
+from helpers import fresh_name, queue_unchanged, server_ms, wait_server_past
+from test_worker import running
+from worker_helpers import wait_until
+
+FAST = Backoff(base_ms=10, max_ms=20, jitter=0.0)
+
+
+def _serve(conn, name, handler, **task):
+    app = App()
+    app.handler(name, handler, **task)
+    return running(Worker(app, conn, config=WorkerConfig(concurrency=4)))
+
+
+# --------------------------------------------------------------------------- pure decisions
+
+
+@pytest.mark.parametrize("seen, status, verdict", [
+    (Seen(None, None), Status.UNKNOWN, Unknown()),
+    (Seen({"state": b"pending"}, None), Status.PENDING, Waiting(Status.PENDING)),
+    (Seen({"state": b"active"}, {"result": b"1"}), Status.ACTIVE, Waiting(Status.ACTIVE)),  # enqueued again
+    (Seen(None, {"result": b"[1]"}), Status.COMPLETED, Completed(b"[1]")),
+    (Seen({"state": b"dead", "last_error": b"E: x", "traceback": b"tb"}, None), Status.DEAD, Failed("E: x", "tb")),
+    (Seen({"state": b"dead", "last_error": b"stalled"}, None), Status.DEAD, Failed("stalled", None)),
+    (Seen({"state": b"weird"}, None), Status.UNKNOWN, Unknown()),
+])
+def test_status_and_result_decisions(seen, status, verdict):
+    assert status_of(seen) is status
+    assert decide_result(seen) == verdict
+
+
+# --------------------------------------------------------------------------- results
+
+
+def test_result_round_trip_with_a_large_value(conn):
+    name = fresh_name("r")
+    big = "x" * (512 * 1024)
+    with _serve(conn, name, lambda payload: {"echo": payload, "big": big if payload == "big" else None}):
+        queue = Queue(conn, name)
+        small, large = queue.enqueue(7), queue.enqueue("big")
+        assert queue.result(small.id, timeout=10) == {"echo": 7, "big": None}
+        assert queue.result(large.id, timeout=10) == {"echo": "big", "big": big}
+    assert queue.status(small.id) is Status.COMPLETED
+    record = conn.client.hgetall(queue.keys.done(small.id))
+    assert set(record) == {b"result", b"attempts", b"created", b"started", b"finished"}
+    assert record[b"attempts"] == b"1" and queue.job(small.id) is None  # COMPLETE's move: the row is gone
+    assert 0 < conn.client.pttl(queue.keys.done(small.id)) <= 600_000  # the default retention
+
+
+def test_a_result_the_serializer_refuses_fails_the_attempt(conn):
+    name = fresh_name("r")
+    with _serve(conn, name, lambda payload: object(), max_attempts=2, backoff=FAST):
+        queue = Queue(conn, name)
+        job = queue.enqueue(1)
+        with pytest.raises(JobFailed) as failed:
+            queue.result(job.id, timeout=10)
+    assert failed.value.last_error.startswith("PayloadError: the result cannot be encoded by JSONSerializer")
+    assert queue.job(job.id)["attempts"] == "2" and queue.status(job.id) is Status.DEAD
+
+
+def test_job_failed_carries_last_error_and_the_traceback(conn):
+    name = fresh_name("r")
+
+    def parse_order(payload):
+        raise ValueError(f"cannot parse order {payload}")
+
+    with _serve(conn, name, parse_order, max_attempts=1):
+        queue = Queue(conn, name)
+        job = queue.enqueue(42)
+        with pytest.raises(JobFailed) as failed:
+            queue.result(job.id, timeout=10)
+    assert failed.value.last_error == "ValueError: cannot parse order 42"
+    assert failed.value.job_id == job.id
+    tb = failed.value.traceback
+    assert tb.startswith("Traceback (most recent call last):") and "in parse_order" in tb
+    assert tb.rstrip().endswith("ValueError: cannot parse order 42")
+
+
+def test_time_running_out_is_a_timeout_error_and_unknown_ids_are_not_found(conn):
+    queue = Queue(conn, fresh_name("r"))
+    job = queue.enqueue(1)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="still pending"):
+        queue.result(job.id, timeout=0.2)
+    assert time.monotonic() - started >= 0.2
+    with pytest.raises(JobNotFound):
+        queue.result("never-enqueued", timeout=5)
+    assert queue.status("never-enqueued") is Status.UNKNOWN
+
+
+def test_the_waiter_is_woken_by_the_completion_not_by_polling(conn):
+    queue = Queue(conn, fresh_name("r"))
+    job = queue.enqueue(1)
+    held = queue.claim(60_000)
+    reads = []
+    real = queue.op_seen
+
+    def counted(job_id):
+        reads.append(job_id)
+        return (yield from real(job_id))
+
+    queue.op_seen = counted
+    got = {}
+    waiter = threading.Thread(target=lambda: got.update(value=queue.result(job.id, timeout=30)))
+    waiter.start()
+    wait_until(lambda: reads, what="the waiter's first read")
+    other = Queue(conn, queue.name)
+    assert other.status(job.id) is Status.ACTIVE
+    other.publish(held, {"done": True}, retention_ms=60_000)
+    waiter.join(10)
+    assert got == {"value": {"done": True}}
+    assert len(reads) == 2  # one read before the wait, one after the outcome channel spoke
+
+
+def test_retention_expiry_gives_back_its_memory(conn):
+    queue = Queue(conn, fresh_name("r"))
+    client = conn.client
+    client.execute_command("MEMORY", "PURGE")
+    base = client.info("memory")["used_memory"]
+    jobs = [queue.enqueue(n).id for n in range(200)]
+    for held in queue.claim_many(200, 60_000):
+        queue.publish(held, "r" * 2048, retention_ms=300)
+    peak = client.info("memory")["used_memory"]
+    assert all(queue.status(j) is Status.COMPLETED for j in jobs[:3])
+    deadline = server_ms(client) + 300
+    wait_server_past(client, deadline)
+    # active expiry reclaims the records on its own cycle; touching them is not needed
+    wait_until(lambda: not client.exists(*[queue.keys.done(j) for j in jobs]), what="the records to expire")
+    after = client.info("memory")["used_memory"]
+    assert peak - base > 200 * 2048  # the results were held ...
+    assert after - base < (peak - base) / 4  # ... and given back
+    assert queue.status(jobs[0]) is Status.UNKNOWN
+
+
+def test_a_task_with_result_ttl_zero_keeps_no_record(conn):
+    name = fresh_name("r")
+    with _serve(conn, name, lambda payload: 1, result_ttl=0):
+        queue = Queue(conn, name)
+        job = queue.enqueue(1)
+        wait_until(lambda: queue.metrics()["completed"] == 1, what="the completion")
+    assert queue.status(job.id) is Status.UNKNOWN and not conn.client.exists(queue.keys.done(job.id))
+
+
+def test_status_by_id_through_the_lifecycle(conn):
+    queue = Queue(conn, fresh_name("r"))
+    a, b = queue.enqueue(1), queue.schedule(2, 60_000)
+    assert (queue.status(a.id), queue.status(b.id)) == (Status.PENDING, Status.SCHEDULED)
+    held = queue.claim(60_000)
+    assert queue.status(a.id) is Status.ACTIVE
+    queue.fail(held, "E", max_attempts=1)
+    assert queue.status(a.id) is Status.DEAD
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def test_progress_from_the_handler_and_from_a_stale_holder(conn):
+    name = fresh_name("r")
+    gate = threading.Event()
+
+    def handler(payload, ctx):
+        ctx.progress({"pct": 50})
+        gate.wait(10)
+        return "ok"
+
+    queue = Queue(conn, name)
+    queue.enable_events()
+    with _serve(conn, name, handler):
+        job = queue.enqueue(1)
+        wait_until(lambda: (queue.job(job.id) or {}).get("progress"), what="the progress")
+        assert queue.job(job.id)["progress"] == '{"pct":50}'
+        gate.set()
+        assert queue.result(job.id, timeout=10) == "ok"
+    assert [e.progress for e in queue.events() if e.type == "progress"] == [{"pct": 50}]
+
+
+def test_progress_from_a_holder_that_lost_its_lease_is_refused(conn):
+    queue = Queue(conn, fresh_name("r"))
+    queue.enable_events()
+    job = queue.enqueue(1)
+    stale = queue.claim(1)
+    wait_server_past(conn.client, server_ms(conn.client) + 2)
+    queue.stalled_check(max_stalled=5)
+    fresh = queue.claim(60_000)
+    assert fresh.attempt == stale.attempt + 1
+    with queue_unchanged(queue), pytest.raises(LeaseLost):
+        queue.progress(stale, 99)
+    queue.progress(fresh, 1)
+    assert queue.job(job.id)["progress"] == "1"
+
+
+# --------------------------------------------------------------------------- events
+
+
+def test_events_in_order_for_a_job_that_retries_then_completes(conn):
+    name = fresh_name("r")
+
+    def flaky(payload, ctx):
+        if ctx.attempt == 1:
+            raise ConnectionError("upstream down")
+        return "ok"
+
+    queue = Queue(conn, name)
+    queue.enable_events()
+    with _serve(conn, name, flaky, max_attempts=3, backoff=Backoff(base_ms=0, max_ms=0, jitter=0.0)):
+        job = queue.enqueue(1)
+        assert queue.result(job.id, timeout=10) == "ok"
+    events = [e for e in queue.events() if e.job_id == job.id]
+    assert [(e.type, e.attempt) for e in events] == [
+        ("enqueued", 0), ("claimed", 1), ("failed", 1), ("retried", 1), ("claimed", 2), ("completed", 2)]
+    assert events[2].error == "ConnectionError: upstream down" and events[3].state == "pending"
+    times = [e.time_ms for e in events]
+    assert times == sorted(times)
+
+
+def test_events_are_off_by_default_and_bounded_when_on(conn):
+    queue = Queue(conn, fresh_name("r"))
+    queue.enqueue(1)
+    assert not conn.client.exists(queue.keys.events)
+    queue.enable_events(maxlen=5)
+    ids = [queue.enqueue(n).id for n in range(20)]
+    assert conn.client.xlen(queue.keys.events) == 5
+    assert [e.job_id for e in queue.events()] == ids[-5:]
+    first = list(queue.events())[1]
+    assert [e.job_id for e in queue.events(since=first.stream_id)] == ids[-3:]
+    queue.disable_events()
+    queue.enqueue(99)
+    assert conn.client.xlen(queue.keys.events) == 5
+
+
+def test_the_sweep_remove_and_cancel_tell_their_events(conn):
+    queue = Queue(conn, fresh_name("r"))
+    queue.enable_events()
+    a, b, c = (queue.enqueue(n).id for n in range(3))
+    queue.claim(1)
+    queue.claim(60_000)
+    wait_server_past(conn.client, server_ms(conn.client) + 2)
+    assert queue.stalled_check(max_stalled=1).dead == [a]
+    queue.cancel(b)
+    queue.remove(c)
+    d = queue.enqueue(3).id
+    assert queue.purge() == 2 and queue.drain() == 1
+    told = [(e.type, e.job_id, e.error, e.state) for e in queue.events() if e.type not in ("enqueued", "claimed")]
+    assert told == [("stalled", a, None, None), ("dead", a, "stalled", "dead"), ("dead", b, "cancelled", "dead"),
+                    ("removed", c, None, "pending"), ("removed", a, None, "dead"), ("removed", b, None, "dead"),
+                    ("removed", d, None, "pending")]
+
+
+def test_follow_sees_new_events(conn):
+    queue = Queue(conn, fresh_name("r"))
+    queue.enable_events()
+    queue.enqueue("old")
+    assert list(queue.events(since="$")) == []
+    last = list(queue.events())[-1].stream_id
+    seen = []
+
+    def follow():
+        for event in queue.events(since=last, follow=True, block_ms=50):
+            seen.append(event.job_id)
+            if len(seen) == 2:
+                return
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    ids = [queue.enqueue("new").id for _ in range(2)]
+    reader.join(10)
+    assert seen == ids
+
+
+def test_a_wire6_module_without_the_bus_falls_back_to_complete_and_fail(server6):
+    """A module that lists no bus token: the worker completes with COMPLETE (no record), progress is
+    refused client-side, and nothing is sent that the node does not serve."""
+    from echomq import UnsupportedOnWire, connect
+
+    with connect(server6.url, wire=6) as conn:
+        conn.tokens = frozenset(t for t in conn.tokens if t not in ("append", "failures.incr", "publish"))
+        name = fresh_name("r")
+        reported = []
+
+        def handler(payload, ctx):
+            try:
+                ctx.progress(1)
+            except UnsupportedOnWire as exc:
+                reported.append(str(exc))
+            return "value"
+
+        queue = Queue(conn, name)
+        with _serve(conn, name, handler):
+            job = queue.enqueue(1)
+            wait_until(lambda: queue.metrics()["completed"] == 1, what="the completion")
+        assert queue.status(job.id) is Status.UNKNOWN and "append" in reported[0]
+        with pytest.raises(UnsupportedOnWire):
+            queue.publish(job.id, 1, retention_ms=1, token=1)
+
+
+def test_a_cancel_and_a_fatal_stall_wake_the_waiter_with_job_failed(conn):
+    queue = Queue(conn, fresh_name("r"))
+    for kill in ("cancel", "sweep"):
+        job = queue.enqueue(1)
+        queue.claim(1 if kill == "sweep" else 60_000)
+        raised = []
+
+        def wait():
+            try:
+                queue.result(job.id, timeout=30)
+            except JobFailed as exc:
+                raised.append(exc)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        wait_until(lambda: Queue(conn, queue.name).status(job.id) is Status.ACTIVE, what="the claim")
+        if kill == "cancel":
+            queue.cancel(job.id)
+        else:
+            wait_server_past(conn.client, server_ms(conn.client) + 2)
+            assert queue.stalled_check(max_stalled=1).dead == [job.id]
+        waiter.join(10)  # woken by the death, long before its 30 s
+        assert not waiter.is_alive() and raised[0].last_error == ("cancelled" if kill == "cancel" else "stalled")
+
+
+def test_an_emq_worker_process_keeps_results_tracebacks_and_progress(server, wire, tmp_path, conn):
+    """`emq worker` in its own process, on both wires: a retried job's result, a dead job's traceback,
+    progress, and the events of both, in order."""
+    from worker_helpers import WorkerProcess
+
+    name = fresh_name("rp")
+    queue = Queue(conn, name)
+    queue.enable_events()
+    ok = queue.enqueue({"echo": "hi", "fail": 1, "progress": {"pct": 10}})
+    bad = queue.enqueue({"fail": 5})
+    worker = WorkerProcess(server.url, wire, name, tmp_path, env={"EMQ_TEST_MAX_ATTEMPTS": "2"})
+    try:
+        assert queue.result(ok.id, timeout=30) == {"echo": "hi", "attempt": 2}
+        with pytest.raises(JobFailed) as failed:
+            queue.result(bad.id, timeout=30)
+    finally:
+        worker.kill()
+    assert failed.value.last_error == "RuntimeError: planned failure 2"
+    assert "in run" in failed.value.traceback and "RuntimeError: planned failure 2" in failed.value.traceback
+    kinds = [e.type for e in queue.events() if e.job_id == ok.id]
+    assert kinds == ["enqueued", "claimed", "progress", "failed", "retried", "claimed", "progress", "completed"]
+    assert [e.type for e in queue.events() if e.job_id == bad.id][-2:] == ["failed", "dead"]

@@ -1,0 +1,79 @@
+//! The bus (docs/spec.md §12): what the bus verbs and the verbs that emit events write
+//! besides their move: the queue's event stream, a job's completed record and its outcome
+//! channel. Each is derived from the queue's base, so it shares the queue's hashtag, and each
+//! is checked (type, fence) in step 4–5 and written in step 6 with the move.
+
+use crate::decide::{events_bound, num, owned_op, Expect, Op};
+use crate::errors::Refusal;
+use crate::grammar::Queue;
+use crate::host::{Fence, Host};
+
+/// The queue's event stream, on when `meta events` holds a bound.
+pub struct Events {
+    key: Vec<u8>,
+    bound: Vec<u8>,
+}
+
+/// Steps 4–5: read the queue's switch (`meta events`); when on, the stream must be a stream
+/// or nothing, and the caller may write it. `None` when events are off.
+pub fn events(h: &Host<'_>, fence: &Fence<'_>, q: &Queue<'_>) -> Result<Option<Events>, Refusal> {
+    let meta = q.meta();
+    fence.read(&meta)?;
+    let stored = h
+        .hash(&meta, &["events"])?
+        .and_then(|m| m.into_iter().next().flatten());
+    events_on(h, fence, q, stored.as_deref())
+}
+
+/// [`events`] from a `meta events` value the verb already read (CLAIM reads `meta` once).
+pub fn events_on(
+    h: &Host<'_>,
+    fence: &Fence<'_>,
+    q: &Queue<'_>,
+    stored: Option<&[u8]>,
+) -> Result<Option<Events>, Refusal> {
+    let Some(bound) = events_bound(stored).map_err(Refusal::Counter)? else {
+        return Ok(None);
+    };
+    let key = q.events();
+    h.expect_stream(&key)?;
+    fence.write(&key)?;
+    Ok(Some(Events {
+        key,
+        bound: num(bound),
+    }))
+}
+
+impl Events {
+    /// One event: `XADD events MAXLEN <bound> * type <kind> id <id> attempt <n> [extra…]`
+    /// (owned: events are written only when a queue turns them on).
+    pub fn op(&self, kind: &[u8], id: &[u8], attempt: &[u8], extra: &[&[u8]]) -> Op<'static> {
+        let mut args: Vec<Vec<u8>> = [
+            self.key.as_slice(),
+            &self.bound,
+            b"type",
+            kind,
+            b"id",
+            id,
+            b"attempt",
+            attempt,
+        ]
+        .iter()
+        .map(|a| a.to_vec())
+        .collect();
+        args.extend(extra.iter().map(|a| a.to_vec()));
+        owned_op("XADD", args, Expect::AnyId)
+    }
+}
+
+/// A job's outcome channel, `base .. 'outcome:' .. id`, when the caller may publish on it
+/// (checked before the first write, published after the last). The message is a wake-up, not
+/// state: a caller without the permission still makes its move, untold.
+pub fn outcome_channel(
+    fence: &Fence<'_>,
+    q: &Queue<'_>,
+    id: &[u8],
+) -> Result<Option<Vec<u8>>, Refusal> {
+    let channel = q.key(&[b"outcome:".as_slice(), id].concat());
+    Ok(fence.may_publish(&channel)?.then_some(channel))
+}
