@@ -178,6 +178,7 @@ class Connection(WireCodec):
                 await self.load_scripts()  # SCRIPT FLUSH or a restart without the cache
                 for i, reply in zip(retry, await self._exchange([commands[i] for i in retry])):
                     replies[i] = reply
+            self.raise_link_fault(replies)
         except TRANSPORT_ERRORS as exc:
             failed = link_failed(exc, " ".join(names_of(request)))
             if names:
@@ -295,8 +296,9 @@ async def connect(
             await client.aclose()
             client = await _open_client(url, True, max_connections, pool_timeout, client_options)
         if isinstance(client, AsyncValkeyCluster):
-            await client.initialize()
-        await client.ping()
+            await client.initialize()  # reads the slot map
+        elif cluster is False:
+            await client.ping()  # "auto" asked HELLO
         chosen = wire_of_brand(await read_brand(client)) if wire == "auto" else wire
         connection = Connection(client, chosen)  # type: ignore[arg-type]
         await connection.handshake()

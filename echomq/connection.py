@@ -271,6 +271,14 @@ class WireCodec:
         return item.args if isinstance(item, Plain) else self.command_args(item)
 
     @staticmethod
+    def raise_link_fault(replies: Sequence[Any]) -> None:
+        """A cluster pipeline hands back a link fault of one node among the replies (its retries ran
+        out: "TTL exhausted" while a slot migrates, a node that went away): the round trip failed."""
+        for reply in replies:
+            if isinstance(reply, TRANSPORT_ERRORS):
+                raise reply
+
+    @staticmethod
     def unanswered(replies: Sequence[Any]) -> list[int]:
         """Which replies are NOSCRIPT: those calls did not run, so resending them is safe."""
         return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
@@ -355,6 +363,7 @@ class Connection(WireCodec):
                 self.load_scripts()  # SCRIPT FLUSH or a restart without the cache
                 for i, reply in zip(retry, self._exchange(client, [commands[i] for i in retry])):
                     replies[i] = reply
+            self.raise_link_fault(replies)
         except TRANSPORT_ERRORS as exc:
             failed = link_failed(exc, " ".join(names_of(request)))
             if names:
@@ -389,16 +398,6 @@ class Connection(WireCodec):
         failover or a lost node; the cluster client does the same for itself)."""
         if self.cluster:
             self.client.nodes_manager.initialize()
-
-    def client_at(self, address: str) -> valkey.Valkey:
-        """A plain client of the cluster node at ``host:port`` (the node an ASK named)."""
-        node = self.client.get_node(node_name=address)
-        if node is None or node.valkey_connection is None:
-            self.refresh_slots()
-            node = self.client.get_node(node_name=address)
-        if node is None:
-            raise valkey.ConnectionError(f"no node {address} in the cluster's map")
-        return node.valkey_connection
 
     def send(self, call: Call | Plain) -> Any:
         """Send one call; its error reply is raised as the typed EchoMQ error."""
@@ -466,10 +465,11 @@ def open_client(url: str, cluster: bool | str = "auto", **client_options: Any) -
         # the cluster client reads the slot map as it is built: no node, no client
         raise errors.ConnectionFailed(f"no Valkey Cluster answers at {url}: {exc}") from exc
     try:
-        if cluster == "auto" and serves_cluster(client):
+        if cluster == "auto" and serves_cluster(client):  # HELLO is the link check here
             client.close()
             return open_client(url, True, **client_options)
-        client.ping()
+        if cluster is False:
+            client.ping()  # the cluster client read the slot map as it was built
     except TRANSPORT_ERRORS as exc:
         client.close()
         raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc

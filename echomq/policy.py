@@ -5,7 +5,7 @@ and returns a decision, so every rule here is table-tested without a server:
 
 * :func:`backoff_ms` -- the retry schedule: exponential, capped, with jitter;
 * :func:`decide_outcome` -- what a handler's result turns into (a :data:`Settle`);
-* :func:`wait_groups`, :func:`redirect_of`, :func:`to_wait`, :func:`interrupt_waiter`, :func:`block_timeout_ms` --
+* :func:`wait_groups`, :func:`to_wait`, :func:`interrupt_waiter`, :func:`block_timeout_ms` --
   how an idle worker waits on the server instead of polling;
 * :func:`promote_at_ms` -- when to promote next, from the schedule's head (exact timers);
 * :func:`idle_interval_ms` -- how long an idle queue waits before it polls again (a wire-6
@@ -178,14 +178,6 @@ def wait_groups(queues: Sequence[str], *, one_per_queue: bool,
     for name in queues:
         by_slot.setdefault(slots[name], []).append(name)
     return [tuple(group) for group in by_slot.values()]
-
-
-def redirect_of(reply: str) -> tuple[str, str] | None:
-    """A cluster redirect in an error reply: ``("MOVED"|"ASK", "host:port")``, else None."""
-    words = reply.split()
-    if len(words) == 3 and words[0] in ("MOVED", "ASK"):
-        return words[0], words[2]
-    return None
 
 
 def to_wait(group: Sequence[str], idle: AbstractSet[str], *, capacity: int, stopping: bool) -> tuple[str, ...]:

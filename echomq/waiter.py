@@ -26,10 +26,10 @@ from queue import SimpleQueue
 from typing import Callable, Sequence
 
 import valkey
-from valkey.exceptions import ResponseError
+from valkey.exceptions import MovedError, ResponseError
 
 from .connection import TRANSPORT_ERRORS, Connection
-from .policy import BLOCK_MAX_MS, redirect_of
+from .policy import BLOCK_MAX_MS
 from .queue import Job, Queue
 
 log = logging.getLogger("echomq.worker")
@@ -37,7 +37,7 @@ log = logging.getLogger("echomq.worker")
 LINK_ERRORS = TRANSPORT_ERRORS  # a cluster whose map cannot be read counts as a link failure
 RETRY_MS = (100, 5000)
 READ_MARGIN_S = 10.0
-#: Redirects one block follows before it counts as a link failure (a slot moving back and forth).
+#: MOVED replies one block follows before it counts as a link failure (a slot moving back and forth).
 REDIRECTS = 5
 
 
@@ -77,9 +77,8 @@ Report = Woken | TimedOut | Claimed | Recheck
 
 class Waiter(threading.Thread):
     """One blocking connection to the node of ``queues`` (all on one node; one slot on a cluster).
-    On a cluster it follows the slot: a MOVED re-reads the slot map, an ASK (a slot being migrated)
-    blocks on the node it names, and after a link failure (a failover) the next block finds the
-    slot's primary again."""
+    On a cluster it follows the slot: a MOVED re-reads the slot map, and after a link failure (a
+    failover) the next block finds the slot's primary again."""
 
     def __init__(self, connection: Connection, queues: Sequence[Queue], *, lease_ms: int,
                  report: Callable[[Report], None], clock_ms: Callable[[], float]) -> None:
@@ -92,7 +91,6 @@ class Waiter(threading.Thread):
         self._clock_ms = clock_ms
         self.control: valkey.Valkey | None = None  #: the control thread's client of the node: CLIENT UNBLOCK
         self._link: valkey.Connection | None = None  #: the waiter's own socket to that node
-        self._asking = False  #: attached to the node an ASK named: each block goes after ASKING
         self._attach()
         self._inbox: SimpleQueue[tuple[tuple[str, ...], int] | None] = SimpleQueue()
         self._client_id: int | None = None
@@ -145,18 +143,16 @@ class Waiter(threading.Thread):
         finally:
             self._detach()
 
-    # -- which node: the one that holds the queues, followed through MOVED, ASK and failovers --------
-    def _attach(self, address: str | None = None) -> None:
-        """Point the waiter at the node that holds its queues now (or at ``address``, which an ASK
-        named): the control thread's client of that node, and a socket of the waiter's own."""
-        first = next(iter(self.queues.values()))
-        control = self.connection.node_client(first.keys) if address is None else self.connection.client_at(address)
+    # -- which node: the one that holds the queues, followed through MOVED and failovers ---------------
+    def _attach(self) -> None:
+        """Point the waiter at the node that holds its queues now: the control thread's client of
+        that node, and a socket of the waiter's own."""
+        control = self.connection.node_client(next(iter(self.queues.values())).keys)
         pool = control.connection_pool
         # a read outlives the longest block: the server answers by then, or the link is dead
         self._link = pool.connection_class(**{**pool.connection_kwargs,
                                               "socket_timeout": BLOCK_MAX_MS / 1000 + READ_MARGIN_S})
         self.control = control
-        self._asking = address is not None
 
     def _detach(self) -> None:
         self._client_id = None
@@ -165,41 +161,26 @@ class Waiter(threading.Thread):
             self._link.disconnect()
             self._link = None
 
-    def _follow(self, exc: ResponseError) -> bool:
-        """A MOVED (the slot has a new owner: read the map again) or an ASK (the slot is migrating and
-        the key is already on its new node): re-attach and block again. False for any other refusal."""
-        redirect = redirect_of(str(exc))
-        if redirect is None:
-            return False
-        kind, address = redirect
-        self._detach()
-        if kind == "MOVED":
-            self.connection.refresh_slots()
-        self._attach(address if kind == "ASK" else None)
-        return True
-
     def _block(self, queues: tuple[str, ...], timeout_ms: int) -> Report:
-        """One block, following up to ``REDIRECTS`` redirects (a slot being migrated answers ASK to a
-        key already moved; a slot that changed hands, MOVED)."""
+        """One block; a MOVED (the slot changed hands: a migration, a failover; also what the server
+        answers a block it held when its slot moved away) re-reads the slot map and blocks again on
+        the new node, up to ``REDIRECTS`` times. An ASK or TRYAGAIN (a slot mid-migration) is a
+        refusal: backed off like a link failure, the queues claimed once after it."""
         for _ in range(REDIRECTS):
             try:
                 return self._block_once(queues, timeout_ms)
-            except ResponseError as exc:
-                if not self._follow(exc):
-                    raise
-        raise valkey.ConnectionError(f"{REDIRECTS} cluster redirects in a row for {', '.join(queues)}")
+            except MovedError:
+                self._detach()  # the next try reads the map again
+        raise valkey.ConnectionError(f"{REDIRECTS} MOVED in a row for {', '.join(queues)}")
 
     def _block_once(self, queues: tuple[str, ...], timeout_ms: int) -> Report:
-        if self._link is None:  # after a failure: the map may have changed (a failover), so read it again
+        if self._link is None:  # after a MOVED or a failure: the map may have changed, so read it again
             self.connection.refresh_slots()
             self._attach()
         link = self._link
         if self._client_id is None:  # after a (re)connect: CLIENT UNBLOCK needs this socket's id
             link.send_command("CLIENT", "ID")
             self._client_id = int(link.read_response())
-        if self._asking:
-            link.send_command("ASKING")  # for the next command only
-            link.read_response()
         timeout_ms = min(timeout_ms, BLOCK_MAX_MS)
         if self.connection.wire == 4:
             keys = [self.queues[name].keys.wake for name in queues]
