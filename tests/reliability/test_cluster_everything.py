@@ -26,7 +26,7 @@ from click.testing import CliRunner
 import echomq
 from echomq import Queue, connect, errors
 from echomq.cli import main
-from echomq.cluster import LocalCluster
+from echomq.cluster import LocalCluster, node_id
 from echomq.keys import VERSION_KEY
 
 from helpers import wait_server_past
@@ -251,3 +251,30 @@ def test_a_worker_rides_out_a_primary_failover(wire):
             wait_until(lambda: run.done[later.id] == 1, 20, "a job enqueued after the failover")
         assert set(run.done) == set(ids) | {later.id} and set(run.done.values()) == {1}
         assert queue.metrics()["completed"] == 601 and queue.counts().total == 0
+
+
+def test_a_batch_the_cluster_client_cannot_place_mid_migration_fails_whole_as_connection_failed(cluster, wire):
+    """A slot MIGRATING with its keys not moved yet: a verb whose keys partly exist (active does
+    not, pending does) is answered TRYAGAIN until the client's retries run out. In a pipeline
+    valkey-py hands that fault back among the replies; the send path raises it as ConnectionFailed
+    (the worker backs off and retries) instead of passing a raw ClusterError on. Nothing is written."""
+    name = names_on_every_node(cluster, per_node=1)[0]
+    source = cluster.node_for(f"{{{name}}}")
+    target = next(node for node in cluster.nodes if node is not source)
+    slot = slot_of(name)
+    with connect(cluster.url, wire=wire) as conn:
+        queue = Queue(conn, name)
+        queue.enqueue_many([{}] * 3)
+        before = digests(cluster)
+        with source.client() as src, target.client() as dst:
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
+            try:
+                with pytest.raises(errors.ConnectionFailed) as info:
+                    queue.claim_many(3, 30_000)
+                assert "TTL exhausted" in str(info.value)
+                assert digests(cluster) == before
+            finally:
+                for client in (src, dst):
+                    client.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+        assert len(queue.claim_many(3, 30_000)) == 3
