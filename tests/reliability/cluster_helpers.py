@@ -10,6 +10,7 @@ from valkey.crc import key_slot
 from echomq.cluster import LocalCluster, node_id, slot_ranges
 from echomq.keys import Keyspace
 from echomq.server import EmbeddedServer
+from worker_helpers import wait_until
 
 _n = itertools.count()
 
@@ -70,3 +71,22 @@ def migrate_slot(slot: int, source: EmbeddedServer, target: EmbeddedServer, ever
             with node.client() as client:
                 client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
     return moved
+
+
+def slot_owner(node: EmbeddedServer, slot: int) -> int | None:
+    """The port ``node``'s map gives ``slot`` to."""
+    with node.client() as client:
+        for first, last, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+            if first <= slot <= last:
+                return int(primary[1])
+    return None
+
+
+def migrate_slot_atomically(slot: int, source: EmbeddedServer, target: EmbeddedServer,
+                            everyone: list[EmbeddedServer]) -> None:
+    """Valkey 9's atomic slot migration (CLUSTER MIGRATESLOTS): the slot's keys stream to the target
+    and ownership changes in one step once it has them all; returns when every node agrees."""
+    with source.client() as client:
+        client.execute_command("CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", slot, slot, "NODE", node_id(target))
+    wait_until(lambda: all(slot_owner(node, slot) == target.port for node in everyone), 20,
+               f"slot {slot} owned by {target.port} everywhere")

@@ -8,6 +8,8 @@
 * a worker serving a queue whose slot is migrated to another primary (SETSLOT MIGRATING/IMPORTING,
   MIGRATE, SETSLOT NODE) completes every job exactly once and then waits on the new node; moved
   back while it waits there, its block is answered MOVED and it waits on the first node again;
+* the same through Valkey 9's atomic slot migration (CLUSTER MIGRATESLOTS) on wire 4; refused by the
+  server on wire 6 (trafikey does not declare support yet);
 * a worker riding out a primary failover (CLUSTER FAILOVER on its replica): nothing lost.
 """
 
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from valkey.exceptions import ResponseError
 
 import echomq
 from echomq import Queue, connect, errors
@@ -31,7 +34,7 @@ from echomq.keys import VERSION_KEY
 
 from helpers import wait_server_past
 from cluster_helpers import (
-    blocked_waiters, digests, migrate_slot, names_on_every_node, slot_of,
+    blocked_waiters, digests, migrate_slot, migrate_slot_atomically, names_on_every_node, slot_of, slot_owner,
 )
 from worker_helpers import WorkerProcess, processed, wait_until
 
@@ -278,3 +281,33 @@ def test_a_batch_the_cluster_client_cannot_place_mid_migration_fails_whole_as_co
                 for client in (src, dst):
                     client.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
         assert len(queue.claim_many(3, 30_000)) == 3
+
+
+def test_atomic_slot_migration_under_a_running_worker_on_wire_4_and_refused_by_the_module_on_wire_6(cluster, wire):
+    """Valkey 9's CLUSTER MIGRATESLOTS: ownership changes in one step, so a queue's verbs never meet
+    the TRYAGAIN window of the classic procedure. Wire 4 serves through it; trafikey does not yet
+    declare atomic slot migration support, so Valkey refuses the migration and nothing moves."""
+    name = names_on_every_node(cluster, per_node=1)[0]
+    source = cluster.node_for(f"{{{name}}}")
+    target = next(node for node in cluster.nodes if node is not source)
+    slot = slot_of(name)
+    with connect(cluster.url, wire=wire) as conn:
+        queue = Queue(conn, name)
+        ids = [job.id for job in queue.enqueue_many([{"n": n} for n in range(400)])]
+        if wire == 6:
+            before = digests(cluster)
+            with source.client() as client, pytest.raises(ResponseError, match="trafikey does not support atomic"):
+                client.execute_command("CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", slot, slot, "NODE", node_id(target))
+            assert digests(cluster) == before and slot_owner(source, slot) == source.port
+            return
+        with Recording(conn, [name], concurrency=2) as run:
+            wait_until(lambda: sum(run.done.values()) >= 50, 30, "a first fifty jobs done")
+            migrate_slot_atomically(slot, source, target, cluster.nodes)
+            try:
+                assert sum(run.done.values()) < 400, "the slot moved after the run: raise the job count"
+                wait_until(lambda: sum(run.done.values()) == 400, 60, "every job done")
+                wait_until(lambda: blocked_waiters(target) == 1, 20, "the waiter blocked on the new node")
+            finally:
+                migrate_slot_atomically(slot, target, source, cluster.nodes)  # the shared cluster as it was
+        assert set(run.done) == set(ids) and set(run.done.values()) == {1}
+        assert queue.metrics()["completed"] == 400 and queue.counts().total == 0
