@@ -164,25 +164,31 @@ class LocalCluster:
         self.nodes[index].restart(crash=crash)
         self.wait_ok()
 
-    def failover(self, index: int) -> None:
-        """Promote the first replica of primary ``index`` (``CLUSTER FAILOVER``: the primary stops
-        writes, the replica catches up and takes its slots), wait until every node agrees, then swap
-        the two so ``nodes`` still lists the primaries in slot order."""
+    def failover(self, index: int, *, kill: bool = False) -> None:
+        """Promote the first replica of primary ``index``, wait until every live node agrees, then
+        swap the two so ``nodes`` still lists the primaries in slot order. ``CLUSTER FAILOVER``: the
+        primary stops writes and the replica catches up first (nothing lost). ``kill=True``: SIGKILL
+        the primary, then ``CLUSTER FAILOVER TAKEOVER`` (what is not replicated yet is lost; the
+        killed node stays down, listed among the replicas)."""
         primary, replica = self.nodes[index], self.replicas_of[index][0]
+        if kill:
+            primary.kill()
         with replica.client() as client:
-            client.execute_command("CLUSTER", "FAILOVER")
+            client.execute_command("CLUSTER", "FAILOVER", *(["TAKEOVER"] if kill else []))
+        live = [node for node in self.every_node if node is not primary or not kill]
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not self._serves_slots(replica, index):
+        while not self._serves_slots(replica, index, live):
             if time.monotonic() > deadline:
                 raise ServerStartError(f"the replica on port {replica.port} did not take over within {READY_TIMEOUT_S}s")
             time.sleep(0.02)
         self.nodes[index], self.replicas_of[index][0] = replica, primary
-        self.wait_ok()
+        if not kill:
+            self.wait_ok()
 
-    def _serves_slots(self, node: EmbeddedServer, index: int) -> bool:
-        """Whether every node's map gives ``node`` the first slot of range ``index``."""
+    def _serves_slots(self, node: EmbeddedServer, index: int, nodes: Sequence[EmbeddedServer]) -> bool:
+        """Whether the map of every one of ``nodes`` gives ``node`` the first slot of range ``index``."""
         first, _ = slot_ranges(len(self.nodes))[index]
-        for other in self.every_node:
+        for other in nodes:
             with other.client(socket_timeout=2) as client:
                 holder = next((entry for entry in client.execute_command("CLUSTER", "SLOTS")
                                if entry[0] <= first <= entry[1]), None)

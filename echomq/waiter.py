@@ -144,15 +144,16 @@ class Waiter(threading.Thread):
             self._detach()
 
     # -- which node: the one that holds the queues, followed through MOVED and failovers ---------------
-    def _attach(self) -> None:
+    def _attach(self) -> valkey.Connection:
         """Point the waiter at the node that holds its queues now: the control thread's client of
-        that node, and a socket of the waiter's own."""
+        that node, and a socket of the waiter's own (returned)."""
         control = self.connection.node_client(next(iter(self.queues.values())).keys)
         pool = control.connection_pool
         # a read outlives the longest block: the server answers by then, or the link is dead
-        self._link = pool.connection_class(**{**pool.connection_kwargs,
-                                              "socket_timeout": BLOCK_MAX_MS / 1000 + READ_MARGIN_S})
-        self.control = control
+        link = pool.connection_class(**{**pool.connection_kwargs,
+                                        "socket_timeout": BLOCK_MAX_MS / 1000 + READ_MARGIN_S})
+        self._link, self.control = link, control
+        return link
 
     def _detach(self) -> None:
         self._client_id = None
@@ -174,10 +175,10 @@ class Waiter(threading.Thread):
         raise valkey.ConnectionError(f"{REDIRECTS} MOVED in a row for {', '.join(queues)}")
 
     def _block_once(self, queues: tuple[str, ...], timeout_ms: int) -> Report:
-        if self._link is None:  # after a MOVED or a failure: the map may have changed, so read it again
-            self.connection.refresh_slots()
-            self._attach()
         link = self._link
+        if link is None:  # after a MOVED or a failure: the map may have changed, so read it again
+            self.connection.refresh_slots()
+            link = self._attach()
         if self._client_id is None:  # after a (re)connect: CLIENT UNBLOCK needs this socket's id
             link.send_command("CLIENT", "ID")
             self._client_id = int(link.read_response())

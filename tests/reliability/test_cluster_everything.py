@@ -10,13 +10,15 @@
   back while it waits there, its block is answered MOVED and it waits on the first node again;
 * the same through Valkey 9's atomic slot migration (CLUSTER MIGRATESLOTS) on wire 4; refused by the
   server on wire 6 (trafikey does not declare support yet);
-* a worker riding out a primary failover (CLUSTER FAILOVER on its replica): nothing lost.
+* a worker riding out a primary failover (CLUSTER FAILOVER on its replica): nothing lost; then a
+  killed primary whose replica takes over (TAKEOVER): every replicated job done.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
 import threading
 import time
 from collections import Counter
@@ -31,6 +33,8 @@ from echomq import Queue, connect, errors
 from echomq.cli import main
 from echomq.cluster import LocalCluster, node_id
 from echomq.keys import VERSION_KEY
+from echomq.policy import LeasePolicy
+from echomq.timers import TimerConfig
 
 from helpers import wait_server_past
 from cluster_helpers import (
@@ -177,13 +181,13 @@ def test_wire_4_queues_sharing_a_slot_share_one_blocked_connection(cluster4):
 class Recording:
     """A worker on its own thread whose handler records each job it completes."""
 
-    def __init__(self, conn, names: list[str], concurrency: int = 4) -> None:
+    def __init__(self, conn, names: list[str], concurrency: int = 4, **config) -> None:
         self.done: Counter[str] = Counter()
         self._lock = threading.Lock()
         app = echomq.App()
         for name in names:
             app.handler(name, self.handle)
-        self.worker = echomq.Worker(app, conn, config=echomq.WorkerConfig(concurrency=concurrency))
+        self.worker = echomq.Worker(app, conn, config=echomq.WorkerConfig(concurrency=concurrency, **config))
         self.thread = threading.Thread(target=self.worker.run, kwargs={"install_signals": False}, daemon=True)
 
     def handle(self, payload, ctx) -> None:
@@ -231,7 +235,15 @@ def test_a_worker_follows_its_queue_when_the_slot_migrates(wire):
             assert client.exists(queue.keys.key("metrics:completed")) == 1  # the queue lives there again
 
 
-def test_a_worker_rides_out_a_primary_failover(wire):
+def test_a_worker_rides_out_a_primary_failover_then_a_killed_primary(wire, caplog):
+    """A graceful failover (CLUSTER FAILOVER on the replica): nothing lost, every job once. Then the
+    new primary is SIGKILLed and its replica (the old primary) takes over (CLUSTER FAILOVER
+    TAKEOVER): the jobs were replicated before the run (WAIT), so every one is done, at least
+    once: a settle the dead node acknowledged but never replicated runs a job again, and a claim
+    whose answer was lost (with the node, or with the round trip it rode in) leaves a lease the
+    sweep recovers. A lease the dead node stamped (a job its holder never renews) is recovered on
+    wire 6 exempt from the stall count, its run_id being the dead node's; on wire 4 it counts.
+    The short leases keep that quick."""
     with LocalCluster(3, replicas=1, module=echomq.module_path() if wire == 6 else None, brand=wire) as cluster, \
             connect(cluster.url, wire=wire) as conn:
         names = names_on_every_node(cluster, per_node=1)
@@ -241,7 +253,9 @@ def test_a_worker_rides_out_a_primary_failover(wire):
         queue = Queue(conn, name)
         ids = [job.id for job in queue.enqueue_many([{"n": n} for n in range(600)])]
         old_primary = cluster.nodes[index]
-        with Recording(conn, [name, *others], concurrency=2) as run:
+        caplog.set_level(logging.INFO, logger="echomq.timers")  # an exempt recovery is logged at INFO
+        lease = {"lease": LeasePolicy(1000), "timers": TimerConfig(sweep_interval_ms=200)}
+        with Recording(conn, [name, *others], concurrency=2, **lease) as run:
             wait_until(lambda: sum(run.done.values()) >= 100, 30, "a first hundred jobs done")
             cluster.failover(index)
             assert sum(run.done.values()) < 600, "the failover came after the run: raise the job count"
@@ -252,10 +266,23 @@ def test_a_worker_rides_out_a_primary_failover(wire):
             assert blocked_waiters(old_primary) == 0
             later = queue.enqueue({"after": True})
             wait_until(lambda: run.done[later.id] == 1, 20, "a job enqueued after the failover")
-        assert set(run.done) == set(ids) | {later.id} and set(run.done.values()) == {1}
-        assert queue.metrics()["completed"] == 601 and queue.counts().total == 0
+            assert set(run.done) == set(ids) | {later.id} and set(run.done.values()) == {1}
+            assert queue.metrics()["completed"] == 601 and queue.counts().total == 0
 
-
+            second = [job.id for job in queue.enqueue_many([{"n": n} for n in range(600)])]
+            wait_until(lambda: sum(run.done[i] for i in second) >= 100, 30, "a first hundred of the second run")
+            orphan = queue.claim(3000)  # held by a worker that dies with the node: nobody renews it
+            with new_primary.client() as client:
+                assert client.execute_command("WAIT", 1, 10_000) == 1  # on the replica before the crash
+            cluster.failover(index, kill=True)
+            assert sum(run.done[i] for i in second) < 600, "the crash came after the run: raise the job count"
+            wait_until(lambda: all(run.done[i] >= 1 for i in second), 60, "every job of the second run done")
+            wait_until(lambda: blocked_waiters(old_primary) == 1, 20, "the waiter blocked on the last primary")
+        assert queue.counts().pending == queue.counts().dead == 0
+        # the dead node stamped the orphan's lease with its run_id: on wire 6 its expiry is no stall
+        swept = [r.getMessage() for r in caplog.records if r.name == "echomq.timers" and orphan.id in r.getMessage()]
+        assert len(swept) == 1
+        assert ("without a stall" in swept[0]) == (wire == 6) and ("counted as stalls" in swept[0]) == (wire == 4)
 def test_a_batch_the_cluster_client_cannot_place_mid_migration_fails_whole_as_connection_failed(cluster, wire):
     """A slot MIGRATING with its keys not moved yet: a verb whose keys partly exist (active does
     not, pending does) is answered TRYAGAIN until the client's retries run out. In a pipeline
