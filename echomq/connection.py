@@ -109,7 +109,8 @@ def plain_commands(where: str) -> Iterator[None]:
 
 
 def brand_unreadable(exc: ResponseError) -> errors.EchoMQError:
-    """The error for a failed read of the brand: a ``{emq}:version`` of another type is no brand."""
+    """The error for a failed read (or write) of the brand: a ``{emq}:version`` of another type is
+    no brand; a MOVED means a plain client of a cluster node that does not hold the key."""
     refusal = as_refusal(exc)
     if isinstance(refusal, errors.WrongType):
         return errors.BrandError(

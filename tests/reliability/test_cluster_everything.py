@@ -118,6 +118,9 @@ def test_no_cluster_overrides_the_detection(cluster, wire):
     assert refused.exit_code == 1
     assert "runs in cluster mode" in refused.stderr and "--no-cluster" in refused.stderr
     assert digests(cluster) == before
+    branding = emq("brand", other.url, "--wire", str(wire), "--no-cluster")
+    assert branding.exit_code == 1 and "runs in cluster mode" in branding.stderr
+    assert digests(cluster) == before
     plain = emq("stats", "--url", holder.url, "--no-cluster", "--json")  # the brand's node alone: its queues only
     assert plain.exit_code == 0
     with echomq.EmbeddedServer(brand=4) as standalone:
