@@ -285,7 +285,10 @@ def _apps_in(module_name: str) -> str:
 @click.option("--promote-interval-ms", type=click.IntRange(1), default=1000, show_default=True,
               help="a busy queue's backstop between promotes (each promote reads the next due time and the "
                    "next runs then; an idle queue is promoted only when due)")
-@click.option("--sweep-interval-ms", type=click.IntRange(1), default=5000, show_default=True)
+@click.option("--sweep-interval-ms", type=click.IntRange(1), default=5000, show_default=True,
+              help="how often a busy queue's expired leases are looked for")
+@click.option("--idle-sweep-interval-ms", type=click.IntRange(1), default=30_000, show_default=True,
+              help="an idle queue is swept when its earliest lease expires, and at least this often")
 @click.option("--max-stalled", type=click.IntRange(1), default=3, show_default=True,
               help="lease expiries before a job goes dead")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
@@ -297,7 +300,8 @@ def _apps_in(module_name: str) -> str:
               help="exit once the queues are empty (nothing pending or scheduled, nothing held); for scripts and CI")
 def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurrency: int, lease_ms: int,
            grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int, sweep_interval_ms: int,
-           max_stalled: int, log_level: str, metrics_port: int | None, metrics_host: str, burst: bool) -> None:
+           idle_sweep_interval_ms: int, max_stalled: int, log_level: str, metrics_port: int | None, metrics_host: str,
+           burst: bool) -> None:
     """Run the handlers of MODULE:APP until SIGTERM/SIGINT (a second one exits at once), or with
     --burst until its queues are empty."""
     app = load_app(app_spec)
@@ -306,7 +310,7 @@ def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurre
             concurrency=concurrency, claim_batch=claim_batch, grace_s=grace, lease=LeasePolicy(lease_ms),
             idle=IdlePolicy(max_ms=idle_max_ms),
             timers=TimerConfig(promote_interval_ms=promote_interval_ms, sweep_interval_ms=sweep_interval_ms,
-                               max_stalled=max_stalled),
+                               idle_sweep_interval_ms=idle_sweep_interval_ms, max_stalled=max_stalled),
             burst=burst,
         )
     with opened(url, wire) as connection, reported():

@@ -186,7 +186,8 @@ class Script:
         object.__setattr__(self, "sha", hashlib.sha1(self.source).hexdigest())
 
 
-def load_scripts(verbs: Iterable[Verb]) -> dict[str, Script]:
+def read_scripts(verbs: Iterable[Verb]) -> dict[str, Script]:
+    """The scripts' sources from the package (loading them into a server is ``Connection.load_scripts``)."""
     return {verb.name: Script(verb, verb.script_path.read_bytes()) for verb in verbs}
 
 
@@ -238,7 +239,7 @@ class WireCodec:
             raise errors.ConfigurationError(f"bad wire {wire!r}: EchoMQ speaks wire 4 (scripts) or wire 6 (trafikey)")
         self.wire = wire
         self.tokens: frozenset[str] = frozenset()  #: what EMQ.VERSION lists on every primary (wire 6)
-        self.scripts = load_scripts(v for v in SCRIPTED if wire == 4 or v.read_only)
+        self.scripts = read_scripts(v for v in SCRIPTED if wire == 4 or v.read_only)
 
     def supports(self, verb_name: str) -> bool:
         """Whether this connection carries ``verb_name``: its script on wire 4; on wire 6 its

@@ -243,11 +243,18 @@ class QueueCore:
     def op_promote(self, limit: int) -> Op[int]:
         return (yield from self._one(self.build("promote", limit)))
 
+    def _and_head(self, call: Call, set_key: str) -> Op[tuple[Any, int | None]]:
+        """``call``, then the head of ``set_key`` and the server clock in the same round trip:
+        (its answer, ms from now until the head's score, None when the set is empty)."""
+        reply, head, now = yield [call, Plain(("ZRANGE", set_key, 0, 0, "WITHSCORES")), Plain(("TIME",))]
+        raise_first([head, now])
+        return _raised(call.verb.answer(call, reply)), None if not head else due_in_ms(head, now)
+
     def op_promote_and_next_due(self, limit: int) -> Op[tuple[int, int | None]]:
-        promote = self.build("promote", limit)
-        moved, head, now = yield [promote, Plain(("ZRANGE", self.keys.schedule, 0, 0, "WITHSCORES")), Plain(("TIME",))]
-        raise_first([moved, head, now])
-        return promote.verb.answer(promote, moved), None if not head else due_in_ms(head, now)
+        return (yield from self._and_head(self.build("promote", limit), self.keys.schedule))
+
+    def op_stalled_check_and_next_expiry(self, max_stalled: int, limit: int) -> Op[tuple[Sweep, int | None]]:
+        return (yield from self._and_head(self.build("stalled_check", max_stalled, limit), self.keys.active))
 
     def op_reschedule(self, job_id: str, delay_ms: int) -> Op[int | None]:
         return (yield from self._one(self.build("reschedule", job_id, delay_ms)))

@@ -39,8 +39,8 @@ def record_key(worker_id: str) -> str:
 
 @dataclass(frozen=True)
 class HeartbeatConfig:
-    interval_ms: int = 5000  #: how often the record is rewritten
-    ttl_ms: int = 15_000  #: a record not rewritten for this long expires: the worker is gone
+    interval_ms: int = 15_000  #: how often the record is rewritten (3 commands: 0.2 a second)
+    ttl_ms: int = 45_000  #: a record not rewritten for this long expires: the worker is gone
 
     def __post_init__(self) -> None:
         for name in ("interval_ms", "ttl_ms"):

@@ -143,6 +143,12 @@ class Queue(QueueCore):
         """Recover up to ``limit`` expired leases; a job that stalls ``max_stalled`` times goes dead."""
         return self._run(self.op_stalled_check(max_stalled, limit))
 
+    def stalled_check_and_next_expiry(self, max_stalled: int = 1, limit: int = 1000) -> tuple[Sweep, int | None]:
+        """STALLED.CHECK, then read when the earliest lease runs out, in one round trip: (the sweep,
+        ms from now (server clock) until that deadline, None when nothing is active). An idle
+        worker sweeps again then instead of on an interval."""
+        return self._run(self.op_stalled_check_and_next_expiry(max_stalled, limit))
+
     # -- pause ----------------------------------------------------------------
     def pause(self) -> None:
         """Hold claims (enqueue and schedule still admit jobs)."""

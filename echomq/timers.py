@@ -5,7 +5,9 @@ call is one atomic step in the server, bounded by ``limit``, so two workers neve
 the same job twice. A run that hits its limit runs again at once (there is more to move).
 
 PROMOTE is exact as well as periodic: each run also reads when the schedule's head falls
-due (one round trip), and the next run comes then. The interval is the backstop for a due
+due (one round trip), and the next run comes then. An idle queue's STALLED.CHECK is exact
+the same way: it reads the earliest lease deadline and runs again then, with
+``idle_sweep_interval_ms`` as its backstop (a lease another worker took meanwhile). The interval is the backstop for a due
 time that moved earlier unseen while the queue was busy. An *idle* queue (one a waiting
 worker watches) has no interval: a write that brings its due time earlier wakes the waiter
 (the wake marker on wire 4; BCLAIM answers empty on wire 6), which calls :meth:`Timers.recheck`,
@@ -33,12 +35,15 @@ log = logging.getLogger("echomq.timers")
 @dataclass(frozen=True)
 class TimerConfig:
     promote_interval_ms: int = 1000  #: a busy queue's backstop between exact promotes (each reads the next due time)
-    sweep_interval_ms: int = 5000  #: how often expired leases are looked for
+    sweep_interval_ms: int = 5000  #: how often a busy queue's expired leases are looked for
+    #: an idle queue's backstop: it is swept when its earliest lease expires (read by the previous
+    #: sweep), and at least this often, to see a lease another worker took meanwhile
+    idle_sweep_interval_ms: int = 30_000
     max_stalled: int = 3  #: a job whose lease expires this many times goes dead (wire 6 exempts restarts)
     limit: int = 1000  #: the most one call moves
 
     def __post_init__(self) -> None:
-        for name in ("promote_interval_ms", "sweep_interval_ms", "max_stalled"):
+        for name in ("promote_interval_ms", "sweep_interval_ms", "idle_sweep_interval_ms", "max_stalled"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"bad {name} {value!r}: an integer >= 1")
@@ -94,7 +99,7 @@ class Timers:
         known to be due, see the module's docstring)."""
         times = [c.due_ms(now_ms, self.config.promote_interval_ms, name not in idle)
                  for name, c in self._promote.items()]
-        times += [c.due_ms(now_ms, self.config.sweep_interval_ms) for c in self._sweep.values()]
+        times += [c.due_ms(now_ms, self._sweep_interval_ms(name, idle)) for name, c in self._sweep.items()]
         return min(times, default=float("inf"))
 
     def expect_due(self, queue: str, at_ms: float) -> None:
@@ -113,11 +118,17 @@ class Timers:
                 run.promoted, due_in = self.promote_and_next_due(queue)
                 promote.ran(now_ms, self.config.promote_interval_ms, run.promoted >= self.config.limit,
                             promote_at_ms(now_ms, due_in))
-            if sweep.due_ms(now_ms, self.config.sweep_interval_ms) <= now_ms:
-                run.sweep = self.sweep(queue)
-                sweep.ran(now_ms, self.config.sweep_interval_ms, len(run.sweep) >= self.config.limit)
+            interval = self._sweep_interval_ms(queue.name, idle)
+            if sweep.due_ms(now_ms, interval) <= now_ms:
+                run.sweep, expires_in = self.sweep_and_next_expiry(queue)
+                # an idle queue is swept again when its earliest lease runs out, not every interval
+                sweep.ran(now_ms, interval, len(run.sweep) >= self.config.limit,
+                          promote_at_ms(now_ms, expires_in) if queue.name in idle else None)
             runs.append(run)
         return runs
+
+    def _sweep_interval_ms(self, queue: str, idle: AbstractSet[str]) -> int:
+        return self.config.idle_sweep_interval_ms if queue in idle else self.config.sweep_interval_ms
 
     def run_once(self) -> list[TimerRun]:
         """Both verbs on every queue, once, regardless of the intervals."""
@@ -141,7 +152,13 @@ class Timers:
         return moved
 
     def sweep(self, queue: Queue) -> Sweep:
-        found = queue.stalled_check(self.config.max_stalled, self.config.limit)
+        return self._swept(queue, queue.stalled_check(self.config.max_stalled, self.config.limit))
+
+    def sweep_and_next_expiry(self, queue: Queue) -> tuple[Sweep, int | None]:
+        found, expires_in = queue.stalled_check_and_next_expiry(self.config.max_stalled, self.config.limit)
+        return self._swept(queue, found), expires_in
+
+    def _swept(self, queue: Queue, found: Sweep) -> Sweep:
         if found.recovered:
             log.warning("sweep %s: %d expired lease(s) recovered to pending (counted as stalls): %s",
                         queue.name, len(found.recovered), _some(found.recovered))

@@ -29,6 +29,7 @@ import valkey
 from valkey.exceptions import MovedError, ResponseError
 
 from .connection import TRANSPORT_ERRORS, Connection
+from .core import due_in_ms
 from .policy import BLOCK_MAX_MS
 from .queue import Job, Queue
 
@@ -72,7 +73,17 @@ class Recheck:
     queue: str
 
 
-Report = Woken | TimedOut | Claimed | Recheck
+@dataclass(frozen=True)
+class HeadRead:
+    """Wire 6: right before its BCLAIM, on the same socket, the schedule's head was read: it falls
+    due in ``due_in_ms`` (server clock). A SCHEDULE that moved it earlier between the control
+    thread's last read and the block would signal no one: this read sees it."""
+
+    queue: str
+    due_in_ms: int
+
+
+Report = Woken | TimedOut | Claimed | Recheck | HeadRead
 
 
 class Waiter(threading.Thread):
@@ -192,9 +203,15 @@ class Waiter(threading.Thread):
             return Woken((self.by_wake_key[reply[0]],))
         (name,) = queues
         queue = self.queues[name]
-        link.send_command(*self.connection.command_args(queue.call("bclaim", self.lease_ms, timeout_ms)))
-        reply = link.read_response()
-        job = queue.claimed(reply)
+        # one packet: the server runs the head read and the BCLAIM back to back, so no SCHEDULE
+        # falls between what this read saw and the block that a later one would wake
+        bclaim = self.connection.command_args(queue.call("bclaim", self.lease_ms, timeout_ms))
+        link.send_packed_command(link.pack_commands(
+            [("ZRANGE", queue.keys.schedule, 0, 0, "WITHSCORES"), ("TIME",), bclaim]))
+        head, now = link.read_response(), link.read_response()
+        if head:
+            self._report(HeadRead(name, due_in_ms(head, now)))
+        job = queue.claimed(link.read_response())
         return Recheck(name) if job is None else Claimed(name, job, self._clock_ms())
 
     def _recover(self, queues: tuple[str, ...], exc: Exception) -> Report | None:

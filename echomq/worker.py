@@ -467,6 +467,9 @@ class Worker:
             self._empty_polls[name] = 0
             self._next_poll[name] = now
         elif self.blocking:
+            # the claim after its next wake is one, not a batch: a wake at a block's timeout (the
+            # backstop) usually finds nothing, and a single job is the common reason for a wake
+            self._empty_polls[name] += 1
             self._idle.add(name)
             if paused:
                 self._paused.add(name)
@@ -549,6 +552,8 @@ class Worker:
                         self.timers.recheck(name, now)  # an idle queue's promote backstop
             elif isinstance(report, waiter.Recheck):
                 self.timers.recheck(report.queue, now)
+            elif isinstance(report, waiter.HeadRead):
+                self.timers.expect_due(report.queue, now + max(0, report.due_in_ms) + PROMOTE_SLACK_MS)
             elif self.stopping:
                 self._release_claimed(report)
             else:

@@ -14,7 +14,8 @@ from echomq.errors import ConfigurationError, UnsupportedOnWire
 from helpers import dump, fresh_name, server_ms, wait_server_past
 from worker_helpers import WorkerProcess, out, processed, wait_until  # noqa: F401 (fixture: out)
 
-QUIET_TIMERS = TimerConfig(promote_interval_ms=60_000, sweep_interval_ms=60_000)  #: only exact promotes happen
+#: only exact timers run: promotes at due times, an idle queue's sweeps at lease deadlines
+QUIET_TIMERS = TimerConfig(promote_interval_ms=60_000, sweep_interval_ms=60_000, idle_sweep_interval_ms=60_000)
 
 
 @pytest.fixture
@@ -124,6 +125,64 @@ def test_a_delayed_job_is_promoted_at_its_due_time_not_by_an_interval(own_conn):
     job = queue.schedule({}, 300)
     with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
         wait_until(lambda: seen == [(name, job.id, 1)], what="the delayed job run")
+
+
+def test_an_idle_queue_is_swept_when_its_earliest_lease_expires_not_by_an_interval(own_conn):
+    """A holder that died leaves its job active: the idle worker's first sweep read the lease's
+    deadline and sweeps again then (the intervals are a minute), so the job runs again at once."""
+    name, seen = fresh_name("b"), []
+    queue = Queue(own_conn, name)
+    lost = queue.enqueue({}).id
+    assert queue.claim(700).id == lost  # the holder dies with it: its lease runs out in 0.7 s
+    deadline = int(own_conn.client.zscore(queue.keys.active, lost))
+    with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+        wait_until(lambda: seen == [(name, lost, 2)], what="the stalled job run again")
+        assert server_ms(own_conn.client) - deadline < 10_000  # long before any interval's sweep
+        assert queue.job(lost) is None  # completed by the worker
+
+
+def test_an_idle_worker_probes_with_one_claim_after_a_block_times_out(own_conn, monkeypatch):
+    """A block that ends with nothing (its timeout, the backstop) is followed by one claim, not a
+    batch (claim_batch 10): the idle worker's backstop costs a few commands, not a dozen."""
+    from echomq import policy
+
+    monkeypatch.setattr(policy, "BLOCK_MAX_MS", 200)  # blocks time out five times a second
+    name = fresh_name("p")
+    with Running(Worker(recording_app([name], []), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked")
+        own_conn.client.config_resetstat()
+        wait_server_past(own_conn.client, server_ms(own_conn.client) + 1500)
+        stats = own_conn.client.info("commandstats")
+    calls = {k.split("_", 1)[1].lower(): v["calls"] for k, v in stats.items()}
+    blocks = calls.get("bzpopmin", 0) + calls.get("emq.bclaim", 0)
+    claims = calls.get("zpopmin", 0) + calls.get("emq.claim", 0)  # wire 4's claim script pops with ZPOPMIN
+    assert blocks >= 3, calls
+    assert claims <= blocks, calls  # one probe per timed-out block at most (wire 6's BCLAIM claims by itself)
+
+
+def test_a_wire_6_block_reads_the_schedules_head_with_it(own_conn, wire):
+    """The head read rides in BCLAIM's packet: a SCHEDULE that moved the head earlier just before
+    the block (when no blocked claimer was there to answer) is still seen, and reported first."""
+    if wire == 4:
+        pytest.skip("wire 4's wake marker persists until popped: a block after the write still sees it")
+    from queue import SimpleQueue
+
+    from echomq import waiter
+
+    queue = Queue(own_conn, fresh_name("h"))
+    queue.schedule({}, 60_000)
+    reports: SimpleQueue = SimpleQueue()
+    w = waiter.Waiter(own_conn, [queue], lease_ms=30_000, report=reports.put, clock_ms=lambda: 0.0)
+    w.start()
+    try:
+        w.request([queue.name], 50)
+        head = reports.get(timeout=10)
+        assert isinstance(head, waiter.HeadRead) and head.queue == queue.name
+        assert 55_000 < head.due_in_ms <= 60_000
+        assert reports.get(timeout=10) == waiter.Recheck(queue.name)  # then the block's own answer (timed out)
+    finally:
+        w.close()
+        w.join(5)
 
 
 def test_a_schedule_that_brings_the_due_time_earlier_wakes_the_waiter(own_conn):
