@@ -546,7 +546,11 @@ def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int, as
 
 
 def _where(connection: Connection) -> str:
-    kwargs = connection.client.get_connection_kwargs()
+    client = connection.client
+    if isinstance(client, ValkeyCluster):
+        return f"a cluster of {len(client.get_primaries())} primaries (via {client.get_default_node().name}), " \
+               f"wire {connection.wire}"
+    kwargs = client.get_connection_kwargs()
     place = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
     return f"{place}, wire {connection.wire}"
 

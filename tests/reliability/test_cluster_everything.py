@@ -80,7 +80,7 @@ def test_every_emq_command_on_a_cluster(cluster, wire):
     found = {row["queue"]: row for row in json.loads(stats.stdout)}
     assert all(found[name]["pending"] == 3 for name in names)
     assert found[names[0]]["scheduled"] == 1
-    assert "EchoMQ queues on" in emq("stats", "--url", url).stdout
+    assert "EchoMQ queues on a cluster of 3 primaries" in emq("stats", "--url", url).stdout
     assert emq("promote", "-q", names[0], "--url", url, "--json").stdout.count('"promoted": 1') == 1
     with connect(cluster.url, wire=wire) as conn:
         for name in names:  # one job dead in each queue, one active with an expired lease
