@@ -257,7 +257,7 @@ def test_a_worker_rides_out_a_primary_failover_then_a_killed_primary(wire, caplo
         ids = [job.id for job in queue.enqueue_many([{"n": n} for n in range(600)])]
         old_primary = cluster.nodes[index]
         caplog.set_level(logging.INFO, logger="echomq.timers")  # an exempt recovery is logged at INFO
-        lease = {"lease": LeasePolicy(1000), "timers": TimerConfig(sweep_interval_ms=200)}
+        lease = {"lease": LeasePolicy(1000), "timers": TimerConfig(sweep_interval_ms=200, idle_sweep_interval_ms=200)}
         with Recording(conn, [name, *others], concurrency=2, **lease) as run:
             wait_until(lambda: sum(run.done.values()) >= 100, 30, "a first hundred jobs done")
             cluster.failover(index)
