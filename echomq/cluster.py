@@ -60,6 +60,7 @@ class LocalCluster:
         if primaries < 1:
             raise ValueError("a cluster needs at least one primary")
         self.brand = brand
+
         def node() -> EmbeddedServer:
             return EmbeddedServer(module=module, aof=aof, appendfsync=appendfsync, cluster=True,
                                   extra_args=("--repl-diskless-sync-delay", "0", *extra_args))  # replicas sync at once
@@ -179,7 +180,8 @@ class LocalCluster:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not self._serves_slots(replica, index, live):
             if time.monotonic() > deadline:
-                raise ServerStartError(f"the replica on port {replica.port} did not take over within {READY_TIMEOUT_S}s")
+                raise ServerStartError(
+                    f"the replica on port {replica.port} did not take over within {READY_TIMEOUT_S}s")
             time.sleep(0.02)
         self.nodes[index], self.replicas_of[index][0] = replica, primary
         if not kill:
