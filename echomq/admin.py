@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import valkey
+from valkey.exceptions import ResponseError
 
-from .connection import BRANDS, read_brand
+from .connection import BRANDS, brand_unreadable, read_brand
 from .errors import BrandError, ConfigurationError
 from .keys import VERSION_KEY
 
@@ -17,8 +18,11 @@ def brand_node(client: valkey.Valkey, wire: int) -> bytes:
     if wire not in BRANDS:
         raise ConfigurationError(f"bad wire {wire!r}: brand a node for wire 4 or 6")
     want = BRANDS[wire]
-    if client.set(VERSION_KEY, want, nx=True):
-        return want
+    try:
+        if client.set(VERSION_KEY, want, nx=True):
+            return want
+    except ResponseError as exc:  # MOVED: a plain client of a cluster node that does not hold the key
+        raise brand_unreadable(exc) from exc
     have = read_brand(client)
     if have != want:
         raise BrandError(

@@ -1,7 +1,9 @@
 """``emq``: the command line. Thin by design: it parses arguments and calls the public API.
 
-Every command that talks to a node takes ``--url`` (or ``EMQ_URL``) and ``--wire``
-(4, 6, or ``auto`` = what the node is branded for; or ``EMQ_WIRE``). Input is
+Every command that talks to a node takes ``--url`` (or ``EMQ_URL``), ``--wire``
+(4, 6, or ``auto`` = what the node is branded for; or ``EMQ_WIRE``) and
+``--cluster/--no-cluster`` (default: ask the node, and on a Valkey Cluster node use the
+cluster client; or ``EMQ_CLUSTER``). Input is
 checked before anything is written: a bad payload, id or queue name changes nothing.
 
 For scripts: every read command takes ``--json``; tables printed to a pipe or a file
@@ -25,6 +27,7 @@ from typing import Any, Callable, Iterator
 
 import click
 import valkey
+from valkey.cluster import ValkeyCluster
 from rich import box
 from rich.console import Console
 from rich.live import Live
@@ -33,12 +36,12 @@ from rich.text import Text
 
 from . import __version__
 from .admin import brand_node
-from .connection import Connection, connect
-from .errors import ConfigurationError, ConnectionFailed, EchoMQError, PortInUse, ServerStartError
+from .connection import Connection, connect, open_client
+from .errors import ConfigurationError, EchoMQError, PortInUse, ServerStartError
 from .heartbeat import list_workers
 from .inventory import (TIME_FIELDS, QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error,
                         queue_exists)
-from .keys import State, check_job_id, check_queue_name
+from .keys import VERSION_KEY, State, check_job_id, check_queue_name
 from .module import module_path
 from .policy import IdlePolicy, LeasePolicy
 from .core import MAX_PAYLOAD_BYTES, encode_payload
@@ -58,7 +61,23 @@ err = Console(stderr=True)
 # -- shared options and error handling ---------------------------------------------
 
 
+def cluster_option(fn: Any) -> Any:
+    """``--cluster/--no-cluster``, read by :func:`opened` (so no command passes it along): unset, the
+    node is asked (HELLO's mode) and a cluster node gets the cluster client."""
+
+    def keep(ctx: click.Context, _param: click.Parameter, value: bool | None) -> None:
+        ctx.meta["emq.cluster"] = "auto" if value is None else value
+
+    return click.option("--cluster/--no-cluster", envvar="EMQ_CLUSTER", default=None, expose_value=False,
+                        callback=keep, help="the URL names a Valkey Cluster node (default: ask the node)")(fn)
+
+
+def chosen_cluster() -> bool | str:
+    return click.get_current_context().meta.get("emq.cluster", "auto")
+
+
 def node_options(fn: Any) -> Any:
+    fn = cluster_option(fn)
     fn = click.option("--wire", envvar="EMQ_WIRE", default="auto", show_default=True,
                       type=click.Choice(["4", "6", "auto"]),
                       help="4 = scripts, 6 = trafikey, auto = what the node is branded for")(fn)
@@ -100,7 +119,7 @@ def reported() -> Iterator[None]:
 @contextmanager
 def opened(url: str, wire: str) -> Iterator[Connection]:
     with reported():
-        connection = connect(url, wire=wire if wire == "auto" else int(wire))
+        connection = connect(url, wire=wire if wire == "auto" else int(wire), cluster=chosen_cluster())
         try:
             yield connection
         finally:
@@ -168,18 +187,18 @@ def server(wire: str, port: int | None, aof: bool, directory: str | None) -> Non
 @main.command()
 @click.argument("url", envvar="EMQ_URL", default=DEFAULT_URL)
 @click.option("--wire", type=click.Choice(["4", "6"]), required=True)
+@cluster_option
 def brand(url: str, wire: str) -> None:
-    """Brand the node at URL for one wire, once (refuses to overwrite the other brand)."""
-    with reported():
-        try:
-            client = valkey.Valkey.from_url(url)
-            client.ping()
-        except ValueError as exc:
-            raise ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port") from exc
-        except valkey.ConnectionError as exc:
-            raise ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
-        with client:
-            out.print(f"{url} branded {brand_node(client, int(wire)).decode()}")
+    """Brand the node at URL for one wire, once (refuses to overwrite the other brand). On a Valkey
+    Cluster the brand is one key for the whole cluster, written on the primary of its slot."""
+    with reported(), open_client(url, chosen_cluster()) as client:
+        branded = brand_node(client, int(wire)).decode()
+        if isinstance(client, ValkeyCluster):
+            holder = client.get_node_from_key(VERSION_KEY)
+            out.print(f"the cluster of {url} ({len(client.get_primaries())} primaries) branded {branded} "
+                      f"({VERSION_KEY} on {holder.name})")
+        else:
+            out.print(f"{url} branded {branded}")
 
 
 @main.command("module-path")
@@ -668,7 +687,11 @@ def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int, as
 
 
 def _where(connection: Connection) -> str:
-    kwargs = connection.client.get_connection_kwargs()
+    client = connection.client
+    if isinstance(client, ValkeyCluster):
+        return f"a cluster of {len(client.get_primaries())} primaries (via {client.get_default_node().name}), " \
+               f"wire {connection.wire}"
+    kwargs = client.get_connection_kwargs()
     place = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
     return f"{place}, wire {connection.wire}"
 

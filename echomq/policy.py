@@ -211,14 +211,21 @@ BLOCK_MAX_MS = 30_000
 PAUSED_RECHECK_MS = 1_000
 
 
-def wait_groups(queues: Sequence[str], *, one_per_queue: bool) -> list[tuple[str, ...]]:
+def wait_groups(queues: Sequence[str], *, one_per_queue: bool,
+                slots: Mapping[str, int] | None = None) -> list[tuple[str, ...]]:
     """Which queues share a waiter (one blocking connection). On one node's wire 4, one waiter
-    for all: a single BZPOPMIN over every idle queue's wake marker. One per queue where the
-    blocking command names one queue (wire 6's BCLAIM) or one slot (on a cluster a BZPOPMIN's
-    keys must share a slot, and each queue has its own hashtag)."""
+    for all: a single BZPOPMIN over every idle queue's wake marker. On a cluster (``slots``: each
+    queue's hash slot) a BZPOPMIN's keys must share a slot, so wire 4 has one waiter per slot:
+    queues whose hashtags hash to one slot share it. One per queue where the blocking command
+    names one queue (wire 6's BCLAIM)."""
     if one_per_queue:
         return [(name,) for name in queues]
-    return [tuple(queues)] if queues else []
+    if slots is None:
+        return [tuple(queues)] if queues else []
+    by_slot: dict[int, list[str]] = {}
+    for name in queues:
+        by_slot.setdefault(slots[name], []).append(name)
+    return [tuple(group) for group in by_slot.values()]
 
 
 def to_wait(group: Sequence[str], idle: AbstractSet[str], *, capacity: int, stopping: bool) -> tuple[str, ...]:

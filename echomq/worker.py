@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from queue import SimpleQueue
 from typing import Any, Callable, Sequence
 
+from valkey.crc import key_slot
+
 from . import aio, hooks, policy, waiter
 from .connection import Call, Connection
 from .errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, JobTimeout, LeaseLost,
@@ -539,8 +541,10 @@ class Worker:
             log.info("worker %d: the node's EMQ.VERSION lists no claim.block: idle queues are polled",
                      os.getpid())
             return
-        one_per_queue = self.connection.wire == 6 or self.connection.cluster
-        for group in policy.wait_groups(list(self.queues), one_per_queue=one_per_queue):
+        # on a cluster, a wire-4 waiter per slot (a BZPOPMIN's keys share one); wire 6's BCLAIM names one queue
+        slots = {name: key_slot(q.keys.wake.encode()) for name, q in self.queues.items()} \
+            if self.connection.cluster else None
+        for group in policy.wait_groups(list(self.queues), one_per_queue=self.connection.wire == 6, slots=slots):
             w = waiter.Waiter(self.connection, [self.queues[name] for name in group],
                               lease_ms=self.config.lease.lease_ms, report=self._report, clock_ms=self._clock_ms)
             w.start()
