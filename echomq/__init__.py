@@ -29,6 +29,7 @@ from .errors import (
 from .heartbeat import HeartbeatConfig, WorkerRecord, list_workers
 from .keys import Keyspace, State
 from .module import module_path
+from .partitioned import PartitionedQueue
 from .policy import Backoff, IdlePolicy, LeasePolicy
 from .queue import Counts, Enqueued, Job, Queue, Sweep
 from .serializers import JSON, RAW, JSONSerializer, RawSerializer
@@ -40,8 +41,8 @@ from .worker import Tally, Worker, WorkerConfig
 __all__ = [
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
     "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
-    "Job", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost", "PayloadError", "PermissionDenied", "PortInUse",
-    "Queue", "RAW", "RawSerializer", "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError",
+    "Job", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost", "PartitionedQueue", "PayloadError", "PermissionDenied",
+    "PortInUse", "Queue", "RAW", "RawSerializer", "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError",
     "Sweep", "UnsupportedOnWire", "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "module_path",
     # workers
     "App", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",

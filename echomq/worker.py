@@ -54,7 +54,8 @@ from .connection import Call, Connection
 from .errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, JobTimeout, LeaseLost,
                      PayloadError)
 from .heartbeat import Heartbeat, HeartbeatConfig
-from .keys import State
+from .keys import State, partition_names
+from .partitioned import PartitionedQueue, declare_partitions
 from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
 from .serializers import JSON, RAW, Serializer
@@ -255,7 +256,12 @@ class Worker:
         self.app = app
         self.connection = connection
         self.config = config or WorkerConfig()
-        self.tasks = {name: app.tasks[name] for name in names}
+        # a partitioned task's queue is served as its sub-queues, each its own queue here (one
+        # settle-and-claim exchange and one waiter each, taking turns like any queues)
+        self.tasks = {sub: app.tasks[name] for name in names for sub in partition_names(
+            name, declare_partitions(connection, name, app.tasks[name].partitions)
+            if app.tasks[name].partitions > 1 else 1)}
+        names = list(self.tasks)
         # claims read raw bytes: the task's serializer decodes per job, so a bad payload fails one job
         self.queues = {name: Queue(connection, name, serializer=RAW) for name in names}
         self.timers = Timers(list(self.queues.values()), self.config.timers)
@@ -682,7 +688,7 @@ class Worker:
     # -- running handlers ------------------------------------------------------------
     def _start(self, task: Task, queue: Queue, job: Job, sent: float) -> None:
         self._emit("job.claimed", job)
-        ctx = JobContext(job.id, job.queue, job.attempt, producers=self._producers(task.is_async))
+        ctx = JobContext(job.id, task.queue, job.attempt, producers=self._producers(task.is_async))
         timeout_s = self._timeout_s(task)
         held = Held(queue, task, job, ctx, renewed_at=sent,
                     deadline=None if timeout_s is None else sent + timeout_s * 1000)
@@ -708,10 +714,19 @@ class Worker:
             task = self.app.tasks.get(name)
             return given or (task.serializer if task else JSON)
 
+        def partitions_of(name: str) -> int:
+            task = self.app.tasks.get(name)
+            return task.partitions if task else 1
+
         if not is_async:
-            return lambda name, given: Queue(self.connection, name, serializer=serializer_of(name, given))
+            return lambda name, given: Queue(self.connection, name, serializer=serializer_of(name, given)) \
+                if partitions_of(name) == 1 else PartitionedQueue(self.connection, name,
+                                                                  serializer=serializer_of(name, given))
 
         def async_queue(name: str, given: Serializer | None) -> aio.Queue:
+            if partitions_of(name) > 1:
+                raise ConfigurationError(f"queue {name!r} is partitioned: echomq.aio has no partitioned queue yet; "
+                                         "enqueue to it from a sync handler")
             if self._aio is None:
                 self._aio = aio.Connection.sharing(self.connection)
             return aio.Queue(self._aio, name, serializer=serializer_of(name, given))

@@ -10,7 +10,7 @@ EMQ_TEST_QUEUE names the queue (or several, comma-separated), EMQ_TEST_OUT a dir
 
 A payload's ``"fail": n`` makes its first n attempts raise; ``"hang": true`` makes every
 attempt hang without ever looking at its lease (the timeout must end it).
-EMQ_TEST_TIMEOUT sets the task's timeout (seconds).
+EMQ_TEST_TIMEOUT sets the task's timeout (seconds); EMQ_TEST_PARTITIONS its queues' partitions.
 """
 
 from __future__ import annotations
@@ -68,5 +68,6 @@ def make_app() -> App:
     for name in os.environ["EMQ_TEST_QUEUE"].split(","):
         app.handler(name, handler, max_attempts=int(os.environ.get("EMQ_TEST_MAX_ATTEMPTS", "3")),
                     backoff=Backoff(base_ms=20, max_ms=200, jitter=0.0),
-                    timeout=float(os.environ.get("EMQ_TEST_TIMEOUT", DEFAULT_TIMEOUT_S)))
+                    timeout=float(os.environ.get("EMQ_TEST_TIMEOUT", DEFAULT_TIMEOUT_S)),
+                    partitions=int(os.environ.get("EMQ_TEST_PARTITIONS", "1")))
     return app

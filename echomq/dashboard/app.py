@@ -35,6 +35,7 @@ from ..heartbeat import list_workers
 from ..inventory import QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, queue_exists
 from ..keys import MAX_ID_BYTES, QUEUE_NAME, State
 from ..metrics import NodeCollector
+from ..partitioned import PartitionedQueue, open_queue
 from ..queue import Queue
 from ..serializers import RAW
 from .auth import LOOPBACK_HOSTS, TokenRequired
@@ -89,18 +90,18 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
     registry.register(NodeCollector(connection, queue_names))
 
     def all_numbers() -> list[tuple[str, QueueNumbers | Exception]]:
-        return [(name, numbers_or_error(Queue(connection, name))) for name in queue_names()]
+        return [(name, numbers_or_error(open_queue(connection, name))) for name in queue_names()]
 
     sampler = Sampler(lambda: [n for _, n in all_numbers() if isinstance(n, QueueNumbers)], settings.sample_interval_s)
 
     def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(env.get_template(name).render(**context), status_code=status)
 
-    def known_queue(request: Request) -> Queue:
+    def known_queue(request: Request) -> Queue | PartitionedQueue:
         name = request.path_params["name"]
         if not QUEUE_NAME.fullmatch(name):
             raise _Problem(400, f"bad queue name {name!r}")
-        queue = Queue(connection, name, serializer=RAW)
+        queue = open_queue(connection, name, serializer=RAW)
         if not queue_exists(queue):
             raise _Problem(404, f"no queue {name!r} on this node")
         return queue
