@@ -43,10 +43,9 @@ from .inventory import (TIME_FIELDS, QueueNumbers, ago, discover_queues, job_pag
                         partitions_of, queue_exists)
 from .keys import VERSION_KEY, State, check_job_id, check_queue_name
 from .module import module_path
-from .partitioned import PartitionedQueue, open_queue
+from .partitioned import AnyQueue, open_queue
 from .policy import IdlePolicy, LeasePolicy
 from .core import MAX_PAYLOAD_BYTES, encode_payload
-from .queue import Queue
 from .serializers import JSON, RAW
 from .server import EmbeddedServer
 from .tasks import App
@@ -99,7 +98,7 @@ def print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True))
 
 
-def require_queue(queue: Queue | PartitionedQueue) -> None:
+def require_queue(queue: AnyQueue) -> None:
     """An unknown queue is an error (exit 1), not an empty answer: a typo must not look like 'nothing to do'."""
     if not queue_exists(queue):
         raise click.ClickException(f"no queue {queue.name!r} on this node (none of its keys exist); "
@@ -128,7 +127,7 @@ def opened(url: str, wire: str) -> Iterator[Connection]:
 
 
 @contextmanager
-def opened_queue(url: str, wire: str, name: str, **kwargs: Any) -> Iterator[Queue | PartitionedQueue]:
+def opened_queue(url: str, wire: str, name: str, **kwargs: Any) -> Iterator[AnyQueue]:
     """The queue as its record says: a partitioned queue is one queue over all its partitions."""
     with reported():
         check_queue_name(name)  # before connecting: a bad name is a usage error, whatever the node

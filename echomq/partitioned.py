@@ -29,7 +29,7 @@ from .errors import ConfigurationError
 from .keys import PARTITIONS_KEY, State, check_partitions, check_queue_name, partition_names, partition_of
 from .queue import Queue
 from .serializers import JSON, Serializer
-from .verbs import Counts, check_int
+from .verbs import Counts, Sweep, check_int
 
 T = TypeVar("T")
 
@@ -37,7 +37,7 @@ T = TypeVar("T")
 def recorded_partitions(connection: Connection, name: str) -> int:
     """N as recorded for ``name`` (1 when it is not recorded)."""
     with plain_commands("the partitions record"):
-        value = connection.client.hget(PARTITIONS_KEY, name)
+        value: Any = connection.client.hget(PARTITIONS_KEY, name)
     return 1 if value is None else int(value)
 
 
@@ -62,11 +62,11 @@ def declare_partitions(connection: Connection, name: str, partitions: int | None
         if partitions == 1:
             connection.client.hdel(PARTITIONS_KEY, name)
         else:
-            connection.client.hset(PARTITIONS_KEY, name, partitions)
+            connection.client.hset(PARTITIONS_KEY, name, str(partitions))
     return partitions
 
 
-def open_queue(connection: Connection, name: str, **kwargs: Any) -> Queue | PartitionedQueue:
+def open_queue(connection: Connection, name: str, **kwargs: Any) -> AnyQueue:
     """``name`` as its record says: a :class:`PartitionedQueue` when it has partitions, else a Queue."""
     partitions = recorded_partitions(connection, name)
     return Queue(connection, name, **kwargs) if partitions == 1 else PartitionedQueue(connection, name, **kwargs)
@@ -228,6 +228,20 @@ class PartitionedQueue:
     def promote(self, limit: int = 1000) -> int:
         return self._up_to(limit, lambda q, left: q.promote(left))
 
+    def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
+        """STALLED.CHECK in every partition in turn, recovering at most ``limit`` expired leases in all."""
+        found = Sweep([], [], [])
+
+        def step(queue: Queue, left: int) -> int:
+            sweep = queue.stalled_check(max_stalled, left)
+            for mine, theirs in ((found.recovered, sweep.recovered), (found.exempt, sweep.exempt),
+                                 (found.dead, sweep.dead)):
+                mine += theirs
+            return len(sweep)
+
+        self._up_to(limit, step)
+        return found
+
     def pause(self) -> None:
         for queue in self.partitions:
             queue.pause()
@@ -259,3 +273,6 @@ class PartitionedQueue:
     def ids(self, state: State | str, *, offset: int = 0, count: int = 100) -> list[tuple[str, float]]:
         """A page of (id, score) over every partition's set of ``state``, lowest score first."""
         return [(job_id, score) for _, job_id, score in self.located_ids(state, offset=offset, count=count)]
+
+
+AnyQueue = Queue | PartitionedQueue  #: what a queue name opens to (:func:`open_queue`)

@@ -17,7 +17,7 @@ from echomq.keys import PARTITIONS_KEY, Keyspace, check_queue_name, parent_queue
 from echomq.partitioned import open_queue
 from echomq.tasks import App
 
-from helpers import fresh_name, unchanged
+from helpers import fresh_name, server_ms, unchanged, wait_server_past
 from worker_helpers import WorkerProcess, processed
 
 
@@ -130,6 +130,17 @@ def test_controls_over_every_partition(conn):
     assert queue.cancel("no-such-job") is False and queue.state("no-such-job") is None
     assert queue.drain(limit=4) == 4 and queue.drain(limit=100) == 3  # at most limit per call, over partitions
     assert queue.purge(limit=10) == 1 and queue.counts().total == 0
+
+
+def test_a_sweep_recovers_every_partitions_expired_leases(conn):
+    queue = PartitionedQueue(conn, fresh_name("p"), partitions=3)
+    queue.enqueue_many([{"n": n} for n in range(3)])
+    held = queue.claim_many(3, 1)
+    assert sorted(job.queue for job in held) == [q.name for q in queue.partitions]
+    wait_server_past(conn.client, server_ms(conn.client) + 1)
+    swept = queue.stalled_check(max_stalled=5, limit=2)  # at most limit in all
+    assert len(swept.recovered) == 2 and queue.stalled_check(max_stalled=5).recovered != []
+    assert queue.counts().pending == 3 and queue.counts().active == 0
 
 
 # -- the worker and the commands ---------------------------------------------------------

@@ -35,8 +35,7 @@ from ..heartbeat import list_workers
 from ..inventory import QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, queue_exists
 from ..keys import MAX_ID_BYTES, QUEUE_NAME, State
 from ..metrics import NodeCollector
-from ..partitioned import PartitionedQueue, open_queue
-from ..queue import Queue
+from ..partitioned import AnyQueue, open_queue
 from ..serializers import RAW
 from .auth import LOOPBACK_HOSTS, TokenRequired
 from .rates import Sampler, rate_series, svg_chart
@@ -97,7 +96,7 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
     def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(env.get_template(name).render(**context), status_code=status)
 
-    def known_queue(request: Request) -> Queue | PartitionedQueue:
+    def known_queue(request: Request) -> AnyQueue:
         name = request.path_params["name"]
         if not QUEUE_NAME.fullmatch(name):
             raise _Problem(400, f"bad queue name {name!r}")
@@ -161,7 +160,7 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     # -- actions (async: the form is read on the loop, the valkey call on the pool) -------------
-    def action(do: Callable[[Queue, dict[str, str]], tuple[str, str]]) -> Callable[[Request], Any]:
+    def action(do: Callable[[AnyQueue, dict[str, str]], tuple[str, str]]) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
             if settings.read_only:
                 return _problem_page(render, 403, "this dashboard is read-only")
@@ -180,19 +179,19 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
                                     status_code=303)
         return endpoint
 
-    def pause(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+    def pause(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
         queue.pause()
         return f"/queues/{queue.name}", f"{queue.name} paused"
 
-    def resume(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+    def resume(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
         queue.resume()
         return f"/queues/{queue.name}", f"{queue.name} resumed"
 
-    def promote(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+    def promote(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
         moved = queue.promote()
         return f"/queues/{queue.name}?state=scheduled", f"promoted {moved} due job(s)"
 
-    def reprocess(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+    def reprocess(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
         job_id = form.get("id", "")
         moved = queue.reprocess(job_id)
         where = f"/queues/{queue.name}/job?{urlencode({'id': job_id})}"
