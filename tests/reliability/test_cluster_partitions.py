@@ -6,19 +6,21 @@ their enqueue order; `emq stats` sees one queue. Standalone nodes: tests/test_pa
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+import echomq
 from echomq import ConfigurationError, PartitionedQueue, connect
 from echomq.cli import main
 from echomq.keys import partition_of
 
 from helpers import fresh_name
-from cluster_helpers import digests, slot_of, slot_owner
-from worker_helpers import WorkerProcess, processed
+from cluster_helpers import blocked_waiters, digests, slot_of, slot_owner
+from worker_helpers import WorkerProcess, processed, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -57,6 +59,34 @@ def test_eight_partitions_drained_by_one_worker(cluster, wire, tmp_path: Path):
     (row,) = json.loads(emq("stats", "-q", name, "--url", cluster.nodes[2].url, "--json").stdout)
     assert row == {"queue": name, "partitions": 8, "pending": 0, "active": 0, "scheduled": 0, "dead": 0,
                    "paused": False, "completed_total": 2000, "dead_total": 0}
+
+
+def test_an_idle_worker_waits_on_every_partition_on_its_own_node(cluster, wire):
+    """Wire 6: one EMQ.BCLAIM per partition; wire 4: one BZPOPMIN per slot (here each partition's
+    slot is its own). A job in any partition wakes its waiter; the worker serves it and waits again."""
+    name = fresh_name("part")
+    seen: list[tuple[str, str]] = []
+    app = echomq.App()
+    app.handler(name, lambda payload, ctx: seen.append((ctx.queue, ctx.id)), partitions=8)
+    with connect(cluster.url, wire=wire) as conn:
+        worker = echomq.Worker(app, conn)  # declares the task's N
+        queue = PartitionedQueue(conn, name)
+        assert len(queue.partitions) == 8 and sorted(worker.queues) == sorted(q.name for q in queue.partitions)
+        owners = Counter(cluster.node_for(f"{{{q.name}}}").port for q in queue.partitions)
+        thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+        thread.start()
+        try:
+            def waiting() -> bool:
+                return all(blocked_waiters(node) == owners[node.port] for node in cluster.nodes)
+
+            wait_until(waiting, what="a blocked waiter per partition, on its primary")
+            added = [queue.enqueue({"n": n}).id for n in range(8)]  # round robin: one in each partition
+            wait_until(lambda: len(seen) == 8, what="every job served")
+            assert sorted(job_id for _, job_id in seen) == sorted(added) and {q for q, _ in seen} == {name}
+            wait_until(waiting, what="blocked again")
+        finally:
+            worker.stop("test over")
+            thread.join(10)
 
 
 def test_changing_n_on_a_cluster_is_refused_with_nothing_written(cluster, wire):
