@@ -42,8 +42,9 @@ __all__ = [
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
     "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
     "Job", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost", "PartitionedQueue", "PayloadError", "PermissionDenied",
-    "PortInUse", "Queue", "RAW", "RawSerializer", "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError",
-    "Sweep", "UnsupportedOnWire", "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "module_path",
+    "PortInUse", "Queue", "RAW", "RawSerializer", "ServerNotFound", "ServerStartError", "ShapeError", "State",
+    "StateError", "Sweep", "UnsupportedOnWire", "WireError", "WrongType", "aio", "brand_node", "connect", "hooks",
+    "module_path",
     # workers
     "App", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",
     "Timers", "Worker", "WorkerConfig",

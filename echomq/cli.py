@@ -727,7 +727,8 @@ def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Except
             table.add_row(name, f"[red]unreadable: {numbers}[/]")
             continue
         c = numbers.counts
-        row = [numbers.label + (" [yellow](paused)[/]" if c.paused else ""), str(c.pending), str(c.active), str(c.scheduled),
+        row = [numbers.label + (" [yellow](paused)[/]" if c.paused else ""), str(c.pending), str(c.active),
+               str(c.scheduled),
                str(c.dead), str(numbers.completed), str(numbers.dead)]
         if per_s is not None:
             rate = per_s.get(name)

@@ -71,7 +71,8 @@ class QueueNumbers:
 
     def as_dict(self) -> dict[str, Any]:
         c = self.counts
-        return {"queue": self.name, "partitions": self.partitions, "pending": c.pending, "active": c.active, "scheduled": c.scheduled,
+        return {"queue": self.name, "partitions": self.partitions, "pending": c.pending, "active": c.active,
+                "scheduled": c.scheduled,
                 "dead": c.dead, "paused": c.paused, "completed_total": self.completed, "dead_total": self.dead}
 
 

@@ -53,7 +53,8 @@ def check_queue_name(name: str) -> str:
 
 def check_partitions(name: str, partitions: object) -> int:
     if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= PARTITIONS_MAX:
-        raise ConfigurationError(f"bad partitions {partitions!r} for queue {name!r}: an integer from 1 to {PARTITIONS_MAX}")
+        raise ConfigurationError(
+            f"bad partitions {partitions!r} for queue {name!r}: an integer from 1 to {PARTITIONS_MAX}")
     return partitions
 
 

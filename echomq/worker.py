@@ -55,7 +55,7 @@ from .errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoM
                      PayloadError)
 from .heartbeat import Heartbeat, HeartbeatConfig
 from .keys import State, partition_names
-from .partitioned import PartitionedQueue, declare_partitions
+from .partitioned import PartitionedQueue, drive, op_declare
 from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
 from .serializers import JSON, RAW, Serializer
@@ -256,11 +256,14 @@ class Worker:
         self.app = app
         self.connection = connection
         self.config = config or WorkerConfig()
-        # a partitioned task's queue is served as its sub-queues, each its own queue here (one
-        # settle-and-claim exchange and one waiter each, taking turns like any queues)
-        self.tasks = {sub: app.tasks[name] for name in names for sub in partition_names(
-            name, declare_partitions(connection, name, app.tasks[name].partitions)
-            if app.tasks[name].partitions > 1 else 1)}
+        # the app's partitioned queues are declared (recorded, or refused if that would strand jobs), so
+        # handlers' producers may trust each task's N; a served one is served as its sub-queues, each
+        # its own queue here (one settle-and-claim exchange and one waiter each, taking turns)
+        for task in app.tasks.values():
+            if task.partitions > 1:
+                drive(connection, op_declare(connection, task.queue, task.partitions))
+        self.tasks = {sub: app.tasks[name] for name in names
+                      for sub in partition_names(name, app.tasks[name].partitions)}
         names = list(self.tasks)
         # claims read raw bytes: the task's serializer decodes per job, so a bad payload fails one job
         self.queues = {name: Queue(connection, name, serializer=RAW) for name in names}
@@ -716,19 +719,22 @@ class Worker:
 
         def partitions_of(name: str) -> int:
             task = self.app.tasks.get(name)
-            return task.partitions if task else 1
+            return task.partitions if task else 1  # declared by __init__
+
+        def sync_queue(name: str, given: Serializer | None) -> Queue | PartitionedQueue:
+            if partitions_of(name) == 1:
+                return Queue(self.connection, name, serializer=serializer_of(name, given))
+            return PartitionedQueue(self.connection, name, partitions=partitions_of(name),
+                                    serializer=serializer_of(name, given))
 
         if not is_async:
-            return lambda name, given: Queue(self.connection, name, serializer=serializer_of(name, given)) \
-                if partitions_of(name) == 1 else PartitionedQueue(self.connection, name,
-                                                                  serializer=serializer_of(name, given))
+            return sync_queue
 
-        def async_queue(name: str, given: Serializer | None) -> aio.Queue:
-            if partitions_of(name) > 1:
-                raise ConfigurationError(f"queue {name!r} is partitioned: echomq.aio has no partitioned queue yet; "
-                                         "enqueue to it from a sync handler")
+        def async_queue(name: str, given: Serializer | None) -> aio.Queue | aio.PartitionedQueue:
             if self._aio is None:
                 self._aio = aio.Connection.sharing(self.connection)
+            if partitions_of(name) > 1:
+                return aio.PartitionedQueue(self._aio, name, partitions_of(name), serializer=serializer_of(name, given))
             return aio.Queue(self._aio, name, serializer=serializer_of(name, given))
 
         return async_queue

@@ -171,3 +171,36 @@ def test_worker_and_commands_see_one_queue(server, wire, tmp_path: Path):
     assert emq("reprocess", "--all", "-q", name, "--url", server.url).exit_code == 0
     (row,) = json.loads(emq("stats", "-q", name, "--url", server.url, "--json").stdout)
     assert (row["pending"], row["dead"], row["paused"]) == (1, 0, False)
+
+
+# -- asyncio ----------------------------------------------------------------------------
+def test_the_aio_twin_agrees_with_the_sync_queue(server, wire, conn):
+    import asyncio
+
+    from echomq import aio
+
+    name = fresh_name("p")
+
+    async def main_() -> tuple:
+        connection = await aio.connect(server.url, wire=wire)
+        try:
+            with pytest.raises(ConfigurationError, match="bad partitions"):
+                await aio.PartitionedQueue.open(connection, name, partitions=0)
+            queue = await aio.PartitionedQueue.open(connection, name, partitions=4)
+            added = await queue.enqueue_many([{"n": n} for n in range(8)])
+            keyed = await queue.enqueue({"k": 1}, key="alice")
+            job = await queue.claim(60_000)
+            assert job is not None
+            await queue.complete(job)
+            found = await queue.state(keyed.id)
+            later = await aio.PartitionedQueue.open(connection, name)  # the recorded N
+            return added, job, found, len(later.partitions), await queue.counts()
+        finally:
+            await connection.aclose()
+
+    added, job, found, n, counts = asyncio.run(main_())
+    sync = PartitionedQueue(conn, name)
+    assert n == 4 and found == State.PENDING and job.queue.startswith(name + "~")
+    assert counts == sync.counts() and counts.pending == 8 and sync.metrics()["completed"] == 1
+    homes = Counter(sync.find(e.id).name for e in added if e.id != job.id)
+    assert sorted(homes.values()) in ([1, 2, 2, 2], [2, 2, 2, 2]) and job.queue in homes  # round robin: 2 each
