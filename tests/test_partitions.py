@@ -173,6 +173,20 @@ def test_worker_and_commands_see_one_queue(server, wire, tmp_path: Path):
     assert (row["pending"], row["dead"], row["paused"]) == (1, 0, False)
 
 
+def test_testing_drain_runs_a_partitioned_task_in_process(conn):
+    from echomq.testing import drain
+
+    name, seen = fresh_name("p"), []
+    app = App()
+    task = app.handler(name, lambda payload, ctx: seen.append((ctx.queue, payload["n"])), partitions=3)
+    queue = task.on(conn)
+    assert isinstance(queue, PartitionedQueue) and len(queue.partitions) == 3
+    queue.enqueue_many([{"n": n} for n in range(30)])
+    assert drain(app, queue).completed == 30
+    assert sorted(n for _, n in seen) == list(range(30)) and {q for q, _ in seen} == {name}
+    assert queue.counts().total == 0
+
+
 # -- asyncio ----------------------------------------------------------------------------
 def test_the_aio_twin_agrees_with_the_sync_queue(server, wire, conn):
     import asyncio
