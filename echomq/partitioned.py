@@ -279,7 +279,8 @@ class PartitionedCore(Generic[Q]):
         check_int("count", count, 1)
         pages = yield from self.op_each(lambda core: core.op_ids(state, 0, offset + count))
         located = [[(core, job_id, score) for job_id, score in page] for core, page in zip(self.partitions, pages)]
-        return list(heapq.merge(*located, key=lambda row: row[2]))[offset:offset + count]
+        # a set serves by score, then by id: merged the same way (pending at one priority: oldest id first)
+        return list(heapq.merge(*located, key=lambda row: (row[2], row[1])))[offset:offset + count]
 
 
 def drive(connection: Connection, op: POp[T]) -> T:

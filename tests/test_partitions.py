@@ -118,6 +118,8 @@ def test_claims_take_turns_and_settles_route_by_job(conn):
 def test_controls_over_every_partition(conn):
     queue = PartitionedQueue(conn, fresh_name("p"), partitions=3)
     added = queue.enqueue_many([{"n": n} for n in range(9)])
+    assert [job_id for job_id, _ in queue.ids(State.PENDING)] == [e.id for e in added]  # merged: oldest id first
+    assert [job_id for job_id, _ in queue.ids(State.PENDING, offset=4, count=3)] == [e.id for e in added[4:7]]
     queue.pause()
     assert queue.counts().paused and all(c.paused for c in queue.counts_by_partition().values())
     assert queue.claim_many(5, 60_000) == []
