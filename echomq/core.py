@@ -115,6 +115,13 @@ def encode_payload(serializer: Serializer, payload: Any, max_bytes: int | None) 
     return data
 
 
+def op_enqueued(calls: Sequence[Call]) -> Op[list[Enqueued]]:
+    """Send enqueue calls (of one queue or of several) in one round trip: each one's :class:`Enqueued`."""
+    replies = (yield list(calls)) if calls else []
+    raise_first(replies)
+    return [Enqueued(call.argv[0], call.verb.answer(call, reply)) for call, reply in zip(calls, replies)]
+
+
 class QueueCore:
     """One queue's calls and answers; :class:`echomq.Queue` and :class:`echomq.aio.Queue` send them."""
 
@@ -202,10 +209,7 @@ class QueueCore:
         return Enqueued(call.argv[0], (yield from self._one(call)))
 
     def op_enqueue_many(self, payloads: Iterable[Any], priority: int) -> Op[list[Enqueued]]:
-        calls = [self.enqueue_call(payload, priority=priority) for payload in payloads]
-        replies = (yield calls) if calls else []
-        raise_first(replies)
-        return [Enqueued(call.argv[0], call.verb.answer(call, reply)) for call, reply in zip(calls, replies)]
+        return (yield from op_enqueued([self.enqueue_call(payload, priority=priority) for payload in payloads]))
 
     def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int) -> Op[Enqueued]:
         job_id = uuid7() if id is None else id

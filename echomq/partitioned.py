@@ -27,7 +27,7 @@ import heapq
 import itertools
 from typing import TYPE_CHECKING, Any, Callable, Generator, Generic, Iterable, Sequence, TypeVar
 
-from .core import MAX_PAYLOAD_BYTES, Enqueued, Job, Op, QueueCore, RoundTrip, T, raise_first
+from .core import MAX_PAYLOAD_BYTES, Enqueued, Job, Op, QueueCore, RoundTrip, T, op_enqueued, raise_first
 from .errors import ConfigurationError
 from .keys import PARTITIONS_KEY, State, check_partitions, check_queue_name, partition_names, partition_of
 from .queue import Queue
@@ -44,8 +44,9 @@ Step = tuple["QueueCore | None", RoundTrip]
 POp = Generator[Step, list[Any], T]
 
 
-def on(core: QueueCore, op: Op[T]) -> POp[T]:
-    """One partition's operation, each of its round trips tagged with the partition."""
+def on(core: QueueCore | None, op: Op[T]) -> POp[T]:
+    """One partition's operation, each of its round trips tagged with the partition (None: calls
+    of several partitions, each routed by its own key)."""
     try:
         request = next(op)
         while True:
@@ -132,13 +133,9 @@ class PartitionedCore(Generic[Q]):
         chosen = [self.partition() for _ in payloads] if keys is None else [self.partition(key=k) for k in keys]
         if len(chosen) != len(payloads):
             raise ConfigurationError(f"{len(payloads)} payloads but {len(chosen)} keys: give one key per payload")
-        answers: dict[int, Enqueued] = {}
-        for core in self.partitions:
-            at = [i for i, c in enumerate(chosen) if c is core]
-            if at:
-                answers.update(zip(at, (yield from on(core, core.op_enqueue_many([payloads[i] for i in at],
-                                                                                  priority)))))
-        return [answers[i] for i in range(len(payloads))]
+        # built in order (default ids are time-ordered), sent in one round trip over every partition
+        calls = [core.enqueue_call(payload, priority=priority) for core, payload in zip(chosen, payloads)]
+        return (yield from on(None, op_enqueued(calls)))
 
     def op_schedule(self, payload: Any, delay_ms: int, id: str | None, key: str | None,
                     priority: int) -> POp[Enqueued]:
@@ -325,7 +322,7 @@ class PartitionedQueue(PartitionedCore[Queue]):
 
     def enqueue_many(self, payloads: Iterable[Any], *, keys: Iterable[str] | None = None,
                      priority: int = 0) -> list[Enqueued]:
-        """Enqueue many jobs, round robin or by ``keys`` (one per payload): one round trip per partition."""
+        """Enqueue many jobs, round robin or by ``keys`` (one per payload), in one round trip."""
         return self._run(self.op_enqueue_many(payloads, keys, priority))
 
     def schedule(self, payload: Any, delay_ms: int, *, id: str | None = None, key: str | None = None,
