@@ -43,7 +43,7 @@ from .inventory import (TIME_FIELDS, QueueNumbers, ago, discover_queues, job_pag
                         partitions_of, queue_exists)
 from .keys import VERSION_KEY, State, check_job_id, check_queue_name
 from .module import module_path
-from .partitioned import AnyQueue, open_queue
+from .partitioned import AnyQueue, PartitionedQueue, open_queue
 from .policy import IdlePolicy, LeasePolicy
 from .core import MAX_PAYLOAD_BYTES, encode_payload
 from .serializers import JSON, RAW
@@ -356,6 +356,7 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
 @node_options
 @queue_option()
 @click.option("--id", "job_id", default=None, help="the job's id (one payload only); an existing id is not enqueued twice")
+@click.option("--key", default=None, help="a partitioned queue: every job to this key's partition (in order)")
 @click.option("--priority", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
               help="lower runs first")
 @click.option("--delay-ms", type=click.IntRange(0), default=None, help="schedule: ready this long from now")
@@ -367,8 +368,8 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
 @click.option("--max-payload-bytes", type=click.IntRange(1), default=MAX_PAYLOAD_BYTES, show_default=True,
               help="refuse a larger payload before sending anything")
 @json_option
-def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job_id: str | None, priority: int,
-            delay_ms: int | None, count: int, raw: bool, files: tuple[Any, ...], max_payload_bytes: int,
+def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job_id: str | None, key: str | None,
+            priority: int, delay_ms: int | None, count: int, raw: bool, files: tuple[Any, ...], max_payload_bytes: int,
             as_json: bool) -> None:
     """Add jobs to a queue: each PAYLOAD is standard JSON text (default {}), - for stdin."""
     if list(payloads).count("-") > 1:
@@ -386,6 +387,10 @@ def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job
             if len(values) * count != 1:
                 raise ConfigurationError("--id names one job: give one payload and no --count")
     with opened_queue(url, wire, queue_name, serializer=serializer, max_payload_bytes=max_payload_bytes) as queue:
+        if key is not None:
+            if not isinstance(queue, PartitionedQueue):
+                raise ConfigurationError(f"--key picks a partition: queue {queue_name!r} is not partitioned")
+            queue = queue.partition(key=key)
         values = values * count
         if delay_ms is not None:
             added = [queue.schedule(v, delay_ms, id=job_id, priority=priority) for v in values]

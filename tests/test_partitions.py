@@ -174,6 +174,17 @@ def test_worker_and_commands_see_one_queue(server, wire, tmp_path: Path):
     (row,) = json.loads(emq("stats", "-q", name, "--url", server.url, "--json").stdout)
     assert (row["pending"], row["dead"], row["paused"]) == (1, 0, False)
 
+    keyed = emq("enqueue", "-q", name, "--key", "alice", "--count", "3", "--url", server.url, "--json")
+    assert keyed.exit_code == 0, keyed.output
+    with connect(server.url, wire=wire) as conn:
+        home = PartitionedQueue(conn, name).partitions[partition_of("alice", 4)]
+        assert [job_id for job_id, _ in home.ids(State.PENDING)][-3:] == [j["id"] for j in json.loads(keyed.stdout)]
+        plain = Queue(conn, fresh_name("plain"))
+        plain.enqueue({})
+        with unchanged(conn.client):
+            refused = emq("enqueue", "-q", plain.name, "--key", "alice", "--url", server.url)
+            assert refused.exit_code == 1 and "is not partitioned" in refused.stderr
+
 
 def test_testing_drain_runs_a_partitioned_task_in_process(conn):
     from echomq.testing import drain
