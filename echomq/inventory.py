@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from .connection import Connection, plain_commands
@@ -96,6 +97,16 @@ class JobView:
         if self.score is None or self.state not in ("active", "scheduled"):
             return None
         return int(self.score) - self.now_ms
+
+    def times(self) -> list[tuple[str, str, str]]:
+        """The row's times that are set: (field, how long ago, the UTC time), server clock."""
+        found = []
+        for name in TIME_FIELDS:
+            if self.fields.get(name, "").isdigit():
+                at = int(self.fields[name])
+                utc = datetime.fromtimestamp(at / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+                found.append((name, f"{ago((self.now_ms - at) / 1000)} ago", f"{utc} UTC"))
+        return found
 
     def payload_text(self) -> str:
         if self.payload is None:
