@@ -446,6 +446,8 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str, as_json: bool) ->
         table.add_row("lease", f"expires in {view.due_in_ms} ms (server clock)")
     elif view.state == "scheduled":
         table.add_row("due", f"in {view.due_in_ms} ms (server clock)")
+    if view.trace:
+        table.add_row("trace", " ".join(f"{k}={v}" for k, v in sorted(view.trace.items())))
     table.add_row("payload", view.payload_text())
     if view.fields.get("traceback"):  # the last failure's, its tail kept (empty: it had none)
         table.add_row("traceback", Text(view.fields["traceback"]))

@@ -29,7 +29,7 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "verb.start": ("verbs", "wire"),
     "verb.stop": ("verbs", "wire", "duration_s"),
     "verb.error": ("verbs", "wire", "error", "duration_s"),
-    "job.claimed": ("worker", "queue", "id", "attempt", "waited_s"),
+    "job.claimed": ("worker", "queue", "id", "attempt", "waited_s", "trace"),
     "job.completed": ("worker", "queue", "id", "attempt", "duration_s"),
     "job.retried": ("worker", "queue", "id", "attempt", "error", "backoff_ms", "duration_s"),
     "job.dead": ("worker", "queue", "id", "attempt", "error", "max_attempts", "duration_s"),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from . import envelope
 from .connection import Connection, plain_commands
 from .errors import CommandRefused
 from .keys import STATE_SETS, State
@@ -86,6 +87,7 @@ class JobView:
     payload: bytes | None
     score: float | None  #: in the set its state names; None when it is not there
     now_ms: int  #: the server clock when read
+    trace: dict[str, str] | None = None  #: the trace context it was enqueued with (echomq.envelope)
 
     @property
     def in_its_set(self) -> bool:
@@ -127,7 +129,7 @@ class JobView:
 
     def as_dict(self) -> dict[str, Any]:
         return {"queue": self.queue, "id": self.id, "state": self.state, **self.fields, "in_its_set": self.in_its_set,
-                "due_in_ms": self.due_in_ms, "payload": self.payload_json()}
+                "due_in_ms": self.due_in_ms, "payload": self.payload_json(), "trace": self.trace}
 
 
 def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: float | None,
@@ -137,8 +139,9 @@ def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: fl
     if not fields:
         return None
     payload = fields.pop("payload", None)
+    trace, payload = (None, None) if payload is None else envelope.unwrap(payload)
     text = {k: _text(v) for k, v in fields.items()}
-    return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms)
+    return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms, trace)
 
 
 def _set_of(row: dict[bytes, bytes]) -> str | None:

@@ -749,7 +749,8 @@ class Worker:
 
     # -- running handlers ------------------------------------------------------------
     def _start(self, task: Task, queue: Queue, job: Job, sent: float) -> None:
-        self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()))
+        self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
+                   trace=job.trace)
         ctx = JobContext(job.id, job.queue, job.attempt, producers=self._producers(task.is_async))
         timeout_s = self._timeout_s(task)
         held = Held(queue, task, job, ctx, renewed_at=sent,
