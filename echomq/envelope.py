@@ -9,8 +9,8 @@ Only a producer with tracing on (``echomq.otel.instrument()``, which installs th
 ``producer`` below) wraps; every reader unwraps, with or without OpenTelemetry installed
 (``Queue.claim``, the worker, ``Queue.job``, the dashboard and ``emq inspect``), so a job
 enqueued with tracing runs on a worker without it and the handler sees its payload as sent.
-No serializer's output starts with a NUL byte (JSON text cannot; pickle starts with 0x80),
-and JSON holds no raw NUL, so the first NUL after the carrier ends it. A raw payload of
+The built-in serializers' output never starts with a NUL byte (JSON text cannot), and
+JSON holds no raw NUL, so the first NUL after the carrier ends it. A raw payload of
 your own that starts with the 11 magic bytes and a JSON object would be misread: use
 another first byte. Versions of EchoMQ before the envelope hand it to the handler as
 it is: turn tracing on in producers once every consumer reads it.

@@ -156,11 +156,11 @@ def test_an_untraced_job_starts_its_own_trace_on_a_traced_worker(conn):
 def test_the_envelope_unwraps_only_its_own_shape():
     envelope.set_producer(lambda queue: {"traceparent": f"00-{'1' * 32}-{'2' * 16}-01"})
     try:
-        wrapped = envelope.wrap("q", b"\x80pickled")
+        wrapped = envelope.wrap("q", b"\x80binary")
     finally:
         envelope.set_producer(None)
     assert envelope.wrap("q", b"plain") == b"plain"
-    assert envelope.unwrap(wrapped) == ({"traceparent": f"00-{'1' * 32}-{'2' * 16}-01"}, b"\x80pickled")
+    assert envelope.unwrap(wrapped) == ({"traceparent": f"00-{'1' * 32}-{'2' * 16}-01"}, b"\x80binary")
     for payload in (b"", b"{}", envelope.MAGIC, envelope.MAGIC + b"not json\x00x", envelope.MAGIC + b"[1]\x00x",
                     envelope.MAGIC + b'{"a":1}\x00x', envelope.MAGIC + b'{"a":"b"}'):
         assert envelope.unwrap(payload) == (None, payload), payload
