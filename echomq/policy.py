@@ -90,7 +90,7 @@ class Fail:
 
 
 @dataclass(frozen=True)
-class Delay:
+class Postpone:
     """The handler asked to run again later without failing: DELAY."""
 
     delay_ms: int
@@ -103,7 +103,7 @@ class Drop:
     reason: str
 
 
-Settle = Union[Complete, Fail, Delay, Drop]
+Settle = Union[Complete, Fail, Postpone, Drop]
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ def decide_outcome(outcome: Outcome, *, lost: bool, attempt: int, max_attempts: 
     if isinstance(outcome, Returned):
         return Complete()
     if isinstance(outcome, DelayAsked):
-        return Delay(outcome.delay_ms)
+        return Postpone(outcome.delay_ms)
     if isinstance(outcome, RetryAsked):
         wait = backoff_ms(backoff, attempt, rand) if outcome.delay_ms is None else outcome.delay_ms
         return Fail(outcome.reason, max_attempts, wait)

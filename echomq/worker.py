@@ -541,9 +541,9 @@ class Worker:
         for (held, decision, _), reply in zip(batch, answers):
             self._record(held, decision, reply)
             self._release(held)
-            if isinstance(decision, policy.Delay) or reply == State.SCHEDULED:
+            if isinstance(decision, policy.Postpone) or reply == State.SCHEDULED:
                 # promote when it falls due, not a whole interval later (plus slack for the two clocks)
-                wait = decision.delay_ms if isinstance(decision, policy.Delay) else decision.backoff_ms
+                wait = decision.delay_ms if isinstance(decision, policy.Postpone) else decision.backoff_ms
                 self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
 
     def _polled(self, name: str, now: float, *, found: bool, paused: bool) -> None:
@@ -586,7 +586,7 @@ class Worker:
                                                "after its lease")
         elif isinstance(decision, policy.Complete):
             self._emit("job.completed", job, duration_s=held.duration_s)
-        elif isinstance(decision, policy.Delay):
+        elif isinstance(decision, policy.Postpone):
             self._emit("job.delayed", job, delay_ms=decision.delay_ms, duration_s=held.duration_s)
         elif reply == State.DEAD:
             self._emit("job.dead", job, error=decision.error, max_attempts=decision.max_attempts,

@@ -54,7 +54,7 @@ B = Backoff(base_ms=100, jitter=0.0)
     (policy.Raised(KeyError()), policy.Fail("KeyError", 5, 400)),
     (policy.RetryAsked("later", None), policy.Fail("later", 5, 400)),
     (policy.RetryAsked("later", 7), policy.Fail("later", 5, 7)),
-    (policy.DelayAsked(250), policy.Delay(250)),
+    (policy.DelayAsked(250), policy.Postpone(250)),
 ])
 def test_each_outcome_becomes_its_settle(outcome, settle):
     assert policy.decide_outcome(outcome, lost=False, attempt=3, max_attempts=5, backoff=B, rand=0.5) == settle
