@@ -1,6 +1,10 @@
-"""Admin steps that write outside a queue: branding a node."""
+"""Admin steps: branding a node, and what the admin surfaces (``emq``, the dashboard) share --
+durations as people type them, and a bounded verb repeated until it runs dry."""
 
 from __future__ import annotations
+
+import re
+from typing import Callable
 
 import valkey
 from valkey.exceptions import ResponseError
@@ -30,3 +34,25 @@ def brand_node(client: valkey.Valkey, wire: int) -> bytes:
             f"Use another node for wire {wire}, or delete {VERSION_KEY} by hand if you are sure it holds no jobs"
         )
     return want
+
+
+DURATION = re.compile(r"([0-9]+)(ms|s|m|h|d)")
+DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``500ms``, ``30s``, ``15m``, ``12h``, ``7d`` as milliseconds (ValueError otherwise)."""
+    found = DURATION.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"{text!r} is not a duration: a whole number with ms, s, m, h or d, e.g. 7d")
+    return int(found[1]) * DURATION_MS[found[2]]
+
+
+def in_batches(step: Callable[[], int], size: int) -> int:
+    """Call a bounded verb (purge, drain) until a call moves fewer than ``size``; the total moved."""
+    total = 0
+    while True:
+        moved = step()
+        total += moved
+        if moved < size:
+            return total

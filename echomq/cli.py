@@ -17,13 +17,12 @@ from inspect import signature
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import threading
 import time
 from contextlib import contextmanager, nullcontext
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import click
 import valkey
@@ -34,13 +33,13 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__
+from . import __version__, admin
 from .admin import brand_node
 from .connection import Connection, connect, open_client
 from .errors import ConfigurationError, EchoMQError, PortInUse, ServerStartError
 from .heartbeat import list_workers
-from .inventory import (TIME_FIELDS, QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error,
-                        partitions_of, queue_exists)
+from .inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, partitions_of,
+                        queue_exists)
 from .keys import VERSION_KEY, State, check_job_id, check_queue_name
 from .module import module_path
 from .partitioned import AnyQueue, PartitionedQueue, open_queue
@@ -445,16 +444,16 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str, as_json: bool) ->
     for field in ("attempts", "failures", "stalled", "priority", "last_error", "lease_epoch"):
         if field in view.fields:
             table.add_row(field, view.fields[field])
-    for field in TIME_FIELDS:
-        if view.fields.get(field, "").isdigit():
-            at = int(view.fields[field])
-            table.add_row(field, f"{ago((view.now_ms - at) / 1000)} ago ({at} ms, server clock)")
+    for field, since, utc in view.times():
+        table.add_row(field, f"{since} ({utc}, server clock)")
     if not view.in_its_set:
         table.add_row("in its set", "[red]no[/] (the row's state names a set it is not in)")
     elif view.state == "active":
         table.add_row("lease", f"expires in {view.due_in_ms} ms (server clock)")
     elif view.state == "scheduled":
         table.add_row("due", f"in {view.due_in_ms} ms (server clock)")
+    if view.trace:
+        table.add_row("trace", " ".join(f"{k}={v}" for k, v in sorted(view.trace.items())))
     table.add_row("payload", view.payload_text())
     if view.fields.get("traceback"):  # the last failure's, its tail kept (empty: it had none)
         table.add_row("traceback", Text(view.fields["traceback"]))
@@ -569,26 +568,12 @@ def settled_report(queue_name: str, verb: str, done: Any, missed: list[str], as_
         sys.exit(1)
 
 
-DURATION = re.compile(r"([0-9]+)(ms|s|m|h|d)")
-DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
 def parse_duration_ms(text: str) -> int:
     """``500ms``, ``30s``, ``15m``, ``12h``, ``7d`` as milliseconds."""
-    found = DURATION.fullmatch(text.strip())
-    if found is None:
-        raise click.BadParameter(f"{text!r} is not a duration: a whole number with ms, s, m, h or d, e.g. 7d")
-    return int(found[1]) * DURATION_MS[found[2]]
-
-
-def _batches(step: Callable[[], int], size: int) -> int:
-    """Call a bounded verb until a call moves fewer than ``size``; the total moved."""
-    total = 0
-    while True:
-        moved = step()
-        total += moved
-        if moved < size:
-            return total
+    try:
+        return admin.parse_duration_ms(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @main.command()
@@ -604,7 +589,7 @@ def purge(url: str, wire: str, queue_name: str, age_ms: int | None, batch: int, 
     """Delete a queue's dead jobs, oldest first."""
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        total = _batches(lambda: queue.purge(older_than_ms=age_ms or 0, limit=batch), batch)
+        total = admin.in_batches(lambda: queue.purge(older_than_ms=age_ms or 0, limit=batch), batch)
     if as_json:
         print_json({"queue": queue_name, "purged": total})
     else:
@@ -621,7 +606,7 @@ def drain(url: str, wire: str, queue_name: str, batch: int, as_json: bool) -> No
     """Delete a queue's pending jobs (active, scheduled and dead jobs are left alone)."""
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        total = _batches(lambda: queue.drain(limit=batch), batch)
+        total = admin.in_batches(lambda: queue.drain(limit=batch), batch)
     if as_json:
         print_json({"queue": queue_name, "drained": total})
     else:
