@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from .errors import ConfigurationError, LeaseLost, UnsupportedOnWire
-from .keys import check_queue_name
+from .keys import check_partitions, check_queue_name
 from .results import DEFAULT_RESULT_TTL_S
 from .serializers import JSON, Serializer
 from .policy import MAX_DELAY_MS, Backoff
@@ -163,6 +163,7 @@ class Task:
     backoff: Backoff = Backoff()
     serializer: Serializer = JSON
     timeout: float | None = DEFAULT_TIMEOUT_S  #: seconds a handler may run; then JobTimeout (None: no limit)
+    partitions: int = 1  #: sub-queues the queue spreads over (docs/cluster.md "Partitioned queues")
     #: seconds a completed job's record and result are kept (``Queue.result``, ``Queue.status``);
     #: 0 keeps none (then the worker completes with plain COMPLETE)
     result_ttl: float = DEFAULT_RESULT_TTL_S
@@ -176,6 +177,7 @@ class Task:
         if not callable(self.fn):
             raise ConfigurationError(f"the handler for queue {self.queue!r} is not callable: {self.fn!r}")
         object.__setattr__(self, "timeout", check_timeout(self.timeout, f"queue {self.queue!r}"))
+        check_partitions(self.queue, self.partitions)
         ttl = self.result_ttl
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 <= ttl < 2**40:
             raise ConfigurationError(f"bad result_ttl {ttl!r} for queue {self.queue!r}: seconds >= 0 (0 keeps none)")
@@ -195,10 +197,14 @@ class Task:
         return (payload, ctx)[: self.arity]
 
     def on(self, connection: Any) -> Any:
-        """This task's :class:`~echomq.Queue` on ``connection`` (to enqueue jobs for it)."""
+        """This task's :class:`~echomq.Queue` on ``connection`` (to enqueue jobs for it); a
+        :class:`~echomq.PartitionedQueue` (declaring its N) when it has partitions."""
+        from .partitioned import PartitionedQueue
         from .queue import Queue
 
-        return Queue(connection, self.queue, serializer=self.serializer)
+        if self.partitions == 1:
+            return Queue(connection, self.queue, serializer=self.serializer)
+        return PartitionedQueue(connection, self.queue, partitions=self.partitions, serializer=self.serializer)
 
 
 P = ParamSpec("P")
@@ -226,9 +232,11 @@ class App:
 
     def handler(self, queue: str, fn: Callable[..., Any], *, max_attempts: int = 3,
                 backoff: Backoff | None = None, serializer: Serializer = JSON,
-                timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S) -> Task:
-        """Register ``fn`` as the handler of ``queue`` (one handler per queue)."""
-        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout, result_ttl)
+                timeout: float | None = DEFAULT_TIMEOUT_S, partitions: int = 1,
+                result_ttl: float = DEFAULT_RESULT_TTL_S) -> Task:
+        """Register ``fn`` as the handler of ``queue`` (one handler per queue; ``partitions`` > 1:
+        a partitioned queue, every partition served by this handler)."""
+        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout, partitions, result_ttl)
         if queue in self.tasks:
             raise ConfigurationError(f"queue {queue!r} already has a handler: {self.tasks[queue].name}")
         self.tasks[queue] = task
@@ -240,12 +248,13 @@ class App:
     @overload
     def task(self, fn: None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
-             timeout: float | None = DEFAULT_TIMEOUT_S,
+             timeout: float | None = DEFAULT_TIMEOUT_S, partitions: int = 1,
              result_ttl: float = DEFAULT_RESULT_TTL_S) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
-             timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S) -> Any:
+             timeout: float | None = DEFAULT_TIMEOUT_S, partitions: int = 1,
+             result_ttl: float = DEFAULT_RESULT_TTL_S) -> Any:
         """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
 
         The decorated function is returned unchanged -- type checkers keep its signature --
@@ -254,7 +263,7 @@ class App:
 
         def register(fn: Callable[P, R]) -> TaskFunction[P, R]:
             fn.task = self.handler(queue or fn.__name__, fn, max_attempts=max_attempts,  # type: ignore[attr-defined]
-                                   backoff=backoff, serializer=serializer, timeout=timeout,
+                                   backoff=backoff, serializer=serializer, timeout=timeout, partitions=partitions,
                                    result_ttl=result_ttl)
             return fn  # type: ignore[return-value]
 
