@@ -34,6 +34,7 @@ from .keys import Keyspace, State
 from .module import module_path
 from .policy import Backoff, IdlePolicy, LeasePolicy
 from .queue import Counts, Enqueued, Job, Queue, Sweep
+from .rates import RateLimit
 from .results import Status
 from .serializers import JSON, RAW, JSONSerializer, RawSerializer
 from .server import EmbeddedServer
@@ -45,7 +46,7 @@ __all__ = [
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
     "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
     "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost", "PayloadError",
-    "PermissionDenied", "PortInUse", "Queue", "RAW", "RawSerializer", "ServerNotFound", "ServerStartError",
+    "PermissionDenied", "PortInUse", "Queue", "RAW", "RateLimit", "RawSerializer", "ServerNotFound", "ServerStartError",
     "ShapeError", "State", "StateError", "Status", "Sweep", "UnsupportedOnWire", "WireError", "WrongType", "aio",
     "brand_node", "connect", "hooks", "module_path",
     # workers

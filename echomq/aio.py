@@ -44,6 +44,7 @@ from .connection import (
     tokens_unavailable, wire_of_brand,
 )
 from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
+from .rates import RateLimit
 from .events import DEFAULT_MAXLEN, Event
 from .keys import VERSION_KEY, State, check_job_id
 from .results import Status
@@ -438,6 +439,12 @@ class Queue(QueueCore):
 
     async def resume(self) -> None:
         await self._run(self.op_resume())
+
+    async def set_rate_limit(self, rate: str | RateLimit | None) -> None:
+        await self._run(self.op_set_rate_limit(rate))
+
+    async def rate_limit(self) -> RateLimit | None:
+        return await self._run(self.op_rate_limit())
 
     async def status(self, job_id: str) -> Status:
         return await self._run(self.op_status(job_id))

@@ -47,6 +47,7 @@ from .keys import check_queue_name
 from .results import DEFAULT_RESULT_TTL_S
 from .serializers import JSON, Serializer
 from .policy import MAX_DELAY_MS, Backoff
+from .rates import RateLimit, parse_rate_limit
 
 
 #: A task's default ``timeout``, seconds: long enough for ordinary work, short enough that a hung
@@ -166,6 +167,9 @@ class Task:
     #: seconds a completed job's record and result are kept (``Queue.result``, ``Queue.status``);
     #: 0 keeps none (then the worker completes with plain COMPLETE)
     result_ttl: float = DEFAULT_RESULT_TTL_S
+    #: at most this many job starts across every worker of the queue (``"50/s"``, ``"600/m"``,
+    #: ``"1000/h"``): a worker sets it on the queue at start; None leaves the queue's as it is
+    rate_limit: RateLimit | None = None
     arity: int = field(init=False, repr=False)  #: how many of (payload, ctx) the handler takes
     is_async: bool = field(init=False, repr=False)  #: an ``async def`` handler, run on the asyncio loop
 
@@ -179,6 +183,8 @@ class Task:
         ttl = self.result_ttl
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 <= ttl < 2**40:
             raise ConfigurationError(f"bad result_ttl {ttl!r} for queue {self.queue!r}: seconds >= 0 (0 keeps none)")
+        if self.rate_limit is not None:
+            object.__setattr__(self, "rate_limit", parse_rate_limit(self.rate_limit))
         # read the signature once, not per job
         object.__setattr__(self, "arity", _arity(self.fn))
         object.__setattr__(self, "is_async", asyncio.iscoroutinefunction(self.fn))
@@ -226,9 +232,10 @@ class App:
 
     def handler(self, queue: str, fn: Callable[..., Any], *, max_attempts: int = 3,
                 backoff: Backoff | None = None, serializer: Serializer = JSON,
-                timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S) -> Task:
+                timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
+                rate_limit: str | RateLimit | None = None) -> Task:
         """Register ``fn`` as the handler of ``queue`` (one handler per queue)."""
-        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout, result_ttl)
+        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout, result_ttl, rate_limit)
         if queue in self.tasks:
             raise ConfigurationError(f"queue {queue!r} already has a handler: {self.tasks[queue].name}")
         self.tasks[queue] = task
@@ -240,12 +247,13 @@ class App:
     @overload
     def task(self, fn: None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
-             timeout: float | None = DEFAULT_TIMEOUT_S,
-             result_ttl: float = DEFAULT_RESULT_TTL_S) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
+             timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
+             rate_limit: str | RateLimit | None = None) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
-             timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S) -> Any:
+             timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
+             rate_limit: str | RateLimit | None = None) -> Any:
         """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
 
         The decorated function is returned unchanged -- type checkers keep its signature --
@@ -255,7 +263,7 @@ class App:
         def register(fn: Callable[P, R]) -> TaskFunction[P, R]:
             fn.task = self.handler(queue or fn.__name__, fn, max_attempts=max_attempts,  # type: ignore[attr-defined]
                                    backoff=backoff, serializer=serializer, timeout=timeout,
-                                   result_ttl=result_ttl)
+                                   result_ttl=result_ttl, rate_limit=rate_limit)
             return fn  # type: ignore[return-value]
 
         return register(fn) if fn is not None else register

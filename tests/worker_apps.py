@@ -12,7 +12,7 @@ A payload's ``"fail": n`` makes its first n attempts raise; ``"hang": true`` mak
 attempt hang without ever looking at its lease (the timeout must end it); ``"progress": v``
 reports v through ``ctx.progress`` (sync handler). A run that returns returns
 ``{"echo": payload's "echo", "attempt": n}``: the job's result.
-EMQ_TEST_TIMEOUT sets the task's timeout (seconds).
+EMQ_TEST_TIMEOUT sets the task's timeout (seconds), EMQ_TEST_RATE its ``rate_limit`` (``50/s``).
 """
 
 from __future__ import annotations
@@ -73,5 +73,6 @@ def make_app() -> App:
     app.handler(os.environ["EMQ_TEST_QUEUE"], handler,
                 max_attempts=int(os.environ.get("EMQ_TEST_MAX_ATTEMPTS", "3")),
                 backoff=Backoff(base_ms=20, max_ms=200, jitter=0.0),
-                timeout=float(os.environ.get("EMQ_TEST_TIMEOUT", DEFAULT_TIMEOUT_S)))
+                timeout=float(os.environ.get("EMQ_TEST_TIMEOUT", DEFAULT_TIMEOUT_S)),
+                rate_limit=os.environ.get("EMQ_TEST_RATE"))
     return app
