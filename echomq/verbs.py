@@ -315,11 +315,11 @@ BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + OPTIONAL + READS
 #: What EMQ.VERSION must list for a wire-6 connection, in registration order.
 JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in verb.tokens)
 
-#: The tokens of the late arguments added to a verb after it landed, listed after every row's
-#: (trafikey's ARGUMENT_TOKENS), each once (CLAIM's and BCLAIM's ``rated`` share ``claim.rate``);
-#: a late argument born with its verb carries the verb's own token.
-ARGUMENT_TOKENS: tuple[str, ...] = tuple(dict.fromkeys(
-    token for verb in VERBS + OPTIONAL for _, token in verb.late if token not in verb.tokens))
+#: The tokens of the late arguments added to a verb after it landed, in the order they landed,
+#: each once (CLAIM's and BCLAIM's ``rated`` share ``claim.rate``), listed after every row's
+#: (trafikey's ARGUMENT_TOKENS); a late argument born with its verb carries the verb's own token.
+#: tests/test_verbs_table.py checks this list against the rows' late arguments.
+ARGUMENT_TOKENS: tuple[str, ...] = ("fail.traceback", "claim.rate")
 
 #: The optional tokens, in EMQ.VERSION's order: the optional verbs' (the bus's first, after the
 #: job core's), then the late arguments'.

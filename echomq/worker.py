@@ -519,7 +519,7 @@ class Worker:
         """The queue's rate limit held a claim: claim it again (a batch) when its window frees, not
         before, and not through a waiter (no write signals a window freeing)."""
         self._idle.discard(name)
-        self._empty_polls[name] = 0
+        self._empty_polls[name] = 1  # then one claim, not a batch: a window frees a start at a time
         self._next_poll[name] = now + wait_ms
 
     def _set_rate_limits(self) -> None:

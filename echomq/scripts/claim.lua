@@ -1,4 +1,4 @@
--- EMQ claim (wire 4). KEYS: pending, active, base. ARGV: lease_ms[, rated].
+-- EMQ claim (wire 4). KEYS: pending, active, base. ARGV: lease_ms, rated (optional).
 -- The client has read `meta paused` in its own round trip before this runs.
 -- Pop first, check after: a ghost (an id with no row) is consumed and answers empty.
 -- A queue with a rate limit in its meta (docs/spec.md §13) checks its sliding log of starts

@@ -1,0 +1,177 @@
+"""Rate limits on both wires (docs/scheduling.md, docs/spec.md §13): the queue's meta holds the
+limit, every claim checks the sliding log of starts atomically with the pop, and a rated claim
+answers the wait. Each refusal: its reply, and the dataset unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from echomq import ConfigurationError, CounterError, Queue, RateLimit, UnsupportedOnWire
+from echomq.connection import build_call
+from echomq.rates import parse_rate_limit
+from echomq.serializers import RAW
+from echomq.verbs import ARGUMENT_TOKENS, Throttled
+from helpers import fresh_name, queue_unchanged, server_ms, unchanged, wait_server_past
+
+LEASE = 60_000
+
+
+@pytest.fixture
+def q(conn):
+    return Queue(conn, fresh_name("rl"), serializer=RAW)
+
+
+def raw(q, verb, *argv):
+    """A verb exactly as given, past the Python-side checks."""
+    return q.connection.send(build_call(verb, q.keys, argv))
+
+
+def log(q):
+    return {m.decode(): int(s) for m, s in q.connection.client.zrange(q.keys.rate, 0, -1, withscores=True)}
+
+
+def test_parse_rate_limit():
+    assert parse_rate_limit("50/s") == RateLimit(50, 1000)
+    assert parse_rate_limit(" 600 / m ") == RateLimit(600, 60_000)
+    assert parse_rate_limit("1000/h") == RateLimit(1000, 3_600_000)
+    assert str(RateLimit(50, 1000)) == "50/s" and RateLimit(50, 1000).per_second == 50
+    for bad in ("0/s", "50", "50/d", "-1/s", "1.5/s", "10001/s", "", None, 50):
+        with pytest.raises(ConfigurationError):
+            parse_rate_limit(bad)
+
+
+def test_claim_rate_is_an_argument_token():
+    assert ARGUMENT_TOKENS == ("fail.traceback", "claim.rate")
+
+
+def test_a_full_window_holds_the_claims_and_answers_when_it_frees(q):
+    client = q.connection.client
+    q.set_rate_limit("3/s")
+    assert q.rate_limit() == RateLimit(3, 1000)
+    q.enqueue_many([b"p"] * 5)
+    jobs = q.claim_many(5, LEASE)
+    assert len(jobs) == 3
+    starts = log(q)
+    assert set(starts) == {f"{job.id}:1" for job in jobs}
+    for job in jobs:  # the log's times are the rows' own start times
+        assert int(client.hget(q.keys.job(job.id), "started")) == starts[f"{job.id}:1"]
+    assert 0 < client.pttl(q.keys.rate) <= 1000
+    first = min(starts.values())
+    assert 1 <= q.claim_wait_ms <= first + 1000 - server_ms(client) + 1
+    # held: nothing written, nothing popped, whatever the claim
+    with queue_unchanged(q):
+        assert q.claim_many(3, LEASE) == [] and q.claim_wait_ms >= 1
+        assert raw(q, "claim", LEASE) == []  # a client that reads no wait: the empty array, as ever
+        assert isinstance(raw(q, "claim", LEASE, 1), int)
+    wait_server_past(client, first + 999)  # the first start leaves the window at first + 1000
+    more = q.claim_many(5, LEASE)
+    assert min(2, len([s for s in starts.values() if s == first])) <= len(more) <= 2
+    assert q.counts().active == 3 + len(more)
+
+
+def test_an_empty_pending_is_idle_not_held(q):
+    q.set_rate_limit("1/h")
+    q.enqueue(b"p")
+    assert q.claim(LEASE) is not None
+    assert raw(q, "claim", LEASE, 1) == []  # nothing to claim: empty, so a worker waits for a job instead
+    q.enqueue(b"p")
+    assert isinstance(raw(q, "claim", LEASE, 1), int)
+
+
+def test_a_retried_job_counts_again_and_lifting_the_limit_frees_the_queue(q):
+    q.set_rate_limit("2/h")
+    q.enqueue(b"p", id="a")
+    job = q.claim(LEASE)
+    q.fail(job, "boom", max_attempts=3)
+    assert q.claim(LEASE).attempt == 2
+    assert set(log(q)) == {"a:1", "a:2"}  # every start counts, a retry's too
+    q.enqueue(b"p", id="b")
+    assert q.claim(LEASE) is None and q.claim_wait_ms > 3_500_000
+    q.set_rate_limit(None)
+    assert q.rate_limit() is None
+    assert q.claim(LEASE).id == "b"
+    assert set(log(q)) == {"a:1", "a:2"}  # an unlimited claim logs nothing; the log expires by itself
+
+
+def test_a_lowered_limit_waits_until_the_window_holds_fewer(q):
+    q.set_rate_limit("5/h")
+    q.enqueue_many([b"p"] * 6)
+    assert len(q.claim_many(4, LEASE)) == 4
+    q.set_rate_limit("2/h")
+    assert q.claim(LEASE) is None
+    starts = sorted(log(q).values())
+    # the claim may start when the third-newest leaves: three must go before fewer than two remain
+    assert q.claim_wait_ms == pytest.approx(starts[2] + 3_600_000 - server_ms(q.connection.client), abs=50)
+
+
+def test_bad_limits_are_refused_client_side_and_nothing_is_sent(q):
+    client = q.connection.client
+    with unchanged(client):
+        for bad in ("0/s", "abc", "10/d", "10001/s"):
+            with pytest.raises(ConfigurationError):
+                q.set_rate_limit(bad)
+        with pytest.raises(ConfigurationError):
+            Queue(q.connection, q.name).build("claim", LEASE, 2)  # rated is 1 or absent
+
+
+@pytest.mark.parametrize("meta, message", [
+    ({"rate_limit": "many"}, "EMQ hash value is not an integer"),
+    ({"rate_limit": "5", "rate_window": "1s"}, "EMQ hash value is not an integer"),
+    ({"rate_limit": "5"}, "EMQ rate limit must be"),
+    ({"rate_limit": "5", "rate_window": "0"}, "EMQ rate limit must be"),
+    ({"rate_limit": "10001", "rate_window": "1000"}, "EMQ rate limit must be"),
+    ({"rate_limit": "5", "rate_window": "86400001"}, "EMQ rate limit must be"),
+])
+def test_a_malformed_limit_in_meta_is_refused_by_every_claim(q, meta, message):
+    q.enqueue(b"p")
+    q.connection.client.hset(q.keys.meta, mapping=meta)
+    with queue_unchanged(q):
+        for argv in ((LEASE,), (LEASE, 1)):
+            with pytest.raises(CounterError, match=message):
+                raw(q, "claim", *argv)
+
+
+def test_a_wrong_typed_log_is_refused(q, wire):
+    q.set_rate_limit("5/s")
+    q.enqueue(b"p")
+    q.connection.client.set(q.keys.rate, "x")
+    with queue_unchanged(q):
+        with pytest.raises(Exception, match="WRONGTYPE"):
+            raw(q, "claim", LEASE, 1)
+
+
+def test_native_refuses_a_bad_rated_argument(q, wire):
+    if wire == 4:
+        pytest.skip("the scripts check no argument (§4): any ARGV[2] reads as rated")
+    q.enqueue(b"p")
+    with queue_unchanged(q):
+        for verb, argv in (("claim", (LEASE, 2)), ("bclaim", (LEASE, 10, "x")), ("claim", (LEASE, 1, 1))):
+            with pytest.raises(Exception, match="EMQARG rated|EMQSHAPE"):
+                raw(q, verb, *argv)
+
+
+def test_bclaim_answers_a_rated_caller_the_wait_and_blocks_one_that_reads_none(q, wire):
+    if wire == 4:
+        pytest.skip("BCLAIM is wire 6's")
+    q.set_rate_limit("1/h")
+    q.enqueue_many([b"p"] * 2)
+    assert q.bclaim(LEASE, 0) is not None
+    with queue_unchanged(q):
+        assert q.bclaim(LEASE, 0) is None and q.claim_wait_ms > 3_500_000  # at once, even with no timeout
+        assert isinstance(raw(q, "bclaim", LEASE, 0, 1), int)
+        assert raw(q, "bclaim", LEASE, 50) == []  # reads no wait: blocked as on an empty queue, until its timeout
+
+
+def test_a_node_without_claim_rate_is_not_given_a_limit(q, wire):
+    codec = q.codec
+    if wire == 4:
+        assert codec.carries("claim", "rated")
+        return
+    codec.tokens = codec.tokens - {"claim.rate"}  # a module that predates it would ignore the limit
+    try:
+        with unchanged(q.connection.client):
+            with pytest.raises(UnsupportedOnWire, match="claim.rate"):
+                q.set_rate_limit("5/s")
+        assert q.build("claim", LEASE) == q._claim_calls(1, LEASE)[0]  # claims go without `rated`
+    finally:
+        codec.tokens = codec.tokens | {"claim.rate"}
