@@ -303,8 +303,8 @@ def test_the_argument_limits_are_trafikeys_grammar():
 
 
 def test_every_numeric_argument_has_its_bounds():
-    numeric = {name for verb in VERBS + OPTIONAL + READS for name in verb.argv} - {
-        "id", "token", "payload", "error", "progress", "result"}
+    numeric = {name for verb in VERBS + OPTIONAL + READS for name in verb.argv + tuple(n for n, _ in verb.late)} - {
+        "id", "token", "payload", "error", "progress", "result", "traceback"}
     assert numeric == set(verbs.BOUNDS)
 
 
@@ -313,10 +313,11 @@ def test_the_builders_refuse_one_past_each_bound(name, low, high):
     from echomq import ConfigurationError
     from echomq.keys import Keyspace
 
-    verb = next(v for v in VERBS + OPTIONAL if name in v.argv)
+    verb = next(v for v in VERBS + OPTIONAL if name in v.argv + tuple(n for n, _ in v.late))
     good = {"id": "a", "token": "1", "payload": b"p", "error": "e", "progress": b"1", "result": b"r", **{n: lo for n, (lo, _) in verbs.BOUNDS.items()}}
-    argv = [good[n] for n in verb.argv]
-    at = verb.argv.index(name)
+    names = verb.argv + tuple(n for n, _ in verb.late)[: 1 if name not in verb.argv else 0]  # a late one: with it
+    argv = [good[n] for n in names]
+    at = names.index(name)
     for value, ok in ((low, True), (high, True), (low - 1, False), (high + 1, False), (True, False)):
         argv[at] = value
         if ok:
