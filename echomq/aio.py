@@ -20,7 +20,7 @@ of at most ``max_connections`` (default 50), and a call that finds them all busy
 up to ``pool_timeout`` seconds for one (then :class:`~echomq.ConnectionFailed`)
 instead of opening sockets without bound. Size it near the number of requests you
 serve at once; every worker process of the service has its own pool. On a cluster
-(``cluster=True``) ``max_connections`` bounds the sockets to each node.
+(found by ``connect``, or ``cluster=True``) ``max_connections`` bounds the sockets to each node.
 """
 
 from __future__ import annotations
@@ -40,13 +40,14 @@ if LIBVALKEY_AVAILABLE:
 
 from . import errors, hooks
 from .connection import (
-    TRANSPORT_ERRORS, WireCodec, brand_unreadable, check_brand, check_tokens, first_key_at, link_failed, names_of,
-    tokens_unavailable, wire_of_brand,
+    TRANSPORT_ERRORS, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode, first_key_at, link_failed,
+    names_of, tokens_unavailable, wire_of_brand,
 )
 from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
-from .rates import RateLimit
 from .events import DEFAULT_MAXLEN, Event
-from .keys import VERSION_KEY, State, check_job_id
+from .keys import VERSION_KEY, State, check_job_id, partition_names
+from .partitioned import POp, PartitionedCore, op_declare
+from .rates import RateLimit
 from .results import Status
 from .serializers import JSON, Serializer
 from .verbs import Call, Counts, Plain, Sweep
@@ -149,14 +150,18 @@ class Connection(WireCodec):
             raise link_failed(exc, "the handshake") from exc
 
     async def _require_tokens(self) -> None:
-        try:
-            if self.cluster:  # every primary must serve the verbs, not just one
-                listed = await self.client.execute_command("EMQ.VERSION", target_nodes=AsyncValkeyCluster.PRIMARIES)
-                listed = listed if isinstance(listed, dict) else {"node": listed}
-            else:
-                listed = {"node": await self.client.execute_command("EMQ.VERSION")}
-        except ResponseError as exc:
-            raise tokens_unavailable(exc) from exc
+        if not self.cluster:
+            try:
+                self.tokens = check_tokens({"node": await self.client.execute_command("EMQ.VERSION")})
+            except ResponseError as exc:
+                raise tokens_unavailable(exc) from exc
+            return
+        listed = {}
+        for node in self.client.get_primaries():  # every primary must serve the verbs, not just one
+            try:
+                listed[node.name] = await self.client.execute_command("EMQ.VERSION", target_nodes=node)
+            except ResponseError as exc:
+                raise tokens_unavailable(exc, node.name) from exc
         self.tokens = check_tokens(listed)
 
     async def load_scripts(self) -> None:
@@ -178,6 +183,7 @@ class Connection(WireCodec):
                 await self.load_scripts()  # SCRIPT FLUSH or a restart without the cache
                 for i, reply in zip(retry, await self._exchange([commands[i] for i in retry])):
                     replies[i] = reply
+            self.raise_link_fault(replies)
         except TRANSPORT_ERRORS as exc:
             failed = link_failed(exc, " ".join(names_of(request)))
             if names:
@@ -295,28 +301,46 @@ async def read_brand(client: avalkey.Valkey | AsyncValkeyCluster) -> bytes | Non
         raise brand_unreadable(exc) from exc
 
 
+async def _open_client(url: str, cluster: bool, max_connections: int, pool_timeout: float,
+                       client_options: dict[str, Any]) -> avalkey.Valkey | AsyncValkeyCluster:
+    try:
+        if cluster:
+            return EchoAsyncCluster.from_url(url, max_connections=max_connections, **client_options)
+        pool = avalkey.BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=pool_timeout, **client_options)
+        return avalkey.Valkey.from_pool(_pool(pool))
+    except ValueError as exc:
+        raise errors.ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port or rediss://host:port") from exc
+
+
+async def serves_cluster(client: avalkey.Valkey) -> bool:
+    """As :func:`echomq.connection.serves_cluster`: HELLO's mode; a refusal reads as standalone."""
+    try:
+        return cluster_mode(await client.execute_command("HELLO"))
+    except ResponseError:
+        return False
+
+
 async def connect(
-    url: str = "redis://127.0.0.1:6379", *, wire: int | str = 4, cluster: bool = False,
+    url: str = "redis://127.0.0.1:6379", *, wire: int | str = 4, cluster: bool | str = "auto",
     max_connections: int = DEFAULT_MAX_CONNECTIONS, pool_timeout: float = DEFAULT_POOL_TIMEOUT_S,
     **client_options: Any,
 ) -> Connection:
     """Open an asyncio connection on ``wire`` 4, 6 or ``"auto"`` after checking the node, as
-    :func:`echomq.connect` does. ``max_connections`` and ``pool_timeout`` size the pool (see
-    the module's notes); ``client_options`` go to valkey-py's client."""
+    :func:`echomq.connect` does (``cluster="auto"``, the default, asks the node with HELLO in
+    place of a PING). ``max_connections`` and ``pool_timeout`` size the pool (see the module's
+    notes); ``client_options`` go to valkey-py's client."""
+    if cluster not in (True, False, "auto"):
+        raise errors.ConfigurationError(f"bad cluster {cluster!r}: True, False or 'auto'")
+    client = await _open_client(url, cluster is True, max_connections, pool_timeout, client_options)
     try:
-        if cluster:
-            client: avalkey.Valkey | AsyncValkeyCluster = EchoAsyncCluster.from_url(
-                url, max_connections=max_connections, **client_options)
-        else:
-            pool = avalkey.BlockingConnectionPool.from_url(
-                url, max_connections=max_connections, timeout=pool_timeout, **client_options)
-            client = avalkey.Valkey.from_pool(_pool(pool))
-    except ValueError as exc:
-        raise errors.ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port or rediss://host:port") from exc
-    try:
-        if cluster:
-            await client.initialize()  # type: ignore[union-attr]
-        await client.ping()
+        if cluster == "auto" and await serves_cluster(client):  # type: ignore[arg-type]
+            await client.aclose()
+            client = await _open_client(url, True, max_connections, pool_timeout, client_options)
+        if isinstance(client, AsyncValkeyCluster):
+            await client.initialize()  # reads the slot map
+        elif cluster is False:
+            await client.ping()  # "auto" asked HELLO
         chosen = wire_of_brand(await read_brand(client)) if wire == "auto" else wire
         connection = Connection(client, chosen)  # type: ignore[arg-type]
         await connection.handshake()
@@ -493,3 +517,132 @@ class Queue(QueueCore):
 
     async def metrics(self) -> dict[str, int]:
         return await self._run(self.op_metrics())
+
+
+async def drive(connection: Connection, op: POp[T]) -> T:
+    """Drive a partitioned operation, awaiting each round trip (the cluster client routes each by its keys)."""
+    try:
+        _, request = next(op)
+        while True:
+            _, request = op.send(await connection.round_trip(request))
+    except StopIteration as done:
+        return done.value
+
+
+class PartitionedQueue(PartitionedCore[Queue]):
+    """:class:`echomq.PartitionedQueue` on an asyncio connection; every method is a coroutine.
+    Open it with ``await PartitionedQueue.open(conn, "emails", partitions=8)`` (which declares N,
+    or reads the recorded N without ``partitions``); the constructor takes an N already declared."""
+
+    def __init__(self, connection: Connection, name: str, partitions: int, *, serializer: Serializer = JSON,
+                 max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
+        super().__init__(name, [Queue(connection, sub, serializer=serializer, max_payload_bytes=max_payload_bytes)
+                                for sub in partition_names(name, partitions)])
+        self.connection = connection
+        self.wire = connection.wire
+
+    @classmethod
+    async def open(cls, connection: Connection, name: str, *, partitions: int | None = None,
+                   serializer: Serializer = JSON,
+                   max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> PartitionedQueue:
+        n = await drive(connection, op_declare(connection, name, partitions))
+        return cls(connection, name, n, serializer=serializer, max_payload_bytes=max_payload_bytes)
+
+    def __repr__(self) -> str:
+        return f"aio.PartitionedQueue({self.name!r}, partitions={len(self.partitions)}, wire={self.wire})"
+
+    async def _run(self, op: POp[T]) -> T:
+        return await drive(self.connection, op)
+
+    async def enqueue(self, payload: Any, *, id: str | None = None, key: str | None = None,
+                      priority: int = 0) -> Enqueued:
+        return await self._run(self.op_enqueue(payload, id, key, priority))
+
+    async def enqueue_many(self, payloads: Iterable[Any], *, keys: Iterable[str] | None = None,
+                           priority: int = 0) -> list[Enqueued]:
+        return await self._run(self.op_enqueue_many(payloads, keys, priority))
+
+    async def schedule(self, payload: Any, delay_ms: int, *, id: str | None = None, key: str | None = None,
+                       priority: int = 0) -> Enqueued:
+        return await self._run(self.op_schedule(payload, delay_ms, id, key, priority))
+
+    async def claim(self, lease_ms: int) -> Job | None:
+        jobs = await self.claim_many(1, lease_ms)
+        return jobs[0] if jobs else None
+
+    async def claim_many(self, count: int, lease_ms: int) -> list[Job]:
+        return await self._run(self.op_claim_many(count, lease_ms))
+
+    async def extend(self, job: Job, lease_ms: int) -> int:
+        return await self._run(self.op_extend(job, lease_ms))
+
+    async def complete(self, job: Job) -> None:
+        await self._run(self.op_complete(job))
+
+    async def complete_many(self, jobs: Sequence[Job]) -> list[bool]:
+        return await self._run(self.op_complete_many(jobs))
+
+    async def fail(self, job: Job, error: str, *, max_attempts: int, backoff_ms: int = 0,
+                   traceback: str | None = None) -> State:
+        return await self._run(self.op_fail(job, error, max_attempts, backoff_ms, traceback))
+
+    async def delay(self, job: Job, delay_ms: int) -> int:
+        return await self._run(self.op_delay(job, delay_ms))
+
+    async def requeue(self, job: Job) -> None:
+        await self._run(self.op_requeue(job))
+
+    async def find(self, job_id: str) -> Queue | None:
+        return await self._run(self.op_find(job_id))
+
+    async def state(self, job_id: str) -> State | None:
+        return await self._run(self.op_state(job_id))
+
+    async def job(self, job_id: str) -> dict[str, Any] | None:
+        return await self._run(self.op_job(job_id))
+
+    async def remove(self, job_id: str) -> State | None:
+        return await self._run(self.op_remove(job_id))
+
+    async def cancel(self, job_id: str) -> bool:
+        return await self._run(self.op_cancel(job_id))
+
+    async def reprocess(self, job_id: str) -> bool:
+        return await self._run(self.op_reprocess(job_id))
+
+    async def reschedule(self, job_id: str, delay_ms: int) -> int | None:
+        return await self._run(self.op_reschedule(job_id, delay_ms))
+
+    async def purge(self, *, older_than_ms: int = 0, limit: int = 1000) -> int:
+        return await self._run(self.op_purge(older_than_ms, limit))
+
+    async def drain(self, *, limit: int = 1000) -> int:
+        return await self._run(self.op_drain(limit))
+
+    async def promote(self, limit: int = 1000) -> int:
+        return await self._run(self.op_promote(limit))
+
+    async def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
+        return await self._run(self.op_stalled_check(max_stalled, limit))
+
+    async def pause(self) -> None:
+        await self._run(self.op_pause())
+
+    async def resume(self) -> None:
+        await self._run(self.op_resume())
+
+    async def counts(self) -> Counts:
+        return await self._run(self.op_counts())
+
+    async def counts_by_partition(self) -> dict[str, Counts]:
+        return await self._run(self.op_counts_by_partition())
+
+    async def metrics(self) -> dict[str, int]:
+        return await self._run(self.op_metrics())
+
+    async def located_ids(self, state: State | str, *, offset: int = 0,
+                          count: int = 100) -> list[tuple[Queue, str, float]]:
+        return await self._run(self.op_located_ids(state, offset, count))
+
+    async def ids(self, state: State | str, *, offset: int = 0, count: int = 100) -> list[tuple[str, float]]:
+        return [(job_id, score) for _, job_id, score in await self.located_ids(state, offset=offset, count=count)]

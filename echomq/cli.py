@@ -1,7 +1,9 @@
 """``emq``: the command line. Thin by design: it parses arguments and calls the public API.
 
-Every command that talks to a node takes ``--url`` (or ``EMQ_URL``) and ``--wire``
-(4, 6, or ``auto`` = what the node is branded for; or ``EMQ_WIRE``). Input is
+Every command that talks to a node takes ``--url`` (or ``EMQ_URL``), ``--wire``
+(4, 6, or ``auto`` = what the node is branded for; or ``EMQ_WIRE``) and
+``--cluster/--no-cluster`` (default: ask the node, and on a Valkey Cluster node use the
+cluster client; or ``EMQ_CLUSTER``). Input is
 checked before anything is written: a bad payload, id or queue name changes nothing.
 
 For scripts: every read command takes ``--json``; tables printed to a pipe or a file
@@ -15,34 +17,35 @@ from inspect import signature
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import threading
 import time
 from contextlib import contextmanager, nullcontext
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import click
 import valkey
+from valkey.cluster import ValkeyCluster
 from rich import box
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__
+from . import __version__, admin
 from .admin import brand_node
-from .connection import Connection, connect
-from .errors import ConfigurationError, ConnectionFailed, EchoMQError, PortInUse, ServerStartError
+from .connection import Connection, connect, open_client
+from .errors import ConfigurationError, EchoMQError, PortInUse, ServerStartError
 from .heartbeat import list_workers
-from .inventory import (RECORD_TIME_FIELDS, TIME_FIELDS, QueueNumbers, ago, discover_queues, job_page, job_view,
-                        numbers_or_error, queue_exists, record_view, text_of)
-from .keys import State, check_job_id, check_queue_name
+from .inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, partitions_of,
+                        queue_exists, record_view, text_of)
+from .keys import VERSION_KEY, State, check_job_id, check_queue_name
 from .module import module_path
+from .partitioned import AnyQueue, PartitionedQueue, open_queue
+from .queue import Queue
 from .policy import IdlePolicy, LeasePolicy
 from .core import MAX_PAYLOAD_BYTES, encode_payload
-from .queue import Queue
 from .serializers import JSON, RAW
 from .server import EmbeddedServer
 from .tasks import App
@@ -58,7 +61,23 @@ err = Console(stderr=True)
 # -- shared options and error handling ---------------------------------------------
 
 
+def cluster_option(fn: Any) -> Any:
+    """``--cluster/--no-cluster``, read by :func:`opened` (so no command passes it along): unset, the
+    node is asked (HELLO's mode) and a cluster node gets the cluster client."""
+
+    def keep(ctx: click.Context, _param: click.Parameter, value: bool | None) -> None:
+        ctx.meta["emq.cluster"] = "auto" if value is None else value
+
+    return click.option("--cluster/--no-cluster", envvar="EMQ_CLUSTER", default=None, expose_value=False,
+                        callback=keep, help="the URL names a Valkey Cluster node (default: ask the node)")(fn)
+
+
+def chosen_cluster() -> bool | str:
+    return click.get_current_context().meta.get("emq.cluster", "auto")
+
+
 def node_options(fn: Any) -> Any:
+    fn = cluster_option(fn)
     fn = click.option("--wire", envvar="EMQ_WIRE", default="auto", show_default=True,
                       type=click.Choice(["4", "6", "auto"]),
                       help="4 = scripts, 6 = trafikey, auto = what the node is branded for")(fn)
@@ -79,7 +98,7 @@ def print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True))
 
 
-def require_queue(queue: Queue) -> None:
+def require_queue(queue: AnyQueue) -> None:
     """An unknown queue is an error (exit 1), not an empty answer: a typo must not look like 'nothing to do'."""
     if not queue_exists(queue):
         raise click.ClickException(f"no queue {queue.name!r} on this node (none of its keys exist); "
@@ -100,7 +119,7 @@ def reported() -> Iterator[None]:
 @contextmanager
 def opened(url: str, wire: str) -> Iterator[Connection]:
     with reported():
-        connection = connect(url, wire=wire if wire == "auto" else int(wire))
+        connection = connect(url, wire=wire if wire == "auto" else int(wire), cluster=chosen_cluster())
         try:
             yield connection
         finally:
@@ -108,11 +127,12 @@ def opened(url: str, wire: str) -> Iterator[Connection]:
 
 
 @contextmanager
-def opened_queue(url: str, wire: str, name: str, **kwargs: Any) -> Iterator[Queue]:
+def opened_queue(url: str, wire: str, name: str, **kwargs: Any) -> Iterator[AnyQueue]:
+    """The queue as its record says: a partitioned queue is one queue over all its partitions."""
     with reported():
         check_queue_name(name)  # before connecting: a bad name is a usage error, whatever the node
     with opened(url, wire) as connection, reported():
-        yield Queue(connection, name, **kwargs)
+        yield open_queue(connection, name, **kwargs)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -168,18 +188,18 @@ def server(wire: str, port: int | None, aof: bool, directory: str | None) -> Non
 @main.command()
 @click.argument("url", envvar="EMQ_URL", default=DEFAULT_URL)
 @click.option("--wire", type=click.Choice(["4", "6"]), required=True)
+@cluster_option
 def brand(url: str, wire: str) -> None:
-    """Brand the node at URL for one wire, once (refuses to overwrite the other brand)."""
-    with reported():
-        try:
-            client = valkey.Valkey.from_url(url)
-            client.ping()
-        except ValueError as exc:
-            raise ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port") from exc
-        except valkey.ConnectionError as exc:
-            raise ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
-        with client:
-            out.print(f"{url} branded {brand_node(client, int(wire)).decode()}")
+    """Brand the node at URL for one wire, once (refuses to overwrite the other brand). On a Valkey
+    Cluster the brand is one key for the whole cluster, written on the primary of its slot."""
+    with reported(), open_client(url, chosen_cluster()) as client:
+        branded = brand_node(client, int(wire)).decode()
+        if isinstance(client, ValkeyCluster):
+            holder = client.get_node_from_key(VERSION_KEY)
+            out.print(f"the cluster of {url} ({len(client.get_primaries())} primaries) branded {branded} "
+                      f"({VERSION_KEY} on {holder.name})")
+        else:
+            out.print(f"{url} branded {branded}")
 
 
 @main.command("module-path")
@@ -336,6 +356,7 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
 @node_options
 @queue_option()
 @click.option("--id", "job_id", default=None, help="the job's id (one payload only); an existing id is not enqueued twice")
+@click.option("--key", default=None, help="a partitioned queue: every job to this key's partition (in order)")
 @click.option("--priority", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
               help="lower runs first")
 @click.option("--delay-ms", type=click.IntRange(0), default=None, help="schedule: ready this long from now")
@@ -347,8 +368,8 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
 @click.option("--max-payload-bytes", type=click.IntRange(1), default=MAX_PAYLOAD_BYTES, show_default=True,
               help="refuse a larger payload before sending anything")
 @json_option
-def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job_id: str | None, priority: int,
-            delay_ms: int | None, count: int, raw: bool, files: tuple[Any, ...], max_payload_bytes: int,
+def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job_id: str | None, key: str | None,
+            priority: int, delay_ms: int | None, count: int, raw: bool, files: tuple[Any, ...], max_payload_bytes: int,
             as_json: bool) -> None:
     """Add jobs to a queue: each PAYLOAD is standard JSON text (default {}), - for stdin."""
     if list(payloads).count("-") > 1:
@@ -366,6 +387,10 @@ def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job
             if len(values) * count != 1:
                 raise ConfigurationError("--id names one job: give one payload and no --count")
     with opened_queue(url, wire, queue_name, serializer=serializer, max_payload_bytes=max_payload_bytes) as queue:
+        if key is not None:
+            if not isinstance(queue, PartitionedQueue):
+                raise ConfigurationError(f"--key picks a partition: queue {queue_name!r} is not partitioned")
+            queue = queue.partition(key=key)
         values = values * count
         if delay_ms is not None:
             added = [queue.schedule(v, delay_ms, id=job_id, priority=priority) for v in values]
@@ -414,8 +439,9 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str | None, as_json: b
     with opened(url, wire) as connection, reported():
         if queue_name is None:
             queue_name = _find_queue(connection, job_id)
-        queue = Queue(connection, queue_name, serializer=RAW)
-        view = job_view(queue, job_id) or record_view(queue, job_id)
+        queue = open_queue(connection, queue_name, serializer=RAW)
+        # a completed record is a plain queue's (a partitioned queue's job names its partition)
+        view = job_view(queue, job_id) or (record_view(queue, job_id) if isinstance(queue, Queue) else None)
         if view is None:
             require_queue(queue)
     if view is None:
@@ -429,10 +455,8 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str | None, as_json: b
     for field in ("attempts", "failures", "stalled", "priority", "last_error", "progress", "lease_epoch"):
         if field in view.fields:
             table.add_row(field, view.fields[field])
-    for field in (*TIME_FIELDS, *RECORD_TIME_FIELDS):
-        if view.fields.get(field, "").isdigit():
-            at = int(view.fields[field])
-            table.add_row(field, f"{ago((view.now_ms - at) / 1000)} ago ({at} ms, server clock)")
+    for field, since, utc in view.times():
+        table.add_row(field, f"{since} ({utc}, server clock)")
     if view.completed:
         if view.kept_ms is not None and view.kept_ms >= 0:
             table.add_row("kept", f"for {view.kept_ms} ms more (its retention, server clock)")
@@ -445,6 +469,8 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str | None, as_json: b
         table.add_row("lease", f"expires in {view.due_in_ms} ms (server clock)")
     elif view.state == "scheduled":
         table.add_row("due", f"in {view.due_in_ms} ms (server clock)")
+    if view.trace:
+        table.add_row("trace", " ".join(f"{k}={v}" for k, v in sorted(view.trace.items())))
     table.add_row("payload", view.payload_text())
     if view.fields.get("traceback"):  # the last failure's, its tail kept (empty: it had none)
         table.add_row("traceback", Text(view.fields["traceback"]))
@@ -576,26 +602,12 @@ def settled_report(queue_name: str, verb: str, done: Any, missed: list[str], as_
         sys.exit(1)
 
 
-DURATION = re.compile(r"([0-9]+)(ms|s|m|h|d)")
-DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
 def parse_duration_ms(text: str) -> int:
     """``500ms``, ``30s``, ``15m``, ``12h``, ``7d`` as milliseconds."""
-    found = DURATION.fullmatch(text.strip())
-    if found is None:
-        raise click.BadParameter(f"{text!r} is not a duration: a whole number with ms, s, m, h or d, e.g. 7d")
-    return int(found[1]) * DURATION_MS[found[2]]
-
-
-def _batches(step: Callable[[], int], size: int) -> int:
-    """Call a bounded verb until a call moves fewer than ``size``; the total moved."""
-    total = 0
-    while True:
-        moved = step()
-        total += moved
-        if moved < size:
-            return total
+    try:
+        return admin.parse_duration_ms(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @main.command()
@@ -611,7 +623,7 @@ def purge(url: str, wire: str, queue_name: str, age_ms: int | None, batch: int, 
     """Delete a queue's dead jobs, oldest first."""
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        total = _batches(lambda: queue.purge(older_than_ms=age_ms or 0, limit=batch), batch)
+        total = admin.in_batches(lambda: queue.purge(older_than_ms=age_ms or 0, limit=batch), batch)
     if as_json:
         print_json({"queue": queue_name, "purged": total})
     else:
@@ -628,7 +640,7 @@ def drain(url: str, wire: str, queue_name: str, batch: int, as_json: bool) -> No
     """Delete a queue's pending jobs (active, scheduled and dead jobs are left alone)."""
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        total = _batches(lambda: queue.drain(limit=batch), batch)
+        total = admin.in_batches(lambda: queue.drain(limit=batch), batch)
     if as_json:
         print_json({"queue": queue_name, "drained": total})
     else:
@@ -672,6 +684,9 @@ def rate_limit(url: str, wire: str, queue_name: str, rate: str | None, off: bool
     if rate is not None and off:
         raise click.UsageError("give a RATE or --off, not both")
     with opened_queue(url, wire, queue_name) as queue:
+        if isinstance(queue, PartitionedQueue):
+            raise click.ClickException(f"{queue_name} is a partitioned queue: a rate limit is one queue's, and its "
+                                       "partitions are queues of their own (not supported)")
         if rate is not None or off:
             if not create:
                 require_queue(queue)
@@ -773,7 +788,11 @@ def _event_line(event: Any, as_json: bool) -> str:
 
 
 def _where(connection: Connection) -> str:
-    kwargs = connection.client.get_connection_kwargs()
+    client = connection.client
+    if isinstance(client, ValkeyCluster):
+        return f"a cluster of {len(client.get_primaries())} primaries (via {client.get_default_node().name}), " \
+               f"wire {connection.wire}"
+    kwargs = client.get_connection_kwargs()
     place = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
     return f"{place}, wire {connection.wire}"
 
@@ -808,7 +827,8 @@ def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Except
             table.add_row(name, f"[red]unreadable: {numbers}[/]")
             continue
         c = numbers.counts
-        row = [name + (" [yellow](paused)[/]" if c.paused else ""), str(c.pending), str(c.active), str(c.scheduled),
+        row = [numbers.label + (" [yellow](paused)[/]" if c.paused else ""), str(c.pending), str(c.active),
+               str(c.scheduled),
                str(c.dead), str(numbers.completed), str(numbers.dead)]
         if per_s is not None:
             rate = per_s.get(name)
@@ -825,12 +845,13 @@ def stats_json(sampled: dict[str, QueueNumbers | Exception], per_s: dict[str, di
 @main.command()
 @node_options
 @click.option("-q", "--queue", "queue_names", multiple=True, help="these queues (default: every queue on the node)")
+@click.option("--partitions", "detail", is_flag=True, help="a row per partition too, below a partitioned queue's")
 @click.option("--watch", is_flag=True, help="refresh until Ctrl-C, with completion and death rates")
 @click.option("--interval", type=click.FloatRange(0.05), default=1.0, show_default=True, help="seconds between refreshes")
 @click.option("--times", type=click.IntRange(1), default=None, hidden=True, help="stop watching after this many refreshes")
 @json_option
-def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interval: float, times: int | None,
-          as_json: bool) -> None:
+def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch: bool, interval: float,
+          times: int | None, as_json: bool) -> None:
     """Counts per set now (pending, active, scheduled, dead) and totals (completed, dead) per queue.
 
     With --json --watch: one JSON array per line per refresh (JSON Lines)."""
@@ -839,7 +860,7 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interv
             check_queue_name(name)
     with opened(url, wire) as connection, reported():
         names = list(queue_names) or discover_queues(connection)
-        queues = [Queue(connection, name) for name in names]
+        queues = [open_queue(connection, name) for name in names]
         if queue_names:  # asked for by name: a typo must not look like an empty queue (discovered ones exist)
             for queue in queues:
                 require_queue(queue)
@@ -851,7 +872,8 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interv
             return
 
         def sample() -> dict[str, QueueNumbers | Exception]:
-            return {queue.name: numbers_or_error(queue) for queue in queues}
+            return {q.name: numbers_or_error(q) for queue in queues
+                    for q in [queue, *(partitions_of(queue) if detail and len(partitions_of(queue)) > 1 else [])]}
 
         if not watch:
             sampled = sample()

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Sequence, TypeVar
 
-from . import errors
+from . import envelope, errors
 from .events import DEFAULT_MAXLEN, Event, decode_event, encode_progress
 from .ids import uuid7
 from .keys import STATE_SETS, Keyspace, State, check_job_id
@@ -55,8 +55,9 @@ class Job:
     queue: str
     id: str
     payload: Any
-    raw_payload: bytes | None
+    raw_payload: bytes | None  #: as the serializer wrote it (a trace envelope taken off)
     attempt: int
+    trace: dict[str, str] | None = None  #: the trace context it was enqueued with (echomq.otel), if any
 
     @property
     def token(self) -> str:
@@ -136,6 +137,13 @@ def time_left(job_id: str, waiting: Waiting, timeout: float | None, deadline: fl
     return left
 
 
+def op_enqueued(calls: Sequence[Call]) -> Op[list[Enqueued]]:
+    """Send enqueue calls (of one queue or of several) in one round trip: each one's :class:`Enqueued`."""
+    replies = (yield list(calls)) if calls else []
+    raise_first(replies)
+    return [Enqueued(call.argv[0], call.verb.answer(call, reply)) for call, reply in zip(calls, replies)]
+
+
 class QueueCore:
     """One queue's calls and answers; :class:`echomq.Queue` and :class:`echomq.aio.Queue` send them."""
 
@@ -165,8 +173,9 @@ class QueueCore:
         return BY_NAME[verb].build(self.keys, *argv)
 
     def encode(self, payload: Any) -> bytes:
-        """The payload's bytes, checked client-side: encodable and within ``max_payload_bytes``."""
-        return encode_payload(self.serializer, payload, self.max_payload_bytes)
+        """The payload's bytes, checked client-side: encodable and within ``max_payload_bytes``
+        (then wrapped in a trace envelope when tracing is on: :mod:`echomq.envelope`)."""
+        return envelope.wrap(self.name, encode_payload(self.serializer, payload, self.max_payload_bytes))
 
     def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0) -> Call:
         return self.build("enqueue", uuid7() if id is None else id, self.encode(payload), priority)
@@ -222,9 +231,9 @@ class QueueCore:
     def _job(self, claimed: Claimed | Throttled | None) -> Job | None:
         if not isinstance(claimed, Claimed):
             return None
-        raw = claimed.raw_payload
+        trace, raw = (None, None) if claimed.raw_payload is None else envelope.unwrap(claimed.raw_payload)
         payload = None if raw is None else self.serializer.loads(raw)
-        return Job(self.name, claimed.id, payload, raw, claimed.attempt)
+        return Job(self.name, claimed.id, payload, raw, claimed.attempt, trace)
 
     def claimed(self, reply: Sequence[Any] | int) -> Job | Throttled | None:
         """The job in a CLAIM or BCLAIM reply (a waiter reads BCLAIM's on a socket of its own), or
@@ -258,10 +267,7 @@ class QueueCore:
         return Enqueued(call.argv[0], (yield from self._one(call)))
 
     def op_enqueue_many(self, payloads: Iterable[Any], priority: int) -> Op[list[Enqueued]]:
-        calls = [self.enqueue_call(payload, priority=priority) for payload in payloads]
-        replies = (yield calls) if calls else []
-        raise_first(replies)
-        return [Enqueued(call.argv[0], call.verb.answer(call, reply)) for call, reply in zip(calls, replies)]
+        return (yield from op_enqueued([self.enqueue_call(payload, priority=priority) for payload in payloads]))
 
     def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int) -> Op[Enqueued]:
         job_id = uuid7() if id is None else id
@@ -467,7 +473,7 @@ class QueueCore:
         fields = {text(k): v for k, v in row.items()}
         raw = fields.pop("payload", None)
         decoded: dict[str, Any] = {k: text(v) for k, v in fields.items()}
-        decoded["payload"] = None if raw is None else self.serializer.loads(raw)
+        decoded["payload"] = None if raw is None else self.serializer.loads(envelope.unwrap(raw)[1])
         return decoded
 
     def op_ids(self, state: State | str, offset: int, count: int) -> Op[list[tuple[str, float]]]:

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from .errors import ConfigurationError, LeaseLost, UnsupportedOnWire
-from .keys import check_queue_name
+from .keys import check_partitions, check_queue_name
 from .results import DEFAULT_RESULT_TTL_S
 from .serializers import JSON, Serializer
 from .policy import MAX_DELAY_MS, Backoff
@@ -170,6 +170,7 @@ class Task:
     #: at most this many job starts across every worker of the queue (``"50/s"``, ``"600/m"``,
     #: ``"1000/h"``): a worker sets it on the queue at start; None leaves the queue's as it is
     rate_limit: RateLimit | None = None
+    partitions: int = 1  #: sub-queues the queue spreads over (docs/cluster.md "Partitioned queues")
     arity: int = field(init=False, repr=False)  #: how many of (payload, ctx) the handler takes
     is_async: bool = field(init=False, repr=False)  #: an ``async def`` handler, run on the asyncio loop
 
@@ -185,6 +186,10 @@ class Task:
             raise ConfigurationError(f"bad result_ttl {ttl!r} for queue {self.queue!r}: seconds >= 0 (0 keeps none)")
         if self.rate_limit is not None:
             object.__setattr__(self, "rate_limit", parse_rate_limit(self.rate_limit))
+        check_partitions(self.queue, self.partitions)
+        if self.rate_limit is not None and self.partitions > 1:
+            raise ConfigurationError(f"queue {self.queue!r}: a rate limit is one queue's, and a partitioned queue's "
+                                     "partitions are queues of their own: rate_limit with partitions > 1 is not supported")
         # read the signature once, not per job
         object.__setattr__(self, "arity", _arity(self.fn))
         object.__setattr__(self, "is_async", asyncio.iscoroutinefunction(self.fn))
@@ -201,10 +206,14 @@ class Task:
         return (payload, ctx)[: self.arity]
 
     def on(self, connection: Any) -> Any:
-        """This task's :class:`~echomq.Queue` on ``connection`` (to enqueue jobs for it)."""
+        """This task's :class:`~echomq.Queue` on ``connection`` (to enqueue jobs for it); a
+        :class:`~echomq.PartitionedQueue` (declaring its N) when it has partitions."""
+        from .partitioned import PartitionedQueue
         from .queue import Queue
 
-        return Queue(connection, self.queue, serializer=self.serializer)
+        if self.partitions == 1:
+            return Queue(connection, self.queue, serializer=self.serializer)
+        return PartitionedQueue(connection, self.queue, partitions=self.partitions, serializer=self.serializer)
 
 
 P = ParamSpec("P")
@@ -233,9 +242,11 @@ class App:
     def handler(self, queue: str, fn: Callable[..., Any], *, max_attempts: int = 3,
                 backoff: Backoff | None = None, serializer: Serializer = JSON,
                 timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
-                rate_limit: str | RateLimit | None = None) -> Task:
-        """Register ``fn`` as the handler of ``queue`` (one handler per queue)."""
-        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout, result_ttl, rate_limit)
+                partitions: int = 1, rate_limit: str | RateLimit | None = None) -> Task:
+        """Register ``fn`` as the handler of ``queue`` (one handler per queue; ``partitions`` > 1:
+        a partitioned queue, every partition served by this handler)."""
+        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout, result_ttl=result_ttl,
+                    partitions=partitions, rate_limit=rate_limit)
         if queue in self.tasks:
             raise ConfigurationError(f"queue {queue!r} already has a handler: {self.tasks[queue].name}")
         self.tasks[queue] = task
@@ -248,12 +259,13 @@ class App:
     def task(self, fn: None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
              timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
+             partitions: int = 1,
              rate_limit: str | RateLimit | None = None) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
              timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
-             rate_limit: str | RateLimit | None = None) -> Any:
+             partitions: int = 1, rate_limit: str | RateLimit | None = None) -> Any:
         """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
 
         The decorated function is returned unchanged -- type checkers keep its signature --
@@ -263,7 +275,7 @@ class App:
         def register(fn: Callable[P, R]) -> TaskFunction[P, R]:
             fn.task = self.handler(queue or fn.__name__, fn, max_attempts=max_attempts,  # type: ignore[attr-defined]
                                    backoff=backoff, serializer=serializer, timeout=timeout,
-                                   result_ttl=result_ttl, rate_limit=rate_limit)
+                                   result_ttl=result_ttl, partitions=partitions, rate_limit=rate_limit)
             return fn  # type: ignore[return-value]
 
         return register(fn) if fn is not None else register

@@ -22,7 +22,10 @@ LEASE = 60_000
 
 @pytest.fixture
 def q(conn):
-    return Queue(conn, fresh_name("rl"), serializer=RAW)
+    queue = Queue(conn, fresh_name("rl"), serializer=RAW)
+    yield queue
+    # a short window's log would expire during a later test and change the node's DEBUG DIGEST under it
+    conn.client.delete(queue.keys.rate)
 
 
 def raw(q, verb, *argv):
@@ -211,6 +214,7 @@ def test_a_worker_waits_out_the_window_without_spinning(server, wire):
         finally:
             worker.stop("test over")
             thread.join(10)
+            conn.client.delete(queue.keys.rate)  # not left to expire under a later test's digest
 
 
 def test_the_asyncio_queue_sets_reads_and_honours_the_limit(server, wire):

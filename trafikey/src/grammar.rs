@@ -92,11 +92,11 @@ pub fn shape<'a>(
 
 /// One queue's keyspace, from its base `emq:{q}:`; the derived keys share its hashtag.
 #[derive(Debug, Clone, Copy)]
-pub struct Queue<'a> {
+pub struct Keyspace<'a> {
     pub base: &'a [u8],
 }
 
-impl Queue<'_> {
+impl Keyspace<'_> {
     pub fn key(&self, suffix: &[u8]) -> Vec<u8> {
         let mut k = Vec::with_capacity(self.base.len() + suffix.len());
         k.extend_from_slice(self.base);
@@ -154,7 +154,7 @@ pub fn is_base(key: &[u8]) -> bool {
 
 /// Check 2, layout: the last key is the base; every other key is the base plus its suffix,
 /// in order.
-pub fn layout<'a>(call: &Call<'a>, suffixes: &[&str]) -> Result<Queue<'a>, Refusal> {
+pub fn layout<'a>(call: &Call<'a>, suffixes: &[&str]) -> Result<Keyspace<'a>, Refusal> {
     let verb = call.verb;
     let n = call.keys.len();
     let base = call.keys.last().copied().unwrap_or_default();
@@ -164,7 +164,7 @@ pub fn layout<'a>(call: &Call<'a>, suffixes: &[&str]) -> Result<Queue<'a>, Refus
             printable(base)
         )));
     }
-    let q = Queue { base };
+    let q = Keyspace { base };
     for (i, (key, suffix)) in call.keys.iter().zip(suffixes).enumerate() {
         let ok = key.len() == base.len() + suffix.len()
             && key.starts_with(base)
@@ -241,7 +241,9 @@ pub fn timeout_ms(raw: &[u8]) -> Result<i64, Refusal> {
 /// CLAIM's and BCLAIM's optional `rated` (token `claim.rate`, docs/spec.md §13): `1`, the
 /// caller reads a wait in the reply when the queue's rate limit holds the claim.
 pub fn rated(raw: Option<&[u8]>) -> Result<bool, Refusal> {
-    raw.map(|r| number("rated", r, 1, 1)).transpose().map(|r| r.is_some())
+    raw.map(|r| number("rated", r, 1, 1))
+        .transpose()
+        .map(|r| r.is_some())
 }
 
 /// The queue whose meta hash `key` is (`emq:{q}:meta`), if it is one: its base.

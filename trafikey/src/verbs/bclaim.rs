@@ -18,7 +18,7 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 use crate::decide::{bclaim_next, Next, Phase};
 use crate::errors::Refusal;
 use crate::ffi::{self, native, waker, Wake};
-use crate::grammar::{self, Argc, Call, Queue};
+use crate::grammar::{self, Argc, Call, Keyspace};
 use crate::host::Host;
 use crate::verbs::claim;
 
@@ -35,7 +35,7 @@ struct Args {
 
 /// Steps 1–3, at the call and at every wake: shape, layout, then `lease_ms`, `timeout_ms` and
 /// the optional `rated` (token `claim.rate`, docs/spec.md §13).
-fn parse<'a>(args: &'a [&'a [u8]]) -> Result<(Call<'a>, Queue<'a>, Args), Refusal> {
+fn parse<'a>(args: &'a [&'a [u8]]) -> Result<(Call<'a>, Keyspace<'a>, Args), Refusal> {
     // 1. shape: numkeys 3, two ARGV and the optional `rated`
     let call = grammar::shape(VERB, args, NUMKEYS, Argc::Late(2, 1))?;
     // 2. layout: pending, active, base
@@ -121,7 +121,7 @@ pub fn meta_changed(ctx: &Context, key: &[u8]) {
     let Some(base) = grammar::base_of_meta(key) else {
         return;
     };
-    if let Some(pending) = ffi::Str::new(&Queue { base }.key(b"pending")) {
+    if let Some(pending) = ffi::Str::new(&Keyspace { base }.key(b"pending")) {
         ffi::signal_ready(ctx, &pending);
     }
 }

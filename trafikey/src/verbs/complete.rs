@@ -5,7 +5,7 @@ use valkey_module::{Context, ValkeyResult};
 use crate::bus;
 use crate::decide::{incr, op, Expect, Op};
 use crate::errors::Refusal;
-use crate::grammar::{self, Argc, Queue};
+use crate::grammar::{self, Argc, Keyspace};
 use crate::host::{int, Fence, Host, Seen};
 use crate::verbs::{held, FLAT_NO_FLOW};
 
@@ -42,7 +42,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
 pub fn completion<'a>(
     h: &Host<'_>,
     fence: &Fence<'_>,
-    q: &Queue<'_>,
+    q: &Keyspace<'_>,
     (active, row, metrics): (&'a [u8], &'a [u8], &'a [u8]),
     (id, token): (&'a [u8], &[u8]),
     extra: &[&str],
