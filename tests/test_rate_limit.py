@@ -234,3 +234,12 @@ def test_the_asyncio_queue_sets_reads_and_honours_the_limit(server, wire):
             assert await q.claim(LEASE) is not None
 
     asyncio.run(main())
+
+
+def test_a_task_takes_a_rate_limit_but_not_with_partitions():
+    app = App()
+    assert app.handler("plain", lambda p: None, rate_limit="5/m").rate_limit == RateLimit(5, 60_000)
+    with pytest.raises(ConfigurationError, match="rate limit"):
+        app.handler("parted", lambda p: None, partitions=2, rate_limit="5/s")
+    with pytest.raises(ConfigurationError, match="bad rate limit"):
+        app.handler("bad", lambda p: None, rate_limit="5 per second")
