@@ -90,7 +90,7 @@ class Keyspace:
     queue: str
 
     def __post_init__(self) -> None:
-        if not PARTITION_NAME.fullmatch(self.queue):  # a partition's keys: emq:{q~i}:
+        if not (isinstance(self.queue, str) and PARTITION_NAME.fullmatch(self.queue)):  # a partition's: emq:{q~i}:
             check_queue_name(self.queue)
 
     @property
