@@ -256,8 +256,8 @@ class Connection(WireCodec):
         ``await wait(timeout_s)``, which returns at the next message or when the time runs out."""
         if self.cluster:
             node = self.client.get_node_from_key(channel)
-            options = {k: v for k, v in node.connection_kwargs.items() if k in _PORTABLE}
-            owner: avalkey.Valkey | None = avalkey.Valkey(host=node.host, port=node.port, **options)
+            options = {k: v for k, v in node.connection_kwargs.items() if k in _PORTABLE}  # its host and port too
+            owner: avalkey.Valkey | None = avalkey.Valkey(**options)
             pubsub = owner.pubsub()
         else:
             owner, pubsub = None, self.client.pubsub()

@@ -31,8 +31,6 @@ from .serializers import Serializer, encode
 DEFAULT_RESULT_TTL_S = 600.0
 #: The largest result a worker stores by default (as the payload's limit).
 MAX_RESULT_BYTES = 1 << 20
-#: The longest traceback stored with a failure.
-MAX_TRACEBACK_CHARS = 8192
 
 #: The row fields and the record a status read asks for, in this order.
 ROW_FIELDS = ("state", "last_error", "traceback")

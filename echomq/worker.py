@@ -452,8 +452,10 @@ class Worker:
     def drained(self) -> bool:
         """Nothing held or left to settle, and every queue empty: nothing pending (a paused queue
         counts as empty) and nothing scheduled -- a retry's backoff or a delay is waited for, the
-        timers promote it when due. Jobs other workers hold are theirs."""
-        if self.held or not self._finished.empty() or self._unsettled:
+        timers promote it when due. Jobs other workers hold are theirs; a job one of this worker's
+        waiters claimed is not, even before its report is read (a promoted job a BCLAIM took at
+        once, say: counts show it nowhere but active)."""
+        if self.held or not self._finished.empty() or self._unsettled or not self._reports.empty():
             return False
         if not all(self._came_back_empty(name) for name in self.queues):
             return False  # a queue gave jobs on its last claim (or has not been claimed from): not empty yet

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from echomq import Queue
 from echomq.cli import main
-from helpers import fresh_name
+from helpers import KEEP_MS, fresh_name
 from worker_helpers import ROOT
 
 
@@ -56,7 +56,7 @@ def test_inspect_a_completed_job_and_find_a_job_without_q(emq, conn):
     name, other = fresh_name("e"), fresh_name("e")
     queue = Queue(conn, name)
     job = queue.enqueue({"a": 1})
-    queue.publish(queue.claim(60_000), {"total": 42}, retention_ms=60_000)
+    queue.publish(queue.claim(60_000), {"total": 42}, retention_ms=KEEP_MS)
     shown = emq("inspect", job.id)  # no -q: found by id
     assert shown.exit_code == 0, shown.stderr
     assert "completed" in shown.stdout and '"total": 42' in shown.stdout and "kept" in shown.stdout

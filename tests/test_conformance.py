@@ -19,7 +19,7 @@ from echomq import (RAW, ConfigurationError, Counts, Enqueued, Job, JobFailed, J
 from echomq.connection import build_call
 from echomq.keys import MAX_TRACEBACK_BYTES
 from echomq.verbs import JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, VERBS
-from helpers import TIME, AwaitingQueue, queue_unchanged, server_ms, snap, wait_server_past
+from helpers import KEEP_MS, TIME, AwaitingQueue, queue_unchanged, server_ms, snap, wait_server_past
 from worker_helpers import wait_until
 
 # --------------------------------------------------------------------------- expected-state builders
@@ -510,9 +510,9 @@ def record(result=b"r", attempts=1) -> tuple:
 
 def test_publish_completes_and_keeps_the_record_for_its_retention(q):
     job = claimed(q)
-    assert q.publish(job, b"r", retention_ms=60_000) is None
+    assert q.publish(job, b"r", retention_ms=KEEP_MS) is None
     assert snap(q) == {K(q, "done:a"): record(), K(q, "metrics:completed"): H({"count": 1})}
-    assert 0 < q.connection.client.pttl(K(q, "done:a")) <= 60_000
+    assert KEEP_MS - 60_000 < q.connection.client.pttl(K(q, "done:a")) <= KEEP_MS
     assert q.status("a") is Status.COMPLETED
     assert q.result("a", timeout=0) == b"r"
 
@@ -578,7 +578,7 @@ def test_result_is_woken_by_the_outcome_channel(q):
     waiter.start()
     try:
         wait_until(lambda: client.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] == 1, what="the subscription")
-        Queue(q.connection, q.name, serializer=RAW).publish(job, b"done", retention_ms=60_000)
+        Queue(q.connection, q.name, serializer=RAW).publish(job, b"done", retention_ms=KEEP_MS)
     finally:
         waiter.join(30)
     assert not waiter.is_alive() and got == {"value": b"done"}
@@ -597,7 +597,7 @@ def test_events_tell_each_move_in_order(q):
     job = claimed(q)
     q.progress(job, 7)
     q.failures_incr(job, "e", max_attempts=3)
-    q.publish(q.claim(60_000), b"r", retention_ms=60_000)
+    q.publish(q.claim(60_000), b"r", retention_ms=KEEP_MS)
     told = [(e.type, e.job_id, e.attempt, e.error, e.state, e.progress) for e in q.events()]
     assert told == [("enqueued", "a", 0, None, "pending", None), ("claimed", "a", 1, None, None, None),
                     ("progress", "a", 1, None, None, 7), ("failed", "a", 1, "e", None, None),

@@ -10,7 +10,7 @@ import pytest
 
 from echomq import (App, Backoff, JobFailed, JobNotFound, LeaseLost, Queue, Status, Worker, WorkerConfig)
 from echomq.results import Seen, decide_result, status_of, Completed, Failed, Unknown, Waiting
-from helpers import fresh_name, queue_unchanged, server_ms, wait_server_past
+from helpers import KEEP_MS, fresh_name, queue_unchanged, server_ms, wait_server_past
 from test_worker import running
 from worker_helpers import wait_until
 
@@ -117,7 +117,7 @@ def test_the_waiter_is_woken_by_the_completion_not_by_polling(conn):
     wait_until(lambda: reads, what="the waiter's first read")
     other = Queue(conn, queue.name)
     assert other.status(job.id) is Status.ACTIVE
-    other.publish(held, {"done": True}, retention_ms=60_000)
+    other.publish(held, {"done": True}, retention_ms=KEEP_MS)
     waiter.join(10)
     assert got == {"value": {"done": True}}
     assert len(reads) == 2  # one read before the wait, one after the outcome channel spoke

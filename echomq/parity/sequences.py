@@ -139,10 +139,11 @@ class ParityMachine(RuleBasedStateMachine):
         self.do(S.publish(q, job, token, "r" + token, retention))
 
     @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD, cap=st.sampled_from([1, 3]),
-          backoff=st.sampled_from([0, LONG]))
-    def failures_incr(self, q, job, token, held, cap, backoff):
+          backoff=st.sampled_from([0, LONG]), traceback=st.sampled_from([None, "", "tb", "tb"]))
+    def failures_incr(self, q, job, token, held, cap, backoff, traceback):
         q, job, token = self.target(q, job, token, held)
-        self.do(S.failures_incr(q, job, token, "e" + token, cap, backoff, "tb" + token))
+        # FAIL's arguments: the traceback left out (five ARGV), empty, or one per token
+        self.do(S.failures_incr(q, job, token, "e" + token, cap, backoff, traceback and traceback + token))
 
     @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD)
     def append(self, q, job, token, held):

@@ -217,3 +217,30 @@ def test_results_status_and_events_on_every_primary(cluster, conn):
         waiter.join(20)
         assert got == {"value": {"ok": name}} and q.status(job.id) is Status.COMPLETED
         assert [e.type for e in q.events()] == ["enqueued", "claimed", "progress", "completed"]
+
+
+def test_an_async_result_waiter_is_woken_on_every_primary(cluster, conn):
+    """echomq.aio's result(): SSUBSCRIBE on a socket to the node that serves the channel's slot
+    (valkey.asyncio's cluster client has no pub/sub), woken by a PUBLISH from another client."""
+    import asyncio
+
+    from echomq import aio
+
+    async def main() -> None:
+        aconn = aio.Connection.sharing(conn)
+        try:
+            for name in names_on_every_node(cluster, 1):
+                q, aq = Queue(conn, name), aio.Queue(aconn, name)
+                job = await aq.enqueue({"n": 1})
+                held = await aq.claim(30_000)
+                channel = q.keys.outcome(job.id)
+                node = conn.client.get_node_from_key(channel).valkey_connection
+                waiter = asyncio.create_task(aq.result(job.id, timeout=20))
+                while not waiter.done() and node.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] != 1:
+                    await asyncio.wait({waiter}, timeout=0.005)  # until the waiter has subscribed
+                q.publish(held, {"ok": name}, retention_ms=60_000)
+                assert await asyncio.wait_for(waiter, 20) == {"ok": name}
+        finally:
+            await aconn.aclose()
+
+    asyncio.run(main())
