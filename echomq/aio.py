@@ -47,6 +47,7 @@ from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore,
 from .events import DEFAULT_MAXLEN, Event
 from .keys import VERSION_KEY, State, check_job_id, partition_names
 from .partitioned import POp, PartitionedCore, op_declare
+from .rates import RateLimit
 from .results import Status
 from .serializers import JSON, Serializer
 from .verbs import Call, Counts, Plain, Sweep
@@ -462,6 +463,12 @@ class Queue(QueueCore):
 
     async def resume(self) -> None:
         await self._run(self.op_resume())
+
+    async def set_rate_limit(self, rate: str | RateLimit | None) -> None:
+        await self._run(self.op_set_rate_limit(rate))
+
+    async def rate_limit(self) -> RateLimit | None:
+        return await self._run(self.op_rate_limit())
 
     async def status(self, job_id: str) -> Status:
         return await self._run(self.op_status(job_id))

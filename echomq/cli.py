@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 from inspect import signature
 import json
+import re
 import logging
 import os
 import re
@@ -668,6 +669,34 @@ def resume(url: str, wire: str, queue_name: str) -> None:
         require_queue(queue)
         queue.resume()
     click.echo(f"{queue_name} resumed")
+
+
+@main.command("rate-limit")
+@node_options
+@queue_option()
+@click.argument("rate", required=False)
+@click.option("--off", is_flag=True, help="lift the queue's rate limit")
+@create_option
+@json_option
+def rate_limit(url: str, wire: str, queue_name: str, rate: str | None, off: bool, create: bool, as_json: bool) -> None:
+    """Show or set a queue's rate limit: at most RATE job starts (50/s, 600/m, 1000/h) across
+    every worker, enforced by the server with each claim."""
+    if rate is not None and off:
+        raise click.UsageError("give a RATE or --off, not both")
+    with opened_queue(url, wire, queue_name) as queue:
+        if isinstance(queue, PartitionedQueue):
+            raise click.ClickException(f"{queue_name} is a partitioned queue: a rate limit is one queue's, and its "
+                                       "partitions are queues of their own (not supported)")
+        if rate is not None or off:
+            if not create:
+                require_queue(queue)
+            queue.set_rate_limit(None if off else rate)
+        current = queue.rate_limit()
+    if as_json:
+        print_json({"queue": queue_name, "rate_limit": None if current is None else str(current),
+                    "limit": current and current.limit, "window_ms": current and current.window_ms})
+    else:
+        click.echo(f"{queue_name}: " + ("no rate limit" if current is None else f"at most {current} job starts"))
 
 
 @main.command()

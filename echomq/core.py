@@ -26,10 +26,11 @@ from .ids import uuid7
 from .keys import STATE_SETS, Keyspace, State, check_job_id
 from .results import MAX_RESULT_BYTES, ROW_FIELDS, Completed, Failed, Seen, Status, Unknown, Waiting, decide_result, \
     encode_result, status_of
+from .rates import RateLimit, parse_rate_limit
 from .serializers import JSON, Serializer, encode
 from .verbs import (
-    BY_NAME, EXTENDS_MAX_PAIRS, LIMIT_MAX, Call, Claimed, Counts, Plain, Sweep, build_call, check_int, check_traceback,
-    text,
+    BY_NAME, EXTENDS_MAX_PAIRS, LIMIT_MAX, Call, Claimed, Counts, Plain, Sweep, Throttled, build_call, check_int,
+    check_traceback, text,
 )
 
 if TYPE_CHECKING:
@@ -158,6 +159,9 @@ class QueueCore:
         self.max_payload_bytes = None if max_payload_bytes is None else check_int(
             "max_payload_bytes", max_payload_bytes, 1)
         self.claim_paused = False  #: wire 4: the pause read of the last settle_and_claim that claimed
+        #: the last claims' rate-limit wait (ms, server clock): the queue's rate limit held at least
+        #: one of them; None when none was held (docs/spec.md §13)
+        self.claim_wait_ms: int | None = None
 
     # -- building calls (pure) --------------------------------------------------
     def call(self, verb: str, *argv: Any) -> Call:
@@ -213,23 +217,37 @@ class QueueCore:
     def requeue_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
         return self.build("requeue", *_ref(job, token))
 
-    def _claim_calls(self, count: int, lease_ms: int) -> list[Call]:
-        return [self.build("claim", lease_ms)] * count
+    def _rated(self) -> tuple[int, ...]:
+        """CLAIM's and BCLAIM's late ``rated``: sent wherever it is carried (a module without
+        ``claim.rate`` has no rate limit to hold a claim)."""
+        return (1,) if self.codec.carries("claim", "rated") else ()
 
-    def _job(self, claimed: Claimed | None) -> Job | None:
-        if claimed is None:
+    def _claim_calls(self, count: int, lease_ms: int) -> list[Call]:
+        return [self.build("claim", lease_ms, *self._rated())] * count
+
+    def bclaim_call(self, lease_ms: int, timeout_ms: int) -> Call:
+        return self.build("bclaim", lease_ms, timeout_ms, *self._rated())
+
+    def _job(self, claimed: Claimed | Throttled | None) -> Job | None:
+        if not isinstance(claimed, Claimed):
             return None
         trace, raw = (None, None) if claimed.raw_payload is None else envelope.unwrap(claimed.raw_payload)
         payload = None if raw is None else self.serializer.loads(raw)
         return Job(self.name, claimed.id, payload, raw, claimed.attempt, trace)
 
-    def claimed(self, reply: Sequence[Any]) -> Job | None:
-        """The job in a CLAIM or BCLAIM reply (a waiter reads BCLAIM's on a socket of its own)."""
-        return self._job(BY_NAME["claim"].decode(reply))
+    def claimed(self, reply: Sequence[Any] | int) -> Job | Throttled | None:
+        """The job in a CLAIM or BCLAIM reply (a waiter reads BCLAIM's on a socket of its own), or
+        the rate limit's wait."""
+        answer = BY_NAME["claim"].decode(reply)
+        return answer if isinstance(answer, Throttled) else self._job(answer)
 
     def _jobs(self, calls: Sequence[Call], replies: Sequence[Any]) -> list[Job]:
+        """The jobs claimed; :attr:`claim_wait_ms` says whether the rate limit held any claim."""
         raise_first(replies)
-        jobs = (self._job(call.verb.answer(call, reply)) for call, reply in zip(calls, replies))
+        answers = [call.verb.answer(call, reply) for call, reply in zip(calls, replies)]
+        waits = [answer.wait_ms for answer in answers if isinstance(answer, Throttled)]
+        self.claim_wait_ms = min(waits) if waits else None
+        jobs = (self._job(answer) for answer in answers)
         return [job for job in jobs if job is not None]
 
     def _pause_read(self) -> Plain:
@@ -264,7 +282,7 @@ class QueueCore:
         if self.wire == 4:
             raise errors.UnsupportedOnWire("bclaim needs wire 6 (trafikey): on wire 4 wait on the wake marker "
                                            f"{self.keys.wake} (BZPOPMIN), then claim")
-        call = self.build("bclaim", lease_ms, timeout_ms)
+        call = self.bclaim_call(lease_ms, timeout_ms)
         jobs = self._jobs([call], (yield [call]))
         return jobs[0] if jobs else None
 
@@ -362,6 +380,25 @@ class QueueCore:
 
     def op_pause(self) -> Op[None]:
         yield from self._plain("HSET", self.keys.meta, "paused", 1)
+
+    def op_set_rate_limit(self, rate: str | RateLimit | None) -> Op[None]:
+        """The queue's rate limit (every claim on either wire checks it, docs/spec.md §13), or
+        None to lift it."""
+        parsed = None if rate is None else parse_rate_limit(rate)
+        if not self.codec.carries("claim", "rated"):
+            raise errors.UnsupportedOnWire("a rate limit needs a node whose EMQ.VERSION lists claim.rate: "
+                                           "upgrade the trafikey module (an older one would ignore it)")
+        if parsed is None:
+            yield from self._plain("HDEL", self.keys.meta, "rate_limit", "rate_window")
+        else:
+            yield from self._plain("HSET", self.keys.meta, "rate_limit", parsed.limit, "rate_window", parsed.window_ms)
+
+    def op_rate_limit(self) -> Op[RateLimit | None]:
+        """The queue's rate limit as its meta holds it (None: none)."""
+        limit, window = yield from self._plain("HMGET", self.keys.meta, "rate_limit", "rate_window")
+        if limit is None or int(limit) <= 0:
+            return None
+        return RateLimit(int(limit), int(window))
 
     def op_resume(self) -> Op[None]:
         yield from self._plain("HDEL", self.keys.meta, "paused")  # a refusal (a wrong-typed meta) stops here

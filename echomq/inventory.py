@@ -36,7 +36,8 @@ def text_of(value: Any) -> str:
 
 def discover_queues(connection: Connection) -> list[str]:
     """Every queue with a key on the node (one SCAN of the keyspace; job rows and completed records
-    are skipped by name). A partitioned queue is listed once, by its own name (``emails``, not ``emails~3``)."""
+    are skipped by name). A partitioned queue is listed once, by its own name (``emails``, not
+    ``emails~3``)."""
     names = set()
     for key in connection.client.scan_iter(match="emq:{*}:*", count=1000):
         text = text_of(key)
@@ -106,8 +107,8 @@ class JobView:
     payload: bytes | None
     score: float | None  #: in the set its state names; None when it is not there
     now_ms: int  #: the server clock when read
-    trace: dict[str, str] | None = None  #: the trace context it was enqueued with (echomq.envelope)
     kept_ms: int | None = None  #: a completed record (state ``completed``): ms left of its retention
+    trace: dict[str, str] | None = None  #: the trace context it was enqueued with (echomq.envelope)
 
     @property
     def completed(self) -> bool:
@@ -169,7 +170,7 @@ def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: fl
     payload = fields.pop("payload", None)
     trace, payload = (None, None) if payload is None else envelope.unwrap(payload)
     text = {k: text_of(v) for k, v in fields.items()}
-    return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms, trace)
+    return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms, trace=trace)
 
 
 def _set_of(row: dict[bytes, bytes]) -> str | None:

@@ -131,6 +131,11 @@ class Keyspace:
         return self.key("job:" + job_id)
 
     @property
+    def rate(self) -> str:
+        """The rate log (docs/spec.md §13): a zset of the starts within the rate window."""
+        return self.key("rate")
+
+    @property
     def events(self) -> str:
         return self.key("events")
 

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from .connection import Connection
 from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
 from .events import DEFAULT_MAXLEN, Event
+from .rates import RateLimit
 from .results import Status
 from .keys import State, check_job_id
 from .serializers import JSON, Serializer
@@ -210,6 +211,15 @@ class Queue(QueueCore):
 
     def resume(self) -> None:
         self._run(self.op_resume())
+
+    # -- rate limit (docs/scheduling.md) ---------------------------------------------
+    def set_rate_limit(self, rate: str | RateLimit | None) -> None:
+        """At most ``rate`` job starts (``"50/s"``, ``"600/m"``, ``"1000/h"``) across every worker of
+        the queue, enforced by the server with each claim on both wires; None lifts it."""
+        self._run(self.op_set_rate_limit(rate))
+
+    def rate_limit(self) -> RateLimit | None:
+        return self._run(self.op_rate_limit())
 
     # -- following a job: status, result, events (the bus) ------------------------
     def status(self, job_id: str) -> Status:

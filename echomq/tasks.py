@@ -47,6 +47,7 @@ from .keys import check_partitions, check_queue_name
 from .results import DEFAULT_RESULT_TTL_S
 from .serializers import JSON, Serializer
 from .policy import MAX_DELAY_MS, Backoff
+from .rates import RateLimit, parse_rate_limit
 
 
 #: A task's default ``timeout``, seconds: long enough for ordinary work, short enough that a hung
@@ -163,10 +164,13 @@ class Task:
     backoff: Backoff = Backoff()
     serializer: Serializer = JSON
     timeout: float | None = DEFAULT_TIMEOUT_S  #: seconds a handler may run; then JobTimeout (None: no limit)
-    partitions: int = 1  #: sub-queues the queue spreads over (docs/cluster.md "Partitioned queues")
     #: seconds a completed job's record and result are kept (``Queue.result``, ``Queue.status``);
     #: 0 keeps none (then the worker completes with plain COMPLETE)
     result_ttl: float = DEFAULT_RESULT_TTL_S
+    #: at most this many job starts across every worker of the queue (``"50/s"``, ``"600/m"``,
+    #: ``"1000/h"``): a worker sets it on the queue at start; None leaves the queue's as it is
+    rate_limit: RateLimit | None = None
+    partitions: int = 1  #: sub-queues the queue spreads over (docs/cluster.md "Partitioned queues")
     arity: int = field(init=False, repr=False)  #: how many of (payload, ctx) the handler takes
     is_async: bool = field(init=False, repr=False)  #: an ``async def`` handler, run on the asyncio loop
 
@@ -177,10 +181,15 @@ class Task:
         if not callable(self.fn):
             raise ConfigurationError(f"the handler for queue {self.queue!r} is not callable: {self.fn!r}")
         object.__setattr__(self, "timeout", check_timeout(self.timeout, f"queue {self.queue!r}"))
-        check_partitions(self.queue, self.partitions)
         ttl = self.result_ttl
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 <= ttl < 2**40:
             raise ConfigurationError(f"bad result_ttl {ttl!r} for queue {self.queue!r}: seconds >= 0 (0 keeps none)")
+        if self.rate_limit is not None:
+            object.__setattr__(self, "rate_limit", parse_rate_limit(self.rate_limit))
+        check_partitions(self.queue, self.partitions)
+        if self.rate_limit is not None and self.partitions > 1:
+            raise ConfigurationError(f"queue {self.queue!r}: a rate limit is one queue's, and a partitioned queue's "
+                                     "partitions are queues of their own: rate_limit with partitions > 1 is not supported")
         # read the signature once, not per job
         object.__setattr__(self, "arity", _arity(self.fn))
         object.__setattr__(self, "is_async", asyncio.iscoroutinefunction(self.fn))
@@ -232,11 +241,12 @@ class App:
 
     def handler(self, queue: str, fn: Callable[..., Any], *, max_attempts: int = 3,
                 backoff: Backoff | None = None, serializer: Serializer = JSON,
-                timeout: float | None = DEFAULT_TIMEOUT_S, partitions: int = 1,
-                result_ttl: float = DEFAULT_RESULT_TTL_S) -> Task:
+                timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
+                partitions: int = 1, rate_limit: str | RateLimit | None = None) -> Task:
         """Register ``fn`` as the handler of ``queue`` (one handler per queue; ``partitions`` > 1:
         a partitioned queue, every partition served by this handler)."""
-        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout, partitions, result_ttl)
+        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout, result_ttl=result_ttl,
+                    partitions=partitions, rate_limit=rate_limit)
         if queue in self.tasks:
             raise ConfigurationError(f"queue {queue!r} already has a handler: {self.tasks[queue].name}")
         self.tasks[queue] = task
@@ -248,13 +258,14 @@ class App:
     @overload
     def task(self, fn: None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
-             timeout: float | None = DEFAULT_TIMEOUT_S, partitions: int = 1,
-             result_ttl: float = DEFAULT_RESULT_TTL_S) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
+             timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
+             partitions: int = 1,
+             rate_limit: str | RateLimit | None = None) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
-             timeout: float | None = DEFAULT_TIMEOUT_S, partitions: int = 1,
-             result_ttl: float = DEFAULT_RESULT_TTL_S) -> Any:
+             timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
+             partitions: int = 1, rate_limit: str | RateLimit | None = None) -> Any:
         """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
 
         The decorated function is returned unchanged -- type checkers keep its signature --
@@ -263,8 +274,8 @@ class App:
 
         def register(fn: Callable[P, R]) -> TaskFunction[P, R]:
             fn.task = self.handler(queue or fn.__name__, fn, max_attempts=max_attempts,  # type: ignore[attr-defined]
-                                   backoff=backoff, serializer=serializer, timeout=timeout, partitions=partitions,
-                                   result_ttl=result_ttl)
+                                   backoff=backoff, serializer=serializer, timeout=timeout,
+                                   result_ttl=result_ttl, partitions=partitions, rate_limit=rate_limit)
             return fn  # type: ignore[return-value]
 
         return register(fn) if fn is not None else register

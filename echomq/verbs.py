@@ -48,6 +48,7 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "max_stalled": (BUDGET_MIN, I64_MAX),
     "timeout_ms": (0, TIMEOUT_MAX),
     "retention_ms": (0, I64_MAX),
+    "rated": (1, 1),  #: CLAIM's and BCLAIM's late flag: read the rate limit's wait (docs/spec.md §13)
 }
 
 
@@ -123,6 +124,14 @@ class Claimed:
 
 
 @dataclass(frozen=True)
+class Throttled:
+    """A ``rated`` CLAIM or BCLAIM held by the queue's rate limit: no start may happen for
+    ``wait_ms`` (server clock); nothing was written (docs/spec.md §13)."""
+
+    wait_ms: int
+
+
+@dataclass(frozen=True)
 class Counts:
     pending: int
     active: int
@@ -155,9 +164,11 @@ def _one(reply: Any) -> bool:
     return reply == 1
 
 
-def _claimed(reply: Sequence[Any]) -> Claimed | None:
+def _claimed(reply: Sequence[Any] | int) -> Claimed | Throttled | None:
+    if isinstance(reply, int):
+        return Throttled(reply)  # a rated claim held by the rate limit
     if not reply:
-        return None  # empty pending, paused, or a ghost head popped
+        return None  # empty pending, paused, a ghost head popped, or held by the rate limit (unrated)
     job_id, raw, attempts = reply
     return Claimed(text(job_id), raw, int(attempts))
 
@@ -243,7 +254,7 @@ def _verb(name, keys, argv, move, decode=lambda reply: reply, tokens=None, scrip
 VERBS: tuple[Verb, ...] = (
     _verb("enqueue", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending", decode=_one),
     _verb("claim", ("pending", "active", BASE), ("lease_ms",), "pending → active", decode=_claimed,
-          tokens=("claim", "claim.pause")),
+          tokens=("claim", "claim.pause"), late=(("rated", "claim.rate"),)),
     _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", decode=int, fenced=True),
     _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active",
           decode=lambda reply: [int(a) for a in reply]),
@@ -285,7 +296,7 @@ BUS: tuple[Verb, ...] = (
 OPTIONAL: tuple[Verb, ...] = BUS + (
     _verb("bclaim", ("pending", "active", BASE), ("lease_ms", "timeout_ms"),
           "pending → active (blocks while empty or paused)", decode=_claimed, tokens=("claim.block",),
-          scripted=False),
+          scripted=False, late=(("rated", "claim.rate"),)),
     _verb("remove", ("pending", "schedule", "dead", BASE), ("id",), "pending | scheduled | dead → (deleted)",
           decode=lambda reply: None if reply == 0 else State(text(reply))),
     _verb("cancel", ("active", "dead", BASE), ("id",), "active → dead", decode=_one),
@@ -304,10 +315,11 @@ BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + OPTIONAL + READS
 #: What EMQ.VERSION must list for a wire-6 connection, in registration order.
 JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in verb.tokens)
 
-#: The tokens of the late arguments added to a verb after it landed, listed after every row's
+#: The tokens of the late arguments added to a verb after it landed, in the order they landed,
+#: each once (CLAIM's and BCLAIM's ``rated`` share ``claim.rate``), listed after every row's
 #: (trafikey's ARGUMENT_TOKENS); a late argument born with its verb carries the verb's own token.
-ARGUMENT_TOKENS: tuple[str, ...] = tuple(
-    token for verb in VERBS + OPTIONAL for _, token in verb.late if token not in verb.tokens)
+#: tests/test_verbs_table.py checks this list against the rows' late arguments.
+ARGUMENT_TOKENS: tuple[str, ...] = ("fail.traceback", "claim.rate")
 
 #: The optional tokens, in EMQ.VERSION's order: the optional verbs' (the bus's first, after the
 #: job core's), then the late arguments'.

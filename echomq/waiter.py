@@ -8,8 +8,9 @@ blocking command, and reports what came back through the worker's inbox:
   given -- :class:`Woken` when a marker popped (the control thread then claims with its
   normal batched path), :class:`TimedOut` when the timeout passed;
 * **wire 6**: ``EMQ.BCLAIM`` for one queue -- :class:`Claimed` with the leased job (the
-  control thread holds and renews it like any other), or :class:`Recheck` when it answered
-  empty (its timeout, or the schedule's head moved earlier: re-read it).
+  control thread holds and renews it like any other), :class:`Recheck` when it answered
+  empty (its timeout, or the schedule's head moved earlier: re-read it), or :class:`RateWait`
+  when the queue's rate limit held it (the control thread claims again when the window frees).
 
 :meth:`Waiter.interrupt` ends a block early with ``CLIENT UNBLOCK <id> TIMEOUT`` sent on the
 control connection (the blocked command answers as on a timeout: nothing claimed). A link
@@ -32,6 +33,7 @@ from .connection import TRANSPORT_ERRORS, Connection
 from .core import due_in_ms
 from .policy import BLOCK_MAX_MS
 from .queue import Job, Queue
+from .verbs import Throttled
 
 log = logging.getLogger("echomq.worker")
 
@@ -74,6 +76,14 @@ class Recheck:
 
 
 @dataclass(frozen=True)
+class RateWait:
+    """Wire 6: the queue's rate limit held the BCLAIM: no start may happen for ``wait_ms``."""
+
+    queue: str
+    wait_ms: int
+
+
+@dataclass(frozen=True)
 class HeadRead:
     """Wire 6: right before its BCLAIM, on the same socket, the schedule's head was read: it falls
     due in ``due_in_ms`` (server clock). A SCHEDULE that moved it earlier between the control
@@ -83,7 +93,7 @@ class HeadRead:
     due_in_ms: int
 
 
-Report = Woken | TimedOut | Claimed | Recheck | HeadRead
+Report = Woken | TimedOut | Claimed | Recheck | RateWait | HeadRead
 
 
 class Waiter(threading.Thread):
@@ -205,14 +215,16 @@ class Waiter(threading.Thread):
         queue = self.queues[name]
         # one packet: the server runs the head read and the BCLAIM back to back, so no SCHEDULE
         # falls between what this read saw and the block that a later one would wake
-        bclaim = self.connection.command_args(queue.call("bclaim", self.lease_ms, timeout_ms))
+        bclaim = self.connection.command_args(queue.bclaim_call(self.lease_ms, timeout_ms))
         link.send_packed_command(link.pack_commands(
             [("ZRANGE", queue.keys.schedule, 0, 0, "WITHSCORES"), ("TIME",), bclaim]))
         head, now = link.read_response(), link.read_response()
         if head:
             self._report(HeadRead(name, due_in_ms(head, now)))
-        job = queue.claimed(link.read_response())
-        return Recheck(name) if job is None else Claimed(name, job, self._clock_ms())
+        answer = queue.claimed(link.read_response())
+        if isinstance(answer, Throttled):
+            return RateWait(name, answer.wait_ms)
+        return Recheck(name) if answer is None else Claimed(name, answer, self._clock_ms())
 
     def _recover(self, queues: tuple[str, ...], exc: Exception) -> Report | None:
         """The link failed (a server restart, a failover, a node that no longer serves the slot): drop

@@ -384,6 +384,7 @@ class Worker:
                  os.getpid(), ", ".join(self.queues), self.connection.wire, self.config.concurrency,
                  self.config.lease.lease_ms)
         try:
+            self._set_rate_limits()
             self._start_waiters()
             while True:
                 next_ms = self.step()
@@ -523,6 +524,8 @@ class Worker:
             self._settled(name, batch, answers)
             if count:
                 self._polled(name, now, found=bool(jobs), paused=self.queues[name].claim_paused)
+                if self.queues[name].claim_wait_ms is not None:
+                    self._rate_wait(name, self._clock_ms(), self.queues[name].claim_wait_ms)
             for job in jobs:
                 self._start(self.tasks[name], self.queues[name], job, sent)
             claimed += len(jobs)
@@ -589,6 +592,21 @@ class Worker:
         else:
             self._empty_polls[name] += 1
             self._next_poll[name] = now + policy.idle_interval_ms(self.config.idle, self._empty_polls[name])
+
+    def _rate_wait(self, name: str, now: float, wait_ms: int) -> None:
+        """The queue's rate limit held a claim: claim it again (a batch) when its window frees, not
+        before, and not through a waiter (no write signals a window freeing)."""
+        self._idle.discard(name)
+        self._empty_polls[name] = 1  # then one claim, not a batch: a window frees a start at a time
+        self._next_poll[name] = now + wait_ms
+
+    def _set_rate_limits(self) -> None:
+        """Each task's ``rate_limit`` onto its queue's meta, at start (a task without one leaves the
+        queue's as it is: ``emq rate-limit`` sets it for every worker)."""
+        for name, task in self.tasks.items():
+            if task.rate_limit is not None:
+                self.queues[name].set_rate_limit(task.rate_limit)
+                log.info("worker %d: queue %s: at most %s job starts", os.getpid(), name, task.rate_limit)
 
     def _settle_call(self, held: Held, decision: policy.Settle) -> Call:
         queue, job = held.queue, held.job
@@ -670,6 +688,8 @@ class Worker:
                         self.timers.recheck(name, now)  # an idle queue's promote backstop
             elif isinstance(report, waiter.Recheck):
                 self.timers.recheck(report.queue, now)
+            elif isinstance(report, waiter.RateWait):
+                self._rate_wait(report.queue, now, report.wait_ms)
             elif isinstance(report, waiter.HeadRead):
                 self.timers.expect_due(report.queue, now + max(0, report.due_in_ms) + PROMOTE_SLACK_MS)
             elif self.stopping:

@@ -489,3 +489,17 @@ def test_remove_cancel_purge_and_drain_answer_json(emq, conn, name):
     assert cancelled == {"queue": name, "cancelled": [held.id], "no_such_job": []}
     assert json.loads(emq("purge", "-q", name, "--json").stdout) == {"queue": name, "purged": 1}
     assert json.loads(emq("drain", "-q", name, "--json").stdout) == {"queue": name, "drained": 2}
+
+
+def test_rate_limit_shows_sets_and_lifts(emq, conn, name):
+    queue = Queue(conn, name)
+    assert emq("rate-limit", "-q", name, "50/s").exit_code == 1  # an unknown queue, without --create
+    set_ = emq("rate-limit", "-q", name, "50/s", "--create")
+    assert set_.exit_code == 0 and "at most 50/s job starts" in set_.stdout
+    assert str(queue.rate_limit()) == "50/s"
+    shown = json.loads(emq("rate-limit", "-q", name, "--json").stdout)
+    assert shown == {"queue": name, "rate_limit": "50/s", "limit": 50, "window_ms": 1000}
+    with unchanged(conn.client):
+        bad = emq("rate-limit", "-q", name, "50/d")
+        assert bad.exit_code == 1 and "bad rate limit" in bad.output
+    assert "no rate limit" in emq("rate-limit", "-q", name, "--off").stdout and queue.rate_limit() is None

@@ -71,8 +71,10 @@ def test_tokens_are_the_spec_list_in_registration_order():
 def test_optional_verbs_are_spec_section_9_and_not_required():
     assert [(v.command, _named(v.keys), list(v.argv), v.tokens) for v in OPTIONAL] == SPEC_OPTIONAL
     assert OPTIONAL_TOKENS == ("append", "failures.incr", "publish", "claim.block", "remove", "cancel", "purge", "drain",
-                               "fail.traceback")
-    assert ARGUMENT_TOKENS == ("fail.traceback",)
+                               "fail.traceback", "claim.rate")
+    assert ARGUMENT_TOKENS == ("fail.traceback", "claim.rate")
+    late = {token for verb in REGISTERED for _, token in verb.late if token not in verb.tokens}
+    assert set(ARGUMENT_TOKENS) == late and len(set(ARGUMENT_TOKENS)) == len(ARGUMENT_TOKENS)
     assert not set(OPTIONAL_TOKENS) & set(JOB_CORE_TOKENS), "a wire-6 connection requires only the fourteen"
     for verb in OPTIONAL:
         assert verb.scripted == (verb.name not in UNSCRIPTED) and not verb.read_only and verb.keys[-1] == BASE
@@ -84,11 +86,13 @@ def test_verb_rows_are_spec_section_3():
     assert [(v.command, _named(v.keys), list(v.argv)) for v in VERBS] == SPEC_VERBS
 
 
-def test_late_arguments_are_the_traceback_only():
+def test_late_arguments_are_the_traceback_and_rated():
     """docs/spec.md §11.6: FAIL's optional sixth ARGV, behind its own token; FAILURES.INCR takes the
-    same one (§12), born with the verb, so behind the verb's own token."""
+    same one (§12), born with the verb, so behind the verb's own token. §13: CLAIM's and BCLAIM's
+    `rated`, behind one token, `claim.rate`."""
     assert {v.name: v.late for v in REGISTERED if v.late} == {
-        "fail": (("traceback", "fail.traceback"),), "failures_incr": (("traceback", "failures.incr"),)}
+        "fail": (("traceback", "fail.traceback"),), "failures_incr": (("traceback", "failures.incr"),),
+        "claim": (("rated", "claim.rate"),), "bclaim": (("rated", "claim.rate"),)}
 
 
 def test_verb_names_match_their_commands():
@@ -299,8 +303,8 @@ def test_the_argument_limits_are_trafikeys_grammar():
 
 
 def test_every_numeric_argument_has_its_bounds():
-    numeric = {name for verb in VERBS + OPTIONAL + READS for name in verb.argv} - {
-        "id", "token", "payload", "error", "progress", "result"}
+    numeric = {name for verb in VERBS + OPTIONAL + READS for name in verb.argv + tuple(n for n, _ in verb.late)} - {
+        "id", "token", "payload", "error", "progress", "result", "traceback"}
     assert numeric == set(verbs.BOUNDS)
 
 
@@ -309,10 +313,11 @@ def test_the_builders_refuse_one_past_each_bound(name, low, high):
     from echomq import ConfigurationError
     from echomq.keys import Keyspace
 
-    verb = next(v for v in VERBS + OPTIONAL if name in v.argv)
+    verb = next(v for v in VERBS + OPTIONAL if name in v.argv + tuple(n for n, _ in v.late))
     good = {"id": "a", "token": "1", "payload": b"p", "error": "e", "progress": b"1", "result": b"r", **{n: lo for n, (lo, _) in verbs.BOUNDS.items()}}
-    argv = [good[n] for n in verb.argv]
-    at = verb.argv.index(name)
+    names = verb.argv + tuple(n for n, _ in verb.late)[: 1 if name not in verb.argv else 0]  # a late one: with it
+    argv = [good[n] for n in names]
+    at = names.index(name)
     for value, ok in ((low, True), (high, True), (low - 1, False), (high + 1, False), (True, False)):
         argv[at] = value
         if ok:

@@ -8,8 +8,8 @@ nothing), and the suite fails on it.
 from __future__ import annotations
 
 from .steps import (Case, append, bclaim, cancel, claim, complete, counts, delay, drain, enqueue, events_on, extend,
-                    extends, fail, failures_incr, key, pause, promote, publish, purge, raw, remove, reprocess,
-                    requeue, reschedule, restart, resume, schedule, stalled_check, state, tick, wait, Do)
+                    extends, fail, failures_incr, key, pause, promote, publish, purge, rate_limit, raw, remove,
+                    reprocess, requeue, reschedule, restart, resume, schedule, stalled_check, state, tick, wait, Do)
 
 Q, R = "q", "r"
 LONG = 60_000
@@ -56,6 +56,23 @@ ORDINARY = [
          enqueue(Q, "a", "pa"), enqueue(Q, "b", "pb", 1), bclaim(Q, 30_000), bclaim(Q, 1000, 5000), bclaim(Q, 1000)),
     case("bclaim.paused", "claim",
          enqueue(Q, "a"), pause(Q), bclaim(Q), resume(Q), bclaim(Q, 1000, 5000), bclaim(Q)),
+    # the rate limit (docs/spec.md §13): the sliding log, a held claim (its wait, or the empty
+    # array for a caller that reads none), an empty pending, a retry's start, the window sliding
+    case("claim.rate", "claim",
+         rate_limit(Q, 2, LONG), enqueue(Q, "a"), enqueue(Q, "b"), enqueue(Q, "c"), claim(Q, rated=True),
+         bclaim(Q, 30_000, 1, rated=True), claim(Q, rated=True), claim(Q), bclaim(Q, 1000, 5000, rated=True),
+         rate_limit(Q, 3, LONG), fail(Q, "a", 1, "again", 3), claim(Q, rated=True), claim(Q, rated=True),
+         rate_limit(Q, 0, LONG), claim(Q, rated=True)),
+    # the window slides: a's start leaves it (trimmed by c's claim) before the log expires (the nodes tick
+    # in turn, so each sees about twice the tick)
+    case("claim.rate-window", "claim",
+         rate_limit(Q, 2, 1000), enqueue(Q, "a"), enqueue(Q, "b"), enqueue(Q, "c"), claim(Q, rated=True),
+         tick(300), claim(Q, rated=True), claim(Q, rated=True), tick(250), claim(Q, rated=True)),
+    case("claim.rate-malformed", "claim",
+         enqueue(Q, "a"), raw("HSET", key(Q, "meta"), "rate_limit", "many", label="rate_limit not an integer"),
+         claim(Q, rated=True), rate_limit(Q, 5, 0), claim(Q), rate_limit(Q, 10001, 1000), bclaim(Q, rated=True),
+         raw("HDEL", key(Q, "meta"), "rate_window", label="no window"), claim(Q), rate_limit(Q, 5, 1000),
+         raw("SET", key(Q, "rate"), "x", label="the log is a string"), claim(Q, rated=True)),
     case("claim.lane-and-flow", "claim",
          enqueue(Q, "a"), lane("a"), enqueue(Q, "b"), lane("b", name="parent", value="p1"), claim(Q), claim(Q),
          note="CLAIM and EXTEND do not refuse lane rows or flow children"),

@@ -4,7 +4,8 @@ A dump is ``{key: Entry}``. Hash fields and string values stay bytes; zset
 members map to their scores (an ``int`` when the score is integral, which every
 score the job core writes is); a stream is its entries in order, each ``(id,
 fields)``. A key with an expiry (a completed record) carries it as the pseudo-field
-``<expires>`` (PEXPIRETIME, ms) of its hash. The instrument dumps the whole node, not one
+``<expires>`` (PEXPIRETIME, ms) of its hash; a zset with one (the rate log), as the
+pseudo-member ``<expires>`` scored with it. The instrument dumps the whole node, not one
 queue, so a write to a key nobody expected is seen too.
 """
 
@@ -72,6 +73,8 @@ def dump(client: valkey.Valkey) -> Dump:
                 value[EXPIRES] = str(expires).encode()
         elif kind == "zset":
             value = {member: score(s) for member, s in content}
+            if isinstance(expires, int) and expires >= 0:
+                value[EXPIRES] = expires
         elif kind == "list":
             value = tuple(content)
         elif kind == "set":

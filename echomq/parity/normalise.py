@@ -23,6 +23,10 @@ Three, each checked rather than masked:
   never otherwise. :func:`wake_violations` checks that on each script node; then the
   runner consumes the marker (DEL, as a waiter's BZPOPMIN would), so it never enters a
   comparison and each step must write its own. A native node never has it.
+* **The rate limit** (docs/spec.md §13). The rate log's scores are start times and its
+  expiry (the pseudo-member ``<expires>``) a time plus the window: offsets against the call
+  that wrote them, like the lease scores. A rated claim's wait reply is compared as
+  ``<wait>`` (a positive integer; its value is the log's, which the dumps compare).
 * **The bus** (docs/spec.md §12). A stream entry's id is the server time it was
   written: entries are compared in order, fields exact, ids dropped. A completed
   record's ``finished`` and its expiry (``<expires>``) are offsets against the call
@@ -41,7 +45,7 @@ from typing import Any, Iterable
 from ..keys import VERSION_KEY
 from .dump import EXPIRES, Dump, Entry
 
-TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule|dead)$")
+TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule|dead|rate)$")
 ROW = re.compile(rb"^emq:\{([^{}]+)\}:job:(.*)$", re.S)
 DONE = re.compile(rb"^emq:\{([^{}]+)\}:done:(.*)$", re.S)
 DONE_TIME_FIELDS = (b"finished", EXPIRES)  #: a completed record's times, written by the call that completed
@@ -208,6 +212,8 @@ def normalise_reply(verb: str | None, reply: Any, window: Window) -> Any:
     """Bytes as text, arrays as tuples, error replies by code, and a time reply as an offset."""
     if isinstance(reply, Err):
         return reply
+    if verb in ("claim", "bclaim") and isinstance(reply, int) and not isinstance(reply, bool) and reply > 0:
+        return "<wait>"
     if verb in TIME_VERBS:
         if isinstance(reply, int) and not isinstance(reply, bool) and reply != 0:
             return Offset.of(reply, window)

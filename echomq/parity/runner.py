@@ -111,7 +111,7 @@ class Node:
         call = Call(BY_NAME[step.verb], step.call_keys(), step.argv)
         if self.wire == 4 and step.verb == "bclaim":
             # scripts cannot block: the scripted stand-in of BCLAIM is the claim (a worker waits on the wake marker)
-            call = Call(BY_NAME["claim"], step.call_keys(), step.argv[:1])
+            call = Call(BY_NAME["claim"], step.call_keys(), step.argv[:1] + step.argv[2:])  # lease_ms[, rated]
         command = self.conn.command_args(call)
         if self.wire == 4 and call.verb.name == "claim":
             # the scripted claim is two round trips: the client reads `meta paused` first (SPEC §4)

@@ -85,11 +85,11 @@ class ParityMachine(RuleBasedStateMachine):
         self.do(S.schedule(q, job, delay, "s-" + job, priority))
 
     # -- claim and lease
-    @rule(q=QUEUES, short=st.booleans(), blocking=st.booleans())
-    def claim(self, q, short, blocking=False):
+    @rule(q=QUEUES, short=st.booleans(), blocking=st.booleans(), rated=st.booleans())
+    def claim(self, q, short, blocking=False, rated=False):
         # BCLAIM (native) against the scripted claim: CLAIM's outcome; where it would block, 1 ms then empty
         lease = 1 if short else LONG
-        self.do(S.bclaim(q, lease, 1) if blocking and self.pair.native_is_native else S.claim(q, lease))
+        self.do(S.bclaim(q, lease, 1, rated) if blocking and self.pair.native_is_native else S.claim(q, lease, rated))
         reply = self.pair.last.native_reply
         if isinstance(reply, tuple) and len(reply) == 3:
             self.leases.append((q, reply[0], str(reply[2])))
@@ -148,6 +148,11 @@ class ParityMachine(RuleBasedStateMachine):
     @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD)
     def append(self, q, job, token, held):
         self.do(S.append(*self.target(q, job, token, held)))
+
+    @rule(q=QUEUES, limit=st.sampled_from([0, 0, 2, 5]))
+    def rate_limit(self, q, limit):
+        # the queue's rate limit (docs/spec.md §13); a long window, so no log expires mid-sequence
+        self.do(S.rate_limit(q, limit, LONG))
 
     @rule(q=QUEUES, bound=st.sampled_from([0, 5, 100]))
     def events(self, q, bound):

@@ -106,13 +106,14 @@ def schedule(q: str, job: str, delay_ms: int | str, payload: str = "p", priority
     return Do("schedule", q, (job, payload, str(delay_ms), str(priority)))
 
 
-def claim(q: str, lease_ms: int | str = 60_000) -> Do:
-    return Do("claim", q, (str(lease_ms),))
+def claim(q: str, lease_ms: int | str = 60_000, rated: bool = False) -> Do:
+    """CLAIM; ``rated``: with its late ``rated`` (docs/spec.md §13), so a held claim answers its wait."""
+    return Do("claim", q, (str(lease_ms), *(("1",) if rated else ())))
 
 
-def bclaim(q: str, lease_ms: int | str = 60_000, timeout_ms: int | str = 1) -> Do:
+def bclaim(q: str, lease_ms: int | str = 60_000, timeout_ms: int | str = 1, rated: bool = False) -> Do:
     """EMQ.BCLAIM on the native node; the script node, which cannot block, runs its claim (SPEC §9.3)."""
-    return Do("bclaim", q, (str(lease_ms), str(timeout_ms)))
+    return Do("bclaim", q, (str(lease_ms), str(timeout_ms), *(("1",) if rated else ())))
 
 
 def extend(q: str, job: str, token: int | str, lease_ms: int | str = 60_000) -> Do:
@@ -175,6 +176,12 @@ def publish(q: str, job: str, token: int | str, result: str = "r", retention_ms:
 def events_on(q: str, maxlen: int | str = 100) -> Raw:
     """Turn the queue's event stream on (docs/spec.md §12): a plain HSET of meta."""
     return Raw(("HSET", Keyspace(q).meta, "events", str(maxlen)), f"events on({q}, {maxlen})")
+
+
+def rate_limit(q: str, limit: int | str, window_ms: int | str) -> Raw:
+    """The queue's rate limit (docs/spec.md §13): a plain HSET of meta, as ``Queue.set_rate_limit``."""
+    return Raw(("HSET", Keyspace(q).meta, "rate_limit", str(limit), "rate_window", str(window_ms)),
+               f"rate limit({q}, {limit} per {window_ms} ms)")
 
 
 def remove(q: str, job: str) -> Do:

@@ -22,12 +22,13 @@ TOKENS = (
 
 #: The optional tokens registered after the job core (SPEC §9.4), in the order they landed: the
 #: bus, the blocking claim, then the operator verbs, then FAIL's late traceback argument.
-OPTIONAL_TOKENS = "append failures.incr publish claim.block remove cancel purge drain fail.traceback"
+OPTIONAL_TOKENS = "append failures.incr publish claim.block remove cancel purge drain fail.traceback claim.rate"
 
 #: A verb's optional trailing ARGV (late arguments, SPEC §9.4; FAILURES.INCR's as FAIL's): lines()
 #: leaves them out.
 LATE = {"EMQ.FAIL": ("Traceback (most recent call last):",),
-        "EMQ.FAILURES.INCR": ("Traceback (most recent call last):",)}
+        "EMQ.FAILURES.INCR": ("Traceback (most recent call last):",),
+        "EMQ.CLAIM": ("1",), "EMQ.BCLAIM": ("1",)}
 
 #: Every registered verb with its numkeys and ARGV count (SPEC §3).
 VERBS = {

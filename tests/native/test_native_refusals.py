@@ -110,6 +110,8 @@ ARG_CASES = [
     ("EMQ.FAIL", 3, ["0", "-1", "x"], "max_attempts"),
     ("EMQ.FAIL", 4, ["-5", "x"], "backoff_ms"),
     ("EMQ.FAIL", 5, ["t" * 8193], "traceback"),
+    ("EMQ.CLAIM", 1, ["0", "2", "x", ""], "rated"),
+    ("EMQ.BCLAIM", 2, ["0", "2", "x", ""], "rated"),
     ("EMQ.REPROCESS", 0, [""], "id"),
     ("EMQ.REQUEUE", 0, [""], "id"),
     ("EMQ.STALLED.CHECK", 0, ["0", "x"], "max_stalled"),
@@ -250,6 +252,32 @@ def test_wrongtype_sweep_refuses_whole_command(c):
 
 
 # -- EMQ: counters predicted with HINCRBY's rules ----------------------------------------
+
+@pytest.mark.parametrize("verb", ["EMQ.CLAIM", "EMQ.BCLAIM"])
+@pytest.mark.parametrize("meta,text", [
+    ({"rate_limit": "x"}, NOT_INTEGER),
+    ({"rate_limit": "5", "rate_window": "1e3"}, NOT_INTEGER),
+    ({"rate_limit": "5"}, "EMQ rate limit must be 1 to 10000 starts per rate_window of 1 to 86400000 ms"),
+    ({"rate_limit": "10001", "rate_window": "1000"}, "EMQ rate limit must be"),
+    ({"rate_limit": "1", "rate_window": "86400001"}, "EMQ rate limit must be"),
+])
+def test_counter_a_malformed_rate_limit(c, verb, meta, text):
+    """docs/spec.md §13: the rate limit in meta is read like a counter, by every claim."""
+    q = NativeQueue(c)
+    q.enqueue("j", b"p")
+    c.hset(q.meta, mapping=meta)
+    for line in (q.lines()[verb], (*q.lines()[verb], "1")):
+        assert refused(c, "EMQ", *line).startswith(text)
+    assert q.zset(q.pending) == [(b"j", 0.0)]  # not popped
+
+
+def test_wrongtype_rate_log(c):
+    q = NativeQueue(c)
+    q.enqueue("j", b"p")
+    c.hset(q.meta, mapping={"rate_limit": 5, "rate_window": 1000})
+    c.set(q.base + b"rate", "x")
+    refused(c, "WRONGTYPE", *q.lines()["EMQ.CLAIM"], "1")
+    refused(c, "WRONGTYPE", *q.lines()["EMQ.BCLAIM"])
 
 @pytest.mark.parametrize("value,text", [("x", NOT_INTEGER), ("007", NOT_INTEGER), (I64_MAX, OVERFLOW)])
 def test_counter_claim_attempts(c, value, text):

@@ -139,6 +139,51 @@ pub fn events_bound(stored: Option<&[u8]>) -> Result<Option<i64>, &'static str> 
     }
 }
 
+/// The most starts a queue's rate limit may allow per window: the sliding log holds at most
+/// this many entries (docs/spec.md §13).
+pub const RATE_MAX: i64 = 10_000;
+/// The longest rate window, ms (a day).
+pub const RATE_WINDOW_MAX: i64 = 86_400_000;
+/// `EMQ` text: `meta rate_limit` is on but it, or `meta rate_window`, is out of range.
+pub const BAD_RATE: &str =
+    "rate limit must be 1 to 10000 starts per rate_window of 1 to 86400000 ms";
+
+/// A queue's rate limit: at most `limit` starts in any `window` ms (docs/spec.md §13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub limit: i64,
+    pub window: i64,
+}
+
+/// The queue's rate limit from `meta rate_limit` and `meta rate_window`: `rate_limit` absent
+/// or ≤ 0 is off (the window is not read); anything but integers is refused like a counter,
+/// and a limit over [`RATE_MAX`] or a window outside 1..=[`RATE_WINDOW_MAX`] (absent
+/// included) as [`BAD_RATE`].
+pub fn rate_of(limit: Option<&[u8]>, window: Option<&[u8]>) -> Result<Option<Rate>, &'static str> {
+    let Some(raw) = limit else {
+        return Ok(None);
+    };
+    let limit = string2ll(raw).ok_or(NOT_INTEGER)?;
+    if limit <= 0 {
+        return Ok(None);
+    }
+    let window = string2ll(window.ok_or(BAD_RATE)?).ok_or(NOT_INTEGER)?;
+    if limit > RATE_MAX || !(1..=RATE_WINDOW_MAX).contains(&window) {
+        return Err(BAD_RATE);
+    }
+    Ok(Some(Rate { limit, window }))
+}
+
+/// The sliding log's verdict at `now`: `in_window` are the scores (start times) of the log's
+/// entries later than `now - window`, lowest first. `None`: a start may happen now; else
+/// the ms until one may (the entry whose leaving brings the count under the limit leaves the
+/// window then), at least 1.
+pub fn rate_wait(rate: Rate, in_window: &[i64], now: i64) -> Option<i64> {
+    let over = (in_window.len() as i64).checked_sub(rate.limit)?;
+    let frees = in_window.get(usize::try_from(over).ok()?)?;
+    Some((frees + rate.window - now).max(1))
+}
+
 /// One swept member's verdict (SPEC §5, STALLED.CHECK).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Swept {
@@ -420,6 +465,42 @@ pub fn bclaim_next(idle: bool, phase: Phase) -> Next {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rate_of_reads_meta() {
+        assert_eq!(rate_of(None, Some(b"x")), Ok(None));
+        assert_eq!(rate_of(Some(b"0"), None), Ok(None));
+        assert_eq!(rate_of(Some(b"-3"), Some(b"x")), Ok(None));
+        assert_eq!(
+            rate_of(Some(b"50"), Some(b"1000")),
+            Ok(Some(Rate {
+                limit: 50,
+                window: 1000
+            }))
+        );
+        assert_eq!(rate_of(Some(b"x"), Some(b"1000")), Err(NOT_INTEGER));
+        assert_eq!(rate_of(Some(b"5"), Some(b"1s")), Err(NOT_INTEGER));
+        assert_eq!(rate_of(Some(b"5"), None), Err(BAD_RATE));
+        assert_eq!(rate_of(Some(b"5"), Some(b"0")), Err(BAD_RATE));
+        assert_eq!(rate_of(Some(b"10001"), Some(b"1000")), Err(BAD_RATE));
+        assert_eq!(rate_of(Some(b"5"), Some(b"86400001")), Err(BAD_RATE));
+    }
+
+    #[test]
+    fn rate_wait_is_the_sliding_log() {
+        let rate = Rate {
+            limit: 3,
+            window: 1000,
+        };
+        assert_eq!(rate_wait(rate, &[], 5000), None);
+        assert_eq!(rate_wait(rate, &[4100, 4500], 5000), None);
+        // full: the oldest leaves the window at 4100 + 1000
+        assert_eq!(rate_wait(rate, &[4100, 4500, 4900], 5000), Some(100));
+        // over (the limit was lowered): the count falls under it when the second one leaves
+        assert_eq!(rate_wait(rate, &[4100, 4500, 4900, 4950], 5000), Some(500));
+        // never 0: a caller that waits the answer finds room
+        assert_eq!(rate_wait(rate, &[4000, 4500, 4900], 4999), Some(1));
+    }
 
     #[test]
     fn string2ll_is_valkeys() {

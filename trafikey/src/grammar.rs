@@ -125,6 +125,11 @@ impl Keyspace<'_> {
         self.key(b"metrics:failed")
     }
 
+    /// The rate log (docs/spec.md §13): a zset of the starts within the queue's rate window.
+    pub fn rate(&self) -> Vec<u8> {
+        self.key(b"rate")
+    }
+
     /// The event stream (the bus).
     pub fn events(&self) -> Vec<u8> {
         self.key(b"events")
@@ -231,6 +236,14 @@ pub fn priority(raw: &[u8]) -> Result<i64, Refusal> {
 /// BCLAIM's `timeout_ms`: 0 = no timeout.
 pub fn timeout_ms(raw: &[u8]) -> Result<i64, Refusal> {
     number("timeout_ms", raw, 0, TIMEOUT_MAX)
+}
+
+/// CLAIM's and BCLAIM's optional `rated` (token `claim.rate`, docs/spec.md §13): `1`, the
+/// caller reads a wait in the reply when the queue's rate limit holds the claim.
+pub fn rated(raw: Option<&[u8]>) -> Result<bool, Refusal> {
+    raw.map(|r| number("rated", r, 1, 1))
+        .transpose()
+        .map(|r| r.is_some())
 }
 
 /// The queue whose meta hash `key` is (`emq:{q}:meta`), if it is one: its base.

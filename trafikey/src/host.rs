@@ -116,6 +116,20 @@ impl<'c> Host<'c> {
         })?
     }
 
+    /// Every member of a zset (or of nothing) with its score, lowest first; WRONGTYPE when the
+    /// key holds anything else. For the rate log, which holds at most `RATE_MAX` entries.
+    pub fn scores(&self, key: &[u8]) -> Result<Vec<(Str, i64)>, Refusal> {
+        self.read(key, |k| match k.kind() {
+            Kind::Empty => Ok(Vec::new()),
+            Kind::Zset => Ok(k
+                .zrange_to(f64::INFINITY, usize::MAX)
+                .into_iter()
+                .map(|(m, score)| (m, score as i64))
+                .collect()),
+            _ => Err(Refusal::WrongType),
+        })?
+    }
+
     /// Signal `key` ready for the clients blocked on it (BCLAIM), after this command's writes.
     /// Best effort by design: the writes are made, and a server without the call has no
     /// blocked client to wake.

@@ -50,7 +50,7 @@ fn enqueue(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::enqueue::run(ctx, args)
 }
 
-/// `EMQ.CLAIM 3 emq:{q}:pending emq:{q}:active emq:{q}: <lease_ms>`
+/// `EMQ.CLAIM 3 emq:{q}:pending emq:{q}:active emq:{q}: <lease_ms> [<rated>]`
 fn claim(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::claim::run(ctx, args)
 }
@@ -125,7 +125,7 @@ fn publish(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::publish::run(ctx, args)
 }
 
-/// `EMQ.BCLAIM 3 emq:{q}:pending emq:{q}:active emq:{q}: <lease_ms> <timeout_ms>`
+/// `EMQ.BCLAIM 3 emq:{q}:pending emq:{q}:active emq:{q}: <lease_ms> <timeout_ms> [<rated>]`
 fn bclaim(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::bclaim::run(ctx, args)
 }
@@ -212,6 +212,7 @@ pub static TABLE: &[Row] = &[
 /// order they landed. A client sends such an argument only to a module that lists its token.
 pub static ARGUMENT_TOKENS: &[&str] = &[
     "fail.traceback", // EMQ.FAIL's sixth ARGV, the failure's traceback (docs/spec.md §11.6)
+    "claim.rate", // the queue's rate limit (meta), and CLAIM's and BCLAIM's last ARGV `rated` (§13)
 ];
 
 /// EMQ.VERSION's answer: the tokens of the registered rows, in row order, then the argument
@@ -246,7 +247,7 @@ mod tests {
             caps(),
             "enqueue claim claim.pause extend extends complete.flat schedule promote \
              reschedule delay fail.flat reprocess requeue stalled.check \
-             append failures.incr publish claim.block remove cancel purge drain fail.traceback"
+             append failures.incr publish claim.block remove cancel purge drain fail.traceback claim.rate"
         );
     }
 

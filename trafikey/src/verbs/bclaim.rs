@@ -1,6 +1,8 @@
 //! EMQ.BCLAIM: CLAIM, but where CLAIM would answer empty having written nothing (pending
 //! empty, or the queue paused) the caller blocks on the queue until a write can serve it or
-//! `timeout_ms` passes (SPEC §9.3; docs/spec.md "BCLAIM").
+//! `timeout_ms` passes (SPEC §9.3; docs/spec.md "BCLAIM"). A queue whose rate limit holds the
+//! claim answers a `rated` caller the wait at once (it sleeps that long, then claims); a caller
+//! that reads no wait blocks as on an empty queue (docs/spec.md §13).
 //!
 //! It blocks on two keys, pending and schedule. Pending is signalled by every write that makes
 //! the queue claimable: core writes that create the zset, the native verbs that add to it, and
@@ -18,41 +20,58 @@ use crate::errors::Refusal;
 use crate::ffi::{self, native, waker, Wake};
 use crate::grammar::{self, Argc, Call, Keyspace};
 use crate::host::Host;
-use crate::verbs::claim::{self, Claimed};
+use crate::verbs::claim;
 
 pub const VERB: &str = "EMQ.BCLAIM";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
 pub const NUMKEYS: usize = 3;
 
-/// Steps 1–3, at the call and at every wake: shape, layout, then `lease_ms` and `timeout_ms`.
-fn parse<'a>(args: &'a [&'a [u8]]) -> Result<(Call<'a>, Keyspace<'a>, i64, i64), Refusal> {
-    // 1. shape: numkeys 3, two ARGV
-    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(2))?;
+/// BCLAIM's arguments: `lease_ms`, `timeout_ms`, and whether the caller reads a wait.
+struct Args {
+    lease: i64,
+    timeout: i64,
+    rated: bool,
+}
+
+/// Steps 1–3, at the call and at every wake: shape, layout, then `lease_ms`, `timeout_ms` and
+/// the optional `rated` (token `claim.rate`, docs/spec.md §13).
+fn parse<'a>(args: &'a [&'a [u8]]) -> Result<(Call<'a>, Keyspace<'a>, Args), Refusal> {
+    // 1. shape: numkeys 3, two ARGV and the optional `rated`
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Late(2, 1))?;
     // 2. layout: pending, active, base
     let q = grammar::layout(&call, &["pending", "active"])?;
-    // 3. arguments: lease_ms, timeout_ms (0 = no timeout)
+    // 3. arguments: lease_ms, timeout_ms (0 = no timeout)[, rated]
     let lease = grammar::lease_ms(call.argv[0])?;
     let timeout = grammar::timeout_ms(call.argv[1])?;
-    Ok((call, q, lease, timeout))
+    let rated = grammar::rated(call.argv.get(2).copied())?;
+    Ok((
+        call,
+        q,
+        Args {
+            lease,
+            timeout,
+            rated,
+        },
+    ))
 }
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
-    let (call, q, lease, timeout) = parse(args)?;
+    let (call, q, a) = parse(args)?;
     let h = Host::new(ctx, VERB);
     // 4.–7. CLAIM's own steps
-    let claimed = claim::claim(&h, &q, &call, lease)?;
+    let claimed = claim::claim(&h, &q, &call, a.lease)?;
     let phase = Phase::Called {
         may_block: ffi::may_block(ctx),
     };
-    if bclaim_next(matches!(claimed, Claimed::Idle), phase) != Next::Block {
-        return Ok(claimed.reply());
+    if bclaim_next(claimed.waits(a.rated), phase) != Next::Block {
+        return Ok(claimed.reply(a.rated));
     }
     // schedule is a derived key: waiting on it reads it
     let schedule = q.key(b"schedule");
     h.fence().read(&schedule)?;
     h.block(
         &[call.keys[0], &schedule],
-        timeout,
+        a.timeout,
         waker!(woken),
         native!(timed_out),
     )?;
@@ -62,15 +81,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
 /// A key the caller waits on was signalled: CLAIM's checks again, from the start.
 fn woken(ctx: &Context, args: &[&[u8]], ready: &[u8]) -> Wake {
     let served = || -> Result<Option<ValkeyValue>, Refusal> {
-        let (call, q, lease, _) = parse(args)?;
+        let (call, q, a) = parse(args)?;
         let h = Host::new(ctx, VERB);
-        let claimed = claim::claim(&h, &q, &call, lease)?;
+        let claimed = claim::claim(&h, &q, &call, a.lease)?;
         let phase = Phase::Woken {
             by_schedule: ready == q.key(b"schedule").as_slice(),
         };
-        Ok(match bclaim_next(matches!(claimed, Claimed::Idle), phase) {
+        Ok(match bclaim_next(claimed.waits(a.rated), phase) {
             Next::Wait => None,
-            Next::Reply | Next::Block => Some(claimed.reply()),
+            Next::Reply | Next::Block => Some(claimed.reply(a.rated)),
         })
     };
     match served() {

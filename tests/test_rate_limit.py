@@ -1,0 +1,245 @@
+"""Rate limits on both wires (docs/scheduling.md, docs/spec.md §13): the queue's meta holds the
+limit, every claim checks the sliding log of starts atomically with the pop, and a rated claim
+answers the wait. Each refusal: its reply, and the dataset unchanged."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from echomq import (App, ConfigurationError, CounterError, Queue, RateLimit, TimerConfig, UnsupportedOnWire, Worker,
+                    WorkerConfig, connect)
+from echomq.connection import build_call
+from echomq.rates import parse_rate_limit
+from echomq.serializers import RAW
+from echomq.verbs import ARGUMENT_TOKENS
+from helpers import fresh_name, queue_unchanged, server_ms, unchanged, wait_server_past
+from worker_helpers import commands_sent, wait_until
+
+LEASE = 60_000
+
+
+@pytest.fixture
+def q(conn):
+    queue = Queue(conn, fresh_name("rl"), serializer=RAW)
+    yield queue
+    # a short window's log would expire during a later test and change the node's DEBUG DIGEST under it
+    conn.client.delete(queue.keys.rate)
+
+
+def raw(q, verb, *argv):
+    """A verb exactly as given, past the Python-side checks."""
+    return q.connection.send(build_call(verb, q.keys, argv))
+
+
+def log(q):
+    return {m.decode(): int(s) for m, s in q.connection.client.zrange(q.keys.rate, 0, -1, withscores=True)}
+
+
+def test_parse_rate_limit():
+    assert parse_rate_limit("50/s") == RateLimit(50, 1000)
+    assert parse_rate_limit(" 600 / m ") == RateLimit(600, 60_000)
+    assert parse_rate_limit("1000/h") == RateLimit(1000, 3_600_000)
+    assert str(RateLimit(50, 1000)) == "50/s" and RateLimit(50, 1000).per_second == 50
+    for bad in ("0/s", "50", "50/d", "-1/s", "1.5/s", "10001/s", "", None, 50):
+        with pytest.raises(ConfigurationError):
+            parse_rate_limit(bad)
+
+
+def test_claim_rate_is_an_argument_token():
+    assert ARGUMENT_TOKENS == ("fail.traceback", "claim.rate")
+
+
+def test_a_full_window_holds_the_claims_and_answers_when_it_frees(q):
+    client = q.connection.client
+    q.set_rate_limit("3/s")
+    assert q.rate_limit() == RateLimit(3, 1000)
+    q.enqueue_many([b"p"] * 5)
+    jobs = q.claim_many(5, LEASE)
+    assert len(jobs) == 3
+    starts = log(q)
+    assert set(starts) == {f"{job.id}:1" for job in jobs}
+    for job in jobs:  # the log's times are the rows' own start times
+        assert int(client.hget(q.keys.job(job.id), "started")) == starts[f"{job.id}:1"]
+    assert 0 < client.pttl(q.keys.rate) <= 1000
+    first = min(starts.values())
+    assert first + 1000 - server_ms(client) <= q.claim_wait_ms <= 1000  # the held claims came after the starts
+    # held: nothing written, nothing popped, whatever the claim
+    with queue_unchanged(q):
+        assert q.claim_many(3, LEASE) == [] and q.claim_wait_ms >= 1
+        assert raw(q, "claim", LEASE) == []  # a client that reads no wait: the empty array, as ever
+        assert isinstance(raw(q, "claim", LEASE, 1), int)
+    wait_server_past(client, first + 999)  # the first start leaves the window at first + 1000
+    more = q.claim_many(5, LEASE)
+    assert min(2, len([s for s in starts.values() if s == first])) <= len(more) <= 2
+    assert q.counts().active == 3 + len(more)
+
+
+def test_an_empty_pending_is_idle_not_held(q):
+    q.set_rate_limit("1/h")
+    q.enqueue(b"p")
+    assert q.claim(LEASE) is not None
+    assert raw(q, "claim", LEASE, 1) == []  # nothing to claim: empty, so a worker waits for a job instead
+    q.enqueue(b"p")
+    assert isinstance(raw(q, "claim", LEASE, 1), int)
+
+
+def test_a_retried_job_counts_again_and_lifting_the_limit_frees_the_queue(q):
+    q.set_rate_limit("2/h")
+    q.enqueue(b"p", id="a")
+    job = q.claim(LEASE)
+    q.fail(job, "boom", max_attempts=3)
+    assert q.claim(LEASE).attempt == 2
+    assert set(log(q)) == {"a:1", "a:2"}  # every start counts, a retry's too
+    q.enqueue(b"p", id="b")
+    assert q.claim(LEASE) is None and q.claim_wait_ms > 3_500_000
+    q.set_rate_limit(None)
+    assert q.rate_limit() is None
+    assert q.claim(LEASE).id == "b"
+    assert set(log(q)) == {"a:1", "a:2"}  # an unlimited claim logs nothing; the log expires by itself
+
+
+def test_a_lowered_limit_waits_until_the_window_holds_fewer(q):
+    q.set_rate_limit("5/h")
+    q.enqueue_many([b"p"] * 6)
+    assert len(q.claim_many(4, LEASE)) == 4
+    q.set_rate_limit("2/h")
+    assert q.claim(LEASE) is None
+    starts = sorted(log(q).values())
+    # the claim may start when the third-newest leaves: three must go before fewer than two remain
+    assert q.claim_wait_ms == pytest.approx(starts[2] + 3_600_000 - server_ms(q.connection.client), abs=50)
+
+
+def test_bad_limits_are_refused_client_side_and_nothing_is_sent(q):
+    client = q.connection.client
+    with unchanged(client):
+        for bad in ("0/s", "abc", "10/d", "10001/s"):
+            with pytest.raises(ConfigurationError):
+                q.set_rate_limit(bad)
+        with pytest.raises(ConfigurationError):
+            Queue(q.connection, q.name).build("claim", LEASE, 2)  # rated is 1 or absent
+
+
+@pytest.mark.parametrize("meta, message", [
+    ({"rate_limit": "many"}, "EMQ hash value is not an integer"),
+    ({"rate_limit": "5", "rate_window": "1s"}, "EMQ hash value is not an integer"),
+    ({"rate_limit": "5"}, "EMQ rate limit must be"),
+    ({"rate_limit": "5", "rate_window": "0"}, "EMQ rate limit must be"),
+    ({"rate_limit": "10001", "rate_window": "1000"}, "EMQ rate limit must be"),
+    ({"rate_limit": "5", "rate_window": "86400001"}, "EMQ rate limit must be"),
+])
+def test_a_malformed_limit_in_meta_is_refused_by_every_claim(q, meta, message):
+    q.enqueue(b"p")
+    q.connection.client.hset(q.keys.meta, mapping=meta)
+    with queue_unchanged(q):
+        for argv in ((LEASE,), (LEASE, 1)):
+            with pytest.raises(CounterError, match=message):
+                raw(q, "claim", *argv)
+
+
+def test_a_wrong_typed_log_is_refused(q, wire):
+    q.set_rate_limit("5/s")
+    q.enqueue(b"p")
+    q.connection.client.set(q.keys.rate, "x")
+    with queue_unchanged(q):
+        with pytest.raises(Exception, match="WRONGTYPE"):
+            raw(q, "claim", LEASE, 1)
+
+
+def test_native_refuses_a_bad_rated_argument(q, wire):
+    if wire == 4:
+        pytest.skip("the scripts check no argument (§4): any ARGV[2] reads as rated")
+    q.enqueue(b"p")
+    with queue_unchanged(q):
+        for verb, argv in (("claim", (LEASE, 2)), ("bclaim", (LEASE, 10, "x")), ("claim", (LEASE, 1, 1))):
+            with pytest.raises(Exception, match="EMQARG rated|EMQSHAPE"):
+                raw(q, verb, *argv)
+
+
+def test_bclaim_answers_a_rated_caller_the_wait_and_blocks_one_that_reads_none(q, wire):
+    if wire == 4:
+        pytest.skip("BCLAIM is wire 6's")
+    q.set_rate_limit("1/h")
+    q.enqueue_many([b"p"] * 2)
+    assert q.bclaim(LEASE, 0) is not None
+    with queue_unchanged(q):
+        assert q.bclaim(LEASE, 0) is None and q.claim_wait_ms > 3_500_000  # at once, even with no timeout
+        assert isinstance(raw(q, "bclaim", LEASE, 0, 1), int)
+        assert raw(q, "bclaim", LEASE, 50) == []  # reads no wait: blocked as on an empty queue, until its timeout
+
+
+def test_a_node_without_claim_rate_is_not_given_a_limit(q, wire):
+    codec = q.codec
+    if wire == 4:
+        assert codec.carries("claim", "rated")
+        return
+    codec.tokens = codec.tokens - {"claim.rate"}  # a module that predates it would ignore the limit
+    try:
+        with unchanged(q.connection.client):
+            with pytest.raises(UnsupportedOnWire, match="claim.rate"):
+                q.set_rate_limit("5/s")
+        assert q.build("claim", LEASE) == q._claim_calls(1, LEASE)[0]  # claims go without `rated`
+    finally:
+        codec.tokens = codec.tokens | {"claim.rate"}
+
+
+def test_a_worker_waits_out_the_window_without_spinning(server, wire):
+    """An idle worker's waiter wakes for a job the full window holds (wire 6: a rated BCLAIM answers
+    the wait; wire 4: the woken claim does), waits it out, then starts it: a handful of commands, not a
+    poll loop, and the second start a window after the first (server clock)."""
+    name, seen = fresh_name("rw"), []
+    app = App()
+    app.handler(name, lambda payload, ctx: seen.append(ctx.id), rate_limit=RateLimit(1, 1500))
+    quiet = TimerConfig(promote_interval_ms=60_000, sweep_interval_ms=60_000, idle_sweep_interval_ms=60_000)
+    with connect(server.url, wire=wire) as conn:
+        queue = Queue(conn, name)
+        worker = Worker(app, conn, config=WorkerConfig(timers=quiet, claim_batch=1))
+        thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+        thread.start()
+        try:
+            first = queue.enqueue({})
+            wait_until(lambda: seen == [first.id], what="the first job run")
+            wait_until(lambda: worker._idle == {name}, what="the worker idle")
+            before = commands_sent(conn.client)
+            second = queue.enqueue({})
+            # settled (polled with EXISTS, which the count below leaves out)
+            wait_until(lambda: conn.client.exists(queue.keys.done(second.id)), 10, what="the second job settled")
+            assert seen == [first.id, second.id]
+            # the enqueue, the woken claim (held), the claim after the wait, the claim that finds the queue
+            # empty, the settle, pause reads on wire 4: a dozen at most over 1.5 s, where a poll loop sends hundreds
+            assert commands_sent(conn.client) - before <= 12
+            started = [int(conn.client.hget(queue.keys.done(i), "started")) for i in (first.id, second.id)]
+            assert started[1] - started[0] >= 1500
+        finally:
+            worker.stop("test over")
+            thread.join(10)
+            conn.client.delete(queue.keys.rate)  # not left to expire under a later test's digest
+
+
+def test_the_asyncio_queue_sets_reads_and_honours_the_limit(server, wire):
+    import asyncio
+
+    from echomq import aio
+
+    async def main():
+        async with await aio.connect(server.url, wire=wire) as conn:
+            q = aio.Queue(conn, fresh_name("ra"))
+            await q.set_rate_limit("1/m")
+            assert await q.rate_limit() == RateLimit(1, 60_000)
+            await q.enqueue({})
+            await q.enqueue({})
+            assert len(await q.claim_many(2, LEASE)) == 1 and 59_000 < q.claim_wait_ms <= 60_000
+            await q.set_rate_limit(None)
+            assert await q.claim(LEASE) is not None
+
+    asyncio.run(main())
+
+
+def test_a_task_takes_a_rate_limit_but_not_with_partitions():
+    app = App()
+    assert app.handler("plain", lambda p: None, rate_limit="5/m").rate_limit == RateLimit(5, 60_000)
+    with pytest.raises(ConfigurationError, match="rate limit"):
+        app.handler("parted", lambda p: None, partitions=2, rate_limit="5/s")
+    with pytest.raises(ConfigurationError, match="bad rate limit"):
+        app.handler("bad", lambda p: None, rate_limit="5 per second")
