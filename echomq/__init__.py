@@ -34,6 +34,7 @@ from .keys import Keyspace, State
 from .module import module_path
 from .policy import Backoff, IdlePolicy, LeasePolicy
 from .queue import Counts, Enqueued, Job, Queue, Sweep
+from .verbs import Admission
 from .results import Status
 from .serializers import JSON, RAW, JSONSerializer, RawSerializer
 from .server import EmbeddedServer
@@ -42,6 +43,7 @@ from .timers import TimerConfig, Timers
 from .worker import Tally, Worker, WorkerConfig
 
 __all__ = [
+    "Admission",
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
     "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
     "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost", "PayloadError",

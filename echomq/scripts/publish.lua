@@ -6,7 +6,7 @@
 local base = KEYS[2]
 local id = ARGV[1]
 local row = base .. 'job:' .. id
-local held = redis.call('HMGET', row, 'attempts', 'created', 'started', 'state')
+local held = redis.call('HMGET', row, 'attempts', 'created', 'started', 'state', 'unique')
 if held[1] ~= ARGV[2] then return 0 end
 if held[4] ~= 'active' then
   return redis.error_reply('EMQSTATE EMQ.PUBLISH row ' .. (held[4] and 'is ' .. held[4] or 'has no state') .. ', not active')
@@ -18,6 +18,15 @@ if bound then
   if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
   bound = tonumber(bound)
   if bound <= 0 then bound = nil end
+end
+-- a unique window (docs/spec.md §13): the id is not admitted again for `unique` ms from now
+local marker = held[5] and base .. 'unique:' .. id
+if marker then
+  if not string.match(held[5], '^%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
+  local mtype = redis.call('TYPE', marker)['ok']
+  if mtype ~= 'none' and mtype ~= 'hash' then
+    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+  end
 end
 redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', row)
@@ -40,4 +49,10 @@ end
 -- the outcome, told where the caller may publish (a wake-up, not state: untold otherwise)
 local channel = base .. 'outcome:' .. id
 if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
+if marker then
+  local t = redis.call('TIME')
+  local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', marker, 'finished', finished)
+  redis.call('PEXPIREAT', marker, finished + tonumber(held[5]))
+end
 return 1
