@@ -1,5 +1,5 @@
 -- EMQ enqueue_unique (wire 4). KEYS: pending, schedule, base.
--- ARGV: id, payload, priority, unique_ms, replace (0|1), [delay_ms].
+-- ARGV: id, payload, priority, unique_ms, replace, delay_ms (optional). replace is 0 or 1.
 -- ENQUEUE (no delay_ms) or SCHEDULE (delay_ms) that answers why: `created`; `exists` (the id
 -- has a row); `replaced` (replace 1 and the row is pending or scheduled: its payload, and its
 -- due time when delay_ms is given, are the new ones); `unique` (no row, but the id completed
@@ -17,10 +17,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if rtype == 'hash' then
   if ARGV[5] ~= '1' then return 'exists' end
-  local seen = redis.call('HMGET', row, 'state', 'group', 'parent')
-  if seen[2] then return redis.error_reply('EMQSTATE lane row is not native') end
-  if seen[3] then return redis.error_reply('EMQSTATE flow child is not native') end
-  local state = seen[1]
+  local seen = redis.call('HMGET', row, 'group', 'parent', 'state')
+  if seen[1] then return redis.error_reply('EMQSTATE lane row is not native') end
+  if seen[2] then return redis.error_reply('EMQSTATE flow child is not native') end
+  local state = seen[3]
   if state == 'active' or state == 'dead' then return 'exists' end
   if state ~= 'pending' and state ~= 'scheduled' then
     return redis.error_reply('EMQSTATE EMQ.ENQUEUE.UNIQUE row ' .. (state and 'is ' .. state .. ', not pending, scheduled, active or dead' or 'has no state'))

@@ -22,7 +22,7 @@ TOKENS = (
 
 #: The optional tokens registered after the job core (SPEC §9.4), in the order they landed: the
 #: bus, the blocking claim, then the operator verbs, then FAIL's late traceback argument.
-OPTIONAL_TOKENS = "append failures.incr publish claim.block remove cancel purge drain fail.traceback"
+OPTIONAL_TOKENS = "append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback"
 
 #: A verb's optional trailing ARGV (late arguments, SPEC §9.4; FAILURES.INCR's as FAIL's): lines()
 #: leaves them out.
