@@ -164,6 +164,10 @@ class Queue(QueueCore):
         """Move up to ``limit`` due scheduled jobs to pending; returns how many moved."""
         return self._run(self.op_promote(limit))
 
+    def server_ms(self) -> int:
+        """The server's clock in ms (TIME), the clock every verb reads."""
+        return self._run(self.op_server_ms())
+
     def promote_and_next_due(self, limit: int = 1000) -> tuple[int, int | None]:
         """PROMOTE, then read when the schedule's head falls due, in one round trip: (moved,
         ms from now (server clock) until the head is due, None when the schedule is empty).
