@@ -3,6 +3,7 @@ worker processes on real servers, across a server restart."""
 
 from __future__ import annotations
 
+import json
 import signal
 
 import pytest
@@ -104,3 +105,21 @@ def test_three_workers_run_a_one_second_schedule_once_per_tick_across_a_restart(
     finally:
         for worker in workers:
             worker.kill()
+
+
+def test_emq_cron_list(server, monkeypatch):
+    from click.testing import CliRunner
+
+    from echomq.cli import main
+
+    monkeypatch.setenv("EMQ_TEST_QUEUE", "reports")
+    monkeypatch.setenv("EMQ_TEST_CRON", "*/10 * * * * *")
+    runner = CliRunner(env={"COLUMNS": "200"})
+    shown = runner.invoke(main, ["cron", "list", "worker_apps:make_app", "--url", server.url], catch_exceptions=False)
+    assert shown.exit_code == 0 and "*/10 * * * * *" in shown.output and "reports" in shown.output
+    listed = runner.invoke(main, ["cron", "list", "worker_apps:make_app", "--url", server.url, "--json"])
+    (row,) = json.loads(listed.output)
+    assert row["id"] == row["queue"] == "reports" and row["next_ms"] % 10_000 == 0 and 0 < row["in_s"] <= 10
+    monkeypatch.delenv("EMQ_TEST_CRON")
+    none = runner.invoke(main, ["cron", "list", "worker_apps:make_app", "--url", server.url, "--json"])
+    assert json.loads(none.output) == []
