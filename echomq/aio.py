@@ -20,7 +20,7 @@ of at most ``max_connections`` (default 50), and a call that finds them all busy
 up to ``pool_timeout`` seconds for one (then :class:`~echomq.ConnectionFailed`)
 instead of opening sockets without bound. Size it near the number of requests you
 serve at once; every worker process of the service has its own pool. On a cluster
-(``cluster=True``) ``max_connections`` bounds the sockets to each node.
+(found by ``connect``, or ``cluster=True``) ``max_connections`` bounds the sockets to each node.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ if LIBVALKEY_AVAILABLE:
 
 from . import errors, hooks
 from .connection import (
-    TRANSPORT_ERRORS, WireCodec, brand_unreadable, check_brand, check_tokens, first_key_at, link_failed, names_of,
-    tokens_unavailable, wire_of_brand,
+    TRANSPORT_ERRORS, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode, first_key_at, link_failed,
+    names_of, tokens_unavailable, wire_of_brand,
 )
 from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
 from .events import DEFAULT_MAXLEN, Event
@@ -148,14 +148,18 @@ class Connection(WireCodec):
             raise link_failed(exc, "the handshake") from exc
 
     async def _require_tokens(self) -> None:
-        try:
-            if self.cluster:  # every primary must serve the verbs, not just one
-                listed = await self.client.execute_command("EMQ.VERSION", target_nodes=AsyncValkeyCluster.PRIMARIES)
-                listed = listed if isinstance(listed, dict) else {"node": listed}
-            else:
-                listed = {"node": await self.client.execute_command("EMQ.VERSION")}
-        except ResponseError as exc:
-            raise tokens_unavailable(exc) from exc
+        if not self.cluster:
+            try:
+                self.tokens = check_tokens({"node": await self.client.execute_command("EMQ.VERSION")})
+            except ResponseError as exc:
+                raise tokens_unavailable(exc) from exc
+            return
+        listed = {}
+        for node in self.client.get_primaries():  # every primary must serve the verbs, not just one
+            try:
+                listed[node.name] = await self.client.execute_command("EMQ.VERSION", target_nodes=node)
+            except ResponseError as exc:
+                raise tokens_unavailable(exc, node.name) from exc
         self.tokens = check_tokens(listed)
 
     async def load_scripts(self) -> None:
@@ -177,6 +181,7 @@ class Connection(WireCodec):
                 await self.load_scripts()  # SCRIPT FLUSH or a restart without the cache
                 for i, reply in zip(retry, await self._exchange([commands[i] for i in retry])):
                     replies[i] = reply
+            self.raise_link_fault(replies)
         except TRANSPORT_ERRORS as exc:
             failed = link_failed(exc, " ".join(names_of(request)))
             if names:
@@ -294,28 +299,46 @@ async def read_brand(client: avalkey.Valkey | AsyncValkeyCluster) -> bytes | Non
         raise brand_unreadable(exc) from exc
 
 
+async def _open_client(url: str, cluster: bool, max_connections: int, pool_timeout: float,
+                       client_options: dict[str, Any]) -> avalkey.Valkey | AsyncValkeyCluster:
+    try:
+        if cluster:
+            return EchoAsyncCluster.from_url(url, max_connections=max_connections, **client_options)
+        pool = avalkey.BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=pool_timeout, **client_options)
+        return avalkey.Valkey.from_pool(_pool(pool))
+    except ValueError as exc:
+        raise errors.ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port or rediss://host:port") from exc
+
+
+async def serves_cluster(client: avalkey.Valkey) -> bool:
+    """As :func:`echomq.connection.serves_cluster`: HELLO's mode; a refusal reads as standalone."""
+    try:
+        return cluster_mode(await client.execute_command("HELLO"))
+    except ResponseError:
+        return False
+
+
 async def connect(
-    url: str = "redis://127.0.0.1:6379", *, wire: int | str = 4, cluster: bool = False,
+    url: str = "redis://127.0.0.1:6379", *, wire: int | str = 4, cluster: bool | str = "auto",
     max_connections: int = DEFAULT_MAX_CONNECTIONS, pool_timeout: float = DEFAULT_POOL_TIMEOUT_S,
     **client_options: Any,
 ) -> Connection:
     """Open an asyncio connection on ``wire`` 4, 6 or ``"auto"`` after checking the node, as
-    :func:`echomq.connect` does. ``max_connections`` and ``pool_timeout`` size the pool (see
-    the module's notes); ``client_options`` go to valkey-py's client."""
+    :func:`echomq.connect` does (``cluster="auto"``, the default, asks the node with HELLO in
+    place of a PING). ``max_connections`` and ``pool_timeout`` size the pool (see the module's
+    notes); ``client_options`` go to valkey-py's client."""
+    if cluster not in (True, False, "auto"):
+        raise errors.ConfigurationError(f"bad cluster {cluster!r}: True, False or 'auto'")
+    client = await _open_client(url, cluster is True, max_connections, pool_timeout, client_options)
     try:
-        if cluster:
-            client: avalkey.Valkey | AsyncValkeyCluster = EchoAsyncCluster.from_url(
-                url, max_connections=max_connections, **client_options)
-        else:
-            pool = avalkey.BlockingConnectionPool.from_url(
-                url, max_connections=max_connections, timeout=pool_timeout, **client_options)
-            client = avalkey.Valkey.from_pool(_pool(pool))
-    except ValueError as exc:
-        raise errors.ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port or rediss://host:port") from exc
-    try:
-        if cluster:
-            await client.initialize()  # type: ignore[union-attr]
-        await client.ping()
+        if cluster == "auto" and await serves_cluster(client):  # type: ignore[arg-type]
+            await client.aclose()
+            client = await _open_client(url, True, max_connections, pool_timeout, client_options)
+        if isinstance(client, AsyncValkeyCluster):
+            await client.initialize()  # reads the slot map
+        elif cluster is False:
+            await client.ping()  # "auto" asked HELLO
         chosen = wire_of_brand(await read_brand(client)) if wire == "auto" else wire
         connection = Connection(client, chosen)  # type: ignore[arg-type]
         await connection.handshake()

@@ -1,7 +1,9 @@
 """``emq``: the command line. Thin by design: it parses arguments and calls the public API.
 
-Every command that talks to a node takes ``--url`` (or ``EMQ_URL``) and ``--wire``
-(4, 6, or ``auto`` = what the node is branded for; or ``EMQ_WIRE``). Input is
+Every command that talks to a node takes ``--url`` (or ``EMQ_URL``), ``--wire``
+(4, 6, or ``auto`` = what the node is branded for; or ``EMQ_WIRE``) and
+``--cluster/--no-cluster`` (default: ask the node, and on a Valkey Cluster node use the
+cluster client; or ``EMQ_CLUSTER``). Input is
 checked before anything is written: a bad payload, id or queue name changes nothing.
 
 For scripts: every read command takes ``--json``; tables printed to a pipe or a file
@@ -15,30 +17,30 @@ from inspect import signature
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import threading
 import time
 from contextlib import contextmanager, nullcontext
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import click
 import valkey
+from valkey.cluster import ValkeyCluster
 from rich import box
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__
+from . import __version__, admin
 from .admin import brand_node
-from .connection import Connection, connect
-from .errors import ConfigurationError, ConnectionFailed, EchoMQError, PortInUse, ServerStartError
+from .connection import Connection, connect, open_client
+from .errors import ConfigurationError, EchoMQError, PortInUse, ServerStartError
 from .heartbeat import list_workers
-from .inventory import (RECORD_TIME_FIELDS, TIME_FIELDS, QueueNumbers, ago, discover_queues, job_page, job_view,
-                        numbers_or_error, queue_exists, record_view, text_of)
-from .keys import State, check_job_id, check_queue_name
+from .inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error,
+                        queue_exists, record_view, text_of)
+from .keys import VERSION_KEY, State, check_job_id, check_queue_name
 from .module import module_path
 from .policy import IdlePolicy, LeasePolicy
 from .core import MAX_PAYLOAD_BYTES, encode_payload
@@ -59,7 +61,23 @@ err = Console(stderr=True)
 # -- shared options and error handling ---------------------------------------------
 
 
+def cluster_option(fn: Any) -> Any:
+    """``--cluster/--no-cluster``, read by :func:`opened` (so no command passes it along): unset, the
+    node is asked (HELLO's mode) and a cluster node gets the cluster client."""
+
+    def keep(ctx: click.Context, _param: click.Parameter, value: bool | None) -> None:
+        ctx.meta["emq.cluster"] = "auto" if value is None else value
+
+    return click.option("--cluster/--no-cluster", envvar="EMQ_CLUSTER", default=None, expose_value=False,
+                        callback=keep, help="the URL names a Valkey Cluster node (default: ask the node)")(fn)
+
+
+def chosen_cluster() -> bool | str:
+    return click.get_current_context().meta.get("emq.cluster", "auto")
+
+
 def node_options(fn: Any) -> Any:
+    fn = cluster_option(fn)
     fn = click.option("--wire", envvar="EMQ_WIRE", default="auto", show_default=True,
                       type=click.Choice(["4", "6", "auto"]),
                       help="4 = scripts, 6 = trafikey, auto = what the node is branded for")(fn)
@@ -101,7 +119,7 @@ def reported() -> Iterator[None]:
 @contextmanager
 def opened(url: str, wire: str) -> Iterator[Connection]:
     with reported():
-        connection = connect(url, wire=wire if wire == "auto" else int(wire))
+        connection = connect(url, wire=wire if wire == "auto" else int(wire), cluster=chosen_cluster())
         try:
             yield connection
         finally:
@@ -169,18 +187,18 @@ def server(wire: str, port: int | None, aof: bool, directory: str | None) -> Non
 @main.command()
 @click.argument("url", envvar="EMQ_URL", default=DEFAULT_URL)
 @click.option("--wire", type=click.Choice(["4", "6"]), required=True)
+@cluster_option
 def brand(url: str, wire: str) -> None:
-    """Brand the node at URL for one wire, once (refuses to overwrite the other brand)."""
-    with reported():
-        try:
-            client = valkey.Valkey.from_url(url)
-            client.ping()
-        except ValueError as exc:
-            raise ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port") from exc
-        except valkey.ConnectionError as exc:
-            raise ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
-        with client:
-            out.print(f"{url} branded {brand_node(client, int(wire)).decode()}")
+    """Brand the node at URL for one wire, once (refuses to overwrite the other brand). On a Valkey
+    Cluster the brand is one key for the whole cluster, written on the primary of its slot."""
+    with reported(), open_client(url, chosen_cluster()) as client:
+        branded = brand_node(client, int(wire)).decode()
+        if isinstance(client, ValkeyCluster):
+            holder = client.get_node_from_key(VERSION_KEY)
+            out.print(f"the cluster of {url} ({len(client.get_primaries())} primaries) branded {branded} "
+                      f"({VERSION_KEY} on {holder.name})")
+        else:
+            out.print(f"{url} branded {branded}")
 
 
 @main.command("module-path")
@@ -430,10 +448,8 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str | None, as_json: b
     for field in ("attempts", "failures", "stalled", "priority", "last_error", "progress", "lease_epoch"):
         if field in view.fields:
             table.add_row(field, view.fields[field])
-    for field in (*TIME_FIELDS, *RECORD_TIME_FIELDS):
-        if view.fields.get(field, "").isdigit():
-            at = int(view.fields[field])
-            table.add_row(field, f"{ago((view.now_ms - at) / 1000)} ago ({at} ms, server clock)")
+    for field, since, utc in view.times():
+        table.add_row(field, f"{since} ({utc}, server clock)")
     if view.completed:
         if view.kept_ms is not None and view.kept_ms >= 0:
             table.add_row("kept", f"for {view.kept_ms} ms more (its retention, server clock)")
@@ -446,6 +462,8 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str | None, as_json: b
         table.add_row("lease", f"expires in {view.due_in_ms} ms (server clock)")
     elif view.state == "scheduled":
         table.add_row("due", f"in {view.due_in_ms} ms (server clock)")
+    if view.trace:
+        table.add_row("trace", " ".join(f"{k}={v}" for k, v in sorted(view.trace.items())))
     table.add_row("payload", view.payload_text())
     if view.fields.get("traceback"):  # the last failure's, its tail kept (empty: it had none)
         table.add_row("traceback", Text(view.fields["traceback"]))
@@ -577,26 +595,12 @@ def settled_report(queue_name: str, verb: str, done: Any, missed: list[str], as_
         sys.exit(1)
 
 
-DURATION = re.compile(r"([0-9]+)(ms|s|m|h|d)")
-DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
 def parse_duration_ms(text: str) -> int:
     """``500ms``, ``30s``, ``15m``, ``12h``, ``7d`` as milliseconds."""
-    found = DURATION.fullmatch(text.strip())
-    if found is None:
-        raise click.BadParameter(f"{text!r} is not a duration: a whole number with ms, s, m, h or d, e.g. 7d")
-    return int(found[1]) * DURATION_MS[found[2]]
-
-
-def _batches(step: Callable[[], int], size: int) -> int:
-    """Call a bounded verb until a call moves fewer than ``size``; the total moved."""
-    total = 0
-    while True:
-        moved = step()
-        total += moved
-        if moved < size:
-            return total
+    try:
+        return admin.parse_duration_ms(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @main.command()
@@ -612,7 +616,7 @@ def purge(url: str, wire: str, queue_name: str, age_ms: int | None, batch: int, 
     """Delete a queue's dead jobs, oldest first."""
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        total = _batches(lambda: queue.purge(older_than_ms=age_ms or 0, limit=batch), batch)
+        total = admin.in_batches(lambda: queue.purge(older_than_ms=age_ms or 0, limit=batch), batch)
     if as_json:
         print_json({"queue": queue_name, "purged": total})
     else:
@@ -629,7 +633,7 @@ def drain(url: str, wire: str, queue_name: str, batch: int, as_json: bool) -> No
     """Delete a queue's pending jobs (active, scheduled and dead jobs are left alone)."""
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        total = _batches(lambda: queue.drain(limit=batch), batch)
+        total = admin.in_batches(lambda: queue.drain(limit=batch), batch)
     if as_json:
         print_json({"queue": queue_name, "drained": total})
     else:
@@ -749,7 +753,11 @@ def _event_line(event: Any, as_json: bool) -> str:
 
 
 def _where(connection: Connection) -> str:
-    kwargs = connection.client.get_connection_kwargs()
+    client = connection.client
+    if isinstance(client, ValkeyCluster):
+        return f"a cluster of {len(client.get_primaries())} primaries (via {client.get_default_node().name}), " \
+               f"wire {connection.wire}"
+    kwargs = client.get_connection_kwargs()
     place = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
     return f"{place}, wire {connection.wire}"
 

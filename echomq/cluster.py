@@ -6,6 +6,8 @@ which chooses again if another process takes a port first, and each can be
 restarted or killed on its own), gives each primary one contiguous range of
 the 16384 slots (``CLUSTER ADDSLOTSRANGE``), introduces them (``CLUSTER MEET``)
 and waits until every node reports ``cluster_state:ok`` and knows every other.
+With ``replicas=N`` each primary gets N replicas (``CLUSTER REPLICATE``), and
+:meth:`LocalCluster.failover` promotes one (``CLUSTER FAILOVER``).
 Branding is one write of ``{emq}:version`` through the cluster client (the key has
 its own hashtag, so one node holds it for the whole cluster).
 
@@ -29,6 +31,11 @@ SLOTS = 16384
 READY_TIMEOUT_S = 30.0
 
 
+def node_id(node: EmbeddedServer) -> str:
+    with node.client() as client:
+        return client.execute_command("CLUSTER", "MYID").decode()
+
+
 def slot_ranges(primaries: int) -> list[tuple[int, int]]:
     """Contiguous, inclusive slot ranges, one per primary, covering all 16384 slots."""
     bounds = [round(i * SLOTS / primaries) for i in range(primaries + 1)]
@@ -36,12 +43,14 @@ def slot_ranges(primaries: int) -> list[tuple[int, int]]:
 
 
 class LocalCluster:
-    """``primaries`` cluster nodes on 127.0.0.1, owned by this object (no replicas)."""
+    """``primaries`` cluster nodes on 127.0.0.1 (``nodes``, in slot order), each with ``replicas``
+    replicas (``replicas_of[i]``), owned by this object."""
 
     def __init__(
         self,
         primaries: int = 3,
         *,
+        replicas: int = 0,
         module: str | None = None,
         brand: int | None = None,
         aof: bool = False,
@@ -51,10 +60,17 @@ class LocalCluster:
         if primaries < 1:
             raise ValueError("a cluster needs at least one primary")
         self.brand = brand
-        self.nodes = [
-            EmbeddedServer(module=module, aof=aof, appendfsync=appendfsync, cluster=True, extra_args=extra_args)
-            for _ in range(primaries)
-        ]
+
+        def node() -> EmbeddedServer:
+            return EmbeddedServer(module=module, aof=aof, appendfsync=appendfsync, cluster=True,
+                                  extra_args=("--repl-diskless-sync-delay", "0", *extra_args))  # replicas sync at once
+
+        self.nodes = [node() for _ in range(primaries)]
+        self.replicas_of = [[node() for _ in range(replicas)] for _ in range(primaries)]
+
+    @property
+    def every_node(self) -> list[EmbeddedServer]:
+        return self.nodes + [replica for replicas in self.replicas_of for replica in replicas]
 
     @property
     def url(self) -> str:
@@ -67,14 +83,19 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         try:
-            for node in self.nodes:
+            for node in self.every_node:
                 node.start()
             for node, (first, last) in zip(self.nodes, slot_ranges(len(self.nodes))):
                 with node.client() as client:
                     client.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
             with self.nodes[0].client() as first_node:
-                for node in self.nodes[1:]:
+                for node in self.every_node[1:]:
                     first_node.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, node.cluster_port)
+            self.wait_ok()
+            for primary, replicas in zip(self.nodes, self.replicas_of):
+                for replica in replicas:
+                    with replica.client() as client:
+                        client.execute_command("CLUSTER", "REPLICATE", node_id(primary))
             self.wait_ok()
             if self.brand is not None:
                 from .admin import brand_node
@@ -87,9 +108,10 @@ class LocalCluster:
         return self
 
     def wait_ok(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Poll every node until it reports ``cluster_state:ok`` and knows all its peers."""
+        """Poll every node until it reports ``cluster_state:ok`` and knows all its peers, and every
+        replica's link to its primary is up."""
         deadline = time.monotonic() + timeout_s
-        pending = list(self.nodes)
+        pending = list(self.every_node)
         while pending:
             node = pending[0]
             if self._node_ok(node):
@@ -113,11 +135,16 @@ class LocalCluster:
         fields = dict(
             line.split(":", 1) for line in self._node_state(node).splitlines() if ":" in line
         )
-        return (
+        ok = (
             fields.get("cluster_state", "").strip() == "ok"
-            and fields.get("cluster_known_nodes", "").strip() == str(len(self.nodes))
+            and fields.get("cluster_known_nodes", "").strip() == str(len(self.every_node))
             and fields.get("cluster_slots_assigned", "").strip() == str(SLOTS)
         )
+        if not ok or node in self.nodes:
+            return ok
+        with node.client(socket_timeout=2) as client:
+            replication = client.info("replication")
+        return replication.get("role") != "slave" or replication.get("master_link_status") == "up"
 
     def client(self, **kwargs) -> valkey.cluster.ValkeyCluster:
         """A plain cluster client (bytes in, bytes out) routed as EchoMQ routes its verbs."""
@@ -138,8 +165,41 @@ class LocalCluster:
         self.nodes[index].restart(crash=crash)
         self.wait_ok()
 
+    def failover(self, index: int, *, kill: bool = False) -> None:
+        """Promote the first replica of primary ``index``, wait until every live node agrees, then
+        swap the two so ``nodes`` still lists the primaries in slot order. ``CLUSTER FAILOVER``: the
+        primary stops writes and the replica catches up first (nothing lost). ``kill=True``: SIGKILL
+        the primary, then ``CLUSTER FAILOVER TAKEOVER`` (what is not replicated yet is lost; the
+        killed node stays down, listed among the replicas)."""
+        primary, replica = self.nodes[index], self.replicas_of[index][0]
+        if kill:
+            primary.kill()
+        with replica.client() as client:
+            client.execute_command("CLUSTER", "FAILOVER", *(["TAKEOVER"] if kill else []))
+        live = [node for node in self.every_node if node is not primary or not kill]
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not self._serves_slots(replica, index, live):
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"the replica on port {replica.port} did not take over within {READY_TIMEOUT_S}s")
+            time.sleep(0.02)
+        self.nodes[index], self.replicas_of[index][0] = replica, primary
+        if not kill:
+            self.wait_ok()
+
+    def _serves_slots(self, node: EmbeddedServer, index: int, nodes: Sequence[EmbeddedServer]) -> bool:
+        """Whether the map of every one of ``nodes`` gives ``node`` the first slot of range ``index``."""
+        first, _ = slot_ranges(len(self.nodes))[index]
+        for other in nodes:
+            with other.client(socket_timeout=2) as client:
+                holder = next((entry for entry in client.execute_command("CLUSTER", "SLOTS")
+                               if entry[0] <= first <= entry[1]), None)
+            if holder is None or int(holder[2][1]) != node.port:
+                return False
+        return True
+
     def stop(self) -> None:
-        for node in self.nodes:
+        for node in self.every_node:
             node.cleanup()
 
     def __enter__(self) -> "LocalCluster":

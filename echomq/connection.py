@@ -15,7 +15,7 @@ connection in ``aio.py``; each connection only sends, through one path
 (:meth:`Connection.round_trip`), which maps every link fault to
 :class:`~echomq.ConnectionFailed` and emits the ``verb.*`` hooks.
 
-On a Valkey Cluster (``connect(url, cluster=True)``) the client is an
+On a Valkey Cluster (``connect`` finds out, or ``cluster=True``) the client is an
 :class:`EchoCluster`: every verb goes to the primary of its queue's slot (the
 keys share the queue's hashtag), the scripts are loaded on every primary, the
 wire-6 handshake asks every primary, and pipelines split by node as valkey-py's
@@ -109,12 +109,18 @@ def plain_commands(where: str) -> Iterator[None]:
 
 
 def brand_unreadable(exc: ResponseError) -> errors.EchoMQError:
-    """The error for a failed read of the brand: a ``{emq}:version`` of another type is no brand."""
+    """The error for a failed read (or write) of the brand: a ``{emq}:version`` of another type is
+    no brand; a MOVED means a plain client of a cluster node that does not hold the key."""
     refusal = as_refusal(exc)
     if isinstance(refusal, errors.WrongType):
         return errors.BrandError(
             f"the node's {VERSION_KEY} is not a string, so it carries no EchoMQ brand: "
             "the key belongs to something else; use another node"
+        )
+    if refusal.code == "MOVED":  # cluster=False on a cluster node that does not hold the brand's slot
+        return errors.ConfigurationError(
+            f"the node runs in cluster mode and {VERSION_KEY} lives on another node ({refusal}): connect with "
+            "cluster=True or 'auto' (emq: drop --no-cluster)"
         )
     return refusal
 
@@ -149,9 +155,11 @@ def wire_of_brand(brand: bytes | None) -> int:
     raise errors.BrandError(f"the node is branded {brand.decode(errors='replace')!r}, which names no EchoMQ wire")
 
 
-def tokens_unavailable(exc: ResponseError) -> errors.WireError:
+def tokens_unavailable(exc: ResponseError, node: str | None = None) -> errors.WireError:
+    """``node``: the cluster primary that failed (on a cluster every primary must serve wire 6)."""
+    where = "the node" if node is None else f"every primary of the cluster, and the primary {node}"
     return errors.WireError(
-        "wire 6 needs the trafikey module on the node, and EMQ.VERSION failed "
+        f"wire 6 needs the trafikey module on {where}, and EMQ.VERSION failed there "
         f"({exc}); start valkey-server with --loadmodule $(emq module-path), or connect with wire=4"
     )
 
@@ -271,6 +279,14 @@ class WireCodec:
         return item.args if isinstance(item, Plain) else self.command_args(item)
 
     @staticmethod
+    def raise_link_fault(replies: Sequence[Any]) -> None:
+        """A cluster pipeline hands back a link fault of one node among the replies (its retries ran
+        out: "TTL exhausted" while a slot migrates, a node that went away): the round trip failed."""
+        for reply in replies:
+            if isinstance(reply, TRANSPORT_ERRORS):
+                raise reply
+
+    @staticmethod
     def unanswered(replies: Sequence[Any]) -> list[int]:
         """Which replies are NOSCRIPT: those calls did not run, so resending them is safe."""
         return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
@@ -316,13 +332,18 @@ class Connection(WireCodec):
         return isinstance(self.client, ValkeyCluster)
 
     def _require_tokens(self) -> None:
-        try:
-            if self.cluster:  # every primary must serve the verbs, not just one
-                listed = self.client.execute_command("EMQ.VERSION", target_nodes=ValkeyCluster.PRIMARIES)
-            else:
-                listed = {"node": self.client.execute_command("EMQ.VERSION")}
-        except ResponseError as exc:
-            raise tokens_unavailable(exc) from exc
+        if not self.cluster:
+            try:
+                self.tokens = check_tokens({"node": self.client.execute_command("EMQ.VERSION")})
+            except ResponseError as exc:
+                raise tokens_unavailable(exc) from exc
+            return
+        listed = {}
+        for node in self.client.get_primaries():  # every primary must serve the verbs, not just one
+            try:
+                listed[node.name] = self.client.execute_command("EMQ.VERSION", target_nodes=node)
+            except ResponseError as exc:
+                raise tokens_unavailable(exc, node.name) from exc
         self.tokens = check_tokens(listed)
 
     def load_scripts(self) -> None:
@@ -350,6 +371,7 @@ class Connection(WireCodec):
                 self.load_scripts()  # SCRIPT FLUSH or a restart without the cache
                 for i, reply in zip(retry, self._exchange(client, [commands[i] for i in retry])):
                     replies[i] = reply
+            self.raise_link_fault(replies)
         except TRANSPORT_ERRORS as exc:
             failed = link_failed(exc, " ".join(names_of(request)))
             if names:
@@ -378,6 +400,12 @@ class Connection(WireCodec):
         if self.cluster:
             return self.client.get_node_from_key(keyspace.pending).valkey_connection
         return self.client
+
+    def refresh_slots(self) -> None:
+        """Read the cluster's slot map again (a waiter's socket follows its queue after a MOVED, a
+        failover or a lost node; the cluster client does the same for itself)."""
+        if self.cluster:
+            self.client.nodes_manager.initialize()
 
     def send(self, call: Call | Plain) -> Any:
         """Send one call; its error reply is raised as the typed EchoMQ error."""
@@ -442,30 +470,72 @@ def branded_wire(client: valkey.Valkey) -> int:
     return wire_of_brand(read_brand(client))
 
 
-def connect(
-    url: str = "redis://127.0.0.1:6379", *, wire: int | str = 4, cluster: bool = False, **client_options: Any
-) -> Connection:
-    """Open a connection on ``wire`` 4 (scripts) or 6 (trafikey) after checking the node.
+def cluster_mode(hello: Any) -> bool:
+    """Whether a HELLO reply (a flat list on RESP2, a map on RESP3) says the node runs in cluster mode."""
+    fields = hello if isinstance(hello, dict) else dict(zip(hello[::2], hello[1::2]))
+    mode = fields.get(b"mode", fields.get("mode"))
+    return (mode.decode() if isinstance(mode, bytes) else mode) == "cluster"
 
-    ``wire="auto"`` takes the wire the node is branded for; every check still runs.
 
-    ``url`` takes the valkey-py forms: ``redis://``, ``rediss://`` (TLS),
-    ``redis://user:password@host:port/db``, ``unix://``. With ``cluster=True`` the
-    URL names any one node of a Valkey Cluster; the client discovers the others.
-    """
+def serves_cluster(client: valkey.Valkey) -> bool:
+    """Whether the node runs in cluster mode: HELLO's ``mode`` (one round trip, which also proves
+    the link). HELLO is a connection command every ACL user has unless taken away; INFO is
+    @dangerous. A node that refuses HELLO is taken as standalone."""
     try:
-        if cluster:
-            client: valkey.Valkey | ValkeyCluster = EchoCluster.from_url(url, **client_options)
-        else:
-            client = valkey.Valkey.from_url(url, **client_options)
+        return cluster_mode(client.execute_command("HELLO"))
+    except ResponseError:
+        return False
+
+
+def open_client(url: str, cluster: bool | str = "auto", **client_options: Any) -> valkey.Valkey | ValkeyCluster:
+    """A client of the node at ``url`` that has answered once: an :class:`EchoCluster` when
+    ``cluster`` is True, or ``"auto"`` and the node runs in cluster mode; else a plain client.
+    Raises ConfigurationError for a bad URL, ConnectionFailed when nothing answers."""
+    if cluster not in (True, False, "auto"):
+        raise errors.ConfigurationError(f"bad cluster {cluster!r}: True, False or 'auto'")
+    try:
+        client: valkey.Valkey | ValkeyCluster = (
+            EchoCluster.from_url(url, **client_options) if cluster is True
+            else valkey.Valkey.from_url(url, **client_options))
     except ValueError as exc:
         raise errors.ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port or rediss://host:port") from exc
     except TRANSPORT_ERRORS as exc:
         # the cluster client reads the slot map as it is built: no node, no client
         raise errors.ConnectionFailed(f"no Valkey Cluster answers at {url}: {exc}") from exc
     try:
-        client.ping()
-        chosen = branded_wire(client) if wire == "auto" else wire
+        if cluster == "auto" and serves_cluster(client):  # HELLO is the link check here
+            client.close()
+            return open_client(url, True, **client_options)
+        if cluster is False:
+            client.ping()  # the cluster client read the slot map as it was built
     except TRANSPORT_ERRORS as exc:
+        client.close()
         raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
-    return Connection(client, chosen)
+    return client
+
+
+def connect(
+    url: str = "redis://127.0.0.1:6379", *, wire: int | str = 4, cluster: bool | str = "auto",
+    **client_options: Any,
+) -> Connection:
+    """Open a connection on ``wire`` 4 (scripts) or 6 (trafikey) after checking the node.
+
+    ``wire="auto"`` takes the wire the node is branded for; every check still runs.
+
+    ``url`` takes the valkey-py forms: ``redis://``, ``rediss://`` (TLS),
+    ``redis://user:password@host:port/db``, ``unix://``. ``cluster="auto"`` (the default)
+    asks the node (HELLO, in place of a PING: no extra round trip) and, on a Valkey Cluster
+    node, opens the cluster client: the URL names any one node and the client discovers the
+    others. ``cluster=True`` or ``False`` says so without asking (False on a cluster node
+    reaches only the queues that node holds; the others answer MOVED).
+    """
+    client = open_client(url, cluster, **client_options)
+    try:
+        chosen = branded_wire(client) if wire == "auto" else wire
+        return Connection(client, chosen)
+    except TRANSPORT_ERRORS as exc:
+        client.close()
+        raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
+    except BaseException:
+        client.close()
+        raise

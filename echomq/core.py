@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Sequence, TypeVar
 
-from . import errors
+from . import envelope, errors
 from .events import DEFAULT_MAXLEN, Event, decode_event, encode_progress
 from .ids import uuid7
 from .keys import STATE_SETS, Keyspace, State, check_job_id
@@ -70,8 +70,9 @@ class Job:
     queue: str
     id: str
     payload: Any
-    raw_payload: bytes | None
+    raw_payload: bytes | None  #: as the serializer wrote it (a trace envelope taken off)
     attempt: int
+    trace: dict[str, str] | None = None  #: the trace context it was enqueued with (echomq.otel), if any
 
     @property
     def token(self) -> str:
@@ -177,8 +178,9 @@ class QueueCore:
         return BY_NAME[verb].build(self.keys, *argv)
 
     def encode(self, payload: Any) -> bytes:
-        """The payload's bytes, checked client-side: encodable and within ``max_payload_bytes``."""
-        return encode_payload(self.serializer, payload, self.max_payload_bytes)
+        """The payload's bytes, checked client-side: encodable and within ``max_payload_bytes``
+        (then wrapped in a trace envelope when tracing is on: :mod:`echomq.envelope`)."""
+        return envelope.wrap(self.name, encode_payload(self.serializer, payload, self.max_payload_bytes))
 
     def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0) -> Call:
         return self.build("enqueue", uuid7() if id is None else id, self.encode(payload), priority)
@@ -226,9 +228,9 @@ class QueueCore:
     def _job(self, claimed: Claimed | None) -> Job | None:
         if claimed is None:
             return None
-        raw = claimed.raw_payload
+        trace, raw = (None, None) if claimed.raw_payload is None else envelope.unwrap(claimed.raw_payload)
         payload = None if raw is None else self.serializer.loads(raw)
-        return Job(self.name, claimed.id, payload, raw, claimed.attempt)
+        return Job(self.name, claimed.id, payload, raw, claimed.attempt, trace)
 
     def claimed(self, reply: Sequence[Any]) -> Job | None:
         """The job in a CLAIM or BCLAIM reply (a waiter reads BCLAIM's on a socket of its own)."""
@@ -474,7 +476,7 @@ class QueueCore:
         fields = {text(k): v for k, v in row.items()}
         raw = fields.pop("payload", None)
         decoded: dict[str, Any] = {k: text(v) for k, v in fields.items()}
-        decoded["payload"] = None if raw is None else self.serializer.loads(raw)
+        decoded["payload"] = None if raw is None else self.serializer.loads(envelope.unwrap(raw)[1])
         return decoded
 
     def op_ids(self, state: State | str, offset: int, count: int) -> Op[list[tuple[str, float]]]:

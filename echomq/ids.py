@@ -37,3 +37,18 @@ def uuid7() -> str:
     rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand_b
     return str(uuid.UUID(int=value))
+
+
+def uuid7_ms(text: str) -> int | None:
+    """The Unix ms a UUIDv7 was minted at (its 48-bit timestamp), None for any other id.
+
+    It is the minting process's wall clock: for an id from :func:`uuid7`, the producer's
+    clock when ``enqueue``/``schedule`` built the call.
+    """
+    try:
+        value = uuid.UUID(text)
+    except ValueError:
+        return None
+    if value.version != 7 or value.variant != uuid.RFC_4122 or len(text) != 36:
+        return None
+    return value.int >> 80

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
+from . import envelope
 from .connection import Connection, plain_commands
 from .errors import CommandRefused
 from .keys import STATE_SETS, State
@@ -88,6 +90,7 @@ class JobView:
     payload: bytes | None
     score: float | None  #: in the set its state names; None when it is not there
     now_ms: int  #: the server clock when read
+    trace: dict[str, str] | None = None  #: the trace context it was enqueued with (echomq.envelope)
     kept_ms: int | None = None  #: a completed record (state ``completed``): ms left of its retention
 
     @property
@@ -104,6 +107,17 @@ class JobView:
         if self.score is None or self.state not in ("active", "scheduled"):
             return None
         return int(self.score) - self.now_ms
+
+    def times(self) -> list[tuple[str, str, str]]:
+        """The row's (or a completed record's) times that are set: (field, how long ago, the UTC
+        time), server clock."""
+        found = []
+        for name in (*TIME_FIELDS, *RECORD_TIME_FIELDS):
+            if self.fields.get(name, "").isdigit():
+                at = int(self.fields[name])
+                utc = datetime.fromtimestamp(at / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+                found.append((name, f"{ago((self.now_ms - at) / 1000)} ago", f"{utc} UTC"))
+        return found
 
     def payload_text(self) -> str:
         if self.payload is None:
@@ -127,7 +141,7 @@ class JobView:
             return {"queue": self.queue, "id": self.id, **self.fields, "kept_ms": self.kept_ms,
                     "result": self.payload_json()}
         return {"queue": self.queue, "id": self.id, "state": self.state, **self.fields, "in_its_set": self.in_its_set,
-                "due_in_ms": self.due_in_ms, "payload": self.payload_json()}
+                "due_in_ms": self.due_in_ms, "payload": self.payload_json(), "trace": self.trace}
 
 
 def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: float | None,
@@ -137,8 +151,9 @@ def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: fl
     if not fields:
         return None
     payload = fields.pop("payload", None)
+    trace, payload = (None, None) if payload is None else envelope.unwrap(payload)
     text = {k: text_of(v) for k, v in fields.items()}
-    return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms)
+    return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms, trace)
 
 
 def _set_of(row: dict[bytes, bytes]) -> str | None:
@@ -180,7 +195,7 @@ def record_view(queue: Queue, job_id: str) -> JobView | None:
     fields = {text_of(k): v for k, v in record.items()}
     result = fields.pop("result", None)
     text = {"state": "completed", **{k: text_of(v) for k, v in fields.items()}}
-    return JobView(queue.name, job_id, "completed", text, result, None, now_ms, kept_ms)
+    return JobView(queue.name, job_id, "completed", text, result, None, now_ms, kept_ms=kept_ms)
 
 
 def job_page(queue: Queue, state: State, *, offset: int, count: int) -> list[JobView]:

@@ -18,8 +18,10 @@ whichever process serves them; a restart of the dashboard does not reset them.
 read from its tally at scrape time: ``echomq_worker_jobs_total{outcome}`` (claimed,
 completed, retried, dead, delayed, lost, requeued, abandoned), ``echomq_worker_held``
 and ``echomq_worker_concurrency``. They count from the worker's start; sum them over
-workers with ``sum by (outcome)``. Per-job histograms (run time, time waited in
-pending) need a hook on each job and come with the worker's instrumentation hook.
+workers with ``sum by (outcome)``. Two histograms come from the worker's ``Timings``
+(the ``job.*`` hooks' ``duration_s`` and ``waited_s``, docs/hooks.md):
+``echomq_worker_job_duration_seconds`` (handler run time, every settled outcome) and
+``echomq_worker_job_waited_seconds`` (UUIDv7 id minted -> first claim).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .connection import Connection
@@ -37,7 +39,7 @@ from .keys import State
 from .queue import Queue
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .worker import Histogram, Worker
 
 
 def families(numbers: Iterable[QueueNumbers | tuple[str, Exception]], workers: list[WorkerRecord]) -> list[Metric]:
@@ -97,3 +99,15 @@ class WorkerCollector(Collector):
         concurrency = GaugeMetricFamily("echomq_worker_concurrency", "The most jobs this worker holds at once")
         concurrency.add_metric([], self.worker.config.concurrency)
         yield from (jobs, held, concurrency)
+        timings = self.worker.timings
+        yield histogram("echomq_worker_job_duration_seconds",
+                        "Handler run time of the jobs this worker settled (start to outcome known)", timings.duration)
+        yield histogram("echomq_worker_job_waited_seconds",
+                        "First claims of UUIDv7 ids: the id's timestamp (producer clock) to the claim (worker clock)",
+                        timings.waited)
+
+
+def histogram(name: str, documentation: str, source: "Histogram") -> Metric:
+    cumulative, total = source.snapshot()
+    buckets = [("+Inf" if bound == float("inf") else repr(bound), count) for bound, count in cumulative]
+    return HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=total)

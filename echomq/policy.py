@@ -93,7 +93,7 @@ class Fail:
 
 
 @dataclass(frozen=True)
-class Delay:
+class Postpone:
     """The handler asked to run again later without failing: DELAY."""
 
     delay_ms: int
@@ -106,7 +106,7 @@ class Drop:
     reason: str
 
 
-Settle = Union[Complete, Fail, Delay, Drop]
+Settle = Union[Complete, Fail, Postpone, Drop]
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,7 @@ def decide_outcome(outcome: Outcome, *, lost: bool, attempt: int, max_attempts: 
     if isinstance(outcome, Returned):
         return Complete(outcome.value)
     if isinstance(outcome, DelayAsked):
-        return Delay(outcome.delay_ms)
+        return Postpone(outcome.delay_ms)
     if isinstance(outcome, RetryAsked):
         wait = backoff_ms(backoff, attempt, rand) if outcome.delay_ms is None else outcome.delay_ms
         return Fail(outcome.reason, max_attempts, wait)
@@ -214,14 +214,21 @@ BLOCK_MAX_MS = 30_000
 PAUSED_RECHECK_MS = 1_000
 
 
-def wait_groups(queues: Sequence[str], *, one_per_queue: bool) -> list[tuple[str, ...]]:
+def wait_groups(queues: Sequence[str], *, one_per_queue: bool,
+                slots: Mapping[str, int] | None = None) -> list[tuple[str, ...]]:
     """Which queues share a waiter (one blocking connection). On one node's wire 4, one waiter
-    for all: a single BZPOPMIN over every idle queue's wake marker. One per queue where the
-    blocking command names one queue (wire 6's BCLAIM) or one slot (on a cluster a BZPOPMIN's
-    keys must share a slot, and each queue has its own hashtag)."""
+    for all: a single BZPOPMIN over every idle queue's wake marker. On a cluster (``slots``: each
+    queue's hash slot) a BZPOPMIN's keys must share a slot, so wire 4 has one waiter per slot:
+    queues whose hashtags hash to one slot share it. One per queue where the blocking command
+    names one queue (wire 6's BCLAIM)."""
     if one_per_queue:
         return [(name,) for name in queues]
-    return [tuple(queues)] if queues else []
+    if slots is None:
+        return [tuple(queues)] if queues else []
+    by_slot: dict[int, list[str]] = {}
+    for name in queues:
+        by_slot.setdefault(slots[name], []).append(name)
+    return [tuple(group) for group in by_slot.values()]
 
 
 def to_wait(group: Sequence[str], idle: AbstractSet[str], *, capacity: int, stopping: bool) -> tuple[str, ...]:

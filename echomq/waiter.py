@@ -26,18 +26,20 @@ from queue import SimpleQueue
 from typing import Callable, Sequence
 
 import valkey
-from valkey.exceptions import ResponseError
+from valkey.exceptions import MovedError, ResponseError
 
-from .connection import Connection
+from .connection import TRANSPORT_ERRORS, Connection
 from .core import due_in_ms
 from .policy import BLOCK_MAX_MS
 from .queue import Job, Queue
 
 log = logging.getLogger("echomq.worker")
 
-LINK_ERRORS = (valkey.ConnectionError, valkey.TimeoutError)
+LINK_ERRORS = TRANSPORT_ERRORS  # a cluster whose map cannot be read counts as a link failure
 RETRY_MS = (100, 5000)
 READ_MARGIN_S = 10.0
+#: MOVED replies one block follows before it counts as a link failure (a slot moving back and forth).
+REDIRECTS = 5
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,9 @@ Report = Woken | TimedOut | Claimed | Recheck | HeadRead
 
 
 class Waiter(threading.Thread):
-    """One blocking connection to the node of ``queues`` (all on one node; one slot on a cluster)."""
+    """One blocking connection to the node of ``queues`` (all on one node; one slot on a cluster).
+    On a cluster it follows the slot: a MOVED re-reads the slot map, and after a link failure (a
+    failover) the next block finds the slot's primary again."""
 
     def __init__(self, connection: Connection, queues: Sequence[Queue], *, lease_ms: int,
                  report: Callable[[Report], None], clock_ms: Callable[[], float]) -> None:
@@ -96,12 +100,9 @@ class Waiter(threading.Thread):
         self.lease_ms = lease_ms
         self._report = report
         self._clock_ms = clock_ms
-        # the control thread's client for this node sends CLIENT UNBLOCK; the waiter has a socket of its own
-        self.control = connection.node_client(queues[0].keys)
-        pool = self.control.connection_pool
-        # a read outlives the longest block: the server answers by then, or the link is dead
-        self._link = pool.connection_class(**{**pool.connection_kwargs,
-                                              "socket_timeout": BLOCK_MAX_MS / 1000 + READ_MARGIN_S})
+        self.control: valkey.Valkey | None = None  #: the control thread's client of the node: CLIENT UNBLOCK
+        self._link: valkey.Connection | None = None  #: the waiter's own socket to that node
+        self._attach()
         self._inbox: SimpleQueue[tuple[tuple[str, ...], int] | None] = SimpleQueue()
         self._client_id: int | None = None
         self._closed = threading.Event()
@@ -122,11 +123,11 @@ class Waiter(threading.Thread):
     def interrupt(self) -> bool:
         """End the current block now (as a timeout); False when the server had no block of ours to end
         (the waiter is between blocks, or its link is down): try again later."""
-        client_id = self._client_id
-        if client_id is None:
+        client_id, control = self._client_id, self.control
+        if client_id is None or control is None:
             return False
         try:
-            self.unblocked = self.control.execute_command("CLIENT", "UNBLOCK", client_id, "TIMEOUT") == 1
+            self.unblocked = control.execute_command("CLIENT", "UNBLOCK", client_id, "TIMEOUT") == 1
         except (*LINK_ERRORS, ResponseError):
             return False
         return self.unblocked
@@ -151,10 +152,44 @@ class Waiter(threading.Thread):
                 if report is not None:
                     self._report(report)
         finally:
+            self._detach()
+
+    # -- which node: the one that holds the queues, followed through MOVED and failovers ---------------
+    def _attach(self) -> valkey.Connection:
+        """Point the waiter at the node that holds its queues now: the control thread's client of
+        that node, and a socket of the waiter's own (returned)."""
+        control = self.connection.node_client(next(iter(self.queues.values())).keys)
+        pool = control.connection_pool
+        # a read outlives the longest block: the server answers by then, or the link is dead
+        link = pool.connection_class(**{**pool.connection_kwargs,
+                                        "socket_timeout": BLOCK_MAX_MS / 1000 + READ_MARGIN_S})
+        self._link, self.control = link, control
+        return link
+
+    def _detach(self) -> None:
+        self._client_id = None
+        self.control = None
+        if self._link is not None:
             self._link.disconnect()
+            self._link = None
 
     def _block(self, queues: tuple[str, ...], timeout_ms: int) -> Report:
+        """One block; a MOVED (the slot changed hands: a migration, a failover; also what the server
+        answers a block it held when its slot moved away) re-reads the slot map and blocks again on
+        the new node, up to ``REDIRECTS`` times. An ASK or TRYAGAIN (a slot mid-migration) is a
+        refusal: backed off like a link failure, the queues claimed once after it."""
+        for _ in range(REDIRECTS):
+            try:
+                return self._block_once(queues, timeout_ms)
+            except MovedError:
+                self._detach()  # the next try reads the map again
+        raise valkey.ConnectionError(f"{REDIRECTS} MOVED in a row for {', '.join(queues)}")
+
+    def _block_once(self, queues: tuple[str, ...], timeout_ms: int) -> Report:
         link = self._link
+        if link is None:  # after a MOVED or a failure: the map may have changed, so read it again
+            self.connection.refresh_slots()
+            link = self._attach()
         if self._client_id is None:  # after a (re)connect: CLIENT UNBLOCK needs this socket's id
             link.send_command("CLIENT", "ID")
             self._client_id = int(link.read_response())
@@ -180,10 +215,10 @@ class Waiter(threading.Thread):
         return Recheck(name) if job is None else Claimed(name, job, self._clock_ms())
 
     def _recover(self, queues: tuple[str, ...], exc: Exception) -> Report | None:
-        """The link failed (a server restart, say): drop the socket, back off, and have the queues
-        claimed once when it is back, since a wake may have come and gone meanwhile."""
-        self._link.disconnect()
-        self._client_id = None
+        """The link failed (a server restart, a failover, a node that no longer serves the slot): drop
+        the socket, back off, and have the queues claimed once when it is back, since a wake may have
+        come and gone meanwhile. The next block finds the queues' node again."""
+        self._detach()
         self._failures += 1
         pause = min(RETRY_MS[1], RETRY_MS[0] * 2 ** min(self._failures - 1, 10))
         log.warning("waiter %s: blocked read failed (%s: %s); again in %d ms", self.name, type(exc).__name__, exc,

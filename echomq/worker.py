@@ -49,11 +49,14 @@ from dataclasses import dataclass, field
 from queue import SimpleQueue
 from typing import Any, Callable, Sequence
 
+from valkey.crc import key_slot
+
 from . import aio, hooks, policy, waiter
 from .connection import Call, Connection
 from .errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, JobTimeout, LeaseLost,
                      PayloadError)
 from .heartbeat import Heartbeat, HeartbeatConfig
+from .ids import uuid7_ms
 from .keys import State
 from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
@@ -120,8 +123,65 @@ class Tally:
         setattr(self, field_name, getattr(self, field_name) + 1)
 
 
+#: upper bounds (s) of the run-time histogram: Prometheus' defaults, then up to ten minutes
+DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0)
+#: upper bounds (s) of the pending-wait histogram: from a millisecond to an hour
+WAIT_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0)
+
+
+class Histogram:
+    """Observations counted into fixed buckets, with their sum: what a Prometheus histogram
+    exports, kept without ``prometheus_client`` (a worker runs without it)."""
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self._counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
+        self._sum = 0.0
+        self._lock = threading.Lock()  # observed on the control thread, read by a scrape's thread
+
+    def observe(self, value: float) -> None:
+        at = next((i for i, bound in enumerate(self.bounds) if value <= bound), len(self.bounds))
+        with self._lock:
+            self._counts[at] += 1
+            self._sum += value
+
+    def snapshot(self) -> tuple[list[tuple[float, int]], float]:
+        """The cumulative count at each bound (the last at +Inf) and the sum, read together."""
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        running, cumulative = 0, []
+        for bound, count in zip((*self.bounds, float("inf")), counts):
+            running += count
+            cumulative.append((bound, running))
+        return cumulative, total
+
+
+@dataclass
+class Timings:
+    """How long this worker's jobs ran and waited: a subscriber to the ``job.*`` hooks that carry
+    ``duration_s`` and ``waited_s`` (``emq worker --metrics-port`` exports them)."""
+
+    duration: Histogram = field(default_factory=lambda: Histogram(DURATION_BUCKETS_S))
+    waited: Histogram = field(default_factory=lambda: Histogram(WAIT_BUCKETS_S))
+
+    def add(self, event: str, data: dict[str, Any]) -> None:
+        if data.get("duration_s") is not None:
+            self.duration.observe(data["duration_s"])
+        if data.get("waited_s") is not None:
+            self.waited.observe(data["waited_s"])
+
+
+def waited_in_pending_s(job_id: str, attempt: int, now_s: float) -> float | None:
+    """Seconds from the id's minting to this claim, for a first claim of a UUIDv7 id; else None
+    (nothing honest to say without a read: the row's server-clock ``created`` is not in CLAIM's
+    reply). Both ends are wall clocks of possibly two hosts: skew is clamped at 0."""
+    minted_ms = uuid7_ms(job_id) if attempt == 1 else None
+    return None if minted_ms is None else max(0.0, now_s - minted_ms / 1000)
+
+
 def _count(event: str, data: dict[str, Any]) -> None:
     data["worker"].tally.add(event)
+    data["worker"].timings.add(event, data)
 
 
 def _log(event: str, data: dict[str, Any]) -> None:
@@ -157,6 +217,12 @@ class Held:
     #: an outcome the worker decided itself (a timeout, an undecodable payload): it wins over the
     #: handler's, which is dropped whenever it comes
     verdict: policy.Outcome | None = None
+    started_s: float = field(default_factory=time.monotonic)  #: when the handler was started
+    ended_s: float | None = None  #: when its outcome was known (returned, raised, timed out)
+
+    @property
+    def duration_s(self) -> float | None:
+        return None if self.ended_s is None else self.ended_s - self.started_s
 
     @property
     def key(self) -> tuple[str, str]:
@@ -270,6 +336,7 @@ class Worker:
         #: the node serves the bus: completions keep results and failures their tracebacks
         self.bus = connection.supports("publish") and connection.supports("failures_incr")
         self.tally = Tally()
+        self.timings = Timings()
         self.held: dict[tuple[str, str], Held] = {}
         self._rand = rand
         self._clock_ms = clock_ms
@@ -496,9 +563,9 @@ class Worker:
         for (held, decision, _), reply in zip(batch, answers):
             self._record(held, decision, reply)
             self._release(held)
-            if isinstance(decision, policy.Delay) or reply == State.SCHEDULED:
+            if isinstance(decision, policy.Postpone) or reply == State.SCHEDULED:
                 # promote when it falls due, not a whole interval later (plus slack for the two clocks)
-                wait = decision.delay_ms if isinstance(decision, policy.Delay) else decision.backoff_ms
+                wait = decision.delay_ms if isinstance(decision, policy.Postpone) else decision.backoff_ms
                 self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
 
     def _polled(self, name: str, now: float, *, found: bool, paused: bool) -> None:
@@ -545,13 +612,15 @@ class Worker:
             self._emit("job.lost", job, reason=f"settle refused by the server ({reply}); the sweep recovers it "
                                                "after its lease")
         elif isinstance(decision, policy.Complete):
-            self._emit("job.completed", job)
-        elif isinstance(decision, policy.Delay):
-            self._emit("job.delayed", job, delay_ms=decision.delay_ms)
+            self._emit("job.completed", job, duration_s=held.duration_s)
+        elif isinstance(decision, policy.Postpone):
+            self._emit("job.delayed", job, delay_ms=decision.delay_ms, duration_s=held.duration_s)
         elif reply == State.DEAD:
-            self._emit("job.dead", job, error=decision.error, max_attempts=decision.max_attempts)
+            self._emit("job.dead", job, error=decision.error, max_attempts=decision.max_attempts,
+                       duration_s=held.duration_s)
         else:
-            self._emit("job.retried", job, error=decision.error, backoff_ms=decision.backoff_ms)
+            self._emit("job.retried", job, error=decision.error, backoff_ms=decision.backoff_ms,
+                       duration_s=held.duration_s)
 
     def _emit(self, event: str, job: Job, **fields: Any) -> None:
         hooks.emit(event, worker=self, queue=job.queue, id=job.id, attempt=job.attempt, **fields)
@@ -566,8 +635,10 @@ class Worker:
             log.info("worker %d: the node's EMQ.VERSION lists no claim.block: idle queues are polled",
                      os.getpid())
             return
-        one_per_queue = self.connection.wire == 6 or self.connection.cluster
-        for group in policy.wait_groups(list(self.queues), one_per_queue=one_per_queue):
+        # on a cluster, a wire-4 waiter per slot (a BZPOPMIN's keys share one); wire 6's BCLAIM names one queue
+        slots = {name: key_slot(q.keys.wake.encode()) for name, q in self.queues.items()} \
+            if self.connection.cluster else None
+        for group in policy.wait_groups(list(self.queues), one_per_queue=self.connection.wire == 6, slots=slots):
             w = waiter.Waiter(self.connection, [self.queues[name] for name in group],
                               lease_ms=self.config.lease.lease_ms, report=self._report, clock_ms=self._clock_ms)
             w.start()
@@ -674,6 +745,7 @@ class Worker:
             held = self.held[key]
             timeout_s = self._timeout_s(held.task)
             held.verdict = policy.Raised(JobTimeout(timeout_s))
+            held.ended_s = time.monotonic()
             held.ctx.lost.set()
             if held.task.is_async:
                 held.future.cancel()
@@ -704,7 +776,8 @@ class Worker:
 
     # -- running handlers ------------------------------------------------------------
     def _start(self, task: Task, queue: Queue, job: Job, sent: float) -> None:
-        self._emit("job.claimed", job)
+        self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
+                   trace=job.trace)
         ctx = JobContext(job.id, job.queue, job.attempt, producers=self._producers(task.is_async))
         if self.connection.supports("append"):
             # progress is sent from the handler's own thread, on the connection's pool: one APPEND
@@ -720,6 +793,7 @@ class Worker:
                 f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
                 f"{type(exc).__name__}: {exc}"))
             log.error("job %s/%s: %s", job.queue, job.id, held.verdict.error)
+            held.ended_s = held.started_s
             self._finished.put(held)
             return
         held.future = self._submit(task, task.arguments(payload, ctx))
@@ -764,6 +838,7 @@ class Worker:
             log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
                      held.job.queue, held.job.id, held.job.attempt)
             return
+        held.ended_s = time.monotonic()
         self._finished.put(held)
         self._wake.set()
 

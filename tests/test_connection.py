@@ -25,7 +25,7 @@ from echomq import (
     brand_node,
     connect,
 )
-from echomq.connection import BRANDS, Call, Connection, build_call
+from echomq.connection import BRANDS, Call, Connection, build_call, cluster_mode
 from echomq.keys import VERSION_KEY, Keyspace
 from echomq.serializers import RAW
 from echomq.server import free_port
@@ -437,3 +437,45 @@ def test_noperm_on_the_command_maps_to_permission_denied(server, wire):
                         q.enqueue(1)
         finally:
             admin.execute_command("ACL", "DELUSER", name)
+
+
+# --------------------------------------------------------------------------- cluster="auto": HELLO's mode
+
+
+@pytest.mark.parametrize("reply, cluster", [
+    ([b"server", b"valkey", b"proto", 2, b"mode", b"cluster", b"role", b"master"], True),  # RESP2: flat
+    ([b"server", b"valkey", b"proto", 2, b"mode", b"standalone"], False),
+    ({b"server": b"valkey", b"mode": b"cluster"}, True),  # RESP3: a map
+    ({"mode": "standalone"}, False),
+])
+def test_cluster_mode_reads_hellos_mode(reply, cluster):
+    assert cluster_mode(reply) is cluster
+
+
+def test_auto_asks_a_standalone_node_with_hello_in_place_of_the_ping(server4):
+    def calls(client, command: str) -> int:
+        return client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0)
+
+    with server4.client() as admin:
+        before = calls(admin, "hello"), calls(admin, "ping")
+        with connect(server4.url, wire=4) as conn:
+            assert not conn.cluster
+        assert (calls(admin, "hello"), calls(admin, "ping")) == (before[0] + 1, before[1])  # no extra round trip
+
+
+def test_a_node_that_refuses_hello_is_taken_as_standalone(server, wire, open_conn):
+    name = fresh("u")
+    with server.client() as admin:
+        admin.execute_command("ACL", "SETUSER", name, "on", ">pw", "+@all", "-hello", "~*", "&*")
+        try:
+            with open_conn(f"redis://{name}:pw@127.0.0.1:{server.port}", wire=wire) as conn:
+                assert conn.wire == wire and not getattr(conn, "conn", conn).cluster
+        finally:
+            admin.execute_command("ACL", "DELUSER", name)
+
+
+@pytest.mark.parametrize("cluster", ["yes", 1.5, None])
+def test_a_bad_cluster_choice_is_a_configuration_error(server4, cluster, open_conn):
+    with pytest.raises(ConfigurationError) as info:
+        open_conn(server4.url, wire=4, cluster=cluster)
+    assert repr(cluster) in str(info.value)

@@ -1,6 +1,6 @@
 """The dashboard in headless Chromium (Debian's `chromium`, driven by Playwright), on both wires:
-every page loads, a confirmed click reprocesses a dead job and pauses a queue, and the page
-shows the new state. With EMQ_DASHBOARD_SCREENSHOTS=DIR the main pages are saved there
+every page loads, a confirmed click reprocesses a dead job, removes a pending one, purges the
+dead and pauses a queue, and the page shows the new state. With EMQ_DASHBOARD_SCREENSHOTS=DIR the main pages are saved there
 (docs/img holds the ones docs/dashboard.md shows)."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def shot(page, name: str) -> None:
         page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
 
 
-def test_every_page_in_a_browser_then_reprocess_and_pause_by_clicking(conn, page):
+def test_every_page_in_a_browser_then_reprocess_remove_purge_and_pause_by_clicking(conn, page):
     stocked = stock(Queue(conn, fresh_name("browser")))
     queue, name = stocked.queue, stocked.queue.name
     with serving(conn, Settings(sample_interval_s=0.2)) as url:
@@ -79,6 +79,22 @@ def test_every_page_in_a_browser_then_reprocess_and_pause_by_clicking(conn, page
         page.wait_for_selector(".message")
         assert page.locator("#state").inner_text() == "pending"
         assert queue.state(stocked.dead[0]).value == "pending"
+
+        page.goto(f"{url}/queues/{name}/job?id={stocked.pending[0]}")
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("button:has-text('Remove')")
+        page.wait_for_selector(".message")
+        assert f"{stocked.pending[0]} removed from pending" in page.locator(".message").inner_text()
+        assert queue.state(stocked.pending[0]) is None
+        assert page.locator(f"text={stocked.pending[0]}").count() == 1  # in the message only, not the list
+
+        page.goto(f"{url}/queues/{name}")
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("button:has-text('Purge dead')")
+        page.wait_for_url("**state=dead**")
+        assert "purged 1 dead job(s)" in page.locator(".message").inner_text()
+        assert page.locator('.counts a[data-state="dead"] b').inner_text() == "0"
+        assert page.locator("p.empty").inner_text() == "No dead jobs." and queue.counts().dead == 0
 
         page.goto(f"{url}/queues/{name}")
         page.once("dialog", lambda dialog: dialog.dismiss())  # a dismissed confirm sends nothing

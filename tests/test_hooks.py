@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from echomq import App, ConnectionFailed, Queue, Worker, WorkerConfig, aio, hooks
+from echomq.ids import uuid7, uuid7_ms
 from echomq.server import free_port
+from echomq.worker import Histogram, waited_in_pending_s
 from helpers import fresh_name
 from worker_helpers import wait_until
 
@@ -90,18 +94,47 @@ def test_the_worker_emits_job_events_and_tally_counts_them(conn, recorded):
     def handler(payload):
         if payload == "bad":
             raise ValueError("bad payload")
+        if payload == "slow":
+            time.sleep(0.05)  # a run time with a known lower bound, not a wait for anything
 
-    Queue(conn, name).enqueue_many(["ok", "ok", "bad"])
-    worker = Worker(app, conn, config=WorkerConfig(concurrency=3))
+    queue = Queue(conn, name)
+    queue.enqueue_many(["ok", "slow", "bad"])
+    queue.enqueue("ok", id="not-a-uuid7")
+    worker = Worker(app, conn, config=WorkerConfig(concurrency=4))
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: worker.tally.completed + worker.tally.dead == 3, what="3 settled")
+        wait_until(lambda: worker.tally.completed + worker.tally.dead == 4, what="4 settled")
     finally:
         worker.stop()
         thread.join(10)
     mine = [(e, d) for e, d in recorded if e.startswith("job.") and d["worker"] is worker]
-    assert sorted(e for e, _ in mine) == ["job.claimed"] * 3 + ["job.completed"] * 2 + ["job.dead"]
+    assert sorted(e for e, _ in mine) == ["job.claimed"] * 4 + ["job.completed"] * 3 + ["job.dead"]
+    assert all(set(d) == set(hooks.EVENTS[e]) for e, d in mine)  # the catalogue's fields, no more, no less
     dead = next(d for e, d in mine if e == "job.dead")
     assert dead["queue"] == name and dead["attempt"] == 1 and "bad payload" in dead["error"]
-    assert (worker.tally.claimed, worker.tally.completed, worker.tally.dead) == (3, 2, 1)
+    assert (worker.tally.claimed, worker.tally.completed, worker.tally.dead) == (4, 3, 1)
+    waited = {d["id"]: d["waited_s"] for e, d in mine if e == "job.claimed"}
+    assert waited.pop("not-a-uuid7") is None and all(w >= 0 for w in waited.values())
+    durations = sorted(d["duration_s"] for e, d in mine if e in ("job.completed", "job.dead"))
+    assert durations[0] >= 0 and durations[-1] >= 0.05
+    cumulative, total = worker.timings.duration.snapshot()
+    assert cumulative[-1] == (float("inf"), 4) and total == pytest.approx(sum(durations))
+    assert worker.timings.waited.snapshot()[0][-1][1] == 3
+
+
+def test_waited_in_pending_is_known_for_a_first_claim_of_a_uuid7_only():
+    job_id = uuid7()
+    minted_s = uuid7_ms(job_id) / 1000
+    assert waited_in_pending_s(job_id, 1, minted_s + 2.5) == pytest.approx(2.5)
+    assert waited_in_pending_s(job_id, 1, minted_s - 1) == 0.0  # the worker's clock behind the producer's
+    assert waited_in_pending_s(job_id, 2, minted_s + 2.5) is None  # a retry: the id's time says nothing
+    for other in ("job-1", str(uuid.uuid4()), job_id.replace("-", ""), "{" + job_id + "}"):
+        assert uuid7_ms(other) is None and waited_in_pending_s(other, 1, minted_s) is None
+
+
+def test_a_histogram_counts_into_its_buckets_cumulatively():
+    histogram = Histogram((0.1, 1.0))
+    for value in (0.05, 0.1, 0.5, 3.0, 3.0):
+        histogram.observe(value)
+    assert histogram.snapshot() == ([(0.1, 2), (1.0, 3), (float("inf"), 5)], pytest.approx(6.65))

@@ -1,5 +1,5 @@
-"""`emq worker --metrics-port`: a real worker process's own counters, scraped over HTTP after a
-known workload and checked against what the server counted."""
+"""`emq worker --metrics-port`: a real worker process's own counters and histograms, scraped over
+HTTP after a known workload and checked against what the server counted."""
 
 from __future__ import annotations
 
@@ -40,6 +40,14 @@ def test_a_workers_metrics_count_its_outcomes(conn, spawn):
     assert outcome["retried"] == 2 and outcome["claimed"] == 6 and outcome["lost"] == 0
     assert scraped[("echomq_worker_concurrency", ())] == 4
     assert scraped[("echomq_worker_held", ())] == 0
+    # every settled attempt has a run time; each of the four jobs' first claim a wait (UUIDv7 ids)
+    assert scraped[("echomq_worker_job_duration_seconds_count", ())] == 3 + 2 + 1
+    assert scraped[("echomq_worker_job_duration_seconds_bucket", (("le", "+Inf"),))] == 6
+    assert scraped[("echomq_worker_job_waited_seconds_count", ())] == 4
+    assert scraped[("echomq_worker_job_waited_seconds_sum", ())] >= 0
+    buckets = sorted((float(label[0][1]), value) for (metric, label), value in scraped.items()
+                     if metric == "echomq_worker_job_waited_seconds_bucket")
+    assert [value for _, value in buckets] == sorted(value for _, value in buckets)  # cumulative
 
 
 def test_a_port_in_use_is_a_clear_error(conn, spawn):

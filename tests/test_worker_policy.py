@@ -54,7 +54,7 @@ B = Backoff(base_ms=100, jitter=0.0)
     (policy.Raised(KeyError()), policy.Fail("KeyError", 5, 400)),
     (policy.RetryAsked("later", None), policy.Fail("later", 5, 400)),
     (policy.RetryAsked("later", 7), policy.Fail("later", 5, 7)),
-    (policy.DelayAsked(250), policy.Delay(250)),
+    (policy.DelayAsked(250), policy.Postpone(250)),
 ])
 def test_each_outcome_becomes_its_settle(outcome, settle):
     assert policy.decide_outcome(outcome, lost=False, attempt=3, max_attempts=5, backoff=B, rand=0.5) == settle
@@ -233,8 +233,14 @@ def test_next_timer(last, now, saturated, expected):
 def test_wait_groups_one_waiter_on_a_single_node_one_per_queue_where_a_block_names_one():
     names = [f"q{i}" for i in range(20)]
     assert policy.wait_groups(names, one_per_queue=False) == [tuple(names)]  # one BZPOPMIN over 20 markers
-    assert policy.wait_groups(names, one_per_queue=True) == [(name,) for name in names]  # BCLAIM, or a cluster
+    assert policy.wait_groups(names, one_per_queue=True) == [(name,) for name in names]  # BCLAIM
     assert policy.wait_groups([], one_per_queue=False) == []
+
+
+def test_wait_groups_on_a_cluster_one_waiter_per_slot_on_wire_4():
+    slots = {"a": 7, "b": 9000, "c": 7, "d": 16000}  # a and c: names that hash to one slot
+    assert policy.wait_groups(list(slots), one_per_queue=False, slots=slots) == [("a", "c"), ("b",), ("d",)]
+    assert policy.wait_groups(list(slots), one_per_queue=True, slots=slots) == [(n,) for n in slots]  # BCLAIM
 
 
 @pytest.mark.parametrize("capacity, stopping, expected", [

@@ -1,6 +1,6 @@
 """Apps that `emq worker` runs in the worker tests, configured by environment variables.
 
-EMQ_TEST_QUEUE names the queue, EMQ_TEST_OUT a directory the handler reports into:
+EMQ_TEST_QUEUE names the queue (or several, comma-separated), EMQ_TEST_OUT a directory the handler reports into:
 
 * ``processed.log`` -- one line ``id attempt pid`` per handler run that returned;
 * ``started-<id>-<attempt>`` -- written when a run starts (tests wait for it);
@@ -71,10 +71,10 @@ async def run_async(payload, ctx):
 def make_app() -> App:
     app = App("tests")
     handler = run_async if os.environ.get("EMQ_TEST_ASYNC") else run
-    app.handler(os.environ["EMQ_TEST_QUEUE"], handler,
-                max_attempts=int(os.environ.get("EMQ_TEST_MAX_ATTEMPTS", "3")),
-                backoff=Backoff(base_ms=20, max_ms=200, jitter=0.0),
-                timeout=float(os.environ.get("EMQ_TEST_TIMEOUT", DEFAULT_TIMEOUT_S)))
+    for name in os.environ["EMQ_TEST_QUEUE"].split(","):
+        app.handler(name, handler, max_attempts=int(os.environ.get("EMQ_TEST_MAX_ATTEMPTS", "3")),
+                    backoff=Backoff(base_ms=20, max_ms=200, jitter=0.0),
+                    timeout=float(os.environ.get("EMQ_TEST_TIMEOUT", DEFAULT_TIMEOUT_S)))
     if os.environ.get("EMQ_TEST_CRON"):
         app.cron(os.environ["EMQ_TEST_CRON"], queue=os.environ["EMQ_TEST_QUEUE"], payload={})
     return app

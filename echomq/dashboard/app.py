@@ -3,7 +3,9 @@
 Every page handler is a plain ``def``: Starlette runs it on its thread pool, so a slow
 Valkey call never stalls the event loop. Actions are POST forms, each confirmed in
 the browser and carrying the page's form secret; ``read_only`` hides them and refuses
-their routes (403).
+their routes (403). Remove, cancel and purge are optional on wire 6 (SPEC §9.4): a node
+whose EMQ.VERSION does not list their token shows no button for them and refuses their
+routes (501).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..admin import in_batches, parse_duration_ms
 from ..connection import Connection
 from ..errors import ConnectionFailed, EchoMQError
 from ..heartbeat import list_workers
@@ -37,10 +40,12 @@ from ..keys import MAX_ID_BYTES, QUEUE_NAME, State
 from ..metrics import NodeCollector
 from ..queue import Queue
 from ..serializers import RAW
+from ..verbs import BY_NAME
 from .auth import LOOPBACK_HOSTS, TokenRequired
 from .rates import Sampler, rate_series, svg_chart
 
 PAGE_SIZE = 25
+PURGE_BATCH = 1000  #: dead jobs deleted per PURGE call
 DISCOVERY_TTL_S = 10.0  #: how long a SCAN's list of queues is reused (a SCAN walks the whole keyspace)
 HERE = files(__package__)
 
@@ -83,7 +88,7 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
     form_secret = secrets.token_urlsafe(24)
     env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=select_autoescape(["html"]))
     env.globals.update(read_only=settings.read_only, form_secret=form_secret, refresh_s=settings.refresh_s,
-                       wire=connection.wire, states=[s.value for s in State])
+                       wire=connection.wire, states=[s.value for s in State], serves=connection.supports)
     env.filters["ago"] = ago
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(connection, queue_names))
@@ -160,10 +165,15 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     # -- actions (async: the form is read on the loop, the valkey call on the pool) -------------
-    def action(do: Callable[[Queue, dict[str, str]], tuple[str, str]]) -> Callable[[Request], Any]:
+    def action(do: Callable[[Queue, dict[str, str]], tuple[str, str]], verb: str | None = None
+               ) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
             if settings.read_only:
                 return _problem_page(render, 403, "this dashboard is read-only")
+            if verb is not None and not connection.supports(verb):
+                return _problem_page(render, 501, f"this node does not serve {verb}: its trafikey's EMQ.VERSION "
+                                                  f"lists no {' '.join(BY_NAME[verb].tokens)!r} token; upgrade "
+                                                  "the module")
             form = {k: v[0] for k, v in parse_qs((await request.body()).decode(errors="replace")).items()}
             if not secrets.compare_digest(form.get("secret", ""), form_secret):
                 return _problem_page(render, 403, "the form is stale or from another site: reload the page")
@@ -194,10 +204,35 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
     def reprocess(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
         job_id = form.get("id", "")
         moved = queue.reprocess(job_id)
-        where = f"/queues/{queue.name}/job?{urlencode({'id': job_id})}"
         if not moved:
             raise _Problem(409, f"job {job_id!r} is not in dead: nothing reprocessed")
-        return where, f"{job_id} reprocessed: back to pending"
+        return job_address(queue, job_id), f"{job_id} reprocessed: back to pending"
+
+    def job_address(queue: Queue, job_id: str) -> str:
+        return f"/queues/{queue.name}/job?{urlencode({'id': job_id})}"
+
+    def remove(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+        job_id = form.get("id", "")
+        was = queue.remove(job_id)
+        if was is None:
+            raise _Problem(404, f"no job {job_id!r} in {queue.name!r}: nothing removed")
+        return f"/queues/{queue.name}?state={was.value}", f"{job_id} removed from {was.value}"
+
+    def cancel(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+        job_id = form.get("id", "")
+        if not queue.cancel(job_id):
+            raise _Problem(404, f"no job {job_id!r} in {queue.name!r}: nothing cancelled")
+        return job_address(queue, job_id), f"{job_id} cancelled: dead, its holder's settle will be refused"
+
+    def purge(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+        older_than = form.get("older_than", "").strip()
+        try:
+            age_ms = parse_duration_ms(older_than) if older_than else 0
+        except ValueError as exc:
+            raise _Problem(400, str(exc)) from None
+        purged = in_batches(lambda: queue.purge(older_than_ms=age_ms, limit=PURGE_BATCH), PURGE_BATCH)
+        return f"/queues/{queue.name}?state=dead", \
+            f"purged {purged} dead job(s){f' dead at least {older_than}' if older_than else ''}"
 
     def with_problems(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
         def wrapped(request: Request) -> Response:
@@ -220,6 +255,9 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         Route("/queues/{name}/resume", action(resume), methods=["POST"]),
         Route("/queues/{name}/promote", action(promote), methods=["POST"]),
         Route("/queues/{name}/reprocess", action(reprocess), methods=["POST"]),
+        Route("/queues/{name}/remove", action(remove, "remove"), methods=["POST"]),
+        Route("/queues/{name}/cancel", action(cancel, "cancel"), methods=["POST"]),
+        Route("/queues/{name}/purge", action(purge, "purge"), methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 

@@ -21,11 +21,11 @@ from valkey.crc import key_slot
 
 import echomq
 from echomq import Queue, connect, errors
-from echomq.cluster import LocalCluster, slot_ranges
 from echomq.connection import build_call
 from echomq.keys import Keyspace
 
 from chaos import Config, run
+from cluster_helpers import blocked_waiters, digests, names_on_every_node
 from worker_helpers import wait_until
 
 # The worker's tests, collected again here where ``conn`` is a cluster connection.
@@ -46,49 +46,10 @@ pytestmark = pytest.mark.timeout(180)
 _n = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def cluster4():
-    with LocalCluster(3, brand=4) as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="module")
-def cluster6():
-    with LocalCluster(3, module=echomq.module_path(), brand=6) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def cluster(wire, request):
-    return request.getfixturevalue(f"cluster{wire}")
-
-
 @pytest.fixture
 def conn(cluster, wire):
     with connect(cluster.url, wire=wire, cluster=True) as connection:
         yield connection
-
-
-def digests(cluster: LocalCluster) -> list[bytes]:
-    out = []
-    for node in cluster.nodes:
-        with node.client() as client:
-            out.append(client.execute_command("DEBUG", "DIGEST"))
-    return out
-
-
-def names_on_every_node(cluster: LocalCluster, per_node: int = 2) -> list[str]:
-    """Queue names chosen so that every primary serves ``per_node`` of them."""
-    found: dict[int, list[str]] = {i: [] for i in range(len(cluster.nodes))}
-    ranges = slot_ranges(len(cluster.nodes))
-    for i in itertools.count():
-        name = f"spread-{next(_n)}-{i}"
-        slot = key_slot(Keyspace(name).pending.encode())
-        node = next(k for k, (lo, hi) in enumerate(ranges) if lo <= slot <= hi)
-        if len(found[node]) < per_node:
-            found[node].append(name)
-        if all(len(v) == per_node for v in found.values()):
-            return [n for names in found.values() for n in names]
 
 
 def test_queues_spread_over_every_primary(cluster, conn):
@@ -192,12 +153,7 @@ def test_an_idle_worker_blocks_on_every_node_and_picks_up_from_each(cluster, con
     thread.start()
     try:
         def blocked_per_node() -> list[int]:
-            counts = []
-            for node in cluster.nodes:
-                with node.client() as client:
-                    counts.append(sum(1 for c in client.client_list()
-                                      if "b" in c["flags"] and c["cmd"].lower() in ("bzpopmin", "emq.bclaim")))
-            return counts
+            return [blocked_waiters(node) for node in cluster.nodes]
 
         wait_until(lambda: blocked_per_node() == [1, 1, 1], what="one blocked waiter on each node")
         for name in names:

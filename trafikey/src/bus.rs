@@ -5,7 +5,7 @@
 
 use crate::decide::{events_bound, num, owned_op, Expect, Op};
 use crate::errors::Refusal;
-use crate::grammar::Queue;
+use crate::grammar::Keyspace;
 use crate::host::{Fence, Host};
 
 /// The queue's event stream, on when `meta events` holds a bound.
@@ -16,7 +16,7 @@ pub struct Events {
 
 /// Steps 4–5: read the queue's switch (`meta events`); when on, the stream must be a stream
 /// or nothing, and the caller may write it. `None` when events are off.
-pub fn events(h: &Host<'_>, fence: &Fence<'_>, q: &Queue<'_>) -> Result<Option<Events>, Refusal> {
+pub fn events(h: &Host<'_>, fence: &Fence<'_>, q: &Keyspace<'_>) -> Result<Option<Events>, Refusal> {
     let meta = q.meta();
     fence.read(&meta)?;
     let stored = h
@@ -29,7 +29,7 @@ pub fn events(h: &Host<'_>, fence: &Fence<'_>, q: &Queue<'_>) -> Result<Option<E
 pub fn events_on(
     h: &Host<'_>,
     fence: &Fence<'_>,
-    q: &Queue<'_>,
+    q: &Keyspace<'_>,
     stored: Option<&[u8]>,
 ) -> Result<Option<Events>, Refusal> {
     let Some(bound) = events_bound(stored).map_err(Refusal::Counter)? else {
@@ -71,7 +71,7 @@ impl Events {
 /// state: a caller without the permission still makes its move, untold.
 pub fn outcome_channel(
     fence: &Fence<'_>,
-    q: &Queue<'_>,
+    q: &Keyspace<'_>,
     id: &[u8],
 ) -> Result<Option<Vec<u8>>, Refusal> {
     let channel = q.key(&[b"outcome:".as_slice(), id].concat());

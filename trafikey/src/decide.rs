@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::ffi::CStr;
 
 use crate::errors::{NOT_INTEGER, OVERFLOW};
-use crate::grammar::Queue;
+use crate::grammar::Keyspace;
 use crate::state::State;
 
 /// Valkey's `string2ll`: an optional `-`, then no leading zero (except `0` itself), at most
@@ -349,7 +349,7 @@ pub struct SweptMember {
 /// whose reply `failed_count` predicts. `keys` = active, pending, dead; a death is scored
 /// `now`, the time it died.
 pub fn sweep_plan(
-    q: &Queue<'_>,
+    q: &Keyspace<'_>,
     keys: [&[u8]; 3],
     members: &[SweptMember],
     failed_count: Option<i64>,
@@ -625,7 +625,7 @@ mod tests {
 
     #[test]
     fn sweep_plan_writes_each_verdict() {
-        let q = Queue { base: b"emq:{q}:" };
+        let q = Keyspace { base: b"emq:{q}:" };
         let keys: [&[u8]; 3] = [b"emq:{q}:active", b"emq:{q}:pending", b"emq:{q}:dead"];
         let m = |id: &[u8], verdict, priority| SweptMember {
             id: id.to_vec(),

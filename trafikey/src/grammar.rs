@@ -92,11 +92,11 @@ pub fn shape<'a>(
 
 /// One queue's keyspace, from its base `emq:{q}:`; the derived keys share its hashtag.
 #[derive(Debug, Clone, Copy)]
-pub struct Queue<'a> {
+pub struct Keyspace<'a> {
     pub base: &'a [u8],
 }
 
-impl Queue<'_> {
+impl Keyspace<'_> {
     pub fn key(&self, suffix: &[u8]) -> Vec<u8> {
         let mut k = Vec::with_capacity(self.base.len() + suffix.len());
         k.extend_from_slice(self.base);
@@ -149,7 +149,7 @@ pub fn is_base(key: &[u8]) -> bool {
 
 /// Check 2, layout: the last key is the base; every other key is the base plus its suffix,
 /// in order.
-pub fn layout<'a>(call: &Call<'a>, suffixes: &[&str]) -> Result<Queue<'a>, Refusal> {
+pub fn layout<'a>(call: &Call<'a>, suffixes: &[&str]) -> Result<Keyspace<'a>, Refusal> {
     let verb = call.verb;
     let n = call.keys.len();
     let base = call.keys.last().copied().unwrap_or_default();
@@ -159,7 +159,7 @@ pub fn layout<'a>(call: &Call<'a>, suffixes: &[&str]) -> Result<Queue<'a>, Refus
             printable(base)
         )));
     }
-    let q = Queue { base };
+    let q = Keyspace { base };
     for (i, (key, suffix)) in call.keys.iter().zip(suffixes).enumerate() {
         let ok = key.len() == base.len() + suffix.len()
             && key.starts_with(base)

@@ -16,7 +16,7 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 use crate::decide::{bclaim_next, Next, Phase};
 use crate::errors::Refusal;
 use crate::ffi::{self, native, waker, Wake};
-use crate::grammar::{self, Argc, Call, Queue};
+use crate::grammar::{self, Argc, Call, Keyspace};
 use crate::host::Host;
 use crate::verbs::claim::{self, Claimed};
 
@@ -25,7 +25,7 @@ pub const VERB: &str = "EMQ.BCLAIM";
 pub const NUMKEYS: usize = 3;
 
 /// Steps 1–3, at the call and at every wake: shape, layout, then `lease_ms` and `timeout_ms`.
-fn parse<'a>(args: &'a [&'a [u8]]) -> Result<(Call<'a>, Queue<'a>, i64, i64), Refusal> {
+fn parse<'a>(args: &'a [&'a [u8]]) -> Result<(Call<'a>, Keyspace<'a>, i64, i64), Refusal> {
     // 1. shape: numkeys 3, two ARGV
     let call = grammar::shape(VERB, args, NUMKEYS, Argc::Exact(2))?;
     // 2. layout: pending, active, base
@@ -102,7 +102,7 @@ pub fn meta_changed(ctx: &Context, key: &[u8]) {
     let Some(base) = grammar::base_of_meta(key) else {
         return;
     };
-    if let Some(pending) = ffi::Str::new(&Queue { base }.key(b"pending")) {
+    if let Some(pending) = ffi::Str::new(&Keyspace { base }.key(b"pending")) {
         ffi::signal_ready(ctx, &pending);
     }
 }

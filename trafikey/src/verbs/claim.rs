@@ -7,7 +7,7 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 use crate::bus;
 use crate::decide::{next_attempt, num, op, Expect};
 use crate::errors::Refusal;
-use crate::grammar::{self, Argc, Call, Queue};
+use crate::grammar::{self, Argc, Call, Keyspace};
 use crate::host::{bulk, int, Host};
 use crate::state::State;
 
@@ -47,7 +47,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
 
 /// Steps 4–7 of CLAIM (and of BCLAIM, at its call and at every wake): `call` has passed the
 /// shape and layout checks of pending, active, base; `lease` its grammar.
-pub fn claim(h: &Host<'_>, q: &Queue<'_>, call: &Call<'_>, lease: i64) -> Result<Claimed, Refusal> {
+pub fn claim(h: &Host<'_>, q: &Keyspace<'_>, call: &Call<'_>, lease: i64) -> Result<Claimed, Refusal> {
     let (pending, active) = (call.keys[0], call.keys[1]);
     let now = h.now_ms()?;
     let deadline = grammar::at("lease_ms", now, lease)?;

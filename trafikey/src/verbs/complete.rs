@@ -5,7 +5,7 @@ use valkey_module::{Context, ValkeyResult};
 use crate::bus;
 use crate::decide::{incr, num, op, owned_op, Expect, Op};
 use crate::errors::{Refusal, NOT_INTEGER};
-use crate::grammar::{self, parse_digits, Argc, Queue};
+use crate::grammar::{self, parse_digits, Argc, Keyspace};
 use crate::host::{int, Fence, Host, Seen};
 use crate::verbs::{field, held, FLAT_NO_FLOW, HELD};
 
@@ -42,7 +42,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
 pub fn completion<'a>(
     h: &Host<'_>,
     fence: &Fence<'_>,
-    q: &Queue<'_>,
+    q: &Keyspace<'_>,
     (active, row, metrics): (&'a [u8], &'a [u8], &'a [u8]),
     (id, token): (&'a [u8], &[u8]),
     extra: &[&str],
@@ -83,7 +83,7 @@ pub fn completion<'a>(
 fn unique_window(
     h: &Host<'_>,
     fence: &Fence<'_>,
-    q: &Queue<'_>,
+    q: &Keyspace<'_>,
     id: &[u8],
     unique: Option<&[u8]>,
 ) -> Result<Vec<Op<'static>>, Refusal> {

@@ -30,7 +30,7 @@ pub mod stalled_check;
 use crate::decide::{deletes_row, owned_op, Expect};
 use crate::errors::{printable, Refusal};
 use crate::ffi::Str;
-use crate::grammar::Queue;
+use crate::grammar::Keyspace;
 use crate::host::{Fence, Host, Seen};
 use crate::state::State;
 
@@ -123,7 +123,7 @@ pub fn field(seen: &[Option<Str>], i: usize) -> Option<&[u8]> {
 /// event for each when the queue's events are on. Returns how many members left the set.
 pub fn clear_members(
     h: &Host<'_>,
-    q: &Queue<'_>,
+    q: &Keyspace<'_>,
     set: &[u8],
     members: &[Str],
     want: State,
