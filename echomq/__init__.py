@@ -32,6 +32,7 @@ from .heartbeat import HeartbeatConfig, WorkerRecord, list_workers
 from .events import Event
 from .keys import Keyspace, State
 from .module import module_path
+from .partitioned import PartitionedQueue
 from .policy import Backoff, IdlePolicy, LeasePolicy
 from .queue import Counts, Enqueued, Job, Queue, Sweep
 from .verbs import Admission
@@ -46,10 +47,10 @@ __all__ = [
     "Admission",
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
     "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
-    "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost", "PayloadError",
-    "PermissionDenied", "PortInUse", "Queue", "RAW", "RawSerializer", "ServerNotFound", "ServerStartError",
-    "ShapeError", "State", "StateError", "Status", "Sweep", "UnsupportedOnWire", "WireError", "WrongType", "aio",
-    "brand_node", "connect", "hooks", "module_path",
+    "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost",
+    "PartitionedQueue", "PayloadError", "PermissionDenied", "PortInUse", "Queue", "RAW", "RawSerializer",
+    "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Status", "Sweep", "UnsupportedOnWire",
+    "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "module_path",
     # workers
     "App", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",
     "Timers", "Worker", "WorkerConfig",

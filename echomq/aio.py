@@ -45,7 +45,8 @@ from .connection import (
 )
 from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
 from .events import DEFAULT_MAXLEN, Event
-from .keys import VERSION_KEY, State, check_job_id
+from .keys import VERSION_KEY, State, check_job_id, partition_names
+from .partitioned import POp, PartitionedCore, op_declare
 from .results import Status
 from .serializers import JSON, Serializer
 from .verbs import Call, Counts, Plain, Sweep
@@ -511,3 +512,132 @@ class Queue(QueueCore):
 
     async def metrics(self) -> dict[str, int]:
         return await self._run(self.op_metrics())
+
+
+async def drive(connection: Connection, op: POp[T]) -> T:
+    """Drive a partitioned operation, awaiting each round trip (the cluster client routes each by its keys)."""
+    try:
+        _, request = next(op)
+        while True:
+            _, request = op.send(await connection.round_trip(request))
+    except StopIteration as done:
+        return done.value
+
+
+class PartitionedQueue(PartitionedCore[Queue]):
+    """:class:`echomq.PartitionedQueue` on an asyncio connection; every method is a coroutine.
+    Open it with ``await PartitionedQueue.open(conn, "emails", partitions=8)`` (which declares N,
+    or reads the recorded N without ``partitions``); the constructor takes an N already declared."""
+
+    def __init__(self, connection: Connection, name: str, partitions: int, *, serializer: Serializer = JSON,
+                 max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
+        super().__init__(name, [Queue(connection, sub, serializer=serializer, max_payload_bytes=max_payload_bytes)
+                                for sub in partition_names(name, partitions)])
+        self.connection = connection
+        self.wire = connection.wire
+
+    @classmethod
+    async def open(cls, connection: Connection, name: str, *, partitions: int | None = None,
+                   serializer: Serializer = JSON,
+                   max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> PartitionedQueue:
+        n = await drive(connection, op_declare(connection, name, partitions))
+        return cls(connection, name, n, serializer=serializer, max_payload_bytes=max_payload_bytes)
+
+    def __repr__(self) -> str:
+        return f"aio.PartitionedQueue({self.name!r}, partitions={len(self.partitions)}, wire={self.wire})"
+
+    async def _run(self, op: POp[T]) -> T:
+        return await drive(self.connection, op)
+
+    async def enqueue(self, payload: Any, *, id: str | None = None, key: str | None = None,
+                      priority: int = 0) -> Enqueued:
+        return await self._run(self.op_enqueue(payload, id, key, priority))
+
+    async def enqueue_many(self, payloads: Iterable[Any], *, keys: Iterable[str] | None = None,
+                           priority: int = 0) -> list[Enqueued]:
+        return await self._run(self.op_enqueue_many(payloads, keys, priority))
+
+    async def schedule(self, payload: Any, delay_ms: int, *, id: str | None = None, key: str | None = None,
+                       priority: int = 0) -> Enqueued:
+        return await self._run(self.op_schedule(payload, delay_ms, id, key, priority))
+
+    async def claim(self, lease_ms: int) -> Job | None:
+        jobs = await self.claim_many(1, lease_ms)
+        return jobs[0] if jobs else None
+
+    async def claim_many(self, count: int, lease_ms: int) -> list[Job]:
+        return await self._run(self.op_claim_many(count, lease_ms))
+
+    async def extend(self, job: Job, lease_ms: int) -> int:
+        return await self._run(self.op_extend(job, lease_ms))
+
+    async def complete(self, job: Job) -> None:
+        await self._run(self.op_complete(job))
+
+    async def complete_many(self, jobs: Sequence[Job]) -> list[bool]:
+        return await self._run(self.op_complete_many(jobs))
+
+    async def fail(self, job: Job, error: str, *, max_attempts: int, backoff_ms: int = 0,
+                   traceback: str | None = None) -> State:
+        return await self._run(self.op_fail(job, error, max_attempts, backoff_ms, traceback))
+
+    async def delay(self, job: Job, delay_ms: int) -> int:
+        return await self._run(self.op_delay(job, delay_ms))
+
+    async def requeue(self, job: Job) -> None:
+        await self._run(self.op_requeue(job))
+
+    async def find(self, job_id: str) -> Queue | None:
+        return await self._run(self.op_find(job_id))
+
+    async def state(self, job_id: str) -> State | None:
+        return await self._run(self.op_state(job_id))
+
+    async def job(self, job_id: str) -> dict[str, Any] | None:
+        return await self._run(self.op_job(job_id))
+
+    async def remove(self, job_id: str) -> State | None:
+        return await self._run(self.op_remove(job_id))
+
+    async def cancel(self, job_id: str) -> bool:
+        return await self._run(self.op_cancel(job_id))
+
+    async def reprocess(self, job_id: str) -> bool:
+        return await self._run(self.op_reprocess(job_id))
+
+    async def reschedule(self, job_id: str, delay_ms: int) -> int | None:
+        return await self._run(self.op_reschedule(job_id, delay_ms))
+
+    async def purge(self, *, older_than_ms: int = 0, limit: int = 1000) -> int:
+        return await self._run(self.op_purge(older_than_ms, limit))
+
+    async def drain(self, *, limit: int = 1000) -> int:
+        return await self._run(self.op_drain(limit))
+
+    async def promote(self, limit: int = 1000) -> int:
+        return await self._run(self.op_promote(limit))
+
+    async def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
+        return await self._run(self.op_stalled_check(max_stalled, limit))
+
+    async def pause(self) -> None:
+        await self._run(self.op_pause())
+
+    async def resume(self) -> None:
+        await self._run(self.op_resume())
+
+    async def counts(self) -> Counts:
+        return await self._run(self.op_counts())
+
+    async def counts_by_partition(self) -> dict[str, Counts]:
+        return await self._run(self.op_counts_by_partition())
+
+    async def metrics(self) -> dict[str, int]:
+        return await self._run(self.op_metrics())
+
+    async def located_ids(self, state: State | str, *, offset: int = 0,
+                          count: int = 100) -> list[tuple[Queue, str, float]]:
+        return await self._run(self.op_located_ids(state, offset, count))
+
+    async def ids(self, state: State | str, *, offset: int = 0, count: int = 100) -> list[tuple[str, float]]:
+        return [(job_id, score) for _, job_id, score in await self.located_ids(state, offset=offset, count=count)]

@@ -38,10 +38,11 @@ from .admin import brand_node
 from .connection import Connection, connect, open_client
 from .errors import ConfigurationError, EchoMQError, PortInUse, ServerStartError
 from .heartbeat import list_workers
-from .inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error,
+from .inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, partitions_of,
                         queue_exists, record_view, text_of)
 from .keys import VERSION_KEY, State, check_job_id, check_queue_name
 from .module import module_path
+from .partitioned import AnyQueue, PartitionedQueue, open_queue
 from .policy import IdlePolicy, LeasePolicy
 from .core import MAX_PAYLOAD_BYTES, encode_payload
 from .cron import describe
@@ -98,7 +99,7 @@ def print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True))
 
 
-def require_queue(queue: Queue) -> None:
+def require_queue(queue: AnyQueue) -> None:
     """An unknown queue is an error (exit 1), not an empty answer: a typo must not look like 'nothing to do'."""
     if not queue_exists(queue):
         raise click.ClickException(f"no queue {queue.name!r} on this node (none of its keys exist); "
@@ -127,11 +128,12 @@ def opened(url: str, wire: str) -> Iterator[Connection]:
 
 
 @contextmanager
-def opened_queue(url: str, wire: str, name: str, **kwargs: Any) -> Iterator[Queue]:
+def opened_queue(url: str, wire: str, name: str, **kwargs: Any) -> Iterator[AnyQueue]:
+    """The queue as its record says: a partitioned queue is one queue over all its partitions."""
     with reported():
         check_queue_name(name)  # before connecting: a bad name is a usage error, whatever the node
     with opened(url, wire) as connection, reported():
-        yield Queue(connection, name, **kwargs)
+        yield open_queue(connection, name, **kwargs)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -355,6 +357,7 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
 @node_options
 @queue_option()
 @click.option("--id", "job_id", default=None, help="the job's id (one payload only); an existing id is not enqueued twice")
+@click.option("--key", default=None, help="a partitioned queue: every job to this key's partition (in order)")
 @click.option("--priority", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
               help="lower runs first")
 @click.option("--delay-ms", type=click.IntRange(0), default=None, help="schedule: ready this long from now")
@@ -366,8 +369,8 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
 @click.option("--max-payload-bytes", type=click.IntRange(1), default=MAX_PAYLOAD_BYTES, show_default=True,
               help="refuse a larger payload before sending anything")
 @json_option
-def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job_id: str | None, priority: int,
-            delay_ms: int | None, count: int, raw: bool, files: tuple[Any, ...], max_payload_bytes: int,
+def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job_id: str | None, key: str | None,
+            priority: int, delay_ms: int | None, count: int, raw: bool, files: tuple[Any, ...], max_payload_bytes: int,
             as_json: bool) -> None:
     """Add jobs to a queue: each PAYLOAD is standard JSON text (default {}), - for stdin."""
     if list(payloads).count("-") > 1:
@@ -385,6 +388,10 @@ def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job
             if len(values) * count != 1:
                 raise ConfigurationError("--id names one job: give one payload and no --count")
     with opened_queue(url, wire, queue_name, serializer=serializer, max_payload_bytes=max_payload_bytes) as queue:
+        if key is not None:
+            if not isinstance(queue, PartitionedQueue):
+                raise ConfigurationError(f"--key picks a partition: queue {queue_name!r} is not partitioned")
+            queue = queue.partition(key=key)
         values = values * count
         if delay_ms is not None:
             added = [queue.schedule(v, delay_ms, id=job_id, priority=priority) for v in values]
@@ -792,7 +799,8 @@ def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Except
             table.add_row(name, f"[red]unreadable: {numbers}[/]")
             continue
         c = numbers.counts
-        row = [name + (" [yellow](paused)[/]" if c.paused else ""), str(c.pending), str(c.active), str(c.scheduled),
+        row = [numbers.label + (" [yellow](paused)[/]" if c.paused else ""), str(c.pending), str(c.active),
+               str(c.scheduled),
                str(c.dead), str(numbers.completed), str(numbers.dead)]
         if per_s is not None:
             rate = per_s.get(name)
@@ -809,12 +817,13 @@ def stats_json(sampled: dict[str, QueueNumbers | Exception], per_s: dict[str, di
 @main.command()
 @node_options
 @click.option("-q", "--queue", "queue_names", multiple=True, help="these queues (default: every queue on the node)")
+@click.option("--partitions", "detail", is_flag=True, help="a row per partition too, below a partitioned queue's")
 @click.option("--watch", is_flag=True, help="refresh until Ctrl-C, with completion and death rates")
 @click.option("--interval", type=click.FloatRange(0.05), default=1.0, show_default=True, help="seconds between refreshes")
 @click.option("--times", type=click.IntRange(1), default=None, hidden=True, help="stop watching after this many refreshes")
 @json_option
-def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interval: float, times: int | None,
-          as_json: bool) -> None:
+def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch: bool, interval: float,
+          times: int | None, as_json: bool) -> None:
     """Counts per set now (pending, active, scheduled, dead) and totals (completed, dead) per queue.
 
     With --json --watch: one JSON array per line per refresh (JSON Lines)."""
@@ -823,7 +832,7 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interv
             check_queue_name(name)
     with opened(url, wire) as connection, reported():
         names = list(queue_names) or discover_queues(connection)
-        queues = [Queue(connection, name) for name in names]
+        queues = [open_queue(connection, name) for name in names]
         if queue_names:  # asked for by name: a typo must not look like an empty queue (discovered ones exist)
             for queue in queues:
                 require_queue(queue)
@@ -835,7 +844,8 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], watch: bool, interv
             return
 
         def sample() -> dict[str, QueueNumbers | Exception]:
-            return {queue.name: numbers_or_error(queue) for queue in queues}
+            return {q.name: numbers_or_error(q) for queue in queues
+                    for q in [queue, *(partitions_of(queue) if detail and len(partitions_of(queue)) > 1 else [])]}
 
         if not watch:
             sampled = sample()

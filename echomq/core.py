@@ -152,6 +152,13 @@ def time_left(job_id: str, waiting: Waiting, timeout: float | None, deadline: fl
     return left
 
 
+def op_enqueued(calls: Sequence[Call]) -> Op[list[Enqueued]]:
+    """Send enqueue calls (of one queue or of several) in one round trip: each one's :class:`Enqueued`."""
+    replies = (yield list(calls)) if calls else []
+    raise_first(replies)
+    return [Enqueued(call.argv[0], call.verb.answer(call, reply)) for call, reply in zip(calls, replies)]
+
+
 class QueueCore:
     """One queue's calls and answers; :class:`echomq.Queue` and :class:`echomq.aio.Queue` send them."""
 
@@ -277,10 +284,7 @@ class QueueCore:
         return (yield from self._admit(call))
 
     def op_enqueue_many(self, payloads: Iterable[Any], priority: int) -> Op[list[Enqueued]]:
-        calls = [self.enqueue_call(payload, priority=priority) for payload in payloads]
-        replies = (yield calls) if calls else []
-        raise_first(replies)
-        return [Enqueued(call.argv[0], call.verb.answer(call, reply)) for call, reply in zip(calls, replies)]
+        return (yield from op_enqueued([self.enqueue_call(payload, priority=priority) for payload in payloads]))
 
     def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int,
                     unique_for: float | None = None, replace: bool = False) -> Op[Enqueued]:

@@ -18,7 +18,8 @@ from typing import Any
 from . import envelope
 from .connection import Connection, plain_commands
 from .errors import CommandRefused
-from .keys import STATE_SETS, State
+from .keys import STATE_SETS, State, parent_queue
+from .partitioned import PartitionedQueue
 from .queue import Counts, Queue
 
 #: a row's times (ms, server clock): admitted, last claimed, last failed (docs/spec.md §11.5)
@@ -35,20 +36,28 @@ def text_of(value: Any) -> str:
 
 def discover_queues(connection: Connection) -> list[str]:
     """Every queue with a key on the node (one SCAN of the keyspace; job rows and completed records
-    are skipped by name)."""
+    are skipped by name). A partitioned queue is listed once, by its own name (``emails``, not
+    ``emails~3``)."""
     names = set()
     for key in connection.client.scan_iter(match="emq:{*}:*", count=1000):
         text = text_of(key)
         name, _, rest = text[len("emq:{"):].partition("}:")
         if rest and not rest.startswith(("job:", "done:")):
-            names.add(name)
+            names.add(parent_queue(name))
     return sorted(names)
 
 
-def queue_exists(queue: Queue) -> bool:
-    """True when any set, the meta hash or a metrics hash of the queue exists (one EXISTS)."""
+def partitions_of(queue: Queue | PartitionedQueue) -> list[Queue]:
+    """The queues that hold a queue's jobs: a partitioned queue's partitions, else the queue itself."""
+    return queue.partitions if isinstance(queue, PartitionedQueue) else [queue]
+
+
+def queue_exists(queue: Queue | PartitionedQueue) -> bool:
+    """True when any set, the meta hash or a metrics hash of the queue (any partition) exists
+    (one EXISTS per partition: on a cluster their keys sit in different slots)."""
     with plain_commands("a queue's presence read"):
-        return bool(queue.connection.client.exists(*(queue.keys.key(s) for s in PRESENCE_SUFFIXES)))
+        return any(q.connection.client.exists(*(q.keys.key(s) for s in PRESENCE_SUFFIXES))
+                   for q in partitions_of(queue))
 
 
 @dataclass(frozen=True)
@@ -59,19 +68,27 @@ class QueueNumbers:
     counts: Counts
     completed: int  #: jobs completed, all time
     dead: int  #: jobs that went dead, all time (the ``metrics:failed`` hash)
+    partitions: int = 1  #: summed over this many partitions
+
+    @property
+    def label(self) -> str:
+        return self.name if self.partitions == 1 else f"{self.name} ({self.partitions} partitions)"
 
     def as_dict(self) -> dict[str, Any]:
         c = self.counts
-        return {"queue": self.name, "pending": c.pending, "active": c.active, "scheduled": c.scheduled,
+        return {"queue": self.name, "partitions": self.partitions, "pending": c.pending, "active": c.active,
+                "scheduled": c.scheduled,
                 "dead": c.dead, "paused": c.paused, "completed_total": self.completed, "dead_total": self.dead}
 
 
-def numbers(queue: Queue) -> QueueNumbers:
+def numbers(queue: Queue | PartitionedQueue) -> QueueNumbers:
+    """A queue's numbers; a partitioned queue's summed over its partitions."""
     metrics = queue.metrics()
-    return QueueNumbers(queue.name, queue.counts(), metrics["completed"], metrics["failed"])
+    return QueueNumbers(queue.name, queue.counts(), metrics["completed"], metrics["failed"],
+                        len(partitions_of(queue)))
 
 
-def numbers_or_error(queue: Queue) -> QueueNumbers | CommandRefused:
+def numbers_or_error(queue: Queue | PartitionedQueue) -> QueueNumbers | CommandRefused:
     """A damaged queue (a wrong-typed key) must not hide the others: its refusal is returned."""
     try:
         return numbers(queue)
@@ -168,8 +185,12 @@ def _ms(time_reply: Any) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-def job_view(queue: Queue, job_id: str) -> JobView | None:
-    """The job's row, the server clock and its score; None when it has no row (completed jobs leave none)."""
+def job_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
+    """The job's row, the server clock and its score; None when it has no row (completed jobs leave none).
+    A partitioned queue's job is read in the partition that holds it (the view names that partition)."""
+    if isinstance(queue, PartitionedQueue):
+        found = queue.find(job_id)
+        return None if found is None else job_view(found, job_id)
     client = queue.connection.client
     with plain_commands("a job's read"):
         row = client.hgetall(queue.keys.job(job_id))
@@ -198,21 +219,22 @@ def record_view(queue: Queue, job_id: str) -> JobView | None:
     return JobView(queue.name, job_id, "completed", text, result, None, now_ms, kept_ms=kept_ms)
 
 
-def job_page(queue: Queue, state: State, *, offset: int, count: int) -> list[JobView]:
-    """A page of one state's jobs, lowest score first: the ids with their scores (one ZRANGE), every
-    row in one pipeline, and the server clock (a cluster pipeline refuses TIME, so apart). An id whose
-    row vanished meanwhile is skipped."""
-    listed = queue.ids(state, offset=offset, count=count)
+def job_page(queue: Queue | PartitionedQueue, state: State, *, offset: int, count: int) -> list[JobView]:
+    """A page of one state's jobs, lowest score first: the ids with their scores (one ZRANGE per
+    partition), every row in one pipeline, and the server clock (a cluster pipeline refuses TIME, so
+    apart). An id whose row vanished meanwhile is skipped. Each view names the partition it is in."""
+    listed = queue.located_ids(state, offset=offset, count=count) if isinstance(queue, PartitionedQueue) \
+        else [(queue, job_id, score) for job_id, score in queue.ids(state, offset=offset, count=count)]
     if not listed:
         return []
     client = queue.connection.client
     pipe = client.pipeline(transaction=False)
-    for job_id, _ in listed:
-        pipe.hgetall(queue.keys.job(job_id))
+    for q, job_id, _ in listed:
+        pipe.hgetall(q.keys.job(job_id))
     with plain_commands("a page of jobs"):
         rows = pipe.execute()
         now_ms = _ms(client.time())
-    views = [decode_view(queue.name, job_id, row, score, now_ms) for (job_id, score), row in zip(listed, rows)]
+    views = [decode_view(q.name, job_id, row, score, now_ms) for (q, job_id, score), row in zip(listed, rows)]
     return [v for v in views if v is not None]
 
 

@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import enum
 import re
+import zlib
 from dataclasses import dataclass
 
 from .errors import ConfigurationError
 
 VERSION_KEY = "{emq}:version"
 QUEUE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+#: A partitioned queue's record (docs/cluster.md "Partitioned queues"): a hash of queue name -> N,
+#: for the queues declared with more than one partition; a queue it does not name has one.
+PARTITIONS_KEY = "{emq}:partitions"
+PARTITIONS_MAX = 1024
+#: Partition ``i`` of queue ``q`` is the queue ``q~i``: ``~`` is not in a queue name, so no plain
+#: queue can collide with a partition, and each partition has its own hashtag (its own slot).
+PARTITION_NAME = re.compile(r"([A-Za-z0-9._:-]{1,128})~(0|[1-9][0-9]{0,3})")
 MAX_ID_BYTES = 512
 MAX_TRACEBACK_BYTES = 8192  #: FAIL's optional traceback (docs/spec.md §11.6); a client keeps a longer one's tail
 
@@ -43,6 +51,29 @@ def check_queue_name(name: str) -> str:
     return name
 
 
+def check_partitions(name: str, partitions: object) -> int:
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= PARTITIONS_MAX:
+        raise ConfigurationError(
+            f"bad partitions {partitions!r} for queue {name!r}: an integer from 1 to {PARTITIONS_MAX}")
+    return partitions
+
+
+def partition_names(name: str, partitions: int) -> list[str]:
+    """The sub-queues of ``name`` over ``partitions``: the queue itself for one (today's layout)."""
+    return [name] if partitions == 1 else [f"{name}~{i}" for i in range(partitions)]
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """The partition a key (or an explicit job id) maps to: CRC-32 of its UTF-8, the same in every process."""
+    return zlib.crc32(key.encode()) % partitions
+
+
+def parent_queue(name: str) -> str:
+    """The queue a sub-queue belongs to (``emails~3`` -> ``emails``); a plain name is its own."""
+    match = PARTITION_NAME.fullmatch(name)
+    return match.group(1) if match else name
+
+
 def check_job_id(job_id: str) -> str:
     if not isinstance(job_id, str):
         raise ConfigurationError(f"bad job id {job_id!r}: a job id is a str")
@@ -59,7 +90,8 @@ class Keyspace:
     queue: str
 
     def __post_init__(self) -> None:
-        check_queue_name(self.queue)
+        if not PARTITION_NAME.fullmatch(self.queue):  # a partition's keys: emq:{q~i}:
+            check_queue_name(self.queue)
 
     @property
     def base(self) -> str:

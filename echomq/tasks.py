@@ -42,9 +42,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from .errors import ConfigurationError, LeaseLost, UnsupportedOnWire
 from .cron import Cron
-from .keys import check_queue_name
+from .errors import ConfigurationError, LeaseLost, UnsupportedOnWire
+from .keys import check_partitions, check_queue_name
 from .results import DEFAULT_RESULT_TTL_S
 from .serializers import JSON, Serializer
 from .policy import MAX_DELAY_MS, Backoff
@@ -167,6 +167,7 @@ class Task:
     #: seconds a completed job's record and result are kept (``Queue.result``, ``Queue.status``);
     #: 0 keeps none (then the worker completes with plain COMPLETE)
     result_ttl: float = DEFAULT_RESULT_TTL_S
+    partitions: int = 1  #: sub-queues the queue spreads over (docs/cluster.md "Partitioned queues")
     arity: int = field(init=False, repr=False)  #: how many of (payload, ctx) the handler takes
     is_async: bool = field(init=False, repr=False)  #: an ``async def`` handler, run on the asyncio loop
 
@@ -180,6 +181,7 @@ class Task:
         ttl = self.result_ttl
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 <= ttl < 2**40:
             raise ConfigurationError(f"bad result_ttl {ttl!r} for queue {self.queue!r}: seconds >= 0 (0 keeps none)")
+        check_partitions(self.queue, self.partitions)
         # read the signature once, not per job
         object.__setattr__(self, "arity", _arity(self.fn))
         object.__setattr__(self, "is_async", asyncio.iscoroutinefunction(self.fn))
@@ -196,10 +198,14 @@ class Task:
         return (payload, ctx)[: self.arity]
 
     def on(self, connection: Any) -> Any:
-        """This task's :class:`~echomq.Queue` on ``connection`` (to enqueue jobs for it)."""
+        """This task's :class:`~echomq.Queue` on ``connection`` (to enqueue jobs for it); a
+        :class:`~echomq.PartitionedQueue` (declaring its N) when it has partitions."""
+        from .partitioned import PartitionedQueue
         from .queue import Queue
 
-        return Queue(connection, self.queue, serializer=self.serializer)
+        if self.partitions == 1:
+            return Queue(connection, self.queue, serializer=self.serializer)
+        return PartitionedQueue(connection, self.queue, partitions=self.partitions, serializer=self.serializer)
 
 
 P = ParamSpec("P")
@@ -228,9 +234,11 @@ class App:
 
     def handler(self, queue: str, fn: Callable[..., Any], *, max_attempts: int = 3,
                 backoff: Backoff | None = None, serializer: Serializer = JSON,
-                timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S) -> Task:
-        """Register ``fn`` as the handler of ``queue`` (one handler per queue)."""
-        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout, result_ttl)
+                timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
+                partitions: int = 1) -> Task:
+        """Register ``fn`` as the handler of ``queue`` (one handler per queue; ``partitions`` > 1:
+        a partitioned queue, every partition served by this handler)."""
+        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout, result_ttl, partitions)
         if queue in self.tasks:
             raise ConfigurationError(f"queue {queue!r} already has a handler: {self.tasks[queue].name}")
         self.tasks[queue] = task
@@ -254,12 +262,12 @@ class App:
     def task(self, fn: None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
              timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
-             cron: str | None = None) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
+             partitions: int = 1, cron: str | None = None) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
              timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
-             cron: str | None = None) -> Any:
+             partitions: int = 1, cron: str | None = None) -> Any:
         """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
         With ``cron``, the task also runs periodically (:meth:`cron`, payload None).
 
@@ -270,7 +278,7 @@ class App:
         def register(fn: Callable[P, R]) -> TaskFunction[P, R]:
             fn.task = self.handler(queue or fn.__name__, fn, max_attempts=max_attempts,  # type: ignore[attr-defined]
                                    backoff=backoff, serializer=serializer, timeout=timeout,
-                                   result_ttl=result_ttl)
+                                   result_ttl=result_ttl, partitions=partitions)
             if cron is not None:
                 self.cron(cron, queue=fn.task.queue)  # type: ignore[attr-defined]
             return fn  # type: ignore[return-value]

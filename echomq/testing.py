@@ -33,6 +33,7 @@ from .admin import brand_node
 from .connection import Connection, connect
 from .keys import State
 from .module import module_path
+from .partitioned import PartitionedQueue
 from .policy import IdlePolicy
 from .queue import Queue
 from .server import EmbeddedServer
@@ -55,11 +56,12 @@ def embedded_server(wire: int = 4) -> Iterator[EmbeddedServer]:
         yield server
 
 
-def drain(app: App, queue: Queue, *, concurrency: int = 1, timeout_s: float = 30.0) -> Tally:
+def drain(app: App, queue: Queue | PartitionedQueue, *, concurrency: int = 1, timeout_s: float = 30.0) -> Tally:
     """Run ``app``'s handler for ``queue`` in this process until the queue is empty: nothing
     pending, nothing scheduled (a retry's backoff is waited for), nothing held. Returns the
     worker's :class:`~echomq.Tally`. Raises ``TimeoutError`` if it is not empty after
-    ``timeout_s`` (a job delayed far into the future, say)."""
+    ``timeout_s`` (a job delayed far into the future, say). A partitioned queue is drained in
+    all its partitions."""
     config = WorkerConfig(concurrency=concurrency, grace_s=0, burst=True,
                           idle=IdlePolicy(min_ms=1, max_ms=20), timers=TimerConfig(promote_interval_ms=10))
     worker = Worker(app, queue.connection, queues=[queue.name], config=config)

@@ -57,7 +57,8 @@ from .errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoM
                      PayloadError)
 from .heartbeat import Heartbeat, HeartbeatConfig
 from .ids import uuid7_ms
-from .keys import State
+from .keys import State, partition_names
+from .partitioned import PartitionedQueue, drive, op_declare
 from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue
 from .results import MAX_RESULT_BYTES, encode_result
@@ -288,6 +289,11 @@ class _AsyncRunner:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
+def names_served(tasks: dict[str, Task]) -> set[str]:
+    """The queue names of the tasks served (a partitioned task's own name, not its partitions')."""
+    return {task.queue for task in tasks.values()}
+
+
 def outcome_of(future: Future) -> policy.Outcome:
     """Read a finished handler's future as an outcome (a returned Retry/Delay counts as raised)."""
     try:
@@ -323,12 +329,24 @@ class Worker:
         self.app = app
         self.connection = connection
         self.config = config or WorkerConfig()
-        self.tasks = {name: app.tasks[name] for name in names}
+        # the app's partitioned queues are declared (recorded, or refused if that would strand jobs), so
+        # handlers' producers may trust each task's N; a served one is served as its sub-queues, each
+        # its own queue here (one settle-and-claim exchange and one waiter each, taking turns)
+        for task in app.tasks.values():
+            if task.partitions > 1:
+                drive(connection, op_declare(connection, task.queue, task.partitions))
+        self.tasks = {sub: app.tasks[name] for name in names
+                      for sub in partition_names(name, app.tasks[name].partitions)}
+        names = list(self.tasks)
         # claims read raw bytes: the task's serializer decodes per job, so a bad payload fails one job
         self.queues = {name: Queue(connection, name, serializer=RAW) for name in names}
         self.timers = Timers(list(self.queues.values()), self.config.timers)
         # periodic jobs of the queues served, encoded with their task's serializer (echomq.cron)
         schedules = [s for s in app.schedules if s.queue in self.queues]
+        partitioned = [s.id for s in app.schedules if s.queue in names_served(self.tasks) and s.queue not in self.queues]
+        if partitioned:
+            raise ConfigurationError(f"schedule(s) {partitioned} enqueue on a partitioned queue: periodic jobs take a "
+                                     "plain queue (give the ticks a queue of their own)")
         producers = {s.queue: Queue(connection, s.queue, serializer=self.tasks[s.queue].serializer) for s in schedules}
         self.cron = CronTimer(schedules, producers, next(iter(self.queues.values())).server_ms)
         self.heartbeat = Heartbeat(connection.client, queues=names, concurrency=self.config.concurrency,
@@ -778,7 +796,7 @@ class Worker:
     def _start(self, task: Task, queue: Queue, job: Job, sent: float) -> None:
         self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
                    trace=job.trace)
-        ctx = JobContext(job.id, job.queue, job.attempt, producers=self._producers(task.is_async))
+        ctx = JobContext(job.id, task.queue, job.attempt, producers=self._producers(task.is_async))
         if self.connection.supports("append"):
             # progress is sent from the handler's own thread, on the connection's pool: one APPEND
             ctx.report = lambda value, queue=queue, job=job: queue.progress(job, value)
@@ -808,12 +826,24 @@ class Worker:
             task = self.app.tasks.get(name)
             return given or (task.serializer if task else JSON)
 
-        if not is_async:
-            return lambda name, given: Queue(self.connection, name, serializer=serializer_of(name, given))
+        def partitions_of(name: str) -> int:
+            task = self.app.tasks.get(name)
+            return task.partitions if task else 1  # declared by __init__
 
-        def async_queue(name: str, given: Serializer | None) -> aio.Queue:
+        def sync_queue(name: str, given: Serializer | None) -> Queue | PartitionedQueue:
+            if partitions_of(name) == 1:
+                return Queue(self.connection, name, serializer=serializer_of(name, given))
+            return PartitionedQueue(self.connection, name, partitions=partitions_of(name),
+                                    serializer=serializer_of(name, given))
+
+        if not is_async:
+            return sync_queue
+
+        def async_queue(name: str, given: Serializer | None) -> aio.Queue | aio.PartitionedQueue:
             if self._aio is None:
                 self._aio = aio.Connection.sharing(self.connection)
+            if partitions_of(name) > 1:
+                return aio.PartitionedQueue(self._aio, name, partitions_of(name), serializer=serializer_of(name, given))
             return aio.Queue(self._aio, name, serializer=serializer_of(name, given))
 
         return async_queue

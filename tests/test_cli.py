@@ -271,8 +271,8 @@ def test_read_commands_answer_json(emq, conn, name):
     assert held.id  # the first one went dead (claimed first), the second completed
 
     (row,) = json.loads(emq("stats", "-q", name, "--json").stdout)
-    assert row == {"queue": name, "pending": 0, "active": 0, "scheduled": 1, "dead": 1, "paused": False,
-                   "completed_total": 1, "dead_total": 1}
+    assert row == {"queue": name, "partitions": 1, "pending": 0, "active": 0, "scheduled": 1, "dead": 1,
+                   "paused": False, "completed_total": 1, "dead_total": 1}
     dead = json.loads(emq("dead", "-q", name, "--json").stdout)
     assert dead["total"] == 1 and dead["jobs"][0]["id"] == held.id and dead["jobs"][0]["last_error"] == "boom"
     shown = json.loads(emq("inspect", held.id, "-q", name, "--json").stdout)

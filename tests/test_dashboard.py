@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from echomq import Queue
+from echomq import PartitionedQueue, Queue
 from echomq.cli import main
 from echomq.dashboard import Settings, check_binding, serving
 from echomq.dashboard.auth import authorized
@@ -81,6 +81,23 @@ def test_every_page_loads_and_shows_the_queue(site, stocked):
     waiting = site.get(f"/queues/{name}/job", params={"id": stocked.pending[0]}).text
     assert ">Remove</button>" in waiting and 'id="failed"' not in waiting and 'id="last_error"' not in waiting
     assert ">Purge dead</button>" in site.get(f"/queues/{name}").text
+
+
+def test_a_partitioned_queue_is_one_row_and_one_queue(conn):
+    stocked = stock(PartitionedQueue(conn, fresh_name("dash"), partitions=3))
+    queue, name = stocked.queue, stocked.queue.name
+    with serving(conn, Settings(sample_interval_s=0.1)) as url, httpx.Client(base_url=url) as site:
+        row = re.search(rf'<tr data-queue="{re.escape(name)}">(.*?)</tr>', site.get("/").text, re.S).group(1)
+        assert "(3 partitions)" in row and re.findall(r'data-state="(\w+)">(\d+)<', row) == [
+            ("pending", str(PENDING)), ("active", "1"), ("scheduled", "1"), ("dead", "2")]  # summed
+        assert f"{name}~" not in site.get("/").text  # the partitions are not queues of their own here
+        pages = [ids_on(site.get(f"/queues/{name}", params={"page": page}).text) for page in (1, 2)]
+        assert sorted(pages[0] + pages[1]) == sorted(stocked.pending)
+        job = site.get(f"/queues/{name}/job", params={"id": stocked.dead[0]})
+        assert job.status_code == 200 and "ValueError: bad row" in job.text
+        secret = secret_of(site.get(f"/queues/{name}").text)
+        site.post(f"/queues/{name}/pause", data={"secret": secret})
+        assert all(c.paused for c in queue.counts_by_partition().values())
 
 
 def test_job_lists_page_through_a_state(site, stocked):

@@ -12,8 +12,8 @@ A payload's ``"fail": n`` makes its first n attempts raise; ``"hang": true`` mak
 attempt hang without ever looking at its lease (the timeout must end it); ``"progress": v``
 reports v through ``ctx.progress`` (sync handler). A run that returns returns
 ``{"echo": payload's "echo", "attempt": n}``: the job's result.
-EMQ_TEST_TIMEOUT sets the task's timeout (seconds). EMQ_TEST_CRON makes the queue a periodic
-job too (``app.cron``, payload ``{}``).
+EMQ_TEST_TIMEOUT sets the task's timeout (seconds); EMQ_TEST_PARTITIONS its queues' partitions.
+EMQ_TEST_CRON makes the queue a periodic job too (``app.cron``, payload ``{}``).
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def make_app() -> App:
     for name in os.environ["EMQ_TEST_QUEUE"].split(","):
         app.handler(name, handler, max_attempts=int(os.environ.get("EMQ_TEST_MAX_ATTEMPTS", "3")),
                     backoff=Backoff(base_ms=20, max_ms=200, jitter=0.0),
-                    timeout=float(os.environ.get("EMQ_TEST_TIMEOUT", DEFAULT_TIMEOUT_S)))
+                    timeout=float(os.environ.get("EMQ_TEST_TIMEOUT", DEFAULT_TIMEOUT_S)),
+                    partitions=int(os.environ.get("EMQ_TEST_PARTITIONS", "1")))
     if os.environ.get("EMQ_TEST_CRON"):
         app.cron(os.environ["EMQ_TEST_CRON"], queue=os.environ["EMQ_TEST_QUEUE"], payload={})
     return app

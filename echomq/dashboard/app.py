@@ -38,7 +38,7 @@ from ..heartbeat import list_workers
 from ..inventory import QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, queue_exists
 from ..keys import MAX_ID_BYTES, QUEUE_NAME, State
 from ..metrics import NodeCollector
-from ..queue import Queue
+from ..partitioned import AnyQueue, open_queue
 from ..serializers import RAW
 from ..verbs import BY_NAME
 from .auth import LOOPBACK_HOSTS, TokenRequired
@@ -94,18 +94,18 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
     registry.register(NodeCollector(connection, queue_names))
 
     def all_numbers() -> list[tuple[str, QueueNumbers | Exception]]:
-        return [(name, numbers_or_error(Queue(connection, name))) for name in queue_names()]
+        return [(name, numbers_or_error(open_queue(connection, name))) for name in queue_names()]
 
     sampler = Sampler(lambda: [n for _, n in all_numbers() if isinstance(n, QueueNumbers)], settings.sample_interval_s)
 
     def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(env.get_template(name).render(**context), status_code=status)
 
-    def known_queue(request: Request) -> Queue:
+    def known_queue(request: Request) -> AnyQueue:
         name = request.path_params["name"]
         if not QUEUE_NAME.fullmatch(name):
             raise _Problem(400, f"bad queue name {name!r}")
-        queue = Queue(connection, name, serializer=RAW)
+        queue = open_queue(connection, name, serializer=RAW)
         if not queue_exists(queue):
             raise _Problem(404, f"no queue {name!r} on this node")
         return queue
@@ -165,7 +165,7 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     # -- actions (async: the form is read on the loop, the valkey call on the pool) -------------
-    def action(do: Callable[[Queue, dict[str, str]], tuple[str, str]], verb: str | None = None
+    def action(do: Callable[[AnyQueue, dict[str, str]], tuple[str, str]], verb: str | None = None
                ) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
             if settings.read_only:
@@ -189,42 +189,42 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
                                     status_code=303)
         return endpoint
 
-    def pause(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+    def pause(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
         queue.pause()
         return f"/queues/{queue.name}", f"{queue.name} paused"
 
-    def resume(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+    def resume(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
         queue.resume()
         return f"/queues/{queue.name}", f"{queue.name} resumed"
 
-    def promote(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+    def promote(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
         moved = queue.promote()
         return f"/queues/{queue.name}?state=scheduled", f"promoted {moved} due job(s)"
 
-    def reprocess(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+    def reprocess(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
         job_id = form.get("id", "")
         moved = queue.reprocess(job_id)
         if not moved:
             raise _Problem(409, f"job {job_id!r} is not in dead: nothing reprocessed")
         return job_address(queue, job_id), f"{job_id} reprocessed: back to pending"
 
-    def job_address(queue: Queue, job_id: str) -> str:
+    def job_address(queue: AnyQueue, job_id: str) -> str:
         return f"/queues/{queue.name}/job?{urlencode({'id': job_id})}"
 
-    def remove(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+    def remove(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
         job_id = form.get("id", "")
         was = queue.remove(job_id)
         if was is None:
             raise _Problem(404, f"no job {job_id!r} in {queue.name!r}: nothing removed")
         return f"/queues/{queue.name}?state={was.value}", f"{job_id} removed from {was.value}"
 
-    def cancel(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+    def cancel(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
         job_id = form.get("id", "")
         if not queue.cancel(job_id):
             raise _Problem(404, f"no job {job_id!r} in {queue.name!r}: nothing cancelled")
         return job_address(queue, job_id), f"{job_id} cancelled: dead, its holder's settle will be refused"
 
-    def purge(queue: Queue, form: dict[str, str]) -> tuple[str, str]:
+    def purge(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
         older_than = form.get("older_than", "").strip()
         try:
             age_ms = parse_duration_ms(older_than) if older_than else 0
