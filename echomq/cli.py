@@ -17,6 +17,7 @@ from inspect import signature
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
