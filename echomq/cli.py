@@ -441,8 +441,8 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str | None, as_json: b
     with opened(url, wire) as connection, reported():
         if queue_name is None:
             queue_name = _find_queue(connection, job_id)
-        queue = Queue(connection, queue_name, serializer=RAW)
-        view = job_view(queue, job_id) or record_view(queue, job_id)
+        queue = open_queue(connection, queue_name, serializer=RAW)  # a partitioned queue: all its partitions
+        view = job_view(queue, job_id) or (record_view(queue, job_id) if isinstance(queue, Queue) else None)
         if view is None:
             require_queue(queue)
     if view is None:
