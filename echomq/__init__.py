@@ -36,6 +36,7 @@ from .partitioned import PartitionedQueue
 from .policy import Backoff, IdlePolicy, LeasePolicy
 from .queue import Counts, Enqueued, Job, Queue, Sweep
 from .rates import RateLimit
+from .verbs import Admission
 from .results import Status
 from .serializers import JSON, RAW, JSONSerializer, RawSerializer
 from .server import EmbeddedServer
@@ -44,6 +45,7 @@ from .timers import TimerConfig, Timers
 from .worker import Tally, Worker, WorkerConfig
 
 __all__ = [
+    "Admission",
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
     "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
     "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost",

@@ -373,14 +373,16 @@ class Queue(QueueCore):
         except StopIteration as done:
             return done.value
 
-    async def enqueue(self, payload: Any, *, id: str | None = None, priority: int = 0) -> Enqueued:
-        return await self._run(self.op_enqueue(payload, id, priority))
+    async def enqueue(self, payload: Any, *, id: str | None = None, priority: int = 0,
+                      unique_for: float | None = None, replace: bool = False) -> Enqueued:
+        return await self._run(self.op_enqueue(payload, id, priority, unique_for, replace))
 
     async def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0) -> list[Enqueued]:
         return await self._run(self.op_enqueue_many(payloads, priority))
 
-    async def schedule(self, payload: Any, delay_ms: int, *, id: str | None = None, priority: int = 0) -> Enqueued:
-        return await self._run(self.op_schedule(payload, delay_ms, id, priority))
+    async def schedule(self, payload: Any, delay_ms: int, *, id: str | None = None, priority: int = 0,
+                       unique_for: float | None = None, replace: bool = False) -> Enqueued:
+        return await self._run(self.op_schedule(payload, delay_ms, id, priority, unique_for, replace))
 
     async def claim(self, lease_ms: int) -> Job | None:
         return await self._run(self.op_claim(lease_ms))

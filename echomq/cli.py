@@ -47,6 +47,8 @@ from .module import module_path
 from .partitioned import AnyQueue, PartitionedQueue, open_queue
 from .policy import IdlePolicy, LeasePolicy
 from .core import MAX_PAYLOAD_BYTES, encode_payload
+from .cron import describe
+from .queue import Queue
 from .serializers import JSON, RAW
 from .server import EmbeddedServer
 from .tasks import App
@@ -924,6 +926,38 @@ def workers(url: str, wire: str, as_json: bool) -> None:
     for r in records:
         table.add_row(r.id, ",".join(r.queues), str(r.wire), str(r.concurrency), str(r.held), str(r.completed),
                       str(r.failed), ago(now - r.started), ago(now - r.last_beat) + " ago")
+    out.print(table)
+
+
+# -- periodic jobs -------------------------------------------------------------------
+
+
+@main.group()
+def cron() -> None:
+    """Periodic jobs: the schedules an app declares (app.cron, @app.task(cron=...))."""
+
+
+@cron.command("list")
+@click.argument("app_spec", metavar="APP")
+@node_options
+@json_option
+def cron_list(app_spec: str, url: str, wire: str, as_json: bool) -> None:
+    """APP's schedules (module:app) and each one's next run on the node's clock."""
+    app = load_app(app_spec)
+    if not app.schedules:
+        print_json([]) if as_json else out.print(f"{app_spec} declares no schedules")
+        return
+    with opened(url, wire) as connection, reported():
+        now = Queue(connection, app.schedules[0].queue).server_ms()  # the clock the ticks are on
+    rows = describe(app.schedules, now)
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title=f"{len(rows)} schedule(s)", box=box.SIMPLE_HEAD)
+    for column in ("id", "expr", "queue", "next run (UTC)", "in"):
+        table.add_column(column, no_wrap=True, justify="right" if column == "in" else "left")
+    for row in rows:
+        table.add_row(row["id"], row["expr"], row["queue"], row["next"], f"{row['in_s']:g} s")
     out.print(table)
 
 

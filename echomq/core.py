@@ -29,8 +29,8 @@ from .results import MAX_RESULT_BYTES, ROW_FIELDS, Completed, Failed, Seen, Stat
 from .rates import RateLimit, parse_rate_limit
 from .serializers import JSON, Serializer, encode
 from .verbs import (
-    BY_NAME, EXTENDS_MAX_PAIRS, LIMIT_MAX, Call, Claimed, Counts, Plain, Sweep, Throttled, build_call, check_int,
-    check_traceback, text,
+    BY_NAME, EXTENDS_MAX_PAIRS, LIMIT_MAX, Admission, Call, Claimed, Counts, Plain, Sweep, Throttled, build_call,
+    check_int, check_traceback, text,
 )
 
 if TYPE_CHECKING:
@@ -45,7 +45,23 @@ Op = Generator[RoundTrip, list[Any], T]
 @dataclass(frozen=True)
 class Enqueued:
     id: str
-    created: bool  #: False when the id already had a row (idempotent enqueue: nothing written)
+    created: bool  #: False when nothing was made: the id had a row, or is within its unique window
+    #: why: created, exists, replaced (debounce) or unique (within the window); a plain
+    #: enqueue's is CREATED or EXISTS, read from ``created``
+    reason: Admission = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.reason is None:
+            object.__setattr__(self, "reason", Admission.CREATED if self.created else Admission.EXISTS)
+
+
+def unique_ms(unique_for: float | None) -> int:
+    """``unique_for`` (seconds, >= 0; None: no window) as ENQUEUE.UNIQUE's unique_ms."""
+    if unique_for is None:
+        return 0
+    if isinstance(unique_for, bool) or not isinstance(unique_for, (int, float)) or not unique_for >= 0:
+        raise errors.ConfigurationError(f"bad unique_for {unique_for!r}: seconds >= 0")
+    return round(unique_for * 1000)
 
 
 @dataclass(frozen=True)
@@ -262,17 +278,40 @@ class QueueCore:
         (reply,) = yield [Plain(args)]
         return _raised(reply)
 
-    def op_enqueue(self, payload: Any, id: str | None, priority: int) -> Op[Enqueued]:
-        call = self.enqueue_call(payload, id=id, priority=priority)
-        return Enqueued(call.argv[0], (yield from self._one(call)))
+    def unique_call(self, payload: Any, *, id: str | None, priority: int = 0, unique_for: float | None = None,
+                    replace: bool = False, delay_ms: int | None = None) -> Call:
+        """ENQUEUE.UNIQUE (docs/spec.md §14): an enqueue (``delay_ms`` None) or a schedule that
+        keeps the id out for ``unique_for`` seconds after the job completes, and with ``replace``
+        replaces a waiting job's payload (and, given ``delay_ms``, its due time)."""
+        if id is None:
+            raise errors.ConfigurationError("unique_for= and replace= need the job's id=")
+        argv = [id, self.encode(payload), priority, unique_ms(unique_for), int(bool(replace))]
+        return self.build("enqueue_unique", *argv, *([] if delay_ms is None else [delay_ms]))
+
+    def _admit(self, call: Call) -> Op[Enqueued]:
+        if call.verb.name != "enqueue_unique":
+            return Enqueued(call.argv[0], (yield from self._one(call)))
+        reason = yield from self._one(call)
+        return Enqueued(call.argv[0], reason is Admission.CREATED, reason)
+
+    def op_enqueue(self, payload: Any, id: str | None, priority: int, unique_for: float | None = None,
+                   replace: bool = False) -> Op[Enqueued]:
+        if unique_for is None and not replace:
+            return (yield from self._admit(self.enqueue_call(payload, id=id, priority=priority)))
+        call = self.unique_call(payload, id=id, priority=priority, unique_for=unique_for, replace=replace)
+        return (yield from self._admit(call))
 
     def op_enqueue_many(self, payloads: Iterable[Any], priority: int) -> Op[list[Enqueued]]:
         return (yield from op_enqueued([self.enqueue_call(payload, priority=priority) for payload in payloads]))
 
-    def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int) -> Op[Enqueued]:
-        job_id = uuid7() if id is None else id
-        call = self.build("schedule", job_id, self.encode(payload), delay_ms, priority)
-        return Enqueued(call.argv[0], (yield from self._one(call)))
+    def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int,
+                    unique_for: float | None = None, replace: bool = False) -> Op[Enqueued]:
+        if unique_for is None and not replace:
+            call = self.build("schedule", uuid7() if id is None else id, self.encode(payload), delay_ms, priority)
+        else:
+            call = self.unique_call(payload, id=id, priority=priority, unique_for=unique_for, replace=replace,
+                                    delay_ms=delay_ms)
+        return (yield from self._admit(call))
 
     def op_claim(self, lease_ms: int) -> Op[Job | None]:
         jobs = yield from self.op_claim_many(1, lease_ms)
@@ -349,6 +388,11 @@ class QueueCore:
         reply, head, now = yield [call, Plain(("ZRANGE", set_key, 0, 0, "WITHSCORES")), Plain(("TIME",))]
         raise_first([head, now])
         return _raised(call.verb.answer(call, reply)), None if not head else due_in_ms(head, now)
+
+    def op_server_ms(self) -> Op[int]:
+        """The server clock in ms, as the verbs read it (TIME): periodic jobs' ticks are on it."""
+        seconds, micros = yield from self._plain("TIME")
+        return int(seconds) * 1000 + int(micros) // 1000
 
     def op_promote_and_next_due(self, limit: int) -> Op[tuple[int, int | None]]:
         return (yield from self._and_head(self.build("promote", limit), self.keys.schedule))

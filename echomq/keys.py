@@ -143,6 +143,11 @@ class Keyspace:
         """A completed job's record (its result), kept for its retention."""
         return self.key("done:" + job_id)
 
+    def unique(self, job_id: str) -> str:
+        """A completed job's unique window (docs/spec.md §14): a hash (``finished``) that
+        expires when the id may be admitted again."""
+        return self.key("unique:" + job_id)
+
     def outcome(self, job_id: str) -> str:
         """The job's outcome channel (a channel, not a key): PUBLISH and a killing FAILURES.INCR tell it."""
         return self.key("outcome:" + job_id)

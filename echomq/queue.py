@@ -47,17 +47,26 @@ class Queue(QueueCore):
             return done.value
 
     # -- admission ------------------------------------------------------------
-    def enqueue(self, payload: Any, *, id: str | None = None, priority: int = 0) -> Enqueued:
-        """Add a job to pending. Lower priority numbers are served first; equal ones FIFO."""
-        return self._run(self.op_enqueue(payload, id, priority))
+    def enqueue(self, payload: Any, *, id: str | None = None, priority: int = 0, unique_for: float | None = None,
+                replace: bool = False) -> Enqueued:
+        """Add a job to pending. Lower priority numbers are served first; equal ones FIFO.
+
+        An id that has a row is not enqueued twice. With ``unique_for`` (seconds) it is also not
+        admitted for that long after its job completed; with ``replace`` a pending or scheduled
+        job of that id takes the new payload (debounce). Both need ``id`` (EMQ.ENQUEUE.UNIQUE);
+        :attr:`Enqueued.reason` says what happened."""
+        return self._run(self.op_enqueue(payload, id, priority, unique_for, replace))
 
     def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0) -> list[Enqueued]:
         """Enqueue many jobs in one pipelined round trip (each is its own atomic enqueue)."""
         return self._run(self.op_enqueue_many(payloads, priority))
 
-    def schedule(self, payload: Any, delay_ms: int, *, id: str | None = None, priority: int = 0) -> Enqueued:
-        """Add a job that becomes ready ``delay_ms`` from now (server clock), via PROMOTE."""
-        return self._run(self.op_schedule(payload, delay_ms, id, priority))
+    def schedule(self, payload: Any, delay_ms: int, *, id: str | None = None, priority: int = 0,
+                 unique_for: float | None = None, replace: bool = False) -> Enqueued:
+        """Add a job that becomes ready ``delay_ms`` from now (server clock), via PROMOTE.
+        ``unique_for`` and ``replace`` as :meth:`enqueue`; a replaced job is due ``delay_ms``
+        from now."""
+        return self._run(self.op_schedule(payload, delay_ms, id, priority, unique_for, replace))
 
     # -- the lease --------------------------------------------------------------
     def claim(self, lease_ms: int) -> Job | None:
@@ -155,6 +164,10 @@ class Queue(QueueCore):
     def promote(self, limit: int = 1000) -> int:
         """Move up to ``limit`` due scheduled jobs to pending; returns how many moved."""
         return self._run(self.op_promote(limit))
+
+    def server_ms(self) -> int:
+        """The server's clock in ms (TIME), the clock every verb reads."""
+        return self._run(self.op_server_ms())
 
     def promote_and_next_due(self, limit: int = 1000) -> tuple[int, int | None]:
         """PROMOTE, then read when the schedule's head falls due, in one round trip: (moved,

@@ -42,6 +42,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, ParamSpec, Protocol, TypeVar, overload
 
+from .cron import Cron
 from .errors import ConfigurationError, LeaseLost, UnsupportedOnWire
 from .keys import check_partitions, check_queue_name
 from .results import DEFAULT_RESULT_TTL_S
@@ -235,6 +236,7 @@ class App:
     def __init__(self, name: str = "echomq") -> None:
         self.name = name
         self.tasks: dict[str, Task] = {}
+        self.schedules: list[Cron] = []  #: periodic jobs (:meth:`cron`), enqueued by the workers (echomq.cron)
 
     def __repr__(self) -> str:
         return f"App({self.name!r}, queues={sorted(self.tasks)})"
@@ -252,6 +254,17 @@ class App:
         self.tasks[queue] = task
         return task
 
+    def cron(self, expr: str, *, queue: str, payload: Any = None, id: str | None = None) -> Cron:
+        """A periodic job: ``payload`` enqueued on ``queue`` at every tick of ``expr`` (5-field cron,
+        6 with the seconds first, or ``@every <duration>``), exactly once per tick across every
+        worker that serves ``queue`` (:mod:`echomq.cron`). ``id`` names the schedule (default: the
+        queue's name); two schedules of one app need two ids."""
+        schedule = Cron(expr, queue, payload, id or "")
+        if any(s.id == schedule.id for s in self.schedules):
+            raise ConfigurationError(f"schedule id {schedule.id!r} is taken: give this one its own id=")
+        self.schedules.append(schedule)
+        return schedule
+
     @overload
     def task(self, fn: Callable[P, R], /) -> TaskFunction[P, R]: ...
 
@@ -259,14 +272,15 @@ class App:
     def task(self, fn: None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
              timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
-             partitions: int = 1,
-             rate_limit: str | RateLimit | None = None) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
+             partitions: int = 1, rate_limit: str | RateLimit | None = None,
+             cron: str | None = None) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
              timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
-             partitions: int = 1, rate_limit: str | RateLimit | None = None) -> Any:
+             partitions: int = 1, rate_limit: str | RateLimit | None = None, cron: str | None = None) -> Any:
         """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
+        With ``cron``, the task also runs periodically (:meth:`cron`, payload None).
 
         The decorated function is returned unchanged -- type checkers keep its signature --
         with ``.task`` set to its :class:`Task`.
@@ -276,6 +290,8 @@ class App:
             fn.task = self.handler(queue or fn.__name__, fn, max_attempts=max_attempts,  # type: ignore[attr-defined]
                                    backoff=backoff, serializer=serializer, timeout=timeout,
                                    result_ttl=result_ttl, partitions=partitions, rate_limit=rate_limit)
+            if cron is not None:
+                self.cron(cron, queue=fn.task.queue)  # type: ignore[attr-defined]
             return fn  # type: ignore[return-value]
 
         return register(fn) if fn is not None else register

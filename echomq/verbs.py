@@ -13,6 +13,7 @@ registration table and grammar are checked against this file by tests.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -49,6 +50,8 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "timeout_ms": (0, TIMEOUT_MAX),
     "retention_ms": (0, I64_MAX),
     "rated": (1, 1),  #: CLAIM's and BCLAIM's late flag: read the rate limit's wait (docs/spec.md §13)
+    "unique_ms": (0, I64_MAX),
+    "replace": (0, 1),
 }
 
 
@@ -121,6 +124,15 @@ class Claimed:
     id: str
     raw_payload: bytes | None
     attempt: int
+
+
+class Admission(str, Enum):
+    """Why an enqueue answered as it did (ENQUEUE.UNIQUE's reply; a plain ENQUEUE's 1 or 0)."""
+
+    CREATED = "created"  #: the job was made
+    EXISTS = "exists"  #: the id has a row (any state): nothing written
+    REPLACED = "replaced"  #: debounce: the waiting job's payload (and due time) are the new ones
+    UNIQUE = "unique"  #: no row, but the id completed within its unique window: nothing written
 
 
 @dataclass(frozen=True)
@@ -302,6 +314,10 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
     _verb("cancel", ("active", "dead", BASE), ("id",), "active → dead", decode=_one),
     _verb("purge", ("dead", BASE), ("age_ms", "limit"), "dead → (deleted)", decode=int),
     _verb("drain", ("pending", BASE), ("limit",), "pending → (deleted)", decode=int),
+    _verb("enqueue_unique", ("pending", "schedule", BASE), ("id", "payload", "priority", "unique_ms", "replace"),
+          "(new) → pending | scheduled; pending | scheduled → scheduled (replace)",
+          decode=lambda reply: Admission(text(reply)), tokens=("enqueue.unique",),
+          late=(("delay_ms", "enqueue.unique"),)),
 )
 
 # The two declared reads: scripts on both wires, never an EMQ command.

@@ -27,7 +27,8 @@ A step, in order:
    thread); jobs no renewal reached the server for in a whole lease (the link was
    down) are marked lost the same way as a 0.
 4. **timers**: PROMOTE when the schedule's head falls due (each promote reads it) and
-   STALLED.CHECK on its interval (:mod:`echomq.timers`).
+   STALLED.CHECK on its interval (:mod:`echomq.timers`); the periodic jobs of the
+   queues served, each tick enqueued once across every worker (:mod:`echomq.cron`).
 
 Shutdown (SIGTERM/SIGINT, or :meth:`Worker.stop`): stop claiming, let running jobs
 finish for up to ``grace_s`` while still renewing and settling them, then REQUEUE
@@ -64,6 +65,7 @@ from .results import MAX_RESULT_BYTES, encode_result
 from .serializers import JSON, RAW, Serializer
 from .tasks import App, Delay, JobContext, Retry, Task, check_timeout
 from .timers import TimerConfig, Timers
+from .cron import CronTimer
 
 log = logging.getLogger("echomq.worker")
 
@@ -287,6 +289,11 @@ class _AsyncRunner:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
+def names_served(tasks: dict[str, Task]) -> set[str]:
+    """The queue names of the tasks served (a partitioned task's own name, not its partitions')."""
+    return {task.queue for task in tasks.values()}
+
+
 def outcome_of(future: Future) -> policy.Outcome:
     """Read a finished handler's future as an outcome (a returned Retry/Delay counts as raised)."""
     try:
@@ -334,6 +341,14 @@ class Worker:
         # claims read raw bytes: the task's serializer decodes per job, so a bad payload fails one job
         self.queues = {name: Queue(connection, name, serializer=RAW) for name in names}
         self.timers = Timers(list(self.queues.values()), self.config.timers)
+        # periodic jobs of the queues served, encoded with their task's serializer (echomq.cron)
+        schedules = [s for s in app.schedules if s.queue in self.queues]
+        partitioned = [s.id for s in app.schedules if s.queue in names_served(self.tasks) and s.queue not in self.queues]
+        if partitioned:
+            raise ConfigurationError(f"schedule(s) {partitioned} enqueue on a partitioned queue: periodic jobs take a "
+                                     "plain queue (give the ticks a queue of their own)")
+        producers = {s.queue: Queue(connection, s.queue, serializer=self.tasks[s.queue].serializer) for s in schedules}
+        self.cron = CronTimer(schedules, producers, next(iter(self.queues.values())).server_ms)
         self.heartbeat = Heartbeat(connection.client, queues=names, concurrency=self.config.concurrency,
                                    wire=connection.wire, config=self.config.heartbeat)
         #: the node serves the bus: completions keep results and failures their tracebacks
@@ -435,6 +450,7 @@ class Worker:
                 for run in self.timers.run_due(self._clock_ms(), self._idle):
                     if run.promoted or (run.sweep and (run.sweep.recovered or run.sweep.exempt)):
                         self._idle.discard(run.queue)  # it put jobs in pending itself: claim, no wake needed
+                self.cron.run_due(self._clock_ms())
             self.heartbeat.run_due(self._clock_ms(), held=len(self.held), completed=self.tally.completed,
                                    failed=self.tally.retried + self.tally.dead)
             self._arm_waiters()
@@ -487,6 +503,7 @@ class Worker:
             if any(w.busy and w.interrupting for w in self._waiters):
                 times.append(now + INTERRUPT_RETRY_MS)
             times.append(self.timers.next_due_ms(now, self._idle))
+            times.append(self.cron.next_due_ms())
         times.append(self.heartbeat.next_due_ms())
         return min(times)
 

@@ -73,7 +73,7 @@ def mask_times(state: dict[bytes, tuple], now_ms: int, window_ms: int = 600_000)
     the last ``window_ms`` up to ``now_ms``, then shown as ``<time>``: the dump stays comparable
     as a whole while the field's presence (and sanity) is still asserted."""
     for key, (kind, value) in state.items():
-        if kind == "hash" and (b":job:" in key or b":done:" in key):  # a row, or a completed record
+        if kind == "hash" and (b":job:" in key or b":done:" in key or b":unique:" in key):  # a row, a record, a window
             for name in TIME_FIELDS:
                 if name in value:
                     assert now_ms - window_ms <= int(value[name]) <= now_ms, (key, name, value[name], now_ms)

@@ -13,7 +13,7 @@ attempt hang without ever looking at its lease (the timeout must end it); ``"pro
 reports v through ``ctx.progress`` (sync handler). A run that returns returns
 ``{"echo": payload's "echo", "attempt": n}``: the job's result.
 EMQ_TEST_TIMEOUT sets the task's timeout (seconds); EMQ_TEST_PARTITIONS its queues' partitions; EMQ_TEST_RATE
-its ``rate_limit`` (``50/s``).
+its ``rate_limit`` (``50/s``). EMQ_TEST_CRON makes the queue a periodic job too (``app.cron``, payload ``{}``).
 """
 
 from __future__ import annotations
@@ -77,4 +77,6 @@ def make_app() -> App:
                     timeout=float(os.environ.get("EMQ_TEST_TIMEOUT", DEFAULT_TIMEOUT_S)),
                     partitions=int(os.environ.get("EMQ_TEST_PARTITIONS", "1")),
                     rate_limit=os.environ.get("EMQ_TEST_RATE"))
+    if os.environ.get("EMQ_TEST_CRON"):
+        app.cron(os.environ["EMQ_TEST_CRON"], queue=os.environ["EMQ_TEST_QUEUE"], payload={})
     return app

@@ -7,9 +7,10 @@ nothing), and the suite fails on it.
 
 from __future__ import annotations
 
-from .steps import (Case, append, bclaim, cancel, claim, complete, counts, delay, drain, enqueue, events_on, extend,
-                    extends, fail, failures_incr, key, pause, promote, publish, purge, rate_limit, raw, remove,
-                    reprocess, requeue, reschedule, restart, resume, schedule, stalled_check, state, tick, wait, Do)
+from .steps import (Case, append, bclaim, cancel, claim, complete, counts, delay, drain, enqueue, enqueue_unique,
+                    events_on, extend, extends, fail, failures_incr, key, pause, promote, publish, purge, rate_limit,
+                    raw, remove, reprocess, requeue, reschedule, restart, resume, schedule, stalled_check, state, tick,
+                    wait, Do)
 
 Q, R = "q", "r"
 LONG = 60_000
@@ -41,6 +42,23 @@ ORDINARY = [
     case("schedule.ordinary", "admission",
          schedule(Q, "a", LONG, "pa"), schedule(Q, "b", 5000, "pb", 4), schedule(Q, "a", 1, "again"),
          enqueue(Q, "b", "taken")),
+    # -- unique windows and debounce (docs/spec.md §14)
+    case("enqueue_unique.ordinary", "admission",
+         enqueue_unique(Q, "a", "pa", 0, 60_000), enqueue_unique(Q, "b", "pb", 7, 0, 0, 5000),
+         enqueue_unique(Q, "a", "again", 0, 60_000), enqueue_unique(Q, "b", "again"), enqueue(Q, "a", "plain"),
+         events_on(Q), enqueue_unique(Q, "c", "pc", 2, 1000, 1), enqueue_unique(Q, "d", "pd", 0, 0, 0, 0)),
+    case("enqueue_unique.window", "admission",
+         enqueue_unique(Q, "a", "pa", 0, 60_000), claim(Q), complete(Q, "a", 1), enqueue_unique(Q, "a", "again", 0, 5),
+         enqueue_unique(Q, "a", "again", 0, 0, 1, 100), enqueue(Q, "a", "plain ignores the window"),
+         enqueue_unique(Q, "b", "pb", 0, 30_000), claim(Q), claim(Q), publish(Q, "b", 1, "rb", 1000),
+         enqueue_unique(Q, "b", "again"),
+         note="a window's end (the marker expires) is tested on real servers: an expiry between two steps "
+              "reads as a step that changed the dataset"),
+    case("enqueue_unique.replace", "admission",
+         enqueue(Q, "a", "old", 3), enqueue_unique(Q, "a", "new", 0, 0, 1), schedule(Q, "b", LONG, "old"),
+         enqueue_unique(Q, "b", "new", 0, 0, 1, 500), enqueue_unique(Q, "b", "newer", 0, 0, 1),
+         enqueue_unique(Q, "a", "later", 0, 0, 1, 20_000), enqueue(Q, "c"), claim(Q),
+         enqueue_unique(Q, "c", "held", 0, 0, 1), enqueue_unique(Q, "zz", "fresh", 0, 0, 1)),
     # -- claim
     case("claim.ordinary", "claim",
          enqueue(Q, "a", "pa"), enqueue(Q, "b", "pb", 1), enqueue(Q, "c", "pc"),
@@ -191,6 +209,20 @@ ORDINARY = [
 ]
 
 EDGES = [
+    case("enqueue_unique.edge.refusals", "admission",
+         raw("SET", key(Q, "unique:a"), "x", label="a's marker as a string"), enqueue_unique(Q, "a", "p", 0, 5),
+         enqueue(Q, "b"), lane("b"), enqueue_unique(Q, "b", "new", 0, 0, 1), enqueue_unique(Q, "b", "new"),
+         enqueue(Q, "c"), raw("ZREM", key(Q, "pending"), "c", label="c out of pending"),
+         enqueue_unique(Q, "c", "new", 0, 0, 1), raw("HSET", key(Q, "job:d"), "state", "x", label="d in no state"),
+         enqueue_unique(Q, "d", "new", 0, 0, 1), raw("SET", key(Q, "schedule"), "x", label="schedule as a string"),
+         enqueue_unique(Q, "e", "p", 0, 0, 0, 10), enqueue_unique(Q, "e", "p", 0, 0, 0, "-1"),
+         enqueue_unique(Q, "e", "p", 0, 0, "2"), enqueue_unique(Q, "e", "p", 0, "x"), expect=("5.6",),
+         note="native checks every argument first (EMQARG); the script reads them as it goes"),
+    case("complete.edge.bad-window", "settle",
+         enqueue_unique(Q, "a", "p", 0, 1000), claim(Q), raw("SET", key(Q, "unique:a"), "x", label="a's marker as a string"),
+         complete(Q, "a", 1), publish(Q, "a", 1, "r", 100), raw("DEL", key(Q, "unique:a"), label="no marker"),
+         raw("HSET", key(Q, "job:a"), "unique", "soon", label="a's window not a number"), complete(Q, "a", 1),
+         publish(Q, "a", 1, "r", 100)),
     # §5.1 CLAIM
     case("claim.edge.meta-wrongtype", "claim",
          enqueue(Q, "a"), raw("SET", key(Q, "meta"), "x", label="meta as a string"), claim(Q), expect=("5.1",)),

@@ -201,13 +201,14 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "cancel": ("id",),
     "purge": ("age_ms", "limit"),
     "drain": ("limit",),
+    "enqueue_unique": ("id", "any", "priority", "unique_ms", "replace", "delay_ms"),
     "counts": (),
     "state": ("id",),
 }
 BOUNDS = {"lease_ms": (1, I64_MAX), "timeout_ms": (0, I64_MAX), "delay_ms": (0, I64_MAX), "backoff_ms": (0, I64_MAX),
           "age_ms": (0, I64_MAX), "retention_ms": (0, I64_MAX),
           "limit": (1, 10_000), "max_attempts": (1, I64_MAX), "max_stalled": (1, I64_MAX),
-          "priority": (0, PRIORITY_MAX)}
+          "priority": (0, PRIORITY_MAX), "unique_ms": (0, I64_MAX), "replace": (0, 1)}
 
 
 def argv_names(verb: str, argc: int) -> tuple[str, ...] | None:

@@ -32,6 +32,8 @@ Three, each checked rather than masked:
   record's ``finished`` and its expiry (``<expires>``) are offsets against the call
   that wrote them; its ``created`` and ``started`` are copies of the row's, compared
   as ``<time>`` (each node copies its own row's, which the row's own offsets checked).
+  A unique window's marker (docs/spec.md §14) is read the same way: ``finished`` and
+  its expiry are offsets against the completing call.
 
 Nothing else is masked.
 """
@@ -47,8 +49,10 @@ from .dump import EXPIRES, Dump, Entry
 
 TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule|dead|rate)$")
 ROW = re.compile(rb"^emq:\{([^{}]+)\}:job:(.*)$", re.S)
-DONE = re.compile(rb"^emq:\{([^{}]+)\}:done:(.*)$", re.S)
-DONE_TIME_FIELDS = (b"finished", EXPIRES)  #: a completed record's times, written by the call that completed
+#: a completed record, or a completed job's unique window (docs/spec.md §14): both written by
+#: the call that completed, with ``finished`` and an expiry
+DONE = re.compile(rb"^emq:\{([^{}]+)\}:(?:done|unique):(.*)$", re.S)
+DONE_TIME_FIELDS = (b"finished", EXPIRES)  #: their times, written by the call that completed
 DONE_COPIES = (b"created", b"started")  #: copied from the row
 EXTRAS = (b"lease_epoch",)
 TIME_FIELDS = (b"created", b"started", b"failed")  #: row fields that hold the server time of a verb
@@ -289,10 +293,17 @@ def should_wake(verb: str | None, reply: Any, base: bytes, pre: Dump, post: Dump
         return isinstance(reply, (list, tuple)) and len(reply) == 3 and bool(reply[0])
     if verb in ("fail", "failures_incr") and reply == b"pending":
         return True
+    if verb == "enqueue_unique" and reply in (b"created", b"replaced"):  # a new job in pending, or due sooner
+        return _entered(base + b"pending", pre, post) or _due_before_head(base, pre, post)
     if (verb in ("schedule", "delay", "reschedule") and reply not in (0, None)) or (
             verb in ("fail", "failures_incr") and reply == b"scheduled"):
         return _due_before_head(base, pre, post)
     return False
+
+
+def _entered(key: bytes, pre: Dump, post: Dump) -> bool:
+    """A member entered the zset ``key`` in this call."""
+    return bool(_zset(post.get(key)).keys() - _zset(pre.get(key)).keys())
 
 
 def _due_before_head(base: bytes, pre: Dump, post: Dump) -> bool:

@@ -47,6 +47,12 @@ class NativePlant:
 
 
 SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
+    ScriptPlant("script:enqueue_unique.no_window", "admission", "enqueue_unique",
+                "if mtype == 'hash' then return 'unique' end", "",
+                "enqueue_unique admits an id within its unique window"),
+    ScriptPlant("script:complete.no_window", "settle", "complete",
+                "redis.call('PEXPIREAT', marker, finished + tonumber(held[2]))", "",
+                "complete keeps a unique window's marker forever"),
     ScriptPlant("script:enqueue.attempts_one", "admission", "enqueue",
                 "'attempts', '0', 'created', created)\nend", "'attempts', '1', 'created', created)\nend",
                 "enqueue without priority writes attempts 1"),
@@ -113,6 +119,8 @@ NATIVE_PLANTS: tuple[NativePlant, ...] = (
     NativePlant("reprocess.keep_dead", "recovery", "reprocess", "reprocess leaves the job in dead as well"),
     NativePlant("cancel.no_metric", "operator", "cancel", "cancel does not count the job in metrics:failed"),
     NativePlant("publish.keep_forever", "bus", "publish", "publish keeps the completed record with no expiry"),
+    NativePlant("enqueue_unique.forget_window", "admission", "enqueue_unique",
+                "enqueue_unique does not keep the unique window on the row"),
 )
 
 PLANTED_DIR = Path(__file__).resolve().parents[2] / "trafikey" / "target" / "planted" / "release"

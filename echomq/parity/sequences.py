@@ -84,6 +84,11 @@ class ParityMachine(RuleBasedStateMachine):
     def schedule(self, q, job, delay, priority):
         self.do(S.schedule(q, job, delay, "s-" + job, priority))
 
+    @rule(q=QUEUES, job=IDS, priority=PRIORITY, unique=st.sampled_from([0, 1, LONG]), replace=st.sampled_from([0, 1]),
+          delay=st.sampled_from([None, None, 0, LONG]))
+    def enqueue_unique(self, q, job, priority, unique, replace, delay):
+        self.do(S.enqueue_unique(q, job, "u-" + job, priority, unique, replace, delay))
+
     # -- claim and lease
     @rule(q=QUEUES, short=st.booleans(), blocking=st.booleans(), rated=st.booleans())
     def claim(self, q, short, blocking=False, rated=False):

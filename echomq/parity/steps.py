@@ -106,6 +106,13 @@ def schedule(q: str, job: str, delay_ms: int | str, payload: str = "p", priority
     return Do("schedule", q, (job, payload, str(delay_ms), str(priority)))
 
 
+def enqueue_unique(q: str, job: str, payload: str = "p", priority: int | str = 0, unique_ms: int | str = 0,
+                   replace: int | str = 0, delay_ms: int | str | None = None) -> Do:
+    """EMQ.ENQUEUE.UNIQUE (docs/spec.md §14): with ``delay_ms`` a schedule, without it an enqueue."""
+    late = () if delay_ms is None else (str(delay_ms),)
+    return Do("enqueue_unique", q, (job, payload, str(priority), str(unique_ms), str(replace), *late))
+
+
 def claim(q: str, lease_ms: int | str = 60_000, rated: bool = False) -> Do:
     """CLAIM; ``rated``: with its late ``rated`` (docs/spec.md §13), so a held claim answers its wait."""
     return Do("claim", q, (str(lease_ms), *(("1",) if rated else ())))

@@ -2,10 +2,10 @@
 -- Completion deletes the row and counts the job. A matching token on a row that is not
 -- active, or not in active, is refused as the native verb refuses it (SPEC §9.1).
 local row = KEYS[2] .. 'job:' .. ARGV[1]
-local held = redis.call('HMGET', row, 'attempts', 'state')
+local held = redis.call('HMGET', row, 'attempts', 'unique', 'state')
 if held[1] ~= ARGV[2] then return 0 end
-if held[2] ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.COMPLETE row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
+if held[3] ~= 'active' then
+  return redis.error_reply('EMQSTATE EMQ.COMPLETE row ' .. (held[3] and 'is ' .. held[3] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.COMPLETE id is not in active') end
 -- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
@@ -15,10 +15,25 @@ if bound then
   bound = tonumber(bound)
   if bound <= 0 then bound = nil end
 end
+-- a unique window (docs/spec.md §14): the id is not admitted again for `unique` ms from now
+local marker = held[2] and KEYS[2] .. 'unique:' .. ARGV[1]
+if marker then
+  if not string.match(held[2], '^%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
+  local mtype = redis.call('TYPE', marker)['ok']
+  if mtype ~= 'none' and mtype ~= 'hash' then
+    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+  end
+end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('DEL', row)
 redis.call('HINCRBY', KEYS[2] .. 'metrics:completed', 'count', 1)
 if bound then
   redis.call('XADD', KEYS[2] .. 'events', 'MAXLEN', bound, '*', 'type', 'completed', 'id', ARGV[1], 'attempt', ARGV[2])
+end
+if marker then
+  local t = redis.call('TIME')
+  local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', marker, 'finished', finished)
+  redis.call('PEXPIREAT', marker, finished + tonumber(held[2]))
 end
 return 1

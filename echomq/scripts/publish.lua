@@ -6,10 +6,10 @@
 local base = KEYS[2]
 local id = ARGV[1]
 local row = base .. 'job:' .. id
-local held = redis.call('HMGET', row, 'attempts', 'created', 'started', 'state')
+local held = redis.call('HMGET', row, 'attempts', 'created', 'started', 'unique', 'state')
 if held[1] ~= ARGV[2] then return 0 end
-if held[4] ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.PUBLISH row ' .. (held[4] and 'is ' .. held[4] or 'has no state') .. ', not active')
+if held[5] ~= 'active' then
+  return redis.error_reply('EMQSTATE EMQ.PUBLISH row ' .. (held[5] and 'is ' .. held[5] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE EMQ.PUBLISH id is not in active') end
 -- the queue's event switch: an integer bound (MAXLEN), off when absent or <= 0
@@ -18,6 +18,15 @@ if bound then
   if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
   bound = tonumber(bound)
   if bound <= 0 then bound = nil end
+end
+-- a unique window (docs/spec.md §14): the id is not admitted again for `unique` ms from now
+local marker = held[4] and base .. 'unique:' .. id
+if marker then
+  if not string.match(held[4], '^%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
+  local mtype = redis.call('TYPE', marker)['ok']
+  if mtype ~= 'none' and mtype ~= 'hash' then
+    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+  end
 end
 redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', row)
@@ -40,4 +49,10 @@ end
 -- the outcome, told where the caller may publish (a wake-up, not state: untold otherwise)
 local channel = base .. 'outcome:' .. id
 if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
+if marker then
+  local t = redis.call('TIME')
+  local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', marker, 'finished', finished)
+  redis.call('PEXPIREAT', marker, finished + tonumber(held[4]))
+end
 return 1

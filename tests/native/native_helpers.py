@@ -22,11 +22,12 @@ TOKENS = (
 
 #: The optional tokens registered after the job core (SPEC §9.4), in the order they landed: the
 #: bus, the blocking claim, then the operator verbs, then FAIL's late traceback argument.
-OPTIONAL_TOKENS = "append failures.incr publish claim.block remove cancel purge drain fail.traceback claim.rate"
+OPTIONAL_TOKENS = ("append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback "
+                   "claim.rate")
 
 #: A verb's optional trailing ARGV (late arguments, SPEC §9.4; FAILURES.INCR's as FAIL's): lines()
 #: leaves them out.
-LATE = {"EMQ.FAIL": ("Traceback (most recent call last):",),
+LATE = {"EMQ.FAIL": ("Traceback (most recent call last):",), "EMQ.ENQUEUE.UNIQUE": (0,),
         "EMQ.FAILURES.INCR": ("Traceback (most recent call last):",),
         "EMQ.CLAIM": ("1",), "EMQ.BCLAIM": ("1",)}
 
@@ -50,6 +51,7 @@ VERBS = {
     "EMQ.PUBLISH": (2, 4),
     "EMQ.BCLAIM": (3, 2),
     "EMQ.REMOVE": (4, 1),
+    "EMQ.ENQUEUE.UNIQUE": (3, 5),
     "EMQ.CANCEL": (3, 1),
     "EMQ.PURGE": (2, 2),
     "EMQ.DRAIN": (2, 1),
@@ -108,6 +110,8 @@ class NativeQueue:
         """A well-formed line of every verb (used for shape and layout refusals)."""
         return {
             "EMQ.ENQUEUE": ("EMQ.ENQUEUE", 2, self.pending, self.base, "x", "p", 0),
+            "EMQ.ENQUEUE.UNIQUE": ("EMQ.ENQUEUE.UNIQUE", 3, self.pending, self.schedule_key, self.base, "x", "p", 0,
+                                   1000, 0),
             "EMQ.CLAIM": ("EMQ.CLAIM", 3, self.pending, self.active, self.base, 1000),
             # a 1 ms timeout: a line that is not refused cannot hang a test
             "EMQ.BCLAIM": ("EMQ.BCLAIM", 3, self.pending, self.active, self.base, 1000, 1),

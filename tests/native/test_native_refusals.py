@@ -122,6 +122,11 @@ ARG_CASES = [
     ("EMQ.FAILURES.INCR", 4, ["-1"], "backoff_ms"),
     ("EMQ.PUBLISH", 0, ["", "x" * 513], "id"),
     ("EMQ.PUBLISH", 3, ["-1", "x", I64_MAX], "retention_ms"),
+    ("EMQ.ENQUEUE.UNIQUE", 0, ["", "x" * 513], "id"),
+    ("EMQ.ENQUEUE.UNIQUE", 2, ["-1", "2147483648"], "priority"),
+    ("EMQ.ENQUEUE.UNIQUE", 3, ["-1", "x", ""], "unique_ms"),
+    ("EMQ.ENQUEUE.UNIQUE", 4, ["2", "-1", "yes", ""], "replace"),
+    ("EMQ.ENQUEUE.UNIQUE", 5, ["-1", "x", I64_MAX], "delay_ms"),
 ]
 
 
@@ -147,6 +152,51 @@ def test_wrongtype_enqueue_and_schedule(c, nq):
     c.set(nq.schedule_key, "x")
     refused(c, "WRONGTYPE", *nq.lines()["EMQ.ENQUEUE"])
     refused(c, "WRONGTYPE", *nq.lines()["EMQ.SCHEDULE"])
+
+
+def test_enqueue_unique_refusals_write_nothing(c, nq):
+    """The row, the marker, the target set and the events switch, each wrong-typed; a lane row,
+    a row missing from its set, an unknown state under replace (docs/spec.md §14)."""
+    line = nq.lines()["EMQ.ENQUEUE.UNIQUE"]  # id "x", no replace
+    c.set(nq.row("x"), "s")
+    refused(c, "WRONGTYPE", *line)
+    c.delete(nq.row("x"))
+    c.set(nq.key("unique:x"), "s")
+    refused(c, "WRONGTYPE", *line)
+    c.delete(nq.key("unique:x"))
+    c.set(nq.pending, "s")
+    refused(c, "WRONGTYPE", *line)
+    c.delete(nq.pending)
+    c.set(nq.schedule_key, "s")
+    refused(c, "WRONGTYPE", *line, 10)  # the scheduled path's set
+    c.delete(nq.schedule_key)
+    c.hset(nq.meta, "events", "many")
+    assert refused(c, "EMQ", *line) == NOT_INTEGER
+    c.delete(nq.meta)
+    replace = set_line(line, 9, 1)
+    c.hset(nq.row("x"), mapping={"state": "pending", "group": "g"})
+    assert refused(c, "EMQSTATE", *replace) == LANE
+    c.hset(nq.row("x"), mapping={"state": "pending", "parent": "p"})
+    c.hdel(nq.row("x"), "group")
+    assert refused(c, "EMQSTATE", *replace) == FLOW
+    c.hdel(nq.row("x"), "parent")
+    assert "id is not in pending" in refused(c, "EMQSTATE", *replace)
+    c.hset(nq.row("x"), "state", "odd")
+    assert "row is odd, not pending, scheduled, active or dead" in refused(c, "EMQSTATE", *replace)
+    assert c.execute_command(*line) == b"exists"  # without replace: no refusal, nothing written
+
+
+def test_completion_refuses_a_bad_unique_window(c):
+    q = NativeQueue(c)
+    c.execute_command(*set_line(q.lines()["EMQ.ENQUEUE.UNIQUE"], 5, "j"))
+    assert q.claim(60000)[2] == 1
+    c.set(q.key("unique:j"), "s")
+    refused(c, "WRONGTYPE", "EMQ.COMPLETE", 2, q.active, q.base, "j", 1)
+    refused(c, "WRONGTYPE", "EMQ.PUBLISH", 2, q.active, q.base, "j", 1, "r", 100)
+    c.delete(q.key("unique:j"))
+    c.hset(q.row("j"), "unique", "soon")
+    assert refused(c, "EMQ", "EMQ.COMPLETE", 2, q.active, q.base, "j", 1) == NOT_INTEGER
+    assert refused(c, "EMQ", "EMQ.PUBLISH", 2, q.active, q.base, "j", 1, "r", 100) == NOT_INTEGER
 
 
 def test_wrongtype_claim_meta_pending_row_active(c):

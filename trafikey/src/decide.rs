@@ -120,6 +120,59 @@ pub fn removable(verb: &str, state: Option<&[u8]>) -> Result<State, String> {
     }
 }
 
+/// ENQUEUE.UNIQUE's verdict (docs/spec.md §14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// No row and no unique marker: the job is made.
+    Create,
+    /// The id has a row that stays as it is.
+    Exists,
+    /// `replace` and the row waits (pending or scheduled): its payload (and due time) change.
+    Replace(State),
+    /// No row, but the id completed within its unique window.
+    Unique,
+}
+
+impl Admission {
+    /// The verb's reply.
+    pub fn reply(self) -> &'static [u8] {
+        match self {
+            Admission::Create => b"created",
+            Admission::Exists => b"exists",
+            Admission::Replace(_) => b"replaced",
+            Admission::Unique => b"unique",
+        }
+    }
+}
+
+/// ENQUEUE.UNIQUE's decision from the row's state (`None`: no row), `replace`, and whether
+/// the unique marker is present (read only when there is no row). A replaced row must have a
+/// state: a row without one is refused, like REMOVE refuses it.
+pub fn admission(
+    verb: &str,
+    row: Option<Option<&[u8]>>,
+    replace: bool,
+    marked: bool,
+) -> Result<Admission, String> {
+    let Some(state) = row else {
+        return Ok(if marked { Admission::Unique } else { Admission::Create });
+    };
+    if !replace {
+        return Ok(Admission::Exists);
+    }
+    match State::ALL.into_iter().find(|s| Some(s.field()) == state) {
+        Some(s @ (State::Pending | State::Scheduled)) => Ok(Admission::Replace(s)),
+        Some(_) => Ok(Admission::Exists),
+        None => Err(match state {
+            Some(other) => format!(
+                "{verb} row is {}, not pending, scheduled, active or dead",
+                crate::errors::printable(other)
+            ),
+            None => format!("{verb} row has no state"),
+        }),
+    }
+}
+
 /// PURGE's and DRAIN's verdict on one member of the set they clear: its row is deleted when
 /// its `state` names that set; a ghost (no row) or a row whose state names another set only
 /// leaves the set, so a job that drifted into two sets keeps its row.
@@ -464,6 +517,21 @@ pub fn bclaim_next(idle: bool, phase: Phase) -> Next {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn admission_reads_the_row_then_the_marker() {
+        let v = "EMQ.ENQUEUE.UNIQUE";
+        assert_eq!(admission(v, None, false, false), Ok(Admission::Create));
+        assert_eq!(admission(v, None, true, true), Ok(Admission::Unique));
+        assert_eq!(admission(v, Some(Some(b"pending")), false, false), Ok(Admission::Exists));
+        assert_eq!(admission(v, Some(Some(b"pending")), true, false), Ok(Admission::Replace(State::Pending)));
+        assert_eq!(admission(v, Some(Some(b"scheduled")), true, false), Ok(Admission::Replace(State::Scheduled)));
+        assert_eq!(admission(v, Some(Some(b"active")), true, false), Ok(Admission::Exists));
+        assert_eq!(admission(v, Some(Some(b"dead")), true, false), Ok(Admission::Exists));
+        assert!(admission(v, Some(Some(b"odd")), true, false).is_err());
+        assert!(admission(v, Some(None), true, false).is_err());
+        assert_eq!(admission(v, Some(None), false, false), Ok(Admission::Exists));
+    }
     use super::*;
 
     #[test]

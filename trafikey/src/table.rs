@@ -150,6 +150,11 @@ fn drain(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::drain::run(ctx, args)
 }
 
+/// `EMQ.ENQUEUE.UNIQUE 3 emq:{q}:pending emq:{q}:schedule emq:{q}: <id> <payload> <priority> <unique_ms> <replace> [<delay_ms>]`
+fn enqueue_unique(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::enqueue_unique::run(ctx, args)
+}
+
 /// `EMQ.VERSION` — the capability tokens of the registered rows, one space apart.
 fn version(_ctx: &Context, _args: &[&[u8]]) -> ValkeyResult {
     Ok(valkey_module::ValkeyValue::BulkString(caps()))
@@ -198,6 +203,7 @@ pub static TABLE: &[Row] = &[
     row!(cancel, ["cancel"]),
     row!(purge, ["purge"]),
     row!(drain, ["drain"]),
+    row!(enqueue_unique, ["enqueue.unique"]),
     Row {
         name: "EMQ.VERSION",
         callback: native!(version),
@@ -247,14 +253,14 @@ mod tests {
             caps(),
             "enqueue claim claim.pause extend extends complete.flat schedule promote \
              reschedule delay fail.flat reprocess requeue stalled.check \
-             append failures.incr publish claim.block remove cancel purge drain fail.traceback claim.rate"
+             append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback claim.rate"
         );
     }
 
     #[test]
     fn every_verb_has_one_file_and_writes() {
         let verbs: Vec<&Row> = TABLE.iter().filter(|r| r.keys != Keys::None).collect();
-        assert_eq!(verbs.len(), 21);
+        assert_eq!(verbs.len(), 22);
         for r in verbs {
             let want = if r.name == "EMQ.BCLAIM" {
                 WRITE_BLOCKING

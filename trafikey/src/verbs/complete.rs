@@ -3,11 +3,11 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{incr, op, Expect, Op};
-use crate::errors::Refusal;
-use crate::grammar::{self, Argc, Keyspace};
+use crate::decide::{incr, num, op, owned_op, Expect, Op};
+use crate::errors::{Refusal, NOT_INTEGER};
+use crate::grammar::{self, parse_digits, Argc, Keyspace};
 use crate::host::{int, Fence, Host, Seen};
-use crate::verbs::{held, FLAT_NO_FLOW};
+use crate::verbs::{field, held, FLAT_NO_FLOW, HELD};
 
 pub const VERB: &str = "EMQ.COMPLETE";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -47,9 +47,11 @@ pub fn completion<'a>(
     (id, token): (&'a [u8], &[u8]),
     extra: &[&str],
 ) -> Result<Option<(Seen, Vec<Op<'a>>)>, Refusal> {
-    let Some(seen) = held(h, fence, row, active, (id, token), FLAT_NO_FLOW, extra)? else {
+    let fields: Vec<&str> = extra.iter().copied().chain(["unique"]).collect();
+    let Some(seen) = held(h, fence, row, active, (id, token), FLAT_NO_FLOW, &fields)? else {
         return Ok(None);
     };
+    let window = unique_window(h, fence, q, id, field(&seen, HELD.len() + extra.len()))?;
     fence.read(metrics)?;
     let stored = h
         .hash(metrics, &["count"])?
@@ -70,5 +72,37 @@ pub fn completion<'a>(
         writes.pop();
     }
     writes.extend(events.map(|ev| ev.op(b"completed", id, token, &[])));
+    writes.extend(window);
     Ok(Some((seen, writes)))
+}
+
+/// A completed row's unique window (docs/spec.md §14): when the row holds `unique` (ms), the
+/// marker `unique:<id>` records when it finished and expires that long after, so
+/// ENQUEUE.UNIQUE does not admit the id again meanwhile. The marker must be a hash or nothing;
+/// `unique` must be an integer.
+fn unique_window(
+    h: &Host<'_>,
+    fence: &Fence<'_>,
+    q: &Keyspace<'_>,
+    id: &[u8],
+    unique: Option<&[u8]>,
+) -> Result<Vec<Op<'static>>, Refusal> {
+    let Some(unique) = unique else {
+        return Ok(Vec::new());
+    };
+    let ms = parse_digits(unique).ok_or(Refusal::Counter(NOT_INTEGER))?;
+    let marker = q.key(&[b"unique:".as_slice(), id].concat());
+    fence.read(&marker)?;
+    h.expect_hash(&marker)?;
+    fence.write(&marker)?;
+    let now = h.now_ms()?;
+    let until = grammar::at("unique", now, ms)?;
+    Ok(vec![
+        owned_op(
+            "HSET",
+            vec![marker.clone(), b"finished".to_vec(), num(now)],
+            Expect::AnyInt,
+        ),
+        owned_op("PEXPIREAT", vec![marker, num(until)], Expect::Int(1)),
+    ])
 }

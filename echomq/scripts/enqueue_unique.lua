@@ -1,0 +1,78 @@
+-- EMQ enqueue_unique (wire 4). KEYS: pending, schedule, base.
+-- ARGV: id, payload, priority, unique_ms, replace, delay_ms (optional). replace is 0 or 1.
+-- ENQUEUE (no delay_ms) or SCHEDULE (delay_ms) that answers why: `created`; `exists` (the id
+-- has a row); `replaced` (replace 1 and the row is pending or scheduled: its payload, and its
+-- due time when delay_ms is given, are the new ones); `unique` (no row, but the id completed
+-- less than its unique window ago: the marker `unique:<id>` COMPLETE and PUBLISH write).
+-- unique_ms > 0 is kept on the row (`unique`) for the verb that completes it.
+local base = KEYS[3]
+local id = ARGV[1]
+local row = base .. 'job:' .. id
+local delay = ARGV[6]
+local rtype = redis.call('TYPE', row)['ok']
+if rtype ~= 'none' and rtype ~= 'hash' then
+  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if rtype == 'hash' then
+  if ARGV[5] ~= '1' then return 'exists' end
+  local seen = redis.call('HMGET', row, 'group', 'parent', 'state')
+  if seen[1] then return redis.error_reply('EMQSTATE lane row is not native') end
+  if seen[2] then return redis.error_reply('EMQSTATE flow child is not native') end
+  local state = seen[3]
+  if state == 'active' or state == 'dead' then return 'exists' end
+  if state ~= 'pending' and state ~= 'scheduled' then
+    return redis.error_reply('EMQSTATE EMQ.ENQUEUE.UNIQUE row ' .. (state and 'is ' .. state .. ', not pending, scheduled, active or dead' or 'has no state'))
+  end
+  local set = state == 'pending' and KEYS[1] or KEYS[2]
+  if not redis.call('ZSCORE', set, id) then
+    return redis.error_reply('EMQSTATE EMQ.ENQUEUE.UNIQUE id is not in ' .. (state == 'scheduled' and 'schedule' or state))
+  end
+  if delay == nil then
+    redis.call('HSET', row, 'payload', ARGV[2])
+    return 'replaced'
+  end
+  local due = now + tonumber(delay)
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if state == 'pending' then redis.call('ZREM', KEYS[1], id) end
+  redis.call('HSET', row, 'state', 'scheduled', 'payload', ARGV[2])
+  redis.call('ZADD', KEYS[2], due, id)
+  if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', base .. 'wake', 0, 'w') end
+  return 'replaced'
+end
+local marker = base .. 'unique:' .. id
+local mtype = redis.call('TYPE', marker)['ok']
+if mtype == 'hash' then return 'unique' end
+if mtype ~= 'none' then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+-- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
+local bound = redis.call('HGET', base .. 'meta', 'events')
+if bound then
+  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
+  bound = tonumber(bound)
+  if bound <= 0 then bound = nil end
+end
+local state = delay == nil and 'pending' or 'scheduled'
+local stype = redis.call('TYPE', state == 'pending' and KEYS[1] or KEYS[2])['ok']
+if stype ~= 'none' and stype ~= 'zset' then
+  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
+local fields = {'state', state, 'payload', ARGV[2], 'attempts', '0', 'created', now}
+if tonumber(ARGV[3]) > 0 then fields[#fields + 1] = 'priority'; fields[#fields + 1] = ARGV[3] end
+if tonumber(ARGV[4]) > 0 then fields[#fields + 1] = 'unique'; fields[#fields + 1] = ARGV[4] end
+redis.call('HSET', row, unpack(fields))
+local wake = true
+if delay == nil then
+  redis.call('ZADD', KEYS[1], tonumber(ARGV[3]), id)
+else
+  local due = now + tonumber(delay)
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  redis.call('ZADD', KEYS[2], due, id)
+  wake = head[2] == nil or due < tonumber(head[2])
+end
+if bound then
+  redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'enqueued', 'id', id, 'attempt', '0', 'state', state)
+end
+-- the wake marker (SPEC §9.3), the last write
+if wake then redis.call('ZADD', base .. 'wake', 0, 'w') end
+return 'created'
