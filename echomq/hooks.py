@@ -37,6 +37,9 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "job.lost": ("worker", "queue", "id", "attempt", "reason"),
     "job.requeued": ("worker", "queue", "id", "attempt"),
     "job.abandoned": ("worker", "queue", "id", "attempt", "reason"),
+    "sweep.stalled": ("worker", "queue", "id"),
+    "sweep.recovered": ("worker", "queue", "id"),
+    "sweep.stalled_dead": ("worker", "queue", "id"),
 }
 
 _subscribers: dict[str, tuple[Subscriber, ...]] = {}

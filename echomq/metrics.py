@@ -16,7 +16,8 @@ whichever process serves them; a restart of the dashboard does not reset them.
 
 ``emq worker --metrics-port P`` serves one worker's own view (:class:`WorkerCollector`),
 read from its tally at scrape time: ``echomq_worker_jobs_total{outcome}`` (claimed,
-completed, retried, dead, delayed, lost, requeued, abandoned), ``echomq_worker_held``
+completed, retried, dead, delayed, lost, requeued, abandoned, and its sweeps' stalled, recovered,
+stalled_dead), ``echomq_worker_held``
 and ``echomq_worker_concurrency``. They count from the worker's start; sum them over
 workers with ``sum by (outcome)``. Two histograms come from the worker's ``Timings``
 (the ``job.*`` hooks' ``duration_s`` and ``waited_s``, docs/hooks.md):

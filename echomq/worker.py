@@ -60,7 +60,7 @@ from .ids import uuid7_ms
 from .keys import State, partition_names
 from .partitioned import PartitionedQueue, drive, op_declare
 from .policy import IdlePolicy, LeasePolicy
-from .queue import LIMIT_MAX, Job, Queue
+from .queue import LIMIT_MAX, Job, Queue, Sweep
 from .results import MAX_RESULT_BYTES, encode_result
 from .serializers import JSON, RAW, Serializer
 from .tasks import App, Delay, JobContext, Retry, Task, check_timeout
@@ -115,12 +115,15 @@ class Tally:
     lost: int = 0  #: lease lost: dropped, or a settle the server fenced off
     requeued: int = 0  #: released at shutdown
     abandoned: int = 0  #: left to lease expiry at shutdown (REQUEUE failed or was refused)
+    stalled: int = 0  #: this worker's sweeps found a lease expired: back to pending, a stall counted
+    recovered: int = 0  #: ... expired across a server restart: back to pending, no stall (wire 6)
+    stalled_dead: int = 0  #: ... stalled past max_stalled: dead
 
     def __str__(self) -> str:
         return ", ".join(f"{name} {value}" for name, value in vars(self).items() if value) or "nothing"
 
     def add(self, event: str) -> None:
-        field_name = event.removeprefix("job.")
+        field_name = event.split(".", 1)[1]  # job.completed -> completed, sweep.stalled -> stalled
         setattr(self, field_name, getattr(self, field_name) + 1)
 
 
@@ -198,7 +201,7 @@ def _log(event: str, data: dict[str, Any]) -> None:
 
 
 for _event in hooks.EVENTS:
-    if _event.startswith("job."):
+    if _event.startswith(("job.", "sweep.")):
         hooks.subscribe(_event, _count)
 for _event in ("job.lost", "job.dead", "job.retried"):
     hooks.subscribe(_event, _log)
@@ -450,6 +453,8 @@ class Worker:
                 for run in self.timers.run_due(self._clock_ms(), self._idle):
                     if run.promoted or (run.sweep and (run.sweep.recovered or run.sweep.exempt)):
                         self._idle.discard(run.queue)  # it put jobs in pending itself: claim, no wake needed
+                    if run.sweep:
+                        self._emit_sweep(run.queue, run.sweep)
                 self.cron.run_due(self._clock_ms())
             self.heartbeat.run_due(self._clock_ms(), held=len(self.held), completed=self.tally.completed,
                                    failed=self.tally.retried + self.tally.dead)
@@ -662,6 +667,12 @@ class Worker:
 
     def _emit(self, event: str, job: Job, **fields: Any) -> None:
         hooks.emit(event, worker=self, queue=job.queue, id=job.id, attempt=job.attempt, **fields)
+
+    def _emit_sweep(self, queue: str, found: Sweep) -> None:
+        for event, ids in (("sweep.stalled", found.recovered), ("sweep.recovered", found.exempt),
+                           ("sweep.stalled_dead", found.dead)):
+            for job_id in ids:
+                hooks.emit(event, worker=self, queue=queue, id=job_id)
 
     def _release(self, held: Held) -> None:
         self.held.pop(held.key, None)

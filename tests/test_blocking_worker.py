@@ -135,10 +135,11 @@ def test_an_idle_queue_is_swept_when_its_earliest_lease_expires_not_by_an_interv
     lost = queue.enqueue({}).id
     assert queue.claim(700).id == lost  # the holder dies with it: its lease runs out in 0.7 s
     deadline = int(own_conn.client.zscore(queue.keys.active, lost))
-    with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+    with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))) as worker:
         wait_until(lambda: seen == [(name, lost, 2)], what="the stalled job run again")
         assert server_ms(own_conn.client) - deadline < 10_000  # long before any interval's sweep
         assert queue.job(lost) is None  # completed by the worker
+        assert (worker.tally.stalled, worker.tally.recovered, worker.tally.stalled_dead) == (1, 0, 0)  # sweep.*
 
 
 def test_an_idle_worker_probes_with_one_claim_after_a_block_times_out(own_conn, monkeypatch):

@@ -24,7 +24,7 @@ from echomq.errors import ConfigurationError
 from echomq.heartbeat import Heartbeat
 from echomq.server import free_port
 from dashboard_helpers import PENDING, stock
-from helpers import fresh_name, queue_unchanged, reap, unchanged
+from helpers import fresh_name, queue_unchanged, reap, take, unchanged
 from worker_helpers import ROOT, wait_until
 
 TOKEN = "s3cret-token"
@@ -83,6 +83,18 @@ def test_every_page_loads_and_shows_the_queue(site, stocked):
     assert ">Purge dead</button>" in site.get(f"/queues/{name}").text
 
 
+def test_a_completed_job_shows_its_result_within_its_retention(conn):
+    queue = Queue(conn, fresh_name("done"))
+    done_id = queue.enqueue({"order": 42}).id
+    queue.publish(take(queue), {"charged": 1999}, retention_ms=600_000)
+    with serving(conn, Settings(sample_interval_s=0.1)) as url, httpx.Client(base_url=url) as site:
+        done = site.get(f"/queues/{queue.name}/job", params={"id": done_id})
+        assert done.status_code == 200, done.text
+        assert '<td id="state">completed</td>' in done.text and "s more <small>(the task's result_ttl)" in done.text
+        assert re.search(r'<pre id="result">\{\s*&#34;charged&#34;: 1999\s*\}</pre>', done.text), done.text
+        assert site.get(f"/queues/{queue.name}/job", params={"id": "never-was"}).status_code == 404
+
+
 def test_a_partitioned_queue_is_one_row_and_one_queue(conn):
     stocked = stock(PartitionedQueue(conn, fresh_name("dash"), partitions=3))
     queue, name = stocked.queue, stocked.queue.name
@@ -114,7 +126,7 @@ def test_job_lists_page_through_a_state(site, stocked):
     ("/queues/no-such-queue-here", {}, 404, "no queue"),
     ("/queues/QUEUE", {"state": "finished"}, 400, "bad state"),
     ("/queues/QUEUE", {"page": "0"}, 400, "bad page"),
-    ("/queues/QUEUE/job", {"id": "no-such-id"}, 404, "completed jobs leave no row"),
+    ("/queues/QUEUE/job", {"id": "no-such-id"}, 404, "a completed job is kept only for its task&#39;s result_ttl"),
 ])
 def test_bad_addresses_are_clear_errors(site, stocked, path, params, status, text):
     answer = site.get(path.replace("QUEUE", stocked.queue.name), params=params)

@@ -35,7 +35,8 @@ from ..admin import in_batches, parse_duration_ms
 from ..connection import Connection
 from ..errors import ConnectionFailed, EchoMQError
 from ..heartbeat import list_workers
-from ..inventory import QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, queue_exists
+from ..inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, queue_exists,
+                         record_view)
 from ..keys import MAX_ID_BYTES, QUEUE_NAME, State
 from ..metrics import NodeCollector
 from ..partitioned import AnyQueue, open_queue
@@ -153,9 +154,10 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         job_id = request.query_params.get("id", "")
         if not 1 <= len(job_id.encode()) <= MAX_ID_BYTES:
             raise _Problem(400, f"bad job id {job_id[:40]!r}: 1 to {MAX_ID_BYTES} bytes")
-        view = job_view(queue, job_id)
+        view = job_view(queue, job_id) or record_view(queue, job_id)  # a completed job: its record and result
         if view is None:
-            raise _Problem(404, f"no job {job_id!r} in {queue.name!r} (completed jobs leave no row)")
+            raise _Problem(404, f"no job {job_id!r} in {queue.name!r} (a completed job is kept only for its "
+                                "task's result_ttl)")
         return render("job.html", queue=queue.name, job=view, message=request.query_params.get("done"))
 
     def workers_page(request: Request) -> Response:
