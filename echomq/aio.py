@@ -38,10 +38,10 @@ from valkey.utils import LIBVALKEY_AVAILABLE
 if LIBVALKEY_AVAILABLE:
     from valkey.connection import LibvalkeyRespSerializer
 
-from . import errors, hooks
+from . import errors
 from .connection import (
-    TRANSPORT_ERRORS, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode, first_key_at, link_failed,
-    names_of, tokens_unavailable, wire_of_brand,
+    TRANSPORT_ERRORS, VerbSpan, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode, first_key_at,
+    link_failed, tokens_unavailable, wire_of_brand,
 )
 from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
 from .events import DEFAULT_MAXLEN, Event
@@ -172,10 +172,7 @@ class Connection(WireCodec):
     async def round_trip(self, request: Sequence[Call | Plain]) -> list[Any]:
         """As :meth:`echomq.Connection.round_trip`, awaited."""
         commands = [self.args_of(item) for item in request]
-        names = names_of(request) if hooks.wanted("verb") else None
-        started = time.perf_counter()
-        if names:
-            hooks.emit("verb.start", verbs=names, wire=self.wire)
+        span = VerbSpan(request, self.wire)
         try:
             replies = await self._exchange(commands)
             retry = self.unanswered(replies)
@@ -185,13 +182,8 @@ class Connection(WireCodec):
                     replies[i] = reply
             self.raise_link_fault(replies)
         except TRANSPORT_ERRORS as exc:
-            failed = link_failed(exc, " ".join(names_of(request)))
-            if names:
-                hooks.emit("verb.error", verbs=names, wire=self.wire, error=failed,
-                           duration_s=time.perf_counter() - started)
-            raise failed from exc
-        if names:
-            hooks.emit("verb.stop", verbs=names, wire=self.wire, duration_s=time.perf_counter() - started)
+            raise span.failed(exc) from exc
+        span.stopped()
         return self.refusals(replies)
 
     def _exchange(self, commands: list[tuple[Any, ...]]) -> asyncio.Future[list[Any]]:

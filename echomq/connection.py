@@ -296,6 +296,31 @@ class WireCodec:
         return [as_refusal(r) if isinstance(r, ResponseError) else r for r in replies]
 
 
+class VerbSpan:
+    """One round trip as the ``verb.*`` hooks see it (both connections' send paths): ``verb.start``
+    now, then :meth:`stopped` or :meth:`failed`. With no subscriber it builds nothing."""
+
+    def __init__(self, request: Sequence[Call | Plain], wire: int) -> None:
+        self.request = request
+        self.wire = wire
+        self.names = names_of(request) if hooks.wanted("verb") else None
+        self.started = time.perf_counter()
+        if self.names:
+            hooks.emit("verb.start", verbs=self.names, wire=wire)
+
+    def stopped(self) -> None:
+        if self.names:
+            hooks.emit("verb.stop", verbs=self.names, wire=self.wire, duration_s=time.perf_counter() - self.started)
+
+    def failed(self, exc: BaseException) -> errors.ConnectionFailed:
+        """The link fault ``exc`` as the ConnectionFailed to raise, ``verb.error`` emitted."""
+        failed = link_failed(exc, " ".join(names_of(self.request)))
+        if self.names:
+            hooks.emit("verb.error", verbs=self.names, wire=self.wire, error=failed,
+                       duration_s=time.perf_counter() - self.started)
+        return failed
+
+
 def has_keyless(commands: Sequence[tuple[Any, ...]]) -> bool:
     """Whether a round trip holds a command a cluster client cannot route (TIME, which has no key)."""
     return any(str(command[0]).upper() == "TIME" for command in commands)
@@ -359,10 +384,7 @@ class Connection(WireCodec):
         only the calls that did not run, once. On a cluster a round trip with a keyless command
         (TIME) goes whole to the node of ``on``, the queue it serves."""
         commands = [self.args_of(item) for item in request]
-        names = names_of(request) if hooks.wanted("verb") else None
-        started = time.perf_counter()
-        if names:
-            hooks.emit("verb.start", verbs=names, wire=self.wire)
+        span = VerbSpan(request, self.wire)
         try:
             client = self.node_client(on) if on is not None and self.cluster and has_keyless(commands) else self.client
             replies = self._exchange(client, commands)
@@ -373,13 +395,8 @@ class Connection(WireCodec):
                     replies[i] = reply
             self.raise_link_fault(replies)
         except TRANSPORT_ERRORS as exc:
-            failed = link_failed(exc, " ".join(names_of(request)))
-            if names:
-                hooks.emit("verb.error", verbs=names, wire=self.wire, error=failed,
-                           duration_s=time.perf_counter() - started)
-            raise failed from exc
-        if names:
-            hooks.emit("verb.stop", verbs=names, wire=self.wire, duration_s=time.perf_counter() - started)
+            raise span.failed(exc) from exc
+        span.stopped()
         return self.refusals(replies)
 
     @staticmethod
