@@ -38,12 +38,12 @@ from valkey.utils import LIBVALKEY_AVAILABLE
 if LIBVALKEY_AVAILABLE:
     from valkey.connection import LibvalkeyRespSerializer
 
-from . import errors
+from . import errors, reaper
 from .connection import (
     TRANSPORT_ERRORS, VerbSpan, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode, first_key_at,
     link_failed, tokens_unavailable, wire_of_brand,
 )
-from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
+from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T, check_wait, time_left
 from .events import DEFAULT_MAXLEN, Event
 from .keys import VERSION_KEY, State, check_job_id, partition_names
 from .partitioned import POp, PartitionedCore, op_declare
@@ -366,11 +366,12 @@ class Queue(QueueCore):
             return done.value
 
     async def enqueue(self, payload: Any, *, id: str | None = None, priority: int = 0,
-                      unique_for: float | None = None, replace: bool = False) -> Enqueued:
-        return await self._run(self.op_enqueue(payload, id, priority, unique_for, replace))
+                      unique_for: float | None = None, replace: bool = False, group: str | None = None) -> Enqueued:
+        return await self._run(self.op_enqueue(payload, id, priority, unique_for, replace, group))
 
-    async def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0) -> list[Enqueued]:
-        return await self._run(self.op_enqueue_many(payloads, priority))
+    async def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0,
+                           group: str | None = None) -> list[Enqueued]:
+        return await self._run(self.op_enqueue_many(payloads, priority, group))
 
     async def schedule(self, payload: Any, delay_ms: int, *, id: str | None = None, priority: int = 0,
                        unique_for: float | None = None, replace: bool = False) -> Enqueued:
@@ -384,6 +385,9 @@ class Queue(QueueCore):
 
     async def claim_many(self, count: int, lease_ms: int) -> list[Job]:
         return await self._run(self.op_claim_many(count, lease_ms))
+
+    async def claim_lanes(self, count: int, lease_ms: int) -> list[Job]:
+        return await self._run(self.op_lane_claim_many(count, lease_ms))
 
     async def extend(self, job: JobRef, lease_ms: int, *, token: str | int | None = None) -> int:
         return await self._run(self.op_extend(job, lease_ms, token))
@@ -425,8 +429,9 @@ class Queue(QueueCore):
     async def settle_many(self, calls: Sequence[Call]) -> list[Any]:
         return await self._run(self.op_settle_many(calls))
 
-    async def settle_and_claim(self, calls: Sequence[Call], count: int, lease_ms: int) -> tuple[list[Any], list[Job]]:
-        return await self._run(self.op_settle_and_claim(calls, count, lease_ms))
+    async def settle_and_claim(self, calls: Sequence[Call], count: int, lease_ms: int,
+                               lanes: int = 0) -> tuple[list[Any], list[Job]]:
+        return await self._run(self.op_settle_and_claim(calls, count, lease_ms, lanes))
 
     async def promote(self, limit: int = 1000) -> int:
         return await self._run(self.op_promote(limit))
@@ -451,6 +456,21 @@ class Queue(QueueCore):
 
     async def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
         return await self._run(self.op_stalled_check(max_stalled, limit))
+
+    async def reap(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
+        return (await self._run(reaper.op_reap(self, max_stalled, limit)))[0]
+
+    async def pause_group(self, group: str) -> None:
+        await self._run(self.op_pause_group(group))
+
+    async def resume_group(self, group: str) -> bool:
+        return await self._run(self.op_resume_group(group))
+
+    async def set_lane_limit(self, k: int | None, group: str | None = None) -> None:
+        await self._run(self.op_set_lane_limit(k, group))
+
+    async def groups(self) -> dict[str, GroupCounts]:
+        return await self._run(self.op_groups())
 
     async def pause(self) -> None:
         await self._run(self.op_pause())

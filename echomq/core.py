@@ -74,6 +74,7 @@ class Job:
     raw_payload: bytes | None  #: as the serializer wrote it (a trace envelope taken off)
     attempt: int
     trace: dict[str, str] | None = None  #: the trace context it was enqueued with (echomq.otel), if any
+    group: str | None = None  #: a lane job's group: its settles are the lane scripts (docs/lanes-and-flows.md)
 
     @property
     def token(self) -> str:
@@ -86,6 +87,11 @@ class Job:
 
 
 JobRef = Job | str
+
+
+def _lane_of(job: JobRef) -> str | None:
+    """The group of a claimed lane job (an id given alone is taken as a flat job)."""
+    return job.group if isinstance(job, Job) else None
 
 
 def _ref(job: JobRef, token: str | int | None) -> tuple[str, str]:
@@ -126,6 +132,16 @@ def encode_payload(serializer: Serializer, payload: Any, max_bytes: int | None) 
     serializer cannot encode it or it is over ``max_bytes``."""
     return encode(serializer, payload, max_bytes, what="payload", limit="max_payload_bytes",
                   hint=": keep large data elsewhere and enqueue a reference to it, or raise the limit")
+
+
+@dataclass(frozen=True)
+class GroupCounts:
+    """One lane group as :meth:`Queue.groups` reads it."""
+
+    waiting: int  #: in its lane, not started (a retry waiting out its backoff included)
+    running: int  #: started and not settled
+    paused: bool
+    limit: int  #: k: how many may run at once (its own, else the queue's, else 1)
 
 
 @dataclass(frozen=True)
@@ -193,11 +209,15 @@ class QueueCore:
         (then wrapped in a trace envelope when tracing is on: :mod:`echomq.envelope`)."""
         return envelope.wrap(self.name, encode_payload(self.serializer, payload, self.max_payload_bytes))
 
-    def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0) -> Call:
-        return self.build("enqueue", uuid7() if id is None else id, self.encode(payload), priority)
+    def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0, group: str | None = None) -> Call:
+        if group is None:
+            return self.build("enqueue", uuid7() if id is None else id, self.encode(payload), priority)
+        if priority:
+            raise errors.ConfigurationError("a lane job runs in its group's order: it takes no priority")
+        return self.build("lane_enqueue", uuid7() if id is None else id, self.encode(payload), group)
 
     def complete_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
-        return self.build("complete", *_ref(job, token))
+        return self.build("lane_complete" if _lane_of(job) else "complete", *_ref(job, token))
 
     def fail_call(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
                   token: str | int | None = None, traceback: str | None = None) -> Call:
@@ -211,6 +231,8 @@ class QueueCore:
     def _failure(self, verb: str, job: JobRef, error: str, max_attempts: int, backoff_ms: int,
                  token: str | int | None, traceback: str | None) -> Call:
         argv = [*_ref(job, token), error, max_attempts, backoff_ms]
+        if _lane_of(job):  # a lane job's failure: the lane script (no outcome is published)
+            return self.build("lane_fail", *argv, traceback)
         # a wire-6 module that predates fail.traceback gets five ARGV: last_error is still written
         if traceback is not None and self.codec.carries(verb, "traceback"):
             argv.append(traceback)
@@ -220,7 +242,10 @@ class QueueCore:
 
     def publish_call(self, job: JobRef, result: bytes, *, retention_ms: int, token: str | int | None = None) -> Call:
         """COMPLETE with the outcome told (the bus): ``result`` (already encoded) kept as the job's
-        completed record for ``retention_ms`` (0: no record)."""
+        completed record for ``retention_ms`` (0: no record). A lane job keeps no record: its
+        completion is LANE_COMPLETE."""
+        if _lane_of(job):
+            return self.complete_call(job, token=token)
         return self.build("publish", *_ref(job, token), result, retention_ms)
 
     def append_call(self, job: JobRef, value: Any, *, token: str | int | None = None) -> Call:
@@ -228,10 +253,22 @@ class QueueCore:
         return self.build("append", *_ref(job, token), encode_progress(value))
 
     def delay_call(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> Call:
+        if _lane_of(job):  # back to its place in its lane; the group waits delay_ms
+            return self.build("lane_release", *_ref(job, token), delay_ms)
         return self.build("delay", *_ref(job, token), delay_ms)
 
     def requeue_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
+        if _lane_of(job):
+            return self.build("lane_release", *_ref(job, token), 0)
         return self.build("requeue", *_ref(job, token))
+
+    @property
+    def _stamp(self) -> int:
+        """Lane scripts stamp lease_epoch where the native verbs do (wire 6): the restart exemption."""
+        return 1 if self.wire == 6 else 0
+
+    def _lane_claim_calls(self, count: int, lease_ms: int) -> list[Call]:
+        return [self.build("lane_claim", lease_ms, self._stamp)] * count
 
     def _rated(self) -> tuple[int, ...]:
         """CLAIM's and BCLAIM's late ``rated``: sent wherever it is carried (a module without
@@ -249,7 +286,7 @@ class QueueCore:
             return None
         trace, raw = (None, None) if claimed.raw_payload is None else envelope.unwrap(claimed.raw_payload)
         payload = None if raw is None else self.serializer.loads(raw)
-        return Job(self.name, claimed.id, payload, raw, claimed.attempt, trace)
+        return Job(self.name, claimed.id, payload, raw, claimed.attempt, trace, claimed.group)
 
     def claimed(self, reply: Sequence[Any] | int) -> Job | Throttled | None:
         """The job in a CLAIM or BCLAIM reply (a waiter reads BCLAIM's on a socket of its own), or
@@ -295,14 +332,17 @@ class QueueCore:
         return Enqueued(call.argv[0], reason is Admission.CREATED, reason)
 
     def op_enqueue(self, payload: Any, id: str | None, priority: int, unique_for: float | None = None,
-                   replace: bool = False) -> Op[Enqueued]:
+                   replace: bool = False, group: str | None = None) -> Op[Enqueued]:
         if unique_for is None and not replace:
-            return (yield from self._admit(self.enqueue_call(payload, id=id, priority=priority)))
+            return (yield from self._admit(self.enqueue_call(payload, id=id, priority=priority, group=group)))
+        if group is not None:
+            raise errors.ConfigurationError("unique_for= and replace= do not apply to a lane job (group=)")
         call = self.unique_call(payload, id=id, priority=priority, unique_for=unique_for, replace=replace)
         return (yield from self._admit(call))
 
-    def op_enqueue_many(self, payloads: Iterable[Any], priority: int) -> Op[list[Enqueued]]:
-        return (yield from op_enqueued([self.enqueue_call(payload, priority=priority) for payload in payloads]))
+    def op_enqueue_many(self, payloads: Iterable[Any], priority: int, group: str | None = None) -> Op[list[Enqueued]]:
+        return (yield from op_enqueued([self.enqueue_call(payload, priority=priority, group=group)
+                                        for payload in payloads]))
 
     def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int,
                     unique_for: float | None = None, replace: bool = False) -> Op[Enqueued]:
@@ -337,18 +377,30 @@ class QueueCore:
         return self._jobs(calls, (yield calls))
 
     def op_extend(self, job: JobRef, lease_ms: int, token: str | int | None) -> Op[int]:
-        return (yield from self._one(self.build("extend", *_ref(job, token), lease_ms)))
+        if not _lane_of(job):
+            return (yield from self._one(self.build("extend", *_ref(job, token), lease_ms)))
+        job_id, held = _ref(job, token)
+        (deadline,) = yield from self._one(self.build("lane_extends", lease_ms, self._stamp, job_id, held))
+        if not deadline:
+            raise errors.LeaseLost("lane_extends", job_id, held, None)
+        return deadline
 
     def op_extend_many(self, jobs: Sequence[JobRef | tuple[str, str]], lease_ms: int) -> Op[list[int]]:
+        """EXTENDS for the flat jobs and LANE_EXTENDS for the lane jobs, in one round trip; the
+        answers in the order of ``jobs``."""
         check_int("lease_ms", lease_ms, 1)
+        lanes = [not isinstance(job, tuple) and bool(_lane_of(job)) for job in jobs]
         pairs = [job if isinstance(job, tuple) else _ref(job, None) for job in jobs]
-        calls = [
-            self.call("extends", lease_ms, *[part for pair in pairs[start:start + EXTENDS_MAX_PAIRS] for part in pair])
-            for start in range(0, len(pairs), EXTENDS_MAX_PAIRS)
-        ]
-        replies = (yield calls) if calls else []  # EXTENDS takes at most 1000 pairs: one command per chunk
+        calls: list[Call] = []
+        for verb, lead, lane in (("extends", (lease_ms,), False), ("lane_extends", (lease_ms, self._stamp), True)):
+            mine = [pair for pair, is_lane in zip(pairs, lanes) if is_lane is lane]
+            calls += [self.call(verb, *lead, *[part for pair in mine[start:start + EXTENDS_MAX_PAIRS] for part in pair])
+                      for start in range(0, len(mine), EXTENDS_MAX_PAIRS)]
+        replies = (yield calls) if calls else []  # at most 1000 pairs a command: one per chunk
         raise_first(replies)
-        return [answer for call, reply in zip(calls, replies) for answer in call.verb.answer(call, reply)]
+        answers = [answer for call, reply in zip(calls, replies) for answer in call.verb.answer(call, reply)]
+        flat, lane = iter(answers[:lanes.count(False)]), iter(answers[lanes.count(False):])
+        return [next(lane) if is_lane else next(flat) for is_lane in lanes]
 
     def op_fenced(self, call: Call) -> Op[Any]:
         return (yield from self._one(call))
@@ -363,21 +415,69 @@ class QueueCore:
         replies = (yield list(calls)) if calls else []
         return [call.verb.answer(call, reply) for call, reply in zip(calls, replies)]
 
-    def op_settle_and_claim(self, calls: Sequence[Call], count: int, lease_ms: int) -> Op[tuple[list[Any], list[Job]]]:
+    def op_lane_claim_many(self, count: int, lease_ms: int) -> Op[list[Job]]:
+        """Up to ``count`` LANE_CLAIMs in one round trip: each the next job of the group whose turn it is."""
+        check_int("count", count, 1, LIMIT_MAX)
+        calls = self._lane_claim_calls(count, lease_ms)
+        return self._jobs(calls, (yield calls))
+
+    def op_settle_and_claim(self, calls: Sequence[Call], count: int, lease_ms: int,
+                            lanes: int = 0) -> Op[tuple[list[Any], list[Job]]]:
+        """Settle ``calls``, then ``count`` flat claims and ``lanes`` lane claims, in one round trip
+        (two on wire 4: the flat claims follow their pause read; a lane claim reads the pause itself)."""
         check_int("count", count, 0, LIMIT_MAX)
+        check_int("lanes", lanes, 0, LIMIT_MAX)
         check_int("lease_ms", lease_ms, 1)
         claims = self._claim_calls(count, lease_ms)
+        lane_claims = self._lane_claim_calls(lanes, lease_ms)
         calls = list(calls)
+        ahead = [*calls, *lane_claims]  # what goes before the flat claims
         if self.wire == 6 or not count:
-            replies = (yield [*calls, *claims]) if calls or claims else []
-            settled, claimed = replies[: len(calls)], replies[len(calls):]
+            replies = (yield [*ahead, *claims]) if ahead or claims else []
+            sent, claimed = replies[: len(ahead)], replies[len(ahead):]
         else:
             # the pause read rides with the settles; the claims follow unless paused
-            *settled, paused = yield [*calls, self._pause_read()]
+            *sent, paused = yield [*ahead, self._pause_read()]
             self.claim_paused = paused is not None
             claimed = [] if self.claim_paused else (yield claims)
-        answers = [call.verb.answer(call, reply) for call, reply in zip(calls, settled)]
-        return answers, self._jobs(claims, claimed)
+        answers = [call.verb.answer(call, reply) for call, reply in zip(calls, sent)]
+        return answers, self._jobs([*lane_claims, *claims], [*sent[len(calls):], *claimed])
+
+    # -- lanes: a group's switches and its counts (docs/lanes-and-flows.md) --------------
+    def op_pause_group(self, group: str) -> Op[None]:
+        yield from self._one(self.build("lane_pause", group))
+
+    def op_resume_group(self, group: str) -> Op[bool]:
+        return (yield from self._one(self.build("lane_resume", group)))
+
+    def op_set_lane_limit(self, k: int | None, group: str | None = None) -> Op[None]:
+        """At most ``k`` jobs of ``group`` (None: of every group without its own) at once; k None
+        removes the setting (back to the queue's, or to 1)."""
+        if k is not None:
+            check_int("k", k, 1, LIMIT_MAX)
+        yield from self._one(self.build("lane_limit", k or 0, group))
+
+    def op_lanes_waiting(self) -> Op[int]:
+        """Groups that may start a job now or once a backoff passes (a paused one does not count)."""
+        ready, held = yield [Plain(("ZCARD", self.keys.key("lanes:ready"))), Plain(("ZCARD", self.keys.key("lanes:held")))]
+        raise_first([ready, held])
+        return ready + held
+
+    def op_groups(self) -> Op[dict[str, GroupCounts]]:
+        """Every group with jobs waiting or running, or paused: its counts (two round trips)."""
+        names, paused, limits, default = yield [
+            Plain(("SMEMBERS", self.keys.key("lanes:groups"))), Plain(("SMEMBERS", self.keys.key("lanes:paused"))),
+            Plain(("HGETALL", self.keys.key("lanes:limit"))), Plain(("HGET", self.keys.meta, "lane_limit"))]
+        raise_first([names, paused, limits, default])
+        paused = {text(g) for g in paused}
+        limits = {text(g): int(k) for g, k in _pairs(limits).items()}
+        groups = sorted({text(g) for g in names} | paused)
+        replies = (yield [Plain(cmd) for g in groups for cmd in (("ZCARD", self.keys.lane(g)),
+                                                                  ("HGET", self.keys.key("lanes:running"), g))])
+        raise_first(replies)
+        return {g: GroupCounts(replies[2 * i], int(replies[2 * i + 1] or 0), g in paused,
+                               limits.get(g, int(default or 1)))
+                for i, g in enumerate(groups)}
 
     def op_promote(self, limit: int) -> Op[int]:
         return (yield from self._one(self.build("promote", limit)))
@@ -548,5 +648,5 @@ def _stream_entries(reply: Any) -> list[Any]:
 
 
 def _pairs(fields: Any) -> dict[Any, Any]:
-    """An entry's fields as a dict (raw commands answer the flat list)."""
+    """An entry's (or a hash's) fields as a dict (raw commands answer the flat list)."""
     return fields if isinstance(fields, dict) else dict(zip(fields[::2], fields[1::2]))

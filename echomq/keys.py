@@ -74,6 +74,13 @@ def parent_queue(name: str) -> str:
     return match.group(1) if match else name
 
 
+def check_group(group: str) -> str:
+    """A lane's group name: the characters of a queue name (it is part of a key)."""
+    if not isinstance(group, str) or not QUEUE_NAME.fullmatch(group):
+        raise ConfigurationError(f"bad group {group!r}: use 1 to 128 characters from A-Z a-z 0-9 . _ : -")
+    return group
+
+
 def check_job_id(job_id: str) -> str:
     if not isinstance(job_id, str):
         raise ConfigurationError(f"bad job id {job_id!r}: a job id is a str")
@@ -126,6 +133,10 @@ class Keyspace:
         """Wire 4's wake marker (SPEC §9.3): a zset of one member the scripts that make a job
         claimable (or bring the next due time earlier) ZADD, and a waiting worker BZPOPMINs."""
         return self.key("wake")
+
+    def lane(self, group: str) -> str:
+        """A group's lane (docs/lanes-and-flows.md): a zset of its waiting ids, scored by enqueue order."""
+        return self.key("lane:" + group)
 
     def job(self, job_id: str) -> str:
         return self.key("job:" + job_id)

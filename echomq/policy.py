@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import traceback as _traceback
 from dataclasses import dataclass
-from typing import AbstractSet, Hashable, Iterable, Mapping, Sequence, TypeVar, Union
+from typing import AbstractSet, Any, Hashable, Iterable, Mapping, Sequence, TypeVar, Union
 
 from .errors import ConfigurationError
 from .keys import MAX_TRACEBACK_BYTES
@@ -287,6 +287,28 @@ def idle_interval_ms(policy: IdlePolicy, empty_polls: int) -> int:
     if empty_polls <= 0:
         return 0
     return int(min(policy.max_ms, policy.min_ms * policy.factor ** min(empty_polls - 1, 64)))
+
+
+def split_claims(count: int, capacity: int, flat_found: bool, lanes_found: bool, turn: int) -> tuple[int, int]:
+    """How many of a round's ``count`` claims are flat and how many lane claims: a worker serves
+    both kinds of a queue alike. Half each while both gave jobs (or neither did); a kind that
+    came back empty keeps one probe while the other gets the rest. A single claim probes both
+    when the worker has room for two, else the kinds take turns (``turn``)."""
+    if count <= 0:
+        return 0, 0
+    if count == 1:
+        if capacity >= 2:
+            return 1, 1
+        return (1, 0) if turn % 2 else (0, 1)
+    if flat_found == lanes_found:
+        return count - count // 2, count // 2
+    return (count - 1, 1) if flat_found else (1, count - 1)
+
+
+def claims_found(before: tuple[bool, bool], flat: int, lanes: int, jobs: Sequence[Any]) -> tuple[bool, bool]:
+    """After a round: whether each kind gave jobs (a kind not claimed keeps what it said last)."""
+    lane_jobs = sum(1 for job in jobs if job.group is not None)
+    return (len(jobs) > lane_jobs if flat else before[0], lane_jobs > 0 if lanes else before[1])
 
 
 def claim_batch(capacity: int, empty_polls: int, max_batch: int) -> int:

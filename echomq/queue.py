@@ -12,7 +12,8 @@ import time
 from typing import Any, Iterable, Iterator, Sequence
 
 from .connection import Connection
-from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
+from . import reaper
+from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T, check_wait, time_left
 from .events import DEFAULT_MAXLEN, Event
 from .rates import RateLimit
 from .results import Status
@@ -48,18 +49,22 @@ class Queue(QueueCore):
 
     # -- admission ------------------------------------------------------------
     def enqueue(self, payload: Any, *, id: str | None = None, priority: int = 0, unique_for: float | None = None,
-                replace: bool = False) -> Enqueued:
+                replace: bool = False, group: str | None = None) -> Enqueued:
         """Add a job to pending. Lower priority numbers are served first; equal ones FIFO.
 
         An id that has a row is not enqueued twice. With ``unique_for`` (seconds) it is also not
         admitted for that long after its job completed; with ``replace`` a pending or scheduled
         job of that id takes the new payload (debounce). Both need ``id`` (EMQ.ENQUEUE.UNIQUE);
-        :attr:`Enqueued.reason` says what happened."""
-        return self._run(self.op_enqueue(payload, id, priority, unique_for, replace))
+        :attr:`Enqueued.reason` says what happened.
 
-    def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0) -> list[Enqueued]:
+        With ``group`` the job is a lane job (docs/lanes-and-flows.md): the jobs of one group
+        run in their enqueue order, at most k at a time (:meth:`set_lane_limit`; 1 by default),
+        and the groups take turns."""
+        return self._run(self.op_enqueue(payload, id, priority, unique_for, replace, group))
+
+    def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0, group: str | None = None) -> list[Enqueued]:
         """Enqueue many jobs in one pipelined round trip (each is its own atomic enqueue)."""
-        return self._run(self.op_enqueue_many(payloads, priority))
+        return self._run(self.op_enqueue_many(payloads, priority, group))
 
     def schedule(self, payload: Any, delay_ms: int, *, id: str | None = None, priority: int = 0,
                  unique_for: float | None = None, replace: bool = False) -> Enqueued:
@@ -84,6 +89,11 @@ class Queue(QueueCore):
         """Claim up to ``count`` jobs in one pipelined round trip, each its own atomic CLAIM.
         Fewer come back when pending runs short (or a head is a ghost); none while paused."""
         return self._run(self.op_claim_many(count, lease_ms))
+
+    def claim_lanes(self, count: int, lease_ms: int) -> list[Job]:
+        """Up to ``count`` lane jobs in one round trip, each the next of the group whose turn it is
+        (LANE_CLAIM); a job's :attr:`Job.group` sends its settles to the lane scripts."""
+        return self._run(self.op_lane_claim_many(count, lease_ms))
 
     def extend(self, job: JobRef, lease_ms: int, *, token: str | int | None = None) -> int:
         """Renew the lease to now + ``lease_ms``; returns the new deadline (ms, server clock)."""
@@ -151,14 +161,16 @@ class Queue(QueueCore):
         """
         return self._run(self.op_settle_many(calls))
 
-    def settle_and_claim(self, calls: Sequence[Call], count: int, lease_ms: int) -> tuple[list[Any], list[Job]]:
+    def settle_and_claim(self, calls: Sequence[Call], count: int, lease_ms: int,
+                         lanes: int = 0) -> tuple[list[Any], list[Job]]:
         """Settle ``calls`` (as :meth:`settle_many`) and claim up to ``count`` more jobs, in the
         fewest round trips the wire allows: one on wire 6 (the settles, then the claims, one
         pipeline); two on wire 4, whose claim must follow its own pause read (SPEC §4), so
         the pause read rides with the settles and the claims follow unless paused. ``count``
-        0 only settles. Returns (settle answers, claimed jobs).
+        0 only settles; ``lanes`` lane claims ride with the settles. Returns (settle answers,
+        claimed jobs: the lane jobs first).
         """
-        return self._run(self.op_settle_and_claim(calls, count, lease_ms))
+        return self._run(self.op_settle_and_claim(calls, count, lease_ms, lanes))
 
     # -- time-driven and recovery -----------------------------------------------
     def promote(self, limit: int = 1000) -> int:
@@ -216,6 +228,37 @@ class Queue(QueueCore):
         ms from now (server clock) until that deadline, None when nothing is active). An idle
         worker sweeps again then instead of on an interval."""
         return self._run(self.op_stalled_check_and_next_expiry(max_stalled, limit))
+
+    def reap(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
+        """The reaper (:mod:`echomq.reaper`): recover up to ``limit`` expired lane leases, which
+        STALLED.CHECK refuses, with its verdicts and budget."""
+        return self.reap_and_next_due(max_stalled, limit)[0]
+
+    def reap_and_next_due(self, max_stalled: int = 1, limit: int = 1000) -> tuple[Sweep, int | None]:
+        """:meth:`reap`, and in the same round trip when it has work next (ms, server clock; None: none)."""
+        return self._run(reaper.op_reap(self, max_stalled, limit))
+
+    # -- lanes: one group at a time -----------------------------------------------
+    def pause_group(self, group: str) -> None:
+        """The group starts no job until :meth:`resume_group` (its running jobs finish)."""
+        self._run(self.op_pause_group(group))
+
+    def resume_group(self, group: str) -> bool:
+        """The group takes its turn again; False when it was not paused."""
+        return self._run(self.op_resume_group(group))
+
+    def set_lane_limit(self, k: int | None, group: str | None = None) -> None:
+        """At most ``k`` jobs of ``group`` run at once (None: the queue's default for every group
+        without its own); k None removes the setting."""
+        self._run(self.op_set_lane_limit(k, group))
+
+    def lanes_waiting(self) -> int:
+        """How many groups may start a job now or after a backoff (paused ones do not count)."""
+        return self._run(self.op_lanes_waiting())
+
+    def groups(self) -> dict[str, GroupCounts]:
+        """Every group with jobs waiting or running, or paused: its counts."""
+        return self._run(self.op_groups())
 
     # -- pause ----------------------------------------------------------------
     def pause(self) -> None:

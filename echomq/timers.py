@@ -1,8 +1,12 @@
-"""The time-driven verbs as a small service: PROMOTE due jobs, STALLED.CHECK expired leases.
+"""The time-driven verbs as a small service: PROMOTE due jobs, STALLED.CHECK expired leases, and
+the reaper (:mod:`echomq.reaper`) for the leases STALLED.CHECK refuses (lane rows).
 
 Every worker runs them on an interval. That is safe with any number of workers: each
 call is one atomic step in the server, bounded by ``limit``, so two workers never move
 the same job twice. A run that hits its limit runs again at once (there is more to move).
+
+The reaper runs on the sweep's intervals, and also exactly when its work falls due: each run
+reads the earliest lane lease deadline and the earliest held group's time.
 
 PROMOTE is exact as well as periodic: each run also reads when the schedule's head falls
 due (one round trip), and the next run comes then. An idle queue's STALLED.CHECK is exact
@@ -28,6 +32,7 @@ from typing import AbstractSet, Sequence
 from .errors import ConfigurationError
 from .policy import next_timer_ms, promote_at_ms
 from .queue import LIMIT_MAX, Queue, Sweep
+from .reaper import merged
 
 log = logging.getLogger("echomq.timers")
 
@@ -58,10 +63,16 @@ class TimerRun:
     queue: str
     promoted: int | None = None
     sweep: Sweep | None = None
+    reaped: Sweep | None = None  #: the reaper's run (lane leases)
 
     @property
     def moved(self) -> bool:
-        return bool(self.promoted) or bool(self.sweep)
+        return bool(self.promoted) or bool(self.sweep) or bool(self.reaped)
+
+    @property
+    def recovered(self) -> Sweep:
+        """What the sweep and the reaper found, together."""
+        return merged([s for s in (self.sweep, self.reaped) if s is not None])
 
 
 @dataclass
@@ -93,21 +104,24 @@ class Timers:
     def __post_init__(self) -> None:
         self._promote = {q.name: _Clock() for q in self.queues}
         self._sweep = {q.name: _Clock() for q in self.queues}
+        self._reap = {q.name: _Clock() for q in self.queues}
 
     def next_due_ms(self, now_ms: float, idle: AbstractSet[str] = frozenset()) -> float:
         """The earliest local time at which some timer is due (``idle``: queues promoted only when
         known to be due, see the module's docstring)."""
         times = [c.due_ms(now_ms, self.config.promote_interval_ms, name not in idle)
                  for name, c in self._promote.items()]
-        times += [c.due_ms(now_ms, self._sweep_interval_ms(name, idle)) for name, c in self._sweep.items()]
+        times += [c.due_ms(now_ms, self._sweep_interval_ms(name, idle))
+                  for clocks in (self._sweep, self._reap) for name, c in clocks.items()]
         return min(times, default=float("inf"))
 
     def expect_due(self, queue: str, at_ms: float) -> None:
         """A job of ``queue`` falls due at local time ``at_ms``: promote then rather than a whole
         interval later (the worker calls this after a FAIL or DELAY with a short wait, and with
-        the current time when a wake says the schedule's head may have moved: :meth:`recheck`)."""
-        clock = self._promote[queue]
-        clock.hint_ms = at_ms if clock.hint_ms is None else min(clock.hint_ms, at_ms)
+        the current time when a wake says the schedule's head may have moved: :meth:`recheck`).
+        The reaper runs then too: a lane group held by a retry's backoff takes its turn again."""
+        for clock in (self._promote[queue], self._reap[queue]):
+            clock.hint_ms = at_ms if clock.hint_ms is None else min(clock.hint_ms, at_ms)
 
     def run_due(self, now_ms: float, idle: AbstractSet[str] = frozenset()) -> list[TimerRun]:
         runs = []
@@ -124,6 +138,11 @@ class Timers:
                 # an idle queue is swept again when its earliest lease runs out, not every interval
                 sweep.ran(now_ms, interval, len(run.sweep) >= self.config.limit,
                           promote_at_ms(now_ms, expires_in) if queue.name in idle else None)
+            reap = self._reap[queue.name]
+            if reap.due_ms(now_ms, interval) <= now_ms:
+                run.reaped, due_in = self.reap_and_next_due(queue)
+                # exact whether idle or busy: a held group's time is not a lease a renewal moves on
+                reap.ran(now_ms, interval, len(run.reaped) >= self.config.limit, promote_at_ms(now_ms, due_in))
             runs.append(run)
         return runs
 
@@ -131,8 +150,8 @@ class Timers:
         return self.config.idle_sweep_interval_ms if queue in idle else self.config.sweep_interval_ms
 
     def run_once(self) -> list[TimerRun]:
-        """Both verbs on every queue, once, regardless of the intervals."""
-        return [TimerRun(q.name, self.promote(q), self.sweep(q)) for q in self.queues]
+        """Both verbs and the reaper on every queue, once, regardless of the intervals."""
+        return [TimerRun(q.name, self.promote(q), self.sweep(q), self.reap(q)) for q in self.queues]
 
     def recheck(self, queue: str, now_ms: float) -> None:
         """The schedule's head of ``queue`` may have moved earlier: promote (and read it) now."""
@@ -158,16 +177,23 @@ class Timers:
         found, expires_in = queue.stalled_check_and_next_expiry(self.config.max_stalled, self.config.limit)
         return self._swept(queue, found), expires_in
 
-    def _swept(self, queue: Queue, found: Sweep) -> Sweep:
+    def reap(self, queue: Queue) -> Sweep:
+        return self.reap_and_next_due(queue)[0]
+
+    def reap_and_next_due(self, queue: Queue) -> tuple[Sweep, int | None]:
+        found, due_in = queue.reap_and_next_due(self.config.max_stalled, self.config.limit)
+        return self._swept(queue, found, "reaper"), due_in
+
+    def _swept(self, queue: Queue, found: Sweep, who: str = "sweep") -> Sweep:
         if found.recovered:
-            log.warning("sweep %s: %d expired lease(s) recovered to pending (counted as stalls): %s",
-                        queue.name, len(found.recovered), _some(found.recovered))
+            log.warning("%s %s: %d expired lease(s) recovered (counted as stalls): %s",
+                        who, queue.name, len(found.recovered), _some(found.recovered))
         if found.exempt:
-            log.info("sweep %s: %d lease(s) expired across a server restart, recovered without a stall: %s",
-                     queue.name, len(found.exempt), _some(found.exempt))
+            log.info("%s %s: %d lease(s) expired across a server restart, recovered without a stall: %s",
+                     who, queue.name, len(found.exempt), _some(found.exempt))
         if found.dead:
-            log.error("sweep %s: %d job(s) stalled %d times and went dead: %s",
-                      queue.name, len(found.dead), self.config.max_stalled, _some(found.dead))
+            log.error("%s %s: %d job(s) stalled %d times and went dead: %s",
+                      who, queue.name, len(found.dead), self.config.max_stalled, _some(found.dead))
         return found
 
 

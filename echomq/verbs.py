@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import errors
-from .keys import MAX_ID_BYTES, MAX_TRACEBACK_BYTES, Keyspace, State, check_job_id
+from .keys import MAX_ID_BYTES, MAX_TRACEBACK_BYTES, Keyspace, State, check_group, check_job_id
 
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
 BASE = ""  # the key suffix that names the base itself, ``emq:{q}:``
@@ -52,6 +52,8 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "rated": (1, 1),  #: CLAIM's and BCLAIM's late flag: read the rate limit's wait (docs/spec.md §13)
     "unique_ms": (0, I64_MAX),
     "replace": (0, 1),
+    "stamp": (0, 1),  #: lane scripts: 1 writes the server's run_id as lease_epoch (wire 6)
+    "lane_limit": (0, LIMIT_MAX),  #: lane_limit's k (0 removes the setting)
 }
 
 
@@ -93,6 +95,12 @@ def check_arg(name: str, value: Any) -> Any:
         return str(value)
     if name == "traceback":
         return check_traceback(value)
+    if name == "lane_traceback":  # lane_fail's traceback, always sent ('' for none)
+        return "" if value is None else check_traceback(value)
+    if name == "group":
+        return check_group(value)
+    if name == "lane_scope":  # lane_limit's group, or '' for the queue's default
+        return "" if value is None else check_group(value)
     if name == "progress":
         return check_progress(value)
     return value  # payload (already serialized) and error text travel as given
@@ -124,6 +132,7 @@ class Claimed:
     id: str
     raw_payload: bytes | None
     attempt: int
+    group: str | None = None  #: a lane job's group (LANE_CLAIM's reply)
 
 
 class Admission(str, Enum):
@@ -214,24 +223,39 @@ class Verb:
     #: order; the script reads each when given, and a wire-6 client sends one only when
     #: EMQ.VERSION lists its token
     late: tuple[tuple[str, str], ...] = ()
+    #: a script on both wires, never an EMQ command (SPEC §9.6: lanes, flows, the reaper); its
+    #: source is ``scripts/lib/<prelude>.lua`` (the helpers its family shares), then its own file
+    prelude: str | None = None
 
     @property
     def script_path(self) -> Path:
         return SCRIPTS_DIR / f"{self.name}.lua"
 
     @property
+    def script_only(self) -> bool:
+        """Served by its script on both wires (a lane script): no EMQ command, yet it writes."""
+        return self.prelude is not None
+
+    @property
     def read_only(self) -> bool:
-        return self.command is None
+        return self.command is None and not self.script_only
+
+    def source(self) -> bytes:
+        """The script's text as it is loaded: its family's prelude (if any), then its own file."""
+        own = self.script_path.read_bytes()
+        return own if self.prelude is None else (SCRIPTS_DIR / "lib" / f"{self.prelude}.lua").read_bytes() + own
 
     def build(self, keyspace: Keyspace, *argv: Any) -> Call:
         """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs)."""
         names = self.argv
-        if self.name == "extends":
-            pairs = (len(argv) - 1) // 2
-            if not 1 <= pairs <= EXTENDS_MAX_PAIRS or len(argv) % 2 != 1:
+        if self.name in ("extends", "lane_extends"):
+            lead = len(self.argv) - 2  # the arguments before the (id, token) pairs
+            pairs = (len(argv) - lead) // 2
+            if not 1 <= pairs <= EXTENDS_MAX_PAIRS or (len(argv) - lead) % 2:
                 raise errors.ConfigurationError(
-                    f"bad EXTENDS: 1 to {EXTENDS_MAX_PAIRS} (id, token) pairs after the lease, got {len(argv) - 1} values")
-            names = self.argv[:1] + self.argv[1:] * pairs
+                    f"bad {self.name}: 1 to {EXTENDS_MAX_PAIRS} (id, token) pairs after {list(self.argv[:lead])}, "
+                    f"got {len(argv) - lead} values")
+            names = self.argv[:lead] + self.argv[lead:] * pairs
         elif len(names) <= len(argv) <= len(names) + len(self.late):
             names = names + tuple(name for name, _ in self.late)[: len(argv) - len(names)]
         else:
@@ -320,13 +344,47 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
           late=(("delay_ms", "enqueue.unique"),)),
 )
 
+def _lane_claimed(reply: Sequence[Any]) -> Claimed | None:
+    if not reply:
+        return None  # no group may start a job, the queue is paused, or only ghosts were found
+    job_id, raw, attempts, group = reply
+    return Claimed(text(job_id), raw, int(attempts), text(group))
+
+
+def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False):
+    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced, prelude="lanes")
+
+
+# Lanes (SPEC §9.6, docs/lanes-and-flows.md): scripts on both wires, beside the EMQ verbs. A lane
+# row (one with ``group``) waits in its group's lane and is leased in ``lanes:active``, where the
+# native STALLED.CHECK never looks; the reaper (``lane_reap``) recovers its expired leases.
+LANES: tuple[Verb, ...] = (
+    _lane("lane_enqueue", ("lanes:ready", BASE), ("id", "payload", "group"), "(new) → lane", decode=_one),
+    _lane("lane_claim", ("lanes:ready", "lanes:active", BASE), ("lease_ms", "stamp"), "lane → lane-active",
+          decode=_lane_claimed),
+    _lane("lane_extends", ("lanes:active", BASE), ("lease_ms", "stamp", "id", "token"), "lane-active → lane-active",
+          decode=lambda reply: [int(a) for a in reply]),
+    _lane("lane_complete", ("lanes:active", BASE), ("id", "token"), "lane-active → (deleted)", decode=_one,
+          fenced=True),
+    _lane("lane_fail", ("lanes:active", "dead", BASE),
+          ("id", "token", "error", "max_attempts", "backoff_ms", "lane_traceback"), "lane-active → lane | dead",
+          decode=lambda reply: State(text(reply)), fenced=True),
+    _lane("lane_release", ("lanes:active", BASE), ("id", "token", "delay_ms"), "lane-active → lane", decode=_one,
+          fenced=True),
+    _lane("lane_reap", ("lanes:active", "dead", BASE), ("max_stalled", "limit", "stamp"), "lane-active → lane | dead",
+          decode=_sweep),
+    _lane("lane_pause", ("lanes:ready", BASE), ("group",), "lane → lane (held)", decode=_one),
+    _lane("lane_resume", ("lanes:ready", BASE), ("group",), "lane → lane", decode=_one),
+    _lane("lane_limit", ("lanes:ready", BASE), ("lane_limit", "lane_scope"), "lane → lane"),
+)
+
 # The two declared reads: scripts on both wires, never an EMQ command.
 READS: tuple[Verb, ...] = (
     Verb("counts", ("pending", "active", "schedule", "dead", "meta"), (), decode=_counts),
     Verb("state", (BASE,), ("id",), decode=_state),
 )
 
-BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + OPTIONAL + READS}
+BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + OPTIONAL + LANES + READS}
 
 #: What EMQ.VERSION must list for a wire-6 connection, in registration order.
 JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in verb.tokens)
@@ -341,8 +399,8 @@ ARGUMENT_TOKENS: tuple[str, ...] = ("fail.traceback", "claim.rate")
 #: job core's), then the late arguments'.
 OPTIONAL_TOKENS: tuple[str, ...] = tuple(token for verb in OPTIONAL for token in verb.tokens) + ARGUMENT_TOKENS
 
-#: Every verb with a script (the thirteen job-core verbs, the bus and control verbs, and the two reads).
-SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + OPTIONAL + READS if verb.scripted)
+#: Every verb with a script (the thirteen job-core verbs, the bus and control verbs, the lanes, and the two reads).
+SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + OPTIONAL + LANES + READS if verb.scripted)
 
 
 def build_call(verb_name: str, keyspace: Keyspace, argv: Sequence[Any]) -> Call:

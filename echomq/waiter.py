@@ -7,7 +7,8 @@ blocking command, and reports what came back through the worker's inbox:
 * **wire 4**: ``BZPOPMIN`` over the wake markers (SPEC §9.3) of the idle queues it was
   given -- :class:`Woken` when a marker popped (the control thread then claims with its
   normal batched path), :class:`TimedOut` when the timeout passed;
-* **wire 6**: ``EMQ.BCLAIM`` for one queue -- :class:`Claimed` with the leased job (the
+* **wire 6**: a waiter of each kind. BZPOPMIN on the wake markers, which on wire 6 only the lane
+  scripts write (a lane job is no native row, so BCLAIM never wakes for it); and ``EMQ.BCLAIM`` for one queue -- :class:`Claimed` with the leased job (the
   control thread holds and renews it like any other), :class:`Recheck` when it answered
   empty (its timeout, or the schedule's head moved earlier: re-read it), or :class:`RateWait`
   when the queue's rate limit held it (the control thread claims again when the window frees).
@@ -102,9 +103,11 @@ class Waiter(threading.Thread):
     failover) the next block finds the slot's primary again."""
 
     def __init__(self, connection: Connection, queues: Sequence[Queue], *, lease_ms: int,
-                 report: Callable[[Report], None], clock_ms: Callable[[], float]) -> None:
+                 report: Callable[[Report], None], clock_ms: Callable[[], float], markers: bool | None = None) -> None:
         super().__init__(name=f"emq-waiter-{queues[0].name}", daemon=True)
         self.connection = connection
+        #: blocks on wake markers (BZPOPMIN): always on wire 4; on wire 6 the lanes' waiter
+        self.markers = connection.wire == 4 if markers is None else markers
         self.queues = {queue.name: queue for queue in queues}
         self.by_wake_key = {queue.keys.wake.encode(): queue.name for queue in queues}
         self.lease_ms = lease_ms
@@ -204,7 +207,7 @@ class Waiter(threading.Thread):
             link.send_command("CLIENT", "ID")
             self._client_id = int(link.read_response())
         timeout_ms = min(timeout_ms, BLOCK_MAX_MS)
-        if self.connection.wire == 4:
+        if self.markers:
             keys = [self.queues[name].keys.wake for name in queues]
             link.send_command("BZPOPMIN", *keys, f"{timeout_ms / 1000:.3f}")
             reply = link.read_response()

@@ -372,6 +372,8 @@ class Worker:
         self._reports: SimpleQueue[waiter.Report] = SimpleQueue()
         self._waiters: list[waiter.Waiter] = []
         self._empty_polls = {name: 0 for name in names}
+        #: whether the last flat and the last lane claims of each queue gave jobs (policy.split_claims)
+        self._found = {name: (True, True) for name in names}
         self._next_poll = {name: 0.0 for name in names}
         self._next_tick: float | None = None
         self._turn = 0
@@ -451,10 +453,10 @@ class Worker:
             self.give_up_expired(self._clock_ms())
             if not self.stopping:
                 for run in self.timers.run_due(self._clock_ms(), self._idle):
-                    if run.promoted or (run.sweep and (run.sweep.recovered or run.sweep.exempt)):
+                    found = run.recovered
+                    if run.promoted or found.recovered or found.exempt:
                         self._idle.discard(run.queue)  # it put jobs in pending itself: claim, no wake needed
-                    if run.sweep:
-                        self._emit_sweep(run.queue, run.sweep)
+                    self._emit_sweep(run.queue, found)
                 self.cron.run_due(self._clock_ms())
             self.heartbeat.run_due(self._clock_ms(), held=len(self.held), completed=self.tally.completed,
                                    failed=self.tally.retried + self.tally.dead)
@@ -483,7 +485,7 @@ class Worker:
         try:
             for queue in self.queues.values():
                 counts = queue.counts()
-                if (counts.pending and not counts.paused) or counts.scheduled:
+                if (counts.pending and not counts.paused) or counts.scheduled or queue.lanes_waiting():
                     return False
         except LINK_ERRORS:
             return False
@@ -533,19 +535,21 @@ class Worker:
                 # the jobs settled in this round trip free their slots for its claims
                 count = policy.claim_batch(self._capacity() + len(batch), self._empty_polls[name],
                                            self.config.claim_batch)
+            flat, lanes = policy.split_claims(count, self._capacity() + len(batch), *self._found[name], self._turn)
             if not batch and not count:
                 continue
             sent = self._clock_ms()
             try:
-                answers, jobs = self.queues[name].settle_and_claim([call for _, _, call in batch], count,
-                                                                   self.config.lease.lease_ms)
+                answers, jobs = self.queues[name].settle_and_claim([call for _, _, call in batch], flat,
+                                                                   self.config.lease.lease_ms, lanes)
             except (*LINK_ERRORS, CommandRefused):
                 # unknown whether the settles applied: send them again next step (a repeat is fenced by the token)
                 self._unsettled += [held for later in order[at:] for held, _, _ in batches.get(later, [])]
                 raise
             self._settled(name, batch, answers)
             if count:
-                self._polled(name, now, found=bool(jobs), paused=self.queues[name].claim_paused)
+                self._found[name] = found = policy.claims_found(self._found[name], flat, lanes, jobs)
+                self._polled(name, now, found=any(found), paused=self.queues[name].claim_paused)
                 if self.queues[name].claim_wait_ms is not None:
                     self._rate_wait(name, self._clock_ms(), self.queues[name].claim_wait_ms)
             for job in jobs:
@@ -687,8 +691,12 @@ class Worker:
         # on a cluster, a wire-4 waiter per slot (a BZPOPMIN's keys share one); wire 6's BCLAIM names one queue
         slots = {name: key_slot(q.keys.wake.encode()) for name, q in self.queues.items()} \
             if self.connection.cluster else None
-        for group in policy.wait_groups(list(self.queues), one_per_queue=self.connection.wire == 6, slots=slots):
-            w = waiter.Waiter(self.connection, [self.queues[name] for name in group],
+        groups = [(group, False) for group in policy.wait_groups(list(self.queues), one_per_queue=True)] \
+            if self.connection.wire == 6 else []
+        # the markers: wire 4's only wake; on wire 6 the lane scripts' (BCLAIM never wakes for a lane job)
+        groups += [(group, True) for group in policy.wait_groups(list(self.queues), one_per_queue=False, slots=slots)]
+        for group, markers in groups:
+            w = waiter.Waiter(self.connection, [self.queues[name] for name in group], markers=markers,
                               lease_ms=self.config.lease.lease_ms, report=self._report, clock_ms=self._clock_ms)
             w.start()
             self._waiters.append(w)
@@ -740,11 +748,12 @@ class Worker:
 
     def _arm_waiters(self) -> None:
         """Have every waiter block on its idle queues, or end a block that no longer fits."""
-        capacity, claims = self._capacity(), self.connection.wire == 6
+        capacity = self._capacity()
         for w in self._waiters:
             wanted = policy.to_wait(list(w.queues), self._idle, capacity=capacity, stopping=self.stopping)
             if w.busy:
-                if not w.unblocked and (w.interrupting or policy.interrupt_waiter(w.blocked_on, wanted, claims=claims)):
+                if not w.unblocked and (w.interrupting or
+                                        policy.interrupt_waiter(w.blocked_on, wanted, claims=not w.markers)):
                     w.interrupting = not w.interrupt()  # not found blocked: try again shortly
             elif wanted:
                 w.request(wanted, policy.block_timeout_ms(paused=any(name in self._paused for name in wanted)))
@@ -757,8 +766,8 @@ class Worker:
             while w.busy and w.is_alive() and time.monotonic() < deadline:
                 w.interrupt()
                 w.join(INTERRUPT_RETRY_MS / 1000)
-                if self.connection.wire == 4:
-                    break  # nothing to release: a wire-4 waiter may end with its timeout
+                if w.markers:
+                    break  # nothing to release: a marker waiter may end with its timeout
         self._read_reports(self._clock_ms())
         self._waiters.clear()
 
@@ -830,7 +839,7 @@ class Worker:
         self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
                    trace=job.trace)
         ctx = JobContext(job.id, task.queue, job.attempt, producers=self._producers(task.is_async))
-        if self.connection.supports("append"):
+        if self.connection.supports("append") and job.group is None:  # APPEND is the flat core's
             # progress is sent from the handler's own thread, on the connection's pool: one APPEND
             ctx.report = lambda value, queue=queue, job=job: queue.progress(job, value)
         timeout_s = self._timeout_s(task)

@@ -124,7 +124,7 @@ def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
 
 
 def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
-    on_disk = sorted(p.name for p in SCRIPTS_DIR.iterdir())
+    on_disk = sorted(p.name for p in SCRIPTS_DIR.iterdir() if p.is_file())  # lib/: the shared preludes
     assert on_disk == sorted(f"{v.name}.lua" for v in SCRIPTED)
     for verb in SCRIPTED:
         assert verb.script_path.is_file() and verb.script_path.parent == SCRIPTS_DIR

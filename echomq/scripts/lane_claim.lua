@@ -1,0 +1,28 @@
+-- EMQ lane_claim (both wires). KEYS: lanes:ready, lanes:active, base. ARGV: lease_ms, stamp.
+-- The group whose turn it is starts its next job: round-robin over the groups that may start
+-- one (not paused, not held, fewer than k running). A paused queue holds lanes too (the pause
+-- is read here, on both wires). stamp 1 (wire 6) writes the server's run_id as lease_epoch.
+-- Reply: {id, payload, attempts, group}, or empty.
+if redis.call('HEXISTS', base .. 'meta', 'paused') == 1 then return {} end
+local now = now_ms()
+release_due(now)
+for _ = 1, 100 do  -- a turn that finds no job (a ghost) passes to the next group
+  local turn = redis.call('ZPOPMIN', KEYS[1])
+  if #turn == 0 then return {} end
+  local g = turn[1]
+  local popped = redis.call('ZPOPMIN', base .. 'lane:' .. g)
+  local id = popped[1]
+  local row = id and base .. 'job:' .. id
+  if row and redis.call('EXISTS', row) == 1 then
+    redis.call('HINCRBY', running, g, 1)
+    local attempts = redis.call('HINCRBY', row, 'attempts', 1)
+    redis.call('HSET', row, 'state', 'active', 'started', now)
+    if ARGV[2] == '1' then redis.call('HSET', row, 'lease_epoch', run_id()) end
+    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), id)
+    offer(g)  -- at the back of the round, if it may start another
+    return {id, redis.call('HGET', row, 'payload'), attempts, g}
+  end
+  offer(g)
+  tidy(g)
+end
+return {}

@@ -1,0 +1,13 @@
+-- EMQ lane_enqueue (both wires). KEYS: lanes:ready, base. ARGV: id, payload, group.
+-- Idempotent as enqueue: an id that already has a row is not enqueued twice. The job waits in
+-- its group's lane at its enqueue order (`seq`); the group takes a turn when it may start one.
+local id, g = ARGV[1], ARGV[3]
+local row = base .. 'job:' .. id
+if redis.call('EXISTS', row) == 1 then return 0 end
+local seq = redis.call('INCR', base .. 'lanes:seq')
+redis.call('HSET', row, 'state', 'pending', 'payload', ARGV[2], 'attempts', '0', 'created', now_ms(), 'group', g,
+  'seq', seq)
+redis.call('ZADD', base .. 'lane:' .. g, seq, id)
+redis.call('SADD', base .. 'lanes:groups', g)
+if offer(g) then wake() end
+return 1

@@ -1,0 +1,24 @@
+-- EMQ lane_fail (both wires). KEYS: lanes:active, dead, base.
+-- ARGV: id, token, error, max_attempts, backoff_ms, traceback ('' for none).
+-- FAIL's budget (SPEC §9.1): failures' = failures + 1, dead when failures' >= max_attempts.
+-- A retry goes back to its place at the head of its lane, so the group's order is kept; with a
+-- backoff the whole group waits that long. Reply: pending (at once), scheduled (after the
+-- backoff) or dead.
+local row, g = held_row('lane_fail', ARGV[1], ARGV[2])
+if not row then return g end
+local failures = redis.call('HINCRBY', row, 'failures', 1)
+redis.call('ZREM', KEYS[1], ARGV[1])
+local now = now_ms()
+local failure = {'last_error', ARGV[3], 'failed', now}
+if ARGV[6] ~= '' then failure[5], failure[6] = 'traceback', ARGV[6] end
+if failures >= tonumber(ARGV[4]) then
+  redis.call('ZADD', KEYS[2], now, ARGV[1])
+  redis.call('HSET', row, 'state', 'dead', unpack(failure))
+  redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
+  free(g)
+  return 'dead'
+end
+local backoff = tonumber(ARGV[5])
+if backoff > 0 then hold(g, now + backoff) end
+back_in_lane(row, ARGV[1], g, failure)
+return backoff > 0 and 'scheduled' or 'pending'

@@ -1,0 +1,15 @@
+-- EMQ lane_limit (both wires). KEYS: lanes:ready, base. ARGV: k, group ('' for the queue's default).
+-- k jobs of one group may run at once: the group's own k, or without a group the queue's
+-- default; k 0 removes the setting (the group falls back to the queue's, the queue's to 1).
+-- Groups that may now start more take their turn. Reply: 1.
+local k = ARGV[1]
+if ARGV[2] ~= '' then
+  if k == '0' then redis.call('HDEL', base .. 'lanes:limit', ARGV[2]) else redis.call('HSET', base .. 'lanes:limit', ARGV[2], k) end
+  if offer(ARGV[2]) then wake() end
+  return 1
+end
+if k == '0' then redis.call('HDEL', base .. 'meta', 'lane_limit') else redis.call('HSET', base .. 'meta', 'lane_limit', k) end
+local woke = false
+for _, g in ipairs(redis.call('SMEMBERS', base .. 'lanes:groups')) do woke = offer(g) or woke end
+if woke then wake() end
+return 1

@@ -1,0 +1,36 @@
+-- EMQ lane_reap (both wires): the reaper's lane part. KEYS: lanes:active, dead, base.
+-- ARGV: max_stalled, limit, stamp.
+-- Expired lane leases (score <= now, lowest first, up to limit) get STALLED.CHECK's verdicts
+-- (SPEC §5): a ghost leaves the set; exempt (stamp 1, wire 6: lease_epoch stamped and not the
+-- server's run_id: the lease crossed a restart) goes back to its lane with no stall counted;
+-- otherwise a stall is counted: back to its lane while stalled < max_stalled, else dead.
+-- A job back in its lane keeps its place (its enqueue order). Held groups whose time has come
+-- take their turn again. Reply: {recovered ids, exempt ids, dead ids}.
+local now = now_ms()
+release_due(now)
+local epoch = ARGV[3] == '1' and run_id()
+local recovered, exempt, dead = {}, {}, {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))) do
+  local row = base .. 'job:' .. id
+  redis.call('ZREM', KEYS[1], id)
+  local f = redis.call('HMGET', row, 'group', 'lease_epoch')
+  if f[1] then
+    if epoch and f[2] and f[2] ~= epoch then
+      back_in_lane(row, id, f[1], {})
+      exempt[#exempt + 1] = id
+    else
+      local stalled = redis.call('HINCRBY', row, 'stalled', 1)
+      if stalled >= tonumber(ARGV[1]) then
+        redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled', 'failed', now)
+        redis.call('ZADD', KEYS[2], now, id)
+        redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
+        free(f[1])
+        dead[#dead + 1] = id
+      else
+        back_in_lane(row, id, f[1], {})
+        recovered[#recovered + 1] = id
+      end
+    end
+  end
+end
+return {recovered, exempt, dead}

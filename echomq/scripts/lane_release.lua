@@ -1,0 +1,10 @@
+-- EMQ lane_release (both wires). KEYS: lanes:active, base. ARGV: id, token, delay_ms.
+-- The holder gives its job back, spending no budget: to its place at the head of its lane
+-- (REQUEUE's twin); with a delay the group waits that long (DELAY's twin; order is kept).
+local row, g = held_row('lane_release', ARGV[1], ARGV[2])
+if not row then return g end
+redis.call('ZREM', KEYS[1], ARGV[1])
+local delay = tonumber(ARGV[3])
+if delay > 0 then hold(g, now_ms() + delay) end
+back_in_lane(row, ARGV[1], g, {})
+return 1

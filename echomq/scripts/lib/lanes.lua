@@ -1,0 +1,90 @@
+-- Lanes (docs/lanes-and-flows.md): the helpers every lane script shares; the client puts this
+-- file before the script's own text. A lane script's last KEY is the queue's base, and every
+-- key it touches derives from that base, so all of them share the queue's hashtag.
+local base = KEYS[#KEYS]
+local ready, held, running = base .. 'lanes:ready', base .. 'lanes:held', base .. 'lanes:running'
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- the server's run_id: a lease stamped with it tells a restart from a stall (SPEC §2)
+local function run_id()
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+end
+
+-- how many jobs of g may run at once: the group's own k, else the queue's, else 1
+local function lane_limit(g)
+  local k = redis.call('HGET', base .. 'lanes:limit', g) or redis.call('HGET', base .. 'meta', 'lane_limit')
+  return tonumber(k or '1')
+end
+
+-- wire 4's wake marker (SPEC §9.3), written by lane scripts on both wires: a worker blocks on it
+local function wake()
+  redis.call('ZADD', base .. 'wake', 0, 'w')
+end
+
+-- g takes a turn at the back of the round when it may start a job now; true when it joined
+local function offer(g)
+  if redis.call('ZSCORE', ready, g) or redis.call('ZSCORE', held, g) then return false end
+  if redis.call('SISMEMBER', base .. 'lanes:paused', g) == 1 then return false end
+  if redis.call('ZCARD', base .. 'lane:' .. g) == 0 then return false end
+  if tonumber(redis.call('HGET', running, g) or '0') >= lane_limit(g) then return false end
+  redis.call('ZADD', ready, redis.call('INCR', base .. 'lanes:seq'), g)
+  return true
+end
+
+-- a group with nothing waiting and nothing running is forgotten
+local function tidy(g)
+  if redis.call('HEXISTS', running, g) == 0 and redis.call('ZCARD', base .. 'lane:' .. g) == 0 then
+    redis.call('SREM', base .. 'lanes:groups', g)
+  end
+end
+
+-- one job of g no longer runs: its slot is free, the group may take its turn again
+local function free(g)
+  if redis.call('HINCRBY', running, g, -1) <= 0 then redis.call('HDEL', running, g) end
+  if offer(g) then wake() end
+  tidy(g)
+end
+
+-- a job back at its place in its lane (its enqueue order), waiting; its slot freed
+local function back_in_lane(row, id, g, fields)
+  redis.call('ZADD', base .. 'lane:' .. g, tonumber(redis.call('HGET', row, 'seq') or '0'), id)
+  redis.call('HSET', row, 'state', 'pending', unpack(fields))
+  free(g)
+end
+
+-- g waits until `due` (a retry's backoff, a delay): out of the round until then
+local function hold(g, due)
+  redis.call('ZREM', ready, g)
+  local at = redis.call('ZSCORE', held, g)
+  if not at or tonumber(at) < due then redis.call('ZADD', held, due, g) end
+end
+
+-- the held groups whose time has come take their turn again
+local function release_due(now)
+  local woke = false
+  for _, g in ipairs(redis.call('ZRANGEBYSCORE', held, '-inf', now, 'LIMIT', 0, 1000)) do
+    redis.call('ZREM', held, g)
+    woke = offer(g) or woke
+  end
+  if woke then wake() end
+end
+
+-- the row of a job the caller holds, or the reply that refuses the settle (0: not held with
+-- this token; EMQSTATE: held but not as a lane lease)
+local function held_row(verb, id, token)
+  local row = base .. 'job:' .. id
+  local f = redis.call('HMGET', row, 'attempts', 'state', 'group')
+  if f[1] ~= token then return nil, 0 end
+  if not f[3] then return nil, redis.error_reply('EMQSTATE ' .. verb .. ' row is not a lane row') end
+  if f[2] ~= 'active' then
+    return nil, redis.error_reply('EMQSTATE ' .. verb .. ' row ' .. (f[2] and 'is ' .. f[2] or 'has no state') .. ', not active')
+  end
+  if not redis.call('ZSCORE', base .. 'lanes:active', id) then
+    return nil, redis.error_reply('EMQSTATE ' .. verb .. ' id is not in lanes:active')
+  end
+  return row, f[3]
+end
