@@ -10,7 +10,8 @@ EMQ_TEST_QUEUE names the queue (or several, comma-separated), EMQ_TEST_OUT a dir
 
 A payload's ``"fail": n`` makes its first n attempts raise; ``"hang": true`` makes every
 attempt hang without ever looking at its lease (the timeout must end it); ``"progress": v``
-reports v through ``ctx.progress`` (sync handler). A run that returns returns
+reports v through ``ctx.progress`` (sync handler); ``"lane": g, "seq": n`` (a lane job) records
+``lanes.log`` lines ``group seq start_ns end_ns id``, after ``"work_ms"`` of work. A run that returns returns
 ``{"echo": payload's "echo", "attempt": n}``: the job's result.
 EMQ_TEST_TIMEOUT sets the task's timeout (seconds); EMQ_TEST_PARTITIONS its queues' partitions; EMQ_TEST_RATE
 its ``rate_limit`` (``50/s``). EMQ_TEST_CRON makes the queue a periodic job too (``app.cron``, payload ``{}``).
@@ -41,6 +42,7 @@ def _record(name: str, line: str = "") -> None:
 
 
 def run(payload, ctx):
+    began_ns = time.time_ns()
     _record(f"started-{ctx.id}-{ctx.attempt}")
     while payload.get("hang"):
         time.sleep(0.05)  # a hung handler: it never checks ctx.lease_lost
@@ -53,6 +55,9 @@ def run(payload, ctx):
         ctx.progress(payload["progress"])
     if ctx.attempt <= payload.get("fail", 0):
         raise RuntimeError(f"planned failure {ctx.attempt}")
+    if "lane" in payload:  # a lane job: its own start and end, for the ordering checks
+        time.sleep(payload.get("work_ms", 0) / 1000)  # the handler's work, not test synchronisation
+        _record("lanes.log", f"{payload['lane']} {payload['seq']} {began_ns} {time.time_ns()} {ctx.id}\n")
     _record("processed.log", f"{ctx.id} {ctx.attempt} {os.getpid()}\n")
     return {"echo": payload.get("echo"), "attempt": ctx.attempt}
 

@@ -1,0 +1,356 @@
+"""Lanes and the reaper (docs/lanes-and-flows.md), on both wires and both clients.
+
+A lane job (``enqueue(..., group=g)``) runs in its group's order, at most k of the group at
+once, the groups taking turns; its settles are the lane scripts on both wires (SPEC §9.6), and
+the native verbs refuse its row. The reaper recovers its expired leases with STALLED.CHECK's
+verdicts. The worker-process tests run 4 ``emq worker`` processes (20 groups; 25 jobs each, or
+200 with ``EMQ_LANES_FULL=1``) and a SIGKILL mid-lanes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import defaultdict
+
+import pytest
+
+from echomq import Queue
+from echomq.errors import ConfigurationError, LeaseLost, StateError
+from echomq.keys import State
+from helpers import AwaitingQueue, fresh_name, server_ms, unchanged, wait_server_past
+from worker_helpers import out, processed, spawn, wait_until  # noqa: F401 (fixtures)
+
+LEASE = 60_000
+FAST_TIMERS = ("--promote-interval-ms", "50", "--sweep-interval-ms", "50")
+
+
+@pytest.fixture(params=["sync", "asyncio"])
+def lanes(request, queue, server, wire):
+    """The test's queue through the sync client, or the same operations through the asyncio one."""
+    if request.param == "sync":
+        yield queue
+        return
+    awaiting = AwaitingQueue(server.url, wire, queue)
+    yield awaiting
+    awaiting.close()
+
+
+def run_all(q, batch: int = 10) -> list:
+    """Claim lane jobs and complete each claimed batch until none is left: the jobs in start order."""
+    started = []
+    while jobs := q.claim_lanes(batch, LEASE):
+        started += jobs
+        for job in jobs:
+            q.complete(job)
+    return started
+
+
+def seqs_by_group(jobs) -> dict[str, list[int]]:
+    by_group = defaultdict(list)
+    for job in jobs:
+        by_group[job.group].append(job.payload["seq"])
+    return dict(by_group)
+
+
+def test_each_group_runs_in_order_one_at_a_time_and_the_groups_take_turns(lanes):
+    for seq in range(4):
+        for group in ("a", "b", "c"):
+            lanes.enqueue({"seq": seq}, group=group)
+    first = lanes.claim_lanes(10, LEASE)
+    assert sorted(job.group for job in first) == ["a", "b", "c"]  # k=1: one of each, whatever the batch
+    assert lanes.claim_lanes(10, LEASE) == []
+    assert {g: (c.waiting, c.running) for g, c in lanes.groups().items()} == {g: (3, 1) for g in "abc"}
+    for job in first:
+        lanes.complete(job)
+    started = first + run_all(lanes)
+    assert seqs_by_group(started) == {g: [0, 1, 2, 3] for g in "abc"}
+    assert len({job.id for job in started}) == 12
+    assert lanes.groups() == {} and lanes.counts().total == 0
+    assert lanes.metrics()["completed"] == 12
+
+
+def test_k_per_group_and_per_queue(lanes):
+    for seq in range(6):
+        lanes.enqueue({"seq": seq}, group="a")
+        lanes.enqueue({"seq": seq}, group="b")
+    lanes.set_lane_limit(2, "a")
+    assert sorted(job.group for job in lanes.claim_lanes(10, LEASE)) == ["a", "a", "b"]
+    lanes.set_lane_limit(3)  # the queue's default: b (no k of its own) may run 3
+    assert sorted(job.group for job in lanes.claim_lanes(10, LEASE)) == ["b", "b"]
+    assert {g: c.limit for g, c in lanes.groups().items()} == {"a": 2, "b": 3}
+    lanes.set_lane_limit(None, "a")  # back to the queue's 3
+    assert [job.group for job in lanes.claim_lanes(10, LEASE)] == ["a"]
+    with pytest.raises(ConfigurationError):
+        lanes.set_lane_limit(0, "a")
+    with pytest.raises(ConfigurationError):
+        lanes.enqueue({}, group="bad{group}")
+    with pytest.raises(ConfigurationError):
+        lanes.enqueue({}, group="a", priority=3)
+
+
+def test_k2_never_runs_more_than_two_of_a_group_and_keeps_the_start_order(queue):
+    for seq in range(30):
+        for group in ("a", "b"):
+            queue.enqueue({"seq": seq}, group=group)
+    queue.set_lane_limit(2)
+    held, started, most = [], [], 0
+    for turn in range(200):
+        jobs = queue.claim_lanes(3, LEASE)
+        held += jobs
+        started += jobs
+        running = defaultdict(int)
+        for job in held:
+            running[job.group] += 1
+        most = max([most, *running.values()])
+        if not held:
+            break
+        # settle some: the oldest one, or every other held job, by turn
+        for job in held[:1] if turn % 2 else held[::2]:
+            queue.complete(job)
+            held.remove(job)
+    assert most == 2
+    assert seqs_by_group(started) == {g: list(range(30)) for g in "ab"}
+
+
+def test_a_group_with_ten_thousand_jobs_does_not_starve_one_with_ten(queue, record_property):
+    queue.set_lane_limit(100)  # A could run 100 at once: only the turns keep B from waiting behind it
+    for start in range(0, 10_000, 2_500):
+        queue.enqueue_many([{"seq": seq} for seq in range(start, start + 2_500)], group="A")
+    queue.enqueue_many([{"seq": seq} for seq in range(10)], group="B")
+    starts = 0
+    b_done = 0
+    while b_done < 10:
+        (job,) = queue.claim_lanes(1, LEASE)
+        starts += 1
+        queue.complete(job)
+        b_done += job.group == "B"
+    record_property("fairness_starts_for_b", starts)
+    print(f"fairness: B's 10 jobs finished within the first {starts} starts (A: 10,000 queued)")
+    assert starts <= 40
+    assert starts == 20  # strict turns: A, B, A, B, ...
+    client = queue.connection.client  # A's 9,990 rows out, or every later DEBUG DIGEST walks them
+    client.unlink(*client.scan_iter(match=queue.keys.pattern(), count=1000))
+
+
+def test_pause_and_resume_one_group(lanes):
+    for seq in range(2):
+        lanes.enqueue({"seq": seq}, group="a")
+        lanes.enqueue({"seq": seq}, group="b")
+    lanes.pause_group("a")
+    assert lanes.groups()["a"].paused
+    (job,) = lanes.claim_lanes(10, LEASE)
+    assert job.group == "b"
+    lanes.complete(job)
+    assert [j.group for j in lanes.claim_lanes(10, LEASE)] == ["b"]
+    assert lanes.resume_group("a") is True
+    assert lanes.resume_group("a") is False
+    assert [j.group for j in lanes.claim_lanes(10, LEASE)] == ["a"]
+    lanes.pause()  # the queue's pause holds lanes too
+    lanes.enqueue({"seq": 0}, group="c")
+    assert lanes.claim_lanes(10, LEASE) == []
+    lanes.resume()
+    assert [j.group for j in lanes.claim_lanes(10, LEASE)] == ["c"]
+
+
+def test_a_retry_keeps_its_place_and_a_backoff_holds_the_group(lanes):
+    client = lanes.connection.client
+    for seq in range(3):
+        lanes.enqueue({"seq": seq}, group="a")
+    lanes.enqueue({"seq": 0}, group="b")
+    first = [j for j in lanes.claim_lanes(10, LEASE) if j.group == "a"][0]
+    assert lanes.fail(first, "boom", max_attempts=5) is State.PENDING
+    again = lanes.claim_lanes(10, LEASE)
+    assert [(j.id, j.attempt) for j in again] == [(first.id, 2)]  # before seq 1
+    assert lanes.fail(again[0], "boom", max_attempts=5, backoff_ms=150) is State.SCHEDULED
+    due = server_ms(client) + 150  # read after the fail: no earlier than the group's time
+    assert lanes.claim_lanes(10, LEASE) == []  # the group waits out the backoff
+    assert lanes.job(first.id)["state"] == "pending"
+    wait_server_past(client, due)
+    third = lanes.claim_lanes(10, LEASE)
+    assert [(j.id, j.attempt) for j in third] == [(first.id, 3)]
+    assert lanes.fail(third[0], "boom", max_attempts=3) is State.DEAD
+    assert lanes.job(first.id)["state"] == "dead" and lanes.ids("dead")[0][0] == first.id
+    nxt = lanes.claim_lanes(10, LEASE)  # the dead job no longer holds the group
+    assert [j.payload["seq"] for j in nxt] == [1]
+    lanes.requeue(nxt[0])  # released: back at its place, no budget spent
+    (back,) = lanes.claim_lanes(10, LEASE)
+    assert (back.id, back.attempt, lanes.job(back.id).get("failures")) == (nxt[0].id, 2, None)
+    assert lanes.delay(back, 10_000) == 1  # the group waits; the job keeps its place
+    assert lanes.claim_lanes(10, LEASE) == []
+    with pytest.raises(LeaseLost):
+        lanes.complete(back)  # released: its token no longer holds
+
+
+def test_renewals_and_a_stale_token(lanes):
+    lanes.enqueue({"seq": 0}, group="a")
+    lanes.enqueue({"n": 1})
+    (job,) = lanes.claim_lanes(1, LEASE)
+    flat = lanes.claim(LEASE)
+    deadlines = lanes.extend_many([flat, job], 90_000)
+    assert all(d > 0 for d in deadlines)
+    assert lanes.extend(job, 90_000) > 0
+    with pytest.raises(LeaseLost):
+        lanes.complete(job, token=job.attempt + 1)
+    lanes.complete(job)
+    assert lanes.extend_many([job, flat], 90_000)[0] == 0  # lost: gone
+    with pytest.raises(LeaseLost):
+        lanes.extend(job, 90_000)
+
+
+def test_the_reaper_recovers_expired_lane_leases_with_the_sweeps_budget(lanes):
+    client = lanes.connection.client
+    lanes.enqueue({"seq": 0}, group="a")
+    lanes.enqueue({"seq": 1}, group="a")
+    lanes.enqueue({"n": 1})
+    (job,) = lanes.claim_lanes(1, 1)
+    flat = lanes.claim(1)
+    wait_server_past(client, server_ms(client) + 2)
+    sweep = lanes.stalled_check(2, 100)  # the flat sweep works beside expired lane leases
+    assert (sweep.recovered, sweep.exempt, sweep.dead) == ([flat.id], [], [])
+    reaped = lanes.reap(2, 100)
+    assert (reaped.recovered, reaped.exempt, reaped.dead) == ([job.id], [], [])
+    row = lanes.job(job.id)
+    assert (row["state"], row["stalled"]) == ("pending", "1")
+    (again,) = lanes.claim_lanes(1, 1)
+    assert (again.id, again.attempt) == (job.id, 2)  # back at its place: before seq 1
+    wait_server_past(client, server_ms(client) + 2)
+    reaped = lanes.reap(2, 100)
+    assert reaped.dead == [job.id]
+    row = lanes.job(job.id)
+    assert (row["state"], row["last_error"], row["stalled"]) == ("dead", "stalled", "2")
+    assert [j.payload["seq"] for j in lanes.claim_lanes(5, LEASE)] == [1]  # the group goes on
+    assert lanes.reap(2, 100) == lanes.reap(2, 100)  # nothing more: no move, empty sweeps
+
+
+def test_the_restart_exemption_where_the_epoch_is_stamped(queue, wire):
+    """Wire 6 stamps the server's run_id on a lane lease; an expiry whose stamp is another run's
+    (the lease crossed a restart) is recovered without a stall. Wire 4 stamps nothing and counts
+    every expiry, as its STALLED.CHECK does."""
+    client = queue.connection.client
+    for seq in range(2):
+        queue.enqueue({"seq": seq}, group=f"g{seq}")
+    crossed, counted = queue.claim_lanes(2, 1)
+    run_id = client.info("server")["run_id"]
+    assert queue.job(crossed.id).get("lease_epoch") == (run_id if wire == 6 else None)
+    if wire == 6:
+        client.hset(queue.keys.job(crossed.id), "lease_epoch", "0" * 40)  # as a lease of the previous run
+    wait_server_past(client, server_ms(client) + 2)
+    reaped = queue.reap(3, 100)
+    if wire == 6:
+        assert (reaped.recovered, reaped.exempt) == ([counted.id], [crossed.id])
+        assert queue.job(crossed.id).get("stalled") is None
+    else:
+        assert sorted(reaped.recovered) == sorted([crossed.id, counted.id]) and reaped.exempt == []
+    assert queue.job(counted.id)["stalled"] == "1"
+
+
+def test_the_native_verbs_refuse_lane_rows_and_write_nothing(queue, wire):
+    """The flat verbs on a held lane job: wire 6 refuses the row (EMQSTATE lane row is not native);
+    wire 4's scripts find it outside active (EMQSTATE). Either way nothing is written."""
+    client = queue.connection.client
+    queue.enqueue({"seq": 0}, group="a")
+    (job,) = queue.claim_lanes(1, LEASE)
+    calls = [queue.build("complete", job.id, job.token),
+             queue.build("fail", job.id, job.token, "x", 3, 0),
+             queue.build("delay", job.id, job.token, 10),
+             queue.build("requeue", job.id, job.token)]
+    for call in calls:
+        with unchanged(client, queue.keys):
+            (reply,) = queue.connection.round_trip([call])
+        assert isinstance(reply, StateError), (call.verb.name, reply)
+        if wire == 6:
+            assert str(reply) == "EMQSTATE lane row is not native"
+    queue.fail(job, "x", max_attempts=1)  # dead, through the lane script
+    if wire == 6:
+        with unchanged(client, queue.keys), pytest.raises(StateError, match="lane row is not native"):
+            queue.reprocess(job.id)
+    # a lane script refuses a flat row, and writes nothing
+    queue.enqueue({"n": 1}, id="flat")
+    flat = queue.claim(LEASE)
+    with unchanged(client, queue.keys), pytest.raises(StateError, match="not a lane row"):
+        queue.connection.send(queue.build("lane_complete", flat.id, flat.token))
+
+
+def test_a_wire_6_connection_sends_the_lane_scripts_and_only_them(conn, queue):
+    """SPEC §9.6: besides the EMQ verbs and the two reads, exactly the lane scripts go as EVALSHA."""
+    for name in ("lane_enqueue", "lane_claim", "lane_reap"):
+        assert conn.command_args(queue.build(name, *{"lane_enqueue": ("i", b"p", "g"),
+                                                     "lane_claim": (10, 0), "lane_reap": (1, 10, 0)}[name]))[0] \
+            == "EVALSHA"
+    if conn.wire == 6:
+        assert conn.command_args(queue.build("claim", 10))[0] == "EMQ.CLAIM"
+        assert "stalled_check" not in conn.scripts and "lane_claim" in conn.scripts
+
+
+# -- worker processes ------------------------------------------------------------------------
+
+def lane_rows(out):
+    """lanes.log as (group, seq, start_ns, end_ns, id) tuples."""
+    rows = []
+    for line in (out / "lanes.log").read_text().splitlines():
+        group, seq, start, end, job_id = line.split()
+        rows.append((group, int(seq), int(start), int(end), job_id))
+    return rows
+
+
+def test_four_worker_processes_keep_each_groups_order_and_limit(conn, spawn, out, record_property):
+    groups, per_group = 20, 200 if os.environ.get("EMQ_LANES_FULL") else 25
+    name = fresh_name("lanes")
+    queue = Queue(conn, name)
+    pairs = {f"g{g}": 2 for g in range(5)}  # five groups run two at a time, the rest one
+    for group, k in pairs.items():
+        queue.set_lane_limit(k, group)
+    for seq in range(per_group):
+        for g in range(groups):
+            queue.enqueue({"lane": f"g{g}", "seq": seq, "work_ms": 1}, group=f"g{g}")
+    total = groups * per_group
+    workers = [spawn(name, "-c", "4") for _ in range(4)]
+    wait_until(lambda: queue.metrics()["completed"] == total, 120, f"{total} completions")
+    rows = lane_rows(out)
+    assert len(rows) == total and len({row[4] for row in rows}) == total  # every job exactly once
+    assert {attempt for _, attempt, _ in processed(out)} == {1}
+    by_group = defaultdict(list)
+    for group, seq, start, end, _ in rows:
+        by_group[group].append((start, end, seq))
+    for group, runs in by_group.items():
+        runs.sort()
+        k = pairs.get(group, 1)
+        # claimed in order; with k > 1 two handlers of the group may begin in either order
+        assert all(abs(seq - at) < k for at, (_, _, seq) in enumerate(runs)), f"{group} started out of order"
+        for at, (start, _, _) in enumerate(runs):  # at most k of the group run at any start
+            overlapping = sum(1 for s, e, _ in runs[:at] if e > start)
+            assert overlapping < k, f"{group}: {overlapping + 1} jobs at once at seq {runs[at][2]} (k={k})"
+    assert queue.groups() == {}
+    record_property("lanes_jobs", total)
+    for worker in workers:
+        worker.kill()
+
+
+def test_a_sigkilled_worker_leaves_nothing_lost_the_reaper_recovers_its_leases(conn, spawn, out):
+    name = fresh_name("lanes")
+    queue = Queue(conn, name)
+    groups, per_group = 8, 12
+    for seq in range(per_group):
+        for g in range(groups):
+            queue.enqueue({"lane": f"g{g}", "seq": seq, "work_ms": 20}, group=f"g{g}")
+    total = groups * per_group
+    victim = spawn(name, "-c", "4", "--lease-ms", "400", *FAST_TIMERS, "--max-stalled", "5")
+    wait_until(lambda: (out / "lanes.log").exists() and len(lane_rows(out)) >= 8, 30, "the victim at work")
+    victim.kill()  # SIGKILL mid-lanes: its leases are left to expire
+    held = {j for j, _ in queue.ids("active", count=1)}  # nothing flat: lane leases are elsewhere
+    assert held == set()
+    orphans = {member.decode() for member in conn.client.zrange(queue.keys.key("lanes:active"), 0, -1)}
+    assert orphans, "the victim held lane leases when it died"
+    survivor = spawn(name, "-c", "4", "--lease-ms", "400", *FAST_TIMERS, "--max-stalled", "5")
+    wait_until(lambda: queue.metrics()["completed"] == total, 60, f"{total} completions")
+    runs = processed(out)
+    done = {job_id for job_id, _, _ in runs}
+    assert len(done) == total  # nothing lost
+    retried = {job_id for job_id, attempt, _ in runs if attempt > 1}
+    assert orphans <= retried  # every lease the victim held was recovered and run again
+    assert "reaper" in survivor.log() and "recovered" in survivor.log()
+    assert queue.counts().total == 0 and queue.groups() == {}
+    assert conn.client.zcard(queue.keys.key("lanes:active")) == 0
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait() == 0
