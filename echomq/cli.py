@@ -48,7 +48,8 @@ from .partitioned import AnyQueue, PartitionedQueue, open_queue
 from .policy import IdlePolicy, LeasePolicy
 from .core import MAX_PAYLOAD_BYTES, encode_payload
 from .cron import describe
-from .queue import Queue
+from .queue import Queue, Sweep
+from .reaper import merged
 from .serializers import JSON, RAW
 from .server import EmbeddedServer
 from .tasks import App
@@ -724,10 +725,10 @@ def promote(url: str, wire: str, queue_name: str, limit: int, as_json: bool) -> 
 @click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
 @json_option
 def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int, as_json: bool) -> None:
-    """Recover expired leases (STALLED.CHECK), once."""
+    """Recover expired leases (STALLED.CHECK, then the reaper for lane leases), once."""
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        found = queue.stalled_check(max_stalled, limit)
+        found = merged([queue.stalled_check(max_stalled, limit), *lane_reap(queue, max_stalled, limit)])
     if as_json:
         print_json({"queue": queue_name, "recovered": found.recovered, "exempt": found.exempt, "dead": found.dead})
         return
@@ -736,6 +737,86 @@ def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int, as
     for label, ids in (("recovered", found.recovered), ("exempt", found.exempt), ("dead", found.dead)):
         for job_id in ids:
             click.echo(f"  {label}\t{job_id}")
+
+
+def lane_reap(queue: AnyQueue, max_stalled: int, limit: int) -> list[Sweep]:
+    """The reaper's run on a plain queue (a partitioned queue has no lanes)."""
+    return [] if isinstance(queue, PartitionedQueue) else [queue.reap(max_stalled, limit)]
+
+
+# -- lanes: one group at a time ------------------------------------------------------
+
+
+@main.group("group")
+def group_cmd() -> None:
+    """Lanes: the groups of a queue's lane jobs (docs/lanes-and-flows.md)."""
+
+
+@contextmanager
+def lane_queue(url: str, wire: str, queue_name: str) -> Iterator[Queue]:
+    with opened_queue(url, wire, queue_name) as queue:
+        if isinstance(queue, PartitionedQueue):
+            raise click.ClickException(f"{queue_name} is a partitioned queue: lanes are one queue's (not supported)")
+        require_queue(queue)
+        yield queue
+
+
+@group_cmd.command("pause")
+@node_options
+@queue_option()
+@click.argument("group")
+def group_pause(url: str, wire: str, queue_name: str, group: str) -> None:
+    """GROUP starts no job until resumed (its running jobs finish)."""
+    with lane_queue(url, wire, queue_name) as queue:
+        queue.pause_group(group)
+    click.echo(f"{queue_name} group {group} paused")
+
+
+@group_cmd.command("resume")
+@node_options
+@queue_option()
+@click.argument("group")
+def group_resume(url: str, wire: str, queue_name: str, group: str) -> None:
+    """GROUP takes its turn again."""
+    with lane_queue(url, wire, queue_name) as queue:
+        was = queue.resume_group(group)
+    click.echo(f"{queue_name} group {group} resumed" + ("" if was else " (it was not paused)"))
+
+
+@group_cmd.command("limit")
+@node_options
+@queue_option()
+@click.argument("k", type=click.IntRange(1, 10_000), required=False)
+@click.option("--group", "group", default=None, help="this group's k (default: the queue's, for every group "
+                                                      "without its own)")
+@click.option("--off", is_flag=True, help="remove the setting (a group falls back to the queue's, the queue's to 1)")
+def group_limit(url: str, wire: str, queue_name: str, k: int | None, group: str | None, off: bool) -> None:
+    """At most K jobs of a group run at once."""
+    if (k is None) == (not off):
+        raise click.UsageError("give K or --off")
+    with lane_queue(url, wire, queue_name) as queue:
+        queue.set_lane_limit(None if off else k, group)
+    where = f"group {group}" if group else "every group without its own k"
+    click.echo(f"{queue_name} {where}: " + ("setting removed" if off else f"at most {k} at once"))
+
+
+@group_cmd.command("list")
+@node_options
+@queue_option()
+@json_option
+def group_list(url: str, wire: str, queue_name: str, as_json: bool) -> None:
+    """The queue's groups: jobs waiting and running, paused, k."""
+    with lane_queue(url, wire, queue_name) as queue:
+        groups = queue.groups()
+    if as_json:
+        print_json({g: vars(c) for g, c in groups.items()})
+        return
+    table = Table(title=f"{queue_name}: {len(groups)} group(s)", box=box.SIMPLE_HEAD)
+    for column in ("group", "waiting", "running", "k", "paused"):
+        table.add_column(column, justify="left" if column == "group" else "right")
+    for g, c in groups.items():
+        table.add_row(g, str(c.waiting), str(c.running), str(c.limit), "yes" if c.paused else "")
+    out.print(table)
 
 
 # -- events ---------------------------------------------------------------------------

@@ -232,7 +232,7 @@ class QueueCore:
                  token: str | int | None, traceback: str | None) -> Call:
         argv = [*_ref(job, token), error, max_attempts, backoff_ms]
         if _lane_of(job):  # a lane job's failure: the lane script (no outcome is published)
-            return self.build("lane_fail", *argv, traceback)
+            return self.build("lane_fail", *argv, traceback or "")  # always sent: '' for none
         # a wire-6 module that predates fail.traceback gets five ARGV: last_error is still written
         if traceback is not None and self.codec.carries(verb, "traceback"):
             argv.append(traceback)

@@ -175,9 +175,17 @@ def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: fl
 
 def _set_of(row: dict[bytes, bytes]) -> str | None:
     try:
-        return STATE_SETS[State(text_of(row.get(b"state", b"")))]
+        state = State(text_of(row.get(b"state", b"")))
     except ValueError:  # no state, or one no set belongs to
         return None
+    group = row.get(b"group")
+    if group is not None and state in LANE_SETS:  # a lane row waits in its lane, is leased in lanes:active
+        return LANE_SETS[state].format(group=text_of(group))
+    return STATE_SETS[state]
+
+
+#: Where a lane row's state puts it (docs/lanes-and-flows.md); a dead one is in dead.
+LANE_SETS = {State.PENDING: "lane:{group}", State.ACTIVE: "lanes:active"}
 
 
 def _ms(time_reply: Any) -> int:

@@ -293,12 +293,16 @@ def split_claims(count: int, capacity: int, flat_found: bool, lanes_found: bool,
     """How many of a round's ``count`` claims are flat and how many lane claims: a worker serves
     both kinds of a queue alike. Half each while both gave jobs (or neither did); a kind that
     came back empty keeps one probe while the other gets the rest. A single claim probes both
-    when the worker has room for two, else the kinds take turns (``turn``)."""
+    when the worker has room for two; else the kinds take turns (``turn``: the queue's round),
+    or, while only one of them gives jobs, that one, the other probed one round in four."""
     if count <= 0:
         return 0, 0
     if count == 1:
         if capacity >= 2:
             return 1, 1
+        if flat_found != lanes_found:
+            probe = turn % 4 == 0
+            return (1, 0) if flat_found != probe else (0, 1)
         return (1, 0) if turn % 2 else (0, 1)
     if flat_found == lanes_found:
         return count - count // 2, count // 2

@@ -53,7 +53,7 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "unique_ms": (0, I64_MAX),
     "replace": (0, 1),
     "stamp": (0, 1),  #: lane scripts: 1 writes the server's run_id as lease_epoch (wire 6)
-    "lane_limit": (0, LIMIT_MAX),  #: lane_limit's k (0 removes the setting)
+    "k": (0, LIMIT_MAX),  #: lane_limit's k: jobs of a group at once (0 removes the setting)
 }
 
 
@@ -95,12 +95,10 @@ def check_arg(name: str, value: Any) -> Any:
         return str(value)
     if name == "traceback":
         return check_traceback(value)
-    if name == "lane_traceback":  # lane_fail's traceback, always sent ('' for none)
-        return "" if value is None else check_traceback(value)
     if name == "group":
         return check_group(value)
-    if name == "lane_scope":  # lane_limit's group, or '' for the queue's default
-        return "" if value is None else check_group(value)
+    if name == "scope":  # lane_limit's group, or '' for the queue's default
+        return "" if value in (None, "") else check_group(value)
     if name == "progress":
         return check_progress(value)
     return value  # payload (already serialized) and error text travel as given
@@ -253,7 +251,7 @@ class Verb:
             pairs = (len(argv) - lead) // 2
             if not 1 <= pairs <= EXTENDS_MAX_PAIRS or (len(argv) - lead) % 2:
                 raise errors.ConfigurationError(
-                    f"bad {self.name}: 1 to {EXTENDS_MAX_PAIRS} (id, token) pairs after {list(self.argv[:lead])}, "
+                    f"bad {self.name.upper()}: 1 to {EXTENDS_MAX_PAIRS} (id, token) pairs after {list(self.argv[:lead])}, "
                     f"got {len(argv) - lead} values")
             names = self.argv[:lead] + self.argv[lead:] * pairs
         elif len(names) <= len(argv) <= len(names) + len(self.late):
@@ -359,7 +357,7 @@ def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False):
 # row (one with ``group``) waits in its group's lane and is leased in ``lanes:active``, where the
 # native STALLED.CHECK never looks; the reaper (``lane_reap``) recovers its expired leases.
 LANES: tuple[Verb, ...] = (
-    _lane("lane_enqueue", ("lanes:ready", BASE), ("id", "payload", "group"), "(new) → lane", decode=_one),
+    _lane("lane_enqueue", (BASE,), ("id", "payload", "group"), "(new) → lane", decode=_one),
     _lane("lane_claim", ("lanes:ready", "lanes:active", BASE), ("lease_ms", "stamp"), "lane → lane-active",
           decode=_lane_claimed),
     _lane("lane_extends", ("lanes:active", BASE), ("lease_ms", "stamp", "id", "token"), "lane-active → lane-active",
@@ -367,15 +365,15 @@ LANES: tuple[Verb, ...] = (
     _lane("lane_complete", ("lanes:active", BASE), ("id", "token"), "lane-active → (deleted)", decode=_one,
           fenced=True),
     _lane("lane_fail", ("lanes:active", "dead", BASE),
-          ("id", "token", "error", "max_attempts", "backoff_ms", "lane_traceback"), "lane-active → lane | dead",
+          ("id", "token", "error", "max_attempts", "backoff_ms", "traceback"), "lane-active → lane | dead",
           decode=lambda reply: State(text(reply)), fenced=True),
     _lane("lane_release", ("lanes:active", BASE), ("id", "token", "delay_ms"), "lane-active → lane", decode=_one,
           fenced=True),
     _lane("lane_reap", ("lanes:active", "dead", BASE), ("max_stalled", "limit", "stamp"), "lane-active → lane | dead",
           decode=_sweep),
     _lane("lane_pause", ("lanes:ready", BASE), ("group",), "lane → lane (held)", decode=_one),
-    _lane("lane_resume", ("lanes:ready", BASE), ("group",), "lane → lane", decode=_one),
-    _lane("lane_limit", ("lanes:ready", BASE), ("lane_limit", "lane_scope"), "lane → lane"),
+    _lane("lane_resume", (BASE,), ("group",), "lane → lane", decode=_one),
+    _lane("lane_limit", (BASE,), ("k", "scope"), "lane → lane"),
 )
 
 # The two declared reads: scripts on both wires, never an EMQ command.

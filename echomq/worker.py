@@ -374,6 +374,7 @@ class Worker:
         self._empty_polls = {name: 0 for name in names}
         #: whether the last flat and the last lane claims of each queue gave jobs (policy.split_claims)
         self._found = {name: (True, True) for name in names}
+        self._rounds = {name: 0 for name in names}  #: claim rounds per queue: whose turn a lone claim is
         self._next_poll = {name: 0.0 for name in names}
         self._next_tick: float | None = None
         self._turn = 0
@@ -535,7 +536,9 @@ class Worker:
                 # the jobs settled in this round trip free their slots for its claims
                 count = policy.claim_batch(self._capacity() + len(batch), self._empty_polls[name],
                                            self.config.claim_batch)
-            flat, lanes = policy.split_claims(count, self._capacity() + len(batch), *self._found[name], self._turn)
+            flat, lanes = policy.split_claims(count, self._capacity() + len(batch), *self._found[name],
+                                              self._rounds[name])
+            self._rounds[name] += bool(count)
             if not batch and not count:
                 continue
             sent = self._clock_ms()

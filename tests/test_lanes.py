@@ -15,9 +15,10 @@ from collections import defaultdict
 
 import pytest
 
-from echomq import Queue
+from echomq import EmbeddedServer, Queue, Worker, WorkerConfig, connect, module_path
 from echomq.errors import ConfigurationError, LeaseLost, StateError
 from echomq.keys import State
+from test_blocking_worker import QUIET_TIMERS, Running, recording_app
 from helpers import AwaitingQueue, fresh_name, server_ms, unchanged, wait_server_past
 from worker_helpers import out, processed, spawn, wait_until  # noqa: F401 (fixtures)
 
@@ -281,6 +282,31 @@ def test_a_wire_6_connection_sends_the_lane_scripts_and_only_them(conn, queue):
     if conn.wire == 6:
         assert conn.command_args(queue.build("claim", 10))[0] == "EMQ.CLAIM"
         assert "stalled_check" not in conn.scripts and "lane_claim" in conn.scripts
+
+
+# -- workers ----------------------------------------------------------------------------------
+
+def waiting_on_markers(client) -> bool:
+    """A client blocked in BZPOPMIN: a worker's wait on the wake markers (on wire 6 its lanes' wake)."""
+    return any("b" in c["flags"] and c["cmd"].lower() == "bzpopmin" for c in client.client_list())
+
+
+def test_an_idle_worker_wakes_for_a_lane_job_on_both_wires(wire):
+    """The lane scripts write the wake marker on both wires; an idle worker blocks on it (wire 6:
+    beside its BCLAIM, which never wakes for a lane job). Its blocks last 30 s: a job run within
+    10 s was woken for."""
+    with EmbeddedServer(module=module_path() if wire == 6 else None, brand=wire) as server, \
+            connect(server.url, wire=wire) as conn:
+        name, seen = fresh_name("w"), []
+        queue = Queue(conn, name)
+        with Running(Worker(recording_app([name], seen), conn, config=WorkerConfig(timers=QUIET_TIMERS))):
+            wait_until(lambda: waiting_on_markers(conn.client), what="the worker waiting on the markers")
+            job = queue.enqueue({}, group="g")
+            wait_until(lambda: seen == [(name, job.id, 1)], timeout=10, what="the lane job run")
+            wait_until(lambda: waiting_on_markers(conn.client), what="the worker waiting again")
+            second = queue.enqueue({}, group="g")
+            wait_until(lambda: (name, second.id, 1) in seen, timeout=10, what="the second lane job run")
+            assert queue.groups() == {}
 
 
 # -- worker processes ------------------------------------------------------------------------

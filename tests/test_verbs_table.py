@@ -13,7 +13,7 @@ import pytest
 
 from echomq import verbs
 from echomq.keys import STATE_SETS, State
-from echomq.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS,
+from echomq.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, JOB_CORE_TOKENS, LANES, OPTIONAL, OPTIONAL_TOKENS, READS,
                           SCRIPTED, SCRIPTS_DIR, VERBS)
 
 REGISTERED = VERBS + OPTIONAL  # trafikey's rows: the job core, then the optional verbs in order (SPEC §9.4)
@@ -113,13 +113,15 @@ def test_declared_reads():
         ("state", ["base"], ["id"]),
     ]
     assert all(r.read_only and r.command is None and r.tokens == () and r.scripted for r in READS)
-    assert set(BY_NAME) == {v.name for v in REGISTERED + READS}
+    assert set(BY_NAME) == {v.name for v in REGISTERED + LANES + READS}
 
 
 def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
     scripted_verbs = [v.name for v in SCRIPTED if not v.read_only]
-    assert len(scripted_verbs) == 13 + len(BUS) + 5  # the job core, the bus, the four control verbs, enqueue_unique
-    assert set(scripted_verbs) == {v.name for v in REGISTERED} - UNSCRIPTED
+    # the job core, the bus, the four control verbs, enqueue_unique, and the lanes (scripts on both wires)
+    assert len(scripted_verbs) == 13 + len(BUS) + 5 + len(LANES)
+    assert set(scripted_verbs) == {v.name for v in REGISTERED} - UNSCRIPTED | {v.name for v in LANES}
+    assert all(v.script_only and v.command is None and not v.read_only for v in LANES)
     assert [v.name for v in SCRIPTED if v.read_only] == ["counts", "state"]
 
 
@@ -175,8 +177,8 @@ def test_script_uses_exactly_its_declared_keys(verb):
     used = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", code)}
     assert used == set(range(1, len(verb.keys) + 1)), f"{verb.name}.lua uses KEYS {sorted(used)}"
     argv_used = {int(n) for n in re.findall(r"ARGV\[(\d+)\]", code)}
-    if verb.name == "extends":  # the pairs are walked with ARGV[i], ARGV[i + 1]
-        assert 1 in argv_used and re.search(r"ARGV\[i\]", code) and re.search(r"ARGV\[i \+ 1\]", code)
+    if verb.name in ("extends", "lane_extends"):  # the pairs are walked with ARGV[i], ARGV[i + 1]
+        assert set(range(1, len(verb.argv) - 1)) <= argv_used and re.search(r"ARGV\[i\]", code) and re.search(r"ARGV\[i \+ 1\]", code)
     else:
         want = set(range(1, len(verb.argv) + len(verb.late) + 1))
         assert argv_used == want, f"{verb.name}.lua uses ARGV {sorted(argv_used)}"
@@ -201,9 +203,11 @@ def test_lua_writes_exactly_the_four_python_states():
 
 @pytest.mark.parametrize("verb", SCRIPTED, ids=lambda v: v.name)
 def test_each_script_writes_only_states_whose_set_it_declares(verb):
-    """A script that writes ``state X`` must hold X's set among its KEYS (the state is always its set)."""
+    """A script that writes ``state X`` must hold X's set among its KEYS (the state is always its set).
+    A lane row's ``pending`` is its lane (derived from the base), its ``active`` is ``lanes:active``."""
+    sets = dict(STATE_SETS, **({State.PENDING: BASE, State.ACTIVE: "lanes:active"} if verb.script_only else {}))
     for state in _lua_states()[verb.name]:
-        assert STATE_SETS[State(state)] in verb.keys, f"{verb.name}.lua writes {state!r} without its set"
+        assert sets[State(state)] in verb.keys, f"{verb.name}.lua writes {state!r} without its set"
 
 
 def test_fail_replies_are_state_names():
@@ -306,8 +310,9 @@ def test_the_argument_limits_are_trafikeys_grammar():
 
 
 def test_every_numeric_argument_has_its_bounds():
-    numeric = {name for verb in VERBS + OPTIONAL + READS for name in verb.argv + tuple(n for n, _ in verb.late)} - {
-        "id", "token", "payload", "error", "progress", "result", "traceback"}
+    numeric = {name for verb in VERBS + OPTIONAL + LANES + READS
+               for name in verb.argv + tuple(n for n, _ in verb.late)} - {
+        "id", "token", "payload", "error", "progress", "result", "traceback", "group", "scope"}
     assert numeric == set(verbs.BOUNDS)
 
 
@@ -316,8 +321,9 @@ def test_the_builders_refuse_one_past_each_bound(name, low, high):
     from echomq import ConfigurationError
     from echomq.keys import Keyspace
 
-    verb = next(v for v in VERBS + OPTIONAL if name in v.argv + tuple(n for n, _ in v.late))
-    good = {"id": "a", "token": "1", "payload": b"p", "error": "e", "progress": b"1", "result": b"r", **{n: lo for n, (lo, _) in verbs.BOUNDS.items()}}
+    verb = next(v for v in VERBS + OPTIONAL + LANES if name in v.argv + tuple(n for n, _ in v.late))
+    good = {"id": "a", "token": "1", "payload": b"p", "error": "e", "progress": b"1", "result": b"r", "group": "g",
+            "scope": "", **{n: lo for n, (lo, _) in verbs.BOUNDS.items()}}
     names = verb.argv + tuple(n for n, _ in verb.late)[: 1 if name not in verb.argv else 0]  # a late one: with it
     argv = [good[n] for n in names]
     at = names.index(name)

@@ -3,6 +3,7 @@
 -- one (not paused, not held, fewer than k running). A paused queue holds lanes too (the pause
 -- is read here, on both wires). stamp 1 (wire 6) writes the server's run_id as lease_epoch.
 -- Reply: {id, payload, attempts, group}, or empty.
+lanes(KEYS[3])
 if redis.call('HEXISTS', base .. 'meta', 'paused') == 1 then return {} end
 local now = now_ms()
 release_due(now)

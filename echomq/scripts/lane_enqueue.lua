@@ -1,6 +1,7 @@
--- EMQ lane_enqueue (both wires). KEYS: lanes:ready, base. ARGV: id, payload, group.
+-- EMQ lane_enqueue (both wires). KEYS: base. ARGV: id, payload, group.
 -- Idempotent as enqueue: an id that already has a row is not enqueued twice. The job waits in
 -- its group's lane at its enqueue order (`seq`); the group takes a turn when it may start one.
+lanes(KEYS[1])
 local id, g = ARGV[1], ARGV[3]
 local row = base .. 'job:' .. id
 if redis.call('EXISTS', row) == 1 then return 0 end

@@ -1,6 +1,7 @@
--- EMQ lane_extends (both wires). KEYS: lanes:active, base. ARGV: lease_ms, stamp, id1, token1, ...
+-- EMQ lane_extends (both wires). KEYS: lanes:active, base. ARGV: lease_ms, stamp, id1, token1, ... idk, tokenk.
 -- EXTENDS for lane leases: one reply per pair, the new deadline, or 0 for a lease that is lost
 -- (token, state or membership). stamp 1 (wire 6) writes the server's run_id as lease_epoch.
+lanes(KEYS[2])
 local deadline = now_ms() + tonumber(ARGV[1])
 local epoch = ARGV[2] == '1' and run_id()
 local replies = {}

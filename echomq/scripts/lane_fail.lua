@@ -1,9 +1,11 @@
 -- EMQ lane_fail (both wires). KEYS: lanes:active, dead, base.
--- ARGV: id, token, error, max_attempts, backoff_ms, traceback ('' for none).
+-- ARGV: id, token, error, max_attempts, backoff_ms, traceback.
+-- The traceback is always given ('' for none).
 -- FAIL's budget (SPEC §9.1): failures' = failures + 1, dead when failures' >= max_attempts.
 -- A retry goes back to its place at the head of its lane, so the group's order is kept; with a
 -- backoff the whole group waits that long. Reply: pending (at once), scheduled (after the
 -- backoff) or dead.
+lanes(KEYS[3])
 local row, g = held_row('lane_fail', ARGV[1], ARGV[2])
 if not row then return g end
 local failures = redis.call('HINCRBY', row, 'failures', 1)

@@ -1,7 +1,9 @@
--- EMQ lane_limit (both wires). KEYS: lanes:ready, base. ARGV: k, group ('' for the queue's default).
+-- EMQ lane_limit (both wires). KEYS: base. ARGV: k, scope.
+-- scope: a group, or '' for the queue's default.
 -- k jobs of one group may run at once: the group's own k, or without a group the queue's
 -- default; k 0 removes the setting (the group falls back to the queue's, the queue's to 1).
 -- Groups that may now start more take their turn. Reply: 1.
+lanes(KEYS[1])
 local k = ARGV[1]
 if ARGV[2] ~= '' then
   if k == '0' then redis.call('HDEL', base .. 'lanes:limit', ARGV[2]) else redis.call('HSET', base .. 'lanes:limit', ARGV[2], k) end

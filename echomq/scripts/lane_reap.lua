@@ -6,6 +6,7 @@
 -- otherwise a stall is counted: back to its lane while stalled < max_stalled, else dead.
 -- A job back in its lane keeps its place (its enqueue order). Held groups whose time has come
 -- take their turn again. Reply: {recovered ids, exempt ids, dead ids}.
+lanes(KEYS[3])
 local now = now_ms()
 release_due(now)
 local epoch = ARGV[3] == '1' and run_id()

@@ -1,6 +1,7 @@
 -- EMQ lane_release (both wires). KEYS: lanes:active, base. ARGV: id, token, delay_ms.
 -- The holder gives its job back, spending no budget: to its place at the head of its lane
 -- (REQUEUE's twin); with a delay the group waits that long (DELAY's twin; order is kept).
+lanes(KEYS[2])
 local row, g = held_row('lane_release', ARGV[1], ARGV[2])
 if not row then return g end
 redis.call('ZREM', KEYS[1], ARGV[1])

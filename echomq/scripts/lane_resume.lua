@@ -1,5 +1,6 @@
--- EMQ lane_resume (both wires). KEYS: lanes:ready, base. ARGV: group.
+-- EMQ lane_resume (both wires). KEYS: base. ARGV: group.
 -- The group takes its turn again (a waiting worker is woken). Reply: 1 when it was paused.
+lanes(KEYS[1])
 local was = redis.call('SREM', base .. 'lanes:paused', ARGV[1])
 if offer(ARGV[1]) then wake() end
 return was

@@ -1,8 +1,12 @@
 -- Lanes (docs/lanes-and-flows.md): the helpers every lane script shares; the client puts this
--- file before the script's own text. A lane script's last KEY is the queue's base, and every
--- key it touches derives from that base, so all of them share the queue's hashtag.
-local base = KEYS[#KEYS]
-local ready, held, running = base .. 'lanes:ready', base .. 'lanes:held', base .. 'lanes:running'
+-- file before the script's own text, whose first line is lanes(<its base KEY>). Every key a
+-- lane script touches derives from the queue's base, so all of them share its hashtag.
+local base, ready, held, running
+
+local function lanes(queue_base)
+  base = queue_base
+  ready, held, running = base .. 'lanes:ready', base .. 'lanes:held', base .. 'lanes:running'
+end
 
 local function now_ms()
   local t = redis.call('TIME')
