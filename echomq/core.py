@@ -29,7 +29,7 @@ from .results import MAX_RESULT_BYTES, ROW_FIELDS, Completed, Failed, Seen, Stat
 from .rates import RateLimit, parse_rate_limit
 from .serializers import JSON, Serializer, encode
 from .verbs import (
-    BY_NAME, EXTENDS_MAX_PAIRS, LIMIT_MAX, Admission, Call, Claimed, Counts, Plain, Sweep, Throttled, build_call,
+    BY_NAME, EXTENDS_MAX_PAIRS, LIMIT_MAX, NO_LANES, Admission, Call, Claimed, Counts, Plain, Sweep, Throttled, build_call,
     check_int, check_traceback, text,
 )
 
@@ -194,6 +194,8 @@ class QueueCore:
         #: the last claims' rate-limit wait (ms, server clock): the queue's rate limit held at least
         #: one of them; None when none was held (docs/spec.md §13)
         self.claim_wait_ms: int | None = None
+        #: the last lane claims found a queue that never had a lane job (LANE_CLAIM answered 0)
+        self.no_lanes = False
 
     # -- building calls (pure) --------------------------------------------------
     def call(self, verb: str, *argv: Any) -> Call:
@@ -300,6 +302,7 @@ class QueueCore:
         answers = [call.verb.answer(call, reply) for call, reply in zip(calls, replies)]
         waits = [answer.wait_ms for answer in answers if isinstance(answer, Throttled)]
         self.claim_wait_ms = min(waits) if waits else None
+        self.no_lanes = NO_LANES in answers
         jobs = (self._job(answer) for answer in answers)
         return [job for job in jobs if job is not None]
 

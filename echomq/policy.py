@@ -289,14 +289,24 @@ def idle_interval_ms(policy: IdlePolicy, empty_polls: int) -> int:
     return int(min(policy.max_ms, policy.min_ms * policy.factor ** min(empty_polls - 1, 64)))
 
 
-def split_claims(count: int, capacity: int, flat_found: bool, lanes_found: bool, turn: int) -> tuple[int, int]:
+#: A queue that never had a lane job has its lanes probed one claim round in this many (and after
+#: every wake), so an idle or flat-only queue costs almost nothing more than before lanes existed.
+NO_LANES_PROBE_EVERY = 8
+
+
+def split_claims(count: int, capacity: int, flat_found: bool, lanes_found: bool, turn: int,
+                 no_lanes: bool = False) -> tuple[int, int]:
     """How many of a round's ``count`` claims are flat and how many lane claims: a worker serves
     both kinds of a queue alike. Half each while both gave jobs (or neither did); a kind that
     came back empty keeps one probe while the other gets the rest. A single claim probes both
     when the worker has room for two; else the kinds take turns (``turn``: the queue's round),
-    or, while only one of them gives jobs, that one, the other probed one round in four."""
+    or, while only one of them gives jobs, that one, the other probed one round in four.
+    ``no_lanes``: the queue never had a lane job (as its last lane claim said): all flat, but for
+    a probe one round in :data:`NO_LANES_PROBE_EVERY`."""
     if count <= 0:
         return 0, 0
+    if no_lanes and turn % NO_LANES_PROBE_EVERY:
+        return count, 0
     if count == 1:
         if capacity >= 2:
             return 1, 1

@@ -7,35 +7,27 @@ that gives their expired leases STALLED.CHECK's verdicts with the same budget: r
 stall) or dead at ``max_stalled``. The worker's timers run :func:`op_reap` beside the sweep, on
 the sweep's intervals.
 
-Each family is one row of :data:`RECOVERIES`: its script takes KEYS ``(its lease set, dead,
-base)`` (or its own) and ARGV ``max_stalled, limit, stamp``, and replies as STALLED.CHECK does,
-``[[recovered], [exempt], [dead]]``. Its ``due`` sets are read in the same round trip: their
-heads say when the reaper has work next (an earliest lease deadline, a held group's time).
+Each family is one script named in :data:`RECOVERIES`: it takes KEYS ``(its lease set, dead,
+base)`` (or its own) and ARGV ``max_stalled, limit, stamp`` (stamp 1 on wire 6: the restart
+exemption applies), and replies as STALLED.CHECK does plus when it has work next:
+``[[recovered], [exempt], [dead], next_ms]`` (ms from now, server clock; -1: nothing waits).
+:func:`op_reap` sends every family's script in one round trip.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .core import Op, due_in_ms, raise_first
-from .verbs import Plain, Sweep
+from .core import Op, raise_first
+from .verbs import Sweep
 
 if TYPE_CHECKING:
     from .core import QueueCore
 
 
-@dataclass(frozen=True)
-class Recovery:
-    """One family of rows the reaper recovers."""
-
-    verb: str  #: the recovery script (ARGV max_stalled, limit, stamp; STALLED.CHECK's reply)
-    due: tuple[str, ...]  #: key suffixes of zsets scored by when the reaper has work (ms, server clock)
-
-
-RECOVERIES: tuple[Recovery, ...] = (
-    # expired lane leases; a group held by a retry's backoff or a delay takes its turn again
-    Recovery("lane_reap", ("lanes:active", "lanes:held")),
+#: The recovery scripts, one per family of rows STALLED.CHECK refuses.
+RECOVERIES: tuple[str, ...] = (
+    "lane_reap",  # expired lane leases; a group held by a retry's backoff or a delay takes its turn again
 )
 
 
@@ -46,12 +38,10 @@ def merged(sweeps: list[Sweep]) -> Sweep:
 
 def op_reap(core: QueueCore, max_stalled: int, limit: int) -> Op[tuple[Sweep, int | None]]:
     """Every recovery of one queue in one round trip: what they moved, and in how many ms (server
-    clock) the earliest of their due sets' heads falls due (None: nothing waits)."""
-    calls = [core.build(r.verb, max_stalled, limit, 1 if core.wire == 6 else 0) for r in RECOVERIES]
-    heads = [Plain(("ZRANGE", core.keys.key(suffix), 0, 0, "WITHSCORES")) for r in RECOVERIES for suffix in r.due]
-    replies = yield [*calls, *heads, Plain(("TIME",))]
+    clock) the first of them has work again (None: none waits)."""
+    calls = [core.build(verb, max_stalled, limit, 1 if core.wire == 6 else 0) for verb in RECOVERIES]
+    replies = yield calls
     raise_first(replies)
     answers = [call.verb.answer(call, reply) for call, reply in zip(calls, replies)]
-    now = replies[-1]
-    due = [due_in_ms(head, now) for head in replies[len(calls):-1] if head]
-    return merged(answers), min(due, default=None)
+    due = [next_ms for _, next_ms in answers if next_ms is not None]
+    return merged([sweep for sweep, _ in answers]), min(due, default=None)

@@ -123,7 +123,10 @@ class Timers:
         for clock in (self._promote[queue], self._reap[queue]):
             clock.hint_ms = at_ms if clock.hint_ms is None else min(clock.hint_ms, at_ms)
 
-    def run_due(self, now_ms: float, idle: AbstractSet[str] = frozenset()) -> list[TimerRun]:
+    def run_due(self, now_ms: float, idle: AbstractSet[str] = frozenset(),
+                lane_less: AbstractSet[str] = frozenset()) -> list[TimerRun]:
+        """Every timer that is due at ``now_ms``. ``lane_less``: queues known never to have had a
+        lane job (the worker's last lane claim said so): their reaper's turn passes with no call."""
         runs = []
         for queue in self.queues:
             run = TimerRun(queue.name)
@@ -139,7 +142,9 @@ class Timers:
                 sweep.ran(now_ms, interval, len(run.sweep) >= self.config.limit,
                           promote_at_ms(now_ms, expires_in) if queue.name in idle else None)
             reap = self._reap[queue.name]
-            if reap.due_ms(now_ms, interval) <= now_ms:
+            if reap.due_ms(now_ms, interval) <= now_ms and queue.name in lane_less:
+                reap.ran(now_ms, interval, False)
+            elif reap.due_ms(now_ms, interval) <= now_ms:
                 run.reaped, due_in = self.reap_and_next_due(queue)
                 # exact whether idle or busy: a held group's time is not a lease a renewal moves on
                 reap.ran(now_ms, interval, len(run.reaped) >= self.config.limit, promote_at_ms(now_ms, due_in))

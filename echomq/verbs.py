@@ -342,7 +342,13 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
           late=(("delay_ms", "enqueue.unique"),)),
 )
 
-def _lane_claimed(reply: Sequence[Any]) -> Claimed | None:
+#: LANE_CLAIM's answer on a queue that never had a lane job (a worker probes its lanes less often).
+NO_LANES = "no lanes"
+
+
+def _lane_claimed(reply: Sequence[Any] | int) -> Claimed | str | None:
+    if reply == 0:
+        return NO_LANES
     if not reply:
         return None  # no group may start a job, the queue is paused, or only ghosts were found
     job_id, raw, attempts, group = reply
@@ -370,7 +376,7 @@ LANES: tuple[Verb, ...] = (
     _lane("lane_release", ("lanes:active", BASE), ("id", "token", "delay_ms"), "lane-active → lane", decode=_one,
           fenced=True),
     _lane("lane_reap", ("lanes:active", "dead", BASE), ("max_stalled", "limit", "stamp"), "lane-active → lane | dead",
-          decode=_sweep),
+          decode=lambda reply: (_sweep(reply[:3]), None if reply[3] < 0 else int(reply[3]))),
     _lane("lane_pause", ("lanes:ready", BASE), ("group",), "lane → lane (held)", decode=_one),
     _lane("lane_resume", (BASE,), ("group",), "lane → lane", decode=_one),
     _lane("lane_limit", (BASE,), ("k", "scope"), "lane → lane"),

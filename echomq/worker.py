@@ -375,6 +375,7 @@ class Worker:
         #: whether the last flat and the last lane claims of each queue gave jobs (policy.split_claims)
         self._found = {name: (True, True) for name in names}
         self._rounds = {name: 0 for name in names}  #: claim rounds per queue: whose turn a lone claim is
+        self._no_lanes: set[str] = set()  #: queues whose last lane claim said they never had a lane job
         self._next_poll = {name: 0.0 for name in names}
         self._next_tick: float | None = None
         self._turn = 0
@@ -453,7 +454,7 @@ class Worker:
             self.renew(self._clock_ms())
             self.give_up_expired(self._clock_ms())
             if not self.stopping:
-                for run in self.timers.run_due(self._clock_ms(), self._idle):
+                for run in self.timers.run_due(self._clock_ms(), self._idle, self._no_lanes):
                     found = run.recovered
                     if run.promoted or found.recovered or found.exempt:
                         self._idle.discard(run.queue)  # it put jobs in pending itself: claim, no wake needed
@@ -537,7 +538,7 @@ class Worker:
                 count = policy.claim_batch(self._capacity() + len(batch), self._empty_polls[name],
                                            self.config.claim_batch)
             flat, lanes = policy.split_claims(count, self._capacity() + len(batch), *self._found[name],
-                                              self._rounds[name])
+                                              self._rounds[name], name in self._no_lanes)
             self._rounds[name] += bool(count)
             if not batch and not count:
                 continue
@@ -552,6 +553,8 @@ class Worker:
             self._settled(name, batch, answers)
             if count:
                 self._found[name] = found = policy.claims_found(self._found[name], flat, lanes, jobs)
+                if lanes:
+                    (self._no_lanes.add if self.queues[name].no_lanes else self._no_lanes.discard)(name)
                 self._polled(name, now, found=any(found), paused=self.queues[name].claim_paused)
                 if self.queues[name].claim_wait_ms is not None:
                     self._rate_wait(name, self._clock_ms(), self.queues[name].claim_wait_ms)
@@ -716,13 +719,15 @@ class Worker:
                 for name in report.queues:
                     # a marker means claimable, or the schedule's head moved earlier: claim, and re-read it
                     self._idle.discard(name)
+                    self._no_lanes.discard(name)  # the marker may be a lane script's: probe the lanes too
                     self._paused.discard(name)
                     self.timers.recheck(name, now)
             elif isinstance(report, waiter.TimedOut):
                 for name in () if report.interrupted else report.queues:  # interrupted: just re-armed
                     # claim once: a plain HDEL resume writes no marker, and another waiter (a frozen
-                    # process, say) may have taken a wake it never acted on
+                    # process, say) may have taken a wake it never acted on (a lane script's, too)
                     self._idle.discard(name)
+                    self._no_lanes.discard(name)
                     if name not in self._paused:
                         self.timers.recheck(name, now)  # an idle queue's promote backstop
             elif isinstance(report, waiter.Recheck):

@@ -306,7 +306,7 @@ def test_an_idle_worker_wakes_for_a_lane_job_on_both_wires(wire):
             wait_until(lambda: waiting_on_markers(conn.client), what="the worker waiting again")
             second = queue.enqueue({}, group="g")
             wait_until(lambda: (name, second.id, 1) in seen, timeout=10, what="the second lane job run")
-            assert queue.groups() == {}
+            wait_until(lambda: queue.groups() == {}, what="the second lane job settled")
 
 
 # -- worker processes ------------------------------------------------------------------------

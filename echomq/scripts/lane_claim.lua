@@ -2,8 +2,10 @@
 -- The group whose turn it is starts its next job: round-robin over the groups that may start
 -- one (not paused, not held, fewer than k running). A paused queue holds lanes too (the pause
 -- is read here, on both wires). stamp 1 (wire 6) writes the server's run_id as lease_epoch.
--- Reply: {id, payload, attempts, group}, or empty.
+-- Reply: {id, payload, attempts, group}, or empty; 0 when the queue never had a lane job
+-- (`lanes:seq` absent: a worker probes its lanes less often).
 lanes(KEYS[3])
+if redis.call('EXISTS', base .. 'lanes:seq') == 0 then return 0 end
 if redis.call('HEXISTS', base .. 'meta', 'paused') == 1 then return {} end
 local now = now_ms()
 release_due(now)

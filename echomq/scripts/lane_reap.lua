@@ -5,8 +5,10 @@
 -- server's run_id: the lease crossed a restart) goes back to its lane with no stall counted;
 -- otherwise a stall is counted: back to its lane while stalled < max_stalled, else dead.
 -- A job back in its lane keeps its place (its enqueue order). Held groups whose time has come
--- take their turn again. Reply: {recovered ids, exempt ids, dead ids}.
+-- take their turn again. Reply: {recovered ids, exempt ids, dead ids, next}: next = ms until
+-- the reaper has work again (the earliest lane lease deadline or held group's time), -1: none.
 lanes(KEYS[3])
+if redis.call('EXISTS', base .. 'lanes:seq') == 0 then return {{}, {}, {}, -1} end  -- never had lanes
 local now = now_ms()
 release_due(now)
 local epoch = ARGV[3] == '1' and run_id()
@@ -34,4 +36,12 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0
     end
   end
 end
-return {recovered, exempt, dead}
+local next = -1
+for _, key in ipairs({KEYS[1], held}) do
+  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if head[2] then
+    local wait = math.max(0, tonumber(head[2]) - now)
+    if next < 0 or wait < next then next = wait end
+  end
+end
+return {recovered, exempt, dead, next}
