@@ -29,7 +29,7 @@ from echomq.connection import BRANDS, Call, Connection, build_call, cluster_mode
 from echomq.keys import VERSION_KEY, Keyspace
 from echomq.serializers import RAW
 from echomq.server import free_port
-from echomq.verbs import SCRIPTED, Verb
+from echomq.verbs import LANES, SCRIPTED, Verb
 from helpers import awaited_connect, dump, fresh_name, unchanged
 
 def fresh(prefix: str = "c") -> str:
@@ -221,12 +221,12 @@ def _loaded(conn) -> list[bool]:
     return conn.client.script_exists(*[s.sha for s in conn.scripts.values()])
 
 
-def test_wire4_loads_every_script_and_wire6_only_the_reads(conn, wire):
+def test_wire4_loads_every_script_and_wire6_only_the_reads_and_the_lanes(conn, wire):
     names = set(conn.scripts)
     if wire == 4:
         assert names == {v.name for v in SCRIPTED}
-    else:
-        assert names == {"counts", "state"}
+    else:  # SPEC §9.6: besides the EMQ verbs, exactly the lane scripts and the two reads
+        assert names == {"counts", "state"} | {v.name for v in LANES}
     assert all(_loaded(conn))
 
 
