@@ -7,11 +7,11 @@ that gives their expired leases STALLED.CHECK's verdicts with the same budget: r
 stall) or dead at ``max_stalled``. The worker's timers run :func:`op_reap` beside the sweep, on
 the sweep's intervals.
 
-Each family is one script named in :data:`RECOVERIES`: it takes KEYS ``(its lease set, dead,
-base)`` (or its own) and ARGV ``max_stalled, limit, stamp`` (stamp 1 on wire 6: the restart
-exemption applies), and replies as STALLED.CHECK does plus when it has work next:
-``[[recovered], [exempt], [dead], next_ms]`` (ms from now, server clock; -1: nothing waits).
-:func:`op_reap` sends every family's script in one round trip.
+Each family is one script named in :data:`RECOVERIES`, with ARGV ``max_stalled, limit`` and,
+if its row takes it, ``stamp`` (1 on wire 6: the restart exemption applies). It replies as
+STALLED.CHECK does, ``[[recovered], [exempt], [dead]]``, optionally followed by when it has work
+next (``lane_reap``: ms from now, server clock, -1 none), which its verb row decodes as a
+``(Sweep, next_ms)`` pair. :func:`op_reap` sends every family's script in one round trip.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .core import Op, raise_first
-from .verbs import Sweep
+from .verbs import BY_NAME, Sweep
 
 if TYPE_CHECKING:
     from .core import QueueCore
@@ -38,10 +38,13 @@ def merged(sweeps: list[Sweep]) -> Sweep:
 
 def op_reap(core: QueueCore, max_stalled: int, limit: int) -> Op[tuple[Sweep, int | None]]:
     """Every recovery of one queue in one round trip: what they moved, and in how many ms (server
-    clock) the first of them has work again (None: none waits)."""
-    calls = [core.build(verb, max_stalled, limit, 1 if core.wire == 6 else 0) for verb in RECOVERIES]
+    clock) the first of them has work again (None: none says)."""
+    stamp = 1 if core.wire == 6 else 0
+    calls = [core.build(verb, max_stalled, limit, *([stamp] if "stamp" in BY_NAME[verb].argv else []))
+             for verb in RECOVERIES]
     replies = yield calls
     raise_first(replies)
     answers = [call.verb.answer(call, reply) for call, reply in zip(calls, replies)]
-    due = [next_ms for _, next_ms in answers if next_ms is not None]
-    return merged([sweep for sweep, _ in answers]), min(due, default=None)
+    found = [answer if isinstance(answer, tuple) else (answer, None) for answer in answers]
+    due = [next_ms for _, next_ms in found if next_ms is not None]
+    return merged([sweep for sweep, _ in found]), min(due, default=None)

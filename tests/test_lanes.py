@@ -15,6 +15,7 @@ from collections import defaultdict
 
 import pytest
 
+from echomq import policy
 from echomq import EmbeddedServer, Queue, Worker, WorkerConfig, connect, module_path
 from echomq.errors import ConfigurationError, LeaseLost, StateError
 from echomq.keys import State
@@ -285,6 +286,26 @@ def test_a_wire_6_connection_sends_the_lane_scripts_and_only_them(conn, queue):
 
 
 # -- workers ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("count,capacity,flat_found,lanes_found,turn,no_lanes,split", [
+    (0, 5, True, True, 0, False, (0, 0)),
+    (10, 10, True, True, 0, False, (5, 5)),  # both give jobs: half each
+    (7, 10, False, False, 0, False, (4, 3)),
+    (10, 10, True, False, 0, False, (9, 1)),  # lanes came back empty: one probe
+    (10, 10, False, True, 0, False, (1, 9)),
+    (1, 2, True, True, 0, False, (1, 1)),  # a lone claim with room for two probes both
+    (1, 1, True, True, 0, False, (0, 1)),  # no room: the kinds take turns
+    (1, 1, True, True, 1, False, (1, 0)),
+    (1, 1, True, False, 1, False, (1, 0)),  # only flat gives jobs: flat, lanes one round in four
+    (1, 1, True, False, 4, False, (0, 1)),
+    (1, 1, False, True, 1, False, (0, 1)),
+    (10, 10, True, False, 3, True, (10, 0)),  # a queue without lanes: all flat ...
+    (10, 10, True, False, 8, True, (9, 1)),  # ... but one round in eight
+])
+def test_split_claims(count, capacity, flat_found, lanes_found, turn, no_lanes, split):
+    assert policy.split_claims(count, capacity, flat_found, lanes_found, turn, no_lanes) == split
+
+
 
 def waiting_on_markers(client) -> bool:
     """A client blocked in BZPOPMIN: a worker's wait on the wake markers (on wire 6 its lanes' wake)."""
