@@ -2,18 +2,28 @@
 
 from pathlib import Path
 
-from echomq.verbs import OPTIONAL, VERBS
+from echomq.verbs import LANES, OPTIONAL, VERBS
 
 DOCS = Path(__file__).parent.parent / "docs"
 
 
-def test_lifecycle_lists_every_verb_with_its_move():
+def moves(doc: str, head: str) -> dict[str, str]:
+    """A doc's three-column moves table (``head | move | performed by``): name -> move."""
     rows = {}
-    for line in (DOCS / "lifecycle.md").read_text().splitlines():
+    for line in (DOCS / doc).read_text().splitlines():
         cells = [cell.strip().replace("\\|", "|") for cell in line.strip().strip("|").split(" | ")]
-        if len(cells) == 3 and cells[0] not in ("verb", "---"):
+        if len(cells) == 3 and cells[1] not in ("move", "---") and cells[0] not in (head, "---"):
             rows[cells[0]] = cells[1]
-    assert rows == {verb.name: verb.move for verb in VERBS + OPTIONAL}
+    return rows
+
+
+def test_lifecycle_lists_every_verb_with_its_move():
+    assert moves("lifecycle.md", "verb") == {verb.name: verb.move for verb in VERBS + OPTIONAL}
+
+
+def test_lanes_doc_lists_every_lane_script_with_its_move():
+    rows = moves("lanes-and-flows.md", "script")  # the flows' own rows may sit beside them
+    assert {verb.name: rows.get(verb.name) for verb in LANES} == {verb.name: verb.move for verb in LANES}
 
 
 # --------------------------------------------------------------------------- docs/examples run
