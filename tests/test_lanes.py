@@ -348,9 +348,8 @@ def test_four_worker_processes_keep_each_groups_order_and_limit(conn, spawn, out
     pairs = {f"g{g}": 2 for g in range(5)}  # five groups run two at a time, the rest one
     for group, k in pairs.items():
         queue.set_lane_limit(k, group)
-    for seq in range(per_group):
-        for g in range(groups):
-            queue.enqueue({"lane": f"g{g}", "seq": seq, "work_ms": 1}, group=f"g{g}")
+    for g in range(groups):
+        queue.enqueue_many([{"lane": f"g{g}", "seq": seq, "work_ms": 1} for seq in range(per_group)], group=f"g{g}")
     total = groups * per_group
     workers = [spawn(name, "-c", "4") for _ in range(4)]
     wait_until(lambda: queue.metrics()["completed"] == total, 120, f"{total} completions")
@@ -363,8 +362,12 @@ def test_four_worker_processes_keep_each_groups_order_and_limit(conn, spawn, out
     for group, runs in by_group.items():
         runs.sort()
         k = pairs.get(group, 1)
-        # claimed in order; with k > 1 two handlers of the group may begin in either order
-        assert all(abs(seq - at) < k for at, (_, _, seq) in enumerate(runs)), f"{group} started out of order"
+        assert sorted(seq for _, _, seq in runs) == list(range(per_group))
+        # in order: seq j starts only after j - k + 1 of the jobs before it ended (k=1: all of them),
+        # since its claim waited for their settles (two handlers of a k=2 group may begin either way)
+        for start, _, seq in runs:
+            ends = sorted(e for _, e, before in runs if before < seq)
+            assert seq < k or ends[seq - k] < start, f"{group}: seq {seq} started before its turn (k={k})"
         for at, (start, _, _) in enumerate(runs):  # at most k of the group run at any start
             overlapping = sum(1 for s, e, _ in runs[:at] if e > start)
             assert overlapping < k, f"{group}: {overlapping + 1} jobs at once at seq {runs[at][2]} (k={k})"
@@ -378,9 +381,8 @@ def test_a_sigkilled_worker_leaves_nothing_lost_the_reaper_recovers_its_leases(c
     name = fresh_name("lanes")
     queue = Queue(conn, name)
     groups, per_group = 8, 12
-    for seq in range(per_group):
-        for g in range(groups):
-            queue.enqueue({"lane": f"g{g}", "seq": seq, "work_ms": 20}, group=f"g{g}")
+    for g in range(groups):
+        queue.enqueue_many([{"lane": f"g{g}", "seq": seq, "work_ms": 20} for seq in range(per_group)], group=f"g{g}")
     total = groups * per_group
     victim = spawn(name, "-c", "4", "--lease-ms", "400", *FAST_TIMERS, "--max-stalled", "5")
     wait_until(lambda: (out / "lanes.log").exists() and len(lane_rows(out)) >= 8, 30, "the victim at work")
