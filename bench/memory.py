@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from echomq import Queue, connect
-from echomq.ids import ALPHABET as BASE62, COUNTER_SPAN, TAIL_CHARS, new_id
+from echomq.ids import ALPHABET as BASE62, COUNTER_SPAN, TAIL_CHARS, fixed_width, new_id
 
 from .common import BenchServer, say
 from .systems import PEERS_DIR, install_peer
@@ -38,14 +38,6 @@ CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 START_MS = 1_796_000_000_000  #: the ms the generated ids of a reading start at (late 2026)
 
 
-def _fixed(alphabet: str, value: int, width: int) -> str:
-    out = []
-    for _ in range(width):
-        value, digit = divmod(value, len(alphabet))
-        out.append(alphabet[digit])
-    return "".join(reversed(out))
-
-
 @dataclass(frozen=True)
 class IdFormat:
     """One candidate: ``time_chars`` of ms then ``tail_chars`` of tag * COUNTER_SPAN + counter."""
@@ -57,18 +49,21 @@ class IdFormat:
     case_sensitive: bool
     default: bool = False  #: the client's own default ids: filled with none given
 
+    def tag_span(self) -> int:
+        return len(self.alphabet) ** self.tail_chars // COUNTER_SPAN
+
     def tag_bits(self) -> int:
-        return (len(self.alphabet) ** self.tail_chars // COUNTER_SPAN).bit_length() - 1
+        return self.tag_span().bit_length() - 1
 
     def minter(self) -> Callable[[], str]:
         """Ids of this shape, COUNTER_SPAN per ms from a fixed start: close enough for a memory reading."""
-        tag = int.from_bytes(os.urandom(8), "big") % (len(self.alphabet) ** self.tail_chars // COUNTER_SPAN)
+        tag = int.from_bytes(os.urandom(8), "big") % self.tag_span()
         count = iter(range(10**9))
 
         def mint() -> str:
             n = next(count)
-            return (_fixed(self.alphabet, START_MS + n // COUNTER_SPAN, self.time_chars)
-                    + _fixed(self.alphabet, tag * COUNTER_SPAN + n % COUNTER_SPAN, self.tail_chars))
+            return (fixed_width(START_MS + n // COUNTER_SPAN, self.time_chars, self.alphabet)
+                    + fixed_width(tag * COUNTER_SPAN + n % COUNTER_SPAN, self.tail_chars, self.alphabet))
         return mint
 
     def facts(self) -> dict[str, Any]:

@@ -63,18 +63,19 @@ def _next_stamp() -> tuple[int, int]:
         return _last_ms, _counter
 
 
-def _base62(value: int, width: int) -> str:
+def fixed_width(value: int, width: int, alphabet: str = ALPHABET) -> str:
+    """``value`` in base ``len(alphabet)``, ``width`` digits with leading zeros: text order is number order."""
     out = []
     for _ in range(width):
-        value, digit = divmod(value, len(ALPHABET))
-        out.append(ALPHABET[digit])
+        value, digit = divmod(value, len(alphabet))
+        out.append(alphabet[digit])
     return "".join(reversed(out))
 
 
 def new_id() -> str:
     """A new default job id; each call's value sorts after the previous one's in this process."""
     ms, counter = _next_stamp()
-    return _base62(ms, TIME_CHARS) + _base62(_tag * COUNTER_SPAN + counter, TAIL_CHARS)
+    return fixed_width(ms, TIME_CHARS) + fixed_width(_tag * COUNTER_SPAN + counter, TAIL_CHARS)
 
 
 def minted_ms(text: str) -> int | None:
