@@ -75,7 +75,7 @@ def test_partitions_spread_evenly_over_the_slots_for_any_name():
             targets = [(2 * i + 1) * SLOTS // (2 * partitions) for i in range(partitions)]
             worst = max(worst, *(abs(slot_of(sub) - t) for sub, t in zip(layout, targets)))
         assert sorted(primaries_split(partition_layout(name, 8), 3)) == [2, 3, 3]
-    assert worst <= 64, worst
+    assert worst <= 64, worst  # 31 measured (docs/cluster.md)
 
 
 # -- declaring N ------------------------------------------------------------------------

@@ -208,9 +208,9 @@ class Recording:
         assert not self.thread.is_alive()
 
 
-def test_a_worker_follows_its_queue_when_the_slot_migrates(wire):
-    with LocalCluster(3, module=echomq.module_path() if wire == 6 else None, brand=wire) as cluster, \
-            connect(cluster.url, wire=wire) as conn:
+def test_a_worker_follows_its_queue_when_the_slot_migrates(cluster, wire):
+    """On the shared cluster: the slot goes back where it was before the test ends."""
+    with connect(cluster.url, wire=wire) as conn:
         name = names_on_every_node(cluster, per_node=1)[0]
         source = cluster.node_for(f"{{{name}}}")
         target = next(node for node in cluster.nodes if node is not source)
@@ -219,15 +219,16 @@ def test_a_worker_follows_its_queue_when_the_slot_migrates(wire):
         with Recording(conn, [name], concurrency=2) as run:
             wait_until(lambda: sum(run.done.values()) >= 100, 30, "a first hundred jobs done")
             moved = migrate_slot(slot_of(name), source, target, cluster.nodes)
-            assert moved > 0
-            assert sum(run.done.values()) < 600, "the slot moved after the run: raise the job count"
-            wait_until(lambda: sum(run.done.values()) == 600, 60, "every job done")
-            wait_until(lambda: blocked_waiters(target) == 1, 20, "the waiter blocked on the new node")
-            assert blocked_waiters(source) == 0
-            later = queue.enqueue({"after": True})  # picked up from the new node by the waiter's wake
-            wait_until(lambda: run.done[later.id] == 1, 20, "a job enqueued after the move")
-
-            migrate_slot(slot_of(name), target, source, cluster.nodes)  # back, while the worker waits there
+            try:
+                assert moved > 0
+                assert sum(run.done.values()) < 600, "the slot moved after the run: raise the job count"
+                wait_until(lambda: sum(run.done.values()) == 600, 60, "every job done")
+                wait_until(lambda: blocked_waiters(target) == 1, 20, "the waiter blocked on the new node")
+                assert blocked_waiters(source) == 0
+                later = queue.enqueue({"after": True})  # picked up from the new node by the waiter's wake
+                wait_until(lambda: run.done[later.id] == 1, 20, "a job enqueued after the move")
+            finally:
+                migrate_slot(slot_of(name), target, source, cluster.nodes)  # back, while the worker waits there
             back = queue.enqueue({"back": True})
             wait_until(lambda: run.done[back.id] == 1, 20, "a job enqueued after the move back")
             wait_until(lambda: blocked_waiters(source) == 1, 20, "the waiter blocked on the first node again")
