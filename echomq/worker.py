@@ -333,9 +333,9 @@ class Worker:
         self.connection = connection
         self.config = config or WorkerConfig()
         # the app's partitioned queues are declared (recorded, or refused if that would strand jobs), so
-        # handlers' producers may trust each task's N; a served one is served as its sub-queues, each
-        # its own queue here (one settle-and-claim exchange and one waiter each, taking turns)
-        #: each task's partitions (their queue names): the queue itself, or the recorded layout
+        # handlers' producers may trust each task's layout; a served one is served as its sub-queues,
+        # each its own queue here (one settle-and-claim exchange and one waiter each, taking turns)
+        #: each task's queues: the queue itself, or its partitions as recorded
         self.layouts = {task.queue: drive(connection, op_declare(connection, task.queue, task.partitions))
                         if task.partitions > 1 else [task.queue] for task in app.tasks.values()}
         self.tasks = {sub: app.tasks[name] for name in names for sub in self.layouts[name]}
