@@ -247,6 +247,30 @@ def test_the_restart_exemption_where_the_epoch_is_stamped(queue, wire):
     assert queue.job(counted.id)["stalled"] == "1"
 
 
+def test_a_lane_lease_that_crossed_a_real_restart(wire):
+    """The same with a real restart (the AOF keeps the dataset, the run_id changes): the lease taken
+    before it is exempt on wire 6, the one taken after it counts; wire 4 counts both."""
+    with EmbeddedServer(module=module_path() if wire == 6 else None, aof=True, appendfsync="always",
+                        brand=wire) as server:
+        name = fresh_name("r")
+        with connect(server.url, wire=wire) as conn:
+            queue = Queue(conn, name)
+            before = queue.enqueue({"seq": 0}, group="a")
+            after = queue.enqueue({"seq": 0}, group="b")
+            (crossed,) = queue.claim_lanes(1, 1)
+        server.restart()
+        with connect(server.url, wire=wire) as conn:
+            queue = Queue(conn, name)
+            (counted,) = queue.claim_lanes(1, 1)
+            assert (crossed.id, counted.id) == (before.id, after.id)
+            wait_server_past(conn.client, server_ms(conn.client) + 2)
+            reaped = queue.reap(3, 100)
+            if wire == 6:
+                assert (reaped.recovered, reaped.exempt, reaped.dead) == ([counted.id], [crossed.id], [])
+            else:
+                assert sorted(reaped.recovered) == sorted([crossed.id, counted.id]) and reaped.exempt == []
+
+
 def test_the_native_verbs_refuse_lane_rows_and_write_nothing(queue, wire):
     """The flat verbs on a held lane job: wire 6 refuses the row (EMQSTATE lane row is not native);
     wire 4's scripts find it outside active (EMQSTATE). Either way nothing is written."""
