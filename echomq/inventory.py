@@ -27,7 +27,9 @@ TIME_FIELDS = ("created", "started", "failed")
 #: a completed record's own time (ms, server clock): when PUBLISH completed it (docs/spec.md §12)
 RECORD_TIME_FIELDS = ("finished",)
 #: the keys whose presence means a queue exists (a queue whose jobs all completed keeps its metrics)
-PRESENCE_SUFFIXES = ("pending", "active", "schedule", "dead", "meta", "metrics:completed", "metrics:failed")
+#: a queue exists when one of these does (``lanes:seq``: it ever had a lane job)
+PRESENCE_SUFFIXES = ("pending", "active", "schedule", "dead", "meta", "metrics:completed", "metrics:failed",
+                     "lanes:seq")
 
 
 def text_of(value: Any) -> str:
@@ -42,7 +44,7 @@ def discover_queues(connection: Connection) -> list[str]:
     for key in connection.client.scan_iter(match="emq:{*}:*", count=1000):
         text = text_of(key)
         name, _, rest = text[len("emq:{"):].partition("}:")
-        if rest and not rest.startswith(("job:", "done:")):
+        if rest and not rest.startswith(("job:", "done:", "lane:")):
             names.add(parent_queue(name))
     return sorted(names)
 

@@ -9,6 +9,7 @@ verdicts. The worker-process tests run 4 ``emq worker`` processes (20 groups; 25
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections import defaultdict
@@ -307,6 +308,35 @@ def test_a_wire_6_connection_sends_the_lane_scripts_and_only_them(conn, queue):
     if conn.wire == 6:
         assert conn.command_args(queue.build("claim", 10))[0] == "EMQ.CLAIM"
         assert "stalled_check" not in conn.scripts and "lane_claim" in conn.scripts
+
+
+def test_emq_group_commands(server, conn):
+    from click.testing import CliRunner
+
+    from echomq.cli import main
+
+    name = fresh_name("c")
+    queue = Queue(conn, name)
+
+    def emq(*args):
+        result = CliRunner(env={"COLUMNS": "200"}).invoke(main, [*args, "--url", server.url], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    queue.enqueue({}, group="tenant-42")
+    queue.enqueue({}, group="tenant-7")
+    assert "paused" in emq("group", "pause", "-q", name, "tenant-42")
+    assert "at most 3 at once" in emq("group", "limit", "-q", name, "3", "--group", "tenant-7")
+    listed = json.loads(emq("group", "list", "-q", name, "--json"))
+    assert listed == {"tenant-42": {"waiting": 1, "running": 0, "paused": True, "limit": 1},
+                      "tenant-7": {"waiting": 1, "running": 0, "paused": False, "limit": 3}}
+    assert "tenant-42" in emq("group", "list", "-q", name)
+    assert [job.group for job in queue.claim_lanes(5, LEASE)] == ["tenant-7"]
+    assert "resumed" in emq("group", "resume", "-q", name, "tenant-42")
+    (job,) = queue.claim_lanes(5, LEASE)
+    conn.client.zadd(queue.keys.key("lanes:active"), {job.id: 0})  # its lease ran out
+    assert "recovered 1" in emq("sweep", "-q", name)  # the sweep and the reaper
+    assert "in its set" not in emq("inspect", job.id, "-q", name)  # found in its lane, not called lost
 
 
 # -- workers ----------------------------------------------------------------------------------
