@@ -219,7 +219,9 @@ class QueueCore:
         return self.build("lane_enqueue", new_id() if id is None else id, self.encode(payload), group)
 
     def complete_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
-        return self.build("lane_complete" if _lane_of(job) else "complete", *_ref(job, token))
+        if _lane_of(job):  # a lane job's completion: no record kept
+            return self.build("lane_complete", *_ref(job, token), b"", 0)
+        return self.build("complete", *_ref(job, token))
 
     def fail_call(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
                   token: str | int | None = None, traceback: str | None = None) -> Call:
@@ -244,11 +246,9 @@ class QueueCore:
 
     def publish_call(self, job: JobRef, result: bytes, *, retention_ms: int, token: str | int | None = None) -> Call:
         """COMPLETE with the outcome told (the bus): ``result`` (already encoded) kept as the job's
-        completed record for ``retention_ms`` (0: no record). A lane job keeps no record: its
-        completion is LANE_COMPLETE."""
-        if _lane_of(job):
-            return self.complete_call(job, token=token)
-        return self.build("publish", *_ref(job, token), result, retention_ms)
+        completed record for ``retention_ms`` (0: no record). A lane job's is LANE_COMPLETE, which
+        keeps the record and tells the outcome the same way."""
+        return self.build("lane_complete" if _lane_of(job) else "publish", *_ref(job, token), result, retention_ms)
 
     def append_call(self, job: JobRef, value: Any, *, token: str | int | None = None) -> Call:
         """APPEND: a held job's progress (any JSON value, at most 64 KiB encoded)."""

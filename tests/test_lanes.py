@@ -18,7 +18,7 @@ import pytest
 
 from echomq import policy
 from echomq import EmbeddedServer, Queue, Worker, WorkerConfig, connect, module_path
-from echomq.errors import ConfigurationError, LeaseLost, StateError
+from echomq.errors import ConfigurationError, JobFailed, LeaseLost, StateError
 from echomq.keys import State
 from test_blocking_worker import QUIET_TIMERS, Running, recording_app
 from helpers import AwaitingQueue, fresh_name, server_ms, unchanged, wait_server_past
@@ -185,6 +185,19 @@ def test_a_retry_keeps_its_place_and_a_backoff_holds_the_group(lanes):
         lanes.complete(back)  # released: its token no longer holds
 
 
+def test_a_lane_jobs_result_and_death_are_told_as_a_flat_jobs(lanes):
+    lanes.enqueue({"seq": 0}, group="a")
+    lanes.enqueue({"seq": 1}, group="a")
+    (job,) = lanes.claim_lanes(1, LEASE)
+    lanes.publish(job, {"total": 42}, retention_ms=60_000)
+    assert lanes.result(job.id, timeout=5) == {"total": 42}
+    assert lanes.status(job.id).value == "completed"
+    (doomed,) = lanes.claim_lanes(1, LEASE)
+    assert lanes.fail(doomed, "boom", max_attempts=1, traceback="Traceback: boom") is State.DEAD
+    with pytest.raises(JobFailed, match="boom"):
+        lanes.result(doomed.id, timeout=5)
+
+
 def test_renewals_and_a_stale_token(lanes):
     lanes.enqueue({"seq": 0}, group="a")
     lanes.enqueue({"n": 1})
@@ -296,7 +309,7 @@ def test_the_native_verbs_refuse_lane_rows_and_write_nothing(queue, wire):
     queue.enqueue({"n": 1}, id="flat")
     flat = queue.claim(LEASE)
     with unchanged(client, queue.keys), pytest.raises(StateError, match="not a lane row"):
-        queue.connection.send(queue.build("lane_complete", flat.id, flat.token))
+        queue.connection.send(queue.build("lane_complete", flat.id, flat.token, b"", 0))
 
 
 def test_a_wire_6_connection_sends_the_lane_scripts_and_only_them(conn, queue):

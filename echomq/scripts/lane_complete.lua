@@ -1,10 +1,26 @@
--- EMQ lane_complete (both wires). KEYS: lanes:active, base. ARGV: id, token.
--- As complete: the row deleted and counted; the group's slot freed (its next job may start).
+-- EMQ lane_complete (both wires). KEYS: lanes:active, base. ARGV: id, token, result, retention_ms.
+-- As publish (docs/spec.md §12): the row deleted and counted, the completed record `done:<id>`
+-- (the result, attempts, created, started, finished) kept retention_ms from now (0 keeps none),
+-- `completed` told on the job's outcome channel; then the group's slot is freed.
 lanes(KEYS[2])
-local row, g = held_row('lane_complete', ARGV[1], ARGV[2])
+local id = ARGV[1]
+local row, g = held_row('lane_complete', id, ARGV[2])
 if not row then return g end
-redis.call('ZREM', KEYS[1], ARGV[1])
+local times = redis.call('HMGET', row, 'created', 'started')
+redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', row)
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
+local retention = tonumber(ARGV[4])
+if retention > 0 then
+  local now = now_ms()
+  local done = base .. 'done:' .. id
+  redis.call('DEL', done)
+  local record = {'result', ARGV[3], 'attempts', ARGV[2], 'finished', now}
+  if times[1] then record[#record + 1] = 'created'; record[#record + 1] = times[1] end
+  if times[2] then record[#record + 1] = 'started'; record[#record + 1] = times[2] end
+  redis.call('HSET', done, unpack(record))
+  redis.call('PEXPIREAT', done, now + retention)
+end
+tell(id, 'completed')
 free(g)
 return 1

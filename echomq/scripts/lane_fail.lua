@@ -17,6 +17,7 @@ if failures >= tonumber(ARGV[4]) then
   redis.call('ZADD', KEYS[2], now, ARGV[1])
   redis.call('HSET', row, 'state', 'dead', unpack(failure))
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
+  tell(ARGV[1], 'dead')
   free(g)
   return 'dead'
 end

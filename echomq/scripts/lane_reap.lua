@@ -27,6 +27,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0
         redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled', 'failed', now)
         redis.call('ZADD', KEYS[2], now, id)
         redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
+        tell(id, 'dead')
         free(f[1])
         dead[#dead + 1] = id
       else
