@@ -43,6 +43,9 @@ RETRY_MS = (100, 5000)
 READ_MARGIN_S = 10.0
 #: MOVED replies one block follows before it counts as a link failure (a slot moving back and forth).
 REDIRECTS = 5
+#: The client name of a wire-6 worker's wait on the wake markers (its lanes' wake), so CLIENT LIST
+#: tells it from the claiming waits.
+LANES_WAKE = "emq-lanes-wake"
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,8 @@ class Waiter(threading.Thread):
         control = self.connection.node_client(next(iter(self.queues.values())).keys)
         pool = control.connection_pool
         # a read outlives the longest block: the server answers by then, or the link is dead
-        link = pool.connection_class(**{**pool.connection_kwargs,
+        named = {"client_name": LANES_WAKE} if self.markers and self.connection.wire == 6 else {}
+        link = pool.connection_class(**{**pool.connection_kwargs, **named,
                                         "socket_timeout": BLOCK_MAX_MS / 1000 + READ_MARGIN_S})
         self._link, self.control = link, control
         return link

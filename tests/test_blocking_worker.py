@@ -11,6 +11,7 @@ import pytest
 
 from echomq import App, EmbeddedServer, Queue, TimerConfig, Worker, WorkerConfig, connect, module_path
 from echomq.errors import ConfigurationError, UnsupportedOnWire
+from echomq.waiter import LANES_WAKE
 from helpers import dump, fresh_name, server_ms, wait_server_past
 from worker_helpers import WorkerProcess, out, processed, wait_until  # noqa: F401 (fixture: out)
 
@@ -33,10 +34,10 @@ def own_conn(own_server, wire):
 
 def blocked(client) -> int:
     """Clients blocked in the worker's claiming wait (BZPOPMIN on wire 4, EMQ.BCLAIM on wire 6). A
-    wire-6 worker also blocks in BZPOPMIN on the wake markers, the lanes' wake (tests/test_lanes.py):
-    not counted here."""
-    waits = ("emq.bclaim",) if client.get("{emq}:version") == b"echomq:6.0.0" else ("bzpopmin", "emq.bclaim")
-    return sum(1 for c in client.client_list() if "b" in c["flags"] and c["cmd"].lower() in waits)
+    wire-6 worker also blocks in BZPOPMIN on the wake markers, the lanes' wake (named ``LANES_WAKE``,
+    tests/test_lanes.py): not counted here."""
+    return sum(1 for c in client.client_list() if "b" in c["flags"] and c["cmd"].lower() in ("bzpopmin", "emq.bclaim")
+               and c.get("name") != LANES_WAKE)
 
 
 def commands_total(client) -> int:

@@ -20,6 +20,7 @@ from echomq import policy
 from echomq import EmbeddedServer, Queue, Worker, WorkerConfig, connect, module_path
 from echomq.errors import ConfigurationError, JobFailed, LeaseLost, StateError
 from echomq.keys import State
+from echomq.waiter import LANES_WAKE
 from test_blocking_worker import QUIET_TIMERS, Running, recording_app
 from helpers import AwaitingQueue, fresh_name, server_ms, unchanged, wait_server_past
 from worker_helpers import out, processed, spawn, wait_until  # noqa: F401 (fixtures)
@@ -374,9 +375,11 @@ def test_split_claims(count, capacity, flat_found, lanes_found, turn, no_lanes, 
 
 
 
-def waiting_on_markers(client) -> bool:
-    """A client blocked in BZPOPMIN: a worker's wait on the wake markers (on wire 6 its lanes' wake)."""
-    return any("b" in c["flags"] and c["cmd"].lower() == "bzpopmin" for c in client.client_list())
+def waiting_on_markers(client, wire) -> bool:
+    """A client blocked in BZPOPMIN: a worker's wait on the wake markers (on wire 6 its lanes' wake,
+    named LANES_WAKE)."""
+    return any("b" in c["flags"] and c["cmd"].lower() == "bzpopmin" and (wire == 4 or c.get("name") == LANES_WAKE)
+               for c in client.client_list())
 
 
 def test_an_idle_worker_wakes_for_a_lane_job_on_both_wires(wire):
@@ -388,10 +391,10 @@ def test_an_idle_worker_wakes_for_a_lane_job_on_both_wires(wire):
         name, seen = fresh_name("w"), []
         queue = Queue(conn, name)
         with Running(Worker(recording_app([name], seen), conn, config=WorkerConfig(timers=QUIET_TIMERS))):
-            wait_until(lambda: waiting_on_markers(conn.client), what="the worker waiting on the markers")
+            wait_until(lambda: waiting_on_markers(conn.client, wire), what="the worker waiting on the markers")
             job = queue.enqueue({}, group="g")
             wait_until(lambda: seen == [(name, job.id, 1)], timeout=10, what="the lane job run")
-            wait_until(lambda: waiting_on_markers(conn.client), what="the worker waiting again")
+            wait_until(lambda: waiting_on_markers(conn.client, wire), what="the worker waiting again")
             second = queue.enqueue({}, group="g")
             wait_until(lambda: (name, second.id, 1) in seen, timeout=10, what="the second lane job run")
             wait_until(lambda: queue.groups() == {}, what="the second lane job settled")

@@ -10,6 +10,7 @@ from valkey.crc import key_slot
 from echomq.cluster import LocalCluster, node_id, slot_ranges
 from echomq.keys import Keyspace
 from echomq.server import EmbeddedServer
+from echomq.waiter import LANES_WAKE
 from worker_helpers import wait_until
 
 _n = itertools.count()
@@ -42,9 +43,11 @@ def digests(cluster: LocalCluster) -> list[bytes]:
 
 
 def blocked_clients(node: EmbeddedServer) -> list[dict]:
-    """Connections blocked in a waiter's command (BZPOPMIN or EMQ.BCLAIM) on ``node``."""
+    """Connections blocked in a waiter's claiming wait (BZPOPMIN or EMQ.BCLAIM) on ``node``; a wire-6
+    worker's BZPOPMIN on the wake markers, its lanes' wake (named ``LANES_WAKE``), is not counted."""
     with node.client() as client:
-        return [c for c in client.client_list() if "b" in c["flags"] and c["cmd"].lower() in ("bzpopmin", "emq.bclaim")]
+        return [c for c in client.client_list() if "b" in c["flags"] and c["cmd"].lower() in ("bzpopmin", "emq.bclaim")
+                and c.get("name") != LANES_WAKE]
 
 
 def blocked_waiters(node: EmbeddedServer) -> int:
