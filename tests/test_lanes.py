@@ -455,11 +455,13 @@ def test_a_sigkilled_worker_leaves_nothing_lost_the_reaper_recovers_its_leases(c
         queue.enqueue_many([{"lane": f"g{g}", "seq": seq, "work_ms": 20} for seq in range(per_group)], group=f"g{g}")
     total = groups * per_group
     victim = spawn(name, "-c", "4", "--lease-ms", "400", *FAST_TIMERS, "--max-stalled", "5")
-    wait_until(lambda: (out / "lanes.log").exists() and len(lane_rows(out)) >= 8, 30, "the victim at work")
+    leases = queue.keys.key("lanes:active")
+    wait_until(lambda: (out / "lanes.log").exists() and len(lane_rows(out)) >= 8 and conn.client.zcard(leases) >= 3,
+               30, "the victim at work, holding leases")
     victim.kill()  # SIGKILL mid-lanes: its leases are left to expire
     held = {j for j, _ in queue.ids("active", count=1)}  # nothing flat: lane leases are elsewhere
     assert held == set()
-    orphans = {member.decode() for member in conn.client.zrange(queue.keys.key("lanes:active"), 0, -1)}
+    orphans = {member.decode() for member in conn.client.zrange(leases, 0, -1)}
     assert orphans, "the victim held lane leases when it died"
     survivor = spawn(name, "-c", "4", "--lease-ms", "400", *FAST_TIMERS, "--max-stalled", "5")
     wait_until(lambda: queue.metrics()["completed"] == total, 60, f"{total} completions")
@@ -470,6 +472,6 @@ def test_a_sigkilled_worker_leaves_nothing_lost_the_reaper_recovers_its_leases(c
     assert orphans <= retried  # every lease the victim held was recovered and run again
     assert "reaper" in survivor.log() and "recovered" in survivor.log()
     assert queue.counts().total == 0 and queue.groups() == {}
-    assert conn.client.zcard(queue.keys.key("lanes:active")) == 0
+    assert conn.client.zcard(leases) == 0
     survivor.signal(signal.SIGTERM)
     assert survivor.wait() == 0
