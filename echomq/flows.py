@@ -28,6 +28,9 @@ from .verbs import BY_NAME, LIMIT_MAX, PRIORITY_MAX, Call, Sweep, check_int
 #: but tell it nothing; ``ignore`` -- the child counts as finished, with no result; ``continue`` --
 #: the child counts as finished and the parent's handler sees its error (``ctx.children_failures()``).
 CHILD_FAILURE = ("fail", "ignore", "continue")
+#: Where a flow job is, by its row's ``state``: its queue's flow sets (the dead set is the queue's own).
+FLOW_STATE_SETS = {"pending": "flow:pending", "active": "flow:active", "scheduled": "flow:schedule",
+                   "waiting": "flow:waiting", "dead": "dead"}
 #: The most jobs one flow admits (one script call carries seven arguments per job).
 FLOW_MAX_JOBS = LIMIT_MAX
 FLOW_ENQUEUE = BY_NAME["flow_enqueue"]

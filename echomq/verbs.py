@@ -340,7 +340,8 @@ def _flow(name, keys, argv, move, decode=lambda reply: reply, fenced=False):
 
 # The flow scripts (SPEC §9.6, docs/lanes-and-flows.md "Flows"): scripts on both wires, never an
 # EMQ command, so no native verb moves a flow job (the native COMPLETE and FAIL refuse a row with a
-# `parent`). FLOW_ENQUEUE's KEYS are the bases of the flow's queues, as many as it uses.
+# `parent`). FLOW_ENQUEUE's KEYS are the bases of the flow's queues, as many as it uses; the dead
+# set a flow job dies into is derived from the base (scripts/lib/flow.lua), as its row is.
 FLOWS: tuple[Verb, ...] = (
     _flow("flow_enqueue", (), ("queue", "id", "payload", "priority", "parent", "children", "on_child_failure"),
           "(new) → flow:waiting | flow:pending", decode=_one),
@@ -351,12 +352,12 @@ FLOWS: tuple[Verb, ...] = (
     _flow("flow_complete", ("flow:active", BASE), ("id", "token", "result", "retention_ms"),
           "flow:active → (completed record); the parent's last child: flow:waiting → flow:pending",
           decode=_one, fenced=True),
-    _flow("flow_fail", ("flow:active", "flow:pending", "flow:schedule", "dead", BASE),
+    _flow("flow_fail", ("flow:active", "flow:pending", "flow:schedule", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms", "traceback"),
           "flow:active → flow:pending | flow:schedule | dead", decode=lambda reply: State(text(reply)), fenced=True),
     _flow("flow_release", ("flow:active", "flow:pending", BASE), ("id", "token"), "flow:active → flow:pending",
           decode=_one, fenced=True),
-    _flow("flow_reap", ("flow:active", "flow:pending", "dead", BASE), ("max_stalled", "limit"),
+    _flow("flow_reap", ("flow:active", "flow:pending", BASE), ("max_stalled", "limit"),
           "flow:active → flow:pending | dead", decode=_sweep),
 )
 

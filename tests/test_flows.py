@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import AbstractSet, Any
 
 import pytest
 
@@ -26,12 +27,12 @@ LEASE = 60_000
 
 def flow_sets(queue: Queue) -> dict[str, list]:
     """The queue's flow sets and dead set, member ids only."""
-    client = queue.connection.client
+    client: Any = queue.connection.client
     return {name: [m.decode() for m in client.zrange(queue.keys.key(name), 0, -1)]
             for name in ("flow:pending", "flow:active", "flow:schedule", "flow:waiting", "dead")}
 
 
-def settle_all(queue: Queue, *, fail: set[str] = frozenset(), max_attempts: int = 1) -> list[str]:
+def settle_all(queue: Queue, *, fail: AbstractSet[str] = frozenset(), max_attempts: int = 1) -> list[str]:
     """Claim every ready flow job of ``queue`` and complete it (result: its payload), or fail the
     ids in ``fail``; returns the ids claimed."""
     jobs = queue.flow_claim(1000, LEASE)

@@ -1,10 +1,11 @@
--- EMQ flow_fail (both wires). KEYS: flow:active, flow:pending, flow:schedule, dead, base.
--- ARGV: id, token, error, max_attempts, backoff_ms, traceback (empty: none).
+-- EMQ flow_fail (both wires). KEYS: flow:active, flow:pending, flow:schedule, base.
+-- ARGV: id, token, error, max_attempts, backoff_ms, traceback.
+-- An empty traceback writes none.
 -- FAILURES.INCR for a flow job: failures' = failures + 1; below max_attempts it retries
 -- (flow:active -> flow:pending, or flow:schedule after backoff_ms); at it, it dies and its parent
 -- is told (lib/flow.lua). Reply: pending, scheduled or dead; 0 when no row or the token does not
 -- match; EMQSTATE when the row is not active in flow:active.
-local base, id = KEYS[5], ARGV[1]
+local base, id = KEYS[4], ARGV[1]
 local row = base .. 'job:' .. id
 local held = redis.call('HMGET', row, 'attempts', 'state')
 if held[1] ~= ARGV[2] then return 0 end

@@ -1,4 +1,4 @@
--- EMQ flow_reap (both wires). KEYS: flow:active, flow:pending, dead, base. ARGV: max_stalled, limit.
+-- EMQ flow_reap (both wires). KEYS: flow:active, flow:pending, base. ARGV: max_stalled, limit.
 -- STALLED.CHECK for flow leases, with its verdicts and budgets: up to `limit` members of
 -- flow:active with score <= now, lowest first, each flow:active -> flow:pending or dead.
 -- ghost (no row): removed. exempt (lease_epoch stamped and not the server's run_id: the lease
@@ -6,7 +6,7 @@
 -- recover below max_stalled, die at it -- and a dead child's parent is told (lib/flow.lua),
 -- which applies the parent's on_child_failure.
 -- Reply: {recovered ids, exempt ids, dead ids}, each in selection order.
-local base = KEYS[4]
+local base = KEYS[3]
 local now = flow_now()
 local max_stalled = tonumber(ARGV[1])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))

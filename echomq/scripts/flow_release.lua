@@ -4,13 +4,13 @@
 -- is not active in flow:active.
 local base, id = KEYS[3], ARGV[1]
 local row = base .. 'job:' .. id
-local held = redis.call('HMGET', row, 'attempts', 'state', 'priority')
+local held = redis.call('HMGET', row, 'attempts', 'priority', 'state')
 if held[1] ~= ARGV[2] then return 0 end
-if held[2] ~= 'active' then
-  return redis.error_reply('EMQSTATE flow_release row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
+if held[3] ~= 'active' then
+  return redis.error_reply('EMQSTATE flow_release row ' .. (held[3] and 'is ' .. held[3] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE flow_release id is not in flow:active') end
 redis.call('ZREM', KEYS[1], id)
-redis.call('ZADD', KEYS[2], tonumber(held[3] or '0'), id)
+redis.call('ZADD', KEYS[2], tonumber(held[2] or '0'), id)
 redis.call('HSET', row, 'state', 'pending')
 return 1

@@ -45,9 +45,9 @@ end
 -- under `ignore` it counts as done. The last child moves the parent flow:waiting -> flow:pending.
 flow_tell = function(parent, child, ok, value, now)
   local base, id = flow_split(parent)
-  local held = redis.call('HMGET', parent, 'state', 'on_child_failure', 'priority')
-  if held[1] ~= 'waiting' then return end -- failed already (or gone): its flow is over
-  local policy = held[2] or 'fail'
+  local held = redis.call('HMGET', parent, 'on_child_failure', 'priority', 'state')
+  if held[3] ~= 'waiting' then return end -- failed already (or gone): its flow is over
+  local policy = held[1] or 'fail'
   if not ok and policy == 'fail' then
     redis.call('ZREM', base .. 'flow:waiting', id)
     flow_die(base, id, 'child ' .. child .. ' failed: ' .. value, now)
@@ -60,7 +60,7 @@ flow_tell = function(parent, child, ok, value, now)
   end
   if redis.call('HINCRBY', parent, 'children', -1) <= 0 then
     redis.call('ZREM', base .. 'flow:waiting', id)
-    redis.call('ZADD', base .. 'flow:pending', tonumber(held[3] or '0'), id)
+    redis.call('ZADD', base .. 'flow:pending', tonumber(held[2] or '0'), id)
     redis.call('HSET', parent, 'state', 'pending')
   end
 end
