@@ -45,7 +45,7 @@ import signal
 import threading
 import time
 from concurrent.futures import CancelledError, Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from queue import SimpleQueue
 from typing import Any, Callable, Sequence
 
@@ -92,6 +92,10 @@ class WorkerConfig:
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  #: the workers list (`emq workers`)
     burst: bool = False  #: stop once the queues are empty (:meth:`Worker.drained`)
     timeout_s: float | None = None  #: overrides every task's ``timeout`` (``emq worker --timeout``)
+    #: the longest wait between two polls of a queue's flow sets while they give nothing (they back
+    #: off as ``idle`` does, up to this): a flow job another process made ready is claimed within
+    #: it on wire 6; wire 4's waiter is woken by the flow scripts' wake marker at once
+    flow_poll_max_ms: int = 5000
 
     def __post_init__(self) -> None:
         check_timeout(self.timeout_s, "the worker")
@@ -378,6 +382,7 @@ class Worker:
         #: with the idle back-off, at once again while they give jobs or a flow job settles here
         self._empty_flow_polls = {name: 0 for name in names}
         self._next_flow_poll = {name: 0.0 for name in names}
+        self._flow_idle = replace(self.config.idle, max_ms=max(self.config.idle.min_ms, self.config.flow_poll_max_ms))
         self._next_tick: float | None = None
         self._turn = 0
         self._link_down_until = 0.0
@@ -488,6 +493,8 @@ class Worker:
             return False
         if not all(self._came_back_empty(name) for name in self.queues):
             return False  # a queue gave jobs on its last claim (or has not been claimed from): not empty yet
+        if not all(polls > 0 for polls in self._empty_flow_polls.values()):
+            return False  # likewise its flow sets (a flow parent waiting on its children is not claimable)
         try:
             for queue in self.queues.values():
                 counts = queue.counts()
@@ -681,7 +688,7 @@ class Worker:
             sent = self._clock_ms()
             jobs = queue.flow_claim(min(self._capacity(), self.config.claim_batch), self.config.lease.lease_ms)
             self._empty_flow_polls[name] = 0 if jobs else self._empty_flow_polls[name] + 1
-            self._next_flow_poll[name] = now + policy.idle_interval_ms(self.config.idle, self._empty_flow_polls[name])
+            self._next_flow_poll[name] = now + policy.idle_interval_ms(self._flow_idle, self._empty_flow_polls[name])
             task = self.tasks[name]
             parents = [job for job in jobs if job.has_children]
             # a parent's handler reads what its children left it: read once, before it starts
@@ -762,6 +769,12 @@ class Worker:
     def _read_reports(self, now: float) -> None:
         while not self._reports.empty():
             report = self._reports.get()
+            # a waiter's block ended: the wake marker (a flow script writes it too, wire 4), its timeout,
+            # or a job: poll those queues' flow sets now as well
+            stirred = report.queues if isinstance(report, (waiter.Woken, waiter.TimedOut)) else \
+                (report.queue,) if isinstance(report, waiter.Claimed) else ()
+            for name in stirred:
+                self._next_flow_poll[name] = now
             if isinstance(report, waiter.Woken):
                 for name in report.queues:
                     # a marker means claimable, or the schedule's head moved earlier: claim, and re-read it

@@ -30,6 +30,7 @@ for i = 1, n do
   else
     redis.call('HSET', rows[i], 'state', 'pending', unpack(fields))
     redis.call('ZADD', base .. 'flow:pending', priority, id)
+    flow_wake(base)
   end
 end
 return 1

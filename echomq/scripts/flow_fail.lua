@@ -25,6 +25,7 @@ end
 local state = 'pending'
 if tonumber(ARGV[5]) == 0 then
   redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), id)
+  flow_wake(base)
 else
   state = 'scheduled'
   redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), id)

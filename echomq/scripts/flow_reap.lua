@@ -32,4 +32,5 @@ for _, id in ipairs(expired) do
     end
   end
 end
+if #recovered + #exempt > 0 then flow_wake(base) end
 return {recovered, exempt, dead}

@@ -13,4 +13,5 @@ if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE
 redis.call('ZREM', KEYS[1], id)
 redis.call('ZADD', KEYS[2], tonumber(held[2] or '0'), id)
 redis.call('HSET', row, 'state', 'pending')
+flow_wake(base)
 return 1

@@ -18,6 +18,12 @@ local function flow_split(row)
   return string.match(row, '^(emq:{[^{}]+}:)job:(.+)$')
 end
 
+-- a flow job of the queue became claimable: the wake marker, for a wire-4 worker blocked on it
+-- (a wire-6 worker blocks in BCLAIM on the flat sets, and polls its flow sets instead)
+local function flow_wake(base)
+  redis.call('ZADD', base .. 'wake', 0, 'w')
+end
+
 local flow_tell -- a parent that dies tells its own parent: the two call each other
 
 -- A flow job dies (its retry budget spent, stalled past max_stalled, or a child failed under
@@ -62,6 +68,7 @@ flow_tell = function(parent, child, ok, value, now)
     redis.call('ZREM', base .. 'flow:waiting', id)
     redis.call('ZADD', base .. 'flow:pending', tonumber(held[2] or '0'), id)
     redis.call('HSET', parent, 'state', 'pending')
+    flow_wake(base)
   end
 end
 
