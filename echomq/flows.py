@@ -95,8 +95,8 @@ def check_one_slot(queues: Sequence[str]) -> None:
         named = ", ".join(f"{q} (slot {s})" for q, s in slots.items())
         raise CrossSlotFlow(
             f"a flow is admitted in one atomic step, so on a cluster its queues must share a slot; {named} do not. "
-            f"Put the flow's jobs in one queue, or name the other queues after the root's slot with "
-            f"echomq.flows.same_slot_name (e.g. {same_slot_name(queues[-1], root)!r} shares {root!r}'s)")
+            f"Put the flow's jobs in one queue, or name the other queues into the root's slot: "
+            f"echomq.flows.same_slot_name({queues[-1]!r}, {root!r}) = {same_slot_name(queues[-1], root)!r}")
 
 
 def plan(root: Flow, encode: Callable[[Any], bytes], *, cluster: bool) -> Plan:
