@@ -607,6 +607,8 @@ class Worker:
         for (held, decision, _), reply in zip(batch, answers):
             self._record(held, decision, reply)
             self._release(held)
+            if held.job.flow:  # a parent (in any queue served) may be ready now: poll the flow sets
+                self._next_flow_poll = dict.fromkeys(self._next_flow_poll, 0.0)
             if isinstance(decision, policy.Postpone) or reply == State.SCHEDULED:
                 # promote when it falls due, not a whole interval later (plus slack for the two clocks)
                 wait = decision.delay_ms if isinstance(decision, policy.Postpone) else decision.backoff_ms
@@ -667,7 +669,6 @@ class Worker:
         and FAIL refuse a flow child). Its result always goes (its parent may read it); a Delay is
         a retry after the delay: flow jobs have no DELAY."""
         queue, job = held.queue, held.job
-        self._next_flow_poll = dict.fromkeys(self._next_flow_poll, 0.0)  # a parent may be ready now
         if isinstance(decision, policy.Complete):
             return queue.flow_complete_call(job, decision.value, retention_ms=held.task.result_ttl_ms or 0)
         if isinstance(decision, policy.Postpone):
@@ -694,11 +695,7 @@ class Worker:
             # a parent's handler reads what its children left it: read once, before it starts
             left = dict(zip((job.id for job in parents), queue.children_many([job.id for job in parents])))
             for job in jobs:
-                children = left.get(job.id)
-                if children is not None:
-                    children = Children({child: task.serializer.loads(raw) for child, raw in children.results.items()},
-                                        children.failures)
-                self._start(task, queue, job, sent, children)
+                self._start(task, queue, job, sent, left.get(job.id))
             claimed += len(jobs)
         return claimed
 
@@ -908,7 +905,11 @@ class Worker:
     def _start(self, task: Task, queue: Queue, job: Job, sent: float, children: Children | None = None) -> None:
         self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
                    trace=job.trace)
-        ctx = JobContext(job.id, task.queue, job.attempt, producers=self._producers(task.is_async), children=children)
+        ctx = JobContext(job.id, task.queue, job.attempt, producers=self._producers(task.is_async))
+        if children is not None:
+            # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
+            ctx.children = lambda raw=children, loads=task.serializer.loads: Children(
+                {child: loads(result) for child, result in raw.results.items()}, raw.failures)
         if self.connection.supports("append") and not job.flow:  # APPEND is fenced on the flat active set
             # progress is sent from the handler's own thread, on the connection's pool: one APPEND
             ctx.report = lambda value, queue=queue, job=job: queue.progress(job, value)
