@@ -189,6 +189,8 @@ class QueueCore:
         #: the last claims' rate-limit wait (ms, server clock): the queue's rate limit held at least
         #: one of them; None when none was held (docs/spec.md §13)
         self.claim_wait_ms: int | None = None
+        #: the last flow claim found nothing, and a flow retry falls due in this many ms (None: none waits)
+        self.flow_due_ms: int | None = None
 
     # -- building calls (pure) --------------------------------------------------
     def call(self, verb: str, *argv: Any) -> Call:
@@ -409,7 +411,9 @@ class QueueCore:
         """Up to ``count`` flow jobs under a lease (FLOW_CLAIM), each marked :attr:`Job.flow`."""
         claimed = yield from self._one(self.build("flow_claim", check_int("lease_ms", lease_ms, 1),
                                                   check_int("count", count, 1, LIMIT_MAX)))
-        return [replace(self._job(one), flow=True, has_children=parent) for one, parent in claimed]
+        self.flow_due_ms = claimed.wait_ms if isinstance(claimed, Throttled) else None
+        return [] if isinstance(claimed, Throttled) else [
+            replace(self._job(one), flow=True, has_children=parent) for one, parent in claimed]
 
     def op_flow_extend_many(self, jobs: Sequence[JobRef], lease_ms: int) -> Op[list[int]]:
         check_int("lease_ms", lease_ms, 1)

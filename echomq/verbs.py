@@ -329,8 +329,11 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
           late=(("delay_ms", "enqueue.unique"),)),
 )
 
-def _flow_jobs(reply: Sequence[Sequence[Any]]) -> list[tuple[Claimed, bool]]:
-    """FLOW_CLAIM's jobs, each with whether it is a parent (whose children have finished)."""
+def _flow_jobs(reply: Sequence[Sequence[Any]] | int) -> list[tuple[Claimed, bool]] | Throttled:
+    """FLOW_CLAIM's jobs, each with whether it is a parent (whose children have finished); or, when
+    none was claimed, the wait until the next flow retry falls due."""
+    if isinstance(reply, int):
+        return Throttled(reply)
     return [(Claimed(text(job_id), raw, int(attempts)), parent == 1) for job_id, raw, attempts, parent in reply]
 
 

@@ -92,9 +92,9 @@ class WorkerConfig:
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  #: the workers list (`emq workers`)
     burst: bool = False  #: stop once the queues are empty (:meth:`Worker.drained`)
     timeout_s: float | None = None  #: overrides every task's ``timeout`` (``emq worker --timeout``)
-    #: the longest wait between two polls of a queue's flow sets while they give nothing (they back
-    #: off as ``idle`` does, up to this): a flow job another process made ready is claimed within
-    #: it on wire 6; wire 4's waiter is woken by the flow scripts' wake marker at once
+    #: while a queue is busy, the longest wait between two polls of its flow sets that give nothing
+    #: (they back off as ``idle`` does, up to this); an idle queue's are polled when its waiter's
+    #: block ends (docs/lanes-and-flows.md "The worker")
     flow_poll_max_ms: int = 5000
 
     def __post_init__(self) -> None:
@@ -378,8 +378,9 @@ class Worker:
         self._waiters: list[waiter.Waiter] = []
         self._empty_polls = {name: 0 for name in names}
         self._next_poll = {name: 0.0 for name in names}
-        #: flow jobs are claimed from their own sets (FLOW_CLAIM), which no waiter watches: polled
-        #: with the idle back-off, at once again while they give jobs or a flow job settles here
+        #: flow jobs are claimed from their own sets (FLOW_CLAIM), which no blocking claim serves: a busy
+        #: queue's are polled with the idle back-off (at once again while they give jobs, or after a flow
+        #: job settles here); an idle one's when its waiter's block ends (policy.flow_poll_triggers)
         self._empty_flow_polls = {name: 0 for name in names}
         self._next_flow_poll = {name: 0.0 for name in names}
         self._flow_idle = replace(self.config.idle, max_ms=max(self.config.idle.min_ms, self.config.flow_poll_max_ms))
@@ -689,7 +690,12 @@ class Worker:
             sent = self._clock_ms()
             jobs = queue.flow_claim(min(self._capacity(), self.config.claim_batch), self.config.lease.lease_ms)
             self._empty_flow_polls[name] = 0 if jobs else self._empty_flow_polls[name] + 1
-            self._next_flow_poll[name] = now + policy.idle_interval_ms(self._flow_idle, self._empty_flow_polls[name])
+            if jobs or not (self.blocking and name in self._idle):
+                self._next_flow_poll[name] = now + policy.idle_interval_ms(self._flow_idle, self._empty_flow_polls[name])
+            else:
+                self._next_flow_poll[name] = float("inf")  # an idle queue's waiter tells when to poll again
+            if queue.flow_due_ms is not None:  # and a retry's backoff ends then, whatever the rest says
+                self._next_flow_poll[name] = min(self._next_flow_poll[name], now + queue.flow_due_ms + PROMOTE_SLACK_MS)
             task = self.tasks[name]
             parents = [job for job in jobs if job.has_children]
             # a parent's handler reads what its children left it: read once, before it starts
@@ -766,11 +772,7 @@ class Worker:
     def _read_reports(self, now: float) -> None:
         while not self._reports.empty():
             report = self._reports.get()
-            # a waiter's block ended: the wake marker (a flow script writes it too, wire 4), its timeout,
-            # or a job: poll those queues' flow sets now as well
-            stirred = report.queues if isinstance(report, (waiter.Woken, waiter.TimedOut)) else \
-                (report.queue,) if isinstance(report, waiter.Claimed) else ()
-            for name in stirred:
+            for name in waiter.flow_poll_triggers(report):
                 self._next_flow_poll[name] = now
             if isinstance(report, waiter.Woken):
                 for name in report.queues:

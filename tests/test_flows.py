@@ -360,3 +360,35 @@ def test_the_asyncio_queue_admits_and_reaps_flows(server, wire):
 
     made, child, children = asyncio.run(main())
     assert made.created and child.flow and not child.has_children and children.results == {}
+
+
+def test_an_idle_worker_runs_a_flow_retry_when_its_backoff_ends(conn):
+    """The flow poll of an idle (blocked) queue waits for its waiter, except for a flow retry's due
+    time, which the empty flow claim answers: the retry runs then, not at the block's timeout."""
+    name, runs = fresh_name("f"), []
+
+    def handler(payload, ctx):
+        runs.append((payload, ctx.attempt))
+        if payload == "flaky" and ctx.attempt == 1:
+            raise RuntimeError("once")
+
+    app = App()
+    app.handler(name, handler, max_attempts=2, backoff=Backoff(base_ms=300, max_ms=300, jitter=0.0))
+    q = Queue(conn, name)
+    q.enqueue_flow("parent", children=["flaky"], id="root")
+    with running(Worker(app, conn)):
+        wait_until(lambda: ("parent", 1) in runs, timeout=10, what="the parent after the retried child")
+    assert runs == [("flaky", 1), ("flaky", 2), ("parent", 1)]
+
+
+def test_a_blocked_wire4_worker_is_woken_by_a_new_flow(server4):
+    """Wire 4: the flow scripts write the wake marker, so a worker blocked on it claims at once."""
+    with connect(server4.url, wire=4) as conn:
+        name, runs = fresh_name("f"), []
+        app = App()
+        app.handler(name, lambda payload: runs.append(payload))
+        q = Queue(conn, name)
+        with running(Worker(app, conn)):
+            wait_until(lambda: any(c["cmd"] == "bzpopmin" for c in conn.client.client_list()), what="the block")
+            q.enqueue_flow("parent", children=["child"], id="root")
+            wait_until(lambda: runs == ["child", "parent"], timeout=5, what="the flow")

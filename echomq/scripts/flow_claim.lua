@@ -2,7 +2,8 @@
 -- A paused queue answers empty. Retries whose backoff ran out go flow:schedule -> flow:pending
 -- first; then up to `limit` jobs flow:pending -> flow:active, each lease stamped with the
 -- server's run_id (lease_epoch) for the reaper's restart exemption. A ghost is popped and skipped.
--- Reply: {{id, payload, attempts, 1 for a parent (its children finished) else 0}, ...}.
+-- Reply: {{id, payload, attempts, 1 for a parent (its children finished) else 0}, ...}; when none
+-- was claimed and a retry waits in flow:schedule, the ms until it falls due (an integer).
 local base = KEYS[4]
 if redis.call('HGET', base .. 'meta', 'paused') then return {} end
 local now = flow_now()
@@ -15,8 +16,14 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0
     redis.call('HSET', row, 'state', 'pending')
   end
 end
+-- nothing to claim: when the next retry is due, so the poller comes back then
+local function next_due()
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if head[2] then return math.max(1, tonumber(head[2]) - now) end
+  return {}
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then return next_due() end -- an idle queue's poll writes nothing
 local popped = redis.call('ZPOPMIN', KEYS[1], limit)
-if #popped == 0 then return {} end
 local epoch = flow_epoch()
 local claimed = {}
 for i = 1, #popped, 2 do
@@ -30,4 +37,5 @@ for i = 1, #popped, 2 do
     claimed[#claimed + 1] = {id, held[1], attempts, held[2] and 1 or 0}
   end
 end
+if #claimed == 0 then return next_due() end
 return claimed
