@@ -13,7 +13,7 @@ point for flow leases is :func:`reap` (``flow_reap``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from valkey.crc import key_slot
 
@@ -22,6 +22,9 @@ from .errors import ConfigurationError, CrossSlotFlow
 from .ids import uuid7
 from .keys import Keyspace, check_job_id
 from .verbs import BY_NAME, LIMIT_MAX, PRIORITY_MAX, Call, Sweep, check_int
+
+if TYPE_CHECKING:
+    from .queue import Queue  # the queue sends what this module plans: it imports this module
 
 #: What a parent does when one of its children dies (its retries spent, or stalled past max_stalled):
 #: ``fail`` -- the parent dies at once (``last_error`` names the child), its other children run on
@@ -136,7 +139,8 @@ def op_enqueue_flow(flow_plan: Plan) -> Op[Enqueued]:
     return Enqueued(flow_plan.root_id, reply == 1)
 
 
-def reap(queue: Any, *, max_stalled: int = 1, limit: int = 1000) -> Sweep:
-    """The reaper's entry point for flow leases: ``flow_reap`` on ``queue`` (an :class:`echomq.Queue`),
-    STALLED.CHECK's verdicts for the expired leases of its flow jobs, a dead child's parent told."""
+def reap(queue: "Queue", *, max_stalled: int = 1, limit: int = 1000) -> Sweep:
+    """The reaper's entry point for flow leases: ``flow_reap`` on ``queue``, STALLED.CHECK's
+    verdicts (and budgets) for the expired leases of its flow jobs, a dead child's parent told.
+    Safe from any number of processes: each call is one atomic step, bounded by ``limit``."""
     return queue.reap_flows(max_stalled=max_stalled, limit=limit)
