@@ -56,7 +56,7 @@ from .connection import Call, Connection
 from .errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, JobTimeout, LeaseLost,
                      PayloadError)
 from .heartbeat import Heartbeat, HeartbeatConfig
-from .ids import uuid7_ms
+from .ids import minted_ms
 from .keys import State, partition_names
 from .partitioned import PartitionedQueue, drive, op_declare
 from .policy import IdlePolicy, LeasePolicy
@@ -181,11 +181,12 @@ class Timings:
 
 
 def waited_in_pending_s(job_id: str, attempt: int, now_s: float) -> float | None:
-    """Seconds from the id's minting to this claim, for a first claim of a UUIDv7 id; else None
+    """Seconds from the id's minting to this claim, for a first claim of an id that says when it
+    was minted (a default id, or the UUIDv7 of older clients: echomq.ids.minted_ms); else None
     (nothing honest to say without a read: the row's server-clock ``created`` is not in CLAIM's
     reply). Both ends are wall clocks of possibly two hosts: skew is clamped at 0."""
-    minted_ms = uuid7_ms(job_id) if attempt == 1 else None
-    return None if minted_ms is None else max(0.0, now_s - minted_ms / 1000)
+    minted = minted_ms(job_id) if attempt == 1 else None
+    return None if minted is None else max(0.0, now_s - minted / 1000)
 
 
 def _count(event: str, data: dict[str, Any]) -> None:

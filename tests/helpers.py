@@ -9,6 +9,7 @@ import itertools
 import os
 import subprocess
 import time
+import uuid
 from typing import Any
 
 from echomq import aio
@@ -24,6 +25,11 @@ _names = itertools.count()
 def fresh_name(prefix: str = "t") -> str:
     """A queue name no other test uses (the shared servers outlive each test)."""
     return f"{prefix}-{os.getpid()}-{next(_names)}"
+
+
+def former_default_id(ms: int) -> str:
+    """A UUIDv7 text minted at ``ms``: the default job id before the 16-character ids (echomq.ids)."""
+    return str(uuid.UUID(int=ms << 80 | 0x7 << 76 | 0b10 << 62 | int.from_bytes(os.urandom(7), "big")))
 
 
 def dump_key(client: Client, key: bytes) -> tuple:
