@@ -19,7 +19,7 @@ from valkey.crc import key_slot
 
 from .core import Enqueued, Op, raise_first
 from .errors import ConfigurationError, CrossSlotFlow
-from .ids import uuid7
+from .ids import new_id
 from .keys import Keyspace, check_job_id
 from .verbs import BY_NAME, LIMIT_MAX, PRIORITY_MAX, Call, Sweep, check_int
 
@@ -112,7 +112,7 @@ def plan(root: Flow, encode: Callable[[Any], bytes], *, cluster: bool) -> Plan:
     todo: list[tuple[Flow, int]] = [(root, 0)]
     while todo:
         node, parent = todo.pop(0)
-        job_id = node.id or uuid7()
+        job_id = node.id or new_id()
         if job_id in ids:
             raise ConfigurationError(f"job id {job_id!r} is twice in the flow: a flow's ids are unique")
         ids.add(job_id)
