@@ -189,7 +189,8 @@ class QueueCore:
         #: the last claims' rate-limit wait (ms, server clock): the queue's rate limit held at least
         #: one of them; None when none was held (docs/spec.md §13)
         self.claim_wait_ms: int | None = None
-        #: the last flow claim found nothing, and a flow retry falls due in this many ms (None: none waits)
+        #: the last flow claim found nothing: the ms until a flow retry falls due, 0 while flows are
+        #: under way without one (a parent waits, a flow lease is held), None when there is no flow work
         self.flow_due_ms: int | None = None
 
     # -- building calls (pure) --------------------------------------------------

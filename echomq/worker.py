@@ -691,12 +691,13 @@ class Worker:
             sent = self._clock_ms()
             jobs = queue.flow_claim(min(self._capacity(), self.config.claim_batch), self.config.lease.lease_ms)
             self._empty_flow_polls[name] = 0 if jobs else self._empty_flow_polls[name] + 1
-            if jobs or not (self.blocking and name in self._idle):
+            due = queue.flow_due_ms
+            if not jobs and due is None and self.blocking and name in self._idle:
+                self._next_flow_poll[name] = float("inf")  # no flow work: the queue's waiter says when to look
+            else:  # a busy queue, or flows under way (a parent may be released by another process)
                 self._next_flow_poll[name] = now + policy.idle_interval_ms(self._flow_idle, self._empty_flow_polls[name])
-            else:
-                self._next_flow_poll[name] = float("inf")  # an idle queue's waiter tells when to poll again
-            if queue.flow_due_ms is not None:  # and a retry's backoff ends then, whatever the rest says
-                self._next_flow_poll[name] = min(self._next_flow_poll[name], now + queue.flow_due_ms + PROMOTE_SLACK_MS)
+            if due:  # a retry's backoff ends then, whatever the rest says
+                self._next_flow_poll[name] = min(self._next_flow_poll[name], now + due + PROMOTE_SLACK_MS)
             task = self.tasks[name]
             parents = [job for job in jobs if job.has_children]
             # a parent's handler reads what its children left it: read once, before it starts

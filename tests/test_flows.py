@@ -404,3 +404,21 @@ def test_a_blocked_wire4_worker_is_woken_by_a_new_flow(server4):
             wait_until(lambda: any(c["cmd"] == "bzpopmin" for c in conn.client.client_list()), what="the block")
             q.enqueue_flow("parent", children=["child"], id="root")
             wait_until(lambda: runs == ["child", "parent"], timeout=5, what="the flow")
+
+
+def test_an_idle_worker_runs_a_parent_another_process_released(conn):
+    """While a parent waits in its queue, an idle worker of that queue keeps polling its flow sets
+    (up to flow_poll_max_ms apart), so a parent whose last child another process settled runs then,
+    on wire 6 too, where no flow script can end a BCLAIM."""
+    parents, children, runs = fresh_name("fp"), fresh_name("fc"), []
+    app = App()
+    app.handler(parents, lambda payload, ctx: runs.append(ctx.children_results()))
+    qp, qc = Queue(conn, parents), Queue(conn, children)
+    qp.enqueue_flow("parent", children=[Flow(children, "c", id="c")], id="root")
+    with running(Worker(app, conn, config=WorkerConfig(flow_poll_max_ms=100))):
+        wait_until(lambda: any(c["cmd"].lower() in ("bzpopmin", "emq.bclaim") for c in conn.client.client_list()),
+                   what="the worker idle, blocked")
+        (child,) = qc.flow_claim(1, LEASE)
+        qc.settle_many([qc.flow_complete_call(child, JSON.dumps("done"), retention_ms=0)])
+        wait_until(lambda: runs, timeout=5, what="the parent")
+    assert runs == [{"c": "done"}]

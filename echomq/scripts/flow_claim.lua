@@ -2,8 +2,10 @@
 -- A paused queue answers empty. Retries whose backoff ran out go flow:schedule -> flow:pending
 -- first; then up to `limit` jobs flow:pending -> flow:active, each lease stamped with the
 -- server's run_id (lease_epoch) for the reaper's restart exemption. A ghost is popped and skipped.
--- Reply: {{id, payload, attempts, 1 for a parent (its children finished) else 0}, ...}; when none
--- was claimed and a retry waits in flow:schedule, the ms until it falls due (an integer).
+-- Reply: {{id, payload, attempts, 1 for a parent (its children finished) else 0}, ...}. When none
+-- was claimed, when to look again: the ms until the next retry in flow:schedule falls due; 0 while
+-- flows are under way without one (a parent waits, or a flow lease is held); {} when there is no
+-- flow work at all.
 local base = KEYS[4]
 if redis.call('HGET', base .. 'meta', 'paused') then return {} end
 local now = flow_now()
@@ -16,10 +18,11 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0
     redis.call('HSET', row, 'state', 'pending')
   end
 end
--- nothing to claim: when the next retry is due, so the poller comes back then
+-- nothing to claim: when to look again
 local function next_due()
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if head[2] then return math.max(1, tonumber(head[2]) - now) end
+  if redis.call('EXISTS', KEYS[2], base .. 'flow:waiting') > 0 then return 0 end
   return {}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return next_due() end -- an idle queue's poll writes nothing
