@@ -98,8 +98,8 @@ class _Watched(Queue):
 
     first_read: threading.Event
 
-    def _seen(self, job_id: str):  # type: ignore[override]
-        seen = super()._seen(job_id)
+    def op_seen(self, job_id: str):  # type: ignore[override]
+        seen = yield from super().op_seen(job_id)
         self.first_read.set()
         return seen
 
@@ -120,7 +120,8 @@ def wake_latency(server: BenchServer, wire: int, m: int) -> dict[str, Any]:
             waiter = threading.Thread(target=lambda: (waiter_queue.result(job.id, timeout=10),
                                                       woke.append(time.perf_counter())))
             waiter.start()
-            waiter_queue.first_read.wait(10)
+            if not waiter_queue.first_read.wait(10):
+                raise RuntimeError("the result waiter made no first read in 10 s (is _Watched hooking the read?)")
             sent = time.perf_counter()
             queue.publish(held, "ok", retention_ms=60_000)
             waiter.join(10)

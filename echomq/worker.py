@@ -57,7 +57,7 @@ from .errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoM
                      PayloadError)
 from .heartbeat import Heartbeat, HeartbeatConfig
 from .ids import minted_ms
-from .keys import State, partition_names
+from .keys import State
 from .partitioned import PartitionedQueue, drive, op_declare
 from .policy import IdlePolicy, LeasePolicy
 from .core import Children
@@ -339,13 +339,12 @@ class Worker:
         self.connection = connection
         self.config = config or WorkerConfig()
         # the app's partitioned queues are declared (recorded, or refused if that would strand jobs), so
-        # handlers' producers may trust each task's N; a served one is served as its sub-queues, each
-        # its own queue here (one settle-and-claim exchange and one waiter each, taking turns)
-        for task in app.tasks.values():
-            if task.partitions > 1:
-                drive(connection, op_declare(connection, task.queue, task.partitions))
-        self.tasks = {sub: app.tasks[name] for name in names
-                      for sub in partition_names(name, app.tasks[name].partitions)}
+        # handlers' producers may trust each task's layout; a served one is served as its sub-queues,
+        # each its own queue here (one settle-and-claim exchange and one waiter each, taking turns)
+        #: each task's queues: the queue itself, or its partitions as recorded
+        self.layouts = {task.queue: drive(connection, op_declare(connection, task.queue, task.partitions))
+                        if task.partitions > 1 else [task.queue] for task in app.tasks.values()}
+        self.tasks = {sub: app.tasks[name] for name in names for sub in self.layouts[name]}
         names = list(self.tasks)
         # claims read raw bytes: the task's serializer decodes per job, so a bad payload fails one job
         self.queues = {name: Queue(connection, name, serializer=RAW) for name in names}
@@ -943,14 +942,13 @@ class Worker:
             task = self.app.tasks.get(name)
             return given or (task.serializer if task else JSON)
 
-        def partitions_of(name: str) -> int:
-            task = self.app.tasks.get(name)
-            return task.partitions if task else 1  # declared by __init__
+        def layout_of(name: str) -> list[str]:
+            return self.layouts.get(name, [name])  # declared by __init__
 
         def sync_queue(name: str, given: Serializer | None) -> Queue | PartitionedQueue:
-            if partitions_of(name) == 1:
+            if len(layout_of(name)) == 1:
                 return Queue(self.connection, name, serializer=serializer_of(name, given))
-            return PartitionedQueue(self.connection, name, partitions=partitions_of(name),
+            return PartitionedQueue(self.connection, name, partitions=len(layout_of(name)),
                                     serializer=serializer_of(name, given))
 
         if not is_async:
@@ -959,8 +957,8 @@ class Worker:
         def async_queue(name: str, given: Serializer | None) -> aio.Queue | aio.PartitionedQueue:
             if self._aio is None:
                 self._aio = aio.Connection.sharing(self.connection)
-            if partitions_of(name) > 1:
-                return aio.PartitionedQueue(self._aio, name, partitions_of(name), serializer=serializer_of(name, given))
+            if len(layout_of(name)) > 1:
+                return aio.PartitionedQueue(self._aio, name, layout_of(name), serializer=serializer_of(name, given))
             return aio.Queue(self._aio, name, serializer=serializer_of(name, given))
 
         return async_queue
