@@ -43,8 +43,10 @@ from .connection import (
     TRANSPORT_ERRORS, VerbSpan, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode, first_key_at,
     link_failed, tokens_unavailable, wire_of_brand,
 )
-from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T, check_wait, time_left
+from .core import MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T, check_wait, \
+    time_left
 from .events import DEFAULT_MAXLEN, Event
+from .flows import Flow, op_enqueue_flow, plan
 from .keys import VERSION_KEY, State, check_job_id
 from .partitioned import POp, PartitionedCore, op_declare
 from .rates import RateLimit
@@ -471,6 +473,23 @@ class Queue(QueueCore):
 
     async def groups(self) -> dict[str, GroupCounts]:
         return await self._run(self.op_groups())
+
+    async def enqueue_flow(self, payload: Any, *, children: Sequence[Any], id: str | None = None, priority: int = 0,
+                           on_child_failure: str = "fail") -> Enqueued:
+        root = Flow(self.name, payload, children, id=id, priority=priority, on_child_failure=on_child_failure)
+        return await self._run(op_enqueue_flow(plan(root, self.encode, cluster=self.connection.cluster)))
+
+    async def flow_claim(self, count: int, lease_ms: int) -> list[Job]:
+        return await self._run(self.op_flow_claim(count, lease_ms))
+
+    async def flow_extend_many(self, jobs: Sequence[JobRef], lease_ms: int) -> list[int]:
+        return await self._run(self.op_flow_extend_many(jobs, lease_ms))
+
+    async def reap_flows(self, *, max_stalled: int = 1, limit: int = 1000) -> Sweep:
+        return await self._run(self.op_flow_reap(max_stalled, limit))
+
+    async def children(self, parent_id: str) -> Children:
+        return (await self._run(self.op_children([parent_id])))[0]
 
     async def pause(self) -> None:
         await self._run(self.op_pause())

@@ -239,16 +239,16 @@ class WireCodec:
             raise errors.ConfigurationError(f"bad wire {wire!r}: EchoMQ speaks wire 4 (scripts) or wire 6 (trafikey)")
         self.wire = wire
         self.tokens: frozenset[str] = frozenset()  #: what EMQ.VERSION lists on every primary (wire 6)
-        # wire 6 sends the EMQ verbs natively; the reads and the lane scripts stay scripts (SPEC §9.6)
+        # wire 6 sends the EMQ verbs, and keeps only the declared reads and the lane and flow scripts (SPEC §9.6)
         self.scripts = read_scripts(v for v in SCRIPTED if wire == 4 or v.command is None)
 
     def supports(self, verb_name: str) -> bool:
         """Whether this connection carries ``verb_name``: its script on wire 4; on wire 6 its
         command, listed (with all its tokens) by EMQ.VERSION on every primary."""
         verb = BY_NAME[verb_name]
-        if self.wire == 4:
+        if self.wire == 4 or verb.command is None:
             return verb.scripted
-        return verb.command is None or set(verb.tokens) <= self.tokens
+        return set(verb.tokens) <= self.tokens
 
     def carries(self, verb_name: str, argument: str) -> bool:
         """Whether a call of ``verb_name`` may send its late ``argument`` (SPEC §9.4): the

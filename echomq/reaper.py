@@ -16,7 +16,7 @@ next (``lane_reap``: ms from now, server clock, -1 none), which its verb row dec
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, AbstractSet
 
 from .core import Op, raise_first
 from .verbs import BY_NAME, Sweep
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 #: The recovery scripts, one per family of rows STALLED.CHECK refuses.
 RECOVERIES: tuple[str, ...] = (
     "lane_reap",  # expired lane leases; a group held by a retry's backoff or a delay takes its turn again
+    "flow_reap",  # expired flow leases; a dead child's parent told (echomq.flows)
 )
 
 
@@ -36,13 +37,14 @@ def merged(sweeps: list[Sweep]) -> Sweep:
                  [i for s in sweeps for i in s.dead])
 
 
-def op_reap(core: QueueCore, max_stalled: int, limit: int) -> Op[tuple[Sweep, int | None]]:
-    """Every recovery of one queue in one round trip: what they moved, and in how many ms (server
-    clock) the first of them has work again (None: none says)."""
+def op_reap(core: QueueCore, max_stalled: int, limit: int,
+            without: AbstractSet[str] = frozenset()) -> Op[tuple[Sweep, int | None]]:
+    """Every recovery of one queue (but those named in ``without``) in one round trip: what they
+    moved, and in how many ms (server clock) the first of them has work again (None: none says)."""
     stamp = 1 if core.wire == 6 else 0
     calls = [core.build(verb, max_stalled, limit, *([stamp] if "stamp" in BY_NAME[verb].argv else []))
-             for verb in RECOVERIES]
-    replies = yield calls
+             for verb in RECOVERIES if verb not in without]
+    replies = (yield calls) if calls else []
     raise_first(replies)
     answers = [call.verb.answer(call, reply) for call, reply in zip(calls, replies)]
     found = [answer if isinstance(answer, tuple) else (answer, None) for answer in answers]

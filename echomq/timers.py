@@ -34,6 +34,9 @@ from .policy import next_timer_ms, promote_at_ms
 from .queue import LIMIT_MAX, Queue, Sweep
 from .reaper import merged
 
+#: The reaper's lane part, left out on a queue known never to have had a lane job.
+LANES_RECOVERY = frozenset({"lane_reap"})
+
 log = logging.getLogger("echomq.timers")
 
 
@@ -126,7 +129,7 @@ class Timers:
     def run_due(self, now_ms: float, idle: AbstractSet[str] = frozenset(),
                 lane_less: AbstractSet[str] = frozenset()) -> list[TimerRun]:
         """Every timer that is due at ``now_ms``. ``lane_less``: queues known never to have had a
-        lane job (the worker's last lane claim said so): their reaper's turn passes with no call."""
+        lane job (the worker's last lane claim said so): their reaper leaves the lanes out."""
         runs = []
         for queue in self.queues:
             run = TimerRun(queue.name)
@@ -142,10 +145,9 @@ class Timers:
                 sweep.ran(now_ms, interval, len(run.sweep) >= self.config.limit,
                           promote_at_ms(now_ms, expires_in) if queue.name in idle else None)
             reap = self._reap[queue.name]
-            if reap.due_ms(now_ms, interval) <= now_ms and queue.name in lane_less:
-                reap.ran(now_ms, interval, False)
-            elif reap.due_ms(now_ms, interval) <= now_ms:
-                run.reaped, due_in = self.reap_and_next_due(queue)
+            if reap.due_ms(now_ms, interval) <= now_ms:
+                without = LANES_RECOVERY if queue.name in lane_less else frozenset()
+                run.reaped, due_in = self.reap_and_next_due(queue, without)
                 # exact whether idle or busy: a held group's time is not a lease a renewal moves on
                 reap.ran(now_ms, interval, len(run.reaped) >= self.config.limit, promote_at_ms(now_ms, due_in))
             runs.append(run)
@@ -185,8 +187,8 @@ class Timers:
     def reap(self, queue: Queue) -> Sweep:
         return self.reap_and_next_due(queue)[0]
 
-    def reap_and_next_due(self, queue: Queue) -> tuple[Sweep, int | None]:
-        found, due_in = queue.reap_and_next_due(self.config.max_stalled, self.config.limit)
+    def reap_and_next_due(self, queue: Queue, without: AbstractSet[str] = frozenset()) -> tuple[Sweep, int | None]:
+        found, due_in = queue.reap_and_next_due(self.config.max_stalled, self.config.limit, without)
         return self._swept(queue, found, "reaper"), due_in
 
     def _swept(self, queue: Queue, found: Sweep, who: str = "sweep") -> Sweep:

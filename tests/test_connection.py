@@ -29,7 +29,7 @@ from echomq.connection import BRANDS, Call, Connection, build_call, cluster_mode
 from echomq.keys import VERSION_KEY, Keyspace
 from echomq.serializers import RAW
 from echomq.server import free_port
-from echomq.verbs import LANES, SCRIPTED, Verb
+from echomq.verbs import FLOWS, LANES, SCRIPTED, Verb
 from helpers import awaited_connect, dump, fresh_name, unchanged
 
 def fresh(prefix: str = "c") -> str:
@@ -225,8 +225,8 @@ def test_wire4_loads_every_script_and_wire6_only_the_reads_and_the_lanes(conn, w
     names = set(conn.scripts)
     if wire == 4:
         assert names == {v.name for v in SCRIPTED}
-    else:  # SPEC §9.6: besides the EMQ verbs, exactly the lane scripts and the two reads
-        assert names == {"counts", "state"} | {v.name for v in LANES}
+    else:  # SPEC §9.6: besides the EMQ verbs, exactly the lane and flow scripts and the two reads
+        assert names == {"counts", "state"} | {v.name for v in LANES + FLOWS}
     assert all(_loaded(conn))
 
 

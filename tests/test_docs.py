@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from echomq.verbs import LANES, OPTIONAL, VERBS
+from echomq.verbs import FLOWS, LANES, OPTIONAL, VERBS
 
 DOCS = Path(__file__).parent.parent / "docs"
 
@@ -18,7 +18,7 @@ def moves(doc: str, head: str) -> dict[str, str]:
 
 
 def test_lifecycle_lists_every_verb_with_its_move():
-    assert moves("lifecycle.md", "verb") == {verb.name: verb.move for verb in VERBS + OPTIONAL}
+    assert moves("lifecycle.md", "verb") == {verb.name: verb.move for verb in VERBS + OPTIONAL + FLOWS}
 
 
 def test_lanes_doc_lists_every_lane_script_with_its_move():
