@@ -244,10 +244,15 @@ class Verb:
     def read_only(self) -> bool:
         return self.command is None and not self.script_only
 
+    def source(self) -> bytes:
+        """The script's text as it is loaded: its family's prelude (if any), then its own file."""
+        own = self.script_path.read_bytes()
+        return own if self.prelude is None else (SCRIPTS_DIR / "lib" / f"{self.prelude}.lua").read_bytes() + own
+
     def build(self, keyspace: Keyspace, *argv: Any) -> Call:
         """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs)."""
         names = self.argv
-        if self.name in ("extends", "lane_extends"):
+        if self.name in ("extends", "flow_extends", "lane_extends"):
             lead = len(self.argv) - 2  # the arguments before the (id, token) pairs
             pairs = (len(argv) - lead) // 2
             if not 1 <= pairs <= EXTENDS_MAX_PAIRS or (len(argv) - lead) % 2:
