@@ -188,6 +188,26 @@ pub fn signal_ready(ctx: &Context, key: &Str) {
     }
 }
 
+/// Signal a key written through a key handle as modified (`RM_SignalModifiedKey`): WATCH and
+/// client tracking see the change. The module turns the server's implicit signal at a write
+/// handle's close off ([`own_signals`]), so a handle opened for a write the checks then refuse
+/// touches no WATCHed key.
+pub fn signal_modified(ctx: &Context, key: &Str) {
+    if let Some(signal) = unsafe { raw::RedisModule_SignalModifiedKey } {
+        // SAFETY: a live context with a selected database, and a live key string.
+        unsafe { signal(ctx.ctx, key.ptr) };
+    }
+}
+
+/// At load: the module signals modified keys itself ([`signal_modified`]).
+pub fn own_signals(ctx: &Context) {
+    if let Some(set) = unsafe { raw::RedisModule_SetModuleOptions } {
+        let option = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int;
+        // SAFETY: called from OnLoad with its context.
+        unsafe { set(ctx.ctx, option) };
+    }
+}
+
 /// A keyspace-event handler: the key the event names, as bytes.
 pub type EventHandler = fn(&Context, &[u8]);
 

@@ -44,6 +44,8 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
             return Status::Err;
         }
     }
+    // key handles opened for a write the checks may still refuse signal nothing on close
+    ffi::own_signals(ctx);
     if let Err(e) = table::register(ctx) {
         ctx.log_warning(&e);
         return Status::Err;
