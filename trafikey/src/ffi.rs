@@ -47,6 +47,7 @@ pub unsafe fn dispatch(
 ) -> c_int {
     let context = Context::new(ctx);
     let args = unsafe { arg_bytes(argv, argc) };
+    let _line = CommandLine::set(argv, &args);
     let result = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, &args)))
         .unwrap_or_else(|_| Err(ValkeyError::Str("EMQHOST trafikey caught a panic")));
     context.reply(result) as c_int
@@ -109,6 +110,7 @@ pub unsafe fn wake(
             None => &[][..],
         }
     };
+    let _line = CommandLine::set(argv, &args);
     let woke = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, &args, ready)))
         .unwrap_or_else(|_| Wake::Reply(Err(ValkeyError::Str("EMQHOST trafikey caught a panic"))));
     match woke {
@@ -118,6 +120,57 @@ pub unsafe fn wake(
             raw::REDISMODULE_OK as c_int
         }
     }
+}
+
+/// The running command's argv: the server's strings and their bytes (read once, at dispatch).
+type Line = (
+    *mut *mut raw::RedisModuleString,
+    *const &'static [u8],
+    usize,
+);
+
+thread_local! {
+    /// The running command's line, alive until its handler returns.
+    static LINE: std::cell::Cell<Line> = const { std::cell::Cell::new((ptr::null_mut(), ptr::null(), 0)) };
+}
+
+/// Sets the running command's line for the handler's duration (the one before it restored on
+/// drop: a command a script calls runs inside the script's own command).
+struct CommandLine(Line);
+
+impl CommandLine {
+    fn set(argv: *mut *mut raw::RedisModuleString, args: &[&[u8]]) -> CommandLine {
+        let line = (argv, args.as_ptr().cast::<&'static [u8]>(), args.len());
+        CommandLine(LINE.with(|l| l.replace(line)))
+    }
+}
+
+impl Drop for CommandLine {
+    fn drop(&mut self) {
+        LINE.with(|l| l.set(self.0));
+    }
+}
+
+/// The running command's argument equal to `bytes`, borrowed: a view, valid until the handler
+/// returns (what keeps a string longer — a key handle, a replicated argv, a blocked client's
+/// keys — takes its own reference).
+fn argument(bytes: &[u8]) -> Option<Str> {
+    let (argv, args, argc) = LINE.with(std::cell::Cell::get);
+    if argv.is_null() || args.is_null() {
+        return None;
+    }
+    // SAFETY: the dispatcher's `argc` byte slices of the server's `argc` live strings, both
+    // alive while the handler runs (LINE is restored when it returns).
+    let args = unsafe { std::slice::from_raw_parts(args, argc) };
+    let i = args.iter().position(|a| *a == bytes)?;
+    Some(Str {
+        // SAFETY: as above; `i` < argc.
+        ptr: unsafe { *argv.add(i) },
+        ctx: ptr::null_mut(),
+        data: args[i].as_ptr(),
+        len: args[i].len(),
+        counted: false,
+    })
 }
 
 /// The command line as byte slices borrowing the server's strings.
@@ -282,7 +335,8 @@ pub struct Str {
     /// Its bytes, read once (a string we hold is never changed).
     data: *const u8,
     len: usize,
-    /// Does this value hold a reference (released on drop)? False for a shared name's view.
+    /// Does this value hold a reference (released on drop)? False for a view of a shared name
+    /// or of the running command's argument.
     counted: bool,
 }
 
@@ -428,14 +482,14 @@ fn shared(bytes: &[u8]) -> Option<Str> {
 /// and replicated several times; a member is read, then written).
 const RECENT: usize = 8;
 
-/// One command's module strings: the shared field names, then the last few made, reused;
-/// else a new one.
+/// One command's module strings: the shared field names, the command's own arguments
+/// (borrowed), then the last few made, reused; else a new one.
 #[derive(Default)]
 pub struct Names(std::cell::RefCell<Vec<Str>>);
 
 impl Names {
     pub fn get(&self, bytes: &[u8]) -> Option<Str> {
-        if let Some(s) = shared(bytes) {
+        if let Some(s) = shared(bytes).or_else(|| argument(bytes)) {
             return Some(s);
         }
         let mut recent = self.0.borrow_mut();

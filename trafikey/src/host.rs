@@ -372,7 +372,7 @@ impl<'c> Host<'c> {
                 effect.push(self.name(a)?);
                 Ok(())
             });
-            let produced = match made.and_then(|()| self.perform(&k, op, &effect[start..])) {
+            let produced = match made.and_then(|()| self.perform(k, op, &effect[start..])) {
                 Ok(produced) => produced,
                 Err(e) => {
                     // what the run already wrote is still replicated below
