@@ -243,7 +243,7 @@ pub fn signal_ready(ctx: &Context, key: &Str) {
 
 /// Signal a key written through a key handle as modified (`RM_SignalModifiedKey`): WATCH and
 /// client tracking see the change. The module turns the server's implicit signal at a write
-/// handle's close off ([`own_signals`]), so a handle opened for a write the checks then refuse
+/// handle's close off ([`set_options`]), so a handle opened for a write the checks then refuse
 /// touches no WATCHed key.
 pub fn signal_modified(ctx: &Context, key: &Str) {
     if let Some(signal) = unsafe { raw::RedisModule_SignalModifiedKey } {
@@ -252,12 +252,30 @@ pub fn signal_modified(ctx: &Context, key: &Str) {
     }
 }
 
-/// At load: the module signals modified keys itself ([`signal_modified`]).
-pub fn own_signals(ctx: &Context) {
-    if let Some(set) = unsafe { raw::RedisModule_SetModuleOptions } {
-        let option = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int;
-        // SAFETY: called from OnLoad with its context.
-        unsafe { set(ctx.ctx, option) };
+/// Valkey 9's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (valkeymodule.h; the crate's
+/// bundled headers predate it).
+const HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+
+/// At load, the module's options, in one call (`RM_SetModuleOptions` replaces them all): the
+/// module signals modified keys itself ([`signal_modified`]); and it handles atomic slot
+/// migration (`CLUSTER MIGRATESLOTS`) when the server knows that option
+/// (`RM_GetModuleOptionsAll`: Valkey 9 and later; without it Valkey refuses every atomic
+/// migration on a node that loaded the module). True when the migration option was declared.
+pub fn set_options(ctx: &Context) -> bool {
+    // SAFETY: the API table entries `RedisModule_Init` filled at load; both are called from
+    // OnLoad with its live context.
+    unsafe {
+        let Some(set) = raw::RedisModule_SetModuleOptions else {
+            return false;
+        };
+        let migration = raw::RedisModule_GetModuleOptionsAll
+            .is_some_and(|all| all() & HANDLE_ATOMIC_SLOT_MIGRATION != 0);
+        let mut options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int;
+        if migration {
+            options |= HANDLE_ATOMIC_SLOT_MIGRATION;
+        }
+        set(ctx.ctx, options);
+        migration
     }
 }
 

@@ -44,8 +44,6 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
             return Status::Err;
         }
     }
-    // key handles opened for a write the checks may still refuse signal nothing on close
-    ffi::own_signals(ctx);
     if let Err(e) = table::register(ctx) {
         ctx.log_warning(&e);
         return Status::Err;
@@ -55,6 +53,14 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
     if !ffi::subscribe(ctx, verbs::bclaim::META_EVENTS, heard) {
         ctx.log_warning("trafikey: could not subscribe to keyspace events");
         return Status::Err;
+    }
+    // the module signals the keys it writes itself (a key handle opened for a write the checks
+    // then refuse signals nothing on close). Atomic slot migration is sound to declare: every
+    // verb touches the keys of one slot and writes plain effects, the module keeps no state per
+    // key or slot (the run_id is the process's), and the keyspace events only wake claimers,
+    // who re-check (docs/cluster.md "When slots move")
+    if !ffi::set_options(ctx) {
+        ctx.log_notice("trafikey: this server has no atomic slot migration");
     }
     Status::Ok
 }
