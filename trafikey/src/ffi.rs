@@ -802,26 +802,48 @@ impl Key {
         Some((!v.is_null()).then(|| unsafe { Str::own(v, self.ctx) }))
     }
 
-    /// HSET of one field on a key opened for write (a hash or nothing): `Some(true)` when the
-    /// field is new.
-    pub fn hash_set(&self, field: &Str, value: &Str) -> Option<bool> {
-        if !matches!(self.kind(), Kind::Hash | Kind::Empty) {
+    /// HSET of `fields` (field, value, field, value, …) on a key opened for write (a hash or
+    /// nothing), up to four pairs per `RM_HashSet` call (it is variadic: one call per row, not
+    /// one per field): how many fields are new.
+    pub fn hash_set_all<S: std::borrow::Borrow<Str>>(&self, fields: &[S]) -> Option<i64> {
+        if !matches!(self.kind(), Kind::Hash | Kind::Empty) || !fields.len().is_multiple_of(2) {
             return None;
         }
         // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
         let set = unsafe { raw::RedisModule_HashSet }?;
-        // SAFETY: a live write handle; field and value strings are copied into the hash; the
-        // argument list ends with NULL.
-        let updated = unsafe {
-            set(
-                self.key,
-                raw::REDISMODULE_HASH_NONE as c_int,
-                field.ptr,
-                value.ptr,
-                ptr::null::<c_char>(),
-            )
-        };
-        Some(updated == 0)
+        let (key, flags, end) = (
+            self.key,
+            raw::REDISMODULE_HASH_NONE as c_int,
+            ptr::null::<c_char>(),
+        );
+        let mut new = 0;
+        for pairs in fields.chunks(8) {
+            let s = |i: usize| pairs[i].borrow().ptr;
+            // SAFETY: a live write handle; field and value strings are copied into the hash;
+            // the argument list ends with NULL. It answers how many fields existed (updated).
+            let updated = unsafe {
+                match pairs.len() {
+                    2 => set(key, flags, s(0), s(1), end),
+                    4 => set(key, flags, s(0), s(1), s(2), s(3), end),
+                    6 => set(key, flags, s(0), s(1), s(2), s(3), s(4), s(5), end),
+                    _ => set(
+                        key,
+                        flags,
+                        s(0),
+                        s(1),
+                        s(2),
+                        s(3),
+                        s(4),
+                        s(5),
+                        s(6),
+                        s(7),
+                        end,
+                    ),
+                }
+            };
+            new += (pairs.len() / 2) as i64 - i64::from(updated);
+        }
+        Some(new)
     }
 
     /// ZADD of one member on a key opened for write (a zset or nothing): `Some(true)` when

@@ -426,16 +426,7 @@ impl<'c> Host<'c> {
         let mut produced = None;
         let (reply, class, event): (Reply, c_int, &CStr) = match op.cmd {
             "HSET" => {
-                let mut new = 0;
-                for pair in rest.chunks(2) {
-                    let [field, value] = pair else {
-                        return Err(fail("has an odd field list"));
-                    };
-                    new += i64::from(
-                        k.hash_set(field, value)
-                            .ok_or_else(|| fail("was refused"))?,
-                    );
-                }
+                let new = k.hash_set_all(rest).ok_or_else(|| fail("was refused"))?;
                 (Reply::Int(new), NOTIFY_HASH, c"hset")
             }
             "HINCRBY" => {
@@ -446,7 +437,7 @@ impl<'c> Host<'c> {
                 let stored = k.hash_get(field).flatten();
                 let next = incr(stored.as_deref(), by).map_err(&fail)?;
                 let value = self.name(&num(next))?;
-                k.hash_set(field, &value)
+                k.hash_set_all(&[field, &value])
                     .ok_or_else(|| fail("was refused"))?;
                 produced = Some(value);
                 (Reply::Int(next), NOTIFY_HASH, c"hincrby")
