@@ -1,7 +1,7 @@
 """Instructions per job lifecycle, counted (not timed): two trafikey builds, the scripts and the
 primitive floor, each on a valkey-server run under valgrind's callgrind.
 
-    .venv/bin/python -m bench.instructions BEFORE.so AFTER.so [--jobs 2000]
+    .venv/bin/python -m bench.instructions BEFORE.so AFTER.so [--jobs 2000] [--aof]
 
 On a shared, busy machine the timed ratios (bench/native_ab.py) spread widely; an instruction
 count does not move with the load, so it tells a 5 % change from the noise. For each executor
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("before")
     p.add_argument("after")
     p.add_argument("--jobs", type=int, default=2000)
+    p.add_argument("--aof", action="store_true", help="with the append-only file on (every effect written)")
     args = p.parse_args(argv)
     if not shutil.which("valgrind"):
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
@@ -90,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                                 ("native before", args.before, "native"), ("native after", args.after, "native")):
         say(f"callgrind: {label}")
         with BenchServer(module) as server:
+            server.set_aof(args.aof)
             rows[label] = counted(server, name, args.jobs, out_dir)
-    print(f"instructions per lifecycle ({args.jobs} lifecycles, after a warm-up)")
+    print(f"instructions per lifecycle ({args.jobs} lifecycles, after a warm-up; AOF {'on' if args.aof else 'off'})")
     print(f"{'executor':<15} {'call (commandstats)':>20} {'whole process':>14}")
     for label, r in rows.items():
         print(f"{label:<15} {r['call']:>20,.0f} {r['total']:>14,.0f}")
