@@ -40,7 +40,7 @@ from .verbs import Admission
 from .results import Status
 from .serializers import JSON, RAW, JSONSerializer, RawSerializer
 from .server import EmbeddedServer
-from .tasks import App, Delay, JobContext, Retry, Task
+from .tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task
 from .timers import TimerConfig, Timers
 from .worker import Tally, Worker, WorkerConfig
 
@@ -53,7 +53,7 @@ __all__ = [
     "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Status", "Sweep", "UnsupportedOnWire",
     "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "module_path",
     # workers
-    "App", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",
+    "App", "AsyncJobContext", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",
     "Timers", "Worker", "WorkerConfig",
     # the workers list
     "HeartbeatConfig", "WorkerRecord", "list_workers",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -181,6 +182,44 @@ def test_progress_from_the_handler_and_from_a_stale_holder(conn):
         wait_until(lambda: (queue.job(job.id) or {}).get("progress"), what="the progress")
         assert queue.job(job.id)["progress"] == '{"pct":50}'
         gate.set()
+        assert queue.result(job.id, timeout=10) == "ok"
+    assert [e.progress for e in queue.events() if e.type == "progress"] == [{"pct": 50}]
+
+
+def test_async_progress_is_awaited_while_the_loop_runs_on(conn):
+    """An async handler's ``await ctx.progress`` travels on the asyncio connection: with the
+    server holding writes (CLIENT PAUSE WRITE), the APPEND is in flight and the handler's loop
+    still runs another task; once writes resume, the progress is kept and the job completes."""
+    name = fresh_name("r")
+    claimed, paused, ticked = threading.Event(), threading.Event(), threading.Event()
+
+    async def handler(payload, ctx):
+        claimed.set()
+        await asyncio.to_thread(paused.wait, 10)
+        sending = asyncio.ensure_future(ctx.progress({"pct": 50}))
+
+        async def tick():  # another task of the same loop, run while the APPEND waits on the server
+            for _ in range(3):
+                await asyncio.sleep(0)
+            assert not sending.done()
+            ticked.set()
+
+        await tick()
+        await sending
+        return "ok"
+
+    queue = Queue(conn, name)
+    queue.enable_events()
+    admin = conn.client
+    with _serve(conn, name, handler):
+        job = queue.enqueue(1)
+        assert claimed.wait(10)
+        admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+        try:
+            paused.set()
+            assert ticked.wait(10), "the loop stopped while progress was sent"
+        finally:
+            admin.execute_command("CLIENT", "UNPAUSE")
         assert queue.result(job.id, timeout=10) == "ok"
     assert [e.progress for e in queue.events() if e.type == "progress"] == [{"pct": 50}]
 
