@@ -53,8 +53,8 @@ __all__ = [
     "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Status", "Sweep", "UnsupportedOnWire",
     "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "module_path",
     # workers
-    "App", "AsyncJobContext", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",
-    "Timers", "Worker", "WorkerConfig",
+    "App", "AsyncJobContext", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task",
+    "TimerConfig", "Timers", "Worker", "WorkerConfig",
     # the workers list
     "HeartbeatConfig", "WorkerRecord", "list_workers",
 ]
