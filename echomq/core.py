@@ -463,12 +463,13 @@ class QueueCore:
     def op_status(self, job_id: str) -> Op[Status]:
         return status_of((yield from self.op_seen(check_job_id(job_id))))
 
-    def op_result_read(self, job_id: str) -> Op[Done | Waiting]:
-        """One read of a result waiter: :class:`Done` when completed, :class:`Waiting` while the job
-        is live; raises :class:`JobFailed` when it is dead, :class:`JobNotFound` when there is none."""
-        verdict = decide_result((yield from self.op_seen(job_id)))
+    def op_result_read(self, job_id: str, told: bytes | str | None = None) -> Op[Done | Waiting]:
+        """One read of a result waiter, after the outcome channel ``told`` it a word (None: not
+        yet): :class:`Done` when completed, :class:`Waiting` while the job is live; raises
+        :class:`JobFailed` when it is dead, :class:`JobNotFound` when there is none."""
+        verdict = decide_result((yield from self.op_seen(job_id)), told)
         if isinstance(verdict, Completed):
-            return Done(self.serializer.loads(verdict.raw))
+            return Done(None if verdict.raw is None else self.serializer.loads(verdict.raw))
         if isinstance(verdict, Failed):
             raise errors.JobFailed(job_id, verdict.last_error, verdict.traceback)
         if isinstance(verdict, Unknown):

@@ -609,6 +609,26 @@ def test_events_tell_each_move_in_order(q):
     assert len(list(q.events())) == 7 and K(q, "meta") not in snap(q)
 
 
+def test_events_tell_the_moves_of_a_job_that_is_not_settled(q):
+    """PROMOTE, RESCHEDULE, DELAY, REQUEUE and REPROCESS each tell their move (docs/spec.md §12)."""
+    q.enable_events(maxlen=100)
+    q.schedule(b"p", 60_000, id="a")
+    q.reschedule("a", 0)
+    wait_server_past(q.connection.client, server_ms(q.connection.client) + 1)
+    assert q.promote() == 1
+    held = q.claim(60_000)
+    q.delay(held, 0)
+    wait_server_past(q.connection.client, server_ms(q.connection.client) + 1)
+    q.promote()
+    q.requeue(q.claim(60_000))
+    q.fail(q.claim(60_000), "fatal", max_attempts=1)
+    q.reprocess("a")
+    told = [(e.type, e.attempt, e.state) for e in q.events() if e.type not in ("claimed", "failed", "dead")]
+    assert told == [("enqueued", 0, "scheduled"), ("rescheduled", 0, "scheduled"), ("promoted", 0, "pending"),
+                    ("delayed", 1, "scheduled"), ("promoted", 1, "pending"), ("requeued", 2, "pending"),
+                    ("reprocessed", 3, "pending")]
+
+
 # --------------------------------------------------------------------------- REPROCESS
 
 

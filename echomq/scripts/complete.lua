@@ -1,5 +1,5 @@
 -- EMQ complete (wire 4). KEYS: active, base. ARGV: id, token.
--- Completion deletes the row and counts the job. A matching token on a row that is not
+-- Completion deletes the row and counts the job, and tells `completed` on the job's outcome channel. A matching token on a row that is not
 -- active, or not in active, is refused as the native verb refuses it (SPEC §9.1).
 local row = KEYS[2] .. 'job:' .. ARGV[1]
 local held = redis.call('HMGET', row, 'attempts', 'unique', 'state')
@@ -30,6 +30,9 @@ redis.call('HINCRBY', KEYS[2] .. 'metrics:completed', 'count', 1)
 if bound then
   redis.call('XADD', KEYS[2] .. 'events', 'MAXLEN', bound, '*', 'type', 'completed', 'id', ARGV[1], 'attempt', ARGV[2])
 end
+-- the outcome, told where the caller may publish: a result waiter wakes (it finds no record)
+local channel = KEYS[2] .. 'outcome:' .. ARGV[1]
+if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
 if marker then
   local t = redis.call('TIME')
   local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

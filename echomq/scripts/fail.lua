@@ -40,6 +40,9 @@ if failures >= tonumber(ARGV[4]) then
   redis.call('HSET', row, 'state', 'dead', unpack(failure))
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
   tell('dead')
+  -- the death, told to a result waiter where the caller may publish
+  local channel = base .. 'outcome:' .. ARGV[1]
+  if redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
   return 'dead'
 end
 local backoff = tonumber(ARGV[5])

@@ -30,8 +30,13 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     else {
         return Ok(int(0));
     };
-    // 6.–7. writes, each replicated as its effect
+    let channel = bus::outcome_channel(&fence, &q, id)?;
+    // 6.–7. writes, each replicated as its effect; then the outcome, told (a result waiter
+    // wakes: there is no record, it reads `unknown`, docs/spec.md §12)
     h.apply(&writes)?;
+    if let Some(channel) = channel {
+        h.publish(&channel, b"completed")?;
+    }
     Ok(int(1))
 }
 

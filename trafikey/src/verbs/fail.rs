@@ -1,8 +1,9 @@
 //! EMQ.FAIL: a held job failed; retry it (pending or schedule) or dead-letter it, capped on
 //! `failures` (SPEC §3, §5.2, §5.3, §5.7); the `failed` event, then `retried` or `dead`, when
 //! the queue's events are on. An optional sixth argument, the failure's traceback (token
-//! `fail.traceback`, docs/spec.md §11.6), is written in the same HSET. EMQ.FAILURES.INCR runs
-//! the same move, with the same arguments, and tells a death (`failures_incr.rs`).
+//! `fail.traceback`, docs/spec.md §11.6), is written in the same HSET. A death is told on the
+//! job's outcome channel (a result waiter wakes). EMQ.FAILURES.INCR runs the same code
+//! (`failures_incr.rs`).
 
 use valkey_module::{Context, ValkeyResult};
 
@@ -18,11 +19,11 @@ pub const VERB: &str = "EMQ.FAIL";
 pub const NUMKEYS: usize = 5;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
-    settle(ctx, args, VERB, false)
+    settle(ctx, args, VERB)
 }
 
-/// FAIL's move for `verb`; with `bus`, `dead` on the job's outcome channel when it dies.
-pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> ValkeyResult {
+/// FAIL's move for `verb`, and `dead` on the job's outcome channel when it dies.
+pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str) -> ValkeyResult {
     // 1. shape: numkeys 5, five ARGV and the optional traceback
     let call = grammar::shape(verb, args, NUMKEYS, Argc::Late(5, 1))?;
     // 2. layout: active, pending, schedule, dead, base
@@ -123,8 +124,8 @@ pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> V
         };
         plan.push(ev.op(next, id, token, &[b"state", verdict.state()]));
     }
-    let channel = match (bus, verdict) {
-        (true, Budget::Dead) => bus::outcome_channel(&fence, &q, id)?,
+    let channel = match verdict {
+        Budget::Dead => bus::outcome_channel(&fence, &q, id)?,
         _ => None,
     };
     // 6.–7. writes, each replicated as its effect; then a death, told
