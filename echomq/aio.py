@@ -473,12 +473,17 @@ class Queue(QueueCore):
         check_job_id(job_id)
         deadline = None if check_wait(timeout) is None else time.monotonic() + timeout
         async with self.connection.outcome_listener(self.keys.outcome(job_id)) as wait:
-            told = None
-            while True:
-                read = await self._run(self.op_result_read(job_id, told))
-                if isinstance(read, Done):
-                    return read.value
-                told = await wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+            counted = await self._run(self.op_waiters(1))
+            try:
+                told = None
+                while True:
+                    read = await self._run(self.op_result_read(job_id, told))
+                    if isinstance(read, Done):
+                        return read.value
+                    told = await wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+            finally:
+                if counted:
+                    await self._run(self.op_waiters(-1))
 
     async def enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> None:
         await self._run(self.op_enable_events(maxlen))

@@ -481,6 +481,17 @@ class QueueCore:
         data = encode_result(self.serializer, result, MAX_RESULT_BYTES)
         yield from self._one(self.publish_call(job, data, retention_ms=retention_ms, token=token))
 
+    def op_waiters(self, by: int) -> Op[bool]:
+        """Count a result waiter in or out (``meta waiters``): while it is not 0, COMPLETE and a
+        killing FAIL tell the outcome channel too (docs/spec.md §12). Advisory: True when counted;
+        False when the server refused (an ACL without write on meta: the waiter then hears only
+        the bus's settles, and reads once more at its deadline)."""
+        try:
+            yield from self._plain("HINCRBY", self.keys.meta, "waiters", by)
+        except errors.CommandRefused:
+            return False
+        return True
+
     def op_enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> Op[None]:
         yield from self._plain("HSET", self.keys.meta, "events", check_int("maxlen", maxlen, 1))
 

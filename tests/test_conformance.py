@@ -584,6 +584,36 @@ def test_result_is_woken_by_the_outcome_channel(q):
     assert not waiter.is_alive() and got == {"value": b"done"}
 
 
+@pytest.mark.parametrize("settle", ["complete", "fail"])
+def test_result_is_woken_by_a_plain_settle_while_counted(q, settle):
+    """The waiter counts itself in ``meta waiters``; COMPLETE (no record: the result is None) and a
+    killing FAIL then tell the outcome channel too, and the waiter returns long before its timeout.
+    Once it is gone the count is back to 0 and the settles tell nothing."""
+    job = claimed(q)
+    client, meta = q.connection.client, q.keys.meta
+    got = {}
+
+    def wait():
+        try:
+            got["value"] = q.result("a", timeout=60)
+        except JobFailed as failed:
+            got["failed"] = failed.last_error
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    try:
+        wait_until(lambda: client.hget(meta, "waiters") == b"1", what="the waiter counted")
+        other = Queue(q.connection, q.name, serializer=RAW)
+        if settle == "complete":
+            other.complete(job)
+        else:
+            other.fail(job, "E: x", max_attempts=1)
+    finally:
+        waiter.join(30)
+    assert not waiter.is_alive() and got == ({"value": None} if settle == "complete" else {"failed": "E: x"})
+    assert client.hget(meta, "waiters") == b"0"
+
+
 def test_result_times_out_while_the_job_is_live(q):
     q.enqueue(b"p", id="a")
     with pytest.raises(TimeoutError, match="still pending"):

@@ -47,7 +47,9 @@ local popped = redis.call('ZPOPMIN', KEYS[1])
 if #popped == 0 then return {} end
 local id = popped[1]
 local row = KEYS[3] .. 'job:' .. id
-if redis.call('EXISTS', row) == 0 then return {} end
+-- the payload, read with the ghost check: every row a verb writes holds `state`
+local seen = redis.call('HMGET', row, 'payload', 'state')
+if not seen[1] and not seen[2] then return {} end
 -- attempts is the fencing token the holder presents from now on
 local attempts = redis.call('HINCRBY', row, 'attempts', 1)
 redis.call('HSET', row, 'state', 'active', 'started', now)
@@ -61,4 +63,4 @@ if limit then
   redis.call('ZADD', log, now, id .. ':' .. attempts)
   redis.call('PEXPIRE', log, window)
 end
-return {id, redis.call('HGET', row, 'payload'), attempts}
+return {id, seen[1], attempts}

@@ -13,5 +13,5 @@ pub const VERB: &str = "EMQ.FAILURES.INCR";
 pub const NUMKEYS: usize = fail::NUMKEYS;
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
-    fail::settle(ctx, args, VERB)
+    fail::settle(ctx, args, VERB, true)
 }
