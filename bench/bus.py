@@ -98,8 +98,8 @@ class _Watched(Queue):
 
     first_read: threading.Event
 
-    def _seen(self, job_id: str):  # type: ignore[override]
-        seen = super()._seen(job_id)
+    def op_seen(self, job_id: str):  # type: ignore[override]
+        seen = yield from super().op_seen(job_id)
         self.first_read.set()
         return seen
 

@@ -29,7 +29,7 @@ if limit then
     end
   end
 end
-local log = KEYS[3] .. 'rate'
+local log = limit and KEYS[3] .. 'rate'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if limit then

@@ -35,9 +35,11 @@ redis.call('HINCRBY', KEYS[2] .. 'metrics:completed', 'count', 1)
 if bound then
   redis.call('XADD', KEYS[2] .. 'events', 'MAXLEN', bound, '*', 'type', 'completed', 'id', ARGV[1], 'attempt', ARGV[2])
 end
--- the outcome, told to result waiters where the caller may publish (it finds no record)
-local channel = KEYS[2] .. 'outcome:' .. ARGV[1]
-if waited and redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
+-- the outcome, told to result waiters where the caller may publish (they find no record)
+if waited then
+  local channel = KEYS[2] .. 'outcome:' .. ARGV[1]
+  if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
+end
 if marker then
   local t = redis.call('TIME')
   local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -43,8 +43,10 @@ if failures >= tonumber(ARGV[4]) then
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
   tell('dead')
   -- the death, told to result waiters where the caller may publish
-  local channel = base .. 'outcome:' .. ARGV[1]
-  if waited and redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
+  if waited then
+    local channel = base .. 'outcome:' .. ARGV[1]
+    if redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
+  end
   return 'dead'
 end
 local backoff = tonumber(ARGV[5])
