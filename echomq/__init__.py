@@ -10,6 +10,7 @@ from .errors import (
     ConfigurationError,
     ConnectionFailed,
     CounterError,
+    CrossSlotFlow,
     EchoMQError,
     HostError,
     JobFailed,
@@ -30,6 +31,7 @@ from .errors import (
 )
 from .heartbeat import HeartbeatConfig, WorkerRecord, list_workers
 from .events import Event
+from .flows import CHILD_FAILURE, Flow
 from .keys import Keyspace, State
 from .module import module_path
 from .partitioned import PartitionedQueue
@@ -47,7 +49,7 @@ from .worker import Tally, Worker, WorkerConfig
 __all__ = [
     "Admission",
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
-    "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
+    "CounterError", "Counts", "CrossSlotFlow", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
     "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost",
     "PartitionedQueue", "PayloadError", "PermissionDenied", "PortInUse", "Queue", "RAW", "RateLimit", "RawSerializer",
     "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Status", "Sweep", "UnsupportedOnWire",
@@ -55,6 +57,8 @@ __all__ = [
     # workers
     "App", "AsyncJobContext", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task",
     "TimerConfig", "Timers", "Worker", "WorkerConfig",
+    # flows
+    "CHILD_FAILURE", "Flow",
     # the workers list
     "HeartbeatConfig", "WorkerRecord", "list_workers",
 ]

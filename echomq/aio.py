@@ -43,9 +43,10 @@ from .connection import (
     TRANSPORT_ERRORS, VerbSpan, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode, first_key_at,
     link_failed, tokens_unavailable, wire_of_brand,
 )
-from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
+from .core import MAX_PAYLOAD_BYTES, Children, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
 from .events import DEFAULT_MAXLEN, Event
-from .keys import VERSION_KEY, State, check_job_id, partition_names
+from .flows import Flow, op_enqueue_flow, plan
+from .keys import VERSION_KEY, State, check_job_id
 from .partitioned import POp, PartitionedCore, op_declare
 from .rates import RateLimit
 from .results import Status
@@ -453,6 +454,23 @@ class Queue(QueueCore):
     async def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
         return await self._run(self.op_stalled_check(max_stalled, limit))
 
+    async def enqueue_flow(self, payload: Any, *, children: Sequence[Any], id: str | None = None, priority: int = 0,
+                           on_child_failure: str = "fail") -> Enqueued:
+        root = Flow(self.name, payload, children, id=id, priority=priority, on_child_failure=on_child_failure)
+        return await self._run(op_enqueue_flow(plan(root, self.encode, cluster=self.connection.cluster)))
+
+    async def flow_claim(self, count: int, lease_ms: int) -> list[Job]:
+        return await self._run(self.op_flow_claim(count, lease_ms))
+
+    async def flow_extend_many(self, jobs: Sequence[JobRef], lease_ms: int) -> list[int]:
+        return await self._run(self.op_flow_extend_many(jobs, lease_ms))
+
+    async def reap_flows(self, *, max_stalled: int = 1, limit: int = 1000) -> Sweep:
+        return await self._run(self.op_flow_reap(max_stalled, limit))
+
+    async def children(self, parent_id: str) -> Children:
+        return (await self._run(self.op_children([parent_id])))[0]
+
     async def pause(self) -> None:
         await self._run(self.op_pause())
 
@@ -533,12 +551,13 @@ async def drive(connection: Connection, op: POp[T]) -> T:
 class PartitionedQueue(PartitionedCore[Queue]):
     """:class:`echomq.PartitionedQueue` on an asyncio connection; every method is a coroutine.
     Open it with ``await PartitionedQueue.open(conn, "emails", partitions=8)`` (which declares N,
-    or reads the recorded N without ``partitions``); the constructor takes an N already declared."""
+    or reads the recorded layout without ``partitions``); the constructor takes a layout already
+    declared (the partitions' queue names, as :func:`~echomq.partitioned.op_declare` answers)."""
 
-    def __init__(self, connection: Connection, name: str, partitions: int, *, serializer: Serializer = JSON,
+    def __init__(self, connection: Connection, name: str, layout: Sequence[str], *, serializer: Serializer = JSON,
                  max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
         super().__init__(name, [Queue(connection, sub, serializer=serializer, max_payload_bytes=max_payload_bytes)
-                                for sub in partition_names(name, partitions)])
+                                for sub in layout])
         self.connection = connection
         self.wire = connection.wire
 
@@ -546,8 +565,8 @@ class PartitionedQueue(PartitionedCore[Queue]):
     async def open(cls, connection: Connection, name: str, *, partitions: int | None = None,
                    serializer: Serializer = JSON,
                    max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> PartitionedQueue:
-        n = await drive(connection, op_declare(connection, name, partitions))
-        return cls(connection, name, n, serializer=serializer, max_payload_bytes=max_payload_bytes)
+        layout = await drive(connection, op_declare(connection, name, partitions))
+        return cls(connection, name, layout, serializer=serializer, max_payload_bytes=max_payload_bytes)
 
     def __repr__(self) -> str:
         return f"aio.PartitionedQueue({self.name!r}, partitions={len(self.partitions)}, wire={self.wire})"

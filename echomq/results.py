@@ -43,6 +43,7 @@ class Status(str, enum.Enum):
     ACTIVE = "active"  #: claimed under a lease
     SCHEDULED = "scheduled"  #: due later
     DEAD = "dead"  #: out of budget (or cancelled), kept until purged
+    WAITING = "waiting"  #: a flow parent waiting for its children (docs/lanes-and-flows.md)
     COMPLETED = "completed"  #: done, within its retention
     UNKNOWN = "unknown"  #: never seen, or past its retention (or completed with none)
 

@@ -104,6 +104,9 @@ class JobContext:
     #: sends APPEND for this attempt (set by the worker; a coroutine function for an async
     #: handler); raises LeaseLost when the lease is gone
     report: Callable[[Any], Any] | None = field(default=None, repr=False)
+    #: a flow parent's children's results and errors (decoded when called), read by the worker when
+    #: it claimed the parent; None for any other job
+    children: Callable[[], Any] | None = field(default=None, repr=False)
 
     def producer(self, queue: str | None = None, *, serializer: Serializer | None = None) -> Any:
         """A producer for ``queue`` (this job's own by default) on the worker's connection: an
@@ -141,6 +144,20 @@ class JobContext:
         if self.lost.is_set():
             raise LeaseLost("progress", self.id, str(self.attempt))
         return self.report
+
+    def children_results(self) -> dict[str, Any]:
+        """A flow parent's children's results by child id (decoded with this task's serializer); a
+        child that died under ``on_child_failure="ignore"`` or ``"continue"`` has none."""
+        return self._flow_children().results
+
+    def children_failures(self) -> dict[str, str]:
+        """A flow parent's dead children's errors by child id, under ``on_child_failure="continue"``."""
+        return self._flow_children().failures
+
+    def _flow_children(self) -> Any:
+        if self.children is None:
+            raise ConfigurationError("this job is not a flow parent: only a parent's handler reads its children")
+        return self.children()
 
     def check_lease(self) -> None:
         """Raise :class:`LeaseLost` if the lease is gone (call it between steps of long work)."""
