@@ -9,8 +9,8 @@ if redis.call('EXISTS', row) == 0 then
   redis.call('ZREM', KEYS[1], ARGV[1])
   return 0
 end
-local seen = redis.call('HMGET', row, 'state', 'attempts')
-local state = seen[1]
+local seen = redis.call('HMGET', row, 'attempts', 'state')
+local state = seen[2]
 if state ~= 'dead' then
   return redis.error_reply('EMQSTATE EMQ.REPROCESS row ' .. (state and 'is ' .. state or 'has no state') .. ', not dead')
 end
@@ -26,7 +26,7 @@ redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0')
 redis.call('HSET', row, 'state', 'pending', 'failures', '0', 'stalled', '0')
 if bound then
   redis.call('XADD', KEYS[3] .. 'events', 'MAXLEN', bound, '*', 'type', 'reprocessed', 'id', ARGV[1],
-    'attempt', seen[2] or '0', 'state', 'pending')
+    'attempt', seen[1] or '0', 'state', 'pending')
 end
 redis.call('ZADD', KEYS[3] .. 'wake', 0, 'w')  -- claimable now: wake the waiters
 return 1

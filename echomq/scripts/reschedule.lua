@@ -4,8 +4,8 @@
 -- A due time earlier than the schedule's head writes the wake marker: a blocked worker recomputes its timeout.
 local row = KEYS[2] .. 'job:' .. ARGV[1]
 if redis.call('EXISTS', row) == 0 then return 0 end
-local seen = redis.call('HMGET', row, 'state', 'attempts')
-local state = seen[1]
+local seen = redis.call('HMGET', row, 'attempts', 'state')
+local state = seen[2]
 if state ~= 'scheduled' then
   return redis.error_reply('EMQSTATE EMQ.RESCHEDULE row ' .. (state and 'is ' .. state or 'has no state') .. ', not scheduled')
 end
@@ -23,7 +23,7 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], due, ARGV[1])
 if bound then
   redis.call('XADD', KEYS[2] .. 'events', 'MAXLEN', bound, '*', 'type', 'rescheduled', 'id', ARGV[1],
-    'attempt', seen[2] or '0', 'state', 'scheduled')
+    'attempt', seen[1] or '0', 'state', 'scheduled')
 end
 if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w') end
 return due
