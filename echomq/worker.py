@@ -917,8 +917,10 @@ class Worker:
         if self.connection.supports("append") and not job.flow:  # APPEND is fenced on the flat active set
             # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
             # async one awaits it on the asyncio connection (the loop's other handlers run on)
-            ctx.report = (self._async_report(queue.name, job) if task.is_async
-                          else lambda value, queue=queue, job=job: queue.progress(job, value))
+            if task.is_async:
+                ctx.report = self._async_report(queue.name, job)
+            else:
+                ctx.report = lambda value, queue=queue, job=job: queue.progress(job, value)
         timeout_s = self._timeout_s(task)
         held = Held(queue, task, job, ctx, renewed_at=sent,
                     deadline=None if timeout_s is None else sent + timeout_s * 1000)
