@@ -42,7 +42,7 @@ from .verbs import Admission
 from .results import Status
 from .serializers import JSON, RAW, JSONSerializer, RawSerializer
 from .server import EmbeddedServer
-from .tasks import App, Delay, JobContext, Retry, Task
+from .tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task
 from .timers import TimerConfig, Timers
 from .worker import Tally, Worker, WorkerConfig
 
@@ -55,8 +55,8 @@ __all__ = [
     "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Status", "Sweep", "UnsupportedOnWire",
     "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "module_path",
     # workers
-    "App", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",
-    "Timers", "Worker", "WorkerConfig",
+    "App", "AsyncJobContext", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task",
+    "TimerConfig", "Timers", "Worker", "WorkerConfig",
     # flows
     "CHILD_FAILURE", "Flow",
     # the workers list

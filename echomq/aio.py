@@ -244,10 +244,10 @@ class Connection(WireCodec):
     # -- waiting on an outcome channel (the bus) ---------------------------------
     @asynccontextmanager
     async def outcome_listener(self, channel: str, *, confirm_s: float = 10.0
-                               ) -> AsyncIterator[Callable[[float | None], Awaitable[None]]]:
+                               ) -> AsyncIterator[Callable[[float | None], Awaitable[bytes | None]]]:
         """As :meth:`echomq.Connection.outcome_listener`, awaited: SSUBSCRIBE on a socket of its
         own (on a cluster, to the node that serves the channel's slot), confirmed; yields
-        ``await wait(timeout_s)``, which returns at the next message or when the time runs out."""
+        ``await wait(timeout_s)``, which returns the next message or None when the time runs out."""
         if self.cluster:
             node = self.client.get_node_from_key(channel)
             options = {k: v for k, v in node.connection_kwargs.items() if k in _PORTABLE}  # its host and port too
@@ -256,7 +256,7 @@ class Connection(WireCodec):
         else:
             owner, pubsub = None, self.client.pubsub()
 
-        async def wait(timeout_s: float | None, *, confirming: bool = False) -> None:
+        async def wait(timeout_s: float | None, *, confirming: bool = False) -> bytes | None:
             try:
                 got = await asyncio.wait_for(pubsub.parse_response(block=True), timeout_s)
             except asyncio.TimeoutError:
@@ -265,6 +265,7 @@ class Connection(WireCodec):
                 raise link_failed(exc, f"a wait on {channel}") from exc
             if confirming and not got:
                 raise errors.ConnectionFailed(f"no confirmation of SSUBSCRIBE {channel} within {timeout_s:g} s")
+            return got[2] if got else None  # [smessage, channel, data]
 
         try:
             try:
@@ -511,11 +512,17 @@ class Queue(QueueCore):
         check_job_id(job_id)
         deadline = None if check_wait(timeout) is None else time.monotonic() + timeout
         async with self.connection.outcome_listener(self.keys.outcome(job_id)) as wait:
-            while True:
-                read = await self._run(self.op_result_read(job_id))
-                if isinstance(read, Done):
-                    return read.value
-                await wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+            counted = await self._run(self.op_waiters(1))
+            try:
+                told = None
+                while True:
+                    read = await self._run(self.op_result_read(job_id, told))
+                    if isinstance(read, Done):
+                        return read.value
+                    told = await wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+            finally:
+                if counted:
+                    await self._run(self.op_waiters(-1))
 
     async def enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> None:
         await self._run(self.op_enable_events(maxlen))

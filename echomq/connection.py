@@ -438,23 +438,25 @@ class Connection(WireCodec):
 
     # -- waiting on an outcome channel (the bus) ---------------------------------
     @contextmanager
-    def outcome_listener(self, channel: str, *, confirm_s: float = 10.0) -> Iterator[Callable[[float | None], None]]:
+    def outcome_listener(self, channel: str, *, confirm_s: float = 10.0
+                         ) -> Iterator[Callable[[float | None], bytes | None]]:
         """Subscribe to a job's outcome channel (SSUBSCRIBE: the queue's slot) on a connection of
         its own and wait for the server's confirmation; yields ``wait(timeout_s)``, which returns
-        at the next message or when the time runs out (None: no limit). A link fault is
-        :class:`~echomq.ConnectionFailed`, as on the send path."""
+        the next message (``completed``, ``dead``) or None when the time runs out (None: no
+        limit). A link fault is :class:`~echomq.ConnectionFailed`, as on the send path."""
         pubsub = self.client.pubsub()
         # on a cluster, read the node that serves the channel's slot (without it valkey-py's
         # cluster pub/sub polls every node once and never waits)
         node = {"target_node": self.client.get_node_from_key(channel)} if self.cluster else {}
 
-        def wait(timeout_s: float | None, *, confirming: bool = False) -> None:
+        def wait(timeout_s: float | None, *, confirming: bool = False) -> bytes | None:
             try:
                 got = pubsub.get_sharded_message(ignore_subscribe_messages=not confirming, timeout=timeout_s, **node)
             except TRANSPORT_ERRORS as exc:
                 raise link_failed(exc, f"a wait on {channel}") from exc
             if confirming and not got:
                 raise errors.ConnectionFailed(f"no confirmation of SSUBSCRIBE {channel} within {timeout_s:g} s")
+            return got["data"] if got else None
 
         try:
             try:

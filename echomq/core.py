@@ -624,12 +624,13 @@ class QueueCore:
     def op_status(self, job_id: str) -> Op[Status]:
         return status_of((yield from self.op_seen(check_job_id(job_id))))
 
-    def op_result_read(self, job_id: str) -> Op[Done | Waiting]:
-        """One read of a result waiter: :class:`Done` when completed, :class:`Waiting` while the job
-        is live; raises :class:`JobFailed` when it is dead, :class:`JobNotFound` when there is none."""
-        verdict = decide_result((yield from self.op_seen(job_id)))
+    def op_result_read(self, job_id: str, told: bytes | str | None = None) -> Op[Done | Waiting]:
+        """One read of a result waiter, after the outcome channel ``told`` it a word (None: not
+        yet): :class:`Done` when completed, :class:`Waiting` while the job is live; raises
+        :class:`JobFailed` when it is dead, :class:`JobNotFound` when there is none."""
+        verdict = decide_result((yield from self.op_seen(job_id)), told)
         if isinstance(verdict, Completed):
-            return Done(self.serializer.loads(verdict.raw))
+            return Done(None if verdict.raw is None else self.serializer.loads(verdict.raw))
         if isinstance(verdict, Failed):
             raise errors.JobFailed(job_id, verdict.last_error, verdict.traceback)
         if isinstance(verdict, Unknown):
@@ -640,6 +641,17 @@ class QueueCore:
     def op_publish(self, job: JobRef, result: Any, retention_ms: int, token: str | int | None) -> Op[None]:
         data = encode_result(self.serializer, result, MAX_RESULT_BYTES)
         yield from self._one(self.publish_call(job, data, retention_ms=retention_ms, token=token))
+
+    def op_waiters(self, by: int) -> Op[bool]:
+        """Count a result waiter in or out (``meta waiters``): while it is not 0, COMPLETE and a
+        killing FAIL tell the outcome channel too (docs/spec.md §12). Advisory: True when counted;
+        False when the server refused (an ACL without write on meta: the waiter then hears only
+        the bus's settles, and reads once more at its deadline)."""
+        try:
+            yield from self._plain("HINCRBY", self.keys.meta, "waiters", by)
+        except errors.CommandRefused:
+            return False
+        return True
 
     def op_enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> Op[None]:
         yield from self._plain("HSET", self.keys.meta, "events", check_int("maxlen", maxlen, 1))

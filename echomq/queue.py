@@ -326,11 +326,17 @@ class Queue(QueueCore):
         check_job_id(job_id)
         deadline = None if check_wait(timeout) is None else time.monotonic() + timeout
         with self.connection.outcome_listener(self.keys.outcome(job_id)) as wait:
-            while True:
-                read = self._run(self.op_result_read(job_id))
-                if isinstance(read, Done):
-                    return read.value
-                wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+            counted = self._run(self.op_waiters(1))  # after the subscription, before the first read
+            try:
+                told = None
+                while True:
+                    read = self._run(self.op_result_read(job_id, told))
+                    if isinstance(read, Done):
+                        return read.value
+                    told = wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+            finally:
+                if counted:
+                    self._run(self.op_waiters(-1))
 
     def enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> None:
         """Turn this queue's event stream on, bounded to ``maxlen`` entries (the verbs read it)."""

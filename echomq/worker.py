@@ -47,7 +47,7 @@ import time
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field, replace
 from queue import SimpleQueue
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from valkey.crc import key_slot
 
@@ -64,7 +64,7 @@ from .core import Children
 from .queue import LIMIT_MAX, Job, Queue, Sweep
 from .results import MAX_RESULT_BYTES, encode_result
 from .serializers import JSON, RAW, Serializer
-from .tasks import App, Delay, JobContext, Retry, Task, check_timeout
+from .tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task, check_timeout
 from .timers import TimerConfig, Timers
 from .cron import CronTimer
 
@@ -915,15 +915,20 @@ class Worker:
     def _start(self, task: Task, queue: Queue, job: Job, sent: float, children: Children | None = None) -> None:
         self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
                    trace=job.trace)
-        ctx = JobContext(job.id, task.queue, job.attempt, producers=self._producers(task.is_async))
+        context = AsyncJobContext if task.is_async else JobContext
+        ctx = context(job.id, task.queue, job.attempt, producers=self._producers(task.is_async))
         if children is not None:
             # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
             ctx.children = lambda raw=children, loads=task.serializer.loads: Children(
                 {child: loads(result) for child, result in raw.results.items()}, raw.failures)
         # APPEND is fenced on the flat active set: not for a flow or lane job
         if self.connection.supports("append") and not job.flow and job.group is None:
-            # progress is sent from the handler's own thread, on the connection's pool: one APPEND
-            ctx.report = lambda value, queue=queue, job=job: queue.progress(job, value)
+            # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
+            # async one awaits it on the asyncio connection (the loop's other handlers run on)
+            if task.is_async:
+                ctx.report = self._async_report(queue.name, job)
+            else:
+                ctx.report = lambda value, queue=queue, job=job: queue.progress(job, value)
         timeout_s = self._timeout_s(task)
         held = Held(queue, task, job, ctx, renewed_at=sent,
                     deadline=None if timeout_s is None else sent + timeout_s * 1000)
@@ -940,6 +945,16 @@ class Worker:
             return
         held.future = self._submit(task, task.arguments(payload, ctx))
         held.future.add_done_callback(lambda _f, held=held: self._done(held))
+
+    def _async_report(self, queue: str, job: Job) -> Callable[[Any], Awaitable[None]]:
+        """APPEND for an async handler's attempt, on the asyncio connection its producers share."""
+
+        async def report(value: Any) -> None:
+            if self._aio is None:
+                self._aio = aio.Connection.sharing(self.connection)
+            await aio.Queue(self._aio, queue).progress(job, value)
+
+        return report
 
     def _producers(self, is_async: bool) -> Callable[[str, Serializer | None], Any]:
         """``ctx.producer`` for a handler: sync handlers share the worker's connection (valkey-py's
