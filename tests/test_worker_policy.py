@@ -146,12 +146,12 @@ def _future(value=None, error=None, cancel=False) -> Future:
     (_future(Retry("r")), policy.RetryAsked("r", None)),
 ])
 def test_outcome_of_a_finished_handler(future, outcome):
-    assert outcome_of(future) == outcome
+    assert outcome_of(future.result, 0) == outcome
 
 
 def test_outcome_of_a_raising_or_cancelled_handler_is_raised():
-    assert isinstance(outcome_of(_future(error=ZeroDivisionError())), policy.Raised)
-    assert isinstance(outcome_of(_future(cancel=True)), policy.Raised)
+    assert isinstance(outcome_of(_future(error=ZeroDivisionError()).result, 0), policy.Raised)
+    assert isinstance(outcome_of(_future(cancel=True).result, 0), policy.Raised)
 
 
 # -- idle back-off and claim batches -------------------------------------------------------
