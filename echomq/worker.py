@@ -45,6 +45,7 @@ import random
 import signal
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from queue import SimpleQueue
@@ -242,32 +243,81 @@ class Held:
 class _DaemonPool:
     """A fixed pool of daemon threads: a handler stuck past shutdown cannot keep the process alive
     (the standard ThreadPoolExecutor joins its threads at exit). No Future per call: the callable
-    given reports its own outcome (a Future is a condition and two locks for every job)."""
+    given reports its own outcome (a Future is a condition and two locks for every job).
+
+    Threads are woken one at a time: a submit wakes a sleeping thread only when no awake one is
+    free to take the job, and a thread that takes a job wakes the next while work is still
+    queued. Slow handlers so still start on as many threads as there are jobs, each start one
+    wake after the last; quick ones run on the one or two threads already awake instead of
+    every thread waking (a context switch and a GIL hand-off each) for one short job."""
 
     def __init__(self, size: int) -> None:
-        self._work: SimpleQueue = SimpleQueue()
-        self._threads = [threading.Thread(target=self._run, name=f"emq-handler-{i}", daemon=True) for i in range(size)]
-        for thread in self._threads:
-            thread.start()
+        self._mutex = threading.Lock()
+        self._work: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        self._sleeping: list[threading.Lock] = []  #: each sleeping thread's own lock: released, it wakes
+        self._free = 0  #: threads awake and not running a handler (they take queued work before sleeping)
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        for _ in range(size):
+            self._add()
 
     def submit(self, fn: Callable[..., None], *args: Any) -> None:
-        self._work.put((fn, args))
+        with self._mutex:
+            self._work.append((fn, args))
+            if not self._free:
+                self._wake_one()
 
     def replace_one(self) -> None:
         """One more thread, in place of one running an abandoned (timed out) handler: Python
         cannot stop a thread, so that one runs on until its handler returns."""
+        self._add()
+
+    def _add(self) -> None:
         thread = threading.Thread(target=self._run, name=f"emq-handler-{len(self._threads)}", daemon=True)
         self._threads.append(thread)
+        with self._mutex:
+            self._free += 1  # it takes work, or sleeps, as soon as it runs
         thread.start()
 
+    def _wake_one(self) -> None:
+        """Under the mutex: a sleeping thread, if any, wakes (counted free from now)."""
+        if self._sleeping:
+            self._free += 1
+            self._sleeping.pop().release()  # the last to sleep: the likeliest still in the CPU's caches
+
     def _run(self) -> None:
-        while (item := self._work.get()) is not None:
+        me = threading.Lock()
+        me.acquire()
+        ran = False
+        while True:
+            with self._mutex:
+                if ran:
+                    self._free += 1
+                if self._closed:
+                    self._free -= 1
+                    return
+                if not self._work:
+                    self._free -= 1
+                    self._sleeping.append(me)
+                    item = None
+                else:
+                    item = self._work.popleft()
+                    self._free -= 1
+                    if self._work and not self._free:
+                        self._wake_one()  # the next queued job needs a thread of its own
+            ran = item is not None
+            if item is None:
+                me.acquire()  # until a submit or the shutdown releases it
+                continue
             fn, args = item
             fn(*args)
 
     def shutdown(self) -> None:
-        for _ in self._threads:
-            self._work.put(None)
+        """Sleeping threads end now, running ones after their handler; queued work is not started."""
+        with self._mutex:
+            self._closed = True
+            while self._sleeping:
+                self._wake_one()
 
 
 class _AsyncRunner:
