@@ -212,7 +212,7 @@ for _event in ("job.lost", "job.dead", "job.retried"):
     hooks.subscribe(_event, _log)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Held:
     """A job this worker holds: the claim, its handler's future and its lease bookkeeping."""
 
