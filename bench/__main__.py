@@ -7,7 +7,8 @@
     .venv/bin/python -m bench --smoke                 seconds: every part once, tiny (the test suite's smoke)
 
 Sections: ``cost`` (server µs per verb and lifecycle: wire 6, wire 4, the primitive
-floor), ``growth`` (cost and memory at 10³ … --max-jobs queued jobs), ``e2e``
+floor), ``growth`` (cost and memory at 10³ … --max-jobs queued jobs), ``memory`` (bytes per
+queued job for each candidate id format, and BullMQ (Node)'s when it is among --peers), ``e2e``
 (throughput with 1, 2, 4 worker processes, bulk enqueue, idle pick-up latency, for
 EchoMQ on each wire and for every peer), ``idle`` (one idle ``emq worker`` per wire, and at
 --worker-before: pick-up, delayed-job lateness, idle commands/s; bench/idle.py), ``producers`` (the
@@ -26,11 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import bus, cost, dashboard_cost, e2e, growth, idle, producers, report
+from . import bus, cost, dashboard_cost, e2e, growth, idle, memory, producers, report
 from .common import ROOT, TRAFIKEY_SOURCE, BenchServer, client_versions, machine, say, trafikey_module
 from .systems import ALL_PEERS, echomq_at, echomq_system, emq_worker_available, peers
 
-SECTIONS = ("cost", "bus", "growth", "e2e", "idle", "dashboard", "producers")
+SECTIONS = ("cost", "bus", "growth", "memory", "e2e", "idle", "dashboard", "producers")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -49,6 +50,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="a trafikey .so built before the bus: wire 6 also runs the lifecycle on it")
     p.add_argument("--max-jobs", type=int, default=100_000, help="largest queue depth in the growth section")
     p.add_argument("--growth-rounds", type=int, default=3)
+    p.add_argument("--memory-jobs", type=int, default=100_000, help="queued jobs per reading in the memory section")
     p.add_argument("--growth-m", type=int, default=2000, help="lifecycles measured at each depth")
     p.add_argument("--e2e-jobs", type=int, default=20_000, help="jobs per throughput run (at most)")
     p.add_argument("--e2e-rounds", type=int, default=2)
@@ -82,6 +84,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.smoke:
         args.rounds, args.jobs, args.max_jobs, args.growth_rounds, args.growth_m = 1, 50, 1000, 1, 50
+        args.memory_jobs = 200
         args.aof_rounds = 1
         args.bus_rounds, args.bus_wake = 1, 5
         args.e2e_jobs, args.e2e_rounds, args.bulk_jobs, args.processes = 200, 1, 200, "1"
@@ -138,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             sizes = [s for s in (1_000, 10_000, 100_000, 1_000_000) if s <= args.max_jobs] or [args.max_jobs]
             results["growth"] = growth.run(server, executors=executors, sizes=sizes, m=args.growth_m,
                                            rounds=args.growth_rounds)
+        if "memory" in sections:
+            results["memory"] = memory.run(server, wires=wires, n=args.memory_jobs,
+                                           with_bullmq=any(p.startswith("bullmq-node") for p in args.peers.split(",")))
         if "e2e" in sections:
             modes = [m for m in args.modes.split(",") if m]
             have_worker, why = emq_worker_available()

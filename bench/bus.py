@@ -18,6 +18,7 @@ off, results on, events on, and both; and how soon a result waiter wakes after t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -25,7 +26,6 @@ from typing import Any
 
 from echomq import Queue, connect
 from echomq.connection import Script
-from echomq.ids import uuid7
 from echomq.serializers import RAW
 from echomq.verbs import BY_NAME
 
@@ -57,7 +57,7 @@ def lifecycle(server: BenchServer, wire: int, variant: str, n: int, before: dict
         for verb, source in (before or {}).items():
             conn.scripts[verb] = Script(BY_NAME[verb], source)
         conn.load_scripts()
-    queue = Queue(conn, f"bus{wire}-{uuid7()[-8:]}", serializer=RAW)
+    queue = Queue(conn, f"bus{wire}-{os.urandom(4).hex()}", serializer=RAW)
     if variant in ("events", "both"):
         queue.enable_events(10_000)
     publish = variant in ("results", "both")
@@ -98,8 +98,8 @@ class _Watched(Queue):
 
     first_read: threading.Event
 
-    def _seen(self, job_id: str):  # type: ignore[override]
-        seen = super()._seen(job_id)
+    def op_seen(self, job_id: str):  # type: ignore[override]
+        seen = yield from super().op_seen(job_id)
         self.first_read.set()
         return seen
 
@@ -108,7 +108,7 @@ def wake_latency(server: BenchServer, wire: int, m: int) -> dict[str, Any]:
     """ms from sending PUBLISH to ``Queue.result`` returning in another thread, ``m`` times."""
     server.use(wire)
     conn = connect(server.url, wire=wire)
-    name = f"wake{wire}-{uuid7()[-8:]}"
+    name = f"wake{wire}-{os.urandom(4).hex()}"
     queue, waiter_queue = Queue(conn, name), _Watched(conn, name)
     samples = []
     try:
@@ -120,7 +120,8 @@ def wake_latency(server: BenchServer, wire: int, m: int) -> dict[str, Any]:
             waiter = threading.Thread(target=lambda: (waiter_queue.result(job.id, timeout=10),
                                                       woke.append(time.perf_counter())))
             waiter.start()
-            waiter_queue.first_read.wait(10)
+            if not waiter_queue.first_read.wait(10):
+                raise RuntimeError("the result waiter made no first read in 10 s (is _Watched hooking the read?)")
             sent = time.perf_counter()
             queue.publish(held, "ok", retention_ms=60_000)
             waiter.join(10)

@@ -24,11 +24,12 @@ or the module's host calls), read from the same commandstats.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 from echomq import Queue, connect
 from echomq.connection import Connection
-from echomq.ids import uuid7
+from echomq.ids import new_id
 from echomq.serializers import JSON
 
 from .common import BenchServer, Counters, measured, say, summary
@@ -51,7 +52,7 @@ class ScriptedOrNative:
     def __init__(self, server: BenchServer, wire: int) -> None:
         self.wire = wire
         self.conn: Connection = connect(server.url, wire=wire)
-        self.queue = Queue(self.conn, f"cost{wire}-{uuid7()[-8:]}")
+        self.queue = Queue(self.conn, f"cost{wire}-{os.urandom(4).hex()}")
         self.held: list = []
 
     def top_level(self, verb: str) -> set[str]:
@@ -108,7 +109,7 @@ class ScriptedOrNative:
 
         def schedule():
             for start in range(0, n, BATCH):
-                conn.send_many([q.call("schedule", uuid7(), PAYLOAD, 0, 0) for _ in range(min(BATCH, n - start))])
+                conn.send_many([q.call("schedule", new_id(), PAYLOAD, 0, 0) for _ in range(min(BATCH, n - start))])
 
         def promote():
             while q.promote(BATCH):
@@ -131,8 +132,8 @@ class Floor:
 
     def __init__(self, server: BenchServer) -> None:
         self.client = server.server.client()
-        self.base = f"emq:{{floor-{uuid7()[-8:]}}}:"
-        self.ids: list[str] = []  #: pending, in pop order (uuid7 ids sort by creation)
+        self.base = f"emq:{{floor-{os.urandom(4).hex()}}}:"
+        self.ids: list[str] = []  #: pending, in pop order (default ids sort by creation)
 
     def top_level(self, verb: str) -> None:
         return None  # every command counts
@@ -158,13 +159,13 @@ class Floor:
         self.ids += ids
 
     def fill(self, size: int) -> None:
-        self._enqueue([uuid7() for _ in range(size)])
+        self._enqueue([new_id() for _ in range(size)])
 
     def phases(self, n: int, lifecycle_only: bool = True) -> list[tuple[str, Callable[[], Any]]]:
         import time
 
         base = self.base
-        fresh = [uuid7() for _ in range(n)]
+        fresh = [new_id() for _ in range(n)]
         held: list[str] = []
 
         def enqueue():

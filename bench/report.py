@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import dashboard_cost
+from . import dashboard_cost, memory
 from .common import ROOT
 
 NOTES = ROOT / "bench" / "NOTES.md"
@@ -308,6 +308,8 @@ def render(results: dict, baseline: dict | None = None, later: list[dict] | None
         lines += idle_section(results["idle"], results.get("e2e"))
     if results.get("dashboard"):
         lines += dashboard_cost.lines(results["dashboard"], med, table)
+    if results.get("memory"):
+        lines += memory.lines(results["memory"], num, table)
 
     if baseline:
         lines += before_after(baseline, results)

@@ -11,13 +11,14 @@ wire 6; both include the inner commands they run) divided by its calls. Repeated
 
 from __future__ import annotations
 
+import os
 import argparse
 import json
 import statistics
 import sys
 
 from echomq import EmbeddedServer, Queue, connect, module_path
-from echomq.ids import uuid7
+from echomq.ids import new_id
 from echomq.verbs import BY_NAME
 
 LEASE_MS = 60_000
@@ -33,7 +34,7 @@ def top_level_usec(client, wire: int, verb_command: str) -> tuple[int, int]:
 
 def phases(queue: Queue, n: int):
     """(verb, run) pairs in an order where each phase leaves the state the next moves from."""
-    ids = [uuid7() for _ in range(n)]
+    ids = [new_id() for _ in range(n)]
     held = []
 
     def enqueue():
@@ -84,7 +85,7 @@ def phases(queue: Queue, n: int):
 
 def measure(server: EmbeddedServer, wire: int, n: int) -> dict[str, float]:
     conn = connect(server.url, wire=wire)
-    queue = Queue(conn, f"bench{uuid7()[-6:]}")
+    queue = Queue(conn, f"bench{os.urandom(3).hex()}")
     client = server.client(decode_responses=True)
     out: dict[str, float] = {}
 

@@ -45,7 +45,7 @@ from .connection import (
 )
 from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
 from .events import DEFAULT_MAXLEN, Event
-from .keys import VERSION_KEY, State, check_job_id, partition_names
+from .keys import VERSION_KEY, State, check_job_id
 from .partitioned import POp, PartitionedCore, op_declare
 from .rates import RateLimit
 from .results import Status
@@ -526,12 +526,13 @@ async def drive(connection: Connection, op: POp[T]) -> T:
 class PartitionedQueue(PartitionedCore[Queue]):
     """:class:`echomq.PartitionedQueue` on an asyncio connection; every method is a coroutine.
     Open it with ``await PartitionedQueue.open(conn, "emails", partitions=8)`` (which declares N,
-    or reads the recorded N without ``partitions``); the constructor takes an N already declared."""
+    or reads the recorded layout without ``partitions``); the constructor takes a layout already
+    declared (the partitions' queue names, as :func:`~echomq.partitioned.op_declare` answers)."""
 
-    def __init__(self, connection: Connection, name: str, partitions: int, *, serializer: Serializer = JSON,
+    def __init__(self, connection: Connection, name: str, layout: Sequence[str], *, serializer: Serializer = JSON,
                  max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
         super().__init__(name, [Queue(connection, sub, serializer=serializer, max_payload_bytes=max_payload_bytes)
-                                for sub in partition_names(name, partitions)])
+                                for sub in layout])
         self.connection = connection
         self.wire = connection.wire
 
@@ -539,8 +540,8 @@ class PartitionedQueue(PartitionedCore[Queue]):
     async def open(cls, connection: Connection, name: str, *, partitions: int | None = None,
                    serializer: Serializer = JSON,
                    max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> PartitionedQueue:
-        n = await drive(connection, op_declare(connection, name, partitions))
-        return cls(connection, name, n, serializer=serializer, max_payload_bytes=max_payload_bytes)
+        layout = await drive(connection, op_declare(connection, name, partitions))
+        return cls(connection, name, layout, serializer=serializer, max_payload_bytes=max_payload_bytes)
 
     def __repr__(self) -> str:
         return f"aio.PartitionedQueue({self.name!r}, partitions={len(self.partitions)}, wire={self.wire})"

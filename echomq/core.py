@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generator, Iterable, Sequence, TypeVar
 
 from . import envelope, errors
 from .events import DEFAULT_MAXLEN, Event, decode_event, encode_progress
-from .ids import uuid7
+from .ids import new_id
 from .keys import STATE_SETS, Keyspace, State, check_job_id
 from .results import MAX_RESULT_BYTES, ROW_FIELDS, Completed, Failed, Seen, Status, Unknown, Waiting, decide_result, \
     encode_result, status_of
@@ -194,7 +194,7 @@ class QueueCore:
         return envelope.wrap(self.name, encode_payload(self.serializer, payload, self.max_payload_bytes))
 
     def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0) -> Call:
-        return self.build("enqueue", uuid7() if id is None else id, self.encode(payload), priority)
+        return self.build("enqueue", new_id() if id is None else id, self.encode(payload), priority)
 
     def complete_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
         return self.build("complete", *_ref(job, token))
@@ -307,7 +307,7 @@ class QueueCore:
     def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int,
                     unique_for: float | None = None, replace: bool = False) -> Op[Enqueued]:
         if unique_for is None and not replace:
-            call = self.build("schedule", uuid7() if id is None else id, self.encode(payload), delay_ms, priority)
+            call = self.build("schedule", new_id() if id is None else id, self.encode(payload), delay_ms, priority)
         else:
             call = self.unique_call(payload, id=id, priority=priority, unique_for=unique_for, replace=replace,
                                     delay_ms=delay_ms)

@@ -1,9 +1,21 @@
-"""Default job ids: UUIDv7 text, strictly increasing within a process.
+"""Default job ids: 16 characters of ``0-9A-Za-z``, strictly increasing within a process.
 
 ZPOPMIN serves equal priorities in lexicographic id order, so time-ordered ids make
-equal priorities FIFO. Within one millisecond the 12-bit ``rand_a`` field is used as
-a counter (RFC 9562 §6.2, method 1); when it runs out the timestamp is advanced by
-one, so the sequence never goes backwards even if the wall clock does.
+equal priorities FIFO. An id is two fixed-width base-62 numbers in an alphabet that
+sorts in ASCII order, so text order is number order:
+
+* 8 characters: the Unix ms it was minted at (room until the year 8000);
+* 8 characters: ``tag * COUNTER_SPAN + counter``. The tag is drawn at random once per
+  process (again in a forked child), the counter numbers the ids of one millisecond.
+
+Two processes' ids differ whenever their tags do (``TAG_SPAN`` ≈ 2^36.6 values); within a
+process (time, counter) only grows. When the counter runs out the time is advanced by one,
+so the sequence never goes backwards even if the wall clock does. Short, because each
+queued job holds its id twice (its row's key and its pending member); docs/benchmarks.md,
+*Memory per queued job*, measures the formats weighed and why 16 and not fewer.
+
+Before these ids the default was UUIDv7 text; :func:`minted_ms` still reads those, so
+jobs queued by an older client keep their waited time.
 """
 
 from __future__ import annotations
@@ -13,9 +25,29 @@ import threading
 import time
 import uuid
 
+ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"  # ASCII order
+TIME_CHARS = 8
+TAIL_CHARS = 8
+COUNTER_SPAN = 2048  #: ids per millisecond per process before the time is advanced
+TAG_SPAN = len(ALPHABET) ** TAIL_CHARS // COUNTER_SPAN
+#: a 16-character id of the default shape reads as a time only in this window (ms): other
+#: ids of that shape (a user's own) mostly fall outside it and give None
+MINTED_FROM_MS, MINTED_BEFORE_MS = 1_577_836_800_000, 4_102_444_800_000  # 2020-01-01, 2100-01-01
+
+_DIGIT = {c: i for i, c in enumerate(ALPHABET)}
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
+_tag = 0
+
+
+def _draw_tag() -> None:
+    global _tag
+    _tag = int.from_bytes(os.urandom(8), "big") % TAG_SPAN
+
+
+_draw_tag()
+os.register_at_fork(after_in_child=_draw_tag)  # a forked child must not mint its parent's ids
 
 
 def _next_stamp() -> tuple[int, int]:
@@ -23,28 +55,50 @@ def _next_stamp() -> tuple[int, int]:
     with _lock:
         now = time.time_ns() // 1_000_000
         if now > _last_ms:
-            _last_ms, _counter = now, int.from_bytes(os.urandom(2), "big") & 0x1FF  # leave room to count up
+            _last_ms, _counter = now, 0
         else:
             _counter += 1
-            if _counter > 0xFFF:
+            if _counter == COUNTER_SPAN:
                 _last_ms, _counter = _last_ms + 1, 0
         return _last_ms, _counter
 
 
-def uuid7() -> str:
-    """A new UUIDv7 as text; each call's value sorts after the previous one's."""
+def fixed_width(value: int, width: int, alphabet: str = ALPHABET) -> str:
+    """``value`` in base ``len(alphabet)``, ``width`` digits with leading zeros: text order is number order."""
+    out = []
+    for _ in range(width):
+        value, digit = divmod(value, len(alphabet))
+        out.append(alphabet[digit])
+    return "".join(reversed(out))
+
+
+def new_id() -> str:
+    """A new default job id; each call's value sorts after the previous one's in this process."""
     ms, counter = _next_stamp()
-    rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
-    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand_b
-    return str(uuid.UUID(int=value))
+    return fixed_width(ms, TIME_CHARS) + fixed_width(_tag * COUNTER_SPAN + counter, TAIL_CHARS)
 
 
-def uuid7_ms(text: str) -> int | None:
-    """The Unix ms a UUIDv7 was minted at (its 48-bit timestamp), None for any other id.
+def minted_ms(text: str) -> int | None:
+    """The Unix ms a default id was minted at, None when the id does not say.
 
-    It is the minting process's wall clock: for an id from :func:`uuid7`, the producer's
-    clock when ``enqueue``/``schedule`` built the call.
+    Reads the ids :func:`new_id` makes and the UUIDv7 text that was the default before
+    (its 48-bit timestamp). It is the minting process's wall clock: for a default id, the
+    producer's clock when ``enqueue``/``schedule`` built the call. An id of your own of
+    either shape counts from the time it encodes.
     """
+    if len(text) == TIME_CHARS + TAIL_CHARS:
+        ms = 0
+        for char in text[:TIME_CHARS]:
+            digit = _DIGIT.get(char)
+            if digit is None:
+                return None
+            ms = ms * len(ALPHABET) + digit
+        in_window = MINTED_FROM_MS <= ms < MINTED_BEFORE_MS and all(c in _DIGIT for c in text[TIME_CHARS:])
+        return ms if in_window else None
+    return _uuid7_ms(text)
+
+
+def _uuid7_ms(text: str) -> int | None:
     try:
         value = uuid.UUID(text)
     except ValueError:

@@ -6,6 +6,7 @@ metrics are derived from the base, as the scripts and the native verbs derive th
 
 from __future__ import annotations
 
+import binascii
 import enum
 import re
 import zlib
@@ -15,13 +16,16 @@ from .errors import ConfigurationError
 
 VERSION_KEY = "{emq}:version"
 QUEUE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-#: A partitioned queue's record (docs/cluster.md "Partitioned queues"): a hash of queue name -> N,
-#: for the queues declared with more than one partition; a queue it does not name has one.
+#: A partitioned queue's record (docs/cluster.md "Partitioned queues"): a hash of queue name -> its
+#: layout, for the queues declared with more than one partition; a queue it does not name has one.
 PARTITIONS_KEY = "{emq}:partitions"
 PARTITIONS_MAX = 1024
-#: Partition ``i`` of queue ``q`` is the queue ``q~i``: ``~`` is not in a queue name, so no plain
-#: queue can collide with a partition, and each partition has its own hashtag (its own slot).
-PARTITION_NAME = re.compile(r"([A-Za-z0-9._:-]{1,128})~(0|[1-9][0-9]{0,3})")
+#: Partition ``i`` of queue ``q`` is the queue ``q~i.s``: ``s`` (the salt) places its slot (see
+#: :func:`partition_layout`); records written before salts name ``q~i``. ``~`` is not in a queue
+#: name, so no plain queue can collide with a partition, and each has its own hashtag (its own slot).
+PARTITION_NAME = re.compile(r"([A-Za-z0-9._:-]{1,128})~((?:0|[1-9][0-9]{0,3})(?:\.(?:0|[1-9][0-9]{0,3}))?)")
+SLOTS = 16384  #: a cluster's hash slots
+SALTS = 1024  #: the salts tried per partition: the nearest of 1024 slots is a few slots from its target
 MAX_ID_BYTES = 512
 MAX_TRACEBACK_BYTES = 8192  #: FAIL's optional traceback (docs/spec.md §11.6); a client keeps a longer one's tail
 
@@ -58,9 +62,48 @@ def check_partitions(name: str, partitions: object) -> int:
     return partitions
 
 
-def partition_names(name: str, partitions: int) -> list[str]:
-    """The sub-queues of ``name`` over ``partitions``: the queue itself for one (today's layout)."""
-    return [name] if partitions == 1 else [f"{name}~{i}" for i in range(partitions)]
+def slot_of(queue: str) -> int:
+    """The cluster slot of a queue's keys: CRC16 (XMODEM, as Valkey's) of its hashtag, the name."""
+    return binascii.crc_hqx(queue.encode(), 0) % SLOTS
+
+
+def partition_layout(name: str, partitions: int) -> list[str]:
+    """The sub-queues a declaration of ``name`` with ``partitions`` places: the queue itself for one
+    (today's layout), else ``name~i.s`` for each ``i``, its salt ``s`` the one (of :data:`SALTS`, the
+    lowest on a tie) whose slot is nearest the i-th of ``partitions`` evenly spaced slots. So the
+    partitions spread evenly over the slot space, and over any primaries that own equal runs of
+    slots: 8 on 3 primaries split 3/3/2 (``name~i`` alone hash in one pattern for every name, as
+    CRC16 is linear: 2/2/4 for most). Deterministic, but recorded all the same (:func:`layout_record`)."""
+    if partitions == 1:
+        return [name]
+    layout = []
+    for i in range(partitions):
+        target = (2 * i + 1) * SLOTS // (2 * partitions)
+        stem = binascii.crc_hqx(f"{name}~{i}.".encode(), 0)  # the CRC goes on over each salt from there
+        distances = [abs(binascii.crc_hqx(salt, stem) % SLOTS - target) for salt in _SALTS]
+        layout.append(f"{name}~{i}.{distances.index(min(distances))}")
+    return layout
+
+
+_SALTS = [str(salt).encode() for salt in range(SALTS)]
+
+
+def layout_record(name: str, layout: list[str]) -> str:
+    """The record of a partitioned queue's layout: its partitions' suffixes, ``0.417 1.22 …``."""
+    return " ".join(sub[len(name) + 1:] for sub in layout)
+
+
+def recorded_layout(name: str, record: str | None) -> list[str]:
+    """The sub-queues a record names: the queue itself when there is none, ``name~0`` …
+    ``name~N-1`` for a record written before salts (a bare N), else the suffixes it lists."""
+    if record is None:
+        return [name]
+    layout = [f"{name}~{i}" for i in range(int(record))] if record.isdigit() else \
+        [f"{name}~{suffix}" for suffix in record.split()]
+    if not 2 <= len(layout) <= PARTITIONS_MAX or \
+            any(PARTITION_NAME.fullmatch(sub) is None for sub in layout):
+        raise ConfigurationError(f"queue {name!r} has an unreadable partitions record {record[:80]!r} in {PARTITIONS_KEY}")
+    return layout
 
 
 def partition_of(key: str, partitions: int) -> int:

@@ -22,7 +22,7 @@ and ``echomq_worker_concurrency``. They count from the worker's start; sum them 
 workers with ``sum by (outcome)``. Two histograms come from the worker's ``Timings``
 (the ``job.*`` hooks' ``duration_s`` and ``waited_s``, docs/hooks.md):
 ``echomq_worker_job_duration_seconds`` (handler run time, every settled outcome) and
-``echomq_worker_job_waited_seconds`` (UUIDv7 id minted -> first claim).
+``echomq_worker_job_waited_seconds`` (default id minted -> first claim).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class WorkerCollector(Collector):
         yield histogram("echomq_worker_job_duration_seconds",
                         "Handler run time of the jobs this worker settled (start to outcome known)", timings.duration)
         yield histogram("echomq_worker_job_waited_seconds",
-                        "First claims of UUIDv7 ids: the id's timestamp (producer clock) to the claim (worker clock)",
+                        "First claims of default ids: the id's timestamp (producer clock) to the claim (worker clock)",
                         timings.waited)
 
 

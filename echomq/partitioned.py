@@ -1,13 +1,14 @@
 """One queue over many slots: :class:`PartitionedQueue` (docs/cluster.md "Partitioned queues").
 
-A queue declared with ``partitions=N`` is N sub-queues, ``name~0`` .. ``name~N-1``, each an
-ordinary queue with its own hashtag, so on a cluster they spread over the primaries. Nothing new
+A queue declared with ``partitions=N`` is N sub-queues, ``name~0.s`` .. ``name~N-1.s``, each an
+ordinary queue with its own hashtag, placed to spread evenly over the cluster's slots
+(:func:`~echomq.keys.partition_layout`). Nothing new
 runs on the server: every verb is the sub-queue's own, atomic within its partition, and a job
 lives in the partition it was admitted to for its whole life (``Job.queue`` names it, so its
 settles route to it). ``partitions=1`` is today's layout exactly: the queue itself.
 
-N is recorded in the hash ``{emq}:partitions`` (name -> N; a queue it does not name has one), so
-every producer, worker and ``emq`` command agrees. Declaring a different N is refused while any
+The layout is recorded in the hash ``{emq}:partitions`` (name -> the partitions' suffixes; a queue
+it does not name has one partition), so every producer, worker and ``emq`` command agrees. Declaring a different N is refused while any
 job sits in the old or the new layout; an empty queue may be re-declared.
 
 Where a job goes: by ``key=`` when given (CRC-32 of the key mod N: one key, one partition, so
@@ -29,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Generic, Iterable, S
 
 from .core import MAX_PAYLOAD_BYTES, Enqueued, Job, Op, QueueCore, RoundTrip, T, op_enqueued, raise_first
 from .errors import ConfigurationError
-from .keys import PARTITIONS_KEY, State, check_partitions, check_queue_name, partition_names, partition_of
+from .keys import (PARTITIONS_KEY, State, check_partitions, check_queue_name, layout_record, partition_layout, partition_of,
+                   recorded_layout)
 from .queue import Queue
 from .serializers import JSON, Serializer
 from .verbs import Counts, Plain, Sweep, check_int
@@ -61,30 +63,32 @@ def _plain(*args: Any) -> POp[Any]:
     return reply
 
 
-def op_declare(codec: WireCodec, name: str, partitions: int | None) -> POp[int]:
-    """The queue's N: the recorded one when ``partitions`` is None, else ``partitions``, recorded.
-    Changing a recorded N is refused (:class:`ConfigurationError`, nothing written) while any job
-    sits in either layout."""
+def op_declare(codec: WireCodec, name: str, partitions: int | None) -> POp[list[str]]:
+    """The queue's partitions (their queue names): the recorded layout when ``partitions`` is None
+    or is its N, else a new layout of ``partitions`` (:func:`~echomq.keys.partition_layout`),
+    recorded. Changing a recorded N is refused (:class:`ConfigurationError`, nothing written) while
+    any job sits in either layout."""
     check_queue_name(name)
     if partitions is not None:
         check_partitions(name, partitions)
-    value = yield from _plain("HGET", PARTITIONS_KEY, name)
-    recorded = 1 if value is None else int(value)
-    if partitions is None or partitions == recorded:
+    record = yield from _plain("HGET", PARTITIONS_KEY, name)
+    recorded = recorded_layout(name, None if record is None else record.decode())
+    if partitions is None or partitions == len(recorded):
         return recorded
+    layout = partition_layout(name, partitions)
     jobs = 0
-    for sub in sorted(set(partition_names(name, recorded)) | set(partition_names(name, partitions))):
+    for sub in sorted(set(recorded) | set(layout)):
         core = QueueCore(sub, codec)
         jobs += (yield from on(core, core.op_counts())).total
     if jobs:
         raise ConfigurationError(
-            f"queue {name!r} has {recorded} partition(s) and {jobs} job(s): it cannot be re-declared with "
+            f"queue {name!r} has {len(recorded)} partition(s) and {jobs} job(s): it cannot be re-declared with "
             f"{partitions} until it is empty (a job never moves between partitions)")
     if partitions == 1:
         yield from _plain("HDEL", PARTITIONS_KEY, name)
     else:
-        yield from _plain("HSET", PARTITIONS_KEY, name, partitions)
-    return partitions
+        yield from _plain("HSET", PARTITIONS_KEY, name, layout_record(name, layout))
+    return layout
 
 
 def sum_counts(counts: Sequence[Counts]) -> Counts:
@@ -292,9 +296,9 @@ def drive(connection: Connection, op: POp[T]) -> T:
 
 def open_queue(connection: Connection, name: str, **kwargs: Any) -> AnyQueue:
     """``name`` as its record says: a :class:`PartitionedQueue` when it has partitions, else a Queue."""
-    partitions = drive(connection, op_declare(connection, name, None))
-    return Queue(connection, name, **kwargs) if partitions == 1 else \
-        PartitionedQueue(connection, name, partitions=partitions, **kwargs)
+    layout = drive(connection, op_declare(connection, name, None))
+    return Queue(connection, name, **kwargs) if len(layout) == 1 else \
+        PartitionedQueue(connection, name, partitions=len(layout), **kwargs)
 
 
 class PartitionedQueue(PartitionedCore[Queue]):
@@ -304,9 +308,9 @@ class PartitionedQueue(PartitionedCore[Queue]):
 
     def __init__(self, connection: Connection, name: str, *, partitions: int | None = None,
                  serializer: Serializer = JSON, max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
-        n = drive(connection, op_declare(connection, name, partitions))
+        layout = drive(connection, op_declare(connection, name, partitions))
         super().__init__(name, [Queue(connection, sub, serializer=serializer, max_payload_bytes=max_payload_bytes)
-                                for sub in partition_names(name, n)])
+                                for sub in layout])
         self.connection = connection
         self.wire = connection.wire
 

@@ -58,8 +58,8 @@ from .connection import Call, Connection
 from .errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, JobTimeout, LeaseLost,
                      PayloadError)
 from .heartbeat import Heartbeat, HeartbeatConfig
-from .ids import uuid7_ms
-from .keys import State, partition_names
+from .ids import minted_ms
+from .keys import State
 from .partitioned import PartitionedQueue, drive, op_declare
 from .policy import IdlePolicy, LeasePolicy
 from .queue import LIMIT_MAX, Job, Queue, Sweep
@@ -182,11 +182,12 @@ class Timings:
 
 
 def waited_in_pending_s(job_id: str, attempt: int, now_s: float) -> float | None:
-    """Seconds from the id's minting to this claim, for a first claim of a UUIDv7 id; else None
+    """Seconds from the id's minting to this claim, for a first claim of an id that says when it
+    was minted (a default id, or the UUIDv7 of older clients: echomq.ids.minted_ms); else None
     (nothing honest to say without a read: the row's server-clock ``created`` is not in CLAIM's
     reply). Both ends are wall clocks of possibly two hosts: skew is clamped at 0."""
-    minted_ms = uuid7_ms(job_id) if attempt == 1 else None
-    return None if minted_ms is None else max(0.0, now_s - minted_ms / 1000)
+    minted = minted_ms(job_id) if attempt == 1 else None
+    return None if minted is None else max(0.0, now_s - minted / 1000)
 
 
 def _count(event: str, data: dict[str, Any]) -> None:
@@ -383,13 +384,12 @@ class Worker:
         self.connection = connection
         self.config = config or WorkerConfig()
         # the app's partitioned queues are declared (recorded, or refused if that would strand jobs), so
-        # handlers' producers may trust each task's N; a served one is served as its sub-queues, each
-        # its own queue here (one settle-and-claim exchange and one waiter each, taking turns)
-        for task in app.tasks.values():
-            if task.partitions > 1:
-                drive(connection, op_declare(connection, task.queue, task.partitions))
-        self.tasks = {sub: app.tasks[name] for name in names
-                      for sub in partition_names(name, app.tasks[name].partitions)}
+        # handlers' producers may trust each task's layout; a served one is served as its sub-queues,
+        # each its own queue here (one settle-and-claim exchange and one waiter each, taking turns)
+        #: each task's queues: the queue itself, or its partitions as recorded
+        self.layouts = {task.queue: drive(connection, op_declare(connection, task.queue, task.partitions))
+                        if task.partitions > 1 else [task.queue] for task in app.tasks.values()}
+        self.tasks = {sub: app.tasks[name] for name in names for sub in self.layouts[name]}
         names = list(self.tasks)
         # claims read raw bytes: the task's serializer decodes per job, so a bad payload fails one job
         self.queues = {name: Queue(connection, name, serializer=RAW) for name in names}
@@ -937,14 +937,13 @@ class Worker:
             task = self.app.tasks.get(name)
             return given or (task.serializer if task else JSON)
 
-        def partitions_of(name: str) -> int:
-            task = self.app.tasks.get(name)
-            return task.partitions if task else 1  # declared by __init__
+        def layout_of(name: str) -> list[str]:
+            return self.layouts.get(name, [name])  # declared by __init__
 
         def sync_queue(name: str, given: Serializer | None) -> Queue | PartitionedQueue:
-            if partitions_of(name) == 1:
+            if len(layout_of(name)) == 1:
                 return Queue(self.connection, name, serializer=serializer_of(name, given))
-            return PartitionedQueue(self.connection, name, partitions=partitions_of(name),
+            return PartitionedQueue(self.connection, name, partitions=len(layout_of(name)),
                                     serializer=serializer_of(name, given))
 
         if not is_async:
@@ -953,8 +952,8 @@ class Worker:
         def async_queue(name: str, given: Serializer | None) -> aio.Queue | aio.PartitionedQueue:
             if self._aio is None:
                 self._aio = aio.Connection.sharing(self.connection)
-            if partitions_of(name) > 1:
-                return aio.PartitionedQueue(self._aio, name, partitions_of(name), serializer=serializer_of(name, given))
+            if len(layout_of(name)) > 1:
+                return aio.PartitionedQueue(self._aio, name, layout_of(name), serializer=serializer_of(name, given))
             return aio.Queue(self._aio, name, serializer=serializer_of(name, given))
 
         return async_queue

@@ -11,6 +11,7 @@ import pytest
 
 import echomq
 from echomq import EmbeddedServer, Queue, connect, module_path
+from echomq.cluster import LocalCluster
 from echomq.serializers import RAW
 from helpers import fresh_name
 
@@ -26,6 +27,20 @@ def server4():
 def server6():
     with EmbeddedServer(module=module_path(), brand=6) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def cluster4():
+    """A local three-primary cluster per wire (echomq.cluster.LocalCluster), shared by every module
+    that runs on a cluster; each test uses queues of its own, and puts back any slot it moves."""
+    with LocalCluster(3, brand=4) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def cluster6():
+    with LocalCluster(3, module=module_path(), brand=6) as cluster:
+        yield cluster
 
 
 @pytest.fixture(params=[4, 6], ids=["wire4", "wire6"])

@@ -66,10 +66,8 @@ def test_a_bad_argument_is_a_configuration_error_naming_it(server, wire, bad):
 
 
 @pytest.mark.parametrize("wire", [4, 6])
-def test_on_a_cluster_every_queue_goes_to_its_slots_primary(wire):
-    from echomq import module_path
-    from echomq.cluster import LocalCluster
-
+def test_on_a_cluster_every_queue_goes_to_its_slots_primary(wire, request):
+    cluster = request.getfixturevalue(f"cluster{wire}")  # the session's (tests/conftest.py)
     names = [fresh_name(f"c{i}") for i in range(12)]
 
     async def main(url: str):
@@ -80,23 +78,21 @@ def test_on_a_cluster_every_queue_goes_to_its_slots_primary(wire):
             await asyncio.gather(*(q.complete_many(held) for q, held in zip(queues, jobs)))
             return [await q.counts() for q in queues]
 
-    with LocalCluster(primaries=3, module=module_path() if wire == 6 else None, brand=wire) as cluster:
-        counts = asyncio.run(main(cluster.url))
-        assert [(c.pending, c.active) for c in counts] == [(1, 0)] * 12
-        nodes = {cluster.node_for(f"emq:{{{name}}}:pending").port for name in names}
-        assert len(nodes) > 1  # the queues really live on different primaries
-        for name in names:  # and each queue's keys are on its own slot's node
-            with cluster.node_for(f"emq:{{{name}}}:pending").client() as node:
-                assert node.zcard(f"emq:{{{name}}}:pending") == 1
+    counts = asyncio.run(main(cluster.url))
+    assert [(c.pending, c.active) for c in counts] == [(1, 0)] * 12
+    nodes = {cluster.node_for(f"emq:{{{name}}}:pending").port for name in names}
+    assert len(nodes) > 1  # the queues really live on different primaries
+    for name in names:  # and each queue's keys are on its own slot's node
+        with cluster.node_for(f"emq:{{{name}}}:pending").client() as node:
+            assert node.zcard(f"emq:{{{name}}}:pending") == 1
 
 
-def test_an_async_handlers_producer_shares_a_cluster_connection():
+def test_an_async_handlers_producer_shares_a_cluster_connection(cluster4):
     """ctx.producer in an async handler on a cluster: aio.Connection.sharing opens an asyncio
     cluster client to the same nodes; the follow-ups land on their own queue's primary."""
     import threading
 
     from echomq import App, Queue, Worker, WorkerConfig, connect
-    from echomq.cluster import LocalCluster
     from worker_helpers import wait_until
 
     first, second = fresh_name("cf"), fresh_name("cs")
@@ -106,7 +102,8 @@ def test_an_async_handlers_producer_shares_a_cluster_connection():
     async def forward(payload, ctx):
         await ctx.producer(second).enqueue(payload, id=f"f{payload['n']}")
 
-    with LocalCluster(primaries=3, brand=4) as cluster, connect(cluster.url, wire=4, cluster=True) as conn:
+    cluster = cluster4
+    with connect(cluster.url, wire=4, cluster=True) as conn:
         Queue(conn, first).enqueue_many([{"n": n} for n in range(10)])
         worker = Worker(app, conn, queues=[first], config=WorkerConfig(concurrency=4))
         thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)

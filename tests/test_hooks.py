@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from echomq import App, ConnectionFailed, Queue, Worker, WorkerConfig, aio, hooks
-from echomq.ids import uuid7, uuid7_ms
+from echomq.ids import minted_ms, new_id
 from echomq.server import free_port
 from echomq.worker import Histogram, waited_in_pending_s
-from helpers import fresh_name
+from helpers import former_default_id, fresh_name
 from worker_helpers import wait_until
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -100,37 +100,42 @@ def test_the_worker_emits_job_events_and_tally_counts_them(conn, recorded):
     queue = Queue(conn, name)
     queue.enqueue_many(["ok", "slow", "bad"])
     queue.enqueue("ok", id="not-a-uuid7")
+    former = former_default_id(time.time_ns() // 1_000_000 - 3_600_000)  # an hour ago, by an older client
+    queue.enqueue("ok", id=former)
     worker = Worker(app, conn, config=WorkerConfig(concurrency=4))
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: worker.tally.completed + worker.tally.dead == 4, what="4 settled")
+        wait_until(lambda: worker.tally.completed + worker.tally.dead == 5, what="5 settled")
     finally:
         worker.stop()
         thread.join(10)
     mine = [(e, d) for e, d in recorded if e.startswith("job.") and d["worker"] is worker]
-    assert sorted(e for e, _ in mine) == ["job.claimed"] * 4 + ["job.completed"] * 3 + ["job.dead"]
+    assert sorted(e for e, _ in mine) == ["job.claimed"] * 5 + ["job.completed"] * 4 + ["job.dead"]
     assert all(set(d) == set(hooks.EVENTS[e]) for e, d in mine)  # the catalogue's fields, no more, no less
     dead = next(d for e, d in mine if e == "job.dead")
     assert dead["queue"] == name and dead["attempt"] == 1 and "bad payload" in dead["error"]
-    assert (worker.tally.claimed, worker.tally.completed, worker.tally.dead) == (4, 3, 1)
+    assert (worker.tally.claimed, worker.tally.completed, worker.tally.dead) == (5, 4, 1)
     waited = {d["id"]: d["waited_s"] for e, d in mine if e == "job.claimed"}
-    assert waited.pop("not-a-uuid7") is None and all(w >= 0 for w in waited.values())
+    assert waited.pop("not-a-uuid7") is None
+    assert 3600 <= waited.pop(former) < 3600 + 60  # its wait counts from the UUIDv7's own time
+    assert len(waited) == 3 and all(0 <= w < 60 for w in waited.values())  # default ids: minted just now
     durations = sorted(d["duration_s"] for e, d in mine if e in ("job.completed", "job.dead"))
     assert durations[0] >= 0 and durations[-1] >= 0.05
     cumulative, total = worker.timings.duration.snapshot()
-    assert cumulative[-1] == (float("inf"), 4) and total == pytest.approx(sum(durations))
-    assert worker.timings.waited.snapshot()[0][-1][1] == 3
+    assert cumulative[-1] == (float("inf"), 5) and total == pytest.approx(sum(durations))
+    assert worker.timings.waited.snapshot()[0][-1][1] == 4
 
 
-def test_waited_in_pending_is_known_for_a_first_claim_of_a_uuid7_only():
-    job_id = uuid7()
-    minted_s = uuid7_ms(job_id) / 1000
+@pytest.mark.parametrize("job_id", [new_id(), former_default_id(time.time_ns() // 1_000_000)],
+                         ids=["default", "former-uuid7"])
+def test_waited_in_pending_is_known_for_a_first_claim_of_an_id_that_says_when_it_was_minted(job_id):
+    minted_s = minted_ms(job_id) / 1000
     assert waited_in_pending_s(job_id, 1, minted_s + 2.5) == pytest.approx(2.5)
     assert waited_in_pending_s(job_id, 1, minted_s - 1) == 0.0  # the worker's clock behind the producer's
     assert waited_in_pending_s(job_id, 2, minted_s + 2.5) is None  # a retry: the id's time says nothing
-    for other in ("job-1", str(uuid.uuid4()), job_id.replace("-", ""), "{" + job_id + "}"):
-        assert uuid7_ms(other) is None and waited_in_pending_s(other, 1, minted_s) is None
+    for other in ("job-1", str(uuid.uuid4()), job_id.replace("-", "") + "x", "{" + job_id + "}"):
+        assert minted_ms(other) is None and waited_in_pending_s(other, 1, minted_s) is None
 
 
 def test_a_histogram_counts_into_its_buckets_cumulatively():

@@ -1,12 +1,15 @@
 """Pure unit tests, no server: the keyspace, the job-id generator, number checks, error mapping.
 
-SPEC §1 (keys, queue-name and id rules, UUIDv7 ids that sort FIFO), §3 (the number
+SPEC §1 (keys, queue-name and id rules, default ids that sort FIFO), §3 (the number
 grammar the Python side enforces before sending) and §5's error-code table.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 import uuid
 
@@ -17,6 +20,7 @@ from echomq import errors, ids
 from echomq.connection import as_refusal
 from echomq.keys import MAX_ID_BYTES, STATE_SETS, VERSION_KEY, Keyspace, State, check_job_id, check_queue_name
 from echomq.queue import I64_MAX, PRIORITY_MAX, check_int
+from helpers import former_default_id
 
 # --------------------------------------------------------------------------- keyspace
 
@@ -107,26 +111,21 @@ def test_states_are_four_and_each_has_its_set():
 
 # --------------------------------------------------------------------------- ids
 
-UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+DEFAULT_ID = re.compile(r"[0-9A-Za-z]{16}")
 
 
-def _ms(text: str) -> int:
-    return uuid.UUID(text).int >> 80
-
-
-def test_uuid7_is_version_7_variant_rfc_with_the_current_time():
+def test_a_default_id_is_16_base62_characters_that_say_when_it_was_minted():
     before = time.time_ns() // 1_000_000
-    value = ids.uuid7()
+    value = ids.new_id()
     after = time.time_ns() // 1_000_000
-    assert UUID_TEXT.fullmatch(value), value
-    parsed = uuid.UUID(value)
-    assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+    assert DEFAULT_ID.fullmatch(value), value
     # the generator may run ahead of the wall clock by a few ms after a burst, never behind it
-    assert before <= _ms(value) <= after + 50
+    assert before <= ids.minted_ms(value) <= after + 50
+    assert list(ids.ALPHABET) == sorted(ids.ALPHABET)  # text order is number order
 
 
-def test_uuid7_text_order_is_generation_order():
-    values = [ids.uuid7() for _ in range(20_000)]
+def test_default_id_text_order_is_generation_order():
+    values = [ids.new_id() for _ in range(20_000)]
     assert len(set(values)) == len(values)
     assert values == sorted(values)  # ZPOPMIN's lexicographic tie-break is therefore FIFO
 
@@ -141,23 +140,75 @@ class _FrozenClock:
         return self.ms * 1_000_000
 
 
-def test_uuid7_counter_overflow_advances_the_millisecond(monkeypatch):
+def test_counter_overflow_advances_the_millisecond(monkeypatch):
     clock = _FrozenClock(time.time_ns() // 1_000_000 + 10)
     monkeypatch.setattr(ids, "time", clock)
-    values = [ids.uuid7() for _ in range(5000)]  # > 4096: the 12-bit counter must run out at least once
+    values = [ids.new_id() for _ in range(3 * ids.COUNTER_SPAN)]  # the counter must run out twice
     assert values == sorted(values) and len(set(values)) == len(values)
-    stamps = [_ms(v) for v in values]
-    assert stamps[0] == clock.ms
-    assert stamps[-1] > clock.ms  # ran ahead rather than repeating or wrapping
+    stamps = [ids.minted_ms(v) for v in values]
+    assert stamps[0] == clock.ms and stamps[-1] == clock.ms + 2  # ran ahead rather than repeating or wrapping
 
 
-def test_uuid7_never_goes_backwards_when_the_wall_clock_does(monkeypatch):
-    first = ids.uuid7()
-    clock = _FrozenClock(_ms(first) - 60_000)  # the wall clock jumps a minute back
+def test_ids_never_go_backwards_when_the_wall_clock_does(monkeypatch):
+    first = ids.new_id()
+    clock = _FrozenClock(ids.minted_ms(first) - 60_000)  # the wall clock jumps a minute back
     monkeypatch.setattr(ids, "time", clock)
-    later = [ids.uuid7() for _ in range(100)]
+    later = [ids.new_id() for _ in range(100)]
     assert [first] + later == sorted([first] + later)
-    assert all(_ms(v) >= _ms(first) for v in later)
+    assert all(ids.minted_ms(v) >= ids.minted_ms(first) for v in later)
+
+
+# echomq/ids.py loaded on its own (it needs only the standard library): a process starts in
+# a fraction of the time the whole package takes to import
+MINT_IN_ONE_MS = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("ids", sys.argv[3])
+ids = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ids)
+class Frozen:
+    time_ns = staticmethod(lambda: int(sys.argv[1]) * 1_000_000)
+ids.time = Frozen
+values = [ids.new_id() for _ in range(int(sys.argv[2]))]
+assert values == sorted(values), "out of order"
+print("\\n".join(values))
+"""
+
+
+def test_processes_minting_in_the_same_milliseconds_never_mint_the_same_id():
+    # every process's clock held at the same ms: only the per-process tag can keep them apart
+    ms, count = time.time_ns() // 1_000_000, 2 * ids.COUNTER_SPAN
+    procs = [subprocess.Popen([sys.executable, "-c", MINT_IN_ONE_MS, str(ms), str(count), ids.__file__],
+                              stdout=subprocess.PIPE, text=True) for _ in range(6)]
+    minted = [proc.communicate(timeout=60)[0].split() for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * 6
+    assert all(len(values) == count for values in minted)
+    assert len(set().union(*minted)) == 6 * count
+    assert {ids.minted_ms(values[0]) for values in minted} == {ms}
+
+
+def test_a_forked_child_draws_its_own_tag(monkeypatch):
+    monkeypatch.setattr(ids, "time", _FrozenClock(time.time_ns() // 1_000_000 + 5))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: same clock, same counter state as the parent at the fork
+        os.write(write, ids.new_id().encode())
+        os._exit(0)
+    os.close(write)
+    parent_id = ids.new_id()
+    child_id = os.read(read, 64).decode()
+    os.close(read)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert child_id != parent_id and ids.minted_ms(child_id) == ids.minted_ms(parent_id)
+    assert child_id[ids.TIME_CHARS:] != parent_id[ids.TIME_CHARS:]
+
+
+def test_minted_ms_reads_default_ids_and_the_former_uuid7_ids_only():
+    now_ms = time.time_ns() // 1_000_000
+    assert ids.minted_ms(former_default_id(now_ms)) == now_ms  # jobs queued by an older client
+    too_early = "0" * 16  # the default shape, but its time reads 1970: someone's own id
+    for other in ("job-1", str(uuid.uuid4()), former_default_id(now_ms).replace("-", ""), too_early,
+                  "zzzzzzzzzzzzzzzz", "0VcYkar2vSXm-Ejg", "0VcYkar2vSXmrEj", "0VcYkar2vSXmrEjgA"):
+        assert ids.minted_ms(other) is None, other
 
 
 # --------------------------------------------------------------------------- numbers

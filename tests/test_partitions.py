@@ -13,7 +13,10 @@ from click.testing import CliRunner
 
 from echomq import ConfigurationError, PartitionedQueue, Queue, State, connect
 from echomq.cli import main
-from echomq.keys import PARTITIONS_KEY, Keyspace, check_queue_name, parent_queue, partition_names, partition_of
+from echomq.keys import (
+    PARTITIONS_KEY, SLOTS, Keyspace, check_queue_name, layout_record, parent_queue, partition_layout, partition_of,
+    recorded_layout, slot_of,
+)
 from echomq.partitioned import open_queue
 from echomq.tasks import App
 
@@ -27,21 +30,60 @@ def emq(*args: str):
 
 # -- the names (pure) ------------------------------------------------------------------
 def test_partition_names_and_routing_are_stable():
-    assert partition_names("emails", 1) == ["emails"]  # one partition: today's layout exactly
-    assert partition_names("emails", 3) == ["emails~0", "emails~1", "emails~2"]
-    assert Keyspace("emails~2").pending == "emq:{emails~2}:pending"  # its own hashtag
-    assert parent_queue("emails~2") == "emails" and parent_queue("emails") == "emails"
+    assert partition_layout("emails", 1) == ["emails"]  # one partition: today's layout exactly
+    layout = partition_layout("emails", 8)
+    assert [sub.split(".")[0] for sub in layout] == [f"emails~{i}" for i in range(8)]  # name~i.salt
+    assert partition_layout("emails", 8) == layout  # deterministic
+    assert recorded_layout("emails", layout_record("emails", layout)) == layout
+    assert recorded_layout("emails", "3") == ["emails~0", "emails~1", "emails~2"]  # a record from before salts
+    assert recorded_layout("emails", None) == ["emails"]
+    for bad in ("1", "0", "x.1 y", "0.1 1.99999"):
+        with pytest.raises(ConfigurationError, match="unreadable partitions record"):
+            recorded_layout("emails", bad)
+    assert Keyspace(layout[2]).pending == f"emq:{{{layout[2]}}}:pending"  # its own hashtag
+    assert parent_queue(layout[2]) == parent_queue("emails~2") == parent_queue("emails") == "emails"
     assert partition_of("customer-42", 8) == partition_of("customer-42", 8) == 5  # CRC-32: every process agrees
     with pytest.raises(ConfigurationError):
         check_queue_name("emails~2")  # a user's queue name cannot be a partition's
+
+
+def primaries_split(layout: list[str], primaries: int) -> list[int]:
+    """How many partitions each of ``primaries`` holds when they own equal runs of slots (as
+    ``valkey-cli --cluster create`` assigns them)."""
+    split = [0] * primaries
+    for sub in layout:
+        split[slot_of(sub) * primaries // SLOTS] += 1
+    return split
+
+
+def test_partitions_spread_evenly_over_the_slots_for_any_name():
+    """``name~i`` alone lands 8 partitions 2/2/4 on 3 primaries for most names (CRC16 is linear);
+    the salted layout is as even as the counts allow, 3/3/2, for every name tried, and likewise
+    for other N and primaries; each partition within a few slots of its target."""
+    import random
+    rng = random.Random(19)
+    names = ["emails", "bench"] + ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz0123456789.:_-", k=rng.randint(1, 24)))
+                                   for _ in range(100)]
+    unsalted = Counter(tuple(sorted(primaries_split([f"{n}~{i}" for i in range(8)], 3))) for n in names)
+    assert unsalted[(2, 2, 4)] > len(names) * 0.8
+    worst = 0
+    for name in names:
+        for partitions, primaries in ((8, 3), (12, 5)):
+            layout = partition_layout(name, partitions)
+            split = primaries_split(layout, primaries)
+            assert max(split) - min(split) <= 1, (name, partitions, primaries, split)
+            targets = [(2 * i + 1) * SLOTS // (2 * partitions) for i in range(partitions)]
+            worst = max(worst, *(abs(slot_of(sub) - t) for sub, t in zip(layout, targets)))
+        assert sorted(primaries_split(partition_layout(name, 8), 3)) == [2, 3, 3]
+    assert worst <= 64, worst  # 31 measured (docs/cluster.md)
 
 
 # -- declaring N ------------------------------------------------------------------------
 def test_declare_records_n_and_readers_agree(conn):
     name = fresh_name("p")
     queue = PartitionedQueue(conn, name, partitions=4)
-    assert [q.name for q in queue.partitions] == partition_names(name, 4)
-    assert conn.client.hget(PARTITIONS_KEY, name) == b"4"
+    assert [q.name for q in queue.partitions] == partition_layout(name, 4)
+    assert conn.client.hget(PARTITIONS_KEY, name).decode() == layout_record(name, partition_layout(name, 4))
     found = open_queue(conn, name)  # a reader without N: the record's
     assert isinstance(found, PartitionedQueue) and len(found.partitions) == 4
     assert isinstance(open_queue(conn, fresh_name("plain")), Queue)
@@ -76,9 +118,24 @@ def test_an_empty_queue_may_be_redeclared(conn):
     queue.enqueue({})
     queue.complete(queue.claim(60_000))  # empty again: completed jobs leave no row
     assert len(PartitionedQueue(conn, name, partitions=8).partitions) == 8
-    assert conn.client.hget(PARTITIONS_KEY, name) == b"8"
+    assert conn.client.hget(PARTITIONS_KEY, name).decode() == layout_record(name, partition_layout(name, 8))
     PartitionedQueue(conn, name, partitions=1)  # back to one: the record goes, today's layout
     assert conn.client.hget(PARTITIONS_KEY, name) is None
+
+
+def test_a_record_from_before_salts_keeps_its_layout(conn):
+    """A record written as a bare N names ``name~0`` .. ``name~N-1``: readers and a re-declaration of
+    the same N keep that layout (its jobs stay reachable); a new N, once empty, gets the salted one."""
+    name = fresh_name("p")
+    conn.client.hset(PARTITIONS_KEY, name, 3)
+    Queue(conn, f"{name}~1").enqueue({"old": True})
+    for queue in (PartitionedQueue(conn, name), PartitionedQueue(conn, name, partitions=3), open_queue(conn, name)):
+        assert [q.name for q in queue.partitions] == [f"{name}~{i}" for i in range(3)]
+        assert queue.counts().pending == 1
+    job = queue.claim(60_000)
+    assert job.queue == f"{name}~1" and job.payload == {"old": True}
+    queue.complete(job)
+    assert [q.name for q in PartitionedQueue(conn, name, partitions=4).partitions] == partition_layout(name, 4)
 
 
 # -- producing ---------------------------------------------------------------------------
@@ -165,7 +222,7 @@ def test_worker_and_commands_see_one_queue(server, wire, tmp_path: Path):
     assert f"{name} (4 partitions)" in shown.stdout and f"{name}~3" in shown.stdout
     dead = json.loads(emq("dead", "-q", name, "--url", server.url, "--json").stdout)
     assert dead["total"] == 1 and [(job["id"], job["queue"]) for job in dead["jobs"]] == [
-        (doomed, f"{name}~{partition_of('doomed', 4)}")]
+        (doomed, PartitionedQueue(conn, name).partitions[partition_of('doomed', 4)].name)]
     assert json.loads(emq("inspect", doomed, "-q", name, "--url", server.url, "--json").stdout)["state"] == "dead"
     assert emq("pause", "-q", name, "--url", server.url).exit_code == 0
     assert json.loads(emq("stats", "-q", name, "--url", server.url, "--json").stdout)[0]["paused"]

@@ -1,6 +1,7 @@
 // BullMQ on Node, driven as bench/peers/drive.py drives the Python peers:
 //   node bullmq_node.mjs worker  URL QUEUE
-//   node bullmq_node.mjs enqueue URL QUEUE N          (prints JSON {start, end}, epoch seconds)
+//   node bullmq_node.mjs enqueue URL QUEUE N [PRIORITY]   (prints JSON {start, end}, epoch seconds;
+//                                                      PRIORITY > 0: prioritized jobs, kept in a zset)
 //   node bullmq_node.mjs stamped URL QUEUE M LO_MS HI_MS   (gaps as drive.py's gaps())
 // BENCH_CONCURRENCY sets the Worker's concurrency (BullMQ's default is 1).
 // The no-op processor counts itself as probe.py does: a process-local counter that a
@@ -38,9 +39,10 @@ if (what === "worker") {
   const t = { start: now() };
   if (what === "enqueue") {
     const n = Number(a);
+    const opts = b ? { priority: Number(b) } : undefined;
     for (let start = 0; start < n; start += 1000) {
       const jobs = [];
-      for (let i = 0; i < Math.min(1000, n - start); i++) jobs.push({ name: "noop", data: {} });
+      for (let i = 0; i < Math.min(1000, n - start); i++) jobs.push({ name: "noop", data: {}, opts });
       await q.addBulk(jobs);
     }
   } else {
@@ -55,6 +57,6 @@ if (what === "worker") {
   console.log(JSON.stringify(t));
   process.exit(0);
 } else {
-  console.error("usage: bullmq_node.mjs worker|enqueue|stamped URL QUEUE [N | M GAP_MS]");
+  console.error("usage: bullmq_node.mjs worker|enqueue|stamped URL QUEUE [N [PRIORITY] | M LO_MS HI_MS]");
   process.exit(2);
 }

@@ -8,8 +8,8 @@
 * a worker serving a queue whose slot is migrated to another primary (SETSLOT MIGRATING/IMPORTING,
   MIGRATE, SETSLOT NODE) completes every job exactly once and then waits on the new node; moved
   back while it waits there, its block is answered MOVED and it waits on the first node again;
-* the same through Valkey 9's atomic slot migration (CLUSTER MIGRATESLOTS) on wire 4; refused by the
-  server on wire 6 (trafikey does not declare support yet);
+* the same through Valkey 9's atomic slot migration (CLUSTER MIGRATESLOTS), on both wires (trafikey
+  declares support for it);
 * a worker riding out a primary failover (CLUSTER FAILOVER on its replica): nothing lost; then a
   killed primary whose replica takes over (TAKEOVER): every replicated job done.
 """
@@ -208,9 +208,9 @@ class Recording:
         assert not self.thread.is_alive()
 
 
-def test_a_worker_follows_its_queue_when_the_slot_migrates(wire):
-    with LocalCluster(3, module=echomq.module_path() if wire == 6 else None, brand=wire) as cluster, \
-            connect(cluster.url, wire=wire) as conn:
+def test_a_worker_follows_its_queue_when_the_slot_migrates(cluster, wire):
+    """On the shared cluster: the slot goes back where it was before the test ends."""
+    with connect(cluster.url, wire=wire) as conn:
         name = names_on_every_node(cluster, per_node=1)[0]
         source = cluster.node_for(f"{{{name}}}")
         target = next(node for node in cluster.nodes if node is not source)
@@ -219,15 +219,16 @@ def test_a_worker_follows_its_queue_when_the_slot_migrates(wire):
         with Recording(conn, [name], concurrency=2) as run:
             wait_until(lambda: sum(run.done.values()) >= 100, 30, "a first hundred jobs done")
             moved = migrate_slot(slot_of(name), source, target, cluster.nodes)
-            assert moved > 0
-            assert sum(run.done.values()) < 600, "the slot moved after the run: raise the job count"
-            wait_until(lambda: sum(run.done.values()) == 600, 60, "every job done")
-            wait_until(lambda: blocked_waiters(target) == 1, 20, "the waiter blocked on the new node")
-            assert blocked_waiters(source) == 0
-            later = queue.enqueue({"after": True})  # picked up from the new node by the waiter's wake
-            wait_until(lambda: run.done[later.id] == 1, 20, "a job enqueued after the move")
-
-            migrate_slot(slot_of(name), target, source, cluster.nodes)  # back, while the worker waits there
+            try:
+                assert moved > 0
+                assert sum(run.done.values()) < 600, "the slot moved after the run: raise the job count"
+                wait_until(lambda: sum(run.done.values()) == 600, 60, "every job done")
+                wait_until(lambda: blocked_waiters(target) == 1, 20, "the waiter blocked on the new node")
+                assert blocked_waiters(source) == 0
+                later = queue.enqueue({"after": True})  # picked up from the new node by the waiter's wake
+                wait_until(lambda: run.done[later.id] == 1, 20, "a job enqueued after the move")
+            finally:
+                migrate_slot(slot_of(name), target, source, cluster.nodes)  # back, while the worker waits there
             back = queue.enqueue({"back": True})
             wait_until(lambda: run.done[back.id] == 1, 20, "a job enqueued after the move back")
             wait_until(lambda: blocked_waiters(source) == 1, 20, "the waiter blocked on the first node again")
@@ -313,10 +314,12 @@ def test_a_batch_the_cluster_client_cannot_place_mid_migration_fails_whole_as_co
         assert len(queue.claim_many(3, 30_000)) == 3
 
 
-def test_atomic_slot_migration_under_a_running_worker_on_wire_4_and_refused_by_the_module_on_wire_6(cluster, wire):
-    """Valkey 9's CLUSTER MIGRATESLOTS: ownership changes in one step, so a queue's verbs never meet
-    the TRYAGAIN window of the classic procedure. Wire 4 serves through it; trafikey does not yet
-    declare atomic slot migration support, so Valkey refuses the migration and nothing moves."""
+def test_atomic_slot_migration_under_a_running_worker(cluster, wire):
+    """Valkey 9's CLUSTER MIGRATESLOTS: ownership changes in one step once the target holds every key,
+    so a queue's verbs never meet the TRYAGAIN window of the classic procedure. On wire 6 trafikey
+    declares support (its verbs write plain effects, which stream to the target like any command).
+    Moved away under a running worker, then back while the worker waits blocked on the new owner:
+    every job exactly once, and the waiter follows the slot both ways."""
     name = names_on_every_node(cluster, per_node=1)[0]
     source = cluster.node_for(f"{{{name}}}")
     target = next(node for node in cluster.nodes if node is not source)
@@ -324,12 +327,6 @@ def test_atomic_slot_migration_under_a_running_worker_on_wire_4_and_refused_by_t
     with connect(cluster.url, wire=wire) as conn:
         queue = Queue(conn, name)
         ids = [job.id for job in queue.enqueue_many([{"n": n} for n in range(400)])]
-        if wire == 6:
-            before = digests(cluster)
-            with source.client() as client, pytest.raises(ResponseError, match="trafikey does not support atomic"):
-                client.execute_command("CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", slot, slot, "NODE", node_id(target))
-            assert digests(cluster) == before and slot_owner(source, slot) == source.port
-            return
         with Recording(conn, [name], concurrency=2) as run:
             wait_until(lambda: sum(run.done.values()) >= 50, 30, "a first fifty jobs done")
             migrate_slot_atomically(slot, source, target, cluster.nodes)
@@ -339,5 +336,8 @@ def test_atomic_slot_migration_under_a_running_worker_on_wire_4_and_refused_by_t
                 wait_until(lambda: blocked_waiters(target) == 1, 20, "the waiter blocked on the new node")
             finally:
                 migrate_slot_atomically(slot, target, source, cluster.nodes)  # the shared cluster as it was
-        assert set(run.done) == set(ids) and set(run.done.values()) == {1}
-        assert queue.metrics()["completed"] == 400 and queue.counts().total == 0
+            back = queue.enqueue({"back": True})  # the blocked waiter was moved along: it claims this
+            wait_until(lambda: run.done[back.id] == 1, 20, "a job enqueued after the move back")
+            wait_until(lambda: blocked_waiters(source) == 1, 20, "the waiter blocked on the first node again")
+        assert set(run.done) == set(ids) | {back.id} and set(run.done.values()) == {1}
+        assert queue.metrics()["completed"] == 401 and queue.counts().total == 0

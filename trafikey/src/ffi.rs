@@ -188,6 +188,31 @@ pub fn signal_ready(ctx: &Context, key: &Str) {
     }
 }
 
+/// Valkey 9's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (valkeymodule.h; the crate's
+/// bundled headers predate it).
+const HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+
+/// Declare that the module handles atomic slot migration (`CLUSTER MIGRATESLOTS`), when the
+/// server knows that option (`RM_GetModuleOptionsAll`: Valkey 9 and later). Without it Valkey
+/// refuses every atomic migration on a node that loaded the module. True when declared.
+pub fn declare_atomic_slot_migration(ctx: &Context) -> bool {
+    // SAFETY: the API table entries `RedisModule_Init` filled at load; both are called from
+    // OnLoad with its live context.
+    unsafe {
+        let (Some(all), Some(set)) = (
+            raw::RedisModule_GetModuleOptionsAll,
+            raw::RedisModule_SetModuleOptions,
+        ) else {
+            return false;
+        };
+        if all() & HANDLE_ATOMIC_SLOT_MIGRATION == 0 {
+            return false;
+        }
+        set(ctx.ctx, HANDLE_ATOMIC_SLOT_MIGRATION);
+    }
+    true
+}
+
 /// A keyspace-event handler: the key the event names, as bytes.
 pub type EventHandler = fn(&Context, &[u8]);
 
