@@ -39,12 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from bisect import bisect_left
 import os
 import random
 import signal
 import threading
 import time
+from bisect import bisect_left
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -311,7 +311,10 @@ class _DaemonPool:
                 me.acquire()  # until a submit or the shutdown releases it
                 continue
             fn, args = item
-            fn(*args)
+            try:
+                fn(*args)
+            except BaseException:  # the callables report their own outcome: this is a bug, and the thread lives on
+                log.exception("worker %d: a handler thread's task failed", os.getpid())
 
     def shutdown(self) -> None:
         """Sleeping threads end now, running ones after their handler; queued work is not started."""
