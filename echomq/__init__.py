@@ -10,6 +10,7 @@ from .errors import (
     ConfigurationError,
     ConnectionFailed,
     CounterError,
+    CrossSlotFlow,
     EchoMQError,
     HostError,
     JobFailed,
@@ -30,6 +31,7 @@ from .errors import (
 )
 from .heartbeat import HeartbeatConfig, WorkerRecord, list_workers
 from .events import Event
+from .flows import CHILD_FAILURE, Flow
 from .keys import Keyspace, State
 from .module import module_path
 from .partitioned import PartitionedQueue
@@ -40,21 +42,23 @@ from .verbs import Admission
 from .results import Status
 from .serializers import JSON, RAW, JSONSerializer, RawSerializer
 from .server import EmbeddedServer
-from .tasks import App, Delay, JobContext, Retry, Task
+from .tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task
 from .timers import TimerConfig, Timers
 from .worker import Tally, Worker, WorkerConfig
 
 __all__ = [
     "Admission",
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
-    "CounterError", "Counts", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
+    "CounterError", "Counts", "CrossSlotFlow", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
     "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost",
     "PartitionedQueue", "PayloadError", "PermissionDenied", "PortInUse", "Queue", "RAW", "RateLimit", "RawSerializer",
     "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Status", "Sweep", "UnsupportedOnWire",
     "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "module_path",
     # workers
-    "App", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task", "TimerConfig",
-    "Timers", "Worker", "WorkerConfig",
+    "App", "AsyncJobContext", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task",
+    "TimerConfig", "Timers", "Worker", "WorkerConfig",
+    # flows
+    "CHILD_FAILURE", "Flow",
     # the workers list
     "HeartbeatConfig", "WorkerRecord", "list_workers",
 ]

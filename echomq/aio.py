@@ -43,8 +43,9 @@ from .connection import (
     TRANSPORT_ERRORS, VerbSpan, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode, first_key_at,
     link_failed, tokens_unavailable, wire_of_brand,
 )
-from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
+from .core import MAX_PAYLOAD_BYTES, Children, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
 from .events import DEFAULT_MAXLEN, Event
+from .flows import Flow, op_enqueue_flow, plan
 from .keys import VERSION_KEY, State, check_job_id
 from .partitioned import POp, PartitionedCore, op_declare
 from .rates import RateLimit
@@ -242,10 +243,10 @@ class Connection(WireCodec):
     # -- waiting on an outcome channel (the bus) ---------------------------------
     @asynccontextmanager
     async def outcome_listener(self, channel: str, *, confirm_s: float = 10.0
-                               ) -> AsyncIterator[Callable[[float | None], Awaitable[None]]]:
+                               ) -> AsyncIterator[Callable[[float | None], Awaitable[bytes | None]]]:
         """As :meth:`echomq.Connection.outcome_listener`, awaited: SSUBSCRIBE on a socket of its
         own (on a cluster, to the node that serves the channel's slot), confirmed; yields
-        ``await wait(timeout_s)``, which returns at the next message or when the time runs out."""
+        ``await wait(timeout_s)``, which returns the next message or None when the time runs out."""
         if self.cluster:
             node = self.client.get_node_from_key(channel)
             options = {k: v for k, v in node.connection_kwargs.items() if k in _PORTABLE}  # its host and port too
@@ -254,7 +255,7 @@ class Connection(WireCodec):
         else:
             owner, pubsub = None, self.client.pubsub()
 
-        async def wait(timeout_s: float | None, *, confirming: bool = False) -> None:
+        async def wait(timeout_s: float | None, *, confirming: bool = False) -> bytes | None:
             try:
                 got = await asyncio.wait_for(pubsub.parse_response(block=True), timeout_s)
             except asyncio.TimeoutError:
@@ -263,6 +264,7 @@ class Connection(WireCodec):
                 raise link_failed(exc, f"a wait on {channel}") from exc
             if confirming and not got:
                 raise errors.ConnectionFailed(f"no confirmation of SSUBSCRIBE {channel} within {timeout_s:g} s")
+            return got[2] if got else None  # [smessage, channel, data]
 
         try:
             try:
@@ -452,6 +454,23 @@ class Queue(QueueCore):
     async def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
         return await self._run(self.op_stalled_check(max_stalled, limit))
 
+    async def enqueue_flow(self, payload: Any, *, children: Sequence[Any], id: str | None = None, priority: int = 0,
+                           on_child_failure: str = "fail") -> Enqueued:
+        root = Flow(self.name, payload, children, id=id, priority=priority, on_child_failure=on_child_failure)
+        return await self._run(op_enqueue_flow(plan(root, self.encode, cluster=self.connection.cluster)))
+
+    async def flow_claim(self, count: int, lease_ms: int) -> list[Job]:
+        return await self._run(self.op_flow_claim(count, lease_ms))
+
+    async def flow_extend_many(self, jobs: Sequence[JobRef], lease_ms: int) -> list[int]:
+        return await self._run(self.op_flow_extend_many(jobs, lease_ms))
+
+    async def reap_flows(self, *, max_stalled: int = 1, limit: int = 1000) -> Sweep:
+        return await self._run(self.op_flow_reap(max_stalled, limit))
+
+    async def children(self, parent_id: str) -> Children:
+        return (await self._run(self.op_children([parent_id])))[0]
+
     async def pause(self) -> None:
         await self._run(self.op_pause())
 
@@ -472,11 +491,17 @@ class Queue(QueueCore):
         check_job_id(job_id)
         deadline = None if check_wait(timeout) is None else time.monotonic() + timeout
         async with self.connection.outcome_listener(self.keys.outcome(job_id)) as wait:
-            while True:
-                read = await self._run(self.op_result_read(job_id))
-                if isinstance(read, Done):
-                    return read.value
-                await wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+            counted = await self._run(self.op_waiters(1))
+            try:
+                told = None
+                while True:
+                    read = await self._run(self.op_result_read(job_id, told))
+                    if isinstance(read, Done):
+                        return read.value
+                    told = await wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+            finally:
+                if counted:
+                    await self._run(self.op_waiters(-1))
 
     async def enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> None:
         await self._run(self.op_enable_events(maxlen))

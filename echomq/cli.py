@@ -754,7 +754,8 @@ def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int, as
 def events(url: str, wire: str, queue_name: str, follow: bool, since: str | None, maxlen: int | None,
            disable: bool, as_json: bool) -> None:
     """Show a queue's events (enqueued, claimed, progress, completed, retried, failed, dead, stalled,
-    recovered, removed), oldest first; with --follow, as they happen."""
+    recovered, removed, promoted, delayed, requeued, rescheduled, reprocessed), oldest first; with
+    --follow, as they happen."""
     with opened_queue(url, wire, queue_name) as queue:
         if maxlen is not None or disable:
             if disable:

@@ -188,7 +188,7 @@ class Script:
 
 def read_scripts(verbs: Iterable[Verb]) -> dict[str, Script]:
     """The scripts' sources from the package (loading them into a server is ``Connection.load_scripts``)."""
-    return {verb.name: Script(verb, verb.script_path.read_bytes()) for verb in verbs}
+    return {verb.name: Script(verb, verb.source()) for verb in verbs}
 
 
 def first_key_at(args: Sequence[Any]) -> int | None:
@@ -239,15 +239,16 @@ class WireCodec:
             raise errors.ConfigurationError(f"bad wire {wire!r}: EchoMQ speaks wire 4 (scripts) or wire 6 (trafikey)")
         self.wire = wire
         self.tokens: frozenset[str] = frozenset()  #: what EMQ.VERSION lists on every primary (wire 6)
-        self.scripts = read_scripts(v for v in SCRIPTED if wire == 4 or v.read_only)
+        # wire 6 sends the EMQ verbs, and keeps only the declared reads and the flow scripts (SPEC §9.6)
+        self.scripts = read_scripts(v for v in SCRIPTED if wire == 4 or v.command is None)
 
     def supports(self, verb_name: str) -> bool:
         """Whether this connection carries ``verb_name``: its script on wire 4; on wire 6 its
         command, listed (with all its tokens) by EMQ.VERSION on every primary."""
         verb = BY_NAME[verb_name]
-        if self.wire == 4:
+        if self.wire == 4 or verb.command is None:
             return verb.scripted
-        return verb.read_only or set(verb.tokens) <= self.tokens
+        return set(verb.tokens) <= self.tokens
 
     def carries(self, verb_name: str, argument: str) -> bool:
         """Whether a call of ``verb_name`` may send its late ``argument`` (SPEC §9.4): the
@@ -258,7 +259,7 @@ class WireCodec:
     def command_args(self, call: Call) -> tuple[Any, ...]:
         """The command that carries ``call`` on this connection's wire."""
         verb = call.verb
-        if self.wire == 6 and not verb.read_only:
+        if self.wire == 6 and verb.command is not None:
             if not set(verb.tokens) <= self.tokens:
                 raise errors.UnsupportedOnWire(
                     f"{verb.name} needs the token(s) {list(verb.tokens)}, which this node's EMQ.VERSION does not "
@@ -437,23 +438,25 @@ class Connection(WireCodec):
 
     # -- waiting on an outcome channel (the bus) ---------------------------------
     @contextmanager
-    def outcome_listener(self, channel: str, *, confirm_s: float = 10.0) -> Iterator[Callable[[float | None], None]]:
+    def outcome_listener(self, channel: str, *, confirm_s: float = 10.0
+                         ) -> Iterator[Callable[[float | None], bytes | None]]:
         """Subscribe to a job's outcome channel (SSUBSCRIBE: the queue's slot) on a connection of
         its own and wait for the server's confirmation; yields ``wait(timeout_s)``, which returns
-        at the next message or when the time runs out (None: no limit). A link fault is
-        :class:`~echomq.ConnectionFailed`, as on the send path."""
+        the next message (``completed``, ``dead``) or None when the time runs out (None: no
+        limit). A link fault is :class:`~echomq.ConnectionFailed`, as on the send path."""
         pubsub = self.client.pubsub()
         # on a cluster, read the node that serves the channel's slot (without it valkey-py's
         # cluster pub/sub polls every node once and never waits)
         node = {"target_node": self.client.get_node_from_key(channel)} if self.cluster else {}
 
-        def wait(timeout_s: float | None, *, confirming: bool = False) -> None:
+        def wait(timeout_s: float | None, *, confirming: bool = False) -> bytes | None:
             try:
                 got = pubsub.get_sharded_message(ignore_subscribe_messages=not confirming, timeout=timeout_s, **node)
             except TRANSPORT_ERRORS as exc:
                 raise link_failed(exc, f"a wait on {channel}") from exc
             if confirming and not got:
                 raise errors.ConnectionFailed(f"no confirmation of SSUBSCRIBE {channel} within {timeout_s:g} s")
+            return got["data"] if got else None
 
         try:
             try:

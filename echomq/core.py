@@ -17,7 +17,7 @@ per job instead, because a batch is partly lost by nature.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Sequence, TypeVar
 
 from . import envelope, errors
@@ -74,6 +74,8 @@ class Job:
     raw_payload: bytes | None  #: as the serializer wrote it (a trace envelope taken off)
     attempt: int
     trace: dict[str, str] | None = None  #: the trace context it was enqueued with (echomq.otel), if any
+    flow: bool = False  #: a flow job (claimed by flow_claim): renewed and settled by the flow scripts
+    has_children: bool = False  #: a flow parent, claimed once its children finished
 
     @property
     def token(self) -> str:
@@ -86,6 +88,15 @@ class Job:
 
 
 JobRef = Job | str
+
+
+@dataclass(frozen=True)
+class Children:
+    """What a flow parent's children left it: their results (decoded with the reading queue's
+    serializer) and, under ``on_child_failure="continue"``, the errors of those that died, by child id."""
+
+    results: dict[str, Any]
+    failures: dict[str, str]
 
 
 def _ref(job: JobRef, token: str | int | None) -> tuple[str, str]:
@@ -178,6 +189,9 @@ class QueueCore:
         #: the last claims' rate-limit wait (ms, server clock): the queue's rate limit held at least
         #: one of them; None when none was held (docs/spec.md §13)
         self.claim_wait_ms: int | None = None
+        #: the last flow claim found nothing: the ms until a flow retry falls due, 0 while flows are
+        #: under way without one (a parent waits, a flow lease is held), None when there is no flow work
+        self.flow_due_ms: int | None = None
 
     # -- building calls (pure) --------------------------------------------------
     def call(self, verb: str, *argv: Any) -> Call:
@@ -222,6 +236,21 @@ class QueueCore:
         """COMPLETE with the outcome told (the bus): ``result`` (already encoded) kept as the job's
         completed record for ``retention_ms`` (0: no record)."""
         return self.build("publish", *_ref(job, token), result, retention_ms)
+
+    def flow_complete_call(self, job: JobRef, result: bytes, *, retention_ms: int,
+                           token: str | int | None = None) -> Call:
+        """FLOW_COMPLETE: a flow job's PUBLISH; ``result`` (already encoded) goes to its parent,
+        and is kept as its completed record for ``retention_ms`` (0: no record)."""
+        return self.build("flow_complete", *_ref(job, token), result, retention_ms)
+
+    def flow_fail_call(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
+                       token: str | int | None = None, traceback: str | None = None) -> Call:
+        """FLOW_FAIL: a flow job's FAILURES.INCR; a death is told to its parent."""
+        return self.build("flow_fail", *_ref(job, token), error, max_attempts, backoff_ms, traceback or "")
+
+    def flow_release_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
+        """FLOW_RELEASE: a flow job's REQUEUE (back to flow:pending, nothing counted)."""
+        return self.build("flow_release", *_ref(job, token))
 
     def append_call(self, job: JobRef, value: Any, *, token: str | int | None = None) -> Call:
         """APPEND: a held job's progress (any JSON value, at most 64 KiB encoded)."""
@@ -379,6 +408,37 @@ class QueueCore:
         answers = [call.verb.answer(call, reply) for call, reply in zip(calls, settled)]
         return answers, self._jobs(claims, claimed)
 
+    def op_flow_claim(self, count: int, lease_ms: int) -> Op[list[Job]]:
+        """Up to ``count`` flow jobs under a lease (FLOW_CLAIM), each marked :attr:`Job.flow`."""
+        claimed = yield from self._one(self.build("flow_claim", check_int("lease_ms", lease_ms, 1),
+                                                  check_int("count", count, 1, LIMIT_MAX)))
+        self.flow_due_ms = claimed.wait_ms if isinstance(claimed, Throttled) else None
+        return [] if isinstance(claimed, Throttled) else [
+            replace(self._job(one), flow=True, has_children=parent) for one, parent in claimed]
+
+    def op_flow_extend_many(self, jobs: Sequence[JobRef], lease_ms: int) -> Op[list[int]]:
+        check_int("lease_ms", lease_ms, 1)
+        pairs = [_ref(job, None) for job in jobs]
+        calls = [self.call("flow_extends", lease_ms, *[part for pair in pairs[at:at + EXTENDS_MAX_PAIRS] for part in pair])
+                 for at in range(0, len(pairs), EXTENDS_MAX_PAIRS)]
+        replies = (yield calls) if calls else []
+        raise_first(replies)
+        return [answer for call, reply in zip(calls, replies) for answer in call.verb.answer(call, reply)]
+
+    def op_flow_reap(self, max_stalled: int, limit: int) -> Op[Sweep]:
+        return (yield from self._one(self.build("flow_reap", max_stalled, limit)))
+
+    def op_children(self, parent_ids: Sequence[str]) -> Op[list[Children]]:
+        """Flow parents' children's results (decoded) and, under ``continue``, their errors, by
+        child id, in one round trip."""
+        reads = [Plain(("HGETALL", key(check_job_id(parent))))
+                 for parent in parent_ids for key in (self.keys.flow_results, self.keys.flow_failures)]
+        replies = (yield reads) if reads else []
+        raise_first(replies)
+        return [Children({text(k): self.serializer.loads(v) for k, v in _pairs(results).items()},
+                         {text(k): text(v) for k, v in _pairs(failures).items()})
+                for results, failures in zip(replies[::2], replies[1::2])]
+
     def op_promote(self, limit: int) -> Op[int]:
         return (yield from self._one(self.build("promote", limit)))
 
@@ -463,12 +523,13 @@ class QueueCore:
     def op_status(self, job_id: str) -> Op[Status]:
         return status_of((yield from self.op_seen(check_job_id(job_id))))
 
-    def op_result_read(self, job_id: str) -> Op[Done | Waiting]:
-        """One read of a result waiter: :class:`Done` when completed, :class:`Waiting` while the job
-        is live; raises :class:`JobFailed` when it is dead, :class:`JobNotFound` when there is none."""
-        verdict = decide_result((yield from self.op_seen(job_id)))
+    def op_result_read(self, job_id: str, told: bytes | str | None = None) -> Op[Done | Waiting]:
+        """One read of a result waiter, after the outcome channel ``told`` it a word (None: not
+        yet): :class:`Done` when completed, :class:`Waiting` while the job is live; raises
+        :class:`JobFailed` when it is dead, :class:`JobNotFound` when there is none."""
+        verdict = decide_result((yield from self.op_seen(job_id)), told)
         if isinstance(verdict, Completed):
-            return Done(self.serializer.loads(verdict.raw))
+            return Done(None if verdict.raw is None else self.serializer.loads(verdict.raw))
         if isinstance(verdict, Failed):
             raise errors.JobFailed(job_id, verdict.last_error, verdict.traceback)
         if isinstance(verdict, Unknown):
@@ -479,6 +540,17 @@ class QueueCore:
     def op_publish(self, job: JobRef, result: Any, retention_ms: int, token: str | int | None) -> Op[None]:
         data = encode_result(self.serializer, result, MAX_RESULT_BYTES)
         yield from self._one(self.publish_call(job, data, retention_ms=retention_ms, token=token))
+
+    def op_waiters(self, by: int) -> Op[bool]:
+        """Count a result waiter in or out (``meta waiters``): while it is not 0, COMPLETE and a
+        killing FAIL tell the outcome channel too (docs/spec.md §12). Advisory: True when counted;
+        False when the server refused (an ACL without write on meta: the waiter then hears only
+        the bus's settles, and reads once more at its deadline)."""
+        try:
+            yield from self._plain("HINCRBY", self.keys.meta, "waiters", by)
+        except errors.CommandRefused:
+            return False
+        return True
 
     def op_enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> Op[None]:
         yield from self._plain("HSET", self.keys.meta, "events", check_int("maxlen", maxlen, 1))

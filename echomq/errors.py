@@ -2,6 +2,7 @@
 
     EchoMQError
     ├── ConfigurationError        bad input to the library (queue name, id, numbers)
+    │   └── CrossSlotFlow         a flow whose queues would cross cluster slots
     ├── ServerNotFound            no valkey-server binary to start
     ├── ServerStartError          the embedded server did not come up
     │   └── PortInUse             another process holds the port it was given
@@ -32,6 +33,11 @@ class EchoMQError(Exception):
 
 class ConfigurationError(EchoMQError, ValueError):
     """Bad input to the library: the message names the value and what is accepted."""
+
+
+class CrossSlotFlow(ConfigurationError):
+    """A flow whose queues are on different cluster slots: it cannot be admitted in one step
+    (docs/lanes-and-flows.md "Flows on a cluster"); nothing was sent."""
 
 
 class ServerNotFound(EchoMQError):

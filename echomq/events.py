@@ -15,7 +15,7 @@ from typing import Any
 
 #: The kinds an entry's ``type`` names.
 KINDS = ("enqueued", "claimed", "progress", "completed", "retried", "failed", "dead", "stalled", "recovered",
-         "removed")
+         "removed", "promoted", "delayed", "requeued", "rescheduled", "reprocessed")
 #: A queue's default bound when events are turned on.
 DEFAULT_MAXLEN = 10_000
 

@@ -203,6 +203,15 @@ class Keyspace:
         """The job's outcome channel (a channel, not a key): PUBLISH and a killing FAILURES.INCR tell it."""
         return self.key("outcome:" + job_id)
 
+    def flow_results(self, parent_id: str) -> str:
+        """A waiting flow parent's children's results (a hash: child id -> result bytes), kept
+        until the parent completes or dies (docs/lanes-and-flows.md "Flows")."""
+        return self.key("flow:results:" + parent_id)
+
+    def flow_failures(self, parent_id: str) -> str:
+        """... and, under ``on_child_failure="continue"``, its dead children's errors."""
+        return self.key("flow:failures:" + parent_id)
+
     def metrics(self, name: str) -> str:
         return self.key("metrics:" + name)
 

@@ -12,8 +12,9 @@ import time
 from typing import Any, Iterable, Iterator, Sequence
 
 from .connection import Connection
-from .core import MAX_PAYLOAD_BYTES, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
+from .core import MAX_PAYLOAD_BYTES, Children, Done, Enqueued, Job, JobRef, Op, QueueCore, T, check_wait, time_left
 from .events import DEFAULT_MAXLEN, Event
+from .flows import Flow, op_enqueue_flow, plan
 from .rates import RateLimit
 from .results import Status
 from .keys import State, check_job_id
@@ -217,6 +218,35 @@ class Queue(QueueCore):
         worker sweeps again then instead of on an interval."""
         return self._run(self.op_stalled_check_and_next_expiry(max_stalled, limit))
 
+    # -- flows (docs/lanes-and-flows.md "Flows") ---------------------------------
+    def enqueue_flow(self, payload: Any, *, children: Sequence[Any], id: str | None = None, priority: int = 0,
+                     on_child_failure: str = "fail") -> Enqueued:
+        """Admit a parent job in this queue and its ``children`` (:class:`~echomq.Flow` nodes, or plain
+        payloads for leaves in this queue) in one atomic step: the parent runs once, after its last
+        child has finished. Payloads are encoded with this queue's serializer. On a cluster every
+        queue of the flow must share this queue's slot (:class:`~echomq.CrossSlotFlow`)."""
+        root = Flow(self.name, payload, children, id=id, priority=priority, on_child_failure=on_child_failure)
+        return self._run(op_enqueue_flow(plan(root, self.encode, cluster=self.connection.cluster)))
+
+    def flow_claim(self, count: int, lease_ms: int) -> list[Job]:
+        """Up to ``count`` flow jobs under a lease (the worker does this; each :attr:`Job.flow`)."""
+        return self._run(self.op_flow_claim(count, lease_ms))
+
+    def flow_extend_many(self, jobs: Sequence[JobRef], lease_ms: int) -> list[int]:
+        return self._run(self.op_flow_extend_many(jobs, lease_ms))
+
+    def reap_flows(self, *, max_stalled: int = 1, limit: int = 1000) -> Sweep:
+        """Recover up to ``limit`` expired flow leases with STALLED.CHECK's verdicts (FLOW_REAP)."""
+        return self._run(self.op_flow_reap(max_stalled, limit))
+
+    def children(self, parent_id: str) -> Children:
+        """A flow parent's children's results and (under ``continue``) errors, by child id: kept
+        until the parent completes or dies."""
+        return self._run(self.op_children([parent_id]))[0]
+
+    def children_many(self, parent_ids: Sequence[str]) -> list[Children]:
+        return self._run(self.op_children(parent_ids))
+
     # -- pause ----------------------------------------------------------------
     def pause(self) -> None:
         """Hold claims (enqueue and schedule still admit jobs)."""
@@ -250,11 +280,17 @@ class Queue(QueueCore):
         check_job_id(job_id)
         deadline = None if check_wait(timeout) is None else time.monotonic() + timeout
         with self.connection.outcome_listener(self.keys.outcome(job_id)) as wait:
-            while True:
-                read = self._run(self.op_result_read(job_id))
-                if isinstance(read, Done):
-                    return read.value
-                wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+            counted = self._run(self.op_waiters(1))  # after the subscription, before the first read
+            try:
+                told = None
+                while True:
+                    read = self._run(self.op_result_read(job_id, told))
+                    if isinstance(read, Done):
+                        return read.value
+                    told = wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+            finally:
+                if counted:
+                    self._run(self.op_waiters(-1))
 
     def enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> None:
         """Turn this queue's event stream on, bounded to ``maxlen`` entries (the verbs read it)."""

@@ -13,9 +13,9 @@ Where a job's outcome lives (docs/spec.md §12):
   ``finished``) for its task's retention (``result_ttl``), then expires;
 * a dead job keeps its row (``state dead``, ``last_error``, ``traceback``) until it is
   purged, removed or reprocessed;
-* PUBLISH, and FAILURES.INCR when it kills, SPUBLISH ``completed``/``dead`` on the job's
-  outcome channel ``emq:{q}:outcome:<id>``: a waiter subscribes first, reads, and reads
-  again only when told.
+* PUBLISH and COMPLETE SPUBLISH ``completed``, and FAIL, FAILURES.INCR, the sweep and CANCEL
+  ``dead`` when they kill, on the job's outcome channel ``emq:{q}:outcome:<id>``: a waiter
+  subscribes first, reads, and reads again only when told.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class Status(str, enum.Enum):
     ACTIVE = "active"  #: claimed under a lease
     SCHEDULED = "scheduled"  #: due later
     DEAD = "dead"  #: out of budget (or cancelled), kept until purged
+    WAITING = "waiting"  #: a flow parent waiting for its children (docs/lanes-and-flows.md)
     COMPLETED = "completed"  #: done, within its retention
     UNKNOWN = "unknown"  #: never seen, or past its retention (or completed with none)
 
@@ -77,7 +78,7 @@ def status_of(seen: Seen) -> Status:
 
 @dataclass(frozen=True)
 class Completed:
-    raw: bytes  #: the result as the task's serializer wrote it
+    raw: bytes | None  #: the result as the task's serializer wrote it; None: none was kept
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,14 @@ class Unknown:
 Verdict = Union[Completed, Failed, Waiting, Unknown]
 
 
-def decide_result(seen: Seen) -> Verdict:
-    """What a result waiter does after one read: return, raise, or wait for the next word."""
+def decide_result(seen: Seen, told: bytes | str | None = None) -> Verdict:
+    """What a result waiter does after one read: return, raise, or wait for the next word.
+    ``told`` is the word the outcome channel last said (None: none yet): a job told
+    ``completed`` that left neither row nor record completed keeping no result (COMPLETE, or
+    a retention of 0), which is its outcome, None."""
     status = status_of(seen)
+    if status is Status.UNKNOWN and seen.row is None and told is not None and _str(told) == "completed":
+        return Completed(None)
     if status is Status.COMPLETED:
         return Completed(seen.record.get("result", b""))  # type: ignore[union-attr]
     if status is Status.DEAD:

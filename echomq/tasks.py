@@ -104,8 +104,12 @@ class JobContext:
     queue: str
     attempt: int  #: the fencing token: 1 on the first claim, +1 on every claim after
     producers: Callable[[str, Serializer | None], Any] | None = field(default=None, repr=False)
-    #: sends APPEND for this attempt (set by the worker); raises LeaseLost when the lease is gone
-    report: Callable[[Any], None] | None = field(default=None, repr=False)
+    #: sends APPEND for this attempt (set by the worker; a coroutine function for an async
+    #: handler); raises LeaseLost when the lease is gone
+    report: Callable[[Any], Any] | None = field(default=None, repr=False)
+    #: a flow parent's children's results and errors (decoded when called), read by the worker when
+    #: it claimed the parent; None for any other job
+    children: Callable[[], Any] | None = field(default=None, repr=False)
     # the lost flag; its Event is made only when a handler asks for ``lost`` (most never do,
     # and an Event per job is a lock and a condition the worker would build for every claim)
     _lost: bool = field(default=False, init=False, repr=False, compare=False)
@@ -153,21 +157,53 @@ class JobContext:
         """Report progress (any JSON value, at most 64 KiB): kept on the job's row and, when the
         queue's events are on, a ``progress`` event. Fenced by this attempt's token: once the lease
         is lost it raises :class:`LeaseLost` and writes nothing."""
+        report = self._reporter()
+        try:
+            report(value)
+        except LeaseLost:
+            self.mark_lost()
+            raise
+
+    def _reporter(self) -> Callable[[Any], Any]:
         if self.report is None:
             raise UnsupportedOnWire("progress needs the bus: this node's trafikey does not list `append` "
                                     "(upgrade the module, or use wire 4)")
         if self.lease_lost:
             raise LeaseLost("progress", self.id, str(self.attempt))
-        try:
-            self.report(value)
-        except LeaseLost:
-            self.mark_lost()
-            raise
+        return self.report
+
+    def children_results(self) -> dict[str, Any]:
+        """A flow parent's children's results by child id (decoded with this task's serializer); a
+        child that died under ``on_child_failure="ignore"`` or ``"continue"`` has none."""
+        return self._flow_children().results
+
+    def children_failures(self) -> dict[str, str]:
+        """A flow parent's dead children's errors by child id, under ``on_child_failure="continue"``."""
+        return self._flow_children().failures
+
+    def _flow_children(self) -> Any:
+        if self.children is None:
+            raise ConfigurationError("this job is not a flow parent: only a parent's handler reads its children")
+        return self.children()
 
     def check_lease(self) -> None:
         """Raise :class:`LeaseLost` if the lease is gone (call it between steps of long work)."""
         if self.lease_lost:
             raise LeaseLost("handler", self.id, str(self.attempt))
+
+
+@dataclass
+class AsyncJobContext(JobContext):
+    """What an ``async def`` handler knows: the same, but ``await ctx.progress(value)`` sends
+    APPEND on the worker's asyncio connection, so the handler's loop runs on while it travels."""
+
+    async def progress(self, value: Any) -> None:  # type: ignore[override]
+        report = self._reporter()
+        try:
+            await report(value)
+        except LeaseLost:
+            self.mark_lost()
+            raise
 
 
 def _arity(fn: Callable[..., Any]) -> int:

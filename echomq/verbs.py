@@ -21,6 +21,7 @@ from . import errors
 from .keys import MAX_ID_BYTES, MAX_TRACEBACK_BYTES, Keyspace, State, check_job_id
 
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
+FLOW_LIBRARY = SCRIPTS_DIR / "lib" / "flow.lua"
 BASE = ""  # the key suffix that names the base itself, ``emq:{q}:``
 
 # SPEC §3's argument limits, defined once (tests/test_verbs_table.py reads trafikey's grammar.rs
@@ -214,14 +215,22 @@ class Verb:
     #: order; the script reads each when given, and a wire-6 client sends one only when
     #: EMQ.VERSION lists its token
     late: tuple[tuple[str, str], ...] = ()
+    #: a flow script (SPEC §9.6): a script on both wires, no EMQ command, its text after the flow
+    #: library ``scripts/lib/flow.lua``
+    flow: bool = False
 
     @property
     def script_path(self) -> Path:
         return SCRIPTS_DIR / f"{self.name}.lua"
 
+    def source(self) -> bytes:
+        """The script as loaded: its file, after the flow library for a flow script."""
+        own = self.script_path.read_bytes()
+        return FLOW_LIBRARY.read_bytes() + own if self.flow else own
+
     @property
     def read_only(self) -> bool:
-        return self.command is None
+        return self.command is None and not self.flow
 
     def build(self, keyspace: Keyspace, *argv: Any) -> Call:
         """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs)."""
@@ -322,13 +331,48 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
           late=(("delay_ms", "enqueue.unique"),)),
 )
 
+def _flow_jobs(reply: Sequence[Sequence[Any]] | int) -> list[tuple[Claimed, bool]] | Throttled:
+    """FLOW_CLAIM's jobs, each with whether it is a parent (whose children have finished); or, when
+    none was claimed, the wait until the next flow retry falls due."""
+    if isinstance(reply, int):
+        return Throttled(reply)
+    return [(Claimed(text(job_id), raw, int(attempts)), parent == 1) for job_id, raw, attempts, parent in reply]
+
+
+def _flow(name, keys, argv, move, decode=lambda reply: reply, fenced=False):
+    return Verb(name, tuple(keys), tuple(argv), None, (), True, move, decode, fenced, (), flow=True)
+
+
+# The flow scripts (SPEC §9.6, docs/lanes-and-flows.md "Flows"): scripts on both wires, never an
+# EMQ command, so no native verb moves a flow job (the native COMPLETE and FAIL refuse a row with a
+# `parent`). FLOW_ENQUEUE's KEYS are the bases of the flow's queues, as many as it uses; the dead
+# set a flow job dies into is derived from the base (scripts/lib/flow.lua), as its row is.
+FLOWS: tuple[Verb, ...] = (
+    _flow("flow_enqueue", (), ("queue", "id", "payload", "priority", "parent", "children", "on_child_failure"),
+          "(new) → flow:waiting | flow:pending", decode=_one),
+    _flow("flow_claim", ("flow:pending", "flow:active", "flow:schedule", BASE), ("lease_ms", "limit"),
+          "flow:pending → flow:active", decode=_flow_jobs),
+    _flow("flow_extends", ("flow:active", BASE), ("lease_ms", "id", "token"), "flow:active → flow:active",
+          decode=lambda reply: [int(a) for a in reply]),
+    _flow("flow_complete", ("flow:active", BASE), ("id", "token", "result", "retention_ms"),
+          "flow:active → (completed record); the parent's last child: flow:waiting → flow:pending",
+          decode=_one, fenced=True),
+    _flow("flow_fail", ("flow:active", "flow:pending", "flow:schedule", BASE),
+          ("id", "token", "error", "max_attempts", "backoff_ms", "traceback"),
+          "flow:active → flow:pending | flow:schedule | dead", decode=lambda reply: State(text(reply)), fenced=True),
+    _flow("flow_release", ("flow:active", "flow:pending", BASE), ("id", "token"), "flow:active → flow:pending",
+          decode=_one, fenced=True),
+    _flow("flow_reap", ("flow:active", "flow:pending", BASE), ("max_stalled", "limit"),
+          "flow:active → flow:pending | dead", decode=_sweep),
+)
+
 # The two declared reads: scripts on both wires, never an EMQ command.
 READS: tuple[Verb, ...] = (
     Verb("counts", ("pending", "active", "schedule", "dead", "meta"), (), decode=_counts),
     Verb("state", (BASE,), ("id",), decode=_state),
 )
 
-BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + OPTIONAL + READS}
+BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS + OPTIONAL + FLOWS + READS}
 
 #: What EMQ.VERSION must list for a wire-6 connection, in registration order.
 JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in verb.tokens)
@@ -343,8 +387,9 @@ ARGUMENT_TOKENS: tuple[str, ...] = ("fail.traceback", "claim.rate")
 #: job core's), then the late arguments'.
 OPTIONAL_TOKENS: tuple[str, ...] = tuple(token for verb in OPTIONAL for token in verb.tokens) + ARGUMENT_TOKENS
 
-#: Every verb with a script (the thirteen job-core verbs, the bus and control verbs, and the two reads).
-SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + OPTIONAL + READS if verb.scripted)
+#: Every verb with a script (the thirteen job-core verbs, the bus and control verbs, the flow
+#: scripts, and the two reads).
+SCRIPTED: tuple[Verb, ...] = tuple(verb for verb in VERBS + OPTIONAL + FLOWS + READS if verb.scripted)
 
 
 def build_call(verb_name: str, keyspace: Keyspace, argv: Sequence[Any]) -> Call:

@@ -96,6 +96,17 @@ class HeadRead:
 Report = Woken | TimedOut | Claimed | Recheck | RateWait | HeadRead
 
 
+def flow_poll_triggers(report: Report) -> tuple[str, ...]:
+    """The queues whose flow sets to poll now, after a report: a block that ended -- a wake marker
+    (wire 4: the flow scripts write it when a flow job becomes claimable), a timeout, BCLAIM
+    answering empty (wire 6) -- or a job it took (the queue is busy again)."""
+    if isinstance(report, (Woken, TimedOut)):
+        return () if isinstance(report, TimedOut) and report.interrupted else report.queues
+    if isinstance(report, (Recheck, Claimed)):
+        return (report.queue,)
+    return ()
+
+
 class Waiter(threading.Thread):
     """One blocking connection to the node of ``queues`` (all on one node; one slot on a cluster).
     On a cluster it follows the slot: a MOVED re-reads the slot map, and after a link failure (a

@@ -47,13 +47,13 @@ import time
 from bisect import bisect_left
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from queue import SimpleQueue
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from valkey.crc import key_slot
 
-from . import aio, hooks, policy, waiter
+from . import aio, flows, hooks, policy, waiter
 from .connection import Call, Connection
 from .errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, JobTimeout, LeaseLost,
                      PayloadError)
@@ -62,10 +62,11 @@ from .ids import minted_ms
 from .keys import State
 from .partitioned import PartitionedQueue, drive, op_declare
 from .policy import IdlePolicy, LeasePolicy
+from .core import Children
 from .queue import LIMIT_MAX, Job, Queue, Sweep
 from .results import MAX_RESULT_BYTES, encode_result
 from .serializers import JSON, RAW, Serializer
-from .tasks import App, Delay, JobContext, Retry, Task, check_timeout
+from .tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task, check_timeout
 from .timers import TimerConfig, Timers
 from .cron import CronTimer
 
@@ -93,6 +94,10 @@ class WorkerConfig:
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  #: the workers list (`emq workers`)
     burst: bool = False  #: stop once the queues are empty (:meth:`Worker.drained`)
     timeout_s: float | None = None  #: overrides every task's ``timeout`` (``emq worker --timeout``)
+    #: while a queue is busy, the longest wait between two polls of its flow sets that give nothing
+    #: (they back off as ``idle`` does, up to this); an idle queue's are polled when its waiter's
+    #: block ends (docs/lanes-and-flows.md "The worker")
+    flow_poll_max_ms: int = 5000
 
     def __post_init__(self) -> None:
         check_timeout(self.timeout_s, "the worker")
@@ -431,6 +436,12 @@ class Worker:
         self._waiters: list[waiter.Waiter] = []
         self._empty_polls = {name: 0 for name in names}
         self._next_poll = {name: 0.0 for name in names}
+        #: flow jobs are claimed from their own sets (FLOW_CLAIM), which no blocking claim serves: a busy
+        #: queue's are polled with the idle back-off (at once again while they give jobs, or after a flow
+        #: job settles here); an idle one's when its waiter's block ends (policy.flow_poll_triggers)
+        self._empty_flow_polls = {name: 0 for name in names}
+        self._next_flow_poll = {name: 0.0 for name in names}
+        self._flow_idle = replace(self.config.idle, max_ms=max(self.config.idle.min_ms, self.config.flow_poll_max_ms))
         self._next_tick: float | None = None
         self._turn = 0
         self._link_down_until = 0.0
@@ -504,6 +515,7 @@ class Worker:
             return self._link_down_until
         try:
             self.exchange(now)
+            self.claim_flows(self._clock_ms())
             self.time_out(self._clock_ms())
             self.renew(self._clock_ms())
             self.give_up_expired(self._clock_ms())
@@ -513,6 +525,8 @@ class Worker:
                         self._idle.discard(run.queue)  # it put jobs in pending itself: claim, no wake needed
                     if run.sweep:
                         self._emit_sweep(run.queue, run.sweep)
+                    if run.sweep is not None:
+                        self.reap_flows(run.queue)  # flow leases, on the sweep's clock (echomq.flows.reap)
                 self.cron.run_due(self._clock_ms())
             self.heartbeat.run_due(self._clock_ms(), held=len(self.held), completed=self.tally.completed,
                                    failed=self.tally.retried + self.tally.dead)
@@ -538,6 +552,8 @@ class Worker:
             return False
         if not all(self._came_back_empty(name) for name in self.queues):
             return False  # a queue gave jobs on its last claim (or has not been claimed from): not empty yet
+        if not all(polls > 0 for polls in self._empty_flow_polls.values()):
+            return False  # likewise its flow sets (a flow parent waiting on its children is not claimable)
         try:
             for queue in self.queues.values():
                 counts = queue.counts()
@@ -563,6 +579,7 @@ class Worker:
         else:
             if self._capacity() > 0:
                 times += [self._next_poll[name] for name in self.queues if name not in self._idle]
+                times += self._next_flow_poll.values()
             if any(w.busy and w.interrupting for w in self._waiters):
                 times.append(now + INTERRUPT_RETRY_MS)
             times.append(self.timers.next_due_ms(now, self._idle))
@@ -619,7 +636,7 @@ class Worker:
             done.append(self._finished.get())
         by_queue: dict[str, list[tuple[Held, policy.Settle, Call]]] = {}
         for held in done:
-            outcome = self._encoded(held.task, held.verdict or held.outcome)
+            outcome = self._encoded(held.task, held.verdict or held.outcome, held.job.flow)
             if isinstance(outcome, policy.Raised) and not held.ctx.lease_lost:
                 log.warning("job %s/%s attempt %d raised:", held.job.queue, held.job.id, held.job.attempt,
                             exc_info=outcome.error)
@@ -634,10 +651,10 @@ class Worker:
             by_queue.setdefault(held.job.queue, []).append((held, decision, self._settle_call(held, decision)))
         return by_queue
 
-    def _encoded(self, task: Task, outcome: policy.Outcome) -> policy.Outcome:
+    def _encoded(self, task: Task, outcome: policy.Outcome, flow: bool = False) -> policy.Outcome:
         """A return value as the bytes PUBLISH keeps (when it will be kept); a value the task's
         serializer refuses, or one over MAX_RESULT_BYTES, fails the attempt instead."""
-        if not isinstance(outcome, policy.Returned) or not (self.bus and task.result_ttl_ms):
+        if not isinstance(outcome, policy.Returned) or not (self.bus and task.result_ttl_ms or flow):
             return outcome
         try:
             return policy.Returned(encode_result(task.serializer, outcome.value, MAX_RESULT_BYTES))
@@ -649,6 +666,8 @@ class Worker:
         for (held, decision, _), reply in zip(batch, answers):
             self._record(held, decision, reply)
             self._release(held)
+            if held.job.flow:  # a parent (in any queue served) may be ready now: poll the flow sets
+                self._next_flow_poll = dict.fromkeys(self._next_flow_poll, 0.0)
             if isinstance(decision, policy.Postpone) or reply == State.SCHEDULED:
                 # promote when it falls due, not a whole interval later (plus slack for the two clocks)
                 wait = decision.delay_ms if isinstance(decision, policy.Postpone) else decision.backoff_ms
@@ -690,6 +709,8 @@ class Worker:
 
     def _settle_call(self, held: Held, decision: policy.Settle) -> Call:
         queue, job = held.queue, held.job
+        if job.flow:
+            return self._flow_settle_call(held, decision)
         if isinstance(decision, policy.Complete):
             if self.bus and held.task.result_ttl_ms:
                 return queue.publish_call(job, decision.value, retention_ms=held.task.result_ttl_ms)
@@ -701,6 +722,57 @@ class Worker:
             return queue.fail_call(job, decision.error, max_attempts=decision.max_attempts,
                                    backoff_ms=decision.backoff_ms, traceback=decision.traceback)
         return queue.delay_call(job, decision.delay_ms)
+
+    def _flow_settle_call(self, held: Held, decision: policy.Settle) -> Call:
+        """A flow job settles through the flow scripts, which tell its parent (the native COMPLETE
+        and FAIL refuse a flow child). Its result always goes (its parent may read it); a Delay is
+        a retry after the delay: flow jobs have no DELAY."""
+        queue, job = held.queue, held.job
+        if isinstance(decision, policy.Complete):
+            return queue.flow_complete_call(job, decision.value, retention_ms=held.task.result_ttl_ms or 0)
+        if isinstance(decision, policy.Postpone):
+            return queue.flow_fail_call(job, "Delay in a flow job: retried after the delay",
+                                        max_attempts=held.task.max_attempts, backoff_ms=decision.delay_ms)
+        return queue.flow_fail_call(job, decision.error, max_attempts=decision.max_attempts,
+                                    backoff_ms=decision.backoff_ms, traceback=decision.traceback)
+
+    def claim_flows(self, now: float) -> int:
+        """Claim flow jobs into the free slots (FLOW_CLAIM, one round trip per queue that is due);
+        returns how many were claimed."""
+        claimed = 0
+        for name, queue in self.queues.items():
+            if self.stopping or self._capacity() <= 0:
+                break
+            if now < self._next_flow_poll[name]:
+                continue
+            sent = self._clock_ms()
+            jobs = queue.flow_claim(min(self._capacity(), self.config.claim_batch), self.config.lease.lease_ms)
+            self._empty_flow_polls[name] = 0 if jobs else self._empty_flow_polls[name] + 1
+            due = queue.flow_due_ms
+            if not jobs and due is None and self.blocking and name in self._idle:
+                self._next_flow_poll[name] = float("inf")  # no flow work: the queue's waiter says when to look
+            else:  # a busy queue, or flows under way (a parent may be released by another process)
+                self._next_flow_poll[name] = now + policy.idle_interval_ms(self._flow_idle, self._empty_flow_polls[name])
+            if due:  # a retry's backoff ends then, whatever the rest says
+                self._next_flow_poll[name] = min(self._next_flow_poll[name], now + due + PROMOTE_SLACK_MS)
+            task = self.tasks[name]
+            parents = [job for job in jobs if job.has_children]
+            # a parent's handler reads what its children left it: read once, before it starts
+            left = dict(zip((job.id for job in parents), queue.children_many([job.id for job in parents])))
+            for job in jobs:
+                self._start(task, queue, job, sent, left.get(job.id))
+            claimed += len(jobs)
+        return claimed
+
+    def reap_flows(self, name: str) -> None:
+        """The flow leases' sweep (echomq.flows.reap), run with the queue's STALLED.CHECK."""
+        found = flows.reap(self.queues[name], max_stalled=self.timers.config.max_stalled,
+                           limit=self.timers.config.limit)
+        if found:
+            log.warning("sweep %s: flow leases expired: %d recovered, %d exempt (restart), %d dead", name,
+                        len(found.recovered), len(found.exempt), len(found.dead))
+            self._emit_sweep(name, found)
+            self._next_flow_poll[name] = 0.0
 
     def _record(self, held: Held, decision: policy.Settle, reply: Any) -> None:
         job = held.job
@@ -759,6 +831,8 @@ class Worker:
     def _read_reports(self, now: float) -> None:
         while not self._reports.empty():
             report = self._reports.get()
+            for name in waiter.flow_poll_triggers(report):
+                self._next_flow_poll[name] = now
             if isinstance(report, waiter.Woken):
                 for name in report.queues:
                     # a marker means claimable, or the schedule's head moved earlier: claim, and re-read it
@@ -835,7 +909,12 @@ class Worker:
             by_queue.setdefault(key[0], []).append(live[key])
         for name, batch in by_queue.items():
             sent = self._clock_ms()
-            answers = self.queues[name].extend_many([h.job for h in batch], self.config.lease.lease_ms)
+            flat = [h for h in batch if not h.job.flow]
+            flow = [h for h in batch if h.job.flow]
+            answers = self.queues[name].extend_many([h.job for h in flat], self.config.lease.lease_ms) if flat else []
+            if flow:
+                answers += self.queues[name].flow_extend_many([h.job for h in flow], self.config.lease.lease_ms)
+            batch = flat + flow
             lost = set(policy.lost_from_extends([h.key for h in batch], answers))
             for held in batch:
                 if held.key in lost:
@@ -887,13 +966,22 @@ class Worker:
                         reason)  # counted as job.lost when its handler finishes and the outcome is dropped
 
     # -- running handlers ------------------------------------------------------------
-    def _start(self, task: Task, queue: Queue, job: Job, sent: float) -> None:
+    def _start(self, task: Task, queue: Queue, job: Job, sent: float, children: Children | None = None) -> None:
         self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
                    trace=job.trace)
-        ctx = JobContext(job.id, task.queue, job.attempt, producers=self._producers[task.is_async])
-        if self._progress:
-            # progress is sent from the handler's own thread, on the connection's pool: one APPEND
-            ctx.report = lambda value, queue=queue, job=job: queue.progress(job, value)
+        context = AsyncJobContext if task.is_async else JobContext
+        ctx = context(job.id, task.queue, job.attempt, producers=self._producers[task.is_async])
+        if children is not None:
+            # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
+            ctx.children = lambda raw=children, loads=task.serializer.loads: Children(
+                {child: loads(result) for child, result in raw.results.items()}, raw.failures)
+        if self._progress and not job.flow:  # APPEND is fenced on the flat active set
+            # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
+            # async one awaits it on the asyncio connection (the loop's other handlers run on)
+            if task.is_async:
+                ctx.report = self._async_report(queue.name, job)
+            else:
+                ctx.report = lambda value, queue=queue, job=job: queue.progress(job, value)
         timeout_s = self._timeout_s(task)
         held = Held(queue, task, job, ctx, renewed_at=sent,
                     deadline=None if timeout_s is None else sent + timeout_s * 1000)
@@ -930,6 +1018,16 @@ class Worker:
             return
         held.future = self._async.submit(coro)
         held.future.add_done_callback(lambda future, held=held: self._done(held, outcome_of(future.result, 0)))
+
+    def _async_report(self, queue: str, job: Job) -> Callable[[Any], Awaitable[None]]:
+        """APPEND for an async handler's attempt, on the asyncio connection its producers share."""
+
+        async def report(value: Any) -> None:
+            if self._aio is None:
+                self._aio = aio.Connection.sharing(self.connection)
+            await aio.Queue(self._aio, queue).progress(job, value)
+
+        return report
 
     def _make_producers(self, is_async: bool) -> Callable[[str, Serializer | None], Any]:
         """``ctx.producer`` for a handler: sync handlers share the worker's connection (valkey-py's
@@ -1012,7 +1110,9 @@ class Worker:
             by_queue.setdefault(held.job.queue, []).append(held)
         for name, batch in by_queue.items():
             try:
-                replies = self.queues[name].settle_many([self.queues[name].requeue_call(h.job) for h in batch])
+                queue = self.queues[name]
+                replies = queue.settle_many([queue.flow_release_call(h.job) if h.job.flow else queue.requeue_call(h.job)
+                                             for h in batch])
             except LINK_ERRORS as exc:
                 for held in batch:
                     self._emit("job.abandoned", held.job, reason=f"REQUEUE failed ({exc})")

@@ -584,6 +584,36 @@ def test_result_is_woken_by_the_outcome_channel(q):
     assert not waiter.is_alive() and got == {"value": b"done"}
 
 
+@pytest.mark.parametrize("settle", ["complete", "fail"])
+def test_result_is_woken_by_a_plain_settle_while_counted(q, settle):
+    """The waiter counts itself in ``meta waiters``; COMPLETE (no record: the result is None) and a
+    killing FAIL then tell the outcome channel too, and the waiter returns long before its timeout.
+    Once it is gone the count is back to 0 and the settles tell nothing."""
+    job = claimed(q)
+    client, meta = q.connection.client, q.keys.meta
+    got = {}
+
+    def wait():
+        try:
+            got["value"] = q.result("a", timeout=60)
+        except JobFailed as failed:
+            got["failed"] = failed.last_error
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    try:
+        wait_until(lambda: client.hget(meta, "waiters") == b"1", what="the waiter counted")
+        other = Queue(q.connection, q.name, serializer=RAW)
+        if settle == "complete":
+            other.complete(job)
+        else:
+            other.fail(job, "E: x", max_attempts=1)
+    finally:
+        waiter.join(30)
+    assert not waiter.is_alive() and got == ({"value": None} if settle == "complete" else {"failed": "E: x"})
+    assert client.hget(meta, "waiters") == b"0"
+
+
 def test_result_times_out_while_the_job_is_live(q):
     q.enqueue(b"p", id="a")
     with pytest.raises(TimeoutError, match="still pending"):
@@ -607,6 +637,26 @@ def test_events_tell_each_move_in_order(q):
     q.disable_events()
     q.enqueue(b"p", id="b")
     assert len(list(q.events())) == 7 and K(q, "meta") not in snap(q)
+
+
+def test_events_tell_the_moves_of_a_job_that_is_not_settled(q):
+    """PROMOTE, RESCHEDULE, DELAY, REQUEUE and REPROCESS each tell their move (docs/spec.md §12)."""
+    q.enable_events(maxlen=100)
+    q.schedule(b"p", 60_000, id="a")
+    q.reschedule("a", 0)
+    wait_server_past(q.connection.client, server_ms(q.connection.client) + 1)
+    assert q.promote() == 1
+    held = q.claim(60_000)
+    q.delay(held, 0)
+    wait_server_past(q.connection.client, server_ms(q.connection.client) + 1)
+    q.promote()
+    q.requeue(q.claim(60_000))
+    q.fail(q.claim(60_000), "fatal", max_attempts=1)
+    q.reprocess("a")
+    told = [(e.type, e.attempt, e.state) for e in q.events() if e.type not in ("claimed", "failed", "dead")]
+    assert told == [("enqueued", 0, "scheduled"), ("rescheduled", 0, "scheduled"), ("promoted", 0, "pending"),
+                    ("delayed", 1, "scheduled"), ("promoted", 1, "pending"), ("requeued", 2, "pending"),
+                    ("reprocessed", 3, "pending")]
 
 
 # --------------------------------------------------------------------------- REPROCESS

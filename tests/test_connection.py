@@ -29,7 +29,7 @@ from echomq.connection import BRANDS, Call, Connection, build_call, cluster_mode
 from echomq.keys import VERSION_KEY, Keyspace
 from echomq.serializers import RAW
 from echomq.server import free_port
-from echomq.verbs import SCRIPTED, Verb
+from echomq.verbs import FLOWS, SCRIPTED, Verb
 from helpers import awaited_connect, dump, fresh_name, unchanged
 
 def fresh(prefix: str = "c") -> str:
@@ -226,7 +226,7 @@ def test_wire4_loads_every_script_and_wire6_only_the_reads(conn, wire):
     if wire == 4:
         assert names == {v.name for v in SCRIPTED}
     else:
-        assert names == {"counts", "state"}
+        assert names == {"counts", "state"} | {v.name for v in FLOWS}  # SPEC §9.6: flows are scripts on both
     assert all(_loaded(conn))
 
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from echomq.verbs import OPTIONAL, VERBS
+from echomq.verbs import FLOWS, OPTIONAL, VERBS
 
 DOCS = Path(__file__).parent.parent / "docs"
 
@@ -13,7 +13,7 @@ def test_lifecycle_lists_every_verb_with_its_move():
         cells = [cell.strip().replace("\\|", "|") for cell in line.strip().strip("|").split(" | ")]
         if len(cells) == 3 and cells[0] not in ("verb", "---"):
             rows[cells[0]] = cells[1]
-    assert rows == {verb.name: verb.move for verb in VERBS + OPTIONAL}
+    assert rows == {verb.name: verb.move for verb in VERBS + OPTIONAL + FLOWS}
 
 
 # --------------------------------------------------------------------------- docs/examples run

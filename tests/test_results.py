@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -123,14 +124,60 @@ def test_the_waiter_is_woken_by_the_completion_not_by_polling(conn):
     assert len(reads) == 2  # one read before the wait, one after the outcome channel spoke
 
 
-def test_retention_expiry_gives_back_its_memory(conn):
+@pytest.mark.parametrize("settle", ["complete", "fail"])
+def test_plain_complete_and_fail_wake_the_waiter(conn, settle):
+    """COMPLETE (no record kept) and a killing FAIL tell the outcome channel too: a waiter with
+    30 s left returns None, or raises JobFailed, as soon as the settle lands (one read after it)."""
     queue = Queue(conn, fresh_name("r"))
+    job = queue.enqueue(1)
+    held = queue.claim(60_000)
+    reads = []
+    real = queue.op_seen
+
+    def counted(job_id):
+        reads.append(job_id)
+        return (yield from real(job_id))
+
+    queue.op_seen = counted
+    got = {}
+
+    def wait():
+        try:
+            got["value"] = queue.result(job.id, timeout=30)
+        except JobFailed as failed:
+            got["failed"] = failed.last_error
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    wait_until(lambda: reads, what="the waiter's first read")
+    other = Queue(conn, queue.name)
+    if settle == "complete":
+        other.complete(held)
+    else:
+        other.fail(held, "E: fatal", max_attempts=1)
+    waiter.join(10)  # woken by the settle, long before its 30 s
+    assert not waiter.is_alive()
+    assert got == ({"value": None} if settle == "complete" else {"failed": "E: fatal"})
+    assert len(reads) == 2
+
+
+def test_retention_expiry_gives_back_its_memory(conn):
     client = conn.client
+
+    def publish_200(queue: Queue, retention_ms: int) -> list[str]:
+        jobs = [queue.enqueue(n).id for n in range(200)]
+        for held in queue.claim_many(200, 60_000):
+            queue.publish(held, "r" * 2048, retention_ms=retention_ms)
+        return jobs
+
+    # a fresh server grows once (the scripts' VM, the keyspace's tables: ~350 KB) on its first such
+    # round, and keeps that: warm it on a throwaway queue, so the base is what the records return to
+    warm = Queue(conn, fresh_name("warm"))
+    client.delete(*[warm.keys.done(j) for j in publish_200(warm, 60_000)], warm.keys.metrics("completed"), warm.keys.wake)
+    queue = Queue(conn, fresh_name("r"))
     client.execute_command("MEMORY", "PURGE")
     base = client.info("memory")["used_memory"]
-    jobs = [queue.enqueue(n).id for n in range(200)]
-    for held in queue.claim_many(200, 60_000):
-        queue.publish(held, "r" * 2048, retention_ms=300)
+    jobs = publish_200(queue, 300)
     peak = client.info("memory")["used_memory"]
     assert all(queue.status(j) is Status.COMPLETED for j in jobs[:3])
     deadline = server_ms(client) + 300
@@ -181,6 +228,44 @@ def test_progress_from_the_handler_and_from_a_stale_holder(conn):
         wait_until(lambda: (queue.job(job.id) or {}).get("progress"), what="the progress")
         assert queue.job(job.id)["progress"] == '{"pct":50}'
         gate.set()
+        assert queue.result(job.id, timeout=10) == "ok"
+    assert [e.progress for e in queue.events() if e.type == "progress"] == [{"pct": 50}]
+
+
+def test_async_progress_is_awaited_while_the_loop_runs_on(conn):
+    """An async handler's ``await ctx.progress`` travels on the asyncio connection: with the
+    server holding writes (CLIENT PAUSE WRITE), the APPEND is in flight and the handler's loop
+    still runs another task; once writes resume, the progress is kept and the job completes."""
+    name = fresh_name("r")
+    claimed, paused, ticked = threading.Event(), threading.Event(), threading.Event()
+
+    async def handler(payload, ctx):
+        claimed.set()
+        await asyncio.to_thread(paused.wait, 10)
+        sending = asyncio.ensure_future(ctx.progress({"pct": 50}))
+
+        async def tick():  # another task of the same loop, run while the APPEND waits on the server
+            for _ in range(3):
+                await asyncio.sleep(0)
+            assert not sending.done()
+            ticked.set()
+
+        await tick()
+        await sending
+        return "ok"
+
+    queue = Queue(conn, name)
+    queue.enable_events()
+    admin = conn.client
+    with _serve(conn, name, handler):
+        job = queue.enqueue(1)
+        assert claimed.wait(10)
+        admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+        try:
+            paused.set()
+            assert ticked.wait(10), "the loop stopped while progress was sent"
+        finally:
+            admin.execute_command("CLIENT", "UNPAUSE")
         assert queue.result(job.id, timeout=10) == "ok"
     assert [e.progress for e in queue.events() if e.type == "progress"] == [{"pct": 50}]
 
@@ -349,5 +434,7 @@ def test_an_emq_worker_process_keeps_results_tracebacks_and_progress(server, wir
     assert failed.value.last_error == "RuntimeError: planned failure 2"
     assert "in run" in failed.value.traceback and "RuntimeError: planned failure 2" in failed.value.traceback
     kinds = [e.type for e in queue.events() if e.job_id == ok.id]
-    assert kinds == ["enqueued", "claimed", "progress", "failed", "retried", "claimed", "progress", "completed"]
+    # the retry waits out its backoff in schedule: the timers' PROMOTE tells it due
+    assert kinds == ["enqueued", "claimed", "progress", "failed", "retried", "promoted", "claimed", "progress",
+                     "completed"]
     assert [e.type for e in queue.events() if e.job_id == bad.id][-2:] == ["failed", "dead"]

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from echomq import verbs
+from echomq.flows import FLOW_STATE_SETS
 from echomq.keys import STATE_SETS, State
-from echomq.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS,
-                          SCRIPTED, SCRIPTS_DIR, VERBS)
+from echomq.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, FLOW_LIBRARY, FLOWS, JOB_CORE_TOKENS, OPTIONAL,
+                          OPTIONAL_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS)
 
 REGISTERED = VERBS + OPTIONAL  # trafikey's rows: the job core, then the optional verbs in order (SPEC §9.4)
 
@@ -113,18 +114,36 @@ def test_declared_reads():
         ("state", ["base"], ["id"]),
     ]
     assert all(r.read_only and r.command is None and r.tokens == () and r.scripted for r in READS)
-    assert set(BY_NAME) == {v.name for v in REGISTERED + READS}
+    assert set(BY_NAME) == {v.name for v in REGISTERED + FLOWS + READS}
+
+
+def test_flow_scripts_run_on_both_wires_and_no_emq_command():
+    """SPEC §9.6: flows are scripts on both wires; docs/lanes-and-flows.md "Flows" lists them."""
+    assert [(v.name, _named(v.keys), list(v.argv)) for v in FLOWS] == [
+        ("flow_enqueue", [], ["queue", "id", "payload", "priority", "parent", "children", "on_child_failure"]),
+        ("flow_claim", ["flow:pending", "flow:active", "flow:schedule", "base"], ["lease_ms", "limit"]),
+        ("flow_extends", ["flow:active", "base"], ["lease_ms", "id", "token"]),
+        ("flow_complete", ["flow:active", "base"], ["id", "token", "result", "retention_ms"]),
+        ("flow_fail", ["flow:active", "flow:pending", "flow:schedule", "base"],
+         ["id", "token", "error", "max_attempts", "backoff_ms", "traceback"]),
+        ("flow_release", ["flow:active", "flow:pending", "base"], ["id", "token"]),
+        ("flow_reap", ["flow:active", "flow:pending", "base"], ["max_stalled", "limit"]),
+    ]
+    for verb in FLOWS:
+        assert verb.flow and verb.scripted and verb.command is None and verb.tokens == () and not verb.read_only
+        assert verb.source().startswith(FLOW_LIBRARY.read_bytes())
 
 
 def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
-    scripted_verbs = [v.name for v in SCRIPTED if not v.read_only]
+    scripted_verbs = [v.name for v in SCRIPTED if not v.read_only and not v.flow]
     assert len(scripted_verbs) == 13 + len(BUS) + 5  # the job core, the bus, the four control verbs, enqueue_unique
     assert set(scripted_verbs) == {v.name for v in REGISTERED} - UNSCRIPTED
     assert [v.name for v in SCRIPTED if v.read_only] == ["counts", "state"]
 
 
 def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
-    on_disk = sorted(p.name for p in SCRIPTS_DIR.iterdir())
+    on_disk = sorted(p.name for p in SCRIPTS_DIR.iterdir() if p.is_file())
+    assert [p.name for p in (SCRIPTS_DIR / "lib").iterdir()] == [FLOW_LIBRARY.name]  # the flow scripts' library
     assert on_disk == sorted(f"{v.name}.lua" for v in SCRIPTED)
     for verb in SCRIPTED:
         assert verb.script_path.is_file() and verb.script_path.parent == SCRIPTS_DIR
@@ -155,7 +174,22 @@ def _names(text: str) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("verb", SCRIPTED, ids=lambda v: v.name)
+# FLOW_ENQUEUE's KEYS are the flow's queues' bases and its ARGV seven per job: its header says so
+FIXED = [verb for verb in SCRIPTED if verb.name != "flow_enqueue"]
+
+
+def test_flow_enqueue_header_and_keys():
+    verb = BY_NAME["flow_enqueue"]
+    header = _header(_source(verb))
+    assert "KEYS: the base of every queue the flow uses, one slot." in header
+    assert f"ARGV: seven per job, each parent before its children: {verb.argv[0]} (" in header
+    for name in verb.argv:
+        assert name in header
+    code = _source(verb)
+    assert "KEYS[tonumber(ARGV[" in code and not re.findall(r"KEYS\[\d", code)  # a base by its index only
+
+
+@pytest.mark.parametrize("verb", FIXED, ids=lambda v: v.name)
 def test_script_header_names_the_tables_keys_and_argv(verb):
     header = _header(_source(verb))
     keys = re.search(r"KEYS: ([^.]+)\.", header)
@@ -169,13 +203,13 @@ def test_script_header_names_the_tables_keys_and_argv(verb):
         assert argv is None
 
 
-@pytest.mark.parametrize("verb", SCRIPTED, ids=lambda v: v.name)
+@pytest.mark.parametrize("verb", FIXED, ids=lambda v: v.name)
 def test_script_uses_exactly_its_declared_keys(verb):
     code = "\n".join(l for l in _source(verb).splitlines() if not l.lstrip().startswith("--"))
     used = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", code)}
     assert used == set(range(1, len(verb.keys) + 1)), f"{verb.name}.lua uses KEYS {sorted(used)}"
     argv_used = {int(n) for n in re.findall(r"ARGV\[(\d+)\]", code)}
-    if verb.name == "extends":  # the pairs are walked with ARGV[i], ARGV[i + 1]
+    if verb.name in ("extends", "flow_extends"):  # the pairs are walked with ARGV[i], ARGV[i + 1]
         assert 1 in argv_used and re.search(r"ARGV\[i\]", code) and re.search(r"ARGV\[i \+ 1\]", code)
     else:
         want = set(range(1, len(verb.argv) + len(verb.late) + 1))
@@ -195,15 +229,25 @@ def _lua_states() -> dict[str, set[str]]:
 
 
 def test_lua_writes_exactly_the_four_python_states():
-    written = set().union(*_lua_states().values())
+    written = set().union(*(states for name, states in _lua_states().items() if not BY_NAME[name].flow))
     assert written == {s.value for s in State}
 
 
-@pytest.mark.parametrize("verb", SCRIPTED, ids=lambda v: v.name)
+@pytest.mark.parametrize("verb", [v for v in SCRIPTED if not v.flow], ids=lambda v: v.name)
 def test_each_script_writes_only_states_whose_set_it_declares(verb):
     """A script that writes ``state X`` must hold X's set among its KEYS (the state is always its set)."""
     for state in _lua_states()[verb.name]:
         assert STATE_SETS[State(state)] in verb.keys, f"{verb.name}.lua writes {state!r} without its set"
+
+
+@pytest.mark.parametrize("verb", [v for v in FLOWS if v.name != "flow_enqueue"], ids=lambda v: v.name)
+def test_each_flow_script_writes_only_states_whose_flow_set_it_declares(verb):
+    """The same for a flow job, whose states are its flow sets' (flow_enqueue: waiting and pending)."""
+    for state in _lua_states()[verb.name]:
+        assert FLOW_STATE_SETS[state] in verb.keys, f"{verb.name}.lua writes {state!r} without its set"
+    library = set(STATE_WRITE.findall(FLOW_LIBRARY.read_text()))
+    assert _lua_states()["flow_enqueue"] == {"waiting", "pending"} and library == {"pending", "dead"}
+    assert set(FLOW_STATE_SETS) == {s.value for s in State} | {"waiting"}
 
 
 def test_fail_replies_are_state_names():

@@ -370,6 +370,9 @@ def model_promote(obs: Observation) -> Match | None:
     if not taken:
         return None
     edit = Edit(obs.native_pre_n)
+    bound = string2ll(fields(obs.native_pre.get(obs.base + b"meta")).get(b"events", b"0"))
+    if bound is None:
+        return None
     ghosts, moved = [], 0
     for job in taken:
         entry = row(obs, job)
@@ -381,6 +384,9 @@ def model_promote(obs: Observation) -> Match | None:
             return None
         edit.zadd(pending_key, job, priority(entry.value))
         edit.hset(row_key(obs.base, job), state=b"pending")
+        if bound > 0:  # each moved job's event, in selection order (docs/spec.md §12)
+            edit.xadd(obs.base + b"events", bound, type=b"promoted", id=job,
+                      attempt=entry.value.get(b"attempts", b"0"), state=b"pending")
         moved += 1
     if not ghosts or obs.native_reply != moved or diff(edit.d, obs.native_post_n):
         return None

@@ -85,7 +85,7 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
                 "if ARGV[6] then failure[5], failure[6] = 'traceback', ARGV[6] end\n", "",
                 "fail forgets the traceback it was given"),
     ScriptPlant("script:promote.ignore_priority", "schedule", "promote",
-                "redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), id)",
+                "redis.call('ZADD', KEYS[2], tonumber(seen[1] or '0'), id)",
                 "redis.call('ZADD', KEYS[2], 0, id)",
                 "promote puts every job at priority 0"),
     ScriptPlant("script:delay.keep_active", "schedule", "delay",

@@ -1,15 +1,17 @@
 -- EMQ complete (wire 4). KEYS: active, base. ARGV: id, token.
--- Completion deletes the row and counts the job. A matching token on a row that is not
--- active, or not in active, is refused as the native verb refuses it (SPEC §9.1).
+-- Completion deletes the row and counts the job, and tells `completed` on the job's outcome
+-- channel while the queue has result waiters. A matching token on a row that is not active, or
+-- not in active, is refused as the native verb refuses it (SPEC §9.1).
 local row = KEYS[2] .. 'job:' .. ARGV[1]
 local held = redis.call('HMGET', row, 'attempts', 'unique', 'state')
 if held[1] ~= ARGV[2] then return 0 end
 if held[3] ~= 'active' then
   return redis.error_reply('EMQSTATE EMQ.COMPLETE row ' .. (held[3] and 'is ' .. held[3] or 'has no state') .. ', not active')
 end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.COMPLETE id is not in active') end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', KEYS[2] .. 'meta', 'events')
+-- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0;
+-- and whether a result waiter follows the queue (`waiters` present and not 0), read with it
+local switches = redis.call('HMGET', KEYS[2] .. 'meta', 'events', 'waiters')
+local bound, waited = switches[1], switches[2] and switches[2] ~= '0'
 if bound then
   if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
   bound = tonumber(bound)
@@ -24,11 +26,19 @@ if marker then
     return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
   end
 end
-redis.call('ZREM', KEYS[1], ARGV[1])
+-- the first write, and the last check: not in active, nothing is written
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
+  return redis.error_reply('EMQSTATE EMQ.COMPLETE id is not in active')
+end
 redis.call('DEL', row)
 redis.call('HINCRBY', KEYS[2] .. 'metrics:completed', 'count', 1)
 if bound then
   redis.call('XADD', KEYS[2] .. 'events', 'MAXLEN', bound, '*', 'type', 'completed', 'id', ARGV[1], 'attempt', ARGV[2])
+end
+-- the outcome, told to result waiters where the caller may publish (they find no record)
+if waited then
+  local channel = KEYS[2] .. 'outcome:' .. ARGV[1]
+  if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
 end
 if marker then
   local t = redis.call('TIME')

@@ -2,9 +2,12 @@
 -- Idempotent: an id that already has a row is not enqueued twice. The `enqueued` event when on.
 -- A new job writes the wake marker (one member) for workers blocked on it.
 local row = KEYS[2] .. 'job:' .. ARGV[1]
-if redis.call('EXISTS', row) == 1 then return 0 end
+local meta = KEYS[2] .. 'meta'
+-- one read for both: the row counts twice, meta once; no meta, no switch to read
+local seen = redis.call('EXISTS', row, row, meta)
+if seen >= 2 then return 0 end
 -- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', KEYS[2] .. 'meta', 'events')
+local bound = seen == 1 and redis.call('HGET', meta, 'events') or nil
 if bound then
   if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
   bound = tonumber(bound)

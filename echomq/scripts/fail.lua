@@ -12,8 +12,10 @@ if held[2] ~= 'active' then
   return redis.error_reply('EMQSTATE EMQ.FAIL row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.FAIL id is not in active') end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', base .. 'meta', 'events')
+-- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0;
+-- and whether a result waiter follows the queue (`waiters` present and not 0), read with it
+local switches = redis.call('HMGET', base .. 'meta', 'events', 'waiters')
+local bound, waited = switches[1], switches[2] and switches[2] ~= '0'
 if bound then
   if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
   bound = tonumber(bound)
@@ -40,6 +42,11 @@ if failures >= tonumber(ARGV[4]) then
   redis.call('HSET', row, 'state', 'dead', unpack(failure))
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
   tell('dead')
+  -- the death, told to result waiters where the caller may publish
+  if waited then
+    local channel = base .. 'outcome:' .. ARGV[1]
+    if redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
+  end
   return 'dead'
 end
 local backoff = tonumber(ARGV[5])

@@ -86,14 +86,9 @@ def argv_for(verb: str, planted: dict) -> tuple:
     }[verb]
 
 
-# A script meets the ACL only at the redis.call that touches a derived key, after its
-# first writes; Lua does not roll back. Measured here, documented in docs/guarantees.md:
-# on wire 4 a user must hold every key of the queue (emq:{q}:*), or use wire 6.
-# (CLAIM and STALLED.CHECK read the event switch in meta before any write since docs/spec.md
-# §12: refused whole.)
-HALFWAY_ON_WIRE_4 = {
-    "promote": "ZREM schedule / ZADD pending ran before the row's HGET was refused",
-}
+# A script meets the ACL only at the redis.call that touches a derived key; Lua does not roll
+# back. Every script now reads a derived key (the row, or the event switch in meta) before its
+# first write, or puts back what it popped (CLAIM): refused whole (docs/guarantees.md).
 
 VERB_NAMES = [v.name for v in VERBS + BUS] + ["counts", "state"]
 
@@ -111,11 +106,9 @@ def expected(user: str, verb: str, inside: bool) -> str:
 
 @pytest.mark.parametrize("verb", VERB_NAMES)
 @pytest.mark.parametrize("user", list(USERS))
-def test_acl_matrix(acl_server, wire, user, verb, request):
+def test_acl_matrix(acl_server, wire, user, verb):
     if wire == 4 and verb in ("reschedule", "requeue"):
         pytest.skip("wire 6 only")
-    if wire == 4 and user == "declared" and verb in HALFWAY_ON_WIRE_4:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=HALFWAY_ON_WIRE_4[verb]))
     n = next(_n)
     with acl_server.client() as admin:
         outcomes = {}

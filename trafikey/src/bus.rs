@@ -25,6 +25,27 @@ pub fn events(h: &Host<'_>, fence: &Fence<'_>, q: &Keyspace<'_>) -> Result<Optio
     events_on(h, fence, q, stored.as_deref())
 }
 
+/// [`events`], and whether a result waiter follows the queue (`meta waiters` present and not
+/// `0`; any other value tells, it is never refused), from one read of `meta`: COMPLETE and FAIL
+/// tell an outcome only then (docs/spec.md §12).
+pub fn switches(
+    h: &Host<'_>,
+    fence: &Fence<'_>,
+    q: &Keyspace<'_>,
+) -> Result<(Option<Events>, bool), Refusal> {
+    let meta = q.meta();
+    fence.read(&meta)?;
+    let (stored, waiters) = match h.hash(&meta, &["events", "waiters"])? {
+        Some(m) => {
+            let mut fields = m.into_iter();
+            (fields.next().flatten(), fields.next().flatten())
+        }
+        None => (None, None),
+    };
+    let waited = waiters.is_some_and(|w| w.as_ref() != b"0");
+    Ok((events_on(h, fence, q, stored.as_deref())?, waited))
+}
+
 /// [`events`] from a `meta events` value the verb already read (CLAIM reads `meta` once).
 pub fn events_on(
     h: &Host<'_>,

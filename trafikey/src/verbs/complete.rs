@@ -26,19 +26,29 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let h = Host::new(ctx, VERB);
     let fence = h.fence();
     let (row, metrics) = (q.row(id), q.metrics_completed());
-    let Some((_, writes)) = completion(&h, &fence, &q, (active, &row, &metrics), (id, token), &[])?
+    let Some((_, writes, waited)) =
+        completion(&h, &fence, &q, (active, &row, &metrics), (id, token), &[])?
     else {
         return Ok(int(0));
     };
-    // 6.–7. writes, each replicated as its effect
+    let channel = match waited {
+        true => bus::outcome_channel(&fence, &q, id)?,
+        false => None,
+    };
+    // 6.–7. writes, each replicated as its effect; then the outcome, told while the queue has
+    // result waiters (a waiter finds no record: completed, no result kept; docs/spec.md §12)
     h.apply(&writes)?;
+    if let Some(channel) = channel {
+        h.publish(&channel, b"completed")?;
+    }
     Ok(int(1))
 }
 
 /// Steps 4–5 of a completion (COMPLETE, PUBLISH): the job held with `token`, flat, not a
 /// flow child; the completed count predicted; the queue's events read. `None` (reply 0) when
-/// not held; else the row's `HELD` + `extra` fields and the move's writes: `ZREM active id`,
-/// `DEL row`, `HINCRBY metrics:completed count 1`, and the `completed` event when events are on.
+/// not held; else the row's `HELD` + `extra` fields, the move's writes (`ZREM active id`,
+/// `DEL row`, `HINCRBY metrics:completed count 1`, and the `completed` event when events are
+/// on), and whether the queue has result waiters.
 pub fn completion<'a>(
     h: &Host<'_>,
     fence: &Fence<'_>,
@@ -46,7 +56,7 @@ pub fn completion<'a>(
     (active, row, metrics): (&'a [u8], &'a [u8], &'a [u8]),
     (id, token): (&'a [u8], &[u8]),
     extra: &[&str],
-) -> Result<Option<(Seen, Vec<Op<'a>>)>, Refusal> {
+) -> Result<Option<(Seen, Vec<Op<'a>>, bool)>, Refusal> {
     let fields: Vec<&str> = extra.iter().copied().chain(["unique"]).collect();
     let Some(seen) = held(h, fence, row, active, (id, token), FLAT_NO_FLOW, &fields)? else {
         return Ok(None);
@@ -59,7 +69,7 @@ pub fn completion<'a>(
     let count = incr(stored.as_deref(), 1).map_err(Refusal::Counter)?;
     fence.write(row)?;
     fence.write(metrics)?;
-    let events = bus::events(h, fence, q)?;
+    let (events, waited) = bus::switches(h, fence, q)?;
     #[allow(unused_mut)]
     let mut writes = vec![
         op("ZREM", &[active, id], Expect::Int(1)),
@@ -73,7 +83,7 @@ pub fn completion<'a>(
     }
     writes.extend(events.map(|ev| ev.op(b"completed", id, token, &[])));
     writes.extend(window);
-    Ok(Some((seen, writes)))
+    Ok(Some((seen, writes, waited)))
 }
 
 /// A completed row's unique window (docs/spec.md §14): when the row holds `unique` (ms), the

@@ -2,6 +2,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
+use crate::bus;
 use crate::decide::{earlier, num, op, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -30,18 +31,22 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     if held(&h, &fence, &row, active, (id, token), FLAT_ONLY, &[])?.is_none() {
         return Ok(int(0));
     }
+    let events = bus::events(&h, &fence, &q)?;
     let sooner = earlier(due, h.first_score(schedule)?);
     fence.write(&row)?;
-    // 6.–7. writes, each replicated as its effect
-    h.apply(&[
+    // 6.–7. writes, each replicated as its effect; the `delayed` event when on
+    let at = num(due);
+    let mut writes = vec![
         op("ZREM", &[active, id], Expect::Int(1)),
-        op("ZADD", &[schedule, &num(due), id], Expect::AnyInt),
+        op("ZADD", &[schedule, &at, id], Expect::AnyInt),
         op(
             "HSET",
             &[&row, b"state", State::Scheduled.field()],
             Expect::AnyInt,
         ),
-    ])?;
+    ];
+    writes.extend(events.map(|ev| ev.op(b"delayed", id, token, &[b"state", State::Scheduled.field()])));
+    h.apply(&writes)?;
     if sooner {
         // the next due time moved earlier: a blocked BCLAIM wakes to recompute its timeout
         h.signal(schedule);

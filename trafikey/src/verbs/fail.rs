@@ -1,8 +1,9 @@
 //! EMQ.FAIL: a held job failed; retry it (pending or schedule) or dead-letter it, capped on
 //! `failures` (SPEC §3, §5.2, §5.3, §5.7); the `failed` event, then `retried` or `dead`, when
 //! the queue's events are on. An optional sixth argument, the failure's traceback (token
-//! `fail.traceback`, docs/spec.md §11.6), is written in the same HSET. EMQ.FAILURES.INCR runs
-//! the same move, with the same arguments, and tells a death (`failures_incr.rs`).
+//! `fail.traceback`, docs/spec.md §11.6), is written in the same HSET. A death is told on the
+//! job's outcome channel while the queue has result waiters. EMQ.FAILURES.INCR runs the same
+//! move, with the same arguments, and always tells a death (`failures_incr.rs`).
 
 use valkey_module::{Context, ValkeyResult};
 
@@ -21,7 +22,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     settle(ctx, args, VERB, false)
 }
 
-/// FAIL's move for `verb`; with `bus`, `dead` on the job's outcome channel when it dies.
+/// FAIL's move for `verb`, and `dead` on the job's outcome channel when it dies: with `bus`
+/// always, else while the queue has result waiters.
 pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> ValkeyResult {
     // 1. shape: numkeys 5, five ARGV and the optional traceback
     let call = grammar::shape(verb, args, NUMKEYS, Argc::Late(5, 1))?;
@@ -115,7 +117,8 @@ pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> V
         ));
     }
     fence.write(&row)?;
-    if let Some(ev) = bus::events(&h, &fence, &q)? {
+    let (events, waited) = bus::switches(&h, &fence, &q)?;
+    if let Some(ev) = events {
         plan.push(ev.op(b"failed", id, token, &[b"error", error]));
         let next: &[u8] = match verdict {
             Budget::Dead => b"dead",
@@ -123,8 +126,8 @@ pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> V
         };
         plan.push(ev.op(next, id, token, &[b"state", verdict.state()]));
     }
-    let channel = match (bus, verdict) {
-        (true, Budget::Dead) => bus::outcome_channel(&fence, &q, id)?,
+    let channel = match verdict {
+        Budget::Dead if bus || waited => bus::outcome_channel(&fence, &q, id)?,
         _ => None,
     };
     // 6.–7. writes, each replicated as its effect; then a death, told

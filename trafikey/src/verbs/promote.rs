@@ -3,6 +3,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
+use crate::bus;
 use crate::decide::{num, owned_op, priority, Expect, Op};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
@@ -33,13 +34,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let mut zrem = vec![schedule.to_vec()];
     let mut zadd = vec![pending.to_vec()];
     let mut states: Vec<Op> = Vec::new();
+    let mut moved_ids: Vec<(&[u8], Vec<u8>)> = Vec::new();
     for id in &due {
         let row = q.row(id);
         fence.read(&row)?;
         zrem.push(id.to_vec());
-        let Some(seen) = h.hash(&row, &["priority"])? else {
+        let Some(seen) = h.hash(&row, &["priority", "attempts"])? else {
             continue;
         };
+        moved_ids.push((&id[..], seen[1].as_deref().unwrap_or(b"0").to_vec()));
         let prio = priority(seen[0].as_deref()).map_err(Refusal::Counter)?;
         fence.write(&row)?;
         zadd.push(num(prio));
@@ -53,6 +56,14 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let moved = states.len() as i64;
     if moved > 0 {
         h.expect_zset(pending)?;
+    }
+    // each moved job's `promoted` event, in selection order, when events are on
+    if let Some(ev) = bus::events(&h, &fence, &q)? {
+        states.extend(
+            moved_ids
+                .iter()
+                .map(|(id, attempt)| ev.op(b"promoted", id, attempt, &[b"state", State::Pending.field()])),
+        );
     }
     // 6.–7. writes, each replicated as its effect: one ZREM for every member, one ZADD for
     // the rows, their states

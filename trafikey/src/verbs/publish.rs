@@ -32,7 +32,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–5. fence and reads: COMPLETE's, then the record, the events and the channel
     let fence = h.fence();
     let (row, metrics, done) = (q.row(id), q.metrics_completed(), q.done(id));
-    let Some((seen, mut plan)) = completion(
+    let Some((seen, mut plan, _)) = completion(
         &h,
         &fence,
         &q,

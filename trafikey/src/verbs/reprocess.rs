@@ -3,6 +3,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
+use crate::bus;
 use crate::decide::{num, op, priority, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
@@ -32,7 +33,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let row = q.row(id);
     fence.read(&row)?;
     let prio;
-    let (plan, reply) = match h.hash(&row, &["state", "group", "priority"])? {
+    let (plan, reply) = match h.hash(&row, &["state", "group", "priority", "attempts"])? {
         None => (vec![op("ZREM", &[dead, id], Expect::Int(1))], 0),
         Some(seen) => {
             boundary(FLAT_ONLY, seen[1].as_deref(), None)?;
@@ -40,7 +41,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             prio = num(priority(seen[2].as_deref()).map_err(Refusal::Counter)?);
             h.expect_zset(pending)?;
             fence.write(&row)?;
-            let plan = vec![
+            let events = bus::events(&h, &fence, &q)?;
+            let attempt = seen[3].as_deref().unwrap_or(b"0");
+            let mut plan = vec![
                 op("ZREM", &[dead, id], Expect::Int(1)),
                 op("ZADD", &[pending, &prio, id], Expect::AnyInt),
                 op(
@@ -57,6 +60,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
                     Expect::AnyInt,
                 ),
             ];
+            plan.extend(events.map(|ev| ev.op(b"reprocessed", id, attempt, &[b"state", State::Pending.field()])));
             (plan, 1)
         }
     };

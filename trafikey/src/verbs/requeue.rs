@@ -2,6 +2,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
+use crate::bus;
 use crate::decide::{num, op, priority, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
@@ -41,16 +42,20 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let prio = priority(field(&seen, HELD.len())).map_err(Refusal::Counter)?;
     h.expect_zset(pending)?;
     fence.write(&row)?;
-    // 6.–7. writes, each replicated as its effect: no counter
-    h.apply(&[
+    let events = bus::events(&h, &fence, &q)?;
+    // 6.–7. writes, each replicated as its effect: no counter; the `requeued` event when on
+    let prio = num(prio);
+    let mut writes = vec![
         op("ZREM", &[active, id], Expect::Int(1)),
-        op("ZADD", &[pending, &num(prio), id], Expect::AnyInt),
+        op("ZADD", &[pending, &prio, id], Expect::AnyInt),
         op(
             "HSET",
             &[&row, b"state", State::Pending.field()],
             Expect::AnyInt,
         ),
-    ])?;
+    ];
+    writes.extend(events.map(|ev| ev.op(b"requeued", id, token, &[b"state", State::Pending.field()])));
+    h.apply(&writes)?;
     // the queue is claimable: a blocked BCLAIM wakes
     h.signal(pending);
     Ok(int(1))

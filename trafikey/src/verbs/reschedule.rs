@@ -3,6 +3,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
+use crate::bus;
 use crate::decide::{earlier, num, op, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
@@ -37,7 +38,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let row = q.row(id);
     fence.read(&row)?;
     // 5. reads and checks: no row answers 0; flat, scheduled and in schedule
-    let Some(seen) = h.hash(&row, &["state", "group"])? else {
+    let Some(seen) = h.hash(&row, &["state", "group", "attempts"])? else {
         return Ok(int(0));
     };
     boundary(FLAT_ONLY, seen[1].as_deref(), None)?;
@@ -45,9 +46,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     if !h.in_zset(schedule, id)? {
         return Err(Refusal::State(format!("{VERB} id is not in schedule")).into());
     }
+    let events = bus::events(&h, &fence, &q)?;
     let sooner = earlier(due, h.first_score(schedule)?);
-    // 6.–7. writes, each replicated as its effect: the member exists, so ZADD adds nothing
-    h.write(&op("ZADD", &[schedule, &num(due), id], Expect::Int(0)))?;
+    // 6.–7. writes, each replicated as its effect: the member exists, so ZADD adds nothing;
+    // the `rescheduled` event when on
+    let at = num(due);
+    let attempt = seen[2].as_deref().unwrap_or(b"0");
+    let mut writes = vec![op("ZADD", &[schedule, &at, id], Expect::Int(0))];
+    writes.extend(events.map(|ev| ev.op(b"rescheduled", id, attempt, &[b"state", State::Scheduled.field()])));
+    h.apply(&writes)?;
     if sooner {
         // the next due time moved earlier: a blocked BCLAIM wakes to recompute its timeout
         h.signal(schedule);

@@ -1,0 +1,31 @@
+-- EMQ flow_complete (both wires). KEYS: flow:active, base. ARGV: id, token, result, retention_ms.
+-- PUBLISH for a flow job: flow:active -> (deleted), counted, the completed record `done:<id>` kept
+-- retention_ms (0: none), `completed` on its outcome channel; a parent's children's results go
+-- with it (its flow is over). A child's result is told to its parent (lib/flow.lua).
+-- Reply: 1; 0 when no row or the token does not match; EMQSTATE when the row is not active in flow:active.
+local base, id = KEYS[2], ARGV[1]
+local row = base .. 'job:' .. id
+local held = redis.call('HMGET', row, 'attempts', 'parent', 'created', 'started', 'state')
+if held[1] ~= ARGV[2] then return 0 end
+if held[5] ~= 'active' then
+  return redis.error_reply('EMQSTATE flow_complete row ' .. (held[5] and 'is ' .. held[5] or 'has no state') .. ', not active')
+end
+if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE flow_complete id is not in flow:active') end
+local now = flow_now()
+redis.call('ZREM', KEYS[1], id)
+redis.call('DEL', row, base .. 'flow:results:' .. id, base .. 'flow:failures:' .. id)
+redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
+local retention = tonumber(ARGV[4])
+if retention > 0 then
+  local done = base .. 'done:' .. id
+  redis.call('DEL', done)
+  local record = {'result', ARGV[3], 'attempts', ARGV[2], 'finished', now}
+  if held[3] then record[#record + 1] = 'created'; record[#record + 1] = held[3] end
+  if held[4] then record[#record + 1] = 'started'; record[#record + 1] = held[4] end
+  redis.call('HSET', done, unpack(record))
+  redis.call('PEXPIREAT', done, now + retention)
+end
+if held[2] then flow_tell(held[2], id, true, ARGV[3], now) end
+local channel = base .. 'outcome:' .. id
+if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
+return 1

@@ -1,0 +1,34 @@
+-- EMQ flow_fail (both wires). KEYS: flow:active, flow:pending, flow:schedule, base.
+-- ARGV: id, token, error, max_attempts, backoff_ms, traceback.
+-- An empty traceback writes none.
+-- FAILURES.INCR for a flow job: failures' = failures + 1; below max_attempts it retries
+-- (flow:active -> flow:pending, or flow:schedule after backoff_ms); at it, it dies and its parent
+-- is told (lib/flow.lua). Reply: pending, scheduled or dead; 0 when no row or the token does not
+-- match; EMQSTATE when the row is not active in flow:active.
+local base, id = KEYS[4], ARGV[1]
+local row = base .. 'job:' .. id
+local held = redis.call('HMGET', row, 'attempts', 'state')
+if held[1] ~= ARGV[2] then return 0 end
+if held[2] ~= 'active' then
+  return redis.error_reply('EMQSTATE flow_fail row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
+end
+if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE flow_fail id is not in flow:active') end
+-- the first write: a failures field HINCRBY refuses stops the script before any other
+local failures = redis.call('HINCRBY', row, 'failures', 1)
+redis.call('ZREM', KEYS[1], id)
+local now = flow_now()
+if ARGV[6] ~= '' then redis.call('HSET', row, 'traceback', ARGV[6]) end
+if failures >= tonumber(ARGV[4]) then
+  flow_die(base, id, ARGV[3], now)
+  return 'dead'
+end
+local state = 'pending'
+if tonumber(ARGV[5]) == 0 then
+  redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), id)
+  flow_wake(base)
+else
+  state = 'scheduled'
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), id)
+end
+redis.call('HSET', row, 'state', state, 'last_error', ARGV[3], 'failed', now)
+return state

@@ -1,0 +1,36 @@
+-- EMQ flow_reap (both wires). KEYS: flow:active, flow:pending, base. ARGV: max_stalled, limit.
+-- STALLED.CHECK for flow leases, with its verdicts and budgets: up to `limit` members of
+-- flow:active with score <= now, lowest first, each flow:active -> flow:pending or dead.
+-- ghost (no row): removed. exempt (lease_epoch stamped and not the server's run_id: the lease
+-- crossed a restart): back to flow:pending, no stall counted. Else stalled' = stalled + 1:
+-- recover below max_stalled, die at it -- and a dead child's parent is told (lib/flow.lua),
+-- which applies the parent's on_child_failure.
+-- Reply: {recovered ids, exempt ids, dead ids}, each in selection order.
+local base = KEYS[3]
+local now = flow_now()
+local max_stalled = tonumber(ARGV[1])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+if #expired == 0 then return {{}, {}, {}} end
+local epoch = flow_epoch()
+local recovered, exempt, dead = {}, {}, {}
+for _, id in ipairs(expired) do
+  local row = base .. 'job:' .. id
+  redis.call('ZREM', KEYS[1], id)
+  if redis.call('EXISTS', row) == 1 then
+    local held = redis.call('HMGET', row, 'lease_epoch', 'priority')
+    if held[1] and held[1] ~= epoch then
+      redis.call('ZADD', KEYS[2], tonumber(held[2] or '0'), id)
+      redis.call('HSET', row, 'state', 'pending')
+      exempt[#exempt + 1] = id
+    elseif redis.call('HINCRBY', row, 'stalled', 1) >= max_stalled then
+      flow_die(base, id, 'stalled', now)
+      dead[#dead + 1] = id
+    else
+      redis.call('ZADD', KEYS[2], tonumber(held[2] or '0'), id)
+      redis.call('HSET', row, 'state', 'pending')
+      recovered[#recovered + 1] = id
+    end
+  end
+end
+if #recovered + #exempt > 0 then flow_wake(base) end
+return {recovered, exempt, dead}
