@@ -16,7 +16,11 @@ pub struct Events {
 
 /// Steps 4–5: read the queue's switch (`meta events`); when on, the stream must be a stream
 /// or nothing, and the caller may write it. `None` when events are off.
-pub fn events(h: &Host<'_>, fence: &Fence<'_>, q: &Keyspace<'_>) -> Result<Option<Events>, Refusal> {
+pub fn events(
+    h: &Host<'_>,
+    fence: &Fence<'_>,
+    q: &Keyspace<'_>,
+) -> Result<Option<Events>, Refusal> {
     let meta = q.meta();
     fence.read(&meta)?;
     let stored = h

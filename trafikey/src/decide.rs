@@ -155,7 +155,11 @@ pub fn admission(
     marked: bool,
 ) -> Result<Admission, String> {
     let Some(state) = row else {
-        return Ok(if marked { Admission::Unique } else { Admission::Create });
+        return Ok(if marked {
+            Admission::Unique
+        } else {
+            Admission::Create
+        });
     };
     if !replace {
         return Ok(Admission::Exists);
@@ -523,14 +527,32 @@ mod tests {
         let v = "EMQ.ENQUEUE.UNIQUE";
         assert_eq!(admission(v, None, false, false), Ok(Admission::Create));
         assert_eq!(admission(v, None, true, true), Ok(Admission::Unique));
-        assert_eq!(admission(v, Some(Some(b"pending")), false, false), Ok(Admission::Exists));
-        assert_eq!(admission(v, Some(Some(b"pending")), true, false), Ok(Admission::Replace(State::Pending)));
-        assert_eq!(admission(v, Some(Some(b"scheduled")), true, false), Ok(Admission::Replace(State::Scheduled)));
-        assert_eq!(admission(v, Some(Some(b"active")), true, false), Ok(Admission::Exists));
-        assert_eq!(admission(v, Some(Some(b"dead")), true, false), Ok(Admission::Exists));
+        assert_eq!(
+            admission(v, Some(Some(b"pending")), false, false),
+            Ok(Admission::Exists)
+        );
+        assert_eq!(
+            admission(v, Some(Some(b"pending")), true, false),
+            Ok(Admission::Replace(State::Pending))
+        );
+        assert_eq!(
+            admission(v, Some(Some(b"scheduled")), true, false),
+            Ok(Admission::Replace(State::Scheduled))
+        );
+        assert_eq!(
+            admission(v, Some(Some(b"active")), true, false),
+            Ok(Admission::Exists)
+        );
+        assert_eq!(
+            admission(v, Some(Some(b"dead")), true, false),
+            Ok(Admission::Exists)
+        );
         assert!(admission(v, Some(Some(b"odd")), true, false).is_err());
         assert!(admission(v, Some(None), true, false).is_err());
-        assert_eq!(admission(v, Some(None), false, false), Ok(Admission::Exists));
+        assert_eq!(
+            admission(v, Some(None), false, false),
+            Ok(Admission::Exists)
+        );
     }
     use super::*;
 

@@ -47,6 +47,7 @@ pub unsafe fn dispatch(
 ) -> c_int {
     let context = Context::new(ctx);
     let args = unsafe { arg_bytes(argv, argc) };
+    let _line = CommandLine::set(argv, &args);
     let result = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, &args)))
         .unwrap_or_else(|_| Err(ValkeyError::Str("EMQHOST trafikey caught a panic")));
     context.reply(result) as c_int
@@ -109,6 +110,7 @@ pub unsafe fn wake(
             None => &[][..],
         }
     };
+    let _line = CommandLine::set(argv, &args);
     let woke = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, &args, ready)))
         .unwrap_or_else(|_| Wake::Reply(Err(ValkeyError::Str("EMQHOST trafikey caught a panic"))));
     match woke {
@@ -118,6 +120,57 @@ pub unsafe fn wake(
             raw::REDISMODULE_OK as c_int
         }
     }
+}
+
+/// The running command's argv: the server's strings and their bytes (read once, at dispatch).
+type Line = (
+    *mut *mut raw::RedisModuleString,
+    *const &'static [u8],
+    usize,
+);
+
+thread_local! {
+    /// The running command's line, alive until its handler returns.
+    static LINE: std::cell::Cell<Line> = const { std::cell::Cell::new((ptr::null_mut(), ptr::null(), 0)) };
+}
+
+/// Sets the running command's line for the handler's duration (the one before it restored on
+/// drop: a command a script calls runs inside the script's own command).
+struct CommandLine(Line);
+
+impl CommandLine {
+    fn set(argv: *mut *mut raw::RedisModuleString, args: &[&[u8]]) -> CommandLine {
+        let line = (argv, args.as_ptr().cast::<&'static [u8]>(), args.len());
+        CommandLine(LINE.with(|l| l.replace(line)))
+    }
+}
+
+impl Drop for CommandLine {
+    fn drop(&mut self) {
+        LINE.with(|l| l.set(self.0));
+    }
+}
+
+/// The running command's argument equal to `bytes`, borrowed: a view, valid until the handler
+/// returns (what keeps a string longer — a key handle, a replicated argv, a blocked client's
+/// keys — takes its own reference).
+fn argument(bytes: &[u8]) -> Option<Str> {
+    let (argv, args, argc) = LINE.with(std::cell::Cell::get);
+    if argv.is_null() || args.is_null() {
+        return None;
+    }
+    // SAFETY: the dispatcher's `argc` byte slices of the server's `argc` live strings, both
+    // alive while the handler runs (LINE is restored when it returns).
+    let args = unsafe { std::slice::from_raw_parts(args, argc) };
+    let i = args.iter().position(|a| *a == bytes)?;
+    Some(Str {
+        // SAFETY: as above; `i` < argc.
+        ptr: unsafe { *argv.add(i) },
+        ctx: ptr::null_mut(),
+        data: args[i].as_ptr(),
+        len: args[i].len(),
+        counted: false,
+    })
 }
 
 /// The command line as byte slices borrowing the server's strings.
@@ -188,29 +241,42 @@ pub fn signal_ready(ctx: &Context, key: &Str) {
     }
 }
 
+/// Signal a key written through a key handle as modified (`RM_SignalModifiedKey`): WATCH and
+/// client tracking see the change. The module turns the server's implicit signal at a write
+/// handle's close off ([`set_options`]), so a handle opened for a write the checks then refuse
+/// touches no WATCHed key.
+pub fn signal_modified(ctx: &Context, key: &Str) {
+    if let Some(signal) = unsafe { raw::RedisModule_SignalModifiedKey } {
+        // SAFETY: a live context with a selected database, and a live key string.
+        unsafe { signal(ctx.ctx, key.ptr) };
+    }
+}
+
 /// Valkey 9's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (valkeymodule.h; the crate's
 /// bundled headers predate it).
 const HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
 
-/// Declare that the module handles atomic slot migration (`CLUSTER MIGRATESLOTS`), when the
-/// server knows that option (`RM_GetModuleOptionsAll`: Valkey 9 and later). Without it Valkey
-/// refuses every atomic migration on a node that loaded the module. True when declared.
-pub fn declare_atomic_slot_migration(ctx: &Context) -> bool {
+/// At load, the module's options, in one call (`RM_SetModuleOptions` replaces them all): the
+/// module signals modified keys itself ([`signal_modified`]); and it handles atomic slot
+/// migration (`CLUSTER MIGRATESLOTS`) when the server knows that option
+/// (`RM_GetModuleOptionsAll`: Valkey 9 and later; without it Valkey refuses every atomic
+/// migration on a node that loaded the module). True when the migration option was declared.
+pub fn set_options(ctx: &Context) -> bool {
     // SAFETY: the API table entries `RedisModule_Init` filled at load; both are called from
     // OnLoad with its live context.
     unsafe {
-        let (Some(all), Some(set)) = (
-            raw::RedisModule_GetModuleOptionsAll,
-            raw::RedisModule_SetModuleOptions,
-        ) else {
+        let Some(set) = raw::RedisModule_SetModuleOptions else {
             return false;
         };
-        if all() & HANDLE_ATOMIC_SLOT_MIGRATION == 0 {
-            return false;
+        let migration = raw::RedisModule_GetModuleOptionsAll
+            .is_some_and(|all| all() & HANDLE_ATOMIC_SLOT_MIGRATION != 0);
+        let mut options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int;
+        if migration {
+            options |= HANDLE_ATOMIC_SLOT_MIGRATION;
         }
-        set(ctx.ctx, HANDLE_ATOMIC_SLOT_MIGRATION);
+        set(ctx.ctx, options);
+        migration
     }
-    true
 }
 
 /// A keyspace-event handler: the key the event names, as bytes.
@@ -287,7 +353,8 @@ pub struct Str {
     /// Its bytes, read once (a string we hold is never changed).
     data: *const u8,
     len: usize,
-    /// Does this value hold a reference (released on drop)? False for a shared name's view.
+    /// Does this value hold a reference (released on drop)? False for a view of a shared name
+    /// or of the running command's argument.
     counted: bool,
 }
 
@@ -433,14 +500,14 @@ fn shared(bytes: &[u8]) -> Option<Str> {
 /// and replicated several times; a member is read, then written).
 const RECENT: usize = 8;
 
-/// One command's module strings: the shared field names, then the last few made, reused;
-/// else a new one.
+/// One command's module strings: the shared field names, the command's own arguments
+/// (borrowed), then the last few made, reused; else a new one.
 #[derive(Default)]
 pub struct Names(std::cell::RefCell<Vec<Str>>);
 
 impl Names {
     pub fn get(&self, bytes: &[u8]) -> Option<Str> {
-        if let Some(s) = shared(bytes) {
+        if let Some(s) = shared(bytes).or_else(|| argument(bytes)) {
             return Some(s);
         }
         let mut recent = self.0.borrow_mut();
@@ -735,26 +802,48 @@ impl Key {
         Some((!v.is_null()).then(|| unsafe { Str::own(v, self.ctx) }))
     }
 
-    /// HSET of one field on a key opened for write (a hash or nothing): `Some(true)` when the
-    /// field is new.
-    pub fn hash_set(&self, field: &Str, value: &Str) -> Option<bool> {
-        if !matches!(self.kind(), Kind::Hash | Kind::Empty) {
+    /// HSET of `fields` (field, value, field, value, …) on a key opened for write (a hash or
+    /// nothing), up to four pairs per `RM_HashSet` call (it is variadic: one call per row, not
+    /// one per field): how many fields are new.
+    pub fn hash_set_all<S: std::borrow::Borrow<Str>>(&self, fields: &[S]) -> Option<i64> {
+        if !matches!(self.kind(), Kind::Hash | Kind::Empty) || !fields.len().is_multiple_of(2) {
             return None;
         }
         // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
         let set = unsafe { raw::RedisModule_HashSet }?;
-        // SAFETY: a live write handle; field and value strings are copied into the hash; the
-        // argument list ends with NULL.
-        let updated = unsafe {
-            set(
-                self.key,
-                raw::REDISMODULE_HASH_NONE as c_int,
-                field.ptr,
-                value.ptr,
-                ptr::null::<c_char>(),
-            )
-        };
-        Some(updated == 0)
+        let (key, flags, end) = (
+            self.key,
+            raw::REDISMODULE_HASH_NONE as c_int,
+            ptr::null::<c_char>(),
+        );
+        let mut new = 0;
+        for pairs in fields.chunks(8) {
+            let s = |i: usize| pairs[i].borrow().ptr;
+            // SAFETY: a live write handle; field and value strings are copied into the hash;
+            // the argument list ends with NULL. It answers how many fields existed (updated).
+            let updated = unsafe {
+                match pairs.len() {
+                    2 => set(key, flags, s(0), s(1), end),
+                    4 => set(key, flags, s(0), s(1), s(2), s(3), end),
+                    6 => set(key, flags, s(0), s(1), s(2), s(3), s(4), s(5), end),
+                    _ => set(
+                        key,
+                        flags,
+                        s(0),
+                        s(1),
+                        s(2),
+                        s(3),
+                        s(4),
+                        s(5),
+                        s(6),
+                        s(7),
+                        end,
+                    ),
+                }
+            };
+            new += (pairs.len() / 2) as i64 - i64::from(updated);
+        }
+        Some(new)
     }
 
     /// ZADD of one member on a key opened for write (a zset or nothing): `Some(true)` when

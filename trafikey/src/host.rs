@@ -38,6 +38,9 @@ pub struct Host<'c> {
     names: Names,
     /// Read handles kept until the first write (see `read`).
     reads: RefCell<Vec<Key>>,
+    /// Read-and-write handles of the keys this command writes, kept for the whole command
+    /// (see `target`).
+    targets: RefCell<Vec<Key>>,
 }
 
 /// How many read handles a command keeps.
@@ -60,6 +63,7 @@ impl<'c> Host<'c> {
             verb,
             names: Names::default(),
             reads: RefCell::new(Vec::new()),
+            targets: RefCell::new(Vec::new()),
         }
     }
 
@@ -98,9 +102,18 @@ impl<'c> Host<'c> {
         self.range(key, max as f64, usize::try_from(limit).unwrap_or(0))
     }
 
-    /// The lowest member of a zset, as ZPOPMIN would pop it.
+    /// The lowest member of a zset, as ZPOPMIN would pop it; the key is opened as the pop's
+    /// target (see `target`: a pop reads nothing a script's ZPOPMIN would count).
     pub fn head(&self, key: &[u8]) -> Result<Option<Str>, Refusal> {
-        Ok(self.range(key, f64::INFINITY, 1)?.into_iter().next())
+        self.target(key, |k| match k.kind() {
+            Kind::Empty => Ok(None),
+            Kind::Zset => Ok(k
+                .zrange_to(f64::INFINITY, 1)
+                .into_iter()
+                .next()
+                .map(|(m, _)| m)),
+            _ => Err(Refusal::WrongType),
+        })?
     }
 
     /// The lowest score of a zset (schedule's next due time), `None` when it is empty;
@@ -171,10 +184,14 @@ impl<'c> Host<'c> {
         })?
     }
 
-    /// `f` on a read handle of `key`. A key that exists keeps its handle until the first
-    /// write (a verb that checks one set per pair or member opens it once); a missing key
-    /// is looked up again each time, as a script's reads would.
+    /// `f` on a read handle of `key` (or on its target handle when the command opened one).
+    /// A key that exists keeps its handle until the first write (a verb that checks one set
+    /// per pair or member opens it once); a missing key is looked up again each time, as a
+    /// script's reads would.
     fn read<T>(&self, key: &[u8], f: impl FnOnce(&Key) -> T) -> Result<T, Refusal> {
+        if let Some(k) = self.targets.borrow().iter().find(|k| k.name() == key) {
+            return Ok(f(k));
+        }
         if let Some(k) = self.reads.borrow().iter().find(|k| k.name() == key) {
             return Ok(f(k));
         }
@@ -194,30 +211,49 @@ impl<'c> Host<'c> {
         Ok(out)
     }
 
+    /// `f` on the read-and-write handle of a key this command writes when its checks pass:
+    /// opened once, checked through it, written through it (`write_run`). Only for a key the
+    /// script reads with no command of its own (it only ZADDs, ZPOPMINs, HINCRBYs or XADDs
+    /// it): a write open counts no keyspace hit or miss and fires no `keymiss`, as the
+    /// script's write commands do not; a handle closed unwritten signals no change to WATCH
+    /// (the module signals modified keys itself, after each write: `write_run`).
+    fn target<T>(&self, key: &[u8], f: impl FnOnce(&Key) -> T) -> Result<T, Refusal> {
+        if let Some(k) = self.targets.borrow().iter().find(|k| k.name() == key) {
+            return Ok(f(k));
+        }
+        // a read handle of the same key is not kept beside the write handle
+        self.reads.borrow_mut().retain(|k| k.name() != key);
+        let k = Key::write(self.ctx, self.name(key)?)
+            .ok_or_else(|| self.host_error("could not open a key"))?;
+        let out = f(&k);
+        self.targets.borrow_mut().push(k);
+        Ok(out)
+    }
+
     /// What `key` holds.
     pub fn kind(&self, key: &[u8]) -> Result<Kind, Refusal> {
         self.read(key, Key::kind)
     }
 
-    /// A key the verb will ZADD/ZREM: a zset or nothing.
+    /// A key the verb will ZADD/ZREM: a zset or nothing (checked on its target handle).
     pub fn expect_zset(&self, key: &[u8]) -> Result<(), Refusal> {
-        match self.kind(key)? {
+        match self.target(key, Key::kind)? {
             Kind::Empty | Kind::Zset => Ok(()),
             _ => Err(Refusal::WrongType),
         }
     }
 
-    /// A key the verb will XADD to: a stream or nothing.
+    /// A key the verb will XADD to: a stream or nothing (checked on its target handle).
     pub fn expect_stream(&self, key: &[u8]) -> Result<(), Refusal> {
-        match self.kind(key)? {
+        match self.target(key, Key::kind)? {
             Kind::Empty | Kind::Stream => Ok(()),
             _ => Err(Refusal::WrongType),
         }
     }
 
-    /// A key the verb will HSET: a hash or nothing.
+    /// A key the verb will HSET: a hash or nothing (checked on its target handle).
     pub fn expect_hash(&self, key: &[u8]) -> Result<(), Refusal> {
-        match self.kind(key)? {
+        match self.target(key, Key::kind)? {
             Kind::Empty | Kind::Hash => Ok(()),
             _ => Err(Refusal::WrongType),
         }
@@ -268,6 +304,20 @@ impl<'c> Host<'c> {
         })?
     }
 
+    /// A counter's `count` (`metrics:<outcome>`), read on the target handle of the key the
+    /// verb will HINCRBY: `None` when the key or the field is absent; WRONGTYPE when it is not
+    /// a hash.
+    pub fn counter(&self, key: &[u8]) -> Result<Option<Str>, Refusal> {
+        let count = self.name(b"count")?;
+        self.target(key, |k| match k.kind() {
+            Kind::Empty => Ok(None),
+            Kind::Hash => k
+                .hash_get(&count)
+                .ok_or_else(|| self.host_error("could not read a hash")),
+            _ => Err(Refusal::WrongType),
+        })?
+    }
+
     /// Check 6, one write: made through a key handle, verified against its prediction, then
     /// replicated as its effect.
     pub fn write(&self, op: &Op<'_>) -> Result<(), Refusal> {
@@ -283,7 +333,7 @@ impl<'c> Host<'c> {
             return Ok(());
         };
         // no read handle outlives the first write (a write may change or delete what it
-        // points at)
+        // points at); the target handles are the writes' own
         self.reads.borrow_mut().clear();
         let fail = |op: &Op<'_>, what: &str| self.host_error(&format!("{} {what}", op.cmd));
         let key = first
@@ -291,11 +341,24 @@ impl<'c> Host<'c> {
             .first()
             .ok_or_else(|| fail(first, "has no key"))?;
         let key = self.name(key)?;
-        let k = Key::write(
-            self.ctx,
-            key.retain().ok_or_else(|| fail(first, "has no key"))?,
-        )
-        .ok_or_else(|| fail(first, "could not open its key"))?;
+        if !self
+            .targets
+            .borrow()
+            .iter()
+            .any(|k| k.name() == key.bytes())
+        {
+            let k = Key::write(
+                self.ctx,
+                key.retain().ok_or_else(|| fail(first, "has no key"))?,
+            )
+            .ok_or_else(|| fail(first, "could not open its key"))?;
+            self.targets.borrow_mut().push(k);
+        }
+        let targets = self.targets.borrow();
+        let k = targets
+            .iter()
+            .find(|k| k.name() == key.bytes())
+            .ok_or_else(|| fail(first, "could not open its key"))?;
         let merged = run.len() > 1;
         let mut effect = Vec::with_capacity(run.iter().map(|o| o.args.len() + 1).sum());
         effect.push(key);
@@ -309,7 +372,7 @@ impl<'c> Host<'c> {
                 effect.push(self.name(a)?);
                 Ok(())
             });
-            let produced = match made.and_then(|()| self.perform(&k, op, &effect[start..])) {
+            let produced = match made.and_then(|()| self.perform(k, op, &effect[start..])) {
                 Ok(produced) => produced,
                 Err(e) => {
                     // what the run already wrote is still replicated below
@@ -340,7 +403,10 @@ impl<'c> Host<'c> {
             }
             done += 1;
         }
-        drop(k);
+        if done > 0 {
+            // WATCH and client tracking see the change (implicit signals are off: `target`)
+            ffi::signal_modified(self.ctx, &effect[0]);
+        }
         if done > 0 && !ffi::replicate(self.ctx, name, &effect) {
             return Err(fail(first, "could not be replicated"));
         }
@@ -360,16 +426,7 @@ impl<'c> Host<'c> {
         let mut produced = None;
         let (reply, class, event): (Reply, c_int, &CStr) = match op.cmd {
             "HSET" => {
-                let mut new = 0;
-                for pair in rest.chunks(2) {
-                    let [field, value] = pair else {
-                        return Err(fail("has an odd field list"));
-                    };
-                    new += i64::from(
-                        k.hash_set(field, value)
-                            .ok_or_else(|| fail("was refused"))?,
-                    );
-                }
+                let new = k.hash_set_all(rest).ok_or_else(|| fail("was refused"))?;
                 (Reply::Int(new), NOTIFY_HASH, c"hset")
             }
             "HINCRBY" => {
@@ -380,7 +437,7 @@ impl<'c> Host<'c> {
                 let stored = k.hash_get(field).flatten();
                 let next = incr(stored.as_deref(), by).map_err(&fail)?;
                 let value = self.name(&num(next))?;
-                k.hash_set(field, &value)
+                k.hash_set_all(&[field, &value])
                     .ok_or_else(|| fail("was refused"))?;
                 produced = Some(value);
                 (Reply::Int(next), NOTIFY_HASH, c"hincrby")

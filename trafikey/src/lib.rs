@@ -54,10 +54,12 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
         ctx.log_warning("trafikey: could not subscribe to keyspace events");
         return Status::Err;
     }
-    // sound to declare: every verb touches the keys of one slot and writes plain effects, the
-    // module keeps no state per key or slot (the run_id is the process's), and the keyspace
-    // events only wake claimers, who re-check (docs/cluster.md "When slots move")
-    if !ffi::declare_atomic_slot_migration(ctx) {
+    // the module signals the keys it writes itself (a key handle opened for a write the checks
+    // then refuse signals nothing on close). Atomic slot migration is sound to declare: every
+    // verb touches the keys of one slot and writes plain effects, the module keeps no state per
+    // key or slot (the run_id is the process's), and the keyspace events only wake claimers,
+    // who re-check (docs/cluster.md "When slots move")
+    if !ffi::set_options(ctx) {
         ctx.log_notice("trafikey: this server has no atomic slot migration");
     }
     Status::Ok

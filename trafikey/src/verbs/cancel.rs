@@ -43,9 +43,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     h.expect_zset(dead)?;
     let metrics = q.metrics_failed();
     fence.read(&metrics)?;
-    let stored = h
-        .hash(&metrics, &["count"])?
-        .and_then(|m| m.into_iter().next().flatten());
+    let stored = h.counter(&metrics)?;
     let count = incr(stored.as_deref(), 1).map_err(Refusal::Counter)?;
     fence.write(&row)?;
     fence.write(&metrics)?;

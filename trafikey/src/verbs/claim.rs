@@ -133,7 +133,7 @@ pub fn claim(
         planned = Some((
             att,
             h.epoch()?,
-            bus::events_on(&h, &fence, &q, switch.as_deref())?,
+            bus::events_on(h, &fence, q, switch.as_deref())?,
         ));
     }
 

@@ -63,9 +63,7 @@ pub fn completion<'a>(
     };
     let window = unique_window(h, fence, q, id, field(&seen, HELD.len() + extra.len()))?;
     fence.read(metrics)?;
-    let stored = h
-        .hash(metrics, &["count"])?
-        .and_then(|m| m.into_iter().next().flatten());
+    let stored = h.counter(metrics)?;
     let count = incr(stored.as_deref(), 1).map_err(Refusal::Counter)?;
     fence.write(row)?;
     fence.write(metrics)?;

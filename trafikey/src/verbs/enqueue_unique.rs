@@ -36,9 +36,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         .transpose()?;
     let h = Host::new(ctx, VERB);
     let now = h.now_ms()?;
-    let due = delay
-        .map(|d| grammar::at("delay_ms", now, d))
-        .transpose()?;
+    let due = delay.map(|d| grammar::at("delay_ms", now, d)).transpose()?;
     // 4.–5. fence and reads: the row, then (no row) the unique marker
     let fence = h.fence();
     let (row, marker) = (q.row(id), q.key(&[b"unique:".as_slice(), id].concat()));
@@ -67,7 +65,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     match verdict {
         Admission::Exists | Admission::Unique => return Ok(bulk(verdict.reply())),
         Admission::Replace(from) => {
-            let set = if from == State::Pending { pending } else { schedule };
+            let set = if from == State::Pending {
+                pending
+            } else {
+                schedule
+            };
             if !h.in_zset(set, id)? {
                 return Err(Refusal::State(format!("{VERB} id is not in {}", from.set())).into());
             }
@@ -80,7 +82,13 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
                     }
                     plan.push(op(
                         "HSET",
-                        &[&row, b"state", State::Scheduled.field(), b"payload", payload],
+                        &[
+                            &row,
+                            b"state",
+                            State::Scheduled.field(),
+                            b"payload",
+                            payload,
+                        ],
                         Expect::AnyInt,
                     ));
                     plan.push(op("ZADD", &[schedule, at, id], Expect::AnyInt));

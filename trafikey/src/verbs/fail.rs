@@ -105,9 +105,7 @@ pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> V
     let metrics = q.metrics_failed();
     if verdict == Budget::Dead {
         fence.read(&metrics)?;
-        let stored = h
-            .hash(&metrics, &["count"])?
-            .and_then(|m| m.into_iter().next().flatten());
+        let stored = h.counter(&metrics)?;
         let count = incr(stored.as_deref(), 1).map_err(Refusal::Counter)?;
         fence.write(&metrics)?;
         plan.push(op(

@@ -92,9 +92,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         h.expect_zset(dead)?;
         let metrics = q.metrics_failed();
         fence.read(&metrics)?;
-        let stored = h
-            .hash(&metrics, &["count"])?
-            .and_then(|m| m.into_iter().next().flatten());
+        let stored = h.counter(&metrics)?;
         failed_count = Some(incr(stored.as_deref(), died).map_err(Refusal::Counter)?);
         fence.write(&metrics)?;
     }
