@@ -60,6 +60,19 @@ class Workers:
                                                start_new_session=True))
         return self
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + sys, every thread, and children already reaped) of the worker processes
+        so far: the client side's cost, which a busy machine slows but does not inflate per job."""
+        total = 0
+        for proc in self.procs:
+            try:
+                with open(f"/proc/{proc.pid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # not Linux, or already gone: the figure is then left out
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        return total / os.sysconf("SC_CLK_TCK")
+
     def check(self) -> None:
         for proc in self.procs:
             if proc.poll() is not None:
@@ -131,11 +144,11 @@ def throughput(server: BenchServer, system: System, k: int, n: int, window_s: fl
     with Workers(system, server.url, queue, k) as workers:
         base = warm(server, system, workers, queue)
         server.reset_stats()
-        cpu0 = server.cpu_seconds()
+        cpu0, client0 = server.cpu_seconds(), workers.cpu_seconds()
         t = produce(system, server.url, queue, n)
         budget = max(1.0, window_s - (time.time() - t["start"]))
         finished, count = wait_done(server, base + n, budget, workers, partial_ok=True)
-        cpu = server.cpu_seconds() - cpu0
+        cpu, client_cpu = server.cpu_seconds() - cpu0, workers.cpu_seconds() - client0
         stats = server.commandstats()
     done = count - base
     if done <= 0:
@@ -148,6 +161,7 @@ def throughput(server: BenchServer, system: System, k: int, n: int, window_s: fl
     return {"jobs_per_s": done / elapsed, "seconds": elapsed, "done": done, "of": n,
             "enqueue_s": t["end"] - t["start"],
             "server_cpu_us_per_job": cpu * 1e6 / done,
+            "worker_cpu_us_per_job": client_cpu * 1e6 / done,
             "commands_per_job": sum(c for c, _ in own.values()) / done}
 
 
@@ -220,8 +234,8 @@ def run(server: BenchServer, systems: list[System], *, processes: list[int], n: 
             if key.startswith("throughput:"):
                 entry[key] = summary(v["jobs_per_s"] for v in values)
                 k = key.split(":")[1]
-                for measure in ("server_cpu_us_per_job", "commands_per_job"):
-                    entry[f"{measure}:{k}"] = summary(v[measure] for v in values)
+                for measure in ("server_cpu_us_per_job", "worker_cpu_us_per_job", "commands_per_job"):
+                    entry[f"{measure}:{k}"] = summary(v[measure] for v in values if measure in v)
                 partial = [v for v in values if v["done"] < v["of"]]
                 if partial:
                     entry[key]["window"] = f"{len(partial)} of {len(values)} runs timed on a {window_s:.0f} s window"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -260,6 +261,13 @@ def render(results: dict, baseline: dict | None = None, later: list[dict] | None
                   "inside scripts included; a queue's idle polling and housekeeping count too, the harness's own "
                   "counting does not):", ""]
         lines += table(["queue"] + [f"{k} proc" for k in ks], rows)
+        rows = [[name] + [med(row.get(f"worker_cpu_us_per_job:{k}"), 1) for k in ks] for name, row in ordered
+                if any(row.get(f"worker_cpu_us_per_job:{k}") for k in ks)]
+        if rows:
+            lines += ["Client cost of the same runs, per job done: the worker processes' own CPU µs (user + sys, "
+                      "every thread). A busy machine slows a process but barely changes the CPU it spends per "
+                      "job, so these ratios hold where jobs/s swing with the load:", ""]
+            lines += table(["queue"] + [f"{k} proc" for k in ks], rows)
         lines += ["How each queue ran:", ""]
         lines += [f"* {name}: {row['config']}" + (f" — **failed**: {row['failed']}" if row.get("failed") else "")
                   for name, row in ordered]
@@ -317,6 +325,21 @@ def _thr(row: dict | None, k: int) -> float | None:
     return s.get("median") if s else None
 
 
+def paired(a: dict | None, b: dict | None, measure: str, k: int, *, invert: bool = False) -> str:
+    """a / b for ``measure`` at k processes, divided round by round (the rounds interleave the
+    systems, so each pair shares that moment's load): the median ratio and its range; with
+    ``invert``, b / a (for a cost, where less is better). The ratio of medians when the rounds
+    do not pair up (a system failed one)."""
+    sa, sb = (a or {}).get(f"{measure}:{k}"), (b or {}).get(f"{measure}:{k}")
+    if not sa or not sb or not sa.get("median") or not sb.get("median"):
+        return "–"
+    x, y = (sb, sa) if invert else (sa, sb)
+    if len(x["values"]) != len(y["values"]) or len(x["values"]) < 2 or not all(x["values"] + y["values"]):
+        return num(x["median"] / y["median"]) + "×"
+    ratios = sorted(p / q for p, q in zip(x["values"], y["values"]))
+    return f"{num(statistics.median(ratios))}× ({num(ratios[0])}–{num(ratios[-1])})"
+
+
 def derived(results: dict) -> list[str]:
     """Ratios read off the end-to-end table of this run (medians over its rounds)."""
     e2e = results["e2e"]
@@ -333,22 +356,22 @@ def derived(results: dict) -> list[str]:
                            ("emq worker", "bare loop, batched", "emq worker / bare batched loop")):
             ra, rb = find(wire, a), find(wire, b)
             if ra and rb:
-                cells = [f"wire {wire}: {what}"]
-                for k in ks:
-                    x, y = _thr(ra, k), _thr(rb, k)
-                    cells.append(num(x / y) + "×" if x and y else "–")
-                rows.append(cells)
-    for name, row in sorted(t.items()):
-        if "(emq worker @ " in name:
-            wire = int(name.split()[2])
+                rows.append([f"wire {wire}: {what}"] + [paired(ra, rb, "throughput", k) for k in ks])
+                rows.append([f"wire {wire}: {what}, by worker CPU per job (theirs / ours)"]
+                            + [paired(ra, rb, "worker_cpu_us_per_job", k, invert=True) for k in ks])
+        before = [(name, row) for name, row in sorted(t.items()) if name.startswith(f"EchoMQ wire {wire} (emq worker @ ")]
+        for name, row in before:
+            rev = name.split("@ ", 1)[1].rstrip(")")
+            loop = find(wire, "bare loop, batched")
+            if loop:
+                rows.append([f"wire {wire}: emq worker as of {rev} / bare batched loop (the before)"]
+                            + [paired(row, loop, "throughput", k) for k in ks])
+                rows.append([f"wire {wire}: emq worker as of {rev} / bare batched loop, by worker CPU per job"]
+                            + [paired(row, loop, "worker_cpu_us_per_job", k, invert=True) for k in ks])
             now = find(wire, "emq worker")
             if now:
-                rev = name.split("@ ", 1)[1].rstrip(")")
-                cells = [f"wire {wire}: emq worker now / as of {rev} (the worker's before/after)"]
-                for k in ks:
-                    x, y = _thr(now, k), _thr(row, k)
-                    cells.append(num(x / y) + "×" if x and y else "–")
-                rows.append(cells)
+                rows.append([f"wire {wire}: emq worker now / as of {rev} (the worker's before/after)"]
+                            + [paired(now, row, "throughput", k) for k in ks])
     for label in ("emq worker", "bare loop, batched, settle+claim fused"):
         r6, r4 = find(6, label), find(4, label)
         if r6 and r4:
@@ -363,8 +386,7 @@ def derived(results: dict) -> list[str]:
         cells = [f"{name} / best peer, jobs/s"]
         for k in ks:
             best = max((_thr(p, k) or 0, n) for n, p in peers.items()) if peers else (0, "")
-            x = _thr(row, k)
-            cells.append(f"{num(x / best[0])}× ({best[1]})" if x and best[0] else "–")
+            cells.append(f"{paired(row, peers[best[1]], 'throughput', k)} ({best[1]})" if best[0] else "–")
         rows.append(cells)
     for name, row in sorted(ours.items()):
         cells = [f"best peer's server CPU per job / {name}'s"]
@@ -383,8 +405,10 @@ def derived(results: dict) -> list[str]:
     if not rows:
         return []
     return ["### Read off the table above", "",
-            "Each cell divides two medians of this run at the same number of worker processes. The best peer's "
-            "server CPU per job is taken among peers that finished their jobs (not timed on the window).", ""] + \
+            "Each cell divides two systems of this run at the same number of worker processes, round by round "
+            "(the rounds interleave the systems, so a pair shares that moment's load): the median ratio, and its "
+            "range over the rounds. The best peer (by median jobs/s) and its server CPU per job are taken among "
+            "peers that finished their jobs (not timed on the window) for the CPU row.", ""] + \
         table(["ratio"] + [f"{k} proc" for k in ks], rows)
 
 

@@ -142,6 +142,14 @@ class Keyspace:
     def __post_init__(self) -> None:
         if not (isinstance(self.queue, str) and PARTITION_NAME.fullmatch(self.queue)):  # a partition's: emq:{q~i}:
             check_queue_name(self.queue)
+        object.__setattr__(self, "_keys_of", {})  # a verb's KEYS, built once (every call sends them)
+
+    def keys_of(self, suffixes: tuple[str, ...]) -> tuple[str, ...]:
+        """The keys of ``suffixes`` (a verb's KEYS) on this queue."""
+        keys = self._keys_of.get(suffixes)
+        if keys is None:
+            keys = self._keys_of[suffixes] = tuple(self.key(s) for s in suffixes)
+        return keys
 
     @property
     def base(self) -> str:

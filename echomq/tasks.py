@@ -92,6 +92,10 @@ class Delay(Exception):
         self.delay_ms = delay_ms
 
 
+#: guards the making of a context's ``lost`` Event against the worker marking it lost meanwhile
+_LOST_EVENTS = threading.Lock()
+
+
 @dataclass
 class JobContext:
     """What a handler knows about the job it runs."""
@@ -99,7 +103,6 @@ class JobContext:
     id: str
     queue: str
     attempt: int  #: the fencing token: 1 on the first claim, +1 on every claim after
-    lost: threading.Event = field(default_factory=threading.Event, repr=False)
     producers: Callable[[str, Serializer | None], Any] | None = field(default=None, repr=False)
     #: sends APPEND for this attempt (set by the worker; a coroutine function for an async
     #: handler); raises LeaseLost when the lease is gone
@@ -107,6 +110,30 @@ class JobContext:
     #: a flow parent's children's results and errors (decoded when called), read by the worker when
     #: it claimed the parent; None for any other job
     children: Callable[[], Any] | None = field(default=None, repr=False)
+    # the lost flag; its Event is made only when a handler asks for ``lost`` (most never do,
+    # and an Event per job is a lock and a condition the worker would build for every claim)
+    _lost: bool = field(default=False, init=False, repr=False, compare=False)
+    _lost_event: threading.Event | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def lost(self) -> threading.Event:
+        """A :class:`threading.Event` set once the lease is gone (wait on it, or read ``lease_lost``)."""
+        if self._lost_event is None:
+            with _LOST_EVENTS:
+                if self._lost_event is None:
+                    event = threading.Event()
+                    if self._lost:
+                        event.set()
+                    self._lost_event = event
+        return self._lost_event
+
+    def mark_lost(self) -> None:
+        """The worker's call: the lease is gone (sets ``lost`` too, if a handler made it)."""
+        self._lost = True
+        with _LOST_EVENTS:  # paired with ``lost``'s check: an Event made meanwhile is set by one side
+            event = self._lost_event
+        if event is not None:
+            event.set()
 
     def producer(self, queue: str | None = None, *, serializer: Serializer | None = None) -> Any:
         """A producer for ``queue`` (this job's own by default) on the worker's connection: an
@@ -124,7 +151,7 @@ class JobContext:
     @property
     def lease_lost(self) -> bool:
         """True once the worker knows it no longer holds the job: stop, nothing you return counts."""
-        return self.lost.is_set()
+        return self._lost or (self._lost_event is not None and self._lost_event.is_set())
 
     def progress(self, value: Any) -> None:
         """Report progress (any JSON value, at most 64 KiB): kept on the job's row and, when the
@@ -134,14 +161,14 @@ class JobContext:
         try:
             report(value)
         except LeaseLost:
-            self.lost.set()
+            self.mark_lost()
             raise
 
     def _reporter(self) -> Callable[[Any], Any]:
         if self.report is None:
             raise UnsupportedOnWire("progress needs the bus: this node's trafikey does not list `append` "
                                     "(upgrade the module, or use wire 4)")
-        if self.lost.is_set():
+        if self.lease_lost:
             raise LeaseLost("progress", self.id, str(self.attempt))
         return self.report
 
@@ -161,7 +188,7 @@ class JobContext:
 
     def check_lease(self) -> None:
         """Raise :class:`LeaseLost` if the lease is gone (call it between steps of long work)."""
-        if self.lost.is_set():
+        if self.lease_lost:
             raise LeaseLost("handler", self.id, str(self.attempt))
 
 
@@ -175,7 +202,7 @@ class AsyncJobContext(JobContext):
         try:
             await report(value)
         except LeaseLost:
-            self.lost.set()
+            self.mark_lost()
             raise
 
 

@@ -260,14 +260,16 @@ class Verb:
                     f"bad {self.name.upper()}: 1 to {EXTENDS_MAX_PAIRS} (id, token) pairs after {list(self.argv[:lead])}, "
                     f"got {len(argv) - lead} values")
             names = self.argv[:lead] + self.argv[lead:] * pairs
-        elif len(names) <= len(argv) <= len(names) + len(self.late):
+        elif len(argv) == len(names):
+            pass  # exactly the required ARGV: the common case
+        elif len(names) < len(argv) <= len(names) + len(self.late):
             names = names + tuple(name for name, _ in self.late)[: len(argv) - len(names)]
         else:
             late = [name for name, _ in self.late]
             raise errors.ConfigurationError(
                 f"{self.name} takes {list(names)}" + (f" and optionally {late}" if late else "")
                 + f", got {len(argv)} values")
-        return Call(self, tuple(keyspace.key(s) for s in self.keys), tuple(map(check_arg, names, argv)))
+        return Call(self, keyspace.keys_of(self.keys), tuple(map(check_arg, names, argv)))
 
     def answer(self, call: Call, reply: Any) -> Any:
         """The typed answer to ``call``; an error reply stays an exception object (the caller

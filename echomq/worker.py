@@ -44,7 +44,9 @@ import random
 import signal
 import threading
 import time
-from concurrent.futures import CancelledError, Future
+from bisect import bisect_left
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from queue import SimpleQueue
 from typing import Any, Awaitable, Callable, Sequence
@@ -128,8 +130,12 @@ class Tally:
         return ", ".join(f"{name} {value}" for name, value in vars(self).items() if value) or "nothing"
 
     def add(self, event: str) -> None:
-        field_name = event.split(".", 1)[1]  # job.completed -> completed, sweep.stalled -> stalled
+        field_name = TALLIED[event]
         setattr(self, field_name, getattr(self, field_name) + 1)
+
+
+#: the Tally field each counted event bumps: job.completed -> completed, sweep.stalled -> stalled
+TALLIED = {event: event.split(".", 1)[1] for event in hooks.EVENTS if event.startswith(("job.", "sweep."))}
 
 
 #: upper bounds (s) of the run-time histogram: Prometheus' defaults, then up to ten minutes
@@ -149,7 +155,7 @@ class Histogram:
         self._lock = threading.Lock()  # observed on the control thread, read by a scrape's thread
 
     def observe(self, value: float) -> None:
-        at = next((i for i, bound in enumerate(self.bounds) if value <= bound), len(self.bounds))
+        at = bisect_left(self.bounds, value)  # the first bound >= value (len: +Inf)
         with self._lock:
             self._counts[at] += 1
             self._sum += value
@@ -206,14 +212,13 @@ def _log(event: str, data: dict[str, Any]) -> None:
         log.info("%s failed (%s); retry in %d ms", where, data["error"], data["backoff_ms"])
 
 
-for _event in hooks.EVENTS:
-    if _event.startswith(("job.", "sweep.")):
-        hooks.subscribe(_event, _count)
+for _event in TALLIED:
+    hooks.subscribe(_event, _count)
 for _event in ("job.lost", "job.dead", "job.retried"):
     hooks.subscribe(_event, _log)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Held:
     """A job this worker holds: the claim, its handler's future and its lease bookkeeping."""
 
@@ -223,7 +228,9 @@ class Held:
     ctx: JobContext
     renewed_at: float  #: local ms when the claim or the last renewal that reached the server was sent
     deadline: float | None = None  #: local ms when the handler's timeout runs out (None: no timeout)
-    future: Future | None = None
+    future: Future | None = None  #: an async handler's (cancelled when its lease is lost or it times out)
+    #: the handler's outcome, once it returned or raised
+    outcome: policy.Outcome | None = None
     #: an outcome the worker decided itself (a timeout, an undecodable payload): it wins over the
     #: handler's, which is dropped whenever it comes
     verdict: policy.Outcome | None = None
@@ -241,39 +248,85 @@ class Held:
 
 class _DaemonPool:
     """A fixed pool of daemon threads: a handler stuck past shutdown cannot keep the process alive
-    (the standard ThreadPoolExecutor joins its threads at exit)."""
+    (the standard ThreadPoolExecutor joins its threads at exit). No Future per call: the callable
+    given reports its own outcome (a Future is a condition and two locks for every job).
+
+    Threads are woken one at a time: a submit wakes a sleeping thread only when no awake one is
+    free to take the job, and a thread that takes a job wakes the next while work is still
+    queued. Slow handlers so still start on as many threads as there are jobs, each start one
+    wake after the last; quick ones run on the one or two threads already awake instead of
+    every thread waking (a context switch and a GIL hand-off each) for one short job."""
 
     def __init__(self, size: int) -> None:
-        self._work: SimpleQueue = SimpleQueue()
-        self._threads = [threading.Thread(target=self._run, name=f"emq-handler-{i}", daemon=True) for i in range(size)]
-        for thread in self._threads:
-            thread.start()
+        self._mutex = threading.Lock()
+        self._work: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        self._sleeping: list[threading.Lock] = []  #: each sleeping thread's own lock: released, it wakes
+        self._free = 0  #: threads awake and not running a handler (they take queued work before sleeping)
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        for _ in range(size):
+            self._add()
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
-        future: Future = Future()
-        self._work.put((future, fn, args))
-        return future
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        with self._mutex:
+            self._work.append((fn, args))
+            if not self._free:
+                self._wake_one()
 
     def replace_one(self) -> None:
         """One more thread, in place of one running an abandoned (timed out) handler: Python
         cannot stop a thread, so that one runs on until its handler returns."""
+        self._add()
+
+    def _add(self) -> None:
         thread = threading.Thread(target=self._run, name=f"emq-handler-{len(self._threads)}", daemon=True)
         self._threads.append(thread)
+        with self._mutex:
+            self._free += 1  # it takes work, or sleeps, as soon as it runs
         thread.start()
 
+    def _wake_one(self) -> None:
+        """Under the mutex: a sleeping thread, if any, wakes (counted free from now)."""
+        if self._sleeping:
+            self._free += 1
+            self._sleeping.pop().release()  # the last to sleep: the likeliest still in the CPU's caches
+
     def _run(self) -> None:
-        while (item := self._work.get()) is not None:
-            future, fn, args = item
-            if not future.set_running_or_notify_cancel():
+        me = threading.Lock()
+        me.acquire()
+        ran = False
+        while True:
+            with self._mutex:
+                if ran:
+                    self._free += 1
+                if self._closed:
+                    self._free -= 1
+                    return
+                if not self._work:
+                    self._free -= 1
+                    self._sleeping.append(me)
+                    item = None
+                else:
+                    item = self._work.popleft()
+                    self._free -= 1
+                    if self._work and not self._free:
+                        self._wake_one()  # the next queued job needs a thread of its own
+            ran = item is not None
+            if item is None:
+                me.acquire()  # until a submit or the shutdown releases it
                 continue
+            fn, args = item
             try:
-                future.set_result(fn(*args))
-            except BaseException as exc:  # the handler's outcome, whatever it is
-                future.set_exception(exc)
+                fn(*args)
+            except BaseException:  # the callables report their own outcome: this is a bug, and the thread lives on
+                log.exception("worker %d: a handler thread's task failed", os.getpid())
 
     def shutdown(self) -> None:
-        for _ in self._threads:
-            self._work.put(None)
+        """Sleeping threads end now, running ones after their handler; queued work is not started."""
+        with self._mutex:
+            self._closed = True
+            while self._sleeping:
+                self._wake_one()
 
 
 class _AsyncRunner:
@@ -303,23 +356,23 @@ def names_served(tasks: dict[str, Task]) -> set[str]:
     return {task.queue for task in tasks.values()}
 
 
-def outcome_of(future: Future) -> policy.Outcome:
-    """Read a finished handler's future as an outcome (a returned Retry/Delay counts as raised)."""
+def outcome_of(call: Callable[..., Any], *args: Any) -> policy.Outcome:
+    """``call(*args)`` -- a sync handler, or a finished async one's ``future.result`` -- as an
+    outcome (a returned Retry/Delay counts as raised; a cancelled future's error is raised)."""
     try:
-        value = future.result(timeout=0)
-    except CancelledError as exc:
-        return policy.Raised(exc)
-    except Retry as exc:
-        return policy.RetryAsked(exc.reason, exc.delay_ms)
-    except Delay as exc:
-        return policy.DelayAsked(exc.delay_ms)
-    except BaseException as exc:
-        return policy.Raised(exc)
-    if isinstance(value, (Retry, Delay)):
-        future = Future()
-        future.set_exception(value)
-        return outcome_of(future)
-    return policy.Returned(value)
+        value = call(*args)
+    except BaseException as exc:  # the handler's outcome, whatever it is
+        return raised(exc)
+    return raised(value) if isinstance(value, (Retry, Delay)) else policy.Returned(value)
+
+
+def raised(error: BaseException) -> policy.Outcome:
+    """What a handler's exception asks for."""
+    if isinstance(error, Retry):
+        return policy.RetryAsked(error.reason, error.delay_ms)
+    if isinstance(error, Delay):
+        return policy.DelayAsked(error.delay_ms)
+    return policy.Raised(error)
 
 
 class Worker:
@@ -367,6 +420,11 @@ class Worker:
         self._rand = rand
         self._clock_ms = clock_ms
         self._finished: SimpleQueue[Held] = SimpleQueue()
+        #: a handler's outcome and a timeout's verdict are decided under it: whichever comes first wins
+        self._outcomes = threading.Lock()
+        self._progress = connection.supports("append")  #: ctx.progress sends APPEND
+        #: ``ctx.producer`` for sync (False) and async (True) handlers
+        self._producers = {is_async: self._make_producers(is_async) for is_async in (False, True)}
         self._unsettled: list[Held] = []
         self._wake = threading.Event()
         # waiting instead of polling (set by run(); steps driven by hand poll): BZPOPMIN on wire 4,
@@ -588,7 +646,7 @@ class Worker:
             done.append(self._finished.get())
         by_queue: dict[str, list[tuple[Held, policy.Settle, Call]]] = {}
         for held in done:
-            outcome = self._encoded(held.task, held.verdict or outcome_of(held.future), held.job.flow)
+            outcome = self._encoded(held.task, held.verdict or held.outcome, held.job.flow)
             if isinstance(outcome, policy.Raised) and not held.ctx.lease_lost:
                 log.warning("job %s/%s attempt %d raised:", held.job.queue, held.job.id, held.job.attempt,
                             exc_info=outcome.error)
@@ -876,14 +934,17 @@ class Worker:
         async one is cancelled; a sync one is abandoned to its thread, and a fresh thread takes
         its place in the pool. Either way the lease is no longer renewed and the handler's own
         outcome is dropped."""
-        running = {key: held.deadline for key, held in self.held.items()
-                   if held.deadline is not None and held.verdict is None and not held.ctx.lease_lost}
+        running = {key: held.deadline for key, held in self.held.items() if held.deadline is not None
+                   and held.verdict is None and held.outcome is None and not held.ctx.lease_lost}
         for key in policy.select_timed_out(running, now):
             held = self.held[key]
             timeout_s = self._timeout_s(held.task)
-            held.verdict = policy.Raised(JobTimeout(timeout_s))
+            with self._outcomes:
+                if held.outcome is not None:
+                    continue  # it returned just now: settled with its own outcome
+                held.verdict = policy.Raised(JobTimeout(timeout_s))
             held.ended_s = time.monotonic()
-            held.ctx.lost.set()
+            held.ctx.mark_lost()
             if held.task.is_async:
                 held.future.cancel()
             elif self._pool is not None:
@@ -904,7 +965,7 @@ class Worker:
     def _lose(self, held: Held, reason: str | None) -> None:
         """Tell the handler its lease is gone; its outcome will be dropped when it finishes.
         (A sync handler that never looks at ``ctx.lease_lost`` keeps its slot until it returns.)"""
-        held.ctx.lost.set()
+        held.ctx.mark_lost()
         if held.future is not None and held.task.is_async:
             held.future.cancel()
         if reason:
@@ -916,13 +977,12 @@ class Worker:
         self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
                    trace=job.trace)
         context = AsyncJobContext if task.is_async else JobContext
-        ctx = context(job.id, task.queue, job.attempt, producers=self._producers(task.is_async))
+        ctx = context(job.id, task.queue, job.attempt, producers=self._producers[task.is_async])
         if children is not None:
             # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
             ctx.children = lambda raw=children, loads=task.serializer.loads: Children(
                 {child: loads(result) for child, result in raw.results.items()}, raw.failures)
-        # APPEND is fenced on the flat active set: not for a flow or lane job
-        if self.connection.supports("append") and not job.flow and job.group is None:
+        if self._progress and not job.flow and job.group is None:  # APPEND is fenced on the flat active set
             # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
             # async one awaits it on the asyncio connection (the loop's other handlers run on)
             if task.is_async:
@@ -943,8 +1003,28 @@ class Worker:
             held.ended_s = held.started_s
             self._finished.put(held)
             return
-        held.future = self._submit(task, task.arguments(payload, ctx))
-        held.future.add_done_callback(lambda _f, held=held: self._done(held))
+        args = task.arguments(payload, ctx)
+        if task.is_async:
+            self._start_async(held, args)
+        else:
+            if self._pool is None:
+                self._pool = _DaemonPool(self.config.concurrency)
+            self._pool.submit(self._run_sync, held, args)
+
+    def _run_sync(self, held: Held, args: tuple[Any, ...]) -> None:
+        """On a handler thread: run the handler and hand its outcome back."""
+        self._done(held, outcome_of(held.task.fn, *args))
+
+    def _start_async(self, held: Held, args: tuple[Any, ...]) -> None:
+        if self._async is None:
+            self._async = _AsyncRunner()
+        try:
+            coro = held.task.fn(*args)
+        except Exception as exc:  # raised before its first await (a bad signature, say): this job's outcome
+            self._done(held, raised(exc))
+            return
+        held.future = self._async.submit(coro)
+        held.future.add_done_callback(lambda future, held=held: self._done(held, outcome_of(future.result, 0)))
 
     def _async_report(self, queue: str, job: Job) -> Callable[[Any], Awaitable[None]]:
         """APPEND for an async handler's attempt, on the asyncio connection its producers share."""
@@ -956,7 +1036,7 @@ class Worker:
 
         return report
 
-    def _producers(self, is_async: bool) -> Callable[[str, Serializer | None], Any]:
+    def _make_producers(self, is_async: bool) -> Callable[[str, Serializer | None], Any]:
         """``ctx.producer`` for a handler: sync handlers share the worker's connection (valkey-py's
         client is thread-safe); async ones share one asyncio connection to the same node, used
         only on the runner's loop."""
@@ -986,29 +1066,20 @@ class Worker:
 
         return async_queue
 
-    def _submit(self, task: Task, args: tuple[Any, ...]) -> Future:
-        if not task.is_async:
-            if self._pool is None:
-                self._pool = _DaemonPool(self.config.concurrency)
-            return self._pool.submit(task.fn, *args)
-        if self._async is None:
-            self._async = _AsyncRunner()
-        try:
-            coro = task.fn(*args)
-        except Exception as exc:  # raised before its first await (a bad signature, say): this job's outcome
-            failed: Future = Future()
-            failed.set_exception(exc)
-            return failed
-        return self._async.submit(coro)
-
-    def _done(self, held: Held) -> None:
-        if held.verdict is not None:  # timed out: already failed; this late outcome is dropped
+    def _done(self, held: Held, outcome: policy.Outcome) -> None:
+        """From the thread that ran the handler: its outcome, for the next exchange to settle."""
+        ended_s = time.monotonic()
+        with self._outcomes:
+            late = held.verdict is not None
+            if not late:
+                held.ended_s, held.outcome = ended_s, outcome
+        if late:  # timed out: already failed; this late outcome is dropped
             log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
                      held.job.queue, held.job.id, held.job.attempt)
             return
-        held.ended_s = time.monotonic()
         self._finished.put(held)
-        self._wake.set()
+        if not self._wake.is_set():  # set, it is not yet cleared: the step it wakes reads this outcome
+            self._wake.set()
 
     # -- shutdown ----------------------------------------------------------------------
     def shutdown(self) -> None:

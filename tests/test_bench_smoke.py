@@ -29,6 +29,7 @@ def test_bench_smoke(tmp_path):
     systems = data["e2e"]["table"]
     assert systems and all("failed" not in row for row in systems.values()), systems
     assert all(row["throughput:1"]["median"] > 0 and row["latency"]["n"] == 3 for row in systems.values())
+    assert all(row["worker_cpu_us_per_job:1"]["median"] > 0 for row in systems.values())  # read from /proc
     idle = data["idle"]["table"]
     assert idle and all("failed" not in row and row["pickup"]["n"] == 3 and row["lateness"]["n"] == 3
                         and row["idle_commands_per_s"] >= 0 for row in idle.values()), idle

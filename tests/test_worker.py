@@ -232,7 +232,7 @@ def test_a_stale_settle_is_refused_and_the_job_is_settled_once(conn, caplog):
     other = _expire_and_reclaim(conn, queue, job.id)
 
     release.set()  # the stalled worker wakes up with its handler done: it tries to complete attempt 1
-    wait_until(held.future.done, what="the handler to return")
+    wait_until(lambda: held.outcome is not None, what="the handler to return")
     with caplog.at_level(logging.WARNING, logger="echomq.worker"):
         worker.step()
     assert "settle refused" in caplog.text
@@ -260,7 +260,7 @@ def test_a_lease_found_lost_at_renewal_tells_the_handler_and_is_never_settled(co
     worker.step()
     assert held.ctx.lease_lost
     wait_until(saw_lost.is_set, what="the handler to see the flag")
-    wait_until(held.future.done, what="the handler to return")
+    wait_until(lambda: held.outcome is not None, what="the handler to return")
     worker.step()
     assert worker.tally.lost == 1 and worker.tally.completed == 0 and not worker.held
     assert queue.metrics()["completed"] == 0

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import traceback
 from concurrent.futures import Future
+from queue import SimpleQueue
 
 import pytest
 
 from echomq import App, Backoff, ConfigurationError, Delay, IdlePolicy, JobContext, LeasePolicy, Retry
 from echomq import policy
 from echomq.keys import MAX_TRACEBACK_BYTES
-from echomq.worker import WorkerConfig, outcome_of
+from echomq.worker import WorkerConfig, _DaemonPool, outcome_of
 
 
 # -- backoff ----------------------------------------------------------------------------
@@ -146,12 +148,12 @@ def _future(value=None, error=None, cancel=False) -> Future:
     (_future(Retry("r")), policy.RetryAsked("r", None)),
 ])
 def test_outcome_of_a_finished_handler(future, outcome):
-    assert outcome_of(future) == outcome
+    assert outcome_of(future.result, 0) == outcome
 
 
 def test_outcome_of_a_raising_or_cancelled_handler_is_raised():
-    assert isinstance(outcome_of(_future(error=ZeroDivisionError())), policy.Raised)
-    assert isinstance(outcome_of(_future(cancel=True)), policy.Raised)
+    assert isinstance(outcome_of(_future(error=ZeroDivisionError()).result, 0), policy.Raised)
+    assert isinstance(outcome_of(_future(cancel=True).result, 0), policy.Raised)
 
 
 # -- idle back-off and claim batches -------------------------------------------------------
@@ -319,6 +321,15 @@ def test_the_context_carries_the_fencing_token_and_the_lost_flag():
         ctx.check_lease()
 
 
+def test_the_lost_event_is_set_whether_it_is_made_before_or_after_the_worker_marks_the_lease_lost():
+    before, after = JobContext("a", "q", 1), JobContext("b", "q", 1)
+    waiting_on = before.lost  # a handler waiting on it from the start
+    before.mark_lost()
+    after.mark_lost()  # no Event yet: the flag alone
+    assert waiting_on.is_set() and before.lease_lost
+    assert after.lease_lost and after.lost.is_set()
+
+
 def test_bad_retry_delay_and_worker_config_are_refused():
     with pytest.raises(ConfigurationError):
         Retry(delay_ms=-1)
@@ -416,3 +427,38 @@ def test_bad_durations_are_refused(text):
 
     with pytest.raises(click.BadParameter, match="is not a duration"):
         parse_duration_ms(text)
+
+
+# -- the handler threads -------------------------------------------------------------------
+
+def test_the_handler_pool_runs_as_many_slow_handlers_at_once_as_it_has_threads():
+    # woken one at a time (a thread that takes a job wakes the next): each waits here for all
+    pool, everyone, started = _DaemonPool(4), threading.Barrier(4, timeout=10), SimpleQueue()
+    for _ in range(4):
+        pool.submit(lambda: started.put(everyone.wait()))
+    assert sorted(started.get(timeout=10) for _ in range(4)) == [0, 1, 2, 3]
+    pool.shutdown()
+
+
+def test_a_replacement_thread_takes_the_place_of_an_abandoned_one():
+    pool, release, both = _DaemonPool(2), threading.Event(), threading.Barrier(2, timeout=10)
+    pool.submit(release.wait)  # a handler that runs on (abandoned: it timed out)
+    pool.replace_one()
+    met = SimpleQueue()
+    for _ in range(2):
+        pool.submit(lambda: met.put(both.wait()))
+    assert sorted(met.get(timeout=10) for _ in range(2)) == [0, 1]
+    release.set()
+    pool.shutdown()
+
+
+def test_the_handler_pool_starts_no_queued_job_after_its_shutdown():
+    pool, release, ran = _DaemonPool(1), threading.Event(), []
+    pool.submit(release.wait)
+    pool.submit(ran.append, "late")  # queued behind the running one
+    pool.shutdown()
+    release.set()
+    for thread in pool._threads:
+        thread.join(10)
+        assert not thread.is_alive()
+    assert ran == []
