@@ -289,6 +289,22 @@ def idle_interval_ms(policy: IdlePolicy, empty_polls: int) -> int:
     return int(min(policy.max_ms, policy.min_ms * policy.factor ** min(empty_polls - 1, 64)))
 
 
+def next_flow_poll_ms(now_ms: float, *, found: bool, due_ms: int | None, idle_blocking: bool, empty_polls: int,
+                      backoff: IdlePolicy, slack_ms: int) -> float:
+    """When to poll a queue's flow sets next, after a FLOW_CLAIM that ``found`` jobs or not and
+    answered ``due_ms`` (None: the queue has no flow work at all; 0: flows are under way; n: a
+    retry's backoff ends in n ms). With no flow work an idle blocking worker waits for its waiter
+    (a flow script writes the wake marker) and a busy one looks again after ``backoff.max_ms``:
+    never a back-off from a few ms, which would poll a flow-less queue through every busy spell."""
+    if not found and due_ms is None:
+        at = float("inf") if idle_blocking else now_ms + backoff.max_ms
+    else:  # flows under way: a parent may be released by another process
+        at = now_ms + idle_interval_ms(backoff, empty_polls)
+    if due_ms:  # a retry's backoff ends then, whatever the rest says
+        at = min(at, now_ms + due_ms + slack_ms)
+    return at
+
+
 #: A queue that never had a lane job has its lanes probed one claim round in this many (and after
 #: every wake), so an idle or flat-only queue costs almost nothing more than before lanes existed.
 NO_LANES_PROBE_EVERY = 8

@@ -758,13 +758,9 @@ class Worker:
             sent = self._clock_ms()
             jobs = queue.flow_claim(min(self._capacity(), self.config.claim_batch), self.config.lease.lease_ms)
             self._empty_flow_polls[name] = 0 if jobs else self._empty_flow_polls[name] + 1
-            due = queue.flow_due_ms
-            if not jobs and due is None and self.blocking and name in self._idle:
-                self._next_flow_poll[name] = float("inf")  # no flow work: the queue's waiter says when to look
-            else:  # a busy queue, or flows under way (a parent may be released by another process)
-                self._next_flow_poll[name] = now + policy.idle_interval_ms(self._flow_idle, self._empty_flow_polls[name])
-            if due:  # a retry's backoff ends then, whatever the rest says
-                self._next_flow_poll[name] = min(self._next_flow_poll[name], now + due + PROMOTE_SLACK_MS)
+            self._next_flow_poll[name] = policy.next_flow_poll_ms(
+                now, found=bool(jobs), due_ms=queue.flow_due_ms, idle_blocking=self.blocking and name in self._idle,
+                empty_polls=self._empty_flow_polls[name], backoff=self._flow_idle, slack_ms=PROMOTE_SLACK_MS)
             task = self.tasks[name]
             parents = [job for job in jobs if job.has_children]
             # a parent's handler reads what its children left it: read once, before it starts

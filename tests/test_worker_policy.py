@@ -462,3 +462,20 @@ def test_the_handler_pool_starts_no_queued_job_after_its_shutdown():
         thread.join(10)
         assert not thread.is_alive()
     assert ran == []
+
+
+FLOW_BACKOFF = IdlePolicy(min_ms=10, max_ms=5000)
+
+
+@pytest.mark.parametrize("found, due, idle_blocking, empty, expected", [
+    (False, None, True, 3, float("inf")),  # no flow work, idle: the waiter's marker says when
+    (False, None, False, 1, 1000 + 5000),  # no flow work, busy: once per max_ms, not from 10 ms up
+    (False, 0, False, 1, 1000 + 10),  # flows under way: the back-off
+    (False, 0, True, 3, 1000 + 40),
+    (True, 0, False, 0, 1000),  # it found jobs: again at once
+    (False, 200, True, 9, 1000 + 200 + 5),  # a retry falls due before the back-off ends: then
+    (False, 9000, False, 1, 1000 + 10),
+])
+def test_next_flow_poll(found, due, idle_blocking, empty, expected):
+    assert policy.next_flow_poll_ms(1000, found=found, due_ms=due, idle_blocking=idle_blocking, empty_polls=empty,
+                                    backoff=FLOW_BACKOFF, slack_ms=5) == expected
