@@ -23,7 +23,6 @@ from typing import Any, Callable, Iterable, Sequence
 import valkey
 
 from echomq import EmbeddedServer, brand_node
-from echomq.keys import VERSION_KEY
 from echomq.errors import WireError
 
 ROOT = Path(__file__).resolve().parent.parent

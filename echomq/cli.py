@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib
 from inspect import signature
 import json
-import re
 import logging
 import os
 import re

@@ -53,7 +53,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 from valkey.crc import key_slot
 
-from . import aio, flows, hooks, policy, waiter
+from . import aio, hooks, policy, waiter
 from .connection import Call, Connection
 from .errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, JobTimeout, LeaseLost,
                      PayloadError)

@@ -8,7 +8,7 @@ import pytest
 from echomq.parity.compare import MISSING, Whole, diff, reply_same
 from echomq.parity.differences import NAMED, argument_fault, classify, layout_fault, shape_fault
 from echomq.parity.dump import Entry
-from echomq.parity.normalise import (Err, Offset, Origins, Window, err, extras_violations, normalise,
+from echomq.parity.normalise import (Offset, Origins, Window, err, extras_violations, normalise,
                                      normalise_reply, same, string2ll)
 from echomq.parity.observation import Observation
 from echomq.parity.steps import Do, complete, enqueue, extend, reprocess, stalled_check

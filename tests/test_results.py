@@ -100,11 +100,9 @@ def test_time_running_out_is_a_timeout_error_and_unknown_ids_are_not_found(conn)
     assert queue.status("never-enqueued") is Status.UNKNOWN
 
 
-def test_the_waiter_is_woken_by_the_completion_not_by_polling(conn):
-    queue = Queue(conn, fresh_name("r"))
-    job = queue.enqueue(1)
-    held = queue.claim(60_000)
-    reads = []
+def count_reads(queue: Queue) -> list[str]:
+    """The ids of every read a result waiter makes on ``queue`` from now on (its op_seen, wrapped)."""
+    reads: list[str] = []
     real = queue.op_seen
 
     def counted(job_id):
@@ -112,6 +110,14 @@ def test_the_waiter_is_woken_by_the_completion_not_by_polling(conn):
         return (yield from real(job_id))
 
     queue.op_seen = counted
+    return reads
+
+
+def test_the_waiter_is_woken_by_the_completion_not_by_polling(conn):
+    queue = Queue(conn, fresh_name("r"))
+    job = queue.enqueue(1)
+    held = queue.claim(60_000)
+    reads = count_reads(queue)
     got = {}
     waiter = threading.Thread(target=lambda: got.update(value=queue.result(job.id, timeout=30)))
     waiter.start()
@@ -131,14 +137,7 @@ def test_plain_complete_and_fail_wake_the_waiter(conn, settle):
     queue = Queue(conn, fresh_name("r"))
     job = queue.enqueue(1)
     held = queue.claim(60_000)
-    reads = []
-    real = queue.op_seen
-
-    def counted(job_id):
-        reads.append(job_id)
-        return (yield from real(job_id))
-
-    queue.op_seen = counted
+    reads = count_reads(queue)
     got = {}
 
     def wait():

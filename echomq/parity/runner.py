@@ -25,7 +25,7 @@ from ..connection import BRANDS, Call, Connection, Script, as_refusal, connect
 from ..server import EmbeddedServer
 from ..verbs import BY_NAME
 from . import differences
-from .compare import Diff, diff
+from .compare import diff
 from .dump import EXPIRES, Dump, dump, server_ms
 from .normalise import (EXTRAS, WAKE, Err, Origins, Window, err, extras_violations, normalise, normalise_reply,
                         row_key, should_wake, wake_violations)

@@ -11,7 +11,6 @@ is either surely past or (at 60 s) surely ahead when the next verb reads the clo
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings as Settings, seed as hypothesis_seed, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
