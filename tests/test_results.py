@@ -109,7 +109,7 @@ def count_reads(queue: Queue) -> list[str]:
         reads.append(job_id)
         return (yield from real(job_id))
 
-    queue.op_seen = counted
+    queue.op_seen = counted  # type: ignore[method-assign]
     return reads
 
 
