@@ -385,6 +385,7 @@ LANES: tuple[Verb, ...] = (
           fenced=True),
     _lane("lane_reap", ("lanes:active", "dead", BASE), ("max_stalled", "limit", "stamp"), "lane-active → lane | dead",
           decode=lambda reply: (_sweep(reply[:3]), None if reply[3] < 0 else int(reply[3]))),
+    _lane("lane_reprocess", ("dead", BASE), ("id",), "dead → lane", decode=_one),
     _lane("lane_pause", ("lanes:ready", BASE), ("group",), "lane → lane (held)", decode=_one),
     _lane("lane_resume", (BASE,), ("group",), "lane → lane", decode=_one),
     _lane("lane_limit", (BASE,), ("k", "scope"), "lane → lane"),
