@@ -135,8 +135,12 @@ def test_dead_lists_and_reprocess_sends_back(emq, conn, name):
     one = emq("reprocess", "-q", name, jobs[0].id, "no-such-job")
     assert one.exit_code == 1 and "reprocessed 1 job(s)" in one.stdout and "no-such-job: not in dead" in one.stderr
     assert queue.state(jobs[0].id).value == "pending"
-    assert "reprocessed 2 job(s)" in emq("reprocess", "-q", name, "--all").stdout
+    queue.enqueue({"n": 3}, group="g", id="lane-job")
+    (lane_job,) = queue.claim_lanes(1, 10_000)
+    queue.fail(lane_job, "boom", max_attempts=1)
+    assert "reprocessed 3 job(s)" in emq("reprocess", "-q", name, "--all").stdout
     assert queue.counts().pending == 3 and queue.counts().dead == 0
+    assert queue.state("lane-job").value == "pending" and queue.groups()["g"].waiting == 1  # in its lane, not flat
     assert emq("reprocess", "-q", name).exit_code == 2  # neither ids nor --all: a usage error
 
 

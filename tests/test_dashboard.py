@@ -140,6 +140,10 @@ def test_actions_reprocess_pause_resume_promote(site, stocked):
                       follow_redirects=True)
     assert moved.status_code == 200 and "reprocessed: back to pending" in moved.text
     assert queue.state(stocked.dead[0]).value == "pending"
+    queue.enqueue({"n": 0}, group="g", id="lane-job")
+    queue.fail(queue.claim_lanes(1, 10_000)[0], "boom", max_attempts=1)
+    moved = site.post(f"/queues/{name}/reprocess", data={"secret": secret, "id": "lane-job"}, follow_redirects=True)
+    assert moved.status_code == 200 and queue.groups()["g"].waiting == 1  # back in its lane, not flat
     assert "paused" in site.post(f"/queues/{name}/pause", data={"secret": secret}, follow_redirects=True).text
     assert queue.counts().paused
     assert ">Resume</button>" in site.get(f"/queues/{name}").text
