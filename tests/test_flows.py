@@ -57,6 +57,16 @@ def test_a_flow_is_admitted_in_one_step(conn):
     assert q.counts().total == 0
 
 
+def test_counts_show_the_flow_jobs_in_each_of_their_sets(conn):
+    q = Queue(conn, fresh_name("f"))
+    q.enqueue_flow("p", children=["a", "b", "c"], id="root")
+    held = q.flow_claim(2, LEASE)
+    q.settle_many([q.flow_fail_call(held[0], "later", max_attempts=5, backoff_ms=LEASE)])
+    c = q.counts()
+    assert (c.flow_waiting, c.flow_pending, c.flow_active, c.flow_scheduled) == (1, 1, 1, 1)
+    assert (c.total, c.lane_pending, c.lane_active, c.flows, c.grouped) == (0, 0, 0, "1/1/1/1", True)
+
+
 def test_an_existing_root_admits_nothing_and_an_existing_child_refuses_the_flow(conn):
     q = Queue(conn, fresh_name("f"))
     q.enqueue_flow("p", children=["a"], id="root")

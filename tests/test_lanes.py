@@ -74,6 +74,16 @@ def test_each_group_runs_in_order_one_at_a_time_and_the_groups_take_turns(lanes)
     assert lanes.metrics()["completed"] == 12
 
 
+def test_counts_show_the_lane_jobs_over_every_group(lanes):
+    for group in ("a", "a", "b", "c"):
+        lanes.enqueue({"seq": 0}, group=group)
+    lanes.pause_group("c")  # a paused group's jobs still wait: counted
+    assert len(lanes.claim_lanes(10, LEASE)) == 2
+    c = lanes.counts()
+    assert (c.lane_pending, c.lane_active, c.lanes, c.grouped, c.total) == (2, 2, "2/2", True, 0)
+    assert (c.flow_waiting, c.flow_pending, c.flow_active, c.flow_scheduled) == (0, 0, 0, 0)
+
+
 def test_k_per_group_and_per_queue(lanes):
     for seq in range(6):
         lanes.enqueue({"seq": seq}, group="a")
