@@ -191,6 +191,8 @@ def test_a_dead_child_fails_the_parent_by_default(conn):
     assert settle_all(q) == []  # the parent never becomes ready
     assert q.metrics() == {"completed": 1, "failed": 2}
     assert conn.client.exists(q.keys.flow_results("root")) == 0
+    assert q.reprocess("bad") is True  # alone, as a flat job: its flow is over
+    assert [job_id for job_id, _ in q.ids("pending")] == ["bad"] and q.counts().flow_pending == 0
 
 
 def test_the_failure_reaches_the_grandparent(conn):
