@@ -11,8 +11,8 @@ if redis.call('EXISTS', row) == 0 then
   redis.call('ZREM', KEYS[1], ARGV[1])
   return 0
 end
-local seen = redis.call('HMGET', row, 'attempts', 'state', 'group')
-local state, g = seen[2], seen[3]
+local seen = redis.call('HMGET', row, 'attempts', 'group', 'state')
+local g, state = seen[2], seen[3]
 if not g then return redis.error_reply('EMQSTATE lane_reprocess row is not a lane row') end
 if state ~= 'dead' then
   return redis.error_reply('EMQSTATE lane_reprocess row ' .. (state and 'is ' .. state or 'has no state') .. ', not dead')

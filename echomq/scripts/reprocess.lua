@@ -10,9 +10,9 @@ if redis.call('EXISTS', row) == 0 then
   redis.call('ZREM', KEYS[1], ARGV[1])
   return 0
 end
-local seen = redis.call('HMGET', row, 'attempts', 'state', 'group')
-local state = seen[2]
-if seen[3] then return redis.error_reply('EMQSTATE lane row is not native') end
+local seen = redis.call('HMGET', row, 'attempts', 'group', 'state')
+local state = seen[3]
+if seen[2] then return redis.error_reply('EMQSTATE lane row is not native') end
 if state ~= 'dead' then
   return redis.error_reply('EMQSTATE EMQ.REPROCESS row ' .. (state and 'is ' .. state or 'has no state') .. ', not dead')
 end
