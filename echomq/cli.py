@@ -882,6 +882,8 @@ def _where(connection: Connection) -> str:
 
 #: the table's columns: the four sets as they are now, then the running totals of the metrics hashes
 STATS_COLUMNS = ("queue", "pending", "active", "scheduled", "dead", "completed\n(total)", "dead\n(total)")
+#: shown only when some queue has lane or flow jobs (their own sets, beside the flat four)
+GROUPED_COLUMNS = ("lanes\npend/act", "flows\nwait/pend/act/sch")
 
 
 def rates(now: dict[str, QueueNumbers], before: dict[str, QueueNumbers] | None, elapsed_s: float) -> dict[str, dict]:
@@ -902,6 +904,9 @@ def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Except
                   pad_edge=False)  # fits 80 columns with the rates
     for column in STATS_COLUMNS:
         table.add_column(column, justify="left" if column == "queue" else "right")
+    grouped = any(not isinstance(n, Exception) and n.counts.grouped for n in sampled.values())
+    for column in GROUPED_COLUMNS if grouped else ():
+        table.add_column(column, justify="right")
     if per_s is not None:
         table.add_column("done/s", justify="right")
         table.add_column("died/s", justify="right")
@@ -912,7 +917,7 @@ def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Except
         c = numbers.counts
         row = [numbers.label + (" [yellow](paused)[/]" if c.paused else ""), str(c.pending), str(c.active),
                str(c.scheduled),
-               str(c.dead), str(numbers.completed), str(numbers.dead)]
+               str(c.dead), str(numbers.completed), str(numbers.dead)] + ([c.lanes, c.flows] if grouped else [])
         if per_s is not None:
             rate = per_s.get(name)
             row += [f"{rate['completed_per_s']:.0f}", f"{rate['dead_per_s']:.0f}"] if rate else ["-", "-"]
@@ -935,7 +940,8 @@ def stats_json(sampled: dict[str, QueueNumbers | Exception], per_s: dict[str, di
 @json_option
 def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch: bool, interval: float,
           times: int | None, as_json: bool) -> None:
-    """Counts per set now (pending, active, scheduled, dead) and totals (completed, dead) per queue.
+    """Counts per set now (pending, active, scheduled, dead) and totals (completed, dead) per queue;
+    lane jobs (pending/active) and flow jobs (waiting/pending/active/scheduled) when there are any.
 
     With --json --watch: one JSON array per line per refresh (JSON Lines)."""
     with reported():

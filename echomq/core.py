@@ -565,7 +565,15 @@ class QueueCore:
         return (yield from self._one(self.build("reschedule", job_id, delay_ms)))
 
     def op_reprocess(self, job_id: str) -> Op[bool]:
-        return (yield from self._one(self.build("reprocess", job_id)))
+        """A dead job back to work, its budgets refilled: a flat row by REPROCESS; a lane row, which
+        REPROCESS refuses on both wires, by lane_reprocess at its lane's tail (a second round trip
+        only for lane rows)."""
+        try:
+            return (yield from self._one(self.build("reprocess", job_id)))
+        except errors.StateError as refused:
+            if refused.reply != errors.LANE_ROW:
+                raise
+        return (yield from self._one(self.build("lane_reprocess", job_id)))
 
     def op_remove(self, job_id: str) -> Op[State | None]:
         return (yield from self._one(self.build("remove", job_id)))

@@ -151,6 +151,10 @@ class StateError(CommandRefused):
     code = "EMQSTATE"
 
 
+#: The refusal of a flat verb given a lane row (docs/spec.md §16): both wires answer it.
+LANE_ROW = "EMQSTATE lane row is not native"
+
+
 class CounterError(CommandRefused):
     code = "EMQ"
 

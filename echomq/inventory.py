@@ -80,7 +80,9 @@ class QueueNumbers:
         c = self.counts
         return {"queue": self.name, "partitions": self.partitions, "pending": c.pending, "active": c.active,
                 "scheduled": c.scheduled,
-                "dead": c.dead, "paused": c.paused, "completed_total": self.completed, "dead_total": self.dead}
+                "dead": c.dead, "paused": c.paused, "completed_total": self.completed, "dead_total": self.dead,
+                "lane_pending": c.lane_pending, "lane_active": c.lane_active, "flow_waiting": c.flow_waiting,
+                "flow_pending": c.flow_pending, "flow_active": c.flow_active, "flow_scheduled": c.flow_scheduled}
 
 
 def numbers(queue: Queue | PartitionedQueue) -> QueueNumbers:

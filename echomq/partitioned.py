@@ -24,6 +24,7 @@ awaiting.
 
 from __future__ import annotations
 
+from dataclasses import fields
 import heapq
 import itertools
 from typing import TYPE_CHECKING, Any, Callable, Generator, Generic, Iterable, Sequence, TypeVar
@@ -93,8 +94,8 @@ def op_declare(codec: WireCodec, name: str, partitions: int | None) -> POp[list[
 
 def sum_counts(counts: Sequence[Counts]) -> Counts:
     """One queue's counts from its partitions': sums; paused when any partition is."""
-    return Counts(sum(c.pending for c in counts), sum(c.active for c in counts), sum(c.scheduled for c in counts),
-                  sum(c.dead for c in counts), any(c.paused for c in counts))
+    return Counts(**{f.name: (any if f.name == "paused" else sum)(getattr(c, f.name) for c in counts)
+                     for f in fields(Counts)})
 
 
 class PartitionedCore(Generic[Q]):

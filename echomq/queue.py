@@ -195,7 +195,7 @@ class Queue(QueueCore):
 
     def reprocess(self, job_id: str) -> bool:
         """Send a dead job back to pending with a full retry and stall budget again (``attempts``,
-        the token, goes on); False when it is not in dead."""
+        the token, goes on; a lane job to its lane's tail); False when it is not in dead."""
         return self._run(self.op_reprocess(job_id))
 
     # -- control: remove, cancel, purge, drain (SPEC §9.4: optional tokens on wire 6) ------------

@@ -153,15 +153,40 @@ class Throttled:
 
 @dataclass(frozen=True)
 class Counts:
+    """Jobs in each set now. The flat four (and ``total``, their sum) count flat jobs only; lane
+    and flow jobs live in their own sets (docs/lanes-and-flows.md) and are counted beside them."""
+
     pending: int
     active: int
     scheduled: int
     dead: int
     paused: bool
+    lane_pending: int = 0  #: lane jobs waiting in their groups' lanes (over every group)
+    lane_active: int = 0  #: lane jobs leased (``lanes:active``)
+    flow_waiting: int = 0  #: flow parents waiting for their children
+    flow_pending: int = 0
+    flow_active: int = 0
+    flow_scheduled: int = 0  #: flow jobs waiting out a retry's backoff
 
     @property
     def total(self) -> int:
         return self.pending + self.active + self.scheduled + self.dead
+
+    @property
+    def lanes(self) -> str:
+        """The lane jobs as ``pending/active``."""
+        return f"{self.lane_pending}/{self.lane_active}"
+
+    @property
+    def flows(self) -> str:
+        """The flow jobs as ``waiting/pending/active/scheduled``."""
+        return f"{self.flow_waiting}/{self.flow_pending}/{self.flow_active}/{self.flow_scheduled}"
+
+    @property
+    def grouped(self) -> bool:
+        """Whether any lane or flow job is waiting or running."""
+        return any((self.lane_pending, self.lane_active, self.flow_waiting, self.flow_pending, self.flow_active,
+                    self.flow_scheduled))
 
 
 @dataclass(frozen=True)
@@ -199,8 +224,8 @@ def _sweep(reply: Sequence[Sequence[Any]]) -> Sweep:
 
 
 def _counts(reply: Sequence[Any]) -> Counts:
-    pending, active, scheduled, dead, paused = reply
-    return Counts(pending, active, scheduled, dead, paused == 1)
+    pending, active, scheduled, dead, paused, *lanes_and_flows = reply
+    return Counts(pending, active, scheduled, dead, paused == 1, *lanes_and_flows)
 
 
 def _state(reply: Any) -> State | None:
@@ -385,6 +410,7 @@ LANES: tuple[Verb, ...] = (
           fenced=True),
     _lane("lane_reap", ("lanes:active", "dead", BASE), ("max_stalled", "limit", "stamp"), "lane-active → lane | dead",
           decode=lambda reply: (_sweep(reply[:3]), None if reply[3] < 0 else int(reply[3]))),
+    _lane("lane_reprocess", ("dead", BASE), ("id",), "dead → lane", decode=_one),
     _lane("lane_pause", ("lanes:ready", BASE), ("group",), "lane → lane (held)", decode=_one),
     _lane("lane_resume", (BASE,), ("group",), "lane → lane", decode=_one),
     _lane("lane_limit", (BASE,), ("k", "scope"), "lane → lane"),
@@ -428,7 +454,7 @@ FLOWS: tuple[Verb, ...] = (
 
 # The two declared reads: scripts on both wires, never an EMQ command.
 READS: tuple[Verb, ...] = (
-    Verb("counts", ("pending", "active", "schedule", "dead", "meta"), (), decode=_counts),
+    Verb("counts", ("pending", "active", "schedule", "dead", "meta", BASE), (), decode=_counts),
     Verb("state", (BASE,), ("id",), decode=_state),
 )
 

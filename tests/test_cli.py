@@ -135,8 +135,12 @@ def test_dead_lists_and_reprocess_sends_back(emq, conn, name):
     one = emq("reprocess", "-q", name, jobs[0].id, "no-such-job")
     assert one.exit_code == 1 and "reprocessed 1 job(s)" in one.stdout and "no-such-job: not in dead" in one.stderr
     assert queue.state(jobs[0].id).value == "pending"
-    assert "reprocessed 2 job(s)" in emq("reprocess", "-q", name, "--all").stdout
+    queue.enqueue({"n": 3}, group="g", id="lane-job")
+    (lane_job,) = queue.claim_lanes(1, 10_000)
+    queue.fail(lane_job, "boom", max_attempts=1)
+    assert "reprocessed 3 job(s)" in emq("reprocess", "-q", name, "--all").stdout
     assert queue.counts().pending == 3 and queue.counts().dead == 0
+    assert queue.state("lane-job").value == "pending" and queue.groups()["g"].waiting == 1  # in its lane, not flat
     assert emq("reprocess", "-q", name).exit_code == 2  # neither ids nor --all: a usage error
 
 
@@ -272,7 +276,8 @@ def test_read_commands_answer_json(emq, conn, name):
 
     (row,) = json.loads(emq("stats", "-q", name, "--json").stdout)
     assert row == {"queue": name, "partitions": 1, "pending": 0, "active": 0, "scheduled": 1, "dead": 1,
-                   "paused": False, "completed_total": 1, "dead_total": 1}
+                   "paused": False, "completed_total": 1, "dead_total": 1, "lane_pending": 0, "lane_active": 0,
+                   "flow_waiting": 0, "flow_pending": 0, "flow_active": 0, "flow_scheduled": 0}
     dead = json.loads(emq("dead", "-q", name, "--json").stdout)
     assert dead["total"] == 1 and dead["jobs"][0]["id"] == held.id and dead["jobs"][0]["last_error"] == "boom"
     shown = json.loads(emq("inspect", held.id, "-q", name, "--json").stdout)
@@ -281,6 +286,23 @@ def test_read_commands_answer_json(emq, conn, name):
     due = json.loads(emq("inspect", scheduled_id, "-q", name, "--json").stdout)
     assert due["state"] == "scheduled" and 0 < due["due_in_ms"] <= 60_000
     assert isinstance(json.loads(emq("workers", "--json").stdout), list)
+
+
+def test_stats_shows_lane_and_flow_jobs_when_there_are_any(emq, conn, name):
+    queue = Queue(conn, name)
+    queue.enqueue({"n": 0})
+    assert "lanes" not in emq("stats", "-q", name).stdout  # flat only: the table as before
+    queue.enqueue({"n": 1}, group="g")
+    queue.enqueue({"n": 2}, group="g")
+    queue.claim_lanes(1, 60_000)
+    queue.enqueue_flow("p", children=["a", "b"], id="root")
+    stats = emq("stats", "-q", name)
+    assert "lanes" in stats.stdout and "flows" in stats.stdout
+    (row,) = [line.split() for line in stats.stdout.splitlines() if line.split()[:1] == [name]]
+    assert row[1:] == ["1", "0", "0", "0", "0", "0", "1/1", "1/2/0/0"]
+    (shown,) = json.loads(emq("stats", "-q", name, "--json").stdout)
+    assert (shown["pending"], shown["lane_pending"], shown["lane_active"], shown["flow_waiting"],
+            shown["flow_pending"]) == (1, 1, 1, 1, 2)
 
 
 def test_stats_json_watch_prints_one_line_per_refresh_with_rates(emq, conn, name):

@@ -133,6 +133,19 @@ def test_bad_addresses_are_clear_errors(site, stocked, path, params, status, tex
     assert answer.status_code == status and text in answer.text
 
 
+def test_the_queue_page_shows_lane_and_flow_jobs_when_there_are_any(site, stocked):
+    queue, name = stocked.queue, stocked.queue.name
+    assert 'id="grouped"' not in site.get(f"/queues/{name}").text  # flat only: the page as before
+    queue.enqueue({"n": 0}, group="g")
+    queue.enqueue({"n": 1}, group="g")
+    queue.claim_lanes(1, 60_000)
+    queue.enqueue_flow("p", children=["a", "b"], id="root")
+    for page in (f"/queues/{name}", f"/parts/queues/{name}"):
+        shown = dict(re.findall(r'data-count="(\w+)">(\d+)<', site.get(page).text))
+        assert shown == {"lane_pending": "1", "lane_active": "1", "flow_waiting": "1", "flow_pending": "2",
+                         "flow_active": "0", "flow_scheduled": "0"}, page
+
+
 def test_actions_reprocess_pause_resume_promote(site, stocked):
     queue, name = stocked.queue, stocked.queue.name
     secret = secret_of(site.get(f"/queues/{name}").text)
@@ -140,6 +153,10 @@ def test_actions_reprocess_pause_resume_promote(site, stocked):
                       follow_redirects=True)
     assert moved.status_code == 200 and "reprocessed: back to pending" in moved.text
     assert queue.state(stocked.dead[0]).value == "pending"
+    queue.enqueue({"n": 0}, group="g", id="lane-job")
+    queue.fail(queue.claim_lanes(1, 10_000)[0], "boom", max_attempts=1)
+    moved = site.post(f"/queues/{name}/reprocess", data={"secret": secret, "id": "lane-job"}, follow_redirects=True)
+    assert moved.status_code == 200 and queue.groups()["g"].waiting == 1  # back in its lane, not flat
     assert "paused" in site.post(f"/queues/{name}/pause", data={"secret": secret}, follow_redirects=True).text
     assert queue.counts().paused
     assert ">Resume</button>" in site.get(f"/queues/{name}").text

@@ -82,7 +82,9 @@ def test_the_asyncio_web_service_example_enqueues_from_concurrent_requests(serve
     answers = asyncio.run(main())
     assert [status for status, _ in answers[:50]] == [202] * 50
     assert answers[50] == (400, {"error": "bad email 'nobody'"})
-    assert answers[51] == (200, {"pending": 50, "active": 0, "scheduled": 0, "dead": 0, "paused": False})
+    assert answers[51] == (200, {"pending": 50, "active": 0, "scheduled": 0, "dead": 0, "paused": False,
+                                 "lane_pending": 0, "lane_active": 0, "flow_waiting": 0, "flow_pending": 0,
+                                 "flow_active": 0, "flow_scheduled": 0})
     assert {row["id"] for row in assert_enqueued(emails, count=50)} == {body["job"] for _, body in answers[:50]}
     assert drain(example.app, emails).completed == 50  # the async handler enqueues through ctx.producer
     assert sorted(row["payload"]["to"] for row in assert_enqueued(sent, count=50)) == sorted(

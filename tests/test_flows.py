@@ -57,6 +57,16 @@ def test_a_flow_is_admitted_in_one_step(conn):
     assert q.counts().total == 0
 
 
+def test_counts_show_the_flow_jobs_in_each_of_their_sets(conn):
+    q = Queue(conn, fresh_name("f"))
+    q.enqueue_flow("p", children=["a", "b", "c"], id="root")
+    held = q.flow_claim(2, LEASE)
+    q.settle_many([q.flow_fail_call(held[0], "later", max_attempts=5, backoff_ms=LEASE)])
+    c = q.counts()
+    assert (c.flow_waiting, c.flow_pending, c.flow_active, c.flow_scheduled) == (1, 1, 1, 1)
+    assert (c.total, c.lane_pending, c.lane_active, c.flows, c.grouped) == (0, 0, 0, "1/1/1/1", True)
+
+
 def test_an_existing_root_admits_nothing_and_an_existing_child_refuses_the_flow(conn):
     q = Queue(conn, fresh_name("f"))
     q.enqueue_flow("p", children=["a"], id="root")
@@ -181,6 +191,8 @@ def test_a_dead_child_fails_the_parent_by_default(conn):
     assert settle_all(q) == []  # the parent never becomes ready
     assert q.metrics() == {"completed": 1, "failed": 2}
     assert conn.client.exists(q.keys.flow_results("root")) == 0
+    assert q.reprocess("bad") is True  # alone, as a flat job: its flow is over
+    assert [job_id for job_id, _ in q.ids("pending")] == ["bad"] and q.counts().flow_pending == 0
 
 
 def test_the_failure_reaches_the_grandparent(conn):

@@ -74,6 +74,16 @@ def test_each_group_runs_in_order_one_at_a_time_and_the_groups_take_turns(lanes)
     assert lanes.metrics()["completed"] == 12
 
 
+def test_counts_show_the_lane_jobs_over_every_group(lanes):
+    for group in ("a", "a", "b", "c"):
+        lanes.enqueue({"seq": 0}, group=group)
+    lanes.pause_group("c")  # a paused group's jobs still wait: counted
+    assert len(lanes.claim_lanes(10, LEASE)) == 2
+    c = lanes.counts()
+    assert (c.lane_pending, c.lane_active, c.lanes, c.grouped, c.total) == (2, 2, "2/2", True, 0)
+    assert (c.flow_waiting, c.flow_pending, c.flow_active, c.flow_scheduled) == (0, 0, 0, 0)
+
+
 def test_k_per_group_and_per_queue(lanes):
     for seq in range(6):
         lanes.enqueue({"seq": seq}, group="a")
@@ -304,14 +314,53 @@ def test_the_native_verbs_refuse_lane_rows_and_write_nothing(queue, wire):
         if wire == 6:
             assert str(reply) == "EMQSTATE lane row is not native"
     queue.fail(job, "x", max_attempts=1)  # dead, through the lane script
-    if wire == 6:
-        with unchanged(client, queue.keys), pytest.raises(StateError, match="lane row is not native"):
-            queue.reprocess(job.id)
+    # REPROCESS refuses it on both wires (wire 4's script would have made it a flat job)
+    with unchanged(client, queue.keys), pytest.raises(StateError, match="^EMQSTATE lane row is not native$"):
+        queue.connection.send(queue.build("reprocess", job.id))
     # a lane script refuses a flat row, and writes nothing
     queue.enqueue({"n": 1}, id="flat")
     flat = queue.claim(LEASE)
     with unchanged(client, queue.keys), pytest.raises(StateError, match="not a lane row"):
         queue.connection.send(queue.build("lane_complete", flat.id, flat.token, b"", 0))
+
+
+def test_reprocess_sends_a_dead_lane_job_to_its_lanes_tail_with_its_budgets_refilled(lanes):
+    lanes.enable_events()
+    lanes.enqueue({"seq": 0}, group="a")
+    lanes.enqueue({"seq": 1}, group="a")
+    (doomed,) = lanes.claim_lanes(10, LEASE)
+    assert lanes.fail(doomed, "boom", max_attempts=1) is State.DEAD
+    lanes.enqueue({"seq": 2}, group="a")
+    assert lanes.reprocess(doomed.id) is True
+    row = lanes.job(doomed.id)
+    assert (row["state"], row["failures"], row["stalled"], row["group"]) == ("pending", "0", "0", "a")
+    assert lanes.ids("dead") == [] and lanes.ids("pending") == []  # in its lane, never flat
+    assert lanes.groups()["a"].waiting == 3
+    assert lanes.reprocess(doomed.id) is False  # no longer dead
+    started = run_all(lanes)
+    assert seqs_by_group(started) == {"a": [1, 2, 0]}  # at the tail, the group's order kept
+    assert started[-1].attempt == 2  # the token goes on
+    client = lanes.connection.client
+    told = [fields for _, fields in client.xrange(lanes.keys.events) if fields[b"type"] == b"reprocessed"]
+    assert told == [{b"type": b"reprocessed", b"id": doomed.id.encode(), b"attempt": b"1", b"state": b"pending"}]
+    lanes.disable_events()
+    client.delete(lanes.keys.events)
+
+
+def test_lane_reprocess_refuses_a_flat_or_live_row_and_drops_a_ghost(queue):
+    client = queue.connection.client
+    queue.enqueue({"n": 1}, id="flat")
+    queue.fail(queue.claim(LEASE), "x", max_attempts=1)
+    queue.enqueue({"seq": 0}, group="a", id="live")
+    client.zadd(queue.keys.key("dead"), {"live": 0, "ghost": 0})
+    for job_id, refusal in (("flat", "^EMQSTATE lane_reprocess row is not a lane row$"),
+                            ("live", "^EMQSTATE lane_reprocess row is pending, not dead$")):
+        with unchanged(client, queue.keys), pytest.raises(StateError, match=refusal):
+            queue.connection.send(queue.build("lane_reprocess", job_id))
+    assert queue.connection.send(queue.build("lane_reprocess", "ghost")) == 0
+    assert queue.connection.send(queue.build("lane_reprocess", "nobody")) == 0
+    assert queue.reprocess("flat") is True and queue.job("flat")["state"] == "pending"  # flat: REPROCESS
+    assert {job_id for job_id, _ in queue.ids("dead")} == {"live"}
 
 
 def test_a_wire_6_connection_sends_the_lane_scripts_and_only_them(conn, queue):

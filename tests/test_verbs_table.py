@@ -110,7 +110,7 @@ def test_verb_names_match_their_commands():
 
 def test_declared_reads():
     assert [(r.name, _named(r.keys), list(r.argv)) for r in READS] == [
-        ("counts", ["pending", "active", "schedule", "dead", "meta"], []),
+        ("counts", ["pending", "active", "schedule", "dead", "meta", "base"], []),
         ("state", ["base"], ["id"]),
     ]
     assert all(r.read_only and r.command is None and r.tokens == () and r.scripted for r in READS)

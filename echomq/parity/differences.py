@@ -53,7 +53,7 @@ NAMED: dict[str, Named] = {n.id: n for n in (
     Named("5.4", "ghosts", _v("promote", "stalled_check"),
           "an id in a set with no row is removed from its set and no row is created; the script creates a partial row",
           "promote.edge.ghost"),
-    Named("5.5", "lanes and flows", _v("complete", "fail", "delay", "requeue", "reprocess", "reschedule", "stalled_check",
+    Named("5.5", "lanes and flows", _v("complete", "fail", "delay", "requeue", "reschedule", "stalled_check",
                                        "publish", "failures_incr"),
           "a row with a group field (and, for COMPLETE, FAIL, PUBLISH and FAILURES.INCR, a parent field) is refused "
           "EMQSTATE; the script acts",

@@ -2,15 +2,17 @@
 -- A dead job goes back to pending at its priority with both budgets refilled (SPEC §9.2):
 -- failures and stalled start again from 0; attempts, the fencing token, is kept.
 -- A ghost (in dead, no row) leaves dead and answers 0; a member of dead whose row is not
--- dead is refused. The `reprocessed` event when on.
+-- dead, or is a lane row (lane_reprocess moves those, keeping its group's order), is refused.
+-- The `reprocessed` event when on.
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 local row = KEYS[3] .. 'job:' .. ARGV[1]
 if redis.call('EXISTS', row) == 0 then
   redis.call('ZREM', KEYS[1], ARGV[1])
   return 0
 end
-local seen = redis.call('HMGET', row, 'attempts', 'state')
-local state = seen[2]
+local seen = redis.call('HMGET', row, 'attempts', 'group', 'state')
+local state = seen[3]
+if seen[2] then return redis.error_reply('EMQSTATE lane row is not native') end
 if state ~= 'dead' then
   return redis.error_reply('EMQSTATE EMQ.REPROCESS row ' .. (state and 'is ' .. state or 'has no state') .. ', not dead')
 end
