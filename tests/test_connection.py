@@ -393,13 +393,15 @@ def test_a_script_runtime_error_keeps_its_err_code_and_native_refuses_the_argume
 
 @pytest.fixture
 def limited_user(server):
-    """An ACL user who may touch a queue's declared keys and the brand, but no row."""
+    """An ACL user who may touch a queue's declared keys, the queue-level lane and flow sets the
+    counts read sums (docs/spec.md §16), and the brand, but no row."""
     name, queue = fresh("u"), fresh("acl")
     ks = Keyspace(queue)
     with server.client() as admin:
         admin.execute_command(
             "ACL", "SETUSER", name, "on", ">pw", "+@all", f"~{ks.pending}", f"~{ks.base}", f"~{ks.meta}",
-            f"~{ks.active}", f"~{ks.schedule}", f"~{ks.dead}", f"%R~{VERSION_KEY}",
+            f"~{ks.active}", f"~{ks.schedule}", f"~{ks.dead}", f"%R~{ks.base}lane*", f"%R~{ks.base}flow:*",
+            f"%R~{VERSION_KEY}",
         )
         try:
             yield f"redis://{name}:pw@127.0.0.1:{server.port}", queue
@@ -411,7 +413,7 @@ def test_noperm_on_a_derived_key_maps_to_permission_denied(limited_user, server,
     url, queue = limited_user
     with connect(url, wire=wire) as conn, server.client() as admin:
         q = Queue(conn, queue)
-        assert q.counts().total == 0  # declared keys only: allowed
+        assert q.counts().total == 0  # declared keys and the lane/flow sets, read only: allowed
         with unchanged(admin, q.keys):
             with pytest.raises(CommandRefused) as info:
                 q.enqueue({"n": 1}, id="a")
