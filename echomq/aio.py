@@ -50,7 +50,7 @@ from .flows import Flow, op_enqueue_flow, plan
 from .keys import VERSION_KEY, State, check_job_id
 from .partitioned import POp, PartitionedCore, op_declare
 from .rates import RateLimit
-from .results import Status
+from .results import TOLD_GRACE_S, Status
 from .serializers import JSON, Serializer
 from .verbs import Call, Counts, Plain, Sweep
 
@@ -516,7 +516,13 @@ class Queue(QueueCore):
             try:
                 told = None
                 while True:
-                    read = await self._run(self.op_result_read(job_id, told))
+                    try:
+                        read = await self._run(self.op_result_read(job_id, told))
+                    except errors.JobNotFound:
+                        # a plain COMPLETE between the count and the first read left no row: its word is sent
+                        if told is None and (told := await wait(TOLD_GRACE_S)) is not None:
+                            continue
+                        raise
                     if isinstance(read, Done):
                         return read.value
                     told = await wait(time_left(job_id, read, timeout, deadline, time.monotonic()))

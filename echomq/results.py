@@ -100,6 +100,11 @@ class Unknown:
 Verdict = Union[Completed, Failed, Waiting, Unknown]
 
 
+#: how long a waiter whose first read found no job listens for an outcome already sent (a plain
+#: COMPLETE keeps neither row nor record: only the channel's word says it completed)
+TOLD_GRACE_S = 0.05
+
+
 def decide_result(seen: Seen, told: bytes | str | None = None) -> Verdict:
     """What a result waiter does after one read: return, raise, or wait for the next word.
     ``told`` is the word the outcome channel last said (None: none yet): a job told

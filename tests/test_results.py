@@ -437,3 +437,25 @@ def test_an_emq_worker_process_keeps_results_tracebacks_and_progress(server, wir
     assert kinds == ["enqueued", "claimed", "progress", "failed", "retried", "promoted", "claimed", "progress",
                      "completed"]
     assert [e.type for e in queue.events() if e.job_id == bad.id][-2:] == ["failed", "dead"]
+
+
+def test_a_plain_complete_just_before_the_first_read_is_a_none_result_not_not_found(conn):
+    """The waiter subscribes and counts itself, then reads; a COMPLETE that keeps nothing landing in
+    between leaves no row and no record, but its word is already on the channel: the result is None."""
+    name = fresh_name("r")
+    queue, other = Queue(conn, name), Queue(conn, name)
+    job = queue.enqueue(1)
+    held = other.claim(60_000)
+    real = queue.op_waiters
+
+    def counted_then_completed(by):
+        counted = yield from real(by)
+        if by == 1:
+            other.complete(held)  # between the count and the first read
+        return counted
+
+    queue.op_waiters = counted_then_completed  # type: ignore[method-assign]
+    assert queue.result(job.id, timeout=30) is None
+    queue.op_waiters = real  # type: ignore[method-assign]
+    with pytest.raises(JobNotFound):  # a job that never was still is not found
+        queue.result("never-enqueued", timeout=30)
