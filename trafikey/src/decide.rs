@@ -380,6 +380,34 @@ pub fn owned_op(cmd: &'static str, args: Vec<Vec<u8>>, expect: Expect) -> Op<'st
     }
 }
 
+/// The HSET arguments of a new row (SPEC §1): the row key, `state`, `payload`, `attempts 0`,
+/// `created`, and `priority` (its text `prio`) only when above 0. ENQUEUE, ENQUEUE.UNIQUE
+/// and SCHEDULE admit a row alike; a verb appends its own fields after these.
+pub fn new_row<'a>(
+    row: &'a [u8],
+    state: &'static [u8],
+    payload: &'a [u8],
+    created: &'a [u8],
+    priority: i64,
+    prio: &'a [u8],
+) -> Vec<&'a [u8]> {
+    let mut fields: Vec<&[u8]> = vec![
+        row,
+        b"state",
+        state,
+        b"payload",
+        payload,
+        b"attempts",
+        b"0",
+        b"created",
+        created,
+    ];
+    if priority > 0 {
+        fields.extend_from_slice(&[b"priority", prio]);
+    }
+    fields
+}
+
 /// Integer text for a score or a counter.
 pub fn num(n: i64) -> Vec<u8> {
     n.to_string().into_bytes()
@@ -806,6 +834,15 @@ mod tests {
         for bad in [b"ten".as_slice(), b"", b"01", b" 1", b"1.5"] {
             assert_eq!(events_bound(Some(bad)), Err(NOT_INTEGER), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_new_row_carries_priority_only_above_zero() {
+        let plain = new_row(b"r", b"pending", b"p", b"7", 0, b"0");
+        assert_eq!(plain, [&b"r"[..], b"state", b"pending", b"payload", b"p", b"attempts", b"0", b"created", b"7"]);
+        let urgent = new_row(b"r", b"scheduled", b"p", b"7", 3, b"3");
+        assert_eq!(&urgent[9..], [&b"priority"[..], b"3"]);
+        assert_eq!(urgent[2], b"scheduled");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{num, op, Expect};
+use crate::decide::{new_row, num, op, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 use crate::state::State;
@@ -36,17 +36,6 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     fence.write(&row)?;
     let events = bus::events(&h, &fence, &q)?;
     // 6.–7. writes, each replicated as its effect
-    let mut fields: Vec<&[u8]> = vec![
-        &row,
-        b"state",
-        State::Pending.field(),
-        b"payload",
-        payload,
-        b"attempts",
-        b"0",
-        b"created",
-        &created,
-    ];
     let prio = num(priority);
     // planted (admission): the row forgets its priority (pending still gets the score)
     #[cfg(feature = "planted")]
@@ -55,9 +44,14 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     } else {
         priority
     };
-    if priority > 0 {
-        fields.extend_from_slice(&[b"priority", &prio]);
-    }
+    let fields = new_row(
+        &row,
+        State::Pending.field(),
+        payload,
+        &created,
+        priority,
+        &prio,
+    );
     let new_fields = (fields.len() as i64 - 1) / 2;
     let mut plan = vec![
         op("HSET", &fields, Expect::Int(new_fields)),

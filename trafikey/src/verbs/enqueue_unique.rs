@@ -5,7 +5,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{admission, earlier, num, op, Admission, Expect};
+use crate::decide::{admission, earlier, new_row, num, op, Admission, Expect};
 use crate::errors::Refusal;
 use crate::ffi::Kind;
 use crate::grammar::{self, Argc};
@@ -111,20 +111,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let events = bus::events(&h, &fence, &q)?;
     // 6.–7. writes, each replicated as its effect
     let unique_num = num(unique);
-    let mut fields: Vec<&[u8]> = vec![
-        &row,
-        b"state",
-        state.field(),
-        b"payload",
-        payload,
-        b"attempts",
-        b"0",
-        b"created",
-        &created,
-    ];
-    if priority > 0 {
-        fields.extend_from_slice(&[b"priority", &prio]);
-    }
+    let mut fields = new_row(&row, state.field(), payload, &created, priority, &prio);
     // planted (admission): the row forgets its unique window
     #[cfg(feature = "planted")]
     let unique = if crate::plant::on("enqueue_unique.forget_window") {

@@ -3,7 +3,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{earlier, num, op, Expect};
+use crate::decide::{earlier, new_row, num, op, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 use crate::state::State;
@@ -39,21 +39,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     fence.write(&row)?;
     let events = bus::events(&h, &fence, &q)?;
     // 6.–7. writes, each replicated as its effect
-    let mut fields: Vec<&[u8]> = vec![
-        &row,
-        b"state",
-        State::Scheduled.field(),
-        b"payload",
-        payload,
-        b"attempts",
-        b"0",
-        b"created",
-        &created,
-    ];
     let prio = num(priority);
-    if priority > 0 {
-        fields.extend_from_slice(&[b"priority", &prio]);
-    }
+    let fields = new_row(
+        &row,
+        State::Scheduled.field(),
+        payload,
+        &created,
+        priority,
+        &prio,
+    );
     let new_fields = (fields.len() as i64 - 1) / 2;
     let due = num(due);
     let mut plan = vec![
