@@ -715,9 +715,11 @@ class Worker:
         if job.flow:
             return self._flow_settle_call(held, decision)
         if isinstance(decision, policy.Complete):
+            # this worker's own claim, a result encode_result made and the task's checked retention
             if self.bus and held.task.result_ttl_ms:
-                return queue.publish_call(job, decision.value, retention_ms=held.task.result_ttl_ms)
-            return queue.complete_call(job)
+                return queue.publish_call(job, decision.value, retention_ms=held.task.result_ttl_ms,
+                                          checked_already=True)
+            return queue.complete_call(job, checked_already=True)
         if isinstance(decision, policy.Fail):
             if self.bus:
                 return queue.failures_incr_call(job, decision.error, max_attempts=decision.max_attempts,
