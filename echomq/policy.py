@@ -12,6 +12,7 @@ and returns a decision, so every rule here is table-tested without a server:
 * :func:`idle_interval_ms` -- how long an idle queue waits before it polls again (a wire-6
   node without the ``claim.block`` token);
 * :func:`claim_batch` -- how many claims to pipeline in one round trip;
+* :func:`settle_at_ms` -- when to settle the outcomes already in, waiting briefly for the rest of a batch;
 * :func:`select_renewals` / :func:`select_expired` -- which leases to renew, and
   which to give up on because no renewal reached the server in time.
 """
@@ -347,6 +348,20 @@ def claim_batch(capacity: int, empty_polls: int, max_batch: int) -> int:
     if capacity <= 0:
         return 0
     return 1 if empty_polls > 0 else min(capacity, max_batch)
+
+
+# -- settling in fuller batches -------------------------------------------------------
+
+
+def settle_at_ms(now_ms: float, *, running: int, youngest_start_ms: float | None, wait_ms: float) -> float:
+    """When to settle the outcomes already in (local clock): ``now_ms`` when no handler is still
+    running, else once the youngest running one has run ``wait_ms``. Quick handlers of one claim
+    batch so settle together, in one round trip and one step of the worker's loop, instead of the
+    first outcome waking the loop for itself; a settle waits at most ``wait_ms``, and not at all
+    behind handlers that have all run longer than that (slow ones: waiting would only delay it)."""
+    if running <= 0 or youngest_start_ms is None:
+        return now_ms
+    return max(now_ms, youngest_start_ms + wait_ms)
 
 
 # -- leases ---------------------------------------------------------------------------

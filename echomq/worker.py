@@ -98,9 +98,14 @@ class WorkerConfig:
     #: (they back off as ``idle`` does, up to this); an idle queue's are polled when its waiter's
     #: block ends (docs/lanes-and-flows.md "The worker")
     flow_poll_max_ms: int = 5000
+    #: how long a finished handler's settle may wait for the rest of its claim batch (others still
+    #: running that started less than this ago), so quick jobs settle together in one step (0: at once)
+    settle_wait_ms: float = 1.0
 
     def __post_init__(self) -> None:
         check_timeout(self.timeout_s, "the worker")
+        if not 0 <= self.settle_wait_ms <= 1000:
+            raise ConfigurationError(f"bad settle_wait_ms {self.settle_wait_ms!r}: from 0 to 1000 ms")
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
             raise ConfigurationError(f"bad concurrency {self.concurrency!r}: an integer >= 1")
         if not isinstance(self.claim_batch, int) or not 1 <= self.claim_batch <= LIMIT_MAX:
@@ -415,6 +420,11 @@ class Worker:
         self._finished: SimpleQueue[Held] = SimpleQueue()
         #: a handler's outcome and a timeout's verdict are decided under it: whichever comes first wins
         self._outcomes = threading.Lock()
+        # handlers started and ended (the latter counted under _outcomes): the difference is how many
+        # still run; with the youngest one's start they say when to settle (policy.settle_at_ms)
+        self._started = 0
+        self._ended = 0
+        self._youngest_start: float | None = None
         self._progress = connection.supports("append")  #: ctx.progress sends APPEND
         #: ``ctx.producer`` for sync (False) and async (True) handlers
         self._producers = {is_async: self._make_producers(is_async) for is_async in (False, True)}
@@ -506,6 +516,7 @@ class Worker:
     def step(self) -> float:
         """One pass of the loop; returns the local time (ms) at which the next one is due."""
         self._wake.clear()
+        stopping = self.stopping
         now = self._clock_ms()
         self._read_reports(now)
         if now < self._link_down_until:
@@ -537,6 +548,11 @@ class Worker:
                         exc, pause)
             self._link_down_until = self._clock_ms() + pause
             return self._link_down_until
+        if self.stopping == stopping:
+            # what set the wake during this step (an outcome, a waiter's report) is in the state _next_due
+            # reads: a handler that ended while its batch was still being started must not end the next
+            # wait at once, before the rest of that batch could end (a stop asked meanwhile does)
+            self._wake.clear()
         return self._next_due(self._clock_ms())
 
     def drained(self) -> bool:
@@ -563,10 +579,20 @@ class Worker:
     def _came_back_empty(self, name: str) -> bool:
         return name in self._idle if self.blocking else self._empty_polls[name] > 0
 
+    def _settle_at(self, now: float) -> float:
+        return policy.settle_at_ms(now, running=self._started - self._ended, youngest_start_ms=self._youngest_start,
+                                   wait_ms=self.config.settle_wait_ms)
+
     def _next_due(self, now: float) -> float:
-        if not self._finished.empty() or self._unsettled or not self._reports.empty():
+        if self._unsettled or not self._reports.empty():
             return now
         times = [self._next_tick or float("inf")]
+        settle_at = self._settle_at(now)
+        if settle_at > now:
+            # while young handlers run, an outcome does not wake the loop (_done): it settles by then
+            times.append(settle_at)
+        elif not self._finished.empty():
+            return now
         live = [h for h in self.held.values() if not h.ctx.lease_lost]
         if live:
             times.append(min(h.renewed_at for h in live) + self.config.lease.lease_ms)
@@ -941,6 +967,7 @@ class Worker:
                 if held.outcome is not None:
                     continue  # it returned just now: settled with its own outcome
                 held.verdict = policy.Raised(JobTimeout(timeout_s))
+                self._ended += 1
             held.ended_s = time.monotonic()
             held.ctx.mark_lost()
             if held.task.is_async:
@@ -1002,6 +1029,8 @@ class Worker:
             self._finished.put(held)
             return
         args = task.arguments(payload, ctx)
+        self._started += 1
+        self._youngest_start = self._clock_ms()
         if task.is_async:
             self._start_async(held, args)
         else:
@@ -1071,13 +1100,18 @@ class Worker:
             late = held.verdict is not None
             if not late:
                 held.ended_s, held.outcome = ended_s, outcome
+                self._ended += 1
         if late:  # timed out: already failed; this late outcome is dropped
             log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
                      held.job.queue, held.job.id, held.job.attempt)
             return
         self._finished.put(held)
-        if not self._wake.is_set():  # set, it is not yet cleared: the step it wakes reads this outcome
-            self._wake.set()
+        # set, it is not yet cleared: the step it wakes reads this outcome; not yet due, the loop
+        # wakes for it by itself (_next_due) or for the last of its batch to end
+        if not self._wake.is_set():
+            now = self._clock_ms()
+            if self._settle_at(now) <= now:
+                self._wake.set()
 
     # -- shutdown ----------------------------------------------------------------------
     def shutdown(self) -> None:

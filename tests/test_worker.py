@@ -307,6 +307,23 @@ def test_heartbeats_keep_a_long_job_held_past_its_lease(conn):
     assert worker.tally.lost == 0
 
 
+def test_a_quick_job_settles_while_a_slow_one_of_its_batch_runs(conn):
+    """Outcomes wait for the rest of their claim batch (settle_wait_ms) only that long: the quick
+    job's completion is seen while the slow one still runs, and both settle."""
+    name, release = fresh_name("w"), threading.Event()
+    app = App()
+    app.handler(name, lambda payload: payload["slow"] and release.wait(10))
+    queue = Queue(conn, name)
+    queue.enqueue_many([{"slow": True}, {"slow": False}])
+    worker = Worker(app, conn, config=WorkerConfig(settle_wait_ms=50))
+    with running(worker):
+        wait_until(lambda: queue.metrics()["completed"] == 1, what="the quick job's completion")
+        assert queue.counts().active == 1 and not release.is_set()  # the slow one still runs
+        release.set()
+        wait_until(lambda: queue.metrics()["completed"] == 2, what="the slow job's completion")
+    assert worker.tally.completed == 2
+
+
 def test_stop_releases_what_is_still_held_by_requeue_on_both_wires(conn):
     name, release = fresh_name("w"), threading.Event()
     app = App()

@@ -488,3 +488,24 @@ FLOW_BACKOFF = IdlePolicy(min_ms=10, max_ms=5000)
 def test_next_flow_poll(found, due, idle_blocking, empty, expected):
     assert policy.next_flow_poll_ms(1000, found=found, due_ms=due, idle_blocking=idle_blocking, empty_polls=empty,
                                     backoff=FLOW_BACKOFF, slack_ms=5) == expected
+
+
+# -- settling in fuller batches ---------------------------------------------------------
+
+@pytest.mark.parametrize("now, running, youngest, wait, expected", [
+    (100.0, 0, 99.5, 1.0, 100.0),  # nothing else runs: settle now
+    (100.0, 0, None, 1.0, 100.0),  # nothing ever started (a timeout's or a bad payload's verdict)
+    (100.0, 3, 99.8, 1.0, 100.8),  # a batch just started: wait for it, until its youngest has run 1 ms
+    (100.0, 3, 99.0, 1.0, 100.0),  # the youngest has run the bound: slow ones, settle now
+    (100.0, 3, 90.0, 1.0, 100.0),  # all running long: never later than now
+    (100.0, 3, 99.8, 0.0, 100.0),  # 0: settle at once, as without the bound
+    (100.0, 1, 100.0, 5.0, 105.0),  # a longer bound waits longer, never more than it
+])
+def test_settle_at_waits_for_a_young_batch_at_most_the_bound(now, running, youngest, wait, expected):
+    assert policy.settle_at_ms(now, running=running, youngest_start_ms=youngest, wait_ms=wait) == expected
+
+
+@pytest.mark.parametrize("wait", [-1, 1001, float("nan")])
+def test_a_settle_wait_out_of_range_is_refused(wait):
+    with pytest.raises(ConfigurationError, match="settle_wait_ms"):
+        WorkerConfig(settle_wait_ms=wait)
