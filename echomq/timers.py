@@ -108,15 +108,22 @@ class Timers:
         self._promote = {q.name: _Clock() for q in self.queues}
         self._sweep = {q.name: _Clock() for q in self.queues}
         self._reap = {q.name: _Clock() for q in self.queues}
+        #: (the idle queues, the earliest due time) as last computed: it holds until a clock changes
+        #: (a run, a hint) or the idle queues do, so the worker's every step compares one number
+        self._earliest: tuple[frozenset[str], float] | None = None
 
     def next_due_ms(self, now_ms: float, idle: AbstractSet[str] = frozenset()) -> float:
         """The earliest local time at which some timer is due (``idle``: queues promoted only when
         known to be due, see the module's docstring)."""
+        if self._earliest is not None and self._earliest[0] == idle:
+            return self._earliest[1]  # one computed as "now" then is still due now
         times = [c.due_ms(now_ms, self.config.promote_interval_ms, name not in idle)
                  for name, c in self._promote.items()]
         times += [c.due_ms(now_ms, self._sweep_interval_ms(name, idle))
                   for clocks in (self._sweep, self._reap) for name, c in clocks.items()]
-        return min(times, default=float("inf"))
+        earliest = min(times, default=float("inf"))
+        self._earliest = (frozenset(idle), earliest)
+        return earliest
 
     def expect_due(self, queue: str, at_ms: float) -> None:
         """A job of ``queue`` falls due at local time ``at_ms``: promote then rather than a whole
@@ -125,11 +132,15 @@ class Timers:
         The reaper runs then too: a lane group held by a retry's backoff takes its turn again."""
         for clock in (self._promote[queue], self._reap[queue]):
             clock.hint_ms = at_ms if clock.hint_ms is None else min(clock.hint_ms, at_ms)
+        self._earliest = None
 
     def run_due(self, now_ms: float, idle: AbstractSet[str] = frozenset(),
                 lane_less: AbstractSet[str] = frozenset()) -> list[TimerRun]:
         """Every timer that is due at ``now_ms``. ``lane_less``: queues known never to have had a
         lane job (the worker's last lane claim said so): their reaper leaves the lanes out."""
+        if now_ms < self.next_due_ms(now_ms, idle):
+            return []
+        self._earliest = None  # the clocks below move
         runs = []
         for queue in self.queues:
             run = TimerRun(queue.name)

@@ -425,6 +425,9 @@ class Worker:
         self._started = 0
         self._ended = 0
         self._youngest_start: float | None = None
+        #: no handler's timeout nor lease runs out before this local time: the scans wait for it
+        #: (set by each scan, brought forward by each start; only ever early, never late)
+        self._scan_at = float("inf")
         self._progress = connection.supports("append")  #: ctx.progress sends APPEND
         #: ``ctx.producer`` for sync (False) and async (True) handlers
         self._producers = {is_async: self._make_producers(is_async) for is_async in (False, True)}
@@ -524,9 +527,13 @@ class Worker:
         try:
             self.exchange(now)
             self.claim_flows(self._clock_ms())
-            self.time_out(self._clock_ms())
+            scan = self._clock_ms() >= self._scan_at
+            if scan:
+                self.time_out(self._clock_ms())
             self.renew(self._clock_ms())
-            self.give_up_expired(self._clock_ms())
+            if scan:
+                self.give_up_expired(self._clock_ms())
+                self._scan_at = self._next_scan_ms()
             if not self.stopping:
                 for run in self.timers.run_due(self._clock_ms(), self._idle, self._no_lanes):
                     found = run.recovered
@@ -586,17 +593,13 @@ class Worker:
     def _next_due(self, now: float) -> float:
         if self._unsettled or not self._reports.empty():
             return now
-        times = [self._next_tick or float("inf")]
+        times = [self._next_tick or float("inf"), self._scan_at]
         settle_at = self._settle_at(now)
         if settle_at > now:
             # while young handlers run, an outcome does not wake the loop (_done): it settles by then
             times.append(settle_at)
         elif not self._finished.empty():
             return now
-        live = [h for h in self.held.values() if not h.ctx.lease_lost]
-        if live:
-            times.append(min(h.renewed_at for h in live) + self.config.lease.lease_ms)
-            times += [h.deadline for h in live if h.deadline is not None]
         if self.stopping:
             times.append(self._stop_at)
         else:
@@ -609,6 +612,13 @@ class Worker:
             times.append(self.cron.next_due_ms())
         times.append(self.heartbeat.next_due_ms())
         return min(times)
+
+    def _next_scan_ms(self) -> float:
+        """When a held job's timeout or lease runs out first (time_out, give_up_expired)."""
+        live = [h for h in self.held.values() if not h.ctx.lease_lost]
+        times = [h.renewed_at + self.config.lease.lease_ms for h in live]
+        times += [h.deadline for h in live if h.deadline is not None and h.verdict is None and h.outcome is None]
+        return min(times, default=float("inf"))
 
     def _capacity(self) -> int:
         return self.config.concurrency - len(self.held)
@@ -1018,6 +1028,8 @@ class Worker:
         held = Held(queue, task, job, ctx, renewed_at=sent,
                     deadline=None if timeout_s is None else sent + timeout_s * 1000)
         self.held[held.key] = held
+        self._scan_at = min(self._scan_at, sent + self.config.lease.lease_ms,
+                            float("inf") if held.deadline is None else held.deadline)
         try:
             payload = None if job.raw_payload is None else task.serializer.loads(job.raw_payload)
         except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
