@@ -46,12 +46,18 @@ pub unsafe fn dispatch(
     handler: Handler,
 ) -> c_int {
     let context = Context::new(ctx);
-    let args = unsafe { arg_bytes(argv, argc) };
-    let _line = CommandLine::set(argv, &args);
-    let result = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, &args)))
+    // the verbs' lines fit on the stack; a long batch (EXTENDS, a sweep) takes the heap
+    let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
+    let mut heap = Vec::new();
+    let args = unsafe { arg_bytes(argv, argc, &mut inline, &mut heap) };
+    let _line = CommandLine::set(argv, args);
+    let result = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, args)))
         .unwrap_or_else(|_| Err(ValkeyError::Str("EMQHOST trafikey caught a panic")));
     context.reply(result) as c_int
 }
+
+/// How many arguments a command line reads into a stack array.
+const INLINE_ARGS: usize = 16;
 
 /// What a blocked command's wake handler decided when a key it waits on was signalled ready.
 pub enum Wake {
@@ -95,7 +101,9 @@ pub unsafe fn wake(
     handler: WakeHandler,
 ) -> c_int {
     let context = Context::new(ctx);
-    let args = unsafe { arg_bytes(argv, argc) };
+    let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
+    let mut heap = Vec::new();
+    let args = unsafe { arg_bytes(argv, argc, &mut inline, &mut heap) };
     // SAFETY: a reply callback's context holds the ready key, alive for the callback.
     let ready = unsafe {
         match raw::RedisModule_GetBlockedClientReadyKey {
@@ -110,8 +118,8 @@ pub unsafe fn wake(
             None => &[][..],
         }
     };
-    let _line = CommandLine::set(argv, &args);
-    let woke = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, &args, ready)))
+    let _line = CommandLine::set(argv, args);
+    let woke = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, args, ready)))
         .unwrap_or_else(|_| Wake::Reply(Err(ValkeyError::Str("EMQHOST trafikey caught a panic"))));
     match woke {
         Wake::Wait => raw::REDISMODULE_ERR as c_int,
@@ -151,11 +159,10 @@ impl Drop for CommandLine {
     }
 }
 
-/// The running command's argument equal to `bytes`, borrowed: a view, valid until the handler
+/// The argument of the command `line` equal to `bytes`, borrowed: a view, valid until the handler
 /// returns (what keeps a string longer — a key handle, a replicated argv, a blocked client's
 /// keys — takes its own reference).
-fn argument(bytes: &[u8]) -> Option<Str> {
-    let (argv, args, argc) = LINE.with(std::cell::Cell::get);
+fn argument((argv, args, argc): Line, bytes: &[u8]) -> Option<Str> {
     if argv.is_null() || args.is_null() {
         return None;
     }
@@ -173,20 +180,33 @@ fn argument(bytes: &[u8]) -> Option<Str> {
     })
 }
 
-/// The command line as byte slices borrowing the server's strings.
+/// The command line as byte slices borrowing the server's strings: in `inline` when they
+/// fit, else in `heap`.
 ///
 /// # Safety
 /// `argv` holds `argc` live module strings that outlive the slices.
-unsafe fn arg_bytes<'a>(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Vec<&'a [u8]> {
-    let count = usize::try_from(argc).unwrap_or(0);
-    let mut args: Vec<&[u8]> = Vec::with_capacity(count);
-    if !argv.is_null() {
-        for i in 0..count {
-            // SAFETY: the server passes `argc` valid strings in `argv`, alive for the call.
-            args.push(unsafe { string_bytes(*argv.add(i)) });
+unsafe fn arg_bytes<'a, 'b>(
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    inline: &'b mut [&'a [u8]; INLINE_ARGS],
+    heap: &'b mut Vec<&'a [u8]>,
+) -> &'b [&'a [u8]] {
+    let count = if argv.is_null() {
+        0
+    } else {
+        usize::try_from(argc).unwrap_or(0)
+    };
+    // SAFETY: the server passes `argc` valid strings in `argv`, alive for the call.
+    let arg = |i: usize| unsafe { string_bytes(*argv.add(i)) };
+    if count <= INLINE_ARGS {
+        for (i, slot) in inline.iter_mut().enumerate().take(count) {
+            *slot = arg(i);
         }
+        &inline[..count]
+    } else {
+        heap.extend((0..count).map(arg));
+        heap
     }
-    args
 }
 
 /// May this command block its client? Not inside MULTI/EXEC or a script, nor where the
@@ -455,24 +475,34 @@ impl Drop for Str {
     }
 }
 
-/// The row and counter field names the verbs use, made once (strings the server reads by
-/// pointer: no C-string copy per field access).
-const FIELD_NAMES: [&str; 14] = [
-    "attempts",
-    "state",
-    "group",
-    "parent",
-    "payload",
-    "priority",
-    "lease_epoch",
-    "failures",
-    "last_error",
-    "stalled",
-    "count",
-    "paused",
-    "pending",
-    "active",
-];
+/// Declares the strings every command may use (field names, states, the small numbers and
+/// words of the effects), made once, and `shared_index`, which finds one by its bytes with
+/// comparisons the compiler unrolls.
+macro_rules! shared_names {
+    ($($name:literal),* $(,)?) => {
+        const SHARED_NAMES: &[&str] = &[$($name),*];
+
+        fn shared_index(bytes: &[u8]) -> Option<usize> {
+            let mut i = 0;
+            $(
+                if bytes == $name.as_bytes() {
+                    return Some(i);
+                }
+                i += 1;
+            )*
+            let _ = i;
+            None
+        }
+    };
+}
+
+// the fields and words of the lifecycle's writes first (the lookup tries them in order)
+shared_names!(
+    "state", "attempts", "payload", "created", "pending", "active", "lease_epoch", "started",
+    "count", "0", "1", "group", "parent", "unique", "events", "waiters", "paused",
+    "rate_limit", "rate_window", "priority", "failures", "last_error", "stalled", "MAXLEN",
+    "type", "id", "attempt", "finished", "progress", "schedule", "dead", "completed", "failed",
+);
 
 struct Shared(Vec<Str>);
 // SAFETY: module strings are only touched from the server's main thread (command handlers);
@@ -484,33 +514,68 @@ unsafe impl Send for Shared {}
 
 static SHARED: std::sync::OnceLock<Option<Shared>> = std::sync::OnceLock::new();
 
-fn shared(bytes: &[u8]) -> Option<Str> {
+/// The shared strings: `SHARED_NAMES`, then the epoch (`run_id`), which every lease stamps.
+fn shared_all() -> Option<&'static [Str]> {
     let all = SHARED.get_or_init(|| {
-        FIELD_NAMES
+        SHARED_NAMES
             .iter()
-            .map(|n| Str::new(n.as_bytes()))
+            .map(|n| n.as_bytes())
+            .chain(crate::epoch::current())
+            .map(Str::new)
             .collect::<Option<Vec<_>>>()
             .map(Shared)
     });
-    let at = FIELD_NAMES.iter().position(|n| n.as_bytes() == bytes)?;
-    all.as_ref()?.0.get(at).map(Str::view)
+    all.as_ref().map(|s| s.0.as_slice())
+}
+
+fn shared(bytes: &[u8]) -> Option<Str> {
+    let all = shared_all()?;
+    let at = match shared_index(bytes) {
+        Some(at) => at,
+        // the epoch, compared only when the length matches
+        None => {
+            let epoch = all.get(SHARED_NAMES.len())?;
+            if epoch.bytes() != bytes {
+                return None;
+            }
+            SHARED_NAMES.len()
+        }
+    };
+    all.get(at).map(Str::view)
 }
 
 /// How many recently made strings a command keeps for reuse (a key name is checked, opened
 /// and replicated several times; a member is read, then written).
 const RECENT: usize = 8;
 
-/// One command's module strings: the shared field names, the command's own arguments
-/// (borrowed), then the last few made, reused; else a new one.
-#[derive(Default)]
-pub struct Names(std::cell::RefCell<Vec<Str>>);
+/// One command's module strings: the shared names, the command's own arguments (borrowed),
+/// then the last few made, reused; else a new one.
+pub struct Names {
+    /// The running command's line, read once.
+    line: Line,
+    recent: std::cell::RefCell<Vec<Str>>,
+}
 
 impl Names {
+    /// The running command's names, kept in `recent` (an empty vector).
+    pub fn new(recent: Vec<Str>) -> Names {
+        Names {
+            line: LINE.with(std::cell::Cell::get),
+            recent: std::cell::RefCell::new(recent),
+        }
+    }
+
+    /// The recent strings' vector, handed back (the strings still in it are released when
+    /// it is cleared or dropped).
+    pub fn take_recent(&self) -> Vec<Str> {
+        self.recent.take()
+    }
+
     pub fn get(&self, bytes: &[u8]) -> Option<Str> {
-        if let Some(s) = shared(bytes).or_else(|| argument(bytes)) {
+        if let Some(s) = shared(bytes).or_else(|| argument(self.line, bytes)) {
             return Some(s);
         }
-        let mut recent = self.0.borrow_mut();
+        let mut recent = self.recent.borrow_mut();
         if let Some(s) = recent.iter().rev().find(|s| s.bytes() == bytes) {
             return s.retain();
         }
@@ -526,10 +591,24 @@ impl Names {
     }
 }
 
+/// How many arguments an effect's argv holds on the stack.
+const INLINE_ARGV: usize = 16;
+
 /// Replicate one effect: `cmd` with `args`, to replicas and the AOF, inside the command's
 /// MULTI/EXEC (`RM_Replicate`, format `v`). False when the server refuses it.
 pub fn replicate(ctx: &Context, cmd: &std::ffi::CStr, args: &[Str]) -> bool {
-    let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|s| s.ptr).collect();
+    // the lifecycle's effects fit on the stack; a batch (a sweep's ZREM) takes the heap
+    let mut inline = [ptr::null_mut::<raw::RedisModuleString>(); INLINE_ARGV];
+    let mut heap = Vec::new();
+    let argv: &mut [*mut raw::RedisModuleString] = if args.len() <= INLINE_ARGV {
+        &mut inline[..args.len()]
+    } else {
+        heap.extend(args.iter().map(|s| s.ptr));
+        &mut heap
+    };
+    for (slot, s) in argv.iter_mut().zip(args) {
+        *slot = s.ptr;
+    }
     // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
     let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
         return false;

@@ -5,7 +5,7 @@
 //! the AOF replay what the primary did, never the verb; the server wraps one command's
 //! effects in one MULTI/EXEC.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_int, CStr};
 
 use valkey_module::raw::{
@@ -41,6 +41,40 @@ pub struct Host<'c> {
     /// Read-and-write handles of the keys this command writes, kept for the whole command
     /// (see `target`).
     targets: RefCell<Vec<Key>>,
+    /// The effect being built (`write_run`), empty between writes.
+    effect: RefCell<Vec<Str>>,
+}
+
+/// A host's vectors, emptied, kept from one command to the next so that a command allocates
+/// none of them (a host made while another is alive, which no verb does, gets new ones).
+#[derive(Default)]
+struct Spare {
+    recent: Vec<Str>,
+    reads: Vec<Key>,
+    targets: Vec<Key>,
+    effect: Vec<Str>,
+}
+
+thread_local! {
+    static SPARE: Cell<Option<Spare>> = const { Cell::new(None) };
+}
+
+impl Drop for Host<'_> {
+    fn drop(&mut self) {
+        // released in the order the fields were before the vectors were kept: strings, read
+        // handles, write handles
+        let mut spare = Spare {
+            recent: self.names.take_recent(),
+            reads: self.reads.take(),
+            targets: self.targets.take(),
+            effect: self.effect.take(),
+        };
+        spare.recent.clear();
+        spare.reads.clear();
+        spare.targets.clear();
+        spare.effect.clear();
+        SPARE.with(|s| s.set(Some(spare)));
+    }
 }
 
 /// How many read handles a command keeps.
@@ -58,12 +92,14 @@ pub enum Access {
 
 impl<'c> Host<'c> {
     pub fn new(ctx: &'c Context, verb: &'static str) -> Self {
+        let spare = SPARE.with(Cell::take).unwrap_or_default();
         Host {
             ctx,
             verb,
-            names: Names::default(),
-            reads: RefCell::new(Vec::new()),
-            targets: RefCell::new(Vec::new()),
+            names: Names::new(spare.recent),
+            reads: RefCell::new(spare.reads),
+            targets: RefCell::new(spare.targets),
+            effect: RefCell::new(spare.effect),
         }
     }
 
@@ -360,7 +396,7 @@ impl<'c> Host<'c> {
             .find(|k| k.name() == key.bytes())
             .ok_or_else(|| fail(first, "could not open its key"))?;
         let merged = run.len() > 1;
-        let mut effect = Vec::with_capacity(run.iter().map(|o| o.args.len() + 1).sum());
+        let mut effect = self.effect.take();
         effect.push(key);
         let mut name: &CStr = c"HSET";
         let mut outcome = Ok(());
@@ -407,7 +443,10 @@ impl<'c> Host<'c> {
             // WATCH and client tracking see the change (implicit signals are off: `target`)
             ffi::signal_modified(self.ctx, &effect[0]);
         }
-        if done > 0 && !ffi::replicate(self.ctx, name, &effect) {
+        let replicated = done == 0 || ffi::replicate(self.ctx, name, &effect);
+        effect.clear();
+        self.effect.replace(effect);
+        if !replicated {
             return Err(fail(first, "could not be replicated"));
         }
         outcome
