@@ -308,11 +308,22 @@ impl<'c> Host<'c> {
 
     /// Is `member` in the zset `key` (a zset or nothing, else WRONGTYPE)?
     pub fn in_zset(&self, key: &[u8], member: &[u8]) -> Result<bool, Refusal> {
-        self.read(key, |k| match k.kind() {
+        self.read(key, |k| self.has_member(k, member))?
+    }
+
+    /// [`Host::in_zset`] of a key the verb ZREMs `member` from when its checks pass, asked on
+    /// the key's target handle: for a verb whose script checks with that ZREM, which counts no
+    /// read (see `target`).
+    pub fn in_zset_to_remove(&self, key: &[u8], member: &[u8]) -> Result<bool, Refusal> {
+        self.target(key, |k| self.has_member(k, member))?
+    }
+
+    fn has_member(&self, k: &Key, member: &[u8]) -> Result<bool, Refusal> {
+        match k.kind() {
             Kind::Empty => Ok(false),
             Kind::Zset => Ok(k.zscore(&self.name(member)?).is_some()),
             _ => Err(Refusal::WrongType),
-        })?
+        }
     }
 
     /// A hash's fields, in order: `None` when the key does not exist, WRONGTYPE when it is

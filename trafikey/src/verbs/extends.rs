@@ -9,7 +9,7 @@ use crate::decide::{num, Expect, Op};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
-use crate::verbs::{held, ANY_ROW};
+use crate::verbs::{held, LeaseCheck, ANY_ROW};
 
 pub const VERB: &str = "EMQ.EXTENDS";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -38,7 +38,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let run_id = h.epoch()?;
     for (id, token) in &pairs {
         let row = q.row(id);
-        let ok = match held(&h, &fence, &row, active, (id, token), ANY_ROW, &[]) {
+        let ok = match held(
+            &h,
+            &fence,
+            &row,
+            (active, LeaseCheck::Score),
+            (id, token),
+            ANY_ROW,
+            &[],
+        ) {
             Ok(Some(_)) => true,
             Ok(None) | Err(Refusal::State(_)) => false,
             Err(other) => return Err(other.into()),
