@@ -65,7 +65,7 @@ pub fn events_on(
     fence.write(&key)?;
     Ok(Some(Events {
         key,
-        bound: num(bound),
+        bound: num(bound).to_vec(),
     }))
 }
 

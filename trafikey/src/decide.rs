@@ -408,9 +408,48 @@ pub fn new_row<'a>(
     fields
 }
 
-/// Integer text for a score or a counter.
-pub fn num(n: i64) -> Vec<u8> {
-    n.to_string().into_bytes()
+/// Integer text for a score or a counter, formatted on the stack (a verb makes several per
+/// command: no allocation for each).
+pub fn num(n: i64) -> Num {
+    let mut buf = [0u8; NUM_MAX];
+    let mut at = NUM_MAX;
+    let mut rest = n.unsigned_abs();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    Num { buf, at: at as u8 }
+}
+
+/// The longest integer text: `-9223372036854775808`.
+const NUM_MAX: usize = 20;
+
+/// [`num`]'s text: the digits at the end of `buf`, from `at`.
+#[derive(Clone, Copy)]
+pub struct Num {
+    buf: [u8; NUM_MAX],
+    at: u8,
+}
+
+impl std::ops::Deref for Num {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[usize::from(self.at)..]
+    }
+}
+
+impl std::fmt::Debug for Num {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self))
+    }
 }
 
 /// One swept member, decided, with the score it re-enters pending with.
@@ -460,7 +499,7 @@ pub fn sweep_plan(
                     vec![
                         row,
                         b"stalled".to_vec(),
-                        num(st),
+                        num(st).to_vec(),
                         b"state".to_vec(),
                         State::Pending.field().to_vec(),
                     ],
@@ -473,23 +512,23 @@ pub fn sweep_plan(
                     vec![
                         row,
                         b"stalled".to_vec(),
-                        num(st),
+                        num(st).to_vec(),
                         b"state".to_vec(),
                         State::Dead.field().to_vec(),
                         b"last_error".to_vec(),
                         b"stalled".to_vec(),
                         b"failed".to_vec(),
-                        num(now),
+                        num(now).to_vec(),
                     ],
                     Expect::AnyInt,
                 ));
-                to_dead.push(num(now));
+                to_dead.push(num(now).to_vec());
                 to_dead.push(m.id.clone());
                 died += 1;
                 continue;
             }
         }
-        to_pending.push(num(m.priority));
+        to_pending.push(num(m.priority).to_vec());
         to_pending.push(m.id.clone());
     }
     if to_pending.len() > 1 {
@@ -499,7 +538,7 @@ pub fn sweep_plan(
         plan.push(owned_op("ZADD", to_dead, Expect::AnyInt));
         plan.push(owned_op(
             "HINCRBY",
-            vec![q.metrics_failed(), b"count".to_vec(), num(died)],
+            vec![q.metrics_failed(), b"count".to_vec(), num(died).to_vec()],
             failed_count.map_or(Expect::AnyInt, Expect::Int),
         ));
     }
@@ -549,6 +588,13 @@ pub fn bclaim_next(idle: bool, phase: Phase) -> Next {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn num_is_the_integer_text() {
+        for n in [0, 7, -7, 10, 1_764_000_000_000, i64::MAX, i64::MIN] {
+            assert_eq!(&num(n)[..], n.to_string().as_bytes());
+        }
+    }
 
     #[test]
     fn admission_reads_the_row_then_the_marker() {

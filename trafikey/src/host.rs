@@ -521,7 +521,7 @@ impl<'c> Host<'c> {
                 }
                 let reply = Reply::Array(vec![
                     Reply::Bulk(member.to_vec()),
-                    Reply::Bulk(num(s as i64)),
+                    Reply::Bulk(num(s as i64).to_vec()),
                 ]);
                 produced = Some(member);
                 (reply, NOTIFY_ZSET, c"zpopmin")

@@ -183,12 +183,12 @@ pub fn claim(
         let start = [&id[..], b":", &token[..]].concat();
         plan.push(owned_op(
             "ZADD",
-            vec![log.clone(), started.clone(), start],
+            vec![log.clone(), started.to_vec(), start],
             Expect::Int(1),
         ));
         plan.push(owned_op(
             "PEXPIREAT",
-            vec![log, num(now + rate.window)],
+            vec![log, num(now + rate.window).to_vec()],
             Expect::Int(1),
         ));
     }

@@ -56,7 +56,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             continue;
         }
         fence.write(&row)?;
-        zadd.extend([Cow::Borrowed(at.as_slice()), Cow::Borrowed(*id)]);
+        zadd.extend([Cow::Borrowed(&at[..]), Cow::Borrowed(*id)]);
         stamps.push(Op {
             cmd: "HSET",
             args: vec![

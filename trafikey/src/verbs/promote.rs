@@ -45,7 +45,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         moved_ids.push((&id[..], seen[1].as_deref().unwrap_or(b"0").to_vec()));
         let prio = priority(seen[0].as_deref()).map_err(Refusal::Counter)?;
         fence.write(&row)?;
-        zadd.push(num(prio));
+        zadd.push(num(prio).to_vec());
         zadd.push(id.to_vec());
         states.push(owned_op(
             "HSET",
