@@ -483,6 +483,10 @@ macro_rules! shared_names {
         const SHARED_NAMES: &[&str] = &[$($name),*];
 
         fn shared_index(bytes: &[u8]) -> Option<usize> {
+            // keys, ids and payloads are longer than every shared name: one comparison
+            if bytes.len() > SHARED_LONGEST {
+                return None;
+            }
             let mut i = 0;
             $(
                 if bytes == $name.as_bytes() {
@@ -495,6 +499,18 @@ macro_rules! shared_names {
         }
     };
 }
+
+/// The length of the longest shared name.
+const SHARED_LONGEST: usize = {
+    let (mut i, mut longest) = (0, 0);
+    while i < SHARED_NAMES.len() {
+        if SHARED_NAMES[i].len() > longest {
+            longest = SHARED_NAMES[i].len();
+        }
+        i += 1;
+    }
+    longest
+};
 
 // the fields and words of the lifecycle's writes first (the lookup tries them in order)
 shared_names!(
@@ -800,6 +816,11 @@ impl Key {
     /// The key's name.
     pub fn name(&self) -> &[u8] {
         self.name.bytes()
+    }
+
+    /// The key's name, as the server string the handle was opened with.
+    pub fn name_str(&self) -> &Str {
+        &self.name
     }
 
     pub fn read(ctx: &Context, name: Str) -> Option<Key> {

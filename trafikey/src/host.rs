@@ -387,28 +387,20 @@ impl<'c> Host<'c> {
             .args
             .first()
             .ok_or_else(|| fail(first, "has no key"))?;
-        let key = self.name(key)?;
-        if !self
-            .targets
-            .borrow()
-            .iter()
-            .any(|k| k.name() == key.bytes())
-        {
-            let k = Key::write(
-                self.ctx,
-                key.retain().ok_or_else(|| fail(first, "has no key"))?,
-            )
-            .ok_or_else(|| fail(first, "could not open its key"))?;
+        if !self.targets.borrow().iter().any(|k| k.name() == &key[..]) {
+            let k = Key::write(self.ctx, self.name(key)?)
+                .ok_or_else(|| fail(first, "could not open its key"))?;
             self.targets.borrow_mut().push(k);
         }
         let targets = self.targets.borrow();
         let k = targets
             .iter()
-            .find(|k| k.name() == key.bytes())
+            .find(|k| k.name() == &key[..])
             .ok_or_else(|| fail(first, "could not open its key"))?;
         let merged = run.len() > 1;
         let mut effect = self.effect.take();
-        effect.push(key);
+        // the effect's key: the handle's own name, one more reference
+        effect.push(k.name_str().retain().ok_or_else(|| fail(first, "has no key"))?);
         let mut name: &CStr = c"HSET";
         let mut outcome = Ok(());
         let mut done = 0;
