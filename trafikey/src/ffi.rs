@@ -636,39 +636,47 @@ impl Names {
     }
 }
 
-/// How many arguments an effect's argv holds on the stack.
-const INLINE_ARGV: usize = 16;
-
 /// Replicate one effect: `cmd` with `args`, to replicas and the AOF, inside the command's
-/// MULTI/EXEC (`RM_Replicate`, format `v`). False when the server refuses it.
+/// MULTI/EXEC (`RM_Replicate`). False when the server refuses it. Up to 12 arguments go as
+/// one `s` format each, so the server sizes its argv once (format `v` makes it grow it); a
+/// longer effect (a batch) goes as one `v` vector.
 pub fn replicate(ctx: &Context, cmd: &std::ffi::CStr, args: &[Str]) -> bool {
-    // the lifecycle's effects fit on the stack; a batch (a sweep's ZREM) takes the heap
-    let mut inline = [ptr::null_mut::<raw::RedisModuleString>(); INLINE_ARGV];
-    let mut heap = Vec::new();
-    let argv: &mut [*mut raw::RedisModuleString] = if args.len() <= INLINE_ARGV {
-        &mut inline[..args.len()]
-    } else {
-        heap.extend(args.iter().map(|s| s.ptr));
-        &mut heap
-    };
-    for (slot, s) in argv.iter_mut().zip(args) {
-        *slot = s.ptr;
-    }
     // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
     let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
         return false;
     };
-    // SAFETY: a live command context; format `v` takes (RedisModuleString **, size_t); the
-    // server takes its own references to what it keeps, ours are released by the caller.
-    unsafe {
-        rep(
-            ctx.ctx,
-            cmd.as_ptr(),
-            c"v".as_ptr(),
-            argv.as_mut_ptr(),
-            argv.len(),
-        ) == raw::REDISMODULE_OK as c_int
+    let (c, name) = (ctx.ctx, cmd.as_ptr());
+    // `RM_Replicate` with the format `$fmt` (one `s` per argument) and the arguments `$i…`
+    macro_rules! each {
+        ($fmt:literal; $($i:literal)*) => {
+            rep(c, name, $fmt.as_ptr(), $(args[$i].ptr),*)
+        };
     }
+    // SAFETY: a live command context; each `s` takes one live RedisModuleString, `v` takes
+    // (RedisModuleString **, size_t); the server takes its own references to what it keeps,
+    // ours are released by the caller.
+    let status = unsafe {
+        match args.len() {
+            1 => each!(c"s"; 0),
+            2 => each!(c"ss"; 0 1),
+            3 => each!(c"sss"; 0 1 2),
+            4 => each!(c"ssss"; 0 1 2 3),
+            5 => each!(c"sssss"; 0 1 2 3 4),
+            6 => each!(c"ssssss"; 0 1 2 3 4 5),
+            7 => each!(c"sssssss"; 0 1 2 3 4 5 6),
+            8 => each!(c"ssssssss"; 0 1 2 3 4 5 6 7),
+            9 => each!(c"sssssssss"; 0 1 2 3 4 5 6 7 8),
+            10 => each!(c"ssssssssss"; 0 1 2 3 4 5 6 7 8 9),
+            11 => each!(c"sssssssssss"; 0 1 2 3 4 5 6 7 8 9 10),
+            12 => each!(c"ssssssssssss"; 0 1 2 3 4 5 6 7 8 9 10 11),
+            _ => {
+                let mut argv: Vec<*mut raw::RedisModuleString> =
+                    args.iter().map(|s| s.ptr).collect();
+                rep(c, name, c"v".as_ptr(), argv.as_mut_ptr(), argv.len())
+            }
+        }
+    };
+    status == raw::REDISMODULE_OK as c_int
 }
 
 /// The server's millisecond clock, `server.ustime / 1000`: the value TIME reports, frozen for
