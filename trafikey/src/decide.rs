@@ -338,9 +338,60 @@ pub enum Expect {
 pub struct Op<'a> {
     pub cmd: &'static str,
     /// The key, then the command's arguments; borrowed where the verb holds them.
-    pub args: Vec<Cow<'a, [u8]>>,
+    pub args: Args<'a>,
     pub expect: Expect,
 }
+
+/// How many borrowed arguments an op holds without an allocation (a new row's HSET has 11).
+const FEW_ARGS: usize = 12;
+
+/// An op's arguments: a few borrowed ones in place (the lifecycle's writes: a plan allocates
+/// nothing per op), or any number, borrowed or owned.
+#[derive(Debug, Clone)]
+pub enum Args<'a> {
+    Few([&'a [u8]; FEW_ARGS], usize),
+    Many(Vec<Cow<'a, [u8]>>),
+}
+
+impl<'a> Args<'a> {
+    pub fn len(&self) -> usize {
+        match self {
+            Args::Few(_, len) => *len,
+            Args::Many(args) => args.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn get(&self, i: usize) -> Option<&[u8]> {
+        match self {
+            Args::Few(args, len) => args[..*len].get(i).copied(),
+            Args::Many(args) => args.get(i).map(|a| &a[..]),
+        }
+    }
+
+    pub fn first(&self) -> Option<&[u8]> {
+        self.get(0)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let (few, many): (&[&[u8]], &[Cow<'a, [u8]>]) = match self {
+            Args::Few(args, len) => (&args[..*len], &[]),
+            Args::Many(args) => (&[], args),
+        };
+        few.iter().copied().chain(many.iter().map(|a| &a[..]))
+    }
+}
+
+impl PartialEq for Args<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Args<'_> {}
 
 impl Op<'_> {
     /// HSET or HINCRBY: writes that can travel merged as one HSET of the values written.
@@ -364,18 +415,21 @@ impl Op<'_> {
 }
 
 pub fn op<'a>(cmd: &'static str, args: &[&'a [u8]], expect: Expect) -> Op<'a> {
-    Op {
-        cmd,
-        args: args.iter().map(|a| Cow::Borrowed(*a)).collect(),
-        expect,
-    }
+    let args = if args.len() <= FEW_ARGS {
+        let mut few: [&[u8]; FEW_ARGS] = [&[]; FEW_ARGS];
+        few[..args.len()].copy_from_slice(args);
+        Args::Few(few, args.len())
+    } else {
+        Args::Many(args.iter().map(|a| Cow::Borrowed(*a)).collect())
+    };
+    Op { cmd, args, expect }
 }
 
 /// An op over arguments the plan owns (batched members, numbers it formatted).
 pub fn owned_op(cmd: &'static str, args: Vec<Vec<u8>>, expect: Expect) -> Op<'static> {
     Op {
         cmd,
-        args: args.into_iter().map(Cow::Owned).collect(),
+        args: Args::Many(args.into_iter().map(Cow::Owned).collect()),
         expect,
     }
 }

@@ -387,7 +387,7 @@ impl<'c> Host<'c> {
             .args
             .first()
             .ok_or_else(|| fail(first, "has no key"))?;
-        if !self.targets.borrow().iter().any(|k| k.name() == &key[..]) {
+        if !self.targets.borrow().iter().any(|k| k.name() == key) {
             let k = Key::write(self.ctx, self.name(key)?)
                 .ok_or_else(|| fail(first, "could not open its key"))?;
             self.targets.borrow_mut().push(k);
@@ -395,7 +395,7 @@ impl<'c> Host<'c> {
         let targets = self.targets.borrow();
         let k = targets
             .iter()
-            .find(|k| k.name() == &key[..])
+            .find(|k| k.name() == key)
             .ok_or_else(|| fail(first, "could not open its key"))?;
         let merged = run.len() > 1;
         let mut effect = self.effect.take();

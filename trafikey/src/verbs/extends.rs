@@ -5,7 +5,7 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
 use std::borrow::Cow;
 
-use crate::decide::{num, Expect, Op};
+use crate::decide::{num, Args, Expect, Op};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -59,11 +59,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         zadd.extend([Cow::Borrowed(&at[..]), Cow::Borrowed(*id)]);
         stamps.push(Op {
             cmd: "HSET",
-            args: vec![
+            args: Args::Many(vec![
                 Cow::Owned(row),
                 Cow::Borrowed(b"lease_epoch"),
                 Cow::Borrowed(run_id),
-            ],
+            ]),
             expect: Expect::AnyInt,
         });
         replies.push(int(deadline));
@@ -73,7 +73,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     if zadd.len() > 1 {
         h.write(&Op {
             cmd: "ZADD",
-            args: zadd,
+            args: Args::Many(zadd),
             expect: Expect::Int(0),
         })?;
         h.apply(&stamps)?;
