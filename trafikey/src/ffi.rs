@@ -589,8 +589,10 @@ fn shared(bytes: &[u8]) -> Option<Str> {
     all.get(at).map(Str::view)
 }
 
-/// How many recently made strings a command keeps for reuse (a key name is checked, opened
-/// and replicated several times; a member is read, then written).
+/// How many recently used strings are kept for reuse, from one command to the next (a key
+/// name is checked, opened and replicated several times; a member is read, then written; a
+/// queue's meta and counter keys are asked for by every command). The least recently used
+/// goes first.
 const RECENT: usize = 8;
 
 /// One command's module strings: the shared names, the command's own arguments (borrowed),
@@ -610,19 +612,27 @@ impl Names {
         }
     }
 
-    /// The recent strings' vector, handed back (the strings still in it are released when
-    /// it is cleared or dropped).
+    /// The recent strings, handed back to be kept for the next command (strings made with
+    /// no context: they outlive the command).
     pub fn take_recent(&self) -> Vec<Str> {
         self.recent.take()
     }
 
+    /// The string for `bytes`, one more reference to it.
     pub fn get(&self, bytes: &[u8]) -> Option<Str> {
+        self.with(bytes, Str::retain).flatten()
+    }
+
+    /// `f` on the string for `bytes`, borrowed for the call (no reference of its own: for a
+    /// string used and let go, such as a key whose ACL is checked). `f` must not ask for names.
+    pub fn with<T>(&self, bytes: &[u8], f: impl FnOnce(&Str) -> T) -> Option<T> {
         if let Some(s) = shared(bytes).or_else(|| argument(self.line, bytes)) {
-            return Some(s);
+            return Some(f(&s));
         }
         let mut recent = self.recent.borrow_mut();
-        if let Some(s) = recent.iter().rev().find(|s| s.bytes() == bytes) {
-            return s.retain();
+        if let Some(at) = recent.iter().rposition(|s| s.bytes() == bytes) {
+            recent[at..].rotate_left(1);
+            return recent.last().map(f);
         }
         let s = Str::new(bytes)?;
         if recent.len() == RECENT {
@@ -631,8 +641,8 @@ impl Names {
         if recent.capacity() == 0 {
             recent.reserve_exact(RECENT);
         }
-        recent.push(s.retain()?);
-        Some(s)
+        recent.push(s);
+        recent.last().map(f)
     }
 }
 

@@ -45,8 +45,9 @@ pub struct Host<'c> {
     effect: RefCell<Vec<Str>>,
 }
 
-/// A host's vectors, emptied, kept from one command to the next so that a command allocates
-/// none of them (a host made while another is alive, which no verb does, gets new ones).
+/// A host's vectors, kept from one command to the next so that a command allocates none of
+/// them: emptied, except the recent strings (a host made while another is alive, which no
+/// verb does, gets new ones).
 #[derive(Default)]
 struct Spare {
     recent: Vec<Str>,
@@ -61,15 +62,14 @@ thread_local! {
 
 impl Drop for Host<'_> {
     fn drop(&mut self) {
-        // released in the order the fields were before the vectors were kept: strings, read
-        // handles, write handles
+        // the recent strings stay for the next command; the handles are closed (read handles
+        // first, then write handles, in the order they were opened)
         let mut spare = Spare {
             recent: self.names.take_recent(),
             reads: self.reads.take(),
             targets: self.targets.take(),
             effect: self.effect.take(),
         };
-        spare.recent.clear();
         spare.reads.clear();
         spare.targets.clear();
         spare.effect.clear();
@@ -111,6 +111,13 @@ impl<'c> Host<'c> {
     fn name(&self, bytes: &[u8]) -> Result<Str, Refusal> {
         self.names
             .get(bytes)
+            .ok_or_else(|| self.host_error("could not make a string"))
+    }
+
+    /// `f` on the server string for `bytes`, borrowed for the call (see `Names::with`).
+    fn with_name<T>(&self, bytes: &[u8], f: impl FnOnce(&Str) -> T) -> Result<T, Refusal> {
+        self.names
+            .with(bytes, f)
             .ok_or_else(|| self.host_error("could not make a string"))
     }
 
@@ -321,7 +328,7 @@ impl<'c> Host<'c> {
     fn has_member(&self, k: &Key, member: &[u8]) -> Result<bool, Refusal> {
         match k.kind() {
             Kind::Empty => Ok(false),
-            Kind::Zset => Ok(k.zscore(&self.name(member)?).is_some()),
+            Kind::Zset => self.with_name(member, |m| k.zscore(m).is_some()),
             _ => Err(Refusal::WrongType),
         }
     }
@@ -342,7 +349,7 @@ impl<'c> Host<'c> {
             Kind::Empty => Ok(None),
             Kind::Hash => fields
                 .map(|f| {
-                    k.hash_get(&self.name(f.as_bytes())?)
+                    self.with_name(f.as_bytes(), |f| k.hash_get(f))?
                         .ok_or_else(|| self.host_error("could not read a hash"))
                 })
                 .collect::<Result<Seen, _>>()
@@ -599,7 +606,7 @@ impl Fence<'_> {
                     | valkey_module::raw::REDISMODULE_CMD_KEY_DELETE
             }
         };
-        if self.caller.allows(&self.host.name(key)?, perms) {
+        if self.host.with_name(key, |k| self.caller.allows(k, perms))? {
             return Ok(());
         }
         let what = match access {
@@ -623,7 +630,8 @@ impl Fence<'_> {
 
     /// May the caller publish on a derived channel (the outcome channel of a job)?
     pub fn may_publish(&self, channel: &[u8]) -> Result<bool, Refusal> {
-        Ok(self.caller.allows_channel(&self.host.name(channel)?))
+        self.host
+            .with_name(channel, |c| self.caller.allows_channel(c))
     }
 }
 
