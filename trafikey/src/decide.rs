@@ -553,7 +553,7 @@ pub fn sweep_plan(
             Swept::Exempt => {
                 plan.push(owned_op(
                     "HSET",
-                    vec![row, b"state".to_vec(), State::Pending.field().to_vec()],
+                    vec![row.to_vec(), b"state".to_vec(), State::Pending.field().to_vec()],
                     Expect::AnyInt,
                 ));
             }
@@ -561,7 +561,7 @@ pub fn sweep_plan(
                 plan.push(owned_op(
                     "HSET",
                     vec![
-                        row,
+                        row.to_vec(),
                         b"stalled".to_vec(),
                         num(st).to_vec(),
                         b"state".to_vec(),
@@ -574,7 +574,7 @@ pub fn sweep_plan(
                 plan.push(owned_op(
                     "HSET",
                     vec![
-                        row,
+                        row.to_vec(),
                         b"stalled".to_vec(),
                         num(st).to_vec(),
                         b"state".to_vec(),
@@ -602,7 +602,7 @@ pub fn sweep_plan(
         plan.push(owned_op("ZADD", to_dead, Expect::AnyInt));
         plan.push(owned_op(
             "HINCRBY",
-            vec![q.metrics_failed(), b"count".to_vec(), num(died).to_vec()],
+            vec![q.metrics_failed().to_vec(), b"count".to_vec(), num(died).to_vec()],
             failed_count.map_or(Expect::AnyInt, Expect::Int),
         ));
     }

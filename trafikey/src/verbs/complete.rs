@@ -126,9 +126,9 @@ fn unique_window(
     Ok(vec![
         owned_op(
             "HSET",
-            vec![marker.clone(), b"finished".to_vec(), num(now).to_vec()],
+            vec![marker.to_vec(), b"finished".to_vec(), num(now).to_vec()],
             Expect::AnyInt,
         ),
-        owned_op("PEXPIREAT", vec![marker, num(until).to_vec()], Expect::Int(1)),
+        owned_op("PEXPIREAT", vec![marker.to_vec(), num(until).to_vec()], Expect::Int(1)),
     ])
 }

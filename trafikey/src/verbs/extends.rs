@@ -60,7 +60,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         stamps.push(Op {
             cmd: "HSET",
             args: Args::Many(vec![
-                Cow::Owned(row),
+                Cow::Owned(row.to_vec()),
                 Cow::Borrowed(b"lease_epoch"),
                 Cow::Borrowed(run_id),
             ]),

@@ -165,7 +165,7 @@ pub fn clear_members(
     let mut plan = vec![owned_op("ZREM", zrem, Expect::Int(n))];
     plan.extend(
         rows.into_iter()
-            .map(|row| owned_op("DEL", vec![row], Expect::Int(1))),
+            .map(|row| owned_op("DEL", vec![row.to_vec()], Expect::Int(1))),
     );
     if let Some(ev) = &events {
         let state: &[&[u8]] = &[b"state", want.field()];

@@ -49,7 +49,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         zadd.push(id.to_vec());
         states.push(owned_op(
             "HSET",
-            vec![row, b"state".to_vec(), State::Pending.field().to_vec()],
+            vec![row.to_vec(), b"state".to_vec(), State::Pending.field().to_vec()],
             Expect::AnyInt,
         ));
     }
