@@ -886,8 +886,22 @@ impl Key {
     /// `limit`, with their scores. Empty when the key is not a zset.
     pub fn zrange_to(&self, max: f64, limit: usize) -> Vec<(Str, f64)> {
         let mut out = Vec::new();
+        self.zrange_each(max, limit, |member, score| out.push((member, score)));
+        out
+    }
+
+    /// The lowest member (ties by member, as ZPOPMIN) with its score; `None` when the key is
+    /// not a zset.
+    pub fn lowest(&self) -> Option<(Str, f64)> {
+        let mut out = None;
+        self.zrange_each(f64::INFINITY, 1, |member, score| out = Some((member, score)));
+        out
+    }
+
+    /// `f` on each of the first `limit` members with score ≤ `max`, lowest first.
+    fn zrange_each(&self, max: f64, limit: usize, mut f: impl FnMut(Str, f64)) {
         if self.kind() != Kind::Zset || limit == 0 {
-            return out;
+            return;
         }
         // SAFETY: a live zset key handle; every element string is ours (released when its
         // `Str` drops); the range is stopped before returning.
@@ -899,25 +913,26 @@ impl Key {
                 raw::RedisModule_ZsetRangeEndReached,
                 raw::RedisModule_ZsetRangeStop,
             ) else {
-                return out;
+                return;
             };
             if first(self.key, f64::NEG_INFINITY, max, 0, 0) != raw::REDISMODULE_OK as c_int {
-                return out;
+                return;
             }
-            while out.len() < limit && end(self.key) == 0 {
+            let mut seen = 0;
+            while seen < limit && end(self.key) == 0 {
                 let mut score = 0f64;
                 let ele = current(self.key, &mut score);
                 if ele.is_null() {
                     break;
                 }
-                out.push((Str::own(ele, self.ctx), score));
+                f(Str::own(ele, self.ctx), score);
+                seen += 1;
                 if next(self.key) == 0 {
                     break;
                 }
             }
             stop(self.key);
         }
-        out
     }
 
     /// One field's value, as HGET: `Some(None)` when absent (or the key is empty); `None`

@@ -23,12 +23,13 @@ const NOTIFY_HASH: c_int = REDISMODULE_NOTIFY_HASH;
 const NOTIFY_ZSET: c_int = REDISMODULE_NOTIFY_ZSET;
 const NOTIFY_STREAM: c_int = REDISMODULE_NOTIFY_STREAM;
 
-/// A host reply, owned and binary-safe.
+/// What a write answered, as its verification reads it: an integer, a bulk string (an XADD's
+/// id), or the member a ZPOPMIN popped.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     Int(i64),
     Bulk(Vec<u8>),
-    Array(Vec<Reply>),
+    Popped(Vec<u8>),
 }
 
 /// One verb's view of the server.
@@ -150,11 +151,7 @@ impl<'c> Host<'c> {
     pub fn head(&self, key: &[u8]) -> Result<Option<Str>, Refusal> {
         self.target(key, |k| match k.kind() {
             Kind::Empty => Ok(None),
-            Kind::Zset => Ok(k
-                .zrange_to(f64::INFINITY, 1)
-                .into_iter()
-                .next()
-                .map(|(m, _)| m)),
+            Kind::Zset => Ok(k.lowest().map(|(m, _)| m)),
             _ => Err(Refusal::WrongType),
         })?
     }
@@ -164,10 +161,7 @@ impl<'c> Host<'c> {
     pub fn first_score(&self, key: &[u8]) -> Result<Option<i64>, Refusal> {
         self.read(key, |k| match k.kind() {
             Kind::Empty => Ok(None),
-            Kind::Zset => Ok(k
-                .zrange_to(f64::INFINITY, 1)
-                .first()
-                .map(|(_, score)| *score as i64)),
+            Kind::Zset => Ok(k.lowest().map(|(_, score)| score as i64)),
             _ => Err(Refusal::WrongType),
         })?
     }
@@ -512,16 +506,15 @@ impl<'c> Host<'c> {
                 (Reply::Int(removed), NOTIFY_ZSET, c"zrem")
             }
             "ZPOPMIN" => {
-                let Some((member, s)) = k.zrange_to(f64::INFINITY, 1).into_iter().next() else {
+                let Some((member, _)) = k.lowest() else {
                     return Err(fail("found nothing to pop"));
                 };
                 if k.zrem(&member) != Some(true) {
                     return Err(fail("could not remove the head"));
                 }
-                let reply = Reply::Array(vec![
-                    Reply::Bulk(member.to_vec()),
-                    Reply::Bulk(num(s as i64).to_vec()),
-                ]);
+                // the member is what the verification compares (ZPOPMIN's score is no part
+                // of the move)
+                let reply = Reply::Popped(member.to_vec());
                 produced = Some(member);
                 (reply, NOTIFY_ZSET, c"zpopmin")
             }
@@ -555,9 +548,7 @@ impl<'c> Host<'c> {
             (Expect::Int(want), Reply::Int(got)) => want == got,
             (Expect::AnyInt, Reply::Int(_)) => true,
             (Expect::AnyId, Reply::Bulk(_)) => true,
-            (Expect::Popped(id), Reply::Array(items)) => {
-                matches!(items.first(), Some(Reply::Bulk(b)) if b == id)
-            }
+            (Expect::Popped(id), Reply::Popped(member)) => member == id,
             _ => false,
         };
         if !ok {
