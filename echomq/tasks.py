@@ -357,4 +357,10 @@ class App:
                 self.cron(cron, queue=fn.task.queue)  # type: ignore[attr-defined]
             return fn  # type: ignore[return-value]
 
+        if isinstance(fn, str):  # @app.task("emails"): Celery's spelling names the task, ours the queue
+            raise ConfigurationError(f"@app.task({fn!r}) takes the queue by keyword: write "
+                                     f"@app.task(queue={fn!r})")
+        if fn is not None and not callable(fn):
+            raise ConfigurationError(f"@app.task decorates a function, not {type(fn).__name__}: "
+                                     "write @app.task or @app.task(queue=...) above a def")
         return register(fn) if fn is not None else register

@@ -297,6 +297,15 @@ def test_the_decorator_registers_one_handler_per_queue():
         app.handler("other", print, max_attempts=0)
 
 
+def test_the_decorator_names_the_keyword_when_given_a_queue_positionally():
+    app = App()
+    with pytest.raises(ConfigurationError, match=r"@app.task\(queue='emails'\)"):
+        app.task("emails")
+    with pytest.raises(ConfigurationError, match="decorates a function, not int"):
+        app.task(5)
+    assert app.tasks == {}
+
+
 def test_handlers_get_the_arguments_they_take():
     ctx = JobContext("id1", "q", 2)
     app = App()
