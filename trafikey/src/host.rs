@@ -341,13 +341,17 @@ impl<'c> Host<'c> {
     ) -> Result<Option<Seen>, Refusal> {
         self.read(key, |k| match k.kind() {
             Kind::Empty => Ok(None),
-            Kind::Hash => fields
-                .map(|f| {
-                    self.with_name(f.as_bytes(), |f| k.hash_get(f))?
-                        .ok_or_else(|| self.host_error("could not read a hash"))
-                })
-                .collect::<Result<Seen, _>>()
-                .map(Some),
+            Kind::Hash => {
+                // sized once (a collect through `Result` would grow it past four fields)
+                let mut seen = Seen::with_capacity(fields.size_hint().0);
+                for f in fields {
+                    seen.push(
+                        self.with_name(f.as_bytes(), |f| k.hash_get(f))?
+                            .ok_or_else(|| self.host_error("could not read a hash"))?,
+                    );
+                }
+                Ok(Some(seen))
+            }
             _ => Err(Refusal::WrongType),
         })?
     }
