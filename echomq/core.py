@@ -218,6 +218,9 @@ class QueueCore:
         """A call with its arguments checked against SPEC §3."""
         return BY_NAME[verb].build(self.keys, *argv)
 
+    def _build_checked_already(self, verb: str, *argv: Any) -> Call:
+        return BY_NAME[verb].build_checked_already(self.keys, *argv)
+
     def encode(self, payload: Any) -> bytes:
         """The payload's bytes, checked client-side: encodable and within ``max_payload_bytes``
         (then wrapped in a trace envelope when tracing is on: :mod:`echomq.envelope`)."""
@@ -230,10 +233,13 @@ class QueueCore:
             raise errors.ConfigurationError("a lane job runs in its group's order: it takes no priority")
         return self.build("lane_enqueue", new_id() if id is None else id, self.encode(payload), group)
 
-    def complete_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
+    def complete_call(self, job: JobRef, *, token: str | int | None = None, checked_already: bool = False) -> Call:
+        """COMPLETE. ``checked_already``: ``job`` is a Job this process claimed, so its id and token are
+        not checked again (the worker's settles)."""
+        build = self._build_checked_already if checked_already else self.build
         if _lane_of(job):  # a lane job's completion: no record kept
-            return self.build("lane_complete", *_ref(job, token), b"", 0)
-        return self.build("complete", *_ref(job, token))
+            return build("lane_complete", *_ref(job, token), b"", 0)
+        return build("complete", *_ref(job, token))
 
     def fail_call(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
                   token: str | int | None = None, traceback: str | None = None) -> Call:
@@ -256,11 +262,15 @@ class QueueCore:
             check_traceback(traceback)  # refused the same whether or not it is sent
         return self.build(verb, *argv)
 
-    def publish_call(self, job: JobRef, result: bytes, *, retention_ms: int, token: str | int | None = None) -> Call:
+    def publish_call(self, job: JobRef, result: bytes, *, retention_ms: int, token: str | int | None = None,
+                     checked_already: bool = False) -> Call:
         """COMPLETE with the outcome told (the bus): ``result`` (already encoded) kept as the job's
         completed record for ``retention_ms`` (0: no record). A lane job's is LANE_COMPLETE, which
-        keeps the record and tells the outcome the same way."""
-        return self.build("lane_complete" if _lane_of(job) else "publish", *_ref(job, token), result, retention_ms)
+        keeps the record and tells the outcome the same way. ``checked_already``: ``job`` is a Job this
+        process claimed, ``result`` came from :func:`~echomq.results.encode_result` and
+        ``retention_ms`` from a Task, so none is checked again (the worker's settles)."""
+        build = self._build_checked_already if checked_already else self.build
+        return build("lane_complete" if _lane_of(job) else "publish", *_ref(job, token), result, retention_ms)
 
     def flow_complete_call(self, job: JobRef, result: bytes, *, retention_ms: int,
                            token: str | int | None = None) -> Call:

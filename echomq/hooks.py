@@ -80,6 +80,11 @@ def wanted(family: str) -> bool:
     return _prefixes.get(family, 0) > 0
 
 
+def listened(event: str) -> bool:
+    """Whether anyone subscribes to ``event``: skip building its data if not."""
+    return bool(_subscribers.get(event))
+
+
 def emit(event: str, **data: Any) -> None:
     for fn in _subscribers.get(event, ()):
         try:

@@ -296,6 +296,12 @@ class Verb:
                 + f", got {len(argv)} values")
         return Call(self, keyspace.keys_of(self.keys), tuple(map(check_arg, names, argv)))
 
+    def build_checked_already(self, keyspace: Keyspace, *argv: Any) -> Call:
+        """A call of values each already within SPEC §3's limits (an id and token from a claim
+        reply, a result :func:`echomq.results.encode_result` made): :meth:`build` without the
+        re-check, for the worker's per-job settles."""
+        return Call(self, keyspace.keys_of(self.keys), argv)
+
     def answer(self, call: Call, reply: Any) -> Any:
         """The typed answer to ``call``; an error reply stays an exception object (the caller
         raises it, or returns it in a batch). A fenced verb's 0 (no row, or the token does

@@ -111,8 +111,8 @@ class WorkerConfig:
 
 @dataclass
 class Tally:
-    """What this worker did, by outcome: a subscriber to the worker's ``job.*`` hooks (each
-    field is named after its event)."""
+    """What this worker did, by outcome: each field counts the worker's ``job.*`` or ``sweep.*``
+    event of its name (the worker counts every event it emits, whether or not a hook listens)."""
 
     claimed: int = 0
     completed: int = 0
@@ -173,17 +173,17 @@ class Histogram:
 
 @dataclass
 class Timings:
-    """How long this worker's jobs ran and waited: a subscriber to the ``job.*`` hooks that carry
-    ``duration_s`` and ``waited_s`` (``emq worker --metrics-port`` exports them)."""
+    """How long this worker's jobs ran and waited: every ``duration_s`` and ``waited_s`` its
+    ``job.*`` events carry (``emq worker --metrics-port`` exports them)."""
 
     duration: Histogram = field(default_factory=lambda: Histogram(DURATION_BUCKETS_S))
     waited: Histogram = field(default_factory=lambda: Histogram(WAIT_BUCKETS_S))
 
-    def add(self, event: str, data: dict[str, Any]) -> None:
-        if data.get("duration_s") is not None:
-            self.duration.observe(data["duration_s"])
-        if data.get("waited_s") is not None:
-            self.waited.observe(data["waited_s"])
+    def add(self, fields: dict[str, Any]) -> None:
+        if fields.get("duration_s") is not None:
+            self.duration.observe(fields["duration_s"])
+        if fields.get("waited_s") is not None:
+            self.waited.observe(fields["waited_s"])
 
 
 def waited_in_pending_s(job_id: str, attempt: int, now_s: float) -> float | None:
@@ -193,11 +193,6 @@ def waited_in_pending_s(job_id: str, attempt: int, now_s: float) -> float | None
     reply). Both ends are wall clocks of possibly two hosts: skew is clamped at 0."""
     minted = minted_ms(job_id) if attempt == 1 else None
     return None if minted is None else max(0.0, now_s - minted / 1000)
-
-
-def _count(event: str, data: dict[str, Any]) -> None:
-    data["worker"].tally.add(event)
-    data["worker"].timings.add(event, data)
 
 
 def _log(event: str, data: dict[str, Any]) -> None:
@@ -212,8 +207,6 @@ def _log(event: str, data: dict[str, Any]) -> None:
         log.info("%s failed (%s); retry in %d ms", where, data["error"], data["backoff_ms"])
 
 
-for _event in TALLIED:
-    hooks.subscribe(_event, _count)
 for _event in ("job.lost", "job.dead", "job.retried"):
     hooks.subscribe(_event, _log)
 
@@ -722,9 +715,11 @@ class Worker:
         if job.flow:
             return self._flow_settle_call(held, decision)
         if isinstance(decision, policy.Complete):
+            # this worker's own claim, a result encode_result made and the task's checked retention
             if self.bus and held.task.result_ttl_ms:
-                return queue.publish_call(job, decision.value, retention_ms=held.task.result_ttl_ms)
-            return queue.complete_call(job)
+                return queue.publish_call(job, decision.value, retention_ms=held.task.result_ttl_ms,
+                                          checked_already=True)
+            return queue.complete_call(job, checked_already=True)
         if isinstance(decision, policy.Fail):
             if self.bus:
                 return queue.failures_incr_call(job, decision.error, max_attempts=decision.max_attempts,
@@ -792,12 +787,19 @@ class Worker:
                        duration_s=held.duration_s)
 
     def _emit(self, event: str, job: Job, **fields: Any) -> None:
-        hooks.emit(event, worker=self, queue=job.queue, id=job.id, attempt=job.attempt, **fields)
+        """Count ``event`` in the tally (its times in the histograms), then hand it to the hooks if
+        anyone listens: counted here, not by a subscriber, as building an event's data for no
+        listener cost more than counting it (two events a job)."""
+        self.tally.add(event)
+        self.timings.add(fields)
+        if hooks.listened(event):
+            hooks.emit(event, worker=self, queue=job.queue, id=job.id, attempt=job.attempt, **fields)
 
     def _emit_sweep(self, queue: str, found: Sweep) -> None:
         for event, ids in (("sweep.stalled", found.recovered), ("sweep.recovered", found.exempt),
                            ("sweep.stalled_dead", found.dead)):
             for job_id in ids:
+                self.tally.add(event)
                 hooks.emit(event, worker=self, queue=queue, id=job_id)
 
     def _release(self, held: Held) -> None:

@@ -127,6 +127,42 @@ def test_the_worker_emits_job_events_and_tally_counts_them(conn, recorded):
     assert worker.timings.waited.snapshot()[0][-1][1] == 4
 
 
+def test_the_tally_counts_with_no_hook_listening_and_a_subscriber_gets_each_event_it_chose(conn):
+    """The worker counts its events itself (no subscriber of its own on the hot events): with no one
+    listening the tally and histograms still count every job, and a subscriber to one event gets
+    that event for every job and no other."""
+    name = fresh_name("h")
+    app = App()
+
+    @app.task(queue=name, max_attempts=1)
+    def handler(payload):
+        return payload
+
+    queue = Queue(conn, name)
+
+    def run(count: int) -> Worker:
+        queue.enqueue_many(range(count))
+        worker = Worker(app, conn, config=WorkerConfig(concurrency=4, burst=True))
+        worker.run(install_signals=False)
+        return worker
+
+    assert not any(hooks.listened(event) for event in ("job.claimed", "job.completed"))
+    quiet = run(6)
+    assert (quiet.tally.claimed, quiet.tally.completed) == (6, 6)
+    assert quiet.timings.duration.snapshot()[0][-1][1] == 6 and quiet.timings.waited.snapshot()[0][-1][1] == 6
+    completed: list[dict] = []
+    off = hooks.subscribe("job.completed", lambda e, d: completed.append(d))
+    try:
+        assert hooks.listened("job.completed") and not hooks.listened("job.claimed")
+        heard = run(5)
+    finally:
+        off()
+    assert not hooks.listened("job.completed")
+    assert [d["worker"] for d in completed] == [heard] * 5 and len({d["id"] for d in completed}) == 5  # one a job
+    assert (heard.tally.claimed, heard.tally.completed) == (5, 5)
+    assert all(set(d) == set(hooks.EVENTS["job.completed"]) for d in completed)
+
+
 @pytest.mark.parametrize("job_id", [new_id(), former_default_id(time.time_ns() // 1_000_000)],
                          ids=["default", "former-uuid7"])
 def test_waited_in_pending_is_known_for_a_first_claim_of_an_id_that_says_when_it_was_minted(job_id):

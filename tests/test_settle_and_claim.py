@@ -62,3 +62,24 @@ def test_nothing_to_settle_or_nothing_to_claim(queue, count):
     held = queue.claim_many(3, LEASE)
     answers, nxt = queue.settle_and_claim([queue.complete_call(j) for j in held], count, LEASE)
     assert answers == [1, 1, 1] and nxt == []
+
+
+def test_the_worker_s_unchecked_settles_are_the_checked_calls(queue):
+    """checked_already skips the SPEC §3 re-check for a job this process claimed (the worker's success
+    path): it builds the very call the checked path does, flat or lane, and that call settles."""
+    queue.enqueue_many(["a", "b"])
+    queue.enqueue("c", group="g")
+    held = queue.claim_many(2, LEASE) + queue.claim_lanes(1, LEASE)
+    assert [job.group for job in held] == [None, None, "g"]
+    for job in held:
+        assert queue.complete_call(job, checked_already=True) == queue.complete_call(job)
+        assert (queue.publish_call(job, b"null", retention_ms=60_000, checked_already=True)
+                == queue.publish_call(job, b"null", retention_ms=60_000))
+    calls = [queue.complete_call(held[0], checked_already=True)]
+    if queue.connection.supports("publish"):
+        calls.append(queue.publish_call(held[1], b"1", retention_ms=60_000, checked_already=True))
+    else:
+        calls.append(queue.complete_call(held[1], checked_already=True))
+    calls.append(queue.publish_call(held[2], b"2", retention_ms=60_000, checked_already=True))
+    assert queue.settle_many(calls) == [True, True, True]
+    assert queue.counts().active == 0 and queue.counts().lane_active == 0
