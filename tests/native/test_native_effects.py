@@ -1,7 +1,7 @@
 """What a client outside the verb can see of how it touches keys, the same on both wires (issue 18).
 
 A native verb opens a key it only writes (pending for CLAIM's pop and ENQUEUE's ZADD, active for
-CLAIM's ZADD, ``metrics:completed`` for COMPLETE's HINCRBY) once, for read and write, and signals
+CLAIM's ZADD and COMPLETE's ZREM, ``metrics:completed`` for COMPLETE's HINCRBY) once, for read and write, and signals
 modified keys itself after each write. Each test is a case that would show a difference if that
 were done wrong:
 
@@ -101,6 +101,28 @@ def test_a_write_aborts_a_watch_of_each_key_it_writes(queues, wire):
         job = q.claim(60000)
     assert exec_runs(server, [q.keys.active], claim) is False
     assert exec_runs(server, [q.keys.base + "metrics:completed"], lambda: q.complete(job)) is False
+    q.enqueue("x", id="j2")
+    claim()
+    assert exec_runs(server, [q.keys.active], lambda: q.complete(job)) is False
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_complete_refused_by_its_lease_check_leaves_a_watch_of_active_alone(queues, wire):
+    # COMPLETE checks that the id is in active on active's write handle (the script's check is its
+    # ZREM): a row held with the right token whose id left active is refused, active untouched
+    q, c, server = queues[wire]
+    q.enqueue("x", id="j1")
+    job = q.claim(60000)
+    c.zadd(q.keys.active, {"other": 1})
+    c.zrem(q.keys.active, "j1")
+    before = c.zrange(q.keys.active, 0, -1, withscores=True)
+
+    def complete():
+        with pytest.raises(Exception, match="EMQSTATE"):
+            q.complete(job)
+    assert exec_runs(server, [q.keys.active], complete) is True
+    assert c.zrange(q.keys.active, 0, -1, withscores=True) == before
+    assert c.hget(q.keys.base + "job:j1", "state") == b"active"
 
 
 def lifecycle_seen(q: Queue, c, wire: int) -> list[tuple[str, object]]:
@@ -167,8 +189,8 @@ def test_notifications_and_keyspace_stats_are_the_scripts(queues):
         assert not missed & {"pending", "active", "metrics:completed"}, step
         # each key read is counted once (the script may count one twice: EXISTS row row meta)
         assert stats[6][step][1] == len(missed), step
-        assert stats[6][step][0] <= stats[4][step][0] or step == "complete", step
-    # hits: CLAIM's row; COMPLETE's row and active (the native settle reads the lease's score, the
-    # script checks with its ZREM); none for the keys only written (pending, active in a claim)
-    assert {step: stats[6][step][0] for step in stats[6]} == {"enqueue": 0, "claim": 1, "complete": 2,
+        assert stats[6][step][0] <= stats[4][step][0], step
+    # hits: CLAIM's row; COMPLETE's row (its lease is checked on active's write handle, as the
+    # script checks it with its ZREM); none for the keys only written (pending, active)
+    assert {step: stats[6][step][0] for step in stats[6]} == {"enqueue": 0, "claim": 1, "complete": 1,
                                                               "claim empty": 0}

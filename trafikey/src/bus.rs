@@ -64,8 +64,8 @@ pub fn events_on(
     h.expect_stream(&key)?;
     fence.write(&key)?;
     Ok(Some(Events {
-        key,
-        bound: num(bound),
+        key: key.to_vec(),
+        bound: num(bound).to_vec(),
     }))
 }
 
@@ -100,5 +100,5 @@ pub fn outcome_channel(
     id: &[u8],
 ) -> Result<Option<Vec<u8>>, Refusal> {
     let channel = q.key(&[b"outcome:".as_slice(), id].concat());
-    Ok(fence.may_publish(&channel)?.then_some(channel))
+    Ok(fence.may_publish(&channel)?.then(|| channel.to_vec()))
 }

@@ -338,9 +338,60 @@ pub enum Expect {
 pub struct Op<'a> {
     pub cmd: &'static str,
     /// The key, then the command's arguments; borrowed where the verb holds them.
-    pub args: Vec<Cow<'a, [u8]>>,
+    pub args: Args<'a>,
     pub expect: Expect,
 }
+
+/// How many borrowed arguments an op holds without an allocation (a new row's HSET has 11).
+const FEW_ARGS: usize = 12;
+
+/// An op's arguments: a few borrowed ones in place (the lifecycle's writes: a plan allocates
+/// nothing per op), or any number, borrowed or owned.
+#[derive(Debug, Clone)]
+pub enum Args<'a> {
+    Few([&'a [u8]; FEW_ARGS], usize),
+    Many(Vec<Cow<'a, [u8]>>),
+}
+
+impl<'a> Args<'a> {
+    pub fn len(&self) -> usize {
+        match self {
+            Args::Few(_, len) => *len,
+            Args::Many(args) => args.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn get(&self, i: usize) -> Option<&[u8]> {
+        match self {
+            Args::Few(args, len) => args[..*len].get(i).copied(),
+            Args::Many(args) => args.get(i).map(|a| &a[..]),
+        }
+    }
+
+    pub fn first(&self) -> Option<&[u8]> {
+        self.get(0)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let (few, many): (&[&[u8]], &[Cow<'a, [u8]>]) = match self {
+            Args::Few(args, len) => (&args[..*len], &[]),
+            Args::Many(args) => (&[], args),
+        };
+        few.iter().copied().chain(many.iter().map(|a| &a[..]))
+    }
+}
+
+impl PartialEq for Args<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Args<'_> {}
 
 impl Op<'_> {
     /// HSET or HINCRBY: writes that can travel merged as one HSET of the values written.
@@ -364,18 +415,21 @@ impl Op<'_> {
 }
 
 pub fn op<'a>(cmd: &'static str, args: &[&'a [u8]], expect: Expect) -> Op<'a> {
-    Op {
-        cmd,
-        args: args.iter().map(|a| Cow::Borrowed(*a)).collect(),
-        expect,
-    }
+    let args = if args.len() <= FEW_ARGS {
+        let mut few: [&[u8]; FEW_ARGS] = [&[]; FEW_ARGS];
+        few[..args.len()].copy_from_slice(args);
+        Args::Few(few, args.len())
+    } else {
+        Args::Many(args.iter().map(|a| Cow::Borrowed(*a)).collect())
+    };
+    Op { cmd, args, expect }
 }
 
 /// An op over arguments the plan owns (batched members, numbers it formatted).
 pub fn owned_op(cmd: &'static str, args: Vec<Vec<u8>>, expect: Expect) -> Op<'static> {
     Op {
         cmd,
-        args: args.into_iter().map(Cow::Owned).collect(),
+        args: Args::Many(args.into_iter().map(Cow::Owned).collect()),
         expect,
     }
 }
@@ -408,9 +462,58 @@ pub fn new_row<'a>(
     fields
 }
 
-/// Integer text for a score or a counter.
-pub fn num(n: i64) -> Vec<u8> {
-    n.to_string().into_bytes()
+/// Integer text for a score or a counter, formatted on the stack (a verb makes several per
+/// command: no allocation for each).
+pub fn num(n: i64) -> Num {
+    let mut buf = [0u8; NUM_MAX];
+    let mut at = NUM_MAX;
+    let mut rest = n.unsigned_abs();
+    // two digits a step (a millisecond time has 13)
+    while rest >= 10 {
+        let pair = (rest % 100) as usize * 2;
+        rest /= 100;
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if rest > 0 || at == NUM_MAX {
+        at -= 1;
+        buf[at] = b'0' + rest as u8;
+    }
+    if n < 0 {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    Num { buf, at: at as u8 }
+}
+
+/// "00" to "99", for [`num`].
+const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// The longest integer text: `-9223372036854775808`.
+const NUM_MAX: usize = 20;
+
+/// [`num`]'s text: the digits at the end of `buf`, from `at`.
+#[derive(Clone, Copy)]
+pub struct Num {
+    buf: [u8; NUM_MAX],
+    at: u8,
+}
+
+impl std::ops::Deref for Num {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[usize::from(self.at)..]
+    }
+}
+
+impl std::fmt::Debug for Num {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self))
+    }
 }
 
 /// One swept member, decided, with the score it re-enters pending with.
@@ -450,7 +553,7 @@ pub fn sweep_plan(
             Swept::Exempt => {
                 plan.push(owned_op(
                     "HSET",
-                    vec![row, b"state".to_vec(), State::Pending.field().to_vec()],
+                    vec![row.to_vec(), b"state".to_vec(), State::Pending.field().to_vec()],
                     Expect::AnyInt,
                 ));
             }
@@ -458,9 +561,9 @@ pub fn sweep_plan(
                 plan.push(owned_op(
                     "HSET",
                     vec![
-                        row,
+                        row.to_vec(),
                         b"stalled".to_vec(),
-                        num(st),
+                        num(st).to_vec(),
                         b"state".to_vec(),
                         State::Pending.field().to_vec(),
                     ],
@@ -471,25 +574,25 @@ pub fn sweep_plan(
                 plan.push(owned_op(
                     "HSET",
                     vec![
-                        row,
+                        row.to_vec(),
                         b"stalled".to_vec(),
-                        num(st),
+                        num(st).to_vec(),
                         b"state".to_vec(),
                         State::Dead.field().to_vec(),
                         b"last_error".to_vec(),
                         b"stalled".to_vec(),
                         b"failed".to_vec(),
-                        num(now),
+                        num(now).to_vec(),
                     ],
                     Expect::AnyInt,
                 ));
-                to_dead.push(num(now));
+                to_dead.push(num(now).to_vec());
                 to_dead.push(m.id.clone());
                 died += 1;
                 continue;
             }
         }
-        to_pending.push(num(m.priority));
+        to_pending.push(num(m.priority).to_vec());
         to_pending.push(m.id.clone());
     }
     if to_pending.len() > 1 {
@@ -499,7 +602,7 @@ pub fn sweep_plan(
         plan.push(owned_op("ZADD", to_dead, Expect::AnyInt));
         plan.push(owned_op(
             "HINCRBY",
-            vec![q.metrics_failed(), b"count".to_vec(), num(died)],
+            vec![q.metrics_failed().to_vec(), b"count".to_vec(), num(died).to_vec()],
             failed_count.map_or(Expect::AnyInt, Expect::Int),
         ));
     }
@@ -549,6 +652,13 @@ pub fn bclaim_next(idle: bool, phase: Phase) -> Next {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn num_is_the_integer_text() {
+        for n in [0, 7, -7, 10, 99, 100, 101, -100, 1_764_000_000_000, i64::MAX, i64::MIN] {
+            assert_eq!(&num(n)[..], n.to_string().as_bytes());
+        }
+    }
 
     #[test]
     fn admission_reads_the_row_then_the_marker() {

@@ -46,12 +46,18 @@ pub unsafe fn dispatch(
     handler: Handler,
 ) -> c_int {
     let context = Context::new(ctx);
-    let args = unsafe { arg_bytes(argv, argc) };
-    let _line = CommandLine::set(argv, &args);
-    let result = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, &args)))
+    // the verbs' lines fit on the stack; a long batch (EXTENDS, a sweep) takes the heap
+    let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
+    let mut heap = Vec::new();
+    let args = unsafe { arg_bytes(argv, argc, &mut inline, &mut heap) };
+    let _line = CommandLine::set(argv, args);
+    let result = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, args)))
         .unwrap_or_else(|_| Err(ValkeyError::Str("EMQHOST trafikey caught a panic")));
     context.reply(result) as c_int
 }
+
+/// How many arguments a command line reads into a stack array.
+const INLINE_ARGS: usize = 16;
 
 /// What a blocked command's wake handler decided when a key it waits on was signalled ready.
 pub enum Wake {
@@ -95,7 +101,9 @@ pub unsafe fn wake(
     handler: WakeHandler,
 ) -> c_int {
     let context = Context::new(ctx);
-    let args = unsafe { arg_bytes(argv, argc) };
+    let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
+    let mut heap = Vec::new();
+    let args = unsafe { arg_bytes(argv, argc, &mut inline, &mut heap) };
     // SAFETY: a reply callback's context holds the ready key, alive for the callback.
     let ready = unsafe {
         match raw::RedisModule_GetBlockedClientReadyKey {
@@ -110,8 +118,8 @@ pub unsafe fn wake(
             None => &[][..],
         }
     };
-    let _line = CommandLine::set(argv, &args);
-    let woke = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, &args, ready)))
+    let _line = CommandLine::set(argv, args);
+    let woke = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, args, ready)))
         .unwrap_or_else(|_| Wake::Reply(Err(ValkeyError::Str("EMQHOST trafikey caught a panic"))));
     match woke {
         Wake::Wait => raw::REDISMODULE_ERR as c_int,
@@ -151,11 +159,10 @@ impl Drop for CommandLine {
     }
 }
 
-/// The running command's argument equal to `bytes`, borrowed: a view, valid until the handler
+/// The argument of the command `line` equal to `bytes`, borrowed: a view, valid until the handler
 /// returns (what keeps a string longer — a key handle, a replicated argv, a blocked client's
 /// keys — takes its own reference).
-fn argument(bytes: &[u8]) -> Option<Str> {
-    let (argv, args, argc) = LINE.with(std::cell::Cell::get);
+fn argument((argv, args, argc): Line, bytes: &[u8]) -> Option<Str> {
     if argv.is_null() || args.is_null() {
         return None;
     }
@@ -173,20 +180,33 @@ fn argument(bytes: &[u8]) -> Option<Str> {
     })
 }
 
-/// The command line as byte slices borrowing the server's strings.
+/// The command line as byte slices borrowing the server's strings: in `inline` when they
+/// fit, else in `heap`.
 ///
 /// # Safety
 /// `argv` holds `argc` live module strings that outlive the slices.
-unsafe fn arg_bytes<'a>(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Vec<&'a [u8]> {
-    let count = usize::try_from(argc).unwrap_or(0);
-    let mut args: Vec<&[u8]> = Vec::with_capacity(count);
-    if !argv.is_null() {
-        for i in 0..count {
-            // SAFETY: the server passes `argc` valid strings in `argv`, alive for the call.
-            args.push(unsafe { string_bytes(*argv.add(i)) });
+unsafe fn arg_bytes<'a, 'b>(
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    inline: &'b mut [&'a [u8]; INLINE_ARGS],
+    heap: &'b mut Vec<&'a [u8]>,
+) -> &'b [&'a [u8]] {
+    let count = if argv.is_null() {
+        0
+    } else {
+        usize::try_from(argc).unwrap_or(0)
+    };
+    // SAFETY: the server passes `argc` valid strings in `argv`, alive for the call.
+    let arg = |i: usize| unsafe { string_bytes(*argv.add(i)) };
+    if count <= INLINE_ARGS {
+        for (i, slot) in inline.iter_mut().enumerate().take(count) {
+            *slot = arg(i);
         }
+        &inline[..count]
+    } else {
+        heap.extend((0..count).map(arg));
+        heap
     }
-    args
 }
 
 /// May this command block its client? Not inside MULTI/EXEC or a script, nor where the
@@ -455,24 +475,79 @@ impl Drop for Str {
     }
 }
 
-/// The row and counter field names the verbs use, made once (strings the server reads by
-/// pointer: no C-string copy per field access).
-const FIELD_NAMES: [&str; 14] = [
-    "attempts",
+/// Declares the strings every command may use (field names, states, the small numbers and
+/// words of the effects), made once, and `shared_index`, which finds one by its bytes with
+/// comparisons the compiler unrolls.
+macro_rules! shared_names {
+    ($($name:literal),* $(,)?) => {
+        const SHARED_NAMES: &[&str] = &[$($name),*];
+
+        fn shared_index(bytes: &[u8]) -> Option<usize> {
+            // keys, ids and payloads are longer than every shared name: one comparison
+            if bytes.len() > SHARED_LONGEST {
+                return None;
+            }
+            let mut i = 0;
+            $(
+                if bytes == $name.as_bytes() {
+                    return Some(i);
+                }
+                i += 1;
+            )*
+            let _ = i;
+            None
+        }
+    };
+}
+
+/// The length of the longest shared name.
+const SHARED_LONGEST: usize = {
+    let (mut i, mut longest) = (0, 0);
+    while i < SHARED_NAMES.len() {
+        if SHARED_NAMES[i].len() > longest {
+            longest = SHARED_NAMES[i].len();
+        }
+        i += 1;
+    }
+    longest
+};
+
+// the fields and words of the lifecycle's writes first (the lookup tries them in order)
+shared_names!(
     "state",
+    "attempts",
+    "payload",
+    "created",
+    "pending",
+    "active",
+    "lease_epoch",
+    "started",
+    "count",
+    "0",
+    "1",
     "group",
     "parent",
-    "payload",
+    "unique",
+    "events",
+    "waiters",
+    "paused",
+    "rate_limit",
+    "rate_window",
     "priority",
-    "lease_epoch",
     "failures",
     "last_error",
     "stalled",
-    "count",
-    "paused",
-    "pending",
-    "active",
-];
+    "MAXLEN",
+    "type",
+    "id",
+    "attempt",
+    "finished",
+    "progress",
+    "schedule",
+    "dead",
+    "completed",
+    "failed",
+);
 
 struct Shared(Vec<Str>);
 // SAFETY: module strings are only touched from the server's main thread (command handlers);
@@ -484,35 +559,80 @@ unsafe impl Send for Shared {}
 
 static SHARED: std::sync::OnceLock<Option<Shared>> = std::sync::OnceLock::new();
 
-fn shared(bytes: &[u8]) -> Option<Str> {
+/// The shared strings: `SHARED_NAMES`, then the epoch (`run_id`), which every lease stamps.
+fn shared_all() -> Option<&'static [Str]> {
     let all = SHARED.get_or_init(|| {
-        FIELD_NAMES
+        SHARED_NAMES
             .iter()
-            .map(|n| Str::new(n.as_bytes()))
+            .map(|n| n.as_bytes())
+            .chain(crate::epoch::current())
+            .map(Str::new)
             .collect::<Option<Vec<_>>>()
             .map(Shared)
     });
-    let at = FIELD_NAMES.iter().position(|n| n.as_bytes() == bytes)?;
-    all.as_ref()?.0.get(at).map(Str::view)
+    all.as_ref().map(|s| s.0.as_slice())
 }
 
-/// How many recently made strings a command keeps for reuse (a key name is checked, opened
-/// and replicated several times; a member is read, then written).
+fn shared(bytes: &[u8]) -> Option<Str> {
+    let all = shared_all()?;
+    let at = match shared_index(bytes) {
+        Some(at) => at,
+        // the epoch, compared only when the length matches
+        None => {
+            let epoch = all.get(SHARED_NAMES.len())?;
+            if epoch.bytes() != bytes {
+                return None;
+            }
+            SHARED_NAMES.len()
+        }
+    };
+    all.get(at).map(Str::view)
+}
+
+/// How many recently used strings are kept for reuse, from one command to the next (a key
+/// name is checked, opened and replicated several times; a member is read, then written; a
+/// queue's meta and counter keys are asked for by every command). The least recently used
+/// goes first.
 const RECENT: usize = 8;
 
-/// One command's module strings: the shared field names, the command's own arguments
-/// (borrowed), then the last few made, reused; else a new one.
-#[derive(Default)]
-pub struct Names(std::cell::RefCell<Vec<Str>>);
+/// One command's module strings: the shared names, the command's own arguments (borrowed),
+/// then the last few made, reused; else a new one.
+pub struct Names {
+    /// The running command's line, read once.
+    line: Line,
+    recent: std::cell::RefCell<Vec<Str>>,
+}
 
 impl Names {
-    pub fn get(&self, bytes: &[u8]) -> Option<Str> {
-        if let Some(s) = shared(bytes).or_else(|| argument(bytes)) {
-            return Some(s);
+    /// The running command's names, kept in `recent` (an empty vector).
+    pub fn new(recent: Vec<Str>) -> Names {
+        Names {
+            line: LINE.with(std::cell::Cell::get),
+            recent: std::cell::RefCell::new(recent),
         }
-        let mut recent = self.0.borrow_mut();
-        if let Some(s) = recent.iter().rev().find(|s| s.bytes() == bytes) {
-            return s.retain();
+    }
+
+    /// The recent strings, handed back to be kept for the next command (strings made with
+    /// no context: they outlive the command).
+    pub fn take_recent(&self) -> Vec<Str> {
+        self.recent.take()
+    }
+
+    /// The string for `bytes`, one more reference to it.
+    pub fn get(&self, bytes: &[u8]) -> Option<Str> {
+        self.with(bytes, Str::retain).flatten()
+    }
+
+    /// `f` on the string for `bytes`, borrowed for the call (no reference of its own: for a
+    /// string used and let go, such as a key whose ACL is checked). `f` must not ask for names.
+    pub fn with<T>(&self, bytes: &[u8], f: impl FnOnce(&Str) -> T) -> Option<T> {
+        if let Some(s) = shared(bytes).or_else(|| argument(self.line, bytes)) {
+            return Some(f(&s));
+        }
+        let mut recent = self.recent.borrow_mut();
+        if let Some(at) = recent.iter().rposition(|s| s.bytes() == bytes) {
+            recent[at..].rotate_left(1);
+            return recent.last().map(f);
         }
         let s = Str::new(bytes)?;
         if recent.len() == RECENT {
@@ -521,30 +641,52 @@ impl Names {
         if recent.capacity() == 0 {
             recent.reserve_exact(RECENT);
         }
-        recent.push(s.retain()?);
-        Some(s)
+        recent.push(s);
+        recent.last().map(f)
     }
 }
 
 /// Replicate one effect: `cmd` with `args`, to replicas and the AOF, inside the command's
-/// MULTI/EXEC (`RM_Replicate`, format `v`). False when the server refuses it.
+/// MULTI/EXEC (`RM_Replicate`). False when the server refuses it. Up to 12 arguments go as
+/// one `s` format each, so the server sizes its argv once (format `v` makes it grow it); a
+/// longer effect (a batch) goes as one `v` vector.
 pub fn replicate(ctx: &Context, cmd: &std::ffi::CStr, args: &[Str]) -> bool {
-    let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|s| s.ptr).collect();
     // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
     let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
         return false;
     };
-    // SAFETY: a live command context; format `v` takes (RedisModuleString **, size_t); the
-    // server takes its own references to what it keeps, ours are released by the caller.
-    unsafe {
-        rep(
-            ctx.ctx,
-            cmd.as_ptr(),
-            c"v".as_ptr(),
-            argv.as_mut_ptr(),
-            argv.len(),
-        ) == raw::REDISMODULE_OK as c_int
+    let (c, name) = (ctx.ctx, cmd.as_ptr());
+    // `RM_Replicate` with the format `$fmt` (one `s` per argument) and the arguments `$i…`
+    macro_rules! each {
+        ($fmt:literal; $($i:literal)*) => {
+            rep(c, name, $fmt.as_ptr(), $(args[$i].ptr),*)
+        };
     }
+    // SAFETY: a live command context; each `s` takes one live RedisModuleString, `v` takes
+    // (RedisModuleString **, size_t); the server takes its own references to what it keeps,
+    // ours are released by the caller.
+    let status = unsafe {
+        match args.len() {
+            1 => each!(c"s"; 0),
+            2 => each!(c"ss"; 0 1),
+            3 => each!(c"sss"; 0 1 2),
+            4 => each!(c"ssss"; 0 1 2 3),
+            5 => each!(c"sssss"; 0 1 2 3 4),
+            6 => each!(c"ssssss"; 0 1 2 3 4 5),
+            7 => each!(c"sssssss"; 0 1 2 3 4 5 6),
+            8 => each!(c"ssssssss"; 0 1 2 3 4 5 6 7),
+            9 => each!(c"sssssssss"; 0 1 2 3 4 5 6 7 8),
+            10 => each!(c"ssssssssss"; 0 1 2 3 4 5 6 7 8 9),
+            11 => each!(c"sssssssssss"; 0 1 2 3 4 5 6 7 8 9 10),
+            12 => each!(c"ssssssssssss"; 0 1 2 3 4 5 6 7 8 9 10 11),
+            _ => {
+                let mut argv: Vec<*mut raw::RedisModuleString> =
+                    args.iter().map(|s| s.ptr).collect();
+                rep(c, name, c"v".as_ptr(), argv.as_mut_ptr(), argv.len())
+            }
+        }
+    };
+    status == raw::REDISMODULE_OK as c_int
 }
 
 /// The server's millisecond clock, `server.ustime / 1000`: the value TIME reports, frozen for
@@ -694,6 +836,11 @@ impl Key {
         self.name.bytes()
     }
 
+    /// The key's name, as the server string the handle was opened with.
+    pub fn name_str(&self) -> &Str {
+        &self.name
+    }
+
     pub fn read(ctx: &Context, name: Str) -> Option<Key> {
         Key::open_mode(ctx, name, raw::REDISMODULE_READ)
     }
@@ -739,8 +886,22 @@ impl Key {
     /// `limit`, with their scores. Empty when the key is not a zset.
     pub fn zrange_to(&self, max: f64, limit: usize) -> Vec<(Str, f64)> {
         let mut out = Vec::new();
+        self.zrange_each(max, limit, |member, score| out.push((member, score)));
+        out
+    }
+
+    /// The lowest member (ties by member, as ZPOPMIN) with its score; `None` when the key is
+    /// not a zset.
+    pub fn lowest(&self) -> Option<(Str, f64)> {
+        let mut out = None;
+        self.zrange_each(f64::INFINITY, 1, |member, score| out = Some((member, score)));
+        out
+    }
+
+    /// `f` on each of the first `limit` members with score ≤ `max`, lowest first.
+    fn zrange_each(&self, max: f64, limit: usize, mut f: impl FnMut(Str, f64)) {
         if self.kind() != Kind::Zset || limit == 0 {
-            return out;
+            return;
         }
         // SAFETY: a live zset key handle; every element string is ours (released when its
         // `Str` drops); the range is stopped before returning.
@@ -752,25 +913,26 @@ impl Key {
                 raw::RedisModule_ZsetRangeEndReached,
                 raw::RedisModule_ZsetRangeStop,
             ) else {
-                return out;
+                return;
             };
             if first(self.key, f64::NEG_INFINITY, max, 0, 0) != raw::REDISMODULE_OK as c_int {
-                return out;
+                return;
             }
-            while out.len() < limit && end(self.key) == 0 {
+            let mut seen = 0;
+            while seen < limit && end(self.key) == 0 {
                 let mut score = 0f64;
                 let ele = current(self.key, &mut score);
                 if ele.is_null() {
                     break;
                 }
-                out.push((Str::own(ele, self.ctx), score));
+                f(Str::own(ele, self.ctx), score);
+                seen += 1;
                 if next(self.key) == 0 {
                     break;
                 }
             }
             stop(self.key);
         }
-        out
     }
 
     /// One field's value, as HGET: `Some(None)` when absent (or the key is empty); `None`

@@ -96,48 +96,97 @@ pub struct Keyspace<'a> {
     pub base: &'a [u8],
 }
 
-impl Keyspace<'_> {
-    pub fn key(&self, suffix: &[u8]) -> Vec<u8> {
-        let mut k = Vec::with_capacity(self.base.len() + suffix.len());
-        k.extend_from_slice(self.base);
-        k.extend_from_slice(suffix);
+/// A derived key's name (or a channel's): built in place when it fits (a row key with a UUID
+/// id does), on the heap when longer: a verb derives several per command.
+#[derive(Clone)]
+pub struct KeyName {
+    len: usize,
+    inline: [u8; KEY_INLINE],
+    heap: Vec<u8>,
+}
+
+/// How long a key name [`KeyName`] builds in place.
+const KEY_INLINE: usize = 96;
+
+impl KeyName {
+    fn of(parts: &[&[u8]]) -> KeyName {
+        let len = parts.iter().map(|p| p.len()).sum();
+        let mut k = KeyName {
+            len,
+            inline: [0; KEY_INLINE],
+            heap: Vec::new(),
+        };
+        if len <= KEY_INLINE {
+            let mut at = 0;
+            for p in parts {
+                k.inline[at..at + p.len()].copy_from_slice(p);
+                at += p.len();
+            }
+        } else {
+            k.heap = parts.concat();
+        }
         k
+    }
+}
+
+impl std::ops::Deref for KeyName {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        if self.len <= KEY_INLINE {
+            &self.inline[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+}
+
+impl std::fmt::Debug for KeyName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self))
+    }
+}
+
+impl PartialEq for KeyName {
+    fn eq(&self, other: &Self) -> bool {
+        self[..] == other[..]
+    }
+}
+
+impl Keyspace<'_> {
+    pub fn key(&self, suffix: &[u8]) -> KeyName {
+        KeyName::of(&[self.base, suffix])
     }
 
     /// `base .. 'job:' .. id`
-    pub fn row(&self, id: &[u8]) -> Vec<u8> {
-        let mut k = Vec::with_capacity(self.base.len() + 4 + id.len());
-        k.extend_from_slice(self.base);
-        k.extend_from_slice(b"job:");
-        k.extend_from_slice(id);
-        k
+    pub fn row(&self, id: &[u8]) -> KeyName {
+        KeyName::of(&[self.base, b"job:", id])
     }
 
-    pub fn meta(&self) -> Vec<u8> {
+    pub fn meta(&self) -> KeyName {
         self.key(b"meta")
     }
 
-    pub fn metrics_completed(&self) -> Vec<u8> {
+    pub fn metrics_completed(&self) -> KeyName {
         self.key(b"metrics:completed")
     }
 
-    pub fn metrics_failed(&self) -> Vec<u8> {
+    pub fn metrics_failed(&self) -> KeyName {
         self.key(b"metrics:failed")
     }
 
     /// The rate log (docs/spec.md §13): a zset of the starts within the queue's rate window.
-    pub fn rate(&self) -> Vec<u8> {
+    pub fn rate(&self) -> KeyName {
         self.key(b"rate")
     }
 
     /// The event stream (the bus).
-    pub fn events(&self) -> Vec<u8> {
+    pub fn events(&self) -> KeyName {
         self.key(b"events")
     }
 
     /// `base .. 'done:' .. id`: a completed job's record, kept for its retention.
-    pub fn done(&self, id: &[u8]) -> Vec<u8> {
-        self.key(&[b"done:".as_slice(), id].concat())
+    pub fn done(&self, id: &[u8]) -> KeyName {
+        KeyName::of(&[self.base, b"done:", id])
     }
 }
 
@@ -413,8 +462,11 @@ mod tests {
         ]);
         let c = shape("V", &a, 3, Argc::Exact(1)).expect("shape");
         let q = layout(&c, &["pending", "active"]).expect("layout");
-        assert_eq!(q.row(b"7"), b"emq:{q}:job:7");
-        assert_eq!(q.metrics_failed(), b"emq:{q}:metrics:failed");
+        assert_eq!(&q.row(b"7")[..], b"emq:{q}:job:7");
+        assert_eq!(&q.metrics_failed()[..], b"emq:{q}:metrics:failed");
+        // a name longer than the in-place buffer is built on the heap, the same bytes
+        let long = vec![b'x'; 200];
+        assert_eq!(&q.row(&long)[..], [b"emq:{q}:job:".as_slice(), &long].concat());
         assert!(layout(&c, &["active", "pending"]).is_err());
         let a = line(&[
             "V",

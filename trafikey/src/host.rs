@@ -5,7 +5,7 @@
 //! the AOF replay what the primary did, never the verb; the server wraps one command's
 //! effects in one MULTI/EXEC.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_int, CStr};
 
 use valkey_module::raw::{
@@ -23,12 +23,13 @@ const NOTIFY_HASH: c_int = REDISMODULE_NOTIFY_HASH;
 const NOTIFY_ZSET: c_int = REDISMODULE_NOTIFY_ZSET;
 const NOTIFY_STREAM: c_int = REDISMODULE_NOTIFY_STREAM;
 
-/// A host reply, owned and binary-safe.
+/// What a write answered, as its verification reads it: an integer, a bulk string (an XADD's
+/// id), or the member a ZPOPMIN popped.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     Int(i64),
     Bulk(Vec<u8>),
-    Array(Vec<Reply>),
+    Popped(Vec<u8>),
 }
 
 /// One verb's view of the server.
@@ -41,6 +42,40 @@ pub struct Host<'c> {
     /// Read-and-write handles of the keys this command writes, kept for the whole command
     /// (see `target`).
     targets: RefCell<Vec<Key>>,
+    /// The effect being built (`write_run`), empty between writes.
+    effect: RefCell<Vec<Str>>,
+}
+
+/// A host's vectors, kept from one command to the next so that a command allocates none of
+/// them: emptied, except the recent strings (a host made while another is alive, which no
+/// verb does, gets new ones).
+#[derive(Default)]
+struct Spare {
+    recent: Vec<Str>,
+    reads: Vec<Key>,
+    targets: Vec<Key>,
+    effect: Vec<Str>,
+}
+
+thread_local! {
+    static SPARE: Cell<Option<Spare>> = const { Cell::new(None) };
+}
+
+impl Drop for Host<'_> {
+    fn drop(&mut self) {
+        // the recent strings stay for the next command; the handles are closed (read handles
+        // first, then write handles, in the order they were opened)
+        let mut spare = Spare {
+            recent: self.names.take_recent(),
+            reads: self.reads.take(),
+            targets: self.targets.take(),
+            effect: self.effect.take(),
+        };
+        spare.reads.clear();
+        spare.targets.clear();
+        spare.effect.clear();
+        SPARE.with(|s| s.set(Some(spare)));
+    }
 }
 
 /// How many read handles a command keeps.
@@ -58,12 +93,14 @@ pub enum Access {
 
 impl<'c> Host<'c> {
     pub fn new(ctx: &'c Context, verb: &'static str) -> Self {
+        let spare = SPARE.with(Cell::take).unwrap_or_default();
         Host {
             ctx,
             verb,
-            names: Names::default(),
-            reads: RefCell::new(Vec::new()),
-            targets: RefCell::new(Vec::new()),
+            names: Names::new(spare.recent),
+            reads: RefCell::new(spare.reads),
+            targets: RefCell::new(spare.targets),
+            effect: RefCell::new(spare.effect),
         }
     }
 
@@ -75,6 +112,13 @@ impl<'c> Host<'c> {
     fn name(&self, bytes: &[u8]) -> Result<Str, Refusal> {
         self.names
             .get(bytes)
+            .ok_or_else(|| self.host_error("could not make a string"))
+    }
+
+    /// `f` on the server string for `bytes`, borrowed for the call (see `Names::with`).
+    fn with_name<T>(&self, bytes: &[u8], f: impl FnOnce(&Str) -> T) -> Result<T, Refusal> {
+        self.names
+            .with(bytes, f)
             .ok_or_else(|| self.host_error("could not make a string"))
     }
 
@@ -107,11 +151,7 @@ impl<'c> Host<'c> {
     pub fn head(&self, key: &[u8]) -> Result<Option<Str>, Refusal> {
         self.target(key, |k| match k.kind() {
             Kind::Empty => Ok(None),
-            Kind::Zset => Ok(k
-                .zrange_to(f64::INFINITY, 1)
-                .into_iter()
-                .next()
-                .map(|(m, _)| m)),
+            Kind::Zset => Ok(k.lowest().map(|(m, _)| m)),
             _ => Err(Refusal::WrongType),
         })?
     }
@@ -121,10 +161,7 @@ impl<'c> Host<'c> {
     pub fn first_score(&self, key: &[u8]) -> Result<Option<i64>, Refusal> {
         self.read(key, |k| match k.kind() {
             Kind::Empty => Ok(None),
-            Kind::Zset => Ok(k
-                .zrange_to(f64::INFINITY, 1)
-                .first()
-                .map(|(_, score)| *score as i64)),
+            Kind::Zset => Ok(k.lowest().map(|(_, score)| score as i64)),
             _ => Err(Refusal::WrongType),
         })?
     }
@@ -272,11 +309,22 @@ impl<'c> Host<'c> {
 
     /// Is `member` in the zset `key` (a zset or nothing, else WRONGTYPE)?
     pub fn in_zset(&self, key: &[u8], member: &[u8]) -> Result<bool, Refusal> {
-        self.read(key, |k| match k.kind() {
+        self.read(key, |k| self.has_member(k, member))?
+    }
+
+    /// [`Host::in_zset`] of a key the verb ZREMs `member` from when its checks pass, asked on
+    /// the key's target handle: for a verb whose script checks with that ZREM, which counts no
+    /// read (see `target`).
+    pub fn in_zset_to_remove(&self, key: &[u8], member: &[u8]) -> Result<bool, Refusal> {
+        self.target(key, |k| self.has_member(k, member))?
+    }
+
+    fn has_member(&self, k: &Key, member: &[u8]) -> Result<bool, Refusal> {
+        match k.kind() {
             Kind::Empty => Ok(false),
-            Kind::Zset => Ok(k.zscore(&self.name(member)?).is_some()),
+            Kind::Zset => self.with_name(member, |m| k.zscore(m).is_some()),
             _ => Err(Refusal::WrongType),
-        })?
+        }
     }
 
     /// A hash's fields, in order: `None` when the key does not exist, WRONGTYPE when it is
@@ -293,13 +341,17 @@ impl<'c> Host<'c> {
     ) -> Result<Option<Seen>, Refusal> {
         self.read(key, |k| match k.kind() {
             Kind::Empty => Ok(None),
-            Kind::Hash => fields
-                .map(|f| {
-                    k.hash_get(&self.name(f.as_bytes())?)
-                        .ok_or_else(|| self.host_error("could not read a hash"))
-                })
-                .collect::<Result<Seen, _>>()
-                .map(Some),
+            Kind::Hash => {
+                // sized once (a collect through `Result` would grow it past four fields)
+                let mut seen = Seen::with_capacity(fields.size_hint().0);
+                for f in fields {
+                    seen.push(
+                        self.with_name(f.as_bytes(), |f| k.hash_get(f))?
+                            .ok_or_else(|| self.host_error("could not read a hash"))?,
+                    );
+                }
+                Ok(Some(seen))
+            }
             _ => Err(Refusal::WrongType),
         })?
     }
@@ -340,28 +392,20 @@ impl<'c> Host<'c> {
             .args
             .first()
             .ok_or_else(|| fail(first, "has no key"))?;
-        let key = self.name(key)?;
-        if !self
-            .targets
-            .borrow()
-            .iter()
-            .any(|k| k.name() == key.bytes())
-        {
-            let k = Key::write(
-                self.ctx,
-                key.retain().ok_or_else(|| fail(first, "has no key"))?,
-            )
-            .ok_or_else(|| fail(first, "could not open its key"))?;
+        if !self.targets.borrow().iter().any(|k| k.name() == key) {
+            let k = Key::write(self.ctx, self.name(key)?)
+                .ok_or_else(|| fail(first, "could not open its key"))?;
             self.targets.borrow_mut().push(k);
         }
         let targets = self.targets.borrow();
         let k = targets
             .iter()
-            .find(|k| k.name() == key.bytes())
+            .find(|k| k.name() == key)
             .ok_or_else(|| fail(first, "could not open its key"))?;
         let merged = run.len() > 1;
-        let mut effect = Vec::with_capacity(run.iter().map(|o| o.args.len() + 1).sum());
-        effect.push(key);
+        let mut effect = self.effect.take();
+        // the effect's key: the handle's own name, one more reference
+        effect.push(k.name_str().retain().ok_or_else(|| fail(first, "has no key"))?);
         let mut name: &CStr = c"HSET";
         let mut outcome = Ok(());
         let mut done = 0;
@@ -407,7 +451,10 @@ impl<'c> Host<'c> {
             // WATCH and client tracking see the change (implicit signals are off: `target`)
             ffi::signal_modified(self.ctx, &effect[0]);
         }
-        if done > 0 && !ffi::replicate(self.ctx, name, &effect) {
+        let replicated = done == 0 || ffi::replicate(self.ctx, name, &effect);
+        effect.clear();
+        self.effect.replace(effect);
+        if !replicated {
             return Err(fail(first, "could not be replicated"));
         }
         outcome
@@ -463,16 +510,15 @@ impl<'c> Host<'c> {
                 (Reply::Int(removed), NOTIFY_ZSET, c"zrem")
             }
             "ZPOPMIN" => {
-                let Some((member, s)) = k.zrange_to(f64::INFINITY, 1).into_iter().next() else {
+                let Some((member, _)) = k.lowest() else {
                     return Err(fail("found nothing to pop"));
                 };
                 if k.zrem(&member) != Some(true) {
                     return Err(fail("could not remove the head"));
                 }
-                let reply = Reply::Array(vec![
-                    Reply::Bulk(member.to_vec()),
-                    Reply::Bulk(num(s as i64)),
-                ]);
+                // the member is what the verification compares (ZPOPMIN's score is no part
+                // of the move)
+                let reply = Reply::Popped(member.to_vec());
                 produced = Some(member);
                 (reply, NOTIFY_ZSET, c"zpopmin")
             }
@@ -506,9 +552,7 @@ impl<'c> Host<'c> {
             (Expect::Int(want), Reply::Int(got)) => want == got,
             (Expect::AnyInt, Reply::Int(_)) => true,
             (Expect::AnyId, Reply::Bulk(_)) => true,
-            (Expect::Popped(id), Reply::Array(items)) => {
-                matches!(items.first(), Some(Reply::Bulk(b)) if b == id)
-            }
+            (Expect::Popped(id), Reply::Popped(member)) => member == id,
             _ => false,
         };
         if !ok {
@@ -557,7 +601,7 @@ impl Fence<'_> {
                     | valkey_module::raw::REDISMODULE_CMD_KEY_DELETE
             }
         };
-        if self.caller.allows(&self.host.name(key)?, perms) {
+        if self.host.with_name(key, |k| self.caller.allows(k, perms))? {
             return Ok(());
         }
         let what = match access {
@@ -581,7 +625,8 @@ impl Fence<'_> {
 
     /// May the caller publish on a derived channel (the outcome channel of a job)?
     pub fn may_publish(&self, channel: &[u8]) -> Result<bool, Refusal> {
-        Ok(self.caller.allows_channel(&self.host.name(channel)?))
+        self.host
+            .with_name(channel, |c| self.caller.allows_channel(c))
     }
 }
 

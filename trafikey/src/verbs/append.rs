@@ -8,7 +8,7 @@ use crate::bus;
 use crate::decide::{op, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
-use crate::verbs::{held, ANY_ROW};
+use crate::verbs::{held, LeaseCheck, ANY_ROW};
 
 pub const VERB: &str = "EMQ.APPEND";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -28,7 +28,17 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let h = Host::new(ctx, VERB);
     let fence = h.fence();
     let row = q.row(id);
-    if held(&h, &fence, &row, active, (id, token), ANY_ROW, &[])?.is_none() {
+    if held(
+        &h,
+        &fence,
+        &row,
+        (active, LeaseCheck::Score),
+        (id, token),
+        ANY_ROW,
+        &[],
+    )?
+    .is_none()
+    {
         return Ok(int(0));
     }
     fence.write(&row)?;

@@ -85,7 +85,7 @@ fn woken(ctx: &Context, args: &[&[u8]], ready: &[u8]) -> Wake {
         let h = Host::new(ctx, VERB);
         let claimed = claim::claim(&h, &q, &call, a.lease)?;
         let phase = Phase::Woken {
-            by_schedule: ready == q.key(b"schedule").as_slice(),
+            by_schedule: ready == &q.key(b"schedule")[..],
         };
         Ok(match bclaim_next(claimed.waits(a.rated), phase) {
             Next::Wait => None,

@@ -176,19 +176,19 @@ pub fn claim(
             let n = stale.len() as i64;
             plan.push(owned_op(
                 "ZREM",
-                [vec![log.clone()], stale].concat(),
+                [vec![log.to_vec()], stale].concat(),
                 Expect::Int(n),
             ));
         }
         let start = [&id[..], b":", &token[..]].concat();
         plan.push(owned_op(
             "ZADD",
-            vec![log.clone(), started.clone(), start],
+            vec![log.to_vec(), started.to_vec(), start],
             Expect::Int(1),
         ));
         plan.push(owned_op(
             "PEXPIREAT",
-            vec![log, num(now + rate.window)],
+            vec![log.to_vec(), num(now + rate.window).to_vec()],
             Expect::Int(1),
         ));
     }

@@ -7,7 +7,7 @@ use crate::decide::{incr, num, op, owned_op, Expect, Op};
 use crate::errors::{Refusal, NOT_INTEGER};
 use crate::grammar::{self, parse_digits, Argc, Keyspace};
 use crate::host::{int, Fence, Host, Seen};
-use crate::verbs::{field, held, FLAT_NO_FLOW, HELD};
+use crate::verbs::{field, held, LeaseCheck, FLAT_NO_FLOW, HELD};
 
 pub const VERB: &str = "EMQ.COMPLETE";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -26,8 +26,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let h = Host::new(ctx, VERB);
     let fence = h.fence();
     let (row, metrics) = (q.row(id), q.metrics_completed());
-    let Some((_, writes, waited)) =
-        completion(&h, &fence, &q, (active, &row, &metrics), (id, token), &[])?
+    let Some((_, writes, waited)) = completion(
+        &h,
+        &fence,
+        &q,
+        (active, &row, &metrics),
+        (id, token),
+        LeaseCheck::Remove,
+        &[],
+    )?
     else {
         return Ok(int(0));
     };
@@ -44,21 +51,32 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     Ok(int(1))
 }
 
-/// Steps 4–5 of a completion (COMPLETE, PUBLISH): the job held with `token`, flat, not a
-/// flow child; the completed count predicted; the queue's events read. `None` (reply 0) when
-/// not held; else the row's `HELD` + `extra` fields, the move's writes (`ZREM active id`,
-/// `DEL row`, `HINCRBY metrics:completed count 1`, and the `completed` event when events are
-/// on), and whether the queue has result waiters.
+/// Steps 4–5 of a completion (COMPLETE, PUBLISH): the job held with `token` (active asked as
+/// the verb's script asks it: `check`), flat, not a flow child; the completed count
+/// predicted; the queue's events read. `None` (reply 0) when not held; else the row's `HELD` +
+/// `extra` fields, the move's writes (`ZREM active id`, `DEL row`, `HINCRBY metrics:completed
+/// count 1`, and the `completed` event when events are on), and whether the queue has result
+/// waiters.
 pub fn completion<'a>(
     h: &Host<'_>,
     fence: &Fence<'_>,
     q: &Keyspace<'_>,
     (active, row, metrics): (&'a [u8], &'a [u8], &'a [u8]),
     (id, token): (&'a [u8], &[u8]),
+    check: LeaseCheck,
     extra: &[&str],
 ) -> Result<Option<(Seen, Vec<Op<'a>>, bool)>, Refusal> {
     let fields: Vec<&str> = extra.iter().copied().chain(["unique"]).collect();
-    let Some(seen) = held(h, fence, row, active, (id, token), FLAT_NO_FLOW, &fields)? else {
+    let Some(seen) = held(
+        h,
+        fence,
+        row,
+        (active, check),
+        (id, token),
+        FLAT_NO_FLOW,
+        &fields,
+    )?
+    else {
         return Ok(None);
     };
     let window = unique_window(h, fence, q, id, field(&seen, HELD.len() + extra.len()))?;
@@ -108,9 +126,9 @@ fn unique_window(
     Ok(vec![
         owned_op(
             "HSET",
-            vec![marker.clone(), b"finished".to_vec(), num(now)],
+            vec![marker.to_vec(), b"finished".to_vec(), num(now).to_vec()],
             Expect::AnyInt,
         ),
-        owned_op("PEXPIREAT", vec![marker, num(until)], Expect::Int(1)),
+        owned_op("PEXPIREAT", vec![marker.to_vec(), num(until).to_vec()], Expect::Int(1)),
     ])
 }

@@ -7,7 +7,7 @@ use crate::decide::{earlier, num, op, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 use crate::state::State;
-use crate::verbs::{held, FLAT_ONLY};
+use crate::verbs::{held, LeaseCheck, FLAT_ONLY};
 
 pub const VERB: &str = "EMQ.DELAY";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -28,7 +28,17 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–5. fence and reads: held and flat; schedule takes a ZADD
     let fence = h.fence();
     let row = q.row(id);
-    if held(&h, &fence, &row, active, (id, token), FLAT_ONLY, &[])?.is_none() {
+    if held(
+        &h,
+        &fence,
+        &row,
+        (active, LeaseCheck::Score),
+        (id, token),
+        FLAT_ONLY,
+        &[],
+    )?
+    .is_none()
+    {
         return Ok(int(0));
     }
     let events = bus::events(&h, &fence, &q)?;

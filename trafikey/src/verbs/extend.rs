@@ -5,7 +5,7 @@ use valkey_module::{Context, ValkeyResult};
 use crate::decide::{num, op, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
-use crate::verbs::{held, ANY_ROW};
+use crate::verbs::{held, LeaseCheck, ANY_ROW};
 
 pub const VERB: &str = "EMQ.EXTEND";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -26,7 +26,17 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–5. fence and reads: the row read once; no row or another token answers 0
     let fence = h.fence();
     let row = q.row(id);
-    if held(&h, &fence, &row, active, (id, token), ANY_ROW, &[])?.is_none() {
+    if held(
+        &h,
+        &fence,
+        &row,
+        (active, LeaseCheck::Score),
+        (id, token),
+        ANY_ROW,
+        &[],
+    )?
+    .is_none()
+    {
         return Ok(int(0));
     }
     fence.write(&row)?;

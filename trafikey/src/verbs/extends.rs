@@ -5,11 +5,11 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
 use std::borrow::Cow;
 
-use crate::decide::{num, Expect, Op};
+use crate::decide::{num, Args, Expect, Op};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
-use crate::verbs::{held, ANY_ROW};
+use crate::verbs::{held, LeaseCheck, ANY_ROW};
 
 pub const VERB: &str = "EMQ.EXTENDS";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -38,7 +38,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let run_id = h.epoch()?;
     for (id, token) in &pairs {
         let row = q.row(id);
-        let ok = match held(&h, &fence, &row, active, (id, token), ANY_ROW, &[]) {
+        let ok = match held(
+            &h,
+            &fence,
+            &row,
+            (active, LeaseCheck::Score),
+            (id, token),
+            ANY_ROW,
+            &[],
+        ) {
             Ok(Some(_)) => true,
             Ok(None) | Err(Refusal::State(_)) => false,
             Err(other) => return Err(other.into()),
@@ -48,14 +56,14 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             continue;
         }
         fence.write(&row)?;
-        zadd.extend([Cow::Borrowed(at.as_slice()), Cow::Borrowed(*id)]);
+        zadd.extend([Cow::Borrowed(&at[..]), Cow::Borrowed(*id)]);
         stamps.push(Op {
             cmd: "HSET",
-            args: vec![
-                Cow::Owned(row),
+            args: Args::Many(vec![
+                Cow::Owned(row.to_vec()),
                 Cow::Borrowed(b"lease_epoch"),
                 Cow::Borrowed(run_id),
-            ],
+            ]),
             expect: Expect::AnyInt,
         });
         replies.push(int(deadline));
@@ -65,7 +73,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     if zadd.len() > 1 {
         h.write(&Op {
             cmd: "ZADD",
-            args: zadd,
+            args: Args::Many(zadd),
             expect: Expect::Int(0),
         })?;
         h.apply(&stamps)?;

@@ -12,7 +12,7 @@ use crate::decide::{earlier, fail_budget, incr, num, op, priority, Budget, Expec
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{bulk, int, Host};
-use crate::verbs::{field, held, FLAT_NO_FLOW, HELD};
+use crate::verbs::{field, held, LeaseCheck, FLAT_NO_FLOW, HELD};
 
 pub const VERB: &str = "EMQ.FAIL";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -54,7 +54,7 @@ pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> V
         &h,
         &fence,
         &row,
-        active,
+        (active, LeaseCheck::Score),
         (id, token),
         FLAT_NO_FLOW,
         &["failures", "priority"],

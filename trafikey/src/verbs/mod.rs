@@ -83,15 +83,24 @@ pub fn expect_state(verb: &str, state: Option<&[u8]>, want: State) -> Result<(),
     }
 }
 
+/// How a verb's script checks that the id is in active.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseCheck {
+    /// With a ZSCORE: a read, counted as one.
+    Score,
+    /// With the ZREM that removes it (COMPLETE): a write, which counts no read.
+    Remove,
+}
+
 /// Steps 4–5 for a verb that takes a token on an active job (`row` = the id's row key): the row read once (the `HELD`
 /// fields, then `extra`), then, in order: no row → `None` (reply 0); a refused boundary; a
-/// token that is not `attempts` byte for byte → `None`; not `active` or not in active →
-/// EMQSTATE. On `Some`, the fields in `HELD` + `extra` order.
+/// token that is not `attempts` byte for byte → `None`; not `active` or not in active (asked
+/// as the script asks: `check`) → EMQSTATE. On `Some`, the fields in `HELD` + `extra` order.
 pub fn held(
     h: &Host<'_>,
     fence: &Fence,
     row: &[u8],
-    active: &[u8],
+    (active, check): (&[u8], LeaseCheck),
     (id, token): (&[u8], &[u8]),
     b: Boundary,
     extra: &[&str],
@@ -106,7 +115,11 @@ pub fn held(
         return Ok(None);
     }
     expect_state(h.verb, at(1), State::Active)?;
-    if !h.in_zset(active, id)? {
+    let in_active = match check {
+        LeaseCheck::Score => h.in_zset(active, id)?,
+        LeaseCheck::Remove => h.in_zset_to_remove(active, id)?,
+    };
+    if !in_active {
         return Err(Refusal::State(format!("{} id is not in active", h.verb)));
     }
     Ok(Some(seen))
@@ -152,7 +165,7 @@ pub fn clear_members(
     let mut plan = vec![owned_op("ZREM", zrem, Expect::Int(n))];
     plan.extend(
         rows.into_iter()
-            .map(|row| owned_op("DEL", vec![row], Expect::Int(1))),
+            .map(|row| owned_op("DEL", vec![row.to_vec()], Expect::Int(1))),
     );
     if let Some(ev) = &events {
         let state: &[&[u8]] = &[b"state", want.field()];

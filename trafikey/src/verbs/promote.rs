@@ -45,11 +45,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         moved_ids.push((&id[..], seen[1].as_deref().unwrap_or(b"0").to_vec()));
         let prio = priority(seen[0].as_deref()).map_err(Refusal::Counter)?;
         fence.write(&row)?;
-        zadd.push(num(prio));
+        zadd.push(num(prio).to_vec());
         zadd.push(id.to_vec());
         states.push(owned_op(
             "HSET",
-            vec![row, b"state".to_vec(), State::Pending.field().to_vec()],
+            vec![row.to_vec(), b"state".to_vec(), State::Pending.field().to_vec()],
             Expect::AnyInt,
         ));
     }

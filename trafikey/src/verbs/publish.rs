@@ -9,7 +9,7 @@ use crate::decide::{num, op, Expect};
 use crate::ffi::Kind;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
-use crate::verbs::{complete::completion, field, HELD};
+use crate::verbs::{complete::completion, field, LeaseCheck, HELD};
 
 pub const VERB: &str = "EMQ.PUBLISH";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -38,6 +38,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         &q,
         (active, &row, &metrics),
         (id, token),
+        LeaseCheck::Score,
         &["created", "started"],
     )?
     else {

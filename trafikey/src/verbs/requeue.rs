@@ -8,7 +8,7 @@ use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 use crate::state::State;
-use crate::verbs::{field, held, FLAT_ONLY, HELD};
+use crate::verbs::{field, held, LeaseCheck, FLAT_ONLY, HELD};
 
 pub const VERB: &str = "EMQ.REQUEUE";
 /// KEYS, after the numkeys argument (also the key-spec the table registers).
@@ -31,7 +31,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         &h,
         &fence,
         &row,
-        active,
+        (active, LeaseCheck::Score),
         (id, token),
         FLAT_ONLY,
         &["priority"],
