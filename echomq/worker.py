@@ -604,7 +604,10 @@ class Worker:
             times.append(self._stop_at)
         else:
             if self._capacity() > 0:
-                times += [self._next_poll[name] for name in self.queues if name not in self._idle]
+                # a claim into slots left free (a lane probe that found none, say) rides with the
+                # young batch's settle: at most settle_wait_ms later, one step instead of two
+                claim_at = settle_at if settle_at > now else 0.0
+                times += [max(self._next_poll[name], claim_at) for name in self.queues if name not in self._idle]
                 times += self._next_flow_poll.values()
             if any(w.busy and w.interrupting for w in self._waiters):
                 times.append(now + INTERRUPT_RETRY_MS)
