@@ -428,8 +428,7 @@ impl Str {
         })
     }
 
-    /// A view that holds no reference: only for strings released after the view is gone
-    /// (shared names, the command's arguments, strings lent by `Names::lend`).
+    /// A view that holds no reference: only for strings that are never released.
     fn view(&self) -> Str {
         Str {
             ptr: self.ptr,
@@ -602,44 +601,26 @@ pub struct Names {
     /// The running command's line, read once.
     line: Line,
     recent: std::cell::RefCell<Vec<Str>>,
-    /// Strings pushed out of `recent`, released only at `release_lent`: views of them may be
-    /// lent (`lend`) until then.
-    evicted: std::cell::RefCell<Vec<Str>>,
 }
 
 impl Names {
-    /// The running command's names, kept in `recent`; `evicted` is an empty vector.
-    pub fn new(recent: Vec<Str>, evicted: Vec<Str>) -> Names {
+    /// The running command's names, kept in `recent` (an empty vector).
+    pub fn new(recent: Vec<Str>) -> Names {
         Names {
             line: LINE.with(std::cell::Cell::get),
             recent: std::cell::RefCell::new(recent),
-            evicted: std::cell::RefCell::new(evicted),
         }
     }
 
     /// The recent strings, handed back to be kept for the next command (strings made with
-    /// no context: they outlive the command), and the emptied `evicted` vector.
-    pub fn take(&self) -> (Vec<Str>, Vec<Str>) {
-        self.release_lent();
-        (self.recent.take(), self.evicted.take())
+    /// no context: they outlive the command).
+    pub fn take_recent(&self) -> Vec<Str> {
+        self.recent.take()
     }
 
     /// The string for `bytes`, one more reference to it.
     pub fn get(&self, bytes: &[u8]) -> Option<Str> {
         self.with(bytes, Str::retain).flatten()
-    }
-
-    /// The string for `bytes` as a view that holds no reference (no retain, no release):
-    /// valid until `release_lent`, for an effect's arguments, which the server retains itself
-    /// when it replicates them.
-    pub fn lend(&self, bytes: &[u8]) -> Option<Str> {
-        self.with(bytes, Str::view)
-    }
-
-    /// Release the strings pushed out of `recent` since the last call: no view lent before
-    /// is used after it.
-    pub fn release_lent(&self) {
-        self.evicted.borrow_mut().clear();
     }
 
     /// `f` on the string for `bytes`, borrowed for the call (no reference of its own: for a
@@ -658,7 +639,7 @@ impl Names {
         }
         let s = Str::new(bytes)?;
         if recent.len() == RECENT {
-            self.evicted.borrow_mut().push(recent.remove(0));
+            recent.remove(0);
         }
         if recent.capacity() == 0 {
             recent.reserve_exact(RECENT);

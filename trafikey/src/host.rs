@@ -52,7 +52,6 @@ pub struct Host<'c> {
 #[derive(Default)]
 struct Spare {
     recent: Vec<Str>,
-    evicted: Vec<Str>,
     reads: Vec<Key>,
     targets: Vec<Key>,
     effect: Vec<Str>,
@@ -66,10 +65,8 @@ impl Drop for Host<'_> {
     fn drop(&mut self) {
         // the recent strings stay for the next command; the handles are closed (read handles
         // first, then write handles, in the order they were opened)
-        let (recent, evicted) = self.names.take();
         let mut spare = Spare {
-            recent,
-            evicted,
+            recent: self.names.take_recent(),
             reads: self.reads.take(),
             targets: self.targets.take(),
             effect: self.effect.take(),
@@ -100,7 +97,7 @@ impl<'c> Host<'c> {
         Host {
             ctx,
             verb,
-            names: Names::new(spare.recent, spare.evicted),
+            names: Names::new(spare.recent),
             reads: RefCell::new(spare.reads),
             targets: RefCell::new(spare.targets),
             effect: RefCell::new(spare.effect),
@@ -115,14 +112,6 @@ impl<'c> Host<'c> {
     fn name(&self, bytes: &[u8]) -> Result<Str, Refusal> {
         self.names
             .get(bytes)
-            .ok_or_else(|| self.host_error("could not make a string"))
-    }
-
-    /// The server string for `bytes`, lent until the end of the write being built (see
-    /// `Names::lend`).
-    fn lent(&self, bytes: &[u8]) -> Result<Str, Refusal> {
-        self.names
-            .lend(bytes)
             .ok_or_else(|| self.host_error("could not make a string"))
     }
 
@@ -421,10 +410,10 @@ impl<'c> Host<'c> {
         let mut outcome = Ok(());
         let mut done = 0;
         for op in run {
-            // the op's arguments after the key, as lent strings, straight into the effect
+            // the op's arguments after the key, as strings, straight into the effect
             let start = effect.len();
             let made = op.args.iter().skip(1).try_for_each(|a| {
-                effect.push(self.lent(a)?);
+                effect.push(self.name(a)?);
                 Ok(())
             });
             let produced = match made.and_then(|()| self.perform(k, op, &effect[start..])) {
@@ -465,8 +454,6 @@ impl<'c> Host<'c> {
         let replicated = done == 0 || ffi::replicate(self.ctx, name, &effect);
         effect.clear();
         self.effect.replace(effect);
-        // the effect's lent strings are gone: what was pushed out of the recent ones may go
-        self.names.release_lent();
         if !replicated {
             return Err(fail(first, "could not be replicated"));
         }
