@@ -10,7 +10,8 @@ import os
 import subprocess
 import time
 import uuid
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from echomq import aio
 from echomq.keys import Keyspace
@@ -113,11 +114,25 @@ def wait_server_past(client: Client, deadline_ms: float, timeout_s: float = 10.0
         time.sleep(0.001)
 
 
+@contextmanager
+def expiry_held(client: Client) -> Iterator[None]:
+    """The server's active expiry off for the block: a key an earlier test left with a TTL (a
+    completed record, a rate window) is not reclaimed under a before/after DEBUG DIGEST. The
+    digest hashes each key's expire time, and a key the block's commands touch still expires
+    on access, so only the background reclaim is held."""
+    client.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", 0)
+    try:
+        yield
+    finally:
+        client.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", 1)
+
+
 class unchanged:
     """The node's dataset is the same afterwards: DEBUG DIGEST, plus a full dump of one queue's
     keys (``keyspace``) or of every key (``keyspace=None``); ``dump_keys=False``: the digest only.
     A whole-node dump is skipped on a node of many keys (the session's shared servers): the
-    digest alone proves the dataset unchanged, the dump only makes a failure readable."""
+    digest alone proves the dataset unchanged, the dump only makes a failure readable.
+    Active expiry is held meanwhile (:func:`expiry_held`)."""
 
     WHOLE_NODE_DUMP_MAX_KEYS = 2000
 
@@ -130,10 +145,15 @@ class unchanged:
     def __enter__(self) -> None:
         if self.keyspace is None and self.client.dbsize() > self.WHOLE_NODE_DUMP_MAX_KEYS:
             self.dump_keys = False
+        self._expiry = expiry_held(self.client)
+        self._expiry.__enter__()
         self.before = self._state()
 
     def __exit__(self, *exc: object) -> None:
-        assert self._state() == self.before
+        try:
+            assert self._state() == self.before
+        finally:
+            self._expiry.__exit__(None, None, None)
 
 
 def queue_unchanged(queue) -> unchanged:

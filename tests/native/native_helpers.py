@@ -12,7 +12,7 @@ import time
 import pytest
 import valkey
 
-from helpers import digest, fresh_name, server_ms
+from helpers import digest, expiry_held, fresh_name, server_ms
 
 #: The job-core tokens EMQ.VERSION must list, in registration-table order (SPEC §6).
 TOKENS = (
@@ -75,11 +75,12 @@ def error_code(exc: valkey.ResponseError) -> str:
 
 def refused(client: valkey.Valkey, code: str, *command) -> str:
     """Run `command`, assert it is refused with `code` and that the dataset is unchanged."""
-    before = digest(client)
-    with pytest.raises(valkey.ResponseError) as info:
-        client.execute_command(*command)
-    assert error_code(info.value) == code, str(info.value)
-    assert digest(client) == before, f"{command[0]} refused with {code} but wrote"
+    with expiry_held(client):
+        before = digest(client)
+        with pytest.raises(valkey.ResponseError) as info:
+            client.execute_command(*command)
+        assert error_code(info.value) == code, str(info.value)
+        assert digest(client) == before, f"{command[0]} refused with {code} but wrote"
     return str(info.value)
 
 

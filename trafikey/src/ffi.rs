@@ -595,8 +595,8 @@ fn shared(bytes: &[u8]) -> Option<Str> {
 /// goes first.
 const RECENT: usize = 8;
 
-/// One command's module strings: the shared names, the command's own arguments (borrowed),
-/// then the last few made, reused; else a new one.
+/// One command's module strings: the shared names, the last few made (reused), the command's
+/// own arguments (borrowed); else a new one.
 pub struct Names {
     /// The running command's line, read once.
     line: Line,
@@ -626,13 +626,16 @@ impl Names {
     /// `f` on the string for `bytes`, borrowed for the call (no reference of its own: for a
     /// string used and let go, such as a key whose ACL is checked). `f` must not ask for names.
     pub fn with<T>(&self, bytes: &[u8], f: impl FnOnce(&Str) -> T) -> Option<T> {
-        if let Some(s) = shared(bytes).or_else(|| argument(self.line, bytes)) {
+        if let Some(s) = shared(bytes) {
             return Some(f(&s));
         }
         let mut recent = self.recent.borrow_mut();
         if let Some(at) = recent.iter().rposition(|s| s.bytes() == bytes) {
             recent[at..].rotate_left(1);
             return recent.last().map(f);
+        }
+        if let Some(s) = argument(self.line, bytes) {
+            return Some(f(&s));
         }
         let s = Str::new(bytes)?;
         if recent.len() == RECENT {
