@@ -35,7 +35,9 @@ TAG_SPAN = len(ALPHABET) ** TAIL_CHARS // COUNTER_SPAN
 #: ids of that shape (a user's own) mostly fall outside it and give None
 MINTED_FROM_MS, MINTED_BEFORE_MS = 1_577_836_800_000, 4_102_444_800_000  # 2020-01-01, 2100-01-01
 
-_DIGIT = {c: i for i, c in enumerate(ALPHABET)}
+#: two digits' value: minted_ms reads an id's time in four lookups (the worker reads every claimed id)
+_PAIR = {a + b: i * len(ALPHABET) + j for i, a in enumerate(ALPHABET) for j, b in enumerate(ALPHABET)}
+_PAIR_SPAN = len(ALPHABET) ** 2
 _DEFAULT_SHAPE = re.compile(f"[0-9A-Za-z]{{{TIME_CHARS + TAIL_CHARS}}}")  # ALPHABET's characters
 _lock = threading.Lock()
 _last_ms = 0
@@ -91,9 +93,8 @@ def minted_ms(text: str) -> int | None:
     if len(text) == TIME_CHARS + TAIL_CHARS:
         if not _DEFAULT_SHAPE.fullmatch(text):  # the worker reads every claimed id: one C-speed check
             return None
-        ms = 0
-        for char in text[:TIME_CHARS]:
-            ms = ms * len(ALPHABET) + _DIGIT[char]
+        pairs, span = _PAIR, _PAIR_SPAN  # TIME_CHARS == 8
+        ms = ((pairs[text[0:2]] * span + pairs[text[2:4]]) * span + pairs[text[4:6]]) * span + pairs[text[6:8]]
         return ms if MINTED_FROM_MS <= ms < MINTED_BEFORE_MS else None
     return _uuid7_ms(text)
 

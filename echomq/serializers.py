@@ -18,6 +18,10 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not standard JSON")
 
 
+#: first bytes no BOM and no UTF-16/32 text starts with
+_PRINTABLE_ASCII = frozenset(bytes([b]) for b in range(0x21, 0x7F))
+
+
 class JSONSerializer:
     """The default: compact, standard JSON, UTF-8. NaN and Infinity are refused both ways:
     other JSON readers (and JSON.parse) cannot read them. One encoder and one decoder serve
@@ -27,9 +31,15 @@ class JSONSerializer:
     _decoder = json.JSONDecoder(parse_constant=_refuse_constant)
 
     def dumps(self, obj: Any) -> bytes:
+        if obj is None:  # what a handler that returns nothing leaves as its result: every such job's
+            return b"null"
         return self._encoder.encode(obj).encode()
 
     def loads(self, data: bytes | str) -> Any:
+        if type(data) is bytes and data[:1] in _PRINTABLE_ASCII and data[1:2] != b"\0":
+            # what json.detect_encoding reads as UTF-8 without a BOM (any JSON this encoder wrote):
+            # decoded without its checks (the worker decodes every payload)
+            return self._decoder.decode(data.decode("utf-8", "surrogatepass"))
         if isinstance(data, (bytes, bytearray)):
             data = data.decode(json.detect_encoding(data), "surrogatepass")  # as json.loads reads bytes
         if not isinstance(data, str) or data.startswith("\ufeff"):

@@ -237,6 +237,8 @@ class Task:
     partitions: int = 1  #: sub-queues the queue spreads over (docs/cluster.md "Partitioned queues")
     arity: int = field(init=False, repr=False)  #: how many of (payload, ctx) the handler takes
     is_async: bool = field(init=False, repr=False)  #: an ``async def`` handler, run on the asyncio loop
+    #: ``result_ttl`` in ms, as COMPLETE's retention (read for every job the worker settles)
+    result_ttl_ms: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -257,14 +259,11 @@ class Task:
         # read the signature once, not per job
         object.__setattr__(self, "arity", _arity(self.fn))
         object.__setattr__(self, "is_async", asyncio.iscoroutinefunction(self.fn))
+        object.__setattr__(self, "result_ttl_ms", int(self.result_ttl * 1000))
 
     @property
     def name(self) -> str:
         return getattr(self.fn, "__qualname__", repr(self.fn))
-
-    @property
-    def result_ttl_ms(self) -> int:
-        return int(self.result_ttl * 1000)
 
     def arguments(self, payload: Any, ctx: JobContext) -> tuple[Any, ...]:
         return (payload, ctx)[: self.arity]

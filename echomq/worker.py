@@ -48,6 +48,7 @@ from bisect import bisect_left
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
+from functools import partial
 from queue import SimpleQueue
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -135,8 +136,7 @@ class Tally:
         return ", ".join(f"{name} {value}" for name, value in vars(self).items() if value) or "nothing"
 
     def add(self, event: str) -> None:
-        field_name = TALLIED[event]
-        setattr(self, field_name, getattr(self, field_name) + 1)
+        self.__dict__[TALLIED[event]] += 1
 
 
 #: the Tally field each counted event bumps: job.completed -> completed, sweep.stalled -> stalled
@@ -179,16 +179,10 @@ class Histogram:
 @dataclass
 class Timings:
     """How long this worker's jobs ran and waited: every ``duration_s`` and ``waited_s`` its
-    ``job.*`` events carry (``emq worker --metrics-port`` exports them)."""
+    ``job.*`` events carry (``emq worker --metrics-port`` exports them; ``Worker._emit`` observes them)."""
 
     duration: Histogram = field(default_factory=lambda: Histogram(DURATION_BUCKETS_S))
     waited: Histogram = field(default_factory=lambda: Histogram(WAIT_BUCKETS_S))
-
-    def add(self, fields: dict[str, Any]) -> None:
-        if fields.get("duration_s") is not None:
-            self.duration.observe(fields["duration_s"])
-        if fields.get("waited_s") is not None:
-            self.waited.observe(fields["waited_s"])
 
 
 def waited_in_pending_s(job_id: str, attempt: int, now_s: float) -> float | None:
@@ -223,6 +217,7 @@ class Held:
     queue: Queue
     task: Task
     job: Job
+    key: tuple[str, str]  #: (queue, id): its place in ``Worker.held``
     ctx: JobContext
     renewed_at: float  #: local ms when the claim or the last renewal that reached the server was sent
     deadline: float | None = None  #: local ms when the handler's timeout runs out (None: no timeout)
@@ -238,10 +233,6 @@ class Held:
     @property
     def duration_s(self) -> float | None:
         return None if self.ended_s is None else self.ended_s - self.started_s
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.job.queue, self.job.id
 
 
 class _DaemonPool:
@@ -678,19 +669,19 @@ class Worker:
             done.append(self._finished.get())
         by_queue: dict[str, list[tuple[Held, policy.Settle, Call]]] = {}
         for held in done:
-            outcome = self._encoded(held.task, held.verdict or held.outcome, held.job.flow)
-            if isinstance(outcome, policy.Raised) and not held.ctx.lease_lost:
-                log.warning("job %s/%s attempt %d raised:", held.job.queue, held.job.id, held.job.attempt,
-                            exc_info=outcome.error)
+            job, task, lost = held.job, held.task, held.ctx.lease_lost
+            outcome = self._encoded(task, held.verdict or held.outcome, job.flow)
+            if not lost and isinstance(outcome, policy.Raised):
+                log.warning("job %s/%s attempt %d raised:", job.queue, job.id, job.attempt, exc_info=outcome.error)
             decision = policy.decide_outcome(
-                outcome, lost=held.ctx.lease_lost and held.verdict is None, attempt=held.job.attempt,
-                max_attempts=held.task.max_attempts, backoff=held.task.backoff, rand=self._rand(),
+                outcome, lost=lost and held.verdict is None, attempt=job.attempt, max_attempts=task.max_attempts,
+                backoff=task.backoff, rand=self._rand(),
             )
             if isinstance(decision, policy.Drop):
-                self._release(held)
-                self._emit("job.lost", held.job, reason=f"{decision.reason}; its outcome is not settled")
+                self.held.pop(held.key, None)
+                self._emit("job.lost", job, reason=f"{decision.reason}; its outcome is not settled")
                 continue
-            by_queue.setdefault(held.job.queue, []).append((held, decision, self._settle_call(held, decision)))
+            by_queue.setdefault(job.queue, []).append((held, decision, self._settle_call(held, decision)))
         return by_queue
 
     def _encoded(self, task: Task, outcome: policy.Outcome, flow: bool = False) -> policy.Outcome:
@@ -707,7 +698,7 @@ class Worker:
         settled_at = self._clock_ms()
         for (held, decision, _), reply in zip(batch, answers):
             self._record(held, decision, reply)
-            self._release(held)
+            self.held.pop(held.key, None)
             if held.job.flow:  # a parent (in any queue served) may be ready now: poll the flow sets
                 self._next_flow_poll = dict.fromkeys(self._next_flow_poll, 0.0)
             if isinstance(decision, policy.Postpone) or reply == State.SCHEDULED:
@@ -806,7 +797,9 @@ class Worker:
 
     def _record(self, held: Held, decision: policy.Settle, reply: Any) -> None:
         job = held.job
-        if isinstance(reply, LeaseLost):
+        if not isinstance(reply, Exception) and isinstance(decision, policy.Complete):  # the common case first
+            self._emit("job.completed", job, duration_s=held.duration_s)
+        elif isinstance(reply, LeaseLost):
             # the fence (a 0, or wire 6's EMQSTATE for a row no longer active): someone else holds
             # the job now, or the sweep moved it; this attempt's outcome is void
             self._emit("job.lost", job, reason=f"settle refused, the lease is gone ({reply}); not settled by this worker")
@@ -814,8 +807,6 @@ class Worker:
             # any other refusal writes nothing either: the job stays active until its lease runs out
             self._emit("job.lost", job, reason=f"settle refused by the server ({reply}); the sweep recovers it "
                                                "after its lease")
-        elif isinstance(decision, policy.Complete):
-            self._emit("job.completed", job, duration_s=held.duration_s)
         elif isinstance(decision, policy.Postpone):
             self._emit("job.delayed", job, delay_ms=decision.delay_ms, duration_s=held.duration_s)
         elif reply == State.DEAD:
@@ -830,7 +821,11 @@ class Worker:
         anyone listens: counted here, not by a subscriber, as building an event's data for no
         listener cost more than counting it (two events a job)."""
         self.tally.add(event)
-        self.timings.add(fields)
+        duration, waited = fields.get("duration_s"), fields.get("waited_s")
+        if duration is not None:
+            self.timings.duration.observe(duration)
+        if waited is not None:
+            self.timings.waited.observe(waited)
         if hooks.listened(event):
             hooks.emit(event, worker=self, queue=job.queue, id=job.id, attempt=job.attempt, **fields)
 
@@ -840,9 +835,6 @@ class Worker:
             for job_id in ids:
                 self.tally.add(event)
                 hooks.emit(event, worker=self, queue=queue, id=job_id)
-
-    def _release(self, held: Held) -> None:
-        self.held.pop(held.key, None)
 
     # -- waiting for work: the waiters ------------------------------------------------
     def _start_waiters(self) -> None:
@@ -1014,8 +1006,8 @@ class Worker:
     def _start(self, task: Task, queue: Queue, job: Job, sent: float, children: Children | None = None) -> None:
         self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
                    trace=job.trace)
-        context = AsyncJobContext if task.is_async else JobContext
-        ctx = context(job.id, task.queue, job.attempt, producers=self._producers[task.is_async])
+        is_async = task.is_async
+        ctx = (AsyncJobContext if is_async else JobContext)(job.id, task.queue, job.attempt, self._producers[is_async])
         if children is not None:
             # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
             ctx.children = lambda raw=children, loads=task.serializer.loads: Children(
@@ -1023,16 +1015,19 @@ class Worker:
         if self._progress and not job.flow and job.group is None:  # APPEND is fenced on the flat active set
             # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
             # async one awaits it on the asyncio connection (the loop's other handlers run on)
-            if task.is_async:
+            if is_async:
                 ctx.report = self._async_report(queue.name, job)
             else:
-                ctx.report = lambda value, queue=queue, job=job: queue.progress(job, value)
+                ctx.report = partial(queue.progress, job)
         timeout_s = self._timeout_s(task)
-        held = Held(queue, task, job, ctx, renewed_at=sent,
-                    deadline=None if timeout_s is None else sent + timeout_s * 1000)
+        deadline = None if timeout_s is None else sent + timeout_s * 1000
+        held = Held(queue, task, job, (job.queue, job.id), ctx, sent, deadline)
         self.held[held.key] = held
-        self._scan_at = min(self._scan_at, sent + self.config.lease.lease_ms,
-                            float("inf") if held.deadline is None else held.deadline)
+        scan_at = sent + self.config.lease.lease_ms
+        if deadline is not None and deadline < scan_at:
+            scan_at = deadline
+        if scan_at < self._scan_at:
+            self._scan_at = scan_at
         try:
             payload = None if job.raw_payload is None else task.serializer.loads(job.raw_payload)
         except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
@@ -1046,7 +1041,7 @@ class Worker:
         args = task.arguments(payload, ctx)
         self._started += 1
         self._youngest_start = self._clock_ms()
-        if task.is_async:
+        if is_async:
             self._start_async(held, args)
         else:
             if self._pool is None:
