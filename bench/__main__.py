@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench                         the documented run: writes docs/benchmarks.md
                                                       and bench/results/latest.json
+    .venv/bin/python -m bench --only e2e              some sections: bench/results/partial.{json,md}
     .venv/bin/python -m bench --max-jobs 1000000      the growth table up to 10⁶ queued jobs
     .venv/bin/python -m bench --peers none            EchoMQ only (peers are optional extras)
     .venv/bin/python -m bench --smoke                 seconds: every part once, tiny (the test suite's smoke)
@@ -77,8 +78,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--watch-rounds", type=int, default=2)
     p.add_argument("--watch-depth", type=int, default=10_000, help="pending jobs on the node the dashboard watches")
     p.add_argument("--watch-queues", default="1,10", help="queue counts the dashboard watches")
-    p.add_argument("--json", default=str(ROOT / "bench" / "results" / "latest.json"))
-    p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    p.add_argument("--json", help="the results file (default: bench/results/latest.json; "
+                   "a run of some sections only: bench/results/partial.json)")
+    p.add_argument("--out", help="the page (default: docs/benchmarks.md; a run of some sections only: "
+                   "bench/results/partial.md, so it never replaces the documented page)")
     p.add_argument("--baseline", help="an earlier results file: adds a before/after table")
     p.add_argument("--smoke", action="store_true", help="tiny everything, for the test suite (seconds)")
     args = p.parse_args(argv)
@@ -99,6 +102,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             args.modes = "batch"
         if "--latency-modes" not in given:
             args.latency_modes = ""
+    partial = set(args.only.split(",")) != set(SECTIONS)
+    results_dir = ROOT / "bench" / "results"
+    args.json = args.json or str(results_dir / ("partial.json" if partial else "latest.json"))
+    args.out = args.out or str(results_dir / "partial.md" if partial else ROOT / "docs" / "benchmarks.md")
     return args
 
 
