@@ -10,7 +10,7 @@ import os
 import subprocess
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
 
 from echomq import aio
@@ -145,15 +145,13 @@ class unchanged:
     def __enter__(self) -> None:
         if self.keyspace is None and self.client.dbsize() > self.WHOLE_NODE_DUMP_MAX_KEYS:
             self.dump_keys = False
-        self._expiry = expiry_held(self.client)
-        self._expiry.__enter__()
+        self._held = ExitStack()
+        self._held.enter_context(expiry_held(self.client))
         self.before = self._state()
 
     def __exit__(self, *exc: object) -> None:
-        try:
+        with self._held:
             assert self._state() == self.before
-        finally:
-            self._expiry.__exit__(None, None, None)
 
 
 def queue_unchanged(queue) -> unchanged:
