@@ -157,18 +157,23 @@ class Histogram:
         self.bounds = tuple(bounds)
         self._counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
         self._sum = 0.0
-        self._lock = threading.Lock()  # observed on the control thread, read by a scrape's thread
+        # observed by one thread (the worker's control thread), read by a scrape's: not a lock a job
+        # but a sequence number, odd while an observation is half written (the reader tries again)
+        self._version = 0
 
     def observe(self, value: float) -> None:
-        at = bisect_left(self.bounds, value)  # the first bound >= value (len: +Inf)
-        with self._lock:
-            self._counts[at] += 1
-            self._sum += value
+        self._version += 1
+        self._counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value (len: +Inf)
+        self._sum += value
+        self._version += 1
 
     def snapshot(self) -> tuple[list[tuple[float, int]], float]:
         """The cumulative count at each bound (the last at +Inf) and the sum, read together."""
-        with self._lock:
+        while True:
+            version = self._version
             counts, total = list(self._counts), self._sum
+            if not version & 1 and version == self._version:
+                break
         running, cumulative = 0, []
         for bound, count in zip((*self.bounds, float("inf")), counts):
             running += count
