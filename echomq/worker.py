@@ -675,29 +675,25 @@ class Worker:
         by_queue: dict[str, list[tuple[Held, policy.Settle, Call]]] = {}
         for held in done:
             job, task, lost = held.job, held.task, held.ctx.lease_lost
-            outcome = self._encoded(task, held.verdict or held.outcome, job.flow)
+            outcome = held.verdict or held.outcome
+            result = None
+            if isinstance(outcome, policy.Returned) and (self.bus and task.result_ttl_ms or job.flow):
+                # the bytes PUBLISH keeps; a value the task's serializer refuses, or one over
+                # MAX_RESULT_BYTES, fails the attempt instead
+                try:
+                    result = encode_result(task.serializer, outcome.value, MAX_RESULT_BYTES)
+                except PayloadError as exc:
+                    outcome = policy.Raised(exc)
             if not lost and isinstance(outcome, policy.Raised):
                 log.warning("job %s/%s attempt %d raised:", job.queue, job.id, job.attempt, exc_info=outcome.error)
-            decision = policy.decide_outcome(
-                outcome, lost=lost and held.verdict is None, attempt=job.attempt, max_attempts=task.max_attempts,
-                backoff=task.backoff, rand=self._rand(),
-            )
+            decision = policy.decide_outcome(outcome, lost and held.verdict is None, job.attempt, task.max_attempts,
+                                             task.backoff, self._rand())
             if isinstance(decision, policy.Drop):
                 self.held.pop(held.key, None)
                 self._emit("job.lost", job, reason=f"{decision.reason}; its outcome is not settled")
                 continue
-            by_queue.setdefault(job.queue, []).append((held, decision, self._settle_call(held, decision)))
+            by_queue.setdefault(job.queue, []).append((held, decision, self._settle_call(held, decision, result)))
         return by_queue
-
-    def _encoded(self, task: Task, outcome: policy.Outcome, flow: bool = False) -> policy.Outcome:
-        """A return value as the bytes PUBLISH keeps (when it will be kept); a value the task's
-        serializer refuses, or one over MAX_RESULT_BYTES, fails the attempt instead."""
-        if not isinstance(outcome, policy.Returned) or not (self.bus and task.result_ttl_ms or flow):
-            return outcome
-        try:
-            return policy.Returned(encode_result(task.serializer, outcome.value, MAX_RESULT_BYTES))
-        except PayloadError as exc:
-            return policy.Raised(exc)
 
     def _settled(self, name: str, batch: list[tuple[Held, policy.Settle, Call]], answers: list[Any]) -> None:
         settled_at = self._clock_ms()
@@ -745,15 +741,15 @@ class Worker:
                 self.queues[name].set_rate_limit(task.rate_limit)
                 log.info("worker %d: queue %s: at most %s job starts", os.getpid(), name, task.rate_limit)
 
-    def _settle_call(self, held: Held, decision: policy.Settle) -> Call:
+    def _settle_call(self, held: Held, decision: policy.Settle, result: bytes | None) -> Call:
+        """The call that settles ``held`` as decided; ``result``: a returned value, encoded when kept."""
         queue, job = held.queue, held.job
         if job.flow:
-            return self._flow_settle_call(held, decision)
+            return self._flow_settle_call(held, decision, result)
         if isinstance(decision, policy.Complete):
             # this worker's own claim, a result encode_result made and the task's checked retention
             if self.bus and held.task.result_ttl_ms:
-                return queue.publish_call(job, decision.value, retention_ms=held.task.result_ttl_ms,
-                                          checked_already=True)
+                return queue.publish_call(job, result, retention_ms=held.task.result_ttl_ms, checked_already=True)
             return queue.complete_call(job, checked_already=True)
         if isinstance(decision, policy.Fail):
             if self.bus:
@@ -763,13 +759,13 @@ class Worker:
                                    backoff_ms=decision.backoff_ms, traceback=decision.traceback)
         return queue.delay_call(job, decision.delay_ms)
 
-    def _flow_settle_call(self, held: Held, decision: policy.Settle) -> Call:
+    def _flow_settle_call(self, held: Held, decision: policy.Settle, result: bytes | None) -> Call:
         """A flow job settles through the flow scripts, which tell its parent (the native COMPLETE
         and FAIL refuse a flow child). Its result always goes (its parent may read it); a Delay is
         a retry after the delay: flow jobs have no DELAY."""
         queue, job = held.queue, held.job
         if isinstance(decision, policy.Complete):
-            return queue.flow_complete_call(job, decision.value, retention_ms=held.task.result_ttl_ms or 0)
+            return queue.flow_complete_call(job, result, retention_ms=held.task.result_ttl_ms or 0)
         if isinstance(decision, policy.Postpone):
             return queue.flow_fail_call(job, "Delay in a flow job: retried after the delay",
                                         max_attempts=held.task.max_attempts, backoff_ms=decision.delay_ms)

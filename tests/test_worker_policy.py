@@ -51,7 +51,7 @@ B = Backoff(base_ms=100, jitter=0.0)
 
 
 @pytest.mark.parametrize("outcome, settle", [
-    (policy.Returned(42), policy.Complete(42)),
+    (policy.Returned(42), policy.COMPLETE),
     (policy.Raised(ValueError("bad")), policy.Fail("ValueError: bad", 5, 400)),
     (policy.Raised(KeyError()), policy.Fail("KeyError", 5, 400)),
     (policy.RetryAsked("later", None), policy.Fail("later", 5, 400)),
