@@ -261,11 +261,12 @@ class _DaemonPool:
         for _ in range(size):
             self._add()
 
-    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+    def submit_all(self, fn: Callable[..., None], calls: Sequence[tuple[Any, ...]]) -> None:
+        """``fn(*args)`` for each ``args`` of ``calls``, queued at once (one lock for a claim batch)."""
         with self._mutex:
-            self._work.append((fn, args))
+            self._work.extend((fn, args) for args in calls)
             if not self._free:
-                self._wake_one()
+                self._wake_one()  # it wakes the next while work is queued
 
     def replace_one(self) -> None:
         """One more thread, in place of one running an abandoned (timed out) handler: Python
@@ -661,8 +662,7 @@ class Worker:
                 self._polled(name, now, found=any(found), paused=self.queues[name].claim_paused)
                 if self.queues[name].claim_wait_ms is not None:
                     self._rate_wait(name, self._clock_ms(), self.queues[name].claim_wait_ms)
-            for job in jobs:
-                self._start(self.tasks[name], self.queues[name], job, sent)
+            self._start(self.tasks[name], self.queues[name], jobs, sent)
             claimed += len(jobs)
         return claimed
 
@@ -791,8 +791,7 @@ class Worker:
             parents = [job for job in jobs if job.has_children]
             # a parent's handler reads what its children left it: read once, before it starts
             left = dict(zip((job.id for job in parents), queue.children_many([job.id for job in parents])))
-            for job in jobs:
-                self._start(task, queue, job, sent, left.get(job.id))
+            self._start(task, queue, jobs, sent, left)
             claimed += len(jobs)
         return claimed
 
@@ -892,7 +891,7 @@ class Worker:
                 self._release_claimed(report)
             else:
                 self._idle.discard(report.queue)  # it had a job: more may follow, claimed in batches
-                self._start(self.tasks[report.queue], self.queues[report.queue], report.job, report.at_ms)
+                self._start(self.tasks[report.queue], self.queues[report.queue], [report.job], report.at_ms)
 
     def _release_claimed(self, report: waiter.Claimed) -> None:
         """A blocked claim answered with a job after the stop: straight back to pending (wire 6)."""
@@ -1004,50 +1003,61 @@ class Worker:
                         reason)  # counted as job.lost when its handler finishes and the outcome is dropped
 
     # -- running handlers ------------------------------------------------------------
-    def _start(self, task: Task, queue: Queue, job: Job, sent: float, children: Children | None = None) -> None:
-        self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
-                   trace=job.trace)
+    def _start(self, task: Task, queue: Queue, jobs: list[Job], sent: float,
+               children: dict[str, Children] | None = None) -> None:
+        """Start the handlers of ``jobs``, claimed from ``queue`` (sent at local ms ``sent``); ``children``:
+        what each flow parent's children left it, by the parent's id. A claim batch is handed to the
+        handler threads at once (one lock, not one a job)."""
         is_async = task.is_async
-        ctx = (AsyncJobContext if is_async else JobContext)(job.id, task.queue, job.attempt, self._producers[is_async])
-        if children is not None:
-            # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
-            ctx.children = lambda raw=children, loads=task.serializer.loads: Children(
-                {child: loads(result) for child, result in raw.results.items()}, raw.failures)
-        if self._progress and not job.flow and job.group is None:  # APPEND is fenced on the flat active set
-            # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
-            # async one awaits it on the asyncio connection (the loop's other handlers run on)
-            if is_async:
-                ctx.report = self._async_report(queue.name, job)
-            else:
-                ctx.report = partial(queue.progress, job)
-        timeout_s = self._timeout_s(task)
-        deadline = None if timeout_s is None else sent + timeout_s * 1000
-        held = Held(queue, task, job, (job.queue, job.id), ctx, sent, deadline)
-        self.held[held.key] = held
-        scan_at = sent + self.config.lease.lease_ms
-        if deadline is not None and deadline < scan_at:
-            scan_at = deadline
-        if scan_at < self._scan_at:
-            self._scan_at = scan_at
-        try:
-            payload = None if job.raw_payload is None else task.serializer.loads(job.raw_payload)
-        except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
-            held.verdict = policy.Undecodable(PayloadError(
-                f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
-                f"{type(exc).__name__}: {exc}"))
-            log.error("job %s/%s: %s", job.queue, job.id, held.verdict.error)
-            held.ended_s = held.started_s
-            self._finished.put(held)
+        runs: list[tuple[Held, tuple[Any, ...]]] = []
+        for job in jobs:
+            self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
+                       trace=job.trace)
+            ctx = (AsyncJobContext if is_async else JobContext)(job.id, task.queue, job.attempt,
+                                                                self._producers[is_async])
+            left = children.get(job.id) if children else None
+            if left is not None:
+                # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
+                ctx.children = lambda raw=left, loads=task.serializer.loads: Children(
+                    {child: loads(result) for child, result in raw.results.items()}, raw.failures)
+            if self._progress and not job.flow and job.group is None:  # APPEND is fenced on the flat active set
+                # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
+                # async one awaits it on the asyncio connection (the loop's other handlers run on)
+                if is_async:
+                    ctx.report = self._async_report(queue.name, job)
+                else:
+                    ctx.report = partial(queue.progress, job)
+            timeout_s = self._timeout_s(task)
+            deadline = None if timeout_s is None else sent + timeout_s * 1000
+            held = Held(queue, task, job, (job.queue, job.id), ctx, sent, deadline)
+            self.held[held.key] = held
+            scan_at = sent + self.config.lease.lease_ms
+            if deadline is not None and deadline < scan_at:
+                scan_at = deadline
+            if scan_at < self._scan_at:
+                self._scan_at = scan_at
+            try:
+                payload = None if job.raw_payload is None else task.serializer.loads(job.raw_payload)
+            except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
+                held.verdict = policy.Undecodable(PayloadError(
+                    f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
+                    f"{type(exc).__name__}: {exc}"))
+                log.error("job %s/%s: %s", job.queue, job.id, held.verdict.error)
+                held.ended_s = held.started_s
+                self._finished.put(held)
+                continue
+            runs.append((held, task.arguments(payload, ctx)))
+        if not runs:
             return
-        args = task.arguments(payload, ctx)
-        self._started += 1
+        self._started += len(runs)
         self._youngest_start = self._clock_ms()
         if is_async:
-            self._start_async(held, args)
+            for held, args in runs:
+                self._start_async(held, args)
         else:
             if self._pool is None:
                 self._pool = _DaemonPool(self.config.concurrency)
-            self._pool.submit(self._run_sync, held, args)
+            self._pool.submit_all(self._run_sync, runs)
 
     def _run_sync(self, held: Held, args: tuple[Any, ...]) -> None:
         """On a handler thread: run the handler and hand its outcome back."""
