@@ -53,8 +53,16 @@ def drain(mode: str, url: str, wire: int) -> None:
 
         app = App("bench")
         app.task(queue=QUEUE, max_attempts=1)(noop)
-        Worker(app, connection, config=WorkerConfig(burst=True, settle_wait_ms=SETTLE_WAIT_MS)).run(
-            install_signals=False)
+        worker = Worker(app, connection, config=WorkerConfig(burst=True, settle_wait_ms=SETTLE_WAIT_MS))
+        step, steps = worker.step, [0]
+
+        def counted() -> float:
+            steps[0] += 1
+            return step()
+
+        worker.step = counted  # type: ignore[method-assign]
+        worker.run(install_signals=False)
+        print(f"steps {steps[0]}")  # how the drain batched: the count depends on it
         return
     q = Queue(connection, QUEUE)
     while jobs := q.claim_many(10, 30_000):
@@ -102,13 +110,14 @@ def measured(server: BenchServer, mode: str, wire: int, n: int, out_dir: Path, c
         out = subprocess.run(child + ["--calls"], capture_output=True, text=True, check=True).stdout
         return json.loads(out.strip().splitlines()[-1])
     dump = out_dir / f"callgrind.{mode}.{n}"
-    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={dump}", *child],
-                   check=True, capture_output=True)
+    out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={dump}", *child],
+                         check=True, capture_output=True, text=True).stdout
     left = producer.counts()
     if left.pending or left.active:
         raise RuntimeError(f"{mode} left jobs undone: {left}")
     totals = re.search(r"^(?:summary|totals):\s+(\d+)", dump.read_text(errors="replace"), re.M)
-    return {"total": int(totals.group(1))}
+    steps = re.search(r"^steps (\d+)", out, re.M)
+    return {"total": int(totals.group(1)), "steps": int(steps.group(1)) if steps else 0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
                     for name, count in rows[: args.top]:
                         print(f"  {count:7.2f}  {name}")
                 else:
+                    steps = f", {(large['steps'] - small['steps']) / jobs:.3f} steps a job" if mode == "worker" else ""
                     print(f"{mode}: {(large['total'] - small['total']) / jobs / 1000:.1f} k instructions a job "
-                          f"(wire {args.wire})", flush=True)
+                          f"(wire {args.wire}{steps})", flush=True)
     shutil.rmtree(out_dir, ignore_errors=True)
     return 0
 
