@@ -117,6 +117,10 @@ class Returned:
     value: object = None
 
 
+#: what a handler that returns nothing (most) hands back: one record, not one a job
+RETURNED_NOTHING = Returned()
+
+
 @dataclass(frozen=True)
 class Raised:
     error: BaseException
@@ -355,7 +359,7 @@ def claim_batch(capacity: int, empty_polls: int, max_batch: int) -> int:
 # -- settling in fuller batches -------------------------------------------------------
 
 
-def settle_at_ms(now_ms: float, *, running: int, youngest_start_ms: float | None, wait_ms: float) -> float:
+def settle_at_ms(now_ms: float, running: int, youngest_start_ms: float | None, wait_ms: float) -> float:
     """When to settle the outcomes already in (local clock): ``now_ms`` when no handler is still
     running, else once the youngest running one has run ``wait_ms``. Quick handlers of one claim
     batch so settle together, in one round trip and one step of the worker's loop, instead of the

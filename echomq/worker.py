@@ -358,6 +358,8 @@ def outcome_of(call: Callable[..., Any], *args: Any) -> policy.Outcome:
         value = call(*args)
     except BaseException as exc:  # the handler's outcome, whatever it is
         return raised(exc)
+    if value is None:
+        return policy.RETURNED_NOTHING
     return raised(value) if isinstance(value, (Retry, Delay)) else policy.Returned(value)
 
 
@@ -584,8 +586,7 @@ class Worker:
         return name in self._idle if self.blocking else self._empty_polls[name] > 0
 
     def _settle_at(self, now: float) -> float:
-        return policy.settle_at_ms(now, running=self._started - self._ended, youngest_start_ms=self._youngest_start,
-                                   wait_ms=self.config.settle_wait_ms)
+        return policy.settle_at_ms(now, self._started - self._ended, self._youngest_start, self.config.settle_wait_ms)
 
     def _next_due(self, now: float) -> float:
         if self._unsettled or not self._reports.empty():
