@@ -564,6 +564,8 @@ class Worker:
         once, say: counts show it nowhere but active)."""
         # read first: when every claiming block has answered, any job one took is in the reports below
         claims_in_flight = any(w.requested != w.answered for w in self._waiters if not w.markers)
+        if not self._reports.empty():
+            return False  # the next step reads them (a report wakes it); an ended block's answer is no news
         if not self._looks_drained():
             self._confirming_empty = False
             return False
@@ -577,7 +579,7 @@ class Worker:
         return True
 
     def _looks_drained(self) -> bool:
-        if self.held or not self._finished.empty() or self._unsettled or not self._reports.empty():
+        if self.held or not self._finished.empty() or self._unsettled:
             return False
         if not all(self._came_back_empty(name) for name in self.queues):
             return False  # a queue gave jobs on its last claim (or has not been claimed from): not empty yet

@@ -382,3 +382,51 @@ def test_a_burst_worker_runs_the_job_its_block_took_as_the_queue_went_empty(own_
     assert taken.is_set() and looked_after.is_set()  # the race was run: the worker looked while the job was out
     assert (tally.claimed, tally.completed, ran) == (1, 1, [1])
     assert queue.counts().total == 0
+
+
+def test_a_burst_worker_stops_though_its_ended_blocks_answer_while_it_looks(own_conn, wire):
+    """The answers of the blocks a burst worker ended to confirm its queues are empty may arrive as
+    it looks at them again: they are no news, it must not start over (re-arming, ending again...)."""
+    if wire == 4:
+        pytest.skip("wire 4's waiters pop wake markers; only wire 6's take a job")
+    from echomq import waiter
+
+    names = [fresh_name("quiet"), fresh_name("quiet")]
+    app = App()
+    for name in names:
+        app.handler(name, lambda payload: None)
+    worker = Worker(app, own_conn, queues=names, config=WorkerConfig(burst=True, grace_s=0, timers=QUIET_TIMERS))
+    gate = threading.Condition()
+    waiting_answers, looking = 0, False
+    report, drained = worker._report, worker.drained
+
+    def answer_while_it_looks(answer: waiter.Report) -> None:
+        nonlocal waiting_answers
+        if not isinstance(answer, waiter.Recheck):  # an ended block's answer (wire 6: BCLAIM answered empty)
+            return report(answer)
+        with gate:
+            waiting_answers += 1
+            gate.notify_all()
+            gate.wait_for(lambda: looking, timeout=10)
+            report(answer)
+            waiting_answers -= 1
+            gate.notify_all()
+
+    def looks_with_answers_arriving() -> bool:
+        nonlocal looking
+        with gate:
+            looking = True
+            gate.notify_all()
+            gate.wait_for(lambda: waiting_answers == 0, timeout=10)
+            looking = False
+        return drained()
+
+    worker._report, worker.drained = answer_while_it_looks, looks_with_answers_arriving
+    gave_up = threading.Event()
+    fallback = threading.Timer(20, lambda: (gave_up.set(), worker.stop("test: still running after 20 s")))
+    fallback.start()
+    try:
+        worker.run(install_signals=False)
+    finally:
+        fallback.cancel()
+    assert not gave_up.is_set()
