@@ -135,6 +135,9 @@ class Waiter(threading.Thread):
         self._closed = threading.Event()
         self._failures = 0
         self.busy = False  #: a block was requested and its outcome not reported yet
+        #: blocks requested, and blocks whose outcome was reported (or dropped while closing): equal
+        #: once every job a block took is in the worker's reports (busy clears just before the report)
+        self.requested = self.answered = 0
         self.interrupting = False  #: the control thread wants this block ended and has not managed yet
         self.unblocked = False  #: CLIENT UNBLOCK ended this block: its report is on the way
         self.blocked_on: tuple[str, ...] = ()
@@ -143,6 +146,7 @@ class Waiter(threading.Thread):
     def request(self, queues: Sequence[str], timeout_ms: int) -> None:
         """Block on ``queues`` (one on wire 6) for up to ``timeout_ms``; the outcome is reported."""
         self.busy = True
+        self.requested += 1
         self.interrupting = self.unblocked = False
         self.blocked_on = tuple(queues)
         self._inbox.put((self.blocked_on, timeout_ms))
@@ -178,6 +182,7 @@ class Waiter(threading.Thread):
                 self.busy = False
                 if report is not None:
                     self._report(report)
+                self.answered += 1
         finally:
             self._detach()
 

@@ -456,6 +456,9 @@ class Worker:
         self._link_down_until = 0.0
         self._link_failures = 0
         self._stop_at: float | None = None
+        #: a burst worker found its queues empty while a claiming block was out: none is re-armed until
+        #: each has answered (drained)
+        self._confirming_empty = False
         self._signals = 0
         self._pool: _DaemonPool | None = None
         self._async: _AsyncRunner | None = None
@@ -567,7 +570,24 @@ class Worker:
         timers promote it when due. Jobs other workers hold are theirs; a job one of this worker's
         waiters claimed is not, even before its report is read (a promoted job a BCLAIM took at
         once, say: counts show it nowhere but active)."""
-        if self.held or not self._finished.empty() or self._unsettled or not self._reports.empty():
+        # read first: when every claiming block has answered, any job one took is in the reports below
+        claims_in_flight = any(w.requested != w.answered for w in self._waiters if not w.markers)
+        if not self._reports.empty():
+            return False  # the next step reads them (a report wakes it); an ended block's answer is no news
+        if not self._looks_drained():
+            self._confirming_empty = False
+            return False
+        if claims_in_flight:
+            # wire 6: a BCLAIM may have taken a job the counts already show as active, its answer still on
+            # the way. End the claiming blocks (re-arming none: _arm_waiters) and look again once answered.
+            if not self._confirming_empty:
+                self._confirming_empty = True
+                self._wake.set()
+            return False
+        return True
+
+    def _looks_drained(self) -> bool:
+        if self.held or not self._finished.empty() or self._unsettled:
             return False
         if not all(self._came_back_empty(name) for name in self.queues):
             return False  # a queue gave jobs on its last claim (or has not been claimed from): not empty yet
@@ -910,7 +930,8 @@ class Worker:
         """Have every waiter block on its idle queues, or end a block that no longer fits."""
         capacity = self._capacity()
         for w in self._waiters:
-            wanted = policy.to_wait(list(w.queues), self._idle, capacity=capacity, stopping=self.stopping)
+            stopping = self.stopping or (self._confirming_empty and not w.markers)
+            wanted = policy.to_wait(list(w.queues), self._idle, capacity=capacity, stopping=stopping)
             if w.busy:
                 if not w.unblocked and (w.interrupting or
                                         policy.interrupt_waiter(w.blocked_on, wanted, claims=not w.markers)):

@@ -343,3 +343,90 @@ def test_a_queue_that_goes_idle_joins_the_blocked_wait(own_conn, wire):
             wait_until(lambda: blocked(own_conn.client) == (1 if wire == 4 else 2), what="blocked on both again")
         job = Queue(own_conn, names[1]).enqueue({})
         wait_until(lambda: (names[1], job.id, 1) in seen, what="the job of j1, still waited on")
+
+
+def test_a_burst_worker_runs_the_job_its_block_took_as_the_queue_went_empty(own_conn, wire):
+    """A BCLAIM may take a job the moment it is promoted, and answer after the worker has read the
+    counts (the job shows as active only). The burst worker must not stop then: it ends its claiming
+    blocks and looks again once each has answered, so it runs the job instead of requeueing it."""
+    if wire == 4:
+        pytest.skip("wire 4's waiters pop wake markers; only wire 6's take a job")
+    from echomq import waiter
+
+    name, ran = fresh_name("race"), []
+    app = App()
+    app.handler(name, lambda payload: ran.append(payload["n"]))
+    queue = Queue(own_conn, name)
+    queue.schedule({"n": 1}, 200)
+    worker = Worker(app, own_conn, queues=[name],
+                    config=WorkerConfig(burst=True, grace_s=0, timers=TimerConfig(promote_interval_ms=10)))
+    taken, looked_after = threading.Event(), threading.Event()
+    report, drained = worker._report, worker.drained
+
+    def late_report(answer: waiter.Report) -> None:  # the block's job reaches the worker after its next look
+        if isinstance(answer, waiter.Claimed):
+            taken.set()
+            looked_after.wait(10)
+        report(answer)
+
+    def watched_drained() -> bool:
+        # the worker's own claim has come back empty since the promote: the queue looks idle again
+        after_the_take = taken.is_set() and name in worker._idle
+        verdict = drained()
+        if after_the_take:
+            looked_after.set()
+        return verdict
+
+    worker._report, worker.drained = late_report, watched_drained
+    tally = worker.run(install_signals=False)
+    assert taken.is_set() and looked_after.is_set()  # the race was run: the worker looked while the job was out
+    assert (tally.claimed, tally.completed, ran) == (1, 1, [1])
+    assert queue.counts().total == 0
+
+
+def test_a_burst_worker_stops_though_its_ended_blocks_answer_while_it_looks(own_conn, wire):
+    """The answers of the blocks a burst worker ended to confirm its queues are empty may arrive as
+    it looks at them again: they are no news, it must not start over (re-arming, ending again...)."""
+    if wire == 4:
+        pytest.skip("wire 4's waiters pop wake markers; only wire 6's take a job")
+    from echomq import waiter
+
+    names = [fresh_name("quiet"), fresh_name("quiet")]
+    app = App()
+    for name in names:
+        app.handler(name, lambda payload: None)
+    worker = Worker(app, own_conn, queues=names, config=WorkerConfig(burst=True, grace_s=0, timers=QUIET_TIMERS))
+    gate = threading.Condition()
+    waiting_answers, looking = 0, False
+    report, drained = worker._report, worker.drained
+
+    def answer_while_it_looks(answer: waiter.Report) -> None:
+        nonlocal waiting_answers
+        if not isinstance(answer, waiter.Recheck):  # an ended block's answer (wire 6: BCLAIM answered empty)
+            return report(answer)
+        with gate:
+            waiting_answers += 1
+            gate.notify_all()
+            gate.wait_for(lambda: looking, timeout=10)
+            report(answer)
+            waiting_answers -= 1
+            gate.notify_all()
+
+    def looks_with_answers_arriving() -> bool:
+        nonlocal looking
+        with gate:
+            looking = True
+            gate.notify_all()
+            gate.wait_for(lambda: waiting_answers == 0, timeout=10)
+            looking = False
+        return drained()
+
+    worker._report, worker.drained = answer_while_it_looks, looks_with_answers_arriving
+    gave_up = threading.Event()
+    fallback = threading.Timer(20, lambda: (gave_up.set(), worker.stop("test: still running after 20 s")))
+    fallback.start()
+    try:
+        worker.run(install_signals=False)
+    finally:
+        fallback.cancel()
+    assert not gave_up.is_set()
