@@ -77,10 +77,12 @@ def backoff_ms(policy: Backoff, attempt: int, rand: float) -> int:
 
 @dataclass(frozen=True)
 class Complete:
-    """The handler returned: COMPLETE, or PUBLISH with ``value`` (the result, encoded) where the
-    node serves the bus and the task keeps results."""
+    """The handler returned: COMPLETE, or PUBLISH with its result where the node serves the bus
+    and the task keeps results (the worker encodes the returned value: the decision carries none)."""
 
-    value: object = None
+
+#: the decision for every returned outcome (one record, not one a job)
+COMPLETE = Complete()
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,10 @@ Settle = Union[Complete, Fail, Postpone, Drop]
 @dataclass(frozen=True)
 class Returned:
     value: object = None
+
+
+#: what a handler that returns nothing (most) hands back: one record, not one a job
+RETURNED_NOTHING = Returned()
 
 
 @dataclass(frozen=True)
@@ -186,13 +192,13 @@ def describe_traceback(error: BaseException, limit: int = MAX_TRACEBACK_BYTES) -
     return keep_tail(text, limit)
 
 
-def decide_outcome(outcome: Outcome, *, lost: bool, attempt: int, max_attempts: int, backoff: Backoff,
+def decide_outcome(outcome: Outcome, lost: bool, attempt: int, max_attempts: int, backoff: Backoff,
                    rand: float) -> Settle:
     """What to send for a finished handler. A lost lease wins over everything: nothing is settled."""
     if lost:
         return Drop("lease lost while the handler ran")
     if isinstance(outcome, Returned):
-        return Complete(outcome.value)
+        return COMPLETE
     if isinstance(outcome, DelayAsked):
         return Postpone(outcome.delay_ms)
     if isinstance(outcome, RetryAsked):
@@ -353,7 +359,7 @@ def claim_batch(capacity: int, empty_polls: int, max_batch: int) -> int:
 # -- settling in fuller batches -------------------------------------------------------
 
 
-def settle_at_ms(now_ms: float, *, running: int, youngest_start_ms: float | None, wait_ms: float) -> float:
+def settle_at_ms(now_ms: float, running: int, youngest_start_ms: float | None, wait_ms: float) -> float:
     """When to settle the outcomes already in (local clock): ``now_ms`` when no handler is still
     running, else once the youngest running one has run ``wait_ms``. Quick handlers of one claim
     batch so settle together, in one round trip and one step of the worker's loop, instead of the

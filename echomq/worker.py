@@ -157,18 +157,23 @@ class Histogram:
         self.bounds = tuple(bounds)
         self._counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
         self._sum = 0.0
-        self._lock = threading.Lock()  # observed on the control thread, read by a scrape's thread
+        # observed by one thread (the worker's control thread), read by a scrape's: not a lock a job
+        # but a sequence number, odd while an observation is half written (the reader tries again)
+        self._version = 0
 
     def observe(self, value: float) -> None:
-        at = bisect_left(self.bounds, value)  # the first bound >= value (len: +Inf)
-        with self._lock:
-            self._counts[at] += 1
-            self._sum += value
+        self._version += 1
+        self._counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value (len: +Inf)
+        self._sum += value
+        self._version += 1
 
     def snapshot(self) -> tuple[list[tuple[float, int]], float]:
         """The cumulative count at each bound (the last at +Inf) and the sum, read together."""
-        with self._lock:
+        while True:
+            version = self._version
             counts, total = list(self._counts), self._sum
+            if not version & 1 and version == self._version:
+                break
         running, cumulative = 0, []
         for bound, count in zip((*self.bounds, float("inf")), counts):
             running += count
@@ -256,11 +261,12 @@ class _DaemonPool:
         for _ in range(size):
             self._add()
 
-    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+    def submit_all(self, fn: Callable[..., None], calls: Sequence[tuple[Any, ...]]) -> None:
+        """``fn(*args)`` for each ``args`` of ``calls``, queued at once (one lock for a claim batch)."""
         with self._mutex:
-            self._work.append((fn, args))
+            self._work.extend((fn, args) for args in calls)
             if not self._free:
-                self._wake_one()
+                self._wake_one()  # it wakes the next while work is queued
 
     def replace_one(self) -> None:
         """One more thread, in place of one running an abandoned (timed out) handler: Python
@@ -352,6 +358,8 @@ def outcome_of(call: Callable[..., Any], *args: Any) -> policy.Outcome:
         value = call(*args)
     except BaseException as exc:  # the handler's outcome, whatever it is
         return raised(exc)
+    if value is None:
+        return policy.RETURNED_NOTHING
     return raised(value) if isinstance(value, (Retry, Delay)) else policy.Returned(value)
 
 
@@ -598,8 +606,7 @@ class Worker:
         return name in self._idle if self.blocking else self._empty_polls[name] > 0
 
     def _settle_at(self, now: float) -> float:
-        return policy.settle_at_ms(now, running=self._started - self._ended, youngest_start_ms=self._youngest_start,
-                                   wait_ms=self.config.settle_wait_ms)
+        return policy.settle_at_ms(now, self._started - self._ended, self._youngest_start, self.config.settle_wait_ms)
 
     def _next_due(self, now: float) -> float:
         if self._unsettled or not self._reports.empty():
@@ -676,8 +683,7 @@ class Worker:
                 self._polled(name, now, found=any(found), paused=self.queues[name].claim_paused)
                 if self.queues[name].claim_wait_ms is not None:
                     self._rate_wait(name, self._clock_ms(), self.queues[name].claim_wait_ms)
-            for job in jobs:
-                self._start(self.tasks[name], self.queues[name], job, sent)
+            self._start(self.tasks[name], self.queues[name], jobs, sent)
             claimed += len(jobs)
         return claimed
 
@@ -690,29 +696,25 @@ class Worker:
         by_queue: dict[str, list[tuple[Held, policy.Settle, Call]]] = {}
         for held in done:
             job, task, lost = held.job, held.task, held.ctx.lease_lost
-            outcome = self._encoded(task, held.verdict or held.outcome, job.flow)
+            outcome = held.verdict or held.outcome
+            result = None
+            if isinstance(outcome, policy.Returned) and (self.bus and task.result_ttl_ms or job.flow):
+                # the bytes PUBLISH keeps; a value the task's serializer refuses, or one over
+                # MAX_RESULT_BYTES, fails the attempt instead
+                try:
+                    result = encode_result(task.serializer, outcome.value, MAX_RESULT_BYTES)
+                except PayloadError as exc:
+                    outcome = policy.Raised(exc)
             if not lost and isinstance(outcome, policy.Raised):
                 log.warning("job %s/%s attempt %d raised:", job.queue, job.id, job.attempt, exc_info=outcome.error)
-            decision = policy.decide_outcome(
-                outcome, lost=lost and held.verdict is None, attempt=job.attempt, max_attempts=task.max_attempts,
-                backoff=task.backoff, rand=self._rand(),
-            )
+            decision = policy.decide_outcome(outcome, lost and held.verdict is None, job.attempt, task.max_attempts,
+                                             task.backoff, self._rand())
             if isinstance(decision, policy.Drop):
                 self.held.pop(held.key, None)
                 self._emit("job.lost", job, reason=f"{decision.reason}; its outcome is not settled")
                 continue
-            by_queue.setdefault(job.queue, []).append((held, decision, self._settle_call(held, decision)))
+            by_queue.setdefault(job.queue, []).append((held, decision, self._settle_call(held, decision, result)))
         return by_queue
-
-    def _encoded(self, task: Task, outcome: policy.Outcome, flow: bool = False) -> policy.Outcome:
-        """A return value as the bytes PUBLISH keeps (when it will be kept); a value the task's
-        serializer refuses, or one over MAX_RESULT_BYTES, fails the attempt instead."""
-        if not isinstance(outcome, policy.Returned) or not (self.bus and task.result_ttl_ms or flow):
-            return outcome
-        try:
-            return policy.Returned(encode_result(task.serializer, outcome.value, MAX_RESULT_BYTES))
-        except PayloadError as exc:
-            return policy.Raised(exc)
 
     def _settled(self, name: str, batch: list[tuple[Held, policy.Settle, Call]], answers: list[Any]) -> None:
         settled_at = self._clock_ms()
@@ -760,15 +762,15 @@ class Worker:
                 self.queues[name].set_rate_limit(task.rate_limit)
                 log.info("worker %d: queue %s: at most %s job starts", os.getpid(), name, task.rate_limit)
 
-    def _settle_call(self, held: Held, decision: policy.Settle) -> Call:
+    def _settle_call(self, held: Held, decision: policy.Settle, result: bytes | None) -> Call:
+        """The call that settles ``held`` as decided; ``result``: a returned value, encoded when kept."""
         queue, job = held.queue, held.job
         if job.flow:
-            return self._flow_settle_call(held, decision)
+            return self._flow_settle_call(held, decision, result)
         if isinstance(decision, policy.Complete):
             # this worker's own claim, a result encode_result made and the task's checked retention
             if self.bus and held.task.result_ttl_ms:
-                return queue.publish_call(job, decision.value, retention_ms=held.task.result_ttl_ms,
-                                          checked_already=True)
+                return queue.publish_call(job, result, retention_ms=held.task.result_ttl_ms, checked_already=True)
             return queue.complete_call(job, checked_already=True)
         if isinstance(decision, policy.Fail):
             if self.bus:
@@ -778,13 +780,13 @@ class Worker:
                                    backoff_ms=decision.backoff_ms, traceback=decision.traceback)
         return queue.delay_call(job, decision.delay_ms)
 
-    def _flow_settle_call(self, held: Held, decision: policy.Settle) -> Call:
+    def _flow_settle_call(self, held: Held, decision: policy.Settle, result: bytes | None) -> Call:
         """A flow job settles through the flow scripts, which tell its parent (the native COMPLETE
         and FAIL refuse a flow child). Its result always goes (its parent may read it); a Delay is
         a retry after the delay: flow jobs have no DELAY."""
         queue, job = held.queue, held.job
         if isinstance(decision, policy.Complete):
-            return queue.flow_complete_call(job, decision.value, retention_ms=held.task.result_ttl_ms or 0)
+            return queue.flow_complete_call(job, result, retention_ms=held.task.result_ttl_ms or 0)
         if isinstance(decision, policy.Postpone):
             return queue.flow_fail_call(job, "Delay in a flow job: retried after the delay",
                                         max_attempts=held.task.max_attempts, backoff_ms=decision.delay_ms)
@@ -810,8 +812,7 @@ class Worker:
             parents = [job for job in jobs if job.has_children]
             # a parent's handler reads what its children left it: read once, before it starts
             left = dict(zip((job.id for job in parents), queue.children_many([job.id for job in parents])))
-            for job in jobs:
-                self._start(task, queue, job, sent, left.get(job.id))
+            self._start(task, queue, jobs, sent, left)
             claimed += len(jobs)
         return claimed
 
@@ -911,7 +912,7 @@ class Worker:
                 self._release_claimed(report)
             else:
                 self._idle.discard(report.queue)  # it had a job: more may follow, claimed in batches
-                self._start(self.tasks[report.queue], self.queues[report.queue], report.job, report.at_ms)
+                self._start(self.tasks[report.queue], self.queues[report.queue], [report.job], report.at_ms)
 
     def _release_claimed(self, report: waiter.Claimed) -> None:
         """A blocked claim answered with a job after the stop: straight back to pending (wire 6)."""
@@ -1024,50 +1025,61 @@ class Worker:
                         reason)  # counted as job.lost when its handler finishes and the outcome is dropped
 
     # -- running handlers ------------------------------------------------------------
-    def _start(self, task: Task, queue: Queue, job: Job, sent: float, children: Children | None = None) -> None:
-        self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
-                   trace=job.trace)
+    def _start(self, task: Task, queue: Queue, jobs: list[Job], sent: float,
+               children: dict[str, Children] | None = None) -> None:
+        """Start the handlers of ``jobs``, claimed from ``queue`` (sent at local ms ``sent``); ``children``:
+        what each flow parent's children left it, by the parent's id. A claim batch is handed to the
+        handler threads at once (one lock, not one a job)."""
         is_async = task.is_async
-        ctx = (AsyncJobContext if is_async else JobContext)(job.id, task.queue, job.attempt, self._producers[is_async])
-        if children is not None:
-            # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
-            ctx.children = lambda raw=children, loads=task.serializer.loads: Children(
-                {child: loads(result) for child, result in raw.results.items()}, raw.failures)
-        if self._progress and not job.flow and job.group is None:  # APPEND is fenced on the flat active set
-            # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
-            # async one awaits it on the asyncio connection (the loop's other handlers run on)
-            if is_async:
-                ctx.report = self._async_report(queue.name, job)
-            else:
-                ctx.report = partial(queue.progress, job)
-        timeout_s = self._timeout_s(task)
-        deadline = None if timeout_s is None else sent + timeout_s * 1000
-        held = Held(queue, task, job, (job.queue, job.id), ctx, sent, deadline)
-        self.held[held.key] = held
-        scan_at = sent + self.config.lease.lease_ms
-        if deadline is not None and deadline < scan_at:
-            scan_at = deadline
-        if scan_at < self._scan_at:
-            self._scan_at = scan_at
-        try:
-            payload = None if job.raw_payload is None else task.serializer.loads(job.raw_payload)
-        except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
-            held.verdict = policy.Undecodable(PayloadError(
-                f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
-                f"{type(exc).__name__}: {exc}"))
-            log.error("job %s/%s: %s", job.queue, job.id, held.verdict.error)
-            held.ended_s = held.started_s
-            self._finished.put(held)
+        runs: list[tuple[Held, tuple[Any, ...]]] = []
+        for job in jobs:
+            self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
+                       trace=job.trace)
+            ctx = (AsyncJobContext if is_async else JobContext)(job.id, task.queue, job.attempt,
+                                                                self._producers[is_async])
+            left = children.get(job.id) if children else None
+            if left is not None:
+                # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
+                ctx.children = lambda raw=left, loads=task.serializer.loads: Children(
+                    {child: loads(result) for child, result in raw.results.items()}, raw.failures)
+            if self._progress and not job.flow and job.group is None:  # APPEND is fenced on the flat active set
+                # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
+                # async one awaits it on the asyncio connection (the loop's other handlers run on)
+                if is_async:
+                    ctx.report = self._async_report(queue.name, job)
+                else:
+                    ctx.report = partial(queue.progress, job)
+            timeout_s = self._timeout_s(task)
+            deadline = None if timeout_s is None else sent + timeout_s * 1000
+            held = Held(queue, task, job, (job.queue, job.id), ctx, sent, deadline)
+            self.held[held.key] = held
+            scan_at = sent + self.config.lease.lease_ms
+            if deadline is not None and deadline < scan_at:
+                scan_at = deadline
+            if scan_at < self._scan_at:
+                self._scan_at = scan_at
+            try:
+                payload = None if job.raw_payload is None else task.serializer.loads(job.raw_payload)
+            except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
+                held.verdict = policy.Undecodable(PayloadError(
+                    f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
+                    f"{type(exc).__name__}: {exc}"))
+                log.error("job %s/%s: %s", job.queue, job.id, held.verdict.error)
+                held.ended_s = held.started_s
+                self._finished.put(held)
+                continue
+            runs.append((held, task.arguments(payload, ctx)))
+        if not runs:
             return
-        args = task.arguments(payload, ctx)
-        self._started += 1
+        self._started += len(runs)
         self._youngest_start = self._clock_ms()
         if is_async:
-            self._start_async(held, args)
+            for held, args in runs:
+                self._start_async(held, args)
         else:
             if self._pool is None:
                 self._pool = _DaemonPool(self.config.concurrency)
-            self._pool.submit(self._run_sync, held, args)
+            self._pool.submit_all(self._run_sync, runs)
 
     def _run_sync(self, held: Held, args: tuple[Any, ...]) -> None:
         """On a handler thread: run the handler and hand its outcome back."""

@@ -51,7 +51,7 @@ B = Backoff(base_ms=100, jitter=0.0)
 
 
 @pytest.mark.parametrize("outcome, settle", [
-    (policy.Returned(42), policy.Complete(42)),
+    (policy.Returned(42), policy.COMPLETE),
     (policy.Raised(ValueError("bad")), policy.Fail("ValueError: bad", 5, 400)),
     (policy.Raised(KeyError()), policy.Fail("KeyError", 5, 400)),
     (policy.RetryAsked("later", None), policy.Fail("later", 5, 400)),
@@ -443,19 +443,18 @@ def test_bad_durations_are_refused(text):
 def test_the_handler_pool_runs_as_many_slow_handlers_at_once_as_it_has_threads():
     # woken one at a time (a thread that takes a job wakes the next): each waits here for all
     pool, everyone, started = _DaemonPool(4), threading.Barrier(4, timeout=10), SimpleQueue()
-    for _ in range(4):
-        pool.submit(lambda: started.put(everyone.wait()))
+    pool.submit_all(lambda: started.put(everyone.wait()), [()] * 4)  # a claim batch, queued at once
     assert sorted(started.get(timeout=10) for _ in range(4)) == [0, 1, 2, 3]
     pool.shutdown()
 
 
 def test_a_replacement_thread_takes_the_place_of_an_abandoned_one():
     pool, release, both = _DaemonPool(2), threading.Event(), threading.Barrier(2, timeout=10)
-    pool.submit(release.wait)  # a handler that runs on (abandoned: it timed out)
+    pool.submit_all(release.wait, [()])  # a handler that runs on (abandoned: it timed out)
     pool.replace_one()
     met = SimpleQueue()
     for _ in range(2):
-        pool.submit(lambda: met.put(both.wait()))
+        pool.submit_all(lambda: met.put(both.wait()), [()])
     assert sorted(met.get(timeout=10) for _ in range(2)) == [0, 1]
     release.set()
     pool.shutdown()
@@ -463,8 +462,8 @@ def test_a_replacement_thread_takes_the_place_of_an_abandoned_one():
 
 def test_the_handler_pool_starts_no_queued_job_after_its_shutdown():
     pool, release, ran = _DaemonPool(1), threading.Event(), []
-    pool.submit(release.wait)
-    pool.submit(ran.append, "late")  # queued behind the running one
+    pool.submit_all(release.wait, [()])
+    pool.submit_all(ran.append, [("late",)])  # queued behind the running one
     pool.shutdown()
     release.set()
     for thread in pool._threads:

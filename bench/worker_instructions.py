@@ -1,0 +1,172 @@
+"""The worker's own Python per job, counted (not timed): ``python -m bench.worker_instructions``.
+
+    .venv/bin/python -m bench.worker_instructions [--modes worker,batch] [--jobs 2500] [--base 500]
+                                                  [--wire 6] [--rounds 1] [--calls]
+
+For each mode a fresh process drains a queue of no-op jobs the parent enqueued (so the enqueue
+is not in the count) under valgrind's callgrind, with the server in another process:
+``worker`` = :class:`echomq.Worker` in burst mode with a handler that returns nothing, ``batch``
+= the bare batched loop (``claim_many(10)`` / ``complete_many``, as bench/drive_echomq.py's).
+Per job = (the process's instructions draining ``--jobs`` jobs − draining ``--base``) / the
+difference, so start-up and shutdown cancel out. On a shared, busy machine the timed ratios
+(bench/e2e.py) spread widely; an instruction count does not move with the load, so it tells a
+few percent from the noise. Instructions are not time: running the handlers on threads costs
+wakes and GIL hand-offs that count few instructions (docs/benchmarks.md, issue 18).
+
+valgrind runs ~50× slower and one thread at a time, so the worker's ``settle_wait_ms`` is
+scaled to 50 ms, which gathers a claim batch's outcomes into one settle as the 1 ms bound
+does natively (0.10 steps a job).
+
+``--calls``: Python calls per job instead (every thread's ``call`` and ``c_call`` profile
+events, by function; no valgrind), the most frequent first. Needs valgrind otherwise (Debian:
+valgrind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from echomq import Queue, connect
+
+from .common import BenchServer, say, trafikey_module
+
+QUEUE = "bench"
+MODES = ("worker", "batch")
+#: the worker's settle wait under valgrind (see the module's doc)
+SETTLE_WAIT_MS = 50.0
+
+
+def drain(mode: str, url: str, wire: int) -> None:
+    """In the measured process: drain QUEUE with ``mode`` until it is empty."""
+    connection = connect(url, wire=wire)
+    if mode == "worker":
+        from echomq import App, Worker, WorkerConfig
+
+        app = App("bench")
+        app.task(queue=QUEUE, max_attempts=1)(noop)
+        worker = Worker(app, connection, config=WorkerConfig(burst=True, settle_wait_ms=SETTLE_WAIT_MS))
+        step, steps = worker.step, [0]
+
+        def counted() -> float:
+            steps[0] += 1
+            return step()
+
+        worker.step = counted  # type: ignore[method-assign]
+        worker.run(install_signals=False)
+        print(f"steps {steps[0]}")  # how the drain batched: the count depends on it
+        return
+    q = Queue(connection, QUEUE)
+    while jobs := q.claim_many(10, 30_000):
+        for job in jobs:
+            noop(job.payload)
+        q.complete_many(jobs)
+
+
+def noop(payload: object) -> None:
+    pass
+
+
+def counting_calls(mode: str, url: str, wire: int) -> None:
+    """In the measured process: drain with every thread's calls counted; print them as JSON lines."""
+    import json
+
+    calls: collections.Counter[str] = collections.Counter()
+
+    def profile(frame, event, arg):  # noqa: ANN001 -- sys.setprofile's signature
+        if event == "call":
+            code = frame.f_code
+            calls[f"{Path(code.co_filename).name}:{code.co_name}"] += 1
+        elif event == "c_call":
+            calls[f"<{getattr(arg, '__qualname__', arg)}>"] += 1
+
+    threading.setprofile(profile)
+    sys.setprofile(profile)
+    drain(mode, url, wire)
+    sys.setprofile(None)
+    threading.setprofile(None)  # type: ignore[arg-type]
+    print(json.dumps(dict(calls)))
+
+
+def measured(server: BenchServer, mode: str, wire: int, n: int, out_dir: Path, calls: bool) -> dict[str, int]:
+    """Enqueue ``n`` jobs, drain them in a child process; its instruction total (or its calls)."""
+    server.use(wire)
+    producer = Queue(connect(server.url, wire=wire), QUEUE)
+    for start in range(0, n, 1000):
+        producer.enqueue_many([{}] * min(1000, n - start))
+    child = [sys.executable, "-m", "bench.worker_instructions", "--child", mode, "--url", server.url,
+             "--wire", str(wire)]
+    if calls:
+        import json
+
+        out = subprocess.run(child + ["--calls"], capture_output=True, text=True, check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+    dump = out_dir / f"callgrind.{mode}.{n}"
+    out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={dump}", *child],
+                         check=True, capture_output=True, text=True).stdout
+    left = producer.counts()
+    if left.pending or left.active:
+        raise RuntimeError(f"{mode} left jobs undone: {left}")
+    totals = re.search(r"^(?:summary|totals):\s+(\d+)", dump.read_text(errors="replace"), re.M)
+    steps = re.search(r"^steps (\d+)", out, re.M)
+    return {"total": int(totals.group(1)), "steps": int(steps.group(1)) if steps else 0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--jobs", type=int, default=2500)
+    p.add_argument("--base", type=int, default=500)
+    p.add_argument("--wire", type=int, default=6, choices=(4, 6))
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--calls", action="store_true", help="Python calls per job by function, not instructions")
+    p.add_argument("--top", type=int, default=40)
+    p.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    p.add_argument("--url", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        (counting_calls(args.child, args.url, args.wire) if args.calls
+         else drain(args.child, args.url, args.wire))
+        return 0
+    if not args.calls and not shutil.which("valgrind"):
+        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    module = None
+    if args.wire == 6:
+        module, why = trafikey_module()
+        if module is None:
+            print(f"no trafikey: {why}", file=sys.stderr)
+            return 2
+    modes = args.modes.split(",")
+    out_dir = Path(tempfile.mkdtemp(prefix="emq-worker-callgrind-"))
+    jobs = args.jobs - args.base
+    with BenchServer(module) as server:
+        for round_ in range(args.rounds):
+            for mode in modes:
+                say(f"round {round_ + 1}: {mode}, {args.base} and {args.jobs} jobs")
+                small, large = (measured(server, mode, args.wire, n, out_dir, args.calls)
+                                for n in (args.base, args.jobs))
+                if args.calls:
+                    per_job = {name: (large.get(name, 0) - small.get(name, 0)) / jobs for name in large}
+                    rows = sorted(per_job.items(), key=lambda kv: -kv[1])
+                    print(f"{mode}: {sum(per_job.values()):.1f} calls a job (wire {args.wire})")
+                    for name, count in rows[: args.top]:
+                        print(f"  {count:7.2f}  {name}")
+                else:
+                    steps = f", {(large['steps'] - small['steps']) / jobs:.3f} steps a job" if mode == "worker" else ""
+                    print(f"{mode}: {(large['total'] - small['total']) / jobs / 1000:.1f} k instructions a job "
+                          f"(wire {args.wire}{steps})", flush=True)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
