@@ -207,10 +207,12 @@ def test_a_worker_waits_out_the_window_without_spinning(server, wire):
             wait_until(lambda: conn.client.exists(queue.keys.done(second.id)), 10, what="the second job settled")
             assert seen == [first.id, second.id]
             # the enqueue, the woken claim (held), the claim after the wait, the claim that finds the queue
-            # empty, the settle, pause reads on wire 4: a dozen at most over 1.5 s, where a poll loop sends hundreds;
+            # empty, the settle, pause reads on wire 4: a dozen over 1.5 s, where a poll loop sends hundreds;
             # plus, after the wake, one lane probe (LANE_CLAIM and its EXISTS: docs/lanes-and-flows.md) and
-            # one flow probe (FLOW_CLAIM and its pause read; a queue with no flow work is not polled again while busy)
-            assert commands_sent(conn.client) - before <= 12 + 2 + 2
+            # one flow probe (FLOW_CLAIM and its pause read; a queue with no flow work is not polled again while
+            # busy). Wire 4 sends all 16 (the scripts' own HGETs count); a machine under load adds a claim or
+            # two (each 3 on wire 4: seen at 22), which is still no loop
+            assert commands_sent(conn.client) - before <= 30
             started = [int(conn.client.hget(queue.keys.done(i), "started")) for i in (first.id, second.id)]
             assert started[1] - started[0] >= 1500
         finally:
