@@ -1030,56 +1030,55 @@ class Worker:
         """Start the handlers of ``jobs``, claimed from ``queue`` (sent at local ms ``sent``); ``children``:
         what each flow parent's children left it, by the parent's id. A claim batch is handed to the
         handler threads at once (one lock, not one a job)."""
-        is_async = task.is_async
-        runs: list[tuple[Held, tuple[Any, ...]]] = []
-        for job in jobs:
-            self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()),
-                       trace=job.trace)
-            ctx = (AsyncJobContext if is_async else JobContext)(job.id, task.queue, job.attempt,
-                                                                self._producers[is_async])
-            left = children.get(job.id) if children else None
-            if left is not None:
-                # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
-                ctx.children = lambda raw=left, loads=task.serializer.loads: Children(
-                    {child: loads(result) for child, result in raw.results.items()}, raw.failures)
-            if self._progress and not job.flow and job.group is None:  # APPEND is fenced on the flat active set
-                # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
-                # async one awaits it on the asyncio connection (the loop's other handlers run on)
-                if is_async:
-                    ctx.report = self._async_report(queue.name, job)
-                else:
-                    ctx.report = partial(queue.progress, job)
-            timeout_s = self._timeout_s(task)
-            deadline = None if timeout_s is None else sent + timeout_s * 1000
-            held = Held(queue, task, job, (job.queue, job.id), ctx, sent, deadline)
-            self.held[held.key] = held
-            scan_at = sent + self.config.lease.lease_ms
-            if deadline is not None and deadline < scan_at:
-                scan_at = deadline
-            if scan_at < self._scan_at:
-                self._scan_at = scan_at
-            try:
-                payload = None if job.raw_payload is None else task.serializer.loads(job.raw_payload)
-            except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
-                held.verdict = policy.Undecodable(PayloadError(
-                    f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
-                    f"{type(exc).__name__}: {exc}"))
-                log.error("job %s/%s: %s", job.queue, job.id, held.verdict.error)
-                held.ended_s = held.started_s
-                self._finished.put(held)
-                continue
-            runs.append((held, task.arguments(payload, ctx)))
+        # one task, one claim: the whole batch shares its deadline and its next scan
+        timeout_s = self._timeout_s(task)
+        deadline = None if timeout_s is None else sent + timeout_s * 1000
+        lease_end = sent + self.config.lease.lease_ms
+        scan_at = lease_end if deadline is None else min(deadline, lease_end)
+        if scan_at < self._scan_at:
+            self._scan_at = scan_at
+        runs = [run for job in jobs
+                if (run := self._hold(task, queue, job, sent, deadline, children.get(job.id) if children else None))]
         if not runs:
             return
         self._started += len(runs)
         self._youngest_start = self._clock_ms()
-        if is_async:
+        if task.is_async:
             for held, args in runs:
                 self._start_async(held, args)
         else:
             if self._pool is None:
                 self._pool = _DaemonPool(self.config.concurrency)
             self._pool.submit_all(self._run_sync, runs)
+
+    def _hold(self, task: Task, queue: Queue, job: Job, sent: float, deadline: float | None,
+              left: Children | None) -> tuple[Held, tuple[Any, ...]] | None:
+        """Hold a claimed job and build its handler's arguments; None when its payload cannot be
+        decoded (then it is finished already: dead at once, not the worker's failure)."""
+        self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()), trace=job.trace)
+        is_async = task.is_async
+        ctx = (AsyncJobContext if is_async else JobContext)(job.id, task.queue, job.attempt, self._producers[is_async])
+        if left is not None:
+            # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
+            ctx.children = lambda raw=left, loads=task.serializer.loads: Children(
+                {child: loads(result) for child, result in raw.results.items()}, raw.failures)
+        if self._progress and not job.flow and job.group is None:  # APPEND is fenced on the flat active set
+            # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
+            # async one awaits it on the asyncio connection (the loop's other handlers run on)
+            ctx.report = self._async_report(queue.name, job) if is_async else partial(queue.progress, job)
+        held = Held(queue, task, job, (job.queue, job.id), ctx, sent, deadline)
+        self.held[held.key] = held
+        try:
+            payload = None if job.raw_payload is None else task.serializer.loads(job.raw_payload)
+        except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
+            held.verdict = policy.Undecodable(PayloadError(
+                f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
+                f"{type(exc).__name__}: {exc}"))
+            log.error("job %s/%s: %s", job.queue, job.id, held.verdict.error)
+            held.ended_s = held.started_s
+            self._finished.put(held)
+            return None
+        return held, task.arguments(payload, ctx)
 
     def _run_sync(self, held: Held, args: tuple[Any, ...]) -> None:
         """On a handler thread: run the handler and hand its outcome back."""
