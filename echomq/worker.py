@@ -540,7 +540,7 @@ class Worker:
                 for run in self.timers.run_due(self._clock_ms(), self._idle, self._no_lanes):
                     found = run.recovered
                     if run.promoted or found.recovered or found.exempt:
-                        self._idle.discard(run.queue)  # it put jobs in pending itself: claim, no wake needed
+                        self._claim_afresh(run.queue)  # it put jobs in pending itself: claim, no wake needed
                     self._emit_sweep(run.queue, found)
                     if run.reaped:
                         self._next_flow_poll[run.queue] = 0.0  # the reaper may have put flow jobs back
@@ -747,6 +747,14 @@ class Worker:
             self._empty_polls[name] += 1
             self._next_poll[name] = now + policy.idle_interval_ms(self.config.idle, self._empty_polls[name])
 
+    def _claim_afresh(self, name: str) -> None:
+        """Something in ``name`` may be claimable now (a wake, a promote, a block's timeout): claim it,
+        each kind as if it had given jobs last time (the lanes unless the queue never had any). What a
+        kind's claim found before says nothing now: a lone claim that probes the lanes must not leave
+        the queue idle over a flat job, nor a lone flat claim over a lane job."""
+        self._idle.discard(name)
+        self._found[name] = (True, name not in self._no_lanes)
+
     def _rate_wait(self, name: str, now: float, wait_ms: int) -> None:
         """The queue's rate limit held a claim: claim it again (a batch) when its window frees, not
         before, and not through a waiter (no write signals a window freeing)."""
@@ -890,16 +898,16 @@ class Worker:
             if isinstance(report, waiter.Woken):
                 for name in report.queues:
                     # a marker means claimable, or the schedule's head moved earlier: claim, and re-read it
-                    self._idle.discard(name)
                     self._no_lanes.discard(name)  # the marker may be a lane script's: probe the lanes too
+                    self._claim_afresh(name)
                     self._paused.discard(name)
                     self.timers.recheck(name, now)
             elif isinstance(report, waiter.TimedOut):
                 for name in () if report.interrupted else report.queues:  # interrupted: just re-armed
                     # claim once: a plain HDEL resume writes no marker, and another waiter (a frozen
                     # process, say) may have taken a wake it never acted on (a lane script's, too)
-                    self._idle.discard(name)
                     self._no_lanes.discard(name)
+                    self._claim_afresh(name)
                     if name not in self._paused:
                         self.timers.recheck(name, now)  # an idle queue's promote backstop
             elif isinstance(report, waiter.Recheck):

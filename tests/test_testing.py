@@ -86,3 +86,21 @@ def test_assert_enqueued_matches_payload_id_state_and_count(conn):
         assert_enqueued(queue, {"to": "cy"})
     with pytest.raises(AssertionError, match="expected 1 job.*found 2.*a1 \\(pending\\)"):
         assert_enqueued(queue, {"to": "ada"}, count=1)
+
+
+def test_drain_with_one_slot_claims_each_retry_as_soon_as_it_is_due(conn):
+    """One handler slot: a retry's promote wakes the worker, whose one claim may probe the lanes first
+    (the kinds take turns). The flat job must still be claimed then, not left until a block's timeout."""
+    name, attempts = fresh_name("d"), []
+    app = App()
+
+    @app.task(queue=name, max_attempts=6, backoff=Backoff(base_ms=10, max_ms=10, jitter=0.0))
+    def handler(payload, ctx):
+        attempts.append(ctx.attempt)
+        if ctx.attempt < 6:
+            raise RuntimeError("not yet")
+
+    queue = Queue(conn, name)
+    queue.enqueue({})
+    tally = drain(app, queue, timeout_s=10)  # a stranded retry waits for the 30 s block timeout
+    assert (tally.completed, tally.retried, attempts) == (1, 5, [1, 2, 3, 4, 5, 6])
