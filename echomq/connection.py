@@ -341,6 +341,7 @@ class Connection(WireCodec):
     def __init__(self, client: valkey.Valkey | ValkeyCluster, wire: int) -> None:
         super().__init__(wire)
         self.client = client
+        self._reply_callbacks: dict[str, Callable[[Any], Any] | None] = {}
         self._handshake()
 
     # -- opening ------------------------------------------------------------
@@ -400,17 +401,63 @@ class Connection(WireCodec):
         span.stopped()
         return self.refusals(replies)
 
-    @staticmethod
-    def _exchange(client: valkey.Valkey | ValkeyCluster, commands: list[tuple[Any, ...]]) -> list[Any]:
+    def _exchange(self, client: valkey.Valkey | ValkeyCluster, commands: list[tuple[Any, ...]]) -> list[Any]:
         if len(commands) == 1:
             try:
                 return [client.execute_command(*commands[0])]
             except ResponseError as exc:
                 return [exc]
+        if client is self.client and not self.cluster:
+            return self._pipelined(commands)
         pipe = client.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command)
         return pipe.execute(raise_on_error=False)
+
+    def _pipelined(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """What valkey-py's pipeline without a transaction does, minus its layers per command (a
+        worker's round trip carries a claim and a settle per job): the commands written at once,
+        each reply read in turn, an error reply kept as its exception, the client's reply callbacks
+        applied by command name. A link fault drops the socket (its replies can no longer be paired
+        with their commands) and is retried only as the client's own retry policy says, as there."""
+        pool = self.client.connection_pool
+        link = pool.get_connection("PIPELINE")
+
+        def attempt() -> list[Any]:
+            link.send_packed_command(link.pack_commands(commands))
+            replies: list[Any] = []
+            for command in commands:
+                try:
+                    reply = link.read_response()
+                except ResponseError as exc:
+                    replies.append(exc)
+                    continue
+                callback = self._reply_callback(command[0])
+                replies.append(reply if callback is None else callback(reply))
+            return replies
+
+        def failed(error: BaseException) -> None:
+            link.disconnect()
+            if link.retry_on_error is None or not isinstance(error, tuple(link.retry_on_error)):
+                raise error
+
+        try:
+            return link.retry.call_with_retry(attempt, failed)
+        except BaseException:
+            link.disconnect()  # whatever broke off the reading, the socket is out of step
+            raise
+        finally:
+            pool.release(link)
+
+    def _reply_callback(self, name: str) -> Callable[[Any], Any] | None:
+        """The client's callback for ``name``'s replies (HGETALL's dict, TIME's pair), None for
+        the verbs' commands; looked up once a name (the client's table ignores case, at a cost)."""
+        try:
+            return self._reply_callbacks[name]
+        except KeyError:
+            table = self.client.response_callbacks
+            callback = self._reply_callbacks[name] = table[name] if name in table else None
+            return callback
 
     def node_client(self, keyspace: Keyspace) -> valkey.Valkey:
         """A plain client of the node that holds ``keyspace``'s queue (this connection's own client

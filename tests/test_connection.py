@@ -25,7 +25,7 @@ from echomq import (
     brand_node,
     connect,
 )
-from echomq.connection import BRANDS, Call, Connection, build_call, cluster_mode
+from echomq.connection import BRANDS, Call, Connection, Plain, build_call, cluster_mode
 from echomq.keys import VERSION_KEY, Keyspace
 from echomq.serializers import RAW
 from echomq.server import free_port
@@ -365,6 +365,37 @@ def test_the_scripted_claim_is_two_round_trips_and_the_native_one(conn, wire, mo
     monkeypatch.setattr(conn.client, "execute_command", recording)
     assert q.claim(60_000).id == "a"
     assert sent == (["HGET", "EVALSHA"] if wire == 4 else ["EMQ.CLAIM"])
+
+
+# --------------------------------------------------------------------------- pipelines
+
+
+def test_a_pipelined_round_trip_answers_as_valkey_pys_pipeline_does(conn, wire):
+    """Connection._pipelined reads a round trip's replies itself: each as valkey-py's pipeline
+    gives it (its reply callbacks: HGETALL's dict), an error reply in its place."""
+    q = Queue(conn, fresh())
+    q.enqueue({"n": 1}, id="a")
+    conn.client.sadd(q.keys.pending + ":set", "x", "y")
+    conn.client.set(q.keys.pending + ":str", "s")
+    request = [Plain(("HGETALL", q.keys.job("a"))), Plain(("SMEMBERS", q.keys.pending + ":set")),
+               Plain(("HGET", q.keys.pending + ":str", "f")), Plain(("ZCARD", q.keys.pending)),
+               Plain(("HMGET", q.keys.job("a"), "state", "nothing"))]
+    ours = conn.send_many(request)
+    pipe = conn.client.pipeline(transaction=False)
+    for item in request:
+        pipe.execute_command(*conn.args_of(item))
+    theirs = conn.refusals(pipe.execute(raise_on_error=False))
+    assert isinstance(ours[0], dict) and ours[0][b"state"] == b"pending"
+    assert isinstance(ours[2], WrongType) and type(theirs[2]) is type(ours[2]) and str(theirs[2]) == str(ours[2])
+    assert ours[:2] + ours[3:] == theirs[:2] + theirs[3:] == [ours[0], [b"x", b"y"], 1, [b"pending", None]]
+
+
+def test_a_link_fault_mid_pipeline_is_connection_failed_and_the_next_round_trip_reads_its_own_replies(conn):
+    """The server closes the socket after the second of three replies (QUIT): the round trip
+    raises ConnectionFailed; the next one, on a new socket, is not read out of step."""
+    with pytest.raises(ConnectionFailed):
+        conn.send_many([Plain(("ECHO", "one")), Plain(("QUIT",)), Plain(("ECHO", "three"))])
+    assert conn.send_many([Plain(("ECHO", "four")), Plain(("ECHO", "five"))]) == [b"four", b"five"]
 
 
 # --------------------------------------------------------------------------- error replies → exceptions

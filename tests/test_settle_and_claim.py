@@ -5,32 +5,28 @@ from __future__ import annotations
 
 import pytest
 
-from echomq import LeaseLost
+from echomq import LeaseLost, hooks
 
 LEASE = 30_000
 
 
-def pipelines(conn, monkeypatch) -> list[int]:
-    """Count the pipelines (round trips) the connection sends from now on."""
-    sent: list[int] = []
-    real = conn.client.pipeline
-
-    def counting(*args, **kwargs):
-        sent.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(conn.client, "pipeline", counting)
-    return sent
+@pytest.fixture
+def round_trips():
+    """Each round trip sent from now on (the ``verb.stop`` hook: one a round trip), as its verbs."""
+    sent: list[list[str]] = []
+    unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))
+    yield sent
+    unsubscribe()
 
 
-def test_settles_then_claims_in_the_fewest_round_trips(queue, conn, wire, monkeypatch):
+def test_settles_then_claims_in_the_fewest_round_trips(queue, wire, round_trips):
     queue.enqueue_many([{"n": i} for i in range(5)])
     held = queue.claim_many(2, LEASE)
-    sent = pipelines(conn, monkeypatch)
+    round_trips.clear()
     answers, nxt = queue.settle_and_claim([queue.complete_call(job) for job in held], 2, LEASE)
     assert answers == [1, 1]
     assert [job.payload["n"] for job in nxt] == [2, 3]
-    assert len(sent) == (1 if wire == 6 else 2)
+    assert len(round_trips) == (1 if wire == 6 else 2)
     counts = queue.counts()
     assert (counts.pending, counts.active) == (1, 2)
     assert queue.metrics()["completed"] == 2
