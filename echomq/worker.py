@@ -49,6 +49,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
+from itertools import repeat
 from queue import SimpleQueue
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -264,7 +265,7 @@ class _DaemonPool:
     def submit_all(self, fn: Callable[..., None], calls: Sequence[tuple[Any, ...]]) -> None:
         """``fn(*args)`` for each ``args`` of ``calls``, queued at once (one lock for a claim batch)."""
         with self._mutex:
-            self._work.extend((fn, args) for args in calls)
+            self._work.extend(zip(repeat(fn), calls))
             if not self._free:
                 self._wake_one()  # it wakes the next while work is queued
 
@@ -413,6 +414,8 @@ class Worker:
         self.bus = connection.supports("publish") and connection.supports("failures_incr")
         self.tally = Tally()
         self.timings = Timings()
+        #: each task's result when its handler returns nothing, as its serializer encoded it
+        self._nothing_encoded: dict[str, bytes] = {}
         self.held: dict[tuple[str, str], Held] = {}
         self._rand = rand
         self._clock_ms = clock_ms
@@ -700,11 +703,16 @@ class Worker:
             result = None
             if isinstance(outcome, policy.Returned) and (self.bus and task.result_ttl_ms or job.flow):
                 # the bytes PUBLISH keeps; a value the task's serializer refuses, or one over
-                # MAX_RESULT_BYTES, fails the attempt instead
-                try:
-                    result = encode_result(task.serializer, outcome.value, MAX_RESULT_BYTES)
-                except PayloadError as exc:
-                    outcome = policy.Raised(exc)
+                # MAX_RESULT_BYTES, fails the attempt instead. Nothing returned is encoded once a task
+                result = self._nothing_encoded.get(task.queue) if outcome is policy.RETURNED_NOTHING else None
+                if result is None:
+                    try:
+                        result = encode_result(task.serializer, outcome.value, MAX_RESULT_BYTES)
+                    except PayloadError as exc:
+                        outcome = policy.Raised(exc)
+                    else:
+                        if outcome is policy.RETURNED_NOTHING:
+                            self._nothing_encoded[task.queue] = result
             if not lost and isinstance(outcome, policy.Raised):
                 log.warning("job %s/%s attempt %d raised:", job.queue, job.id, job.attempt, exc_info=outcome.error)
             decision = policy.decide_outcome(outcome, lost and held.verdict is None, job.attempt, task.max_attempts,
@@ -855,7 +863,7 @@ class Worker:
             self.timings.duration.observe(duration)
         if waited is not None:
             self.timings.waited.observe(waited)
-        if hooks.listened(event):
+        if event in hooks.heard:
             hooks.emit(event, worker=self, queue=job.queue, id=job.id, attempt=job.attempt, **fields)
 
     def _emit_sweep(self, queue: str, found: Sweep) -> None:
@@ -1151,6 +1159,7 @@ class Worker:
             if not late:
                 held.ended_s, held.outcome = ended_s, outcome
                 self._ended += 1
+            running = self._started - self._ended
         if late:  # timed out: already failed; this late outcome is dropped
             log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
                      held.job.queue, held.job.id, held.job.attempt)
@@ -1160,7 +1169,7 @@ class Worker:
         # wakes for it by itself (_next_due) or for the last of its batch to end
         if not self._wake.is_set():
             now = self._clock_ms()
-            if self._settle_at(now) <= now:
+            if policy.settle_at_ms(now, running, self._youngest_start, self.config.settle_wait_ms) <= now:
                 self._wake.set()
 
     # -- shutdown ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from echomq import (App, Backoff, JobFailed, JobNotFound, LeaseLost, Queue, Status, Worker, WorkerConfig)
+from echomq.serializers import JSONSerializer
 from echomq.results import Seen, decide_result, status_of, Completed, Failed, Unknown, Waiting
 from helpers import KEEP_MS, fresh_name, queue_unchanged, server_ms, wait_server_past
 from test_worker import running
@@ -68,6 +69,48 @@ def test_a_result_the_serializer_refuses_fails_the_attempt(conn):
             queue.result(job.id, timeout=10)
     assert failed.value.last_error.startswith("PayloadError: the result cannot be encoded by JSONSerializer")
     assert queue.job(job.id)["attempts"] == "2" and queue.status(job.id) is Status.DEAD
+
+
+class CountingJSON(JSONSerializer):
+    """JSON that counts the results it encodes (``dumps`` of what a handler returned)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded: list[object] = []
+
+    def dumps(self, obj):
+        self.encoded.append(obj)
+        return super().dumps(obj)
+
+
+class NothingRefused(CountingJSON):
+    """Refuses to encode None, as RawSerializer does: a handler that returns nothing fails."""
+
+    def dumps(self, obj):
+        if obj is None:
+            self.encoded.append(obj)
+            raise TypeError("no None here")
+        return super().dumps(obj)
+
+
+def test_nothing_returned_is_encoded_once_a_task_and_a_refusal_is_never_kept(conn):
+    """The worker encodes a handler's None once per task (every such job's result is those
+    bytes); a serializer that refuses None fails every such attempt, not only the first."""
+    name, refusing = fresh_name("r"), fresh_name("r")
+    counting, refused = CountingJSON(), NothingRefused()
+    app = App()
+    app.handler(name, lambda payload: None if payload < 3 else [payload], serializer=counting)
+    app.handler(refusing, lambda payload: None, serializer=refused, max_attempts=1)
+    with running(Worker(app, conn, config=WorkerConfig(concurrency=4))):
+        queue, other = Queue(conn, name, serializer=counting), Queue(conn, refusing, serializer=refused)
+        jobs = [queue.enqueue(n) for n in range(5)]
+        assert [queue.result(job.id, timeout=10) for job in jobs] == [None, None, None, [3], [4]]
+        failed = [other.enqueue(n) for n in range(3)]
+        for job in failed:
+            with pytest.raises(JobFailed, match="the result cannot be encoded"):
+                other.result(job.id, timeout=10)
+    assert [obj for obj in counting.encoded if not isinstance(obj, int)] == [None, [3], [4]]
+    assert [obj for obj in refused.encoded if obj is None] == [None, None, None]
 
 
 def test_job_failed_carries_last_error_and_the_traceback(conn):
