@@ -35,6 +35,7 @@ BUDGET_MIN = 1
 PRIORITY_MAX = 2**31 - 1
 ID_MAX_LEN = MAX_ID_BYTES
 EXTENDS_MAX_PAIRS = 1_000
+CLAIMS_MAX = 1_000  #: CLAIMS' count: jobs claimed by one command
 TIMEOUT_MAX = 2**31 - 1  #: BCLAIM's wait; 0 waits until served
 PROGRESS_MAX_LEN = 64 * 1024  #: APPEND's progress, bytes
 
@@ -50,6 +51,7 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "max_stalled": (BUDGET_MIN, I64_MAX),
     "timeout_ms": (0, TIMEOUT_MAX),
     "retention_ms": (0, I64_MAX),
+    "count": (1, CLAIMS_MAX),  #: CLAIMS' jobs
     "rated": (1, 1),  #: CLAIM's and BCLAIM's late flag: read the rate limit's wait (docs/spec.md §13)
     "unique_ms": (0, I64_MAX),
     "replace": (0, 1),
@@ -218,6 +220,12 @@ def _claimed(reply: Sequence[Any] | int) -> Claimed | Throttled | None:
     return Claimed(text(job_id), raw, int(attempts))
 
 
+def _claims(reply: Sequence[Any]) -> list[Claimed | Throttled | None]:
+    """CLAIMS' reply as the CLAIM answers it holds: one per job claimed, then the wait when the
+    rate limit stopped it (docs/spec.md §3)."""
+    return [_claimed(one) for one in reply]
+
+
 def _sweep(reply: Sequence[Sequence[Any]]) -> Sweep:
     recovered, exempt, dead = reply
     return Sweep([text(i) for i in recovered], [text(i) for i in exempt], [text(i) for i in dead])
@@ -379,6 +387,9 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
           "(new) → pending | scheduled; pending | scheduled → scheduled (replace)",
           decode=lambda reply: Admission(text(reply)), tokens=("enqueue.unique",),
           late=(("delay_ms", "enqueue.unique"),)),
+    # landed after the argument tokens: EMQ.VERSION lists its token after them
+    _verb("claims", ("pending", "active", BASE), ("lease_ms", "count"), "pending → active (up to count jobs)",
+          decode=_claims, late=(("rated", "claim.rate"),)),
 )
 
 #: LANE_CLAIM's answer on a queue that never had a lane job (a worker probes its lanes less often).
@@ -475,9 +486,17 @@ JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in ve
 #: tests/test_verbs_table.py checks this list against the rows' late arguments.
 ARGUMENT_TOKENS: tuple[str, ...] = ("fail.traceback", "claim.rate")
 
-#: The optional tokens, in EMQ.VERSION's order: the optional verbs' (the bus's first, after the
-#: job core's), then the late arguments'.
-OPTIONAL_TOKENS: tuple[str, ...] = tuple(token for verb in OPTIONAL for token in verb.tokens) + ARGUMENT_TOKENS
+#: The last optional verb registered before the argument tokens landed (trafikey's
+#: ARGUMENT_TOKENS_AFTER): EMQ.VERSION lists the argument tokens after its tokens.
+ARGUMENT_TOKENS_AFTER = "enqueue_unique"
+_SPLIT = [verb.name for verb in OPTIONAL].index(ARGUMENT_TOKENS_AFTER) + 1
+
+#: The optional tokens, in EMQ.VERSION's order (the order they landed): the optional verbs' up to
+#: ARGUMENT_TOKENS_AFTER (the bus's first, after the job core's), the late arguments', then the
+#: later verbs'.
+OPTIONAL_TOKENS: tuple[str, ...] = (tuple(token for verb in OPTIONAL[:_SPLIT] for token in verb.tokens)
+                                    + ARGUMENT_TOKENS
+                                    + tuple(token for verb in OPTIONAL[_SPLIT:] for token in verb.tokens))
 
 #: Every verb with a script (the thirteen job-core verbs, the bus and control verbs, the flow
 #: scripts, the lanes, and the two reads).

@@ -1,0 +1,90 @@
+-- EMQ claims (wire 4). KEYS: pending, active, base. ARGV: lease_ms, count, rated (optional).
+-- Up to `count` claims in a row, each as claim.lua makes it, in one step: a ghost (an id with no
+-- row) is popped and passed over, uncounted; the run stops at the first claim that would claim
+-- nothing (pending empty, or the rate limit holding it). The client has read `meta paused` in
+-- its own round trip before this runs. Reply: each claimed job's {id, payload, attempts}, then,
+-- when the rate limit stopped the run and ARGV[3] (`rated`) is given, the ms until a start may
+-- happen (docs/spec.md §3, CLAIMS).
+local count = ARGV[2]
+if not string.match(count, '^%d+$') or #count > 4 or tonumber(count) < 1 or tonumber(count) > 1000 then
+  return redis.error_reply("EMQARG count must be from 1 to 1000, got '" .. count .. "'")
+end
+count = tonumber(count)
+local base = KEYS[3]
+local meta = base .. 'meta'
+-- meta's fields, read once and only when it exists (a refused read answers before any write)
+local seen = redis.pcall('EXISTS', meta)
+if type(seen) == 'table' then return seen end
+local bound, limit, window
+if seen == 1 then
+  local m = redis.pcall('HMGET', meta, 'events', 'rate_limit', 'rate_window')
+  if m.err then return m end
+  -- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
+  bound = m[1]
+  if bound then
+    if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
+    bound = tonumber(bound)
+    if bound <= 0 then bound = nil end
+  end
+  -- the rate limit: `rate_limit` starts in any `rate_window` ms; off when absent or <= 0
+  limit, window = m[2], m[3]
+  if limit then
+    if not string.match(limit, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
+    limit = tonumber(limit)
+    if limit <= 0 then
+      limit = nil
+    else
+      if window and not string.match(window, '^%-?%d+$') then
+        return redis.error_reply('EMQ hash value is not an integer')
+      end
+      window = tonumber(window)
+      if limit > 10000 or not window or window < 1 or window > 86400000 then
+        return redis.error_reply('EMQ rate limit must be 1 to 10000 starts per rate_window of 1 to 86400000 ms')
+      end
+    end
+  end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local log = limit and base .. 'rate'
+local recent = 0
+if limit then
+  recent = redis.pcall('ZCOUNT', log, '(' .. (now - window), '+inf')
+  if type(recent) == 'table' then return recent end  -- a wrong-typed log
+end
+local replies = {}
+local claimed = 0
+while claimed < count do
+  local popped = redis.call('ZPOPMIN', KEYS[1])
+  local id = popped[1]
+  if not id then break end
+  if limit and recent >= limit then
+    -- held: the job goes back where it was, and a rated caller reads the wait
+    redis.call('ZADD', KEYS[1], popped[2], id)
+    if ARGV[3] then
+      local frees = redis.call('ZRANGEBYSCORE', log, '(' .. (now - window), '+inf', 'WITHSCORES', 'LIMIT', recent - limit, 1)
+      replies[#replies + 1] = math.max(1, tonumber(frees[2]) + window - now)
+    end
+    break
+  end
+  local row = base .. 'job:' .. id
+  if redis.call('EXISTS', row) == 1 then
+    -- attempts is the fencing token the holder presents from now on
+    local attempts = redis.call('HINCRBY', row, 'attempts', 1)
+    redis.call('HSET', row, 'state', 'active', 'started', now)
+    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), id)
+    if bound then
+      redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'claimed', 'id', id, 'attempt', attempts)
+    end
+    if limit then
+      -- the start logged; the log's stale entries out, and it expires a window from now
+      redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
+      redis.call('ZADD', log, now, id .. ':' .. attempts)
+      redis.call('PEXPIRE', log, window)
+      recent = recent + 1
+    end
+    replies[#replies + 1] = {id, redis.call('HGET', row, 'payload'), attempts}
+    claimed = claimed + 1
+  end
+end
+return replies
