@@ -29,15 +29,15 @@ from .results import MAX_RESULT_BYTES, ROW_FIELDS, Completed, Failed, Seen, Stat
 from .rates import RateLimit, parse_rate_limit
 from .serializers import JSON, Serializer, encode
 from .verbs import (
-    BY_NAME, CLAIMS_MAX, EXTENDS_MAX_PAIRS, LIMIT_MAX, NO_LANES, Admission, Call, Claimed, Counts, Plain, Sweep, Throttled, build_call,
-    check_int, check_traceback, text,
+    BY_NAME, CLAIMS_MAX, EXTENDS_MAX_PAIRS, LIMIT_MAX, NO_LANES, Admission, Call, Claimed, Counts, Plain, Sweep,
+    Throttled, build_call, check_int, check_traceback, text,
 )
 
 if TYPE_CHECKING:
     from .connection import WireCodec
 
 T = TypeVar("T")
-CLAIMS = BY_NAME["claims"]
+CLAIMS = BY_NAME["claims"]  #: its answer is a list of CLAIM answers (``_jobs`` flattens it)
 RoundTrip = list["Call | Plain"]
 #: An operation: yields round trips, is sent their replies, returns the answer.
 Op = Generator[RoundTrip, list[Any], T]
@@ -342,7 +342,7 @@ class QueueCore:
     def _jobs(self, calls: Sequence[Call], replies: Sequence[Any]) -> list[Job]:
         """The jobs claimed; :attr:`claim_wait_ms` says whether the rate limit held any claim."""
         raise_first(replies)
-        answers = []
+        answers: list[Any] = []
         for call, reply in zip(calls, replies):
             answer = call.verb.answer(call, reply)
             if call.verb is CLAIMS:  # CLAIMS answers a list of CLAIM answers

@@ -7,10 +7,10 @@ nothing), and the suite fails on it.
 
 from __future__ import annotations
 
-from .steps import (Case, append, bclaim, cancel, claim, claims, complete, counts, delay, drain, enqueue, enqueue_unique,
-                    events_on, extend, extends, fail, failures_incr, key, pause, promote, publish, purge, rate_limit,
-                    raw, remove, reprocess, requeue, reschedule, restart, resume, schedule, stalled_check, state, tick,
-                    wait, Do)
+from .steps import (Case, append, bclaim, cancel, claim, claims, complete, counts, delay, drain, enqueue,
+                    enqueue_unique, events_on, extend, extends, fail, failures_incr, key, pause, promote, publish,
+                    purge, rate_limit, raw, remove, reprocess, requeue, reschedule, restart, resume, schedule,
+                    stalled_check, state, tick, wait, Do)
 
 Q, R = "q", "r"
 LONG = 60_000
@@ -102,8 +102,8 @@ ORDINARY = [
     case("claims.ghosts", "claim",
          enqueue(Q, "a"), raw("ZADD", key(Q, "pending"), "0", "b", label="ghost b in pending"), enqueue(Q, "c"),
          raw("ZADD", key(Q, "pending"), "1", "d", label="ghost d in pending"), enqueue(Q, "e", priority=2),
-         enqueue(Q, "f", priority=3), claims(Q, 3), raw("ZADD", key(Q, "pending"), "0", "g", label="ghost g in pending"),
-         claims(Q, 2)),
+         enqueue(Q, "f", priority=3), claims(Q, 3),
+         raw("ZADD", key(Q, "pending"), "0", "g", label="ghost g in pending"), claims(Q, 2)),
     case("claims.paused", "claim",
          enqueue(Q, "a"), enqueue(Q, "b"), pause(Q), claims(Q, 2), resume(Q), claims(Q, 1), pause(Q, "0"),
          claims(Q, 2)),
