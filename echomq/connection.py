@@ -420,7 +420,7 @@ class Connection(WireCodec):
         each reply read in turn, an error reply kept as its exception, the client's reply callbacks
         applied by command name. A link fault drops the socket (its replies can no longer be paired
         with their commands) and is retried only as the client's own retry policy says, as there."""
-        pool = self.client.connection_pool
+        pool, callbacks = self.client.connection_pool, self._reply_callbacks
         link = pool.get_connection("PIPELINE")
 
         def attempt() -> list[Any]:
@@ -432,7 +432,8 @@ class Connection(WireCodec):
                 except ResponseError as exc:
                     replies.append(exc)
                     continue
-                callback = self._reply_callback(command[0])
+                name = command[0]
+                callback = callbacks[name] if name in callbacks else self._reply_callback(name)
                 replies.append(reply if callback is None else callback(reply))
             return replies
 
@@ -451,13 +452,10 @@ class Connection(WireCodec):
 
     def _reply_callback(self, name: str) -> Callable[[Any], Any] | None:
         """The client's callback for ``name``'s replies (HGETALL's dict, TIME's pair), None for
-        the verbs' commands; looked up once a name (the client's table ignores case, at a cost)."""
-        try:
-            return self._reply_callbacks[name]
-        except KeyError:
-            table = self.client.response_callbacks
-            callback = self._reply_callbacks[name] = table[name] if name in table else None
-            return callback
+        the verbs' commands; kept by name (the client's table ignores case, at a cost a reply)."""
+        table = self.client.response_callbacks
+        callback = self._reply_callbacks[name] = table[name] if name in table else None
+        return callback
 
     def node_client(self, keyspace: Keyspace) -> valkey.Valkey:
         """A plain client of the node that holds ``keyspace``'s queue (this connection's own client

@@ -38,8 +38,17 @@ class JSONSerializer:
     def loads(self, data: bytes | str) -> Any:
         if type(data) is bytes and data[:1] in _PRINTABLE_ASCII and data[1:2] != b"\0":
             # what json.detect_encoding reads as UTF-8 without a BOM (any JSON this encoder wrote):
-            # decoded without its checks (the worker decodes every payload)
-            return self._decoder.decode(data.decode("utf-8", "surrogatepass"))
+            # decoded without its checks (the worker decodes every payload), by the decoder's own
+            # scanner when the value fills the text (no whitespace to skip: it starts printable)
+            text = data.decode("utf-8", "surrogatepass")
+            try:
+                value, end = self._decoder.scan_once(text, 0)
+            except StopIteration:
+                pass  # not a value: decode() raises its JSONDecodeError
+            else:
+                if end == len(text):
+                    return value
+            return self._decoder.decode(text)  # whitespace after it, or more than one value
         if isinstance(data, (bytes, bytearray)):
             data = data.decode(json.detect_encoding(data), "surrogatepass")  # as json.loads reads bytes
         if not isinstance(data, str) or data.startswith("\ufeff"):
