@@ -42,7 +42,10 @@ mod tests {
 
     #[test]
     fn a_held_run_ends_with_its_wait_for_a_rated_caller_only() {
-        assert_eq!(reply(vec![7i64, 8], Stop::Throttled(250), true), [7, 8, 250]);
+        assert_eq!(
+            reply(vec![7i64, 8], Stop::Throttled(250), true),
+            [7, 8, 250]
+        );
         assert_eq!(reply(vec![7i64], Stop::Throttled(250), false), [7]);
         assert_eq!(reply(Vec::<i64>::new(), Stop::Throttled(1), true), [1]);
         for stop in [Stop::Full, Stop::Idle, Stop::Ghost] {
