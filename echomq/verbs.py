@@ -258,6 +258,9 @@ class Verb:
     #: a script on both wires, never an EMQ command (SPEC §9.6: lanes, flows, the reaper); its
     #: source is ``scripts/lib/<prelude>.lua`` (the helpers its family shares), then its own file
     prelude: str | None = None
+    #: helpers an EMQ verb's script shares with another's (CLAIM's and CLAIMS' reading of meta):
+    #: its source is ``scripts/lib/<library>.lua``, then its own file
+    library: str | None = None
 
     @property
     def script_path(self) -> Path:
@@ -278,9 +281,11 @@ class Verb:
         return self.command is None and not self.script_only
 
     def source(self) -> bytes:
-        """The script's text as it is loaded: its family's prelude (if any), then its own file."""
+        """The script's text as it is loaded: its family's prelude or its library (if any), then its
+        own file."""
         own = self.script_path.read_bytes()
-        return own if self.prelude is None else (SCRIPTS_DIR / "lib" / f"{self.prelude}.lua").read_bytes() + own
+        shared = self.prelude or self.library
+        return own if shared is None else (SCRIPTS_DIR / "lib" / f"{shared}.lua").read_bytes() + own
 
     def build(self, keyspace: Keyspace, *argv: Any) -> Call:
         """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs)."""
@@ -325,17 +330,18 @@ class Verb:
         return self.decode(reply)
 
 
-def _verb(name, keys, argv, move, decode=lambda reply: reply, tokens=None, scripted=True, fenced=False, late=()):
+def _verb(name, keys, argv, move, decode=lambda reply: reply, tokens=None, scripted=True, fenced=False, late=(),
+          library=None):
     command = "EMQ." + name.upper().replace("_", ".")
     return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move, decode, fenced,
-                tuple(late))
+                tuple(late), library=library)
 
 
 # Rows in the order of SPEC §3 and of trafikey's registration table.
 VERBS: tuple[Verb, ...] = (
     _verb("enqueue", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending", decode=_one),
     _verb("claim", ("pending", "active", BASE), ("lease_ms",), "pending → active", decode=_claimed,
-          tokens=("claim", "claim.pause"), late=(("rated", "claim.rate"),)),
+          tokens=("claim", "claim.pause"), late=(("rated", "claim.rate"),), library="claim"),
     _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", decode=int, fenced=True),
     _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active",
           decode=lambda reply: [int(a) for a in reply]),
@@ -389,7 +395,7 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
           late=(("delay_ms", "enqueue.unique"),)),
     # landed after the argument tokens: EMQ.VERSION lists its token after them
     _verb("claims", ("pending", "active", BASE), ("lease_ms", "count"), "pending → active (up to count jobs)",
-          decode=_claims, late=(("rated", "claim.rate"),)),
+          decode=_claims, late=(("rated", "claim.rate"),), library="claim"),
 )
 
 #: LANE_CLAIM's answer on a queue that never had a lane job (a worker probes its lanes less often).

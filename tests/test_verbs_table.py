@@ -153,8 +153,12 @@ def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
 
 def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
     on_disk = sorted(p.name for p in SCRIPTS_DIR.iterdir() if p.is_file())
-    # the libraries the lane and the flow scripts are loaded after
-    assert sorted(p.name for p in (SCRIPTS_DIR / "lib").iterdir()) == sorted([FLOW_LIBRARY.name, "lanes.lua"])
+    # the libraries the lane and the flow scripts, and CLAIM's and CLAIMS', are loaded after
+    assert sorted(p.name for p in (SCRIPTS_DIR / "lib").iterdir()) == sorted([FLOW_LIBRARY.name, "lanes.lua",
+                                                                               "claim.lua"])
+    assert {v.name for v in SCRIPTED if v.library} == {"claim", "claims"}
+    for verb in ("claim", "claims"):
+        assert BY_NAME[verb].source().startswith((SCRIPTS_DIR / "lib" / "claim.lua").read_bytes())
     assert on_disk == sorted(f"{v.name}.lua" for v in SCRIPTED)
     for verb in SCRIPTED:
         assert verb.script_path.is_file() and verb.script_path.parent == SCRIPTS_DIR

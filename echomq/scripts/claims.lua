@@ -1,4 +1,5 @@
--- EMQ claims (wire 4). KEYS: pending, active, base. ARGV: lease_ms, count, rated (optional).
+-- EMQ claims (wire 4). KEYS: pending, active, base. ARGV: lease_ms, count, rated (optional). After
+-- lib/claim.lua.
 -- Up to `count` claims in a row, each as claim.lua makes it, in one step: a ghost (an id with no
 -- row) is popped and passed over, uncounted; the run stops at the first claim that would claim
 -- nothing (pending empty, or the rate limit holding it). The client has read `meta paused` in
@@ -15,34 +16,10 @@ local meta = base .. 'meta'
 -- meta's fields, read once and only when it exists (a refused read answers before any write)
 local seen = redis.pcall('EXISTS', meta)
 if type(seen) == 'table' then return seen end
-local bound, limit, window
+local bound, limit, window, refused
 if seen == 1 then
-  local m = redis.pcall('HMGET', meta, 'events', 'rate_limit', 'rate_window')
-  if m.err then return m end
-  -- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-  bound = m[1]
-  if bound then
-    if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-    bound = tonumber(bound)
-    if bound <= 0 then bound = nil end
-  end
-  -- the rate limit: `rate_limit` starts in any `rate_window` ms; off when absent or <= 0
-  limit, window = m[2], m[3]
-  if limit then
-    if not string.match(limit, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-    limit = tonumber(limit)
-    if limit <= 0 then
-      limit = nil
-    else
-      if window and not string.match(window, '^%-?%d+$') then
-        return redis.error_reply('EMQ hash value is not an integer')
-      end
-      window = tonumber(window)
-      if limit > 10000 or not window or window < 1 or window > 86400000 then
-        return redis.error_reply('EMQ rate limit must be 1 to 10000 starts per rate_window of 1 to 86400000 ms')
-      end
-    end
-  end
+  bound, limit, window, refused = switches(meta)
+  if refused then return refused end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
