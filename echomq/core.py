@@ -29,14 +29,15 @@ from .results import MAX_RESULT_BYTES, ROW_FIELDS, Completed, Failed, Seen, Stat
 from .rates import RateLimit, parse_rate_limit
 from .serializers import JSON, Serializer, encode
 from .verbs import (
-    BY_NAME, EXTENDS_MAX_PAIRS, LIMIT_MAX, NO_LANES, Admission, Call, Claimed, Counts, Plain, Sweep, Throttled, build_call,
-    check_int, check_traceback, text,
+    BY_NAME, CLAIMS_MAX, EXTENDS_MAX_PAIRS, LIMIT_MAX, NO_LANES, Admission, Call, Claimed, Counts, Plain, Sweep,
+    Throttled, build_call, check_int, check_traceback, text,
 )
 
 if TYPE_CHECKING:
     from .connection import WireCodec
 
 T = TypeVar("T")
+CLAIMS = BY_NAME["claims"]  #: its answer is a list of CLAIM answers (``_jobs`` flattens it)
 RoundTrip = list["Call | Plain"]
 #: An operation: yields round trips, is sent their replies, returns the answer.
 Op = Generator[RoundTrip, list[Any], T]
@@ -315,6 +316,11 @@ class QueueCore:
         return (1,) if self.codec.carries("claim", "rated") else ()
 
     def _claim_calls(self, count: int, lease_ms: int) -> list[Call]:
+        """``count`` flat claims: CLAIMS calls of up to CLAIMS_MAX jobs each where the connection
+        carries the verb (one command for the batch), else ``count`` CLAIMs."""
+        if count > 1 and self.codec.supports("claims"):
+            return [self.build("claims", lease_ms, min(CLAIMS_MAX, count - start), *self._rated())
+                    for start in range(0, count, CLAIMS_MAX)]
         return [self.build("claim", lease_ms, *self._rated())] * count
 
     def bclaim_call(self, lease_ms: int, timeout_ms: int) -> Call:
@@ -336,7 +342,13 @@ class QueueCore:
     def _jobs(self, calls: Sequence[Call], replies: Sequence[Any]) -> list[Job]:
         """The jobs claimed; :attr:`claim_wait_ms` says whether the rate limit held any claim."""
         raise_first(replies)
-        answers = [call.verb.answer(call, reply) for call, reply in zip(calls, replies)]
+        answers: list[Any] = []
+        for call, reply in zip(calls, replies):
+            answer = call.verb.answer(call, reply)
+            if call.verb is CLAIMS:  # CLAIMS answers a list of CLAIM answers
+                answers += answer
+            else:
+                answers.append(answer)
         waits = [answer.wait_ms for answer in answers if isinstance(answer, Throttled)]
         self.claim_wait_ms = min(waits) if waits else None
         self.no_lanes = NO_LANES in answers

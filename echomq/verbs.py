@@ -35,6 +35,7 @@ BUDGET_MIN = 1
 PRIORITY_MAX = 2**31 - 1
 ID_MAX_LEN = MAX_ID_BYTES
 EXTENDS_MAX_PAIRS = 1_000
+CLAIMS_MAX = 1_000  #: CLAIMS' count: jobs claimed by one command
 TIMEOUT_MAX = 2**31 - 1  #: BCLAIM's wait; 0 waits until served
 PROGRESS_MAX_LEN = 64 * 1024  #: APPEND's progress, bytes
 
@@ -50,6 +51,7 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "max_stalled": (BUDGET_MIN, I64_MAX),
     "timeout_ms": (0, TIMEOUT_MAX),
     "retention_ms": (0, I64_MAX),
+    "count": (1, CLAIMS_MAX),  #: CLAIMS' jobs
     "rated": (1, 1),  #: CLAIM's and BCLAIM's late flag: read the rate limit's wait (docs/spec.md §13)
     "unique_ms": (0, I64_MAX),
     "replace": (0, 1),
@@ -218,6 +220,12 @@ def _claimed(reply: Sequence[Any] | int) -> Claimed | Throttled | None:
     return Claimed(text(job_id), raw, int(attempts))
 
 
+def _claims(reply: Sequence[Any]) -> list[Claimed | Throttled | None]:
+    """CLAIMS' reply as the CLAIM answers it holds: one per job claimed, then the wait when the
+    rate limit stopped it (docs/spec.md §3)."""
+    return [_claimed(one) for one in reply]
+
+
 def _sweep(reply: Sequence[Sequence[Any]]) -> Sweep:
     recovered, exempt, dead = reply
     return Sweep([text(i) for i in recovered], [text(i) for i in exempt], [text(i) for i in dead])
@@ -250,6 +258,9 @@ class Verb:
     #: a script on both wires, never an EMQ command (SPEC §9.6: lanes, flows, the reaper); its
     #: source is ``scripts/lib/<prelude>.lua`` (the helpers its family shares), then its own file
     prelude: str | None = None
+    #: helpers an EMQ verb's script shares with another's (CLAIM's and CLAIMS' reading of meta):
+    #: its source is ``scripts/lib/<library>.lua``, then its own file
+    library: str | None = None
 
     @property
     def script_path(self) -> Path:
@@ -270,9 +281,11 @@ class Verb:
         return self.command is None and not self.script_only
 
     def source(self) -> bytes:
-        """The script's text as it is loaded: its family's prelude (if any), then its own file."""
+        """The script's text as it is loaded: its family's prelude or its library (if any), then its
+        own file."""
         own = self.script_path.read_bytes()
-        return own if self.prelude is None else (SCRIPTS_DIR / "lib" / f"{self.prelude}.lua").read_bytes() + own
+        shared = self.prelude or self.library
+        return own if shared is None else (SCRIPTS_DIR / "lib" / f"{shared}.lua").read_bytes() + own
 
     def build(self, keyspace: Keyspace, *argv: Any) -> Call:
         """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs)."""
@@ -317,17 +330,18 @@ class Verb:
         return self.decode(reply)
 
 
-def _verb(name, keys, argv, move, decode=lambda reply: reply, tokens=None, scripted=True, fenced=False, late=()):
+def _verb(name, keys, argv, move, decode=lambda reply: reply, tokens=None, scripted=True, fenced=False, late=(),
+          library=None):
     command = "EMQ." + name.upper().replace("_", ".")
     return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move, decode, fenced,
-                tuple(late))
+                tuple(late), library=library)
 
 
 # Rows in the order of SPEC §3 and of trafikey's registration table.
 VERBS: tuple[Verb, ...] = (
     _verb("enqueue", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending", decode=_one),
     _verb("claim", ("pending", "active", BASE), ("lease_ms",), "pending → active", decode=_claimed,
-          tokens=("claim", "claim.pause"), late=(("rated", "claim.rate"),)),
+          tokens=("claim", "claim.pause"), late=(("rated", "claim.rate"),), library="claim"),
     _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", decode=int, fenced=True),
     _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active",
           decode=lambda reply: [int(a) for a in reply]),
@@ -379,6 +393,9 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
           "(new) → pending | scheduled; pending | scheduled → scheduled (replace)",
           decode=lambda reply: Admission(text(reply)), tokens=("enqueue.unique",),
           late=(("delay_ms", "enqueue.unique"),)),
+    # landed after the argument tokens: EMQ.VERSION lists its token after them
+    _verb("claims", ("pending", "active", BASE), ("lease_ms", "count"), "pending → active (up to count jobs)",
+          decode=_claims, late=(("rated", "claim.rate"),), library="claim"),
 )
 
 #: LANE_CLAIM's answer on a queue that never had a lane job (a worker probes its lanes less often).
@@ -475,9 +492,17 @@ JOB_CORE_TOKENS: tuple[str, ...] = tuple(token for verb in VERBS for token in ve
 #: tests/test_verbs_table.py checks this list against the rows' late arguments.
 ARGUMENT_TOKENS: tuple[str, ...] = ("fail.traceback", "claim.rate")
 
-#: The optional tokens, in EMQ.VERSION's order: the optional verbs' (the bus's first, after the
-#: job core's), then the late arguments'.
-OPTIONAL_TOKENS: tuple[str, ...] = tuple(token for verb in OPTIONAL for token in verb.tokens) + ARGUMENT_TOKENS
+#: The last optional verb registered before the argument tokens landed (trafikey's
+#: ARGUMENT_TOKENS_AFTER): EMQ.VERSION lists the argument tokens after its tokens.
+ARGUMENT_TOKENS_AFTER = "enqueue_unique"
+_SPLIT = [verb.name for verb in OPTIONAL].index(ARGUMENT_TOKENS_AFTER) + 1
+
+#: The optional tokens, in EMQ.VERSION's order (the order they landed): the optional verbs' up to
+#: ARGUMENT_TOKENS_AFTER (the bus's first, after the job core's), the late arguments', then the
+#: later verbs'.
+OPTIONAL_TOKENS: tuple[str, ...] = (tuple(token for verb in OPTIONAL[:_SPLIT] for token in verb.tokens)
+                                    + ARGUMENT_TOKENS
+                                    + tuple(token for verb in OPTIONAL[_SPLIT:] for token in verb.tokens))
 
 #: Every verb with a script (the thirteen job-core verbs, the bus and control verbs, the flow
 #: scripts, the lanes, and the two reads).

@@ -58,7 +58,7 @@ def test_the_async_send_path_emits_the_same(server, wire, recorded):
 
     asyncio.run(main())
     names = [(e, d["verbs"]) for e, d in recorded]
-    claims = ["claim", "claim"]
+    claims = ["claims"]  # a batch of claims is one CLAIMS (docs/spec.md §17)
     assert names == ([("verb.start", ["hget"]), ("verb.stop", ["hget"])] if wire == 4 else []) + [
         ("verb.start", claims), ("verb.stop", claims)]
 

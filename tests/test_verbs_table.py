@@ -59,6 +59,7 @@ SPEC_OPTIONAL = [
     ("EMQ.DRAIN", ["pending", "base"], ["limit"], ("drain",)),
     ("EMQ.ENQUEUE.UNIQUE", ["pending", "schedule", "base"], ["id", "payload", "priority", "unique_ms", "replace"],
      ("enqueue.unique",)),
+    ("EMQ.CLAIMS", ["pending", "active", "base"], ["lease_ms", "count"], ("claims",)),
 ]
 
 
@@ -74,7 +75,7 @@ def test_tokens_are_the_spec_list_in_registration_order():
 def test_optional_verbs_are_spec_section_9_and_not_required():
     assert [(v.command, _named(v.keys), list(v.argv), v.tokens) for v in OPTIONAL] == SPEC_OPTIONAL
     assert OPTIONAL_TOKENS == ("append", "failures.incr", "publish", "claim.block", "remove", "cancel", "purge", "drain",
-                               "enqueue.unique", "fail.traceback", "claim.rate")
+                               "enqueue.unique", "fail.traceback", "claim.rate", "claims")
     assert ARGUMENT_TOKENS == ("fail.traceback", "claim.rate")
     late = {token for verb in REGISTERED for _, token in verb.late if token not in verb.tokens}
     assert set(ARGUMENT_TOKENS) == late and len(set(ARGUMENT_TOKENS)) == len(ARGUMENT_TOKENS)
@@ -92,11 +93,12 @@ def test_verb_rows_are_spec_section_3():
 def test_late_arguments_are_the_traceback_rated_and_the_unique_delay():
     """docs/spec.md §11.6: FAIL's optional sixth ARGV, behind its own token; FAILURES.INCR takes the
     same one (§12), born with the verb, so behind the verb's own token; so is ENQUEUE.UNIQUE's
-    delay_ms, which makes it a schedule. CLAIM's and BCLAIM's `rated`, behind one token, `claim.rate`."""
+    delay_ms, which makes it a schedule. CLAIM's, BCLAIM's and CLAIMS' `rated`, behind one token,
+    `claim.rate`."""
     assert {v.name: v.late for v in REGISTERED if v.late} == {
         "fail": (("traceback", "fail.traceback"),), "failures_incr": (("traceback", "failures.incr"),),
         "claim": (("rated", "claim.rate"),), "bclaim": (("rated", "claim.rate"),),
-        "enqueue_unique": (("delay_ms", "enqueue.unique"),)}
+        "claims": (("rated", "claim.rate"),), "enqueue_unique": (("delay_ms", "enqueue.unique"),)}
 
 
 def test_verb_names_match_their_commands():
@@ -143,15 +145,20 @@ def test_lane_scripts_run_on_both_wires_and_no_emq_command():
 
 def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
     scripted_verbs = [v.name for v in SCRIPTED if not v.read_only and not v.script_only]
-    assert len(scripted_verbs) == 13 + len(BUS) + 5  # the job core, the bus, the four control verbs, enqueue_unique
+    # the job core, the bus, the four control verbs, enqueue_unique, claims
+    assert len(scripted_verbs) == 13 + len(BUS) + 6
     assert set(scripted_verbs) == {v.name for v in REGISTERED} - UNSCRIPTED
     assert [v.name for v in SCRIPTED if v.read_only] == ["counts", "state"]
 
 
 def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
     on_disk = sorted(p.name for p in SCRIPTS_DIR.iterdir() if p.is_file())
-    # the libraries the lane and the flow scripts are loaded after
-    assert sorted(p.name for p in (SCRIPTS_DIR / "lib").iterdir()) == sorted([FLOW_LIBRARY.name, "lanes.lua"])
+    # the libraries the lane and the flow scripts, and CLAIM's and CLAIMS', are loaded after
+    assert sorted(p.name for p in (SCRIPTS_DIR / "lib").iterdir()) == sorted([FLOW_LIBRARY.name, "lanes.lua",
+                                                                               "claim.lua"])
+    assert {v.name for v in SCRIPTED if v.library} == {"claim", "claims"}
+    for verb in ("claim", "claims"):
+        assert BY_NAME[verb].source().startswith((SCRIPTS_DIR / "lib" / "claim.lua").read_bytes())
     assert on_disk == sorted(f"{v.name}.lua" for v in SCRIPTED)
     for verb in SCRIPTED:
         assert verb.script_path.is_file() and verb.script_path.parent == SCRIPTS_DIR

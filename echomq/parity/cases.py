@@ -7,10 +7,10 @@ nothing), and the suite fails on it.
 
 from __future__ import annotations
 
-from .steps import (Case, append, bclaim, cancel, claim, complete, counts, delay, drain, enqueue, enqueue_unique,
-                    events_on, extend, extends, fail, failures_incr, key, pause, promote, publish, purge, rate_limit,
-                    raw, remove, reprocess, requeue, reschedule, restart, resume, schedule, stalled_check, state, tick,
-                    wait, Do)
+from .steps import (Case, append, bclaim, cancel, claim, claims, complete, counts, delay, drain, enqueue,
+                    enqueue_unique, events_on, extend, extends, fail, failures_incr, key, pause, promote, publish,
+                    purge, rate_limit, raw, remove, reprocess, requeue, reschedule, restart, resume, schedule,
+                    stalled_check, state, tick, wait, Do)
 
 Q, R = "q", "r"
 LONG = 60_000
@@ -94,6 +94,29 @@ ORDINARY = [
     case("claim.lane-and-flow", "claim",
          enqueue(Q, "a"), lane("a"), enqueue(Q, "b"), lane("b", name="parent", value="p1"), claim(Q), claim(Q),
          note="CLAIM and EXTEND do not refuse lane rows or flow children"),
+    # CLAIMS (docs/spec.md §3): CLAIM up to count times in one step; ghosts passed over, the run
+    # stopped by an empty pending, a pause or the rate limit
+    case("claims.ordinary", "claim",
+         enqueue(Q, "a", "pa"), enqueue(Q, "b", "pb", 1), enqueue(Q, "c", "pc"), enqueue(Q, "d", "pd"),
+         claims(Q, 2, 30_000), claims(Q, 5, 45_000), claims(Q, 3), enqueue(Q, "e"), claims(Q, 1000)),
+    case("claims.ghosts", "claim",
+         enqueue(Q, "a"), raw("ZADD", key(Q, "pending"), "0", "b", label="ghost b in pending"), enqueue(Q, "c"),
+         raw("ZADD", key(Q, "pending"), "1", "d", label="ghost d in pending"), enqueue(Q, "e", priority=2),
+         enqueue(Q, "f", priority=3), claims(Q, 3),
+         raw("ZADD", key(Q, "pending"), "0", "g", label="ghost g in pending"), claims(Q, 2)),
+    case("claims.paused", "claim",
+         enqueue(Q, "a"), enqueue(Q, "b"), pause(Q), claims(Q, 2), resume(Q), claims(Q, 1), pause(Q, "0"),
+         claims(Q, 2)),
+    case("claims.events", "claim",
+         events_on(Q, 100), enqueue(Q, "a"), enqueue(Q, "b"), enqueue(Q, "c"), claims(Q, 2), claims(Q, 2)),
+    case("claims.rate", "claim",
+         rate_limit(Q, 3, LONG), enqueue(Q, "a"), enqueue(Q, "b"), enqueue(Q, "c"), enqueue(Q, "d"), enqueue(Q, "e"),
+         claim(Q, rated=True), claims(Q, 5, rated=True), claims(Q, 2, rated=True), claims(Q, 2),
+         rate_limit(Q, 5, LONG), raw("ZADD", key(Q, "pending"), "0", "ghost", label="ghost in pending"),
+         claims(Q, 3, rated=True), rate_limit(Q, 0, LONG), claims(Q, 3, rated=True)),
+    case("claims.rate-window", "claim",
+         rate_limit(Q, 2, 1000), enqueue(Q, "a"), enqueue(Q, "b"), enqueue(Q, "c"), enqueue(Q, "d"),
+         claims(Q, 1, rated=True), tick(300), claims(Q, 3, rated=True), tick(250), claims(Q, 3, rated=True)),
     # -- lease
     case("extend.ordinary", "lease",
          *held(), extend(Q, "a", 1, 90_000), extend(Q, "a", 2), extend(Q, "zz", 1), extend(Q, "a", 1, 5000)),
@@ -316,6 +339,17 @@ EDGES = [
     case("claim.edge.lease-not-a-number", "claim", enqueue(Q, "a"), claim(Q, "soon"), expect=("5.6",),
          note="the script pops, increments attempts and marks active before its arithmetic fails"),
     case("claim.edge.lease-zero", "claim", enqueue(Q, "a"), claim(Q, 0), expect=("5.6",)),
+    case("claims.edge.count", "claim",
+         enqueue(Q, "a"), claims(Q, 0), claims(Q, 1001), claims(Q, "two"), claims(Q, "-1"), claims(Q, 1),
+         note="both refuse the count (EMQARG) before any write"),
+    case("claims.edge.lease-zero", "claim", enqueue(Q, "a"), claims(Q, 2, 0), expect=("5.6",)),
+    case("claims.edge.shape", "claim", enqueue(Q, "a"), Do("claims", Q, ("1000",)), expect=("5.6",)),
+    case("claims.edge.meta-wrongtype", "claim",
+         enqueue(Q, "a"), raw("SET", key(Q, "meta"), "x", label="meta as a string"), claims(Q, 2), expect=("5.1",)),
+    case("claims.edge.second-row-wrongtype", "claim",
+         enqueue(Q, "a"), raw("ZADD", key(Q, "pending"), "0", "b", label="b in pending"),
+         raw("SET", key(Q, "job:b"), "x", label="b's row as a string"), claims(Q, 2), expect=("5.1",),
+         note="native checks every row of the run before its first pop; the script claims a, pops b, then fails"),
     case("bclaim.edge.row-wrongtype", "claim",
          raw("ZADD", key(Q, "pending"), "0", "a", label="a in pending"),
          raw("SET", key(Q, "job:a"), "x", label="a's row as a string"), bclaim(Q), expect=("5.1",)),

@@ -46,7 +46,7 @@ def _v(*names: str) -> frozenset[str]:
 ALL_VERBS = frozenset(v for v in BY_NAME)
 
 NAMED: dict[str, Named] = {n.id: n for n in (
-    Named("5.1", "CLAIM checks before it pops", _v("claim", "bclaim"),
+    Named("5.1", "CLAIM checks before it pops", _v("claim", "bclaim", "claims"),
           "native CLAIM refuses a wrong-typed meta (WRONGTYPE; the scripted client reads it as paused) and "
           "type-checks the head's row, its attempts and active before popping; the script pops first and fails after",
           "claim.edge.row-wrongtype"),
@@ -119,23 +119,29 @@ def claim_checks(obs: Observation) -> Match | None:
                          "error as paused", ("5.1",))
         return None
     pending = zset(obs.native_pre, key_of(obs, "pending"))
-    if not pending:
-        return None
-    head = min(pending.items(), key=lambda kv: (kv[1], kv[0]))[0]
-    entry = row(obs, head)
-    if entry is None:
-        return None
-    if entry.kind != "hash":
-        return _if(code == "WRONGTYPE", f"head {head.decode()}'s row is a {entry.kind}: refused before the pop; "
-                                       "the script popped it first", "5.1")
-    attempts = string2ll(entry.value.get(b"attempts"))
-    if attempts is None or attempts == I64_MAX:
-        return _if(code == "EMQ", f"head {head.decode()}'s attempts cannot take HINCRBY: refused before the pop; "
-                                  "the script popped it first", "5.1")
-    active = obs.native_pre.get(key_of(obs, "active"))
-    if active is not None and active.kind != "zset":
-        return _if(code == "WRONGTYPE", f"active is a {active.kind}: refused before the pop; the script popped "
-                                        "and incremented first", "5.1")
+    order = [m for m, _ in sorted(pending.items(), key=lambda kv: (kv[1], kv[0]))]
+    # CLAIM reaches the head; CLAIMS every member up to its count-th row (ghosts passed over)
+    reach = int(obs.argv[1]) if obs.verb == "claims" and DIGITS.fullmatch(obs.argv[1]) else 1
+    for head in order:
+        entry = row(obs, head)
+        if entry is None:
+            if obs.verb == "claims":
+                continue
+            return None
+        if entry.kind != "hash":
+            return _if(code == "WRONGTYPE", f"{head.decode()}'s row is a {entry.kind}: refused before the pop; "
+                                           "the script popped it first", "5.1")
+        attempts = string2ll(entry.value.get(b"attempts"))
+        if attempts is None or attempts == I64_MAX:
+            return _if(code == "EMQ", f"{head.decode()}'s attempts cannot take HINCRBY: refused before the pop; "
+                                      "the script popped it first", "5.1")
+        active = obs.native_pre.get(key_of(obs, "active"))
+        if active is not None and active.kind != "zset":
+            return _if(code == "WRONGTYPE", f"active is a {active.kind}: refused before the pop; the script popped "
+                                            "and incremented first", "5.1")
+        reach -= 1
+        if reach == 0:
+            return None
     return None
 
 
@@ -184,6 +190,7 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
     "enqueue": ("id", "any", "priority"),
     "claim": ("lease_ms",),
     "bclaim": ("lease_ms", "timeout_ms"),
+    "claims": ("lease_ms", "count", "rated"),
     "extend": ("id", "any", "lease_ms"),
     "complete": ("id", "any"),
     "schedule": ("id", "any", "delay_ms", "priority"),
@@ -208,7 +215,8 @@ GRAMMAR: dict[str, tuple[str, ...]] = {
 BOUNDS = {"lease_ms": (1, I64_MAX), "timeout_ms": (0, I64_MAX), "delay_ms": (0, I64_MAX), "backoff_ms": (0, I64_MAX),
           "age_ms": (0, I64_MAX), "retention_ms": (0, I64_MAX),
           "limit": (1, 10_000), "max_attempts": (1, I64_MAX), "max_stalled": (1, I64_MAX),
-          "priority": (0, PRIORITY_MAX), "unique_ms": (0, I64_MAX), "replace": (0, 1)}
+          "priority": (0, PRIORITY_MAX), "unique_ms": (0, I64_MAX), "replace": (0, 1),
+          "count": (1, 1000), "rated": (1, 1)}
 
 
 def argv_names(verb: str, argc: int) -> tuple[str, ...] | None:

@@ -218,6 +218,8 @@ def normalise_reply(verb: str | None, reply: Any, window: Window) -> Any:
         return reply
     if verb in ("claim", "bclaim") and isinstance(reply, int) and not isinstance(reply, bool) and reply > 0:
         return "<wait>"
+    if verb == "claims" and isinstance(reply, list):  # CLAIM's replies, the last maybe a wait
+        return tuple(normalise_reply("claim", one, window) for one in reply)
     if verb in TIME_VERBS:
         if isinstance(reply, int) and not isinstance(reply, bool) and reply != 0:
             return Offset.of(reply, window)

@@ -32,7 +32,7 @@ class ScriptPlant:
     what: str
 
     def source(self) -> bytes:
-        text = BY_NAME[self.verb].script_path.read_text()
+        text = BY_NAME[self.verb].source().decode()  # with its library, as the client loads it
         if text.count(self.old) != 1:
             raise ValueError(f"plant {self.name}: {self.verb}.lua no longer contains {self.old!r} exactly once")
         return text.replace(self.old, self.new).encode()
@@ -62,6 +62,9 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
     ScriptPlant("script:claim.rate_unlogged", "claim", "claim",
                 "  redis.call('ZADD', log, now, id .. ':' .. attempts)\n", "",
                 "claim checks the rate limit but never logs a start: the limit holds nothing"),
+    ScriptPlant("script:claims.ghost_counted", "claim", "claims",
+                "    claimed = claimed + 1\n  end\nend", "  end\n  claimed = claimed + 1\nend",
+                "claims counts a ghost it passes over as a job claimed"),
     ScriptPlant("script:promote.always_wake", "schedule", "promote",
                 "if #due > 0 then redis.call", "if true then redis.call",
                 "promote writes the wake marker even when it moved nothing"),

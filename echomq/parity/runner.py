@@ -113,7 +113,7 @@ class Node:
             # scripts cannot block: the scripted stand-in of BCLAIM is the claim (a worker waits on the wake marker)
             call = Call(BY_NAME["claim"], step.call_keys(), step.argv[:1] + step.argv[2:])  # lease_ms[, rated]
         command = self.conn.command_args(call)
-        if self.wire == 4 and call.verb.name == "claim":
+        if self.wire == 4 and call.verb.name in ("claim", "claims"):
             # the scripted claim is two round trips: the client reads `meta paused` first (SPEC §4)
             meta = step.call_keys()[-1] + "meta"
             pipe = self.client.pipeline(transaction=False)
@@ -390,6 +390,8 @@ def _stamped(step: Step, reply: Any) -> set[bytes]:
     base = step.base
     if step.verb in ("claim", "bclaim") and isinstance(reply, list) and reply:
         stamped.add(row_key(base, _b(reply[0])))
+    elif step.verb == "claims" and isinstance(reply, list):
+        stamped |= {row_key(base, _b(job[0])) for job in reply if isinstance(job, list)}
     elif step.verb == "extend" and isinstance(reply, int) and reply != 0:
         stamped.add(row_key(base, step.argv[0].encode()))
     elif step.verb == "extends" and isinstance(reply, list):

@@ -100,6 +100,13 @@ class ParityMachine(RuleBasedStateMachine):
             if short:
                 self.do(S.tick())
 
+    @rule(q=QUEUES, count=st.integers(1, 3), rated=st.booleans())
+    def claims(self, q, count, rated):
+        self.do(S.claims(q, count, LONG, rated))
+        reply = self.pair.last.native_reply
+        if isinstance(reply, tuple):
+            self.leases += [(q, job[0], str(job[2])) for job in reply if isinstance(job, tuple) and len(job) == 3]
+
     @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD, short=st.booleans())
     def extend(self, q, job, token, held, short):
         q, job, token = self.target(q, job, token, held)

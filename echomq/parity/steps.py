@@ -118,6 +118,11 @@ def claim(q: str, lease_ms: int | str = 60_000, rated: bool = False) -> Do:
     return Do("claim", q, (str(lease_ms), *(("1",) if rated else ())))
 
 
+def claims(q: str, count: int | str, lease_ms: int | str = 60_000, rated: bool = False) -> Do:
+    """EMQ.CLAIMS: up to ``count`` CLAIMs in one step (docs/spec.md §3); ``rated`` as CLAIM's."""
+    return Do("claims", q, (str(lease_ms), str(count), *(("1",) if rated else ())))
+
+
 def bclaim(q: str, lease_ms: int | str = 60_000, timeout_ms: int | str = 1, rated: bool = False) -> Do:
     """EMQ.BCLAIM on the native node; the script node, which cannot block, runs its claim (SPEC §9.3)."""
     return Do("bclaim", q, (str(lease_ms), str(timeout_ms), *(("1",) if rated else ())))

@@ -1,4 +1,4 @@
--- EMQ claim (wire 4). KEYS: pending, active, base. ARGV: lease_ms, rated (optional).
+-- EMQ claim (wire 4). KEYS: pending, active, base. ARGV: lease_ms, rated (optional). After lib/claim.lua.
 -- The client has read `meta paused` in its own round trip before this runs.
 -- Pop first, check after: a ghost (an id with no row) is consumed and answers empty.
 -- A queue with a rate limit in its meta (docs/spec.md §13) checks its sliding log of starts:
@@ -16,36 +16,10 @@ end
 -- exists. Refused reads (an ACL without meta, a wrong type) put the job back before answering.
 local seen = id and redis.pcall('EXISTS', row, row, base .. 'meta') or redis.pcall('EXISTS', base .. 'meta')
 if type(seen) == 'table' then back(); return seen end
-local bound, limit, window
+local bound, limit, window, refused
 if seen % 2 == 1 then
-  local meta = redis.pcall('HMGET', base .. 'meta', 'events', 'rate_limit', 'rate_window')
-  if meta.err then back(); return meta end
-  -- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-  bound = meta[1]
-  if bound then
-    if not string.match(bound, '^%-?%d+$') then back(); return redis.error_reply('EMQ hash value is not an integer') end
-    bound = tonumber(bound)
-    if bound <= 0 then bound = nil end
-  end
-  -- the rate limit: `rate_limit` starts in any `rate_window` ms; off when absent or <= 0
-  limit, window = meta[2], meta[3]
-  if limit then
-    if not string.match(limit, '^%-?%d+$') then back(); return redis.error_reply('EMQ hash value is not an integer') end
-    limit = tonumber(limit)
-    if limit <= 0 then
-      limit = nil
-    else
-      if window and not string.match(window, '^%-?%d+$') then
-        back()
-        return redis.error_reply('EMQ hash value is not an integer')
-      end
-      window = tonumber(window)
-      if limit > 10000 or not window or window < 1 or window > 86400000 then
-        back()
-        return redis.error_reply('EMQ rate limit must be 1 to 10000 starts per rate_window of 1 to 86400000 ms')
-      end
-    end
-  end
+  bound, limit, window, refused = switches(base .. 'meta')
+  if refused then back(); return refused end
 end
 if not id then return {} end
 local log = limit and base .. 'rate'

@@ -21,15 +21,16 @@ TOKENS = (
 )
 
 #: The optional tokens registered after the job core (SPEC §9.4), in the order they landed: the
-#: bus, the blocking claim, then the operator verbs, then FAIL's late traceback argument.
+#: bus, the blocking claim, then the operator verbs, then FAIL's late traceback argument, then
+#: CLAIMS.
 OPTIONAL_TOKENS = ("append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback "
-                   "claim.rate")
+                   "claim.rate claims")
 
 #: A verb's optional trailing ARGV (late arguments, SPEC §9.4; FAILURES.INCR's as FAIL's): lines()
 #: leaves them out.
 LATE = {"EMQ.FAIL": ("Traceback (most recent call last):",), "EMQ.ENQUEUE.UNIQUE": (0,),
         "EMQ.FAILURES.INCR": ("Traceback (most recent call last):",),
-        "EMQ.CLAIM": ("1",), "EMQ.BCLAIM": ("1",)}
+        "EMQ.CLAIM": ("1",), "EMQ.BCLAIM": ("1",), "EMQ.CLAIMS": ("1",)}
 
 #: Every registered verb with its numkeys and ARGV count (SPEC §3).
 VERBS = {
@@ -55,6 +56,7 @@ VERBS = {
     "EMQ.CANCEL": (3, 1),
     "EMQ.PURGE": (2, 2),
     "EMQ.DRAIN": (2, 1),
+    "EMQ.CLAIMS": (3, 2),
 }
 
 
@@ -142,6 +144,7 @@ class NativeQueue:
             "EMQ.CANCEL": ("EMQ.CANCEL", 3, self.active, self.dead, self.base, "x"),
             "EMQ.PURGE": ("EMQ.PURGE", 2, self.dead, self.base, 0, 10),
             "EMQ.DRAIN": ("EMQ.DRAIN", 2, self.pending, self.base, 10),
+            "EMQ.CLAIMS": ("EMQ.CLAIMS", 3, self.pending, self.active, self.base, 1000, 2),
         }
 
     def enqueue(self, id, payload=b"p", priority=0):

@@ -24,6 +24,8 @@ pub const TIMEOUT_MAX: i64 = (1 << 31) - 1;
 pub const PROGRESS_MAX_LEN: usize = 64 * 1024;
 /// EXTENDS: at most this many (id, token) pairs.
 pub const EXTENDS_MAX_PAIRS: usize = 1000;
+/// CLAIMS: at most this many jobs a command (EXTENDS' bound on pairs).
+pub const CLAIMS_MAX: usize = 1000;
 /// FAIL's optional `traceback`: at most 8 KiB, any bytes (the client keeps a longer one's tail).
 pub const TRACEBACK_MAX_LEN: usize = 8192;
 
@@ -295,6 +297,11 @@ pub fn rated(raw: Option<&[u8]>) -> Result<bool, Refusal> {
         .map(|r| r.is_some())
 }
 
+/// CLAIMS' `count`: 1..=[`CLAIMS_MAX`] jobs.
+pub fn claims_count(raw: &[u8]) -> Result<usize, Refusal> {
+    number("count", raw, 1, CLAIMS_MAX as i64).map(|n| n as usize)
+}
+
 /// The queue whose meta hash `key` is (`emq:{q}:meta`), if it is one: its base.
 pub fn base_of_meta(key: &[u8]) -> Option<&[u8]> {
     let base = key.strip_suffix(b"meta".as_slice())?;
@@ -540,6 +547,12 @@ mod tests {
         assert!(id(&[b'x'; 512]).is_ok());
         assert!(id(&[b'x'; 513]).is_err());
         assert!(at("lease_ms", i64::MAX - 1, 2).is_err());
+        assert_eq!(claims_count(b"1"), Ok(1));
+        assert_eq!(claims_count(b"1000"), Ok(CLAIMS_MAX));
+        for bad in ["0", "1001", "-1", "", "2.5", "ten"] {
+            let e = claims_count(bad.as_bytes()).map(|_| ()).unwrap_err_text();
+            assert!(e.starts_with("EMQARG count "), "{bad}: {e}");
+        }
         assert_eq!(timeout_ms(b"0"), Ok(0));
         assert_eq!(timeout_ms(b"2147483647"), Ok(TIMEOUT_MAX));
         for bad in ["2147483648", "-1", "", "1.5", "1s"] {

@@ -146,12 +146,17 @@ impl<'c> Host<'c> {
         self.range(key, max as f64, usize::try_from(limit).unwrap_or(0))
     }
 
-    /// The lowest member of a zset, as ZPOPMIN would pop it; the key is opened as the pop's
-    /// target (see `target`: a pop reads nothing a script's ZPOPMIN would count).
-    pub fn head(&self, key: &[u8]) -> Result<Option<Str>, Refusal> {
+    /// The lowest `n` members of a zset, lowest first, as `n` ZPOPMINs would pop them; the key
+    /// is opened as the pops' target (see `target`: a pop reads nothing a script's ZPOPMIN
+    /// would count).
+    pub fn heads(&self, key: &[u8], n: usize) -> Result<Vec<Str>, Refusal> {
         self.target(key, |k| match k.kind() {
-            Kind::Empty => Ok(None),
-            Kind::Zset => Ok(k.lowest().map(|(m, _)| m)),
+            Kind::Empty => Ok(Vec::new()),
+            Kind::Zset => Ok(k
+                .zrange_to(f64::INFINITY, n)
+                .into_iter()
+                .map(|(m, _)| m)
+                .collect()),
             _ => Err(Refusal::WrongType),
         })?
     }

@@ -155,6 +155,11 @@ fn enqueue_unique(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::enqueue_unique::run(ctx, args)
 }
 
+/// `EMQ.CLAIMS 3 emq:{q}:pending emq:{q}:active emq:{q}: <lease_ms> <count> [<rated>]`
+fn claims(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::claims::run(ctx, args)
+}
+
 /// `EMQ.VERSION` — the capability tokens of the registered rows, one space apart.
 fn version(_ctx: &Context, _args: &[&[u8]]) -> ValkeyResult {
     Ok(valkey_module::ValkeyValue::BulkString(caps()))
@@ -204,6 +209,8 @@ pub static TABLE: &[Row] = &[
     row!(purge, ["purge"]),
     row!(drain, ["drain"]),
     row!(enqueue_unique, ["enqueue.unique"]),
+    // landed after the argument tokens: listed after them (see `caps`)
+    row!(claims, ["claims"]),
     Row {
         name: "EMQ.VERSION",
         callback: native!(version),
@@ -221,13 +228,21 @@ pub static ARGUMENT_TOKENS: &[&str] = &[
     "claim.rate", // the queue's rate limit (meta), and CLAIM's and BCLAIM's last ARGV `rated` (§13)
 ];
 
-/// EMQ.VERSION's answer: the tokens of the registered rows, in row order, then the argument
-/// tokens.
+/// The last row registered before the argument tokens landed: EMQ.VERSION lists the argument
+/// tokens right after its tokens, and the rows after it after them (the order they landed in).
+pub const ARGUMENT_TOKENS_AFTER: &str = verbs::enqueue_unique::VERB;
+
+/// EMQ.VERSION's answer: the tokens in the order they landed: the rows' up to
+/// [`ARGUMENT_TOKENS_AFTER`], the argument tokens, then the later rows'.
 pub fn caps() -> String {
-    TABLE
+    let split = TABLE
         .iter()
-        .flat_map(|r| r.tokens.iter().copied())
+        .position(|r| r.name == ARGUMENT_TOKENS_AFTER)
+        .map_or(TABLE.len(), |at| at + 1);
+    let tokens = |rows: &'static [Row]| rows.iter().flat_map(|r| r.tokens.iter().copied());
+    tokens(&TABLE[..split])
         .chain(ARGUMENT_TOKENS.iter().copied())
+        .chain(tokens(&TABLE[split..]))
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -253,14 +268,14 @@ mod tests {
             caps(),
             "enqueue claim claim.pause extend extends complete.flat schedule promote \
              reschedule delay fail.flat reprocess requeue stalled.check \
-             append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback claim.rate"
+             append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback claim.rate claims"
         );
     }
 
     #[test]
     fn every_verb_has_one_file_and_writes() {
         let verbs: Vec<&Row> = TABLE.iter().filter(|r| r.keys != Keys::None).collect();
-        assert_eq!(verbs.len(), 22);
+        assert_eq!(verbs.len(), 23);
         for r in verbs {
             let want = if r.name == "EMQ.BCLAIM" {
                 WRITE_BLOCKING

@@ -8,9 +8,10 @@
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
 use crate::bus;
-use crate::decide::{next_attempt, num, op, owned_op, rate_of, rate_wait, Expect};
+use crate::decide::{next_attempt, num, op, owned_op, rate_of, rate_wait, Expect, Num};
 use crate::errors::Refusal;
-use crate::grammar::{self, Argc, Call, Keyspace};
+use crate::ffi::Str;
+use crate::grammar::{self, Argc, Call, KeyName, Keyspace};
 use crate::host::{bulk, int, Host};
 use crate::state::State;
 
@@ -69,10 +70,79 @@ pub fn claim(
     call: &Call<'_>,
     lease: i64,
 ) -> Result<Claimed, Refusal> {
+    let mut run = claim_run(h, q, call, lease, 1, Ghosts::End)?;
+    Ok(match (run.jobs.pop(), run.stop) {
+        (Some(job), _) => Claimed::Job(job),
+        (None, Stop::Ghost) => Claimed::Ghost,
+        (None, Stop::Throttled(wait)) => Claimed::Throttled(wait),
+        (None, Stop::Idle | Stop::Full) => Claimed::Idle,
+    })
+}
+
+/// What a ghost at the head does to a run of claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ghosts {
+    /// It is popped and ends the run (CLAIM answers empty).
+    End,
+    /// It is popped and passed over, uncounted (CLAIMS).
+    Skip,
+}
+
+/// Why a run of claims stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// It leased as many jobs as it was asked for.
+    Full,
+    /// A ghost ended it ([`Ghosts::End`]).
+    Ghost,
+    /// Paused, or pending empty.
+    Idle,
+    /// The queue's rate limit holds the next claim for this many ms.
+    Throttled(i64),
+}
+
+/// A run of claims: each leased job's CLAIM reply `[id, payload, attempts]`, in order, and why
+/// it stopped.
+pub struct Run {
+    pub jobs: Vec<ValkeyValue>,
+    pub stop: Stop,
+}
+
+/// A member of pending the run pops: leased when it has a row, a ghost otherwise.
+struct Taken {
+    id: Str,
+    lease: Option<Lease>,
+}
+
+/// What a leased job's writes need: its row, its new attempts (the token) and its payload.
+struct Lease {
+    row: KeyName,
+    att: i64,
+    token: Num,
+    payload: Option<Str>,
+}
+
+/// Steps 4–7 of up to `count` CLAIMs in a row, as one atomic step: every check of every claim
+/// is made before the first write (meta and the rate log read once; each head peeked, its row
+/// checked and its increment predicted), then all the writes, each claim's exactly CLAIM's.
+/// The run stops at the first claim that would claim nothing (paused, pending empty, the rate
+/// limit holding it), and, under [`Ghosts::End`], after popping a ghost.
+pub fn claim_run(
+    h: &Host<'_>,
+    q: &Keyspace<'_>,
+    call: &Call<'_>,
+    lease: i64,
+    count: usize,
+    ghosts: Ghosts,
+) -> Result<Run, Refusal> {
     let (pending, active) = (call.keys[0], call.keys[1]);
     let now = h.now_ms()?;
     let deadline = grammar::at("lease_ms", now, lease)?;
     let started = num(now);
+    let idle = || Run {
+        jobs: Vec::new(),
+        stop: Stop::Idle,
+    };
 
     // 4. fence: meta is read first
     let fence = h.fence();
@@ -85,63 +155,104 @@ pub fn claim(
     let (mut switch, mut rate) = (None, None);
     if let Some(m) = h.hash(&meta, &["paused", "events", "rate_limit", "rate_window"])? {
         if m.first().is_some_and(Option::is_some) {
-            return Ok(Claimed::Idle);
+            return Ok(idle());
         }
         rate = rate_of(m[2].as_deref(), m[3].as_deref()).map_err(Refusal::Counter)?;
         switch = m.into_iter().nth(1).flatten();
     }
-    // the head ZPOPMIN would pop, peeked (pending's type checked by the read)
-    let Some(id) = h.head(pending)? else {
-        return Ok(Claimed::Idle);
+    // the heads the ZPOPMINs would pop, peeked (pending's type checked by the read)
+    let mut heads = h.heads(pending, count)?.into_iter();
+    let Some(mut id) = heads.next() else {
+        return Ok(idle());
     };
     // the rate limit: the sliding log's starts within the window (docs/spec.md §13)
     let log = q.rate();
-    let mut stale = Vec::new();
+    let (mut recent, mut stale) = (Vec::new(), Vec::new());
     if let Some(rate) = rate {
         fence.read(&log)?;
         let since = now - rate.window;
-        let (old, recent): (Vec<_>, Vec<_>) =
+        let (old, within): (Vec<_>, Vec<_>) =
             h.scores(&log)?.into_iter().partition(|(_, s)| *s <= since);
-        let recent: Vec<i64> = recent.into_iter().map(|(_, s)| s).collect();
-        // planted (claim): the limit lets one more start through
-        #[cfg(feature = "planted")]
-        let rate = if crate::plant::on("claim.rate_one_more") {
+        recent = within.into_iter().map(|(_, s)| s).collect();
+        stale = old.into_iter().map(|(m, _)| m.to_vec()).collect();
+    }
+    // planted (claim): the limit lets one more start through
+    #[cfg(feature = "planted")]
+    let rate = rate.map(|rate| {
+        if crate::plant::on("claim.rate_one_more") {
             crate::decide::Rate {
                 limit: rate.limit + 1,
                 ..rate
             }
         } else {
             rate
+        }
+    });
+    let mut taken: Vec<Taken> = Vec::new();
+    let (mut leased, mut popped) = (0, 0);
+    let mut lessee = None; // the epoch and the event switch, checked at the first lease
+    let stop = loop {
+        if let Some(wait) = rate.and_then(|rate| rate_wait(rate, &recent, now)) {
+            break Stop::Throttled(wait);
+        }
+        let row = q.row(&id);
+        fence.read(&row)?;
+        match h.hash(&row, &["attempts", "payload"])? {
+            None => {
+                taken.push(Taken { id, lease: None });
+                if ghosts == Ghosts::End {
+                    break Stop::Ghost;
+                }
+            }
+            Some(seen) => {
+                // a real row: the increment predicted, active able to take the lease
+                let att = next_attempt(seen[0].as_deref()).map_err(Refusal::Counter)?;
+                h.expect_zset(active)?;
+                fence.write(&row)?;
+                if rate.is_some() {
+                    fence.write(&log)?;
+                }
+                if lessee.is_none() {
+                    lessee = Some((h.epoch()?, bus::events_on(h, &fence, q, switch.as_deref())?));
+                }
+                recent.push(now);
+                let payload = seen.into_iter().nth(1).flatten();
+                let lease = Lease {
+                    row,
+                    att,
+                    token: num(att),
+                    payload,
+                };
+                taken.push(Taken {
+                    id,
+                    lease: Some(lease),
+                });
+                leased += 1;
+                if leased == count {
+                    break Stop::Full;
+                }
+            }
+        }
+        popped += 1;
+        id = match heads.next() {
+            Some(next) => next,
+            None => {
+                // past the peeked heads (ghosts were among them): peek as far as the run may go
+                heads = h.heads(pending, popped + count - leased)?.into_iter();
+                match heads.nth(popped) {
+                    Some(next) => next,
+                    None => break Stop::Idle,
+                }
+            }
         };
-        if let Some(wait) = rate_wait(rate, &recent, now) {
-            return Ok(Claimed::Throttled(wait));
-        }
-        stale = old.into_iter().map(|(m, _)| m.to_vec()).collect();
-    }
-    let row = q.row(&id);
-    fence.read(&row)?;
-    let seen = h.hash(&row, &["attempts", "payload"])?;
-    let mut planned = None;
-    if let Some(seen) = &seen {
-        // a real row: the increment predicted, active able to take the lease
-        let att = next_attempt(seen[0].as_deref()).map_err(Refusal::Counter)?;
-        h.expect_zset(active)?;
-        fence.write(&row)?;
-        if rate.is_some() {
-            fence.write(&log)?;
-        }
-        planned = Some((
-            att,
-            h.epoch()?,
-            bus::events_on(h, &fence, q, switch.as_deref())?,
-        ));
-    }
+    };
 
-    // 6.–7. writes, each replicated as its effect: the pop verified against the peek; a
-    // ghost (no row) ends there
-    h.write(&op("ZPOPMIN", &[pending], Expect::Popped(id.to_vec())))?;
-    let (Some((att, run_id, events)), Some(seen)) = (planned, seen) else {
-        return Ok(Claimed::Ghost);
+    // 6.–7. writes, each replicated as its effect: every pop verified against its peek, then
+    // each leased job's writes as CLAIM's
+    let deadline = num(deadline);
+    let (run_id, events) = match &lessee {
+        Some((run_id, events)) => (*run_id, events.as_ref()),
+        None => (&b""[..], None),
     };
     // planted (claim): the lease is stamped with an empty epoch, not the run_id
     #[cfg(feature = "planted")]
@@ -150,53 +261,61 @@ pub fn claim(
     } else {
         run_id
     };
-    let (token, deadline) = (num(att), num(deadline));
-    let mut plan = vec![
-        op("HINCRBY", &[&row, b"attempts", b"1"], Expect::Int(att)),
-        op(
-            "HSET",
-            &[
-                &row,
-                b"state",
-                State::Active.field(),
-                b"lease_epoch",
-                run_id,
-                b"started",
-                &started,
-            ],
-            Expect::AnyInt,
-        ),
-        op("ZADD", &[active, &deadline, &id], Expect::AnyInt),
-    ];
-    plan.extend(events.map(|ev| ev.op(b"claimed", &id, &token, &[])));
-    // the start logged: the window's stale entries out, this start in, the log's expiry a
-    // window from now (an idle queue's log goes by itself)
-    if let Some(rate) = rate {
-        if !stale.is_empty() {
-            let n = stale.len() as i64;
+    let mut plan = Vec::new();
+    let mut jobs = Vec::with_capacity(leased);
+    for t in &taken {
+        plan.push(op("ZPOPMIN", &[pending], Expect::Popped(t.id.to_vec())));
+        let Some(l) = &t.lease else {
+            continue;
+        };
+        plan.extend([
+            op("HINCRBY", &[&l.row, b"attempts", b"1"], Expect::Int(l.att)),
+            op(
+                "HSET",
+                &[
+                    &l.row,
+                    b"state",
+                    State::Active.field(),
+                    b"lease_epoch",
+                    run_id,
+                    b"started",
+                    &started,
+                ],
+                Expect::AnyInt,
+            ),
+            op("ZADD", &[active, &deadline, &t.id], Expect::AnyInt),
+        ]);
+        plan.extend(events.map(|ev| ev.op(b"claimed", &t.id, &l.token, &[])));
+        // the start logged: the window's stale entries out (the first claim finds them all),
+        // this start in, the log's expiry a window from now (an idle queue's log goes by itself)
+        if let Some(rate) = rate {
+            if !stale.is_empty() {
+                let n = stale.len() as i64;
+                let members = std::mem::take(&mut stale);
+                plan.push(owned_op(
+                    "ZREM",
+                    [vec![log.to_vec()], members].concat(),
+                    Expect::Int(n),
+                ));
+            }
+            let start = [&t.id[..], b":", &l.token[..]].concat();
             plan.push(owned_op(
-                "ZREM",
-                [vec![log.to_vec()], stale].concat(),
-                Expect::Int(n),
+                "ZADD",
+                vec![log.to_vec(), started.to_vec(), start],
+                Expect::Int(1),
+            ));
+            plan.push(owned_op(
+                "PEXPIREAT",
+                vec![log.to_vec(), num(now + rate.window).to_vec()],
+                Expect::Int(1),
             ));
         }
-        let start = [&id[..], b":", &token[..]].concat();
-        plan.push(owned_op(
-            "ZADD",
-            vec![log.to_vec(), started.to_vec(), start],
-            Expect::Int(1),
-        ));
-        plan.push(owned_op(
-            "PEXPIREAT",
-            vec![log.to_vec(), num(now + rate.window).to_vec()],
-            Expect::Int(1),
-        ));
+        jobs.push(ValkeyValue::Array(vec![
+            bulk(&t.id),
+            l.payload.as_deref().map_or(ValkeyValue::Null, bulk),
+            int(l.att),
+        ]));
     }
     h.apply(&plan)?;
-    let payload = seen.into_iter().nth(1).flatten();
-    Ok(Claimed::Job(ValkeyValue::Array(vec![
-        bulk(&id),
-        payload.map_or(ValkeyValue::Null, |p| bulk(&p)),
-        int(att),
-    ])))
+    Ok(Run { jobs, stop })
 }
