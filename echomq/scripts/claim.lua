@@ -26,29 +26,13 @@ local log = limit and base .. 'rate'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if limit then
-  local since = now - window
-  local recent = redis.pcall('ZCOUNT', log, '(' .. since, '+inf')
+  local recent = redis.pcall('ZCOUNT', log, '(' .. (now - window), '+inf')
   if type(recent) == 'table' then back(); return recent end  -- a wrong-typed log
   if recent >= limit then
     back()
     if not ARGV[2] then return {} end
-    -- the start whose leaving brings the count under the limit
-    local frees = redis.call('ZRANGEBYSCORE', log, '(' .. since, '+inf', 'WITHSCORES', 'LIMIT', recent - limit, 1)
-    return math.max(1, tonumber(frees[2]) + window - now)
+    return rate_wait(log, now, window, recent, limit)
   end
 end
 if seen < 2 then return {} end
--- attempts is the fencing token the holder presents from now on
-local attempts = redis.call('HINCRBY', row, 'attempts', 1)
-redis.call('HSET', row, 'state', 'active', 'started', now)
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), id)
-if bound then
-  redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'claimed', 'id', id, 'attempt', attempts)
-end
-if limit then
-  -- the start logged; the log's stale entries out, and it expires a window from now
-  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
-  redis.call('ZADD', log, now, id .. ':' .. attempts)
-  redis.call('PEXPIRE', log, window)
-end
-return {id, redis.call('HGET', row, 'payload'), attempts}
+return start(base, KEYS[2], id, now, ARGV[1], bound, log, window)

@@ -38,30 +38,13 @@ while claimed < count do
   if limit and recent >= limit then
     -- held: the job goes back where it was, and a rated caller reads the wait
     redis.call('ZADD', KEYS[1], popped[2], id)
-    if ARGV[3] then
-      local frees = redis.call('ZRANGEBYSCORE', log, '(' .. (now - window), '+inf', 'WITHSCORES', 'LIMIT', recent - limit, 1)
-      replies[#replies + 1] = math.max(1, tonumber(frees[2]) + window - now)
-    end
+    if ARGV[3] then replies[#replies + 1] = rate_wait(log, now, window, recent, limit) end
     break
   end
-  local row = base .. 'job:' .. id
-  if redis.call('EXISTS', row) == 1 then
-    -- attempts is the fencing token the holder presents from now on
-    local attempts = redis.call('HINCRBY', row, 'attempts', 1)
-    redis.call('HSET', row, 'state', 'active', 'started', now)
-    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), id)
-    if bound then
-      redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'claimed', 'id', id, 'attempt', attempts)
-    end
-    if limit then
-      -- the start logged; the log's stale entries out, and it expires a window from now
-      redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
-      redis.call('ZADD', log, now, id .. ':' .. attempts)
-      redis.call('PEXPIRE', log, window)
-      recent = recent + 1
-    end
-    replies[#replies + 1] = {id, redis.call('HGET', row, 'payload'), attempts}
+  if redis.call('EXISTS', base .. 'job:' .. id) == 1 then
+    replies[#replies + 1] = start(base, KEYS[2], id, now, ARGV[1], bound, log, window)
     claimed = claimed + 1
+    if limit then recent = recent + 1 end
   end
 end
 return replies

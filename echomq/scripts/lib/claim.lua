@@ -1,5 +1,6 @@
--- CLAIM's and CLAIMS' shared reading of the queue's meta (docs/spec.md §12, §13, §17): the client
--- puts this file before claim.lua's and claims.lua's own text.
+-- What CLAIM and CLAIMS share (docs/spec.md §12, §13, §17): the reading of the queue's meta, the
+-- rate limit's wait and the start of one job. The client puts this file before claim.lua's and
+-- claims.lua's own text.
 -- switches(meta) -> bound, limit, window: the event switch (an integer MAXLEN; nil when absent or
 -- <= 0) and the rate limit (`limit` starts in any `window` ms; nil when absent or <= 0); or, for
 -- a refused read or a malformed value, nil, nil, nil and the error reply. Meta must exist.
@@ -32,4 +33,32 @@ local function switches(meta)
     return bound, limit, window
   end
   return bound, nil, nil
+end
+
+-- rate_wait(log, now, window, recent, limit) -> the ms until a start may happen: when the start
+-- whose leaving brings the window's count (`recent`) under the limit leaves it
+local function rate_wait(log, now, window, recent, limit)
+  local frees = redis.call('ZRANGEBYSCORE', log, '(' .. (now - window), '+inf', 'WITHSCORES', 'LIMIT', recent - limit, 1)
+  return math.max(1, tonumber(frees[2]) + window - now)
+end
+
+-- start(base, active, id, now, lease_ms, bound, log, window) -> {id, payload, attempts}: the
+-- writes that claim one job whose row exists; `bound` (the event switch) and `log` (the rate
+-- limit's log of starts, nil without a limit) as switches() and the caller found them
+local function start(base, active, id, now, lease_ms, bound, log, window)
+  local row = base .. 'job:' .. id
+  -- attempts is the fencing token the holder presents from now on
+  local attempts = redis.call('HINCRBY', row, 'attempts', 1)
+  redis.call('HSET', row, 'state', 'active', 'started', now)
+  redis.call('ZADD', active, now + tonumber(lease_ms), id)
+  if bound then
+    redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'claimed', 'id', id, 'attempt', attempts)
+  end
+  if log then
+    -- the start logged; the log's stale entries out, and it expires a window from now
+    redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
+    redis.call('ZADD', log, now, id .. ':' .. attempts)
+    redis.call('PEXPIRE', log, window)
+  end
+  return {id, redis.call('HGET', row, 'payload'), attempts}
 end
