@@ -153,6 +153,9 @@ class NativeQueue:
     def claim(self, lease_ms=30000):
         return self.c.execute_command("EMQ.CLAIM", 3, self.pending, self.active, self.base, lease_ms)
 
+    def claims(self, count, lease_ms=30000):
+        return self.c.execute_command("EMQ.CLAIMS", 3, self.pending, self.active, self.base, lease_ms, count)
+
     def extend(self, id, token, lease_ms=30000):
         return self.c.execute_command("EMQ.EXTEND", 2, self.active, self.base, id, token, lease_ms)
 

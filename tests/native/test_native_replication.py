@@ -65,6 +65,13 @@ def workload(q: NativeQueue) -> None:
     assert q.publish("bus", got[2], b"result", 60000) == 1
     got = q.claim(60000)
     assert q.failures_incr(got[0], got[2], b"boom", 1, 0, b"Traceback ...") == b"dead"
+    # a batch of claims in one command (CLAIMS), a ghost passed over in the middle of it
+    for n in range(3):
+        q.enqueue(f"batch{n}", b"p")
+    c.zadd(q.pending, {"batch1-ghost": 0})  # sorts between batch1 and batch2
+    claimed = [reply[0] for reply in q.claims(5, 60000)]
+    assert claimed[:3] == [b"batch0", b"batch1", b"batch2"] and len(claimed) == 5  # and two promoted earlier
+    assert c.zscore(q.pending, "batch1-ghost") is None
 
 
 @pytest.mark.parametrize("replica_module", [True, False], ids=["replica-with-module", "plain-replica"])
