@@ -13,10 +13,9 @@ from echomq import App, EmbeddedServer, Queue, TimerConfig, Worker, WorkerConfig
 from echomq.errors import ConfigurationError, UnsupportedOnWire
 from echomq.waiter import LANES_WAKE
 from helpers import dump, fresh_name, server_ms, wait_server_past
-from worker_helpers import WorkerProcess, out, processed, wait_until  # noqa: F401 (fixture: out)
+from worker_helpers import QUIET_TIMERS, WorkerProcess, out, processed, wait_until  # noqa: F401 (fixture: out)
 
 #: only exact timers run: promotes at due times, an idle queue's sweeps at lease deadlines
-QUIET_TIMERS = TimerConfig(promote_interval_ms=60_000, sweep_interval_ms=60_000, idle_sweep_interval_ms=60_000)
 
 
 @pytest.fixture

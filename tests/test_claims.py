@@ -8,12 +8,12 @@ import threading
 
 import pytest
 
-from echomq import App, CounterError, Queue, RateLimit, TimerConfig, Worker, WorkerConfig, connect, hooks
+from echomq import App, CounterError, Queue, RateLimit, Worker, WorkerConfig, connect, hooks
 from echomq.connection import build_call
 from echomq.errors import ArgumentError, ConfigurationError, ShapeError, WrongType
 from echomq.serializers import RAW
 from helpers import core_dump, fresh_name, mask_times, queue_unchanged, server_ms
-from worker_helpers import wait_until
+from worker_helpers import QUIET_TIMERS, wait_until
 
 LEASE = 60_000
 
@@ -226,13 +226,12 @@ def test_a_worker_drains_a_queue_with_ghosts_under_a_rate_limit(server, wire):
     name, seen = fresh_name("cw"), []
     app = App()
     app.handler(name, lambda payload, ctx: seen.append(ctx.id), rate_limit=RateLimit(4, 400))
-    quiet = TimerConfig(promote_interval_ms=60_000, sweep_interval_ms=60_000, idle_sweep_interval_ms=60_000)
     with connect(server.url, wire=wire) as conn:
         queue = Queue(conn, name)
         ids = [e.id for e in queue.enqueue_many([{"n": n} for n in range(10)])]
         for n in range(3):
             ghost(queue, f"ghost{n}", 0)
-        worker = Worker(app, conn, config=WorkerConfig(timers=quiet, claim_batch=8, concurrency=8))
+        worker = Worker(app, conn, config=WorkerConfig(timers=QUIET_TIMERS, claim_batch=8, concurrency=8))
         thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
         sent: list[list[str]] = []
         unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))

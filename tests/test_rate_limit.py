@@ -8,14 +8,14 @@ import threading
 
 import pytest
 
-from echomq import (App, ConfigurationError, CounterError, Queue, RateLimit, TimerConfig, UnsupportedOnWire, Worker,
+from echomq import (App, ConfigurationError, CounterError, Queue, RateLimit, UnsupportedOnWire, Worker,
                     WorkerConfig, connect)
 from echomq.connection import build_call
 from echomq.rates import parse_rate_limit
 from echomq.serializers import RAW
 from echomq.verbs import ARGUMENT_TOKENS
 from helpers import fresh_name, queue_unchanged, server_ms, unchanged, wait_server_past
-from worker_helpers import commands_sent, wait_until
+from worker_helpers import QUIET_TIMERS, commands_sent, wait_until
 
 LEASE = 60_000
 
@@ -191,10 +191,9 @@ def test_a_worker_waits_out_the_window_without_spinning(server, wire):
     name, seen = fresh_name("rw"), []
     app = App()
     app.handler(name, lambda payload, ctx: seen.append(ctx.id), rate_limit=RateLimit(1, 1500))
-    quiet = TimerConfig(promote_interval_ms=60_000, sweep_interval_ms=60_000, idle_sweep_interval_ms=60_000)
     with connect(server.url, wire=wire) as conn:
         queue = Queue(conn, name)
-        worker = Worker(app, conn, config=WorkerConfig(timers=quiet, claim_batch=1))
+        worker = Worker(app, conn, config=WorkerConfig(timers=QUIET_TIMERS, claim_batch=1))
         thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
         thread.start()
         try:

@@ -16,8 +16,11 @@ from typing import Any, Callable
 
 import pytest
 
+from echomq import TimerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
+#: timers that stay out of a test's way: no promote or sweep while it runs
+QUIET_TIMERS = TimerConfig(promote_interval_ms=60_000, sweep_interval_ms=60_000, idle_sweep_interval_ms=60_000)
 TESTS = Path(__file__).resolve().parent
 
 

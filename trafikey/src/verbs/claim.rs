@@ -215,7 +215,9 @@ pub fn claim_run(
                 if lessee.is_none() {
                     lessee = Some((h.epoch()?, bus::events_on(h, &fence, q, switch.as_deref())?));
                 }
-                recent.push(now);
+                if rate.is_some() {
+                    recent.push(now); // this start counts against the next claim's window
+                }
                 let payload = seen.into_iter().nth(1).flatten();
                 let lease = Lease {
                     row,
