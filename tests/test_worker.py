@@ -204,20 +204,22 @@ def test_a_paused_queue_is_not_claimed_until_resumed(conn):
 
 # -- lost leases ---------------------------------------------------------------------------
 
-def _held_worker(conn, name, handler, clock, lease_ms=200):
+def _held_worker(conn, name, handler, clock):
+    """A worker holding the one job, renewing every 50 ms of its (fake) clock. Its lease is long:
+    its own first sweep, in this very step, must not find it run out (a 200 ms lease did once,
+    on a loaded CI machine); the test ends it when it wants (_expire_and_reclaim)."""
     app = App()
     app.handler(name, handler)
-    worker = Worker(app, conn, clock_ms=clock, config=WorkerConfig(lease=LeasePolicy(lease_ms)))
+    worker = Worker(app, conn, clock_ms=clock, config=WorkerConfig(lease=LeasePolicy(30_000, tick_ms=50)))
     worker.step()  # claims the one job and starts its handler
     (held,) = worker.held.values()
     return worker, held
 
 
 def _expire_and_reclaim(conn, queue, job_id):
-    """The worker's heartbeats have stopped: let the lease run out on the server clock,
-    sweep it back to pending, and claim it as someone else would."""
-    deadline = conn.client.zscore(queue.keys.active, job_id)
-    wait_server_past(conn.client, deadline)
+    """The worker's heartbeats have stopped: its lease runs out (the deadline moved into the past),
+    the sweep puts it back in pending, and someone else claims it."""
+    assert conn.client.zadd(queue.keys.active, {job_id: 1}, xx=True, ch=True) == 1
     assert queue.stalled_check(max_stalled=5).recovered == [job_id]
     other = queue.claim(10_000)
     assert other.id == job_id and other.attempt == 2
