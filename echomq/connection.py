@@ -332,6 +332,27 @@ def names_of(request: Sequence[Call | Plain]) -> list[str]:
     return [item.verb.name if isinstance(item, Call) else str(item.args[0]).lower() for item in request]
 
 
+class ReplyCallbacks(dict[str, Callable[[Any], Any] | None]):
+    """A client's callback for each command name's replies (HGETALL's dict, TIME's pair), None for
+    the verbs' commands: ``callbacks[name]``, looked up in the client's table once per name (that
+    table ignores case, at a cost a reply). Both connections' pipelined reading applies them."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__()
+        self.client = client
+
+    def __missing__(self, name: str) -> Callable[[Any], Any] | None:
+        table = self.client.response_callbacks
+        callback = self[name] = table[name] if name in table else None
+        return callback
+
+
+def retried(link: Any, error: BaseException) -> bool:
+    """Whether ``link``'s retry policy tries again after ``error`` (valkey-py's own test, as its
+    pipelines make it): otherwise the failure callback raises it."""
+    return link.retry_on_error is not None and isinstance(error, tuple(link.retry_on_error))
+
+
 class Connection(WireCodec):
     """A client bound to one wire. Build it with :func:`connect`.
 
@@ -341,7 +362,7 @@ class Connection(WireCodec):
     def __init__(self, client: valkey.Valkey | ValkeyCluster, wire: int) -> None:
         super().__init__(wire)
         self.client = client
-        self._reply_callbacks: dict[str, Callable[[Any], Any] | None] = {}
+        self._reply_callbacks = ReplyCallbacks(client)
         self._handshake()
 
     # -- opening ------------------------------------------------------------
@@ -432,14 +453,13 @@ class Connection(WireCodec):
                 except ResponseError as exc:
                     replies.append(exc)
                     continue
-                name = command[0]
-                callback = callbacks[name] if name in callbacks else self._reply_callback(name)
+                callback = callbacks[command[0]]
                 replies.append(reply if callback is None else callback(reply))
             return replies
 
         def failed(error: BaseException) -> None:
             link.disconnect()
-            if link.retry_on_error is None or not isinstance(error, tuple(link.retry_on_error)):
+            if not retried(link, error):
                 raise error
 
         try:
@@ -449,13 +469,6 @@ class Connection(WireCodec):
             raise
         finally:
             pool.release(link)
-
-    def _reply_callback(self, name: str) -> Callable[[Any], Any] | None:
-        """The client's callback for ``name``'s replies (HGETALL's dict, TIME's pair), None for
-        the verbs' commands; kept by name (the client's table ignores case, at a cost a reply)."""
-        table = self.client.response_callbacks
-        callback = self._reply_callbacks[name] = table[name] if name in table else None
-        return callback
 
     def node_client(self, keyspace: Keyspace) -> valkey.Valkey:
         """A plain client of the node that holds ``keyspace``'s queue (this connection's own client
