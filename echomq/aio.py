@@ -13,6 +13,9 @@ pure functions in :mod:`echomq.connection`. Replies are parsed by libvalkey when
 is installed (valkey-py picks it up by itself); the batch forms pipeline, and the calls
 that many tasks make in the same turn of the event loop go out together in one pipeline
 (each still its own atomic call), so concurrency costs round trips only once per turn.
+A pipeline is written at once on one pooled socket and its replies read in turn, as the
+sync connection does (valkey-py's pipeline minus its layers per command; on a cluster,
+valkey-py's cluster pipeline).
 
 **The pool.** One connection object is meant to be shared by a whole web service:
 each concurrent call borrows a socket from a :class:`valkey.asyncio.BlockingConnectionPool`
@@ -40,8 +43,8 @@ if LIBVALKEY_AVAILABLE:
 
 from . import errors, reaper
 from .connection import (
-    TRANSPORT_ERRORS, VerbSpan, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode, first_key_at,
-    link_failed, tokens_unavailable, wire_of_brand,
+    TRANSPORT_ERRORS, ReplyCallbacks, VerbSpan, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode,
+    first_key_at, link_failed, retried, tokens_unavailable, wire_of_brand,
 )
 from .core import MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T, check_wait, \
     time_left
@@ -112,6 +115,7 @@ class Connection(WireCodec):
         self.client = client
         self._waiting: list[tuple[list[tuple[Any, ...]], asyncio.Future[list[Any]]]] = []
         self._in_flight: set[asyncio.Future[None]] = set()
+        self._reply_callbacks = ReplyCallbacks(client)
 
     @classmethod
     def sharing(cls, connection: Any, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
@@ -214,7 +218,9 @@ class Connection(WireCodec):
             for _, waiter in batch:
                 if not waiter.done():
                     waiter.set_exception(exc)
-            return
+            if isinstance(exc, Exception):
+                return
+            raise  # this task was cancelled (the loop closing): it ends cancelled
         at = 0
         for part, waiter in batch:
             if not waiter.done():  # a caller cancelled while waiting: its reply is dropped
@@ -227,10 +233,46 @@ class Connection(WireCodec):
                 return [await self.client.execute_command(*commands[0])]
             except ResponseError as exc:
                 return [exc]
+        if not self.cluster:
+            return await self._pipelined(commands)
         pipe = self.client.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command)
         return list(await pipe.execute(raise_on_error=False))
+
+    async def _pipelined(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """As :meth:`echomq.Connection._pipelined`, awaited: what valkey-py's asyncio pipeline
+        without a transaction does, minus its layers per command. Whatever breaks off the reading
+        (a link fault, a cancel of this task) drops the socket before it goes back to the pool:
+        its unread replies would answer the next round trip's commands."""
+        pool, callbacks = self.client.connection_pool, self._reply_callbacks
+        link = await pool.get_connection("PIPELINE")
+
+        async def attempt() -> list[Any]:
+            await link.send_packed_command(link.pack_commands(commands))
+            replies: list[Any] = []
+            for command in commands:
+                try:
+                    reply = await link.read_response()
+                except ResponseError as exc:
+                    replies.append(exc)
+                    continue
+                callback = callbacks[command[0]]
+                replies.append(reply if callback is None else callback(reply))
+            return replies
+
+        async def failed(error: BaseException) -> None:
+            await link.disconnect()
+            if not retried(link, error):
+                raise error
+
+        try:
+            return await link.retry.call_with_retry(attempt, failed)
+        except BaseException:
+            await link.disconnect(nowait=True)  # nowait: no await that a second cancel could break off
+            raise
+        finally:
+            await pool.release(link)
 
     async def send(self, call: Call | Plain) -> Any:
         (reply,) = await self.round_trip([call])

@@ -1,39 +1,46 @@
 """echomq.aio specifics (the shared behaviour is the conformance suite's, through AwaitingQueue):
-concurrent calls coalesce into one pipeline, each keeping its own answer or error; the pool."""
+concurrent calls coalesce into one pipeline, each keeping its own answer or error; the pool; a
+round trip's replies read as valkey-py's asyncio pipeline reads them, through faults and cancels."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from valkey.asyncio.retry import Retry
+from valkey.backoff import NoBackoff
+from valkey.exceptions import ConnectionError as LinkError
 
-from echomq import WrongType, aio
+from echomq import ConnectionFailed, WrongType, aio
+from echomq.connection import Plain
 from helpers import fresh_name
 
 
 def test_calls_made_in_one_turn_share_one_pipeline_and_keep_their_own_answers(server, wire):
     async def main():
         async with await aio.connect(server.url, wire=wire) as conn:
-            pipelines = []
-            real = conn.client.pipeline
-
-            def counting(*args, **kwargs):
-                pipelines.append(1)
-                return real(*args, **kwargs)
-
-            conn.client.pipeline = counting  # type: ignore[method-assign]
             good = aio.Queue(conn, fresh_name("a"))
             broken = aio.Queue(conn, fresh_name("a"))
             await conn.client.set(broken.keys.pending, "not a zset")
+            pool = conn.client.connection_pool
+            borrowed = []  # one socket borrowed per round trip
+            real = pool.get_connection
+
+            async def counting(*args, **kwargs):
+                borrowed.append(1)
+                return await real(*args, **kwargs)
+
+            pool.get_connection = counting  # type: ignore[method-assign]
             results = await asyncio.gather(
                 *(good.enqueue({"n": n}, id=f"j{n}") for n in range(20)),
                 broken.enqueue({}, id="x"),
                 return_exceptions=True,
             )
-            return pipelines, results, await good.counts()
+            round_trips = len(borrowed)
+            return round_trips, results, await good.counts()
 
-    pipelines, results, counts = asyncio.run(main())
-    assert len(pipelines) == 1  # 21 calls from 21 tasks, one round trip
+    round_trips, results, counts = asyncio.run(main())
+    assert round_trips == 1  # 21 calls from 21 tasks, one round trip
     assert [r.id for r in results[:20]] == [f"j{n}" for n in range(20)] and all(r.created for r in results[:20])
     assert isinstance(results[20], WrongType)
     assert counts.pending == 20
@@ -51,6 +58,138 @@ def test_the_pool_bounds_the_sockets(server, wire):
 
     limit, opened, pending = asyncio.run(main())
     assert limit == 3 and 1 <= opened <= 3 and pending == 200
+
+
+# --------------------------------------------------------------------------- pipelined round trips
+
+
+def test_a_pipelined_round_trip_answers_as_valkey_pys_async_pipeline_does(server, wire):
+    """Connection._pipelined reads a round trip's replies itself: each as valkey-py's asyncio
+    pipeline gives it (its reply callbacks: HGETALL's dict), an error reply in its place."""
+    async def main():
+        async with await aio.connect(server.url, wire=wire) as conn:
+            q = aio.Queue(conn, fresh_name("a"))
+            await q.enqueue({"n": 1}, id="a")
+            await conn.client.sadd(q.keys.pending + ":set", "x", "y")
+            await conn.client.set(q.keys.pending + ":str", "s")
+            request = [Plain(("HGETALL", q.keys.job("a"))), Plain(("SMEMBERS", q.keys.pending + ":set")),
+                       Plain(("HGET", q.keys.pending + ":str", "f")), Plain(("ZCARD", q.keys.pending)),
+                       Plain(("HMGET", q.keys.job("a"), "state", "nothing"))]
+            conn.client.pipeline = None  # ours must not go through valkey-py's pipeline
+            ours = await conn.send_many(request)
+            del conn.client.pipeline
+            pipe = conn.client.pipeline(transaction=False)
+            for item in request:
+                pipe.execute_command(*conn.args_of(item))
+            return ours, conn.refusals(await pipe.execute(raise_on_error=False))
+
+    ours, theirs = asyncio.run(main())
+    assert isinstance(ours[0], dict) and ours[0][b"state"] == b"pending"
+    assert isinstance(ours[2], WrongType) and type(theirs[2]) is type(ours[2]) and str(theirs[2]) == str(ours[2])
+    assert ours[:2] + ours[3:] == theirs[:2] + theirs[3:] == [ours[0], [b"x", b"y"], 1, [b"pending", None]]
+
+
+async def _one_link(conn):
+    """The pool's one socket (``max_connections=1``), connected, and its server-side id."""
+    pool = conn.client.connection_pool
+    link = await pool.get_connection("CLIENT")
+    try:
+        await link.send_command("CLIENT", "ID")
+        return link, await link.read_response()
+    finally:
+        await pool.release(link)
+
+
+def test_a_link_fault_mid_round_trip_is_connection_failed_and_the_next_round_trip_reads_its_own_replies(server,
+                                                                                                       wire):
+    """The server closes the socket after the second of three replies (QUIT; CLIENT KILL of the
+    socket's own id): ConnectionFailed; the next round trip, on a new socket, is not read out of step."""
+    async def main():
+        async with await aio.connect(server.url, wire=wire, max_connections=1) as conn:
+            after = []
+            for closing in (("QUIT",), ("CLIENT", "KILL", "SKIPME", "no", "ID")):
+                if closing[0] == "CLIENT":
+                    closing += ((await _one_link(conn))[1],)  # the socket's id now (QUIT's was another)
+                with pytest.raises(ConnectionFailed):
+                    await conn.send_many([Plain(("ECHO", "one")), Plain(closing), Plain(("ECHO", "three"))])
+                after.append(await conn.send_many([Plain(("ECHO", "four")), Plain(("ECHO", "five"))]))
+            return after
+
+    assert asyncio.run(main()) == [[b"four", b"five"]] * 2
+
+
+def test_a_link_fault_mid_round_trip_is_retried_as_the_clients_retry_policy_says(server, wire):
+    """With a retry on a link fault, the killed round trip goes again, whole, on a new socket
+    (whose id is not the one killed: the second CLIENT KILL kills none)."""
+    async def main():
+        async with await aio.connect(server.url, wire=wire, max_connections=1, retry=Retry(NoBackoff(), 1),
+                                     retry_on_error=[LinkError]) as conn:
+            _, own = await _one_link(conn)
+            replies = await conn.send_many([Plain(("ECHO", "one")), Plain(("CLIENT", "KILL", "SKIPME", "no", "ID", own)),
+                                            Plain(("ECHO", "three"))])
+            _, now = await _one_link(conn)
+            return replies, own, now
+
+    replies, own, now = asyncio.run(main())
+    assert now != own and replies == [b"one", 0, b"three"]  # the second time, no client of that id to kill
+
+
+def test_a_reply_callback_that_raises_drops_the_socket(server, wire):
+    """A reply callback that fails on the first of three replies breaks off the reading: its error
+    is the round trip's, and the socket, two replies still unread, is closed, not pooled."""
+    def refusing(reply, **options):
+        raise ValueError(f"unreadable {reply!r}")
+
+    async def main():
+        async with await aio.connect(server.url, wire=wire, max_connections=1) as conn:
+            link, _ = await _one_link(conn)
+            conn.client.set_response_callback("ECHO", refusing)
+            with pytest.raises(ValueError, match="unreadable b'one'"):
+                await conn.send_many([Plain(("ECHO", "one")), Plain(("PING",)), Plain(("DBSIZE",))])
+            closed = not link.is_connected
+            return closed, await conn.send_many([Plain(("TYPE", fresh_name("none"))), Plain(("PING",))])
+
+    assert asyncio.run(main()) == (True, [b"none", True])
+
+
+@pytest.mark.parametrize("cancelled", ["caller", "reader"])
+def test_a_cancel_mid_round_trip_leaves_the_next_round_trip_its_own_replies(server, wire, cancelled):
+    """A round trip is cancelled while its second reply (a BLPOP that blocks) is awaited: the
+    caller, whose batch goes on reading in the background (the socket kept, its replies all read),
+    or the task reading the replies (the loop closing), whose socket is closed before it goes back
+    to the pool. Then the BLPOP's key gets a value: the next round trip still reads its own replies."""
+    key = fresh_name("blocked")
+
+    async def main():
+        async with await aio.connect(server.url, wire=wire, max_connections=1) as conn:
+            link, own = await _one_link(conn)
+            reading, readers = asyncio.Event(), []
+            read = link.read_response
+
+            async def noting(*args, **kwargs):
+                readers.append(asyncio.current_task())
+                if len(readers) == 2:
+                    reading.set()
+                return await read(*args, **kwargs)
+
+            link.read_response = noting
+            trip = asyncio.ensure_future(conn.send_many(
+                [Plain(("ECHO", "one")), Plain(("BLPOP", key, 0)), Plain(("ECHO", "three"))]))
+            await reading.wait()
+            (trip if cancelled == "caller" else readers[-1]).cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await trip
+            del link.read_response
+            closed = not link.is_connected
+            with server.client() as other:
+                other.lpush(key, "late")  # the old socket, were it still read, would answer BLPOP then three
+            after = await conn.send_many([Plain(("ECHO", "four")), Plain(("ECHO", "five"))])
+            _, now = await _one_link(conn)
+            return closed, after, now == own
+
+    closed, after, same_socket = asyncio.run(main())
+    assert after == [b"four", b"five"]
+    assert closed == (cancelled == "reader") and same_socket == (cancelled == "caller")
 
 
 @pytest.mark.parametrize("bad", [0, -1, "x"])
