@@ -30,7 +30,7 @@ from pathlib import Path
 
 from . import bus, cost, dashboard_cost, e2e, growth, idle, memory, producers, report
 from .common import ROOT, TRAFIKEY_SOURCE, BenchServer, client_versions, machine, say, trafikey_module
-from .systems import ALL_PEERS, echomq_at, echomq_system, emq_worker_available, peers
+from .systems import ALL_PEERS, echomq_at, echomq_system, echomq_tree, emq_worker_available, peers
 
 SECTIONS = ("cost", "bus", "growth", "memory", "e2e", "idle", "dashboard", "producers")
 
@@ -61,6 +61,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--processes", default="1,2,4", help="worker process counts")
     p.add_argument("--producer-jobs", type=int, default=20_000, help="jobs per producers run (sync and asyncio)")
     p.add_argument("--producer-rounds", type=int, default=3)
+    p.add_argument("--producers-before", default="", metavar="REV",
+                   help="a git revision: the asyncio producers also run with the echomq package as of it")
     p.add_argument("--latency-jobs", type=int, default=40)
     p.add_argument("--latency-gap-ms", default="20,300", help="idle gaps between latency jobs, LO,HI ms")
     p.add_argument("--peers", default=",".join(ALL_PEERS), help="comma-separated, or 'none'")
@@ -186,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
                 server, wires=wires, queue_counts=[int(q) for q in args.watch_queues.split(",") if q],
                 depth=args.watch_depth, seconds=args.watch_seconds, rounds=args.watch_rounds)
         if "producers" in sections:
+            before, short = echomq_tree(args.producers_before) if args.producers_before else (None, "")
             results["producers"] = producers.run(server, wires=wires, n=args.producer_jobs,
-                                                 rounds=args.producer_rounds)
+                                                 rounds=args.producer_rounds, before=before, before_label=short)
     results["elapsed_s"] = time.time() - started
     results["headline"] = report.headline(results)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -107,8 +107,18 @@ def producers_section(prod: dict) -> list[str]:
              "`enqueue_many` in the same batches. The ratio is sync batches / async tasks (target: at most 2).", ""]
     rows = [[wire, med(row["sync_enqueue_many"], 0), med(row["async_tasks"], 0), med(row["async_enqueue_many"], 0),
              med(row["sync/async_tasks"])] for wire, row in prod["table"].items()]
-    return lines + table(["wire", "sync enqueue_many jobs/s", f"async {prod['tasks']} tasks jobs/s",
-                          "async enqueue_many jobs/s", "sync/async tasks"], rows)
+    lines += table(["wire", "sync enqueue_many jobs/s", f"async {prod['tasks']} tasks jobs/s",
+                    "async enqueue_many jobs/s", "sync/async tasks"], rows)
+    if not prod.get("before"):
+        return lines
+    before = prod["before"]
+    rows = [[wire, med(row["async_tasks before"], 0), med(row["async_tasks now/before"]),
+             med(row["async_enqueue_many before"], 0), med(row["async_enqueue_many now/before"])]
+            for wire, row in prod["table"].items()]
+    return lines + [f"The asyncio measures again with the echomq package as of {before}, each side in a fresh "
+                    "process, their order alternating by round; now/before > 1 is faster now.", ""] + table(
+        ["wire", f"async {prod['tasks']} tasks @ {before} jobs/s", "tasks now/before",
+         f"async enqueue_many @ {before} jobs/s", "enqueue_many now/before"], rows)
 
 
 def render(results: dict, baseline: dict | None = None, later: list[dict] | None = None,

@@ -64,9 +64,9 @@ def echomq_system(wire: int, mode: str) -> System:
                   [sys.executable, "-m", "bench.drive_echomq", f"{wire}/{mode}"], configs[mode])
 
 
-def echomq_at(rev: str, wire: int) -> System:
-    """``emq worker`` as of git revision ``rev``: its echomq/ tree extracted to a temporary
-    directory that the worker's processes start in, so its ``echomq`` is imported first."""
+def echomq_tree(rev: str) -> tuple[Path, str]:
+    """The echomq/ tree of git revision ``rev`` extracted to a temporary directory, and ``rev``'s
+    short hash: a process started there (bench/ on its PYTHONPATH) imports that ``echomq`` first."""
     import tempfile
 
     where = Path(tempfile.mkdtemp(prefix=f"emq-{rev}-"))
@@ -74,6 +74,12 @@ def echomq_at(rev: str, wire: int) -> System:
     subprocess.run(["tar", "-x", "-C", str(where)], input=archive.stdout, check=True)
     short = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout.strip()
+    return where, short
+
+
+def echomq_at(rev: str, wire: int) -> System:
+    """``emq worker`` as of git revision ``rev`` (:func:`echomq_tree`)."""
+    where, short = echomq_tree(rev)
     return System(f"EchoMQ wire {wire} (emq worker @ {short})", "echomq", wire,
                   [sys.executable, "-m", "bench.drive_echomq", f"{wire}/emq"],
                   f"emq worker defaults, the echomq package as of {short} (a before/after in the same run)",
