@@ -270,8 +270,11 @@ class QueueCore:
         keeps the record and tells the outcome the same way. ``checked_already``: ``job`` is a Job this
         process claimed, ``result`` came from :func:`~echomq.results.encode_result` and
         ``retention_ms`` from a Task, so none is checked again (the worker's settles)."""
-        build = self._build_checked_already if checked_already else self.build
-        return build("lane_complete" if _lane_of(job) else "publish", *_ref(job, token), result, retention_ms)
+        if checked_already:  # a Job claimed here (the worker's every completion): its id and token as claimed
+            claimed: Job = job  # type: ignore[assignment]
+            return BY_NAME["lane_complete" if claimed.group else "publish"].build_checked_already(
+                self.keys, claimed.id, claimed.token, result, retention_ms)
+        return self.build("lane_complete" if _lane_of(job) else "publish", *_ref(job, token), result, retention_ms)
 
     def flow_complete_call(self, job: JobRef, result: bytes, *, retention_ms: int,
                            token: str | int | None = None) -> Call:

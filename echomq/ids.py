@@ -38,6 +38,9 @@ MINTED_FROM_MS, MINTED_BEFORE_MS = 1_577_836_800_000, 4_102_444_800_000  # 2020-
 _DIGIT = [0] * 128
 for _value, _char in enumerate(ALPHABET):
     _DIGIT[ord(_char)] = _value
+#: the time part minted_ms read last, and its value: a claim batch's ids, minted together by
+#: one producer's batch, mostly share their millisecond
+_last_read: tuple[str, int | None] = ("", None)
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
@@ -89,15 +92,22 @@ def minted_ms(text: str) -> int | None:
     producer's clock when ``enqueue``/``schedule`` built the call. An id of your own of
     either shape counts from the time it encodes.
     """
+    global _last_read
     if len(text) == TIME_CHARS + TAIL_CHARS:
         # the worker reads every claimed id: ALPHABET's characters are the ASCII letters and digits,
-        # checked by two C calls, and the digits read as bytes (no string slices, no hashing)
+        # checked by two C calls, and the digits read as bytes (no hashing)
         if not (text.isascii() and text.isalnum()):
             return None
-        b, d = text.encode(), _DIGIT  # TIME_CHARS == 8 digits of base 62 == len(ALPHABET)
+        head = text[:TIME_CHARS]
+        last_head, last_ms = _last_read  # one read: another thread may replace the pair meanwhile
+        if head == last_head:
+            return last_ms
+        b, d = head.encode(), _DIGIT  # TIME_CHARS == 8 digits of base 62 == len(ALPHABET)
         ms = (((((((d[b[0]] * 62 + d[b[1]]) * 62 + d[b[2]]) * 62 + d[b[3]]) * 62 + d[b[4]]) * 62 + d[b[5]]) * 62
                + d[b[6]]) * 62 + d[b[7]])
-        return ms if MINTED_FROM_MS <= ms < MINTED_BEFORE_MS else None
+        minted = ms if MINTED_FROM_MS <= ms < MINTED_BEFORE_MS else None
+        _last_read = head, minted
+        return minted
     return _uuid7_ms(text)
 
 

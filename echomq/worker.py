@@ -197,7 +197,10 @@ def waited_in_pending_s(job_id: str, attempt: int, now_s: float) -> float | None
     (nothing honest to say without a read: the row's server-clock ``created`` is not in CLAIM's
     reply). Both ends are wall clocks of possibly two hosts: skew is clamped at 0."""
     minted = minted_ms(job_id) if attempt == 1 else None
-    return None if minted is None else max(0.0, now_s - minted / 1000)
+    if minted is None:
+        return None
+    waited_s = now_s - minted / 1000
+    return waited_s if waited_s > 0 else 0.0
 
 
 def _log(event: str, data: dict[str, Any]) -> None:
@@ -226,6 +229,7 @@ class Held:
     key: tuple[str, str]  #: (queue, id): its place in ``Worker.held``
     ctx: JobContext
     renewed_at: float  #: local ms when the claim or the last renewal that reached the server was sent
+    started_s: float  #: when the handler was started (time.monotonic)
     deadline: float | None = None  #: local ms when the handler's timeout runs out (None: no timeout)
     future: Future | None = None  #: an async handler's (cancelled when its lease is lost or it times out)
     #: the handler's outcome, once it returned or raised
@@ -233,7 +237,6 @@ class Held:
     #: an outcome the worker decided itself (a timeout, an undecodable payload): it wins over the
     #: handler's, which is dropped whenever it comes
     verdict: policy.Outcome | None = None
-    started_s: float = field(default_factory=time.monotonic)  #: when the handler was started
     ended_s: float | None = None  #: when its outcome was known (returned, raised, timed out)
 
     @property
@@ -419,9 +422,10 @@ class Worker:
         self.held: dict[tuple[str, str], Held] = {}
         self._rand = rand
         self._clock_ms = clock_ms
-        self._finished: SimpleQueue[Held] = SimpleQueue()
         #: a handler's outcome and a timeout's verdict are decided under it: whichever comes first wins
         self._outcomes = threading.Lock()
+        #: held jobs whose outcome is known, for the next exchange to settle (appended under _outcomes)
+        self._finished: list[Held] = []
         # handlers started and ended (the latter counted under _outcomes): the difference is how many
         # still run; with the youngest one's start they say when to settle (policy.settle_at_ms)
         self._started = 0
@@ -590,7 +594,7 @@ class Worker:
         return True
 
     def _looks_drained(self) -> bool:
-        if self.held or not self._finished.empty() or self._unsettled:
+        if self.held or self._finished or self._unsettled:
             return False
         if not all(self._came_back_empty(name) for name in self.queues):
             return False  # a queue gave jobs on its last claim (or has not been claimed from): not empty yet
@@ -619,7 +623,7 @@ class Worker:
         if settle_at > now:
             # while young handlers run, an outcome does not wake the loop (_done): it settles by then
             times.append(settle_at)
-        elif not self._finished.empty():
+        elif self._finished:
             return now
         if self.stopping:
             times.append(self._stop_at)
@@ -692,10 +696,9 @@ class Worker:
 
     def _decide_settles(self) -> dict[str, list[tuple[Held, policy.Settle, Call]]]:
         """What to send for every finished handler, by queue; lost ones are dropped here."""
-        done = self._unsettled
+        with self._outcomes:
+            done, self._finished = self._unsettled + self._finished, []
         self._unsettled = []
-        while not self._finished.empty():
-            done.append(self._finished.get())
         by_queue: dict[str, list[tuple[Held, policy.Settle, Call]]] = {}
         for held in done:
             job, task, lost = held.job, held.task, held.ctx.lease_lost
@@ -834,37 +837,39 @@ class Worker:
 
     def _record(self, held: Held, decision: policy.Settle, reply: Any) -> None:
         job = held.job
-        if not isinstance(reply, Exception) and isinstance(decision, policy.Complete):  # the common case first
-            self._emit("job.completed", job, duration_s=held.duration_s)
-        elif isinstance(reply, LeaseLost):
+        if isinstance(reply, Exception):
             # the fence (a 0, or wire 6's EMQSTATE for a row no longer active): someone else holds
-            # the job now, or the sweep moved it; this attempt's outcome is void
-            self._emit("job.lost", job, reason=f"settle refused, the lease is gone ({reply}); not settled by this worker")
-        elif isinstance(reply, Exception):
-            # any other refusal writes nothing either: the job stays active until its lease runs out
-            self._emit("job.lost", job, reason=f"settle refused by the server ({reply}); the sweep recovers it "
-                                               "after its lease")
+            # the job now, or the sweep moved it; this attempt's outcome is void. Any other refusal
+            # writes nothing either: the job stays active until its lease runs out
+            self._emit("job.lost", job, reason=f"settle refused, the lease is gone ({reply}); not settled by this worker"
+                       if isinstance(reply, LeaseLost) else
+                       f"settle refused by the server ({reply}); the sweep recovers it after its lease")
+            return
+        duration_s = held.duration_s
+        if duration_s is not None:
+            self.timings.duration.observe(duration_s)
+        if decision is policy.COMPLETE:  # the common case first: counted here, told only if heard
+            self.tally.completed += 1
+            if "job.completed" in hooks.heard:
+                self._tell("job.completed", job, duration_s=duration_s)
         elif isinstance(decision, policy.Postpone):
-            self._emit("job.delayed", job, delay_ms=decision.delay_ms, duration_s=held.duration_s)
+            self._emit("job.delayed", job, delay_ms=decision.delay_ms, duration_s=duration_s)
         elif reply == State.DEAD:
-            self._emit("job.dead", job, error=decision.error, max_attempts=decision.max_attempts,
-                       duration_s=held.duration_s)
+            self._emit("job.dead", job, error=decision.error, max_attempts=decision.max_attempts, duration_s=duration_s)
         else:
-            self._emit("job.retried", job, error=decision.error, backoff_ms=decision.backoff_ms,
-                       duration_s=held.duration_s)
+            self._emit("job.retried", job, error=decision.error, backoff_ms=decision.backoff_ms, duration_s=duration_s)
 
     def _emit(self, event: str, job: Job, **fields: Any) -> None:
-        """Count ``event`` in the tally (its times in the histograms), then hand it to the hooks if
-        anyone listens: counted here, not by a subscriber, as building an event's data for no
-        listener cost more than counting it (two events a job)."""
+        """Count ``event`` in the tally, then tell the hooks if anyone listens: counted here, not
+        by a subscriber, as building an event's data for no listener cost more than counting it.
+        The times it carries are observed where they are known; the two events of every job
+        (``job.claimed``, ``job.completed``) are counted where they happen, without this call."""
         self.tally.add(event)
-        duration, waited = fields.get("duration_s"), fields.get("waited_s")
-        if duration is not None:
-            self.timings.duration.observe(duration)
-        if waited is not None:
-            self.timings.waited.observe(waited)
         if event in hooks.heard:
-            hooks.emit(event, worker=self, queue=job.queue, id=job.id, attempt=job.attempt, **fields)
+            self._tell(event, job, **fields)
+
+    def _tell(self, event: str, job: Job, **fields: Any) -> None:
+        hooks.emit(event, worker=self, queue=job.queue, id=job.id, attempt=job.attempt, **fields)
 
     def _emit_sweep(self, queue: str, found: Sweep) -> None:
         for event, ids in (("sweep.stalled", found.recovered), ("sweep.recovered", found.exempt),
@@ -1010,8 +1015,9 @@ class Worker:
                 if held.outcome is not None:
                     continue  # it returned just now: settled with its own outcome
                 held.verdict = policy.Raised(JobTimeout(timeout_s))
+                held.ended_s = time.monotonic()
                 self._ended += 1
-            held.ended_s = time.monotonic()
+                self._finished.append(held)
             held.ctx.mark_lost()
             if held.task.is_async:
                 held.future.cancel()
@@ -1020,7 +1026,6 @@ class Worker:
             log.error("job %s/%s attempt %d: the handler ran past its timeout of %g s: failed with JobTimeout%s",
                       held.job.queue, held.job.id, held.job.attempt, timeout_s,
                       "" if held.task.is_async else "; its thread is abandoned and runs on until it returns")
-            self._finished.put(held)
 
     def _timeout_s(self, task: Task) -> float | None:
         return self.config.timeout_s if self.config.timeout_s is not None else task.timeout
@@ -1053,8 +1058,12 @@ class Worker:
         scan_at = lease_end if deadline is None else min(deadline, lease_end)
         if scan_at < self._scan_at:
             self._scan_at = scan_at
+        # the batch's clocks, read once: its wall time (the pending waits) and its handlers' start
+        claimed_s, started_s = time.time(), time.monotonic()
+        self.tally.claimed += len(jobs)
         runs = [run for job in jobs
-                if (run := self._hold(task, queue, job, sent, deadline, children.get(job.id) if children else None))]
+                if (run := self._hold(task, queue, job, sent, deadline, children.get(job.id) if children else None,
+                                      claimed_s, started_s))]
         if not runs:
             return
         self._started += len(runs)
@@ -1068,10 +1077,15 @@ class Worker:
             self._pool.submit_all(self._run_sync, runs)
 
     def _hold(self, task: Task, queue: Queue, job: Job, sent: float, deadline: float | None,
-              left: Children | None) -> tuple[Held, tuple[Any, ...]] | None:
+              left: Children | None, claimed_s: float, started_s: float) -> tuple[Held, tuple[Any, ...]] | None:
         """Hold a claimed job and build its handler's arguments; None when its payload cannot be
-        decoded (then it is finished already: dead at once, not the worker's failure)."""
-        self._emit("job.claimed", job, waited_s=waited_in_pending_s(job.id, job.attempt, time.time()), trace=job.trace)
+        decoded (then it is finished already: dead at once, not the worker's failure). ``claimed_s``:
+        the wall time its claim came back, ``started_s``: the monotonic time its handler starts."""
+        waited_s = waited_in_pending_s(job.id, job.attempt, claimed_s)
+        if waited_s is not None:
+            self.timings.waited.observe(waited_s)
+        if "job.claimed" in hooks.heard:  # counted by the batch (_start)
+            self._tell("job.claimed", job, waited_s=waited_s, trace=job.trace)
         is_async = task.is_async
         ctx = (AsyncJobContext if is_async else JobContext)(job.id, task.queue, job.attempt, self._producers[is_async])
         if left is not None:
@@ -1082,7 +1096,7 @@ class Worker:
             # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
             # async one awaits it on the asyncio connection (the loop's other handlers run on)
             ctx.report = self._async_report(queue.name, job) if is_async else partial(queue.progress, job)
-        held = Held(queue, task, job, (job.queue, job.id), ctx, sent, deadline)
+        held = Held(queue, task, job, (job.queue, job.id), ctx, sent, started_s, deadline)
         self.held[held.key] = held
         try:
             payload = None if job.raw_payload is None else task.serializer.loads(job.raw_payload)
@@ -1092,7 +1106,8 @@ class Worker:
                 f"{type(exc).__name__}: {exc}"))
             log.error("job %s/%s: %s", job.queue, job.id, held.verdict.error)
             held.ended_s = held.started_s
-            self._finished.put(held)
+            with self._outcomes:
+                self._finished.append(held)
             return None
         return held, task.arguments(payload, ctx)
 
@@ -1159,12 +1174,12 @@ class Worker:
             if not late:
                 held.ended_s, held.outcome = ended_s, outcome
                 self._ended += 1
+                self._finished.append(held)
             running = self._started - self._ended
         if late:  # timed out: already failed; this late outcome is dropped
             log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
                      held.job.queue, held.job.id, held.job.attempt)
             return
-        self._finished.put(held)
         # set, it is not yet cleared: the step it wakes reads this outcome; not yet due, the loop
         # wakes for it by itself (_next_due) or for the last of its batch to end
         if not self._wake.is_set():

@@ -211,6 +211,23 @@ def test_minted_ms_reads_default_ids_and_the_former_uuid7_ids_only():
         assert ids.minted_ms(other) is None, other
 
 
+def test_minted_ms_remembers_only_the_last_time_read_and_never_answers_for_another_id():
+    # the worker reads every claimed id and a claim batch's ids mostly share their millisecond: the
+    # last time part read is kept; any order of ids still reads each one's own time
+    def reference(text: str) -> int:
+        return sum(ids.ALPHABET.index(c) * 62 ** (ids.TIME_CHARS - 1 - i) for i, c in enumerate(text[:ids.TIME_CHARS]))
+
+    first, second = (time.time_ns() // 1_000_000) - 5_000, time.time_ns() // 1_000_000
+    head_a, head_b = ids.fixed_width(first, ids.TIME_CHARS), ids.fixed_width(second, ids.TIME_CHARS)
+    sequence = [head_a + "00000001", head_a + "zzzzzzzz", head_b + "00000001", head_a + "0000000A",
+                head_a + "-0000000",  # the same time part, but not the default shape: someone's own id
+                head_a + "00000002", head_b + "0000000B", head_b + "0000-000", head_b + "00000003"]
+    for text in sequence * 2:
+        expected = reference(text) if text.isalnum() else None
+        assert ids.minted_ms(text) == expected, text
+    assert reference(head_a + "00000001") == first and reference(head_b + "00000001") == second
+
+
 # --------------------------------------------------------------------------- numbers
 
 
