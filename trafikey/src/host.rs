@@ -44,6 +44,26 @@ pub struct Host<'c> {
     targets: RefCell<Vec<Key>>,
     /// The effect being built (`write_run`), empty between writes.
     effect: RefCell<Vec<Str>>,
+    /// Effects held back to be merged with later ones of the same command on the same key,
+    /// replicated at the end of `apply` (see `replicate`).
+    held: RefCell<Vec<Effect>>,
+    /// Emptied argument vectors of replicated held effects, for the next ones.
+    spent: RefCell<Vec<Vec<Str>>>,
+}
+
+/// An effect to replicate: the command and its arguments, its key first.
+struct Effect {
+    cmd: &'static CStr,
+    args: Vec<Str>,
+}
+
+impl Effect {
+    /// May several of these on one key travel as one (`ZADD k s1 m1 s2 m2`, `ZREM k m1 m2`)?
+    /// A plain ZADD (no flags: the host plans none) or a ZREM, applied one after the other,
+    /// leave exactly what one with all their arguments leaves.
+    fn merges(&self) -> bool {
+        self.cmd == c"ZADD" || self.cmd == c"ZREM"
+    }
 }
 
 /// A host's vectors, kept from one command to the next so that a command allocates none of
@@ -55,6 +75,8 @@ struct Spare {
     reads: Vec<Key>,
     targets: Vec<Key>,
     effect: Vec<Str>,
+    held: Vec<Effect>,
+    spent: Vec<Vec<Str>>,
 }
 
 thread_local! {
@@ -70,7 +92,11 @@ impl Drop for Host<'_> {
             reads: self.reads.take(),
             targets: self.targets.take(),
             effect: self.effect.take(),
+            held: self.held.take(),
+            spent: self.spent.take(),
         };
+        // `apply` replicates what it held before it returns
+        debug_assert!(spare.held.is_empty());
         spare.reads.clear();
         spare.targets.clear();
         spare.effect.clear();
@@ -101,6 +127,8 @@ impl<'c> Host<'c> {
             reads: RefCell::new(spare.reads),
             targets: RefCell::new(spare.targets),
             effect: RefCell::new(spare.effect),
+            held: RefCell::new(spare.held),
+            spent: RefCell::new(spare.spent),
         }
     }
 
@@ -378,7 +406,7 @@ impl<'c> Host<'c> {
     /// Check 6, one write: made through a key handle, verified against its prediction, then
     /// replicated as its effect.
     pub fn write(&self, op: &Op<'_>) -> Result<(), Refusal> {
-        self.write_run(std::slice::from_ref(op))
+        self.apply(std::slice::from_ref(op))
     }
 
     /// Writes to one key, in order, through one key handle; each verified and notified as
@@ -456,13 +484,64 @@ impl<'c> Host<'c> {
             // WATCH and client tracking see the change (implicit signals are off: `target`)
             ffi::signal_modified(self.ctx, &effect[0]);
         }
-        let replicated = done == 0 || ffi::replicate(self.ctx, name, &effect);
+        let replicated = done == 0 || self.replicate(name, &mut effect);
         effect.clear();
         self.effect.replace(effect);
         if !replicated {
             return Err(fail(first, "could not be replicated"));
         }
         outcome
+    }
+
+    /// Replicate one effect (`effect`, its key first; emptied), or hold it back: a ZADD or
+    /// ZREM joins the one held for its key when that is the same command, else is held
+    /// itself. Whatever else is held for the key is replicated first, so every key sees its
+    /// effects in the order they were made; effects on different keys commute (each is one
+    /// key's command, inside the command's one MULTI/EXEC). `apply` replicates the held ones
+    /// at its end (`release`).
+    fn replicate(&self, cmd: &'static CStr, effect: &mut Vec<Str>) -> bool {
+        let mut held = self.held.borrow_mut();
+        let mut replicated = true;
+        if let Some(i) = held.iter().position(|e| e.args[0][..] == effect[0][..]) {
+            if held[i].cmd == cmd && held[i].merges() {
+                held[i].args.extend(effect.drain(1..));
+                return true;
+            }
+            let earlier = held.remove(i);
+            replicated &= self.send(earlier);
+        }
+        let effect = Effect {
+            cmd,
+            args: std::mem::replace(effect, self.spent.borrow_mut().pop().unwrap_or_default()),
+        };
+        if effect.merges() {
+            held.push(effect);
+            return replicated;
+        }
+        replicated & self.send(effect)
+    }
+
+    /// `RM_Replicate` of one effect; its emptied vector kept for the next held one.
+    fn send(&self, mut effect: Effect) -> bool {
+        let replicated = ffi::replicate(self.ctx, effect.cmd, &effect.args);
+        effect.args.clear();
+        self.spent.borrow_mut().push(effect.args);
+        replicated
+    }
+
+    /// Replicate every held effect, in the order each was first held.
+    fn release(&self) -> Result<(), Refusal> {
+        let mut held = self.held.take();
+        let mut replicated = true;
+        for effect in held.drain(..) {
+            replicated &= self.send(effect);
+        }
+        self.held.replace(held);
+        if replicated {
+            Ok(())
+        } else {
+            Err(self.host_error("could not replicate its effects"))
+        }
     }
 
     /// One write on an open key handle: made, verified against its prediction, notified.
@@ -571,8 +650,15 @@ impl<'c> Host<'c> {
     }
 
     /// Every planned write, in order; consecutive hash writes to one key share a key
-    /// handle and one replicated HSET.
+    /// handle and one replicated HSET, and the ZADDs (or ZREMs, pops) of one key travel as
+    /// one (`replicate`). A failed write ends the plan; what it already wrote is replicated.
     pub fn apply(&self, plan: &[Op<'_>]) -> Result<(), Refusal> {
+        let written = self.write_plan(plan);
+        let released = self.release();
+        written.and(released)
+    }
+
+    fn write_plan(&self, plan: &[Op<'_>]) -> Result<(), Refusal> {
         let mut rest = plan;
         while let Some(first) = rest.first() {
             let len = if first.is_hash_write() {
