@@ -121,3 +121,71 @@ def test_verbs_inside_multi_and_scripts_replicate_as_effects():
             assert r.hgetall(q.completed) == {b"count": b"1"}
             c.close()
             r.close()
+
+
+
+def aof_commands(server: EmbeddedServer) -> list[list[bytes]]:
+    """Every command in the server's incremental AOF file, in order (RESP arrays of bulks)."""
+    (path,) = (server.dir / "appendonlydir").glob("*.incr.aof")
+    data, at, commands = path.read_bytes(), 0, []
+
+    def line() -> bytes:
+        nonlocal at
+        end = data.index(b"\r\n", at)
+        text, at = data[at:end], end + 2
+        return text
+
+    while at < len(data):
+        head = line()
+        assert head[:1] == b"*", head
+        args = []
+        for _ in range(int(head[1:])):
+            size = line()
+            assert size[:1] == b"$", size
+            args.append(data[at:at + int(size[1:])])
+            at += int(size[1:]) + 2
+        commands.append(args)
+    return commands
+
+
+def test_a_batch_of_claims_replicates_one_effect_per_key_and_command():
+    """One CLAIMS run of several jobs, ghosts among them, on a rate-limited queue with events on:
+    its pops travel as one ZREM pending and its leases as one ZADD active (issue 18: effects of
+    one command on one key merged), one HSET per row; the replica and the AOF replay it to the
+    primary's dataset."""
+    with EmbeddedServer(module=module_path(), aof=True, appendfsync="always") as primary:
+        with EmbeddedServer(replicaof=("127.0.0.1", primary.port)) as replica:
+            wait_link_up(replica)
+            c = primary.client()
+            q = NativeQueue(c)
+            c.hset(q.meta, mapping={"events": 50, "rate_limit": 4, "rate_window": 60000})
+            for n in range(5):
+                q.enqueue(f"j{n}", b"p")
+            c.zadd(q.pending, {"a-ghost": 0, "j1-ghost": 0})  # at the head, and between j1 and j2
+            now = int(c.time()[0]) * 1000
+            rate = q.key("rate")
+            c.zadd(rate, {"old:1": 1, "recent:1": now})  # one stale start, one within the window
+            claimed = q.claims(10, 60000)
+            # three leases: the fourth start of the window is the last the limit lets through
+            assert [job[0] for job in claimed] == [b"j0", b"j1", b"j2"]
+            deadline = c.zscore(q.active, "j0")
+            assert c.execute_command("WAIT", 1, 5000) == 1
+            r = replica.client()
+            assert digest(r) == digest(c)
+            r.close()
+            # the command's effects: the last MULTI/EXEC of the AOF
+            commands = aof_commands(primary)
+            multi = len(commands) - 1 - commands[::-1].index([b"MULTI"])
+            effects = commands[multi + 1:]
+            assert effects[-1] == [b"EXEC"]
+            on = lambda name, key: [e[2:] for e in effects if e[:2] == [name, key]]  # noqa: E731
+            assert on(b"ZREM", q.pending) == [[b"a-ghost", b"j0", b"j1", b"j1-ghost", b"j2"]]
+            stamp = str(int(deadline)).encode()
+            assert on(b"ZADD", q.active) == [[stamp, b"j0", stamp, b"j1", stamp, b"j2"]]
+            assert [len(on(b"HSET", q.row(f"j{n}"))) for n in range(3)] == [1, 1, 1]
+            assert len(on(b"XADD", q.events)) == 3
+            assert on(b"ZREM", rate) == [[b"old:1"]]
+            held = digest(c)
+            c.execute_command("DEBUG", "LOADAOF")
+            assert digest(c) == held
+            c.close()
