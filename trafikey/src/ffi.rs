@@ -649,10 +649,14 @@ impl Names {
     }
 }
 
+/// How many arguments of an effect `replicate` hands over from the stack (a CLAIMS run of
+/// 100 leases is one ZADD of 201).
+const ARGV_ON_STACK: usize = 256;
+
 /// Replicate one effect: `cmd` with `args`, to replicas and the AOF, inside the command's
 /// MULTI/EXEC (`RM_Replicate`). False when the server refuses it. Up to 12 arguments go as
 /// one `s` format each, so the server sizes its argv once (format `v` makes it grow it); a
-/// longer effect (a batch) goes as one `v` vector.
+/// longer effect (a batch, merged: `Host::replicate`) goes as one `v` vector.
 pub fn replicate(ctx: &Context, cmd: &std::ffi::CStr, args: &[Str]) -> bool {
     // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
     let Some(rep) = (unsafe { raw::RedisModule_Replicate }) else {
@@ -682,6 +686,15 @@ pub fn replicate(ctx: &Context, cmd: &std::ffi::CStr, args: &[Str]) -> bool {
             10 => each!(c"ssssssssss"; 0 1 2 3 4 5 6 7 8 9),
             11 => each!(c"sssssssssss"; 0 1 2 3 4 5 6 7 8 9 10),
             12 => each!(c"ssssssssssss"; 0 1 2 3 4 5 6 7 8 9 10 11),
+            // a merged effect (a batch's pops or leases): its pointers on the stack when
+            // they fit, else in a vector
+            n if n <= ARGV_ON_STACK => {
+                let mut argv = [ptr::null_mut(); ARGV_ON_STACK];
+                for (slot, s) in argv.iter_mut().zip(args) {
+                    *slot = s.ptr;
+                }
+                rep(c, name, c"v".as_ptr(), argv.as_mut_ptr(), n)
+            }
             _ => {
                 let mut argv: Vec<*mut raw::RedisModuleString> =
                     args.iter().map(|s| s.ptr).collect();

@@ -57,13 +57,11 @@ struct Effect {
     args: Vec<Str>,
 }
 
-impl Effect {
-    /// May several of these on one key travel as one (`ZADD k s1 m1 s2 m2`, `ZREM k m1 m2`)?
-    /// A plain ZADD (no flags: the host plans none) or a ZREM, applied one after the other,
-    /// leave exactly what one with all their arguments leaves.
-    fn merges(&self) -> bool {
-        self.cmd == c"ZADD" || self.cmd == c"ZREM"
-    }
+/// May several effects of `cmd` on one key travel as one (`ZADD k s1 m1 s2 m2`, `ZREM k m1
+/// m2`)? A plain ZADD (no flags: the host plans none) or a ZREM, applied one after the other,
+/// leaves exactly what one with all their arguments leaves.
+fn merges(cmd: &CStr) -> bool {
+    cmd == c"ZADD" || cmd == c"ZREM"
 }
 
 /// A host's vectors, kept from one command to the next so that a command allocates none of
@@ -485,7 +483,7 @@ impl<'c> Host<'c> {
             ffi::signal_modified(self.ctx, &effect[0]);
         }
         let replicated = done == 0 || self.replicate(name, &mut effect);
-        effect.clear();
+        effect.clear(); // the effect left unreplicated when nothing was written
         self.effect.replace(effect);
         if !replicated {
             return Err(fail(first, "could not be replicated"));
@@ -503,22 +501,22 @@ impl<'c> Host<'c> {
         let mut held = self.held.borrow_mut();
         let mut replicated = true;
         if let Some(i) = held.iter().position(|e| e.args[0][..] == effect[0][..]) {
-            if held[i].cmd == cmd && held[i].merges() {
+            if held[i].cmd == cmd && merges(cmd) {
                 held[i].args.extend(effect.drain(1..));
+                effect.clear();
                 return true;
             }
-            let earlier = held.remove(i);
-            replicated &= self.send(earlier);
+            replicated &= self.send(held.remove(i));
         }
-        let effect = Effect {
-            cmd,
-            args: std::mem::replace(effect, self.spent.borrow_mut().pop().unwrap_or_default()),
-        };
-        if effect.merges() {
-            held.push(effect);
+        if merges(cmd) {
+            let spent = self.spent.borrow_mut().pop().unwrap_or_default();
+            let args = std::mem::replace(effect, spent);
+            held.push(Effect { cmd, args });
             return replicated;
         }
-        replicated & self.send(effect)
+        replicated &= ffi::replicate(self.ctx, cmd, effect);
+        effect.clear();
+        replicated
     }
 
     /// `RM_Replicate` of one effect; its emptied vector kept for the next held one.
