@@ -263,7 +263,11 @@ pub fn claim_run(
     } else {
         run_id
     };
-    let mut plan = Vec::new();
+    // sized once (a batch's plan is hundreds of ops, each a few hundred bytes): a pop per member
+    // taken; per lease its three writes, its event, its two rate-log writes; one ZREM of stale
+    // starts
+    let per_lease = 3 + usize::from(events.is_some()) + 2 * usize::from(rate.is_some());
+    let mut plan = Vec::with_capacity(taken.len() + leased * per_lease + 1);
     let mut jobs = Vec::with_capacity(leased);
     for t in &taken {
         plan.push(op("ZPOPMIN", &[pending], Expect::Popped(t.id.to_vec())));
