@@ -255,10 +255,8 @@ class Connection(WireCodec):
                 try:
                     reply = await link.read_response()
                 except ResponseError as exc:
-                    replies.append(exc)
-                    continue
-                callback = callbacks[command[0]]
-                replies.append(reply if callback is None else callback(reply))
+                    reply = exc
+                replies.append(callbacks.applied(command[0], reply))
             return replies
 
         async def failed(error: BaseException) -> None:

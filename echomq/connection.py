@@ -346,6 +346,11 @@ class ReplyCallbacks(dict[str, Callable[[Any], Any] | None]):
         callback = self[name] = table[name] if name in table else None
         return callback
 
+    def applied(self, name: str, reply: Any) -> Any:
+        """``reply`` to a ``name`` command as the client gives it; an error reply stays as it is."""
+        callback = self[name]
+        return reply if callback is None or isinstance(reply, ResponseError) else callback(reply)
+
 
 def retried(link: Any, error: BaseException) -> bool:
     """Whether ``link``'s retry policy tries again after ``error`` (valkey-py's own test, as its
@@ -451,10 +456,8 @@ class Connection(WireCodec):
                 try:
                     reply = link.read_response()
                 except ResponseError as exc:
-                    replies.append(exc)
-                    continue
-                callback = callbacks[command[0]]
-                replies.append(reply if callback is None else callback(reply))
+                    reply = exc
+                replies.append(callbacks.applied(command[0], reply))
             return replies
 
         def failed(error: BaseException) -> None:

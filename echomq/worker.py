@@ -156,28 +156,22 @@ class Histogram:
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(bounds)
-        self._counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
-        self._sum = 0.0
-        # observed by one thread (the worker's control thread), read by a scrape's: not a lock a job
-        # but a sequence number, odd while an observation is half written (the reader tries again)
-        self._version = 0
+        # each bucket's count (the last bound's is +Inf), then the sum: observed by one thread
+        # (the worker's control thread), read by a scrape's in one copy of the list (one C call
+        # under the GIL), so counts and sum always read together without a lock a job
+        self._counts_and_sum: list[float] = [0] * (len(self.bounds) + 1) + [0.0]
 
     def observe(self, value: float) -> None:
-        self._version += 1
-        self._counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value (len: +Inf)
-        self._sum += value
-        self._version += 1
+        counts = self._counts_and_sum
+        counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value (len: +Inf)
+        counts[-1] += value
 
     def snapshot(self) -> tuple[list[tuple[float, int]], float]:
         """The cumulative count at each bound (the last at +Inf) and the sum, read together."""
-        while True:
-            version = self._version
-            counts, total = list(self._counts), self._sum
-            if not version & 1 and version == self._version:
-                break
+        *counts, total = list(self._counts_and_sum)
         running, cumulative = 0, []
         for bound, count in zip((*self.bounds, float("inf")), counts):
-            running += count
+            running += int(count)
             cumulative.append((bound, running))
         return cumulative, total
 

@@ -179,3 +179,24 @@ def test_a_histogram_counts_into_its_buckets_cumulatively():
     for value in (0.05, 0.1, 0.5, 3.0, 3.0):
         histogram.observe(value)
     assert histogram.snapshot() == ([(0.1, 2), (1.0, 3), (float("inf"), 5)], pytest.approx(6.65))
+
+
+def test_a_histograms_snapshot_reads_its_counts_and_sum_together_while_it_is_observed():
+    # the control thread observes, a scrape's thread reads: with every value 1.0 the sum is the count
+    histogram, stop = Histogram((0.5, 2.0)), threading.Event()
+
+    def observe() -> None:
+        while not stop.is_set():
+            for _ in range(1000):
+                histogram.observe(1.0)
+
+    writer = threading.Thread(target=observe)
+    writer.start()
+    try:
+        snapshots = [histogram.snapshot() for _ in range(2000)]
+    finally:
+        stop.set()
+        writer.join()
+    assert snapshots[-1][0][-1][1] > 0
+    for cumulative, total in snapshots:
+        assert cumulative[0][1] == 0 and cumulative[1][1] == cumulative[2][1] == total
