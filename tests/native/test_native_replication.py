@@ -153,7 +153,9 @@ def test_a_batch_of_claims_replicates_one_effect_per_key_and_command():
     its pops travel as one ZREM pending and its leases as one ZADD active (issue 18: effects of
     one command on one key merged), one HSET per row; the replica and the AOF replay it to the
     primary's dataset."""
-    with EmbeddedServer(module=module_path(), aof=True, appendfsync="always") as primary:
+    # the replica's sync starts at once, not after the default 5 s wait for more replicas
+    with EmbeddedServer(module=module_path(), aof=True, appendfsync="always",
+                        extra_args=("--repl-diskless-sync-delay", "0")) as primary:
         with EmbeddedServer(replicaof=("127.0.0.1", primary.port)) as replica:
             wait_link_up(replica)
             c = primary.client()
