@@ -439,10 +439,21 @@ class Run:
                 keys = echomq.Keyspace(name)
                 if self.cluster and self.cluster.node_for(keys.active) is not node:
                     continue
-                for member, score in client.zrange(keys.active, 0, -1, withscores=True):
-                    if score - self.c.lease_ms <= down_ms:
-                        token = client.hget(keys.job(member.decode()), "attempts")
-                        self.ledger.log("A", name, member.decode(), (token or b"-").decode())
+                crossed = [(member.decode(), score) for member, score in client.zrange(keys.active, 0, -1, withscores=True)
+                           if score - self.c.lease_ms <= down_ms]
+                if not crossed:
+                    continue
+                # each one's deadline again and its token, in one transaction: between the range
+                # and a token read one at a time, a worker may settle the lease and another claim
+                # the job on the new process, whose token would be logged as the crossing one
+                read = client.pipeline(transaction=True)
+                for member, _ in crossed:
+                    read.zscore(keys.active, member)
+                    read.hget(keys.job(member), "attempts")
+                replies = read.execute()
+                for (member, score), now_score, token in zip(crossed, replies[::2], replies[1::2]):
+                    if now_score == score:  # still the lease that crossed (a new one ends later)
+                        self.ledger.log("A", name, member, (token or b"-").decode())
 
     def aof_file(self, node: EmbeddedServer) -> Path | None:
         folder = node.dir / "appendonlydir"
@@ -728,7 +739,9 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
     ups: list[int] = []
     verdicts: list[tuple[int, str, str]] = []
     crossing: dict[str, list[tuple[int, str]]] = defaultdict(list)  # id -> [(restart time, token)] snapshots
-    sent_after: dict[str, list[tuple[int, str]]] = defaultdict(list)  # id -> [(t, token)] of settles sent
+    # id -> [(t, token)] of settles sent, and of settles answered: a settle sent before a restart may be
+    # retried by the client across it and answered (applied) by the new process
+    sent_after: dict[str, list[tuple[int, str]]] = defaultdict(list)
     completes_ok: Counter = Counter()
     incarnation: Counter = Counter()
     for e in events:
@@ -755,6 +768,7 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
             if outcome == "abandoned":
                 report.settles_abandoned += 1
             if outcome.startswith("ok"):
+                sent_after[job_id].append((t, e[4]))
                 report.settles_accepted += 1
                 accepted[(job_id, token, incarnation[job_id])] += 1
                 if stale:
@@ -790,8 +804,9 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
     # -- verdicts against restarts -------------------------------------------------------------
     # A verdict judges a lease that crossed a restart when its id was in that restart's
     # snapshot and this is the id's first verdict since (a lease must be swept before the
-    # job can be claimed again). If its holder sent a settle meanwhile, the lease may have
-    # ended and another begun: ambiguous, not judged.
+    # job can be claimed again). If its holder sent a settle meanwhile, or a settle it sent
+    # before the restart was answered after it, the lease may have ended and another begun:
+    # ambiguous, not judged.
     tally: Counter = Counter()
     last_verdict: dict[str, int] = {}
     for tv, verdict, job_id in sorted(verdicts):
