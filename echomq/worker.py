@@ -223,7 +223,7 @@ class Held:
     key: tuple[str, str]  #: (queue, id): its place in ``Worker.held``
     ctx: JobContext
     renewed_at: float  #: local ms when the claim or the last renewal that reached the server was sent
-    started_s: float  #: when the handler was started (time.monotonic)
+    started_s: float  #: when its claim batch was handed to the handlers (time.monotonic)
     deadline: float | None = None  #: local ms when the handler's timeout runs out (None: no timeout)
     future: Future | None = None  #: an async handler's (cancelled when its lease is lost or it times out)
     #: the handler's outcome, once it returned or raised

@@ -641,10 +641,7 @@ impl Names {
             return Some(f(&s));
         }
         let mut recent = self.recent.borrow_mut();
-        if let Some(at) = recent
-            .iter()
-            .rposition(|s| s.len == bytes.len() && same(s.bytes(), bytes))
-        {
+        if let Some(at) = recent.iter().rposition(|s| same(s.bytes(), bytes)) {
             let last = recent.len() - 1;
             recent.swap(at, last);
             return recent.last().map(f);
