@@ -553,7 +553,11 @@ pub fn sweep_plan(
             Swept::Exempt => {
                 plan.push(owned_op(
                     "HSET",
-                    vec![row.to_vec(), b"state".to_vec(), State::Pending.field().to_vec()],
+                    vec![
+                        row.to_vec(),
+                        b"state".to_vec(),
+                        State::Pending.field().to_vec(),
+                    ],
                     Expect::AnyInt,
                 ));
             }
@@ -602,7 +606,11 @@ pub fn sweep_plan(
         plan.push(owned_op("ZADD", to_dead, Expect::AnyInt));
         plan.push(owned_op(
             "HINCRBY",
-            vec![q.metrics_failed().to_vec(), b"count".to_vec(), num(died).to_vec()],
+            vec![
+                q.metrics_failed().to_vec(),
+                b"count".to_vec(),
+                num(died).to_vec(),
+            ],
             failed_count.map_or(Expect::AnyInt, Expect::Int),
         ));
     }
@@ -655,7 +663,19 @@ mod tests {
 
     #[test]
     fn num_is_the_integer_text() {
-        for n in [0, 7, -7, 10, 99, 100, 101, -100, 1_764_000_000_000, i64::MAX, i64::MIN] {
+        for n in [
+            0,
+            7,
+            -7,
+            10,
+            99,
+            100,
+            101,
+            -100,
+            1_764_000_000_000,
+            i64::MAX,
+            i64::MIN,
+        ] {
             assert_eq!(&num(n)[..], n.to_string().as_bytes());
         }
     }
@@ -950,7 +970,20 @@ mod tests {
     fn a_new_row_carries_priority_only_above_zero() {
         let pending = crate::state::State::Pending.field();
         let plain = new_row(b"r", pending, b"p", b"7", 0, b"0");
-        assert_eq!(plain, [&b"r"[..], b"state", pending, b"payload", b"p", b"attempts", b"0", b"created", b"7"]);
+        assert_eq!(
+            plain,
+            [
+                &b"r"[..],
+                b"state",
+                pending,
+                b"payload",
+                b"p",
+                b"attempts",
+                b"0",
+                b"created",
+                b"7"
+            ]
+        );
         let urgent = new_row(b"r", pending, b"p", b"7", 3, b"3");
         assert_eq!(&urgent[9..], [&b"priority"[..], b"3"]);
     }

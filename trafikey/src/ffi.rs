@@ -922,7 +922,9 @@ impl Key {
     /// not a zset.
     pub fn lowest(&self) -> Option<(Str, f64)> {
         let mut out = None;
-        self.zrange_each(f64::INFINITY, 1, |member, score| out = Some((member, score)));
+        self.zrange_each(f64::INFINITY, 1, |member, score| {
+            out = Some((member, score))
+        });
         out
     }
 

@@ -473,7 +473,10 @@ mod tests {
         assert_eq!(&q.metrics_failed()[..], b"emq:{q}:metrics:failed");
         // a name longer than the in-place buffer is built on the heap, the same bytes
         let long = vec![b'x'; 200];
-        assert_eq!(&q.row(&long)[..], [b"emq:{q}:job:".as_slice(), &long].concat());
+        assert_eq!(
+            &q.row(&long)[..],
+            [b"emq:{q}:job:".as_slice(), &long].concat()
+        );
         assert!(layout(&c, &["active", "pending"]).is_err());
         let a = line(&[
             "V",

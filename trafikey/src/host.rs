@@ -436,7 +436,11 @@ impl<'c> Host<'c> {
         let merged = run.len() > 1;
         let mut effect = self.effect.take();
         // the effect's key: the handle's own name, one more reference
-        effect.push(k.name_str().retain().ok_or_else(|| fail(first, "has no key"))?);
+        effect.push(
+            k.name_str()
+                .retain()
+                .ok_or_else(|| fail(first, "has no key"))?,
+        );
         let mut name: &CStr = c"HSET";
         let mut outcome = Ok(());
         let mut done = 0;

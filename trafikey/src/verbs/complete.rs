@@ -129,6 +129,10 @@ fn unique_window(
             vec![marker.to_vec(), b"finished".to_vec(), num(now).to_vec()],
             Expect::AnyInt,
         ),
-        owned_op("PEXPIREAT", vec![marker.to_vec(), num(until).to_vec()], Expect::Int(1)),
+        owned_op(
+            "PEXPIREAT",
+            vec![marker.to_vec(), num(until).to_vec()],
+            Expect::Int(1),
+        ),
     ])
 }

@@ -55,7 +55,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             Expect::AnyInt,
         ),
     ];
-    writes.extend(events.map(|ev| ev.op(b"delayed", id, token, &[b"state", State::Scheduled.field()])));
+    writes.extend(
+        events.map(|ev| ev.op(b"delayed", id, token, &[b"state", State::Scheduled.field()])),
+    );
     h.apply(&writes)?;
     if sooner {
         // the next due time moved earlier: a blocked BCLAIM wakes to recompute its timeout

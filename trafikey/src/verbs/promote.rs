@@ -49,7 +49,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         zadd.push(id.to_vec());
         states.push(owned_op(
             "HSET",
-            vec![row.to_vec(), b"state".to_vec(), State::Pending.field().to_vec()],
+            vec![
+                row.to_vec(),
+                b"state".to_vec(),
+                State::Pending.field().to_vec(),
+            ],
             Expect::AnyInt,
         ));
     }
@@ -59,11 +63,14 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     }
     // each moved job's `promoted` event, in selection order, when events are on
     if let Some(ev) = bus::events(&h, &fence, &q)? {
-        states.extend(
-            moved_ids
-                .iter()
-                .map(|(id, attempt)| ev.op(b"promoted", id, attempt, &[b"state", State::Pending.field()])),
-        );
+        states.extend(moved_ids.iter().map(|(id, attempt)| {
+            ev.op(
+                b"promoted",
+                id,
+                attempt,
+                &[b"state", State::Pending.field()],
+            )
+        }));
     }
     // 6.–7. writes, each replicated as its effect: one ZREM for every member, one ZADD for
     // the rows, their states

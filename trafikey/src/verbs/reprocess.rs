@@ -60,7 +60,14 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
                     Expect::AnyInt,
                 ),
             ];
-            plan.extend(events.map(|ev| ev.op(b"reprocessed", id, attempt, &[b"state", State::Pending.field()])));
+            plan.extend(events.map(|ev| {
+                ev.op(
+                    b"reprocessed",
+                    id,
+                    attempt,
+                    &[b"state", State::Pending.field()],
+                )
+            }));
             (plan, 1)
         }
     };

@@ -54,7 +54,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             Expect::AnyInt,
         ),
     ];
-    writes.extend(events.map(|ev| ev.op(b"requeued", id, token, &[b"state", State::Pending.field()])));
+    writes.extend(
+        events.map(|ev| ev.op(b"requeued", id, token, &[b"state", State::Pending.field()])),
+    );
     h.apply(&writes)?;
     // the queue is claimable: a blocked BCLAIM wakes
     h.signal(pending);

@@ -53,7 +53,14 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let at = num(due);
     let attempt = seen[2].as_deref().unwrap_or(b"0");
     let mut writes = vec![op("ZADD", &[schedule, &at, id], Expect::Int(0))];
-    writes.extend(events.map(|ev| ev.op(b"rescheduled", id, attempt, &[b"state", State::Scheduled.field()])));
+    writes.extend(events.map(|ev| {
+        ev.op(
+            b"rescheduled",
+            id,
+            attempt,
+            &[b"state", State::Scheduled.field()],
+        )
+    }));
     h.apply(&writes)?;
     if sooner {
         // the next due time moved earlier: a blocked BCLAIM wakes to recompute its timeout
