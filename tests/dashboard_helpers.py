@@ -5,8 +5,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from echomq import Queue
+import pytest
+
+from echomq import EmbeddedServer, Queue, module_path
 from helpers import take
+
+
+# The dashboard reads every queue on its node, each sample and each refresh. The session's shared
+# servers hold thousands of other tests' queues by the time these tests run (a loaded CI machine
+# took over 10 s for a rate to show), so each dashboard module gets servers of its own: a test
+# module imports these two, which then stand in for tests/conftest.py's session-wide ones.
+@pytest.fixture(scope="module")
+def server4():
+    with EmbeddedServer(brand=4) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def server6():
+    with EmbeddedServer(module=module_path(), brand=6) as server:
+        yield server
 
 PENDING = 30  #: more than one page (25)
 
