@@ -41,7 +41,7 @@ def planted_module():
 def test_script_plant_is_caught(pair, plant):
     pair.set_script_plants([plant])
     try:
-        caught = first_catch(pair)
+        caught = first_catch(pair, plant)
     finally:
         pair.set_script_plants([])
     assert caught != "NOT CAUGHT", f"{plant.name} ({plant.what}) went unnoticed"
@@ -50,7 +50,7 @@ def test_script_plant_is_caught(pair, plant):
 @pytest.mark.parametrize("plant", NATIVE_PLANTS, ids=lambda p: p.name)
 def test_native_plant_is_caught(planted_module, plant):
     with Pair(module=planted_module, plant=plant.name) as pair:
-        caught = first_catch(pair)
+        caught = first_catch(pair, plant)
     assert caught != "NOT CAUGHT", f"{plant.name} ({plant.what}) went unnoticed"
 
 
