@@ -127,12 +127,27 @@ def expiry_held(client: Client) -> Iterator[None]:
         client.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", 1)
 
 
+@contextmanager
+def expiry_paused(client: Client) -> Iterator[None]:
+    """No key expires while the block reads. A read of a key past its TTL deletes it (lazy
+    expiry, which expiry_held leaves on), and keys other tests left with a TTL (a step-driven
+    worker's heartbeat record) would change the digest without any write. CLIENT PAUSE WRITE
+    holds expiry too (such a key then reads as gone and stays); other clients' writes wait."""
+    client.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+    try:
+        yield
+    finally:
+        client.execute_command("CLIENT", "UNPAUSE")
+
+
 class unchanged:
     """The node's dataset is the same afterwards: DEBUG DIGEST, plus a full dump of one queue's
     keys (``keyspace``) or of every key (``keyspace=None``); ``dump_keys=False``: the digest only.
     A whole-node dump is skipped on a node of many keys (the session's shared servers): the
-    digest alone proves the dataset unchanged, the dump only makes a failure readable.
-    Active expiry is held meanwhile (:func:`expiry_held`)."""
+    digest alone proves the dataset unchanged, the dump only makes a failure readable; it leaves
+    out keys with a TTL, which may run out within the block (the digest holds them and their
+    expire times). Active expiry is held meanwhile (:func:`expiry_held`), and all expiry while
+    the state is read (:func:`expiry_paused`)."""
 
     WHOLE_NODE_DUMP_MAX_KEYS = 2000
 
@@ -140,7 +155,15 @@ class unchanged:
         self.client, self.keyspace, self.dump_keys = client, keyspace, dump_keys
 
     def _state(self) -> tuple:
-        return digest(self.client), dump(self.client, self.keyspace) if self.dump_keys else None
+        with expiry_paused(self.client):
+            if not self.dump_keys:
+                return digest(self.client), None
+            keys = dump(self.client, self.keyspace)
+            ttls = self.client.pipeline(transaction=False)
+            for key in keys:
+                ttls.pttl(key)
+            lasting = {key: kept for (key, kept), ttl in zip(keys.items(), ttls.execute()) if ttl == -1}
+            return digest(self.client), lasting
 
     def __enter__(self) -> None:
         if self.keyspace is None and self.client.dbsize() > self.WHOLE_NODE_DUMP_MAX_KEYS:
