@@ -39,11 +39,11 @@ from .admin import brand_node
 from .connection import Connection, connect, open_client
 from .errors import ConfigurationError, EchoMQError, PortInUse, ServerStartError
 from .heartbeat import list_workers
-from .inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, partitions_of,
+from .inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of, partitions_of,
                         queue_exists, record_view, text_of)
 from .keys import VERSION_KEY, State, check_job_id, check_queue_name
 from .module import module_path
-from .partitioned import AnyQueue, PartitionedQueue, open_queue
+from .partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
 from .policy import IdlePolicy, LeasePolicy
 from .core import MAX_PAYLOAD_BYTES, encode_payload
 from .cron import describe
@@ -949,7 +949,7 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch
             check_queue_name(name)
     with opened(url, wire) as connection, reported():
         names = list(queue_names) or discover_queues(connection)
-        queues = [open_queue(connection, name) for name in names]
+        queues = open_queues(connection, names)
         if queue_names:  # asked for by name: a typo must not look like an empty queue (discovered ones exist)
             for queue in queues:
                 require_queue(queue)
@@ -960,9 +960,10 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch
                 out.print("no queues on this node yet")
             return
 
+        rows = [q for queue in queues for q in [queue, *(partitions_of(queue) if detail and len(partitions_of(queue)) > 1 else [])]]
+
         def sample() -> dict[str, QueueNumbers | Exception]:
-            return {q.name: numbers_or_error(q) for queue in queues
-                    for q in [queue, *(partitions_of(queue) if detail and len(partitions_of(queue)) > 1 else [])]}
+            return {q.name: found for q, found in zip(rows, numbers_of(rows))}
 
         if not watch:
             sampled = sample()

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Sequence
 
 from . import envelope
 from .connection import Connection, plain_commands
+from .core import Op
 from .errors import CommandRefused
 from .keys import STATE_SETS, State, parent_queue
-from .partitioned import PartitionedQueue
+from .partitioned import PartitionedQueue, sum_counts
 from .queue import Counts, Queue
 
 #: a row's times (ms, server clock): admitted, last claimed, last failed (docs/spec.md §11.5)
@@ -87,17 +88,66 @@ class QueueNumbers:
 
 def numbers(queue: Queue | PartitionedQueue) -> QueueNumbers:
     """A queue's numbers; a partitioned queue's summed over its partitions."""
-    metrics = queue.metrics()
-    return QueueNumbers(queue.name, queue.counts(), metrics["completed"], metrics["failed"],
-                        len(partitions_of(queue)))
+    (read,) = numbers_of([queue])
+    if isinstance(read, CommandRefused):
+        raise read
+    return read
 
 
 def numbers_or_error(queue: Queue | PartitionedQueue) -> QueueNumbers | CommandRefused:
     """A damaged queue (a wrong-typed key) must not hide the others: its refusal is returned."""
-    try:
-        return numbers(queue)
-    except CommandRefused as exc:
-        return exc
+    return numbers_of([queue])[0]
+
+
+def numbers_of(queues: Sequence[Queue | PartitionedQueue]) -> list[QueueNumbers | CommandRefused]:
+    """Every queue's numbers in one round trip, however many queues (a dashboard or ``emq stats``
+    on a node of thousands): each partition's COUNTS and metrics reads travel in one pipeline. A
+    damaged queue's refusal takes its place and does not hide the others."""
+    parts = [partitions_of(queue) for queue in queues]
+    flat = [part for each in parts for part in each]
+    if not flat:
+        return []
+    read = drive_together(flat[0].connection, [op for part in flat for op in (part.op_counts(), part.op_metrics())])
+    found: list[QueueNumbers | CommandRefused] = []
+    at = 0
+    for queue, each in zip(queues, parts):
+        mine, at = read[at : at + 2 * len(each)], at + 2 * len(each)
+        refused = [r for r in mine if isinstance(r, CommandRefused)]
+        if refused:
+            found.append(refused[0])
+            continue
+        metrics = mine[1::2]
+        found.append(QueueNumbers(queue.name, sum_counts(mine[::2]), sum(m["completed"] for m in metrics),
+                                  sum(m["failed"] for m in metrics), len(each)))
+    return found
+
+
+def drive_together(connection: Connection, ops: Sequence[Op[Any]]) -> list[Any]:
+    """Drive several operations at once: each round trip carries the next request of every one
+    still running, in one pipeline. One that raises a refusal ends with it in its place; the
+    others go on. For reads whose every command has a key (each is routed by it on a cluster)."""
+    results: list[Any] = [None] * len(ops)
+    running: dict[int, Sequence[Any]] = {}
+
+    def advance(index: int, replies: list[Any] | None) -> None:
+        try:
+            running[index] = ops[index].send(replies)  # send(None) starts it
+        except StopIteration as done:
+            results[index] = done.value
+        except CommandRefused as exc:
+            results[index] = exc
+
+    for index in range(len(ops)):
+        advance(index, None)
+    while running:
+        batch = list(running.items())
+        running.clear()
+        replies = connection.round_trip([call for _, request in batch for call in request])
+        at = 0
+        for index, request in batch:
+            advance(index, replies[at : at + len(request)])
+            at += len(request)
+    return results
 
 
 @dataclass(frozen=True)

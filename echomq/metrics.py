@@ -35,9 +35,9 @@ from prometheus_client.registry import Collector
 
 from .connection import Connection
 from .heartbeat import WorkerRecord, list_workers
-from .inventory import QueueNumbers, numbers_or_error
+from .inventory import QueueNumbers, numbers_of
 from .keys import State
-from .queue import Queue
+from .partitioned import open_queues
 
 if TYPE_CHECKING:
     from .worker import Histogram, Worker
@@ -75,10 +75,10 @@ class NodeCollector(Collector):
         self.queue_names = queue_names
 
     def collect(self) -> Iterator[Metric]:
-        readings: list[QueueNumbers | tuple[str, Exception]] = []
-        for name in self.queue_names():
-            found = numbers_or_error(Queue(self.connection, name))
-            readings.append((name, found) if isinstance(found, Exception) else found)
+        names = self.queue_names()
+        readings: list[QueueNumbers | tuple[str, Exception]] = [
+            (name, found) if isinstance(found, Exception) else found
+            for name, found in zip(names, numbers_of(open_queues(self.connection, names)))]
         yield from families(readings, list_workers(self.connection.client))
 
 

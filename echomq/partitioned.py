@@ -302,6 +302,16 @@ def open_queue(connection: Connection, name: str, **kwargs: Any) -> AnyQueue:
         PartitionedQueue(connection, name, partitions=len(layout), **kwargs)
 
 
+def open_queues(connection: Connection, names: Sequence[str], **kwargs: Any) -> list[AnyQueue]:
+    """:func:`open_queue` for each name, their partitions records read in one round trip."""
+    for name in names:
+        check_queue_name(name)
+    records = connection.round_trip([Plain(("HMGET", PARTITIONS_KEY, *names))])[0] if names else []
+    raise_first([records])
+    return [Queue(connection, name, **kwargs) if record is None else open_queue(connection, name, **kwargs)
+            for name, record in zip(names, records)]
+
+
 class PartitionedQueue(PartitionedCore[Queue]):
     """``PartitionedQueue(conn, "emails", partitions=8)``: one queue over 8 sub-queues (``partitions``,
     each a :class:`~echomq.Queue`). Without ``partitions`` it takes the recorded N; with it, it

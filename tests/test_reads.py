@@ -14,7 +14,7 @@ import pytest
 
 from echomq import ConfigurationError, Queue, State, WrongType
 from echomq.serializers import RAW
-from helpers import queue_unchanged
+from helpers import queue_unchanged, take
 
 _names = itertools.count()
 
@@ -96,3 +96,41 @@ def test_a_wrong_typed_key_is_a_wrong_type_error_and_writes_nothing(q, what, key
         with pytest.raises(WrongType) as info:
             call(q)
     assert info.value.code == "WRONGTYPE"
+
+
+def test_numbers_of_many_queues_take_one_round_trip_and_a_damaged_one_keeps_its_place(conn, monkeypatch):
+    """The dashboard, `emq stats` and the metrics endpoint read every queue of a node: one
+    pipeline for all of them, each queue's numbers equal to its own reads, a partitioned queue's
+    summed, and a wrong-typed key's refusal in its queue's place only."""
+    from echomq import PartitionedQueue
+    from echomq.inventory import numbers_of
+    from echomq.partitioned import open_queues
+
+    names = [f"nums{os.getpid()}-{next(_names)}" for _ in range(30)]
+    for n, name in enumerate(names[:-2]):
+        queue = Queue(conn, name)
+        queue.enqueue_many([{"n": i} for i in range(n % 4)])
+        if n % 3 == 0 and n % 4:
+            queue.complete(take(queue))
+    split = PartitionedQueue(conn, names[-2], partitions=3)
+    split.enqueue_many([{"n": i} for i in range(5)])
+    damaged = names[-1]
+    conn.client.set(f"emq:{{{damaged}}}:pending", "not a zset")
+    try:
+        queues = open_queues(conn, names)
+        trips = []
+        real = type(conn).round_trip
+        monkeypatch.setattr(type(conn), "round_trip", lambda self, *a, **k: trips.append(1) or real(self, *a, **k))
+        found = numbers_of(queues)
+        assert len(trips) == 1
+        monkeypatch.undo()
+        assert isinstance(queues[-2], PartitionedQueue) and found[-2].partitions == 3
+        assert found[-2].counts.pending == 5
+        assert isinstance(found[-1], WrongType)
+        assert [(f.counts, f.completed, f.dead) for f in found[:-1]] == \
+            [(q.counts(), q.metrics()["completed"], q.metrics()["failed"]) for q in queues[:-1]]
+        assert sum(f.completed for f in found[:-2]) == sum(1 for n in range(len(names) - 2) if n % 3 == 0 and n % 4)
+        assert [f.counts.pending for f in found[:-2]] == [n % 4 - (1 if n % 3 == 0 and n % 4 else 0)
+                                                          for n in range(len(names) - 2)]
+    finally:
+        conn.client.delete(f"emq:{{{damaged}}}:pending")

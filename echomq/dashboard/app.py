@@ -35,11 +35,11 @@ from ..admin import in_batches, parse_duration_ms
 from ..connection import Connection
 from ..errors import ConnectionFailed, EchoMQError
 from ..heartbeat import list_workers
-from ..inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_or_error, queue_exists,
+from ..inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of, numbers_or_error, queue_exists,
                          record_view)
 from ..keys import MAX_ID_BYTES, QUEUE_NAME, State
 from ..metrics import NodeCollector
-from ..partitioned import AnyQueue, open_queue
+from ..partitioned import AnyQueue, open_queue, open_queues
 from ..serializers import RAW
 from ..verbs import BY_NAME
 from .auth import LOOPBACK_HOSTS, TokenRequired
@@ -95,7 +95,8 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
     registry.register(NodeCollector(connection, queue_names))
 
     def all_numbers() -> list[tuple[str, QueueNumbers | Exception]]:
-        return [(name, numbers_or_error(open_queue(connection, name))) for name in queue_names()]
+        names = queue_names()
+        return list(zip(names, numbers_of(open_queues(connection, names))))
 
     sampler = Sampler(lambda: [n for _, n in all_numbers() if isinstance(n, QueueNumbers)], settings.sample_interval_s)
 
