@@ -313,6 +313,18 @@ def test_metrics_match_counts_after_a_known_workload(site, stocked, conn):
         beat.remove()
 
 
+def test_metrics_sum_a_partitioned_queue_over_its_partitions(conn):
+    """/metrics opens each queue by its record, as the overview does: a partitioned queue's jobs
+    are in its partitions' keys, none under its own name."""
+    from echomq import PartitionedQueue
+
+    split = PartitionedQueue(conn, fresh_name("split"), partitions=3)
+    split.enqueue_many([{"n": n} for n in range(7)])
+    with serving(conn, Settings()) as url, httpx.Client(base_url=url) as site:
+        scraped = _scrape(site)
+    assert scraped[("echomq_jobs", (("queue", split.name), ("state", "pending")))] == 7
+
+
 def test_a_damaged_queue_is_shown_unreadable_and_the_others_still_are(conn, stocked, server):
     damaged = fresh_name("dash-damaged")
     with server.client() as client:
