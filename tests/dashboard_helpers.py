@@ -13,18 +13,18 @@ from helpers import take
 
 # The dashboard reads every queue on its node, each sample and each refresh. The session's shared
 # servers hold thousands of other tests' queues by the time these tests run (a loaded CI machine
-# took over 10 s for a rate to show), so each dashboard module gets servers of its own: a test
-# module imports these two, which then stand in for tests/conftest.py's session-wide ones.
+# took over 10 s for a rate to show), so each dashboard module gets a node of its own per wire: a
+# test module imports these two, and its `server` (which tests/conftest.py's `conn` connects to)
+# is then one of them.
 @pytest.fixture(scope="module")
-def server4():
-    with EmbeddedServer(brand=4) as server:
-        yield server
+def own_servers():
+    with EmbeddedServer(brand=4) as wire4, EmbeddedServer(module=module_path(), brand=6) as wire6:
+        yield {4: wire4, 6: wire6}
 
 
-@pytest.fixture(scope="module")
-def server6():
-    with EmbeddedServer(module=module_path(), brand=6) as server:
-        yield server
+@pytest.fixture
+def server(wire, own_servers):
+    return own_servers[wire]
 
 PENDING = 30  #: more than one page (25)
 

@@ -15,7 +15,7 @@ import pytest
 
 from echomq import App, Queue, Worker, WorkerConfig
 from echomq.dashboard import Settings, serving
-from dashboard_helpers import PENDING, server4, server6, stock  # noqa: F401 (servers of its own)
+from dashboard_helpers import PENDING, own_servers, server, stock  # noqa: F401 (a node of its own)
 from test_worker import running
 from helpers import fresh_name
 from worker_helpers import wait_until
