@@ -960,7 +960,9 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch
                 out.print("no queues on this node yet")
             return
 
-        rows = [q for queue in queues for q in [queue, *(partitions_of(queue) if detail and len(partitions_of(queue)) > 1 else [])]]
+        # with --detail a partitioned queue's partitions get rows of their own, under its total
+        rows = [q for queue in queues
+                for q in [queue, *(partitions_of(queue) if detail and len(partitions_of(queue)) > 1 else [])]]
 
         def sample() -> dict[str, QueueNumbers | Exception]:
             return {q.name: found for q, found in zip(rows, numbers_of(rows))}

@@ -35,8 +35,8 @@ from ..admin import in_batches, parse_duration_ms
 from ..connection import Connection
 from ..errors import ConnectionFailed, EchoMQError
 from ..heartbeat import list_workers
-from ..inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of, numbers_or_error, queue_exists,
-                         record_view)
+from ..inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of, numbers_or_error,
+                         queue_exists, record_view)
 from ..keys import MAX_ID_BYTES, QUEUE_NAME, State
 from ..metrics import NodeCollector
 from ..partitioned import AnyQueue, open_queue, open_queues

@@ -905,7 +905,8 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
             if job_id in complete_sent:
                 report.completed += 1
             elif not cut and held_back_by_a_crash(job_id):
-                report.regressions["enqueues_held_back_from_the_aof"] = report.regressions.get("enqueues_held_back_from_the_aof", 0) + 1
+                held = report.regressions.get("enqueues_held_back_from_the_aof", 0)
+                report.regressions["enqueues_held_back_from_the_aof"] = held + 1
             elif claims[job_id]:
                 report.erased_after_running += 1  # ran (a dead letter, or failing), then its record was cut
                 if not cut:
