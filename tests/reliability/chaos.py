@@ -712,7 +712,6 @@ class Run:
     def final_dump(self) -> dict:
         """Every key of every queue: type and content (rows as field maps, sets as id → score)."""
         conn = open_connection(self.url, self.c.wire, self.c.cluster)
-        client = conn.client
         out: dict[str, Any] = {"keys": {}, "metrics": {}}
         for name in self.queue_names:
             q = Queue(conn, name)
@@ -875,7 +874,6 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
     rows: dict[str, dict] = {}
     known = set()
     for key, (kind, content) in keys.items():
-        queue = key[key.index("{") + 1 : key.index("}")]
         suffix = key[key.index("}") + 2 :]
         if suffix.startswith("job:") and kind == "hash":
             rows[suffix[4:]] = content
