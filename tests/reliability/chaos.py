@@ -754,17 +754,22 @@ def check(folder: Path, c: Config, dump: dict) -> Report:
     report = Report(config=asdict(c))
     v = report.violations
     events = read_events(folder)
-    # crashes that found the AOF's fsync running: (crash time, the queues on that node)
-    held_back = [(int(e[1]), set(e[3].split(","))) for e in events if e[0] == "F" and e[2] == "1"]
+    # crashes that found the AOF's fsync running: (from, until, the queues on that node), from 2.5 s
+    # before the reading (Valkey holds writes back for up to 2 s) until the node was up again (P):
+    # every write answered in between was answered by the old process
+    ups_at = [int(e[1]) for e in events if e[0] == "P"]
+    held_back = [(int(e[1]) - 2_500_000_000, min((t for t in ups_at if t > int(e[1])), default=int(e[1])),
+                  set(e[3].split(","))) for e in events if e[0] == "F" and e[2] == "1"]
     cut = c.power_loss or (c.abrupt and c.failovers > 0)  # history may lose its tail: measured, not judged
     lossy = cut or bool(held_back)  # … or its last 2 s, at a held-back crash
     report.held_back_crashes = len(held_back)
     enqueue_acked: dict[str, tuple[int, str]] = {}  # id -> (time, queue) of its latest acknowledged enqueue
 
     def held_back_by_a_crash(job_id: str) -> bool:
-        """Its enqueue was answered within the 2 s (+ a margin) a crash's AOF may have held back."""
+        """Its enqueue was answered in a window a crash's AOF may have held back."""
         acked, queue = enqueue_acked.get(job_id, (-1, ""))
-        return any(crash - 2_500_000_000 <= acked <= crash and queue in queues for crash, queues in held_back)
+        return any(start <= acked <= end and queue in queues for start, end, queues in held_back)
+
     claims: dict[str, list[tuple[int, int]]] = defaultdict(list)  # id -> [(t, token)]
     sends: dict[tuple, int] = {}
     complete_sent: set[str] = set()
