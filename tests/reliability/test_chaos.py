@@ -106,3 +106,35 @@ def test_a_slow_disk_under_everysec_holds_acknowledged_writes_back_from_a_crash(
             assert Queue(conn, "held").counts().pending == 1  # the 100 acknowledged enqueues are gone
     finally:
         server.cleanup()
+
+
+@pytest.mark.parametrize("fsync_running", [True, False])
+def test_the_checker_excuses_only_enqueues_a_held_back_crash_could_lose(tmp_path, fsync_running):
+    """The checker alone, on a ledger written here (no server): an everysec crash that found the
+    fsync running excuses a vanished enqueue answered in its window on that node's queues, and
+    nothing else; a crash that found it idle excuses nothing."""
+    from chaos import Config, check
+
+    s = 1_000_000_000  # the ledger's clock is in ns
+    c = Config(fsync="everysec", jobs=4, queues=2, poison_every=0, seed=5)
+    ids = [f"c5-{n:07d}" for n in range(4)]
+    (tmp_path / "main.log").write_text("\n".join([
+        f"E {1 * s} chaos5-0 {ids[0]} ok:1",  # long before the crash: a loss
+        f"E {9 * s} chaos5-0 {ids[1]} ok:1",  # in the window, on the crashed node's queue
+        f"E {9 * s} chaos5-1 {ids[2]} ok:1",  # in the window, but another node's queue
+        f"P {2 * s} run-a",
+        f"F {10 * s} {int(fsync_running)} chaos5-0",
+        f"D {10 * s + 1000} crash",
+        f"E {10 * s + 2000} chaos5-0 {ids[3]} ok:1",  # answered by the old process after the reading
+        f"P {11 * s} run-b",
+    ]) + "\n")
+    dump = {"keys": {}, "metrics": {"chaos5-0": {"completed": 0, "failed": 0},
+                                    "chaos5-1": {"completed": 0, "failed": 0}}}
+    report = check(tmp_path, c, dump)
+    lost = sorted(line.split()[1] for line in report.violations if line.startswith("lost:"))
+    if fsync_running:
+        assert lost == [ids[0], ids[2]]
+        assert report.regressions["enqueues_held_back_from_the_aof"] == 2 and report.held_back_crashes == 1
+    else:
+        assert lost == ids
+        assert "enqueues_held_back_from_the_aof" not in report.regressions and report.held_back_crashes == 0
