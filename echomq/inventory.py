@@ -86,14 +86,6 @@ class QueueNumbers:
                 "flow_pending": c.flow_pending, "flow_active": c.flow_active, "flow_scheduled": c.flow_scheduled}
 
 
-def numbers(queue: Queue | PartitionedQueue) -> QueueNumbers:
-    """A queue's numbers; a partitioned queue's summed over its partitions."""
-    (read,) = numbers_of([queue])
-    if isinstance(read, CommandRefused):
-        raise read
-    return read
-
-
 def numbers_or_error(queue: Queue | PartitionedQueue) -> QueueNumbers | CommandRefused:
     """A damaged queue (a wrong-typed key) must not hide the others: its refusal is returned."""
     return numbers_of([queue])[0]

@@ -297,9 +297,7 @@ def drive(connection: Connection, op: POp[T]) -> T:
 
 def open_queue(connection: Connection, name: str, **kwargs: Any) -> AnyQueue:
     """``name`` as its record says: a :class:`PartitionedQueue` when it has partitions, else a Queue."""
-    layout = drive(connection, op_declare(connection, name, None))
-    return Queue(connection, name, **kwargs) if len(layout) == 1 else \
-        PartitionedQueue(connection, name, partitions=len(layout), **kwargs)
+    return open_queues(connection, [name], **kwargs)[0]
 
 
 def open_queues(connection: Connection, names: Sequence[str], **kwargs: Any) -> list[AnyQueue]:
@@ -308,8 +306,11 @@ def open_queues(connection: Connection, names: Sequence[str], **kwargs: Any) -> 
         check_queue_name(name)
     records = connection.round_trip([Plain(("HMGET", PARTITIONS_KEY, *names))])[0] if names else []
     raise_first([records])
-    return [Queue(connection, name, **kwargs) if record is None else open_queue(connection, name, **kwargs)
-            for name, record in zip(names, records)]
+    layouts = [recorded_layout(name, None if record is None else record.decode())
+               for name, record in zip(names, records)]
+    return [Queue(connection, name, **kwargs) if len(layout) == 1 else
+            PartitionedQueue(connection, name, partitions=len(layout), **kwargs)
+            for name, layout in zip(names, layouts)]
 
 
 class PartitionedQueue(PartitionedCore[Queue]):

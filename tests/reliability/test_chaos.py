@@ -71,7 +71,16 @@ def test_waitaof_confirms_an_acknowledged_enqueue_is_on_disk_under_everysec(wire
             assert (local, replicas) == (1, 0)
 
 
-def test_a_slow_disk_under_everysec_holds_acknowledged_writes_back_from_a_crash(wire, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def slow_fsync_shim(tmp_path_factory) -> Path:
+    shim = tmp_path_factory.mktemp("shim") / "slow_fsync.so"
+    subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-o", str(shim),
+                    str(Path(__file__).with_name("slow_fsync.c")), "-ldl"], check=True)
+    return shim
+
+
+def test_a_slow_disk_under_everysec_holds_acknowledged_writes_back_from_a_crash(wire, tmp_path, monkeypatch,
+                                                                                   slow_fsync_shim):
     """Why the chaos harness reads ``aof_pending_bio_fsync`` before each crash (``F`` in its ledger,
     docs/guarantees.md §2): while the background fsync of the last second still runs, everysec
     holds new writes back from the AOF for up to 2 s and answers them all the same. A crash of
@@ -81,10 +90,7 @@ def test_a_slow_disk_under_everysec_holds_acknowledged_writes_back_from_a_crash(
 
     from echomq import EmbeddedServer, Queue, connect, module_path
 
-    shim = tmp_path / "slow_fsync.so"
-    subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-o", str(shim),
-                    str(Path(__file__).with_name("slow_fsync.c")), "-ldl"], check=True)
-    monkeypatch.setenv("LD_PRELOAD", str(shim))
+    monkeypatch.setenv("LD_PRELOAD", str(slow_fsync_shim))
     monkeypatch.setenv("SLOW_FSYNC_MS", "4000")
     server = EmbeddedServer(module=module_path() if wire == 6 else None, brand=wire, aof=True,
                             appendfsync="everysec", directory=tmp_path / "data").start()
