@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import repeat
 from queue import SimpleQueue
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from valkey.crc import key_slot
 
@@ -161,10 +161,15 @@ class Histogram:
         # under the GIL), so counts and sum always read together without a lock a job
         self._counts_and_sum: list[float] = [0] * (len(self.bounds) + 1) + [0.0]
 
-    def observe(self, value: float) -> None:
-        counts = self._counts_and_sum
-        counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value (len: +Inf)
-        counts[-1] += value
+    def observe_many(self, values: Iterable[float]) -> None:
+        """Observe each of ``values`` (a claim batch's waits, a settle's run times: one call a batch).
+        They go into a copy that then replaces the list, in one store: a scrape copies the old list
+        or the new one, never one part-way through the batch."""
+        counts, bounds = self._counts_and_sum.copy(), self.bounds
+        for value in values:
+            counts[bisect_left(bounds, value)] += 1  # the first bound >= value (len: +Inf)
+            counts[-1] += value
+        self._counts_and_sum = counts
 
     def snapshot(self) -> tuple[list[tuple[float, int]], float]:
         """The cumulative count at each bound (the last at +Inf) and the sum, read together."""
@@ -723,8 +728,9 @@ class Worker:
 
     def _settled(self, name: str, batch: list[tuple[Held, policy.Settle, Call]], answers: list[Any]) -> None:
         settled_at = self._clock_ms()
+        durations: list[float] = []  # the run times of the settles applied, observed together
         for (held, decision, _), reply in zip(batch, answers):
-            self._record(held, decision, reply)
+            self._record(held, decision, reply, durations)
             self.held.pop(held.key, None)
             if held.job.flow:  # a parent (in any queue served) may be ready now: poll the flow sets
                 self._next_flow_poll = dict.fromkeys(self._next_flow_poll, 0.0)
@@ -732,6 +738,7 @@ class Worker:
                 # promote when it falls due, not a whole interval later (plus slack for the two clocks)
                 wait = decision.delay_ms if isinstance(decision, policy.Postpone) else decision.backoff_ms
                 self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
+        self.timings.duration.observe_many(durations)
 
     def _polled(self, name: str, now: float, *, found: bool, paused: bool) -> None:
         """After a claim: claim again at once while the queue gives jobs; else a waiter watches it
@@ -829,7 +836,8 @@ class Worker:
             claimed += len(jobs)
         return claimed
 
-    def _record(self, held: Held, decision: policy.Settle, reply: Any) -> None:
+    def _record(self, held: Held, decision: policy.Settle, reply: Any, durations: list[float]) -> None:
+        """Count and tell a settle's answer; an applied one's run time goes to ``durations``."""
         job = held.job
         if isinstance(reply, Exception):
             # the fence (a 0, or wire 6's EMQSTATE for a row no longer active): someone else holds
@@ -841,7 +849,7 @@ class Worker:
             return
         duration_s = held.duration_s
         if duration_s is not None:
-            self.timings.duration.observe(duration_s)
+            durations.append(duration_s)
         if decision is policy.COMPLETE:  # the common case first: counted here, told only if heard
             self.tally.completed += 1
             if "job.completed" in hooks.heard:
@@ -1055,9 +1063,11 @@ class Worker:
         # the batch's clocks, read once: its wall time (the pending waits) and its handlers' start
         claimed_s, started_s = time.time(), time.monotonic()
         self.tally.claimed += len(jobs)
-        runs = [run for job in jobs
+        waits = [waited_in_pending_s(job.id, job.attempt, claimed_s) for job in jobs]
+        self.timings.waited.observe_many([waited_s for waited_s in waits if waited_s is not None])
+        runs = [run for job, waited_s in zip(jobs, waits)
                 if (run := self._hold(task, queue, job, sent, deadline, children.get(job.id) if children else None,
-                                      claimed_s, started_s))]
+                                      waited_s, started_s))]
         if not runs:
             return
         self._started += len(runs)
@@ -1071,13 +1081,10 @@ class Worker:
             self._pool.submit_all(self._run_sync, runs)
 
     def _hold(self, task: Task, queue: Queue, job: Job, sent: float, deadline: float | None,
-              left: Children | None, claimed_s: float, started_s: float) -> tuple[Held, tuple[Any, ...]] | None:
+              left: Children | None, waited_s: float | None, started_s: float) -> tuple[Held, tuple[Any, ...]] | None:
         """Hold a claimed job and build its handler's arguments; None when its payload cannot be
-        decoded (then it is finished already: dead at once, not the worker's failure). ``claimed_s``:
-        the wall time its claim came back, ``started_s``: the monotonic time its handler starts."""
-        waited_s = waited_in_pending_s(job.id, job.attempt, claimed_s)
-        if waited_s is not None:
-            self.timings.waited.observe(waited_s)
+        decoded (then it is finished already: dead at once, not the worker's failure). ``waited_s``:
+        its pending wait (observed by the batch), ``started_s``: the monotonic time its handler starts."""
         if "job.claimed" in hooks.heard:  # counted by the batch (_start)
             self._tell("job.claimed", job, waited_s=waited_s, trace=job.trace)
         is_async = task.is_async
