@@ -236,11 +236,7 @@ class Held:
     #: an outcome the worker decided itself (a timeout, an undecodable payload): it wins over the
     #: handler's, which is dropped whenever it comes
     verdict: policy.Outcome | None = None
-    ended_s: float | None = None  #: when its outcome was known (returned, raised, timed out)
-
-    @property
-    def duration_s(self) -> float | None:
-        return None if self.ended_s is None else self.ended_s - self.started_s
+    ended_s: float | None = None  #: when its outcome was known (returned, raised, timed out): set before it is settled
 
 
 class _DaemonPool:
@@ -847,9 +843,8 @@ class Worker:
                        if isinstance(reply, LeaseLost) else
                        f"settle refused by the server ({reply}); the sweep recovers it after its lease")
             return
-        duration_s = held.duration_s
-        if duration_s is not None:
-            durations.append(duration_s)
+        duration_s = held.ended_s - held.started_s  # known: it is settled once its outcome is
+        durations.append(duration_s)
         if decision is policy.COMPLETE:  # the common case first: counted here, told only if heard
             self.tally.completed += 1
             if "job.completed" in hooks.heard:
