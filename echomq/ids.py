@@ -24,6 +24,7 @@ import os
 import threading
 import time
 import uuid
+from typing import Iterable
 
 ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"  # ASCII order
 TIME_CHARS = 8
@@ -92,26 +93,35 @@ def minted_ms(text: str) -> int | None:
     producer's clock when ``enqueue``/``schedule`` built the call. An id of your own of
     either shape counts from the time it encodes.
     """
+    return minted_ms_of((text,))[0]
+
+
+def minted_ms_of(texts: Iterable[str]) -> list[int | None]:
+    """:func:`minted_ms` of each of ``texts``, in one call: the worker reads every id of a claim batch."""
     global _last_read
-    if len(text) == TIME_CHARS + TAIL_CHARS:
-        # the worker reads every claimed id: ALPHABET's characters are the ASCII letters and digits,
-        # checked by two C calls, and the digits read as bytes (no hashing)
-        if not (text.isascii() and text.isalnum()):
-            return None
-        head = text[:TIME_CHARS]
-        last_head, last_ms = _last_read  # one read: another thread may replace the pair meanwhile
-        if head == last_head:
-            return last_ms
-        b, d = head.encode(), _DIGIT  # TIME_CHARS == 8 digits of base 62 == len(ALPHABET)
-        ms = (((((((d[b[0]] * 62 + d[b[1]]) * 62 + d[b[2]]) * 62 + d[b[3]]) * 62 + d[b[4]]) * 62 + d[b[5]]) * 62
-               + d[b[6]]) * 62 + d[b[7]])
-        minted = ms if MINTED_FROM_MS <= ms < MINTED_BEFORE_MS else None
-        _last_read = head, minted
-        return minted
-    return _uuid7_ms(text)
+    last_head, last_ms = _last_read  # one read: another thread may replace the pair meanwhile
+    minted: list[int | None] = []
+    for text in texts:
+        if len(text) != TIME_CHARS + TAIL_CHARS:
+            minted.append(_uuid7_ms(text))
+        elif not (text.isascii() and text.isalnum()):
+            # ALPHABET's characters are the ASCII letters and digits, checked by two C calls
+            minted.append(None)
+        else:
+            head = text[:TIME_CHARS]
+            if head != last_head:  # the digits read as bytes (no hashing)
+                b, d = head.encode(), _DIGIT  # TIME_CHARS == 8 digits of base 62 == len(ALPHABET)
+                ms = (((((((d[b[0]] * 62 + d[b[1]]) * 62 + d[b[2]]) * 62 + d[b[3]]) * 62 + d[b[4]]) * 62 + d[b[5]])
+                       * 62 + d[b[6]]) * 62 + d[b[7]])
+                last_head, last_ms = head, ms if MINTED_FROM_MS <= ms < MINTED_BEFORE_MS else None
+            minted.append(last_ms)
+    _last_read = last_head, last_ms
+    return minted
 
 
 def _uuid7_ms(text: str) -> int | None:
+    if len(text) != 36:  # what the canonical text's length alone refuses, refused without a parse
+        return None
     try:
         value = uuid.UUID(text)
     except ValueError:

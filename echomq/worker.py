@@ -60,7 +60,7 @@ from .connection import Call, Connection
 from .errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, JobTimeout, LeaseLost,
                      PayloadError)
 from .heartbeat import Heartbeat, HeartbeatConfig
-from .ids import minted_ms
+from .ids import minted_ms_of
 from .keys import State
 from .partitioned import PartitionedQueue, drive, op_declare
 from .policy import IdlePolicy, LeasePolicy
@@ -190,16 +190,20 @@ class Timings:
     waited: Histogram = field(default_factory=lambda: Histogram(WAIT_BUCKETS_S))
 
 
-def waited_in_pending_s(job_id: str, attempt: int, now_s: float) -> float | None:
-    """Seconds from the id's minting to this claim, for a first claim of an id that says when it
-    was minted (a default id, or the UUIDv7 of older clients: echomq.ids.minted_ms); else None
-    (nothing honest to say without a read: the row's server-clock ``created`` is not in CLAIM's
-    reply). Both ends are wall clocks of possibly two hosts: skew is clamped at 0."""
-    minted = minted_ms(job_id) if attempt == 1 else None
-    if minted is None:
-        return None
-    waited_s = now_s - minted / 1000
-    return waited_s if waited_s > 0 else 0.0
+def waited_in_pending_s(jobs: Sequence[Job], now_s: float) -> list[float | None]:
+    """Each job's seconds from its id's minting to this claim (``now_s``, read once for a claim batch),
+    for a first claim of an id that says when it was minted (a default id, or the UUIDv7 of older
+    clients: echomq.ids.minted_ms); else None (nothing honest to say without a read: the row's
+    server-clock ``created`` is not in CLAIM's reply). Both ends are wall clocks of possibly two
+    hosts: skew is clamped at 0."""
+    waits: list[float | None] = []
+    for job, minted in zip(jobs, minted_ms_of([job.id if job.attempt == 1 else "" for job in jobs])):
+        if minted is None:
+            waits.append(None)
+        else:
+            waited_s = now_s - minted / 1000
+            waits.append(waited_s if waited_s > 0 else 0.0)
+    return waits
 
 
 def _log(event: str, data: dict[str, Any]) -> None:
@@ -1058,7 +1062,7 @@ class Worker:
         # the batch's clocks, read once: its wall time (the pending waits) and its handlers' start
         claimed_s, started_s = time.time(), time.monotonic()
         self.tally.claimed += len(jobs)
-        waits = [waited_in_pending_s(job.id, job.attempt, claimed_s) for job in jobs]
+        waits = waited_in_pending_s(jobs, claimed_s)
         self.timings.waited.observe_many([waited_s for waited_s in waits if waited_s is not None])
         runs = [run for job, waited_s in zip(jobs, waits)
                 if (run := self._hold(task, queue, job, sent, deadline, children.get(job.id) if children else None,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from echomq import App, ConnectionFailed, Queue, Worker, WorkerConfig, aio, hooks
+from echomq import App, ConnectionFailed, Job, Queue, Worker, WorkerConfig, aio, hooks
 from echomq.ids import minted_ms, new_id
 from echomq.server import free_port
 from echomq.worker import Histogram, waited_in_pending_s
@@ -166,12 +166,20 @@ def test_the_tally_counts_with_no_hook_listening_and_a_subscriber_gets_each_even
 @pytest.mark.parametrize("job_id", [new_id(), former_default_id(time.time_ns() // 1_000_000)],
                          ids=["default", "former-uuid7"])
 def test_waited_in_pending_is_known_for_a_first_claim_of_an_id_that_says_when_it_was_minted(job_id):
+    def claimed(job_id: str, attempt: int = 1) -> Job:
+        return Job("q", job_id, None, None, attempt)
+
     minted_s = minted_ms(job_id) / 1000
-    assert waited_in_pending_s(job_id, 1, minted_s + 2.5) == pytest.approx(2.5)
-    assert waited_in_pending_s(job_id, 1, minted_s - 1) == 0.0  # the worker's clock behind the producer's
-    assert waited_in_pending_s(job_id, 2, minted_s + 2.5) is None  # a retry: the id's time says nothing
-    for other in ("job-1", str(uuid.uuid4()), job_id.replace("-", "") + "x", "{" + job_id + "}"):
-        assert minted_ms(other) is None and waited_in_pending_s(other, 1, minted_s) is None
+    assert waited_in_pending_s([claimed(job_id)], minted_s + 2.5) == [pytest.approx(2.5)]
+    assert waited_in_pending_s([claimed(job_id)], minted_s - 1) == [0.0]  # the worker's clock behind the producer's
+    assert waited_in_pending_s([claimed(job_id, 2)], minted_s + 2.5) == [None]  # a retry: the id's time says nothing
+    others = ("job-1", str(uuid.uuid4()), job_id.replace("-", "") + "x", "{" + job_id + "}", "urn:uuid:" + job_id)
+    assert [minted_ms(other) for other in others] == [None] * len(others)
+    # a claim batch, read at once: each job its own answer, in order
+    batch = [claimed(job_id), *map(claimed, others), claimed(job_id, 3), claimed(job_id)]
+    waits = waited_in_pending_s(batch, minted_s + 1)
+    assert waits == [pytest.approx(1)] + [None] * (len(others) + 1) + [pytest.approx(1)]
+    assert waited_in_pending_s([], minted_s) == []
 
 
 def test_a_histogram_counts_into_its_buckets_cumulatively():

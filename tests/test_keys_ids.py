@@ -222,9 +222,10 @@ def test_minted_ms_remembers_only_the_last_time_read_and_never_answers_for_anoth
     sequence = [head_a + "00000001", head_a + "zzzzzzzz", head_b + "00000001", head_a + "0000000A",
                 head_a + "-0000000",  # the same time part, but not the default shape: someone's own id
                 head_a + "00000002", head_b + "0000000B", head_b + "0000-000", head_b + "00000003"]
-    for text in sequence * 2:
-        expected = reference(text) if text.isalnum() else None
-        assert ids.minted_ms(text) == expected, text
+    expected = [reference(text) if text.isalnum() else None for text in sequence * 2]
+    for text, minted in zip(sequence * 2, expected):
+        assert ids.minted_ms(text) == minted, text
+    assert ids.minted_ms_of(sequence * 2) == expected  # a claim batch's ids, read in one call
     assert reference(head_a + "00000001") == first and reference(head_b + "00000001") == second
 
 
