@@ -1,6 +1,7 @@
 """What the worker decides, apart from what it does: pure functions, no I/O, no clock.
 
-Each function takes the facts (times are plain numbers, randomness is passed in)
+Each function takes the facts (times are plain numbers, randomness is passed in: a number, or
+a source drawn only when it is needed)
 and returns a decision, so every rule here is table-tested without a server:
 
 * :func:`backoff_ms` -- the retry schedule: exponential, capped, with jitter;
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import traceback as _traceback
 from dataclasses import dataclass
-from typing import AbstractSet, Any, Hashable, Iterable, Mapping, Sequence, TypeVar, Union
+from typing import AbstractSet, Any, Callable, Hashable, Iterable, Mapping, Sequence, TypeVar, Union
 
 from .errors import ConfigurationError
 from .keys import MAX_TRACEBACK_BYTES
@@ -193,8 +194,10 @@ def describe_traceback(error: BaseException, limit: int = MAX_TRACEBACK_BYTES) -
 
 
 def decide_outcome(outcome: Outcome, lost: bool, attempt: int, max_attempts: int, backoff: Backoff,
-                   rand: float) -> Settle:
-    """What to send for a finished handler. A lost lease wins over everything: nothing is settled."""
+                   rand: Callable[[], float]) -> Settle:
+    """What to send for a finished handler. A lost lease wins over everything: nothing is settled.
+    ``rand`` (a random source, ``random.random``'s range) is drawn only for a backoff's jitter: a
+    completion, the common case, draws nothing."""
     if lost:
         return Drop("lease lost while the handler ran")
     if isinstance(outcome, Returned):
@@ -202,10 +205,10 @@ def decide_outcome(outcome: Outcome, lost: bool, attempt: int, max_attempts: int
     if isinstance(outcome, DelayAsked):
         return Postpone(outcome.delay_ms)
     if isinstance(outcome, RetryAsked):
-        wait = backoff_ms(backoff, attempt, rand) if outcome.delay_ms is None else outcome.delay_ms
+        wait = backoff_ms(backoff, attempt, rand()) if outcome.delay_ms is None else outcome.delay_ms
         return Fail(outcome.reason, max_attempts, wait)
     if isinstance(outcome, Raised):
-        return Fail(describe_error(outcome.error), max_attempts, backoff_ms(backoff, attempt, rand),
+        return Fail(describe_error(outcome.error), max_attempts, backoff_ms(backoff, attempt, rand()),
                     describe_traceback(outcome.error))
     if isinstance(outcome, Undecodable):
         # a budget of one: FAIL caps on failures, so this failure is the last (dead at once)

@@ -718,7 +718,7 @@ class Worker:
             if not lost and isinstance(outcome, policy.Raised):
                 log.warning("job %s/%s attempt %d raised:", job.queue, job.id, job.attempt, exc_info=outcome.error)
             decision = policy.decide_outcome(outcome, lost and held.verdict is None, job.attempt, task.max_attempts,
-                                             task.backoff, self._rand())
+                                             task.backoff, self._rand)
             if isinstance(decision, policy.Drop):
                 self.held.pop(held.key, None)
                 self._emit("job.lost", job, reason=f"{decision.reason}; its outcome is not settled")

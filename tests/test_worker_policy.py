@@ -48,6 +48,11 @@ def test_bad_backoff_is_refused(kwargs):
 # -- outcomes ---------------------------------------------------------------------------
 
 B = Backoff(base_ms=100, jitter=0.0)
+HALF = (lambda: 0.5)  # noqa: E731 -- decide_outcome's random source, drawn for a backoff
+
+
+def never_drawn() -> float:
+    raise AssertionError("no backoff here: nothing to draw")
 
 
 @pytest.mark.parametrize("outcome, settle", [
@@ -59,13 +64,35 @@ B = Backoff(base_ms=100, jitter=0.0)
     (policy.DelayAsked(250), policy.Postpone(250)),
 ])
 def test_each_outcome_becomes_its_settle(outcome, settle):
-    assert policy.decide_outcome(outcome, lost=False, attempt=3, max_attempts=5, backoff=B, rand=0.5) == settle
+    assert policy.decide_outcome(outcome, lost=False, attempt=3, max_attempts=5, backoff=B, rand=HALF) == settle
+
+
+@pytest.mark.parametrize("outcome, settle", [
+    (policy.Returned(42), policy.COMPLETE),
+    (policy.RetryAsked("later", 7), policy.Fail("later", 5, 7)),
+    (policy.DelayAsked(250), policy.Postpone(250)),
+    (policy.Undecodable(ValueError("bad")), policy.Fail("ValueError: bad", 1, 0)),
+])
+def test_only_a_backoff_draws_from_the_random_source(outcome, settle):
+    assert policy.decide_outcome(outcome, lost=False, attempt=3, max_attempts=5, backoff=B, rand=never_drawn) == settle
+    assert isinstance(policy.decide_outcome(policy.Raised(ValueError()), lost=True, attempt=3, max_attempts=5,
+                                            backoff=B, rand=never_drawn), policy.Drop)
+
+
+@pytest.mark.parametrize("outcome", [policy.Raised(ValueError("bad")), policy.RetryAsked("later", None)])
+def test_a_backoff_draws_once_from_the_random_source(outcome):
+    jittered, draws = Backoff(base_ms=100, jitter=0.5), []
+    for rand in (0.0, 1.0):
+        decision = policy.decide_outcome(outcome, lost=False, attempt=3, max_attempts=5, backoff=jittered,
+                                         rand=lambda rand=rand: draws.append(rand) or rand)
+        assert decision.backoff_ms == policy.backoff_ms(jittered, 3, rand)
+    assert draws == [0.0, 1.0]
 
 
 @pytest.mark.parametrize("outcome", [policy.Returned(), policy.Raised(ValueError()), policy.DelayAsked(1),
                                      policy.RetryAsked("x", 1)])
 def test_a_lost_lease_is_never_settled(outcome):
-    decision = policy.decide_outcome(outcome, lost=True, attempt=1, max_attempts=3, backoff=B, rand=0.5)
+    decision = policy.decide_outcome(outcome, lost=True, attempt=1, max_attempts=3, backoff=B, rand=HALF)
     assert isinstance(decision, policy.Drop)
 
 
@@ -91,7 +118,7 @@ def test_a_raised_exception_fails_with_its_traceback_as_format_exc_prints_it():
     except ValueError as exc:
         error, printed = exc, traceback.format_exc()
     decision = policy.decide_outcome(policy.Raised(error), lost=False, attempt=3, max_attempts=5, backoff=B,
-                                     rand=0.5)
+                                     rand=HALF)
     assert decision == policy.Fail("ValueError: bad", 5, 400, printed)
     assert "KeyError: 'missing'" in printed and printed.endswith("ValueError: bad\n")  # the cause too
     # never raised (a timeout the worker decided, say): no traceback to keep
@@ -370,7 +397,7 @@ def test_an_undecodable_payload_fails_with_a_budget_of_one_whatever_the_task_say
     from echomq import PayloadError
 
     decision = policy.decide_outcome(policy.Undecodable(PayloadError("cannot decode")), lost=False, attempt=1,
-                                     max_attempts=5, backoff=Backoff(), rand=0.5)
+                                     max_attempts=5, backoff=Backoff(), rand=HALF)
     assert decision == policy.Fail("PayloadError: cannot decode", 1, 0)
 
 
@@ -378,7 +405,7 @@ def test_a_timeout_fails_like_a_raise_and_spends_one_attempt():
     from echomq import JobTimeout
 
     decision = policy.decide_outcome(policy.Raised(JobTimeout(2.5)), lost=False, attempt=2, max_attempts=3,
-                                     backoff=Backoff(jitter=0.0), rand=0.5)
+                                     backoff=Backoff(jitter=0.0), rand=HALF)
     assert decision == policy.Fail("JobTimeout: the handler ran past its timeout of 2.5 s", 3, 2000)
 
 
