@@ -430,6 +430,9 @@ class Worker:
         self._started = 0
         self._ended = 0
         self._youngest_start: float | None = None
+        #: the settle of the outcomes already in was due when the loop last looked (_next_due, _start): a
+        #: finished handler wakes it then; else the loop's wait ends by itself when the settle falls due
+        self._settle_due = True
         #: no handler's timeout nor lease runs out before this local time: the scans wait for it
         #: (set by each scan, brought forward by each start; only ever early, never late)
         self._scan_at = float("inf")
@@ -615,10 +618,11 @@ class Worker:
         return policy.settle_at_ms(now, self._started - self._ended, self._youngest_start, self.config.settle_wait_ms)
 
     def _next_due(self, now: float) -> float:
+        settle_at = self._settle_at(now)
+        self._settle_due = settle_at <= now
         if self._unsettled or not self._reports.empty():
             return now
         times = [self._next_tick or float("inf"), self._scan_at]
-        settle_at = self._settle_at(now)
         if settle_at > now:
             # while young handlers run, an outcome does not wake the loop (_done): it settles by then
             times.append(settle_at)
@@ -1070,7 +1074,8 @@ class Worker:
         if not runs:
             return
         self._started += len(runs)
-        self._youngest_start = self._clock_ms()
+        self._youngest_start = started_ms = self._clock_ms()
+        self._settle_due = self._settle_at(started_ms) <= started_ms  # not yet, unless settle_wait_ms is 0
         if task.is_async:
             for held, args in runs:
                 self._start_async(held, args)
@@ -1180,12 +1185,11 @@ class Worker:
             log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
                      held.job.queue, held.job.id, held.job.attempt)
             return
-        # set, it is not yet cleared: the step it wakes reads this outcome; not yet due, the loop
-        # wakes for it by itself (_next_due) or for the last of its batch to end
-        if not self._wake.is_set():
-            now = self._clock_ms()
-            if policy.settle_at_ms(now, running, self._youngest_start, self.config.settle_wait_ms) <= now:
-                self._wake.set()
+        # the last of its batch to end, or the settle already due: wake the loop (set, it is not yet
+        # cleared: the step it wakes reads this outcome); not yet due, the loop's wait ends by itself
+        # when it falls due (_next_due), so no clock is read here
+        if (running <= 0 or self._settle_due) and not self._wake.is_set():
+            self._wake.set()
 
     # -- shutdown ----------------------------------------------------------------------
     def shutdown(self) -> None:
