@@ -1068,9 +1068,7 @@ class Worker:
         self.tally.claimed += len(jobs)
         waits = waited_in_pending_s(jobs, claimed_s)
         self.timings.waited.observe_many([waited_s for waited_s in waits if waited_s is not None])
-        runs = [run for job, waited_s in zip(jobs, waits)
-                if (run := self._hold(task, queue, job, sent, deadline, children.get(job.id) if children else None,
-                                      waited_s, started_s))]
+        runs = self._hold(task, queue, jobs, sent, deadline, children, waits, started_s)
         if not runs:
             return
         self._started += len(runs)
@@ -1084,37 +1082,43 @@ class Worker:
                 self._pool = _DaemonPool(self.config.concurrency)
             self._pool.submit_all(self._run_sync, runs)
 
-    def _hold(self, task: Task, queue: Queue, job: Job, sent: float, deadline: float | None,
-              left: Children | None, waited_s: float | None, started_s: float) -> tuple[Held, tuple[Any, ...]] | None:
-        """Hold a claimed job and build its handler's arguments; None when its payload cannot be
-        decoded (then it is finished already: dead at once, not the worker's failure). ``waited_s``:
-        its pending wait (observed by the batch), ``started_s``: the monotonic time its handler starts."""
-        if "job.claimed" in hooks.heard:  # counted by the batch (_start)
-            self._tell("job.claimed", job, waited_s=waited_s, trace=job.trace)
+    def _hold(self, task: Task, queue: Queue, jobs: list[Job], sent: float, deadline: float | None,
+              children: dict[str, Children] | None, waits: list[float | None],
+              started_s: float) -> list[tuple[Held, tuple[Any, ...]]]:
+        """Hold a claim batch's jobs and build their handlers' arguments; a job whose payload cannot be
+        decoded has none (it is finished already: dead at once, not the worker's failure). ``waits``:
+        each one's pending wait (observed by the batch), ``started_s``: the monotonic time their
+        handlers start."""
         is_async = task.is_async
-        ctx = (AsyncJobContext if is_async else JobContext)(job.id, task.queue, job.attempt, self._producers[is_async])
-        if left is not None:
-            # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
-            ctx.children = lambda raw=left, loads=task.serializer.loads: Children(
-                {child: loads(result) for child, result in raw.results.items()}, raw.failures)
-        if self._progress and not job.flow and job.group is None:  # APPEND is fenced on the flat active set
-            # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
-            # async one awaits it on the asyncio connection (the loop's other handlers run on)
-            ctx.report = self._async_report(queue.name, job) if is_async else partial(queue.progress, job)
-        held = Held(queue, task, job, (job.queue, job.id), ctx, sent, started_s, deadline)
-        self.held[held.key] = held
-        try:
-            payload = None if job.raw_payload is None else task.serializer.loads(job.raw_payload)
-        except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
-            held.verdict = policy.Undecodable(PayloadError(
-                f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
-                f"{type(exc).__name__}: {exc}"))
-            log.error("job %s/%s: %s", job.queue, job.id, held.verdict.error)
-            held.ended_s = held.started_s
-            with self._outcomes:
-                self._finished.append(held)
-            return None
-        return held, task.arguments(payload, ctx)
+        context, producers = (AsyncJobContext if is_async else JobContext), self._producers[is_async]
+        runs = []
+        for job, waited_s in zip(jobs, waits):
+            if "job.claimed" in hooks.heard:  # counted by the batch (_start)
+                self._tell("job.claimed", job, waited_s=waited_s, trace=job.trace)
+            ctx = context(job.id, task.queue, job.attempt, producers)
+            if children and (left := children.get(job.id)) is not None:
+                # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
+                ctx.children = lambda raw=left, loads=task.serializer.loads: Children(
+                    {child: loads(result) for child, result in raw.results.items()}, raw.failures)
+            if self._progress and not job.flow and job.group is None:  # APPEND is fenced on the flat active set
+                # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
+                # async one awaits it on the asyncio connection (the loop's other handlers run on)
+                ctx.report = self._async_report(queue.name, job) if is_async else partial(queue.progress, job)
+            held = Held(queue, task, job, (job.queue, job.id), ctx, sent, started_s, deadline)
+            self.held[held.key] = held
+            try:
+                payload = None if job.raw_payload is None else task.serializer.loads(job.raw_payload)
+            except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
+                held.verdict = policy.Undecodable(PayloadError(
+                    f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
+                    f"{type(exc).__name__}: {exc}"))
+                log.error("job %s/%s: %s", job.queue, job.id, held.verdict.error)
+                held.ended_s = held.started_s
+                with self._outcomes:
+                    self._finished.append(held)
+                continue
+            runs.append((held, task.arguments(payload, ctx)))
+        return runs
 
     def _run_sync(self, held: Held, args: tuple[Any, ...]) -> None:
         """On a handler thread: run the handler and hand its outcome back."""
