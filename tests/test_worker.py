@@ -326,6 +326,27 @@ def test_a_quick_job_settles_while_a_slow_one_of_its_batch_runs(conn):
     assert worker.tally.completed == 2
 
 
+def test_a_finished_handler_wakes_the_loop_only_once_the_settle_is_due(conn):
+    """A young batch's outcome does not wake the loop: the wait the step returns ends when the settle
+    falls due (settle_wait_ms on the worker's clock). Once a step has seen it due, an outcome wakes it."""
+    name, clock, release = fresh_name("w"), FakeClock(), threading.Event()
+    app = App()
+    app.handler(name, lambda payload: payload["slow"] and release.wait(10))
+    queue = Queue(conn, name)
+    queue.enqueue_many([{"slow": True}, {"slow": False}, {"slow": True}])
+    worker = Worker(app, conn, clock_ms=clock, config=WorkerConfig(settle_wait_ms=50))
+    started = clock.now
+    assert worker.step() <= started + 50  # claims all three; the loop wakes by itself by the settle's time
+    wait_until(lambda: worker._finished, what="the quick handler's outcome")
+    assert not worker._wake.is_set()  # young: it waits for the rest of its batch (two still run)
+    clock.now += 50
+    assert worker.step() > clock.now and worker.tally.completed == 1  # due: settled, the slow ones run on
+    assert not worker._wake.is_set()  # the loop would sleep: only an outcome can wake it now
+    release.set()
+    wait_until(lambda: worker._wake.is_set(), what="the wake by a slow handler's outcome")
+    wait_until(lambda: worker.step() and worker.tally.completed == 3, what="the slow jobs' completions")
+
+
 def test_stop_releases_what_is_still_held_by_requeue_on_both_wires(conn):
     name, release = fresh_name("w"), threading.Event()
     app = App()
