@@ -3,10 +3,12 @@
 -- one (not paused, not held, fewer than k running). A paused queue holds lanes too (the pause
 -- is read here, on both wires). stamp 1 (wire 6) writes the server's run_id as lease_epoch.
 -- Reply: {id, payload, attempts, group}, or empty; 0 when the queue never had a lane job
--- (`lanes:seq` absent: a worker probes its lanes less often).
+-- (`lanes:seq` absent: a worker probes its lanes less often). The `claimed` event when on.
 lanes(KEYS[3])
 if redis.call('EXISTS', base .. 'lanes:seq') == 0 then return 0 end
 if redis.call('HEXISTS', base .. 'meta', 'paused') == 1 then return {} end
+local bound, refused = event_bound()
+if refused then return refused end
 local now = now_ms()
 release_due(now)
 for _ = 1, 100 do  -- a turn that finds no job (a ghost) passes to the next group
@@ -22,6 +24,7 @@ for _ = 1, 100 do  -- a turn that finds no job (a ghost) passes to the next grou
     redis.call('HSET', row, 'state', 'active', 'started', now)
     if ARGV[2] == '1' then redis.call('HSET', row, 'lease_epoch', run_id()) end
     redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), id)
+    lane_event(bound, 'claimed', id, attempts)
     offer(g)  -- at the back of the round, if it may start another
     return {id, redis.call('HGET', row, 'payload'), attempts, g}
   end
