@@ -147,8 +147,8 @@ class Admission(str, Enum):
 
 @dataclass(frozen=True)
 class Throttled:
-    """A ``rated`` CLAIM or BCLAIM held by the queue's rate limit: no start may happen for
-    ``wait_ms`` (server clock); nothing was written (docs/spec.md §13)."""
+    """A ``rated`` CLAIM or BCLAIM, or a LANE_CLAIM, held by the queue's rate limit: no start may
+    happen for ``wait_ms`` (server clock); no job moved (docs/spec.md §13)."""
 
     wait_ms: int
 
@@ -403,9 +403,11 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
 NO_LANES = "no lanes"
 
 
-def _lane_claimed(reply: Sequence[Any] | int) -> Claimed | str | None:
+def _lane_claimed(reply: Sequence[Any] | int) -> Claimed | Throttled | str | None:
     if reply == 0:
         return NO_LANES
+    if isinstance(reply, int):
+        return Throttled(reply)  # the queue's rate limit holds the start: the ms until one may happen
     if not reply:
         return None  # no group may start a job, the queue is paused, or only ghosts were found
     job_id, raw, attempts, group = reply
@@ -423,7 +425,7 @@ def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libr
 LANES: tuple[Verb, ...] = (
     _lane("lane_enqueue", (BASE,), ("id", "payload", "group"), "(new) → lane", decode=_one),
     _lane("lane_claim", ("lanes:ready", "lanes:active", BASE), ("lease_ms", "stamp"), "lane → lane-active",
-          decode=_lane_claimed),
+          decode=_lane_claimed, library="claim"),
     _lane("lane_extends", ("lanes:active", BASE), ("lease_ms", "stamp", "id", "token"), "lane-active → lane-active",
           decode=lambda reply: [int(a) for a in reply]),
     _lane("lane_complete", ("lanes:active", BASE), ("id", "token", "result", "retention_ms"),

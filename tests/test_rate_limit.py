@@ -100,6 +100,40 @@ def test_a_retried_job_counts_again_and_lifting_the_limit_frees_the_queue(q):
     assert set(log(q)) == {"a:1", "a:2"}  # an unlimited claim logs nothing; the log expires by itself
 
 
+def test_lane_starts_count_against_the_limit_in_the_same_log(q):
+    """A lane job's start counts as a flat one's (docs/spec.md §13): one log, one limit. A full window
+    holds a lane claim that could start a job and answers the wait (nothing moves); with no group
+    ready the answer is empty, not held; a start leaving the window frees the next."""
+    client = q.connection.client
+    q.set_rate_limit("3/s")
+    q.enqueue_many([b"p"] * 2)
+    for group in ("a", "b", "c"):
+        q.enqueue(b"p", group=group)
+    flat = q.claim_many(2, LEASE)
+    lanes = q.claim_lanes(3, LEASE)
+    assert (len(flat), len(lanes)) == (2, 1) and 1 <= q.claim_wait_ms <= 1000
+    starts = log(q)
+    assert set(starts) == {f"{job.id}:1" for job in flat + lanes}
+    assert int(client.hget(q.keys.job(lanes[0].id), "started")) == starts[f"{lanes[0].id}:1"]
+    with queue_unchanged(q):
+        assert q.claim_lanes(2, LEASE) == [] and 1 <= q.claim_wait_ms <= 1000
+    wait_server_past(client, min(starts.values()) + 999)  # the first start leaves the window
+    assert 1 <= len(q.claim_lanes(2, LEASE)) <= 2
+
+
+def test_a_lane_claim_with_no_group_ready_is_empty_not_held(q):
+    """Nothing a group could start (its k running): empty, so a worker waits for a job rather than
+    for the window; a group that could start one is held by the full window."""
+    q.set_rate_limit("1/h")
+    q.enqueue(b"p", group="a")
+    q.enqueue(b"p", group="a")  # k = 1: waits while the first runs
+    assert len(q.claim_lanes(1, LEASE)) == 1
+    assert q.claim_lanes(1, LEASE) == [] and q.claim_wait_ms is None
+    q.enqueue(b"p", group="b")
+    with queue_unchanged(q):
+        assert q.claim_lanes(1, LEASE) == [] and q.claim_wait_ms > 3_500_000
+
+
 def test_a_lowered_limit_waits_until_the_window_holds_fewer(q):
     q.set_rate_limit("5/h")
     q.enqueue_many([b"p"] * 6)

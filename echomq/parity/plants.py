@@ -60,7 +60,7 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
                 "redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w')\n", "",
                 "enqueue forgets the wake marker (SPEC §9.3): a blocked wire-4 worker never hears of the job"),
     ScriptPlant("script:claim.rate_unlogged", "claim", "claim",
-                "    redis.call('ZADD', log, now, id .. ':' .. attempts)\n", "",
+                "  redis.call('ZADD', log, now, id .. ':' .. attempts)\n", "",
                 "claim checks the rate limit but never logs a start: the limit holds nothing"),
     ScriptPlant("script:claims.ghost_counted", "claim", "claims",
                 "    claimed = claimed + 1\n    if limit then recent = recent + 1 end\n  end\n",
