@@ -15,6 +15,7 @@ from echomq.rates import parse_rate_limit
 from echomq.serializers import RAW
 from echomq.verbs import ARGUMENT_TOKENS
 from helpers import fresh_name, queue_unchanged, server_ms, unchanged, wait_server_past
+from test_rate_limit_workers import most_in_any_window
 from worker_helpers import QUIET_TIMERS, commands_sent, wait_until
 
 LEASE = 60_000
@@ -252,6 +253,29 @@ def test_a_worker_waits_out_the_window_without_spinning(server, wire):
             worker.stop("test over")
             thread.join(10)
             conn.client.delete(queue.keys.rate)  # not left to expire under a later test's digest
+
+
+def test_a_worker_holds_lane_starts_to_the_limit(server, wire):
+    """Lane jobs of five groups under 2 starts a second: the worker starts them as the window frees,
+    never more than 2 in any second of the server's clock (the completed records' ``started``)."""
+    name, seen = fresh_name("rw"), []
+    app = App()
+    app.handler(name, lambda payload, ctx: seen.append(ctx.id), rate_limit=RateLimit(2, 1000))
+    with connect(server.url, wire=wire) as conn:
+        queue = Queue(conn, name)
+        ids = [queue.enqueue({}, group=f"g{n}").id for n in range(5)]
+        worker = Worker(app, conn, config=WorkerConfig(timers=QUIET_TIMERS))
+        thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+        thread.start()
+        try:
+            wait_until(lambda: all(conn.client.exists(queue.keys.done(i)) for i in ids), 15, what="five lane jobs")
+            started = [int(conn.client.hget(queue.keys.done(i), "started")) for i in ids]
+            assert sorted(seen) == sorted(ids) and most_in_any_window(started, 1000) <= 2
+            assert max(started) - min(started) >= 2000  # five starts at two a second span two windows
+        finally:
+            worker.stop("test over")
+            thread.join(10)
+            conn.client.delete(queue.keys.rate, *(queue.keys.done(i) for i in ids))
 
 
 def test_the_asyncio_queue_sets_reads_and_honours_the_limit(server, wire):
