@@ -292,8 +292,10 @@ class QueueCore:
         return self.build("flow_release", *_ref(job, token))
 
     def append_call(self, job: JobRef, value: Any, *, token: str | int | None = None) -> Call:
-        """APPEND: a held job's progress (any JSON value, at most 64 KiB encoded)."""
-        return self.build("append", *_ref(job, token), encode_progress(value))
+        """APPEND: a held job's progress (any JSON value, at most 64 KiB encoded). A claimed lane or
+        flow job's goes through ``lane_append`` or ``flow_append``, fenced where its lease is held."""
+        verb = "lane_append" if _lane_of(job) else "flow_append" if isinstance(job, Job) and job.flow else "append"
+        return self.build(verb, *_ref(job, token), encode_progress(value))
 
     def delay_call(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> Call:
         if _lane_of(job):  # back to its place in its lane; the group waits delay_ms

@@ -147,8 +147,8 @@ class Admission(str, Enum):
 
 @dataclass(frozen=True)
 class Throttled:
-    """A ``rated`` CLAIM or BCLAIM held by the queue's rate limit: no start may happen for
-    ``wait_ms`` (server clock); nothing was written (docs/spec.md §13)."""
+    """A ``rated`` CLAIM or BCLAIM, or a LANE_CLAIM, held by the queue's rate limit: no start may
+    happen for ``wait_ms`` (server clock); no job moved (docs/spec.md §13)."""
 
     wait_ms: int
 
@@ -258,8 +258,9 @@ class Verb:
     #: a script on both wires, never an EMQ command (SPEC §9.6: lanes, flows, the reaper); its
     #: source is ``scripts/lib/<prelude>.lua`` (the helpers its family shares), then its own file
     prelude: str | None = None
-    #: helpers an EMQ verb's script shares with another's (CLAIM's and CLAIMS' reading of meta):
-    #: its source is ``scripts/lib/<library>.lua``, then its own file
+    #: helpers a script shares with another verb's (CLAIM's and CLAIMS' reading of meta, APPEND's
+    #: fence and write): its source is ``scripts/lib/<library>.lua`` (after the prelude, if any),
+    #: then its own file
     library: str | None = None
 
     @property
@@ -281,11 +282,10 @@ class Verb:
         return self.command is None and not self.script_only
 
     def source(self) -> bytes:
-        """The script's text as it is loaded: its family's prelude or its library (if any), then its
-        own file."""
-        own = self.script_path.read_bytes()
-        shared = self.prelude or self.library
-        return own if shared is None else (SCRIPTS_DIR / "lib" / f"{shared}.lua").read_bytes() + own
+        """The script's text as it is loaded: its family's prelude and its library (each if any),
+        then its own file."""
+        shared = [SCRIPTS_DIR / "lib" / f"{name}.lua" for name in (self.prelude, self.library) if name]
+        return b"".join(path.read_bytes() for path in shared) + self.script_path.read_bytes()
 
     def build(self, keyspace: Keyspace, *argv: Any) -> Call:
         """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs)."""
@@ -368,7 +368,8 @@ VERBS: tuple[Verb, ...] = (
 # tells: a result, an event, an outcome. FAILURES.INCR takes FAIL's arguments, the traceback
 # included (born with the verb, so its token is the verb's own).
 BUS: tuple[Verb, ...] = (
-    _verb("append", ("active", BASE), ("id", "token", "progress"), "active → active", decode=_one, fenced=True),
+    _verb("append", ("active", BASE), ("id", "token", "progress"), "active → active", decode=_one, fenced=True,
+          library="append"),
     _verb("failures_incr", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
           decode=lambda reply: State(text(reply)), tokens=("failures.incr",), fenced=True,
@@ -402,17 +403,20 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
 NO_LANES = "no lanes"
 
 
-def _lane_claimed(reply: Sequence[Any] | int) -> Claimed | str | None:
+def _lane_claimed(reply: Sequence[Any] | int) -> Claimed | Throttled | str | None:
     if reply == 0:
         return NO_LANES
+    if isinstance(reply, int):
+        return Throttled(reply)  # the queue's rate limit holds the start: the ms until one may happen
     if not reply:
         return None  # no group may start a job, the queue is paused, or only ghosts were found
     job_id, raw, attempts, group = reply
     return Claimed(text(job_id), raw, int(attempts), text(group))
 
 
-def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False):
-    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced, prelude="lanes")
+def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, library=None):
+    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced, prelude="lanes",
+                library=library)
 
 
 # Lanes (SPEC §9.6, docs/lanes-and-flows.md): scripts on both wires, beside the EMQ verbs. A lane
@@ -421,7 +425,7 @@ def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False):
 LANES: tuple[Verb, ...] = (
     _lane("lane_enqueue", (BASE,), ("id", "payload", "group"), "(new) → lane", decode=_one),
     _lane("lane_claim", ("lanes:ready", "lanes:active", BASE), ("lease_ms", "stamp"), "lane → lane-active",
-          decode=_lane_claimed),
+          decode=_lane_claimed, library="claim"),
     _lane("lane_extends", ("lanes:active", BASE), ("lease_ms", "stamp", "id", "token"), "lane-active → lane-active",
           decode=lambda reply: [int(a) for a in reply]),
     _lane("lane_complete", ("lanes:active", BASE), ("id", "token", "result", "retention_ms"),
@@ -437,6 +441,8 @@ LANES: tuple[Verb, ...] = (
     _lane("lane_pause", ("lanes:ready", BASE), ("group",), "lane → lane (held)", decode=_one),
     _lane("lane_resume", (BASE,), ("group",), "lane → lane", decode=_one),
     _lane("lane_limit", (BASE,), ("k", "scope"), "lane → lane"),
+    _lane("lane_append", (BASE,), ("id", "token", "progress"), "lane-active → lane-active",
+          decode=_one, fenced=True, library="append"),
 )
 
 
@@ -448,8 +454,9 @@ def _flow_jobs(reply: Sequence[Sequence[Any]] | int) -> list[tuple[Claimed, bool
     return [(Claimed(text(job_id), raw, int(attempts)), parent == 1) for job_id, raw, attempts, parent in reply]
 
 
-def _flow(name, keys, argv, move, decode=lambda reply: reply, fenced=False):
-    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced, prelude="flow")
+def _flow(name, keys, argv, move, decode=lambda reply: reply, fenced=False, library=None):
+    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced, prelude="flow",
+                library=library)
 
 
 # The flow scripts (SPEC §9.6, docs/lanes-and-flows.md "Flows"): scripts on both wires, never an
@@ -473,6 +480,8 @@ FLOWS: tuple[Verb, ...] = (
           decode=_one, fenced=True),
     _flow("flow_reap", ("flow:active", "flow:pending", BASE), ("max_stalled", "limit"),
           "flow:active → flow:pending | dead", decode=_sweep),
+    _flow("flow_append", ("flow:active", BASE), ("id", "token", "progress"), "flow:active → flow:active",
+          decode=_one, fenced=True, library="append"),
 )
 
 # The two declared reads: scripts on both wires, never an EMQ command.

@@ -1100,7 +1100,7 @@ class Worker:
                 # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
                 ctx.children = lambda raw=left, loads=task.serializer.loads: Children(
                     {child: loads(result) for child, result in raw.results.items()}, raw.failures)
-            if self._progress and not job.flow and job.group is None:  # APPEND is fenced on the flat active set
+            if self._progress or job.flow or job.group is not None:  # lane_append, flow_append: scripts on both wires
                 # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
                 # async one awaits it on the asyncio connection (the loop's other handlers run on)
                 ctx.report = self._async_report(queue.name, job) if is_async else partial(queue.progress, job)

@@ -18,7 +18,7 @@ import pytest
 
 from echomq import policy
 from echomq import EmbeddedServer, Queue, Worker, WorkerConfig, connect, module_path
-from echomq.errors import ConfigurationError, JobFailed, LeaseLost, StateError
+from echomq.errors import CommandRefused, ConfigurationError, JobFailed, LeaseLost, StateError
 from echomq.keys import State
 from echomq.waiter import LANES_WAKE
 from test_blocking_worker import QUIET_TIMERS, Running, recording_app
@@ -249,6 +249,63 @@ def test_the_reaper_recovers_expired_lane_leases_with_the_sweeps_budget(lanes):
     assert (row["state"], row["last_error"], row["stalled"]) == ("dead", "stalled", "2")
     assert [j.payload["seq"] for j in lanes.claim_lanes(5, LEASE)] == [1]  # the group goes on
     assert lanes.reap(2, 100) == lanes.reap(2, 100)  # nothing more: no move, empty sweeps
+
+
+def test_a_lane_job_tells_its_moves_as_a_flat_job_does(lanes):
+    """With the queue's events on, every lane script tells its move (docs/spec.md §12's kinds, in
+    order); a lane job back in its lane is `pending`, even while its group waits."""
+    client = lanes.connection.client
+    lanes.enable_events(maxlen=100)
+    a = lanes.enqueue("a", group="g").id
+    (job,) = lanes.claim_lanes(1, LEASE)
+    lanes.progress(job, 1)
+    assert lanes.fail(job, "boom", max_attempts=3, backoff_ms=1) is State.SCHEDULED
+    wait_server_past(client, server_ms(client) + 2)
+    (job,) = lanes.claim_lanes(1, LEASE)
+    lanes.delay(job, 1)
+    wait_server_past(client, server_ms(client) + 2)
+    (job,) = lanes.claim_lanes(1, LEASE)
+    lanes.requeue(job)
+    (job,) = lanes.claim_lanes(1, 1)
+    wait_server_past(client, server_ms(client) + 2)
+    assert lanes.reap(2, 100).recovered == [a]
+    (job,) = lanes.claim_lanes(1, 1)
+    wait_server_past(client, server_ms(client) + 2)
+    assert lanes.reap(2, 100).dead == [a]
+    assert lanes.reprocess(a)
+    (job,) = lanes.claim_lanes(1, LEASE)
+    lanes.complete(job)
+    told = [(e.type, e.job_id, e.attempt, e.error, e.state, e.progress) for e in lanes.events()]
+    assert told == [
+        ("enqueued", a, 0, None, "pending", None), ("claimed", a, 1, None, None, None),
+        ("progress", a, 1, None, None, 1), ("failed", a, 1, "boom", None, None),
+        ("retried", a, 1, None, "pending", None), ("claimed", a, 2, None, None, None),
+        ("delayed", a, 2, None, "pending", None), ("claimed", a, 3, None, None, None),
+        ("requeued", a, 3, None, "pending", None), ("claimed", a, 4, None, None, None),
+        ("stalled", a, 4, None, None, None), ("recovered", a, 4, None, "pending", None),
+        ("claimed", a, 5, None, None, None), ("stalled", a, 5, None, None, None),
+        ("dead", a, 5, "stalled", "dead", None), ("reprocessed", a, 5, None, "pending", None),
+        ("claimed", a, 6, None, None, None), ("completed", a, 6, None, None, None)]
+
+
+def test_a_lane_job_that_dies_of_failures_tells_failed_then_dead_and_a_bad_switch_refuses(queue):
+    """FAIL's budget spent: `failed`, then `dead`. A malformed `meta events` refuses every lane script
+    that reads it before its first write: nothing changes (the move is not half made)."""
+    client = queue.connection.client
+    queue.enable_events(maxlen=100)
+    queue.enqueue("a", group="g")
+    (job,) = queue.claim_lanes(1, LEASE)
+    assert queue.fail(job, "fatal", max_attempts=1) is State.DEAD
+    assert [(e.type, e.error, e.state) for e in queue.events()][-2:] == [("failed", "fatal", None),
+                                                                         ("dead", None, "dead")]
+    queue.enqueue("b", group="g")
+    (held,) = queue.claim_lanes(1, LEASE)
+    client.hset(queue.keys.meta, "events", "many")
+    for attempt in (lambda: queue.enqueue("c", group="g"), lambda: queue.claim_lanes(1, LEASE),
+                    lambda: queue.complete(held), lambda: queue.fail(held, "e", max_attempts=3),
+                    lambda: queue.requeue(held), lambda: queue.reap(2, 100)):
+        with unchanged(client), pytest.raises(CommandRefused, match="not an integer"):
+            attempt()
 
 
 def test_the_restart_exemption_where_the_epoch_is_stamped(queue, wire):

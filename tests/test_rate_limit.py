@@ -15,6 +15,7 @@ from echomq.rates import parse_rate_limit
 from echomq.serializers import RAW
 from echomq.verbs import ARGUMENT_TOKENS
 from helpers import fresh_name, queue_unchanged, server_ms, unchanged, wait_server_past
+from test_rate_limit_workers import most_in_any_window
 from worker_helpers import QUIET_TIMERS, commands_sent, wait_until
 
 LEASE = 60_000
@@ -98,6 +99,40 @@ def test_a_retried_job_counts_again_and_lifting_the_limit_frees_the_queue(q):
     assert q.rate_limit() is None
     assert q.claim(LEASE).id == "b"
     assert set(log(q)) == {"a:1", "a:2"}  # an unlimited claim logs nothing; the log expires by itself
+
+
+def test_lane_starts_count_against_the_limit_in_the_same_log(q):
+    """A lane job's start counts as a flat one's (docs/spec.md §13): one log, one limit. A full window
+    holds a lane claim that could start a job and answers the wait (nothing moves); with no group
+    ready the answer is empty, not held; a start leaving the window frees the next."""
+    client = q.connection.client
+    q.set_rate_limit("3/s")
+    q.enqueue_many([b"p"] * 2)
+    for group in ("a", "b", "c"):
+        q.enqueue(b"p", group=group)
+    flat = q.claim_many(2, LEASE)
+    lanes = q.claim_lanes(3, LEASE)
+    assert (len(flat), len(lanes)) == (2, 1) and 1 <= q.claim_wait_ms <= 1000
+    starts = log(q)
+    assert set(starts) == {f"{job.id}:1" for job in flat + lanes}
+    assert int(client.hget(q.keys.job(lanes[0].id), "started")) == starts[f"{lanes[0].id}:1"]
+    with queue_unchanged(q):
+        assert q.claim_lanes(2, LEASE) == [] and 1 <= q.claim_wait_ms <= 1000
+    wait_server_past(client, min(starts.values()) + 999)  # the first start leaves the window
+    assert 1 <= len(q.claim_lanes(2, LEASE)) <= 2
+
+
+def test_a_lane_claim_with_no_group_ready_is_empty_not_held(q):
+    """Nothing a group could start (its k running): empty, so a worker waits for a job rather than
+    for the window; a group that could start one is held by the full window."""
+    q.set_rate_limit("1/h")
+    q.enqueue(b"p", group="a")
+    q.enqueue(b"p", group="a")  # k = 1: waits while the first runs
+    assert len(q.claim_lanes(1, LEASE)) == 1
+    assert q.claim_lanes(1, LEASE) == [] and q.claim_wait_ms is None
+    q.enqueue(b"p", group="b")
+    with queue_unchanged(q):
+        assert q.claim_lanes(1, LEASE) == [] and q.claim_wait_ms > 3_500_000
 
 
 def test_a_lowered_limit_waits_until_the_window_holds_fewer(q):
@@ -218,6 +253,29 @@ def test_a_worker_waits_out_the_window_without_spinning(server, wire):
             worker.stop("test over")
             thread.join(10)
             conn.client.delete(queue.keys.rate)  # not left to expire under a later test's digest
+
+
+def test_a_worker_holds_lane_starts_to_the_limit(server, wire):
+    """Lane jobs of five groups under 2 starts a second: the worker starts them as the window frees,
+    never more than 2 in any second of the server's clock (the completed records' ``started``)."""
+    name, seen = fresh_name("rw"), []
+    app = App()
+    app.handler(name, lambda payload, ctx: seen.append(ctx.id), rate_limit=RateLimit(2, 1000))
+    with connect(server.url, wire=wire) as conn:
+        queue = Queue(conn, name)
+        ids = [queue.enqueue({}, group=f"g{n}").id for n in range(5)]
+        worker = Worker(app, conn, config=WorkerConfig(timers=QUIET_TIMERS))
+        thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+        thread.start()
+        try:
+            wait_until(lambda: all(conn.client.exists(queue.keys.done(i)) for i in ids), 15, what="five lane jobs")
+            started = [int(conn.client.hget(queue.keys.done(i), "started")) for i in ids]
+            assert sorted(seen) == sorted(ids) and most_in_any_window(started, 1000) <= 2
+            assert max(started) - min(started) >= 2000  # five starts at two a second span two windows
+        finally:
+            worker.stop("test over")
+            thread.join(10)
+            conn.client.delete(queue.keys.rate, *(queue.keys.done(i) for i in ids))
 
 
 def test_the_asyncio_queue_sets_reads_and_honours_the_limit(server, wire):

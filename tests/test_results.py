@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 
@@ -325,6 +326,58 @@ def test_progress_from_a_holder_that_lost_its_lease_is_refused(conn):
         queue.progress(stale, 99)
     queue.progress(fresh, 1)
     assert queue.job(job.id)["progress"] == "1"
+
+
+def test_progress_from_a_lane_jobs_and_a_flow_jobs_handler(conn):
+    """``ctx.progress`` in a lane job's and a flow job's handler (lane_append, flow_append: scripts on
+    both wires): each row keeps its last progress, each report is a ``progress`` event."""
+    name = fresh_name("r")
+    gate = threading.Event()
+    reported = []
+
+    def handler(payload, ctx):
+        ctx.progress({"of": payload})
+        reported.append(payload)
+        gate.wait(10)
+        return payload
+
+    queue = Queue(conn, name)
+    queue.enable_events()
+    with _serve(conn, name, handler):
+        lane = queue.enqueue("lane", group="g")
+        queue.enqueue_flow("parent", children=["child"], id="parent")
+        wait_until(lambda: len(reported) == 2, what="both handlers' reports")
+        (child,) = [job_id.decode() for job_id in conn.client.zrange(queue.keys.base + "flow:active", 0, -1)]
+        assert queue.job(lane.id)["progress"] == '{"of":"lane"}'
+        assert queue.job(child)["progress"] == '{"of":"child"}'
+        gate.set()
+        assert queue.result("parent", timeout=10) == "parent"  # the parent reported too, then completed
+    progress = sorted((e.job_id, e.progress["of"]) for e in queue.events() if e.type == "progress")
+    assert progress == sorted([(lane.id, "lane"), (child, "child"), ("parent", "parent")])
+
+
+def test_lane_and_flow_progress_from_a_stale_holder_is_refused_and_writes_nothing(conn):
+    """A token that is not the row's, a row no longer held, or a flat row sent to lane_append: the
+    lease is lost (LeaseLost), and the dataset is unchanged."""
+    queue = Queue(conn, fresh_name("r"))
+    queue.enable_events()
+    queue.enqueue("lane", group="g")
+    queue.enqueue_flow("parent", children=["child"])
+    flat_id = queue.enqueue("flat").id
+    (lane,) = queue.claim_lanes(1, 60_000)
+    (child,) = queue.flow_claim(1, 60_000)
+    flat = queue.claim(60_000)
+    assert flat.id == flat_id and lane.group == "g" and child.flow
+    for job in (lane, child):
+        with queue_unchanged(queue), pytest.raises(LeaseLost):
+            queue.progress(job, 1, token=job.attempt + 1)
+    with queue_unchanged(queue), pytest.raises(LeaseLost, match="not a lane row"):
+        queue.progress(dataclasses.replace(flat, group="g"), 1)
+    queue.complete(lane)
+    with queue_unchanged(queue), pytest.raises(LeaseLost):
+        queue.progress(lane, 1)  # settled: no row
+    queue.progress(child, 2)
+    assert queue.job(child.id)["progress"] == "2"
 
 
 # --------------------------------------------------------------------------- events

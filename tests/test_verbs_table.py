@@ -130,6 +130,7 @@ def test_flow_scripts_run_on_both_wires_and_no_emq_command():
          ["id", "token", "error", "max_attempts", "backoff_ms", "traceback"]),
         ("flow_release", ["flow:active", "flow:pending", "base"], ["id", "token"]),
         ("flow_reap", ["flow:active", "flow:pending", "base"], ["max_stalled", "limit"]),
+        ("flow_append", ["flow:active", "base"], ["id", "token", "progress"]),
     ]
     for verb in FLOWS:
         assert verb.flow and verb.scripted and verb.command is None and verb.tokens == () and not verb.read_only
@@ -153,12 +154,19 @@ def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
 
 def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
     on_disk = sorted(p.name for p in SCRIPTS_DIR.iterdir() if p.is_file())
-    # the libraries the lane and the flow scripts, and CLAIM's and CLAIMS', are loaded after
+    # the libraries the lane and the flow scripts, CLAIM's and CLAIMS', and the three appends' are loaded after
     assert sorted(p.name for p in (SCRIPTS_DIR / "lib").iterdir()) == sorted([FLOW_LIBRARY.name, "lanes.lua",
-                                                                               "claim.lua"])
-    assert {v.name for v in SCRIPTED if v.library} == {"claim", "claims"}
+                                                                               "claim.lua", "append.lua"])
+    assert {v.name: v.library for v in SCRIPTED if v.library} == {
+        "claim": "claim", "claims": "claim", "lane_claim": "claim", "append": "append", "lane_append": "append",
+        "flow_append": "append"}
     for verb in ("claim", "claims"):
         assert BY_NAME[verb].source().startswith((SCRIPTS_DIR / "lib" / "claim.lua").read_bytes())
+    # a lane or flow append: its family's prelude, then the library, then its own file
+    for verb, prelude in (("append", b""), ("lane_append", (SCRIPTS_DIR / "lib" / "lanes.lua").read_bytes()),
+                          ("flow_append", FLOW_LIBRARY.read_bytes())):
+        assert BY_NAME[verb].source() == (prelude + (SCRIPTS_DIR / "lib" / "append.lua").read_bytes()
+                                          + BY_NAME[verb].script_path.read_bytes())
     assert on_disk == sorted(f"{v.name}.lua" for v in SCRIPTED)
     for verb in SCRIPTED:
         assert verb.script_path.is_file() and verb.script_path.parent == SCRIPTS_DIR

@@ -1,15 +1,19 @@
 -- EMQ lane_complete (both wires). KEYS: lanes:active, base. ARGV: id, token, result, retention_ms.
 -- As publish (docs/spec.md §12): the row deleted and counted, the completed record `done:<id>`
 -- (the result, attempts, created, started, finished) kept retention_ms from now (0 keeps none),
--- `completed` told on the job's outcome channel; then the group's slot is freed.
+-- `completed` told on the job's outcome channel; then the group's slot is freed. The `completed`
+-- event when on.
 lanes(KEYS[2])
 local id = ARGV[1]
 local row, g = held_row('lane_complete', id, ARGV[2])
 if not row then return g end
+local bound, refused = event_bound()
+if refused then return refused end
 local times = redis.call('HMGET', row, 'created', 'started')
 redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', row)
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
+lane_event(bound, 'completed', id, ARGV[2])
 local retention = tonumber(ARGV[4])
 if retention > 0 then
   local now = now_ms()

@@ -4,10 +4,13 @@
 -- FAIL's budget (SPEC §9.1): failures' = failures + 1, dead when failures' >= max_attempts.
 -- A retry goes back to its place at the head of its lane, so the group's order is kept; with a
 -- backoff the whole group waits that long. Reply: pending (at once), scheduled (after the
--- backoff) or dead.
+-- backoff) or dead. The events when on: `failed`, then `dead` or `retried` (with the row's state:
+-- pending, back in its lane, even while its group waits out the backoff).
 lanes(KEYS[3])
 local row, g = held_row('lane_fail', ARGV[1], ARGV[2])
 if not row then return g end
+local bound, refused = event_bound()
+if refused then return refused end
 local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], ARGV[1])
 local now = now_ms()
@@ -17,6 +20,8 @@ if failures >= tonumber(ARGV[4]) then
   redis.call('ZADD', KEYS[2], now, ARGV[1])
   redis.call('HSET', row, 'state', 'dead', unpack(failure))
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
+  lane_event(bound, 'failed', ARGV[1], ARGV[2], 'error', ARGV[3])
+  lane_event(bound, 'dead', ARGV[1], ARGV[2], 'state', 'dead')
   tell(ARGV[1], 'dead')
   free(g)
   return 'dead'
@@ -24,4 +29,6 @@ end
 local backoff = tonumber(ARGV[5])
 if backoff > 0 then hold(g, now + backoff) end
 back_in_lane(row, ARGV[1], g, failure)
+lane_event(bound, 'failed', ARGV[1], ARGV[2], 'error', ARGV[3])
+lane_event(bound, 'retried', ARGV[1], ARGV[2], 'state', 'pending')
 return backoff > 0 and 'scheduled' or 'pending'

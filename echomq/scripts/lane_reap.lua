@@ -7,8 +7,12 @@
 -- A job back in its lane keeps its place (its enqueue order). Held groups whose time has come
 -- take their turn again. Reply: {recovered ids, exempt ids, dead ids, next}: next = ms until
 -- the reaper has work again (the earliest lane lease deadline or held group's time), -1: none.
+-- The events when on, as STALLED.CHECK's: a counted stall `stalled`, then `recovered` or `dead`;
+-- an exempt lease `recovered` only; a ghost none.
 lanes(KEYS[3])
 if redis.call('EXISTS', base .. 'lanes:seq') == 0 then return {{}, {}, {}, -1} end  -- never had lanes
+local bound, refused = event_bound()
+if refused then return refused end
 local now = now_ms()
 release_due(now)
 local epoch = ARGV[3] == '1' and run_id()
@@ -16,22 +20,27 @@ local recovered, exempt, dead = {}, {}, {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))) do
   local row = base .. 'job:' .. id
   redis.call('ZREM', KEYS[1], id)
-  local f = redis.call('HMGET', row, 'group', 'lease_epoch')
+  local f = redis.call('HMGET', row, 'group', 'lease_epoch', 'attempts')
+  local attempt = f[3] or '0'
   if f[1] then
     if epoch and f[2] and f[2] ~= epoch then
       back_in_lane(row, id, f[1], {})
+      lane_event(bound, 'recovered', id, attempt, 'state', 'pending')
       exempt[#exempt + 1] = id
     else
       local stalled = redis.call('HINCRBY', row, 'stalled', 1)
+      lane_event(bound, 'stalled', id, attempt)
       if stalled >= tonumber(ARGV[1]) then
         redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled', 'failed', now)
         redis.call('ZADD', KEYS[2], now, id)
         redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
+        lane_event(bound, 'dead', id, attempt, 'error', 'stalled', 'state', 'dead')
         tell(id, 'dead')
         free(f[1])
         dead[#dead + 1] = id
       else
         back_in_lane(row, id, f[1], {})
+        lane_event(bound, 'recovered', id, attempt, 'state', 'pending')
         recovered[#recovered + 1] = id
       end
     end

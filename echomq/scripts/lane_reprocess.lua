@@ -17,21 +17,13 @@ if not g then return redis.error_reply('EMQSTATE lane_reprocess row is not a lan
 if state ~= 'dead' then
   return redis.error_reply('EMQSTATE lane_reprocess row ' .. (state and 'is ' .. state or 'has no state') .. ', not dead')
 end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', base .. 'meta', 'events')
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local bound, refused = event_bound()
+if refused then return refused end
 local seq = redis.call('INCR', base .. 'lanes:seq')
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', base .. 'lane:' .. g, seq, ARGV[1])
 redis.call('HSET', row, 'state', 'pending', 'failures', '0', 'stalled', '0', 'seq', seq)
 redis.call('SADD', base .. 'lanes:groups', g)
-if bound then
-  redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'reprocessed', 'id', ARGV[1],
-    'attempt', seen[1] or '0', 'state', 'pending')
-end
+lane_event(bound, 'reprocessed', ARGV[1], seen[1] or '0', 'state', 'pending')
 if offer(g) then wake() end
 return 1

@@ -3,7 +3,7 @@
 //! channel. Each is derived from the queue's base, so it shares the queue's hashtag, and each
 //! is checked (type, fence) in step 4–5 and written in step 6 with the move.
 
-use crate::decide::{events_bound, num, owned_op, Expect, Op};
+use crate::decide::{events_bound, num, owned_op, Cmd, Expect, Op};
 use crate::errors::Refusal;
 use crate::grammar::Keyspace;
 use crate::host::{Fence, Host};
@@ -87,7 +87,7 @@ impl Events {
         .map(|a| a.to_vec())
         .collect();
         args.extend(extra.iter().map(|a| a.to_vec()));
-        owned_op("XADD", args, Expect::AnyId)
+        owned_op(Cmd::Xadd, args, Expect::AnyId)
     }
 }
 

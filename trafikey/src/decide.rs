@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::ffi::CStr;
+use std::fmt;
 
 use crate::errors::{NOT_INTEGER, OVERFLOW};
 use crate::grammar::Keyspace;
@@ -333,10 +334,46 @@ pub enum Expect {
     AnyId,
 }
 
+/// The commands a plan writes with, each on one key through a key handle (an enum, not the
+/// command's text: the host branches on it several times a write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmd {
+    Hset,
+    Hincrby,
+    Zadd,
+    Zrem,
+    Zpopmin,
+    Del,
+    Xadd,
+    Pexpireat,
+}
+
+impl Cmd {
+    /// Its name, NUL-terminated for `RM_Replicate`.
+    pub fn name(self) -> &'static CStr {
+        match self {
+            Cmd::Hset => c"HSET",
+            Cmd::Hincrby => c"HINCRBY",
+            Cmd::Zadd => c"ZADD",
+            Cmd::Zrem => c"ZREM",
+            Cmd::Zpopmin => c"ZPOPMIN",
+            Cmd::Del => c"DEL",
+            Cmd::Xadd => c"XADD",
+            Cmd::Pexpireat => c"PEXPIREAT",
+        }
+    }
+}
+
+impl fmt::Display for Cmd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name().to_str().unwrap_or("?"))
+    }
+}
+
 /// One planned write: the command, its arguments, the reply it must give.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Op<'a> {
-    pub cmd: &'static str,
+    pub cmd: Cmd,
     /// The key, then the command's arguments; borrowed where the verb holds them.
     pub args: Args<'a>,
     pub expect: Expect,
@@ -396,25 +433,19 @@ impl Eq for Args<'_> {}
 impl Op<'_> {
     /// HSET or HINCRBY: writes that can travel merged as one HSET of the values written.
     pub fn is_hash_write(&self) -> bool {
-        matches!(self.cmd, "HSET" | "HINCRBY")
+        matches!(self.cmd, Cmd::Hset | Cmd::Hincrby)
     }
 
     /// The command its effect is replicated as (a pop as the removal of what it popped).
-    pub fn replicated(&self) -> &'static CStr {
+    pub fn replicated(&self) -> Cmd {
         match self.cmd {
-            "HSET" => c"HSET",
-            "HINCRBY" => c"HINCRBY",
-            "ZADD" => c"ZADD",
-            "ZREM" | "ZPOPMIN" => c"ZREM",
-            "DEL" => c"DEL",
-            "XADD" => c"XADD",
-            "PEXPIREAT" => c"PEXPIREAT",
-            _ => c"",
+            Cmd::Zpopmin => Cmd::Zrem,
+            cmd => cmd,
         }
     }
 }
 
-pub fn op<'a>(cmd: &'static str, args: &[&'a [u8]], expect: Expect) -> Op<'a> {
+pub fn op<'a>(cmd: Cmd, args: &[&'a [u8]], expect: Expect) -> Op<'a> {
     let args = if args.len() <= FEW_ARGS {
         let mut few: [&[u8]; FEW_ARGS] = [&[]; FEW_ARGS];
         few[..args.len()].copy_from_slice(args);
@@ -426,7 +457,7 @@ pub fn op<'a>(cmd: &'static str, args: &[&'a [u8]], expect: Expect) -> Op<'a> {
 }
 
 /// An op over arguments the plan owns (batched members, numbers it formatted).
-pub fn owned_op(cmd: &'static str, args: Vec<Vec<u8>>, expect: Expect) -> Op<'static> {
+pub fn owned_op(cmd: Cmd, args: Vec<Vec<u8>>, expect: Expect) -> Op<'static> {
     Op {
         cmd,
         args: Args::Many(args.into_iter().map(Cow::Owned).collect()),
@@ -542,7 +573,7 @@ pub fn sweep_plan(
     }
     let mut zrem = vec![active.to_vec()];
     zrem.extend(members.iter().map(|m| m.id.clone()));
-    plan.push(owned_op("ZREM", zrem, Expect::Int(members.len() as i64)));
+    plan.push(owned_op(Cmd::Zrem, zrem, Expect::Int(members.len() as i64)));
     let mut to_pending = vec![pending.to_vec()];
     let mut to_dead = vec![dead.to_vec()];
     let mut died = 0i64;
@@ -552,7 +583,7 @@ pub fn sweep_plan(
             Swept::Ghost => continue,
             Swept::Exempt => {
                 plan.push(owned_op(
-                    "HSET",
+                    Cmd::Hset,
                     vec![
                         row.to_vec(),
                         b"state".to_vec(),
@@ -563,7 +594,7 @@ pub fn sweep_plan(
             }
             Swept::Recover(st) => {
                 plan.push(owned_op(
-                    "HSET",
+                    Cmd::Hset,
                     vec![
                         row.to_vec(),
                         b"stalled".to_vec(),
@@ -576,7 +607,7 @@ pub fn sweep_plan(
             }
             Swept::Die(st) => {
                 plan.push(owned_op(
-                    "HSET",
+                    Cmd::Hset,
                     vec![
                         row.to_vec(),
                         b"stalled".to_vec(),
@@ -600,12 +631,12 @@ pub fn sweep_plan(
         to_pending.push(m.id.clone());
     }
     if to_pending.len() > 1 {
-        plan.push(owned_op("ZADD", to_pending, Expect::AnyInt));
+        plan.push(owned_op(Cmd::Zadd, to_pending, Expect::AnyInt));
     }
     if died > 0 {
-        plan.push(owned_op("ZADD", to_dead, Expect::AnyInt));
+        plan.push(owned_op(Cmd::Zadd, to_dead, Expect::AnyInt));
         plan.push(owned_op(
-            "HINCRBY",
+            Cmd::Hincrby,
             vec![
                 q.metrics_failed().to_vec(),
                 b"count".to_vec(),

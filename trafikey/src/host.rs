@@ -14,7 +14,7 @@ use valkey_module::raw::{
 };
 use valkey_module::{Context, ValkeyError, ValkeyValue};
 
-use crate::decide::{incr, num, string2ll, Expect, Op};
+use crate::decide::{incr, num, string2ll, Cmd, Expect, Op};
 use crate::errors::{printable, Refusal};
 use crate::ffi::{self, Caller, Key, Kind, Names, Str};
 
@@ -53,15 +53,15 @@ pub struct Host<'c> {
 
 /// An effect to replicate: the command and its arguments, its key first.
 struct Effect {
-    cmd: &'static CStr,
+    cmd: Cmd,
     args: Vec<Str>,
 }
 
 /// May several effects of `cmd` on one key travel as one (`ZADD k s1 m1 s2 m2`, `ZREM k m1
 /// m2`)? A plain ZADD (no flags: the host plans none) or a ZREM, applied one after the other,
 /// leaves exactly what one with all their arguments leaves.
-fn merges(cmd: &CStr) -> bool {
-    cmd == c"ZADD" || cmd == c"ZREM"
+fn merges(cmd: Cmd) -> bool {
+    matches!(cmd, Cmd::Zadd | Cmd::Zrem)
 }
 
 /// A host's vectors, kept from one command to the next so that a command allocates none of
@@ -441,7 +441,7 @@ impl<'c> Host<'c> {
                 .retain()
                 .ok_or_else(|| fail(first, "has no key"))?,
         );
-        let mut name: &CStr = c"HSET";
+        let mut name = Cmd::Hset;
         let mut outcome = Ok(());
         let mut done = 0;
         for op in run {
@@ -460,18 +460,18 @@ impl<'c> Host<'c> {
                     break;
                 }
             };
-            name = if merged { c"HSET" } else { op.replicated() };
+            name = if merged { Cmd::Hset } else { op.replicated() };
             match (op.cmd, merged, produced) {
                 // an increment among merged hash writes: its field and the value it produced
-                ("HINCRBY", true, Some(value)) => {
+                (Cmd::Hincrby, true, Some(value)) => {
                     effect.truncate(start + 1);
                     effect.push(value);
                 }
                 // a pop travels as the removal of what it popped
-                ("ZPOPMIN", _, Some(member)) => effect.push(member),
+                (Cmd::Zpopmin, _, Some(member)) => effect.push(member),
                 // an append travels with the id it was given and its exact bound:
                 // XADD key MAXLEN <n> <id> field value …
-                ("XADD", _, Some(id)) => {
+                (Cmd::Xadd, _, Some(id)) => {
                     let mut rest = effect.split_off(start).into_iter();
                     effect.push(self.name(b"MAXLEN")?);
                     effect.extend(rest.next());
@@ -501,7 +501,7 @@ impl<'c> Host<'c> {
     /// effects in the order they were made; effects on different keys commute (each is one
     /// key's command, inside the command's one MULTI/EXEC). `apply` replicates the held ones
     /// at its end (`release`).
-    fn replicate(&self, cmd: &'static CStr, effect: &mut Vec<Str>) -> bool {
+    fn replicate(&self, cmd: Cmd, effect: &mut Vec<Str>) -> bool {
         let mut held = self.held.borrow_mut();
         let mut replicated = true;
         if let Some(i) = held.iter().position(|e| e.args[0][..] == effect[0][..]) {
@@ -518,14 +518,14 @@ impl<'c> Host<'c> {
             held.push(Effect { cmd, args });
             return replicated;
         }
-        replicated &= ffi::replicate(self.ctx, cmd, effect);
+        replicated &= ffi::replicate(self.ctx, cmd.name(), effect);
         effect.clear();
         replicated
     }
 
     /// `RM_Replicate` of one effect; its emptied vector kept for the next held one.
     fn send(&self, mut effect: Effect) -> bool {
-        let replicated = ffi::replicate(self.ctx, effect.cmd, &effect.args);
+        let replicated = ffi::replicate(self.ctx, effect.cmd.name(), &effect.args);
         effect.args.clear();
         self.spent.borrow_mut().push(effect.args);
         replicated
@@ -558,11 +558,11 @@ impl<'c> Host<'c> {
         };
         let mut produced = None;
         let (reply, class, event): (Reply, c_int, &CStr) = match op.cmd {
-            "HSET" => {
+            Cmd::Hset => {
                 let new = k.hash_set_all(rest).ok_or_else(|| fail("was refused"))?;
                 (Reply::Int(new), NOTIFY_HASH, c"hset")
             }
-            "HINCRBY" => {
+            Cmd::Hincrby => {
                 let [field, by] = rest else {
                     return Err(fail("has bad arguments"));
                 };
@@ -575,7 +575,7 @@ impl<'c> Host<'c> {
                 produced = Some(value);
                 (Reply::Int(next), NOTIFY_HASH, c"hincrby")
             }
-            "ZADD" => {
+            Cmd::Zadd => {
                 let mut added = 0;
                 for pair in rest.chunks(2) {
                     let [s, member] = pair else {
@@ -588,14 +588,14 @@ impl<'c> Host<'c> {
                 }
                 (Reply::Int(added), NOTIFY_ZSET, c"zadd")
             }
-            "ZREM" => {
+            Cmd::Zrem => {
                 let mut removed = 0;
                 for member in rest {
                     removed += i64::from(k.zrem(member).ok_or_else(|| fail("was refused"))?);
                 }
                 (Reply::Int(removed), NOTIFY_ZSET, c"zrem")
             }
-            "ZPOPMIN" => {
+            Cmd::Zpopmin => {
                 let Some((member, _)) = k.lowest() else {
                     return Err(fail("found nothing to pop"));
                 };
@@ -608,11 +608,11 @@ impl<'c> Host<'c> {
                 produced = Some(member);
                 (reply, NOTIFY_ZSET, c"zpopmin")
             }
-            "DEL" => {
+            Cmd::Del => {
                 let existed = k.delete().ok_or_else(|| fail("was refused"))?;
                 (Reply::Int(i64::from(existed)), NOTIFY_GENERIC, c"del")
             }
-            "XADD" => {
+            Cmd::Xadd => {
                 let Some((maxlen, fields)) = rest.split_first() else {
                     return Err(fail("has bad arguments"));
                 };
@@ -624,7 +624,7 @@ impl<'c> Host<'c> {
                 produced = Some(self.name(&id)?);
                 (Reply::Bulk(id), NOTIFY_STREAM, c"xadd")
             }
-            "PEXPIREAT" => {
+            Cmd::Pexpireat => {
                 let [at] = rest else {
                     return Err(fail("has bad arguments"));
                 };
@@ -632,7 +632,6 @@ impl<'c> Host<'c> {
                 let set = k.expire_at(at).ok_or_else(|| fail("was refused"))?;
                 (Reply::Int(i64::from(set)), NOTIFY_GENERIC, c"expire")
             }
-            _ => return Err(fail("is not a planned write")),
         };
         let ok = match (&op.expect, &reply) {
             (Expect::Int(want), Reply::Int(got)) => want == got,

@@ -1,6 +1,7 @@
 -- What CLAIM and CLAIMS share (docs/spec.md §12, §13, §17): the reading of the queue's meta, the
--- rate limit's wait and the start of one job. The client puts this file before claim.lua's and
--- claims.lua's own text.
+-- rate limit's wait and log, and the start of one job. The client puts this file before claim.lua's
+-- and claims.lua's own text, and lane_claim's (after the lanes' prelude: a lane start counts
+-- against the queue's rate limit too).
 -- switches(meta) -> bound, limit, window: the event switch (an integer MAXLEN; nil when absent or
 -- <= 0) and the rate limit (`limit` starts in any `window` ms; nil when absent or <= 0); or, for
 -- a refused read or a malformed value, nil, nil, nil and the error reply. Meta must exist.
@@ -42,6 +43,14 @@ local function rate_wait(log, now, window, recent, limit)
   return math.max(1, tonumber(frees[2]) + window - now)
 end
 
+-- a start logged in the rate limit's log (`id:attempts` at `now`); the log's stale entries out,
+-- and it expires a window from now
+local function log_start(log, now, window, id, attempts)
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
+  redis.call('ZADD', log, now, id .. ':' .. attempts)
+  redis.call('PEXPIRE', log, window)
+end
+
 -- start(base, active, id, now, lease_ms, bound, log, window) -> {id, payload, attempts}: the
 -- writes that claim one job whose row exists; `bound` (the event switch) and `log` (the rate
 -- limit's log of starts, nil without a limit) as switches() and the caller found them
@@ -54,11 +63,6 @@ local function start(base, active, id, now, lease_ms, bound, log, window)
   if bound then
     redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'claimed', 'id', id, 'attempt', attempts)
   end
-  if log then
-    -- the start logged; the log's stale entries out, and it expires a window from now
-    redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
-    redis.call('ZADD', log, now, id .. ':' .. attempts)
-    redis.call('PEXPIRE', log, window)
-  end
+  if log then log_start(log, now, window, id, attempts) end
   return {id, redis.call('HGET', row, 'payload'), attempts}
 end

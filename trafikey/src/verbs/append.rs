@@ -5,7 +5,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{op, Expect};
+use crate::decide::{op, Cmd, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 use crate::verbs::{held, LeaseCheck, ANY_ROW};
@@ -43,7 +43,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     }
     fence.write(&row)?;
     let events = bus::events(&h, &fence, &q)?;
-    let mut plan = vec![op("HSET", &[&row, b"progress", progress], Expect::AnyInt)];
+    let mut plan = vec![op(
+        Cmd::Hset,
+        &[&row, b"progress", progress],
+        Expect::AnyInt,
+    )];
     plan.extend(events.map(|ev| ev.op(b"progress", id, token, &[b"progress", progress])));
     // 6.–7. writes, each replicated as its effect
     h.apply(&plan)?;

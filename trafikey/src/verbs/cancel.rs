@@ -5,7 +5,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{incr, num, op, Expect};
+use crate::decide::{incr, num, op, Cmd, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -52,10 +52,10 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 6.–7. writes, each replicated as its effect: dead, scored the time it was cancelled
     #[allow(unused_mut)]
     let mut writes = vec![
-        op("ZREM", &[active, id], Expect::Int(1)),
-        op("ZADD", &[dead, &now, id], Expect::Int(1)),
+        op(Cmd::Zrem, &[active, id], Expect::Int(1)),
+        op(Cmd::Zadd, &[dead, &now, id], Expect::Int(1)),
         op(
-            "HSET",
+            Cmd::Hset,
             &[
                 &row,
                 b"state",
@@ -67,7 +67,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             ],
             Expect::AnyInt,
         ),
-        op("HINCRBY", &[&metrics, b"count", b"1"], Expect::Int(count)),
+        op(
+            Cmd::Hincrby,
+            &[&metrics, b"count", b"1"],
+            Expect::Int(count),
+        ),
     ];
     // planted (operator): the cancelled job is not counted
     #[cfg(feature = "planted")]

@@ -8,7 +8,7 @@
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
 use crate::bus;
-use crate::decide::{next_attempt, num, op, owned_op, rate_of, rate_wait, Expect, Num};
+use crate::decide::{next_attempt, num, op, owned_op, rate_of, rate_wait, Cmd, Expect, Num};
 use crate::errors::Refusal;
 use crate::ffi::Str;
 use crate::grammar::{self, Argc, Call, KeyName, Keyspace};
@@ -270,14 +270,18 @@ pub fn claim_run(
     let mut plan = Vec::with_capacity(taken.len() + leased * per_lease + 1);
     let mut jobs = Vec::with_capacity(leased);
     for t in &taken {
-        plan.push(op("ZPOPMIN", &[pending], Expect::Popped(t.id.to_vec())));
+        plan.push(op(Cmd::Zpopmin, &[pending], Expect::Popped(t.id.to_vec())));
         let Some(l) = &t.lease else {
             continue;
         };
         plan.extend([
-            op("HINCRBY", &[&l.row, b"attempts", b"1"], Expect::Int(l.att)),
             op(
-                "HSET",
+                Cmd::Hincrby,
+                &[&l.row, b"attempts", b"1"],
+                Expect::Int(l.att),
+            ),
+            op(
+                Cmd::Hset,
                 &[
                     &l.row,
                     b"state",
@@ -289,7 +293,7 @@ pub fn claim_run(
                 ],
                 Expect::AnyInt,
             ),
-            op("ZADD", &[active, &deadline, &t.id], Expect::AnyInt),
+            op(Cmd::Zadd, &[active, &deadline, &t.id], Expect::AnyInt),
         ]);
         plan.extend(events.map(|ev| ev.op(b"claimed", &t.id, &l.token, &[])));
         // the start logged: the window's stale entries out (the first claim finds them all),
@@ -299,19 +303,19 @@ pub fn claim_run(
                 let n = stale.len() as i64;
                 let members = std::mem::take(&mut stale);
                 plan.push(owned_op(
-                    "ZREM",
+                    Cmd::Zrem,
                     [vec![log.to_vec()], members].concat(),
                     Expect::Int(n),
                 ));
             }
             let start = [&t.id[..], b":", &l.token[..]].concat();
             plan.push(owned_op(
-                "ZADD",
+                Cmd::Zadd,
                 vec![log.to_vec(), started.to_vec(), start],
                 Expect::Int(1),
             ));
             plan.push(owned_op(
-                "PEXPIREAT",
+                Cmd::Pexpireat,
                 vec![log.to_vec(), num(now + rate.window).to_vec()],
                 Expect::Int(1),
             ));

@@ -3,7 +3,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{incr, num, op, owned_op, Expect, Op};
+use crate::decide::{incr, num, op, owned_op, Cmd, Expect, Op};
 use crate::errors::{Refusal, NOT_INTEGER};
 use crate::grammar::{self, parse_digits, Argc, Keyspace};
 use crate::host::{int, Fence, Host, Seen};
@@ -88,9 +88,9 @@ pub fn completion<'a>(
     let (events, waited) = bus::switches(h, fence, q)?;
     #[allow(unused_mut)]
     let mut writes = vec![
-        op("ZREM", &[active, id], Expect::Int(1)),
-        op("DEL", &[row], Expect::Int(1)),
-        op("HINCRBY", &[metrics, b"count", b"1"], Expect::Int(count)),
+        op(Cmd::Zrem, &[active, id], Expect::Int(1)),
+        op(Cmd::Del, &[row], Expect::Int(1)),
+        op(Cmd::Hincrby, &[metrics, b"count", b"1"], Expect::Int(count)),
     ];
     // planted (settle): the completion is not counted
     #[cfg(feature = "planted")]
@@ -125,12 +125,12 @@ fn unique_window(
     let until = grammar::at("unique", now, ms)?;
     Ok(vec![
         owned_op(
-            "HSET",
+            Cmd::Hset,
             vec![marker.to_vec(), b"finished".to_vec(), num(now).to_vec()],
             Expect::AnyInt,
         ),
         owned_op(
-            "PEXPIREAT",
+            Cmd::Pexpireat,
             vec![marker.to_vec(), num(until).to_vec()],
             Expect::Int(1),
         ),

@@ -3,7 +3,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{earlier, num, op, Expect};
+use crate::decide::{earlier, num, op, Cmd, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 use crate::state::State;
@@ -47,10 +47,10 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 6.–7. writes, each replicated as its effect; the `delayed` event when on
     let at = num(due);
     let mut writes = vec![
-        op("ZREM", &[active, id], Expect::Int(1)),
-        op("ZADD", &[schedule, &at, id], Expect::AnyInt),
+        op(Cmd::Zrem, &[active, id], Expect::Int(1)),
+        op(Cmd::Zadd, &[schedule, &at, id], Expect::AnyInt),
         op(
-            "HSET",
+            Cmd::Hset,
             &[&row, b"state", State::Scheduled.field()],
             Expect::AnyInt,
         ),

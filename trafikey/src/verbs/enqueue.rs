@@ -3,7 +3,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{new_row, num, op, Expect};
+use crate::decide::{new_row, num, op, Cmd, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 use crate::state::State;
@@ -54,8 +54,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     );
     let new_fields = (fields.len() as i64 - 1) / 2;
     let mut plan = vec![
-        op("HSET", &fields, Expect::Int(new_fields)),
-        op("ZADD", &[pending, &prio, id], Expect::AnyInt),
+        op(Cmd::Hset, &fields, Expect::Int(new_fields)),
+        op(Cmd::Zadd, &[pending, &prio, id], Expect::AnyInt),
     ];
     plan.extend(events.map(|ev| ev.op(b"enqueued", id, b"0", &[b"state", State::Pending.field()])));
     h.apply(&plan)?;

@@ -5,7 +5,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{admission, earlier, new_row, num, op, Admission, Expect};
+use crate::decide::{admission, earlier, new_row, num, op, Admission, Cmd, Expect};
 use crate::errors::Refusal;
 use crate::ffi::Kind;
 use crate::grammar::{self, Argc};
@@ -75,13 +75,13 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             }
             fence.write(&row)?;
             match &due_num {
-                None => plan.push(op("HSET", &[&row, b"payload", payload], Expect::AnyInt)),
+                None => plan.push(op(Cmd::Hset, &[&row, b"payload", payload], Expect::AnyInt)),
                 Some(at) => {
                     if from == State::Pending {
-                        plan.push(op("ZREM", &[pending, id], Expect::Int(1)));
+                        plan.push(op(Cmd::Zrem, &[pending, id], Expect::Int(1)));
                     }
                     plan.push(op(
-                        "HSET",
+                        Cmd::Hset,
                         &[
                             &row,
                             b"state",
@@ -91,7 +91,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
                         ],
                         Expect::AnyInt,
                     ));
-                    plan.push(op("ZADD", &[schedule, at, id], Expect::AnyInt));
+                    plan.push(op(Cmd::Zadd, &[schedule, at, id], Expect::AnyInt));
                 }
             }
             h.apply(&plan)?;
@@ -123,8 +123,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         fields.extend_from_slice(&[b"unique", &unique_num]);
     }
     let new_fields = (fields.len() as i64 - 1) / 2;
-    plan.push(op("HSET", &fields, Expect::Int(new_fields)));
-    plan.push(op("ZADD", &[set, score, id], Expect::AnyInt));
+    plan.push(op(Cmd::Hset, &fields, Expect::Int(new_fields)));
+    plan.push(op(Cmd::Zadd, &[set, score, id], Expect::AnyInt));
     plan.extend(events.map(|ev| ev.op(b"enqueued", id, b"0", &[b"state", state.field()])));
     h.apply(&plan)?;
     if due.is_none() {

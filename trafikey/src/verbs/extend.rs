@@ -2,7 +2,7 @@
 
 use valkey_module::{Context, ValkeyResult};
 
-use crate::decide::{num, op, Expect};
+use crate::decide::{num, op, Cmd, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 use crate::verbs::{held, LeaseCheck, ANY_ROW};
@@ -43,8 +43,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let run_id = h.epoch()?;
     // 6.–7. writes, each replicated as its effect: the member exists, so ZADD adds nothing
     h.apply(&[
-        op("ZADD", &[active, &num(deadline), id], Expect::Int(0)),
-        op("HSET", &[&row, b"lease_epoch", run_id], Expect::AnyInt),
+        op(Cmd::Zadd, &[active, &num(deadline), id], Expect::Int(0)),
+        op(Cmd::Hset, &[&row, b"lease_epoch", run_id], Expect::AnyInt),
     ])?;
     Ok(int(deadline))
 }

@@ -5,7 +5,7 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
 use std::borrow::Cow;
 
-use crate::decide::{num, Args, Expect, Op};
+use crate::decide::{num, Args, Cmd, Expect, Op};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -58,7 +58,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         fence.write(&row)?;
         zadd.extend([Cow::Borrowed(&at[..]), Cow::Borrowed(*id)]);
         stamps.push(Op {
-            cmd: "HSET",
+            cmd: Cmd::Hset,
             args: Args::Many(vec![
                 Cow::Owned(row.to_vec()),
                 Cow::Borrowed(b"lease_epoch"),
@@ -72,7 +72,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // members exist), one stamp per row
     if zadd.len() > 1 {
         h.write(&Op {
-            cmd: "ZADD",
+            cmd: Cmd::Zadd,
             args: Args::Many(zadd),
             expect: Expect::Int(0),
         })?;

@@ -8,7 +8,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{earlier, fail_budget, incr, num, op, priority, Budget, Expect};
+use crate::decide::{earlier, fail_budget, incr, num, op, priority, Budget, Cmd, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{bulk, int, Host};
@@ -98,9 +98,9 @@ pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> V
         fields.extend([b"traceback".as_slice(), tb]);
     }
     let mut plan = vec![
-        op("ZREM", &[active, id], Expect::Int(1)),
-        op("ZADD", &[target, &score, id], Expect::AnyInt),
-        op("HSET", &fields, Expect::AnyInt),
+        op(Cmd::Zrem, &[active, id], Expect::Int(1)),
+        op(Cmd::Zadd, &[target, &score, id], Expect::AnyInt),
+        op(Cmd::Hset, &fields, Expect::AnyInt),
     ];
     let metrics = q.metrics_failed();
     if verdict == Budget::Dead {
@@ -109,7 +109,7 @@ pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> V
         let count = incr(stored.as_deref(), 1).map_err(Refusal::Counter)?;
         fence.write(&metrics)?;
         plan.push(op(
-            "HINCRBY",
+            Cmd::Hincrby,
             &[&metrics, b"count", b"1"],
             Expect::Int(count),
         ));

@@ -28,7 +28,7 @@ pub mod reschedule;
 pub mod schedule;
 pub mod stalled_check;
 
-use crate::decide::{deletes_row, owned_op, Expect};
+use crate::decide::{deletes_row, owned_op, Cmd, Expect};
 use crate::errors::{printable, Refusal};
 use crate::ffi::Str;
 use crate::grammar::Keyspace;
@@ -163,10 +163,10 @@ pub fn clear_members(
     let n = members.len() as i64;
     let mut zrem = vec![set.to_vec()];
     zrem.extend(members.iter().map(|m| m.to_vec()));
-    let mut plan = vec![owned_op("ZREM", zrem, Expect::Int(n))];
+    let mut plan = vec![owned_op(Cmd::Zrem, zrem, Expect::Int(n))];
     plan.extend(
         rows.into_iter()
-            .map(|row| owned_op("DEL", vec![row.to_vec()], Expect::Int(1))),
+            .map(|row| owned_op(Cmd::Del, vec![row.to_vec()], Expect::Int(1))),
     );
     if let Some(ev) = &events {
         let state: &[&[u8]] = &[b"state", want.field()];

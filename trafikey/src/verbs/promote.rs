@@ -4,7 +4,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{num, owned_op, priority, Expect, Op};
+use crate::decide::{num, owned_op, priority, Cmd, Expect, Op};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -48,7 +48,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         zadd.push(num(prio).to_vec());
         zadd.push(id.to_vec());
         states.push(owned_op(
-            "HSET",
+            Cmd::Hset,
             vec![
                 row.to_vec(),
                 b"state".to_vec(),
@@ -74,9 +74,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     }
     // 6.–7. writes, each replicated as its effect: one ZREM for every member, one ZADD for
     // the rows, their states
-    h.write(&owned_op("ZREM", zrem, Expect::Int(due.len() as i64)))?;
+    h.write(&owned_op(Cmd::Zrem, zrem, Expect::Int(due.len() as i64)))?;
     if moved > 0 {
-        h.write(&owned_op("ZADD", zadd, Expect::AnyInt))?;
+        h.write(&owned_op(Cmd::Zadd, zadd, Expect::AnyInt))?;
         h.apply(&states)?;
         // the queue is claimable: a blocked BCLAIM wakes
         h.signal(pending);

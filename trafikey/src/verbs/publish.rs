@@ -5,7 +5,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{num, op, Expect};
+use crate::decide::{num, op, Cmd, Expect};
 use crate::ffi::Kind;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -53,7 +53,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         fence.write(&done)?;
         if kind == Kind::Hash {
             // an older record of the same id (completed before, enqueued again) goes whole
-            plan.push(op("DEL", &[&done], Expect::Int(1)));
+            plan.push(op(Cmd::Del, &[&done], Expect::Int(1)));
         }
         let n = HELD.len();
         let mut record: Vec<&[u8]> = vec![
@@ -70,8 +70,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
                 record.extend([name, value]);
             }
         }
-        plan.push(op("HSET", &record, Expect::AnyInt));
-        plan.push(op("PEXPIREAT", &[&done, &expires], Expect::Int(1)));
+        plan.push(op(Cmd::Hset, &record, Expect::AnyInt));
+        plan.push(op(Cmd::Pexpireat, &[&done, &expires], Expect::Int(1)));
         // planted (bus): the completed record is kept forever
         #[cfg(feature = "planted")]
         if crate::plant::on("publish.keep_forever") {

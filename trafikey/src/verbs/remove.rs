@@ -5,7 +5,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{op, removable, Expect};
+use crate::decide::{op, removable, Cmd, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{bulk, int, Host};
@@ -46,8 +46,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let events = bus::events(&h, &fence, &q)?;
     // 6.–7. writes, each replicated as its effect
     let mut plan = vec![
-        op("ZREM", &[set, id], Expect::Int(1)),
-        op("DEL", &[&row], Expect::Int(1)),
+        op(Cmd::Zrem, &[set, id], Expect::Int(1)),
+        op(Cmd::Del, &[&row], Expect::Int(1)),
     ];
     let attempt = field(&seen, 3).unwrap_or(b"0");
     plan.extend(events.map(|ev| ev.op(b"removed", id, attempt, &[b"state", state.field()])));

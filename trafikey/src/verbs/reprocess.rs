@@ -4,7 +4,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{num, op, priority, Expect};
+use crate::decide::{num, op, priority, Cmd, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -34,7 +34,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     fence.read(&row)?;
     let prio;
     let (plan, reply) = match h.hash(&row, &["state", "group", "priority", "attempts"])? {
-        None => (vec![op("ZREM", &[dead, id], Expect::Int(1))], 0),
+        None => (vec![op(Cmd::Zrem, &[dead, id], Expect::Int(1))], 0),
         Some(seen) => {
             boundary(FLAT_ONLY, seen[1].as_deref(), None)?;
             expect_state(VERB, seen[0].as_deref(), State::Dead)?;
@@ -44,10 +44,10 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             let events = bus::events(&h, &fence, &q)?;
             let attempt = seen[3].as_deref().unwrap_or(b"0");
             let mut plan = vec![
-                op("ZREM", &[dead, id], Expect::Int(1)),
-                op("ZADD", &[pending, &prio, id], Expect::AnyInt),
+                op(Cmd::Zrem, &[dead, id], Expect::Int(1)),
+                op(Cmd::Zadd, &[pending, &prio, id], Expect::AnyInt),
                 op(
-                    "HSET",
+                    Cmd::Hset,
                     &[
                         &row,
                         b"state",

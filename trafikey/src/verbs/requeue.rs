@@ -3,7 +3,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{num, op, priority, Expect};
+use crate::decide::{num, op, priority, Cmd, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -46,10 +46,10 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 6.–7. writes, each replicated as its effect: no counter; the `requeued` event when on
     let prio = num(prio);
     let mut writes = vec![
-        op("ZREM", &[active, id], Expect::Int(1)),
-        op("ZADD", &[pending, &prio, id], Expect::AnyInt),
+        op(Cmd::Zrem, &[active, id], Expect::Int(1)),
+        op(Cmd::Zadd, &[pending, &prio, id], Expect::AnyInt),
         op(
-            "HSET",
+            Cmd::Hset,
             &[&row, b"state", State::Pending.field()],
             Expect::AnyInt,
         ),

@@ -4,7 +4,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{earlier, num, op, Expect};
+use crate::decide::{earlier, num, op, Cmd, Expect};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
@@ -52,7 +52,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // the `rescheduled` event when on
     let at = num(due);
     let attempt = seen[2].as_deref().unwrap_or(b"0");
-    let mut writes = vec![op("ZADD", &[schedule, &at, id], Expect::Int(0))];
+    let mut writes = vec![op(Cmd::Zadd, &[schedule, &at, id], Expect::Int(0))];
     writes.extend(events.map(|ev| {
         ev.op(
             b"rescheduled",

@@ -3,7 +3,7 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{earlier, new_row, num, op, Expect};
+use crate::decide::{earlier, new_row, num, op, Cmd, Expect};
 use crate::grammar::{self, Argc};
 use crate::host::{int, Host};
 use crate::state::State;
@@ -51,8 +51,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let new_fields = (fields.len() as i64 - 1) / 2;
     let due = num(due);
     let mut plan = vec![
-        op("HSET", &fields, Expect::Int(new_fields)),
-        op("ZADD", &[schedule, &due, id], Expect::AnyInt),
+        op(Cmd::Hset, &fields, Expect::Int(new_fields)),
+        op(Cmd::Zadd, &[schedule, &due, id], Expect::AnyInt),
     ];
     plan.extend(
         events.map(|ev| ev.op(b"enqueued", id, b"0", &[b"state", State::Scheduled.field()])),
