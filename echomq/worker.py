@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import repeat
 from queue import SimpleQueue
-from typing import Any, Awaitable, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from valkey.crc import key_slot
 
@@ -161,15 +161,10 @@ class Histogram:
         # under the GIL), so counts and sum always read together without a lock a job
         self._counts_and_sum: list[float] = [0] * (len(self.bounds) + 1) + [0.0]
 
-    def observe_many(self, values: Iterable[float]) -> None:
-        """Observe each of ``values`` (a claim batch's waits, a settle's run times: one call a batch).
-        They go into a copy that then replaces the list, in one store: a scrape copies the old list
-        or the new one, never one part-way through the batch."""
-        counts, bounds = self._counts_and_sum.copy(), self.bounds
-        for value in values:
-            counts[bisect_left(bounds, value)] += 1  # the first bound >= value (len: +Inf)
-            counts[-1] += value
-        self._counts_and_sum = counts
+    def observe(self, value: float) -> None:
+        counts = self._counts_and_sum
+        counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value (len: +Inf)
+        counts[-1] += value
 
     def snapshot(self) -> tuple[list[tuple[float, int]], float]:
         """The cumulative count at each bound (the last at +Inf) and the sum, read together."""
@@ -732,9 +727,8 @@ class Worker:
 
     def _settled(self, name: str, batch: list[tuple[Held, policy.Settle, Call]], answers: list[Any]) -> None:
         settled_at = self._clock_ms()
-        durations: list[float] = []  # the run times of the settles applied, observed together
         for (held, decision, _), reply in zip(batch, answers):
-            self._record(held, decision, reply, durations)
+            self._record(held, decision, reply)
             self.held.pop(held.key, None)
             if held.job.flow:  # a parent (in any queue served) may be ready now: poll the flow sets
                 self._next_flow_poll = dict.fromkeys(self._next_flow_poll, 0.0)
@@ -742,7 +736,6 @@ class Worker:
                 # promote when it falls due, not a whole interval later (plus slack for the two clocks)
                 wait = decision.delay_ms if isinstance(decision, policy.Postpone) else decision.backoff_ms
                 self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
-        self.timings.duration.observe_many(durations)
 
     def _polled(self, name: str, now: float, *, found: bool, paused: bool) -> None:
         """After a claim: claim again at once while the queue gives jobs; else a waiter watches it
@@ -840,8 +833,7 @@ class Worker:
             claimed += len(jobs)
         return claimed
 
-    def _record(self, held: Held, decision: policy.Settle, reply: Any, durations: list[float]) -> None:
-        """Count and tell a settle's answer; an applied one's run time goes to ``durations``."""
+    def _record(self, held: Held, decision: policy.Settle, reply: Any) -> None:
         job = held.job
         if isinstance(reply, Exception):
             # the fence (a 0, or wire 6's EMQSTATE for a row no longer active): someone else holds
@@ -852,7 +844,7 @@ class Worker:
                        f"settle refused by the server ({reply}); the sweep recovers it after its lease")
             return
         duration_s = held.ended_s - held.started_s  # known: it is settled once its outcome is
-        durations.append(duration_s)
+        self.timings.duration.observe(duration_s)
         if decision is policy.COMPLETE:  # the common case first: counted here, told only if heard
             self.tally.completed += 1
             if "job.completed" in hooks.heard:
@@ -1067,7 +1059,9 @@ class Worker:
         claimed_s, started_s = time.time(), time.monotonic()
         self.tally.claimed += len(jobs)
         waits = waited_in_pending_s(jobs, claimed_s)
-        self.timings.waited.observe_many([waited_s for waited_s in waits if waited_s is not None])
+        for waited_s in waits:
+            if waited_s is not None:
+                self.timings.waited.observe(waited_s)
         runs = self._hold(task, queue, jobs, sent, deadline, children, waits, started_s)
         if not runs:
             return
