@@ -8,10 +8,12 @@
 -- flows are under way without one (a parent waits, or a flow lease is held); {} when there is no
 -- flow work at all. The queue's rate limit (docs/spec.md §13) counts flow starts as CLAIM counts flat
 -- ones, in the same log: at most its room in the window start, and when the window is full while
--- jobs wait in flow:pending, the ms until a start may happen.
+-- jobs wait in flow:pending, the ms until a start may happen. Events when on: `promoted` for a
+-- retry moved to flow:pending, `claimed` for each start.
 local base = KEYS[4]
 if redis.call('HGET', base .. 'meta', 'paused') then return {} end
 local _, rate_limit, window, refused = switches(base .. 'meta')
+refused = refused or flow_switch(base)
 if refused then return refused end
 local now = flow_now()
 local limit = tonumber(ARGV[2])
@@ -22,8 +24,10 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0
   redis.call('ZREM', KEYS[3], id)
   local row = base .. 'job:' .. id
   if redis.call('EXISTS', row) == 1 then
-    redis.call('ZADD', KEYS[1], tonumber(redis.call('HGET', row, 'priority') or '0'), id)
+    local held = redis.call('HMGET', row, 'priority', 'attempts')
+    redis.call('ZADD', KEYS[1], tonumber(held[1] or '0'), id)
     redis.call('HSET', row, 'state', 'pending')
+    flow_event(base, 'promoted', id, held[2] or '0', 'state', 'pending')
   end
 end
 -- nothing to claim: when to look again
@@ -49,6 +53,7 @@ for i = 1, #popped, 2 do
     redis.call('HSET', row, 'state', 'active', 'started', now, 'lease_epoch', epoch)
     redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), id)
     if log then log_start(log, now, window, id, attempts) end
+    flow_event(base, 'claimed', id, attempts)
     local held = redis.call('HMGET', row, 'payload', 'children')
     claimed[#claimed + 1] = {id, held[1], attempts, held[2] and 1 or 0}
   end
