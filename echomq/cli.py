@@ -29,7 +29,7 @@ import click
 import valkey
 from valkey.cluster import ValkeyCluster
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -899,7 +899,9 @@ def rates(now: dict[str, QueueNumbers], before: dict[str, QueueNumbers] | None, 
 
 
 def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Exception],
-                per_s: dict[str, dict] | None) -> Table:
+                per_s: dict[str, dict] | None) -> RenderableType:
+    """The table, then why each unreadable queue could not be read (below it: an error text in a
+    column would widen the table past any terminal)."""
     table = Table(title=f"EchoMQ queues on {_where(connection)}", box=box.SIMPLE_HEAD, collapse_padding=True,
                   pad_edge=False)  # fits 80 columns with the rates
     for column in STATS_COLUMNS:
@@ -910,9 +912,11 @@ def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Except
     if per_s is not None:
         table.add_column("done/s", justify="right")
         table.add_column("died/s", justify="right")
+    unreadable = []
     for name, numbers in sampled.items():
         if isinstance(numbers, Exception):  # one damaged queue (a wrong-typed key) must not hide the others
-            table.add_row(name, f"[red]unreadable: {numbers}[/]")
+            table.add_row(name, "[red]unreadable[/]")
+            unreadable.append(Text(f"{name}: {numbers}", style="red"))
             continue
         c = numbers.counts
         row = [numbers.label + (" [yellow](paused)[/]" if c.paused else ""), str(c.pending), str(c.active),
@@ -922,7 +926,9 @@ def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Except
             rate = per_s.get(name)
             row += [f"{rate['completed_per_s']:.0f}", f"{rate['dead_per_s']:.0f}"] if rate else ["-", "-"]
         table.add_row(*row)
-    return table
+    if not unreadable:
+        return table
+    return Group(table, Text("unreadable (one of the queue's keys holds the wrong type):"), *unreadable)
 
 
 def stats_json(sampled: dict[str, QueueNumbers | Exception], per_s: dict[str, dict]) -> list[dict]:

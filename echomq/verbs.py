@@ -148,7 +148,8 @@ class Admission(str, Enum):
 @dataclass(frozen=True)
 class Throttled:
     """A ``rated`` CLAIM or BCLAIM, or a LANE_CLAIM, held by the queue's rate limit: no start may
-    happen for ``wait_ms`` (server clock); no job moved (docs/spec.md §13)."""
+    happen for ``wait_ms`` (server clock); no job moved (docs/spec.md §13). FLOW_CLAIM answers one
+    when it claimed nothing: when to look again (the next retry due, or the rate limit's wait)."""
 
     wait_ms: int
 
@@ -467,7 +468,7 @@ FLOWS: tuple[Verb, ...] = (
     _flow("flow_enqueue", (), ("queue", "id", "payload", "priority", "parent", "children", "on_child_failure"),
           "(new) → flow:waiting | flow:pending", decode=_one),
     _flow("flow_claim", ("flow:pending", "flow:active", "flow:schedule", BASE), ("lease_ms", "limit"),
-          "flow:pending → flow:active", decode=_flow_jobs),
+          "flow:pending → flow:active", decode=_flow_jobs, library="claim"),
     _flow("flow_extends", ("flow:active", BASE), ("lease_ms", "id", "token"), "flow:active → flow:active",
           decode=lambda reply: [int(a) for a in reply]),
     _flow("flow_complete", ("flow:active", BASE), ("id", "token", "result", "retention_ms"),

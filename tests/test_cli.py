@@ -257,6 +257,11 @@ def test_stats_shows_a_damaged_queue_as_unreadable_and_still_lists_the_others(em
         result = emq("stats")
         assert result.exit_code == 0, result.output
         assert name in result.stdout and "unreadable" in result.stdout
+        # the error below the table, on its queue's line; the table keeps to its columns' own widths
+        result = emq("stats", "-q", name, "-q", damaged)
+        (told,) = [line for line in result.stdout.splitlines() if line.startswith(f"{damaged}: ")]
+        assert "WRONGTYPE" in told
+        assert all(len(line) < 100 for line in result.stdout.splitlines() if line != told), result.stdout
     finally:
         with server.client() as client:
             client.delete(f"emq:{{{damaged}}}:pending")

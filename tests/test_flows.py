@@ -14,10 +14,10 @@ import pytest
 
 from echomq import (App, Backoff, CrossSlotFlow, EmbeddedServer, Flow, LeaseLost, Queue, StateError, Status,
                     TimerConfig, Worker, WorkerConfig, aio, connect, module_path)
-from echomq.errors import ConfigurationError
+from echomq.errors import CommandRefused, ConfigurationError
 from echomq.flows import check_one_slot, plan, same_slot_name, slot_of
 from echomq.serializers import JSON
-from helpers import digest, dump, fresh_name, server_ms, wait_server_past
+from helpers import digest, dump, fresh_name, server_ms, unchanged, wait_server_past
 from test_worker import running
 from worker_helpers import wait_until
 
@@ -254,6 +254,65 @@ def expire(q: Queue, lease_ms: int = 1) -> list:
     jobs = q.flow_claim(1000, lease_ms)
     wait_server_past(q.connection.client, server_ms(q.connection.client) + lease_ms)
     return jobs
+
+
+# -- events (docs/spec.md §12): each flow job's move, told in its own queue --------------------------
+
+
+def told(q: Queue) -> list[tuple]:
+    return [(e.type, e.job_id, e.attempt, e.error, e.state) for e in q.events()]
+
+
+def test_a_flow_tells_each_jobs_moves_in_its_queue(conn):
+    """Admission, claims, a retry, a retry's promotion, completions, the parent's readiness and a
+    lease the reaper recovers, each told as the flat verb it stands for, in order."""
+    q = Queue(conn, fresh_name("f"))
+    q.enable_events(maxlen=100)
+    q.enqueue_flow("p", children=[Flow(q.name, "a", id="a"), Flow(q.name, "b", id="b")], id="root")
+    a, b = sorted(q.flow_claim(10, LEASE), key=lambda job: job.id)
+    q.settle_many([q.flow_complete_call(a, b"1", retention_ms=0),
+                   q.flow_fail_call(b, "once", max_attempts=3, backoff_ms=1)])
+    wait_server_past(conn.client, server_ms(conn.client) + 2)
+    (b,) = q.flow_claim(10, LEASE)
+    q.settle_many([q.flow_release_call(b)])
+    (b,) = q.flow_claim(10, 1)
+    wait_server_past(conn.client, server_ms(conn.client) + 2)
+    assert q.reap_flows(max_stalled=2).recovered == ["b"]
+    (b,) = q.flow_claim(10, LEASE)
+    q.settle_many([q.flow_complete_call(b, b"2", retention_ms=0)])
+    (root,) = q.flow_claim(10, LEASE)
+    q.settle_many([q.flow_complete_call(root, b"3", retention_ms=0)])
+    assert told(q) == [
+        ("enqueued", "root", 0, None, "waiting"), ("enqueued", "a", 0, None, "pending"),
+        ("enqueued", "b", 0, None, "pending"), ("claimed", "a", 1, None, None), ("claimed", "b", 1, None, None),
+        ("completed", "a", 1, None, None), ("failed", "b", 1, "once", None), ("retried", "b", 1, None, "scheduled"),
+        ("promoted", "b", 1, None, "pending"), ("claimed", "b", 2, None, None), ("requeued", "b", 2, None, "pending"),
+        ("claimed", "b", 3, None, None), ("stalled", "b", 3, None, None), ("recovered", "b", 3, None, "pending"),
+        ("claimed", "b", 4, None, None), ("completed", "b", 4, None, None), ("promoted", "root", 0, None, "pending"),
+        ("claimed", "root", 1, None, None), ("completed", "root", 1, None, None)]
+
+
+def test_a_death_is_told_up_the_flow_in_each_queue_and_a_bad_switch_refuses(conn):
+    """A child's death under `fail` kills its parent, in another queue: each death in its own queue's
+    stream. A malformed switch in any queue a move may tell refuses the move: nothing changes."""
+    qa, qb = Queue(conn, fresh_name("f")), Queue(conn, fresh_name("f"))
+    qa.enable_events(maxlen=100)
+    qb.enable_events(maxlen=100)
+    qb.enqueue_flow("p", children=[Flow(qa.name, "c", id="c")], id="root")
+    (child,) = qa.flow_claim(10, LEASE)
+    assert qa.settle_many([qa.flow_fail_call(child, "boom", max_attempts=1)]) == ["dead"]
+    assert told(qa)[-3:] == [("claimed", "c", 1, None, None), ("failed", "c", 1, "boom", None),
+                             ("dead", "c", 1, "boom", "dead")]
+    assert told(qb) == [("enqueued", "root", 0, None, "waiting"), ("dead", "root", 0, "child c failed: boom", "dead")]
+    qb.enqueue_flow("p", children=[Flow(qa.name, "c2", id="c2")], id="root2")
+    (child,) = qa.flow_claim(10, LEASE)
+    conn.client.hset(qb.keys.meta, "events", "many")  # the parent's queue: its death or readiness would be told there
+    for call in (qa.flow_complete_call(child, b"1", retention_ms=0), qa.flow_fail_call(child, "e", max_attempts=1)):
+        with unchanged(conn.client):
+            (refused,) = qa.settle_many([call])
+        assert isinstance(refused, CommandRefused) and "not an integer" in str(refused)
+    with unchanged(conn.client), pytest.raises(CommandRefused, match="not an integer"):
+        qb.enqueue_flow("p", children=[Flow(qa.name, "c3", id="c3")], id="root3")
 
 
 def test_the_reaper_recovers_then_kills_and_tells_the_parent(conn):

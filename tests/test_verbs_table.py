@@ -158,8 +158,8 @@ def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
     assert sorted(p.name for p in (SCRIPTS_DIR / "lib").iterdir()) == sorted([FLOW_LIBRARY.name, "lanes.lua",
                                                                                "claim.lua", "append.lua"])
     assert {v.name: v.library for v in SCRIPTED if v.library} == {
-        "claim": "claim", "claims": "claim", "lane_claim": "claim", "append": "append", "lane_append": "append",
-        "flow_append": "append"}
+        "claim": "claim", "claims": "claim", "lane_claim": "claim", "flow_claim": "claim", "append": "append",
+        "lane_append": "append", "flow_append": "append"}
     for verb in ("claim", "claims"):
         assert BY_NAME[verb].source().startswith((SCRIPTS_DIR / "lib" / "claim.lua").read_bytes())
     # a lane or flow append: its family's prelude, then the library, then its own file

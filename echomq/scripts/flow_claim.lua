@@ -1,21 +1,33 @@
 -- EMQ flow_claim (both wires). KEYS: flow:pending, flow:active, flow:schedule, base. ARGV: lease_ms, limit.
+-- After lib/flow.lua and lib/claim.lua.
 -- A paused queue answers empty. Retries whose backoff ran out go flow:schedule -> flow:pending
 -- first; then up to `limit` jobs flow:pending -> flow:active, each lease stamped with the
 -- server's run_id (lease_epoch) for the reaper's restart exemption. A ghost is popped and skipped.
 -- Reply: {{id, payload, attempts, 1 for a parent (its children finished) else 0}, ...}. When none
 -- was claimed, when to look again: the ms until the next retry in flow:schedule falls due; 0 while
 -- flows are under way without one (a parent waits, or a flow lease is held); {} when there is no
--- flow work at all.
+-- flow work at all. The queue's rate limit (docs/spec.md §13) counts flow starts as CLAIM counts flat
+-- ones, in the same log: at most its room in the window start, and when the window is full while
+-- jobs wait in flow:pending, the ms until a start may happen. Events when on: `promoted` for a
+-- retry moved to flow:pending, `claimed` for each start.
 local base = KEYS[4]
 if redis.call('HGET', base .. 'meta', 'paused') then return {} end
+local _, rate_limit, window, refused = switches(base .. 'meta')
+refused = refused or flow_switch(base)
+if refused then return refused end
 local now = flow_now()
 local limit = tonumber(ARGV[2])
+local log = rate_limit and base .. 'rate'
+local recent = rate_limit and redis.pcall('ZCOUNT', log, '(' .. (now - window), '+inf')
+if type(recent) == 'table' then return recent end  -- a wrong-typed log
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, limit)) do
   redis.call('ZREM', KEYS[3], id)
   local row = base .. 'job:' .. id
   if redis.call('EXISTS', row) == 1 then
-    redis.call('ZADD', KEYS[1], tonumber(redis.call('HGET', row, 'priority') or '0'), id)
+    local held = redis.call('HMGET', row, 'priority', 'attempts')
+    redis.call('ZADD', KEYS[1], tonumber(held[1] or '0'), id)
     redis.call('HSET', row, 'state', 'pending')
+    flow_event(base, 'promoted', id, held[2] or '0', 'state', 'pending')
   end
 end
 -- nothing to claim: when to look again
@@ -26,6 +38,10 @@ local function next_due()
   return {}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return next_due() end -- an idle queue's poll writes nothing
+if rate_limit then
+  if recent >= rate_limit then return rate_wait(log, now, window, recent, rate_limit) end
+  limit = math.min(limit, rate_limit - recent)
+end
 local popped = redis.call('ZPOPMIN', KEYS[1], limit)
 local epoch = flow_epoch()
 local claimed = {}
@@ -36,6 +52,8 @@ for i = 1, #popped, 2 do
     local attempts = redis.call('HINCRBY', row, 'attempts', 1)
     redis.call('HSET', row, 'state', 'active', 'started', now, 'lease_epoch', epoch)
     redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), id)
+    if log then log_start(log, now, window, id, attempts) end
+    flow_event(base, 'claimed', id, attempts)
     local held = redis.call('HMGET', row, 'payload', 'children')
     claimed[#claimed + 1] = {id, held[1], attempts, held[2] and 1 or 0}
   end

@@ -3,6 +3,7 @@
 -- retention_ms (0: none), `completed` on its outcome channel; a parent's children's results go
 -- with it (its flow is over). A child's result is told to its parent (lib/flow.lua).
 -- Reply: 1; 0 when no row or the token does not match; EMQSTATE when the row is not active in flow:active.
+-- Events when on: `completed`, then, its parent's last child, the parent's `promoted` (or a death's).
 local base, id = KEYS[2], ARGV[1]
 local row = base .. 'job:' .. id
 local held = redis.call('HMGET', row, 'attempts', 'parent', 'created', 'started', 'state')
@@ -11,10 +12,13 @@ if held[5] ~= 'active' then
   return redis.error_reply('EMQSTATE flow_complete row ' .. (held[5] and 'is ' .. held[5] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE flow_complete id is not in flow:active') end
+local refused = flow_switches(row)
+if refused then return refused end
 local now = flow_now()
 redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', row, base .. 'flow:results:' .. id, base .. 'flow:failures:' .. id)
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
+flow_event(base, 'completed', id, ARGV[2])
 local retention = tonumber(ARGV[4])
 if retention > 0 then
   local done = base .. 'done:' .. id

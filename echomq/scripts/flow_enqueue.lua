@@ -4,6 +4,7 @@
 -- children (how many), on_child_failure (fail | ignore | continue; read for a parent only).
 -- One step: every parent flow:waiting with its children count, every leaf flow:pending.
 -- Reply: 1 made; 0 when the root's id has a row (nothing written); EMQSTATE when another job's does.
+-- Each job's `enqueued` event (state waiting or pending) in its queue, where events are on.
 local n = #ARGV / 7
 local rows = {}
 for i = 1, n do
@@ -14,6 +15,10 @@ for i = 2, n do
   if redis.call('EXISTS', rows[i]) == 1 then
     return redis.error_reply('EMQSTATE flow job ' .. rows[i] .. ' already has a row: nothing admitted')
   end
+end
+for i = 1, #KEYS do
+  local refused = flow_switch(KEYS[i])
+  if refused then return refused end
 end
 local now = flow_now()
 for i = 1, n do
@@ -27,9 +32,11 @@ for i = 1, n do
     redis.call('HSET', rows[i], 'state', 'waiting', 'children', children, 'on_child_failure', ARGV[at + 7],
       unpack(fields))
     redis.call('ZADD', base .. 'flow:waiting', now, id)
+    flow_event(base, 'enqueued', id, '0', 'state', 'waiting')
   else
     redis.call('HSET', rows[i], 'state', 'pending', unpack(fields))
     redis.call('ZADD', base .. 'flow:pending', priority, id)
+    flow_event(base, 'enqueued', id, '0', 'state', 'pending')
     flow_wake(base)
   end
 end

@@ -4,7 +4,8 @@
 -- FAILURES.INCR for a flow job: failures' = failures + 1; below max_attempts it retries
 -- (flow:active -> flow:pending, or flow:schedule after backoff_ms); at it, it dies and its parent
 -- is told (lib/flow.lua). Reply: pending, scheduled or dead; 0 when no row or the token does not
--- match; EMQSTATE when the row is not active in flow:active.
+-- match; EMQSTATE when the row is not active in flow:active. Events when on: `failed`, then
+-- `retried` (its state) or `dead` (and its parent's, when told to die).
 local base, id = KEYS[4], ARGV[1]
 local row = base .. 'job:' .. id
 local held = redis.call('HMGET', row, 'attempts', 'state')
@@ -13,11 +14,14 @@ if held[2] ~= 'active' then
   return redis.error_reply('EMQSTATE flow_fail row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE flow_fail id is not in flow:active') end
+local refused = flow_switches(row)
+if refused then return refused end
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], id)
 local now = flow_now()
 if ARGV[6] ~= '' then redis.call('HSET', row, 'traceback', ARGV[6]) end
+flow_event(base, 'failed', id, ARGV[2], 'error', ARGV[3])
 if failures >= tonumber(ARGV[4]) then
   flow_die(base, id, ARGV[3], now)
   return 'dead'
@@ -31,4 +35,5 @@ else
   redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), id)
 end
 redis.call('HSET', row, 'state', state, 'last_error', ARGV[3], 'failed', now)
+flow_event(base, 'retried', id, ARGV[2], 'state', state)
 return state

@@ -5,30 +5,42 @@
 -- crossed a restart): back to flow:pending, no stall counted. Else stalled' = stalled + 1:
 -- recover below max_stalled, die at it -- and a dead child's parent is told (lib/flow.lua),
 -- which applies the parent's on_child_failure.
--- Reply: {recovered ids, exempt ids, dead ids}, each in selection order.
+-- Reply: {recovered ids, exempt ids, dead ids}, each in selection order. Events when on, as
+-- STALLED.CHECK's: a counted stall `stalled`, then `recovered` or `dead`; exempt `recovered` only.
 local base = KEYS[3]
 local now = flow_now()
 local max_stalled = tonumber(ARGV[1])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 if #expired == 0 then return {{}, {}, {}} end
+for _, id in ipairs(expired) do  -- every queue a death may be told to, read before the first write
+  local refused = flow_switches(base .. 'job:' .. id)
+  if refused then return refused end
+end
 local epoch = flow_epoch()
 local recovered, exempt, dead = {}, {}, {}
 for _, id in ipairs(expired) do
   local row = base .. 'job:' .. id
   redis.call('ZREM', KEYS[1], id)
   if redis.call('EXISTS', row) == 1 then
-    local held = redis.call('HMGET', row, 'lease_epoch', 'priority')
+    local held = redis.call('HMGET', row, 'lease_epoch', 'priority', 'attempts')
+    local attempt = held[3] or '0'
     if held[1] and held[1] ~= epoch then
       redis.call('ZADD', KEYS[2], tonumber(held[2] or '0'), id)
       redis.call('HSET', row, 'state', 'pending')
+      flow_event(base, 'recovered', id, attempt, 'state', 'pending')
       exempt[#exempt + 1] = id
-    elseif redis.call('HINCRBY', row, 'stalled', 1) >= max_stalled then
-      flow_die(base, id, 'stalled', now)
-      dead[#dead + 1] = id
     else
-      redis.call('ZADD', KEYS[2], tonumber(held[2] or '0'), id)
-      redis.call('HSET', row, 'state', 'pending')
-      recovered[#recovered + 1] = id
+      local stalled = redis.call('HINCRBY', row, 'stalled', 1)
+      flow_event(base, 'stalled', id, attempt)
+      if stalled >= max_stalled then
+        flow_die(base, id, 'stalled', now)
+        dead[#dead + 1] = id
+      else
+        redis.call('ZADD', KEYS[2], tonumber(held[2] or '0'), id)
+        redis.call('HSET', row, 'state', 'pending')
+        flow_event(base, 'recovered', id, attempt, 'state', 'pending')
+        recovered[#recovered + 1] = id
+      end
     end
   end
 end

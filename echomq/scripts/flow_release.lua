@@ -1,7 +1,7 @@
 -- EMQ flow_release (both wires). KEYS: flow:active, flow:pending, base. ARGV: id, token.
 -- REQUEUE for a flow job (a stopping worker lets go of what it holds): flow:active -> flow:pending,
 -- no counter written. Reply: 1; 0 when no row or the token does not match; EMQSTATE when the row
--- is not active in flow:active.
+-- is not active in flow:active. The `requeued` event when on.
 local base, id = KEYS[3], ARGV[1]
 local row = base .. 'job:' .. id
 local held = redis.call('HMGET', row, 'attempts', 'priority', 'state')
@@ -10,8 +10,11 @@ if held[3] ~= 'active' then
   return redis.error_reply('EMQSTATE flow_release row ' .. (held[3] and 'is ' .. held[3] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE flow_release id is not in flow:active') end
+local refused = flow_switch(base)
+if refused then return refused end
 redis.call('ZREM', KEYS[1], id)
 redis.call('ZADD', KEYS[2], tonumber(held[2] or '0'), id)
 redis.call('HSET', row, 'state', 'pending')
+flow_event(base, 'requeued', id, ARGV[2], 'state', 'pending')
 flow_wake(base)
 return 1

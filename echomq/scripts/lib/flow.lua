@@ -18,6 +18,40 @@ local function flow_split(row)
   return string.match(row, '^(emq:{[^{}]+}:)job:(.+)$')
 end
 
+-- Events (docs/spec.md §12): a move is told in the moved job's own queue, when that queue's switch
+-- is on. A script reads the switch of every queue its moves may tell before its first write
+-- (flow_switch, flow_switches), so a malformed one refuses the whole step; flow_bounds keeps what
+-- was read, by base: the stream's bound, or false when off.
+local flow_bounds = {}
+
+-- the switch of `base` into flow_bounds: the refusal of a value that is not an integer, else nil
+local function flow_switch(base)
+  if flow_bounds[base] ~= nil then return nil end
+  local bound = redis.call('HGET', base .. 'meta', 'events')
+  if bound and not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
+  bound = bound and tonumber(bound)
+  flow_bounds[base] = bound and bound > 0 and bound or false
+end
+
+-- the switches of `row`'s queue and of each queue up its chain of parents (a death, or a last
+-- child's completion, is told to each in turn): the first refusal, else nil
+local function flow_switches(row)
+  while row do
+    local refused = flow_switch((flow_split(row)))
+    if refused then return refused end
+    row = redis.call('HGET', row, 'parent')
+  end
+end
+
+-- one event of a flow job in its queue (`base`), if its switch is on: type, id, attempt, then the
+-- event's own fields
+local function flow_event(base, kind, id, attempt, ...)
+  local bound = flow_bounds[base]
+  if bound then
+    redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', kind, 'id', id, 'attempt', attempt, ...)
+  end
+end
+
 -- a flow job of the queue became claimable: the wake marker, for a wire-4 worker blocked on it
 -- (a wire-6 worker blocks in BCLAIM on the flat sets, and polls its flow sets instead)
 local function flow_wake(base)
@@ -36,7 +70,9 @@ local function flow_die(base, id, error, now)
   redis.call('HSET', row, 'state', 'dead', 'last_error', error, 'failed', now)
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
   redis.call('DEL', base .. 'flow:results:' .. id, base .. 'flow:failures:' .. id)
-  local parent = redis.call('HGET', row, 'parent')
+  local f = redis.call('HMGET', row, 'parent', 'attempts')
+  local parent = f[1]
+  flow_event(base, 'dead', id, f[2] or '0', 'error', error, 'state', 'dead')
   if parent then
     redis.call('HDEL', row, 'parent')
     redis.call('HSET', row, 'flow_parent', parent)
@@ -51,8 +87,8 @@ end
 -- under `ignore` it counts as done. The last child moves the parent flow:waiting -> flow:pending.
 flow_tell = function(parent, child, ok, value, now)
   local base, id = flow_split(parent)
-  local held = redis.call('HMGET', parent, 'on_child_failure', 'priority', 'state')
-  if held[3] ~= 'waiting' then return end -- failed already (or gone): its flow is over
+  local held = redis.call('HMGET', parent, 'on_child_failure', 'priority', 'attempts', 'state')
+  if held[4] ~= 'waiting' then return end -- failed already (or gone): its flow is over
   local policy = held[1] or 'fail'
   if not ok and policy == 'fail' then
     redis.call('ZREM', base .. 'flow:waiting', id)
@@ -68,6 +104,7 @@ flow_tell = function(parent, child, ok, value, now)
     redis.call('ZREM', base .. 'flow:waiting', id)
     redis.call('ZADD', base .. 'flow:pending', tonumber(held[2] or '0'), id)
     redis.call('HSET', parent, 'state', 'pending')
+    flow_event(base, 'promoted', id, held[3] or '0', 'state', 'pending')
     flow_wake(base)
   end
 end
