@@ -113,6 +113,7 @@ class Connection(WireCodec):
     def __init__(self, client: avalkey.Valkey | AsyncValkeyCluster, wire: int) -> None:
         super().__init__(wire)
         self.client = client
+        self.cluster = isinstance(client, AsyncValkeyCluster)  #: a cluster client (checked once, as the sync one)
         self._waiting: list[tuple[list[tuple[Any, ...]], asyncio.Future[list[Any]]]] = []
         self._in_flight: set[asyncio.Future[None]] = set()
         self._reply_callbacks = ReplyCallbacks(client)
@@ -139,10 +140,6 @@ class Connection(WireCodec):
         shared = cls(client, connection.wire)
         shared.tokens = connection.tokens  # the same nodes: what their EMQ.VERSION listed
         return shared
-
-    @property
-    def cluster(self) -> bool:
-        return isinstance(self.client, AsyncValkeyCluster)
 
     # -- opening ------------------------------------------------------------
     async def handshake(self) -> None:

@@ -367,6 +367,9 @@ class Connection(WireCodec):
     def __init__(self, client: valkey.Valkey | ValkeyCluster, wire: int) -> None:
         super().__init__(wire)
         self.client = client
+        #: a cluster client (read a few times a round trip: ValkeyCluster's isinstance check costs
+        #: several Python calls through its metaclass, so it is made once)
+        self.cluster = isinstance(client, ValkeyCluster)
         self._reply_callbacks = ReplyCallbacks(client)
         self._handshake()
 
@@ -379,10 +382,6 @@ class Connection(WireCodec):
             self.load_scripts()
         except TRANSPORT_ERRORS as exc:
             raise link_failed(exc, "the handshake") from exc
-
-    @property
-    def cluster(self) -> bool:
-        return isinstance(self.client, ValkeyCluster)
 
     def _require_tokens(self) -> None:
         if not self.cluster:

@@ -356,7 +356,7 @@ class QueueCore:
                 answers.append(answer)
         waits = [answer.wait_ms for answer in answers if isinstance(answer, Throttled)]
         self.claim_wait_ms = min(waits) if waits else None
-        self.no_lanes = NO_LANES in answers
+        self.no_lanes = any(answer is NO_LANES for answer in answers)  # identity: `in` would call each Claimed's __eq__
         jobs = (self._job(answer) for answer in answers)
         return [job for job in jobs if job is not None]
 
