@@ -248,6 +248,16 @@ def settle(ledger: Ledger, link: Link, job: echomq.Job, verb: str, send, granted
 # ---------------------------------------------------------------------------------------------
 
 
+def whole_commands(head: bytes, size: int, whole: int) -> int:
+    """How much of an AOF file of ``whole`` bytes a power cut keeps when ``size`` bytes were on disk
+    (``head``: the file's first ``size + 1`` bytes). A page-sized loss can split a command, which
+    Valkey then refuses to load; the model keeps whole commands: a size that ends one is kept as it
+    is (the next byte starts a command), one inside a command is cut back to that command's start."""
+    if size <= 0 or size >= whole or head[size - 2:size + 1] == b"\r\n*":
+        return max(0, min(size, whole))
+    return head.rfind(b"\r\n*", 0, size) + 2
+
+
 @dataclass
 class Config:
     wire: int = 6
@@ -504,6 +514,21 @@ class Run:
             self.aof_sizes = [(t, p, size) for t, p, size in self.aof_sizes if p != path]
             self.aof_sizes.append((0.0, path, path.stat().st_size))
 
+    def floor_setup(self) -> None:
+        """The nodes' setup (the brand, what the workers wrote as they started) is in each AOF file
+        before the first fault, and no power-loss cut goes below it: the model is a running system
+        losing its last second, not a node set up a moment ago. Under everysec Valkey may hold the
+        first writes back while an fsync runs: a cut to the file's size of a second before once kept
+        only its SELECT, and the node came back unbranded."""
+        for node in self.nodes():
+            with node.client() as client:
+                give_up = time.monotonic() + 10
+                while client.info("persistence").get("aof_buffer_length", 0):
+                    if time.monotonic() > give_up:
+                        raise TimeoutError("the setup's writes stayed held back from the AOF for 10 s")
+                    time.sleep(0.01)
+            self.floor_aof(node)
+
     def cut_aof(self, node: EmbeddedServer) -> None:
         """Power loss under everysec: keep only what the file held one second before the crash."""
         path = self.aof_file(node)
@@ -512,12 +537,10 @@ class Run:
         before = time.monotonic() - 1.0
         sizes = [size for t, p, size in self.aof_sizes if p == path and t <= before]
         if sizes:
-            # a page-sized loss can split a command; Valkey then asks for valkey-check-aof --fix.
-            # The model keeps whole commands: cut at the last command start before the size.
+            size, whole = sizes[-1], path.stat().st_size
             with open(path, "rb") as f:
-                head = f.read(sizes[-1])
-            keep = head.rfind(b"\r\n*") + 2 if 0 < sizes[-1] < path.stat().st_size else min(sizes[-1], path.stat().st_size)
-            cut = path.stat().st_size - keep
+                keep = whole_commands(f.read(size + 1), size, whole)
+            cut = whole - keep
             os.truncate(path, keep)
             self.ledger.log("L", cut)
 
@@ -638,6 +661,7 @@ class Run:
         for _ in range(self.c.workers):
             self.spawn_worker()
         self.wait_ready(self.c.workers)
+        self.floor_setup()
         started = time.monotonic()
         threads = [threading.Thread(target=f, daemon=True) for f in (self.produce, self.sweep, self.watch_aof)]
         for t in threads:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import Config, run
+from chaos import Config, run, whole_commands
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -144,3 +144,17 @@ def test_the_checker_excuses_only_enqueues_a_held_back_crash_could_lose(tmp_path
     else:
         assert lost == ids
         assert "enqueues_held_back_from_the_aof" not in report.regressions and report.held_back_crashes == 0
+
+
+def test_a_power_cut_keeps_whole_commands_of_the_aof():
+    """The power-loss model's cut (no server): a size that ends a command keeps it (a CI run once cut
+    the file's only SET, the brand, and the node came back unbranded); a size inside a command cuts
+    back to its start; a size at or past the end keeps the file."""
+    select, brand = b"*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n", b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$1\r\nv\r\n"
+    aof = select + brand + brand
+    ends_brand = len(select + brand)
+    assert whole_commands(aof[:ends_brand + 1], ends_brand, len(aof)) == ends_brand
+    assert whole_commands(aof[:ends_brand + 6], ends_brand + 5, len(aof)) == ends_brand
+    assert whole_commands(aof[:ends_brand], ends_brand - 1, len(aof)) == len(select)
+    assert whole_commands(aof, len(aof), len(aof)) == len(aof)
+    assert whole_commands(aof[:1], 0, len(aof)) == 0
