@@ -287,6 +287,10 @@ class QueueCore:
         """FLOW_FAIL: a flow job's FAILURES.INCR; a death is told to its parent."""
         return self.build("flow_fail", *_ref(job, token), error, max_attempts, backoff_ms, traceback or "")
 
+    def flow_delay_call(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> Call:
+        """FLOW_DELAY: a flow job's DELAY (to flow:schedule for ``delay_ms``, no budget spent)."""
+        return self.build("flow_delay", *_ref(job, token), delay_ms)
+
     def flow_release_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
         """FLOW_RELEASE: a flow job's REQUEUE (back to flow:pending, nothing counted)."""
         return self.build("flow_release", *_ref(job, token))

@@ -483,6 +483,8 @@ FLOWS: tuple[Verb, ...] = (
           "flow:active → flow:pending | dead", decode=_sweep),
     _flow("flow_append", ("flow:active", BASE), ("id", "token", "progress"), "flow:active → flow:active",
           decode=_one, fenced=True, library="append"),
+    _flow("flow_delay", ("flow:active", "flow:schedule", BASE), ("id", "token", "delay_ms"),
+          "flow:active → flow:schedule", decode=int, fenced=True),
 )
 
 # The two declared reads: scripts on both wires, never an EMQ command.

@@ -799,14 +799,12 @@ class Worker:
 
     def _flow_settle_call(self, held: Held, decision: policy.Settle, result: bytes | None) -> Call:
         """A flow job settles through the flow scripts, which tell its parent (the native COMPLETE
-        and FAIL refuse a flow child). Its result always goes (its parent may read it); a Delay is
-        a retry after the delay: flow jobs have no DELAY."""
+        and FAIL refuse a flow child). Its result always goes (its parent may read it)."""
         queue, job = held.queue, held.job
         if isinstance(decision, policy.Complete):
             return queue.flow_complete_call(job, result, retention_ms=held.task.result_ttl_ms or 0)
         if isinstance(decision, policy.Postpone):
-            return queue.flow_fail_call(job, "Delay in a flow job: retried after the delay",
-                                        max_attempts=held.task.max_attempts, backoff_ms=decision.delay_ms)
+            return queue.flow_delay_call(job, decision.delay_ms)
         return queue.flow_fail_call(job, decision.error, max_attempts=decision.max_attempts,
                                     backoff_ms=decision.backoff_ms, traceback=decision.traceback)
 

@@ -12,7 +12,7 @@ from typing import AbstractSet, Any
 
 import pytest
 
-from echomq import (App, Backoff, CrossSlotFlow, EmbeddedServer, Flow, LeaseLost, Queue, StateError, Status,
+from echomq import (App, Backoff, CrossSlotFlow, Delay, EmbeddedServer, Flow, LeaseLost, Queue, StateError, Status,
                     TimerConfig, Worker, WorkerConfig, aio, connect, module_path)
 from echomq.errors import CommandRefused, ConfigurationError
 from echomq.flows import check_one_slot, plan, same_slot_name, slot_of
@@ -247,6 +247,43 @@ def test_policies_in_a_worker(conn):
         wait_until(lambda: ran, timeout=20, what="the parent")
     assert ran == [({"ok": None}, {"bad": "RuntimeError: no"})]
     assert q.job("bad")["failures"] == "2"
+
+
+def test_a_delay_in_a_flow_job_waits_in_flow_schedule_and_spends_no_budget(conn):
+    """FLOW_DELAY (DELAY's twin): flow:active -> flow:schedule for the delay, nothing counted, the
+    parent not told; claimed again once due. A stale token is refused and changes nothing."""
+    q = Queue(conn, fresh_name("f"))
+    q.enqueue_flow("p", children=[Flow(q.name, "c", id="c")], id="root")
+    (child,) = q.flow_claim(10, LEASE)
+    with unchanged(conn.client):
+        assert isinstance(q.settle_many([q.flow_delay_call(child, 60_000, token=child.attempt + 1)])[0], LeaseLost)
+    (due,) = q.settle_many([q.flow_delay_call(child, 5)])
+    row = q.job("c")
+    assert due > 0 and (row["state"], row.get("failures"), row.get("last_error")) == ("scheduled", None, None)
+    assert flow_sets(q)["flow:schedule"] == ["c"] and q.job("root")["children"] == "1"
+    wait_server_past(conn.client, due)
+    (again,) = q.flow_claim(10, LEASE)
+    assert (again.id, again.attempt) == ("c", 2)
+
+
+def test_a_flow_handler_that_delays_runs_again_without_spending_an_attempt(conn):
+    """A `Delay` in a flow job's handler, with max_attempts=1: it runs again after the delay (a
+    retry would have killed it) and its parent runs once it completes."""
+    name, runs = fresh_name("f"), []
+
+    def handler(payload, ctx):
+        runs.append((payload, ctx.attempt))
+        if payload == "c" and ctx.attempt == 1:
+            raise Delay(20)
+
+    app = App()
+    app.handler(name, handler, max_attempts=1)
+    q = Queue(conn, name)
+    q.enqueue_flow("root", children=[Flow(name, "c", id="c")], id="root")
+    with running(Worker(app, conn)):
+        wait_until(lambda: ("root", 1) in runs, timeout=20, what="the parent")
+    assert runs == [("c", 1), ("c", 2), ("root", 1)]
+    assert q.metrics() == {"completed": 2, "failed": 0}
 
 
 # -- leases: renewal, release, the flow reaper -----------------------------------------------
