@@ -12,9 +12,9 @@
 -- retry moved to flow:pending, `claimed` for each start.
 local base = KEYS[4]
 if redis.call('HGET', base .. 'meta', 'paused') then return {} end
-local _, rate_limit, window, refused = switches(base .. 'meta')
-refused = refused or flow_switch(base)
+local bound, rate_limit, window, refused = switches(base .. 'meta')
 if refused then return refused end
+flow_bounds[base] = bound or false  -- what flow_switch would read: its events' switch
 local now = flow_now()
 local limit = tonumber(ARGV[2])
 local log = rate_limit and base .. 'rate'

@@ -7,13 +7,8 @@
 -- match; EMQSTATE when the row is not active in flow:active. Events when on: `failed`, then
 -- `retried` (its state) or `dead` (and its parent's, when told to die).
 local base, id = KEYS[4], ARGV[1]
-local row = base .. 'job:' .. id
-local held = redis.call('HMGET', row, 'attempts', 'state')
-if held[1] ~= ARGV[2] then return 0 end
-if held[2] ~= 'active' then
-  return redis.error_reply('EMQSTATE flow_fail row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE flow_fail id is not in flow:active') end
+local row, answer = flow_held('flow_fail', KEYS[1], base .. 'job:' .. id, id, ARGV[2])
+if not row then return answer end
 local refused = flow_switches(row)
 if refused then return refused end
 -- the first write: a failures field HINCRBY refuses stops the script before any other

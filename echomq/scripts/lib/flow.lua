@@ -52,6 +52,21 @@ local function flow_event(base, kind, id, attempt, ...)
   end
 end
 
+-- the fence of a flow job's holder: `row` when it is held with `token` and leased in flow:active
+-- (`active`); else nil and the reply: 0 for no row or another token, EMQSTATE for a row not active
+-- or not in flow:active
+local function flow_held(verb, active, row, id, token)
+  local held = redis.call('HMGET', row, 'attempts', 'state')
+  if held[1] ~= token then return nil, 0 end
+  if held[2] ~= 'active' then
+    return nil, redis.error_reply('EMQSTATE ' .. verb .. ' row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
+  end
+  if not redis.call('ZSCORE', active, id) then
+    return nil, redis.error_reply('EMQSTATE ' .. verb .. ' id is not in flow:active')
+  end
+  return row
+end
+
 -- a flow job of the queue became claimable: the wake marker, for a wire-4 worker blocked on it
 -- (a wire-6 worker blocks in BCLAIM on the flat sets, and polls its flow sets instead)
 local function flow_wake(base)
