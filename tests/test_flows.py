@@ -257,6 +257,11 @@ def test_a_delay_in_a_flow_job_waits_in_flow_schedule_and_spends_no_budget(conn)
     (child,) = q.flow_claim(10, LEASE)
     with unchanged(conn.client):
         assert isinstance(q.settle_many([q.flow_delay_call(child, 60_000, token=child.attempt + 1)])[0], LeaseLost)
+    conn.client.zrem(q.keys.key("flow:active"), "c")  # held with its token, yet no longer leased
+    with unchanged(conn.client):
+        (refused,) = q.settle_many([q.flow_delay_call(child, 5)])
+    assert isinstance(refused, LeaseLost) and "flow_delay id is not in flow:active" in str(refused.refusal)
+    conn.client.zadd(q.keys.key("flow:active"), {"c": server_ms(conn.client) + LEASE})
     (due,) = q.settle_many([q.flow_delay_call(child, 5)])
     row = q.job("c")
     assert due > 0 and (row["state"], row.get("failures"), row.get("last_error")) == ("scheduled", None, None)
@@ -350,6 +355,10 @@ def test_a_death_is_told_up_the_flow_in_each_queue_and_a_bad_switch_refuses(conn
         assert isinstance(refused, CommandRefused) and "not an integer" in str(refused)
     with unchanged(conn.client), pytest.raises(CommandRefused, match="not an integer"):
         qb.enqueue_flow("p", children=[Flow(qa.name, "c3", id="c3")], id="root3")
+    wait_server_past(conn.client, server_ms(conn.client) + 1)
+    conn.client.zadd(qa.keys.key("flow:active"), {"c2": 0})  # its lease ran out: the reaper would tell qb of a death
+    with unchanged(conn.client), pytest.raises(CommandRefused, match="not an integer"):
+        qa.reap_flows(max_stalled=1)
 
 
 def test_the_reaper_recovers_then_kills_and_tells_the_parent(conn):

@@ -166,20 +166,30 @@ def test_bad_limits_are_refused_client_side_and_nothing_is_sent(q):
 ])
 def test_a_malformed_limit_in_meta_is_refused_by_every_claim(q, meta, message):
     q.enqueue(b"p")
+    q.enqueue(b"p", group="g")
+    q.enqueue_flow(b"p", children=[b"c"])
     q.connection.client.hset(q.keys.meta, mapping=meta)
     with queue_unchanged(q):
         for argv in ((LEASE,), (LEASE, 1)):
             with pytest.raises(CounterError, match=message):
                 raw(q, "claim", *argv)
+        with pytest.raises(CounterError, match=message):  # a lane claim and a flow claim read it alike
+            q.claim_lanes(1, LEASE)
+        with pytest.raises(CounterError, match=message):
+            q.flow_claim(1, LEASE)
 
 
 def test_a_wrong_typed_log_is_refused(q, wire):
     q.set_rate_limit("5/s")
     q.enqueue(b"p")
+    q.enqueue(b"p", group="g")
+    q.enqueue_flow(b"p", children=[b"c"])
     q.connection.client.set(q.keys.rate, "x")
     with queue_unchanged(q):
-        with pytest.raises(Exception, match="WRONGTYPE"):
-            raw(q, "claim", LEASE, 1)
+        for claim in (lambda: raw(q, "claim", LEASE, 1), lambda: q.claim_lanes(1, LEASE),
+                      lambda: q.flow_claim(1, LEASE)):
+            with pytest.raises(Exception, match="WRONGTYPE"):
+                claim()
 
 
 def test_native_refuses_a_bad_rated_argument(q, wire):
