@@ -43,8 +43,9 @@ def wrapper(out_dir: Path) -> str:
     return str(path)
 
 
-def counted(server: BenchServer, name: str, n: int, out_dir: Path) -> dict[str, float]:
-    """Instructions per lifecycle of ``name``'s lifecycle phases on ``server`` (under callgrind)."""
+def counted(server: BenchServer, name: str, n: int, out_dir: Path, keep: Path | None = None) -> dict[str, float]:
+    """Instructions per lifecycle of ``name``'s lifecycle phases on ``server`` (under callgrind);
+    the dump copied to ``keep`` when given."""
     pid = str(server.server._process.pid)
     executor = open_executor(server, name)
     try:
@@ -59,6 +60,8 @@ def counted(server: BenchServer, name: str, n: int, out_dir: Path) -> dict[str, 
     finally:
         executor.close()
     dumps = sorted(out_dir.glob(f"callgrind.{pid}.*"), key=os.path.getmtime)
+    if keep:
+        shutil.copy(dumps[-1], keep)
     report = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dumps[-1])],
                             capture_output=True, text=True, check=True).stdout
     total = execution = 0
@@ -80,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("after")
     p.add_argument("--jobs", type=int, default=2000)
     p.add_argument("--aof", action="store_true", help="with the append-only file on (every effect written)")
+    p.add_argument("--keep", type=Path, metavar="DIR",
+                   help="keep each executor's callgrind dump there, as callgrind.<executor> (for callgrind_annotate)")
     args = p.parse_args(argv)
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
     if not shutil.which("valgrind"):
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
@@ -92,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"callgrind: {label}")
         with BenchServer(module) as server:
             server.set_aof(args.aof)
-            rows[label] = counted(server, name, args.jobs, out_dir)
+            keep = args.keep / f"callgrind.{label.replace(' ', '-')}" if args.keep else None
+            rows[label] = counted(server, name, args.jobs, out_dir, keep)
     print(f"instructions per lifecycle ({args.jobs} lifecycles, after a warm-up; AOF {'on' if args.aof else 'off'})")
     print(f"{'executor':<15} {'call (commandstats)':>20} {'whole process':>14}")
     for label, r in rows.items():

@@ -864,6 +864,12 @@ impl Key {
         self.name.bytes()
     }
 
+    /// Is this the handle of `name`? (A batch holds a hundred handles of keys of one length
+    /// and one start: compared from the end, inline.)
+    pub fn is(&self, name: &[u8]) -> bool {
+        same(self.name(), name)
+    }
+
     /// The key's name, as the server string the handle was opened with.
     pub fn name_str(&self) -> &Str {
         &self.name

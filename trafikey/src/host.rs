@@ -257,10 +257,10 @@ impl<'c> Host<'c> {
     /// per pair or member opens it once); a missing key is looked up again each time, as a
     /// script's reads would.
     fn read<T>(&self, key: &[u8], f: impl FnOnce(&Key) -> T) -> Result<T, Refusal> {
-        if let Some(k) = self.targets.borrow().iter().find(|k| k.name() == key) {
+        if let Some(k) = self.targets.borrow().iter().find(|k| k.is(key)) {
             return Ok(f(k));
         }
-        if let Some(k) = self.reads.borrow().iter().find(|k| k.name() == key) {
+        if let Some(k) = self.reads.borrow().iter().find(|k| k.is(key)) {
             return Ok(f(k));
         }
         let k = Key::read(self.ctx, self.name(key)?)
@@ -286,11 +286,11 @@ impl<'c> Host<'c> {
     /// script's write commands do not; a handle closed unwritten signals no change to WATCH
     /// (the module signals modified keys itself, after each write: `write_run`).
     fn target<T>(&self, key: &[u8], f: impl FnOnce(&Key) -> T) -> Result<T, Refusal> {
-        if let Some(k) = self.targets.borrow().iter().find(|k| k.name() == key) {
+        if let Some(k) = self.targets.borrow().iter().find(|k| k.is(key)) {
             return Ok(f(k));
         }
         // a read handle of the same key is not kept beside the write handle
-        self.reads.borrow_mut().retain(|k| k.name() != key);
+        self.reads.borrow_mut().retain(|k| !k.is(key));
         let k = Key::write(self.ctx, self.name(key)?)
             .ok_or_else(|| self.host_error("could not open a key"))?;
         let out = f(&k);
@@ -423,16 +423,19 @@ impl<'c> Host<'c> {
             .args
             .first()
             .ok_or_else(|| fail(first, "has no key"))?;
-        if !self.targets.borrow().iter().any(|k| k.name() == key) {
-            let k = Key::write(self.ctx, self.name(key)?)
-                .ok_or_else(|| fail(first, "could not open its key"))?;
-            self.targets.borrow_mut().push(k);
-        }
+        let at = self.targets.borrow().iter().position(|k| k.is(key));
+        let at = match at {
+            Some(at) => at,
+            None => {
+                let k = Key::write(self.ctx, self.name(key)?)
+                    .ok_or_else(|| fail(first, "could not open its key"))?;
+                let mut targets = self.targets.borrow_mut();
+                targets.push(k);
+                targets.len() - 1
+            }
+        };
         let targets = self.targets.borrow();
-        let k = targets
-            .iter()
-            .find(|k| k.name() == key)
-            .ok_or_else(|| fail(first, "could not open its key"))?;
+        let k = &targets[at];
         let merged = run.len() > 1;
         let mut effect = self.effect.take();
         // the effect's key: the handle's own name, one more reference
