@@ -323,13 +323,13 @@ pub fn sweep_events(verdict: Swept) -> &'static [(&'static [u8], &'static [&'sta
 
 /// What a write must answer to be the one predicted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Expect {
+pub enum Expect<'a> {
     /// Exactly this integer.
     Int(i64),
     /// Any integer (a count whose value is not part of the move).
     AnyInt,
     /// ZPOPMIN's `[member, score]` with this member.
-    Popped(Vec<u8>),
+    Popped(&'a [u8]),
     /// XADD's reply: the id the entry was given, whatever it is.
     AnyId,
 }
@@ -376,7 +376,7 @@ pub struct Op<'a> {
     pub cmd: Cmd,
     /// The key, then the command's arguments; borrowed where the verb holds them.
     pub args: Args<'a>,
-    pub expect: Expect,
+    pub expect: Expect<'a>,
 }
 
 /// How many borrowed arguments an op holds without an allocation (a new row's HSET has 11).
@@ -445,7 +445,7 @@ impl Op<'_> {
     }
 }
 
-pub fn op<'a>(cmd: Cmd, args: &[&'a [u8]], expect: Expect) -> Op<'a> {
+pub fn op<'a>(cmd: Cmd, args: &[&'a [u8]], expect: Expect<'a>) -> Op<'a> {
     let args = if args.len() <= FEW_ARGS {
         let mut few: [&[u8]; FEW_ARGS] = [&[]; FEW_ARGS];
         few[..args.len()].copy_from_slice(args);
@@ -457,7 +457,7 @@ pub fn op<'a>(cmd: Cmd, args: &[&'a [u8]], expect: Expect) -> Op<'a> {
 }
 
 /// An op over arguments the plan owns (batched members, numbers it formatted).
-pub fn owned_op(cmd: Cmd, args: Vec<Vec<u8>>, expect: Expect) -> Op<'static> {
+pub fn owned_op(cmd: Cmd, args: Vec<Vec<u8>>, expect: Expect<'static>) -> Op<'static> {
     Op {
         cmd,
         args: Args::Many(args.into_iter().map(Cow::Owned).collect()),

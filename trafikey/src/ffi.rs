@@ -916,12 +916,26 @@ impl Key {
         found.then_some(score)
     }
 
-    /// Members with score ≤ `max`, lowest first (ties by member, as ZRANGE), at most
-    /// `limit`, with their scores. Empty when the key is not a zset.
-    pub fn zrange_to(&self, max: f64, limit: usize) -> Vec<(Str, f64)> {
-        let mut out = Vec::new();
-        self.zrange_each(max, limit, |member, score| out.push((member, score)));
+    /// `f` of each member with score ≤ `max` and its score, lowest first (ties by member, as
+    /// ZRANGE), at most `limit`, collected into a vector sized once (a batch peeks a hundred).
+    /// Empty when the key is not a zset.
+    pub fn zrange_to<T>(&self, max: f64, limit: usize, mut f: impl FnMut(Str, f64) -> T) -> Vec<T> {
+        let mut out = Vec::with_capacity(limit.min(self.len()));
+        self.zrange_each(max, limit, |member, score| out.push(f(member, score)));
         out
+    }
+
+    /// How many members, fields or entries the key holds (0 when it is empty).
+    fn len(&self) -> usize {
+        if self.key.is_null() {
+            return 0;
+        }
+        // SAFETY: reads the API table entry `RedisModule_Init` filled once at load, before any command runs.
+        let Some(length) = (unsafe { raw::RedisModule_ValueLength }) else {
+            return 0;
+        };
+        // SAFETY: a live, non-NULL key handle.
+        usize::try_from(unsafe { length(self.key) }).unwrap_or(0)
     }
 
     /// The lowest member (ties by member, as ZPOPMIN) with its score; `None` when the key is

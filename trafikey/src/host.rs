@@ -25,11 +25,11 @@ const NOTIFY_STREAM: c_int = REDISMODULE_NOTIFY_STREAM;
 
 /// What a write answered, as its verification reads it: an integer, a bulk string (an XADD's
 /// id), or the member a ZPOPMIN popped.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub enum Reply {
     Int(i64),
     Bulk(Vec<u8>),
-    Popped(Vec<u8>),
+    Popped(Str),
 }
 
 /// One verb's view of the server.
@@ -178,11 +178,7 @@ impl<'c> Host<'c> {
     pub fn heads(&self, key: &[u8], n: usize) -> Result<Vec<Str>, Refusal> {
         self.target(key, |k| match k.kind() {
             Kind::Empty => Ok(Vec::new()),
-            Kind::Zset => Ok(k
-                .zrange_to(f64::INFINITY, n)
-                .into_iter()
-                .map(|(m, _)| m)
-                .collect()),
+            Kind::Zset => Ok(k.zrange_to(f64::INFINITY, n, |m, _| m)),
             _ => Err(Refusal::WrongType),
         })?
     }
@@ -202,11 +198,7 @@ impl<'c> Host<'c> {
     pub fn scores(&self, key: &[u8]) -> Result<Vec<(Str, i64)>, Refusal> {
         self.read(key, |k| match k.kind() {
             Kind::Empty => Ok(Vec::new()),
-            Kind::Zset => Ok(k
-                .zrange_to(f64::INFINITY, usize::MAX)
-                .into_iter()
-                .map(|(m, score)| (m, score as i64))
-                .collect()),
+            Kind::Zset => Ok(k.zrange_to(f64::INFINITY, usize::MAX, |m, score| (m, score as i64))),
             _ => Err(Refusal::WrongType),
         })?
     }
@@ -243,11 +235,7 @@ impl<'c> Host<'c> {
     fn range(&self, key: &[u8], max: f64, limit: usize) -> Result<Vec<Str>, Refusal> {
         self.read(key, |k| match k.kind() {
             Kind::Empty => Ok(Vec::new()),
-            Kind::Zset => Ok(k
-                .zrange_to(max, limit)
-                .into_iter()
-                .map(|(m, _)| m)
-                .collect()),
+            Kind::Zset => Ok(k.zrange_to(max, limit, |m, _| m)),
             _ => Err(Refusal::WrongType),
         })?
     }
@@ -606,10 +594,8 @@ impl<'c> Host<'c> {
                     return Err(fail("could not remove the head"));
                 }
                 // the member is what the verification compares (ZPOPMIN's score is no part
-                // of the move)
-                let reply = Reply::Popped(member.to_vec());
-                produced = Some(member);
-                (reply, NOTIFY_ZSET, c"zpopmin")
+                // of the move), then the effect's
+                (Reply::Popped(member), NOTIFY_ZSET, c"zpopmin")
             }
             Cmd::Del => {
                 let existed = k.delete().ok_or_else(|| fail("was refused"))?;
@@ -640,7 +626,7 @@ impl<'c> Host<'c> {
             (Expect::Int(want), Reply::Int(got)) => want == got,
             (Expect::AnyInt, Reply::Int(_)) => true,
             (Expect::AnyId, Reply::Bulk(_)) => true,
-            (Expect::Popped(id), Reply::Popped(member)) => member == id,
+            (Expect::Popped(id), Reply::Popped(member)) => &member[..] == *id,
             _ => false,
         };
         if !ok {
@@ -649,6 +635,9 @@ impl<'c> Host<'c> {
         k.notify(class, event);
         if k.kind() == Kind::Empty && class != NOTIFY_GENERIC {
             k.notify(NOTIFY_GENERIC, c"del");
+        }
+        if let Reply::Popped(member) = reply {
+            produced = Some(member);
         }
         Ok(produced)
     }

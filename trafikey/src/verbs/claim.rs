@@ -188,7 +188,7 @@ pub fn claim_run(
             rate
         }
     });
-    let mut taken: Vec<Taken> = Vec::new();
+    let mut taken: Vec<Taken> = Vec::with_capacity(heads.len() + 1);
     let (mut leased, mut popped) = (0, 0);
     let mut lessee = None; // the epoch and the event switch, checked at the first lease
     let stop = loop {
@@ -270,7 +270,7 @@ pub fn claim_run(
     let mut plan = Vec::with_capacity(taken.len() + leased * per_lease + 1);
     let mut jobs = Vec::with_capacity(leased);
     for t in &taken {
-        plan.push(op(Cmd::Zpopmin, &[pending], Expect::Popped(t.id.to_vec())));
+        plan.push(op(Cmd::Zpopmin, &[pending], Expect::Popped(&t.id)));
         let Some(l) = &t.lease else {
             continue;
         };
