@@ -66,7 +66,6 @@ pub fn completion<'a>(
     check: LeaseCheck,
     extra: &[&str],
 ) -> Result<Option<(Seen, Vec<Op<'a>>, bool)>, Refusal> {
-    let fields: Vec<&str> = extra.iter().copied().chain(["unique"]).collect();
     let Some(seen) = held(
         h,
         fence,
@@ -74,7 +73,7 @@ pub fn completion<'a>(
         (active, check),
         (id, token),
         FLAT_NO_FLOW,
-        &fields,
+        extra.iter().chain(&["unique"]),
     )?
     else {
         return Ok(None);

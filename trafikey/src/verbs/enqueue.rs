@@ -44,21 +44,20 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     } else {
         priority
     };
-    let fields = new_row(
+    let row_set = new_row(
         &row,
         State::Pending.field(),
         payload,
         &created,
-        priority,
-        &prio,
+        (priority, &prio),
+        &[],
     );
-    let new_fields = (fields.len() as i64 - 1) / 2;
-    let mut plan = vec![
-        op(Cmd::Hset, &fields, Expect::Int(new_fields)),
-        op(Cmd::Zadd, &[pending, &prio, id], Expect::AnyInt),
-    ];
-    plan.extend(events.map(|ev| ev.op(b"enqueued", id, b"0", &[b"state", State::Pending.field()])));
-    h.apply(&plan)?;
+    let zadd = op(Cmd::Zadd, &[pending, &prio, id], Expect::AnyInt);
+    // the plan on the stack: with the queue's event, or without
+    match events.map(|ev| ev.op(b"enqueued", id, b"0", &[b"state", State::Pending.field()])) {
+        Some(event) => h.apply(&[row_set, zadd, event])?,
+        None => h.apply(&[row_set, zadd])?,
+    }
     // the queue is claimable: a blocked BCLAIM wakes
     h.signal(pending);
     Ok(int(1))

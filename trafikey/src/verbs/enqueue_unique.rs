@@ -111,7 +111,6 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let events = bus::events(&h, &fence, &q)?;
     // 6.–7. writes, each replicated as its effect
     let unique_num = num(unique);
-    let mut fields = new_row(&row, state.field(), payload, &created, priority, &prio);
     // planted (admission): the row forgets its unique window
     #[cfg(feature = "planted")]
     let unique = if crate::plant::on("enqueue_unique.forget_window") {
@@ -119,11 +118,19 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     } else {
         unique
     };
-    if unique > 0 {
-        fields.extend_from_slice(&[b"unique", &unique_num]);
-    }
-    let new_fields = (fields.len() as i64 - 1) / 2;
-    plan.push(op(Cmd::Hset, &fields, Expect::Int(new_fields)));
+    let window: &[&[u8]] = if unique > 0 {
+        &[b"unique", &unique_num]
+    } else {
+        &[]
+    };
+    plan.push(new_row(
+        &row,
+        state.field(),
+        payload,
+        &created,
+        (priority, &prio),
+        window,
+    ));
     plan.push(op(Cmd::Zadd, &[set, score, id], Expect::AnyInt));
     plan.extend(events.map(|ev| ev.op(b"enqueued", id, b"0", &[b"state", state.field()])));
     h.apply(&plan)?;

@@ -97,17 +97,18 @@ pub enum LeaseCheck {
 /// fields, then `extra`), then, in order: no row → `None` (reply 0); a refused boundary; a
 /// token that is not `attempts` byte for byte → `None`; not `active` or not in active (asked
 /// as the script asks: `check`) → EMQSTATE. On `Some`, the fields in `HELD` + `extra` order.
-pub fn held(
+pub fn held<'e>(
     h: &Host<'_>,
     fence: &Fence,
     row: &[u8],
     (active, check): (&[u8], LeaseCheck),
     (id, token): (&[u8], &[u8]),
     b: Boundary,
-    extra: &[&str],
+    extra: impl IntoIterator<Item = &'e &'e str>,
 ) -> Result<Option<Seen>, Refusal> {
     fence.read(row)?;
-    let Some(seen) = h.hash_of(row, HELD.iter().chain(extra).copied())? else {
+    let fields = HELD.iter().copied().chain(extra.into_iter().copied());
+    let Some(seen) = h.hash_of(row, fields)? else {
         return Ok(None);
     };
     let at = |i: usize| field(&seen, i);

@@ -40,18 +40,16 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let events = bus::events(&h, &fence, &q)?;
     // 6.–7. writes, each replicated as its effect
     let prio = num(priority);
-    let fields = new_row(
-        &row,
-        State::Scheduled.field(),
-        payload,
-        &created,
-        priority,
-        &prio,
-    );
-    let new_fields = (fields.len() as i64 - 1) / 2;
     let due = num(due);
     let mut plan = vec![
-        op(Cmd::Hset, &fields, Expect::Int(new_fields)),
+        new_row(
+            &row,
+            State::Scheduled.field(),
+            payload,
+            &created,
+            (priority, &prio),
+            &[],
+        ),
         op(Cmd::Zadd, &[schedule, &due, id], Expect::AnyInt),
     ];
     plan.extend(
