@@ -649,16 +649,28 @@ impl Names {
         if let Some(s) = argument(self.line, bytes) {
             return Some(f(&s));
         }
-        let s = Str::new(bytes)?;
-        if recent.len() == RECENT {
-            recent.remove(0);
-        }
-        if recent.capacity() == 0 {
-            recent.reserve_exact(RECENT);
-        }
-        recent.push(s);
+        keep(&mut recent, Str::new(bytes)?);
         recent.last().map(f)
     }
+
+    /// Keep a string the server handed over (a popped member) among the recent ones: the
+    /// command writes it again (CLAIMS adds the member it popped to active).
+    pub fn remember(&self, s: &Str) {
+        if let Some(s) = s.retain() {
+            keep(&mut self.recent.borrow_mut(), s);
+        }
+    }
+}
+
+/// Push `s` last among the recent strings, the first going when they are full.
+fn keep(recent: &mut Vec<Str>, s: Str) {
+    if recent.len() == RECENT {
+        recent.remove(0);
+    }
+    if recent.capacity() == 0 {
+        recent.reserve_exact(RECENT);
+    }
+    recent.push(s);
 }
 
 /// How many arguments of an effect `replicate` hands over from the stack (a CLAIMS run of

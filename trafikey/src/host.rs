@@ -458,8 +458,12 @@ impl<'c> Host<'c> {
                     effect.truncate(start + 1);
                     effect.push(value);
                 }
-                // a pop travels as the removal of what it popped
-                (Cmd::Zpopmin, _, Some(member)) => effect.push(member),
+                // a pop travels as the removal of what it popped, which the plan may write
+                // next (CLAIM leases it)
+                (Cmd::Zpopmin, _, Some(member)) => {
+                    self.names.remember(&member);
+                    effect.push(member);
+                }
                 // an append travels with the id it was given and its exact bound:
                 // XADD key MAXLEN <n> <id> field value …
                 (Cmd::Xadd, _, Some(id)) => {
