@@ -729,6 +729,24 @@ pub fn replicate(ctx: &Context, cmd: &std::ffi::CStr, args: &[Str]) -> bool {
     status == raw::REDISMODULE_OK as c_int
 }
 
+/// Reply the start of an array of `len` elements, each replied next (`RM_ReplyWithArray`).
+pub fn reply_array(ctx: &Context, len: usize) {
+    raw::reply_with_array(ctx.ctx, len as std::ffi::c_long);
+}
+
+/// Reply a string the module holds (`RM_ReplyWithString`: no copy made first).
+pub fn reply_str(ctx: &Context, s: &Str) {
+    raw::reply_with_string(ctx.ctx, s.ptr);
+}
+
+pub fn reply_null(ctx: &Context) {
+    raw::reply_with_null(ctx.ctx);
+}
+
+pub fn reply_int(ctx: &Context, n: i64) {
+    raw::reply_with_long_long(ctx.ctx, n);
+}
+
 /// The server's millisecond clock, `server.ustime / 1000`: the value TIME reports, frozen for
 /// the command. Falls back to `Milliseconds` on a server without `CachedMicroseconds`.
 pub fn now_ms() -> Option<i64> {

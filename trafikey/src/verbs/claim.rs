@@ -10,7 +10,7 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 use crate::bus;
 use crate::decide::{next_attempt, num, op, owned_op, rate_of, rate_wait, Cmd, Expect, Num};
 use crate::errors::Refusal;
-use crate::ffi::Str;
+use crate::ffi::{self, Str};
 use crate::grammar::{self, Argc, Call, KeyName, Keyspace};
 use crate::host::{bulk, int, Host};
 use crate::state::State;
@@ -22,7 +22,7 @@ pub const NUMKEYS: usize = 3;
 /// What CLAIM's checks and writes came to.
 pub enum Claimed {
     /// A job leased: `[id, payload, attempts]`.
-    Job(ValkeyValue),
+    Job(Job),
     /// The head was a ghost: popped (written), answered empty.
     Ghost,
     /// Paused, or pending empty: answered empty, nothing written (where BCLAIM blocks).
@@ -36,7 +36,7 @@ impl Claimed {
     /// CLAIM's reply; `rated`: the caller reads a wait.
     pub fn reply(self, rated: bool) -> ValkeyValue {
         match self {
-            Claimed::Job(job) => job,
+            Claimed::Job(job) => job.value(),
             Claimed::Throttled(wait) if rated => int(wait),
             Claimed::Ghost | Claimed::Idle | Claimed::Throttled(_) => {
                 ValkeyValue::Array(Vec::new())
@@ -101,11 +101,40 @@ pub enum Stop {
     Throttled(i64),
 }
 
-/// A run of claims: each leased job's CLAIM reply `[id, payload, attempts]`, in order, and why
-/// it stopped.
+/// A run of claims: each leased job, in order, and why it stopped.
 pub struct Run {
-    pub jobs: Vec<ValkeyValue>,
+    pub jobs: Vec<Job>,
     pub stop: Stop,
+}
+
+/// A leased job, as CLAIM replies it: `[id, payload, attempts]`, the id and payload the
+/// server's own strings.
+pub struct Job {
+    id: Str,
+    payload: Option<Str>,
+    attempts: i64,
+}
+
+impl Job {
+    /// Its reply as a value (CLAIM's, BCLAIM's: one job).
+    pub fn value(&self) -> ValkeyValue {
+        ValkeyValue::Array(vec![
+            bulk(&self.id),
+            self.payload.as_deref().map_or(ValkeyValue::Null, bulk),
+            int(self.attempts),
+        ])
+    }
+
+    /// Its reply, sent (CLAIMS: a hundred jobs replied without a value built for each).
+    pub fn reply(&self, ctx: &Context) {
+        ffi::reply_array(ctx, 3);
+        ffi::reply_str(ctx, &self.id);
+        match &self.payload {
+            Some(payload) => ffi::reply_str(ctx, payload),
+            None => ffi::reply_null(ctx),
+        }
+        ffi::reply_int(ctx, self.attempts);
+    }
 }
 
 /// A member of pending the run pops: leased when it has a row, a ghost otherwise.
@@ -268,7 +297,6 @@ pub fn claim_run(
     // starts
     let per_lease = 3 + usize::from(events.is_some()) + 2 * usize::from(rate.is_some());
     let mut plan = Vec::with_capacity(taken.len() + leased * per_lease + 1);
-    let mut jobs = Vec::with_capacity(leased);
     for t in &taken {
         plan.push(op(Cmd::Zpopmin, &[pending], Expect::Popped(&t.id)));
         let Some(l) = &t.lease else {
@@ -320,12 +348,18 @@ pub fn claim_run(
                 Expect::Int(1),
             ));
         }
-        jobs.push(ValkeyValue::Array(vec![
-            bulk(&t.id),
-            l.payload.as_deref().map_or(ValkeyValue::Null, bulk),
-            int(l.att),
-        ]));
     }
     h.apply(&plan)?;
+    drop(plan);
+    let jobs = taken
+        .into_iter()
+        .filter_map(|t| {
+            t.lease.map(|l| Job {
+                id: t.id,
+                payload: l.payload,
+                attempts: l.att,
+            })
+        })
+        .collect();
     Ok(Run { jobs, stop })
 }

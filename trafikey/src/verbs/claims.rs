@@ -5,6 +5,7 @@
 
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
+use crate::ffi;
 use crate::grammar::{self, Argc};
 use crate::host::Host;
 use crate::verbs::claim::{self, Ghosts, Stop};
@@ -24,16 +25,25 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let rated = grammar::rated(call.argv.get(2).copied())?;
     // 4.–7. CLAIM's steps, for each job of the run
     let run = claim::claim_run(&Host::new(ctx, VERB), &q, &call, lease, count, Ghosts::Skip)?;
-    Ok(ValkeyValue::Array(reply(run.jobs, run.stop, rated)))
+    // the reply: each leased job's CLAIM reply, then the wait when there is one
+    let wait = wait(run.stop, rated);
+    ffi::reply_array(ctx, run.jobs.len() + usize::from(wait.is_some()));
+    for job in &run.jobs {
+        job.reply(ctx);
+    }
+    if let Some(wait) = wait {
+        ffi::reply_int(ctx, wait);
+    }
+    Ok(ValkeyValue::NoReply)
 }
 
-/// CLAIMS' reply: each leased job's CLAIM reply, then, when the rate limit stopped the run and
-/// the caller is `rated`, the wait (CLAIM's reply for the claim it held).
-fn reply<T: From<i64>>(mut jobs: Vec<T>, stop: Stop, rated: bool) -> Vec<T> {
-    if let (Stop::Throttled(wait), true) = (stop, rated) {
-        jobs.push(T::from(wait));
+/// The wait CLAIMS' reply ends with: when the rate limit stopped the run and the caller is
+/// `rated` (CLAIM's reply for the claim it held).
+fn wait(stop: Stop, rated: bool) -> Option<i64> {
+    match (stop, rated) {
+        (Stop::Throttled(wait), true) => Some(wait),
+        _ => None,
     }
-    jobs
 }
 
 #[cfg(test)]
@@ -42,15 +52,10 @@ mod tests {
 
     #[test]
     fn a_held_run_ends_with_its_wait_for_a_rated_caller_only() {
-        assert_eq!(
-            reply(vec![7i64, 8], Stop::Throttled(250), true),
-            [7, 8, 250]
-        );
-        assert_eq!(reply(vec![7i64], Stop::Throttled(250), false), [7]);
-        assert_eq!(reply(Vec::<i64>::new(), Stop::Throttled(1), true), [1]);
+        assert_eq!(wait(Stop::Throttled(250), true), Some(250));
+        assert_eq!(wait(Stop::Throttled(250), false), None);
         for stop in [Stop::Full, Stop::Idle, Stop::Ghost] {
-            assert_eq!(reply(vec![7i64], stop, true), [7], "{stop:?}");
+            assert_eq!(wait(stop, true), None, "{stop:?}");
         }
-        assert!(reply(Vec::<i64>::new(), Stop::Idle, true).is_empty());
     }
 }
