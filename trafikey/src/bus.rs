@@ -25,7 +25,7 @@ pub fn events(
     fence.read(&meta)?;
     let stored = h
         .hash(&meta, &["events"])?
-        .and_then(|m| m.into_iter().next().flatten());
+        .and_then(|mut m| m.take(0));
     events_on(h, fence, q, stored.as_deref())
 }
 
@@ -40,10 +40,7 @@ pub fn switches(
     let meta = q.meta();
     fence.read(&meta)?;
     let (stored, waiters) = match h.hash(&meta, &["events", "waiters"])? {
-        Some(m) => {
-            let mut fields = m.into_iter();
-            (fields.next().flatten(), fields.next().flatten())
-        }
+        Some(mut m) => (m.take(0), m.take(1)),
         None => (None, None),
     };
     let waited = waiters.is_some_and(|w| w.as_ref() != b"0");

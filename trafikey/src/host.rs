@@ -105,8 +105,47 @@ impl Drop for Host<'_> {
 /// How many read handles a command keeps.
 const KEPT_READS: usize = 4;
 
-/// A row (or hash) read: each asked field's value, `None` when absent.
-pub type Seen = Vec<Option<Str>>;
+/// A row (or hash) read: each asked field's value, `None` when absent. Its vector comes from,
+/// and goes back to, a few kept between commands (a lifecycle reads four rows or metas).
+pub struct Seen(Vec<Option<Str>>);
+
+/// How many emptied `Seen` vectors are kept.
+const KEPT_SEEN: usize = 4;
+
+thread_local! {
+    static SEEN: RefCell<Vec<Vec<Option<Str>>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Seen {
+    fn new() -> Seen {
+        Seen(SEEN.with(|kept| kept.borrow_mut().pop()).unwrap_or_default())
+    }
+
+    /// Field `i`'s value, taken out (`None` after).
+    pub fn take(&mut self, i: usize) -> Option<Str> {
+        self.0.get_mut(i)?.take()
+    }
+}
+
+impl std::ops::Deref for Seen {
+    type Target = [Option<Str>];
+    fn deref(&self) -> &[Option<Str>] {
+        &self.0
+    }
+}
+
+impl Drop for Seen {
+    fn drop(&mut self) {
+        let mut fields = std::mem::take(&mut self.0);
+        fields.clear(); // the values released now, in the command
+        SEEN.with(|kept| {
+            let mut kept = kept.borrow_mut();
+            if kept.len() < KEPT_SEEN {
+                kept.push(fields);
+            }
+        });
+    }
+}
 
 /// Read or write access to a derived key (ACL key permission bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -361,10 +400,9 @@ impl<'c> Host<'c> {
         self.read(key, |k| match k.kind() {
             Kind::Empty => Ok(None),
             Kind::Hash => {
-                // sized once (a collect through `Result` would grow it past four fields)
-                let mut seen = Seen::with_capacity(fields.size_hint().0);
+                let mut seen = Seen::new();
                 for f in fields {
-                    seen.push(
+                    seen.0.push(
                         self.with_name(f.as_bytes(), |f| k.hash_get(f))?
                             .ok_or_else(|| self.host_error("could not read a hash"))?,
                     );

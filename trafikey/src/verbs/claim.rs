@@ -182,12 +182,12 @@ pub fn claim_run(
     // wrong-typed meta is refused rather than read as paused. The same read gives the
     // queue's event switch and its rate limit (a malformed one refused).
     let (mut switch, mut rate) = (None, None);
-    if let Some(m) = h.hash(&meta, &["paused", "events", "rate_limit", "rate_window"])? {
+    if let Some(mut m) = h.hash(&meta, &["paused", "events", "rate_limit", "rate_window"])? {
         if m.first().is_some_and(Option::is_some) {
             return Ok(idle());
         }
         rate = rate_of(m[2].as_deref(), m[3].as_deref()).map_err(Refusal::Counter)?;
-        switch = m.into_iter().nth(1).flatten();
+        switch = m.take(1);
     }
     // the heads the ZPOPMINs would pop, peeked (pending's type checked by the read)
     let mut heads = h.heads(pending, count)?.into_iter();
@@ -233,7 +233,7 @@ pub fn claim_run(
                     break Stop::Ghost;
                 }
             }
-            Some(seen) => {
+            Some(mut seen) => {
                 // a real row: the increment predicted, active able to take the lease
                 let att = next_attempt(seen[0].as_deref()).map_err(Refusal::Counter)?;
                 h.expect_zset(active)?;
@@ -247,7 +247,7 @@ pub fn claim_run(
                 if rate.is_some() {
                     recent.push(now); // this start counts against the next claim's window
                 }
-                let payload = seen.into_iter().nth(1).flatten();
+                let payload = seen.take(1);
                 let lease = Lease {
                     row,
                     att,
