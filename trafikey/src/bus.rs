@@ -23,9 +23,7 @@ pub fn events(
 ) -> Result<Option<Events>, Refusal> {
     let meta = q.meta();
     fence.read(&meta)?;
-    let stored = h
-        .hash(&meta, &["events"])?
-        .and_then(|mut m| m.take(0));
+    let stored = h.hash(&meta, &["events"])?.and_then(|mut m| m.take(0));
     events_on(h, fence, q, stored.as_deref())
 }
 

@@ -965,7 +965,7 @@ impl Key {
             return 0;
         };
         // SAFETY: a live, non-NULL key handle.
-        usize::try_from(unsafe { length(self.key) }).unwrap_or(0)
+        unsafe { length(self.key) }
     }
 
     /// The lowest member (ties by member, as ZPOPMIN) with its score; `None` when the key is

@@ -118,7 +118,10 @@ thread_local! {
 
 impl Seen {
     fn new() -> Seen {
-        Seen(SEEN.with(|kept| kept.borrow_mut().pop()).unwrap_or_default())
+        Seen(
+            SEEN.with(|kept| kept.borrow_mut().pop())
+                .unwrap_or_default(),
+        )
     }
 
     /// Field `i`'s value, taken out (`None` after).
