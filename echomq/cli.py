@@ -41,7 +41,7 @@ from .errors import ConfigurationError, EchoMQError, PortInUse, ServerStartError
 from .heartbeat import list_workers
 from .inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of, partitions_of,
                         queue_exists, record_view, text_of)
-from .keys import VERSION_KEY, State, check_job_id, check_queue_name
+from .keys import VERSION_KEY, State, check_group, check_job_id, check_queue_name
 from .module import module_path
 from .partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
 from .policy import IdlePolicy, LeasePolicy
@@ -363,6 +363,8 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
 @click.option("--priority", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
               help="lower runs first")
 @click.option("--delay-ms", type=click.IntRange(0), default=None, help="schedule: ready this long from now")
+@click.option("--group", default=None,
+              help="a lane job of this group: the group's jobs start in order, k at once (docs/lanes-and-flows.md)")
 @click.option("--count", type=click.IntRange(1), default=1, show_default=True,
               help="enqueue each payload this many times")
 @click.option("--raw", is_flag=True, help="payloads are bytes as given, not JSON")
@@ -372,8 +374,8 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
               help="refuse a larger payload before sending anything")
 @json_option
 def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job_id: str | None, key: str | None,
-            priority: int, delay_ms: int | None, count: int, raw: bool, files: tuple[Any, ...], max_payload_bytes: int,
-            as_json: bool) -> None:
+            priority: int, delay_ms: int | None, group: str | None, count: int, raw: bool, files: tuple[Any, ...],
+            max_payload_bytes: int, as_json: bool) -> None:
     """Add jobs to a queue: each PAYLOAD is standard JSON text (default {}), - for stdin."""
     if list(payloads).count("-") > 1:
         raise click.UsageError("stdin holds one payload: give - at most once")
@@ -389,18 +391,25 @@ def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job
             check_job_id(job_id)
             if len(values) * count != 1:
                 raise ConfigurationError("--id names one job: give one payload and no --count")
+        if group is not None:
+            check_group(group)
+            if delay_ms is not None or key is not None:
+                raise ConfigurationError("a lane job (--group) waits in its group's lane: it takes no --delay-ms "
+                                         "and no --key")
     with opened_queue(url, wire, queue_name, serializer=serializer, max_payload_bytes=max_payload_bytes) as queue:
         if key is not None:
             if not isinstance(queue, PartitionedQueue):
                 raise ConfigurationError(f"--key picks a partition: queue {queue_name!r} is not partitioned")
             queue = queue.partition(key=key)
+        if group is not None and isinstance(queue, PartitionedQueue):
+            raise ConfigurationError(f"queue {queue_name!r} is partitioned: lanes are one queue's (no --group)")
         values = values * count
         if delay_ms is not None:
             added = [queue.schedule(v, delay_ms, id=job_id, priority=priority) for v in values]
         elif job_id is not None:
-            added = [queue.enqueue(values[0], id=job_id, priority=priority)]
+            added = [queue.enqueue(values[0], id=job_id, priority=priority, group=group)]
         else:
-            added = queue.enqueue_many(values, priority=priority)
+            added = queue.enqueue_many(values, priority=priority, group=group)
     if as_json:  # every id, not the first 20
         print_json([{"id": item.id, "created": item.created} for item in added])
         return

@@ -230,9 +230,7 @@ class QueueCore:
     def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0, group: str | None = None) -> Call:
         if group is None:
             return self.build("enqueue", new_id() if id is None else id, self.encode(payload), priority)
-        if priority:
-            raise errors.ConfigurationError("a lane job runs in its group's order: it takes no priority")
-        return self.build("lane_enqueue", new_id() if id is None else id, self.encode(payload), group)
+        return self.build("lane_enqueue", new_id() if id is None else id, self.encode(payload), group, priority)
 
     def complete_call(self, job: JobRef, *, token: str | int | None = None, checked_already: bool = False) -> Call:
         """COMPLETE. ``checked_already``: ``job`` is a Job this process claimed, so its id and token are
