@@ -520,11 +520,12 @@ def dead(url: str, wire: str, queue_name: str, limit: int, as_json: bool) -> Non
         print_json({"queue": queue_name, "total": total, "jobs": rows})
         return
     table = Table(title=f"dead in {queue_name}: {total}")
-    table.add_column("id", no_wrap=True, min_width=36)
+    table.add_column("id", no_wrap=True)
     for column in ("attempts", "failures", "stalled", "last error"):
         table.add_column(column)
-    for row in rows:
-        table.add_row(row["id"], *(str(row.get(f, "")) for f in ("attempts", "failures", "stalled", "last_error")))
+    for row in rows:  # a counter the row does not hold yet is 0 (docs/spec.md §1)
+        table.add_row(row["id"], *(str(row.get(f, 0)) for f in ("attempts", "failures", "stalled")),
+                      row.get("last_error", ""))
     out.print(table)
     if total > len(rows):
         out.print(f"(showing {len(rows)} of {total}; --limit to see more)")

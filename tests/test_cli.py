@@ -138,6 +138,8 @@ def test_dead_lists_and_reprocess_sends_back(emq, conn, name):
     listed = emq("dead", "-q", name)
     assert listed.exit_code == 0 and "dead in" in listed.stdout and "boom: bad row" in listed.stdout
     assert all(j.id in listed.stdout for j in jobs)
+    row = next(line for line in listed.stdout.splitlines() if jobs[0].id in line)
+    assert [cell.strip() for cell in row.split("│")[2:5]] == ["1", "1", "0"]  # attempts, failures, stalled (absent: 0)
 
     one = emq("reprocess", "-q", name, jobs[0].id, "no-such-job")
     assert one.exit_code == 1 and "reprocessed 1 job(s)" in one.stdout and "no-such-job: not in dead" in one.stderr
