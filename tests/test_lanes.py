@@ -155,6 +155,19 @@ def test_a_lane_priority_out_of_its_range_is_refused_before_anything_is_written(
         queue.enqueue_many([{}, {}], group="a", priority=priority)
 
 
+def test_the_group_page_is_a_bounded_read_that_agrees_with_groups(lanes):
+    for group in ("z", "y", "x", "y"):
+        lanes.enqueue({}, group=group)
+    lanes.set_lane_limit(3, "y")
+    lanes.pause_group("x")
+    every = lanes.groups()
+    assert lanes.group_page(2) == (3, {g: every[g] for g in ("x", "y")})  # the first by name
+    assert lanes.group_page(100) == (3, every)
+    assert (every["y"].waiting, every["y"].limit, every["x"].paused) == (2, 3, True)
+    with pytest.raises(ConfigurationError, match="bad most 0"):
+        lanes.group_page(0)
+
+
 def test_k2_never_runs_more_than_two_of_a_group_and_keeps_the_start_order(queue):
     for seq in range(30):
         for group in ("a", "b"):
