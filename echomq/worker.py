@@ -141,7 +141,10 @@ class Tally:
 
 
 #: the Tally field each counted event bumps: job.completed -> completed, sweep.stalled -> stalled
-TALLIED = {event: event.split(".", 1)[1] for event in hooks.EVENTS if event.startswith(("job.", "sweep."))}
+#: told around each handler call, on its own thread or task (a place to set a context), not counted
+AROUND_HANDLER = ("job.started", "job.returned")
+TALLIED = {event: event.split(".", 1)[1] for event in hooks.EVENTS
+           if event.startswith(("job.", "sweep.")) and event not in AROUND_HANDLER}
 
 
 #: upper bounds (s) of the run-time histogram: Prometheus' defaults, then up to ten minutes
@@ -1066,13 +1069,14 @@ class Worker:
         self._started += len(runs)
         self._youngest_start = started_ms = self._clock_ms()
         self._settle_due = self._settle_at(started_ms) <= started_ms  # not yet, unless settle_wait_ms is 0
+        told = "job.started" in hooks.heard  # read once a batch: the common case pays nothing a job
         if task.is_async:
             for held, args in runs:
-                self._start_async(held, args)
+                self._start_async(held, args, told)
         else:
             if self._pool is None:
                 self._pool = _DaemonPool(self.config.concurrency)
-            self._pool.submit_all(self._run_sync, runs)
+            self._pool.submit_all(self._run_sync_told if told else self._run_sync, runs)
 
     def _hold(self, task: Task, queue: Queue, jobs: list[Job], sent: float, deadline: float | None,
               children: dict[str, Children] | None, waits: list[float | None],
@@ -1116,7 +1120,25 @@ class Worker:
         """On a handler thread: run the handler and hand its outcome back."""
         self._done(held, outcome_of(held.task.fn, *args))
 
-    def _start_async(self, held: Held, args: tuple[Any, ...]) -> None:
+    def _run_sync_told(self, held: Held, args: tuple[Any, ...]) -> None:
+        """:meth:`_run_sync` between ``job.started`` and ``job.returned``, told on the handler's own
+        thread: a subscriber may set a context there for the handler (the trace's span, say)."""
+        self._tell("job.started", held.job)
+        try:
+            outcome = outcome_of(held.task.fn, *args)
+        finally:
+            self._tell("job.returned", held.job)
+        self._done(held, outcome)
+
+    async def _told(self, held: Held, coro: Awaitable[Any]) -> Any:
+        """An async handler between ``job.started`` and ``job.returned``, told in its own task."""
+        self._tell("job.started", held.job)
+        try:
+            return await coro
+        finally:
+            self._tell("job.returned", held.job)
+
+    def _start_async(self, held: Held, args: tuple[Any, ...], told: bool) -> None:
         if self._async is None:
             self._async = _AsyncRunner()
         try:
@@ -1124,7 +1146,7 @@ class Worker:
         except Exception as exc:  # raised before its first await (a bad signature, say): this job's outcome
             self._done(held, raised(exc))
             return
-        held.future = self._async.submit(coro)
+        held.future = self._async.submit(self._told(held, coro) if told else coro)
         held.future.add_done_callback(lambda future, held=held: self._done(held, outcome_of(future.result, 0)))
 
     def _async_report(self, queue: str, job: Job) -> Callable[[Any], Awaitable[None]]:
