@@ -51,6 +51,7 @@ from .queue import Queue, Sweep
 from .reaper import merged
 from .serializers import JSON, RAW
 from .server import EmbeddedServer
+from .supervisor import Supervisor
 from .tasks import App
 from .timers import TimerConfig
 from .worker import Worker, WorkerConfig
@@ -309,10 +310,15 @@ def _apps_in(module_name: str) -> str:
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="the address --metrics-port binds")
 @click.option("--burst", is_flag=True,
               help="exit once the queues are empty (nothing pending or scheduled, nothing held); for scripts and CI")
-def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurrency: int, lease_ms: int,
-           grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int, sweep_interval_ms: int,
-           idle_sweep_interval_ms: int, max_stalled: int, timeout_s: float | None, log_level: str,
-           metrics_port: int | None, metrics_host: str, burst: bool) -> None:
+@click.option("-p", "--processes", type=click.IntRange(1), default=1, show_default=True,
+              help="run this many worker processes, each with these options, under a supervisor that starts "
+                   "again one that dies and passes SIGTERM/SIGINT on (CPU-bound handlers: one per core); "
+                   "each --metrics-port is the given one + its index")
+@click.pass_context
+def worker(ctx: click.Context, app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurrency: int,
+           lease_ms: int, grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int,
+           sweep_interval_ms: int, idle_sweep_interval_ms: int, max_stalled: int, timeout_s: float | None,
+           log_level: str, metrics_port: int | None, metrics_host: str, burst: bool, processes: int) -> None:
     """Run the handlers of MODULE:APP until SIGTERM/SIGINT (a second one exits at once), or with
     --burst until its queues are empty."""
     app = load_app(app_spec)
@@ -324,13 +330,44 @@ def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurre
                                idle_sweep_interval_ms=idle_sweep_interval_ms, max_stalled=max_stalled),
             burst=burst, timeout_s=timeout_s,
         )
+    if metrics_port and metrics_port + processes - 1 > 65535:
+        raise click.UsageError(f"--metrics-port {metrics_port} + {processes - 1} (one port a process) is past 65535")
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with opened(url, wire) as connection, reported():
-        instance = Worker(app, connection, queues=queues or None, config=config)
-        logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        instance = Worker(app, connection, queues=queues or None, config=config)  # its checks, in each process
+        if processes > 1:  # the node and the app answered: now the processes, each with its own connection
+            connection.close()
+            # the URL travels in the environment: a password in it stays off every command line (ps)
+            supervisor = Supervisor(worker_commands(ctx.params, chosen_cluster()), burst=burst, grace_s=grace,
+                                    env=dict(os.environ, EMQ_URL=url))
+            sys.exit(supervisor.run())
         if metrics_port is not None:
             serve_worker_metrics(instance, metrics_host, metrics_port)
         instance.run()
+
+
+def worker_commands(params: dict[str, Any], cluster: bool | str) -> list[list[str]]:
+    """The command of each of ``params["processes"]`` worker processes: ``emq worker`` with these
+    options but ``--processes`` and ``--url`` (given as ``EMQ_URL``); each ``--metrics-port`` its
+    own (the given one + its index; 0, a free port, stays 0)."""
+    args = [params["app_spec"]] + ([] if cluster == "auto" else ["--cluster" if cluster else "--no-cluster"])
+    for option in worker.params:
+        value = params.get(option.name or "")
+        if not isinstance(option, click.Option) or option.name in ("url", "processes", "metrics_port") \
+                or value is None:
+            continue
+        flag = max(option.opts, key=len)
+        if option.is_flag:
+            args += [flag] if value else []
+        elif option.multiple:
+            args += [part for each in value for part in (flag, str(each))]
+        else:
+            args += [flag, str(value)]
+    port = params.get("metrics_port")
+    return [[sys.executable, "-m", "echomq.cli", "worker", *args,
+             *([] if port is None else ["--metrics-port", str(port and port + index)])]
+            for index in range(params["processes"])]
 
 
 def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
