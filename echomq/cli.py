@@ -310,6 +310,9 @@ def _apps_in(module_name: str) -> str:
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="the address --metrics-port binds")
 @click.option("--burst", is_flag=True,
               help="exit once the queues are empty (nothing pending or scheduled, nothing held); for scripts and CI")
+@click.option("--max-jobs", type=click.IntRange(1), default=None,
+              help="claim this many jobs, let them finish, then exit 0 (a leaky handler's process starts afresh: "
+                   "with --processes at once, else under your process manager)")
 @click.option("-p", "--processes", type=click.IntRange(1), default=1, show_default=True,
               help="run this many worker processes, each with these options, under a supervisor that starts "
                    "again one that dies and passes SIGTERM/SIGINT on (CPU-bound handlers: one per core); "
@@ -318,7 +321,8 @@ def _apps_in(module_name: str) -> str:
 def worker(ctx: click.Context, app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurrency: int,
            lease_ms: int, grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int,
            sweep_interval_ms: int, idle_sweep_interval_ms: int, max_stalled: int, timeout_s: float | None,
-           log_level: str, metrics_port: int | None, metrics_host: str, burst: bool, processes: int) -> None:
+           log_level: str, metrics_port: int | None, metrics_host: str, burst: bool, max_jobs: int | None,
+           processes: int) -> None:
     """Run the handlers of MODULE:APP until SIGTERM/SIGINT (a second one exits at once), or with
     --burst until its queues are empty."""
     app = load_app(app_spec)
@@ -328,7 +332,7 @@ def worker(ctx: click.Context, app_spec: str, url: str, wire: str, queues: tuple
             idle=IdlePolicy(max_ms=idle_max_ms),
             timers=TimerConfig(promote_interval_ms=promote_interval_ms, sweep_interval_ms=sweep_interval_ms,
                                idle_sweep_interval_ms=idle_sweep_interval_ms, max_stalled=max_stalled),
-            burst=burst, timeout_s=timeout_s,
+            burst=burst, timeout_s=timeout_s, max_jobs=max_jobs,
         )
     if metrics_port and metrics_port + processes - 1 > 65535:
         raise click.UsageError(f"--metrics-port {metrics_port} + {processes - 1} (one port a process) is past 65535")

@@ -3,10 +3,11 @@
 Python runs one thread at a time per process, so CPU-bound handlers need processes. The
 supervisor starts N ``emq worker`` processes with the same options and runs no job itself:
 
-* **a process that exits is started again**, after a backoff that doubles while it keeps
-  dying young (0.5 s, 1 s, 2 s … at most 30 s; a process that lived 30 s starts the count
-  again). With ``--burst`` nothing is started again: a process that found its queues empty is
-  done, and one that failed is reported in the exit code.
+* **a process that exits is started again**: at once when it stopped on its own (exit 0, its
+  ``--max-jobs`` done), else after a backoff that doubles while it keeps dying young (0.5 s,
+  1 s, 2 s … at most 30 s; a process that lived 30 s starts the count again). With ``--burst``
+  nothing is started again: a process that found its queues empty is done, and one that
+  failed is reported in the exit code.
 * **SIGTERM or SIGINT is passed on, once per signal received**: the first stops every process
   gracefully (each finishes or requeues what it holds within its grace), a second makes them
   exit at once, as it does a single worker. A process still alive 10 s after its grace is
@@ -63,12 +64,14 @@ class Exit:
     young_deaths: int
 
 
-def after_exit(policy: RestartPolicy, *, lived_s: float, young_deaths: int, stopping: bool, burst: bool) -> Exit:
+def after_exit(policy: RestartPolicy, *, returncode: int, lived_s: float, young_deaths: int, stopping: bool,
+               burst: bool) -> Exit:
     """The decision for one process's exit: never while stopping or in burst mode; otherwise start
-    it again, at once after a healthy life, after a growing backoff while it keeps dying young."""
+    it again: at once when it stopped on its own (exit 0: its ``--max-jobs``) or after a healthy
+    life, after a growing backoff while it keeps dying young."""
     if stopping or burst:
         return Exit(None, young_deaths)
-    deaths = 0 if lived_s >= policy.healthy_s else young_deaths + 1
+    deaths = 0 if returncode == 0 or lived_s >= policy.healthy_s else young_deaths + 1
     return Exit(restart_delay_s(policy, deaths), deaths)
 
 
@@ -149,7 +152,9 @@ class Supervisor:
             selector.close()
             wake_read.close()
             wake_write.close()
-        failed = [slot for slot in self.slots if slot.returncode not in (0, None)]
+        # a process the passed-on signal ended before it set its handler (one just started) was stopped
+        stopped = (0, None, -signal.SIGTERM, -signal.SIGINT) if self.signals else (0, None)
+        failed = [slot for slot in self.slots if slot.returncode not in stopped]
         for slot in failed:
             log.error("supervisor %d: worker process %d of %d %s", os.getpid(), slot.index + 1, len(self.slots),
                       how_it_ended(slot.returncode))
@@ -189,7 +194,7 @@ class Supervisor:
         returncode, pid = slot.process.wait(), slot.process.pid
         slot.process, slot.pidfd = None, None
         lived_s = time.monotonic() - slot.started
-        decision = after_exit(self.policy, lived_s=lived_s, young_deaths=slot.young_deaths,
+        decision = after_exit(self.policy, returncode=returncode, lived_s=lived_s, young_deaths=slot.young_deaths,
                               stopping=self.signals > 0, burst=self.burst)
         slot.young_deaths = decision.young_deaths
         if decision.delay_s is None:

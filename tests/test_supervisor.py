@@ -22,12 +22,14 @@ POLICY = RestartPolicy(first_s=0.5, max_s=30.0, healthy_s=30.0)
 
 def test_a_process_that_keeps_dying_young_waits_longer_each_time_and_a_healthy_one_not_at_all():
     assert [restart_delay_s(POLICY, n) for n in range(9)] == [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
-    young = dict(stopping=False, burst=False)
+    young = dict(returncode=1, stopping=False, burst=False)
     assert after_exit(POLICY, lived_s=0.2, young_deaths=0, **young) == Exit(0.5, 1)
     assert after_exit(POLICY, lived_s=0.2, young_deaths=3, **young) == Exit(4.0, 4)
     assert after_exit(POLICY, lived_s=45.0, young_deaths=3, **young) == Exit(0.0, 0)  # lived: the count restarts
-    assert after_exit(POLICY, lived_s=0.2, young_deaths=3, stopping=True, burst=False) == Exit(None, 3)
-    assert after_exit(POLICY, lived_s=45.0, young_deaths=0, stopping=False, burst=True) == Exit(None, 0)
+    # exit 0 by itself (--max-jobs): a fresh one at once, however young
+    assert after_exit(POLICY, returncode=0, lived_s=0.2, young_deaths=3, stopping=False, burst=False) == Exit(0.0, 0)
+    assert after_exit(POLICY, returncode=-9, lived_s=0.2, young_deaths=3, stopping=True, burst=False) == Exit(None, 3)
+    assert after_exit(POLICY, returncode=0, lived_s=45.0, young_deaths=0, stopping=False, burst=True) == Exit(None, 0)
 
 
 def test_how_an_exit_reads():
@@ -109,6 +111,25 @@ def test_processes_share_the_queue_a_killed_one_is_started_again_and_sigterm_sto
     assert log.count("SIGTERM: passed on") == 1 and log.count("SIGTERM: no more claims") == 2
     assert not any(alive(pid) for pid in children | replaced)
     assert queue.counts().total == 0
+
+
+def test_max_jobs_retires_each_process_and_the_supervisor_starts_a_fresh_one_at_once(conn, spawn, out):
+    name = fresh_name("sup-recycle")
+    queue = Queue(conn, name)
+    ids = {job.id for job in queue.enqueue_many([{"n": n} for n in range(60)])}
+    supervisor = spawn(name, "--processes", "2", "--max-jobs", "15", "-c", "2")
+    wait_until(lambda: queue.metrics()["completed"] == 60, 60, "60 completions")
+    rows = processed(out)
+    assert sorted(job_id for job_id, _, _ in rows) == sorted(ids)  # each once, none lost to a retirement
+    runs = {}
+    for _, _, pid in rows:
+        runs[pid] = runs.get(pid, 0) + 1
+    assert len(runs) >= 4 and max(runs.values()) <= 15, runs  # 15 at most a process, then a fresh one
+    log = supervisor.log()
+    assert "its --max-jobs: no more claims" in log and "exited with 0 after" in log and "starting another in 0.0 s" in log
+    assert "requeued" not in log  # a retirement lets its jobs finish
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(30) == 0
 
 
 def test_burst_processes_exit_when_the_queue_is_empty_and_the_code_says_so(conn, spawn, out):
