@@ -38,7 +38,7 @@ def test_how_an_exit_reads():
 
 
 def params_of(*args: str) -> dict:
-    command = main.get_command(None, "worker")  # type: ignore[arg-type]
+    command = main.commands["worker"]
     return command.make_context("worker", list(args)).params
 
 
