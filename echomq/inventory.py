@@ -285,12 +285,26 @@ def record_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
     return JobView(queue.name, job_id, "completed", text, result, None, now_ms, kept_ms=kept_ms)
 
 
-def job_page(queue: Queue | PartitionedQueue, state: State, *, offset: int, count: int) -> list[JobView]:
-    """A page of one state's jobs, lowest score first: the ids with their scores (one ZRANGE per
-    partition), every row in one pipeline, and the server clock (a cluster pipeline refuses TIME, so
-    apart). An id whose row vanished meanwhile is skipped. Each view names the partition it is in."""
-    listed = queue.located_ids(state, offset=offset, count=count) if isinstance(queue, PartitionedQueue) \
-        else [(queue, job_id, score) for job_id, score in queue.ids(state, offset=offset, count=count)]
+#: The sets of lane and flow jobs a page can list, by the count that counts them (``Counts``); a
+#: lane's waiting jobs are one set a group, listed by group (``Queue.groups``)
+GROUPED_SETS = {"lane_active": "lanes:active", "flow_waiting": "flow:waiting", "flow_pending": "flow:pending",
+                "flow_active": "flow:active", "flow_scheduled": "flow:schedule"}
+
+
+def job_page(queue: Queue | PartitionedQueue, state: State | str, *, offset: int, count: int) -> list[JobView]:
+    """A page of one state's jobs (or one of :data:`GROUPED_SETS`, a plain queue's), lowest score
+    first: the ids with their scores (one ZRANGE per partition), every row in one pipeline, and the
+    server clock (a cluster pipeline refuses TIME, so apart). An id whose row vanished meanwhile is
+    skipped. Each view names the partition it is in."""
+    if isinstance(queue, PartitionedQueue):
+        listed = queue.located_ids(State(state), offset=offset, count=count)
+    elif state in GROUPED_SETS:
+        with plain_commands("a page of lane or flow jobs"):
+            members = queue.connection.client.zrange(queue.keys.key(GROUPED_SETS[state]), offset,
+                                                     offset + count - 1, withscores=True)
+        listed = [(queue, text_of(job_id), score) for job_id, score in members]
+    else:
+        listed = [(queue, job_id, score) for job_id, score in queue.ids(state, offset=offset, count=count)]
     if not listed:
         return []
     client = queue.connection.client
