@@ -107,6 +107,8 @@ def test_a_partitioned_queue_is_one_row_and_one_queue(conn):
         assert sorted(pages[0] + pages[1]) == sorted(stocked.pending)
         job = site.get(f"/queues/{name}/job", params={"id": stocked.dead[0]})
         assert job.status_code == 200 and "ValueError: bad row" in job.text
+        flows = site.get(f"/queues/{name}", params={"state": "flow_pending"})  # no lanes or flows here
+        assert flows.status_code == 400 and "one of pending, active, scheduled, dead" in flows.text
         secret = secret_of(site.get(f"/queues/{name}").text)
         site.post(f"/queues/{name}/pause", data={"secret": secret})
         assert all(c.paused for c in queue.counts_by_partition().values())
@@ -138,12 +140,56 @@ def test_the_queue_page_shows_lane_and_flow_jobs_when_there_are_any(site, stocke
     assert 'id="grouped"' not in site.get(f"/queues/{name}").text  # flat only: the page as before
     queue.enqueue({"n": 0}, group="g")
     queue.enqueue({"n": 1}, group="g")
-    queue.claim_lanes(1, 60_000)
+    (running,) = queue.claim_lanes(1, 60_000)
     queue.enqueue_flow("p", children=["a", "b"], id="root")
     for page in (f"/queues/{name}", f"/parts/queues/{name}"):
         shown = dict(re.findall(r'data-count="(\w+)">(\d+)<', site.get(page).text))
         assert shown == {"lane_pending": "1", "lane_active": "1", "flow_waiting": "1", "flow_pending": "2",
                          "flow_active": "0", "flow_scheduled": "0"}, page
+    # each set of lane and flow jobs is listed as a state's jobs are, with its lease or due time
+    (kid,) = queue.flow_claim(1, 60_000)
+    listed = {state: site.get(f"/queues/{name}", params={"state": state}).text
+              for state in ("lane_active", "flow_waiting", "flow_pending", "flow_active", "flow_scheduled")}
+    assert ids_on(listed["lane_active"]) == [running.id] and ids_on(listed["flow_waiting"]) == ["root"]
+    assert len(ids_on(listed["flow_pending"])) == 1 and ids_on(listed["flow_active"]) == [kid.id]
+    assert "lease ends in" in listed["flow_active"] and "No flow scheduled jobs." in listed["flow_scheduled"]
+    assert "flow active: 1 job(s)" in listed["flow_active"]
+    assert site.get(f"/queues/{name}", params={"state": "lane_pending"}).status_code == 400  # by group, above
+
+
+def test_the_queue_page_lists_its_groups_and_pauses_and_resumes_one(site, stocked, monkeypatch):
+    queue, name = stocked.queue, stocked.queue.name
+    assert 'id="groups"' not in site.get(f"/queues/{name}").text  # no lane jobs: no groups table
+    for group in ("b", "a", "a", "c"):
+        queue.enqueue({}, group=group)
+    queue.set_lane_limit(2, "a")
+    queue.claim_lanes(10, 60_000)  # a runs 2 of its 2, b and c 1 each
+    queue.enqueue({}, group="a")
+    queue.pause_group("c")
+    for page in (f"/queues/{name}", f"/parts/queues/{name}"):
+        html = site.get(page).text
+        rows = re.findall(r'<tr data-group="(\w+)"><td class="id">\w+</td><td class="n">(\d+)</td><td class="n">(\d+)'
+                          r'</td>\s*<td class="n">(\d+)</td><td>(.*?)</td>', html)
+        assert [(g, int(w), int(r), int(k), "paused" in p) for g, w, r, k, p in rows] == [
+            ("a", 1, 2, 2, False), ("b", 0, 1, 1, False), ("c", 0, 1, 1, True)], page
+        assert '<h3 id="groups">groups: 3</h3>' in html
+    secret = secret_of(site.get(f"/queues/{name}").text)
+    paused = site.post(f"/queues/{name}/groups/pause", data={"secret": secret, "group": "a"}, follow_redirects=True)
+    assert paused.status_code == 200 and "group a paused" in paused.text and queue.groups()["a"].paused
+    resumed = site.post(f"/queues/{name}/groups/resume", data={"secret": secret, "group": "a"}, follow_redirects=True)
+    assert "group a resumed" in resumed.text and not queue.groups()["a"].paused
+    again = site.post(f"/queues/{name}/groups/resume", data={"secret": secret, "group": "a"}, follow_redirects=True)
+    assert "group a resumed (it was not paused)" in again.text
+    with queue_unchanged(queue):
+        bad = site.post(f"/queues/{name}/groups/pause", data={"secret": secret, "group": "bad{group}"})
+        assert bad.status_code == 400 and "bad group" in bad.text
+        assert site.post(f"/queues/{name}/groups/pause", data={"secret": secret}).status_code == 400
+        stale = site.post(f"/queues/{name}/groups/pause", data={"secret": "from-another-site", "group": "a"})
+        assert stale.status_code == 403
+    monkeypatch.setattr("echomq.dashboard.app.GROUPS_SHOWN", 2)  # a bounded read: the first by name, and a hint
+    html = site.get(f"/queues/{name}").text
+    assert re.findall(r'<tr data-group="(\w+)">', html) == ["a", "b"]
+    assert "groups: 3, the first 2 by name" in html and f"emq group list -q {name}" in html
 
 
 def test_actions_reprocess_pause_resume_promote(site, stocked):
@@ -213,13 +259,14 @@ def test_refused_actions_write_nothing(site, stocked):
 
 def test_read_only_hides_the_actions_and_refuses_them(conn, stocked):
     name = stocked.queue.name
+    stocked.queue.enqueue({}, group="g")  # its groups table too
     with serving(conn, Settings(read_only=True)) as url, httpx.Client(base_url=url) as site:
         page = site.get(f"/queues/{name}").text
         job = site.get(f"/queues/{name}/job", params={"id": stocked.dead[0]}).text
-        assert "<form" not in page and "<form" not in job and "read-only" in page
+        assert "<form" not in page and "<form" not in job and "read-only" in page and 'data-group="g"' in page
         with queue_unchanged(stocked.queue):
             for action, data in (("pause", {}), ("reprocess", {"id": stocked.dead[0]}), ("remove", {"id": stocked.dead[0]}),
-                                 ("cancel", {"id": stocked.active}), ("purge", {})):
+                                 ("cancel", {"id": stocked.active}), ("purge", {}), ("groups/pause", {"group": "g"})):
                 refused = site.post(f"/queues/{name}/{action}", data=data)
                 assert refused.status_code == 403 and "read-only" in refused.text
 
