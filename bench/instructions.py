@@ -1,7 +1,7 @@
 """Instructions per job lifecycle, counted (not timed): two trafikey builds, the scripts and the
 primitive floor, each on a valkey-server run under valgrind's callgrind.
 
-    .venv/bin/python -m bench.instructions BEFORE.so AFTER.so [--jobs 2000] [--aof]
+    .venv/bin/python -m bench.instructions BEFORE.so AFTER.so [--jobs 2000] [--aof] [--keep DIR]
 
 On a shared, busy machine the timed ratios (bench/native_ab.py) spread widely; an instruction
 count does not move with the load, so it tells a 5 % change from the noise. For each executor
@@ -11,7 +11,9 @@ phases (enqueue, claim, complete, pipelined) and a dump. Reported per lifecycle:
 instructions of the server's command execution (`call`, inclusive: what commandstats times)
 and of the whole process (parsing, replies, socket I/O too: what main-thread CPU times).
 Instructions are not time (a cache miss costs more than an add), so read them beside the
-timed ratios. Needs valgrind (Debian: valgrind).
+timed ratios. ``--keep DIR`` keeps each executor's dump there, to read by caller:
+``callgrind_annotate --inclusive=yes --tree=caller DIR/callgrind.native-after``. Needs valgrind
+(Debian: valgrind).
 """
 
 from __future__ import annotations
