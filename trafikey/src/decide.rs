@@ -466,18 +466,18 @@ pub fn owned_op(cmd: Cmd, args: Vec<Vec<u8>>, expect: Expect<'static>) -> Op<'st
 }
 
 /// The HSET of a new row (SPEC §1): the row key, `state`, `payload`, `attempts 0`, `created`,
-/// `priority` (its text `prio`) only when above 0, then `extra` (a verb's own fields), each new.
-/// ENQUEUE, ENQUEUE.UNIQUE and SCHEDULE admit a row alike. Its arguments are gathered on the
-/// stack: ENQUEUE's row is written with no allocation.
+/// `priority` (its text `prio`) only when above 0, and `unique` (ENQUEUE.UNIQUE's window, its
+/// text) when given; each field new. ENQUEUE, ENQUEUE.UNIQUE and SCHEDULE admit a row alike.
+/// Its arguments are gathered on the stack: ENQUEUE's row is written with no allocation.
 pub fn new_row<'a>(
     row: &'a [u8],
     state: &'static [u8],
     payload: &'a [u8],
     created: &'a [u8],
     (priority, prio): (i64, &'a [u8]),
-    extra: &[&'a [u8]],
+    unique: Option<&'a [u8]>,
 ) -> Op<'a> {
-    let mut fields: [&[u8]; NEW_ROW_MAX] = [&[]; NEW_ROW_MAX];
+    let mut fields: [&[u8]; 13] = [&[]; 13];
     fields[..9].copy_from_slice(&[
         row,
         b"state",
@@ -494,16 +494,12 @@ pub fn new_row<'a>(
         fields[len..len + 2].copy_from_slice(&[b"priority", prio]);
         len += 2;
     }
-    for field in extra.iter().take(NEW_ROW_MAX - len) {
-        fields[len] = field;
-        len += 1;
+    if let Some(window) = unique {
+        fields[len..len + 2].copy_from_slice(&[b"unique", window]);
+        len += 2;
     }
     op(Cmd::Hset, &fields[..len], Expect::Int((len as i64 - 1) / 2))
 }
-
-/// A new row's HSET arguments at most: the key, six fields and their values (`unique` the
-/// longest verb's own).
-const NEW_ROW_MAX: usize = 13;
 
 /// Integer text for a score or a counter, formatted on the stack (a verb makes several per
 /// command: no allocation for each).
@@ -1012,7 +1008,7 @@ mod tests {
     #[test]
     fn a_new_row_carries_priority_only_above_zero() {
         let pending = crate::state::State::Pending.field();
-        let plain = new_row(b"r", pending, b"p", b"7", (0, b"0"), &[]);
+        let plain = new_row(b"r", pending, b"p", b"7", (0, b"0"), None);
         assert_eq!(
             plain.args.iter().collect::<Vec<_>>(),
             [
@@ -1028,7 +1024,7 @@ mod tests {
             ]
         );
         assert_eq!((plain.cmd, plain.expect), (Cmd::Hset, Expect::Int(4)));
-        let urgent = new_row(b"r", pending, b"p", b"7", (3, b"3"), &[b"unique", b"9"]);
+        let urgent = new_row(b"r", pending, b"p", b"7", (3, b"3"), Some(b"9"));
         let args: Vec<_> = urgent.args.iter().collect();
         assert_eq!(&args[9..], [&b"priority"[..], b"3", b"unique", b"9"]);
         assert_eq!(urgent.expect, Expect::Int(6));

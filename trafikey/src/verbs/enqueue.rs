@@ -50,7 +50,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         payload,
         &created,
         (priority, &prio),
-        &[],
+        None,
     );
     let zadd = op(Cmd::Zadd, &[pending, &prio, id], Expect::AnyInt);
     // the plan on the stack: with the queue's event, or without

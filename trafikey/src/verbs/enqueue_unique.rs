@@ -118,18 +118,13 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     } else {
         unique
     };
-    let window: &[&[u8]] = if unique > 0 {
-        &[b"unique", &unique_num]
-    } else {
-        &[]
-    };
     plan.push(new_row(
         &row,
         state.field(),
         payload,
         &created,
         (priority, &prio),
-        window,
+        (unique > 0).then_some(&unique_num[..]),
     ));
     plan.push(op(Cmd::Zadd, &[set, score, id], Expect::AnyInt));
     plan.extend(events.map(|ev| ev.op(b"enqueued", id, b"0", &[b"state", state.field()])));

@@ -48,7 +48,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             payload,
             &created,
             (priority, &prio),
-            &[],
+            None,
         ),
         op(Cmd::Zadd, &[schedule, &due, id], Expect::AnyInt),
     ];
