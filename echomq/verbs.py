@@ -21,7 +21,8 @@ from . import errors
 from .keys import MAX_ID_BYTES, MAX_TRACEBACK_BYTES, Keyspace, State, check_group, check_job_id
 
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
-FLOW_LIBRARY = SCRIPTS_DIR / "lib" / "flow.lua"  #: the flow scripts' prelude
+FLOW_LIBRARY = SCRIPTS_DIR / "lib" / "flow.lua"  #: the flow scripts' family library
+FAMILIES = ("lanes", "flow")  #: the family libraries: a script loaded after one runs on both wires
 BASE = ""  # the key suffix that names the base itself, ``emq:{q}:``
 
 # SPEC §3's argument limits, defined once (tests/test_verbs_table.py reads trafikey's grammar.rs
@@ -256,13 +257,11 @@ class Verb:
     #: order; the script reads each when given, and a wire-6 client sends one only when
     #: EMQ.VERSION lists its token
     late: tuple[tuple[str, str], ...] = ()
-    #: a script on both wires, never an EMQ command (SPEC §9.6: lanes, flows, the reaper); its
-    #: source is ``scripts/lib/<prelude>.lua`` (the helpers its family shares), then its own file
-    prelude: str | None = None
-    #: helpers a script shares with another verb's (CLAIM's and CLAIMS' reading of meta, APPEND's
-    #: fence and write): its source is ``scripts/lib/<library>.lua`` (after the prelude, if any),
-    #: then its own file
-    library: str | None = None
+    #: the libraries its script is loaded after, in load order: ``scripts/lib/<name>.lua`` each, then
+    #: its own file. Each holds rules scripts share (the event switch, the holder's fence, ...); a
+    #: lane or flow script has its family's among them (``lanes``, ``flow``: SPEC §9.6, a script on
+    #: both wires, never an EMQ command)
+    libraries: tuple[str, ...] = ()
 
     @property
     def script_path(self) -> Path:
@@ -271,21 +270,20 @@ class Verb:
     @property
     def script_only(self) -> bool:
         """Served by its script on both wires (a lane or flow script): no EMQ command, yet it writes."""
-        return self.prelude is not None
+        return any(family in self.libraries for family in FAMILIES)
 
     @property
     def flow(self) -> bool:
-        """A flow script (its prelude is the flow library)."""
-        return self.prelude == "flow"
+        """A flow script (loaded after the flow library)."""
+        return "flow" in self.libraries
 
     @property
     def read_only(self) -> bool:
         return self.command is None and not self.script_only
 
     def source(self) -> bytes:
-        """The script's text as it is loaded: its family's prelude and its library (each if any),
-        then its own file."""
-        shared = [SCRIPTS_DIR / "lib" / f"{name}.lua" for name in (self.prelude, self.library) if name]
+        """The script's text as it is loaded: its libraries in order, then its own file."""
+        shared = [SCRIPTS_DIR / "lib" / f"{name}.lua" for name in self.libraries]
         return b"".join(path.read_bytes() for path in shared) + self.script_path.read_bytes()
 
     def build(self, keyspace: Keyspace, *argv: Any) -> Call:
@@ -332,17 +330,17 @@ class Verb:
 
 
 def _verb(name, keys, argv, move, decode=lambda reply: reply, tokens=None, scripted=True, fenced=False, late=(),
-          library=None):
+          libraries=()):
     command = "EMQ." + name.upper().replace("_", ".")
     return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move, decode, fenced,
-                tuple(late), library=library)
+                tuple(late), libraries=tuple(libraries))
 
 
 # Rows in the order of SPEC §3 and of trafikey's registration table.
 VERBS: tuple[Verb, ...] = (
     _verb("enqueue", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending", decode=_one),
     _verb("claim", ("pending", "active", BASE), ("lease_ms",), "pending → active", decode=_claimed,
-          tokens=("claim", "claim.pause"), late=(("rated", "claim.rate"),), library="claim"),
+          tokens=("claim", "claim.pause"), late=(("rated", "claim.rate"),), libraries=("claim",)),
     _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", decode=int, fenced=True),
     _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active",
           decode=lambda reply: [int(a) for a in reply]),
@@ -370,7 +368,7 @@ VERBS: tuple[Verb, ...] = (
 # included (born with the verb, so its token is the verb's own).
 BUS: tuple[Verb, ...] = (
     _verb("append", ("active", BASE), ("id", "token", "progress"), "active → active", decode=_one, fenced=True,
-          library="append"),
+          libraries=("append",)),
     _verb("failures_incr", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
           decode=lambda reply: State(text(reply)), tokens=("failures.incr",), fenced=True,
@@ -397,7 +395,7 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
           late=(("delay_ms", "enqueue.unique"),)),
     # landed after the argument tokens: EMQ.VERSION lists its token after them
     _verb("claims", ("pending", "active", BASE), ("lease_ms", "count"), "pending → active (up to count jobs)",
-          decode=_claims, late=(("rated", "claim.rate"),), library="claim"),
+          decode=_claims, late=(("rated", "claim.rate"),), libraries=("claim",)),
 )
 
 #: LANE_CLAIM's answer on a queue that never had a lane job (a worker probes its lanes less often).
@@ -415,9 +413,9 @@ def _lane_claimed(reply: Sequence[Any] | int) -> Claimed | Throttled | str | Non
     return Claimed(text(job_id), raw, int(attempts), text(group))
 
 
-def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, library=None):
-    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced, prelude="lanes",
-                library=library)
+def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libraries=()):
+    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced,
+                libraries=("lanes",) + libraries)
 
 
 # Lanes (SPEC §9.6, docs/lanes-and-flows.md): scripts on both wires, beside the EMQ verbs. A lane
@@ -426,7 +424,7 @@ def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libr
 LANES: tuple[Verb, ...] = (
     _lane("lane_enqueue", (BASE,), ("id", "payload", "group"), "(new) → lane", decode=_one),
     _lane("lane_claim", ("lanes:ready", "lanes:active", BASE), ("lease_ms", "stamp"), "lane → lane-active",
-          decode=_lane_claimed, library="claim"),
+          decode=_lane_claimed, libraries=("claim",)),
     _lane("lane_extends", ("lanes:active", BASE), ("lease_ms", "stamp", "id", "token"), "lane-active → lane-active",
           decode=lambda reply: [int(a) for a in reply]),
     _lane("lane_complete", ("lanes:active", BASE), ("id", "token", "result", "retention_ms"),
@@ -443,7 +441,7 @@ LANES: tuple[Verb, ...] = (
     _lane("lane_resume", (BASE,), ("group",), "lane → lane", decode=_one),
     _lane("lane_limit", (BASE,), ("k", "scope"), "lane → lane"),
     _lane("lane_append", (BASE,), ("id", "token", "progress"), "lane-active → lane-active",
-          decode=_one, fenced=True, library="append"),
+          decode=_one, fenced=True, libraries=("append",)),
 )
 
 
@@ -455,9 +453,9 @@ def _flow_jobs(reply: Sequence[Sequence[Any]] | int) -> list[tuple[Claimed, bool
     return [(Claimed(text(job_id), raw, int(attempts)), parent == 1) for job_id, raw, attempts, parent in reply]
 
 
-def _flow(name, keys, argv, move, decode=lambda reply: reply, fenced=False, library=None):
-    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced, prelude="flow",
-                library=library)
+def _flow(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libraries=()):
+    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced,
+                libraries=("flow",) + libraries)
 
 
 # The flow scripts (SPEC §9.6, docs/lanes-and-flows.md "Flows"): scripts on both wires, never an
@@ -468,7 +466,7 @@ FLOWS: tuple[Verb, ...] = (
     _flow("flow_enqueue", (), ("queue", "id", "payload", "priority", "parent", "children", "on_child_failure"),
           "(new) → flow:waiting | flow:pending", decode=_one),
     _flow("flow_claim", ("flow:pending", "flow:active", "flow:schedule", BASE), ("lease_ms", "limit"),
-          "flow:pending → flow:active", decode=_flow_jobs, library="claim"),
+          "flow:pending → flow:active", decode=_flow_jobs, libraries=("claim",)),
     _flow("flow_extends", ("flow:active", BASE), ("lease_ms", "id", "token"), "flow:active → flow:active",
           decode=lambda reply: [int(a) for a in reply]),
     _flow("flow_complete", ("flow:active", BASE), ("id", "token", "result", "retention_ms"),
@@ -482,7 +480,7 @@ FLOWS: tuple[Verb, ...] = (
     _flow("flow_reap", ("flow:active", "flow:pending", BASE), ("max_stalled", "limit"),
           "flow:active → flow:pending | dead", decode=_sweep),
     _flow("flow_append", ("flow:active", BASE), ("id", "token", "progress"), "flow:active → flow:active",
-          decode=_one, fenced=True, library="append"),
+          decode=_one, fenced=True, libraries=("append",)),
     _flow("flow_delay", ("flow:active", "flow:schedule", BASE), ("id", "token", "delay_ms"),
           "flow:active → flow:schedule", decode=int, fenced=True),
 )

@@ -17,6 +17,8 @@ from echomq.keys import STATE_SETS, State
 from echomq.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, FLOW_LIBRARY, FLOWS, JOB_CORE_TOKENS, LANES, OPTIONAL,
                           OPTIONAL_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS)
 
+#: scripts/lib/<name>.lua: the rules several scripts share, each said once (docs/spec.md §4)
+LIBRARIES = ("lanes", "flow", "claim", "append")
 REGISTERED = VERBS + OPTIONAL  # trafikey's rows: the job core, then the optional verbs in order (SPEC §9.4)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,14 +137,14 @@ def test_flow_scripts_run_on_both_wires_and_no_emq_command():
     ]
     for verb in FLOWS:
         assert verb.flow and verb.scripted and verb.command is None and verb.tokens == () and not verb.read_only
-        assert verb.source().startswith(FLOW_LIBRARY.read_bytes())
+        assert "flow" in verb.libraries and "lanes" not in verb.libraries
 
 
 def test_lane_scripts_run_on_both_wires_and_no_emq_command():
-    """SPEC §9.6 (docs/spec.md §15): lanes are scripts on both wires, after the lanes' prelude."""
+    """SPEC §9.6 (docs/spec.md §15): lanes are scripts on both wires, after the lanes' library."""
     for verb in LANES:
         assert verb.script_only and not verb.flow and verb.command is None and verb.tokens == () and not verb.read_only
-        assert verb.source().startswith((SCRIPTS_DIR / "lib" / "lanes.lua").read_bytes())
+        assert "lanes" in verb.libraries
 
 
 def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
@@ -155,19 +157,15 @@ def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
 
 def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
     on_disk = sorted(p.name for p in SCRIPTS_DIR.iterdir() if p.is_file())
-    # the libraries the lane and the flow scripts, CLAIM's and CLAIMS', and the three appends' are loaded after
-    assert sorted(p.name for p in (SCRIPTS_DIR / "lib").iterdir()) == sorted([FLOW_LIBRARY.name, "lanes.lua",
-                                                                               "claim.lua", "append.lua"])
-    assert {v.name: v.library for v in SCRIPTED if v.library} == {
-        "claim": "claim", "claims": "claim", "lane_claim": "claim", "flow_claim": "claim", "append": "append",
-        "lane_append": "append", "flow_append": "append"}
-    for verb in ("claim", "claims"):
-        assert BY_NAME[verb].source().startswith((SCRIPTS_DIR / "lib" / "claim.lua").read_bytes())
-    # a lane or flow append: its family's prelude, then the library, then its own file
-    for verb, prelude in (("append", b""), ("lane_append", (SCRIPTS_DIR / "lib" / "lanes.lua").read_bytes()),
-                          ("flow_append", FLOW_LIBRARY.read_bytes())):
-        assert BY_NAME[verb].source() == (prelude + (SCRIPTS_DIR / "lib" / "append.lua").read_bytes()
-                                          + BY_NAME[verb].script_path.read_bytes())
+    # the libraries scripts are loaded after: each a rule several scripts share, said once
+    assert sorted(p.name for p in (SCRIPTS_DIR / "lib").iterdir()) == sorted(f"{name}.lua" for name in LIBRARIES)
+    assert {name for v in SCRIPTED for name in v.libraries} == set(LIBRARIES)
+    assert {v.name for v in SCRIPTED if "claim" in v.libraries} == {"claim", "claims", "lane_claim", "flow_claim"}
+    assert {v.name for v in SCRIPTED if "append" in v.libraries} == {"append", "lane_append", "flow_append"}
+    # the libraries in their order, then the script's own file
+    for verb in SCRIPTED:
+        assert verb.source() == b"".join((SCRIPTS_DIR / "lib" / f"{name}.lua").read_bytes() for name in verb.libraries
+                                         ) + verb.script_path.read_bytes()
     assert on_disk == sorted(f"{v.name}.lua" for v in SCRIPTED)
     for verb in SCRIPTED:
         assert verb.script_path.is_file() and verb.script_path.parent == SCRIPTS_DIR
