@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from echomq import brand_node, module_path
 from echomq.server import EmbeddedServer
+from echomq.verbs import BY_NAME
 
 from .common import ROOT
 
@@ -42,7 +43,7 @@ def _server(module: str) -> EmbeddedServer:
 
 def _script(rev: str | None, verb: str) -> str:
     if rev is None:
-        return (ROOT / "echomq" / "scripts" / f"{verb}.lua").read_text()
+        return BY_NAME[verb].source().decode()  # with its libraries, as the client loads it
     return subprocess.run(["git", "show", f"{rev}:echomq/scripts/{verb}.lua"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout
 

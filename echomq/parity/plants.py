@@ -102,7 +102,7 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
                 "'failures', '0', 'stalled', '0')", "'failures', '0', 'stalled', '0', 'attempts', '0')",
                 "reprocess resets the attempts counter"),
     ScriptPlant("script:append.wrong_progress", "bus", "append",
-                "'progress', progress)\n  end", "'progress', 'x')\n  end",
+                "'progress', id, token, 'progress', progress)", "'progress', id, token, 'progress', 'x')",
                 "append's progress event carries the wrong value"),
     ScriptPlant("script:drain.keep_rows", "operator", "drain",
                 "for _, row in ipairs(rows) do redis.call('DEL', row) end", "",

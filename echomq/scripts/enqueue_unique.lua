@@ -45,13 +45,8 @@ local marker = base .. 'unique:' .. id
 local mtype = redis.call('TYPE', marker)['ok']
 if mtype == 'hash' then return 'unique' end
 if mtype ~= 'none' then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', base .. 'meta', 'events')
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local bound, refused = event_switch(base)
+if refused then return refused end
 local state = delay == nil and 'pending' or 'scheduled'
 local stype = redis.call('TYPE', state == 'pending' and KEYS[1] or KEYS[2])['ok']
 if stype ~= 'none' and stype ~= 'zset' then
@@ -70,9 +65,7 @@ else
   redis.call('ZADD', KEYS[2], due, id)
   wake = head[2] == nil or due < tonumber(head[2])
 end
-if bound then
-  redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'enqueued', 'id', id, 'attempt', '0', 'state', state)
-end
+add_event(base, bound, 'enqueued', id, '0', 'state', state)
 -- the wake marker (SPEC §9.3), the last write
 if wake then redis.call('ZADD', base .. 'wake', 0, 'w') end
 return 'created'

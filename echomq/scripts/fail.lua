@@ -12,22 +12,16 @@ if held[2] ~= 'active' then
   return redis.error_reply('EMQSTATE EMQ.FAIL row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.FAIL id is not in active') end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0;
--- and whether a result waiter follows the queue (`waiters` present and not 0), read with it
+-- the queue's event switch, and whether a result waiter follows the queue (`waiters` present and
+-- not 0), read with it
 local switches = redis.call('HMGET', base .. 'meta', 'events', 'waiters')
-local bound, waited = switches[1], switches[2] and switches[2] ~= '0'
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local waited = switches[2] and switches[2] ~= '0'
+local bound, refused = event_bound(switches[1])
+if refused then return refused end
 -- the `failed` event, then `retried` or `dead`, when the queue's events are on
 local function tell(state)
-  if not bound then return end
-  local events = base .. 'events'
-  redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', 'failed', 'id', ARGV[1], 'attempt', ARGV[2], 'error', ARGV[3])
-  redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', state == 'dead' and 'dead' or 'retried', 'id', ARGV[1],
-    'attempt', ARGV[2], 'state', state)
+  add_event(base, bound, 'failed', ARGV[1], ARGV[2], 'error', ARGV[3])
+  add_event(base, bound, state == 'dead' and 'dead' or 'retried', ARGV[1], ARGV[2], 'state', state)
 end
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)

@@ -7,13 +7,13 @@ lanes(KEYS[2])
 local id = ARGV[1]
 local row, g = held_row('lane_complete', id, ARGV[2])
 if not row then return g end
-local bound, refused = event_bound()
+local bound, refused = event_switch(base)
 if refused then return refused end
 local times = redis.call('HMGET', row, 'created', 'started')
 redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', row)
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
-lane_event(bound, 'completed', id, ARGV[2])
+add_event(base, bound, 'completed', id, ARGV[2])
 local retention = tonumber(ARGV[4])
 if retention > 0 then
   local now = now_ms()

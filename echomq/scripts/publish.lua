@@ -12,13 +12,8 @@ if held[5] ~= 'active' then
   return redis.error_reply('EMQSTATE EMQ.PUBLISH row ' .. (held[5] and 'is ' .. held[5] or 'has no state') .. ', not active')
 end
 if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE EMQ.PUBLISH id is not in active') end
--- the queue's event switch: an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', base .. 'meta', 'events')
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local bound, refused = event_switch(base)
+if refused then return refused end
 -- a unique window (docs/spec.md §14): the id is not admitted again for `unique` ms from now
 local marker = held[4] and base .. 'unique:' .. id
 if marker then
@@ -43,9 +38,7 @@ if retention > 0 then
   redis.call('HSET', done, unpack(record))
   redis.call('PEXPIREAT', done, now + retention)
 end
-if bound then
-  redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'completed', 'id', id, 'attempt', ARGV[2])
-end
+add_event(base, bound, 'completed', id, ARGV[2])
 -- the outcome, told where the caller may publish (a wake-up, not state: untold otherwise)
 local channel = base .. 'outcome:' .. id
 if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end

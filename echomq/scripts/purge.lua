@@ -18,20 +18,10 @@ for _, id in ipairs(ids) do
     told[#told + 1] = {id, seen[1] or '0'}
   end
 end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', KEYS[2] .. 'meta', 'events')
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local bound, refused = event_switch(KEYS[2])
+if refused then return refused end
 -- unpack in slices: Lua's stack takes a few thousand values at most, limit goes to 10000
 for i = 1, #ids, 1000 do redis.call('ZREM', KEYS[1], unpack(ids, i, math.min(i + 999, #ids))) end
 for _, row in ipairs(rows) do redis.call('DEL', row) end
-if bound then
-  for _, job in ipairs(told) do
-    redis.call('XADD', KEYS[2] .. 'events', 'MAXLEN', bound, '*', 'type', 'removed', 'id', job[1], 'attempt', job[2],
-      'state', gone)
-  end
-end
+for _, job in ipairs(told) do add_event(KEYS[2], bound, 'removed', job[1], job[2], 'state', gone) end
 return #ids

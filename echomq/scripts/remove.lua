@@ -17,18 +17,10 @@ end
 if not redis.call('ZSCORE', set, ARGV[1]) then
   return redis.error_reply('EMQSTATE EMQ.REMOVE id is not in ' .. (state == 'scheduled' and 'schedule' or state))
 end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', KEYS[4] .. 'meta', 'events')
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local bound, refused = event_switch(KEYS[4])
+if refused then return refused end
 local attempt = redis.call('HGET', row, 'attempts') or '0'
 redis.call('ZREM', set, ARGV[1])
 redis.call('DEL', row)
-if bound then
-  redis.call('XADD', KEYS[4] .. 'events', 'MAXLEN', bound, '*', 'type', 'removed', 'id', ARGV[1], 'attempt', attempt,
-    'state', state)
-end
+add_event(KEYS[4], bound, 'removed', ARGV[1], attempt, 'state', state)
 return state

@@ -1,5 +1,6 @@
--- The flow library (docs/lanes-and-flows.md "Flows"): the client puts it before every flow_*.lua
--- script's own text, so the moves that tell a parent its child's outcome are written once.
+-- The flow library (docs/lanes-and-flows.md "Flows"): the client puts it (after lib/events.lua)
+-- before every flow_*.lua script's own text, so the moves that tell a parent its child's outcome
+-- are written once.
 -- A flow job lives in its queue's flow sets (flow:pending, flow:active, flow:schedule, flow:waiting),
 -- never in the flat ones, so no native verb moves it; a dead one joins the queue's dead set.
 
@@ -27,10 +28,9 @@ local flow_bounds = {}
 -- the switch of `base` into flow_bounds: the refusal of a value that is not an integer, else nil
 local function flow_switch(base)
   if flow_bounds[base] ~= nil then return nil end
-  local bound = redis.call('HGET', base .. 'meta', 'events')
-  if bound and not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = bound and tonumber(bound)
-  flow_bounds[base] = bound and bound > 0 and bound or false
+  local bound, refused = event_switch(base)
+  if refused then return refused end
+  flow_bounds[base] = bound or false
 end
 
 -- the switches of `row`'s queue and of each queue up its chain of parents (a death, or a last
@@ -43,13 +43,10 @@ local function flow_switches(row)
   end
 end
 
--- one event of a flow job in its queue (`base`), if its switch is on: type, id, attempt, then the
--- event's own fields
-local function flow_event(base, kind, id, attempt, ...)
-  local bound = flow_bounds[base]
-  if bound then
-    redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', kind, 'id', id, 'attempt', attempt, ...)
-  end
+-- flow_event(base, kind, id, attempt, ...): one event of a flow job in its queue (`base`), with the
+-- switch flow_switch read for it (add_event's arguments after the bound)
+local function flow_event(base, ...)
+  add_event(base, flow_bounds[base], ...)
 end
 
 -- the fence of a flow job's holder: `row` when it is held with `token` and leased in flow:active

@@ -1,5 +1,5 @@
 -- Lanes (docs/lanes-and-flows.md): the helpers every lane script shares; the client puts this
--- file before the script's own text, whose first line is lanes(<its base KEY>). Every key a
+-- file (after lib/events.lua) before the script's own text, whose first line is lanes(<its base KEY>). Every key a
 -- lane script touches derives from the queue's base, so all of them share its hashtag.
 local base, ready, held, running
 
@@ -27,24 +27,6 @@ end
 -- wire 4's wake marker (SPEC §9.3), written by lane scripts on both wires: a worker blocks on it
 local function wake()
   redis.call('ZADD', base .. 'wake', 0, 'w')
-end
-
--- the queue's event switch (docs/spec.md §12), read before a script's first write: the stream's
--- bound (MAXLEN), nil when off (absent or <= 0); or nil and the refusal of a value that is not an integer
-local function event_bound()
-  local bound = redis.call('HGET', base .. 'meta', 'events')
-  if not bound then return nil end
-  if not string.match(bound, '^%-?%d+$') then return nil, redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound > 0 then return bound end
-end
-
--- one event of a lane job when the switch is on (`bound`), as the flat verbs tell theirs:
--- type, id, attempt, then the event's own fields (name, value, ...)
-local function lane_event(bound, kind, id, attempt, ...)
-  if bound then
-    redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', kind, 'id', id, 'attempt', attempt, ...)
-  end
 end
 
 -- the job's outcome, told where the caller may publish (a result waiter's wake-up, docs/spec.md §12)
