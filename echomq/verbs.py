@@ -342,26 +342,28 @@ VERBS: tuple[Verb, ...] = (
           libraries=("events",)),
     _verb("claim", ("pending", "active", BASE), ("lease_ms",), "pending → active", decode=_claimed,
           tokens=("claim", "claim.pause"), late=(("rated", "claim.rate"),), libraries=("events", "claim")),
-    _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", decode=int, fenced=True),
+    _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", decode=int, fenced=True,
+          libraries=("held",)),
     _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active",
           decode=lambda reply: [int(a) for a in reply]),
     _verb("complete", ("active", BASE), ("id", "token"), "active → (deleted)", decode=_one, tokens=("complete.flat",),
-          fenced=True, libraries=("events",)),
+          fenced=True, libraries=("events", "held")),
     _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled", decode=_one,
           libraries=("events",)),
     _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending", decode=int,
           libraries=("events",)),
     _verb("reschedule", ("schedule", BASE), ("id", "delay_ms"), "scheduled → scheduled",
-          decode=lambda reply: int(reply) or None, libraries=("events",)),
+          decode=lambda reply: int(reply) or None, libraries=("events", "held")),
     _verb("delay", ("active", "schedule", BASE), ("id", "token", "delay_ms"), "active → scheduled", decode=int,
-          fenced=True, libraries=("events",)),
+          fenced=True, libraries=("events", "held")),
     _verb("fail", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
           decode=lambda reply: State(text(reply)), tokens=("fail.flat",), fenced=True,
-          late=(("traceback", "fail.traceback"),), libraries=("events",)),
-    _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending", decode=_one, libraries=("events",)),
+          late=(("traceback", "fail.traceback"),), libraries=("events", "held")),
+    _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending", decode=_one,
+          libraries=("events", "held")),
     _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", decode=_one, fenced=True,
-          libraries=("events",)),
+          libraries=("events", "held")),
     _verb("stalled_check", ("active", "pending", "dead", BASE), ("max_stalled", "limit"),
           "active → pending | dead", decode=_sweep, tokens=("stalled.check",), libraries=("events",)),
 )
@@ -372,13 +374,13 @@ VERBS: tuple[Verb, ...] = (
 # included (born with the verb, so its token is the verb's own).
 BUS: tuple[Verb, ...] = (
     _verb("append", ("active", BASE), ("id", "token", "progress"), "active → active", decode=_one, fenced=True,
-          libraries=("events", "append")),
+          libraries=("events", "held", "append")),
     _verb("failures_incr", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
           decode=lambda reply: State(text(reply)), tokens=("failures.incr",), fenced=True,
-          late=(("traceback", "failures.incr"),), libraries=("events",)),
+          late=(("traceback", "failures.incr"),), libraries=("events", "held")),
     _verb("publish", ("active", BASE), ("id", "token", "result", "retention_ms"), "active → (completed record)",
-          decode=_one, fenced=True, libraries=("events",)),
+          decode=_one, fenced=True, libraries=("events", "held")),
 )
 
 # Optional verbs (SPEC §9.3/§9.4): registered after the job core, in the order they landed: the
@@ -389,14 +391,14 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
           "pending → active (blocks while empty or paused)", decode=_claimed, tokens=("claim.block",),
           scripted=False, late=(("rated", "claim.rate"),)),
     _verb("remove", ("pending", "schedule", "dead", BASE), ("id",), "pending | scheduled | dead → (deleted)",
-          decode=lambda reply: None if reply == 0 else State(text(reply)), libraries=("events",)),
-    _verb("cancel", ("active", "dead", BASE), ("id",), "active → dead", decode=_one, libraries=("events",)),
+          decode=lambda reply: None if reply == 0 else State(text(reply)), libraries=("events", "held")),
+    _verb("cancel", ("active", "dead", BASE), ("id",), "active → dead", decode=_one, libraries=("events", "held")),
     _verb("purge", ("dead", BASE), ("age_ms", "limit"), "dead → (deleted)", decode=int, libraries=("events",)),
     _verb("drain", ("pending", BASE), ("limit",), "pending → (deleted)", decode=int, libraries=("events",)),
     _verb("enqueue_unique", ("pending", "schedule", BASE), ("id", "payload", "priority", "unique_ms", "replace"),
           "(new) → pending | scheduled; pending | scheduled → scheduled (replace)",
           decode=lambda reply: Admission(text(reply)), tokens=("enqueue.unique",),
-          late=(("delay_ms", "enqueue.unique"),), libraries=("events",)),
+          late=(("delay_ms", "enqueue.unique"),), libraries=("events", "held")),
     # landed after the argument tokens: EMQ.VERSION lists its token after them
     _verb("claims", ("pending", "active", BASE), ("lease_ms", "count"), "pending → active (up to count jobs)",
           decode=_claims, late=(("rated", "claim.rate"),), libraries=("events", "claim")),
@@ -419,7 +421,7 @@ def _lane_claimed(reply: Sequence[Any] | int) -> Claimed | Throttled | str | Non
 
 def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libraries=()):
     return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced,
-                libraries=("events", "lanes") + libraries)
+                libraries=("events", "held", "lanes") + libraries)
 
 
 # Lanes (SPEC §9.6, docs/lanes-and-flows.md): scripts on both wires, beside the EMQ verbs. A lane
@@ -459,7 +461,7 @@ def _flow_jobs(reply: Sequence[Sequence[Any]] | int) -> list[tuple[Claimed, bool
 
 def _flow(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libraries=()):
     return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced,
-                libraries=("events", "flow") + libraries)
+                libraries=("events", "held", "flow") + libraries)
 
 
 # The flow scripts (SPEC §9.6, docs/lanes-and-flows.md "Flows"): scripts on both wires, never an

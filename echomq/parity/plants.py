@@ -76,7 +76,7 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
                 "now + tonumber(lease_ms)", "now + 2 * tonumber(lease_ms)",
                 "claim leases for twice lease_ms"),
     ScriptPlant("script:extend.ignore_token", "lease", "extend",
-                "if held[1] ~= ARGV[2] then return 0 end", "",
+                "if held[1] ~= token then return nil, 0 end", "",
                 "extend renews whatever the token"),
     ScriptPlant("script:complete.no_metric", "settle", "complete",
                 "redis.call('HINCRBY', KEYS[2] .. 'metrics:completed', 'count', 1)\n", "",

@@ -6,13 +6,9 @@
 local row = KEYS[3] .. 'job:' .. ARGV[1]
 if redis.call('EXISTS', row) == 0 then return 0 end
 local seen = redis.call('HMGET', row, 'group', 'parent', 'state')
-local state = seen[3]
-if seen[1] then return redis.error_reply('EMQSTATE lane row is not native') end
-if seen[2] then return redis.error_reply('EMQSTATE flow child is not native') end
-if state ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.CANCEL row ' .. (state and 'is ' .. state or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.CANCEL id is not in active') end
+local refused = foreign_refused(seen[1], seen[2]) or state_refused('EMQ.CANCEL', seen[3], 'active')
+  or set_refused('EMQ.CANCEL', KEYS[1], 'active', ARGV[1])
+if refused then return refused end
 local bound, refused = event_switch(KEYS[3])
 if refused then return refused end
 local t = redis.call('TIME')

@@ -5,9 +5,8 @@
 local row = KEYS[2] .. 'job:' .. ARGV[1]
 local held = redis.call('HMGET', row, 'attempts', 'unique', 'state')
 if held[1] ~= ARGV[2] then return 0 end
-if held[3] ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.COMPLETE row ' .. (held[3] and 'is ' .. held[3] or 'has no state') .. ', not active')
-end
+local refused = state_refused('EMQ.COMPLETE', held[3], 'active')
+if refused then return refused end
 -- the queue's event switch, and whether a result waiter follows the queue (`waiters` present and
 -- not 0), read with it
 local switches = redis.call('HMGET', KEYS[2] .. 'meta', 'events', 'waiters')

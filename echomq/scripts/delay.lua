@@ -3,12 +3,8 @@
 -- is not active, or not in active, is refused (SPEC §9.1). The `delayed` event when on.
 -- A due time earlier than the schedule's head writes the wake marker: a blocked worker recomputes its timeout.
 local row = KEYS[3] .. 'job:' .. ARGV[1]
-local held = redis.call('HMGET', row, 'attempts', 'state')
-if held[1] ~= ARGV[2] then return 0 end
-if held[2] ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.DELAY row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.DELAY id is not in active') end
+local held, answer = fence('EMQ.DELAY', row, ARGV[1], ARGV[2], KEYS[1], 'active')
+if not held then return answer end
 local bound, refused = event_switch(KEYS[3])
 if refused then return refused end
 local t = redis.call('TIME')

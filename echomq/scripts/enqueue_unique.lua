@@ -18,17 +18,16 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if rtype == 'hash' then
   if ARGV[5] ~= '1' then return 'exists' end
   local seen = redis.call('HMGET', row, 'group', 'parent', 'state')
-  if seen[1] then return redis.error_reply('EMQSTATE lane row is not native') end
-  if seen[2] then return redis.error_reply('EMQSTATE flow child is not native') end
+  local refused = foreign_refused(seen[1], seen[2])
+  if refused then return refused end
   local state = seen[3]
   if state == 'active' or state == 'dead' then return 'exists' end
   if state ~= 'pending' and state ~= 'scheduled' then
     return redis.error_reply('EMQSTATE EMQ.ENQUEUE.UNIQUE row ' .. (state and 'is ' .. state .. ', not pending, scheduled, active or dead' or 'has no state'))
   end
   local set = state == 'pending' and KEYS[1] or KEYS[2]
-  if not redis.call('ZSCORE', set, id) then
-    return redis.error_reply('EMQSTATE EMQ.ENQUEUE.UNIQUE id is not in ' .. (state == 'scheduled' and 'schedule' or state))
-  end
+  refused = set_refused('EMQ.ENQUEUE.UNIQUE', set, state == 'scheduled' and 'schedule' or state, id)
+  if refused then return refused end
   if delay == nil then
     redis.call('HSET', row, 'payload', ARGV[2])
     return 'replaced'

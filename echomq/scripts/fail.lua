@@ -6,12 +6,8 @@
 -- in active, is refused before any write. The `failed` event, then `retried` or `dead`, when on.
 local base = KEYS[5]
 local row = base .. 'job:' .. ARGV[1]
-local held = redis.call('HMGET', row, 'attempts', 'state')
-if held[1] ~= ARGV[2] then return 0 end
-if held[2] ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.FAIL row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.FAIL id is not in active') end
+local held, answer = fence('EMQ.FAIL', row, ARGV[1], ARGV[2], KEYS[1], 'active')
+if not held then return answer end
 -- the queue's event switch, and whether a result waiter follows the queue (`waiters` present and
 -- not 0), read with it
 local switches = redis.call('HMGET', base .. 'meta', 'events', 'waiters')

@@ -8,12 +8,8 @@
 local base = KEYS[5]
 local id = ARGV[1]
 local row = base .. 'job:' .. id
-local held = redis.call('HMGET', row, 'attempts', 'state')
-if held[1] ~= ARGV[2] then return 0 end
-if held[2] ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.FAILURES.INCR row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE EMQ.FAILURES.INCR id is not in active') end
+local held, answer = fence('EMQ.FAILURES.INCR', row, id, ARGV[2], KEYS[1], 'active')
+if not held then return answer end
 local bound, refused = event_switch(base)
 if refused then return refused end
 -- the first write: a failures field HINCRBY refuses stops the script before any other

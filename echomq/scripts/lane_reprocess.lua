@@ -14,9 +14,8 @@ end
 local seen = redis.call('HMGET', row, 'attempts', 'group', 'state')
 local g, state = seen[2], seen[3]
 if not g then return redis.error_reply('EMQSTATE lane_reprocess row is not a lane row') end
-if state ~= 'dead' then
-  return redis.error_reply('EMQSTATE lane_reprocess row ' .. (state and 'is ' .. state or 'has no state') .. ', not dead')
-end
+local refused = state_refused('lane_reprocess', state, 'dead')
+if refused then return refused end
 local bound, refused = event_switch(base)
 if refused then return refused end
 local seq = redis.call('INCR', base .. 'lanes:seq')

@@ -6,17 +6,16 @@ local row = KEYS[4] .. 'job:' .. ARGV[1]
 if redis.call('EXISTS', row) == 0 then return 0 end
 local seen = redis.call('HMGET', row, 'group', 'parent', 'state')
 local state = seen[3]
-if seen[1] then return redis.error_reply('EMQSTATE lane row is not native') end
-if seen[2] then return redis.error_reply('EMQSTATE flow child is not native') end
+local refused = foreign_refused(seen[1], seen[2])
+if refused then return refused end
 if state == 'active' then return redis.error_reply('EMQSTATE EMQ.REMOVE row is active: cancel it instead') end
 local set = ({pending = KEYS[1], scheduled = KEYS[2], dead = KEYS[3]})[state or '']
 if not set then
   return redis.error_reply('EMQSTATE EMQ.REMOVE row ' .. (state and 'is ' .. state or 'has no state')
     .. ', not pending, scheduled or dead')
 end
-if not redis.call('ZSCORE', set, ARGV[1]) then
-  return redis.error_reply('EMQSTATE EMQ.REMOVE id is not in ' .. (state == 'scheduled' and 'schedule' or state))
-end
+refused = set_refused('EMQ.REMOVE', set, state == 'scheduled' and 'schedule' or state, ARGV[1])
+if refused then return refused end
 local bound, refused = event_switch(KEYS[4])
 if refused then return refused end
 local attempt = redis.call('HGET', row, 'attempts') or '0'

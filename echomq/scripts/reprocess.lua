@@ -11,11 +11,8 @@ if redis.call('EXISTS', row) == 0 then
   return 0
 end
 local seen = redis.call('HMGET', row, 'attempts', 'group', 'state')
-local state = seen[3]
-if seen[2] then return redis.error_reply('EMQSTATE lane row is not native') end
-if state ~= 'dead' then
-  return redis.error_reply('EMQSTATE EMQ.REPROCESS row ' .. (state and 'is ' .. state or 'has no state') .. ', not dead')
-end
+local refused = foreign_refused(seen[2]) or state_refused('EMQ.REPROCESS', seen[3], 'dead')
+if refused then return refused end
 local bound, refused = event_switch(KEYS[3])
 if refused then return refused end
 redis.call('ZREM', KEYS[1], ARGV[1])

@@ -3,12 +3,8 @@
 -- budget is spent. A matching token on a row that is not active is refused (SPEC §9.1).
 -- The `requeued` event when on. The job is claimable again: it writes the wake marker.
 local row = KEYS[3] .. 'job:' .. ARGV[1]
-local held = redis.call('HMGET', row, 'attempts', 'state')
-if held[1] ~= ARGV[2] then return 0 end
-if held[2] ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.REQUEUE row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.REQUEUE id is not in active') end
+local held, answer = fence('EMQ.REQUEUE', row, ARGV[1], ARGV[2], KEYS[1], 'active')
+if not held then return answer end
 local bound, refused = event_switch(KEYS[3])
 if refused then return refused end
 redis.call('ZREM', KEYS[1], ARGV[1])

@@ -5,11 +5,9 @@
 local row = KEYS[2] .. 'job:' .. ARGV[1]
 if redis.call('EXISTS', row) == 0 then return 0 end
 local seen = redis.call('HMGET', row, 'attempts', 'state')
-local state = seen[2]
-if state ~= 'scheduled' then
-  return redis.error_reply('EMQSTATE EMQ.RESCHEDULE row ' .. (state and 'is ' .. state or 'has no state') .. ', not scheduled')
-end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.RESCHEDULE id is not in schedule') end
+local refused = state_refused('EMQ.RESCHEDULE', seen[2], 'scheduled')
+  or set_refused('EMQ.RESCHEDULE', KEYS[1], 'schedule', ARGV[1])
+if refused then return refused end
 local bound, refused = event_switch(KEYS[2])
 if refused then return refused end
 local t = redis.call('TIME')

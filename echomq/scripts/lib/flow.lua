@@ -1,5 +1,5 @@
--- The flow library (docs/lanes-and-flows.md "Flows"): the client puts it (after lib/events.lua)
--- before every flow_*.lua script's own text, so the moves that tell a parent its child's outcome
+-- The flow library (docs/lanes-and-flows.md "Flows"): the client puts it (after lib/events.lua and
+-- lib/held.lua) before every flow_*.lua script's own text, so the moves that tell a parent its child's outcome
 -- are written once.
 -- A flow job lives in its queue's flow sets (flow:pending, flow:active, flow:schedule, flow:waiting),
 -- never in the flat ones, so no native verb moves it; a dead one joins the queue's dead set.
@@ -47,21 +47,6 @@ end
 -- switch flow_switch read for it (add_event's arguments after the bound)
 local function flow_event(base, ...)
   add_event(base, flow_bounds[base], ...)
-end
-
--- the fence of a flow job's holder: `row` when it is held with `token` and leased in flow:active
--- (`active`); else nil and the reply: 0 for no row or another token, EMQSTATE for a row not active
--- or not in flow:active
-local function flow_held(verb, active, row, id, token)
-  local held = redis.call('HMGET', row, 'attempts', 'state')
-  if held[1] ~= token then return nil, 0 end
-  if held[2] ~= 'active' then
-    return nil, redis.error_reply('EMQSTATE ' .. verb .. ' row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
-  end
-  if not redis.call('ZSCORE', active, id) then
-    return nil, redis.error_reply('EMQSTATE ' .. verb .. ' id is not in flow:active')
-  end
-  return row
 end
 
 -- a flow job of the queue became claimable: the wake marker, for a wire-4 worker blocked on it

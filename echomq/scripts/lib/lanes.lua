@@ -1,5 +1,5 @@
 -- Lanes (docs/lanes-and-flows.md): the helpers every lane script shares; the client puts this
--- file (after lib/events.lua) before the script's own text, whose first line is lanes(<its base KEY>). Every key a
+-- file (after lib/events.lua and lib/held.lua) before the script's own text, whose first line is lanes(<its base KEY>). Every key a
 -- lane script touches derives from the queue's base, so all of them share its hashtag.
 local base, ready, held, running
 
@@ -90,11 +90,7 @@ local function held_row(verb, id, token)
   local f = redis.call('HMGET', row, 'attempts', 'state', 'group')
   if f[1] ~= token then return nil, 0 end
   if not f[3] then return nil, redis.error_reply('EMQSTATE ' .. verb .. ' row is not a lane row') end
-  if f[2] ~= 'active' then
-    return nil, redis.error_reply('EMQSTATE ' .. verb .. ' row ' .. (f[2] and 'is ' .. f[2] or 'has no state') .. ', not active')
-  end
-  if not redis.call('ZSCORE', base .. 'lanes:active', id) then
-    return nil, redis.error_reply('EMQSTATE ' .. verb .. ' id is not in lanes:active')
-  end
+  local refused = state_refused(verb, f[2], 'active') or set_refused(verb, base .. 'lanes:active', 'lanes:active', id)
+  if refused then return nil, refused end
   return row, f[3]
 end
