@@ -345,7 +345,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", decode=int, fenced=True,
           libraries=("held",)),
     _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active",
-          decode=lambda reply: [int(a) for a in reply]),
+          decode=lambda reply: [int(a) for a in reply], libraries=("held",)),
     _verb("complete", ("active", BASE), ("id", "token"), "active → (deleted)", decode=_one, tokens=("complete.flat",),
           fenced=True, libraries=("events", "held")),
     _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled", decode=_one,
@@ -422,7 +422,7 @@ def _lane_claimed(reply: Sequence[Any] | int) -> Claimed | Throttled | str | Non
 
 def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libraries=()):
     return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced,
-                libraries=("events", "held", "lanes") + libraries)
+                libraries=("clock", "events", "held", "lanes") + libraries)
 
 
 # Lanes (SPEC §9.6, docs/lanes-and-flows.md): scripts on both wires, beside the EMQ verbs. A lane
@@ -462,7 +462,7 @@ def _flow_jobs(reply: Sequence[Sequence[Any]] | int) -> list[tuple[Claimed, bool
 
 def _flow(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libraries=()):
     return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced,
-                libraries=("events", "held", "flow") + libraries)
+                libraries=("clock", "events", "held", "flow") + libraries)
 
 
 # The flow scripts (SPEC §9.6, docs/lanes-and-flows.md "Flows"): scripts on both wires, never an

@@ -10,7 +10,7 @@ local held, answer = fence('flow_complete', row, id, ARGV[2], KEYS[1], 'flow:act
 if not held then return answer end
 local refused = flow_switches(row)
 if refused then return refused end
-local now = flow_now()
+local now = now_ms()
 redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', row, base .. 'flow:results:' .. id, base .. 'flow:failures:' .. id)
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)

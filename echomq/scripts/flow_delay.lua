@@ -9,7 +9,7 @@ local held, answer = fence('flow_delay', row, id, ARGV[2], KEYS[1], 'flow:active
 if not held then return answer end
 local refused = flow_switch(base)
 if refused then return refused end
-local due = flow_now() + tonumber(ARGV[3])
+local due = now_ms() + tonumber(ARGV[3])
 redis.call('ZREM', KEYS[1], id)
 redis.call('ZADD', KEYS[2], due, id)
 redis.call('HSET', row, 'state', 'scheduled')

@@ -15,7 +15,7 @@ if refused then return refused end
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], id)
-local now = flow_now()
+local now = now_ms()
 if ARGV[6] ~= '' then redis.call('HSET', row, 'traceback', ARGV[6]) end
 flow_event(base, 'failed', id, ARGV[2], 'error', ARGV[3])
 if failures >= tonumber(ARGV[4]) then

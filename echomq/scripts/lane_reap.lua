@@ -15,7 +15,7 @@ local bound, refused = event_switch(base)
 if refused then return refused end
 local now = now_ms()
 release_due(now)
-local epoch = ARGV[3] == '1' and run_id()
+local epoch = ARGV[3] == '1' and lease_epoch()
 local recovered, exempt, dead = {}, {}, {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))) do
   local row = base .. 'job:' .. id

@@ -1,18 +1,8 @@
--- The flow library (docs/lanes-and-flows.md "Flows"): the client puts it (after lib/events.lua and
--- lib/held.lua) before every flow_*.lua script's own text, so the moves that tell a parent its child's outcome
--- are written once.
+-- The flow library (docs/lanes-and-flows.md "Flows"): the client puts it (after lib/clock.lua,
+-- lib/events.lua and lib/held.lua) before every flow_*.lua script's own text, so the moves that
+-- tell a parent its child's outcome are written once.
 -- A flow job lives in its queue's flow sets (flow:pending, flow:active, flow:schedule, flow:waiting),
 -- never in the flat ones, so no native verb moves it; a dead one joins the queue's dead set.
-
-local function flow_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- the server's run_id: the epoch a flow lease is stamped with (the restart exemption, as STALLED.CHECK's)
-local function flow_epoch()
-  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-end
 
 -- a row key's queue base and id: emq:{q}:job:<id> -> emq:{q}:, <id>
 local function flow_split(row)

@@ -35,3 +35,25 @@ local function fence(verb, row, id, token, active, name, ...)
   if refused then return nil, refused end
   return held
 end
+
+-- renew(active, deadline, base, first, epoch) -> one reply per (id, token) pair of ARGV from `first`
+-- (EXTENDS and its lane and flow twins): `deadline`, the lease's new score in `active`, where the
+-- caller holds it (its token is the row's attempts, the row active, its id in `active`), the row
+-- stamped with `epoch()` when `epoch` is given (read before the write); else 0
+local function renew(active, deadline, base, first, epoch)
+  local replies = {}
+  for i = first, #ARGV, 2 do
+    local id = ARGV[i]
+    local row = base .. 'job:' .. id
+    local held = redis.call('HMGET', row, 'attempts', 'state')
+    if held[1] == ARGV[i + 1] and held[2] == 'active' and redis.call('ZSCORE', active, id) then
+      local stamp = epoch and epoch()
+      redis.call('ZADD', active, deadline, id)
+      if stamp then redis.call('HSET', row, 'lease_epoch', stamp) end
+      replies[#replies + 1] = deadline
+    else
+      replies[#replies + 1] = 0
+    end
+  end
+  return replies
+end

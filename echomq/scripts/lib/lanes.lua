@@ -1,21 +1,12 @@
 -- Lanes (docs/lanes-and-flows.md): the helpers every lane script shares; the client puts this
--- file (after lib/events.lua and lib/held.lua) before the script's own text, whose first line is lanes(<its base KEY>). Every key a
--- lane script touches derives from the queue's base, so all of them share its hashtag.
+-- file (after lib/clock.lua, lib/events.lua and lib/held.lua) before the script's own text, whose
+-- first line is lanes(<its base KEY>). Every key a lane script touches derives from the queue's
+-- base, so all of them share its hashtag.
 local base, ready, held, running
 
 local function lanes(queue_base)
   base = queue_base
   ready, held, running = base .. 'lanes:ready', base .. 'lanes:held', base .. 'lanes:running'
-end
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- the server's run_id: a lease stamped with it tells a restart from a stall (SPEC §2)
-local function run_id()
-  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
 end
 
 -- how many jobs of g may run at once: the group's own k, else the queue's, else 1
