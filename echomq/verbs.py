@@ -347,7 +347,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active",
           decode=lambda reply: [int(a) for a in reply], libraries=("held",)),
     _verb("complete", ("active", BASE), ("id", "token"), "active → (deleted)", decode=_one, tokens=("complete.flat",),
-          fenced=True, libraries=("events", "held")),
+          fenced=True, libraries=("clock", "events", "held", "unique")),
     _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled", decode=_one,
           libraries=("events",)),
     _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending", decode=int,
@@ -380,7 +380,7 @@ BUS: tuple[Verb, ...] = (
           decode=lambda reply: State(text(reply)), tokens=("failures.incr",), fenced=True,
           late=(("traceback", "failures.incr"),), libraries=("events", "held")),
     _verb("publish", ("active", BASE), ("id", "token", "result", "retention_ms"), "active → (completed record)",
-          decode=_one, fenced=True, libraries=("events", "held")),
+          decode=_one, fenced=True, libraries=("clock", "events", "held", "unique", "done")),
 )
 
 # Optional verbs (SPEC §9.3/§9.4): registered after the job core, in the order they landed: the
@@ -435,7 +435,7 @@ LANES: tuple[Verb, ...] = (
     _lane("lane_extends", ("lanes:active", BASE), ("lease_ms", "stamp", "id", "token"), "lane-active → lane-active",
           decode=lambda reply: [int(a) for a in reply]),
     _lane("lane_complete", ("lanes:active", BASE), ("id", "token", "result", "retention_ms"),
-          "lane-active → (deleted)", decode=_one, fenced=True),
+          "lane-active → (deleted)", decode=_one, fenced=True, libraries=("done",)),
     _lane("lane_fail", ("lanes:active", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms", "traceback"), "lane-active → lane | dead",
           decode=lambda reply: State(text(reply)), fenced=True),
@@ -478,7 +478,7 @@ FLOWS: tuple[Verb, ...] = (
           decode=lambda reply: [int(a) for a in reply]),
     _flow("flow_complete", ("flow:active", BASE), ("id", "token", "result", "retention_ms"),
           "flow:active → (completed record); the parent's last child: flow:waiting → flow:pending",
-          decode=_one, fenced=True),
+          decode=_one, fenced=True, libraries=("done",)),
     _flow("flow_fail", ("flow:active", "flow:pending", "flow:schedule", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms", "traceback"),
           "flow:active → flow:pending | flow:schedule | dead", decode=lambda reply: State(text(reply)), fenced=True),

@@ -51,7 +51,7 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
                 "if mtype == 'hash' then return 'unique' end", "",
                 "enqueue_unique admits an id within its unique window"),
     ScriptPlant("script:complete.no_window", "settle", "complete",
-                "redis.call('PEXPIREAT', marker, finished + tonumber(held[2]))", "",
+                "redis.call('PEXPIREAT', marker, finished + tonumber(window))", "",
                 "complete keeps a unique window's marker forever"),
     ScriptPlant("script:enqueue.attempts_one", "admission", "enqueue",
                 "'attempts', '0', 'created', created)\nend", "'attempts', '1', 'created', created)\nend",

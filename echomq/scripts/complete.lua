@@ -14,14 +14,8 @@ local waited = switches[2] and switches[2] ~= '0'
 local bound, refused = event_bound(switches[1])
 if refused then return refused end
 -- a unique window (docs/spec.md §14): the id is not admitted again for `unique` ms from now
-local marker = held[2] and KEYS[2] .. 'unique:' .. ARGV[1]
-if marker then
-  if not string.match(held[2], '^%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  local mtype = redis.call('TYPE', marker)['ok']
-  if mtype ~= 'none' and mtype ~= 'hash' then
-    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-  end
-end
+local marker, refused = unique_marker(KEYS[2], ARGV[1], held[2])
+if refused then return refused end
 -- the first write, and the last check: not in active, nothing is written
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return redis.error_reply('EMQSTATE EMQ.COMPLETE id is not in active')
@@ -34,10 +28,5 @@ if waited then
   local channel = KEYS[2] .. 'outcome:' .. ARGV[1]
   if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
 end
-if marker then
-  local t = redis.call('TIME')
-  local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('HSET', marker, 'finished', finished)
-  redis.call('PEXPIREAT', marker, finished + tonumber(held[2]))
-end
+if marker then open_window(marker, held[2]) end
 return 1

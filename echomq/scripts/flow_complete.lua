@@ -16,15 +16,7 @@ redis.call('DEL', row, base .. 'flow:results:' .. id, base .. 'flow:failures:' .
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
 flow_event(base, 'completed', id, ARGV[2])
 local retention = tonumber(ARGV[4])
-if retention > 0 then
-  local done = base .. 'done:' .. id
-  redis.call('DEL', done)
-  local record = {'result', ARGV[3], 'attempts', ARGV[2], 'finished', now}
-  if held[4] then record[#record + 1] = 'created'; record[#record + 1] = held[4] end
-  if held[5] then record[#record + 1] = 'started'; record[#record + 1] = held[5] end
-  redis.call('HSET', done, unpack(record))
-  redis.call('PEXPIREAT', done, now + retention)
-end
+if retention > 0 then keep_done(base, id, ARGV[2], ARGV[3], retention, held[4], held[5], now) end
 if held[3] then flow_tell(held[3], id, true, ARGV[3], now) end
 local channel = base .. 'outcome:' .. id
 if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end

@@ -15,16 +15,7 @@ redis.call('DEL', row)
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
 add_event(base, bound, 'completed', id, ARGV[2])
 local retention = tonumber(ARGV[4])
-if retention > 0 then
-  local now = now_ms()
-  local done = base .. 'done:' .. id
-  redis.call('DEL', done)
-  local record = {'result', ARGV[3], 'attempts', ARGV[2], 'finished', now}
-  if times[1] then record[#record + 1] = 'created'; record[#record + 1] = times[1] end
-  if times[2] then record[#record + 1] = 'started'; record[#record + 1] = times[2] end
-  redis.call('HSET', done, unpack(record))
-  redis.call('PEXPIREAT', done, now + retention)
-end
+if retention > 0 then keep_done(base, id, ARGV[2], ARGV[3], retention, times[1], times[2], now_ms()) end
 tell(id, 'completed')
 free(g)
 return 1
