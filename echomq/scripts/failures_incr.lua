@@ -15,8 +15,7 @@ if refused then return refused end
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], id)
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local state, wake
 if failures >= tonumber(ARGV[4]) then
   state = 'dead'

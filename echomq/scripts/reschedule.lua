@@ -10,8 +10,7 @@ local refused = state_refused('EMQ.RESCHEDULE', seen[2], 'scheduled')
 if refused then return refused end
 local bound, refused = event_switch(KEYS[2])
 if refused then return refused end
-local t = redis.call('TIME')
-local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
+local due = now_ms() + tonumber(ARGV[2])
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[1], due, ARGV[1])
 add_event(KEYS[2], bound, 'rescheduled', ARGV[1], seen[1] or '0', 'state', 'scheduled')

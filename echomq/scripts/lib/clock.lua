@@ -1,4 +1,4 @@
--- The server's clock and epoch (docs/spec.md §2), as the lane and flow scripts read them.
+-- The server's clock and epoch (docs/spec.md §2), as the scripts read them.
 
 -- the server's time in ms
 local function now_ms()
