@@ -20,7 +20,5 @@ if bound then  -- the attempt is read only when it is told
   add_event(KEYS[3], bound, 'dead', ARGV[1], redis.call('HGET', row, 'attempts') or '0', 'error', 'cancelled',
     'state', 'dead')
 end
--- the death, told to a result waiter where the caller may publish
-local channel = KEYS[3] .. 'outcome:' .. ARGV[1]
-if redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
+tell_outcome(KEYS[3], ARGV[1], 'dead')
 return 1

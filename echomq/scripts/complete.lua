@@ -24,9 +24,6 @@ redis.call('DEL', row)
 redis.call('HINCRBY', KEYS[2] .. 'metrics:completed', 'count', 1)
 add_event(KEYS[2], bound, 'completed', ARGV[1], ARGV[2])
 -- the outcome, told to result waiters where the caller may publish (they find no record)
-if waited then
-  local channel = KEYS[2] .. 'outcome:' .. ARGV[1]
-  if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
-end
+if waited then tell_outcome(KEYS[2], ARGV[1], 'completed') end
 if marker then open_window(marker, held[2]) end
 return 1

@@ -32,10 +32,7 @@ if failures >= tonumber(ARGV[4]) then
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
   tell('dead')
   -- the death, told to result waiters where the caller may publish
-  if waited then
-    local channel = base .. 'outcome:' .. ARGV[1]
-    if redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
-  end
+  if waited then tell_outcome(base, ARGV[1], 'dead') end
   return 'dead'
 end
 local backoff = tonumber(ARGV[5])

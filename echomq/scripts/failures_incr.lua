@@ -40,7 +40,5 @@ add_event(base, bound, 'failed', id, ARGV[2], 'error', ARGV[3])
 add_event(base, bound, state == 'dead' and 'dead' or 'retried', id, ARGV[2], 'state', state)
 -- the wake marker, the last write
 if wake then redis.call('ZADD', base .. 'wake', 0, 'w') end
--- a death, told where the caller may publish (a wake-up, not state: untold otherwise)
-local channel = base .. 'outcome:' .. id
-if state == 'dead' and redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
+if state == 'dead' then tell_outcome(base, id, 'dead') end
 return state

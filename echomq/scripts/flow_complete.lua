@@ -18,6 +18,5 @@ flow_event(base, 'completed', id, ARGV[2])
 local retention = tonumber(ARGV[4])
 if retention > 0 then keep_done(base, id, ARGV[2], ARGV[3], retention, held[4], held[5], now) end
 if held[3] then flow_tell(held[3], id, true, ARGV[3], now) end
-local channel = base .. 'outcome:' .. id
-if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
+tell_outcome(base, id, 'completed')
 return 1

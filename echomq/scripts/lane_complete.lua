@@ -16,6 +16,6 @@ redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
 add_event(base, bound, 'completed', id, ARGV[2])
 local retention = tonumber(ARGV[4])
 if retention > 0 then keep_done(base, id, ARGV[2], ARGV[3], retention, times[1], times[2], now_ms()) end
-tell(id, 'completed')
+tell_outcome(base, id, 'completed')
 free(g)
 return 1

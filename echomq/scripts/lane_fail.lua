@@ -22,7 +22,7 @@ if failures >= tonumber(ARGV[4]) then
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
   add_event(base, bound, 'failed', ARGV[1], ARGV[2], 'error', ARGV[3])
   add_event(base, bound, 'dead', ARGV[1], ARGV[2], 'state', 'dead')
-  tell(ARGV[1], 'dead')
+  tell_outcome(base, ARGV[1], 'dead')
   free(g)
   return 'dead'
 end

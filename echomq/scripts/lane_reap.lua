@@ -35,7 +35,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0
         redis.call('ZADD', KEYS[2], now, id)
         redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
         add_event(base, bound, 'dead', id, attempt, 'error', 'stalled', 'state', 'dead')
-        tell(id, 'dead')
+        tell_outcome(base, id, 'dead')
         free(f[1])
         dead[#dead + 1] = id
       else

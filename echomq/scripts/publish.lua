@@ -19,8 +19,6 @@ redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
 local retention = tonumber(ARGV[4])
 if retention > 0 then keep_done(base, id, ARGV[2], ARGV[3], retention, held[3], held[4], now_ms()) end
 add_event(base, bound, 'completed', id, ARGV[2])
--- the outcome, told where the caller may publish (a wake-up, not state: untold otherwise)
-local channel = base .. 'outcome:' .. id
-if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
+tell_outcome(base, id, 'completed')
 if marker then open_window(marker, held[5]) end
 return 1

@@ -22,9 +22,7 @@ for _, id in ipairs(expired) do
       add_event(KEYS[4], bound, 'stalled', id, attempt)
       add_event(KEYS[4], bound, 'dead', id, attempt, 'error', 'stalled', 'state', 'dead')
     end
-    -- the death, told to a result waiter where the caller may publish
-    local channel = KEYS[4] .. 'outcome:' .. id
-    if redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
+    tell_outcome(KEYS[4], id, 'dead')
     dead[#dead + 1] = id
   else
     redis.call('HSET', row, 'state', 'pending')

@@ -1,5 +1,6 @@
--- The queue's events (docs/spec.md §12): its switch, `meta events`, and one event in its stream
--- `events`. A script reads the switch before its first write, so a malformed one refuses the step.
+-- What a queue tells (docs/spec.md §12): its events (the switch `meta events`, and one event in its
+-- stream `events`) and a job's outcome. A script reads the switch before its first write, so a
+-- malformed one refuses the step.
 
 -- event_bound(value) -> the switch as read (`meta events`; false or nil when absent): the stream's
 -- bound (MAXLEN), nil when off (absent or <= 0); or nil and the refusal of a value that is not an
@@ -22,4 +23,11 @@ local function add_event(base, bound, kind, id, attempt, ...)
   if bound then
     redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', kind, 'id', id, 'attempt', attempt, ...)
   end
+end
+
+-- a job's outcome (`completed`, `dead`) on its channel `outcome:<id>`, told where the caller may
+-- publish: a result waiter's wake-up, not state, so an ACL without the channel tells nothing
+local function tell_outcome(base, id, outcome)
+  local channel = base .. 'outcome:' .. id
+  if redis.acl_check_cmd('SPUBLISH', channel, outcome) then redis.call('SPUBLISH', channel, outcome) end
 end

@@ -65,8 +65,7 @@ local function flow_die(base, id, error, now)
     redis.call('HSET', row, 'flow_parent', parent)
     flow_tell(parent, id, false, error, now)
   end
-  local channel = base .. 'outcome:' .. id
-  if redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
+  tell_outcome(base, id, 'dead')
 end
 
 -- Tell a waiting parent one child's outcome: completed (ok, with its result) or dead (its error).

@@ -20,12 +20,6 @@ local function wake()
   redis.call('ZADD', base .. 'wake', 0, 'w')
 end
 
--- the job's outcome, told where the caller may publish (a result waiter's wake-up, docs/spec.md §12)
-local function tell(id, outcome)
-  local channel = base .. 'outcome:' .. id
-  if redis.acl_check_cmd('SPUBLISH', channel, outcome) then redis.call('SPUBLISH', channel, outcome) end
-end
-
 -- g takes a turn at the back of the round when it may start a job now; true when it joined
 local function offer(g)
   if redis.call('ZSCORE', ready, g) or redis.call('ZSCORE', held, g) then return false end
