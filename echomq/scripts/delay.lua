@@ -9,9 +9,8 @@ local bound, refused = event_switch(KEYS[3])
 if refused then return refused end
 local due = now_ms() + tonumber(ARGV[3])
 redis.call('ZREM', KEYS[1], ARGV[1])
-local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-redis.call('ZADD', KEYS[2], due, ARGV[1])
+local first = schedule_due(KEYS[2], ARGV[1], due)
 redis.call('HSET', row, 'state', 'scheduled')
 add_event(KEYS[3], bound, 'delayed', ARGV[1], ARGV[2], 'state', 'scheduled')
-if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', KEYS[3] .. 'wake', 0, 'w') end
+if first then redis.call('ZADD', KEYS[3] .. 'wake', 0, 'w') end
 return due

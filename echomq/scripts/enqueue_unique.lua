@@ -32,11 +32,10 @@ if rtype == 'hash' then
     return 'replaced'
   end
   local due = now + tonumber(delay)
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  local first = schedule_due(KEYS[2], id, due)
   if state == 'pending' then redis.call('ZREM', KEYS[1], id) end
   redis.call('HSET', row, 'state', 'scheduled', 'payload', ARGV[2])
-  redis.call('ZADD', KEYS[2], due, id)
-  if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', base .. 'wake', 0, 'w') end
+  if first then redis.call('ZADD', base .. 'wake', 0, 'w') end
   return 'replaced'
 end
 local marker = base .. 'unique:' .. id
@@ -59,9 +58,7 @@ if delay == nil then
   redis.call('ZADD', KEYS[1], tonumber(ARGV[3]), id)
 else
   local due = now + tonumber(delay)
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  redis.call('ZADD', KEYS[2], due, id)
-  wake = head[2] == nil or due < tonumber(head[2])
+  wake = schedule_due(KEYS[2], id, due)
 end
 add_event(base, bound, 'enqueued', id, '0', 'state', state)
 -- the wake marker (SPEC §9.3), the last write

@@ -43,11 +43,8 @@ if backoff == 0 then
   redis.call('ZADD', base .. 'wake', 0, 'w')  -- claimable now: wake the waiters (the last write)
   return 'pending'
 end
-local due = now + backoff
-local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-redis.call('ZADD', KEYS[3], due, ARGV[1])
+local first = schedule_due(KEYS[3], ARGV[1], now + backoff)
 redis.call('HSET', row, 'state', 'scheduled', unpack(failure))
 tell('scheduled')
--- due before the schedule's head: a blocked worker recomputes its timeout (the last write)
-if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', base .. 'wake', 0, 'w') end
+if first then redis.call('ZADD', base .. 'wake', 0, 'w') end  -- the last write
 return 'scheduled'

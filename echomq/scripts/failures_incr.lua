@@ -27,10 +27,7 @@ elseif tonumber(ARGV[5]) == 0 then
 else
   state = 'scheduled'
   local due = now + tonumber(ARGV[5])
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  redis.call('ZADD', KEYS[3], due, id)
-  -- due before the schedule's head: a blocked worker recomputes its timeout
-  wake = head[2] == nil or due < tonumber(head[2])
+  wake = schedule_due(KEYS[3], id, due)
 end
 local failure = {'state', state, 'last_error', ARGV[3], 'failed', now}
 if ARGV[6] then failure[7], failure[8] = 'traceback', ARGV[6] end

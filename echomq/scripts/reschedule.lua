@@ -11,8 +11,7 @@ if refused then return refused end
 local bound, refused = event_switch(KEYS[2])
 if refused then return refused end
 local due = now_ms() + tonumber(ARGV[2])
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-redis.call('ZADD', KEYS[1], due, ARGV[1])
+local first = schedule_due(KEYS[1], ARGV[1], due)
 add_event(KEYS[2], bound, 'rescheduled', ARGV[1], seen[1] or '0', 'state', 'scheduled')
-if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w') end
+if first then redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w') end
 return due

@@ -12,8 +12,7 @@ else
   redis.call('HSET', row, 'state', 'scheduled', 'payload', ARGV[2], 'attempts', '0', 'created', now)
 end
 local due = now + tonumber(ARGV[3])
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-redis.call('ZADD', KEYS[1], due, ARGV[1])
+local first = schedule_due(KEYS[1], ARGV[1], due)
 add_event(KEYS[2], bound, 'enqueued', ARGV[1], '0', 'state', 'scheduled')
-if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w') end
+if first then redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w') end
 return 1
