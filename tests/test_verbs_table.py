@@ -15,7 +15,7 @@ from echomq import verbs
 from echomq.flows import FLOW_STATE_SETS
 from echomq.keys import STATE_SETS, State
 from echomq.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, FLOW_LIBRARY, FLOWS, JOB_CORE_TOKENS, LANES, OPTIONAL,
-                          OPTIONAL_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS)
+                          OPTIONAL_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS, library_definitions)
 
 #: scripts/lib/<name>.lua: the rules several scripts share, each said once (docs/spec.md §4)
 LIBRARIES = ("clock", "events", "held", "due", "delete", "unique", "done", "lanes", "flow", "claim", "append")
@@ -155,6 +155,20 @@ def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
     assert [v.name for v in SCRIPTED if v.read_only] == ["counts", "state"]
 
 
+def test_each_library_is_its_definitions_and_each_serves_a_script():
+    """A library is top-level definitions only (the loader keeps those a script uses), each
+    starting at the first column; every one is loaded by some script."""
+    used = b"".join(verb.source() for verb in SCRIPTED).decode()
+    for name in LIBRARIES:
+        text = (SCRIPTS_DIR / "lib" / f"{name}.lua").read_text()
+        definitions = library_definitions(name)
+        assert "".join(text for _, text in definitions) == text
+        starts = [line for line in text.splitlines() if line[:1].strip() and not line.startswith(("--", "end"))]
+        assert len(starts) == len(definitions), (name, starts)
+        for names, definition in definitions:
+            assert definition in used, f"lib/{name}.lua: no script uses {sorted(names)}"
+
+
 def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
     on_disk = sorted(p.name for p in SCRIPTS_DIR.iterdir() if p.is_file())
     # the libraries scripts are loaded after: each a rule several scripts share, said once
@@ -162,10 +176,15 @@ def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
     assert {name for v in SCRIPTED for name in v.libraries} == set(LIBRARIES)
     assert {v.name for v in SCRIPTED if "claim" in v.libraries} == {"claim", "claims", "lane_claim", "flow_claim"}
     assert {v.name for v in SCRIPTED if "append" in v.libraries} == {"append", "lane_append", "flow_append"}
-    # the libraries in their order, then the script's own file
+    # of the libraries in their order, the definitions the script uses, then its own file
     for verb in SCRIPTED:
-        assert verb.source() == b"".join((SCRIPTS_DIR / "lib" / f"{name}.lua").read_bytes() for name in verb.libraries
-                                         ) + verb.script_path.read_bytes()
+        definitions = [text for name in verb.libraries for _, text in library_definitions(name)]
+        source = verb.source().decode()
+        assert source.endswith(verb.script_path.read_text())
+        kept = source[: len(source) - len(verb.script_path.read_text())]
+        assert kept == "".join(text for text in definitions if text in kept), verb.name
+        for function in re.findall(r"^local function (\w+)", kept, re.M):  # each closure made is called
+            assert len(re.findall(rf"\b{function}\b", re.sub(r"--[^\n]*", "", source))) > 1, (verb.name, function)
     assert on_disk == sorted(f"{v.name}.lua" for v in SCRIPTED)
     for verb in SCRIPTED:
         assert verb.script_path.is_file() and verb.script_path.parent == SCRIPTS_DIR
