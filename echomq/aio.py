@@ -512,6 +512,9 @@ class Queue(QueueCore):
     async def groups(self) -> dict[str, GroupCounts]:
         return await self._run(self.op_groups())
 
+    async def group_page(self, most: int = 100) -> tuple[int, dict[str, GroupCounts]]:
+        return await self._run(self.op_group_page(most))
+
     async def enqueue_flow(self, payload: Any, *, children: Sequence[Any], id: str | None = None, priority: int = 0,
                            on_child_failure: str = "fail") -> Enqueued:
         root = Flow(self.name, payload, children, id=id, priority=priority, on_child_failure=on_child_failure)

@@ -41,7 +41,7 @@ from .errors import ConfigurationError, EchoMQError, PortInUse, ServerStartError
 from .heartbeat import list_workers
 from .inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of, partitions_of,
                         queue_exists, record_view, text_of)
-from .keys import VERSION_KEY, State, check_job_id, check_queue_name
+from .keys import VERSION_KEY, State, check_group, check_job_id, check_queue_name
 from .module import module_path
 from .partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
 from .policy import IdlePolicy, LeasePolicy
@@ -51,6 +51,7 @@ from .queue import Queue, Sweep
 from .reaper import merged
 from .serializers import JSON, RAW
 from .server import EmbeddedServer
+from .supervisor import Supervisor
 from .tasks import App
 from .timers import TimerConfig
 from .worker import Worker, WorkerConfig
@@ -309,10 +310,19 @@ def _apps_in(module_name: str) -> str:
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="the address --metrics-port binds")
 @click.option("--burst", is_flag=True,
               help="exit once the queues are empty (nothing pending or scheduled, nothing held); for scripts and CI")
-def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurrency: int, lease_ms: int,
-           grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int, sweep_interval_ms: int,
-           idle_sweep_interval_ms: int, max_stalled: int, timeout_s: float | None, log_level: str,
-           metrics_port: int | None, metrics_host: str, burst: bool) -> None:
+@click.option("--max-jobs", type=click.IntRange(1), default=None,
+              help="claim this many jobs, let them finish, then exit 0 (a leaky handler's process starts afresh: "
+                   "with --processes at once, else under your process manager)")
+@click.option("-p", "--processes", type=click.IntRange(1), default=1, show_default=True,
+              help="run this many worker processes, each with these options, under a supervisor that starts "
+                   "again one that dies and passes SIGTERM/SIGINT on (CPU-bound handlers: one per core); "
+                   "each --metrics-port is the given one + its index")
+@click.pass_context
+def worker(ctx: click.Context, app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurrency: int,
+           lease_ms: int, grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int,
+           sweep_interval_ms: int, idle_sweep_interval_ms: int, max_stalled: int, timeout_s: float | None,
+           log_level: str, metrics_port: int | None, metrics_host: str, burst: bool, max_jobs: int | None,
+           processes: int) -> None:
     """Run the handlers of MODULE:APP until SIGTERM/SIGINT (a second one exits at once), or with
     --burst until its queues are empty."""
     app = load_app(app_spec)
@@ -322,15 +332,46 @@ def worker(app_spec: str, url: str, wire: str, queues: tuple[str, ...], concurre
             idle=IdlePolicy(max_ms=idle_max_ms),
             timers=TimerConfig(promote_interval_ms=promote_interval_ms, sweep_interval_ms=sweep_interval_ms,
                                idle_sweep_interval_ms=idle_sweep_interval_ms, max_stalled=max_stalled),
-            burst=burst, timeout_s=timeout_s,
+            burst=burst, timeout_s=timeout_s, max_jobs=max_jobs,
         )
+    if metrics_port and metrics_port + processes - 1 > 65535:
+        raise click.UsageError(f"--metrics-port {metrics_port} + {processes - 1} (one port a process) is past 65535")
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with opened(url, wire) as connection, reported():
-        instance = Worker(app, connection, queues=queues or None, config=config)
-        logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        instance = Worker(app, connection, queues=queues or None, config=config)  # its checks, in each process
+        if processes > 1:  # the node and the app answered: now the processes, each with its own connection
+            connection.close()
+            # the URL travels in the environment: a password in it stays off every command line (ps)
+            supervisor = Supervisor(worker_commands(ctx.params, chosen_cluster()), burst=burst, grace_s=grace,
+                                    env=dict(os.environ, EMQ_URL=url))
+            sys.exit(supervisor.run())
         if metrics_port is not None:
             serve_worker_metrics(instance, metrics_host, metrics_port)
         instance.run()
+
+
+def worker_commands(params: dict[str, Any], cluster: bool | str) -> list[list[str]]:
+    """The command of each of ``params["processes"]`` worker processes: ``emq worker`` with these
+    options but ``--processes`` and ``--url`` (given as ``EMQ_URL``); each ``--metrics-port`` its
+    own (the given one + its index; 0, a free port, stays 0)."""
+    args = [params["app_spec"]] + ([] if cluster == "auto" else ["--cluster" if cluster else "--no-cluster"])
+    for option in worker.params:
+        value = params.get(option.name or "")
+        if not isinstance(option, click.Option) or option.name in ("url", "processes", "metrics_port") \
+                or value is None:
+            continue
+        flag = max(option.opts, key=len)
+        if option.is_flag:
+            args += [flag] if value else []
+        elif option.multiple:
+            args += [part for each in value for part in (flag, str(each))]
+        else:
+            args += [flag, str(value)]
+    port = params.get("metrics_port")
+    return [[sys.executable, "-m", "echomq.cli", "worker", *args,
+             *([] if port is None else ["--metrics-port", str(port and port + index)])]
+            for index in range(params["processes"])]
 
 
 def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
@@ -363,6 +404,8 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
 @click.option("--priority", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
               help="lower runs first")
 @click.option("--delay-ms", type=click.IntRange(0), default=None, help="schedule: ready this long from now")
+@click.option("--group", default=None,
+              help="a lane job of this group: the group's jobs start in order, k at once (docs/lanes-and-flows.md)")
 @click.option("--count", type=click.IntRange(1), default=1, show_default=True,
               help="enqueue each payload this many times")
 @click.option("--raw", is_flag=True, help="payloads are bytes as given, not JSON")
@@ -372,8 +415,8 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
               help="refuse a larger payload before sending anything")
 @json_option
 def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job_id: str | None, key: str | None,
-            priority: int, delay_ms: int | None, count: int, raw: bool, files: tuple[Any, ...], max_payload_bytes: int,
-            as_json: bool) -> None:
+            priority: int, delay_ms: int | None, group: str | None, count: int, raw: bool, files: tuple[Any, ...],
+            max_payload_bytes: int, as_json: bool) -> None:
     """Add jobs to a queue: each PAYLOAD is standard JSON text (default {}), - for stdin."""
     if list(payloads).count("-") > 1:
         raise click.UsageError("stdin holds one payload: give - at most once")
@@ -389,18 +432,25 @@ def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job
             check_job_id(job_id)
             if len(values) * count != 1:
                 raise ConfigurationError("--id names one job: give one payload and no --count")
+        if group is not None:
+            check_group(group)
+            if delay_ms is not None or key is not None:
+                raise ConfigurationError("a lane job (--group) waits in its group's lane: it takes no --delay-ms "
+                                         "and no --key")
     with opened_queue(url, wire, queue_name, serializer=serializer, max_payload_bytes=max_payload_bytes) as queue:
         if key is not None:
             if not isinstance(queue, PartitionedQueue):
                 raise ConfigurationError(f"--key picks a partition: queue {queue_name!r} is not partitioned")
             queue = queue.partition(key=key)
+        if group is not None and isinstance(queue, PartitionedQueue):
+            raise ConfigurationError(f"queue {queue_name!r} is partitioned: lanes are one queue's (no --group)")
         values = values * count
         if delay_ms is not None:
             added = [queue.schedule(v, delay_ms, id=job_id, priority=priority) for v in values]
         elif job_id is not None:
-            added = [queue.enqueue(values[0], id=job_id, priority=priority)]
+            added = [queue.enqueue(values[0], id=job_id, priority=priority, group=group)]
         else:
-            added = queue.enqueue_many(values, priority=priority)
+            added = queue.enqueue_many(values, priority=priority, group=group)
     if as_json:  # every id, not the first 20
         print_json([{"id": item.id, "created": item.created} for item in added])
         return
@@ -511,11 +561,12 @@ def dead(url: str, wire: str, queue_name: str, limit: int, as_json: bool) -> Non
         print_json({"queue": queue_name, "total": total, "jobs": rows})
         return
     table = Table(title=f"dead in {queue_name}: {total}")
-    table.add_column("id", no_wrap=True, min_width=36)
+    table.add_column("id", no_wrap=True)
     for column in ("attempts", "failures", "stalled", "last error"):
         table.add_column(column)
-    for row in rows:
-        table.add_row(row["id"], *(str(row.get(f, "")) for f in ("attempts", "failures", "stalled", "last_error")))
+    for row in rows:  # a counter the row does not hold yet is 0 (docs/spec.md §1)
+        table.add_row(row["id"], *(str(row.get(f, 0)) for f in ("attempts", "failures", "stalled")),
+                      row.get("last_error", ""))
     out.print(table)
     if total > len(rows):
         out.print(f"(showing {len(rows)} of {total}; --limit to see more)")

@@ -230,9 +230,7 @@ class QueueCore:
     def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0, group: str | None = None) -> Call:
         if group is None:
             return self.build("enqueue", new_id() if id is None else id, self.encode(payload), priority)
-        if priority:
-            raise errors.ConfigurationError("a lane job runs in its group's order: it takes no priority")
-        return self.build("lane_enqueue", new_id() if id is None else id, self.encode(payload), group)
+        return self.build("lane_enqueue", new_id() if id is None else id, self.encode(payload), group, priority)
 
     def complete_call(self, job: JobRef, *, token: str | int | None = None, checked_already: bool = False) -> Call:
         """COMPLETE. ``checked_already``: ``job`` is a Job this process claimed, so its id and token are
@@ -526,19 +524,29 @@ class QueueCore:
 
     def op_groups(self) -> Op[dict[str, GroupCounts]]:
         """Every group with jobs waiting or running, or paused: its counts (two round trips)."""
-        names, paused, limits, default = yield [
-            Plain(("SMEMBERS", self.keys.key("lanes:groups"))), Plain(("SMEMBERS", self.keys.key("lanes:paused"))),
-            Plain(("HGETALL", self.keys.key("lanes:limit"))), Plain(("HGET", self.keys.meta, "lane_limit"))]
-        raise_first([names, paused, limits, default])
-        paused = {text(g) for g in paused}
-        limits = {text(g): int(k) for g, k in _pairs(limits).items()}
-        groups = sorted({text(g) for g in names} | paused)
-        replies = (yield [Plain(cmd) for g in groups for cmd in (("ZCARD", self.keys.lane(g)),
-                                                                  ("HGET", self.keys.key("lanes:running"), g))])
-        raise_first(replies)
-        return {g: GroupCounts(replies[2 * i], int(replies[2 * i + 1] or 0), g in paused,
-                               limits.get(g, int(default or 1)))
-                for i, g in enumerate(groups)}
+        names, paused = yield [Plain(("SMEMBERS", self.keys.key("lanes:groups"))),
+                               Plain(("SMEMBERS", self.keys.key("lanes:paused")))]
+        raise_first([names, paused])
+        return (yield from self._group_counts(sorted({text(g) for g in names} | {text(g) for g in paused})))
+
+    def op_group_page(self, most: int) -> Op[tuple[int, dict[str, GroupCounts]]]:
+        """How many groups have jobs waiting or running, and the first ``most`` of them by name with
+        their counts: a read bounded by ``most`` however many groups there are (the dashboard's)."""
+        check_int("most", most, 1, LIMIT_MAX)
+        groups = self.keys.key("lanes:groups")
+        total, names = yield [Plain(("SCARD", groups)), Plain(("SORT_RO", groups, "ALPHA", "LIMIT", 0, most))]
+        raise_first([total, names])
+        return total, (yield from self._group_counts([text(g) for g in names]))
+
+    def _group_counts(self, groups: list[str]) -> Op[dict[str, GroupCounts]]:
+        """``groups``' counts, in their order, in one round trip."""
+        running, limits, paused = (self.keys.key(name) for name in ("lanes:running", "lanes:limit", "lanes:paused"))
+        default, *replies = yield [Plain(("HGET", self.keys.meta, "lane_limit"))] + [
+            Plain(cmd) for g in groups for cmd in (("ZCARD", self.keys.lane(g)), ("HGET", running, g),
+                                                   ("SISMEMBER", paused, g), ("HGET", limits, g))]
+        raise_first([default, *replies])
+        return {g: GroupCounts(waiting, int(run or 0), bool(is_paused), int(k or default or 1))
+                for g, (waiting, run, is_paused, k) in zip(groups, zip(*[iter(replies)] * 4))}
 
     def op_flow_claim(self, count: int, lease_ms: int) -> Op[list[Job]]:
         """Up to ``count`` flow jobs under a lease (FLOW_CLAIM), each marked :attr:`Job.flow`."""

@@ -30,6 +30,8 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "verb.stop": ("verbs", "wire", "duration_s"),
     "verb.error": ("verbs", "wire", "error", "duration_s"),
     "job.claimed": ("worker", "queue", "id", "attempt", "waited_s", "trace"),
+    "job.started": ("worker", "queue", "id", "attempt"),
+    "job.returned": ("worker", "queue", "id", "attempt"),
     "job.completed": ("worker", "queue", "id", "attempt", "duration_s"),
     "job.retried": ("worker", "queue", "id", "attempt", "error", "backoff_ms", "duration_s"),
     "job.dead": ("worker", "queue", "id", "attempt", "error", "max_attempts", "duration_s"),

@@ -15,7 +15,9 @@ What it records (docs/observability.md):
 * ``process <queue>``, a CONSUMER span for every job a worker runs, from ``job.claimed`` to
   its outcome (``job.completed``, ``job.retried`` ...), whose parent is the job's
   ``create`` span: the enqueue and the run are one trace across processes. A job enqueued
-  without tracing starts a trace of its own.
+  without tracing starts a trace of its own. While its handler runs (``job.started`` to
+  ``job.returned``, on the handler's thread or task) it is the current span: spans the
+  handler opens are its children, and jobs it produces carry its context.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import threading
 from typing import Any, Callable, Iterable
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
     from opentelemetry.context import Context
     from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -103,6 +106,23 @@ def instrument(tracer_provider: Any = None, *, verbs: Iterable[str] = PRODUCING)
         with lock:
             runs[key(data)] = span
 
+    # around the handler, on its own thread or in its own task: its run's span is the current one,
+    # so spans it opens are children, and a job it produces (ctx.producer) joins the trace
+    handler_context: contextvars.ContextVar[object | None] = contextvars.ContextVar("echomq_otel_handler",
+                                                                                    default=None)
+
+    def started(event: str, data: dict[str, Any]) -> None:
+        with lock:
+            span = runs.get(key(data))
+        if span is not None:
+            handler_context.set(otel_context.attach(trace.set_span_in_context(span)))
+
+    def returned(event: str, data: dict[str, Any]) -> None:
+        token = handler_context.get()
+        if token is not None:
+            handler_context.set(None)
+            otel_context.detach(token)
+
     def ended(event: str, data: dict[str, Any]) -> None:
         with lock:
             span = runs.pop(key(data), None)
@@ -115,6 +135,7 @@ def instrument(tracer_provider: Any = None, *, verbs: Iterable[str] = PRODUCING)
 
     offs = [hooks.subscribe("verb.start", verb_start), hooks.subscribe("verb.stop", verb_end),
             hooks.subscribe("verb.error", verb_end), hooks.subscribe("job.claimed", claimed),
+            hooks.subscribe("job.started", started), hooks.subscribe("job.returned", returned),
             *(hooks.subscribe(event, ended) for event in OUTCOMES)]
     envelope.set_producer(create)
 

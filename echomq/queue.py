@@ -264,6 +264,11 @@ class Queue(QueueCore):
         """Every group with jobs waiting or running, or paused: its counts."""
         return self._run(self.op_groups())
 
+    def group_page(self, most: int = 100) -> tuple[int, dict[str, GroupCounts]]:
+        """How many groups have jobs waiting or running, and the first ``most`` by name with their
+        counts: bounded however many groups there are."""
+        return self._run(self.op_group_page(most))
+
     # -- flows (docs/lanes-and-flows.md "Flows") ---------------------------------
     def enqueue_flow(self, payload: Any, *, children: Sequence[Any], id: str | None = None, priority: int = 0,
                      on_child_failure: str = "fail") -> Enqueued:

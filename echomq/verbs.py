@@ -35,6 +35,9 @@ LIMIT_MIN = 1
 LIMIT_MAX = 10_000
 BUDGET_MIN = 1
 PRIORITY_MAX = 2**31 - 1
+#: a lane job's priority: its lane's score keeps the other 43 bits of a double's exact range for the
+#: enqueue order (docs/spec.md §16.1)
+LANE_PRIORITY_MAX = 1023
 ID_MAX_LEN = MAX_ID_BYTES
 EXTENDS_MAX_PAIRS = 1_000
 CLAIMS_MAX = 1_000  #: CLAIMS' count: jobs claimed by one command
@@ -44,6 +47,7 @@ PROGRESS_MAX_LEN = 64 * 1024  #: APPEND's progress, bytes
 #: The numeric ARGV names and their inclusive bounds.
 BOUNDS: dict[str, tuple[int, int]] = {
     "priority": (0, PRIORITY_MAX),
+    "lane_priority": (0, LANE_PRIORITY_MAX),
     "lease_ms": (LEASE_MIN, I64_MAX),
     "delay_ms": (DELAY_MIN, I64_MAX),
     "backoff_ms": (DELAY_MIN, I64_MAX),
@@ -475,7 +479,7 @@ def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libr
 # row (one with ``group``) waits in its group's lane and is leased in ``lanes:active``, where the
 # native STALLED.CHECK never looks; the reaper (``lane_reap``) recovers its expired leases.
 LANES: tuple[Verb, ...] = (
-    _lane("lane_enqueue", (BASE,), ("id", "payload", "group"), "(new) → lane", decode=_one),
+    _lane("lane_enqueue", (BASE,), ("id", "payload", "group", "lane_priority"), "(new) → lane", decode=_one),
     _lane("lane_claim", ("lanes:ready", "lanes:active", BASE), ("lease_ms", "stamp"), "lane → lane-active",
           decode=_lane_claimed, libraries=("claim",)),
     _lane("lane_extends", ("lanes:active", BASE), ("lease_ms", "stamp", "id", "token"), "lane-active → lane-active",

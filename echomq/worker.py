@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import random
 import signal
@@ -103,6 +104,9 @@ class WorkerConfig:
     #: how long a finished handler's settle may wait for the rest of its claim batch (others still
     #: running that started less than this ago), so quick jobs settle together in one step (0: at once)
     settle_wait_ms: float = 1.0
+    #: claim this many jobs, settle them, then stop (``emq worker --max-jobs``: a process that leaks
+    #: starts afresh under its supervisor); None: no limit
+    max_jobs: int | None = None
 
     def __post_init__(self) -> None:
         check_timeout(self.timeout_s, "the worker")
@@ -114,6 +118,9 @@ class WorkerConfig:
             raise ConfigurationError(f"bad claim_batch {self.claim_batch!r}: from 1 to {LIMIT_MAX}")
         if not self.grace_s >= 0:
             raise ConfigurationError(f"bad grace_s {self.grace_s!r}: seconds >= 0")
+        if self.max_jobs is not None and (isinstance(self.max_jobs, bool) or not isinstance(self.max_jobs, int)
+                                          or self.max_jobs < 1):
+            raise ConfigurationError(f"bad max_jobs {self.max_jobs!r}: an integer >= 1, or None")
 
 
 @dataclass
@@ -141,7 +148,10 @@ class Tally:
 
 
 #: the Tally field each counted event bumps: job.completed -> completed, sweep.stalled -> stalled
-TALLIED = {event: event.split(".", 1)[1] for event in hooks.EVENTS if event.startswith(("job.", "sweep."))}
+#: told around each handler call, on its own thread or task (a place to set a context), not counted
+AROUND_HANDLER = ("job.started", "job.returned")
+TALLIED = {event: event.split(".", 1)[1] for event in hooks.EVENTS
+           if event.startswith(("job.", "sweep.")) and event not in AROUND_HANDLER}
 
 
 #: upper bounds (s) of the run-time histogram: Prometheus' defaults, then up to ten minutes
@@ -502,7 +512,7 @@ class Worker:
 
     def stop(self, reason: str = "stop requested") -> None:
         """Stop claiming; running jobs get ``grace_s`` to finish. Safe from any thread."""
-        if self._stop_at is None:
+        if self._stop_at is None or self._stop_at == math.inf:  # a retiring worker's jobs get the grace now
             self._stop_at = self._clock_ms() + self.config.grace_s * 1000
             log.info("worker %d: %s: no more claims; %d job(s) held, waiting up to %.1fs for them",
                      os.getpid(), reason, len(self.held), self.config.grace_s)
@@ -533,6 +543,7 @@ class Worker:
         try:
             self.exchange(now)
             self.claim_flows(self._clock_ms())
+            self._retire_when_done()
             scan = self._clock_ms() >= self._scan_at
             if scan:
                 self.time_out(self._clock_ms())
@@ -646,8 +657,21 @@ class Worker:
         times += [h.deadline for h in live if h.deadline is not None and h.verdict is None and h.outcome is None]
         return min(times, default=float("inf"))
 
-    def _capacity(self) -> int:
-        return self.config.concurrency - len(self.held)
+    def _capacity(self, settling: int = 0) -> int:
+        """How many jobs may be claimed now: free slots (``settling`` jobs are being settled in the
+        same round trip: theirs too), within what is left of ``max_jobs``."""
+        free = self.config.concurrency - len(self.held) + settling
+        if self.config.max_jobs is None:
+            return free
+        return min(free, self.config.max_jobs - self.tally.claimed)
+
+    def _retire_when_done(self) -> None:
+        """With ``max_jobs`` claimed: no more claims, and the jobs held run to their end (no grace:
+        a signal still brings one)."""
+        if self.config.max_jobs is not None and self.tally.claimed >= self.config.max_jobs and not self.stopping:
+            self._stop_at = math.inf
+            log.info("worker %d: %d job(s) claimed, its --max-jobs: no more claims; %d held run to their end",
+                     os.getpid(), self.tally.claimed, len(self.held))
 
     # -- 1. settle and 4. claim: one exchange per queue -------------------------------
     def exchange(self, now: float) -> int:
@@ -665,9 +689,9 @@ class Worker:
             count = 0
             if not self.stopping and name not in self._idle and now >= self._next_poll[name]:
                 # the jobs settled in this round trip free their slots for its claims
-                count = policy.claim_batch(self._capacity() + len(batch), self._empty_polls[name],
+                count = policy.claim_batch(self._capacity(len(batch)), self._empty_polls[name],
                                            self.config.claim_batch)
-            flat, lanes = policy.split_claims(count, self._capacity() + len(batch), *self._found[name],
+            flat, lanes = policy.split_claims(count, self._capacity(len(batch)), *self._found[name],
                                               self._rounds[name], name in self._no_lanes)
             self._rounds[name] += bool(count)
             if not batch and not count:
@@ -1066,13 +1090,14 @@ class Worker:
         self._started += len(runs)
         self._youngest_start = started_ms = self._clock_ms()
         self._settle_due = self._settle_at(started_ms) <= started_ms  # not yet, unless settle_wait_ms is 0
+        told = "job.started" in hooks.heard  # read once a batch: the common case pays nothing a job
         if task.is_async:
             for held, args in runs:
-                self._start_async(held, args)
+                self._start_async(held, args, told)
         else:
             if self._pool is None:
                 self._pool = _DaemonPool(self.config.concurrency)
-            self._pool.submit_all(self._run_sync, runs)
+            self._pool.submit_all(self._run_sync_told if told else self._run_sync, runs)
 
     def _hold(self, task: Task, queue: Queue, jobs: list[Job], sent: float, deadline: float | None,
               children: dict[str, Children] | None, waits: list[float | None],
@@ -1116,7 +1141,25 @@ class Worker:
         """On a handler thread: run the handler and hand its outcome back."""
         self._done(held, outcome_of(held.task.fn, *args))
 
-    def _start_async(self, held: Held, args: tuple[Any, ...]) -> None:
+    def _run_sync_told(self, held: Held, args: tuple[Any, ...]) -> None:
+        """:meth:`_run_sync` between ``job.started`` and ``job.returned``, told on the handler's own
+        thread: a subscriber may set a context there for the handler (the trace's span, say)."""
+        self._tell("job.started", held.job)
+        try:
+            outcome = outcome_of(held.task.fn, *args)
+        finally:
+            self._tell("job.returned", held.job)
+        self._done(held, outcome)
+
+    async def _told(self, held: Held, coro: Awaitable[Any]) -> Any:
+        """An async handler between ``job.started`` and ``job.returned``, told in its own task."""
+        self._tell("job.started", held.job)
+        try:
+            return await coro
+        finally:
+            self._tell("job.returned", held.job)
+
+    def _start_async(self, held: Held, args: tuple[Any, ...], told: bool) -> None:
         if self._async is None:
             self._async = _AsyncRunner()
         try:
@@ -1124,7 +1167,7 @@ class Worker:
         except Exception as exc:  # raised before its first await (a bad signature, say): this job's outcome
             self._done(held, raised(exc))
             return
-        held.future = self._async.submit(coro)
+        held.future = self._async.submit(self._told(held, coro) if told else coro)
         held.future.add_done_callback(lambda future, held=held: self._done(held, outcome_of(future.result, 0)))
 
     def _async_report(self, queue: str, job: Job) -> Callable[[Any], Awaitable[None]]:

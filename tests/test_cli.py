@@ -66,8 +66,12 @@ def test_enqueue_options_id_priority_delay_count_raw(emq, conn, name):
     assert emq("enqueue", "-q", name, "--priority", "5", "--count", "3", '{"x": 1}').exit_code == 0
     assert emq("enqueue", "-q", name, "--delay-ms", "60000", "{}").exit_code == 0
     assert emq("enqueue", "-q", name, "--raw", "plain text").exit_code == 0
+    assert emq("enqueue", "-q", name, "--group", "tenant-7", "--priority", "3", "--count", "2").exit_code == 0
+    assert emq("enqueue", "-q", name, "--group", "tenant-7", "--id", "first", "{}").exit_code == 0
     counts = queue.counts()
-    assert (counts.pending, counts.scheduled) == (5, 1)
+    assert (counts.pending, counts.scheduled, counts.lane_pending) == (5, 1, 3)
+    assert queue.groups()["tenant-7"].waiting == 3
+    assert [job.id for job in queue.claim_lanes(1, 60_000)] == ["first"]  # priority 0 before 3
 
 
 @pytest.mark.parametrize("args, message", [
@@ -81,6 +85,9 @@ def test_enqueue_options_id_priority_delay_count_raw(emq, conn, name):
     (("remove", "-q", "QUEUE", "x" * 600), "bad job id"),
     (("cancel", "-q", "QUEUE", "x" * 600), "bad job id"),
     (("enqueue", "-q", "QUEUE", "--id", "x", "{}", "{}"), "--id names one job"),
+    (("enqueue", "-q", "QUEUE", "--group", "t", "--priority", "1024", "{}"), "bad lane_priority 1024"),
+    (("enqueue", "-q", "QUEUE", "--group", "bad{group}", "{}"), "bad group"),
+    (("enqueue", "-q", "QUEUE", "--group", "t", "--delay-ms", "5", "{}"), "takes no --delay-ms"),
     (("enqueue", "-q", "bad{queue}", "{}"), "bad queue name"),
     (("stats", "-q", "bad{queue}"), "bad queue name"),
     (("pause", "-q", ""), "bad queue name"),
@@ -131,6 +138,8 @@ def test_dead_lists_and_reprocess_sends_back(emq, conn, name):
     listed = emq("dead", "-q", name)
     assert listed.exit_code == 0 and "dead in" in listed.stdout and "boom: bad row" in listed.stdout
     assert all(j.id in listed.stdout for j in jobs)
+    row = next(line for line in listed.stdout.splitlines() if jobs[0].id in line)
+    assert [cell.strip() for cell in row.split("│")[2:5]] == ["1", "1", "0"]  # attempts, failures, stalled (absent: 0)
 
     one = emq("reprocess", "-q", name, jobs[0].id, "no-such-job")
     assert one.exit_code == 1 and "reprocessed 1 job(s)" in one.stdout and "no-such-job: not in dead" in one.stderr

@@ -146,6 +146,41 @@ def test_the_queue_page_shows_lane_and_flow_jobs_when_there_are_any(site, stocke
                          "flow_active": "0", "flow_scheduled": "0"}, page
 
 
+def test_the_queue_page_lists_its_groups_and_pauses_and_resumes_one(site, stocked, monkeypatch):
+    queue, name = stocked.queue, stocked.queue.name
+    assert 'id="groups"' not in site.get(f"/queues/{name}").text  # no lane jobs: no groups table
+    for group in ("b", "a", "a", "c"):
+        queue.enqueue({}, group=group)
+    queue.set_lane_limit(2, "a")
+    queue.claim_lanes(10, 60_000)  # a runs 2 of its 2, b and c 1 each
+    queue.enqueue({}, group="a")
+    queue.pause_group("c")
+    for page in (f"/queues/{name}", f"/parts/queues/{name}"):
+        html = site.get(page).text
+        rows = re.findall(r'<tr data-group="(\w+)"><td class="id">\w+</td><td class="n">(\d+)</td><td class="n">(\d+)'
+                          r'</td>\s*<td class="n">(\d+)</td><td>(.*?)</td>', html)
+        assert [(g, int(w), int(r), int(k), "paused" in p) for g, w, r, k, p in rows] == [
+            ("a", 1, 2, 2, False), ("b", 0, 1, 1, False), ("c", 0, 1, 1, True)], page
+        assert '<h3 id="groups">groups: 3</h3>' in html
+    secret = secret_of(site.get(f"/queues/{name}").text)
+    paused = site.post(f"/queues/{name}/groups/pause", data={"secret": secret, "group": "a"}, follow_redirects=True)
+    assert paused.status_code == 200 and "group a paused" in paused.text and queue.groups()["a"].paused
+    resumed = site.post(f"/queues/{name}/groups/resume", data={"secret": secret, "group": "a"}, follow_redirects=True)
+    assert "group a resumed" in resumed.text and not queue.groups()["a"].paused
+    again = site.post(f"/queues/{name}/groups/resume", data={"secret": secret, "group": "a"}, follow_redirects=True)
+    assert "group a resumed (it was not paused)" in again.text
+    with queue_unchanged(queue):
+        bad = site.post(f"/queues/{name}/groups/pause", data={"secret": secret, "group": "bad{group}"})
+        assert bad.status_code == 400 and "bad group" in bad.text
+        assert site.post(f"/queues/{name}/groups/pause", data={"secret": secret}).status_code == 400
+        stale = site.post(f"/queues/{name}/groups/pause", data={"secret": "from-another-site", "group": "a"})
+        assert stale.status_code == 403
+    monkeypatch.setattr("echomq.dashboard.app.GROUPS_SHOWN", 2)  # a bounded read: the first by name, and a hint
+    html = site.get(f"/queues/{name}").text
+    assert re.findall(r'<tr data-group="(\w+)">', html) == ["a", "b"]
+    assert "groups: 3, the first 2 by name" in html and f"emq group list -q {name}" in html
+
+
 def test_actions_reprocess_pause_resume_promote(site, stocked):
     queue, name = stocked.queue, stocked.queue.name
     secret = secret_of(site.get(f"/queues/{name}").text)
@@ -213,13 +248,14 @@ def test_refused_actions_write_nothing(site, stocked):
 
 def test_read_only_hides_the_actions_and_refuses_them(conn, stocked):
     name = stocked.queue.name
+    stocked.queue.enqueue({}, group="g")  # its groups table too
     with serving(conn, Settings(read_only=True)) as url, httpx.Client(base_url=url) as site:
         page = site.get(f"/queues/{name}").text
         job = site.get(f"/queues/{name}/job", params={"id": stocked.dead[0]}).text
-        assert "<form" not in page and "<form" not in job and "read-only" in page
+        assert "<form" not in page and "<form" not in job and "read-only" in page and 'data-group="g"' in page
         with queue_unchanged(stocked.queue):
             for action, data in (("pause", {}), ("reprocess", {"id": stocked.dead[0]}), ("remove", {"id": stocked.dead[0]}),
-                                 ("cancel", {"id": stocked.active}), ("purge", {})):
+                                 ("cancel", {"id": stocked.active}), ("purge", {}), ("groups/pause", {"group": "g"})):
                 refused = site.post(f"/queues/{name}/{action}", data=data)
                 assert refused.status_code == 403 and "read-only" in refused.text
 

@@ -125,6 +125,32 @@ def test_the_live_parts_refresh_without_a_reload(conn, page):
         wait_until(lambda: cell.inner_text() == "3", what="the overview to refresh itself")
 
 
+def test_a_groups_pause_asks_first_even_after_its_part_refreshed(conn, page):
+    """The groups table lives in the queue page's live part: its forms are new after each
+    refresh, and a click still asks before it posts (the confirm is delegated)."""
+    queue = Queue(conn, fresh_name("browser-groups"))
+    queue.enqueue({}, group="tenant-a")
+    queue.enqueue({}, group="tenant-b")
+    with serving(conn, Settings(refresh_s=0.2)) as url:
+        page.goto(f"{url}/queues/{queue.name}")
+        waiting = page.locator('tr[data-group="tenant-a"] td.n').first
+        assert waiting.inner_text() == "1"
+        queue.enqueue({}, group="tenant-a")
+        wait_until(lambda: waiting.inner_text() == "2", what="the groups table to refresh itself")
+        pause = page.locator('tr[data-group="tenant-a"] button')
+        asked = []
+        page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+        pause.click()
+        wait_until(lambda: asked, what="the confirm of a form the refresh made")
+        assert asked == [f"Pause group tenant-a of {queue.name}?"] and not queue.groups()["tenant-a"].paused
+        page.once("dialog", lambda dialog: dialog.accept())
+        pause.click()
+        page.wait_for_selector(".message")
+        assert "group tenant-a paused" in page.locator(".message").inner_text()
+        assert queue.groups()["tenant-a"].paused and not queue.groups()["tenant-b"].paused
+        assert page.locator('tr[data-group="tenant-a"] .paused').count() == 1
+
+
 def test_a_busy_node_shows_its_rates_and_its_worker(conn, page, caplog):
     caplog.set_level(logging.CRITICAL, logger="echomq.worker")  # every tenth job dies, by design
     name = fresh_name("emails")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
 import threading
 import time
@@ -16,6 +17,7 @@ from echomq.ids import minted_ms, new_id
 from echomq.server import free_port
 from echomq.worker import Histogram, waited_in_pending_s
 from helpers import former_default_id, fresh_name
+from test_worker import running
 from worker_helpers import wait_until
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -111,7 +113,8 @@ def test_the_worker_emits_job_events_and_tally_counts_them(conn, recorded):
         worker.stop()
         thread.join(10)
     mine = [(e, d) for e, d in recorded if e.startswith("job.") and d["worker"] is worker]
-    assert sorted(e for e, _ in mine) == ["job.claimed"] * 5 + ["job.completed"] * 4 + ["job.dead"]
+    assert sorted(e for e, _ in mine) == (["job.claimed"] * 5 + ["job.completed"] * 4 + ["job.dead"]
+                                          + ["job.returned"] * 5 + ["job.started"] * 5)
     assert all(set(d) == set(hooks.EVENTS[e]) for e, d in mine)  # the catalogue's fields, no more, no less
     dead = next(d for e, d in mine if e == "job.dead")
     assert dead["queue"] == name and dead["attempt"] == 1 and "bad payload" in dead["error"]
@@ -125,6 +128,42 @@ def test_the_worker_emits_job_events_and_tally_counts_them(conn, recorded):
     cumulative, total = worker.timings.duration.snapshot()
     assert cumulative[-1] == (float("inf"), 5) and total == pytest.approx(sum(durations))
     assert worker.timings.waited.snapshot()[0][-1][1] == 4
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_job_started_and_returned_are_told_where_the_handler_runs_around_it(conn, kind):
+    """On the handler's own thread (or in its task), right before and after it, whatever its
+    outcome: the place a subscriber sets a context for the handler (echomq.otel does)."""
+    name, app, seen = fresh_name("h"), App(), []
+    where = contextvars.ContextVar("where", default="elsewhere")
+
+    def told(event, data):
+        seen.append((event, data["id"], threading.current_thread().name, where.get()))
+        if event == "job.started":
+            where.set(f"set for {data['id']}")
+
+    def ran(payload, ctx):
+        seen.append(("handler", ctx.id, threading.current_thread().name, where.get()))
+        if payload == "bad":
+            raise ValueError("bad payload")
+
+    async def ran_async(payload, ctx):
+        ran(payload, ctx)
+
+    app.task(queue=name, max_attempts=1)(ran if kind == "sync" else ran_async)
+    ids = [e.id for e in Queue(conn, name).enqueue_many(["ok", "bad"])]
+    offs = [hooks.subscribe("job.started", told), hooks.subscribe("job.returned", told)]
+    try:
+        with running(Worker(app, conn, config=WorkerConfig(concurrency=1))) as worker:
+            wait_until(lambda: worker.tally.completed + worker.tally.dead == 2, what="both settled")
+    finally:
+        for off in offs:
+            off()
+    for job_id in ids:
+        mine = [(event, thread, context) for event, i, thread, context in seen if i == job_id]
+        assert [event for event, _, _ in mine] == ["job.started", "handler", "job.returned"]
+        assert len({thread for _, thread, _ in mine}) == 1 and mine[0][1].startswith(("emq-handler", "emq-asyncio"))
+        assert [context for _, _, context in mine[1:]] == [f"set for {job_id}"] * 2  # seen by the handler
 
 
 def test_the_tally_counts_with_no_hook_listening_and_a_subscriber_gets_each_event_it_chose(conn):

@@ -99,8 +99,73 @@ def test_k_per_group_and_per_queue(lanes):
         lanes.set_lane_limit(0, "a")
     with pytest.raises(ConfigurationError):
         lanes.enqueue({}, group="bad{group}")
-    with pytest.raises(ConfigurationError):
-        lanes.enqueue({}, group="a", priority=3)
+
+
+def test_a_lane_starts_its_lower_priorities_first_then_in_enqueue_order(lanes):
+    """One score orders a lane: the priority, then the enqueue order (docs/spec.md §16.1). The
+    groups still take turns: a priority orders a group's own jobs, not the round."""
+    for seq, priority in enumerate([5, 0, 5, 1, 0]):
+        lanes.enqueue({"seq": seq}, group="a", priority=priority)
+    lanes.enqueue_many([{"seq": 5}, {"seq": 6}], group="a", priority=1)
+    lanes.enqueue({"seq": 0}, group="b", priority=1023)  # b's turn comes whatever its priority
+    started = run_all(lanes, batch=1)
+    assert seqs_by_group(started) == {"a": [1, 4, 3, 5, 6, 0, 2], "b": [0]}
+    assert [job.group for job in started[:2]] == ["a", "b"]
+    # the row keeps a priority as a flat row does: only when it is not 0
+    lanes.enqueue({}, group="c", id="urgent")
+    lanes.enqueue({}, group="c", id="later", priority=7)
+    assert "priority" not in lanes.job("urgent") and lanes.job("later")["priority"] == "7"
+
+
+def test_a_retried_or_reprocessed_lane_job_keeps_its_priority(lanes):
+    lanes.enqueue({"seq": 0}, group="a", priority=2)
+    lanes.enqueue({"seq": 1}, group="a", priority=2)
+    (first,) = lanes.claim_lanes(1, LEASE)
+    lanes.enqueue({"seq": 2}, group="a", priority=1)  # more urgent, enqueued while seq 0 ran
+    lanes.enqueue({"seq": 3}, group="a", priority=3)
+    assert lanes.fail(first, "boom", max_attempts=5) is State.PENDING  # back at its place: after seq 2
+    (urgent,) = lanes.claim_lanes(1, LEASE)
+    assert urgent.payload["seq"] == 2
+    assert lanes.fail(urgent, "boom", max_attempts=1) is State.DEAD
+    assert lanes.reprocess(urgent.id) is True  # at its priority's tail: still ahead of 2 and 3
+    assert seqs_by_group(run_all(lanes, batch=1)) == {"a": [2, 0, 1, 3]}
+
+
+def test_a_lane_score_is_exact_at_the_top_of_both_ranges(queue):
+    """priority 1023 and a `seq` near 2^43: the score is the exact integer (Lua alone would print
+    it with 14 digits), and the order holds."""
+    client = queue.connection.client
+    seq = 2**43 - 10
+    client.set(queue.keys.key("lanes:seq"), seq)
+    queue.enqueue({"n": 0}, group="a", id="last", priority=1023)
+    queue.enqueue({"n": 1}, group="a", id="late", priority=1022)
+    scores = dict(client.zrange(queue.keys.lane("a"), 0, -1, withscores=True, score_cast_func=int))
+    rows = {job_id: queue.job(job_id) for job_id in ("last", "late")}
+    assert all(seq < int(row["seq"]) < 2**43 for row in rows.values())
+    assert scores == {job_id.encode(): int(row["priority"]) * 2**43 + int(row["seq"]) for job_id, row in rows.items()}
+    assert list(scores) == [b"late", b"last"]
+
+
+@pytest.mark.parametrize("priority", [1024, -1, 2**31 - 1, "1", True])
+def test_a_lane_priority_out_of_its_range_is_refused_before_anything_is_written(queue, priority):
+    client = queue.connection.client
+    with unchanged(client, queue.keys), pytest.raises(ConfigurationError, match="bad lane_priority .* from 0 to 1023"):
+        queue.enqueue({}, group="a", priority=priority)
+    with unchanged(client, queue.keys), pytest.raises(ConfigurationError, match="bad lane_priority"):
+        queue.enqueue_many([{}, {}], group="a", priority=priority)
+
+
+def test_the_group_page_is_a_bounded_read_that_agrees_with_groups(lanes):
+    for group in ("z", "y", "x", "y"):
+        lanes.enqueue({}, group=group)
+    lanes.set_lane_limit(3, "y")
+    lanes.pause_group("x")
+    every = lanes.groups()
+    assert lanes.group_page(2) == (3, {g: every[g] for g in ("x", "y")})  # the first by name
+    assert lanes.group_page(100) == (3, every)
+    assert (every["y"].waiting, every["y"].limit, every["x"].paused) == (2, 3, True)
+    with pytest.raises(ConfigurationError, match="bad most 0"):
+        lanes.group_page(0)
 
 
 def test_k2_never_runs_more_than_two_of_a_group_and_keeps_the_start_order(queue):
@@ -423,7 +488,7 @@ def test_lane_reprocess_refuses_a_flat_or_live_row_and_drops_a_ghost(queue):
 def test_a_wire_6_connection_sends_the_lane_scripts_and_only_them(conn, queue):
     """SPEC §9.6: besides the EMQ verbs and the two reads, exactly the lane scripts go as EVALSHA."""
     for name in ("lane_enqueue", "lane_claim", "lane_reap"):
-        assert conn.command_args(queue.build(name, *{"lane_enqueue": ("i", b"p", "g"),
+        assert conn.command_args(queue.build(name, *{"lane_enqueue": ("i", b"p", "g", 0),
                                                      "lane_claim": (10, 0), "lane_reap": (1, 10, 0)}[name]))[0] \
             == "EVALSHA"
     if conn.wire == 6:

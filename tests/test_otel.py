@@ -153,6 +153,41 @@ def test_an_untraced_job_starts_its_own_trace_on_a_traced_worker(conn):
     assert run.attributes["messaging.message.id"] == job_id and run.attributes["echomq.attempt"] == 1
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_handlers_own_spans_and_the_jobs_it_produces_are_in_its_runs_trace(conn, kind):
+    """While a handler runs, its `process` span is the current one on the handler's own thread
+    (or task): a span it opens is a child, and a job it enqueues carries the run's trace on."""
+    name = fresh_name("otel-handler")
+    queue, app = Queue(conn, name), App()
+    with traced() as (exporter, tracer):
+        if kind == "sync":
+            @app.task(queue=name)
+            def handle(payload, ctx):
+                with tracer.start_as_current_span("send the email"):
+                    if payload["n"] == 1:
+                        ctx.producer().enqueue({"n": 2})
+        else:
+            @app.task(queue=name)
+            async def handle(payload, ctx):
+                with tracer.start_as_current_span("send the email"):
+                    if payload["n"] == 1:
+                        await ctx.producer().enqueue({"n": 2})
+
+        with tracer.start_as_current_span("signup"):
+            queue.enqueue({"n": 1})
+        with running(Worker(app, conn, config=WorkerConfig(concurrency=2))) as worker:
+            wait_until(lambda: worker.tally.completed == 2, what="the job and the one it produced to complete")
+        spans = exporter.get_finished_spans()
+    (signup,) = [s for s in spans if s.name == "signup"]
+    first, second = sorted((s for s in spans if s.name == f"process {name}"), key=lambda s: s.start_time)
+    work = sorted((s for s in spans if s.name == "send the email"), key=lambda s: s.start_time)
+    creates = sorted((s for s in spans if s.name == f"create {name}"), key=lambda s: s.start_time)
+    assert [w.parent.span_id for w in work] == [first.context.span_id, second.context.span_id]
+    assert [c.parent.span_id for c in creates] == [signup.context.span_id, work[0].context.span_id]
+    assert second.parent.span_id == creates[1].context.span_id  # the produced job ran in the same trace
+    assert {s.context.trace_id for s in spans} == {signup.context.trace_id}  # the round trips too
+
+
 def test_the_envelope_unwraps_only_its_own_shape():
     envelope.set_producer(lambda queue: {"traceparent": f"00-{'1' * 32}-{'2' * 16}-01"})
     try:

@@ -242,6 +242,8 @@ def test_worker_and_commands_see_one_queue(server, wire, tmp_path: Path):
         with unchanged(conn.client):
             refused = emq("enqueue", "-q", plain.name, "--key", "alice", "--url", server.url)
             assert refused.exit_code == 1 and "is not partitioned" in refused.stderr
+            grouped = emq("enqueue", "-q", name, "--group", "t", "--url", server.url)
+            assert grouped.exit_code == 1 and "lanes are one queue's" in grouped.stderr
 
 
 def test_testing_drain_runs_a_partitioned_task_in_process(conn):

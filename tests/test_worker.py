@@ -18,6 +18,7 @@ from echomq import (App, Backoff, Delay, IdlePolicy, LeasePolicy, Queue, Retry, 
                     WorkerConfig)
 from echomq.policy import NO_LANES_PROBE_EVERY
 from echomq.serializers import RAW
+from echomq.errors import ConfigurationError
 from helpers import fresh_name, server_ms, wait_server_past
 from worker_helpers import commands_sent, wait_until
 
@@ -479,3 +480,28 @@ def test_a_context_outside_a_worker_has_no_producer():
 
     with pytest.raises(ConfigurationError, match="producer"):
         JobContext("a", "q", 1).producer()
+
+
+def test_max_jobs_claims_that_many_lets_them_run_to_their_end_then_stops(conn):
+    """No grace cuts a retirement short: grace 0 here, and the held jobs still complete."""
+    name = fresh_name("w-max")
+    queue = Queue(conn, name)
+    queue.enqueue_many([{"n": n} for n in range(12)])
+    release, app = threading.Event(), App()
+
+    @app.task(queue=name)
+    def handler(payload):
+        release.wait(30)  # the handler's work, until the test lets it end
+
+    worker = Worker(app, conn, config=WorkerConfig(concurrency=5, max_jobs=5, grace_s=0))
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    wait_until(lambda: worker.stopping, what="the worker to retire with 5 claimed")
+    assert (worker.tally.claimed, len(worker.held), queue.counts().active) == (5, 5, 5)
+    release.set()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert (worker.tally.claimed, worker.tally.completed, worker.tally.requeued) == (5, 5, 0)
+    assert queue.counts().pending == 7
+    with pytest.raises(ConfigurationError, match="bad max_jobs 0"):
+        WorkerConfig(max_jobs=0)

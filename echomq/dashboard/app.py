@@ -33,19 +33,21 @@ from starlette.staticfiles import StaticFiles
 
 from ..admin import in_batches, parse_duration_ms
 from ..connection import Connection
-from ..errors import ConnectionFailed, EchoMQError
+from ..errors import ConfigurationError, ConnectionFailed, EchoMQError
 from ..heartbeat import list_workers
 from ..inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of, numbers_or_error,
                          queue_exists, record_view)
-from ..keys import MAX_ID_BYTES, QUEUE_NAME, State
+from ..keys import MAX_ID_BYTES, QUEUE_NAME, State, check_group
 from ..metrics import NodeCollector
-from ..partitioned import AnyQueue, open_queue, open_queues
+from ..partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
+from ..queue import Queue
 from ..serializers import RAW
 from ..verbs import BY_NAME
 from .auth import LOOPBACK_HOSTS, TokenRequired
 from .rates import Sampler, rate_series, svg_chart
 
 PAGE_SIZE = 25
+GROUPS_SHOWN = 100  #: a queue page lists at most this many lane groups (the first by name)
 PURGE_BATCH = 1000  #: dead jobs deleted per PURGE call
 DISCOVERY_TTL_S = 10.0  #: how long a SCAN's list of queues is reused (a SCAN walks the whole keyspace)
 HERE = files(__package__)
@@ -139,7 +141,11 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
             raise _Problem(500, f"queue {queue.name!r} is unreadable: {numbers}")
         total = getattr(numbers.counts, state)
         jobs = job_page(queue, State(state), offset=(page - 1) * PAGE_SIZE, count=PAGE_SIZE)
+        # a queue with lane jobs lists its groups (a partitioned queue has none)
+        groups_total, groups = (queue.group_page(GROUPS_SHOWN) if numbers.counts.lane_pending + numbers.counts.lane_active
+                                and not isinstance(queue, PartitionedQueue) else (0, {}))
         return {"queue": queue.name, "numbers": numbers, "state": state, "page": page, "jobs": jobs,
+                "groups": groups, "groups_total": groups_total,
                 "pages": max(1, -(-total // PAGE_SIZE)), "total": total,
                 "chart": svg_chart(rate_series(sampler.snapshot(), queue.name)),
                 "message": request.query_params.get("done")}
@@ -211,6 +217,24 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
             raise _Problem(409, f"job {job_id!r} is not in dead: nothing reprocessed")
         return job_address(queue, job_id), f"{job_id} reprocessed: back to pending"
 
+    def group_of(queue: AnyQueue, form: dict[str, str]) -> tuple[Queue, str]:
+        if isinstance(queue, PartitionedQueue):
+            raise _Problem(400, f"{queue.name!r} is a partitioned queue: it has no lane groups")
+        try:
+            return queue, check_group(form.get("group", ""))
+        except ConfigurationError as exc:
+            raise _Problem(400, str(exc)) from None
+
+    def pause_group(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
+        lanes, group = group_of(queue, form)
+        lanes.pause_group(group)
+        return f"/queues/{queue.name}", f"group {group} paused: it starts no job until resumed"
+
+    def resume_group(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
+        lanes, group = group_of(queue, form)
+        was = lanes.resume_group(group)
+        return f"/queues/{queue.name}", f"group {group} resumed" + ("" if was else " (it was not paused)")
+
     def job_address(queue: AnyQueue, job_id: str) -> str:
         return f"/queues/{queue.name}/job?{urlencode({'id': job_id})}"
 
@@ -257,6 +281,8 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         Route("/queues/{name}/pause", action(pause), methods=["POST"]),
         Route("/queues/{name}/resume", action(resume), methods=["POST"]),
         Route("/queues/{name}/promote", action(promote), methods=["POST"]),
+        Route("/queues/{name}/groups/pause", action(pause_group), methods=["POST"]),
+        Route("/queues/{name}/groups/resume", action(resume_group), methods=["POST"]),
         Route("/queues/{name}/reprocess", action(reprocess), methods=["POST"]),
         Route("/queues/{name}/remove", action(remove, "remove"), methods=["POST"]),
         Route("/queues/{name}/cancel", action(cancel, "cancel"), methods=["POST"]),

@@ -1,7 +1,8 @@
--- EMQ lane_enqueue (both wires). KEYS: base. ARGV: id, payload, group.
+-- EMQ lane_enqueue (both wires). KEYS: base. ARGV: id, payload, group, lane_priority.
 -- Idempotent as enqueue: an id that already has a row is not enqueued twice. The job waits in
--- its group's lane at its enqueue order (`seq`); the group takes a turn when it may start one.
--- The `enqueued` event when on.
+-- its group's lane by its priority (0..=1023, lower first), then its enqueue order (`seq`); the
+-- group takes a turn when it may start one. The row keeps `priority` only when not 0, as a flat
+-- row does. The `enqueued` event when on.
 lanes(KEYS[1])
 local id, g = ARGV[1], ARGV[3]
 local row = base .. 'job:' .. id
@@ -9,9 +10,12 @@ if redis.call('EXISTS', row) == 1 then return 0 end
 local bound, refused = event_switch(base)
 if refused then return refused end
 local seq = redis.call('INCR', base .. 'lanes:seq')
-redis.call('HSET', row, 'state', 'pending', 'payload', ARGV[2], 'attempts', '0', 'created', now_ms(), 'group', g,
-  'seq', seq)
-redis.call('ZADD', base .. 'lane:' .. g, seq, id)
+local fields = {'state', 'pending', 'payload', ARGV[2], 'attempts', '0', 'created', now_ms(), 'group', g, 'seq', seq}
+if ARGV[4] ~= '0' then
+  fields[#fields + 1], fields[#fields + 2] = 'priority', ARGV[4]
+end
+redis.call('HSET', row, unpack(fields))
+redis.call('ZADD', base .. 'lane:' .. g, lane_score(ARGV[4], seq), id)
 redis.call('SADD', base .. 'lanes:groups', g)
 add_event(base, bound, 'enqueued', id, '0', 'state', 'pending')
 if offer(g) then wake() end

@@ -11,10 +11,10 @@
     document.querySelectorAll("[data-refresh]").forEach((element) => {
       setInterval(() => refresh(element), Number(element.dataset.every || 2000));
     });
-    document.querySelectorAll("form[data-confirm]").forEach((form) => {
-      form.addEventListener("submit", (event) => {
-        if (!window.confirm(form.dataset.confirm)) event.preventDefault();
-      });
-    });
+  });
+  // delegated: a form inside a live part (a group's Pause) is new after every refresh
+  document.addEventListener("submit", (event) => {
+    const form = event.target.closest("form[data-confirm]");
+    if (form && !window.confirm(form.dataset.confirm)) event.preventDefault();
   });
 })();

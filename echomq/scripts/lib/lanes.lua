@@ -44,9 +44,17 @@ local function free(g)
   tidy(g)
 end
 
--- a job back at its place in its lane (its enqueue order), waiting; its slot freed
+-- a job's score in its lane: lower priority first, then the enqueue order. A score is a double,
+-- exact to 2^53: the priority (0..=1023) takes the top 10 bits, `seq` the other 43 (8.8e12 draws).
+-- Formatted here: Lua would print a number this large with 14 digits only.
+local function lane_score(priority, seq)
+  return string.format('%.0f', tonumber(priority or '0') * 8796093022208 + tonumber(seq or '0'))
+end
+
+-- a job back at its place in its lane (its priority and enqueue order), waiting; its slot freed
 local function back_in_lane(row, id, g, fields)
-  redis.call('ZADD', base .. 'lane:' .. g, tonumber(redis.call('HGET', row, 'seq') or '0'), id)
+  local place = redis.call('HMGET', row, 'priority', 'seq')
+  redis.call('ZADD', base .. 'lane:' .. g, lane_score(place[1], place[2]), id)
   redis.call('HSET', row, 'state', 'pending', unpack(fields))
   free(g)
 end
