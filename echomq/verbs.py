@@ -12,6 +12,7 @@ registration table and grammar are checked against this file by tests.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -279,6 +280,22 @@ def library_definitions(name: str) -> list[tuple[set[str], str]]:
             for i, m in enumerate(starts)]
 
 
+@functools.cache  # the package's files: read once a process (every connection loads the scripts)
+def _loaded(script: Path, libraries: tuple[str, ...]) -> bytes:
+    own = script.read_text()
+    definitions = [d for name in libraries for d in library_definitions(name)]
+    wanted = _lua_names(own)
+    used = [False] * len(definitions)
+    grew = True
+    while grew:  # what a used definition names is wanted too
+        grew = False
+        for i, (names, text) in enumerate(definitions):
+            if not used[i] and names & wanted:
+                used[i], grew = True, True
+                wanted |= _lua_names(text)
+    return ("".join(text for (_, text), use in zip(definitions, used) if use) + own).encode()
+
+
 @dataclass(frozen=True)
 class Verb:
     name: str  #: the Python method, the script file and the Rust file: ``stalled_check``
@@ -322,18 +339,7 @@ class Verb:
         """The script's text as it is loaded: of its libraries, in order, the definitions it uses
         (itself or through another it uses), then its own file. Every run of a script makes a
         closure of each ``local function`` in its text, so one it never calls is left out."""
-        own = self.script_path.read_text()
-        definitions = [d for name in self.libraries for d in library_definitions(name)]
-        wanted = _lua_names(own)
-        used = [False] * len(definitions)
-        grew = True
-        while grew:  # what a used definition names is wanted too
-            grew = False
-            for i, (names, text) in enumerate(definitions):
-                if not used[i] and names & wanted:
-                    used[i], grew = True, True
-                    wanted |= _lua_names(text)
-        return ("".join(text for (_, text), use in zip(definitions, used) if use) + own).encode()
+        return _loaded(self.script_path, self.libraries)
 
     def build(self, keyspace: Keyspace, *argv: Any) -> Call:
         """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs)."""
