@@ -11,7 +11,8 @@ local refused = foreign_refused(seen[1], seen[2]) or state_refused('EMQ.CANCEL',
 if refused then return refused end
 local bound, refused = event_switch(KEYS[3])
 if refused then return refused end
-local now = now_ms()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('HSET', row, 'state', 'dead', 'last_error', 'cancelled', 'failed', now)

@@ -23,7 +23,8 @@ if seen % 2 == 1 then
 end
 if not id then return {} end
 local log = limit and base .. 'rate'
-local now = now_ms()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if limit then
   local recent = redis.pcall('ZCOUNT', log, '(' .. (now - window), '+inf')
   if type(recent) == 'table' then back(); return recent end  -- a wrong-typed log

@@ -21,7 +21,8 @@ if seen == 1 then
   bound, limit, window, refused = switches(meta)
   if refused then return refused end
 end
-local now = now_ms()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local log = limit and base .. 'rate'
 local recent = 0
 if limit then

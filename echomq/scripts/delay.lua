@@ -7,7 +7,8 @@ local held, answer = fence('EMQ.DELAY', row, ARGV[1], ARGV[2], KEYS[1], 'active'
 if not held then return answer end
 local bound, refused = event_switch(KEYS[3])
 if refused then return refused end
-local due = now_ms() + tonumber(ARGV[3])
+local t = redis.call('TIME')
+local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
 redis.call('ZREM', KEYS[1], ARGV[1])
 local first = schedule_due(KEYS[2], ARGV[1], due)
 redis.call('HSET', row, 'state', 'scheduled')

@@ -9,7 +9,8 @@ if seen >= 2 then return 0 end
 local bound, refused = event_bound(seen == 1 and redis.call('HGET', meta, 'events'))
 if refused then return refused end
 local priority = tonumber(ARGV[3])
-local created = now_ms()
+local t = redis.call('TIME')
+local created = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if priority > 0 then
   redis.call('HSET', row, 'state', 'pending', 'payload', ARGV[2], 'attempts', '0', 'created', created, 'priority', ARGV[3])
 else

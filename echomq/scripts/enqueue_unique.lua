@@ -13,7 +13,8 @@ local rtype = redis.call('TYPE', row)['ok']
 if rtype ~= 'none' and rtype ~= 'hash' then
   return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
 end
-local now = now_ms()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if rtype == 'hash' then
   if ARGV[5] ~= '1' then return 'exists' end
   local seen = redis.call('HMGET', row, 'group', 'parent', 'state')

@@ -4,6 +4,7 @@
 local row = KEYS[2] .. 'job:' .. ARGV[1]
 local held, answer = fence('EMQ.EXTEND', row, ARGV[1], ARGV[2], KEYS[1], 'active')
 if not held then return answer end
-local deadline = now_ms() + tonumber(ARGV[3])
+local t = redis.call('TIME')
+local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
 redis.call('ZADD', KEYS[1], deadline, ARGV[1])
 return deadline

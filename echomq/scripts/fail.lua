@@ -22,7 +22,8 @@ end
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], ARGV[1])
-local now = now_ms()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local failure = {'last_error', ARGV[3], 'failed', now}
 if ARGV[6] then failure[5], failure[6] = 'traceback', ARGV[6] end
 if failures >= tonumber(ARGV[4]) then

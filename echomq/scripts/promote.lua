@@ -2,7 +2,8 @@
 -- Moves up to limit due jobs (score <= now, lowest first) to pending at their priority.
 -- A ghost gets a partial row (state only): the script trusts the keyspace. When events are on,
 -- each moved job's `promoted` event, in selection order.
-local now = now_ms()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 -- the queue's event switch, read when something is due
 local bound, refused = event_bound(#due > 0 and redis.call('HGET', KEYS[3] .. 'meta', 'events'))

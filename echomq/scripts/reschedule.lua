@@ -10,7 +10,8 @@ local refused = state_refused('EMQ.RESCHEDULE', seen[2], 'scheduled')
 if refused then return refused end
 local bound, refused = event_switch(KEYS[2])
 if refused then return refused end
-local due = now_ms() + tonumber(ARGV[2])
+local t = redis.call('TIME')
+local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
 local first = schedule_due(KEYS[1], ARGV[1], due)
 add_event(KEYS[2], bound, 'rescheduled', ARGV[1], seen[1] or '0', 'state', 'scheduled')
 if first then redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w') end

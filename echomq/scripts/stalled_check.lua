@@ -3,7 +3,8 @@
 -- the script has no restart exemption (that needs the native lease_epoch). When events are on,
 -- each member's `stalled`, then `recovered` or `dead`, in selection order.
 -- Reply: {recovered ids, exempt ids (always empty here), dead ids}.
-local now = now_ms()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local max_stalled = tonumber(ARGV[1])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 local recovered, dead = {}, {}
