@@ -402,7 +402,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active",
           decode=lambda reply: [int(a) for a in reply], libraries=("held",)),
     _verb("complete", ("active", BASE), ("id", "token"), "active → (deleted)", decode=_one, tokens=("complete.flat",),
-          fenced=True, libraries=("clock", "events", "held", "unique")),
+          fenced=True, libraries=("events", "held", "unique")),
     _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled", decode=_one,
           libraries=("events", "due")),
     _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending", decode=int,
@@ -435,7 +435,7 @@ BUS: tuple[Verb, ...] = (
           decode=lambda reply: State(text(reply)), tokens=("failures.incr",), fenced=True,
           late=(("traceback", "failures.incr"),), libraries=("events", "held", "due")),
     _verb("publish", ("active", BASE), ("id", "token", "result", "retention_ms"), "active → (completed record)",
-          decode=_one, fenced=True, libraries=("clock", "events", "held", "unique", "done")),
+          decode=_one, fenced=True, libraries=("events", "held", "unique", "done")),
 )
 
 # Optional verbs (SPEC §9.3/§9.4): registered after the job core, in the order they landed: the

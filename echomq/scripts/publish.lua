@@ -17,7 +17,11 @@ redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', row)
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
 local retention = tonumber(ARGV[4])
-if retention > 0 then keep_done(base, id, ARGV[2], ARGV[3], retention, held[3], held[4], now_ms()) end
+if retention > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  keep_done(base, id, ARGV[2], ARGV[3], retention, held[3], held[4], now)
+end
 add_event(base, bound, 'completed', id, ARGV[2])
 tell_outcome(base, id, 'completed')
 if marker then open_window(marker, held[5]) end

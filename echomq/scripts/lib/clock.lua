@@ -1,5 +1,5 @@
--- The server's clock and epoch (docs/spec.md §2), as the lane and flow scripts read them (and a
--- flat one whose library needs the time; the others read TIME in line: a closure fewer a call).
+-- The server's clock and epoch (docs/spec.md §2), as the lane and flow scripts read them (the flat
+-- scripts read TIME in line: a closure fewer a call).
 
 -- the server's time in ms
 local function now_ms()

@@ -17,7 +17,8 @@ end
 
 -- the window opens: the marker records when the job finished, and expires `window` ms after
 local function open_window(marker, window)
-  local finished = now_ms()
+  local t = redis.call('TIME')
+  local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('HSET', marker, 'finished', finished)
   redis.call('PEXPIREAT', marker, finished + tonumber(window))
 end
