@@ -504,7 +504,10 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str | None, as_json: b
         return
     table = Table(title=f"{queue_name} / {job_id}", show_header=False)
     table.add_row("state", view.state or "(none)")
-    for field in ("attempts", "failures", "stalled", "priority", "last_error", "progress", "lease_epoch"):
+    if view.where:
+        table.add_row("set", view.where)
+    for field in ("attempts", "failures", "stalled", "priority", "group", "parent", "children", "on_child_failure",
+                  "last_error", "progress", "lease_epoch"):
         if field in view.fields:
             table.add_row(field, view.fields[field])
     for field, since, utc in view.times():

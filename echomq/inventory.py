@@ -155,6 +155,7 @@ class JobView:
     now_ms: int  #: the server clock when read
     kept_ms: int | None = None  #: a completed record (state ``completed``): ms left of its retention
     trace: dict[str, str] | None = None  #: the trace context it was enqueued with (echomq.envelope)
+    where: str | None = None  #: the set its state names (a key under the queue's base), when read by :func:`job_view`
 
     @property
     def completed(self) -> bool:
@@ -203,35 +204,43 @@ class JobView:
         if self.completed:
             return {"queue": self.queue, "id": self.id, **self.fields, "kept_ms": self.kept_ms,
                     "result": self.payload_json()}
-        return {"queue": self.queue, "id": self.id, "state": self.state, **self.fields, "in_its_set": self.in_its_set,
-                "due_in_ms": self.due_in_ms, "payload": self.payload_json(), "trace": self.trace}
+        return {"queue": self.queue, "id": self.id, "state": self.state, **self.fields, "set": self.where,
+                "in_its_set": self.in_its_set, "due_in_ms": self.due_in_ms, "payload": self.payload_json(),
+                "trace": self.trace}
 
 
 def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: float | None,
-                now_ms: int) -> JobView | None:
-    """A job view from its raw row, its score and the server clock (pure); None for no row."""
+                now_ms: int, where: str | None = None) -> JobView | None:
+    """A job view from its raw row, its score (in ``where``) and the server clock (pure); None for no row."""
     fields = {text_of(k): v for k, v in row.items()}
     if not fields:
         return None
     payload = fields.pop("payload", None)
     trace, payload = (None, None) if payload is None else envelope.unwrap(payload)
     text = {k: text_of(v) for k, v in fields.items()}
-    return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms, trace=trace)
+    return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms, trace=trace, where=where)
 
 
-def _set_of(row: dict[bytes, bytes]) -> str | None:
+def set_of(row: dict[bytes, bytes]) -> str | None:
+    """The set a row's state puts it in (pure): a flat state's, or a lane's or a flow's own; None
+    for no state, or one no set belongs to."""
+    state = text_of(row.get(b"state", b""))
+    if b"parent" in row or b"on_child_failure" in row:  # a flow job: a child, or a parent
+        if state in FLOW_SETS:
+            return FLOW_SETS[state]
+    elif b"group" in row and state in LANE_SETS:  # a lane row waits in its lane, is leased in lanes:active
+        return LANE_SETS[state].format(group=text_of(row[b"group"]))
     try:
-        state = State(text_of(row.get(b"state", b"")))
-    except ValueError:  # no state, or one no set belongs to
+        return STATE_SETS[State(state)]
+    except ValueError:
         return None
-    group = row.get(b"group")
-    if group is not None and state in LANE_SETS:  # a lane row waits in its lane, is leased in lanes:active
-        return LANE_SETS[state].format(group=text_of(group))
-    return STATE_SETS[state]
 
 
 #: Where a lane row's state puts it (docs/lanes-and-flows.md); a dead one is in dead.
-LANE_SETS = {State.PENDING: "lane:{group}", State.ACTIVE: "lanes:active"}
+LANE_SETS = {"pending": "lane:{group}", "active": "lanes:active"}
+#: Where a flow row's state puts it (docs/lanes-and-flows.md "Keys, states and moves"); a dead one is in dead.
+FLOW_SETS = {"pending": "flow:pending", "active": "flow:active", "scheduled": "flow:schedule",
+             "waiting": "flow:waiting"}
 
 
 def _ms(time_reply: Any) -> int:
@@ -250,10 +259,10 @@ def job_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
         row = client.hgetall(queue.keys.job(job_id))
         if not row:
             return None
-        suffix = _set_of(row)
+        suffix = set_of(row)
         score = client.zscore(queue.keys.key(suffix), job_id) if suffix else None
         now_ms = _ms(client.time())
-    return decode_view(queue.name, job_id, row, score, now_ms)
+    return decode_view(queue.name, job_id, row, score, now_ms, suffix)
 
 
 def record_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
@@ -276,12 +285,26 @@ def record_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
     return JobView(queue.name, job_id, "completed", text, result, None, now_ms, kept_ms=kept_ms)
 
 
-def job_page(queue: Queue | PartitionedQueue, state: State, *, offset: int, count: int) -> list[JobView]:
-    """A page of one state's jobs, lowest score first: the ids with their scores (one ZRANGE per
-    partition), every row in one pipeline, and the server clock (a cluster pipeline refuses TIME, so
-    apart). An id whose row vanished meanwhile is skipped. Each view names the partition it is in."""
-    listed = queue.located_ids(state, offset=offset, count=count) if isinstance(queue, PartitionedQueue) \
-        else [(queue, job_id, score) for job_id, score in queue.ids(state, offset=offset, count=count)]
+#: The sets of lane and flow jobs a page can list, by the count that counts them (``Counts``); a
+#: lane's waiting jobs are one set a group, listed by group (``Queue.groups``)
+GROUPED_SETS = {"lane_active": "lanes:active", "flow_waiting": "flow:waiting", "flow_pending": "flow:pending",
+                "flow_active": "flow:active", "flow_scheduled": "flow:schedule"}
+
+
+def job_page(queue: Queue | PartitionedQueue, state: State | str, *, offset: int, count: int) -> list[JobView]:
+    """A page of one state's jobs (or one of :data:`GROUPED_SETS`, a plain queue's), lowest score
+    first: the ids with their scores (one ZRANGE per partition), every row in one pipeline, and the
+    server clock (a cluster pipeline refuses TIME, so apart). An id whose row vanished meanwhile is
+    skipped. Each view names the partition it is in."""
+    if isinstance(queue, PartitionedQueue):
+        listed = queue.located_ids(State(state), offset=offset, count=count)
+    elif state in GROUPED_SETS:
+        with plain_commands("a page of lane or flow jobs"):
+            members = queue.connection.client.zrange(queue.keys.key(GROUPED_SETS[state]), offset,
+                                                     offset + count - 1, withscores=True)
+        listed = [(queue, text_of(job_id), score) for job_id, score in members]
+    else:
+        listed = [(queue, job_id, score) for job_id, score in queue.ids(state, offset=offset, count=count)]
     if not listed:
         return []
     client = queue.connection.client

@@ -107,6 +107,8 @@ def test_a_partitioned_queue_is_one_row_and_one_queue(conn):
         assert sorted(pages[0] + pages[1]) == sorted(stocked.pending)
         job = site.get(f"/queues/{name}/job", params={"id": stocked.dead[0]})
         assert job.status_code == 200 and "ValueError: bad row" in job.text
+        flows = site.get(f"/queues/{name}", params={"state": "flow_pending"})  # no lanes or flows here
+        assert flows.status_code == 400 and "one of pending, active, scheduled, dead" in flows.text
         secret = secret_of(site.get(f"/queues/{name}").text)
         site.post(f"/queues/{name}/pause", data={"secret": secret})
         assert all(c.paused for c in queue.counts_by_partition().values())
@@ -138,12 +140,21 @@ def test_the_queue_page_shows_lane_and_flow_jobs_when_there_are_any(site, stocke
     assert 'id="grouped"' not in site.get(f"/queues/{name}").text  # flat only: the page as before
     queue.enqueue({"n": 0}, group="g")
     queue.enqueue({"n": 1}, group="g")
-    queue.claim_lanes(1, 60_000)
+    (running,) = queue.claim_lanes(1, 60_000)
     queue.enqueue_flow("p", children=["a", "b"], id="root")
     for page in (f"/queues/{name}", f"/parts/queues/{name}"):
         shown = dict(re.findall(r'data-count="(\w+)">(\d+)<', site.get(page).text))
         assert shown == {"lane_pending": "1", "lane_active": "1", "flow_waiting": "1", "flow_pending": "2",
                          "flow_active": "0", "flow_scheduled": "0"}, page
+    # each set of lane and flow jobs is listed as a state's jobs are, with its lease or due time
+    (kid,) = queue.flow_claim(1, 60_000)
+    listed = {state: site.get(f"/queues/{name}", params={"state": state}).text
+              for state in ("lane_active", "flow_waiting", "flow_pending", "flow_active", "flow_scheduled")}
+    assert ids_on(listed["lane_active"]) == [running.id] and ids_on(listed["flow_waiting"]) == ["root"]
+    assert len(ids_on(listed["flow_pending"])) == 1 and ids_on(listed["flow_active"]) == [kid.id]
+    assert "lease ends in" in listed["flow_active"] and "No flow scheduled jobs." in listed["flow_scheduled"]
+    assert "flow active: 1 job(s)" in listed["flow_active"]
+    assert site.get(f"/queues/{name}", params={"state": "lane_pending"}).status_code == 400  # by group, above
 
 
 def test_the_queue_page_lists_its_groups_and_pauses_and_resumes_one(site, stocked, monkeypatch):

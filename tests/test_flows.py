@@ -6,14 +6,19 @@ verbs' refusal of a flow child."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from typing import AbstractSet, Any
 
+import httpx
 import pytest
+from click.testing import CliRunner
 
 from echomq import (App, Backoff, CrossSlotFlow, Delay, EmbeddedServer, Flow, LeaseLost, Queue, StateError, Status,
                     TimerConfig, Worker, WorkerConfig, aio, connect, module_path)
+from echomq.cli import main
+from echomq.dashboard import Settings, serving
 from echomq.errors import CommandRefused, ConfigurationError
 from echomq.flows import check_one_slot, plan, same_slot_name, slot_of
 from echomq.serializers import JSON
@@ -539,3 +544,30 @@ def test_an_idle_worker_runs_a_parent_another_process_released(conn):
         qc.settle_many([qc.flow_complete_call(child, JSON.dumps("done"), retention_ms=0)])
         wait_until(lambda: runs, timeout=5, what="the parent")
     assert runs == [{"c": "done"}]
+
+
+def test_inspect_and_the_job_page_find_flow_jobs_in_their_own_sets(conn, server):
+    """A flow job sits in the flow sets, never the flat ones: `emq inspect` and the dashboard name
+    its set and do not call it lost (they read the flat set its state names, before)."""
+    name = fresh_name("flow-seen")
+    queue = Queue(conn, name)
+    queue.enqueue_flow({"p": 1}, children=[Flow(name, {"c": 1}, id="kid")], id="root")
+    queue.enqueue({"n": 1}, group="g", id="lane-job")
+    def inspected(job_id):
+        result = CliRunner().invoke(main, ["inspect", job_id, "-q", name, "--url", server.url, "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    shown = {job_id: inspected(job_id) for job_id in ("root", "kid", "lane-job")}
+    assert {i: (v["state"], v["set"], v["in_its_set"]) for i, v in shown.items()} == {
+        "root": ("waiting", "flow:waiting", True), "kid": ("pending", "flow:pending", True),
+        "lane-job": ("pending", "lane:g", True)}
+    (kid,) = queue.flow_claim(1, 60_000)
+    active = inspected("kid")
+    assert (active["set"], active["in_its_set"]) == ("flow:active", True) and 0 < active["due_in_ms"] <= 60_000
+    table = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["inspect", "root", "-q", name, "--url", server.url])
+    assert "flow:waiting" in table.stdout and "children" in table.stdout and "in its set" not in table.stdout
+    with serving(conn, Settings(queues=[name])) as site:
+        page = httpx.get(f"{site}/queues/{name}/job", params={"id": "kid"}).text
+    assert "not in its set" not in page and "lease</th><td>ends in" in page
+

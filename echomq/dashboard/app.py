@@ -35,8 +35,8 @@ from ..admin import in_batches, parse_duration_ms
 from ..connection import Connection
 from ..errors import ConfigurationError, ConnectionFailed, EchoMQError
 from ..heartbeat import list_workers
-from ..inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of, numbers_or_error,
-                         queue_exists, record_view)
+from ..inventory import (GROUPED_SETS, QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of,
+                         numbers_or_error, queue_exists, record_view)
 from ..keys import MAX_ID_BYTES, QUEUE_NAME, State, check_group
 from ..metrics import NodeCollector
 from ..partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
@@ -133,14 +133,15 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
     def queue_context(request: Request) -> dict[str, Any]:
         queue = known_queue(request)
         state = request.query_params.get("state", "pending")
-        if state not in {s.value for s in State}:
-            raise _Problem(400, f"bad state {state!r}: one of {', '.join(s.value for s in State)}")
+        listable = [s.value for s in State] + ([] if isinstance(queue, PartitionedQueue) else list(GROUPED_SETS))
+        if state not in listable:
+            raise _Problem(400, f"bad state {state!r}: one of {', '.join(listable)}")
         page = _page_number(request.query_params.get("page", "1"))
         numbers = numbers_or_error(queue)
         if isinstance(numbers, Exception):
             raise _Problem(500, f"queue {queue.name!r} is unreadable: {numbers}")
         total = getattr(numbers.counts, state)
-        jobs = job_page(queue, State(state), offset=(page - 1) * PAGE_SIZE, count=PAGE_SIZE)
+        jobs = job_page(queue, state, offset=(page - 1) * PAGE_SIZE, count=PAGE_SIZE)
         # a queue with lane jobs lists its groups (a partitioned queue has none)
         groups_total, groups = (queue.group_page(GROUPS_SHOWN) if numbers.counts.lane_pending + numbers.counts.lane_active
                                 and not isinstance(queue, PartitionedQueue) else (0, {}))
