@@ -6,23 +6,31 @@ per cent asked about here. This pairs finer: batches of ``--batch`` calls of one
 and now alternated (the order flipped every pair), each read from INFO commandstats after a
 CONFIG RESETSTAT; the figures are the median per-call µs, the minimum (the least disturbed
 batch), and the median of the per-pair ratios. Wire 4: the scripts of ``--before`` (a git
-revision) and of this checkout, on one server. Wire 6: a trafikey built before the bus
+revision; each as that revision's client loaded it, with its libraries) and of this checkout, on
+one server. Wire 6: a trafikey built before the bus
 (``--before-module``) and this checkout's, on two servers. Both servers are our own, run at
 a raised priority (nice -10) when allowed, so the other work on the machine disturbs less.
 
     .venv/bin/python -m bench.switch_cost --before REV --before-module SO [--pairs 100]
+    .venv/bin/python -m bench.switch_cost --before REV --wires 4  # the scripts alone
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import os
 import statistics
 import subprocess
+import sys
+import tempfile
+import types
 from typing import Any, Callable
 
 from echomq import brand_node, module_path
 from echomq.server import EmbeddedServer
+from echomq.verbs import BY_NAME
 
 from .common import ROOT
 
@@ -40,11 +48,26 @@ def _server(module: str) -> EmbeddedServer:
     return server
 
 
+@functools.cache
+def _verbs_at(rev: str) -> Any:
+    """The verb table of git revision ``rev``: its ``echomq`` package copied out of git and its
+    ``verbs`` module imported from there (not its ``__init__``), so its scripts load as that
+    revision's client loaded them, with the libraries it had."""
+    where = tempfile.mkdtemp(prefix="emq-before-")
+    archive = subprocess.run(["git", "archive", rev, "echomq"], cwd=ROOT, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", where], input=archive, check=True)
+    package = types.ModuleType(f"echomq_at_{rev}")
+    package.__path__ = [os.path.join(where, "echomq")]
+    sys.modules[package.__name__] = package
+    return importlib.import_module(f"{package.__name__}.verbs")
+
+
 def _script(rev: str | None, verb: str) -> str:
-    if rev is None:
-        return (ROOT / "echomq" / "scripts" / f"{verb}.lua").read_text()
-    return subprocess.run(["git", "show", f"{rev}:echomq/scripts/{verb}.lua"], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout
+    """``verb``'s script as the client of ``rev`` (None: this checkout) loads it."""
+    table = BY_NAME if rev is None else _verbs_at(rev).BY_NAME
+    row = table[verb]
+    # a revision before the script libraries (7364445) loaded each file as it is
+    return (row.source() if hasattr(row, "source") else row.script_path.read_bytes()).decode()
 
 
 def _sender(client: Any, wire: int, rev: str | None, base: str) -> Callable[[Any, str, str], None]:
@@ -104,11 +127,13 @@ def measure(wire: int, before_rev: str, before_module: str, pairs: int, batch: i
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", required=True, metavar="REV", help="a git revision before the bus (its scripts)")
-    ap.add_argument("--before-module", required=True, metavar="SO", help="a trafikey .so built before the bus")
+    ap.add_argument("--before-module", metavar="SO", help="a trafikey .so built before the bus (wire 6)")
     ap.add_argument("--pairs", type=int, default=100)
     ap.add_argument("--batch", type=int, default=200)
     ap.add_argument("--wires", default="4,6")
     args = ap.parse_args()
+    if "6" in args.wires.split(",") and not args.before_module:
+        ap.error("wire 6 compares against --before-module")
     for wire in (int(w) for w in args.wires.split(",")):
         got = measure(wire, args.before, args.before_module, args.pairs, args.batch)
         for phase, f in got.items():

@@ -12,6 +12,8 @@ registration table and grammar are checked against this file by tests.
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -21,7 +23,8 @@ from . import errors
 from .keys import MAX_ID_BYTES, MAX_TRACEBACK_BYTES, Keyspace, State, check_group, check_job_id
 
 SCRIPTS_DIR = Path(__file__).parent / "scripts"
-FLOW_LIBRARY = SCRIPTS_DIR / "lib" / "flow.lua"  #: the flow scripts' prelude
+FLOW_LIBRARY = SCRIPTS_DIR / "lib" / "flow.lua"  #: the flow scripts' family library
+FAMILIES = ("lanes", "flow")  #: the family libraries: a script loaded after one runs on both wires
 BASE = ""  # the key suffix that names the base itself, ``emq:{q}:``
 
 # SPEC §3's argument limits, defined once (tests/test_verbs_table.py reads trafikey's grammar.rs
@@ -245,6 +248,54 @@ def _state(reply: Any) -> State | None:
     return None if reply is None else State(text(reply))
 
 
+#: A library's top-level definition starts at the first column: ``local function f``, ``local a, b``
+#: (a declaration, with or without a value), or ``f = function`` (one declared before).
+_DEFINITION = re.compile(r"^(?:local function (\w+)|local (\w+(?:, \w+)*)(?: =| --|$)|(\w+) = function)", re.M)
+_LUA_NAME = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|--[^\n]*|([A-Za-z_]\w*)")
+
+
+def _lua_names(text: str) -> set[str]:
+    """The names a piece of Lua mentions in its code (not in its strings or comments)."""
+    return {m.group(1) for m in _LUA_NAME.finditer(text) if m.group(1)}
+
+
+def _comments_above(text: str, at: int) -> int:
+    """Where the comment and blank lines right above the line at ``at`` begin."""
+    while at > 0:
+        above = text.rfind("\n", 0, at - 1) + 1
+        line = text[above:at]
+        if not (line.startswith("--") or not line.strip()):
+            break
+        at = above
+    return at
+
+
+def library_definitions(name: str) -> list[tuple[set[str], str]]:
+    """``scripts/lib/<name>.lua`` as its top-level definitions, in order: each the names it defines
+    and its text, from the end of the one before (so its comments go with it) to the next."""
+    text = (SCRIPTS_DIR / "lib" / f"{name}.lua").read_text()
+    starts = list(_DEFINITION.finditer(text))
+    cuts = [0] + [_comments_above(text, m.start()) for m in starts[1:]] + [len(text)]
+    return [({n for n in (m.group(1) or m.group(2) or m.group(3)).split(", ")}, text[cuts[i]:cuts[i + 1]])
+            for i, m in enumerate(starts)]
+
+
+@functools.cache  # the package's files: read once a process (every connection loads the scripts)
+def _loaded(script: Path, libraries: tuple[str, ...]) -> bytes:
+    own = script.read_text()
+    definitions = [d for name in libraries for d in library_definitions(name)]
+    wanted = _lua_names(own)
+    used = [False] * len(definitions)
+    grew = True
+    while grew:  # what a used definition names is wanted too
+        grew = False
+        for i, (names, text) in enumerate(definitions):
+            if not used[i] and names & wanted:
+                used[i], grew = True, True
+                wanted |= _lua_names(text)
+    return ("".join(text for (_, text), use in zip(definitions, used) if use) + own).encode()
+
+
 @dataclass(frozen=True)
 class Verb:
     name: str  #: the Python method, the script file and the Rust file: ``stalled_check``
@@ -260,13 +311,11 @@ class Verb:
     #: order; the script reads each when given, and a wire-6 client sends one only when
     #: EMQ.VERSION lists its token
     late: tuple[tuple[str, str], ...] = ()
-    #: a script on both wires, never an EMQ command (SPEC §9.6: lanes, flows, the reaper); its
-    #: source is ``scripts/lib/<prelude>.lua`` (the helpers its family shares), then its own file
-    prelude: str | None = None
-    #: helpers a script shares with another verb's (CLAIM's and CLAIMS' reading of meta, APPEND's
-    #: fence and write): its source is ``scripts/lib/<library>.lua`` (after the prelude, if any),
-    #: then its own file
-    library: str | None = None
+    #: the libraries its script is loaded after, in load order: ``scripts/lib/<name>.lua`` each, then
+    #: its own file. Each holds rules scripts share (the event switch, the holder's fence, ...); a
+    #: lane or flow script has its family's among them (``lanes``, ``flow``: SPEC §9.6, a script on
+    #: both wires, never an EMQ command)
+    libraries: tuple[str, ...] = ()
 
     @property
     def script_path(self) -> Path:
@@ -275,22 +324,22 @@ class Verb:
     @property
     def script_only(self) -> bool:
         """Served by its script on both wires (a lane or flow script): no EMQ command, yet it writes."""
-        return self.prelude is not None
+        return any(family in self.libraries for family in FAMILIES)
 
     @property
     def flow(self) -> bool:
-        """A flow script (its prelude is the flow library)."""
-        return self.prelude == "flow"
+        """A flow script (loaded after the flow library)."""
+        return "flow" in self.libraries
 
     @property
     def read_only(self) -> bool:
         return self.command is None and not self.script_only
 
     def source(self) -> bytes:
-        """The script's text as it is loaded: its family's prelude and its library (each if any),
-        then its own file."""
-        shared = [SCRIPTS_DIR / "lib" / f"{name}.lua" for name in (self.prelude, self.library) if name]
-        return b"".join(path.read_bytes() for path in shared) + self.script_path.read_bytes()
+        """The script's text as it is loaded: of its libraries, in order, the definitions it uses
+        (itself or through another it uses), then its own file. Every run of a script makes a
+        closure of each ``local function`` in its text, so one it never calls is left out."""
+        return _loaded(self.script_path, self.libraries)
 
     def build(self, keyspace: Keyspace, *argv: Any) -> Call:
         """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs)."""
@@ -336,36 +385,42 @@ class Verb:
 
 
 def _verb(name, keys, argv, move, decode=lambda reply: reply, tokens=None, scripted=True, fenced=False, late=(),
-          library=None):
+          libraries=()):
     command = "EMQ." + name.upper().replace("_", ".")
     return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move, decode, fenced,
-                tuple(late), library=library)
+                tuple(late), libraries=tuple(libraries))
 
 
 # Rows in the order of SPEC §3 and of trafikey's registration table.
 VERBS: tuple[Verb, ...] = (
-    _verb("enqueue", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending", decode=_one),
+    _verb("enqueue", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending", decode=_one,
+          libraries=("events",)),
     _verb("claim", ("pending", "active", BASE), ("lease_ms",), "pending → active", decode=_claimed,
-          tokens=("claim", "claim.pause"), late=(("rated", "claim.rate"),), library="claim"),
-    _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", decode=int, fenced=True),
+          tokens=("claim", "claim.pause"), late=(("rated", "claim.rate"),), libraries=("events", "claim")),
+    _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", decode=int, fenced=True,
+          libraries=("held",)),
     _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active",
-          decode=lambda reply: [int(a) for a in reply]),
+          decode=lambda reply: [int(a) for a in reply], libraries=("held",)),
     _verb("complete", ("active", BASE), ("id", "token"), "active → (deleted)", decode=_one, tokens=("complete.flat",),
-          fenced=True),
-    _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled", decode=_one),
-    _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending", decode=int),
+          fenced=True, libraries=("events", "held", "unique")),
+    _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled", decode=_one,
+          libraries=("events", "due")),
+    _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending", decode=int,
+          libraries=("events",)),
     _verb("reschedule", ("schedule", BASE), ("id", "delay_ms"), "scheduled → scheduled",
-          decode=lambda reply: int(reply) or None),
+          decode=lambda reply: int(reply) or None, libraries=("events", "held", "due")),
     _verb("delay", ("active", "schedule", BASE), ("id", "token", "delay_ms"), "active → scheduled", decode=int,
-          fenced=True),
+          fenced=True, libraries=("events", "held", "due")),
     _verb("fail", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
           decode=lambda reply: State(text(reply)), tokens=("fail.flat",), fenced=True,
-          late=(("traceback", "fail.traceback"),)),
-    _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending", decode=_one),
-    _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", decode=_one, fenced=True),
+          late=(("traceback", "fail.traceback"),), libraries=("events", "held", "due")),
+    _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending", decode=_one,
+          libraries=("events", "held")),
+    _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", decode=_one, fenced=True,
+          libraries=("events", "held")),
     _verb("stalled_check", ("active", "pending", "dead", BASE), ("max_stalled", "limit"),
-          "active → pending | dead", decode=_sweep, tokens=("stalled.check",)),
+          "active → pending | dead", decode=_sweep, tokens=("stalled.check",), libraries=("events",)),
 )
 
 # The bus verbs (SPEC §6, §9.5; docs/spec.md §12): right after the job core, optional on
@@ -374,13 +429,13 @@ VERBS: tuple[Verb, ...] = (
 # included (born with the verb, so its token is the verb's own).
 BUS: tuple[Verb, ...] = (
     _verb("append", ("active", BASE), ("id", "token", "progress"), "active → active", decode=_one, fenced=True,
-          library="append"),
+          libraries=("events", "held", "append")),
     _verb("failures_incr", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
           decode=lambda reply: State(text(reply)), tokens=("failures.incr",), fenced=True,
-          late=(("traceback", "failures.incr"),)),
+          late=(("traceback", "failures.incr"),), libraries=("events", "held", "due")),
     _verb("publish", ("active", BASE), ("id", "token", "result", "retention_ms"), "active → (completed record)",
-          decode=_one, fenced=True),
+          decode=_one, fenced=True, libraries=("events", "held", "unique", "done")),
 )
 
 # Optional verbs (SPEC §9.3/§9.4): registered after the job core, in the order they landed: the
@@ -391,17 +446,19 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
           "pending → active (blocks while empty or paused)", decode=_claimed, tokens=("claim.block",),
           scripted=False, late=(("rated", "claim.rate"),)),
     _verb("remove", ("pending", "schedule", "dead", BASE), ("id",), "pending | scheduled | dead → (deleted)",
-          decode=lambda reply: None if reply == 0 else State(text(reply))),
-    _verb("cancel", ("active", "dead", BASE), ("id",), "active → dead", decode=_one),
-    _verb("purge", ("dead", BASE), ("age_ms", "limit"), "dead → (deleted)", decode=int),
-    _verb("drain", ("pending", BASE), ("limit",), "pending → (deleted)", decode=int),
+          decode=lambda reply: None if reply == 0 else State(text(reply)), libraries=("events", "held")),
+    _verb("cancel", ("active", "dead", BASE), ("id",), "active → dead", decode=_one,
+          libraries=("events", "held")),
+    _verb("purge", ("dead", BASE), ("age_ms", "limit"), "dead → (deleted)", decode=int,
+          libraries=("events", "delete")),
+    _verb("drain", ("pending", BASE), ("limit",), "pending → (deleted)", decode=int, libraries=("events", "delete")),
     _verb("enqueue_unique", ("pending", "schedule", BASE), ("id", "payload", "priority", "unique_ms", "replace"),
           "(new) → pending | scheduled; pending | scheduled → scheduled (replace)",
           decode=lambda reply: Admission(text(reply)), tokens=("enqueue.unique",),
-          late=(("delay_ms", "enqueue.unique"),)),
+          late=(("delay_ms", "enqueue.unique"),), libraries=("events", "held", "due")),
     # landed after the argument tokens: EMQ.VERSION lists its token after them
     _verb("claims", ("pending", "active", BASE), ("lease_ms", "count"), "pending → active (up to count jobs)",
-          decode=_claims, late=(("rated", "claim.rate"),), library="claim"),
+          decode=_claims, late=(("rated", "claim.rate"),), libraries=("events", "claim")),
 )
 
 #: LANE_CLAIM's answer on a queue that never had a lane job (a worker probes its lanes less often).
@@ -419,9 +476,9 @@ def _lane_claimed(reply: Sequence[Any] | int) -> Claimed | Throttled | str | Non
     return Claimed(text(job_id), raw, int(attempts), text(group))
 
 
-def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, library=None):
-    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced, prelude="lanes",
-                library=library)
+def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libraries=()):
+    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced,
+                libraries=("clock", "events", "held", "lanes") + libraries)
 
 
 # Lanes (SPEC §9.6, docs/lanes-and-flows.md): scripts on both wires, beside the EMQ verbs. A lane
@@ -430,11 +487,11 @@ def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libr
 LANES: tuple[Verb, ...] = (
     _lane("lane_enqueue", (BASE,), ("id", "payload", "group", "lane_priority"), "(new) → lane", decode=_one),
     _lane("lane_claim", ("lanes:ready", "lanes:active", BASE), ("lease_ms", "stamp"), "lane → lane-active",
-          decode=_lane_claimed, library="claim"),
+          decode=_lane_claimed, libraries=("claim",)),
     _lane("lane_extends", ("lanes:active", BASE), ("lease_ms", "stamp", "id", "token"), "lane-active → lane-active",
           decode=lambda reply: [int(a) for a in reply]),
     _lane("lane_complete", ("lanes:active", BASE), ("id", "token", "result", "retention_ms"),
-          "lane-active → (deleted)", decode=_one, fenced=True),
+          "lane-active → (deleted)", decode=_one, fenced=True, libraries=("done",)),
     _lane("lane_fail", ("lanes:active", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms", "traceback"), "lane-active → lane | dead",
           decode=lambda reply: State(text(reply)), fenced=True),
@@ -447,7 +504,7 @@ LANES: tuple[Verb, ...] = (
     _lane("lane_resume", (BASE,), ("group",), "lane → lane", decode=_one),
     _lane("lane_limit", (BASE,), ("k", "scope"), "lane → lane"),
     _lane("lane_append", (BASE,), ("id", "token", "progress"), "lane-active → lane-active",
-          decode=_one, fenced=True, library="append"),
+          decode=_one, fenced=True, libraries=("append",)),
 )
 
 
@@ -459,9 +516,9 @@ def _flow_jobs(reply: Sequence[Sequence[Any]] | int) -> list[tuple[Claimed, bool
     return [(Claimed(text(job_id), raw, int(attempts)), parent == 1) for job_id, raw, attempts, parent in reply]
 
 
-def _flow(name, keys, argv, move, decode=lambda reply: reply, fenced=False, library=None):
-    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced, prelude="flow",
-                library=library)
+def _flow(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libraries=()):
+    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced,
+                libraries=("clock", "events", "held", "flow") + libraries)
 
 
 # The flow scripts (SPEC §9.6, docs/lanes-and-flows.md "Flows"): scripts on both wires, never an
@@ -472,12 +529,12 @@ FLOWS: tuple[Verb, ...] = (
     _flow("flow_enqueue", (), ("queue", "id", "payload", "priority", "parent", "children", "on_child_failure"),
           "(new) → flow:waiting | flow:pending", decode=_one),
     _flow("flow_claim", ("flow:pending", "flow:active", "flow:schedule", BASE), ("lease_ms", "limit"),
-          "flow:pending → flow:active", decode=_flow_jobs, library="claim"),
+          "flow:pending → flow:active", decode=_flow_jobs, libraries=("claim",)),
     _flow("flow_extends", ("flow:active", BASE), ("lease_ms", "id", "token"), "flow:active → flow:active",
           decode=lambda reply: [int(a) for a in reply]),
     _flow("flow_complete", ("flow:active", BASE), ("id", "token", "result", "retention_ms"),
           "flow:active → (completed record); the parent's last child: flow:waiting → flow:pending",
-          decode=_one, fenced=True),
+          decode=_one, fenced=True, libraries=("done",)),
     _flow("flow_fail", ("flow:active", "flow:pending", "flow:schedule", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms", "traceback"),
           "flow:active → flow:pending | flow:schedule | dead", decode=lambda reply: State(text(reply)), fenced=True),
@@ -486,7 +543,7 @@ FLOWS: tuple[Verb, ...] = (
     _flow("flow_reap", ("flow:active", "flow:pending", BASE), ("max_stalled", "limit"),
           "flow:active → flow:pending | dead", decode=_sweep),
     _flow("flow_append", ("flow:active", BASE), ("id", "token", "progress"), "flow:active → flow:active",
-          decode=_one, fenced=True, library="append"),
+          decode=_one, fenced=True, libraries=("append",)),
     _flow("flow_delay", ("flow:active", "flow:schedule", BASE), ("id", "token", "delay_ms"),
           "flow:active → flow:schedule", decode=int, fenced=True),
 )

@@ -15,8 +15,10 @@ from echomq import verbs
 from echomq.flows import FLOW_STATE_SETS
 from echomq.keys import STATE_SETS, State
 from echomq.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, FLOW_LIBRARY, FLOWS, JOB_CORE_TOKENS, LANES, OPTIONAL,
-                          OPTIONAL_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS)
+                          OPTIONAL_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS, library_definitions)
 
+#: scripts/lib/<name>.lua: the rules several scripts share, each said once (docs/spec.md §4)
+LIBRARIES = ("clock", "events", "held", "due", "delete", "unique", "done", "lanes", "flow", "claim", "append")
 REGISTERED = VERBS + OPTIONAL  # trafikey's rows: the job core, then the optional verbs in order (SPEC §9.4)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,14 +137,14 @@ def test_flow_scripts_run_on_both_wires_and_no_emq_command():
     ]
     for verb in FLOWS:
         assert verb.flow and verb.scripted and verb.command is None and verb.tokens == () and not verb.read_only
-        assert verb.source().startswith(FLOW_LIBRARY.read_bytes())
+        assert "flow" in verb.libraries and "lanes" not in verb.libraries
 
 
 def test_lane_scripts_run_on_both_wires_and_no_emq_command():
-    """SPEC §9.6 (docs/spec.md §15): lanes are scripts on both wires, after the lanes' prelude."""
+    """SPEC §9.6 (docs/spec.md §15): lanes are scripts on both wires, after the lanes' library."""
     for verb in LANES:
         assert verb.script_only and not verb.flow and verb.command is None and verb.tokens == () and not verb.read_only
-        assert verb.source().startswith((SCRIPTS_DIR / "lib" / "lanes.lua").read_bytes())
+        assert "lanes" in verb.libraries
 
 
 def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
@@ -153,21 +155,36 @@ def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
     assert [v.name for v in SCRIPTED if v.read_only] == ["counts", "state"]
 
 
+def test_each_library_is_its_definitions_and_each_serves_a_script():
+    """A library is top-level definitions only (the loader keeps those a script uses), each
+    starting at the first column; every one is loaded by some script."""
+    used = b"".join(verb.source() for verb in SCRIPTED).decode()
+    for name in LIBRARIES:
+        text = (SCRIPTS_DIR / "lib" / f"{name}.lua").read_text()
+        definitions = library_definitions(name)
+        assert "".join(text for _, text in definitions) == text
+        starts = [line for line in text.splitlines() if line[:1].strip() and not line.startswith(("--", "end"))]
+        assert len(starts) == len(definitions), (name, starts)
+        for names, definition in definitions:
+            assert definition in used, f"lib/{name}.lua: no script uses {sorted(names)}"
+
+
 def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
     on_disk = sorted(p.name for p in SCRIPTS_DIR.iterdir() if p.is_file())
-    # the libraries the lane and the flow scripts, CLAIM's and CLAIMS', and the three appends' are loaded after
-    assert sorted(p.name for p in (SCRIPTS_DIR / "lib").iterdir()) == sorted([FLOW_LIBRARY.name, "lanes.lua",
-                                                                               "claim.lua", "append.lua"])
-    assert {v.name: v.library for v in SCRIPTED if v.library} == {
-        "claim": "claim", "claims": "claim", "lane_claim": "claim", "flow_claim": "claim", "append": "append",
-        "lane_append": "append", "flow_append": "append"}
-    for verb in ("claim", "claims"):
-        assert BY_NAME[verb].source().startswith((SCRIPTS_DIR / "lib" / "claim.lua").read_bytes())
-    # a lane or flow append: its family's prelude, then the library, then its own file
-    for verb, prelude in (("append", b""), ("lane_append", (SCRIPTS_DIR / "lib" / "lanes.lua").read_bytes()),
-                          ("flow_append", FLOW_LIBRARY.read_bytes())):
-        assert BY_NAME[verb].source() == (prelude + (SCRIPTS_DIR / "lib" / "append.lua").read_bytes()
-                                          + BY_NAME[verb].script_path.read_bytes())
+    # the libraries scripts are loaded after: each a rule several scripts share, said once
+    assert sorted(p.name for p in (SCRIPTS_DIR / "lib").iterdir()) == sorted(f"{name}.lua" for name in LIBRARIES)
+    assert {name for v in SCRIPTED for name in v.libraries} == set(LIBRARIES)
+    assert {v.name for v in SCRIPTED if "claim" in v.libraries} == {"claim", "claims", "lane_claim", "flow_claim"}
+    assert {v.name for v in SCRIPTED if "append" in v.libraries} == {"append", "lane_append", "flow_append"}
+    # of the libraries in their order, the definitions the script uses, then its own file
+    for verb in SCRIPTED:
+        definitions = [text for name in verb.libraries for _, text in library_definitions(name)]
+        source = verb.source().decode()
+        assert source.endswith(verb.script_path.read_text())
+        kept = source[: len(source) - len(verb.script_path.read_text())]
+        assert kept == "".join(text for text in definitions if text in kept), verb.name
+        for function in re.findall(r"^local function (\w+)", kept, re.M):  # each closure made is called
+            assert len(re.findall(rf"\b{function}\b", re.sub(r"--[^\n]*", "", source))) > 1, (verb.name, function)
     assert on_disk == sorted(f"{v.name}.lua" for v in SCRIPTED)
     for verb in SCRIPTED:
         assert verb.script_path.is_file() and verb.script_path.parent == SCRIPTS_DIR
@@ -233,8 +250,9 @@ def test_script_uses_exactly_its_declared_keys(verb):
     used = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", code)}
     assert used == set(range(1, len(verb.keys) + 1)), f"{verb.name}.lua uses KEYS {sorted(used)}"
     argv_used = {int(n) for n in re.findall(r"ARGV\[(\d+)\]", code)}
-    if verb.name in ("extends", "flow_extends", "lane_extends"):  # the pairs are walked with ARGV[i], ARGV[i + 1]
-        assert set(range(1, len(verb.argv) - 1)) <= argv_used and re.search(r"ARGV\[i\]", code) and re.search(r"ARGV\[i \+ 1\]", code)
+    if verb.name in ("extends", "flow_extends", "lane_extends"):  # lib/held.lua's renew walks the pairs
+        assert set(range(1, len(verb.argv) - 1)) <= argv_used and "renew(" in code
+        assert re.search(r"ARGV\[i\]", verb.source().decode()) and re.search(r"ARGV\[i \+ 1\]", verb.source().decode())
     else:
         want = set(range(1, len(verb.argv) + len(verb.late) + 1))
         assert argv_used == want, f"{verb.name}.lua uses ARGV {sorted(argv_used)}"

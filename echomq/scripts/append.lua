@@ -5,10 +5,6 @@
 local refused = progress_refused(ARGV[3])
 if refused then return refused end
 local row = KEYS[2] .. 'job:' .. ARGV[1]
-local held = redis.call('HMGET', row, 'attempts', 'state')
-if held[1] ~= ARGV[2] then return 0 end
-if held[2] ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.APPEND row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.APPEND id is not in active') end
+local held, answer = fence('EMQ.APPEND', row, ARGV[1], ARGV[2], KEYS[1], 'active')
+if not held then return answer end
 return write_progress(KEYS[2], row, ARGV[1], ARGV[2], ARGV[3])

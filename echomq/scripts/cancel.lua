@@ -6,31 +6,20 @@
 local row = KEYS[3] .. 'job:' .. ARGV[1]
 if redis.call('EXISTS', row) == 0 then return 0 end
 local seen = redis.call('HMGET', row, 'group', 'parent', 'state')
-local state = seen[3]
-if seen[1] then return redis.error_reply('EMQSTATE lane row is not native') end
-if seen[2] then return redis.error_reply('EMQSTATE flow child is not native') end
-if state ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.CANCEL row ' .. (state and 'is ' .. state or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.CANCEL id is not in active') end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', KEYS[3] .. 'meta', 'events')
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local refused = foreign_refused(seen[1], seen[2]) or state_refused('EMQ.CANCEL', seen[3], 'active')
+  or set_refused('EMQ.CANCEL', KEYS[1], 'active', ARGV[1])
+if refused then return refused end
+local bound, refused = event_switch(KEYS[3])
+if refused then return refused end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('HSET', row, 'state', 'dead', 'last_error', 'cancelled', 'failed', now)
 redis.call('HINCRBY', KEYS[3] .. 'metrics:failed', 'count', 1)
-if bound then
-  redis.call('XADD', KEYS[3] .. 'events', 'MAXLEN', bound, '*', 'type', 'dead', 'id', ARGV[1],
-    'attempt', redis.call('HGET', row, 'attempts') or '0', 'error', 'cancelled', 'state', 'dead')
+if bound then  -- the attempt is read only when it is told
+  add_event(KEYS[3], bound, 'dead', ARGV[1], redis.call('HGET', row, 'attempts') or '0', 'error', 'cancelled',
+    'state', 'dead')
 end
--- the death, told to a result waiter where the caller may publish
-local channel = KEYS[3] .. 'outcome:' .. ARGV[1]
-if redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
+tell_outcome(KEYS[3], ARGV[1], 'dead')
 return 1

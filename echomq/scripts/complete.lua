@@ -5,45 +5,25 @@
 local row = KEYS[2] .. 'job:' .. ARGV[1]
 local held = redis.call('HMGET', row, 'attempts', 'unique', 'state')
 if held[1] ~= ARGV[2] then return 0 end
-if held[3] ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.COMPLETE row ' .. (held[3] and 'is ' .. held[3] or 'has no state') .. ', not active')
-end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0;
--- and whether a result waiter follows the queue (`waiters` present and not 0), read with it
+local refused = state_refused('EMQ.COMPLETE', held[3], 'active')
+if refused then return refused end
+-- the queue's event switch, and whether a result waiter follows the queue (`waiters` present and
+-- not 0), read with it
 local switches = redis.call('HMGET', KEYS[2] .. 'meta', 'events', 'waiters')
-local bound, waited = switches[1], switches[2] and switches[2] ~= '0'
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local waited = switches[2] and switches[2] ~= '0'
+local bound, refused = event_bound(switches[1])
+if refused then return refused end
 -- a unique window (docs/spec.md §14): the id is not admitted again for `unique` ms from now
-local marker = held[2] and KEYS[2] .. 'unique:' .. ARGV[1]
-if marker then
-  if not string.match(held[2], '^%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  local mtype = redis.call('TYPE', marker)['ok']
-  if mtype ~= 'none' and mtype ~= 'hash' then
-    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-  end
-end
+local marker, refused = unique_marker(KEYS[2], ARGV[1], held[2])
+if refused then return refused end
 -- the first write, and the last check: not in active, nothing is written
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return redis.error_reply('EMQSTATE EMQ.COMPLETE id is not in active')
 end
 redis.call('DEL', row)
 redis.call('HINCRBY', KEYS[2] .. 'metrics:completed', 'count', 1)
-if bound then
-  redis.call('XADD', KEYS[2] .. 'events', 'MAXLEN', bound, '*', 'type', 'completed', 'id', ARGV[1], 'attempt', ARGV[2])
-end
+add_event(KEYS[2], bound, 'completed', ARGV[1], ARGV[2])
 -- the outcome, told to result waiters where the caller may publish (they find no record)
-if waited then
-  local channel = KEYS[2] .. 'outcome:' .. ARGV[1]
-  if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
-end
-if marker then
-  local t = redis.call('TIME')
-  local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('HSET', marker, 'finished', finished)
-  redis.call('PEXPIREAT', marker, finished + tonumber(held[2]))
-end
+if waited then tell_outcome(KEYS[2], ARGV[1], 'completed') end
+if marker then open_window(marker, held[2]) end
 return 1

@@ -3,28 +3,15 @@
 -- is not active, or not in active, is refused (SPEC §9.1). The `delayed` event when on.
 -- A due time earlier than the schedule's head writes the wake marker: a blocked worker recomputes its timeout.
 local row = KEYS[3] .. 'job:' .. ARGV[1]
-local held = redis.call('HMGET', row, 'attempts', 'state')
-if held[1] ~= ARGV[2] then return 0 end
-if held[2] ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.DELAY row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.DELAY id is not in active') end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', KEYS[3] .. 'meta', 'events')
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local held, answer = fence('EMQ.DELAY', row, ARGV[1], ARGV[2], KEYS[1], 'active')
+if not held then return answer end
+local bound, refused = event_switch(KEYS[3])
+if refused then return refused end
 local t = redis.call('TIME')
 local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
 redis.call('ZREM', KEYS[1], ARGV[1])
-local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-redis.call('ZADD', KEYS[2], due, ARGV[1])
+local first = schedule_due(KEYS[2], ARGV[1], due)
 redis.call('HSET', row, 'state', 'scheduled')
-if bound then
-  redis.call('XADD', KEYS[3] .. 'events', 'MAXLEN', bound, '*', 'type', 'delayed', 'id', ARGV[1], 'attempt', ARGV[2],
-    'state', 'scheduled')
-end
-if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', KEYS[3] .. 'wake', 0, 'w') end
+add_event(KEYS[3], bound, 'delayed', ARGV[1], ARGV[2], 'state', 'scheduled')
+if first then redis.call('ZADD', KEYS[3] .. 'wake', 0, 'w') end
 return due

@@ -3,33 +3,7 @@
 -- read before the first write; a member whose row is pending is deleted with its row, a
 -- ghost or a row whose state is not pending only leaves pending. When events are on, a
 -- `removed` event per deleted row.
--- Reply: how many left pending.
+-- Reply: how many left pending. After lib/events.lua and lib/delete.lua (the deletion, PURGE's too).
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if #ids == 0 then return 0 end
-local gone = 'pending' -- the state of the rows this verb deletes (and tells removed)
-local rows, told = {}, {}
-for _, id in ipairs(ids) do
-  local row = KEYS[2] .. 'job:' .. id
-  local seen = redis.call('HMGET', row, 'attempts', 'state')
-  if seen[2] == gone then
-    rows[#rows + 1] = row
-    told[#told + 1] = {id, seen[1] or '0'}
-  end
-end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', KEYS[2] .. 'meta', 'events')
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
--- unpack in slices: Lua's stack takes a few thousand values at most, limit goes to 10000
-for i = 1, #ids, 1000 do redis.call('ZREM', KEYS[1], unpack(ids, i, math.min(i + 999, #ids))) end
-for _, row in ipairs(rows) do redis.call('DEL', row) end
-if bound then
-  for _, job in ipairs(told) do
-    redis.call('XADD', KEYS[2] .. 'events', 'MAXLEN', bound, '*', 'type', 'removed', 'id', job[1], 'attempt', job[2],
-      'state', gone)
-  end
-end
-return #ids
+return delete_jobs(KEYS[1], KEYS[2], ids, 'pending')

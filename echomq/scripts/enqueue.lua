@@ -6,13 +6,8 @@ local meta = KEYS[2] .. 'meta'
 -- one read for both: the row counts twice, meta once; no meta, no switch to read
 local seen = redis.call('EXISTS', row, row, meta)
 if seen >= 2 then return 0 end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = seen == 1 and redis.call('HGET', meta, 'events') or nil
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local bound, refused = event_bound(seen == 1 and redis.call('HGET', meta, 'events'))
+if refused then return refused end
 local priority = tonumber(ARGV[3])
 local t = redis.call('TIME')
 local created = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -22,10 +17,7 @@ else
   redis.call('HSET', row, 'state', 'pending', 'payload', ARGV[2], 'attempts', '0', 'created', created)
 end
 redis.call('ZADD', KEYS[1], priority, ARGV[1])
-if bound then
-  redis.call('XADD', KEYS[2] .. 'events', 'MAXLEN', bound, '*', 'type', 'enqueued', 'id', ARGV[1], 'attempt', '0',
-    'state', 'pending')
-end
+add_event(KEYS[2], bound, 'enqueued', ARGV[1], '0', 'state', 'pending')
 -- the wake marker (SPEC §9.3), the last write: a worker blocked in BZPOPMIN on it claims now
 redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w')
 return 1

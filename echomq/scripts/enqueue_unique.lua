@@ -18,40 +18,33 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if rtype == 'hash' then
   if ARGV[5] ~= '1' then return 'exists' end
   local seen = redis.call('HMGET', row, 'group', 'parent', 'state')
-  if seen[1] then return redis.error_reply('EMQSTATE lane row is not native') end
-  if seen[2] then return redis.error_reply('EMQSTATE flow child is not native') end
+  local refused = foreign_refused(seen[1], seen[2])
+  if refused then return refused end
   local state = seen[3]
   if state == 'active' or state == 'dead' then return 'exists' end
   if state ~= 'pending' and state ~= 'scheduled' then
     return redis.error_reply('EMQSTATE EMQ.ENQUEUE.UNIQUE row ' .. (state and 'is ' .. state .. ', not pending, scheduled, active or dead' or 'has no state'))
   end
   local set = state == 'pending' and KEYS[1] or KEYS[2]
-  if not redis.call('ZSCORE', set, id) then
-    return redis.error_reply('EMQSTATE EMQ.ENQUEUE.UNIQUE id is not in ' .. (state == 'scheduled' and 'schedule' or state))
-  end
+  refused = set_refused('EMQ.ENQUEUE.UNIQUE', set, state == 'scheduled' and 'schedule' or state, id)
+  if refused then return refused end
   if delay == nil then
     redis.call('HSET', row, 'payload', ARGV[2])
     return 'replaced'
   end
   local due = now + tonumber(delay)
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  local first = schedule_due(KEYS[2], id, due)
   if state == 'pending' then redis.call('ZREM', KEYS[1], id) end
   redis.call('HSET', row, 'state', 'scheduled', 'payload', ARGV[2])
-  redis.call('ZADD', KEYS[2], due, id)
-  if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', base .. 'wake', 0, 'w') end
+  if first then redis.call('ZADD', base .. 'wake', 0, 'w') end
   return 'replaced'
 end
 local marker = base .. 'unique:' .. id
 local mtype = redis.call('TYPE', marker)['ok']
 if mtype == 'hash' then return 'unique' end
 if mtype ~= 'none' then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', base .. 'meta', 'events')
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local bound, refused = event_switch(base)
+if refused then return refused end
 local state = delay == nil and 'pending' or 'scheduled'
 local stype = redis.call('TYPE', state == 'pending' and KEYS[1] or KEYS[2])['ok']
 if stype ~= 'none' and stype ~= 'zset' then
@@ -66,13 +59,9 @@ if delay == nil then
   redis.call('ZADD', KEYS[1], tonumber(ARGV[3]), id)
 else
   local due = now + tonumber(delay)
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  redis.call('ZADD', KEYS[2], due, id)
-  wake = head[2] == nil or due < tonumber(head[2])
+  wake = schedule_due(KEYS[2], id, due)
 end
-if bound then
-  redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'enqueued', 'id', id, 'attempt', '0', 'state', state)
-end
+add_event(base, bound, 'enqueued', id, '0', 'state', state)
 -- the wake marker (SPEC §9.3), the last write
 if wake then redis.call('ZADD', base .. 'wake', 0, 'w') end
 return 'created'

@@ -6,28 +6,18 @@
 -- in active, is refused before any write. The `failed` event, then `retried` or `dead`, when on.
 local base = KEYS[5]
 local row = base .. 'job:' .. ARGV[1]
-local held = redis.call('HMGET', row, 'attempts', 'state')
-if held[1] ~= ARGV[2] then return 0 end
-if held[2] ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.FAIL row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.FAIL id is not in active') end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0;
--- and whether a result waiter follows the queue (`waiters` present and not 0), read with it
+local held, answer = fence('EMQ.FAIL', row, ARGV[1], ARGV[2], KEYS[1], 'active')
+if not held then return answer end
+-- the queue's event switch, and whether a result waiter follows the queue (`waiters` present and
+-- not 0), read with it
 local switches = redis.call('HMGET', base .. 'meta', 'events', 'waiters')
-local bound, waited = switches[1], switches[2] and switches[2] ~= '0'
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local waited = switches[2] and switches[2] ~= '0'
+local bound, refused = event_bound(switches[1])
+if refused then return refused end
 -- the `failed` event, then `retried` or `dead`, when the queue's events are on
 local function tell(state)
-  if not bound then return end
-  local events = base .. 'events'
-  redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', 'failed', 'id', ARGV[1], 'attempt', ARGV[2], 'error', ARGV[3])
-  redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', state == 'dead' and 'dead' or 'retried', 'id', ARGV[1],
-    'attempt', ARGV[2], 'state', state)
+  add_event(base, bound, 'failed', ARGV[1], ARGV[2], 'error', ARGV[3])
+  add_event(base, bound, state == 'dead' and 'dead' or 'retried', ARGV[1], ARGV[2], 'state', state)
 end
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)
@@ -43,10 +33,7 @@ if failures >= tonumber(ARGV[4]) then
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
   tell('dead')
   -- the death, told to result waiters where the caller may publish
-  if waited then
-    local channel = base .. 'outcome:' .. ARGV[1]
-    if redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
-  end
+  if waited then tell_outcome(base, ARGV[1], 'dead') end
   return 'dead'
 end
 local backoff = tonumber(ARGV[5])
@@ -57,11 +44,8 @@ if backoff == 0 then
   redis.call('ZADD', base .. 'wake', 0, 'w')  -- claimable now: wake the waiters (the last write)
   return 'pending'
 end
-local due = now + backoff
-local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-redis.call('ZADD', KEYS[3], due, ARGV[1])
+local first = schedule_due(KEYS[3], ARGV[1], now + backoff)
 redis.call('HSET', row, 'state', 'scheduled', unpack(failure))
 tell('scheduled')
--- due before the schedule's head: a blocked worker recomputes its timeout (the last write)
-if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', base .. 'wake', 0, 'w') end
+if first then redis.call('ZADD', base .. 'wake', 0, 'w') end  -- the last write
 return 'scheduled'

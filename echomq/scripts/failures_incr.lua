@@ -8,18 +8,10 @@
 local base = KEYS[5]
 local id = ARGV[1]
 local row = base .. 'job:' .. id
-local held = redis.call('HMGET', row, 'attempts', 'state')
-if held[1] ~= ARGV[2] then return 0 end
-if held[2] ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.FAILURES.INCR row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE EMQ.FAILURES.INCR id is not in active') end
-local bound = redis.call('HGET', base .. 'meta', 'events')
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local held, answer = fence('EMQ.FAILURES.INCR', row, id, ARGV[2], KEYS[1], 'active')
+if not held then return answer end
+local bound, refused = event_switch(base)
+if refused then return refused end
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], id)
@@ -36,24 +28,15 @@ elseif tonumber(ARGV[5]) == 0 then
 else
   state = 'scheduled'
   local due = now + tonumber(ARGV[5])
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  redis.call('ZADD', KEYS[3], due, id)
-  -- due before the schedule's head: a blocked worker recomputes its timeout
-  wake = head[2] == nil or due < tonumber(head[2])
+  wake = schedule_due(KEYS[3], id, due)
 end
 local failure = {'state', state, 'last_error', ARGV[3], 'failed', now}
 if ARGV[6] then failure[7], failure[8] = 'traceback', ARGV[6] end
 redis.call('HSET', row, unpack(failure))
 if state == 'dead' then redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1) end
-if bound then
-  local events = base .. 'events'
-  redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', 'failed', 'id', id, 'attempt', ARGV[2], 'error', ARGV[3])
-  redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', state == 'dead' and 'dead' or 'retried', 'id', id,
-    'attempt', ARGV[2], 'state', state)
-end
+add_event(base, bound, 'failed', id, ARGV[2], 'error', ARGV[3])
+add_event(base, bound, state == 'dead' and 'dead' or 'retried', id, ARGV[2], 'state', state)
 -- the wake marker, the last write
 if wake then redis.call('ZADD', base .. 'wake', 0, 'w') end
--- a death, told where the caller may publish (a wake-up, not state: untold otherwise)
-local channel = base .. 'outcome:' .. id
-if state == 'dead' and redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
+if state == 'dead' then tell_outcome(base, id, 'dead') end
 return state

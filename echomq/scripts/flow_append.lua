@@ -4,6 +4,7 @@
 -- match; EMQSTATE when the row is not active or not in flow:active.
 local refused = progress_refused(ARGV[3])
 if refused then return refused end
-local row, answer = flow_held('flow_append', KEYS[1], KEYS[2] .. 'job:' .. ARGV[1], ARGV[1], ARGV[2])
-if not row then return answer end
+local row = KEYS[2] .. 'job:' .. ARGV[1]
+local held, answer = fence('flow_append', row, ARGV[1], ARGV[2], KEYS[1], 'flow:active')
+if not held then return answer end
 return write_progress(KEYS[2], row, ARGV[1], ARGV[2], ARGV[3])

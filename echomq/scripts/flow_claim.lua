@@ -15,7 +15,7 @@ if redis.call('HGET', base .. 'meta', 'paused') then return {} end
 local bound, rate_limit, window, refused = switches(base .. 'meta')
 if refused then return refused end
 flow_bounds[base] = bound or false  -- what flow_switch would read: its events' switch
-local now = flow_now()
+local now = now_ms()
 local limit = tonumber(ARGV[2])
 local log = rate_limit and base .. 'rate'
 local recent = rate_limit and redis.pcall('ZCOUNT', log, '(' .. (now - window), '+inf')
@@ -43,7 +43,7 @@ if rate_limit then
   limit = math.min(limit, rate_limit - recent)
 end
 local popped = redis.call('ZPOPMIN', KEYS[1], limit)
-local epoch = flow_epoch()
+local epoch = lease_epoch()
 local claimed = {}
 for i = 1, #popped, 2 do
   local id = popped[i]

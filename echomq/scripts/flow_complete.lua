@@ -6,30 +6,17 @@
 -- Events when on: `completed`, then, its parent's last child, the parent's `promoted` (or a death's).
 local base, id = KEYS[2], ARGV[1]
 local row = base .. 'job:' .. id
-local held = redis.call('HMGET', row, 'attempts', 'parent', 'created', 'started', 'state')
-if held[1] ~= ARGV[2] then return 0 end
-if held[5] ~= 'active' then
-  return redis.error_reply('EMQSTATE flow_complete row ' .. (held[5] and 'is ' .. held[5] or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE flow_complete id is not in flow:active') end
+local held, answer = fence('flow_complete', row, id, ARGV[2], KEYS[1], 'flow:active', 'parent', 'created', 'started')
+if not held then return answer end
 local refused = flow_switches(row)
 if refused then return refused end
-local now = flow_now()
+local now = now_ms()
 redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', row, base .. 'flow:results:' .. id, base .. 'flow:failures:' .. id)
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
 flow_event(base, 'completed', id, ARGV[2])
 local retention = tonumber(ARGV[4])
-if retention > 0 then
-  local done = base .. 'done:' .. id
-  redis.call('DEL', done)
-  local record = {'result', ARGV[3], 'attempts', ARGV[2], 'finished', now}
-  if held[3] then record[#record + 1] = 'created'; record[#record + 1] = held[3] end
-  if held[4] then record[#record + 1] = 'started'; record[#record + 1] = held[4] end
-  redis.call('HSET', done, unpack(record))
-  redis.call('PEXPIREAT', done, now + retention)
-end
-if held[2] then flow_tell(held[2], id, true, ARGV[3], now) end
-local channel = base .. 'outcome:' .. id
-if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
+if retention > 0 then keep_done(base, id, ARGV[2], ARGV[3], retention, held[4], held[5], now) end
+if held[3] then flow_tell(held[3], id, true, ARGV[3], now) end
+tell_outcome(base, id, 'completed')
 return 1

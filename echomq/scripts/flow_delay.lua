@@ -4,11 +4,12 @@
 -- Reply: the due time (ms); 0 when no row or the token does not match; EMQSTATE when the row is
 -- not active in flow:active. The `delayed` event when on.
 local base, id = KEYS[3], ARGV[1]
-local row, answer = flow_held('flow_delay', KEYS[1], base .. 'job:' .. id, id, ARGV[2])
-if not row then return answer end
+local row = base .. 'job:' .. id
+local held, answer = fence('flow_delay', row, id, ARGV[2], KEYS[1], 'flow:active')
+if not held then return answer end
 local refused = flow_switch(base)
 if refused then return refused end
-local due = flow_now() + tonumber(ARGV[3])
+local due = now_ms() + tonumber(ARGV[3])
 redis.call('ZREM', KEYS[1], id)
 redis.call('ZADD', KEYS[2], due, id)
 redis.call('HSET', row, 'state', 'scheduled')

@@ -20,7 +20,7 @@ for i = 1, #KEYS do
   local refused = flow_switch(KEYS[i])
   if refused then return refused end
 end
-local now = flow_now()
+local now = now_ms()
 for i = 1, n do
   local at = i * 7 - 7
   local base, id, priority = KEYS[tonumber(ARGV[at + 1])], ARGV[at + 2], tonumber(ARGV[at + 4])

@@ -7,14 +7,15 @@
 -- match; EMQSTATE when the row is not active in flow:active. Events when on: `failed`, then
 -- `retried` (its state) or `dead` (and its parent's, when told to die).
 local base, id = KEYS[4], ARGV[1]
-local row, answer = flow_held('flow_fail', KEYS[1], base .. 'job:' .. id, id, ARGV[2])
-if not row then return answer end
+local row = base .. 'job:' .. id
+local held, answer = fence('flow_fail', row, id, ARGV[2], KEYS[1], 'flow:active')
+if not held then return answer end
 local refused = flow_switches(row)
 if refused then return refused end
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], id)
-local now = flow_now()
+local now = now_ms()
 if ARGV[6] ~= '' then redis.call('HSET', row, 'traceback', ARGV[6]) end
 flow_event(base, 'failed', id, ARGV[2], 'error', ARGV[3])
 if failures >= tonumber(ARGV[4]) then

@@ -8,7 +8,7 @@
 -- Reply: {recovered ids, exempt ids, dead ids}, each in selection order. Events when on, as
 -- STALLED.CHECK's: a counted stall `stalled`, then `recovered` or `dead`; exempt `recovered` only.
 local base = KEYS[3]
-local now = flow_now()
+local now = now_ms()
 local max_stalled = tonumber(ARGV[1])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 if #expired == 0 then return {{}, {}, {}} end
@@ -16,7 +16,7 @@ for _, id in ipairs(expired) do  -- every queue a death may be told to, read bef
   local refused = flow_switches(base .. 'job:' .. id)
   if refused then return refused end
 end
-local epoch = flow_epoch()
+local epoch = lease_epoch()
 local recovered, exempt, dead = {}, {}, {}
 for _, id in ipairs(expired) do
   local row = base .. 'job:' .. id

@@ -4,16 +4,12 @@
 -- is not active in flow:active. The `requeued` event when on.
 local base, id = KEYS[3], ARGV[1]
 local row = base .. 'job:' .. id
-local held = redis.call('HMGET', row, 'attempts', 'priority', 'state')
-if held[1] ~= ARGV[2] then return 0 end
-if held[3] ~= 'active' then
-  return redis.error_reply('EMQSTATE flow_release row ' .. (held[3] and 'is ' .. held[3] or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE flow_release id is not in flow:active') end
+local held, answer = fence('flow_release', row, id, ARGV[2], KEYS[1], 'flow:active', 'priority')
+if not held then return answer end
 local refused = flow_switch(base)
 if refused then return refused end
 redis.call('ZREM', KEYS[1], id)
-redis.call('ZADD', KEYS[2], tonumber(held[2] or '0'), id)
+redis.call('ZADD', KEYS[2], tonumber(held[3] or '0'), id)
 redis.call('HSET', row, 'state', 'pending')
 flow_event(base, 'requeued', id, ARGV[2], 'state', 'pending')
 flow_wake(base)

@@ -32,9 +32,9 @@ for _ = 1, 100 do  -- a turn that finds no job (a ghost) passes to the next grou
     redis.call('HINCRBY', running, g, 1)
     local attempts = redis.call('HINCRBY', row, 'attempts', 1)
     redis.call('HSET', row, 'state', 'active', 'started', now)
-    if ARGV[2] == '1' then redis.call('HSET', row, 'lease_epoch', run_id()) end
+    if ARGV[2] == '1' then redis.call('HSET', row, 'lease_epoch', lease_epoch()) end
     redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), id)
-    lane_event(bound, 'claimed', id, attempts)
+    add_event(base, bound, 'claimed', id, attempts)
     if log then log_start(log, now, window, id, attempts) end
     offer(g)  -- at the back of the round, if it may start another
     return {id, redis.call('HGET', row, 'payload'), attempts, g}

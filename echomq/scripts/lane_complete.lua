@@ -7,24 +7,15 @@ lanes(KEYS[2])
 local id = ARGV[1]
 local row, g = held_row('lane_complete', id, ARGV[2])
 if not row then return g end
-local bound, refused = event_bound()
+local bound, refused = event_switch(base)
 if refused then return refused end
 local times = redis.call('HMGET', row, 'created', 'started')
 redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', row)
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
-lane_event(bound, 'completed', id, ARGV[2])
+add_event(base, bound, 'completed', id, ARGV[2])
 local retention = tonumber(ARGV[4])
-if retention > 0 then
-  local now = now_ms()
-  local done = base .. 'done:' .. id
-  redis.call('DEL', done)
-  local record = {'result', ARGV[3], 'attempts', ARGV[2], 'finished', now}
-  if times[1] then record[#record + 1] = 'created'; record[#record + 1] = times[1] end
-  if times[2] then record[#record + 1] = 'started'; record[#record + 1] = times[2] end
-  redis.call('HSET', done, unpack(record))
-  redis.call('PEXPIREAT', done, now + retention)
-end
-tell(id, 'completed')
+if retention > 0 then keep_done(base, id, ARGV[2], ARGV[3], retention, times[1], times[2], now_ms()) end
+tell_outcome(base, id, 'completed')
 free(g)
 return 1

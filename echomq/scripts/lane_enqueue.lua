@@ -7,7 +7,7 @@ lanes(KEYS[1])
 local id, g = ARGV[1], ARGV[3]
 local row = base .. 'job:' .. id
 if redis.call('EXISTS', row) == 1 then return 0 end
-local bound, refused = event_bound()
+local bound, refused = event_switch(base)
 if refused then return refused end
 local seq = redis.call('INCR', base .. 'lanes:seq')
 local fields = {'state', 'pending', 'payload', ARGV[2], 'attempts', '0', 'created', now_ms(), 'group', g, 'seq', seq}
@@ -17,6 +17,6 @@ end
 redis.call('HSET', row, unpack(fields))
 redis.call('ZADD', base .. 'lane:' .. g, lane_score(ARGV[4], seq), id)
 redis.call('SADD', base .. 'lanes:groups', g)
-lane_event(bound, 'enqueued', id, '0', 'state', 'pending')
+add_event(base, bound, 'enqueued', id, '0', 'state', 'pending')
 if offer(g) then wake() end
 return 1

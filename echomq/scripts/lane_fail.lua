@@ -9,7 +9,7 @@
 lanes(KEYS[3])
 local row, g = held_row('lane_fail', ARGV[1], ARGV[2])
 if not row then return g end
-local bound, refused = event_bound()
+local bound, refused = event_switch(base)
 if refused then return refused end
 local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -20,15 +20,15 @@ if failures >= tonumber(ARGV[4]) then
   redis.call('ZADD', KEYS[2], now, ARGV[1])
   redis.call('HSET', row, 'state', 'dead', unpack(failure))
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
-  lane_event(bound, 'failed', ARGV[1], ARGV[2], 'error', ARGV[3])
-  lane_event(bound, 'dead', ARGV[1], ARGV[2], 'state', 'dead')
-  tell(ARGV[1], 'dead')
+  add_event(base, bound, 'failed', ARGV[1], ARGV[2], 'error', ARGV[3])
+  add_event(base, bound, 'dead', ARGV[1], ARGV[2], 'state', 'dead')
+  tell_outcome(base, ARGV[1], 'dead')
   free(g)
   return 'dead'
 end
 local backoff = tonumber(ARGV[5])
 if backoff > 0 then hold(g, now + backoff) end
 back_in_lane(row, ARGV[1], g, failure)
-lane_event(bound, 'failed', ARGV[1], ARGV[2], 'error', ARGV[3])
-lane_event(bound, 'retried', ARGV[1], ARGV[2], 'state', 'pending')
+add_event(base, bound, 'failed', ARGV[1], ARGV[2], 'error', ARGV[3])
+add_event(base, bound, 'retried', ARGV[1], ARGV[2], 'state', 'pending')
 return backoff > 0 and 'scheduled' or 'pending'

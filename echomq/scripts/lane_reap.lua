@@ -11,11 +11,11 @@
 -- an exempt lease `recovered` only; a ghost none.
 lanes(KEYS[3])
 if redis.call('EXISTS', base .. 'lanes:seq') == 0 then return {{}, {}, {}, -1} end  -- never had lanes
-local bound, refused = event_bound()
+local bound, refused = event_switch(base)
 if refused then return refused end
 local now = now_ms()
 release_due(now)
-local epoch = ARGV[3] == '1' and run_id()
+local epoch = ARGV[3] == '1' and lease_epoch()
 local recovered, exempt, dead = {}, {}, {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))) do
   local row = base .. 'job:' .. id
@@ -25,22 +25,22 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0
   if f[1] then
     if epoch and f[2] and f[2] ~= epoch then
       back_in_lane(row, id, f[1], {})
-      lane_event(bound, 'recovered', id, attempt, 'state', 'pending')
+      add_event(base, bound, 'recovered', id, attempt, 'state', 'pending')
       exempt[#exempt + 1] = id
     else
       local stalled = redis.call('HINCRBY', row, 'stalled', 1)
-      lane_event(bound, 'stalled', id, attempt)
+      add_event(base, bound, 'stalled', id, attempt)
       if stalled >= tonumber(ARGV[1]) then
         redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled', 'failed', now)
         redis.call('ZADD', KEYS[2], now, id)
         redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
-        lane_event(bound, 'dead', id, attempt, 'error', 'stalled', 'state', 'dead')
-        tell(id, 'dead')
+        add_event(base, bound, 'dead', id, attempt, 'error', 'stalled', 'state', 'dead')
+        tell_outcome(base, id, 'dead')
         free(f[1])
         dead[#dead + 1] = id
       else
         back_in_lane(row, id, f[1], {})
-        lane_event(bound, 'recovered', id, attempt, 'state', 'pending')
+        add_event(base, bound, 'recovered', id, attempt, 'state', 'pending')
         recovered[#recovered + 1] = id
       end
     end

@@ -5,11 +5,11 @@
 lanes(KEYS[2])
 local row, g = held_row('lane_release', ARGV[1], ARGV[2])
 if not row then return g end
-local bound, refused = event_bound()
+local bound, refused = event_switch(base)
 if refused then return refused end
 redis.call('ZREM', KEYS[1], ARGV[1])
 local delay = tonumber(ARGV[3])
 if delay > 0 then hold(g, now_ms() + delay) end
 back_in_lane(row, ARGV[1], g, {})
-lane_event(bound, delay > 0 and 'delayed' or 'requeued', ARGV[1], ARGV[2], 'state', 'pending')
+add_event(base, bound, delay > 0 and 'delayed' or 'requeued', ARGV[1], ARGV[2], 'state', 'pending')
 return 1

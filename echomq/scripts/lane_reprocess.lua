@@ -14,16 +14,15 @@ end
 local seen = redis.call('HMGET', row, 'attempts', 'group', 'priority', 'state')
 local g, state = seen[2], seen[4]
 if not g then return redis.error_reply('EMQSTATE lane_reprocess row is not a lane row') end
-if state ~= 'dead' then
-  return redis.error_reply('EMQSTATE lane_reprocess row ' .. (state and 'is ' .. state or 'has no state') .. ', not dead')
-end
-local bound, refused = event_bound()
+local refused = state_refused('lane_reprocess', state, 'dead')
+if refused then return refused end
+local bound, refused = event_switch(base)
 if refused then return refused end
 local seq = redis.call('INCR', base .. 'lanes:seq')
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', base .. 'lane:' .. g, lane_score(seen[3], seq), ARGV[1])
 redis.call('HSET', row, 'state', 'pending', 'failures', '0', 'stalled', '0', 'seq', seq)
 redis.call('SADD', base .. 'lanes:groups', g)
-lane_event(bound, 'reprocessed', ARGV[1], seen[1] or '0', 'state', 'pending')
+add_event(base, bound, 'reprocessed', ARGV[1], seen[1] or '0', 'state', 'pending')
 if offer(g) then wake() end
 return 1

@@ -5,24 +5,16 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
--- the queue's event switch (docs/spec.md §12), read when something is due: an integer bound
--- (MAXLEN), off when absent or <= 0
-local bound = #due > 0 and redis.call('HGET', KEYS[3] .. 'meta', 'events') or nil
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+-- the queue's event switch, read when something is due
+local bound, refused = event_bound(#due > 0 and redis.call('HGET', KEYS[3] .. 'meta', 'events'))
+if refused then return refused end
 for _, id in ipairs(due) do
   local row = KEYS[3] .. 'job:' .. id
   redis.call('ZREM', KEYS[1], id)
   local seen = redis.call('HMGET', row, 'priority', 'attempts')
   redis.call('ZADD', KEYS[2], tonumber(seen[1] or '0'), id)
   redis.call('HSET', row, 'state', 'pending')
-  if bound then
-    redis.call('XADD', KEYS[3] .. 'events', 'MAXLEN', bound, '*', 'type', 'promoted', 'id', id,
-      'attempt', seen[2] or '0', 'state', 'pending')
-  end
+  add_event(KEYS[3], bound, 'promoted', id, seen[2] or '0', 'state', 'pending')
 end
 if #due > 0 then redis.call('ZADD', KEYS[3] .. 'wake', 0, 'w') end  -- claimable now: wake the waiters
 return #due

@@ -6,28 +6,13 @@
 local base = KEYS[2]
 local id = ARGV[1]
 local row = base .. 'job:' .. id
-local held = redis.call('HMGET', row, 'attempts', 'created', 'started', 'unique', 'state')
-if held[1] ~= ARGV[2] then return 0 end
-if held[5] ~= 'active' then
-  return redis.error_reply('EMQSTATE EMQ.PUBLISH row ' .. (held[5] and 'is ' .. held[5] or 'has no state') .. ', not active')
-end
-if not redis.call('ZSCORE', KEYS[1], id) then return redis.error_reply('EMQSTATE EMQ.PUBLISH id is not in active') end
--- the queue's event switch: an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', base .. 'meta', 'events')
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local held, answer = fence('EMQ.PUBLISH', row, id, ARGV[2], KEYS[1], 'active', 'created', 'started', 'unique')
+if not held then return answer end
+local bound, refused = event_switch(base)
+if refused then return refused end
 -- a unique window (docs/spec.md §14): the id is not admitted again for `unique` ms from now
-local marker = held[4] and base .. 'unique:' .. id
-if marker then
-  if not string.match(held[4], '^%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  local mtype = redis.call('TYPE', marker)['ok']
-  if mtype ~= 'none' and mtype ~= 'hash' then
-    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-  end
-end
+local marker, refused = unique_marker(base, id, held[5])
+if refused then return refused end
 redis.call('ZREM', KEYS[1], id)
 redis.call('DEL', row)
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
@@ -35,24 +20,9 @@ local retention = tonumber(ARGV[4])
 if retention > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local done = base .. 'done:' .. id
-  redis.call('DEL', done)
-  local record = {'result', ARGV[3], 'attempts', ARGV[2], 'finished', now}
-  if held[2] then record[#record + 1] = 'created'; record[#record + 1] = held[2] end
-  if held[3] then record[#record + 1] = 'started'; record[#record + 1] = held[3] end
-  redis.call('HSET', done, unpack(record))
-  redis.call('PEXPIREAT', done, now + retention)
+  keep_done(base, id, ARGV[2], ARGV[3], retention, held[3], held[4], now)
 end
-if bound then
-  redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'completed', 'id', id, 'attempt', ARGV[2])
-end
--- the outcome, told where the caller may publish (a wake-up, not state: untold otherwise)
-local channel = base .. 'outcome:' .. id
-if redis.acl_check_cmd('SPUBLISH', channel, 'completed') then redis.call('SPUBLISH', channel, 'completed') end
-if marker then
-  local t = redis.call('TIME')
-  local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('HSET', marker, 'finished', finished)
-  redis.call('PEXPIREAT', marker, finished + tonumber(held[4]))
-end
+add_event(base, bound, 'completed', id, ARGV[2])
+tell_outcome(base, id, 'completed')
+if marker then open_window(marker, held[5]) end
 return 1

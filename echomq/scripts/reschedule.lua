@@ -5,25 +5,14 @@
 local row = KEYS[2] .. 'job:' .. ARGV[1]
 if redis.call('EXISTS', row) == 0 then return 0 end
 local seen = redis.call('HMGET', row, 'attempts', 'state')
-local state = seen[2]
-if state ~= 'scheduled' then
-  return redis.error_reply('EMQSTATE EMQ.RESCHEDULE row ' .. (state and 'is ' .. state or 'has no state') .. ', not scheduled')
-end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return redis.error_reply('EMQSTATE EMQ.RESCHEDULE id is not in schedule') end
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', KEYS[2] .. 'meta', 'events')
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
+local refused = state_refused('EMQ.RESCHEDULE', seen[2], 'scheduled')
+  or set_refused('EMQ.RESCHEDULE', KEYS[1], 'schedule', ARGV[1])
+if refused then return refused end
+local bound, refused = event_switch(KEYS[2])
+if refused then return refused end
 local t = redis.call('TIME')
 local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-redis.call('ZADD', KEYS[1], due, ARGV[1])
-if bound then
-  redis.call('XADD', KEYS[2] .. 'events', 'MAXLEN', bound, '*', 'type', 'rescheduled', 'id', ARGV[1],
-    'attempt', seen[1] or '0', 'state', 'scheduled')
-end
-if head[2] == nil or due < tonumber(head[2]) then redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w') end
+local first = schedule_due(KEYS[1], ARGV[1], due)
+add_event(KEYS[2], bound, 'rescheduled', ARGV[1], seen[1] or '0', 'state', 'scheduled')
+if first then redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w') end
 return due

@@ -8,14 +8,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local max_stalled = tonumber(ARGV[1])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 local recovered, dead = {}, {}
--- the queue's event switch (docs/spec.md §12): an integer bound (MAXLEN), off when absent or <= 0
-local bound = redis.call('HGET', KEYS[4] .. 'meta', 'events')
-if bound then
-  if not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound <= 0 then bound = nil end
-end
-local events = KEYS[4] .. 'events'
+local bound, refused = event_switch(KEYS[4])
+if refused then return refused end
 for _, id in ipairs(expired) do
   local row = KEYS[4] .. 'job:' .. id
   redis.call('ZREM', KEYS[1], id)
@@ -24,24 +18,20 @@ for _, id in ipairs(expired) do
     redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled', 'failed', now)
     redis.call('ZADD', KEYS[3], now, id)
     redis.call('HINCRBY', KEYS[4] .. 'metrics:failed', 'count', 1)
-    if bound then
+    if bound then  -- the attempt is read only when it is told
       local attempt = redis.call('HGET', row, 'attempts') or '0'
-      redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', 'stalled', 'id', id, 'attempt', attempt)
-      redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', 'dead', 'id', id, 'attempt', attempt,
-        'error', 'stalled', 'state', 'dead')
+      add_event(KEYS[4], bound, 'stalled', id, attempt)
+      add_event(KEYS[4], bound, 'dead', id, attempt, 'error', 'stalled', 'state', 'dead')
     end
-    -- the death, told to a result waiter where the caller may publish
-    local channel = KEYS[4] .. 'outcome:' .. id
-    if redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
+    tell_outcome(KEYS[4], id, 'dead')
     dead[#dead + 1] = id
   else
     redis.call('HSET', row, 'state', 'pending')
     redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), id)
     if bound then
       local attempt = redis.call('HGET', row, 'attempts') or '0'
-      redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', 'stalled', 'id', id, 'attempt', attempt)
-      redis.call('XADD', events, 'MAXLEN', bound, '*', 'type', 'recovered', 'id', id, 'attempt', attempt,
-        'state', 'pending')
+      add_event(KEYS[4], bound, 'stalled', id, attempt)
+      add_event(KEYS[4], bound, 'recovered', id, attempt, 'state', 'pending')
     end
     recovered[#recovered + 1] = id
   end

@@ -1,21 +1,16 @@
 -- What CLAIM and CLAIMS share (docs/spec.md §12, §13, §17): the reading of the queue's meta, the
--- rate limit's wait and log, and the start of one job. The client puts this file before claim.lua's
--- and claims.lua's own text, and lane_claim's (after the lanes' prelude: a lane start counts
--- against the queue's rate limit too).
+-- rate limit's wait and log, and the start of one job. The client puts this file (after
+-- lib/events.lua) before claim.lua's and claims.lua's own text, and lane_claim's and flow_claim's
+-- (after their family's library: a lane or flow start counts against the queue's rate limit too).
 -- switches(meta) -> bound, limit, window: the event switch (an integer MAXLEN; nil when absent or
 -- <= 0) and the rate limit (`limit` starts in any `window` ms; nil when absent or <= 0); or, for
 -- a refused read or a malformed value, nil, nil, nil and the error reply. Meta must exist.
 local function switches(meta)
   local m = redis.pcall('HMGET', meta, 'events', 'rate_limit', 'rate_window')
   if m.err then return nil, nil, nil, m end
-  local bound, limit, window = m[1], m[2], m[3]
-  if bound then
-    if not string.match(bound, '^%-?%d+$') then
-      return nil, nil, nil, redis.error_reply('EMQ hash value is not an integer')
-    end
-    bound = tonumber(bound)
-    if bound <= 0 then bound = nil end
-  end
+  local bound, refused = event_bound(m[1])
+  if refused then return nil, nil, nil, refused end
+  local limit, window = m[2], m[3]
   if limit then
     if not string.match(limit, '^%-?%d+$') then
       return nil, nil, nil, redis.error_reply('EMQ hash value is not an integer')
@@ -60,9 +55,7 @@ local function start(base, active, id, now, lease_ms, bound, log, window)
   local attempts = redis.call('HINCRBY', row, 'attempts', 1)
   redis.call('HSET', row, 'state', 'active', 'started', now)
   redis.call('ZADD', active, now + tonumber(lease_ms), id)
-  if bound then
-    redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', 'claimed', 'id', id, 'attempt', attempts)
-  end
+  add_event(base, bound, 'claimed', id, attempts)
   if log then log_start(log, now, window, id, attempts) end
   return {id, redis.call('HGET', row, 'payload'), attempts}
 end

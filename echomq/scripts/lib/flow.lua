@@ -1,17 +1,8 @@
--- The flow library (docs/lanes-and-flows.md "Flows"): the client puts it before every flow_*.lua
--- script's own text, so the moves that tell a parent its child's outcome are written once.
+-- The flow library (docs/lanes-and-flows.md "Flows"): the client puts it (after lib/clock.lua,
+-- lib/events.lua and lib/held.lua) before every flow_*.lua script's own text, so the moves that
+-- tell a parent its child's outcome are written once.
 -- A flow job lives in its queue's flow sets (flow:pending, flow:active, flow:schedule, flow:waiting),
 -- never in the flat ones, so no native verb moves it; a dead one joins the queue's dead set.
-
-local function flow_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- the server's run_id: the epoch a flow lease is stamped with (the restart exemption, as STALLED.CHECK's)
-local function flow_epoch()
-  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-end
 
 -- a row key's queue base and id: emq:{q}:job:<id> -> emq:{q}:, <id>
 local function flow_split(row)
@@ -27,10 +18,9 @@ local flow_bounds = {}
 -- the switch of `base` into flow_bounds: the refusal of a value that is not an integer, else nil
 local function flow_switch(base)
   if flow_bounds[base] ~= nil then return nil end
-  local bound = redis.call('HGET', base .. 'meta', 'events')
-  if bound and not string.match(bound, '^%-?%d+$') then return redis.error_reply('EMQ hash value is not an integer') end
-  bound = bound and tonumber(bound)
-  flow_bounds[base] = bound and bound > 0 and bound or false
+  local bound, refused = event_switch(base)
+  if refused then return refused end
+  flow_bounds[base] = bound or false
 end
 
 -- the switches of `row`'s queue and of each queue up its chain of parents (a death, or a last
@@ -43,28 +33,10 @@ local function flow_switches(row)
   end
 end
 
--- one event of a flow job in its queue (`base`), if its switch is on: type, id, attempt, then the
--- event's own fields
-local function flow_event(base, kind, id, attempt, ...)
-  local bound = flow_bounds[base]
-  if bound then
-    redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', kind, 'id', id, 'attempt', attempt, ...)
-  end
-end
-
--- the fence of a flow job's holder: `row` when it is held with `token` and leased in flow:active
--- (`active`); else nil and the reply: 0 for no row or another token, EMQSTATE for a row not active
--- or not in flow:active
-local function flow_held(verb, active, row, id, token)
-  local held = redis.call('HMGET', row, 'attempts', 'state')
-  if held[1] ~= token then return nil, 0 end
-  if held[2] ~= 'active' then
-    return nil, redis.error_reply('EMQSTATE ' .. verb .. ' row ' .. (held[2] and 'is ' .. held[2] or 'has no state') .. ', not active')
-  end
-  if not redis.call('ZSCORE', active, id) then
-    return nil, redis.error_reply('EMQSTATE ' .. verb .. ' id is not in flow:active')
-  end
-  return row
+-- flow_event(base, kind, id, attempt, ...): one event of a flow job in its queue (`base`), with the
+-- switch flow_switch read for it (add_event's arguments after the bound)
+local function flow_event(base, ...)
+  add_event(base, flow_bounds[base], ...)
 end
 
 -- a flow job of the queue became claimable: the wake marker, for a wire-4 worker blocked on it
@@ -93,8 +65,7 @@ local function flow_die(base, id, error, now)
     redis.call('HSET', row, 'flow_parent', parent)
     flow_tell(parent, id, false, error, now)
   end
-  local channel = base .. 'outcome:' .. id
-  if redis.acl_check_cmd('SPUBLISH', channel, 'dead') then redis.call('SPUBLISH', channel, 'dead') end
+  tell_outcome(base, id, 'dead')
 end
 
 -- Tell a waiting parent one child's outcome: completed (ok, with its result) or dead (its error).

@@ -1,21 +1,12 @@
 -- Lanes (docs/lanes-and-flows.md): the helpers every lane script shares; the client puts this
--- file before the script's own text, whose first line is lanes(<its base KEY>). Every key a
--- lane script touches derives from the queue's base, so all of them share its hashtag.
+-- file (after lib/clock.lua, lib/events.lua and lib/held.lua) before the script's own text, whose
+-- first line is lanes(<its base KEY>). Every key a lane script touches derives from the queue's
+-- base, so all of them share its hashtag.
 local base, ready, held, running
 
 local function lanes(queue_base)
   base = queue_base
   ready, held, running = base .. 'lanes:ready', base .. 'lanes:held', base .. 'lanes:running'
-end
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- the server's run_id: a lease stamped with it tells a restart from a stall (SPEC §2)
-local function run_id()
-  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
 end
 
 -- how many jobs of g may run at once: the group's own k, else the queue's, else 1
@@ -27,30 +18,6 @@ end
 -- wire 4's wake marker (SPEC §9.3), written by lane scripts on both wires: a worker blocks on it
 local function wake()
   redis.call('ZADD', base .. 'wake', 0, 'w')
-end
-
--- the queue's event switch (docs/spec.md §12), read before a script's first write: the stream's
--- bound (MAXLEN), nil when off (absent or <= 0); or nil and the refusal of a value that is not an integer
-local function event_bound()
-  local bound = redis.call('HGET', base .. 'meta', 'events')
-  if not bound then return nil end
-  if not string.match(bound, '^%-?%d+$') then return nil, redis.error_reply('EMQ hash value is not an integer') end
-  bound = tonumber(bound)
-  if bound > 0 then return bound end
-end
-
--- one event of a lane job when the switch is on (`bound`), as the flat verbs tell theirs:
--- type, id, attempt, then the event's own fields (name, value, ...)
-local function lane_event(bound, kind, id, attempt, ...)
-  if bound then
-    redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', kind, 'id', id, 'attempt', attempt, ...)
-  end
-end
-
--- the job's outcome, told where the caller may publish (a result waiter's wake-up, docs/spec.md §12)
-local function tell(id, outcome)
-  local channel = base .. 'outcome:' .. id
-  if redis.acl_check_cmd('SPUBLISH', channel, outcome) then redis.call('SPUBLISH', channel, outcome) end
 end
 
 -- g takes a turn at the back of the round when it may start a job now; true when it joined
@@ -116,11 +83,7 @@ local function held_row(verb, id, token)
   local f = redis.call('HMGET', row, 'attempts', 'state', 'group')
   if f[1] ~= token then return nil, 0 end
   if not f[3] then return nil, redis.error_reply('EMQSTATE ' .. verb .. ' row is not a lane row') end
-  if f[2] ~= 'active' then
-    return nil, redis.error_reply('EMQSTATE ' .. verb .. ' row ' .. (f[2] and 'is ' .. f[2] or 'has no state') .. ', not active')
-  end
-  if not redis.call('ZSCORE', base .. 'lanes:active', id) then
-    return nil, redis.error_reply('EMQSTATE ' .. verb .. ' id is not in lanes:active')
-  end
+  local refused = state_refused(verb, f[2], 'active') or set_refused(verb, base .. 'lanes:active', 'lanes:active', id)
+  if refused then return nil, refused end
   return row, f[3]
 end

@@ -1,0 +1,33 @@
+-- What a queue tells (docs/spec.md §12): its events (the switch `meta events`, and one event in its
+-- stream `events`) and a job's outcome. A script reads the switch before its first write, so a
+-- malformed one refuses the step.
+
+-- event_bound(value) -> the switch as read (`meta events`; false or nil when absent): the stream's
+-- bound (MAXLEN), nil when off (absent or <= 0); or nil and the refusal of a value that is not an
+-- integer
+local function event_bound(value)
+  if not value then return nil end
+  if not string.match(value, '^%-?%d+$') then return nil, redis.error_reply('EMQ hash value is not an integer') end
+  value = tonumber(value)
+  if value > 0 then return value end
+end
+
+-- event_switch(base) -> the switch of the queue at `base`, read, as event_bound
+local function event_switch(base)
+  return event_bound(redis.call('HGET', base .. 'meta', 'events'))
+end
+
+-- one event in the queue's stream when its switch is on (`bound`): type, id, attempt, then the
+-- event's own fields (name, value, ...)
+local function add_event(base, bound, kind, id, attempt, ...)
+  if bound then
+    redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', kind, 'id', id, 'attempt', attempt, ...)
+  end
+end
+
+-- a job's outcome (`completed`, `dead`) on its channel `outcome:<id>`, told where the caller may
+-- publish: a result waiter's wake-up, not state, so an ACL without the channel tells nothing
+local function tell_outcome(base, id, outcome)
+  local channel = base .. 'outcome:' .. id
+  if redis.acl_check_cmd('SPUBLISH', channel, outcome) then redis.call('SPUBLISH', channel, outcome) end
+end

@@ -1,0 +1,24 @@
+-- A unique window (docs/spec.md §14): a job enqueued with `unique` ms is not admitted again for that
+-- long after COMPLETE or PUBLISH finished it, while the marker `unique:<id>` they write lives.
+
+-- unique_marker(base, id, window) -> the marker to write, for a row whose `unique` is `window`; nil
+-- for a row without one; or nil and the refusal of a window that is not an integer or a marker key
+-- of another type. A read: the caller makes it before its first write.
+local function unique_marker(base, id, window)
+  if not window then return nil end
+  if not string.match(window, '^%d+$') then return nil, redis.error_reply('EMQ hash value is not an integer') end
+  local marker = base .. 'unique:' .. id
+  local mtype = redis.call('TYPE', marker)['ok']
+  if mtype ~= 'none' and mtype ~= 'hash' then
+    return nil, redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+  end
+  return marker
+end
+
+-- the window opens: the marker records when the job finished, and expires `window` ms after
+local function open_window(marker, window)
+  local t = redis.call('TIME')
+  local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', marker, 'finished', finished)
+  redis.call('PEXPIREAT', marker, finished + tonumber(window))
+end
