@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from .connection import WireCodec
 
 T = TypeVar("T")
-CLAIMS = BY_NAME["claims"]  #: its answer is a list of CLAIM answers (``_jobs`` flattens it)
+CLAIMS = BY_NAME["claims"]
+NOT_A_FLOW_JOB = "EMQSTATE flow_cancel row is not a flow job"  #: flow_cancel's refusal of a flat row  #: its answer is a list of CLAIM answers (``_jobs`` flattens it)
 RoundTrip = list["Call | Plain"]
 #: An operation: yields round trips, is sent their replies, returns the answer.
 Op = Generator[RoundTrip, list[Any], T]
@@ -615,10 +616,35 @@ class QueueCore:
         return (yield from self._one(self.build("lane_reprocess", job_id)))
 
     def op_remove(self, job_id: str) -> Op[State | None]:
-        return (yield from self._one(self.build("remove", job_id)))
+        """A waiting or dead job deleted: a flat row by REMOVE; a lane row, which REMOVE refuses on
+        both wires, by lane_remove (a second round trip only for lane rows). A flow job is not
+        removed (its parent would wait for it forever): cancel it."""
+        try:
+            return (yield from self._one(self.build("remove", job_id)))
+        except errors.StateError as refused:
+            if refused.reply == errors.FLOW_CHILD:
+                raise errors.StateError(f"{errors.FLOW_CHILD}: a flow job is not removed (its parent waits for "
+                                        "it); cancel it (Queue.cancel): it dies and its parent is told") from None
+            if refused.reply != errors.LANE_ROW:
+                raise
+        return (yield from self._one(self.build("lane_remove", job_id)))
 
     def op_cancel(self, job_id: str) -> Op[bool]:
-        return (yield from self._one(self.build("cancel", job_id)))
+        """A job stopped from outside, dead with ``cancelled``: an active flat row by CANCEL; a lane
+        row, which CANCEL refuses on both wires, by lane_cancel; a flow job by flow_cancel, in any
+        state but dead (its parent told). The second round trip is only for refused rows: a flat
+        row's own refusal is the one raised."""
+        try:
+            return (yield from self._one(self.build("cancel", job_id)))
+        except errors.StateError as refused:
+            if refused.reply == errors.LANE_ROW:
+                return (yield from self._one(self.build("lane_cancel", job_id)))
+            try:
+                return (yield from self._one(self.build("flow_cancel", job_id)))
+            except errors.StateError as not_flow:
+                if not_flow.reply == NOT_A_FLOW_JOB:
+                    raise refused from None
+                raise
 
     def op_purge(self, older_than_ms: int, limit: int) -> Op[int]:
         check_int("older_than_ms", older_than_ms, 0)  # the verb's age_ms, named for the caller

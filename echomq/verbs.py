@@ -505,6 +505,9 @@ LANES: tuple[Verb, ...] = (
     _lane("lane_limit", (BASE,), ("k", "scope"), "lane → lane"),
     _lane("lane_append", (BASE,), ("id", "token", "progress"), "lane-active → lane-active",
           decode=_one, fenced=True, libraries=("append",)),
+    _lane("lane_cancel", ("lanes:active", "dead", BASE), ("id",), "lane-active → dead", decode=_one),
+    _lane("lane_remove", ("dead", BASE), ("id",), "lane | dead → (deleted)",
+          decode=lambda reply: None if reply == 0 else State(text(reply))),
 )
 
 
@@ -546,6 +549,8 @@ FLOWS: tuple[Verb, ...] = (
           decode=_one, fenced=True, libraries=("append",)),
     _flow("flow_delay", ("flow:active", "flow:schedule", BASE), ("id", "token", "delay_ms"),
           "flow:active → flow:schedule", decode=int, fenced=True),
+    _flow("flow_cancel", (BASE,), ("id",), "flow:active | flow:pending | flow:schedule | flow:waiting → dead",
+          decode=_one),
 )
 
 # The two declared reads: scripts on both wires, never an EMQ command.
