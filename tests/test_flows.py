@@ -572,7 +572,6 @@ def test_inspect_and_the_job_page_find_flow_jobs_in_their_own_sets(conn, server)
     assert "not in its set" not in page and "lease</th><td>ends in" in page
 
 
-
 # -- cancel ------------------------------------------------------------------------------
 def test_cancel_stops_a_running_child_and_its_parent_is_told_as_of_a_death(conn):
     q = Queue(conn, fresh_name("f-cancel"))
