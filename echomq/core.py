@@ -376,17 +376,22 @@ class QueueCore:
         return _raised(reply)
 
     def unique_call(self, payload: Any, *, id: str | None, priority: int = 0, unique_for: float | None = None,
-                    replace: bool = False, delay_ms: int | None = None) -> Call:
+                    replace: bool = False, delay_ms: int | None = None, group: str | None = None) -> Call:
         """ENQUEUE.UNIQUE (docs/spec.md §14): an enqueue (``delay_ms`` None) or a schedule that
         keeps the id out for ``unique_for`` seconds after the job completes, and with ``replace``
-        replaces a waiting job's payload (and, given ``delay_ms``, its due time)."""
+        replaces a waiting job's payload (and, given ``delay_ms``, its due time); with ``group``,
+        lane_enqueue_unique, its lane job twin (no delay: a lane job waits in its lane)."""
         if id is None:
             raise errors.ConfigurationError("unique_for= and replace= need the job's id=")
         argv = [id, self.encode(payload), priority, unique_ms(unique_for), int(bool(replace))]
+        if group is not None:
+            if delay_ms is not None:
+                raise errors.ConfigurationError("a lane job (group=) waits in its group's lane: it takes no delay")
+            return self.build("lane_enqueue_unique", id, argv[1], group, priority, *argv[3:])
         return self.build("enqueue_unique", *argv, *([] if delay_ms is None else [delay_ms]))
 
     def _admit(self, call: Call) -> Op[Enqueued]:
-        if call.verb.name != "enqueue_unique":
+        if call.verb.name not in ("enqueue_unique", "lane_enqueue_unique"):
             return Enqueued(call.argv[0], (yield from self._one(call)))
         reason = yield from self._one(call)
         return Enqueued(call.argv[0], reason is Admission.CREATED, reason)
@@ -395,9 +400,7 @@ class QueueCore:
                    replace: bool = False, group: str | None = None) -> Op[Enqueued]:
         if unique_for is None and not replace:
             return (yield from self._admit(self.enqueue_call(payload, id=id, priority=priority, group=group)))
-        if group is not None:
-            raise errors.ConfigurationError("unique_for= and replace= do not apply to a lane job (group=)")
-        call = self.unique_call(payload, id=id, priority=priority, unique_for=unique_for, replace=replace)
+        call = self.unique_call(payload, id=id, priority=priority, unique_for=unique_for, replace=replace, group=group)
         return (yield from self._admit(call))
 
     def op_enqueue_many(self, payloads: Iterable[Any], priority: int, group: str | None = None) -> Op[list[Enqueued]]:

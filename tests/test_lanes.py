@@ -18,7 +18,9 @@ import pytest
 
 from echomq import policy
 from echomq import EmbeddedServer, Queue, Worker, WorkerConfig, connect, module_path
-from echomq.errors import CommandRefused, ConfigurationError, JobFailed, LeaseLost, StateError
+from echomq import Admission, Enqueued
+from echomq.errors import (CommandRefused, ConfigurationError, CounterError, JobFailed, LeaseLost, StateError,
+                           WrongType)
 from echomq.keys import State
 from echomq.waiter import LANES_WAKE
 from test_blocking_worker import QUIET_TIMERS, Running, recording_app
@@ -166,6 +168,55 @@ def test_the_group_page_is_a_bounded_read_that_agrees_with_groups(lanes):
     assert (every["y"].waiting, every["y"].limit, every["x"].paused) == (2, 3, True)
     with pytest.raises(ConfigurationError, match="bad most 0"):
         lanes.group_page(0)
+
+
+def test_a_lane_jobs_unique_window_keeps_its_id_out_after_it_completes(lanes):
+    assert lanes.enqueue({"n": 1}, id="report", group="a", unique_for=60) == Enqueued("report", True, Admission.CREATED)
+    assert lanes.job("report")["unique"] == "60000" and lanes.groups()["a"].waiting == 1
+    assert lanes.enqueue({"n": 2}, id="report", group="a", unique_for=60).reason is Admission.EXISTS
+    (job,) = lanes.claim_lanes(1, LEASE)
+    lanes.complete(job)
+    client = lanes.connection.client
+    marker = lanes.keys.unique("report")
+    assert 0 < client.pttl(marker) <= 60_000
+    with queue_unchanged(lanes):
+        assert lanes.enqueue({"n": 3}, id="report", group="a", unique_for=60) == \
+            Enqueued("report", False, Admission.UNIQUE)
+    client.delete(marker)  # the window's end, brought forward
+    assert lanes.enqueue({"n": 4}, id="report", group="a", unique_for=60).created
+
+
+def test_replace_gives_a_waiting_lane_job_its_new_payload_in_its_place(lanes):
+    lanes.enqueue({"v": 1}, id="x", group="a", replace=True)
+    lanes.enqueue({"v": 0}, id="y", group="a")
+    assert lanes.enqueue({"v": 2}, id="x", group="a", replace=True).reason is Admission.REPLACED
+    (first,) = lanes.claim_lanes(1, LEASE)
+    assert (first.id, first.payload) == ("x", {"v": 2})  # its place kept, its payload the new one
+    assert lanes.enqueue({"v": 3}, id="x", group="a", replace=True).reason is Admission.EXISTS  # running
+    assert lanes.job("x")["payload"] == {"v": 2}
+
+
+def test_lane_unique_refusals_write_nothing(queue):
+    client = queue.connection.client
+    queue.enqueue({}, id="a-job", group="a")
+    queue.enqueue({}, id="flat")
+    for job_id, refusal in (("a-job", "row is not a lane row of group b"), ("flat", "row is not a lane row of group b")):
+        with unchanged(client, queue.keys), pytest.raises(StateError, match=refusal):
+            queue.enqueue({}, id=job_id, group="b", replace=True)
+    client.zrem(queue.keys.lane("a"), "a-job")  # drifted: waiting, out of its lane
+    with unchanged(client, queue.keys), pytest.raises(StateError, match="^EMQSTATE lane_enqueue_unique id is not in lane:a$"):
+        queue.enqueue({}, id="a-job", group="a", replace=True)
+    queue.enqueue({}, id="held", group="c", unique_for=5)
+    (held,) = queue.claim_lanes(1, LEASE)
+    client.hset(queue.keys.job("held"), "unique", "soon")
+    with unchanged(client, queue.keys), pytest.raises(CounterError, match="not an integer"):
+        queue.complete(held)
+    client.hset(queue.keys.job("held"), "unique", "5000")
+    client.set(queue.keys.unique("held"), "x")
+    with unchanged(client, queue.keys), pytest.raises(WrongType):
+        queue.complete(held)
+    with pytest.raises(ConfigurationError, match="need the job's id"):
+        queue.enqueue({}, group="a", unique_for=5)
 
 
 def test_k2_never_runs_more_than_two_of_a_group_and_keeps_the_start_order(queue):
