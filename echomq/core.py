@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from .connection import WireCodec
 
 T = TypeVar("T")
-CLAIMS = BY_NAME["claims"]  #: its answer is a list of CLAIM answers (``_jobs`` flattens it)
+CLAIMS = BY_NAME["claims"]
+NOT_A_FLOW_JOB = "EMQSTATE flow_cancel row is not a flow job"  #: flow_cancel's refusal of a flat row  #: its answer is a list of CLAIM answers (``_jobs`` flattens it)
 RoundTrip = list["Call | Plain"]
 #: An operation: yields round trips, is sent their replies, returns the answer.
 Op = Generator[RoundTrip, list[Any], T]
@@ -375,17 +376,22 @@ class QueueCore:
         return _raised(reply)
 
     def unique_call(self, payload: Any, *, id: str | None, priority: int = 0, unique_for: float | None = None,
-                    replace: bool = False, delay_ms: int | None = None) -> Call:
+                    replace: bool = False, delay_ms: int | None = None, group: str | None = None) -> Call:
         """ENQUEUE.UNIQUE (docs/spec.md §14): an enqueue (``delay_ms`` None) or a schedule that
         keeps the id out for ``unique_for`` seconds after the job completes, and with ``replace``
-        replaces a waiting job's payload (and, given ``delay_ms``, its due time)."""
+        replaces a waiting job's payload (and, given ``delay_ms``, its due time); with ``group``,
+        lane_enqueue_unique, its lane job twin (no delay: a lane job waits in its lane)."""
         if id is None:
             raise errors.ConfigurationError("unique_for= and replace= need the job's id=")
         argv = [id, self.encode(payload), priority, unique_ms(unique_for), int(bool(replace))]
+        if group is not None:
+            if delay_ms is not None:
+                raise errors.ConfigurationError("a lane job (group=) waits in its group's lane: it takes no delay")
+            return self.build("lane_enqueue_unique", id, argv[1], group, priority, *argv[3:])
         return self.build("enqueue_unique", *argv, *([] if delay_ms is None else [delay_ms]))
 
     def _admit(self, call: Call) -> Op[Enqueued]:
-        if call.verb.name != "enqueue_unique":
+        if call.verb.name not in ("enqueue_unique", "lane_enqueue_unique"):
             return Enqueued(call.argv[0], (yield from self._one(call)))
         reason = yield from self._one(call)
         return Enqueued(call.argv[0], reason is Admission.CREATED, reason)
@@ -394,9 +400,7 @@ class QueueCore:
                    replace: bool = False, group: str | None = None) -> Op[Enqueued]:
         if unique_for is None and not replace:
             return (yield from self._admit(self.enqueue_call(payload, id=id, priority=priority, group=group)))
-        if group is not None:
-            raise errors.ConfigurationError("unique_for= and replace= do not apply to a lane job (group=)")
-        call = self.unique_call(payload, id=id, priority=priority, unique_for=unique_for, replace=replace)
+        call = self.unique_call(payload, id=id, priority=priority, unique_for=unique_for, replace=replace, group=group)
         return (yield from self._admit(call))
 
     def op_enqueue_many(self, payloads: Iterable[Any], priority: int, group: str | None = None) -> Op[list[Enqueued]]:
@@ -615,10 +619,35 @@ class QueueCore:
         return (yield from self._one(self.build("lane_reprocess", job_id)))
 
     def op_remove(self, job_id: str) -> Op[State | None]:
-        return (yield from self._one(self.build("remove", job_id)))
+        """A waiting or dead job deleted: a flat row by REMOVE; a lane row, which REMOVE refuses on
+        both wires, by lane_remove (a second round trip only for lane rows). A flow job is not
+        removed (its parent would wait for it forever): cancel it."""
+        try:
+            return (yield from self._one(self.build("remove", job_id)))
+        except errors.StateError as refused:
+            if refused.reply == errors.FLOW_CHILD:
+                raise errors.StateError(f"{errors.FLOW_CHILD}: a flow job is not removed (its parent waits for "
+                                        "it); cancel it (Queue.cancel): it dies and its parent is told") from None
+            if refused.reply != errors.LANE_ROW:
+                raise
+        return (yield from self._one(self.build("lane_remove", job_id)))
 
     def op_cancel(self, job_id: str) -> Op[bool]:
-        return (yield from self._one(self.build("cancel", job_id)))
+        """A job stopped from outside, dead with ``cancelled``: an active flat row by CANCEL; a lane
+        row, which CANCEL refuses on both wires, by lane_cancel; a flow job by flow_cancel, in any
+        state but dead (its parent told). The second round trip is only for refused rows: a flat
+        row's own refusal is the one raised."""
+        try:
+            return (yield from self._one(self.build("cancel", job_id)))
+        except errors.StateError as refused:
+            if refused.reply == errors.LANE_ROW:
+                return (yield from self._one(self.build("lane_cancel", job_id)))
+            try:
+                return (yield from self._one(self.build("flow_cancel", job_id)))
+            except errors.StateError as not_flow:
+                if not_flow.reply == NOT_A_FLOW_JOB:
+                    raise refused from None
+                raise
 
     def op_purge(self, older_than_ms: int, limit: int) -> Op[int]:
         check_int("older_than_ms", older_than_ms, 0)  # the verb's age_ms, named for the caller

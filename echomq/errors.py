@@ -153,6 +153,8 @@ class StateError(CommandRefused):
 
 #: The refusal of a flat verb given a lane row (docs/spec.md §16): both wires answer it.
 LANE_ROW = "EMQSTATE lane row is not native"
+#: ... given a flow child (docs/spec.md §15), on both wires.
+FLOW_CHILD = "EMQSTATE flow child is not native"
 
 
 class CounterError(CommandRefused):

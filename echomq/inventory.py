@@ -162,6 +162,11 @@ class JobView:
         return self.state == "completed"
 
     @property
+    def flow(self) -> bool:
+        """A flow job (a child, or a parent) not yet dead: cancelled in any live state, never removed."""
+        return ("parent" in self.fields or "on_child_failure" in self.fields) and self.state != "dead"
+
+    @property
     def in_its_set(self) -> bool:
         return self.score is not None
 

@@ -486,12 +486,14 @@ def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libr
 # native STALLED.CHECK never looks; the reaper (``lane_reap``) recovers its expired leases.
 LANES: tuple[Verb, ...] = (
     _lane("lane_enqueue", (BASE,), ("id", "payload", "group", "lane_priority"), "(new) → lane", decode=_one),
+    _lane("lane_enqueue_unique", (BASE,), ("id", "payload", "group", "lane_priority", "unique_ms", "replace"),
+          "(new) → lane; lane → lane (replace)", decode=lambda reply: Admission(text(reply))),
     _lane("lane_claim", ("lanes:ready", "lanes:active", BASE), ("lease_ms", "stamp"), "lane → lane-active",
           decode=_lane_claimed, libraries=("claim",)),
     _lane("lane_extends", ("lanes:active", BASE), ("lease_ms", "stamp", "id", "token"), "lane-active → lane-active",
           decode=lambda reply: [int(a) for a in reply]),
     _lane("lane_complete", ("lanes:active", BASE), ("id", "token", "result", "retention_ms"),
-          "lane-active → (deleted)", decode=_one, fenced=True, libraries=("done",)),
+          "lane-active → (deleted)", decode=_one, fenced=True, libraries=("done", "unique")),
     _lane("lane_fail", ("lanes:active", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms", "traceback"), "lane-active → lane | dead",
           decode=lambda reply: State(text(reply)), fenced=True),
@@ -505,6 +507,9 @@ LANES: tuple[Verb, ...] = (
     _lane("lane_limit", (BASE,), ("k", "scope"), "lane → lane"),
     _lane("lane_append", (BASE,), ("id", "token", "progress"), "lane-active → lane-active",
           decode=_one, fenced=True, libraries=("append",)),
+    _lane("lane_cancel", ("lanes:active", "dead", BASE), ("id",), "lane-active → dead", decode=_one),
+    _lane("lane_remove", ("dead", BASE), ("id",), "lane | dead → (deleted)",
+          decode=lambda reply: None if reply == 0 else State(text(reply))),
 )
 
 
@@ -546,6 +551,8 @@ FLOWS: tuple[Verb, ...] = (
           decode=_one, fenced=True, libraries=("append",)),
     _flow("flow_delay", ("flow:active", "flow:schedule", BASE), ("id", "token", "delay_ms"),
           "flow:active → flow:schedule", decode=int, fenced=True),
+    _flow("flow_cancel", (BASE,), ("id",), "flow:active | flow:pending | flow:schedule | flow:waiting → dead",
+          decode=_one),
 )
 
 # The two declared reads: scripts on both wires, never an EMQ command.

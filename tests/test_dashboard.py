@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from echomq import PartitionedQueue, Queue
+from echomq import Flow, PartitionedQueue, Queue
 from echomq.cli import main
 from echomq.dashboard import Settings, check_binding, serving
 from echomq.dashboard.auth import authorized
@@ -454,3 +454,16 @@ def test_without_a_token_only_loopback_names_may_address_it(site, stocked):
             secret = secret_of(site.get(f"/queues/{stocked.queue.name}").text)
             assert site.post(f"/queues/{stocked.queue.name}/pause", data={"secret": secret},
                              headers={"Host": host}).status_code == 400
+
+
+def test_a_flow_jobs_page_offers_cancel_not_remove_and_cancel_tells_its_parent(site, stocked):
+    queue, name = stocked.queue, stocked.queue.name
+    queue.enqueue_flow("p", children=[Flow(name, "c", id="kid")], id="parent-job")
+    page = site.get(f"/queues/{name}/job", params={"id": "kid"}).text
+    assert ">Cancel</button>" in page and ">Remove</button>" not in page and "its parent is told" in page
+    cancelled = site.post(f"/queues/{name}/cancel", data={"secret": secret_of(page), "id": "kid"},
+                          follow_redirects=True)
+    assert cancelled.status_code == 200 and "kid cancelled" in cancelled.text
+    assert queue.job("parent-job")["last_error"] == "child kid failed: cancelled"
+    dead = site.get(f"/queues/{name}/job", params={"id": "kid"}).text  # dead: a flat row, removable
+    assert ">Remove</button>" in dead and ">Cancel</button>" not in dead

@@ -571,3 +571,48 @@ def test_inspect_and_the_job_page_find_flow_jobs_in_their_own_sets(conn, server)
         page = httpx.get(f"{site}/queues/{name}/job", params={"id": "kid"}).text
     assert "not in its set" not in page and "lease</th><td>ends in" in page
 
+
+# -- cancel ------------------------------------------------------------------------------
+def test_cancel_stops_a_running_child_and_its_parent_is_told_as_of_a_death(conn):
+    q = Queue(conn, fresh_name("f-cancel"))
+    q.enqueue_flow("p", children=[Flow(q.name, "a", id="a"), Flow(q.name, "b", id="b")], id="root")
+    running = next(job for job in q.flow_claim(10, LEASE) if job.id == "a")
+    assert q.cancel("a") is True
+    row, root = q.job("a"), q.job("root")
+    assert (row["state"], row["last_error"]) == ("dead", "cancelled")
+    assert (root["state"], root["last_error"]) == ("dead", "child a failed: cancelled")  # policy fail
+    (refused,) = q.settle_many([q.flow_complete_call(running, b'"a"', retention_ms=0)])
+    assert isinstance(refused, LeaseLost)  # its holder's settle is refused
+    assert sorted(flow_sets(q)["dead"]) == ["a", "root"] and q.metrics()["failed"] == 2
+
+
+def test_cancel_reaches_a_flow_job_in_every_live_set_and_continue_runs_the_parent_after_it(conn):
+    q = Queue(conn, fresh_name("f-cancel"))
+    q.enqueue_flow("p", children=[Flow(q.name, "a", id="a"), Flow(q.name, "b", id="b")], id="root",
+                   on_child_failure="continue")
+    assert q.cancel("a") is True  # still pending: it never runs
+    assert settle_all(q) == ["b"]
+    (parent,) = q.flow_claim(10, LEASE)
+    assert parent.id == "root" and q.children("root").failures == {"a": "cancelled"}
+    q.enqueue_flow("p2", children=["c"], id="waiting-root")
+    assert q.cancel("waiting-root") is True and q.job("waiting-root")["state"] == "dead"  # a parent that waits
+    assert settle_all(q) != []  # its child runs on; its outcome finds the flow over and changes nothing
+    assert q.job("waiting-root")["state"] == "dead"
+
+
+def test_cancel_and_remove_of_flow_jobs_refuse_what_they_cannot_do_and_write_nothing(conn):
+    q = Queue(conn, fresh_name("f-cancel"))
+    client = q.connection.client
+    q.enqueue_flow("p", children=["a"], id="root")
+    q.enqueue({"n": 1}, id="flat")
+    child = flow_sets(q)["flow:pending"][0]
+    with unchanged(client, q.keys), pytest.raises(StateError, match="a flow job is not removed .* cancel it"):
+        q.remove(child)
+    with unchanged(client, q.keys), pytest.raises(StateError, match="^EMQSTATE EMQ.CANCEL row is pending, not active$"):
+        q.cancel("flat")  # a flat row's own refusal, not the flow script's
+    client.zrem(q.keys.key("flow:waiting"), "root")  # a drifted parent: waiting, missing from flow:waiting
+    with unchanged(client, q.keys), pytest.raises(StateError, match="^EMQSTATE flow_cancel id is not in flow:waiting$"):
+        q.connection.send(q.build("flow_cancel", "root"))
+    with unchanged(client, q.keys), pytest.raises(StateError, match="^EMQSTATE flow_cancel row is not a flow job$"):
+        q.connection.send(q.build("flow_cancel", "flat"))
+    assert q.connection.send(q.build("flow_cancel", "nobody")) == 0

@@ -18,11 +18,13 @@ import pytest
 
 from echomq import policy
 from echomq import EmbeddedServer, Queue, Worker, WorkerConfig, connect, module_path
-from echomq.errors import CommandRefused, ConfigurationError, JobFailed, LeaseLost, StateError
+from echomq import Admission, Enqueued
+from echomq.errors import (CommandRefused, ConfigurationError, CounterError, JobFailed, LeaseLost, StateError,
+                           WrongType)
 from echomq.keys import State
 from echomq.waiter import LANES_WAKE
 from test_blocking_worker import QUIET_TIMERS, Running, recording_app
-from helpers import AwaitingQueue, fresh_name, server_ms, unchanged, wait_server_past
+from helpers import AwaitingQueue, fresh_name, queue_unchanged, server_ms, unchanged, wait_server_past
 from worker_helpers import out, processed, spawn, wait_until  # noqa: F401 (fixtures)
 
 LEASE = 60_000
@@ -168,6 +170,55 @@ def test_the_group_page_is_a_bounded_read_that_agrees_with_groups(lanes):
         lanes.group_page(0)
 
 
+def test_a_lane_jobs_unique_window_keeps_its_id_out_after_it_completes(lanes):
+    assert lanes.enqueue({"n": 1}, id="report", group="a", unique_for=60) == Enqueued("report", True, Admission.CREATED)
+    assert lanes.job("report")["unique"] == "60000" and lanes.groups()["a"].waiting == 1
+    assert lanes.enqueue({"n": 2}, id="report", group="a", unique_for=60).reason is Admission.EXISTS
+    (job,) = lanes.claim_lanes(1, LEASE)
+    lanes.complete(job)
+    client = lanes.connection.client
+    marker = lanes.keys.unique("report")
+    assert 0 < client.pttl(marker) <= 60_000
+    with queue_unchanged(lanes):
+        assert lanes.enqueue({"n": 3}, id="report", group="a", unique_for=60) == \
+            Enqueued("report", False, Admission.UNIQUE)
+    client.delete(marker)  # the window's end, brought forward
+    assert lanes.enqueue({"n": 4}, id="report", group="a", unique_for=60).created
+
+
+def test_replace_gives_a_waiting_lane_job_its_new_payload_in_its_place(lanes):
+    lanes.enqueue({"v": 1}, id="x", group="a", replace=True)
+    lanes.enqueue({"v": 0}, id="y", group="a")
+    assert lanes.enqueue({"v": 2}, id="x", group="a", replace=True).reason is Admission.REPLACED
+    (first,) = lanes.claim_lanes(1, LEASE)
+    assert (first.id, first.payload) == ("x", {"v": 2})  # its place kept, its payload the new one
+    assert lanes.enqueue({"v": 3}, id="x", group="a", replace=True).reason is Admission.EXISTS  # running
+    assert lanes.job("x")["payload"] == {"v": 2}
+
+
+def test_lane_unique_refusals_write_nothing(queue):
+    client = queue.connection.client
+    queue.enqueue({}, id="a-job", group="a")
+    queue.enqueue({}, id="flat")
+    for job_id, refusal in (("a-job", "row is not a lane row of group b"), ("flat", "row is not a lane row of group b")):
+        with unchanged(client, queue.keys), pytest.raises(StateError, match=refusal):
+            queue.enqueue({}, id=job_id, group="b", replace=True)
+    client.zrem(queue.keys.lane("a"), "a-job")  # drifted: waiting, out of its lane
+    with unchanged(client, queue.keys), pytest.raises(StateError, match="^EMQSTATE lane_enqueue_unique id is not in lane:a$"):
+        queue.enqueue({}, id="a-job", group="a", replace=True)
+    queue.enqueue({}, id="held", group="c", unique_for=5)
+    (held,) = queue.claim_lanes(1, LEASE)
+    client.hset(queue.keys.job("held"), "unique", "soon")
+    with unchanged(client, queue.keys), pytest.raises(CounterError, match="not an integer"):
+        queue.complete(held)
+    client.hset(queue.keys.job("held"), "unique", "5000")
+    client.set(queue.keys.unique("held"), "x")
+    with unchanged(client, queue.keys), pytest.raises(WrongType):
+        queue.complete(held)
+    with pytest.raises(ConfigurationError, match="need the job's id"):
+        queue.enqueue({}, group="a", unique_for=5)
+
+
 def test_k2_never_runs_more_than_two_of_a_group_and_keeps_the_start_order(queue):
     for seq in range(30):
         for group in ("a", "b"):
@@ -289,6 +340,67 @@ def test_renewals_and_a_stale_token(lanes):
     assert lanes.extend_many([job, flat], 90_000)[0] == 0  # lost: gone
     with pytest.raises(LeaseLost):
         lanes.extend(job, 90_000)
+
+
+def test_cancel_stops_a_running_lane_job_and_frees_its_groups_slot(lanes):
+    lanes.enable_events()
+    lanes.enqueue({"seq": 0}, group="a")
+    lanes.enqueue({"seq": 1}, group="a")
+    (running,) = lanes.claim_lanes(10, LEASE)
+    assert lanes.claim_lanes(10, LEASE) == []  # k=1: seq 1 waits for it
+    assert lanes.cancel(running.id) is True
+    row = lanes.job(running.id)
+    assert (row["state"], row["last_error"], row["group"]) == ("dead", "cancelled", "a")
+    assert lanes.ids("dead")[0][0] == running.id and lanes.metrics()["failed"] == 1
+    with pytest.raises(LeaseLost):  # its holder's settle is refused, its renewal answers 0
+        lanes.complete(running)
+    with pytest.raises(LeaseLost):
+        lanes.extend(running, LEASE)
+    (following,) = lanes.claim_lanes(10, LEASE)  # the group's slot is free again
+    assert following.payload["seq"] == 1
+    with queue_unchanged(lanes), pytest.raises(StateError, match="^EMQSTATE lane_cancel row is dead, not active$"):
+        lanes.cancel(running.id)  # dead already
+    client = lanes.connection.client
+    told = [fields for _, fields in client.xrange(lanes.keys.events) if fields[b"type"] == b"dead"]
+    assert told == [{b"type": b"dead", b"id": running.id.encode(), b"attempt": b"1", b"error": b"cancelled",
+                     b"state": b"dead"}]
+    lanes.disable_events()
+    client.delete(lanes.keys.events)
+
+
+def test_remove_deletes_a_waiting_or_dead_lane_job_and_a_group_left_empty_leaves_the_round(lanes):
+    for seq in range(3):
+        lanes.enqueue({"seq": seq}, group="a", id=f"a{seq}")
+    lanes.enqueue({"seq": 0}, group="b", id="b0")
+    assert lanes.remove("a1") is State.PENDING and lanes.job("a1") is None
+    assert lanes.remove("b0") is State.PENDING  # b's only job, its turn taken back
+    assert "b" not in lanes.groups()
+    (first,) = lanes.claim_lanes(10, LEASE)  # only a takes a turn
+
+    assert lanes.fail(first, "boom", max_attempts=1) is State.DEAD
+    assert lanes.remove("a0") is State.DEAD and lanes.ids("dead") == []
+    assert [job.payload["seq"] for job in run_all(lanes)] == [2]  # the group's order, a1 gone
+    assert lanes.remove("a0") is None  # no row
+
+
+def test_lane_cancel_and_remove_refuse_what_they_do_not_move_and_write_nothing(queue):
+    client = queue.connection.client
+    queue.enqueue({"seq": 0}, group="a", id="running")
+    queue.enqueue({"seq": 1}, group="a", id="waiting")
+    queue.claim_lanes(1, LEASE)
+    queue.enqueue({"n": 1}, id="flat")
+    client.zrem(queue.keys.lane("a"), "waiting")  # a drifted row: pending, missing from its lane
+    for call, refusal in ((("lane_cancel", "waiting"), "^EMQSTATE lane_cancel row is pending, not active$"),
+                          (("lane_cancel", "flat"), "^EMQSTATE lane_cancel row is not a lane row$"),
+                          (("lane_remove", "running"), "^EMQSTATE lane_remove row is active: cancel it instead$"),
+                          (("lane_remove", "flat"), "^EMQSTATE lane_remove row is not a lane row$"),
+                          (("lane_remove", "waiting"), "^EMQSTATE lane_remove id is not in lane:a$")):
+        with unchanged(client, queue.keys), pytest.raises(StateError, match=refusal):
+            queue.connection.send(queue.build(*call))
+    with unchanged(client, queue.keys), pytest.raises(StateError, match="^EMQSTATE lane_remove row is active"):
+        queue.remove("running")  # through REMOVE's refusal, to the lane script's
+    assert queue.connection.send(queue.build("lane_cancel", "nobody")) == 0
+    assert queue.connection.send(queue.build("lane_remove", "nobody")) == 0
 
 
 def test_the_reaper_recovers_expired_lane_leases_with_the_sweeps_budget(lanes):

@@ -134,6 +134,7 @@ def test_flow_scripts_run_on_both_wires_and_no_emq_command():
         ("flow_reap", ["flow:active", "flow:pending", "base"], ["max_stalled", "limit"]),
         ("flow_append", ["flow:active", "base"], ["id", "token", "progress"]),
         ("flow_delay", ["flow:active", "flow:schedule", "base"], ["id", "token", "delay_ms"]),
+        ("flow_cancel", ["base"], ["id"]),
     ]
     for verb in FLOWS:
         assert verb.flow and verb.scripted and verb.command is None and verb.tokens == () and not verb.read_only

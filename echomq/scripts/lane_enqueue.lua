@@ -9,14 +9,5 @@ local row = base .. 'job:' .. id
 if redis.call('EXISTS', row) == 1 then return 0 end
 local bound, refused = event_switch(base)
 if refused then return refused end
-local seq = redis.call('INCR', base .. 'lanes:seq')
-local fields = {'state', 'pending', 'payload', ARGV[2], 'attempts', '0', 'created', now_ms(), 'group', g, 'seq', seq}
-if ARGV[4] ~= '0' then
-  fields[#fields + 1], fields[#fields + 2] = 'priority', ARGV[4]
-end
-redis.call('HSET', row, unpack(fields))
-redis.call('ZADD', base .. 'lane:' .. g, lane_score(ARGV[4], seq), id)
-redis.call('SADD', base .. 'lanes:groups', g)
-add_event(base, bound, 'enqueued', id, '0', 'state', 'pending')
-if offer(g) then wake() end
+join_lane(id, ARGV[2], g, ARGV[4], nil, bound)
 return 1

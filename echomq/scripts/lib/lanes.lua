@@ -51,6 +51,24 @@ local function lane_score(priority, seq)
   return string.format('%.0f', tonumber(priority or '0') * 8796093022208 + tonumber(seq or '0'))
 end
 
+-- a new lane job: its row (`unique` kept when given: lane_complete opens the window), its place in
+-- its group's lane, the group known and offered a turn; the `enqueued` event when on (`bound`)
+local function join_lane(id, payload, g, priority, unique, bound)
+  local seq = redis.call('INCR', base .. 'lanes:seq')
+  local fields = {'state', 'pending', 'payload', payload, 'attempts', '0', 'created', now_ms(), 'group', g, 'seq', seq}
+  if priority ~= '0' then
+    fields[#fields + 1], fields[#fields + 2] = 'priority', priority
+  end
+  if unique then
+    fields[#fields + 1], fields[#fields + 2] = 'unique', unique
+  end
+  redis.call('HSET', base .. 'job:' .. id, unpack(fields))
+  redis.call('ZADD', base .. 'lane:' .. g, lane_score(priority, seq), id)
+  redis.call('SADD', base .. 'lanes:groups', g)
+  add_event(base, bound, 'enqueued', id, '0', 'state', 'pending')
+  if offer(g) then wake() end
+end
+
 -- a job back at its place in its lane (its priority and enqueue order), waiting; its slot freed
 local function back_in_lane(row, id, g, fields)
   local place = redis.call('HMGET', row, 'priority', 'seq')
