@@ -455,7 +455,7 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
     _verb("enqueue_unique", ("pending", "schedule", BASE), ("id", "payload", "priority", "unique_ms", "replace"),
           "(new) → pending | scheduled; pending | scheduled → scheduled (replace)",
           decode=lambda reply: Admission(text(reply)), tokens=("enqueue.unique",),
-          late=(("delay_ms", "enqueue.unique"),), libraries=("events", "held", "due")),
+          late=(("delay_ms", "enqueue.unique"),), libraries=("events", "held", "due", "unique")),
     # landed after the argument tokens: EMQ.VERSION lists its token after them
     _verb("claims", ("pending", "active", BASE), ("lease_ms", "count"), "pending → active (up to count jobs)",
           decode=_claims, late=(("rated", "claim.rate"),), libraries=("events", "claim")),
@@ -487,7 +487,7 @@ def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libr
 LANES: tuple[Verb, ...] = (
     _lane("lane_enqueue", (BASE,), ("id", "payload", "group", "lane_priority"), "(new) → lane", decode=_one),
     _lane("lane_enqueue_unique", (BASE,), ("id", "payload", "group", "lane_priority", "unique_ms", "replace"),
-          "(new) → lane; lane → lane (replace)", decode=lambda reply: Admission(text(reply))),
+          "(new) → lane; lane → lane (replace)", decode=lambda reply: Admission(text(reply)), libraries=("unique",)),
     _lane("lane_claim", ("lanes:ready", "lanes:active", BASE), ("lease_ms", "stamp"), "lane → lane-active",
           decode=_lane_claimed, libraries=("claim",)),
     _lane("lane_extends", ("lanes:active", BASE), ("lease_ms", "stamp", "id", "token"), "lane-active → lane-active",

@@ -39,10 +39,8 @@ if rtype == 'hash' then
   if first then redis.call('ZADD', base .. 'wake', 0, 'w') end
   return 'replaced'
 end
-local marker = base .. 'unique:' .. id
-local mtype = redis.call('TYPE', marker)['ok']
-if mtype == 'hash' then return 'unique' end
-if mtype ~= 'none' then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+local shut = within_window(base, id)
+if shut then return shut end
 local bound, refused = event_switch(base)
 if refused then return refused end
 local state = delay == nil and 'pending' or 'scheduled'

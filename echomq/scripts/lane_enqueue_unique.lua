@@ -25,10 +25,8 @@ if rtype == 'hash' then
   redis.call('HSET', row, 'payload', ARGV[2])
   return 'replaced'
 end
-local marker = base .. 'unique:' .. id
-local mtype = redis.call('TYPE', marker)['ok']
-if mtype == 'hash' then return 'unique' end
-if mtype ~= 'none' then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+local shut = within_window(base, id)
+if shut then return shut end
 local bound, refused = event_switch(base)
 if refused then return refused end
 join_lane(id, ARGV[2], g, ARGV[4], ARGV[5] ~= '0' and ARGV[5] or nil, bound)

@@ -22,3 +22,11 @@ local function open_window(marker, window)
   redis.call('HSET', marker, 'finished', finished)
   redis.call('PEXPIREAT', marker, finished + tonumber(window))
 end
+
+-- within_window(base, id) -> the admission's answer while the id's window is open (its marker
+-- exists): `unique`; or the refusal of a marker key of another type; nil when it may be admitted
+local function within_window(base, id)
+  local mtype = redis.call('TYPE', base .. 'unique:' .. id)['ok']
+  if mtype == 'hash' then return 'unique' end
+  if mtype ~= 'none' then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+end
