@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from .connection import WireCodec
 
 T = TypeVar("T")
-CLAIMS = BY_NAME["claims"]
-NOT_A_FLOW_JOB = "EMQSTATE flow_cancel row is not a flow job"  #: flow_cancel's refusal of a flat row  #: its answer is a list of CLAIM answers (``_jobs`` flattens it)
+CLAIMS = BY_NAME["claims"]  #: its answer is a list of CLAIM answers (``_jobs`` flattens it)
+NOT_A_FLOW_JOB = "EMQSTATE flow_cancel row is not a flow job"  #: flow_cancel's refusal of a flat row
 RoundTrip = list["Call | Plain"]
 #: An operation: yields round trips, is sent their replies, returns the answer.
 Op = Generator[RoundTrip, list[Any], T]
@@ -380,15 +380,14 @@ class QueueCore:
         """ENQUEUE.UNIQUE (docs/spec.md §14): an enqueue (``delay_ms`` None) or a schedule that
         keeps the id out for ``unique_for`` seconds after the job completes, and with ``replace``
         replaces a waiting job's payload (and, given ``delay_ms``, its due time); with ``group``,
-        lane_enqueue_unique, its lane job twin (no delay: a lane job waits in its lane)."""
+        lane_enqueue_unique, its lane job twin (enqueue only: a lane job waits in its lane)."""
         if id is None:
             raise errors.ConfigurationError("unique_for= and replace= need the job's id=")
-        argv = [id, self.encode(payload), priority, unique_ms(unique_for), int(bool(replace))]
+        window, replacing = unique_ms(unique_for), int(bool(replace))
         if group is not None:
-            if delay_ms is not None:
-                raise errors.ConfigurationError("a lane job (group=) waits in its group's lane: it takes no delay")
-            return self.build("lane_enqueue_unique", id, argv[1], group, priority, *argv[3:])
-        return self.build("enqueue_unique", *argv, *([] if delay_ms is None else [delay_ms]))
+            return self.build("lane_enqueue_unique", id, self.encode(payload), group, priority, window, replacing)
+        return self.build("enqueue_unique", id, self.encode(payload), priority, window, replacing,
+                          *([] if delay_ms is None else [delay_ms]))
 
     def _admit(self, call: Call) -> Op[Enqueued]:
         if call.verb.name not in ("enqueue_unique", "lane_enqueue_unique"):

@@ -146,6 +146,8 @@ class Supervisor:
             for slot in self.slots:  # on an error of our own: leave no process unsupervised
                 if slot.process and slot.process.poll() is None:
                     slot.process.kill()
+                if slot.pidfd is not None:
+                    os.close(slot.pidfd)
             signal.set_wakeup_fd(previous_fd)
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)

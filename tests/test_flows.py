@@ -616,3 +616,9 @@ def test_cancel_and_remove_of_flow_jobs_refuse_what_they_cannot_do_and_write_not
     with unchanged(client, q.keys), pytest.raises(StateError, match="^EMQSTATE flow_cancel row is not a flow job$"):
         q.connection.send(q.build("flow_cancel", "flat"))
     assert q.connection.send(q.build("flow_cancel", "nobody")) == 0
+    q.enqueue_flow("p", children=["b"], id="doomed-root")
+    (kid,) = [job for job in q.flow_claim(10, LEASE) if job.id != child]
+    q.settle_many([q.flow_fail_call(kid, "broke", max_attempts=1)])  # its parent dies with it
+    with unchanged(client, q.keys), pytest.raises(
+            StateError, match="^EMQSTATE flow_cancel row is dead, not active, pending, scheduled or waiting$"):
+        q.connection.send(q.build("flow_cancel", "doomed-root"))

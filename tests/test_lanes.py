@@ -217,6 +217,11 @@ def test_lane_unique_refusals_write_nothing(queue):
         queue.complete(held)
     with pytest.raises(ConfigurationError, match="need the job's id"):
         queue.enqueue({}, group="a", unique_for=5)
+    client.set(queue.keys.job("typed"), "x")  # a row, and a marker, of another type
+    client.set(queue.keys.unique("marked"), "x")
+    for job_id in ("typed", "marked"):
+        with unchanged(client, queue.keys), pytest.raises(WrongType):
+            queue.enqueue({}, id=job_id, group="a", unique_for=5)
 
 
 def test_k2_never_runs_more_than_two_of_a_group_and_keeps_the_start_order(queue):
@@ -399,6 +404,17 @@ def test_lane_cancel_and_remove_refuse_what_they_do_not_move_and_write_nothing(q
             queue.connection.send(queue.build(*call))
     with unchanged(client, queue.keys), pytest.raises(StateError, match="^EMQSTATE lane_remove row is active"):
         queue.remove("running")  # through REMOVE's refusal, to the lane script's
+    client.zrem(queue.keys.key("lanes:active"), "running")  # drifted: active, missing from lanes:active
+    queue.enqueue({"seq": 0}, group="d", id="doomed")
+    queue.fail(queue.claim_lanes(1, LEASE)[0], "boom", max_attempts=1)
+    client.zrem(queue.keys.key("dead"), "doomed")  # drifted: dead, missing from dead
+    queue.enqueue({"seq": 0}, group="s", id="odd")
+    client.hset(queue.keys.job("odd"), "state", "scheduled")  # a state no lane set belongs to
+    for call, refusal in ((("lane_cancel", "running"), "^EMQSTATE lane_cancel id is not in lanes:active$"),
+                          (("lane_remove", "doomed"), "^EMQSTATE lane_remove id is not in dead$"),
+                          (("lane_remove", "odd"), "^EMQSTATE lane_remove row is scheduled, not pending or dead$")):
+        with unchanged(client, queue.keys), pytest.raises(StateError, match=refusal):
+            queue.connection.send(queue.build(*call))
     assert queue.connection.send(queue.build("lane_cancel", "nobody")) == 0
     assert queue.connection.send(queue.build("lane_remove", "nobody")) == 0
 
