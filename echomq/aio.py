@@ -187,7 +187,7 @@ class Connection(WireCodec):
         except TRANSPORT_ERRORS as exc:
             raise span.failed(exc) from exc
         span.stopped()
-        return self.refusals(replies)
+        return self.refusals(request, replies)
 
     def _exchange(self, commands: list[tuple[Any, ...]]) -> asyncio.Future[list[Any]]:
         """Send ``commands`` with every other call made in the same turn of the event loop, in

@@ -293,8 +293,13 @@ class WireCodec:
         return [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
 
     @staticmethod
-    def refusals(replies: Sequence[Any]) -> list[Any]:
-        return [as_refusal(r) if isinstance(r, ResponseError) else r for r in replies]
+    def refusals(request: Sequence[Call | Plain], replies: Sequence[Any]) -> list[Any]:
+        """Each error reply as its typed exception, and each error element of a reply that answers
+        per pair (COMPLETES: a refused pair among answered ones)."""
+        return [as_refusal(r) if isinstance(r, ResponseError)
+                else [as_refusal(e) if isinstance(e, ResponseError) else e for e in r]
+                if type(r) is list and type(item) is Call and item.verb.per_pair else r
+                for item, r in zip(request, replies)]
 
 
 class VerbSpan:
@@ -424,7 +429,7 @@ class Connection(WireCodec):
         except TRANSPORT_ERRORS as exc:
             raise span.failed(exc) from exc
         span.stopped()
-        return self.refusals(replies)
+        return self.refusals(request, replies)
 
     def _exchange(self, client: valkey.Valkey | ValkeyCluster, commands: list[tuple[Any, ...]]) -> list[Any]:
         if len(commands) == 1:

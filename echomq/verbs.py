@@ -316,6 +316,9 @@ class Verb:
     #: lane or flow script has its family's among them (``lanes``, ``flow``: SPEC §9.6, a script on
     #: both wires, never an EMQ command)
     libraries: tuple[str, ...] = ()
+    #: the verb each (id, token) pair of its ARGV answers as, one reply per pair, an error element
+    #: for a refused pair (COMPLETES: COMPLETE's)
+    per_pair: str | None = None
 
     @property
     def script_path(self) -> Path:
@@ -344,7 +347,7 @@ class Verb:
     def build(self, keyspace: Keyspace, *argv: Any) -> Call:
         """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs)."""
         names = self.argv
-        if self.name in ("extends", "flow_extends", "lane_extends"):
+        if self.name in ("extends", "flow_extends", "lane_extends", "completes"):
             lead = len(self.argv) - 2  # the arguments before the (id, token) pairs
             pairs = (len(argv) - lead) // 2
             if not 1 <= pairs <= EXTENDS_MAX_PAIRS or (len(argv) - lead) % 2:
@@ -373,10 +376,19 @@ class Verb:
         """The typed answer to ``call``; an error reply stays an exception object (the caller
         raises it, or returns it in a batch). A fenced verb's 0 (no row, or the token does
         not match) and its EMQSTATE refusal (wire 6: the row is no longer active) are both
-        :class:`~echomq.LeaseLost`, so a lost lease reads the same on both wires."""
+        :class:`~echomq.LeaseLost`, so a lost lease reads the same on both wires. A verb that
+        answers per pair (COMPLETES) answers a list: each pair's answer as its ``per_pair`` verb's."""
+        if self.per_pair is not None and not isinstance(reply, Exception):
+            each, argv = BY_NAME[self.per_pair], call.argv
+            return [each.answer_to(argv[i], argv[i + 1], one) for i, one in zip(range(0, len(argv), 2), reply)]
+        return self.answer_to(*call.argv[:2], reply) if self.fenced else self.answer_to(None, None, reply)
+
+    def answer_to(self, job_id: Any, token: Any, reply: Any) -> Any:
+        """:meth:`answer` of a call whose (id, token) are ``job_id`` and ``token`` (None for a verb
+        that is not fenced)."""
         if self.fenced and (reply == 0 and not isinstance(reply, Exception) or isinstance(reply, errors.StateError)):
             refusal = reply if isinstance(reply, errors.StateError) else None
-            lost = errors.LeaseLost(self.name, text(call.argv[0]), text(call.argv[1]), refusal)
+            lost = errors.LeaseLost(self.name, text(job_id), text(token), refusal)
             lost.__cause__ = refusal
             return lost
         if isinstance(reply, Exception):
@@ -385,10 +397,10 @@ class Verb:
 
 
 def _verb(name, keys, argv, move, decode=lambda reply: reply, tokens=None, scripted=True, fenced=False, late=(),
-          libraries=()):
+          libraries=(), per_pair=None):
     command = "EMQ." + name.upper().replace("_", ".")
     return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move, decode, fenced,
-                tuple(late), libraries=tuple(libraries))
+                tuple(late), libraries=tuple(libraries), per_pair=per_pair)
 
 
 # Rows in the order of SPEC §3 and of trafikey's registration table.
@@ -402,7 +414,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active",
           decode=lambda reply: [int(a) for a in reply], libraries=("held",)),
     _verb("complete", ("active", BASE), ("id", "token"), "active → (deleted)", decode=_one, tokens=("complete.flat",),
-          fenced=True, libraries=("events", "held", "unique")),
+          fenced=True, libraries=("events", "held", "unique", "complete")),
     _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled", decode=_one,
           libraries=("events", "due")),
     _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending", decode=int,
@@ -459,6 +471,8 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
     # landed after the argument tokens: EMQ.VERSION lists its token after them
     _verb("claims", ("pending", "active", BASE), ("lease_ms", "count"), "pending → active (up to count jobs)",
           decode=_claims, late=(("rated", "claim.rate"),), libraries=("events", "claim")),
+    _verb("completes", ("active", BASE), ("id", "token"), "active → (deleted) (each pair)",
+          libraries=("events", "held", "unique", "complete"), per_pair="complete"),
 )
 
 #: LANE_CLAIM's answer on a queue that never had a lane job (a worker probes its lanes less often).

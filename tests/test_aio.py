@@ -81,7 +81,7 @@ def test_a_pipelined_round_trip_answers_as_valkey_pys_async_pipeline_does(server
             pipe = conn.client.pipeline(transaction=False)
             for item in request:
                 pipe.execute_command(*conn.args_of(item))
-            return ours, conn.refusals(await pipe.execute(raise_on_error=False))
+            return ours, conn.refusals(request, await pipe.execute(raise_on_error=False))
 
     ours, theirs = asyncio.run(main())
     assert isinstance(ours[0], dict) and ours[0][b"state"] == b"pending"

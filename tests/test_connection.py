@@ -384,7 +384,7 @@ def test_a_pipelined_round_trip_answers_as_valkey_pys_pipeline_does(conn, wire):
     pipe = conn.client.pipeline(transaction=False)
     for item in request:
         pipe.execute_command(*conn.args_of(item))
-    theirs = conn.refusals(pipe.execute(raise_on_error=False))
+    theirs = conn.refusals(request, pipe.execute(raise_on_error=False))
     assert isinstance(ours[0], dict) and ours[0][b"state"] == b"pending"
     assert isinstance(ours[2], WrongType) and type(theirs[2]) is type(ours[2]) and str(theirs[2]) == str(ours[2])
     assert ours[:2] + ours[3:] == theirs[:2] + theirs[3:] == [ours[0], [b"x", b"y"], 1, [b"pending", None]]

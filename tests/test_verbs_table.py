@@ -18,7 +18,8 @@ from echomq.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, FLOW_LIBRARY, FLO
                           OPTIONAL_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS, library_definitions)
 
 #: scripts/lib/<name>.lua: the rules several scripts share, each said once (docs/spec.md §4)
-LIBRARIES = ("clock", "events", "held", "due", "delete", "unique", "done", "lanes", "flow", "claim", "append")
+LIBRARIES = ("clock", "events", "held", "due", "delete", "unique", "done", "lanes", "flow", "claim", "append",
+             "complete")
 REGISTERED = VERBS + OPTIONAL  # trafikey's rows: the job core, then the optional verbs in order (SPEC §9.4)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +63,7 @@ SPEC_OPTIONAL = [
     ("EMQ.ENQUEUE.UNIQUE", ["pending", "schedule", "base"], ["id", "payload", "priority", "unique_ms", "replace"],
      ("enqueue.unique",)),
     ("EMQ.CLAIMS", ["pending", "active", "base"], ["lease_ms", "count"], ("claims",)),
+    ("EMQ.COMPLETES", ["active", "base"], ["id", "token"], ("completes",)),
 ]
 
 
@@ -77,7 +79,7 @@ def test_tokens_are_the_spec_list_in_registration_order():
 def test_optional_verbs_are_spec_section_9_and_not_required():
     assert [(v.command, _named(v.keys), list(v.argv), v.tokens) for v in OPTIONAL] == SPEC_OPTIONAL
     assert OPTIONAL_TOKENS == ("append", "failures.incr", "publish", "claim.block", "remove", "cancel", "purge", "drain",
-                               "enqueue.unique", "fail.traceback", "claim.rate", "claims")
+                               "enqueue.unique", "fail.traceback", "claim.rate", "claims", "completes")
     assert ARGUMENT_TOKENS == ("fail.traceback", "claim.rate")
     late = {token for verb in REGISTERED for _, token in verb.late if token not in verb.tokens}
     assert set(ARGUMENT_TOKENS) == late and len(set(ARGUMENT_TOKENS)) == len(ARGUMENT_TOKENS)
@@ -150,8 +152,8 @@ def test_lane_scripts_run_on_both_wires_and_no_emq_command():
 
 def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
     scripted_verbs = [v.name for v in SCRIPTED if not v.read_only and not v.script_only]
-    # the job core, the bus, the four control verbs, enqueue_unique, claims
-    assert len(scripted_verbs) == 13 + len(BUS) + 6
+    # the job core, the bus, the four control verbs, enqueue_unique, claims, completes
+    assert len(scripted_verbs) == 13 + len(BUS) + 7
     assert set(scripted_verbs) == {v.name for v in REGISTERED} - UNSCRIPTED
     assert [v.name for v in SCRIPTED if v.read_only] == ["counts", "state"]
 
@@ -254,6 +256,9 @@ def test_script_uses_exactly_its_declared_keys(verb):
     if verb.name in ("extends", "flow_extends", "lane_extends"):  # lib/held.lua's renew walks the pairs
         assert set(range(1, len(verb.argv) - 1)) <= argv_used and "renew(" in code
         assert re.search(r"ARGV\[i\]", verb.source().decode()) and re.search(r"ARGV\[i \+ 1\]", verb.source().decode())
+    elif verb.per_pair:  # COMPLETES walks its pairs
+        assert not argv_used and "for i = 1, #ARGV, 2 do" in code
+        assert re.search(r"ARGV\[i\]", code) and re.search(r"ARGV\[i \+ 1\]", code)
     else:
         want = set(range(1, len(verb.argv) + len(verb.late) + 1))
         assert argv_used == want, f"{verb.name}.lua uses ARGV {sorted(argv_used)}"

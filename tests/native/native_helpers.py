@@ -22,9 +22,9 @@ TOKENS = (
 
 #: The optional tokens registered after the job core (SPEC §9.4), in the order they landed: the
 #: bus, the blocking claim, then the operator verbs, then FAIL's late traceback argument, then
-#: CLAIMS.
+#: CLAIMS and COMPLETES.
 OPTIONAL_TOKENS = ("append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback "
-                   "claim.rate claims")
+                   "claim.rate claims completes")
 
 #: A verb's optional trailing ARGV (late arguments, SPEC §9.4; FAILURES.INCR's as FAIL's): lines()
 #: leaves them out.
@@ -57,6 +57,7 @@ VERBS = {
     "EMQ.PURGE": (2, 2),
     "EMQ.DRAIN": (2, 1),
     "EMQ.CLAIMS": (3, 2),
+    "EMQ.COMPLETES": (2, 2),
 }
 
 
@@ -145,6 +146,7 @@ class NativeQueue:
             "EMQ.PURGE": ("EMQ.PURGE", 2, self.dead, self.base, 0, 10),
             "EMQ.DRAIN": ("EMQ.DRAIN", 2, self.pending, self.base, 10),
             "EMQ.CLAIMS": ("EMQ.CLAIMS", 3, self.pending, self.active, self.base, 1000, 2),
+            "EMQ.COMPLETES": ("EMQ.COMPLETES", 2, self.active, self.base, "x", "1"),
         }
 
     def enqueue(self, id, payload=b"p", priority=0):
@@ -164,6 +166,9 @@ class NativeQueue:
 
     def complete(self, id, token):
         return self.c.execute_command("EMQ.COMPLETE", 2, self.active, self.base, id, token)
+
+    def completes(self, *pairs):
+        return self.c.execute_command("EMQ.COMPLETES", 2, self.active, self.base, *pairs)
 
     def schedule(self, id, payload=b"p", delay_ms=0, priority=0):
         return self.c.execute_command(

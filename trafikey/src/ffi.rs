@@ -747,6 +747,12 @@ pub fn reply_int(ctx: &Context, n: i64) {
     raw::reply_with_long_long(ctx.ctx, n);
 }
 
+/// Reply an error (its code the text's first word) as one element of an array (COMPLETES' refused
+/// pair); a refusal of the whole command is the handler's `Err` instead.
+pub fn reply_error(ctx: &Context, text: &str) {
+    let _ = ctx.reply_error_string(text);
+}
+
 /// The server's millisecond clock, `server.ustime / 1000`: the value TIME reports, frozen for
 /// the command. Falls back to `Milliseconds` on a server without `CachedMicroseconds`.
 pub fn now_ms() -> Option<i64> {

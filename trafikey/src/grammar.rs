@@ -36,6 +36,8 @@ pub enum Argc {
     Exact(usize),
     /// One leading argument, then 1..=EXTENDS_MAX_PAIRS pairs (EXTENDS: odd, ≥ 3, ≤ 2001).
     LeadThenPairs,
+    /// 1..=EXTENDS_MAX_PAIRS pairs and nothing before them (COMPLETES: even, ≥ 2, ≤ 2000).
+    Pairs,
     /// This many, then up to `late` optional ones (arguments added after the verb landed,
     /// each with its own token: SPEC §9.4).
     Late(usize, usize),
@@ -77,12 +79,16 @@ pub fn shape<'a>(
         Argc::LeadThenPairs => {
             argv.len() >= 3 && argv.len() % 2 == 1 && argv.len() <= 1 + 2 * EXTENDS_MAX_PAIRS
         }
+        Argc::Pairs => {
+            argv.len() >= 2 && argv.len() % 2 == 0 && argv.len() <= 2 * EXTENDS_MAX_PAIRS
+        }
     };
     if !ok {
         let want = match argc {
             Argc::Exact(n) => n.to_string(),
             Argc::Late(n, late) => format!("{n} to {}", n + late),
             Argc::LeadThenPairs => format!("an odd count from 3 to {}", 1 + 2 * EXTENDS_MAX_PAIRS),
+            Argc::Pairs => format!("an even count from 2 to {}", 2 * EXTENDS_MAX_PAIRS),
         };
         return Err(Refusal::Shape(format!(
             "{verb} takes {want} arguments after the keys, got {}",
@@ -436,6 +442,30 @@ mod tests {
         a.push(b"y");
         a.push(b"1");
         assert!(shape("EMQ.EXTENDS", &a, 2, Argc::LeadThenPairs).is_err());
+    }
+
+    #[test]
+    fn completes_shape_is_even_between_2_and_2000() {
+        let mut a = line(&["EMQ.COMPLETES", "2", "emq:{q}:active", "emq:{q}:"]);
+        assert!(shape("EMQ.COMPLETES", &a, 2, Argc::Pairs).is_err());
+        a.push(b"id");
+        assert!(shape("EMQ.COMPLETES", &a, 2, Argc::Pairs).is_err());
+        a.push(b"1");
+        assert!(shape("EMQ.COMPLETES", &a, 2, Argc::Pairs).is_ok());
+        while a.len() - 4 < 2000 {
+            a.push(b"x");
+        }
+        assert!(shape("EMQ.COMPLETES", &a, 2, Argc::Pairs).is_ok());
+        a.push(b"y");
+        assert!(shape("EMQ.COMPLETES", &a, 2, Argc::Pairs).is_err());
+        a.push(b"1");
+        let e = shape("EMQ.COMPLETES", &a, 2, Argc::Pairs)
+            .map(|_| ())
+            .unwrap_err_text();
+        assert_eq!(
+            e,
+            "EMQSHAPE EMQ.COMPLETES takes an even count from 2 to 2000 arguments after the keys, got 2002"
+        );
     }
 
     #[test]

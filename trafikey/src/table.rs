@@ -160,6 +160,11 @@ fn claims(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::claims::run(ctx, args)
 }
 
+/// `EMQ.COMPLETES 2 emq:{q}:active emq:{q}: <id> <token> [<id> <token> …]`
+fn completes(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::completes::run(ctx, args)
+}
+
 /// `EMQ.VERSION` — the capability tokens of the registered rows, one space apart.
 fn version(_ctx: &Context, _args: &[&[u8]]) -> ValkeyResult {
     Ok(valkey_module::ValkeyValue::BulkString(caps()))
@@ -211,6 +216,7 @@ pub static TABLE: &[Row] = &[
     row!(enqueue_unique, ["enqueue.unique"]),
     // landed after the argument tokens: listed after them (see `caps`)
     row!(claims, ["claims"]),
+    row!(completes, ["completes"]),
     Row {
         name: "EMQ.VERSION",
         callback: native!(version),
@@ -268,14 +274,14 @@ mod tests {
             caps(),
             "enqueue claim claim.pause extend extends complete.flat schedule promote \
              reschedule delay fail.flat reprocess requeue stalled.check \
-             append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback claim.rate claims"
+             append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback claim.rate claims completes"
         );
     }
 
     #[test]
     fn every_verb_has_one_file_and_writes() {
         let verbs: Vec<&Row> = TABLE.iter().filter(|r| r.keys != Keys::None).collect();
-        assert_eq!(verbs.len(), 23);
+        assert_eq!(verbs.len(), 24);
         for r in verbs {
             let want = if r.name == "EMQ.BCLAIM" {
                 WRITE_BLOCKING

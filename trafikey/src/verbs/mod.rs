@@ -1,6 +1,6 @@
 //! The verbs, one file each, named after the verb: the thirteen of the job core, the bus
 //! verbs (append, failures_incr, publish), then the optional ones (BCLAIM; remove, cancel,
-//! purge, drain; enqueue_unique; claims). Every file runs SPEC §5's check
+//! purge, drain; enqueue_unique; claims, completes). Every file runs SPEC §5's check
 //! order in the same visible steps: shape, layout, arguments, fence, reads and checks,
 //! writes (replicated as effects by the host).
 
@@ -10,6 +10,7 @@ pub mod cancel;
 pub mod claim;
 pub mod claims;
 pub mod complete;
+pub mod completes;
 pub mod delay;
 pub mod drain;
 pub mod enqueue;

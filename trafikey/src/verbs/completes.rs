@@ -1,0 +1,150 @@
+//! EMQ.COMPLETES: COMPLETE for many (id, token) pairs in one command (docs/spec.md §18). Each
+//! pair answers as COMPLETE would, in order: `1`, `0` (not held), or the refusal of that job's
+//! row; every check of every pair is made before the first write, then the completions' writes
+//! as one plan ([`completion_plan`]: one ZREM of active, one HINCRBY of the count).
+
+use std::collections::HashSet;
+
+use valkey_module::{Context, ValkeyResult, ValkeyValue};
+
+use crate::bus;
+use crate::decide::num;
+use crate::errors::Refusal;
+use crate::ffi;
+use crate::grammar::{self, Argc, KeyName};
+use crate::host::Host;
+use crate::verbs::complete::{completion_plan, job_checks, queue_checks, Settle};
+use crate::verbs::LeaseCheck;
+
+pub const VERB: &str = "EMQ.COMPLETES";
+/// KEYS, after the numkeys argument (also the key-spec the table registers): COMPLETE's.
+pub const NUMKEYS: usize = 2;
+
+/// One pair's answer, as COMPLETE would give it alone.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// Held: completed (`1`).
+    Completed,
+    /// No row, another token, or an id this command completed already (`0`).
+    NotHeld,
+    /// Its row refused (its error reply; nothing written for it).
+    Refused(Refusal),
+}
+
+/// Which refusals of a pair's own checks are that pair's answer, and which refuse the command:
+/// an unexpected host answer (`EMQHOST`) ends it; anything else is about that job's row or
+/// marker (its `NOPERM`, `WRONGTYPE`, `EMQSTATE`, `EMQ`), as COMPLETE of it alone would answer.
+fn pair_refusal(r: Refusal) -> Result<Answer, Refusal> {
+    match r {
+        Refusal::Host(_) => Err(r),
+        other => Ok(Answer::Refused(other)),
+    }
+}
+
+pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    // 1. shape: numkeys 2, 1..=1000 (id, token) pairs
+    let call = grammar::shape(VERB, args, NUMKEYS, Argc::Pairs)?;
+    // 2. layout: active, base
+    let q = grammar::layout(&call, &["active"])?;
+    let active = call.keys[0];
+    // 3. arguments: each id (tokens are bytes)
+    let pairs: Vec<(&[u8], &[u8])> = call
+        .argv
+        .chunks_exact(2)
+        .map(|p| Ok((grammar::id(p[0])?, p[1])))
+        .collect::<Result<_, Refusal>>()?;
+    let rows: Vec<KeyName> = pairs.iter().map(|(id, _)| q.row(id)).collect();
+    let metrics = q.metrics_completed();
+    let h = Host::new(ctx, VERB);
+    let fence = h.fence();
+    // 5. the set every pair leaves, checked once: a zset or nothing, else the command is refused
+    // (so a WRONGTYPE among the pairs' checks below is their row's or marker's)
+    h.expect_zset(active)?;
+    // 4.–5. each pair's own checks, COMPLETE's, in order; an id completed earlier in the command
+    // has no row left by then (0)
+    let mut answers = Vec::with_capacity(pairs.len());
+    let mut settles: Vec<Settle> = Vec::new();
+    let mut completed: HashSet<&[u8]> = HashSet::new();
+    for (&(id, token), row) in pairs.iter().zip(&rows) {
+        if completed.contains(id) {
+            answers.push(Answer::NotHeld);
+            continue;
+        }
+        let checked = job_checks(
+            &h,
+            &fence,
+            &q,
+            (active, row),
+            (id, token),
+            LeaseCheck::Remove,
+            &[],
+        );
+        answers.push(match checked {
+            Ok(Some((_, window))) => {
+                completed.insert(id);
+                settles.push(Settle {
+                    id,
+                    token,
+                    row,
+                    window,
+                });
+                Answer::Completed
+            }
+            Ok(None) => Answer::NotHeld,
+            Err(r) => pair_refusal(r)?,
+        });
+    }
+    // 4.–7. the queue's checks for all of them (a refusal there refuses the command), then the
+    // writes, each replicated as its effect; then the outcomes, told while the queue has result
+    // waiters
+    if !settles.is_empty() {
+        let n = num(settles.len() as i64);
+        let (count, events, waited) = queue_checks(&h, &fence, &q, &metrics, settles.len() as i64)?;
+        let mut channels = Vec::new();
+        if waited {
+            for s in &settles {
+                channels.extend(bus::outcome_channel(&fence, &q, s.id)?);
+            }
+        }
+        h.apply(&completion_plan(
+            (active, &metrics),
+            (count, &n),
+            events.as_ref(),
+            &settles,
+        ))?;
+        for channel in &channels {
+            h.publish(channel, b"completed")?;
+        }
+    }
+    ffi::reply_array(ctx, answers.len());
+    for answer in answers {
+        match answer {
+            Answer::Completed => ffi::reply_int(ctx, 1),
+            Answer::NotHeld => ffi::reply_int(ctx, 0),
+            Answer::Refused(r) => ffi::reply_error(ctx, &r.to_string()),
+        }
+    }
+    Ok(ValkeyValue::NoReply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::NOT_INTEGER;
+
+    #[test]
+    fn a_refusal_of_a_pair_is_its_answer_and_a_host_fault_ends_the_command() {
+        for r in [
+            Refusal::State("EMQ.COMPLETES row is pending, not active".into()),
+            Refusal::lane(),
+            Refusal::flow(),
+            Refusal::WrongType,
+            Refusal::NoPerm("x".into()),
+            Refusal::Counter(NOT_INTEGER),
+        ] {
+            assert_eq!(pair_refusal(r.clone()), Ok(Answer::Refused(r)));
+        }
+        let host = Refusal::Host("EMQ.COMPLETES could not open a key".into());
+        assert_eq!(pair_refusal(host.clone()), Err(host));
+    }
+}
