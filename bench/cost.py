@@ -60,6 +60,8 @@ class ScriptedOrNative:
             return {"evalsha"}
         if verb == "claim":  # a batch of claims is one CLAIMS where the module lists it
             return {"emq.claim", "emq.claims"}
+        if verb == "complete":  # and a batch of completes one COMPLETES
+            return {"emq.complete", "emq.completes"}
         return {"emq." + verb.replace("_", ".")}
 
     def close(self) -> None:

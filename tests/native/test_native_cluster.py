@@ -4,11 +4,12 @@ slots serves a queue; keys of two queues in one call are CROSSSLOT."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 import valkey
 
-from echomq import EmbeddedServer, module_path
+from echomq import EmbeddedServer, Queue, brand_node, connect, module_path
 from native_helpers import Blocker, NativeQueue, fresh_name, wait_blocked
 
 
@@ -65,6 +66,22 @@ def test_keys_of_two_queues_are_crossslot(cluster_node):
             c.execute_command("EMQ.ENQUEUE", 2, a.pending, b.base, "j", "p", 0)
         with pytest.raises(valkey.ResponseError, match="CROSSSLOT"):
             c.execute_command("EMQ.BCLAIM", 3, a.pending, b.active, a.base, 1000, 0)
+        with pytest.raises(valkey.ResponseError, match="CROSSSLOT"):
+            c.execute_command("EMQ.COMPLETES", 2, a.active, b.base, "j", "1")
+
+
+def test_a_batch_of_completes_through_the_cluster_client(cluster_node):
+    """COMPLETES routed by its declared keys: Queue.complete_many on a cluster connection sends one
+    per batch, each pair answered (a lost lease among them)."""
+    with cluster_node.client() as c:
+        brand_node(c, 6)
+    with connect(cluster_node.url, wire=6, cluster=True) as conn:
+        assert conn.cluster
+        q = Queue(conn, fresh_name("cc"))
+        q.enqueue_many(["x"] * 4)
+        jobs = q.claim_many(4, 60_000)
+        assert q.complete_many([*jobs[:2], replace(jobs[2], attempt=9), jobs[3]]) == [True, True, False, True]
+        assert q.counts().active == 1 and q.metrics()["completed"] == 3
 
 
 def test_routing_reads_the_declared_keys():

@@ -72,6 +72,9 @@ def workload(q: NativeQueue) -> None:
     claimed = [reply[0] for reply in q.claims(5, 60000)]
     assert claimed[:3] == [b"batch0", b"batch1", b"batch2"] and len(claimed) == 5  # and two promoted earlier
     assert c.zscore(q.pending, "batch1-ghost") is None
+    # a batch of completes in one command (COMPLETES): a lost pair and a unique window among them
+    c.hset(q.row("batch1"), "unique", 30000)
+    assert q.completes("batch0", 1, "batch1", 1, "batch2", 9, "nothing", 1) == [1, 1, 0, 0]
 
 
 @pytest.mark.parametrize("replica_module", [True, False], ids=["replica-with-module", "plain-replica"])
@@ -187,6 +190,47 @@ def test_a_batch_of_claims_replicates_one_effect_per_key_and_command():
             assert [len(on(b"HSET", q.row(f"j{n}"))) for n in range(3)] == [1, 1, 1]
             assert len(on(b"XADD", q.events)) == 3
             assert on(b"ZREM", rate) == [[b"old:1"]]
+            held = digest(c)
+            c.execute_command("DEBUG", "LOADAOF")
+            assert digest(c) == held
+            c.close()
+
+
+def test_a_batch_of_completes_replicates_one_effect_per_key_and_command():
+    """One COMPLETES of several jobs, with events on, a unique window and a refused pair among them:
+    its removals travel as one ZREM active and its count as one HINCRBY by their number (issue 18),
+    one DEL per row; the replica and the AOF replay it to the primary's dataset."""
+    with EmbeddedServer(module=module_path(), aof=True, appendfsync="always",
+                        extra_args=("--repl-diskless-sync-delay", "0")) as primary:
+        with EmbeddedServer(replicaof=("127.0.0.1", primary.port)) as replica:
+            wait_link_up(replica)
+            c = primary.client()
+            q = NativeQueue(c)
+            c.hset(q.meta, "events", 50)
+            for n in range(5):
+                q.enqueue(f"j{n}", b"p")
+            tokens = [job[2] for job in q.claims(5, 60000)]
+            c.hset(q.row("j1"), "unique", 30000)
+            c.hset(q.row("j3"), "group", "g")  # a lane row: refused, the others go on
+            c.hset(q.completed, "count", 7)
+            pairs = [part for n, t in enumerate(tokens) for part in (f"j{n}", t)]
+            reply = q.completes(*pairs, "j0", tokens[0])
+            assert reply[:3] + reply[4:] == [1, 1, 1, 1, 0] and str(reply[3]).startswith("EMQSTATE lane row")
+            assert c.execute_command("WAIT", 1, 5000) == 1
+            r = replica.client()
+            assert digest(r) == digest(c)
+            r.close()
+            commands = aof_commands(primary)
+            multi = len(commands) - 1 - commands[::-1].index([b"MULTI"])
+            effects = commands[multi + 1:]
+            assert effects[-1] == [b"EXEC"]
+            on = lambda name, key: [e[2:] for e in effects if e[:2] == [name, key]]  # noqa: E731
+            assert on(b"ZREM", q.active) == [[b"j0", b"j1", b"j2", b"j4"]]
+            assert on(b"HINCRBY", q.completed) == [[b"count", b"4"]]
+            assert [len(on(b"DEL", q.row(f"j{n}"))) for n in range(5)] == [1, 1, 1, 0, 1]
+            assert len(on(b"XADD", q.events)) == 4
+            assert len(on(b"HSET", q.key("unique:j1"))) == 1 and len(on(b"PEXPIREAT", q.key("unique:j1"))) == 1
+            assert c.hget(q.completed, "count") == b"11"
             held = digest(c)
             c.execute_command("DEBUG", "LOADAOF")
             assert digest(c) == held
