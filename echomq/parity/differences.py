@@ -53,8 +53,8 @@ NAMED: dict[str, Named] = {n.id: n for n in (
     Named("5.4", "ghosts", _v("promote", "stalled_check"),
           "an id in a set with no row is removed from its set and no row is created; the script creates a partial row",
           "promote.edge.ghost"),
-    Named("5.5", "lanes and flows", _v("complete", "fail", "delay", "requeue", "reschedule", "stalled_check",
-                                       "publish", "failures_incr"),
+    Named("5.5", "lanes and flows", _v("complete", "completes", "fail", "delay", "requeue", "reschedule",
+                                       "stalled_check", "publish", "failures_incr"),
           "a row with a group field (and, for COMPLETE, FAIL, PUBLISH and FAILURES.INCR, a parent field) is refused "
           "EMQSTATE; the script acts",
           "complete.edge.lane"),
@@ -152,6 +152,8 @@ def _if(cond: bool, why: str, name: str) -> Match | None:
 
 
 def lanes(obs: Observation) -> Match | None:
+    if obs.verb == "completes":
+        return foreign_pairs(obs)
     if not refused(obs, "EMQSTATE"):
         return None
     if obs.verb == "stalled_check":
@@ -167,6 +169,28 @@ def lanes(obs: Observation) -> Match | None:
     if obs.verb in ("complete", "fail", "publish", "failures_incr") and b"parent" in row_fields:
         return Match(f"{job.decode()} is a flow child (parent): native refuses", ("5.5",))
     return None
+
+
+def foreign_pairs(obs: Observation) -> Match | None:
+    """COMPLETES answers per pair: each pair the native node refused as a lane row or a flow child
+    (EMQSTATE), which the script completed; every other answer the same, every difference theirs."""
+    native, script = obs.native_reply, obs.script_reply
+    if not isinstance(native, tuple) or not isinstance(script, tuple) or len(native) != len(script):
+        return None
+    foreign = set()
+    for i, (n, s) in enumerate(zip(native, script)):
+        if same(n, s):
+            continue
+        job = obs.argv[2 * i].encode()
+        row_fields = fields(row(obs, job))
+        if not (isinstance(n, Err) and n.code == "EMQSTATE" and s == 1
+                and (b"group" in row_fields or b"parent" in row_fields)):
+            return None
+        foreign.add(job)
+    if not foreign:
+        return None
+    return Match(f"{_ids(sorted(foreign))}: lane rows or flow children, refused natively pair by pair; the script "
+                 "completes them", ("5.5",), frozenset(foreign))
 
 
 def types_and_arguments(obs: Observation) -> Match | None:
@@ -224,6 +248,10 @@ def argv_names(verb: str, argc: int) -> tuple[str, ...] | None:
         if argc < 3 or argc % 2 == 0 or argc > 2001:
             return None
         return ("lease_ms",) + ("id", "any") * ((argc - 1) // 2)
+    if verb == "completes":
+        if argc < 2 or argc % 2 or argc > 2000:
+            return None
+        return ("id", "any") * (argc // 2)
     names = GRAMMAR[verb]
     late = len(BY_NAME[verb].late)  # the trailing arguments a call may leave out (SPEC §9.4)
     return names[:argc] if len(names) - late <= argc <= len(names) else None

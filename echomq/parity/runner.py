@@ -103,6 +103,8 @@ class Node:
         reply = replies[-1] if replies else []
         if isinstance(reply, ResponseError):
             reply = err(str(as_refusal(reply)))
+        elif isinstance(reply, list):  # COMPLETES: a refused pair's error among the answers
+            reply = [err(str(as_refusal(r))) if isinstance(r, ResponseError) else r for r in reply]
         return reply, window
 
     def _bracket(self, step: Do | Raw) -> tuple[list[Any], Window]:

@@ -131,6 +131,12 @@ class ParityMachine(RuleBasedStateMachine):
     def complete(self, q, job, token, held):
         self.do(S.complete(*self.target(q, job, token, held)))
 
+    @rule(q=QUEUES, pairs=st.lists(st.tuples(IDS, TOKENS, HELD), min_size=1, max_size=3))
+    def completes(self, q, pairs):
+        chosen = [self.target(q, job, token, held) for job, token, held in pairs]
+        queue = chosen[0][0]  # one COMPLETES settles jobs of one queue
+        self.do(S.completes(queue, *[(job, token) for cq, job, token in chosen if cq == queue]))
+
     @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD, cap=st.sampled_from([1, 2, 3, 0]),
           backoff=st.sampled_from([0, 0, 1, LONG]), traceback=st.sampled_from([None, None, "", "tb"]))
     def fail(self, q, job, token, held, cap, backoff, traceback):

@@ -140,6 +140,11 @@ def complete(q: str, job: str, token: int | str) -> Do:
     return Do("complete", q, (job, str(token)))
 
 
+def completes(q: str, *pairs: tuple[str, int | str]) -> Do:
+    """EMQ.COMPLETES: COMPLETE for each (id, token) pair in one step (docs/spec.md §18)."""
+    return Do("completes", q, tuple(part for job, token in pairs for part in (job, str(token))))
+
+
 def fail(q: str, job: str, token: int | str, error: str = "boom", max_attempts: int | str = 3,
          backoff_ms: int | str = 0, traceback: str | None = None) -> Do:
     late = () if traceback is None else (traceback,)

@@ -61,7 +61,16 @@ struct Effect {
 /// m2`)? A plain ZADD (no flags: the host plans none) or a ZREM, applied one after the other,
 /// leaves exactly what one with all their arguments leaves.
 fn merges(cmd: Cmd) -> bool {
-    matches!(cmd, Cmd::Zadd | Cmd::Zrem)
+    matches!(cmd, Cmd::Zadd | Cmd::Zrem | Cmd::Del)
+}
+
+/// Does a held effect write `key`: its own key, or, a DEL, any key it deletes (the DELs of one
+/// command travel as one `DEL k1 k2 …`: every key of a command shares the queue's slot)?
+fn touches(effect: &Effect, key: &[u8]) -> bool {
+    match effect.cmd {
+        Cmd::Del => effect.args.iter().any(|k| k[..] == *key),
+        _ => effect.args[0][..] == *key,
+    }
 }
 
 /// A host's vectors, kept from one command to the next so that a command allocates none of
@@ -532,21 +541,33 @@ impl<'c> Host<'c> {
     }
 
     /// Replicate one effect (`effect`, its key first; emptied), or hold it back: a ZADD or
-    /// ZREM joins the one held for its key when that is the same command, else is held
-    /// itself. Whatever else is held for the key is replicated first, so every key sees its
-    /// effects in the order they were made; effects on different keys commute (each is one
-    /// key's command, inside the command's one MULTI/EXEC). `apply` replicates the held ones
-    /// at its end (`release`).
+    /// ZREM joins the one held for its key when that is the same command, a DEL joins the one
+    /// DEL held (whatever its keys), else each is held itself. Whatever else is held that
+    /// writes the key is replicated first, so every key sees its effects in the order they
+    /// were made; effects on different keys commute (inside the command's one MULTI/EXEC).
+    /// `apply` replicates the held ones at its end (`release`).
     fn replicate(&self, cmd: Cmd, effect: &mut Vec<Str>) -> bool {
         let mut held = self.held.borrow_mut();
         let mut replicated = true;
-        if let Some(i) = held.iter().position(|e| e.args[0][..] == effect[0][..]) {
+        // a DEL joins the held DEL below whether or not it names the key already (`DEL k k`
+        // deletes k once), so only the other effects are looked through for its key
+        let writes_key = |e: &Effect| match cmd {
+            Cmd::Del => e.cmd != Cmd::Del && e.args[0][..] == effect[0][..],
+            _ => touches(e, &effect[0]),
+        };
+        if let Some(i) = held.iter().position(writes_key) {
             if held[i].cmd == cmd && merges(cmd) {
                 held[i].args.extend(effect.drain(1..));
                 effect.clear();
                 return true;
             }
             replicated &= self.send(held.remove(i));
+        }
+        if cmd == Cmd::Del {
+            if let Some(del) = held.iter_mut().find(|e| e.cmd == Cmd::Del) {
+                del.args.append(effect);
+                return replicated;
+            }
         }
         if merges(cmd) {
             let spent = self.spent.borrow_mut().pop().unwrap_or_default();

@@ -41,6 +41,13 @@ fn pair_refusal(r: Refusal) -> Result<Answer, Refusal> {
     }
 }
 
+/// Does an id appear in more than one pair?
+fn repeats(pairs: &[(&[u8], &[u8])]) -> bool {
+    let mut ids: Vec<&[u8]> = pairs.iter().map(|(id, _)| *id).collect();
+    ids.sort_unstable();
+    ids.windows(2).any(|w| w[0] == w[1])
+}
+
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 2, 1..=1000 (id, token) pairs
     let call = grammar::shape(VERB, args, NUMKEYS, Argc::Pairs)?;
@@ -63,10 +70,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–5. each pair's own checks, COMPLETE's, in order; an id completed earlier in the command
     // has no row left by then (0)
     let mut answers = Vec::with_capacity(pairs.len());
-    let mut settles: Vec<Settle> = Vec::new();
-    let mut completed: HashSet<&[u8]> = HashSet::new();
+    let mut settles: Vec<Settle> = Vec::with_capacity(pairs.len());
+    // the ids completed so far, kept only when an id repeats (a batch's ids seldom do)
+    let mut completed: Option<HashSet<&[u8]>> = repeats(&pairs).then(HashSet::new);
     for (&(id, token), row) in pairs.iter().zip(&rows) {
-        if completed.contains(id) {
+        if completed.as_ref().is_some_and(|done| done.contains(id)) {
             answers.push(Answer::NotHeld);
             continue;
         }
@@ -81,7 +89,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         );
         answers.push(match checked {
             Ok(Some((_, window))) => {
-                completed.insert(id);
+                if let Some(done) = completed.as_mut() {
+                    done.insert(id);
+                }
                 settles.push(Settle {
                     id,
                     token,
@@ -131,6 +141,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
 mod tests {
     use super::*;
     use crate::errors::NOT_INTEGER;
+
+    #[test]
+    fn repeats_finds_an_id_in_two_pairs() {
+        let pair = |id: &'static str| (id.as_bytes(), b"1".as_slice());
+        assert!(!repeats(&[pair("a")]));
+        assert!(!repeats(&[pair("b"), pair("a"), pair("c")]));
+        assert!(repeats(&[pair("b"), pair("a"), pair("b")]));
+        assert!(repeats(&[pair("a"), pair("a")]));
+    }
 
     #[test]
     fn a_refusal_of_a_pair_is_its_answer_and_a_host_fault_ends_the_command() {
