@@ -5,9 +5,11 @@ count included). Each refusal of the whole command: its reply, and the dataset u
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from echomq import Queue, hooks
+from echomq import Queue, aio, hooks
 from echomq.connection import build_call
 from echomq.errors import ArgumentError, CounterError, ShapeError, StateError, WrongType
 from echomq.serializers import RAW
@@ -226,3 +228,24 @@ def test_native_refuses_a_wrong_typed_count_or_an_overflow_before_any_write(conn
         with queue_unchanged(q), pytest.raises(refusal):
             raw(q, "completes", *bad)
     assert raw(q, "completes", *argv) == [1] * 5
+
+
+def test_the_asyncio_queue_answers_the_same(server, wire):
+    """The asyncio connection reads a COMPLETES reply as the sync one does: a lost lease False, a
+    refused pair's error typed and raised."""
+    async def main():
+        async with await aio.connect(server.url, wire=wire) as conn:
+            q = aio.Queue(conn, fresh_name("cp"), serializer=RAW)
+            await q.enqueue_many([b"p"] * 3)
+            jobs = await q.claim_many(3, LEASE)
+            await conn.client.hset(q.keys.job(jobs[1].id), "attempts", 9)
+            answers = await q.complete_many(jobs)
+            await q.enqueue_many([b"p"] * 2)
+            more = await q.claim_many(2, LEASE)
+            await conn.client.hset(q.keys.job(more[0].id), "unique", "soon")
+            with pytest.raises(CounterError):
+                await q.complete_many(more)
+            return answers, await q.counts()
+
+    answers, counts = asyncio.run(main())
+    assert answers == [True, False, True] and counts.active == 2

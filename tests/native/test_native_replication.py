@@ -5,6 +5,8 @@ run_id."""
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
+from typing import Callable
 
 import pytest
 
@@ -151,87 +153,80 @@ def aof_commands(server: EmbeddedServer) -> list[list[bytes]]:
     return commands
 
 
-def test_a_batch_of_claims_replicates_one_effect_per_key_and_command():
-    """One CLAIMS run of several jobs, ghosts among them, on a rate-limited queue with events on:
-    its pops travel as one ZREM pending and its leases as one ZADD active (issue 18: effects of
-    one command on one key merged), one HSET per row; the replica and the AOF replay it to the
-    primary's dataset."""
+@contextmanager
+def replicated_with_aof():
+    """A primary with its AOF on and a plain replica linked to it: yields (primary, its client, a queue)."""
     # the replica's sync starts at once, not after the default 5 s wait for more replicas
     with EmbeddedServer(module=module_path(), aof=True, appendfsync="always",
                         extra_args=("--repl-diskless-sync-delay", "0")) as primary:
         with EmbeddedServer(replicaof=("127.0.0.1", primary.port)) as replica:
             wait_link_up(replica)
             c = primary.client()
-            q = NativeQueue(c)
-            c.hset(q.meta, mapping={"events": 50, "rate_limit": 4, "rate_window": 60000})
-            for n in range(5):
-                q.enqueue(f"j{n}", b"p")
-            c.zadd(q.pending, {"a-ghost": 0, "j1-ghost": 0})  # at the head, and between j1 and j2
-            now = int(c.time()[0]) * 1000
-            rate = q.key("rate")
-            c.zadd(rate, {"old:1": 1, "recent:1": now})  # one stale start, one within the window
-            claimed = q.claims(10, 60000)
-            # three leases: the fourth start of the window is the last the limit lets through
-            assert [job[0] for job in claimed] == [b"j0", b"j1", b"j2"]
-            deadline = c.zscore(q.active, "j0")
+            yield primary, c, NativeQueue(c)
             assert c.execute_command("WAIT", 1, 5000) == 1
-            r = replica.client()
-            assert digest(r) == digest(c)
-            r.close()
-            # the command's effects: the last MULTI/EXEC of the AOF
-            commands = aof_commands(primary)
-            multi = len(commands) - 1 - commands[::-1].index([b"MULTI"])
-            effects = commands[multi + 1:]
-            assert effects[-1] == [b"EXEC"]
-            on = lambda name, key: [e[2:] for e in effects if e[:2] == [name, key]]  # noqa: E731
-            assert on(b"ZREM", q.pending) == [[b"a-ghost", b"j0", b"j1", b"j1-ghost", b"j2"]]
-            stamp = str(int(deadline)).encode()
-            assert on(b"ZADD", q.active) == [[stamp, b"j0", stamp, b"j1", stamp, b"j2"]]
-            assert [len(on(b"HSET", q.row(f"j{n}"))) for n in range(3)] == [1, 1, 1]
-            assert len(on(b"XADD", q.events)) == 3
-            assert on(b"ZREM", rate) == [[b"old:1"]]
+            with replica.client() as r:
+                assert digest(r) == digest(c)
             held = digest(c)
             c.execute_command("DEBUG", "LOADAOF")
             assert digest(c) == held
             c.close()
+
+
+def last_effects(primary: EmbeddedServer) -> Callable[[bytes, bytes], list[list[bytes]]]:
+    """The last command's effects, as its MULTI/EXEC in the AOF holds them: the arguments after the
+    key of each effect of one command on one key."""
+    commands = aof_commands(primary)
+    multi = len(commands) - 1 - commands[::-1].index([b"MULTI"])
+    effects = commands[multi + 1:]
+    assert effects[-1] == [b"EXEC"]
+    return lambda name, key: [e[2:] for e in effects if e[:2] == [name, key]]
+
+
+def test_a_batch_of_claims_replicates_one_effect_per_key_and_command():
+    """One CLAIMS run of several jobs, ghosts among them, on a rate-limited queue with events on:
+    its pops travel as one ZREM pending and its leases as one ZADD active (issue 18: effects of
+    one command on one key merged), one HSET per row; the replica and the AOF replay it to the
+    primary's dataset."""
+    with replicated_with_aof() as (primary, c, q):
+        c.hset(q.meta, mapping={"events": 50, "rate_limit": 4, "rate_window": 60000})
+        for n in range(5):
+            q.enqueue(f"j{n}", b"p")
+        c.zadd(q.pending, {"a-ghost": 0, "j1-ghost": 0})  # at the head, and between j1 and j2
+        now = int(c.time()[0]) * 1000
+        rate = q.key("rate")
+        c.zadd(rate, {"old:1": 1, "recent:1": now})  # one stale start, one within the window
+        claimed = q.claims(10, 60000)
+        # three leases: the fourth start of the window is the last the limit lets through
+        assert [job[0] for job in claimed] == [b"j0", b"j1", b"j2"]
+        deadline = c.zscore(q.active, "j0")
+        on = last_effects(primary)
+        assert on(b"ZREM", q.pending) == [[b"a-ghost", b"j0", b"j1", b"j1-ghost", b"j2"]]
+        stamp = str(int(deadline)).encode()
+        assert on(b"ZADD", q.active) == [[stamp, b"j0", stamp, b"j1", stamp, b"j2"]]
+        assert [len(on(b"HSET", q.row(f"j{n}"))) for n in range(3)] == [1, 1, 1]
+        assert len(on(b"XADD", q.events)) == 3
+        assert on(b"ZREM", rate) == [[b"old:1"]]
 
 
 def test_a_batch_of_completes_replicates_one_effect_per_key_and_command():
     """One COMPLETES of several jobs, with events on, a unique window and a refused pair among them:
     its removals travel as one ZREM active, its rows as one DEL and its count as one HINCRBY by their
     number (issue 18); the replica and the AOF replay it to the primary's dataset."""
-    with EmbeddedServer(module=module_path(), aof=True, appendfsync="always",
-                        extra_args=("--repl-diskless-sync-delay", "0")) as primary:
-        with EmbeddedServer(replicaof=("127.0.0.1", primary.port)) as replica:
-            wait_link_up(replica)
-            c = primary.client()
-            q = NativeQueue(c)
-            c.hset(q.meta, "events", 50)
-            for n in range(5):
-                q.enqueue(f"j{n}", b"p")
-            tokens = [job[2] for job in q.claims(5, 60000)]
-            c.hset(q.row("j1"), "unique", 30000)
-            c.hset(q.row("j3"), "group", "g")  # a lane row: refused, the others go on
-            c.hset(q.completed, "count", 7)
-            pairs = [part for n, t in enumerate(tokens) for part in (f"j{n}", t)]
-            reply = q.completes(*pairs, "j0", tokens[0])
-            assert reply[:3] + reply[4:] == [1, 1, 1, 1, 0] and str(reply[3]).startswith("EMQSTATE lane row")
-            assert c.execute_command("WAIT", 1, 5000) == 1
-            r = replica.client()
-            assert digest(r) == digest(c)
-            r.close()
-            commands = aof_commands(primary)
-            multi = len(commands) - 1 - commands[::-1].index([b"MULTI"])
-            effects = commands[multi + 1:]
-            assert effects[-1] == [b"EXEC"]
-            on = lambda name, key: [e[2:] for e in effects if e[:2] == [name, key]]  # noqa: E731
-            assert on(b"ZREM", q.active) == [[b"j0", b"j1", b"j2", b"j4"]]
-            assert on(b"HINCRBY", q.completed) == [[b"count", b"4"]]
-            assert [e[1:] for e in effects if e[0] == b"DEL"] == [[q.row(f"j{n}") for n in (0, 1, 2, 4)]]
-            assert len(on(b"XADD", q.events)) == 4
-            assert len(on(b"HSET", q.key("unique:j1"))) == 1 and len(on(b"PEXPIREAT", q.key("unique:j1"))) == 1
-            assert c.hget(q.completed, "count") == b"11"
-            held = digest(c)
-            c.execute_command("DEBUG", "LOADAOF")
-            assert digest(c) == held
-            c.close()
+    with replicated_with_aof() as (primary, c, q):
+        c.hset(q.meta, "events", 50)
+        for n in range(5):
+            q.enqueue(f"j{n}", b"p")
+        tokens = [job[2] for job in q.claims(5, 60000)]
+        c.hset(q.row("j1"), "unique", 30000)
+        c.hset(q.row("j3"), "group", "g")  # a lane row: refused, the others go on
+        c.hset(q.completed, "count", 7)
+        pairs = [part for n, t in enumerate(tokens) for part in (f"j{n}", t)]
+        reply = q.completes(*pairs, "j0", tokens[0])
+        assert reply[:3] + reply[4:] == [1, 1, 1, 1, 0] and str(reply[3]).startswith("EMQSTATE lane row")
+        on = last_effects(primary)
+        assert on(b"ZREM", q.active) == [[b"j0", b"j1", b"j2", b"j4"]]
+        assert on(b"HINCRBY", q.completed) == [[b"count", b"4"]]
+        assert on(b"DEL", q.row("j0")) == [[q.row(f"j{n}") for n in (1, 2, 4)]]  # one DEL of the four rows
+        assert len(on(b"XADD", q.events)) == 4
+        assert len(on(b"HSET", q.key("unique:j1"))) == 1 and len(on(b"PEXPIREAT", q.key("unique:j1"))) == 1
+        assert c.hget(q.completed, "count") == b"11"
