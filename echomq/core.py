@@ -467,19 +467,29 @@ class QueueCore:
     def op_fenced(self, call: Call) -> Op[Any]:
         return (yield from self._one(call))
 
-    def _batched(self, jobs: Sequence[JobRef]) -> list[bool]:
+    def _batched(self, jobs: Sequence[JobRef]) -> list[bool] | None:
         """Which of ``jobs`` travel in COMPLETES: the flat ones, when there are several and the
-        connection carries the verb (wire 4 always; wire 6 when EMQ.VERSION lists ``completes``).
-        A lane or flow job keeps its own verb (``complete_call``)."""
+        connection carries the verb (wire 4 always; wire 6 when EMQ.VERSION lists ``completes``);
+        None when none does. A lane or flow job keeps its own verb (``complete_call``)."""
+        if len(jobs) < 2 or not self.codec.supports("completes"):
+            return None
         flat = [not _lane_of(job) and not (isinstance(job, Job) and job.flow) for job in jobs]
-        if flat.count(True) > 1 and self.codec.supports("completes"):
-            return flat
-        return [False] * len(jobs)
+        return flat if flat.count(True) > 1 else None
 
     def op_complete_many(self, jobs: Sequence[JobRef]) -> Op[list[bool]]:
         """COMPLETE each job; the flat ones as COMPLETES, one command per EXTENDS_MAX_PAIRS
         (docs/spec.md §18). Each job's answer as its COMPLETE's, in the order of ``jobs``."""
         batched = self._batched(jobs)
+        if batched is None:
+            answers = yield from self.op_settle_many([self.complete_call(job) for job in jobs])
+        else:
+            answers = yield from self._complete_batched(jobs, batched)
+        raise_first([a for a in answers if not isinstance(a, errors.LeaseLost)])
+        return [answer is True for answer in answers]
+
+    def _complete_batched(self, jobs: Sequence[JobRef], batched: list[bool]) -> Op[list[Any]]:
+        """The answers to ``jobs``, the ``batched`` ones sent as COMPLETES, the others each as its
+        own verb, in one round trip."""
         pairs = [part for job, batch in zip(jobs, batched) if batch for part in _ref(job, None)]
         step = 2 * EXTENDS_MAX_PAIRS
         batches = [self.build("completes", *pairs[start:start + step]) for start in range(0, len(pairs), step)]
@@ -489,9 +499,7 @@ class QueueCore:
         each = iter([answer for call, reply in zip(batches, replies)
                      for answer in (reply if isinstance(reply, list) else [reply] * (len(call.argv) // 2))])
         alone = iter(replies[len(batches):])
-        answers = [next(each) if batch else next(alone) for batch in batched]
-        raise_first([a for a in answers if not isinstance(a, errors.LeaseLost)])
-        return [answer is True for answer in answers]
+        return [next(each) if batch else next(alone) for batch in batched]
 
     def op_settle_many(self, calls: Sequence[Call]) -> Op[list[Any]]:
         replies = (yield list(calls)) if calls else []

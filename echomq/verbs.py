@@ -380,15 +380,14 @@ class Verb:
         answers per pair (COMPLETES) answers a list: each pair's answer as its ``per_pair`` verb's."""
         if self.per_pair is not None and not isinstance(reply, Exception):
             each, argv = BY_NAME[self.per_pair], call.argv
-            return [each.answer_to(argv[i], argv[i + 1], one) for i, one in zip(range(0, len(argv), 2), reply)]
-        return self.answer_to(*call.argv[:2], reply) if self.fenced else self.answer_to(None, None, reply)
+            return [each.answer_to(argv[i:i + 2], one) for i, one in zip(range(0, len(argv), 2), reply)]
+        return self.answer_to(call.argv, reply)
 
-    def answer_to(self, job_id: Any, token: Any, reply: Any) -> Any:
-        """:meth:`answer` of a call whose (id, token) are ``job_id`` and ``token`` (None for a verb
-        that is not fenced)."""
+    def answer_to(self, argv: Sequence[Any], reply: Any) -> Any:
+        """:meth:`answer` of a call whose ARGV is ``argv`` (a fenced verb's: its id and token first)."""
         if self.fenced and (reply == 0 and not isinstance(reply, Exception) or isinstance(reply, errors.StateError)):
             refusal = reply if isinstance(reply, errors.StateError) else None
-            lost = errors.LeaseLost(self.name, text(job_id), text(token), refusal)
+            lost = errors.LeaseLost(self.name, text(argv[0]), text(argv[1]), refusal)
             lost.__cause__ = refusal
             return lost
         if isinstance(reply, Exception):
