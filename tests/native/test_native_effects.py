@@ -194,3 +194,25 @@ def test_notifications_and_keyspace_stats_are_the_scripts(queues):
     # script checks it with its ZREM); none for the keys only written (pending, active)
     assert {step: stats[6][step][0] for step in stats[6]} == {"enqueue": 0, "claim": 1, "complete": 1,
                                                               "claim empty": 0}
+
+
+def test_a_batch_of_completes_notifies_as_the_script_does(queues):
+    """COMPLETES' writes fire the script's keyspace events, in its order: one `zrem` of active (its
+    `del` when emptied), each row's `del`, one `hincrby` of the count; a WATCH of active is aborted."""
+    seen = {}
+    for wire, (q, c, server) in queues.items():
+        q.enqueue_many(["x"] * 3)
+        jobs = q.claim_many(3, 60000)
+        c.config_set("notify-keyspace-events", "KEA")
+        sub = c.pubsub()
+        sub.psubscribe(f"__keyspace@0__:{q.keys.base}*")
+        assert sub.get_message(timeout=5)["type"] == "psubscribe"
+        assert exec_runs(server, [q.keys.active], lambda: q.complete_many(jobs)) is False
+        c.set(q.keys.base + "step", 1)  # the last event: every one before it has been delivered
+        events = []
+        while (m := sub.get_message(timeout=5))["data"] != b"set":
+            events.append((m["channel"].decode().split(":", 1)[1][len(q.keys.base):], m["data"].decode()))
+        sub.close()
+        seen[wire] = [(key if not key.startswith("job:") else "job", e) for key, e in events]
+    assert seen[6] == seen[4] == [("active", "zrem"), ("active", "del"), ("job", "del"), ("job", "del"),
+                                  ("job", "del"), ("metrics:completed", "hincrby")]
