@@ -113,7 +113,8 @@ class Queue(QueueCore):
         self._run(self.op_fenced(self.complete_call(job, token=token)))
 
     def complete_many(self, jobs: Sequence[JobRef]) -> list[bool]:
-        """Complete many jobs in one pipelined round trip; False where the lease was lost."""
+        """Complete many jobs in one round trip (the flat ones as one COMPLETES per 1000 where the
+        connection carries it: docs/spec.md §18); False where the lease was lost."""
         return self._run(self.op_complete_many(jobs))
 
     def fail(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
