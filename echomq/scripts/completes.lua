@@ -47,12 +47,20 @@ for _, twin in ipairs(again) do
 end
 if kept == 0 then return replies end
 for j = kept + 1, #ids do ids[j] = nil end
-local bound, waited, refused = settle_switches(base)
+-- the queue's event switch and result waiters, read once for the batch, as complete.lua reads them
+local switches = redis.call('HMGET', base .. 'meta', 'events', 'waiters')
+local waited = switches[2] and switches[2] ~= '0'
+local bound, refused = event_bound(switches[1])
 if refused then return refused end
 local rows = {}
 for j = 1, kept do rows[j] = base .. 'job:' .. ids[j] end
 redis.call('ZREM', KEYS[1], unpack(ids))
 redis.call('DEL', unpack(rows))
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', kept)
-for j = 1, kept do completed(base, bound, waited, ids[j], tokens[j], helds[j], markers[j]) end
+-- what each completed job tells, as complete.lua: its event, its outcome, its window
+for j = 1, kept do
+  add_event(base, bound, 'completed', ids[j], tokens[j])
+  if waited then tell_outcome(base, ids[j], 'completed') end
+  if markers[j] then open_window(markers[j], helds[j][2]) end
+end
 return replies
