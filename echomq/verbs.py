@@ -345,7 +345,8 @@ class Verb:
         return _loaded(self.script_path, self.libraries)
 
     def build(self, keyspace: Keyspace, *argv: Any) -> Call:
-        """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs)."""
+        """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs;
+        COMPLETES: pairs)."""
         names = self.argv
         if self.name in ("extends", "flow_extends", "lane_extends", "completes"):
             lead = len(self.argv) - 2  # the arguments before the (id, token) pairs
