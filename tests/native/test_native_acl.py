@@ -103,6 +103,27 @@ def test_complete_needs_the_metrics(admin, make_user):
     assert uq.complete("j", 1) == 1
 
 
+def test_completes_refuses_a_row_pair_by_pair_and_the_metrics_whole(admin, make_user):
+    """COMPLETES (docs/spec.md §18): a row the caller may not read is that pair's NOPERM, the
+    others complete; metrics it may not write refuse the whole command, nothing written."""
+    q = NativeQueue(admin, fresh_name("a"))
+    for job in ("j1", "k1", "j2"):
+        q.enqueue(job, b"p")
+    q.claims(3)
+    base = q.base.decode()
+    user = make_user(f"~{base}active", f"~{base}", f"~{base}job:j*", f"%R~{base}meta", "+@all")
+    uq = NativeQueue(user, q.name)
+    msg = noperm(admin, user, "EMQ.COMPLETES", 2, uq.active, uq.base, "j1", 1, "k1", 1)
+    assert "metrics:completed" in msg
+    admin.execute_command("ACL", "SETUSER", user.connection_pool.connection_kwargs["username"],
+                          f"~{base}metrics:*")
+    reply = uq.completes("j1", 1, "k1", 1, "j2", 1)
+    assert reply[0] == 1 and reply[2] == 1
+    assert isinstance(reply[1], valkey.ResponseError) and "job:k1" in str(reply[1]) and "read" in str(reply[1])
+    assert q.hrow("k1")[b"state"] == b"active" and q.zset(q.active)[0][0] == b"k1"
+    assert admin.hget(q.completed, "count") == b"2"
+
+
 def test_sweep_checks_each_member_row(admin, make_user):
     q = NativeQueue(admin, fresh_name("a"))
     q.enqueue("j", b"p")
