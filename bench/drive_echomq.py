@@ -7,7 +7,8 @@
                                                          their due time (lateness)
 
 MODE is how the worker runs: ``emq`` = ``emq worker bench.echomq_tasks:app`` with its
-defaults (the real thing); ``emq-idleN`` = the same with ``--idle-max-ms N``; ``loop`` = a minimal claim -> run -> complete loop, one job a
+defaults (the real thing); ``emq-idleN`` = the same with ``--idle-max-ms N``; ``emq-noresult`` = the
+same keeping no results (plain COMPLETE, as the loops settle: the worker's own cost beside theirs); ``loop`` = a minimal claim -> run -> complete loop, one job a
 round trip each way; ``batch`` = the same loop with pipelined claim_many/complete_many
 (10 at a time); ``fused`` = ``batch`` with each batch's completes and the next claims in
 one Queue.settle_and_claim. The loops show what the worker adds over the bare verbs.
@@ -77,9 +78,11 @@ def main(argv: list[str]) -> int:
     os.environ["BENCH_URL"] = url
     os.environ["BENCH_QUEUE"] = queue
     if what == "worker":
-        if mode == "emq" or mode.startswith("emq-idle"):
+        if mode.startswith("emq"):
             # emq-idleN: the worker with its idle back-off capped at N ms (default 1000)
-            extra = ["--idle-max-ms", mode[len("emq-idle"):]] if mode != "emq" else []
+            extra = ["--idle-max-ms", mode[len("emq-idle"):]] if mode.startswith("emq-idle") else []
+            if mode == "emq-noresult":
+                os.environ["BENCH_RESULT_TTL"] = "0"
             os.execv(sys.executable, emq_worker_argv(wire, url, queue, extra))
         if mode == "fused":
             fused_worker(wire, url, queue, BATCH)

@@ -363,7 +363,9 @@ def derived(results: dict) -> list[str]:
     for wire in (6, 4):
         for a, b, what in (("bare loop, batched, settle+claim fused", "bare loop, batched",
                             "settle+claim fused / batched (Queue.settle_and_claim: the after / before)"),
-                           ("emq worker", "bare loop, batched", "emq worker / bare batched loop")):
+                           ("emq worker", "bare loop, batched", "emq worker / bare batched loop"),
+                           ("emq worker, no results kept", "bare loop, batched",
+                            "emq worker keeping no results / bare batched loop (both settle with COMPLETE)")):
             ra, rb = find(wire, a), find(wire, b)
             if ra and rb:
                 rows.append([f"wire {wire}: {what}"] + [paired(ra, rb, "throughput", k) for k in ks])

@@ -50,11 +50,13 @@ def echomq_system(wire: int, mode: str) -> System:
         return System(f"EchoMQ wire {wire} (emq worker, --idle-max-ms {cap})", "echomq", wire,
                       [sys.executable, "-m", "bench.drive_echomq", f"{wire}/{mode}"],
                       f"emq worker defaults but the idle back-off capped at {cap} ms (default 1000)")
-    labels = {"emq": "emq worker", "loop": "bare loop", "batch": "bare loop, batched",
+    labels = {"emq": "emq worker", "emq-noresult": "emq worker, no results kept", "loop": "bare loop", "batch": "bare loop, batched",
               "fused": "bare loop, batched, settle+claim fused"}
     configs = {
         "emq": "emq worker defaults: concurrency 10, claim batch 10; an idle queue waits on the server "
                "(BZPOPMIN on the wake marker on wire 4, EMQ.BCLAIM on wire 6)",
+        "emq-noresult": "emq worker defaults but the task keeps no results (result_ttl=0: plain COMPLETE, "
+                        "as the bare loops settle; the default keeps each result with PUBLISH)",
         "loop": "claim -> no-op -> complete, one round trip each (not the worker: the verbs' own speed)",
         "batch": "claim_many(10) -> no-ops -> complete_many, pipelined (not the worker)",
         "fused": "as batched, but each batch's completes and the next claims go in one "

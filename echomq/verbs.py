@@ -432,7 +432,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", decode=_one, fenced=True,
           libraries=("events", "held")),
     _verb("stalled_check", ("active", "pending", "dead", BASE), ("max_stalled", "limit"),
-          "active → pending | dead", decode=_sweep, tokens=("stalled.check",), libraries=("events",)),
+          "active → pending | dead", decode=_sweep, tokens=("stalled.check",), libraries=("events", "reap")),
 )
 
 # The bus verbs (SPEC §6, §9.5; docs/spec.md §12): right after the job core, optional on
@@ -514,7 +514,7 @@ LANES: tuple[Verb, ...] = (
     _lane("lane_release", ("lanes:active", BASE), ("id", "token", "delay_ms"), "lane-active → lane", decode=_one,
           fenced=True),
     _lane("lane_reap", ("lanes:active", "dead", BASE), ("max_stalled", "limit", "stamp"), "lane-active → lane | dead",
-          decode=lambda reply: (_sweep(reply[:3]), None if reply[3] < 0 else int(reply[3]))),
+          decode=lambda reply: (_sweep(reply[:3]), None if reply[3] < 0 else int(reply[3])), libraries=("reap",)),
     _lane("lane_reprocess", ("dead", BASE), ("id",), "dead → lane", decode=_one),
     _lane("lane_pause", ("lanes:ready", BASE), ("group",), "lane → lane (held)", decode=_one),
     _lane("lane_resume", (BASE,), ("group",), "lane → lane", decode=_one),
@@ -560,7 +560,7 @@ FLOWS: tuple[Verb, ...] = (
     _flow("flow_release", ("flow:active", "flow:pending", BASE), ("id", "token"), "flow:active → flow:pending",
           decode=_one, fenced=True),
     _flow("flow_reap", ("flow:active", "flow:pending", BASE), ("max_stalled", "limit"),
-          "flow:active → flow:pending | dead", decode=_sweep),
+          "flow:active → flow:pending | dead", decode=_sweep, libraries=("reap",)),
     _flow("flow_append", ("flow:active", BASE), ("id", "token", "progress"), "flow:active → flow:active",
           decode=_one, fenced=True, libraries=("append",)),
     _flow("flow_delay", ("flow:active", "flow:schedule", BASE), ("id", "token", "delay_ms"),

@@ -24,23 +24,17 @@ for _, id in ipairs(expired) do
   if redis.call('EXISTS', row) == 1 then
     local held = redis.call('HMGET', row, 'lease_epoch', 'priority', 'attempts')
     local attempt = held[3] or '0'
-    if held[1] and held[1] ~= epoch then
+    local verdict = stall_verdict(row, epoch, held[1], max_stalled)
+    if verdict ~= 'exempt' then flow_event(base, 'stalled', id, attempt) end
+    if verdict == 'dead' then
+      flow_die(base, id, 'stalled', now)
+      dead[#dead + 1] = id
+    else  -- back to flow:pending, exempt or not
       redis.call('ZADD', KEYS[2], tonumber(held[2] or '0'), id)
       redis.call('HSET', row, 'state', 'pending')
       flow_event(base, 'recovered', id, attempt, 'state', 'pending')
-      exempt[#exempt + 1] = id
-    else
-      local stalled = redis.call('HINCRBY', row, 'stalled', 1)
-      flow_event(base, 'stalled', id, attempt)
-      if stalled >= max_stalled then
-        flow_die(base, id, 'stalled', now)
-        dead[#dead + 1] = id
-      else
-        redis.call('ZADD', KEYS[2], tonumber(held[2] or '0'), id)
-        redis.call('HSET', row, 'state', 'pending')
-        flow_event(base, 'recovered', id, attempt, 'state', 'pending')
-        recovered[#recovered + 1] = id
-      end
+      local told = verdict == 'exempt' and exempt or recovered
+      told[#told + 1] = id
     end
   end
 end

@@ -23,26 +23,19 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0
   local f = redis.call('HMGET', row, 'group', 'lease_epoch', 'attempts')
   local attempt = f[3] or '0'
   if f[1] then
-    if epoch and f[2] and f[2] ~= epoch then
+    local verdict = stall_verdict(row, epoch, f[2], tonumber(ARGV[1]))
+    if verdict ~= 'exempt' then add_event(base, bound, 'stalled', id, attempt) end
+    if verdict == 'dead' then
+      die_stalled(base, KEYS[2], row, id, now)
+      add_event(base, bound, 'dead', id, attempt, 'error', 'stalled', 'state', 'dead')
+      tell_outcome(base, id, 'dead')
+      free(f[1])
+      dead[#dead + 1] = id
+    else  -- back in its lane, exempt or not
       back_in_lane(row, id, f[1], {})
       add_event(base, bound, 'recovered', id, attempt, 'state', 'pending')
-      exempt[#exempt + 1] = id
-    else
-      local stalled = redis.call('HINCRBY', row, 'stalled', 1)
-      add_event(base, bound, 'stalled', id, attempt)
-      if stalled >= tonumber(ARGV[1]) then
-        redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled', 'failed', now)
-        redis.call('ZADD', KEYS[2], now, id)
-        redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
-        add_event(base, bound, 'dead', id, attempt, 'error', 'stalled', 'state', 'dead')
-        tell_outcome(base, id, 'dead')
-        free(f[1])
-        dead[#dead + 1] = id
-      else
-        back_in_lane(row, id, f[1], {})
-        add_event(base, bound, 'recovered', id, attempt, 'state', 'pending')
-        recovered[#recovered + 1] = id
-      end
+      local told = verdict == 'exempt' and exempt or recovered
+      told[#told + 1] = id
     end
   end
 end

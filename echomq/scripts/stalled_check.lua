@@ -13,11 +13,8 @@ if refused then return refused end
 for _, id in ipairs(expired) do
   local row = KEYS[4] .. 'job:' .. id
   redis.call('ZREM', KEYS[1], id)
-  local stalled = redis.call('HINCRBY', row, 'stalled', 1)
-  if stalled >= max_stalled then
-    redis.call('HSET', row, 'state', 'dead', 'last_error', 'stalled', 'failed', now)
-    redis.call('ZADD', KEYS[3], now, id)
-    redis.call('HINCRBY', KEYS[4] .. 'metrics:failed', 'count', 1)
+  if stall_verdict(row, false, nil, max_stalled) == 'dead' then
+    die_stalled(KEYS[4], KEYS[3], row, id, now)
     if bound then  -- the attempt is read only when it is told
       local attempt = redis.call('HGET', row, 'attempts') or '0'
       add_event(KEYS[4], bound, 'stalled', id, attempt)
