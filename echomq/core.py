@@ -18,7 +18,7 @@ per job instead, because a batch is partly lost by nature.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Generator, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Sequence, TypeVar
 
 from . import envelope, errors
 from .events import DEFAULT_MAXLEN, Event, decode_event, encode_progress
@@ -119,6 +119,58 @@ def due_in_ms(head: Sequence[Any], now: Sequence[Any]) -> int:
     score = head[0][1] if isinstance(head[0], (list, tuple)) else head[1]  # RESP3 pairs or a flat RESP2 list
     seconds, micros = now
     return int(float(score)) - (int(seconds) * 1000 + int(micros) // 1000)
+
+
+#: The settle verbs whose calls in one round trip travel as one command of many: the batch verb,
+#: and how many of a call's ARGV are its own (the rest, the batch's lead, its calls share):
+#: COMPLETE's (id, token) as COMPLETES (docs/spec.md §18).
+BATCHES: dict[str, tuple[str, int]] = {"complete": ("completes", 2)}
+
+
+def batched_settles(calls: Sequence[Call], carried: Callable[[str], bool]) -> tuple[list[Call], list[tuple[int, int]]]:
+    """What to send for ``calls``: the calls of a verb in :data:`BATCHES` whose batch verb is
+    ``carried``, two or more of one kind (verb, keys, lead), as one batch per EXTENDS_MAX_PAIRS in
+    the place of the first; every other call as itself. And for each call, where its reply is:
+    (the sent call's index, the call's place in that batch's reply, or -1 for the whole reply)."""
+    kinds: dict[tuple[Any, ...], list[int]] = {}
+    if len(calls) > 1:
+        for i, call in enumerate(calls):
+            batch = BATCHES.get(call.verb.name)
+            if batch is not None:
+                kinds.setdefault((call.verb.name, call.keys, call.argv[batch[1]:]), []).append(i)
+    place = {i: (kind, n) for kind, members in kinds.items()
+             if len(members) > 1 and carried(BATCHES[kind[0]][0]) for n, i in enumerate(members)}
+    if not place:
+        return list(calls), [(i, -1) for i in range(len(calls))]
+    sent: list[Call] = []
+    routes: list[tuple[int, int]] = []
+    opened: dict[tuple[Any, ...], int] = {}  # (kind, chunk): the batch's index in sent
+    for i, call in enumerate(calls):
+        if i not in place:
+            routes.append((len(sent), -1))
+            sent.append(call)
+            continue
+        kind, n = place[i]
+        chunk, at = divmod(n, EXTENDS_MAX_PAIRS)
+        if not at:  # the chunk's first call: its batch goes here
+            name, width = BATCHES[kind[0]]
+            members = kinds[kind][n:n + EXTENDS_MAX_PAIRS]
+            opened[kind, chunk] = len(sent)
+            sent.append(Call(BY_NAME[name], call.keys,
+                             (*kind[2], *[part for m in members for part in calls[m].argv[:width]])))
+        routes.append((opened[kind, chunk], at))
+    return sent, routes
+
+
+def settle_answers(calls: Sequence[Call], routes: Sequence[tuple[int, int]], replies: Sequence[Any]) -> list[Any]:
+    """Each call's answer from the ``replies`` to what :func:`batched_settles` sent for ``calls``: its
+    own reply, or its element of its batch's, answered by its own verb. A batch refused whole (an
+    error, not a list) answers that refusal for each of its calls."""
+    answers = []
+    for call, (k, at) in zip(calls, routes):
+        reply = replies[k]
+        answers.append(call.verb.answer(call, reply if at < 0 or type(reply) is not list else reply[at]))
+    return answers
 
 
 def raise_first(replies: Sequence[Any]) -> None:
@@ -467,43 +519,19 @@ class QueueCore:
     def op_fenced(self, call: Call) -> Op[Any]:
         return (yield from self._one(call))
 
-    def _batched(self, jobs: Sequence[JobRef]) -> list[bool] | None:
-        """Which of ``jobs`` travel in COMPLETES: the flat ones, when there are several and the
-        connection carries the verb (wire 4 always; wire 6 when EMQ.VERSION lists ``completes``);
-        None when none does. A lane or flow job keeps its own verb (``complete_call``)."""
-        if len(jobs) < 2 or not self.codec.supports("completes"):
-            return None
-        flat = [not _lane_of(job) and not (isinstance(job, Job) and job.flow) for job in jobs]
-        return flat if flat.count(True) > 1 else None
-
     def op_complete_many(self, jobs: Sequence[JobRef]) -> Op[list[bool]]:
         """COMPLETE each job; the flat ones as COMPLETES, one command per EXTENDS_MAX_PAIRS
         (docs/spec.md §18). Each job's answer as its COMPLETE's, in the order of ``jobs``."""
-        batched = self._batched(jobs)
-        if batched is None:
-            answers = yield from self.op_settle_many([self.complete_call(job) for job in jobs])
-        else:
-            answers = yield from self._complete_batched(jobs, batched)
+        answers = yield from self.op_settle_many([self.complete_call(job) for job in jobs])
         raise_first([a for a in answers if not isinstance(a, errors.LeaseLost)])
         return [answer is True for answer in answers]
 
-    def _complete_batched(self, jobs: Sequence[JobRef], batched: list[bool]) -> Op[list[Any]]:
-        """The answers to ``jobs``, the ``batched`` ones sent as COMPLETES, the others each as its
-        own verb, in one round trip."""
-        pairs = [part for job, batch in zip(jobs, batched) if batch for part in _ref(job, None)]
-        step = 2 * EXTENDS_MAX_PAIRS
-        batches = [self.build("completes", *pairs[start:start + step]) for start in range(0, len(pairs), step)]
-        replies = yield from self.op_settle_many(
-            batches + [self.complete_call(job) for job, batch in zip(jobs, batched) if not batch])
-        # a COMPLETES refused whole answers that refusal for each of its jobs, as their COMPLETEs would
-        each = iter([answer for call, reply in zip(batches, replies)
-                     for answer in (reply if isinstance(reply, list) else [reply] * (len(call.argv) // 2))])
-        alone = iter(replies[len(batches):])
-        return [next(each) if batch else next(alone) for batch in batched]
-
     def op_settle_many(self, calls: Sequence[Call]) -> Op[list[Any]]:
-        replies = (yield list(calls)) if calls else []
-        return [call.verb.answer(call, reply) for call, reply in zip(calls, replies)]
+        """Each call's answer, in one round trip; the calls that batch (:func:`batched_settles`)
+        sent as their batch verb."""
+        sent, routes = batched_settles(calls, self.codec.supports)
+        replies = (yield sent) if sent else []
+        return settle_answers(calls, routes, replies)
 
     def op_lane_claim_many(self, count: int, lease_ms: int) -> Op[list[Job]]:
         """Up to ``count`` LANE_CLAIMs in one round trip: each the next job of the group whose turn it is."""
@@ -513,15 +541,16 @@ class QueueCore:
 
     def op_settle_and_claim(self, calls: Sequence[Call], count: int, lease_ms: int,
                             lanes: int = 0) -> Op[tuple[list[Any], list[Job]]]:
-        """Settle ``calls``, then ``count`` flat claims and ``lanes`` lane claims, in one round trip
-        (two on wire 4: the flat claims follow their pause read; a lane claim reads the pause itself)."""
+        """Settle ``calls`` (their batches as :meth:`op_settle_many` sends them), then ``count`` flat
+        claims and ``lanes`` lane claims, in one round trip (two on wire 4: the flat claims follow
+        their pause read; a lane claim reads the pause itself)."""
         check_int("count", count, 0, LIMIT_MAX)
         check_int("lanes", lanes, 0, LIMIT_MAX)
         check_int("lease_ms", lease_ms, 1)
         claims = self._claim_calls(count, lease_ms)
         lane_claims = self._lane_claim_calls(lanes, lease_ms)
-        calls = list(calls)
-        ahead = [*calls, *lane_claims]  # what goes before the flat claims
+        settles, routes = batched_settles(calls, self.codec.supports)
+        ahead = [*settles, *lane_claims]  # what goes before the flat claims
         if self.wire == 6 or not count:
             replies = (yield [*ahead, *claims]) if ahead or claims else []
             sent, claimed = replies[: len(ahead)], replies[len(ahead):]
@@ -530,8 +559,8 @@ class QueueCore:
             *sent, paused = yield [*ahead, self._pause_read()]
             self.claim_paused = paused is not None
             claimed = [] if self.claim_paused else (yield claims)
-        answers = [call.verb.answer(call, reply) for call, reply in zip(calls, sent)]
-        return answers, self._jobs([*lane_claims, *claims], [*sent[len(calls):], *claimed])
+        answers = settle_answers(calls, routes, sent)
+        return answers, self._jobs([*lane_claims, *claims], [*sent[len(settles):], *claimed])
 
     # -- lanes: a group's switches and its counts (docs/lanes-and-flows.md) --------------
     def op_pause_group(self, group: str) -> Op[None]:
