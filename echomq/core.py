@@ -123,8 +123,9 @@ def due_in_ms(head: Sequence[Any], now: Sequence[Any]) -> int:
 
 #: The settle verbs whose calls in one round trip travel as one command of many: the batch verb,
 #: and how many of a call's ARGV are its own (the rest, the batch's lead, its calls share):
-#: COMPLETE's (id, token) as COMPLETES (docs/spec.md §18).
-BATCHES: dict[str, tuple[str, int]] = {"complete": ("completes", 2)}
+#: COMPLETE's (id, token) as COMPLETES (docs/spec.md §18), PUBLISH's (id, token, result) as
+#: PUBLISHES, one per retention_ms (§19).
+BATCHES: dict[str, tuple[str, int]] = {"complete": ("completes", 2), "publish": ("publishes", 3)}
 
 
 def batched_settles(calls: Sequence[Call], carried: Callable[[str], bool]) -> tuple[list[Call], list[tuple[int, int]]]:

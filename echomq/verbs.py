@@ -316,8 +316,8 @@ class Verb:
     #: lane or flow script has its family's among them (``lanes``, ``flow``: SPEC §9.6, a script on
     #: both wires, never an EMQ command)
     libraries: tuple[str, ...] = ()
-    #: the verb each (id, token) pair of its ARGV answers as, one reply per pair, an error element
-    #: for a refused pair (COMPLETES: COMPLETE's)
+    #: the verb each (id, token) pair of its ARGV (with what follows it: PUBLISHES' triples) answers
+    #: as, one reply per pair, an error element for a refused pair (COMPLETES: COMPLETE's)
     per_pair: str | None = None
 
     @property
@@ -348,14 +348,14 @@ class Verb:
         """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs;
         COMPLETES: pairs)."""
         names = self.argv
-        if self.name in ("extends", "flow_extends", "lane_extends", "completes"):
-            lead = len(self.argv) - 2  # the arguments before the (id, token) pairs
-            pairs = (len(argv) - lead) // 2
-            if not 1 <= pairs <= EXTENDS_MAX_PAIRS or (len(argv) - lead) % 2:
+        if self.name in ("extends", "flow_extends", "lane_extends", "completes", "publishes"):
+            lead, width = self.repeated  # the arguments before the repeated groups, and a group's
+            groups = (len(argv) - lead) // width
+            if not 1 <= groups <= EXTENDS_MAX_PAIRS or (len(argv) - lead) % width:
                 raise errors.ConfigurationError(
-                    f"bad {self.name.upper()}: 1 to {EXTENDS_MAX_PAIRS} (id, token) pairs after {list(self.argv[:lead])}, "
+                    f"bad {self.name.upper()}: 1 to {EXTENDS_MAX_PAIRS} {self.argv[lead:]} after {list(self.argv[:lead])}, "
                     f"got {len(argv) - lead} values")
-            names = self.argv[:lead] + self.argv[lead:] * pairs
+            names = self.argv[:lead] + self.argv[lead:] * groups
         elif len(argv) == len(names):
             pass  # exactly the required ARGV: the common case
         elif len(names) < len(argv) <= len(names) + len(self.late):
@@ -380,9 +380,16 @@ class Verb:
         :class:`~echomq.LeaseLost`, so a lost lease reads the same on both wires. A verb that
         answers per pair (COMPLETES) answers a list: each pair's answer as its ``per_pair`` verb's."""
         if self.per_pair is not None and not isinstance(reply, Exception):
-            each, argv = BY_NAME[self.per_pair], call.argv
-            return [each.answer_to(argv[i:i + 2], one) for i, one in zip(range(0, len(argv), 2), reply)]
+            (lead, width), each, argv = self.repeated, BY_NAME[self.per_pair], call.argv
+            return [each.answer_to(argv[i:i + 2], one) for i, one in zip(range(lead, len(argv), width), reply)]
         return self.answer_to(call.argv, reply)
+
+    @property
+    def repeated(self) -> tuple[int, int]:
+        """A verb of many jobs (EXTENDS, COMPLETES, PUBLISHES): how many ARGV lead, and how many
+        each job's group has (its ARGV from its id on)."""
+        lead = self.argv.index("id")
+        return lead, len(self.argv) - lead
 
     def answer_to(self, argv: Sequence[Any], reply: Any) -> Any:
         """:meth:`answer` of a call whose ARGV is ``argv`` (a fenced verb's: its id and token first)."""
@@ -473,6 +480,9 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
           decode=_claims, late=(("rated", "claim.rate"),), libraries=("events", "claim")),
     _verb("completes", ("active", BASE), ("id", "token"), "active → (deleted) (each pair)",
           libraries=("events", "held", "unique", "complete"), per_pair="complete"),
+    _verb("publishes", ("active", BASE), ("retention_ms", "id", "token", "result"),
+          "active → (completed record) (each triple)", libraries=("events", "held", "unique", "done"),
+          per_pair="publish"),
 )
 
 #: LANE_CLAIM's answer on a queue that never had a lane job (a worker probes its lanes less often).

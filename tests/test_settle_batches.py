@@ -13,7 +13,7 @@ from echomq import App, LeaseLost, Queue, Worker, WorkerConfig, hooks
 from echomq.core import batched_settles, settle_answers
 from echomq.serializers import RAW
 from echomq.verbs import EXTENDS_MAX_PAIRS, BY_NAME, Call
-from helpers import fresh_name
+from helpers import KEEP_MS, fresh_name
 from test_completes import answers, relative
 from test_worker import running
 from worker_helpers import wait_until
@@ -70,16 +70,16 @@ def test_each_call_answers_its_element_or_its_batch_s_whole_refusal():
 # -- doing: on both wires, against the same calls one per round trip -------------------------
 
 def mixed(q):
-    """Held jobs and the calls settling them: completions not kept (three, one of them lost), one kept
+    """Held jobs and the calls settling them: completions not kept (three, one of them lost), two kept
     (PUBLISH), a FAIL (back to pending), a lane job's completion; two jobs left pending."""
-    for job_id in "abcdefg":
+    for job_id in "abcdefgh":
         q.enqueue(b"p" + job_id.encode(), id=job_id)
     q.enqueue(b"lane", id="l", group="g")
-    held = {job.id: job for job in q.claim_many(5, LEASE)}
+    held = {job.id: job for job in q.claim_many(6, LEASE)}
     (lane,) = q.claim_lanes(1, LEASE)
-    return [q.complete_call(held["a"]), q.publish_call(held["b"], b"r", retention_ms=50_000),
+    return [q.complete_call(held["a"]), q.publish_call(held["b"], b"r", retention_ms=KEEP_MS),
             q.complete_call(held["c"], token=9), q.fail_call(held["d"], "boom", max_attempts=3),
-            q.complete_call(lane), q.complete_call(held["e"])]
+            q.complete_call(lane), q.complete_call(held["e"]), q.publish_call(held["f"], b"s", retention_ms=KEEP_MS)]
 
 
 def one_by_one(q, calls):
@@ -97,16 +97,16 @@ def test_a_round_trip_s_settles_answer_as_each_alone(twins, round_trip):
             got = q.settle_many(calls)
         else:
             got, claimed = q.settle_and_claim(calls, 3, LEASE)
-            assert sorted(job.id for job in claimed) == ["d", "f", "g"]  # d failed first: wire 4's order
+            assert sorted(job.id for job in claimed) == ["d", "g", "h"]  # d failed first: wire 4's order
     finally:
         unsubscribe()
-    assert "completes" in sent[0] and sent[0].count("complete") == 0
+    assert sent[0][:4] == ["completes", "publishes", "fail", "lane_complete"]
     expected = one_by_one(alone, expected_calls)
     if round_trip == "settle_and_claim":
         alone.claim_many(3, LEASE)
     assert [type(a).__name__ for a in got] == [type(a).__name__ for a in expected]
     assert answers(got) == answers(expected)
-    assert got[0] is True and isinstance(got[2], LeaseLost) and got[5] is True
+    assert got[0] is True and isinstance(got[2], LeaseLost) and got[5] is True and got[6] is True
     assert relative(q) == relative(alone)
 
 
@@ -122,9 +122,11 @@ def test_a_batch_refused_whole_answers_its_refusal_for_each_call(twins, wire):
     assert q.counts().active == (3 if wire == 6 else 0)
 
 
-def test_a_worker_settles_its_completions_in_batches(conn):
-    """A real worker whose task keeps no result: its completions of a round trip go as COMPLETES, and
-    every job is still settled exactly once, the failures retried."""
+@pytest.mark.parametrize("result_ttl, batch", [(0, "completes"), (60, "publishes")])
+def test_a_worker_settles_its_completions_in_batches(conn, result_ttl, batch):
+    """A real worker: its completions of a round trip go as COMPLETES (a task that keeps no result)
+    or PUBLISHES (one that does, the default), and every job is still settled exactly once, the
+    failures retried, each kept result readable."""
     name, seen, lock = fresh_name("w"), [], threading.Lock()
 
     def handler(payload, ctx):
@@ -132,11 +134,12 @@ def test_a_worker_settles_its_completions_in_batches(conn):
             seen.append((payload["n"], ctx.attempt))
         if payload["n"] % 7 == 0 and ctx.attempt == 1:
             raise ValueError("once")
+        return payload["n"] * 2
 
     app = App()
-    app.handler(name, handler, result_ttl=0)
+    app.handler(name, handler, result_ttl=result_ttl)
     queue = Queue(conn, name)
-    queue.enqueue_many([{"n": n} for n in range(200)])
+    jobs = queue.enqueue_many([{"n": n} for n in range(200)])
     verbs: list[str] = []
     unsubscribe = hooks.subscribe("verb.stop", lambda event, data: verbs.extend(data["verbs"]))
     try:
@@ -146,4 +149,6 @@ def test_a_worker_settles_its_completions_in_batches(conn):
         unsubscribe()
     assert sorted(seen) == sorted([(n, 1) for n in range(200)] + [(n, 2) for n in range(0, 200, 7)])
     assert worker.tally.completed == 200 and queue.counts().total == 0
-    assert "completes" in verbs
+    assert batch in verbs
+    if result_ttl:
+        assert [queue.result(job.id) for job in jobs[:20]] == [n * 2 for n in range(20)]

@@ -64,6 +64,7 @@ SPEC_OPTIONAL = [
      ("enqueue.unique",)),
     ("EMQ.CLAIMS", ["pending", "active", "base"], ["lease_ms", "count"], ("claims",)),
     ("EMQ.COMPLETES", ["active", "base"], ["id", "token"], ("completes",)),
+    ("EMQ.PUBLISHES", ["active", "base"], ["retention_ms", "id", "token", "result"], ("publishes",)),
 ]
 
 
@@ -79,7 +80,8 @@ def test_tokens_are_the_spec_list_in_registration_order():
 def test_optional_verbs_are_spec_section_9_and_not_required():
     assert [(v.command, _named(v.keys), list(v.argv), v.tokens) for v in OPTIONAL] == SPEC_OPTIONAL
     assert OPTIONAL_TOKENS == ("append", "failures.incr", "publish", "claim.block", "remove", "cancel", "purge", "drain",
-                               "enqueue.unique", "fail.traceback", "claim.rate", "claims", "completes")
+                               "enqueue.unique", "fail.traceback", "claim.rate", "claims", "completes",
+                               "publishes")
     assert ARGUMENT_TOKENS == ("fail.traceback", "claim.rate")
     late = {token for verb in REGISTERED for _, token in verb.late if token not in verb.tokens}
     assert set(ARGUMENT_TOKENS) == late and len(set(ARGUMENT_TOKENS)) == len(ARGUMENT_TOKENS)
@@ -152,8 +154,8 @@ def test_lane_scripts_run_on_both_wires_and_no_emq_command():
 
 def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
     scripted_verbs = [v.name for v in SCRIPTED if not v.read_only and not v.script_only]
-    # the job core, the bus, the four control verbs, enqueue_unique, claims, completes
-    assert len(scripted_verbs) == 13 + len(BUS) + 7
+    # the job core, the bus, the four control verbs, enqueue_unique, claims, completes, publishes
+    assert len(scripted_verbs) == 13 + len(BUS) + 8
     assert set(scripted_verbs) == {v.name for v in REGISTERED} - UNSCRIPTED
     assert [v.name for v in SCRIPTED if v.read_only] == ["counts", "state"]
 
@@ -256,9 +258,10 @@ def test_script_uses_exactly_its_declared_keys(verb):
     if verb.name in ("extends", "flow_extends", "lane_extends"):  # lib/held.lua's renew walks the pairs
         assert set(range(1, len(verb.argv) - 1)) <= argv_used and "renew(" in code
         assert re.search(r"ARGV\[i\]", verb.source().decode()) and re.search(r"ARGV\[i \+ 1\]", verb.source().decode())
-    elif verb.per_pair:  # COMPLETES walks its pairs
-        assert not argv_used and "for i = 1, #ARGV, 2 do" in code
-        assert re.search(r"ARGV\[i\]", code) and re.search(r"ARGV\[i \+ 1\]", code)
+    elif verb.per_pair:  # COMPLETES walks its pairs, PUBLISHES its triples after its lead
+        lead, width = verb.repeated
+        assert argv_used == set(range(1, lead + 1)) and f"for i = {lead + 1}, #ARGV, {width} do" in code
+        assert all(f"ARGV[i + {n}]" in code for n in range(1, width)) and "ARGV[i]" in code
     else:
         want = set(range(1, len(verb.argv) + len(verb.late) + 1))
         assert argv_used == want, f"{verb.name}.lua uses ARGV {sorted(argv_used)}"

@@ -54,7 +54,7 @@ NAMED: dict[str, Named] = {n.id: n for n in (
           "an id in a set with no row is removed from its set and no row is created; the script creates a partial row",
           "promote.edge.ghost"),
     Named("5.5", "lanes and flows", _v("complete", "completes", "fail", "delay", "requeue", "reschedule",
-                                       "stalled_check", "publish", "failures_incr"),
+                                       "stalled_check", "publish", "publishes", "failures_incr"),
           "a row with a group field (and, for COMPLETE, FAIL, PUBLISH and FAILURES.INCR, a parent field) is refused "
           "EMQSTATE; the script acts",
           "complete.edge.lane"),
@@ -152,7 +152,7 @@ def _if(cond: bool, why: str, name: str) -> Match | None:
 
 
 def lanes(obs: Observation) -> Match | None:
-    if obs.verb == "completes":
+    if obs.verb in ("completes", "publishes"):
         return foreign_pairs(obs)
     if not refused(obs, "EMQSTATE"):
         return None
@@ -172,25 +172,35 @@ def lanes(obs: Observation) -> Match | None:
 
 
 def foreign_pairs(obs: Observation) -> Match | None:
-    """COMPLETES answers per pair: each pair the native node refused as a lane row or a flow child
-    (EMQSTATE), which the script completed; every other answer the same, every difference theirs."""
+    """COMPLETES and PUBLISHES answer per job: each one the native node refused as a lane row or a
+    flow child (EMQSTATE, §5.5), whatever the script answered, or, PUBLISHES, for a completed record
+    that is not a hash (WRONGTYPE, §5.6), which the script completed; every other answer the same,
+    every difference theirs."""
     native, script = obs.native_reply, obs.script_reply
     if not isinstance(native, tuple) or not isinstance(script, tuple) or len(native) != len(script):
         return None
-    foreign = set()
+    lead, width = BY_NAME[obs.verb].repeated
+    foreign, names = set(), set()
     for i, (n, s) in enumerate(zip(native, script)):
         if same(n, s):
             continue
-        job = obs.argv[2 * i].encode()
+        job = obs.argv[lead + width * i].encode()
         row_fields = fields(row(obs, job))
-        if not (isinstance(n, Err) and n.code == "EMQSTATE" and s == 1
-                and (b"group" in row_fields or b"parent" in row_fields)):
+        record = obs.native_pre.get(obs.base + b"done:" + job)
+        if not isinstance(n, Err):
+            return None
+        if n.code == "EMQSTATE" and (b"group" in row_fields or b"parent" in row_fields):
+            names.add("5.5")  # as the verb alone: the script's answer is its own (0 when not held)
+        elif (n.code == "WRONGTYPE" and s == 1 and obs.verb == "publishes" and record is not None
+              and record.kind != "hash"):
+            names.add("5.6")
+        else:
             return None
         foreign.add(job)
     if not foreign:
         return None
-    return Match(f"{_ids(sorted(foreign))}: lane rows or flow children, refused natively pair by pair; the script "
-                 "completes them", ("5.5",), frozenset(foreign))
+    return Match(f"{_ids(sorted(foreign))}: lane rows, flow children or records not a hash, refused natively one "
+                 "by one; the script completes them", tuple(sorted(names)), frozenset(foreign))
 
 
 def types_and_arguments(obs: Observation) -> Match | None:
@@ -252,6 +262,10 @@ def argv_names(verb: str, argc: int) -> tuple[str, ...] | None:
         if argc < 2 or argc % 2 or argc > 2000:
             return None
         return ("id", "any") * (argc // 2)
+    if verb == "publishes":
+        if argc < 4 or argc % 3 != 1 or argc > 3001:
+            return None
+        return ("retention_ms",) + ("id", "any", "any") * (argc // 3)
     names = GRAMMAR[verb]
     late = len(BY_NAME[verb].late)  # the trailing arguments a call may leave out (SPEC §9.4)
     return names[:argc] if len(names) - late <= argc <= len(names) else None
@@ -519,8 +533,9 @@ MATCHERS: tuple[tuple[str, Matcher], ...] = (
 
 
 def local(obs: Observation, ids: frozenset[bytes]) -> bool:
-    """Every difference between the nodes belongs to ``ids`` (their rows or set memberships) or the metrics."""
-    rows = {row_key(obs.base, j) for j in ids}
+    """Every difference between the nodes belongs to ``ids`` (their rows, completed records or set
+    memberships) or the metrics."""
+    rows = {row_key(obs.base, j) for j in ids} | {obs.base + b"done:" + j for j in ids}
     members = {f"member {j.decode(errors='backslashreplace')}" for j in ids}
     metrics = {obs.base + b"metrics:failed", obs.base + b"metrics:completed", obs.base + b"events"}
     return all(d.key in rows or d.key in metrics or d.part in members or _whole_set_of(d, ids) for d in obs.diffs)

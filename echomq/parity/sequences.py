@@ -155,6 +155,13 @@ class ParityMachine(RuleBasedStateMachine):
         q, job, token = self.target(q, job, token, held)
         self.do(S.publish(q, job, token, "r" + token, retention))
 
+    @rule(q=QUEUES, triples=st.lists(st.tuples(IDS, TOKENS, HELD), min_size=1, max_size=3),
+          retention=st.sampled_from([0, LONG]))
+    def publishes(self, q, triples, retention):
+        chosen = [self.target(q, job, token, held) for job, token, held in triples]
+        queue = chosen[0][0]  # one PUBLISHES settles jobs of one queue
+        self.do(S.publishes(queue, retention, *[(job, token, "r" + token) for cq, job, token in chosen if cq == queue]))
+
     @rule(q=QUEUES, job=IDS, token=TOKENS, held=HELD, cap=st.sampled_from([1, 3]),
           backoff=st.sampled_from([0, LONG]), traceback=st.sampled_from([None, "", "tb", "tb"]))
     def failures_incr(self, q, job, token, held, cap, backoff, traceback):

@@ -190,6 +190,12 @@ def publish(q: str, job: str, token: int | str, result: str = "r", retention_ms:
     return Do("publish", q, (job, str(token), result, str(retention_ms)))
 
 
+def publishes(q: str, retention_ms: int | str, *triples: tuple[str, int | str, str]) -> Do:
+    """EMQ.PUBLISHES: PUBLISH for each (id, token, result) triple in one step, one retention for
+    all (docs/spec.md §19)."""
+    return Do("publishes", q, (str(retention_ms), *(str(part) for triple in triples for part in triple)))
+
+
 def events_on(q: str, maxlen: int | str = 100) -> Raw:
     """Turn the queue's event stream on (docs/spec.md §12): a plain HSET of meta."""
     return Raw(("HSET", Keyspace(q).meta, "events", str(maxlen)), f"events on({q}, {maxlen})")

@@ -22,9 +22,9 @@ TOKENS = (
 
 #: The optional tokens registered after the job core (SPEC §9.4), in the order they landed: the
 #: bus, the blocking claim, then the operator verbs, then FAIL's late traceback argument, then
-#: CLAIMS and COMPLETES.
+#: CLAIMS, COMPLETES and PUBLISHES.
 OPTIONAL_TOKENS = ("append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback "
-                   "claim.rate claims completes")
+                   "claim.rate claims completes publishes")
 
 #: A verb's optional trailing ARGV (late arguments, SPEC §9.4; FAILURES.INCR's as FAIL's): lines()
 #: leaves them out.
@@ -58,6 +58,7 @@ VERBS = {
     "EMQ.DRAIN": (2, 1),
     "EMQ.CLAIMS": (3, 2),
     "EMQ.COMPLETES": (2, 2),
+    "EMQ.PUBLISHES": (2, 4),
 }
 
 
@@ -147,6 +148,7 @@ class NativeQueue:
             "EMQ.DRAIN": ("EMQ.DRAIN", 2, self.pending, self.base, 10),
             "EMQ.CLAIMS": ("EMQ.CLAIMS", 3, self.pending, self.active, self.base, 1000, 2),
             "EMQ.COMPLETES": ("EMQ.COMPLETES", 2, self.active, self.base, "x", "1"),
+            "EMQ.PUBLISHES": ("EMQ.PUBLISHES", 2, self.active, self.base, 1000, "x", "1", "r"),
         }
 
     def enqueue(self, id, payload=b"p", priority=0):
@@ -169,6 +171,9 @@ class NativeQueue:
 
     def completes(self, *pairs):
         return self.c.execute_command("EMQ.COMPLETES", 2, self.active, self.base, *pairs)
+
+    def publishes(self, retention_ms, *triples):
+        return self.c.execute_command("EMQ.PUBLISHES", 2, self.active, self.base, retention_ms, *triples)
 
     def schedule(self, id, payload=b"p", delay_ms=0, priority=0):
         return self.c.execute_command(

@@ -124,6 +124,30 @@ def test_completes_refuses_a_row_pair_by_pair_and_the_metrics_whole(admin, make_
     assert admin.hget(q.completed, "count") == b"2"
 
 
+def test_publishes_refuses_a_row_or_a_record_triple_by_triple_and_the_metrics_whole(admin, make_user):
+    """PUBLISHES (docs/spec.md §19): a row the caller may not read, or a record it may not write, is
+    that triple's NOPERM, the others publish; metrics it may not write refuse the whole command."""
+    q = NativeQueue(admin, fresh_name("a"))
+    for job in ("j1", "k1", "j2", "j3"):
+        q.enqueue(job, b"p")
+    q.claims(4)
+    base = q.base.decode()
+    user = make_user(f"~{base}active", f"~{base}", f"~{base}job:j*", f"~{base}done:j1", f"~{base}done:j2",
+                     f"%R~{base}meta", "+@all")
+    uq = NativeQueue(user, q.name)
+    msg = noperm(admin, user, "EMQ.PUBLISHES", 2, uq.active, uq.base, 1000, "j1", 1, "r", "k1", 1, "r")
+    assert "metrics:completed" in msg
+    admin.execute_command("ACL", "SETUSER", user.connection_pool.connection_kwargs["username"],
+                          f"~{base}metrics:*")
+    reply = uq.publishes(60_000, "j1", 1, "r1", "k1", 1, "r", "j2", 1, "r2", "j3", 1, "r3")
+    assert reply[0] == 1 and reply[2] == 1
+    assert isinstance(reply[1], valkey.ResponseError) and "job:k1" in str(reply[1])
+    assert isinstance(reply[3], valkey.ResponseError) and "done:j3" in str(reply[3])
+    assert [admin.hget(q.key(f"done:{job}"), "result") for job in ("j1", "j2", "j3")] == [b"r1", b"r2", None]
+    assert sorted(member for member, _ in q.zset(q.active)) == [b"j3", b"k1"]
+    assert admin.hget(q.completed, "count") == b"2"
+
+
 def test_sweep_checks_each_member_row(admin, make_user):
     q = NativeQueue(admin, fresh_name("a"))
     q.enqueue("j", b"p")

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import valkey
 
-from echomq import EmbeddedServer, Queue, brand_node, connect, module_path
+from echomq import EmbeddedServer, LeaseLost, Queue, brand_node, connect, module_path
 from native_helpers import Blocker, NativeQueue, fresh_name, wait_blocked
 
 
@@ -82,6 +82,22 @@ def test_a_batch_of_completes_through_the_cluster_client(cluster_node):
         jobs = q.claim_many(4, 60_000)
         assert q.complete_many([*jobs[:2], replace(jobs[2], attempt=9), jobs[3]]) == [True, True, False, True]
         assert q.counts().active == 1 and q.metrics()["completed"] == 3
+
+
+def test_a_batch_of_publishes_through_the_cluster_client(cluster_node):
+    """PUBLISHES routed by its declared keys: Queue.settle_many on a cluster connection sends the
+    PUBLISH calls of one retention as one, each answered (a lost lease among them)."""
+    with cluster_node.client() as c:
+        brand_node(c, 6)
+    with connect(cluster_node.url, wire=6, cluster=True) as conn:
+        q = Queue(conn, fresh_name("cc"))
+        q.enqueue_many(["x"] * 3)
+        jobs = q.claim_many(3, 60_000)
+        calls = [q.publish_call(job, b"r", retention_ms=60_000, token=9 if n == 1 else None)
+                 for n, job in enumerate(jobs)]
+        answers = q.settle_many(calls)
+        assert answers[0] is True and isinstance(answers[1], LeaseLost) and answers[2] is True
+        assert q.counts().active == 1 and q.metrics()["completed"] == 2
 
 
 def test_routing_reads_the_declared_keys():

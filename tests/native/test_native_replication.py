@@ -230,3 +230,28 @@ def test_a_batch_of_completes_replicates_one_effect_per_key_and_command():
         assert len(on(b"XADD", q.events)) == 4
         assert len(on(b"HSET", q.key("unique:j1"))) == 1 and len(on(b"PEXPIREAT", q.key("unique:j1"))) == 1
         assert c.hget(q.completed, "count") == b"11"
+
+
+def test_a_batch_of_publishes_replicates_one_effect_per_key_and_command():
+    """One PUBLISHES of several jobs, with events on, a unique window, an older record and a refused
+    triple among them: its removals travel as one ZREM active, its rows as one DEL and its count as
+    one HINCRBY, each record as PUBLISH writes it; the replica and the AOF replay it."""
+    with replicated_with_aof() as (primary, c, q):
+        c.hset(q.meta, "events", 50)
+        for n in range(5):
+            q.enqueue(f"j{n}", b"p")
+        tokens = [job[2] for job in q.claims(5, 60000)]
+        c.hset(q.row("j1"), "unique", 30000)
+        c.hset(q.row("j3"), "group", "g")  # a lane row: refused, the others go on
+        c.hset(q.key("done:j2"), "result", "older")
+        triples = [part for n, t in enumerate(tokens) for part in (f"j{n}", t, f"r{n}")]
+        reply = q.publishes(60000, *triples)
+        assert reply[:3] + reply[4:] == [1, 1, 1, 1] and str(reply[3]).startswith("EMQSTATE lane row")
+        on = last_effects(primary)
+        assert on(b"ZREM", q.active) == [[b"j0", b"j1", b"j2", b"j4"]]
+        assert on(b"HINCRBY", q.completed) == [[b"count", b"4"]]
+        assert len(on(b"XADD", q.events)) == 4
+        for n in (0, 1, 2, 4):
+            assert len(on(b"HSET", q.key(f"done:j{n}"))) == 1 and len(on(b"PEXPIREAT", q.key(f"done:j{n}"))) == 1
+        assert c.hget(q.key("done:j2"), "result") == b"r2"
+        assert not c.exists(q.key("done:j3"))

@@ -38,6 +38,8 @@ pub enum Argc {
     LeadThenPairs,
     /// 1..=EXTENDS_MAX_PAIRS pairs and nothing before them (COMPLETES: even, ≥ 2, ≤ 2000).
     Pairs,
+    /// One leading argument, then 1..=EXTENDS_MAX_PAIRS triples (PUBLISHES: 1 + 3k, ≥ 4, ≤ 3001).
+    LeadThenTriples,
     /// This many, then up to `late` optional ones (arguments added after the verb landed,
     /// each with its own token: SPEC §9.4).
     Late(usize, usize),
@@ -82,6 +84,9 @@ pub fn shape<'a>(
         Argc::Pairs => {
             argv.len() >= 2 && argv.len() % 2 == 0 && argv.len() <= 2 * EXTENDS_MAX_PAIRS
         }
+        Argc::LeadThenTriples => {
+            argv.len() >= 4 && argv.len() % 3 == 1 && argv.len() <= 1 + 3 * EXTENDS_MAX_PAIRS
+        }
     };
     if !ok {
         let want = match argc {
@@ -89,6 +94,7 @@ pub fn shape<'a>(
             Argc::Late(n, late) => format!("{n} to {}", n + late),
             Argc::LeadThenPairs => format!("an odd count from 3 to {}", 1 + 2 * EXTENDS_MAX_PAIRS),
             Argc::Pairs => format!("an even count from 2 to {}", 2 * EXTENDS_MAX_PAIRS),
+            Argc::LeadThenTriples => format!("1 + 3k (from 4 to {})", 1 + 3 * EXTENDS_MAX_PAIRS),
         };
         return Err(Refusal::Shape(format!(
             "{verb} takes {want} arguments after the keys, got {}",
@@ -455,6 +461,28 @@ mod tests {
         assert_eq!(
             e,
             "EMQSHAPE EMQ.COMPLETES takes an even count from 2 to 2000 arguments after the keys, got 1"
+        );
+    }
+
+    #[test]
+    fn publishes_shape_is_one_then_triples_between_4_and_3001() {
+        let taken = counts_taken("EMQ.PUBLISHES", Argc::LeadThenTriples);
+        assert_eq!(taken, (4..=2002).step_by(3).collect::<Vec<_>>());
+        let a = line(&[
+            "EMQ.PUBLISHES",
+            "2",
+            "emq:{q}:active",
+            "emq:{q}:",
+            "1",
+            "x",
+            "y",
+        ]);
+        let e = shape("EMQ.PUBLISHES", &a, 2, Argc::LeadThenTriples)
+            .map(|_| ())
+            .unwrap_err_text();
+        assert_eq!(
+            e,
+            "EMQSHAPE EMQ.PUBLISHES takes 1 + 3k (from 4 to 3001) arguments after the keys, got 3"
         );
     }
 

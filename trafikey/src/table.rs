@@ -165,6 +165,11 @@ fn completes(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::completes::run(ctx, args)
 }
 
+/// `EMQ.PUBLISHES 2 emq:{q}:active emq:{q}: <retention_ms> <id> <token> <result> [<id> <token> <result> …]`
+fn publishes(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::publishes::run(ctx, args)
+}
+
 /// `EMQ.VERSION` — the capability tokens of the registered rows, one space apart.
 fn version(_ctx: &Context, _args: &[&[u8]]) -> ValkeyResult {
     Ok(valkey_module::ValkeyValue::BulkString(caps()))
@@ -217,6 +222,7 @@ pub static TABLE: &[Row] = &[
     // landed after the argument tokens: listed after them (see `caps`)
     row!(claims, ["claims"]),
     row!(completes, ["completes"]),
+    row!(publishes, ["publishes"]),
     Row {
         name: "EMQ.VERSION",
         callback: native!(version),
@@ -274,14 +280,14 @@ mod tests {
             caps(),
             "enqueue claim claim.pause extend extends complete.flat schedule promote \
              reschedule delay fail.flat reprocess requeue stalled.check \
-             append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback claim.rate claims completes"
+             append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback claim.rate claims completes publishes"
         );
     }
 
     #[test]
     fn every_verb_has_one_file_and_writes() {
         let verbs: Vec<&Row> = TABLE.iter().filter(|r| r.keys != Keys::None).collect();
-        assert_eq!(verbs.len(), 24);
+        assert_eq!(verbs.len(), 25);
         for r in verbs {
             let want = if r.name == "EMQ.BCLAIM" {
                 WRITE_BLOCKING

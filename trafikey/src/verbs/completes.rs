@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
 use crate::bus;
-use crate::decide::num;
+use crate::decide::{num, Op};
 use crate::errors::Refusal;
 use crate::ffi;
 use crate::grammar::{self, Argc, KeyName};
@@ -20,9 +20,9 @@ pub const VERB: &str = "EMQ.COMPLETES";
 /// KEYS, after the numkeys argument (also the key-spec the table registers): COMPLETE's.
 pub const NUMKEYS: usize = 2;
 
-/// One pair's answer, as COMPLETE would give it alone.
+/// One pair's answer, as COMPLETE would give it alone (PUBLISHES: a triple's, as PUBLISH).
 #[derive(Debug, PartialEq, Eq)]
-enum Answer {
+pub enum Answer {
     /// Held: completed (`1`).
     Completed,
     /// No row, another token, or an id this command completed already (`0`).
@@ -34,16 +34,16 @@ enum Answer {
 /// Which refusals of a pair's own checks are that pair's answer, and which refuse the command:
 /// an unexpected host answer (`EMQHOST`) ends it; anything else is about that job's row or
 /// marker (its `NOPERM`, `WRONGTYPE`, `EMQSTATE`, `EMQ`), as COMPLETE of it alone would answer.
-fn pair_refusal(r: Refusal) -> Result<Answer, Refusal> {
+pub fn pair_refusal(r: Refusal) -> Result<Answer, Refusal> {
     match r {
         Refusal::Host(_) => Err(r),
         other => Ok(Answer::Refused(other)),
     }
 }
 
-/// Does an id appear in more than one pair?
-fn repeats(pairs: &[(&[u8], &[u8])]) -> bool {
-    let mut ids: Vec<&[u8]> = pairs.iter().map(|(id, _)| *id).collect();
+/// Does an id appear more than once?
+pub fn repeats<'a>(ids: impl Iterator<Item = &'a [u8]>) -> bool {
+    let mut ids: Vec<&[u8]> = ids.collect();
     ids.sort_unstable();
     ids.windows(2).any(|w| w[0] == w[1])
 }
@@ -67,18 +67,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 5. the set every pair leaves, checked once: a zset or nothing, else the command is refused
     // (so a WRONGTYPE among the pairs' checks below is their row's or marker's)
     h.expect_zset(active)?;
-    // 4.–5. each pair's own checks, COMPLETE's, in order; an id completed earlier in the command
-    // has no row left by then (0)
-    let mut answers = Vec::with_capacity(pairs.len());
-    let mut settles: Vec<Settle> = Vec::with_capacity(pairs.len());
-    // the ids completed so far, kept only when an id repeats (a batch's ids seldom do)
-    let mut completed: Option<HashSet<&[u8]>> = repeats(&pairs).then(HashSet::new);
-    for (&(id, token), row) in pairs.iter().zip(&rows) {
-        if completed.as_ref().is_some_and(|done| done.contains(id)) {
-            answers.push(Answer::NotHeld);
-            continue;
-        }
-        let checked = job_checks(
+    // 4.–5. each pair's own checks, COMPLETE's, in order
+    let (answers, settles, _) = check_each(&pairs, &rows, |_, id, token, row| {
+        let held = job_checks(
             &h,
             &fence,
             &q,
@@ -86,24 +77,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             (id, token),
             LeaseCheck::Remove,
             &[],
-        );
-        answers.push(match checked {
-            Ok(Some((_, window))) => {
-                if let Some(done) = completed.as_mut() {
-                    done.insert(id);
-                }
-                settles.push(Settle {
-                    id,
-                    token,
-                    row,
-                    window,
-                });
-                Answer::Completed
-            }
-            Ok(None) => Answer::NotHeld,
-            Err(r) => pair_refusal(r)?,
-        });
-    }
+        )?;
+        Ok(held.map(|(_, window)| ((), window)))
+    })?;
     // 4.–7. the queue's checks for all of them (a refusal there refuses the command), then the
     // writes, each replicated as its effect; then the outcomes, told while the queue has result
     // waiters
@@ -126,6 +102,60 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             h.publish(channel, b"completed")?;
         }
     }
+    reply(ctx, &answers);
+    Ok(ValkeyValue::NoReply)
+}
+
+/// A batch's checks: each job's answer, the jobs to settle, and what was kept of each of them.
+pub type Checked<'a, K> = (Vec<Answer>, Vec<Settle<'a>>, Vec<K>);
+
+/// Steps 4–5 of a batch: each job's own checks, in order (`check` of its place, id, token and row:
+/// `None` when not held, else what the verb keeps of it and its window's writes); an id completed
+/// earlier in the command has no row left by then (0).
+pub fn check_each<'a, K>(
+    pairs: &[(&'a [u8], &'a [u8])],
+    rows: &'a [KeyName],
+    mut check: impl FnMut(
+        usize,
+        &'a [u8],
+        &'a [u8],
+        &'a [u8],
+    ) -> Result<Option<(K, Vec<Op<'static>>)>, Refusal>,
+) -> Result<Checked<'a, K>, Refusal> {
+    let mut answers = Vec::with_capacity(pairs.len());
+    let mut settles: Vec<Settle> = Vec::with_capacity(pairs.len());
+    let mut kept = Vec::new();
+    // the ids completed so far, kept only when an id repeats (a batch's ids seldom do)
+    let mut completed: Option<HashSet<&[u8]>> =
+        repeats(pairs.iter().map(|(id, _)| *id)).then(HashSet::new);
+    for (at, (&(id, token), row)) in pairs.iter().zip(rows).enumerate() {
+        if completed.as_ref().is_some_and(|done| done.contains(id)) {
+            answers.push(Answer::NotHeld);
+            continue;
+        }
+        answers.push(match check(at, id, token, row) {
+            Ok(Some((keep, window))) => {
+                if let Some(done) = completed.as_mut() {
+                    done.insert(id);
+                }
+                settles.push(Settle {
+                    id,
+                    token,
+                    row,
+                    window,
+                });
+                kept.push(keep);
+                Answer::Completed
+            }
+            Ok(None) => Answer::NotHeld,
+            Err(r) => pair_refusal(r)?,
+        });
+    }
+    Ok((answers, settles, kept))
+}
+
+/// The reply: one element per pair, in order.
+pub fn reply(ctx: &Context, answers: &[Answer]) {
     ffi::reply_array(ctx, answers.len());
     for answer in answers {
         match answer {
@@ -134,7 +164,6 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             Answer::Refused(r) => ffi::reply_error(ctx, &r.to_string()),
         }
     }
-    Ok(ValkeyValue::NoReply)
 }
 
 #[cfg(test)]
@@ -144,11 +173,11 @@ mod tests {
 
     #[test]
     fn repeats_finds_an_id_in_two_pairs() {
-        let pair = |id: &'static str| (id.as_bytes(), b"1".as_slice());
-        assert!(!repeats(&[pair("a")]));
-        assert!(!repeats(&[pair("b"), pair("a"), pair("c")]));
-        assert!(repeats(&[pair("b"), pair("a"), pair("b")]));
-        assert!(repeats(&[pair("a"), pair("a")]));
+        let ids = |ids: &[&'static str]| ids.iter().map(|id| id.as_bytes()).collect::<Vec<_>>();
+        assert!(!repeats(ids(&["a"]).into_iter()));
+        assert!(!repeats(ids(&["b", "a", "c"]).into_iter()));
+        assert!(repeats(ids(&["b", "a", "b"]).into_iter()));
+        assert!(repeats(ids(&["a", "a"]).into_iter()));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The verbs, one file each, named after the verb: the thirteen of the job core, the bus
 //! verbs (append, failures_incr, publish), then the optional ones (BCLAIM; remove, cancel,
-//! purge, drain; enqueue_unique; claims, completes). Every file runs SPEC §5's check
+//! purge, drain; enqueue_unique; claims, completes, publishes). Every file runs SPEC §5's check
 //! order in the same visible steps: shape, layout, arguments, fence, reads and checks,
 //! writes (replicated as effects by the host).
 
@@ -21,6 +21,7 @@ pub mod fail;
 pub mod failures_incr;
 pub mod promote;
 pub mod publish;
+pub mod publishes;
 pub mod purge;
 pub mod remove;
 pub mod reprocess;

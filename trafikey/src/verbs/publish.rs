@@ -5,10 +5,11 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{num, op, Cmd, Expect};
+use crate::decide::{num, op, Cmd, Expect, Op};
+use crate::errors::Refusal;
 use crate::ffi::Kind;
 use crate::grammar::{self, Argc};
-use crate::host::{int, Host};
+use crate::host::{int, Fence, Host, Seen};
 use crate::verbs::{complete::completion, field, LeaseCheck, HELD};
 
 pub const VERB: &str = "EMQ.PUBLISH";
@@ -45,38 +46,14 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         return Ok(int(0));
     };
     if retention > 0 {
-        fence.read(&done)?;
-        let kind = h.kind(&done)?;
-        if !matches!(kind, Kind::Empty | Kind::Hash) {
-            return Err(crate::errors::Refusal::WrongType.into());
-        }
-        fence.write(&done)?;
-        if kind == Kind::Hash {
-            // an older record of the same id (completed before, enqueued again) goes whole
-            plan.push(op(Cmd::Del, &[&done], Expect::Int(1)));
-        }
-        let n = HELD.len();
-        let mut record: Vec<&[u8]> = vec![
-            &done,
-            b"result",
-            result,
-            b"attempts",
-            token,
-            b"finished",
-            &finished,
-        ];
-        for (name, at) in [(b"created".as_slice(), n), (b"started".as_slice(), n + 1)] {
-            if let Some(value) = field(&seen, at) {
-                record.extend([name, value]);
-            }
-        }
-        plan.push(op(Cmd::Hset, &record, Expect::AnyInt));
-        plan.push(op(Cmd::Pexpireat, &[&done, &expires], Expect::Int(1)));
-        // planted (bus): the completed record is kept forever
-        #[cfg(feature = "planted")]
-        if crate::plant::on("publish.keep_forever") {
-            plan.pop();
-        }
+        let older = done_checks(&h, &fence, &done)?;
+        done_writes(
+            &mut plan,
+            (&done, older),
+            (token, result),
+            (&finished, &expires),
+            &seen,
+        );
     }
     let channel = bus::outcome_channel(&fence, &q, id)?;
     // 6.–7. writes, each replicated as its effect; then the outcome, told
@@ -85,4 +62,54 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         h.publish(&channel, b"completed")?;
     }
     Ok(int(1))
+}
+
+/// Step 5 of keeping a job's completed record `done` (retention above 0): readable, a hash or
+/// nothing (else `WRONGTYPE`), writable. Whether an older record is there.
+pub fn done_checks(h: &Host<'_>, fence: &Fence<'_>, done: &[u8]) -> Result<bool, Refusal> {
+    fence.read(done)?;
+    let kind = h.kind(done)?;
+    if !matches!(kind, Kind::Empty | Kind::Hash) {
+        return Err(Refusal::WrongType);
+    }
+    fence.write(done)?;
+    Ok(kind == Kind::Hash)
+}
+
+/// The completed record's writes, added to `plan`: an `older` record goes whole, then the result,
+/// the attempts (`token`), when it finished, and the row's `created` and `started` (`seen` after
+/// `HELD`) when it had them; expiring at `expires`.
+pub fn done_writes<'a>(
+    plan: &mut Vec<Op<'a>>,
+    (done, older): (&'a [u8], bool),
+    (token, result): (&'a [u8], &'a [u8]),
+    (finished, expires): (&'a [u8], &'a [u8]),
+    seen: &'a Seen,
+) {
+    if older {
+        // an older record of the same id (completed before, enqueued again) goes whole
+        plan.push(op(Cmd::Del, &[done], Expect::Int(1)));
+    }
+    let n = HELD.len();
+    let mut record: Vec<&[u8]> = vec![
+        done,
+        b"result",
+        result,
+        b"attempts",
+        token,
+        b"finished",
+        finished,
+    ];
+    for (name, at) in [(b"created".as_slice(), n), (b"started".as_slice(), n + 1)] {
+        if let Some(value) = field(seen, at) {
+            record.extend([name, value]);
+        }
+    }
+    plan.push(op(Cmd::Hset, &record, Expect::AnyInt));
+    plan.push(op(Cmd::Pexpireat, &[done, expires], Expect::Int(1)));
+    // planted (bus): the completed record is kept forever
+    #[cfg(feature = "planted")]
+    if crate::plant::on("publish.keep_forever") {
+        plan.pop();
+    }
 }

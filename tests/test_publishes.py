@@ -1,0 +1,172 @@
+"""PUBLISHES (docs/spec.md §19): PUBLISH for many (id, token, result) triples in one command, one
+retention for all, on both wires. Each batch is checked against its definition, the same triples
+sent as PUBLISHes in a row to a twin queue set up the same way: the same answers and the same
+dataset (records, events, unique windows and the count included). Each refusal of the whole
+command: its reply, and the dataset unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from echomq import LeaseLost, Queue, hooks
+from echomq.connection import build_call
+from echomq.errors import ArgumentError, CounterError, ShapeError, StateError, WrongType
+from echomq.serializers import RAW
+from echomq.verbs import EXTENDS_MAX_PAIRS
+from helpers import KEEP_MS, fresh_name, queue_unchanged
+from test_completes import LEASE, answers, raw, relative
+
+SCENARIOS = ["normal", "events", "unique", "lost", "refused", "marker", "records"]
+
+
+@pytest.fixture
+def twins(conn):
+    """Two queues on one connection: one publishes with PUBLISHES, the other with PUBLISHes in a row."""
+    return [Queue(conn, fresh_name("pb"), serializer=RAW) for _ in range(2)]
+
+
+def setup(q, scenario):
+    """Five held jobs a..e (one claim of each), then the scenario's drift; the triples to publish."""
+    client = q.connection.client
+    if scenario == "events":
+        client.hset(q.keys.meta, mapping={"events": 100, "waiters": 1})
+    for job_id in "abcde":
+        q.enqueue(b"p" + job_id.encode(), id=job_id)
+    if scenario == "unique":
+        client.hset(q.keys.job("b"), "unique", 50_000)
+        client.hset(q.keys.job("d"), "unique", 40_000)
+    held = {job.id: job.token for job in q.claim_many(5, LEASE)}
+    triples = [(job_id, held[job_id], b"r" + job_id.encode()) for job_id in "abcde"]
+    if scenario == "lost":
+        triples[1] = ("b", "7", b"x")  # another token
+        triples[3] = ("nothing", "1", b"x")  # no row
+        triples.append(("a", held["a"], b"again"))  # completed earlier in the batch: no row by then
+    if scenario == "refused":
+        client.hset(q.keys.job("b"), "state", "pending")  # not active
+        client.zrem(q.keys.active, "c")  # not in active
+        client.hset(q.keys.job("d"), "group", "g")  # a lane row
+        triples.append(("c", held["c"], b"x"))  # again: refused again, as its PUBLISH would be
+    if scenario == "marker":
+        client.hset(q.keys.job("b"), "unique", "soon")  # a window that is not an integer
+        client.hset(q.keys.job("c"), "unique", 1000)
+        client.set(q.keys.key("unique:c"), "x")  # a marker that is not a hash
+    if scenario == "records":
+        client.hset(q.keys.key("done:a"), "result", "older")  # an older record: replaced whole
+        client.set(q.keys.key("done:b"), "x")  # not a hash: natively that triple's WRONGTYPE
+    return triples
+
+
+def flat(triples):
+    return [part for triple in triples for part in triple]
+
+
+@pytest.mark.parametrize("retention", [KEEP_MS, 0])
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_a_batch_is_those_publishes_in_a_row(twins, scenario, retention, wire):
+    batch, by_publish = twins
+    triples = setup(batch, scenario)
+    assert setup(by_publish, scenario) == triples
+    reply = raw(batch, "publishes", retention, *flat(triples))
+    expected = by_publish.connection.round_trip(
+        [build_call("publish", by_publish.keys, (*triple, retention)) for triple in triples])
+    assert len(reply) == len(triples) and answers(reply) == answers(expected)
+    assert 1 in reply
+    assert relative(batch) == relative(by_publish)
+    for (job_id, _, result), answer in zip(triples, reply):  # each record kept its retention after it finished
+        if answer == 1 and retention:
+            done = batch.keys.key(f"done:{job_id}")
+            assert batch.connection.client.hget(done, "result") == result
+            assert 0 < batch.connection.client.pttl(done) <= KEEP_MS, done
+    if scenario == "records" and wire == 6 and retention:
+        assert isinstance(reply[1], WrongType)  # natively that triple's refusal; the script replaces it (§5.6)
+
+
+def test_refused_triples_are_their_errors_and_the_others_publish(twins, wire):
+    q, _ = twins
+    triples = setup(q, "refused")
+    reply = raw(q, "publishes", KEEP_MS, *flat(triples))
+    not_in_active = "EMQSTATE EMQ.PUBLISHES id is not in active"
+    lane = "EMQSTATE lane row is not native" if wire == 6 else "1"  # publish.lua completes it (§5.5)
+    assert [str(r) for r in reply] == ["1", "EMQSTATE EMQ.PUBLISHES row is pending, not active", not_in_active,
+                                       lane, "1", not_in_active]
+    assert all(isinstance(r, StateError) for r in reply if r != 1)
+    assert q.connection.client.hget(q.keys.key("done:a"), "result") == b"ra"
+    assert not q.connection.client.exists(q.keys.key("done:b"), q.keys.key("done:c"))
+
+
+def test_a_malformed_event_switch_refuses_the_whole_batch(twins):
+    q, _ = twins
+    triples = setup(q, "normal")
+    q.connection.client.hset(q.keys.meta, "events", "many")
+    with queue_unchanged(q), pytest.raises(CounterError, match="^EMQ hash value is not an integer$"):
+        raw(q, "publishes", KEEP_MS, *flat(triples))
+    with queue_unchanged(q):  # no triple held: the switch is not read, nothing is written
+        assert raw(q, "publishes", KEEP_MS, "a", "9", "r", "b", "9", "r") == [0, 0]
+
+
+def test_native_refuses_the_whole_command_before_any_write(conn, wire):
+    if wire == 4:
+        pytest.skip("wire 4 is publish.lua's executor: arguments unchecked, the count's HINCRBY fails after "
+                    "the ZREM (§5.6, §19)")
+    q = Queue(conn, fresh_name("pb"), serializer=RAW)
+    triples = setup(q, "normal")
+    client, metrics = conn.client, q.keys.key("metrics:completed")
+    argv = flat(triples)
+    client.set(metrics, "x")
+    with queue_unchanged(q), pytest.raises(WrongType):
+        raw(q, "publishes", KEEP_MS, *argv)
+    client.delete(metrics)
+    client.hset(metrics, "count", 2**63 - 3)  # room for three more, not five
+    with queue_unchanged(q), pytest.raises(CounterError, match="^EMQ increment or decrement would overflow$"):
+        raw(q, "publishes", KEEP_MS, *argv)
+    client.delete(metrics)
+    for bad, refusal in (([KEEP_MS], ShapeError), ([KEEP_MS, *argv[:4]], ShapeError), (argv, ShapeError),
+                         ([-1, *argv], ArgumentError), (["soon", *argv], ArgumentError),
+                         ([KEEP_MS, "", "1", "r"], ArgumentError),
+                         ([2**63 - 1, *argv], ArgumentError),  # the expiry leaves the clock
+                         ([KEEP_MS, *["x", "1", "r"] * (EXTENDS_MAX_PAIRS + 1)], ShapeError)):
+        with queue_unchanged(q), pytest.raises(refusal):
+            raw(q, "publishes", *bad)
+    assert raw(q, "publishes", KEEP_MS, *argv) == [1] * 5
+
+
+def test_a_wrong_typed_active_refuses_the_whole_batch(twins):
+    q, _ = twins
+    triples = setup(q, "normal")
+    client = q.connection.client
+    saved = client.zrange(q.keys.active, 0, -1, withscores=True)
+    client.delete(q.keys.active)
+    client.set(q.keys.active, "x")
+    try:
+        with queue_unchanged(q), pytest.raises(WrongType):
+            raw(q, "publishes", KEEP_MS, *flat(triples))
+    finally:
+        client.delete(q.keys.active)
+        client.zadd(q.keys.active, dict(saved))
+    assert raw(q, "publishes", KEEP_MS, *triples[0]) == [1]
+
+
+def test_a_round_trip_s_publishes_go_as_one_per_retention(twins):
+    """settle_many: the PUBLISH calls of one retention as one PUBLISHES, another retention its own,
+    each call answered as its PUBLISH (a lost lease LeaseLost)."""
+    q, alone = twins
+    calls = []
+    for queue in (q, alone):
+        queue.enqueue_many([b"p"] * 5)
+        jobs = queue.claim_many(5, LEASE)
+        calls.append([queue.publish_call(jobs[0], b"r0", retention_ms=KEEP_MS),
+                      queue.publish_call(jobs[1], b"r1", retention_ms=KEEP_MS - 1),
+                      queue.publish_call(jobs[2], b"r2", retention_ms=KEEP_MS, token=9),
+                      queue.publish_call(jobs[3], b"r3", retention_ms=KEEP_MS - 1),
+                      queue.publish_call(jobs[4], b"r4", retention_ms=KEEP_MS)])
+    sent: list[list[str]] = []
+    unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))
+    try:
+        got = q.settle_many(calls[0])
+    finally:
+        unsubscribe()
+    assert sent == [["publishes", "publishes"]]
+    expected = [answer for call in calls[1] for answer in alone.settle_many([call])]
+    assert [type(a) for a in got] == [type(a) for a in expected]
+    assert got[0] is True and isinstance(got[2], LeaseLost) and got[4] is True
+    assert q.connection.client.hget(q.keys.key(f"done:{calls[0][1].argv[0]}"), "result") == b"r1"
