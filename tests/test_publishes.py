@@ -170,3 +170,21 @@ def test_a_round_trip_s_publishes_go_as_one_per_retention(twins):
     assert [type(a) for a in got] == [type(a) for a in expected]
     assert got[0] is True and isinstance(got[2], LeaseLost) and got[4] is True
     assert q.connection.client.hget(q.keys.key(f"done:{calls[0][1].argv[0]}"), "result") == b"r1"
+
+
+def test_each_published_job_s_outcome_is_told_on_its_channel(twins, wire):
+    """PUBLISH tells `completed` on the job's outcome channel, always (§12): PUBLISHES tells it for each
+    job it completed, none for a triple it did not."""
+    q, _ = twins
+    triples = setup(q, "lost")
+    listener = q.connection.client.pubsub()
+    for job_id in "abcd":
+        listener.ssubscribe(q.keys.key(f"outcome:{job_id}"))
+        assert listener.get_sharded_message(timeout=5)["type"] == "ssubscribe"
+    assert raw(q, "publishes", KEEP_MS, *flat(triples)) == [1, 0, 1, 0, 1, 0]
+    q.connection.client.spublish(q.keys.key("outcome:d"), "marker")  # the last message: every one before it came
+    told = []
+    while (message := listener.get_sharded_message(timeout=5))["data"] != b"marker":
+        told.append((message["channel"].decode().rsplit(":", 1)[1], message["data"]))
+    listener.close()
+    assert told == [("a", b"completed"), ("c", b"completed")]
