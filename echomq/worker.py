@@ -49,6 +49,7 @@ from bisect import bisect_right
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
+from functools import partial
 from itertools import repeat
 from queue import SimpleQueue
 from typing import Any, Awaitable, Callable, Sequence
@@ -263,11 +264,6 @@ class Held:
     #: handler's, which is dropped whenever it comes
     verdict: policy.Outcome | None = None
     ended_s: float | None = None  #: when its outcome was known (returned, raised, timed out): set before it is settled
-
-    def report(self, value: Any) -> None:
-        """APPEND for this attempt: a sync handler's ``ctx.report`` (a bound method costs a job less
-        than a ``functools.partial`` of ``queue.progress``)."""
-        self.queue.progress(self.job, value)
 
 
 class _DaemonPool:
@@ -492,6 +488,9 @@ class Worker:
         self._link_down_until = 0.0
         self._link_failures = 0
         self._stop_at: float | None = None
+        #: no more claims (a signal, stop(), max_jobs, shutdown): set by _stop_claiming with _stop_at,
+        #: a plain attribute as the loop reads it several times a step
+        self.stopping = False
         #: a burst worker found its queues empty while a claiming block was out: none is re-armed until
         #: each has answered (drained)
         self._confirming_empty = False
@@ -501,10 +500,6 @@ class Worker:
         self._aio: aio.Connection | None = None  #: async handlers' producers, on the runner's loop
 
     # -- running ----------------------------------------------------------------
-    @property
-    def stopping(self) -> bool:
-        return self._stop_at is not None
-
     def run(self, *, install_signals: bool | None = None) -> Tally:
         """Work until stopped (signal or :meth:`stop`), then shut down; returns the tally.
 
@@ -535,10 +530,15 @@ class Worker:
     def stop(self, reason: str = "stop requested") -> None:
         """Stop claiming; running jobs get ``grace_s`` to finish. Safe from any thread."""
         if self._stop_at is None or self._stop_at == math.inf:  # a retiring worker's jobs get the grace now
-            self._stop_at = self._clock_ms() + self.config.grace_s * 1000
+            self._stop_claiming(self._clock_ms() + self.config.grace_s * 1000)
             log.info("worker %d: %s: no more claims; %d job(s) held, waiting up to %.1fs for them",
                      os.getpid(), reason, len(self.held), self.config.grace_s)
         self._wake.set()
+
+    def _stop_claiming(self, at_ms: float) -> None:
+        """No claims from here on; the jobs held get until ``at_ms`` (local ms) to finish."""
+        self._stop_at = at_ms
+        self.stopping = True  # after _stop_at: a thread that reads it true finds the time set
 
     def _install_signals(self) -> None:
         def on_signal(signum: int, frame: Any) -> None:
@@ -691,7 +691,7 @@ class Worker:
         """With ``max_jobs`` claimed: no more claims, and the jobs held run to their end (no grace:
         a signal still brings one)."""
         if self.config.max_jobs is not None and self.tally.claimed >= self.config.max_jobs and not self.stopping:
-            self._stop_at = math.inf
+            self._stop_claiming(math.inf)
             log.info("worker %d: %d job(s) claimed, its --max-jobs: no more claims; %d held run to their end",
                      os.getpid(), self.tally.claimed, len(self.held))
 
@@ -1133,7 +1133,7 @@ class Worker:
         is_async = task.is_async
         context, producers = (AsyncJobContext if is_async else JobContext), self._producers[is_async]
         # read once a batch, not once a job
-        claimed_heard, loads = "job.claimed" in hooks.heard, task.serializer.loads
+        claimed_heard, loads, progress = "job.claimed" in hooks.heard, task.serializer.loads, queue.progress
         runs = []
         for job, waited_s in zip(jobs, waits):
             if claimed_heard:  # counted by the batch (_start)
@@ -1143,11 +1143,11 @@ class Worker:
                 # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
                 ctx.children = lambda raw=left: Children(
                     {child: loads(result) for child, result in raw.results.items()}, raw.failures)
-            held = Held(queue, task, job, (job.queue, job.id), ctx, sent, started_s, deadline)
             if self._progress or job.flow or job.group is not None:  # lane_append, flow_append: scripts on both wires
                 # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
                 # async one awaits it on the asyncio connection (the loop's other handlers run on)
-                ctx.report = self._async_report(queue.name, job) if is_async else held.report
+                ctx.report = self._async_report(queue.name, job) if is_async else partial(progress, job)
+            held = Held(queue, task, job, (job.queue, job.id), ctx, sent, started_s, deadline)
             self.held[held.key] = held
             try:
                 payload = None if job.raw_payload is None else loads(job.raw_payload)
@@ -1260,7 +1260,7 @@ class Worker:
     def shutdown(self) -> None:
         """Settle what finished, then release what is still held (REQUEUE, on both wires)."""
         if self._stop_at is None:
-            self._stop_at = self._clock_ms()  # no claims from here on, whatever brought us here
+            self._stop_claiming(self._clock_ms())  # no claims from here on, whatever brought us here
         self._stop_waiters()
         try:
             self.exchange(self._clock_ms())
