@@ -46,7 +46,7 @@ import signal
 import threading
 import time
 from bisect import bisect_right
-from collections import deque
+from collections import defaultdict, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -743,7 +743,7 @@ class Worker:
         with self._outcomes:
             done, self._finished = self._unsettled + self._finished, []
         self._unsettled = []
-        by_queue: dict[str, list[tuple[Held, policy.Settle, Call]]] = {}
+        by_queue: defaultdict[str, list[tuple[Held, policy.Settle, Call]]] = defaultdict(list)  # no list made a job
         for held in done:
             job, task, lost = held.job, held.task, held.ctx.lease_lost
             outcome = held.verdict or held.outcome
@@ -768,7 +768,7 @@ class Worker:
                 self.held.pop(held.key, None)
                 self._emit("job.lost", job, reason=f"{decision.reason}; its outcome is not settled")
                 continue
-            by_queue.setdefault(job.queue, []).append((held, decision, self._settle_call(held, decision, result)))
+            by_queue[job.queue].append((held, decision, self._settle_call(held, decision, result)))
         return by_queue
 
     def _settled(self, name: str, batch: list[tuple[Held, policy.Settle, Call]], answers: list[Any]) -> None:
@@ -778,15 +778,22 @@ class Worker:
         durations = [None if isinstance(reply, Exception) else held.ended_s - held.started_s
                      for (held, _, _), reply in zip(batch, answers)]
         self.timings.duration.observe_many([duration_s for duration_s in durations if duration_s is not None])
+        completed_heard = "job.completed" in hooks.heard  # read once a batch
         for (held, decision, _), reply, duration_s in zip(batch, answers, durations):
-            self._record(held, decision, reply, duration_s)
+            if decision is policy.COMPLETE and duration_s is not None:
+                # the common case, here rather than in _record (a call a job): counted, told only if heard
+                self.tally.completed += 1
+                if completed_heard:
+                    self._tell("job.completed", held.job, duration_s=duration_s)
+            else:
+                self._record(held, decision, reply, duration_s)
+                if isinstance(decision, policy.Postpone) or reply == State.SCHEDULED:
+                    # promote when it falls due, not a whole interval later (plus slack for the two clocks)
+                    wait = decision.delay_ms if isinstance(decision, policy.Postpone) else decision.backoff_ms
+                    self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
             self.held.pop(held.key, None)
             if held.job.flow:  # a parent (in any queue served) may be ready now: poll the flow sets
                 self._next_flow_poll = dict.fromkeys(self._next_flow_poll, 0.0)
-            if isinstance(decision, policy.Postpone) or reply == State.SCHEDULED:
-                # promote when it falls due, not a whole interval later (plus slack for the two clocks)
-                wait = decision.delay_ms if isinstance(decision, policy.Postpone) else decision.backoff_ms
-                self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
 
     def _polled(self, name: str, now: float, *, found: bool, paused: bool) -> None:
         """After a claim: claim again at once while the queue gives jobs; else a waiter watches it
@@ -883,7 +890,8 @@ class Worker:
         return claimed
 
     def _record(self, held: Held, decision: policy.Settle, reply: Any, duration_s: float | None) -> None:
-        """Count and tell a settle's answer; ``duration_s``: the attempt's run time (None: refused)."""
+        """Count and tell a settle's answer other than a completion (_settled counts those);
+        ``duration_s``: the attempt's run time (None: the server refused the settle)."""
         job = held.job
         if duration_s is None:
             # the fence (a 0, or wire 6's EMQSTATE for a row no longer active): someone else holds
@@ -893,11 +901,7 @@ class Worker:
                        if isinstance(reply, LeaseLost) else
                        f"settle refused by the server ({reply}); the sweep recovers it after its lease")
             return
-        if decision is policy.COMPLETE:  # the common case first: counted here, told only if heard
-            self.tally.completed += 1
-            if "job.completed" in hooks.heard:
-                self._tell("job.completed", job, duration_s=duration_s)
-        elif isinstance(decision, policy.Postpone):
+        if isinstance(decision, policy.Postpone):
             self._emit("job.delayed", job, delay_ms=decision.delay_ms, duration_s=duration_s)
         elif reply == State.DEAD:
             self._emit("job.dead", job, error=decision.error, max_attempts=decision.max_attempts, duration_s=duration_s)
