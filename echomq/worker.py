@@ -1138,6 +1138,7 @@ class Worker:
         context, producers = (AsyncJobContext if is_async else JobContext), self._producers[is_async]
         # read once a batch, not once a job
         claimed_heard, loads, progress = "job.claimed" in hooks.heard, task.serializer.loads, queue.progress
+        arity = task.arity  # the handler gets (payload, ctx)[:arity]
         runs = []
         for job, waited_s in zip(jobs, waits):
             if claimed_heard:  # counted by the batch (_start)
@@ -1164,7 +1165,7 @@ class Worker:
                 with self._outcomes:
                     self._finished.append(held)
                 continue
-            runs.append((held, task.arguments(payload, ctx)))
+            runs.append((held, (payload, ctx)[:arity]))
         return runs
 
     def _run_sync(self, held: Held, args: tuple[Any, ...]) -> None:

@@ -75,6 +75,19 @@ def test_every_job_is_processed_exactly_once(conn, kind):
     assert queue.counts().total == 0
 
 
+def test_each_handler_gets_the_arguments_it_takes(conn):
+    got = {}
+    names = {kind: fresh_name(f"args-{kind}") for kind in ("none", "one", "two", "star")}
+    app = App()
+    app.handler(names["none"], lambda: got.setdefault("none", ()))
+    app.handler(names["one"], lambda payload: got.setdefault("one", (payload,)))
+    app.handler(names["two"], lambda payload, ctx: got.setdefault("two", (payload, ctx.id)))
+    app.handler(names["star"], lambda *args: got.setdefault("star", (args[0], args[1].id)))
+    ids = {kind: Queue(conn, name).enqueue(kind).id for kind, name in names.items()}
+    Worker(app, conn, config=WorkerConfig(burst=True)).run(install_signals=False)
+    assert got == {"none": (), "one": ("one",), "two": ("two", ids["two"]), "star": ("star", ids["star"])}
+
+
 def test_retry_then_success(conn):
     name, attempts = fresh_name("w"), []
 
