@@ -1139,18 +1139,22 @@ class Worker:
         # read once a batch, not once a job
         claimed_heard, loads, progress = "job.claimed" in hooks.heard, task.serializer.loads, queue.progress
         arity = task.arity  # the handler gets (payload, ctx)[:arity]
+        # what only a handler reads off its context (its progress reporter, a flow parent's children) is
+        # built only for one that takes it: for one that does not, nothing could ever call it
+        reads_ctx = arity == 2
         runs = []
         for job, waited_s in zip(jobs, waits):
             if claimed_heard:  # counted by the batch (_start)
                 self._tell("job.claimed", job, waited_s=waited_s, trace=job.trace)
             ctx = context(job.id, task.queue, job.attempt, producers)
-            if children and (left := children.get(job.id)) is not None:
+            if reads_ctx and children and (left := children.get(job.id)) is not None:
                 # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
                 ctx.children = lambda raw=left: Children(
                     {child: loads(result) for child, result in raw.results.items()}, raw.failures)
-            if self._progress or job.flow or job.group is not None:  # lane_append, flow_append: scripts on both wires
-                # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
-                # async one awaits it on the asyncio connection (the loop's other handlers run on)
+            if reads_ctx and (self._progress or job.flow or job.group is not None):
+                # one APPEND (lane_append, flow_append: scripts on both wires): a sync handler sends it from
+                # its own thread on the connection's pool, an async one awaits it on the asyncio connection
+                # (the loop's other handlers run on)
                 ctx.report = self._async_report(queue.name, job) if is_async else partial(progress, job)
             held = Held(queue, task, job, (job.queue, job.id), ctx, sent, started_s, deadline)
             self.held[held.key] = held
