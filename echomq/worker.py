@@ -315,27 +315,25 @@ class _DaemonPool:
     def _run(self) -> None:
         me = threading.Lock()
         me.acquire()
-        ran = False
+        counted_free = True  # by _add or _wake_one; not while it runs a handler
         while True:
             with self._mutex:
-                if ran:
-                    self._free += 1
+                if counted_free:
+                    self._free -= 1  # it takes work, sleeps or ends now
                 if self._closed:
-                    self._free -= 1
                     return
-                if not self._work:
-                    self._free -= 1
-                    self._sleeping.append(me)
-                    item = None
-                else:
+                if self._work:
                     item = self._work.popleft()
-                    self._free -= 1
                     if self._work and not self._free:
                         self._wake_one()  # the next queued job needs a thread of its own
-            ran = item is not None
+                else:
+                    self._sleeping.append(me)
+                    item = None
             if item is None:
-                me.acquire()  # until a submit or the shutdown releases it
+                me.acquire()  # until a submit or the shutdown releases it (_wake_one counts it free)
+                counted_free = True
                 continue
+            counted_free = False
             fn, args = item
             try:
                 fn(*args)
