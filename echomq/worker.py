@@ -253,7 +253,9 @@ class Held:
     task: Task
     job: Job
     key: tuple[str, str]  #: (queue, id): its place in ``Worker.held``
-    ctx: JobContext
+    #: what the handler sees; None for a handler that takes no context (arity < 2): nothing could read
+    #: one, and a JobContext a job cost ~2.5k instructions. The lost flag is then this record's own
+    ctx: JobContext | None
     renewed_at: float  #: local ms when the claim or the last renewal that reached the server was sent
     started_s: float  #: when its claim batch was handed to the handlers (time.monotonic)
     deadline: float | None = None  #: local ms when the handler's timeout runs out (None: no timeout)
@@ -264,6 +266,20 @@ class Held:
     #: handler's, which is dropped whenever it comes
     verdict: policy.Outcome | None = None
     ended_s: float | None = None  #: when its outcome was known (returned, raised, timed out): set before it is settled
+    _lost: bool = False  #: the lost flag of a job whose handler takes no context
+
+    @property
+    def lease_lost(self) -> bool:
+        """The worker knows it no longer holds the job: its context's ``lease_lost`` (which a handler's
+        refused progress report sets too), or its own flag when the handler takes no context."""
+        return self._lost if self.ctx is None else self.ctx.lease_lost
+
+    def mark_lost(self) -> None:
+        """The lease is gone: the handler's context says so from now (``ctx.lease_lost``, ``ctx.lost``)."""
+        if self.ctx is None:
+            self._lost = True
+        else:
+            self.ctx.mark_lost()
 
 
 class _DaemonPool:
@@ -672,7 +688,7 @@ class Worker:
 
     def _next_scan_ms(self) -> float:
         """When a held job's timeout or lease runs out first (time_out, give_up_expired)."""
-        live = [h for h in self.held.values() if not h.ctx.lease_lost]
+        live = [h for h in self.held.values() if not h.lease_lost]
         times = [h.renewed_at + self.config.lease.lease_ms for h in live]
         times += [h.deadline for h in live if h.deadline is not None and h.verdict is None and h.outcome is None]
         return min(times, default=float("inf"))
@@ -743,7 +759,7 @@ class Worker:
         self._unsettled = []
         by_queue: defaultdict[str, list[tuple[Held, policy.Settle, Call]]] = defaultdict(list)  # no list made a job
         for held in done:
-            job, task, lost = held.job, held.task, held.ctx.lease_lost
+            job, task, lost = held.job, held.task, held.lease_lost
             outcome = held.verdict or held.outcome
             result = None
             if isinstance(outcome, policy.Returned) and (self.bus and task.result_ttl_ms or job.flow):
@@ -1028,7 +1044,7 @@ class Worker:
         if now < self._next_tick:
             return
         self._next_tick = now + self.config.lease.renew_every_ms
-        live = {key: held for key, held in self.held.items() if not held.ctx.lease_lost}
+        live = {key: held for key, held in self.held.items() if not held.lease_lost}
         due = policy.select_renewals({key: held.renewed_at for key, held in live.items()}, now, self.config.lease)
         by_queue: dict[str, list[Held]] = {}
         for key in due:
@@ -1054,7 +1070,7 @@ class Worker:
         its place in the pool. Either way the lease is no longer renewed and the handler's own
         outcome is dropped."""
         running = {key: held.deadline for key, held in self.held.items() if held.deadline is not None
-                   and held.verdict is None and held.outcome is None and not held.ctx.lease_lost}
+                   and held.verdict is None and held.outcome is None and not held.lease_lost}
         for key in policy.select_timed_out(running, now):
             held = self.held[key]
             timeout_s = self._timeout_s(held.task)
@@ -1065,7 +1081,7 @@ class Worker:
                 held.ended_s = time.monotonic()
                 self._ended += 1
                 self._finished.append(held)
-            held.ctx.mark_lost()
+            held.mark_lost()
             if held.task.is_async:
                 held.future.cancel()
             elif self._pool is not None:
@@ -1078,14 +1094,14 @@ class Worker:
         return self.config.timeout_s if self.config.timeout_s is not None else task.timeout
 
     def give_up_expired(self, now: float) -> None:
-        live = {key: held.renewed_at for key, held in self.held.items() if not held.ctx.lease_lost}
+        live = {key: held.renewed_at for key, held in self.held.items() if not held.lease_lost}
         for key in policy.select_expired(live, now, self.config.lease):
             self._lose(self.held[key], "no renewal reached the server within the lease")
 
     def _lose(self, held: Held, reason: str | None) -> None:
         """Tell the handler its lease is gone; its outcome will be dropped when it finishes.
         (A sync handler that never looks at ``ctx.lease_lost`` keeps its slot until it returns.)"""
-        held.ctx.mark_lost()
+        held.mark_lost()
         if held.future is not None and held.task.is_async:
             held.future.cancel()
         if reason:
@@ -1137,19 +1153,19 @@ class Worker:
         # read once a batch, not once a job
         claimed_heard, loads, progress = "job.claimed" in hooks.heard, task.serializer.loads, queue.progress
         arity = task.arity  # the handler gets (payload, ctx)[:arity]
-        # what only a handler reads off its context (its progress reporter, a flow parent's children) is
-        # built only for one that takes it: for one that does not, nothing could ever call it
-        reads_ctx = arity == 2
+        # a context (with its progress reporter, a flow parent's children) is built only for a handler
+        # that takes one: for one that does not, nothing could ever read it (Held.ctx)
+        takes_ctx = arity == 2
         runs = []
         for job, waited_s in zip(jobs, waits):
             if claimed_heard:  # counted by the batch (_start)
                 self._tell("job.claimed", job, waited_s=waited_s, trace=job.trace)
-            ctx = context(job.id, task.queue, job.attempt, producers)
-            if reads_ctx and children and (left := children.get(job.id)) is not None:
+            ctx = context(job.id, task.queue, job.attempt, producers) if takes_ctx else None
+            if ctx is not None and children and (left := children.get(job.id)) is not None:
                 # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
                 ctx.children = lambda raw=left: Children(
                     {child: loads(result) for child, result in raw.results.items()}, raw.failures)
-            if reads_ctx and (self._progress or job.flow or job.group is not None):
+            if ctx is not None and (self._progress or job.flow or job.group is not None):
                 # one APPEND (lane_append, flow_append: scripts on both wires): a sync handler sends it from
                 # its own thread on the connection's pool, an async one awaits it on the asyncio connection
                 # (the loop's other handlers run on)
@@ -1273,7 +1289,7 @@ class Worker:
             self.exchange(self._clock_ms())
         except (EchoMQError, *LINK_ERRORS) as exc:
             log.warning("worker %d: could not settle finished jobs at shutdown: %s", os.getpid(), exc)
-        still = [held for held in self.held.values() if not held.ctx.lease_lost]
+        still = [held for held in self.held.values() if not held.lease_lost]
         for held in still:
             self._lose(held, None)  # first: its outcome must never be settled now (logged below, all at once)
         if still:

@@ -284,6 +284,28 @@ def test_a_lease_found_lost_at_renewal_tells_the_handler_and_is_never_settled(co
     assert queue.metrics()["completed"] == 1
 
 
+def test_a_handler_without_a_context_has_its_lost_lease_kept_by_the_worker_and_is_never_settled(conn, caplog):
+    name, clock, release = fresh_name("w"), FakeClock(), threading.Event()
+    queue = Queue(conn, name)
+    job = queue.enqueue({})
+    worker, held = _held_worker(conn, name, lambda payload: release.wait(10), clock)
+    assert held.ctx is None and not held.lease_lost  # nothing could read a context: none is built
+    other = _expire_and_reclaim(conn, queue, job.id)
+
+    clock.now += 100  # the next renewal tick: EXTENDS answers 0
+    worker.step()
+    assert held.lease_lost
+    release.set()
+    wait_until(lambda: held.outcome is not None, what="the handler to return")
+    with caplog.at_level(logging.WARNING, logger="echomq.worker"):
+        worker.step()
+    assert worker.tally.lost == 1 and worker.tally.completed == 0 and not worker.held
+    assert "lease lost while the handler ran; its outcome is not settled" in caplog.text  # dropped, not sent
+    assert queue.metrics()["completed"] == 0
+    queue.complete(other)
+    assert queue.metrics()["completed"] == 1
+
+
 def test_an_async_handler_is_cancelled_when_its_lease_is_lost(conn):
     name, clock, cancelled = fresh_name("w"), FakeClock(), threading.Event()
 
