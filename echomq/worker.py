@@ -580,10 +580,11 @@ class Worker:
             self.exchange(now)
             self.claim_flows(self._clock_ms())
             self._retire_when_done()
-            scan = self._clock_ms() >= self._scan_at
+            now = self._clock_ms()  # one read for the scans and the renewal: no round trip between them
+            scan = now >= self._scan_at
             if scan:
-                self.time_out(self._clock_ms())
-            self.renew(self._clock_ms())
+                self.time_out(now)
+            self.renew(now)
             if scan:
                 self.give_up_expired(self._clock_ms())
                 self._scan_at = self._next_scan_ms()
@@ -786,28 +787,25 @@ class Worker:
         return by_queue
 
     def _settled(self, name: str, batch: list[tuple[Held, policy.Settle, Call]], answers: list[Any]) -> None:
-        settled_at = self._clock_ms()
-        # each run time (None for a settle the server refused: not counted), observed at once
-        # before any of the batch's events is told
-        durations = [None if isinstance(reply, Exception) else held.ended_s - held.started_s
-                     for (held, _, _), reply in zip(batch, answers)]
-        self.timings.duration.observe_many([duration_s for duration_s in durations if duration_s is not None])
         completed_heard = "job.completed" in hooks.heard  # read once a batch
-        for (held, decision, _), reply, duration_s in zip(batch, answers, durations):
-            if decision is policy.COMPLETE and duration_s is not None:
-                # the common case, here rather than in _record (a call a job): counted, told only if heard
-                self.tally.completed += 1
-                if completed_heard:
-                    self._tell("job.completed", held.job, duration_s=duration_s)
+        durations: list[float] = []  # the run times of the settles the server took: observed together
+        for (held, decision, _), reply in zip(batch, answers):
+            if isinstance(reply, Exception):
+                self._refused(held, reply)
             else:
-                self._record(held, decision, reply, duration_s)
-                if isinstance(decision, policy.Postpone) or reply == State.SCHEDULED:
-                    # promote when it falls due, not a whole interval later (plus slack for the two clocks)
-                    wait = decision.delay_ms if isinstance(decision, policy.Postpone) else decision.backoff_ms
-                    self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
+                duration_s = held.ended_s - held.started_s
+                durations.append(duration_s)
+                if decision is policy.COMPLETE:
+                    # the common case, here rather than in _record (a call a job): counted, told only if heard
+                    self.tally.completed += 1
+                    if completed_heard:
+                        self._tell("job.completed", held.job, duration_s=duration_s)
+                else:
+                    self._record(name, held, decision, reply, duration_s)
             self.held.pop(held.key, None)
             if held.job.flow:  # a parent (in any queue served) may be ready now: poll the flow sets
                 self._next_flow_poll = dict.fromkeys(self._next_flow_poll, 0.0)
+        self.timings.duration.observe_many(durations)
 
     def _polled(self, name: str, now: float, *, found: bool, paused: bool) -> None:
         """After a claim: claim again at once while the queue gives jobs; else a waiter watches it
@@ -903,18 +901,23 @@ class Worker:
             claimed += len(jobs)
         return claimed
 
-    def _record(self, held: Held, decision: policy.Settle, reply: Any, duration_s: float | None) -> None:
-        """Count and tell a settle's answer other than a completion (_settled counts those);
-        ``duration_s``: the attempt's run time (None: the server refused the settle)."""
+    def _refused(self, held: Held, reply: Exception) -> None:
+        """A settle the server refused. The fence (a 0, or wire 6's EMQSTATE for a row no longer active):
+        someone else holds the job now, or the sweep moved it; this attempt's outcome is void. Any other
+        refusal writes nothing either: the job stays active until its lease runs out."""
+        self._emit("job.lost", held.job, reason=f"settle refused, the lease is gone ({reply}); not settled by this worker"
+                   if isinstance(reply, LeaseLost) else
+                   f"settle refused by the server ({reply}); the sweep recovers it after its lease")
+
+    def _record(self, name: str, held: Held, decision: policy.Fail | policy.Postpone, reply: Any,
+                duration_s: float) -> None:
+        """A retry's, a death's or a delay's settle the server took: a job scheduled again is expected due
+        on ``name``'s timers; the event counted and told (``duration_s``: the attempt's run time)."""
+        if isinstance(decision, policy.Postpone) or reply == State.SCHEDULED:
+            # promote when it falls due, not a whole interval later (plus slack for the two clocks)
+            wait = decision.delay_ms if isinstance(decision, policy.Postpone) else decision.backoff_ms
+            self.timers.expect_due(name, self._clock_ms() + wait + PROMOTE_SLACK_MS)
         job = held.job
-        if duration_s is None:
-            # the fence (a 0, or wire 6's EMQSTATE for a row no longer active): someone else holds
-            # the job now, or the sweep moved it; this attempt's outcome is void. Any other refusal
-            # writes nothing either: the job stays active until its lease runs out
-            self._emit("job.lost", job, reason=f"settle refused, the lease is gone ({reply}); not settled by this worker"
-                       if isinstance(reply, LeaseLost) else
-                       f"settle refused by the server ({reply}); the sweep recovers it after its lease")
-            return
         if isinstance(decision, policy.Postpone):
             self._emit("job.delayed", job, delay_ms=decision.delay_ms, duration_s=duration_s)
         elif reply == State.DEAD:
