@@ -235,7 +235,8 @@ class Task:
     #: ``"1000/h"``): a worker sets it on the queue at start; None leaves the queue's as it is
     rate_limit: RateLimit | None = None
     partitions: int = 1  #: sub-queues the queue spreads over (docs/cluster.md "Partitioned queues")
-    arity: int = field(init=False, repr=False)  #: how many of (payload, ctx) the handler takes
+    #: how many of (payload, ctx) the handler takes: the worker passes it ``(payload, ctx)[:arity]``
+    arity: int = field(init=False, repr=False)
     is_async: bool = field(init=False, repr=False)  #: an ``async def`` handler, run on the asyncio loop
     #: ``result_ttl`` in ms, as COMPLETE's retention (read for every job the worker settles)
     result_ttl_ms: int = field(init=False, repr=False, compare=False)
@@ -264,9 +265,6 @@ class Task:
     @property
     def name(self) -> str:
         return getattr(self.fn, "__qualname__", repr(self.fn))
-
-    def arguments(self, payload: Any, ctx: JobContext) -> tuple[Any, ...]:
-        return (payload, ctx)[: self.arity]
 
     def on(self, connection: Any) -> Any:
         """This task's :class:`~echomq.Queue` on ``connection`` (to enqueue jobs for it); a

@@ -45,8 +45,8 @@ import random
 import signal
 import threading
 import time
-from bisect import bisect_left
-from collections import deque
+from bisect import bisect_right
+from collections import defaultdict, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -162,34 +162,52 @@ WAIT_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0
 
 class Histogram:
     """Observations counted into fixed buckets, with their sum: what a Prometheus histogram
-    exports, kept without ``prometheus_client`` (a worker runs without it)."""
+    exports, kept without ``prometheus_client`` (a worker runs without it).
+
+    Observed values are kept as they come and binned in bulk -- sorted once, then each bound's
+    count is one binary search -- when a snapshot is read or :data:`BIN_AT` of them gathered
+    (which bounds the memory). Binning each value as it came cost ~2k instructions a value,
+    twice a job (its pending wait, its run time); in bulk it is a few hundred."""
+
+    #: values kept unbinned at most: then they are binned (a worker nobody scrapes holds no more)
+    BIN_AT = 1024
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(bounds)
-        # each bucket's count (the last bound's is +Inf), then the sum: observed by one thread
-        # (the worker's control thread), read by a scrape's in one copy of the list (one C call
-        # under the GIL), so counts and sum always read together without a lock a job
-        self._counts_and_sum: list[float] = [0] * (len(self.bounds) + 1) + [0.0]
+        #: observing (the worker's control thread) and binning for a snapshot (a scrape's thread) take turns
+        self._lock = threading.Lock()
+        self._unbinned: list[float] = []
+        self._at_most: list[int] = [0] * len(self.bounds)  #: how many binned values were <= each bound
+        self._count = 0
+        self._sum = 0.0
 
-    def observe(self, value: float) -> None:
-        counts = self._counts_and_sum
-        counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value (len: +Inf)
-        counts[-1] += value
+    def observe_many(self, values: list[float]) -> None:
+        """Observe each of ``values`` (a claim batch's, a settle's: one call, one lock)."""
+        with self._lock:
+            self._unbinned += values
+            if len(self._unbinned) >= self.BIN_AT:
+                self._bin()
+
+    def _bin(self) -> None:
+        """Under the lock: the values kept so far into the counts and the sum."""
+        values, self._unbinned = self._unbinned, []
+        self._sum = sum(values, self._sum)  # in the order observed
+        self._count += len(values)
+        values.sort()
+        for at, bound in enumerate(self.bounds):
+            self._at_most[at] += bisect_right(values, bound)
 
     def snapshot(self) -> tuple[list[tuple[float, int]], float]:
         """The cumulative count at each bound (the last at +Inf) and the sum, read together."""
-        *counts, total = list(self._counts_and_sum)
-        running, cumulative = 0, []
-        for bound, count in zip((*self.bounds, float("inf")), counts):
-            running += int(count)
-            cumulative.append((bound, running))
-        return cumulative, total
+        with self._lock:
+            self._bin()
+            return [*zip(self.bounds, self._at_most), (float("inf"), self._count)], self._sum
 
 
 @dataclass
 class Timings:
     """How long this worker's jobs ran and waited: every ``duration_s`` and ``waited_s`` its
-    ``job.*`` events carry (``emq worker --metrics-port`` exports them; ``Worker._emit`` observes them)."""
+    ``job.*`` events carry (``emq worker --metrics-port`` exports them; the worker observes them by batch)."""
 
     duration: Histogram = field(default_factory=lambda: Histogram(DURATION_BUCKETS_S))
     waited: Histogram = field(default_factory=lambda: Histogram(WAIT_BUCKETS_S))
@@ -235,7 +253,9 @@ class Held:
     task: Task
     job: Job
     key: tuple[str, str]  #: (queue, id): its place in ``Worker.held``
-    ctx: JobContext
+    #: what the handler sees; None for a handler that takes no context (arity < 2): nothing could read
+    #: one, and a JobContext a job cost ~2.5k instructions. The lost flag is then this record's own
+    ctx: JobContext | None
     renewed_at: float  #: local ms when the claim or the last renewal that reached the server was sent
     started_s: float  #: when its claim batch was handed to the handlers (time.monotonic)
     deadline: float | None = None  #: local ms when the handler's timeout runs out (None: no timeout)
@@ -246,6 +266,20 @@ class Held:
     #: handler's, which is dropped whenever it comes
     verdict: policy.Outcome | None = None
     ended_s: float | None = None  #: when its outcome was known (returned, raised, timed out): set before it is settled
+    _lost: bool = False  #: the lost flag of a job whose handler takes no context
+
+    @property
+    def lease_lost(self) -> bool:
+        """The worker knows it no longer holds the job: its context's ``lease_lost`` (which a handler's
+        refused progress report sets too), or its own flag when the handler takes no context."""
+        return self._lost if self.ctx is None else self.ctx.lease_lost
+
+    def mark_lost(self) -> None:
+        """The lease is gone: the handler's context says so from now (``ctx.lease_lost``, ``ctx.lost``)."""
+        if self.ctx is None:
+            self._lost = True
+        else:
+            self.ctx.mark_lost()
 
 
 class _DaemonPool:
@@ -297,27 +331,25 @@ class _DaemonPool:
     def _run(self) -> None:
         me = threading.Lock()
         me.acquire()
-        ran = False
+        counted_free = True  # by _add or _wake_one; not while it runs a handler
         while True:
             with self._mutex:
-                if ran:
-                    self._free += 1
+                if counted_free:
+                    self._free -= 1  # it takes work, sleeps or ends now
                 if self._closed:
-                    self._free -= 1
                     return
-                if not self._work:
-                    self._free -= 1
-                    self._sleeping.append(me)
-                    item = None
-                else:
+                if self._work:
                     item = self._work.popleft()
-                    self._free -= 1
                     if self._work and not self._free:
                         self._wake_one()  # the next queued job needs a thread of its own
-            ran = item is not None
+                else:
+                    self._sleeping.append(me)
+                    item = None
             if item is None:
-                me.acquire()  # until a submit or the shutdown releases it
+                me.acquire()  # until a submit or the shutdown releases it (_wake_one counts it free)
+                counted_free = True
                 continue
+            counted_free = False
             fn, args = item
             try:
                 fn(*args)
@@ -470,6 +502,9 @@ class Worker:
         self._link_down_until = 0.0
         self._link_failures = 0
         self._stop_at: float | None = None
+        #: no more claims (a signal, stop(), max_jobs, shutdown): set by _stop_claiming with _stop_at,
+        #: a plain attribute as the loop reads it several times a step
+        self.stopping = False
         #: a burst worker found its queues empty while a claiming block was out: none is re-armed until
         #: each has answered (drained)
         self._confirming_empty = False
@@ -479,10 +514,6 @@ class Worker:
         self._aio: aio.Connection | None = None  #: async handlers' producers, on the runner's loop
 
     # -- running ----------------------------------------------------------------
-    @property
-    def stopping(self) -> bool:
-        return self._stop_at is not None
-
     def run(self, *, install_signals: bool | None = None) -> Tally:
         """Work until stopped (signal or :meth:`stop`), then shut down; returns the tally.
 
@@ -513,10 +544,15 @@ class Worker:
     def stop(self, reason: str = "stop requested") -> None:
         """Stop claiming; running jobs get ``grace_s`` to finish. Safe from any thread."""
         if self._stop_at is None or self._stop_at == math.inf:  # a retiring worker's jobs get the grace now
-            self._stop_at = self._clock_ms() + self.config.grace_s * 1000
+            self._stop_claiming(self._clock_ms() + self.config.grace_s * 1000)
             log.info("worker %d: %s: no more claims; %d job(s) held, waiting up to %.1fs for them",
                      os.getpid(), reason, len(self.held), self.config.grace_s)
         self._wake.set()
+
+    def _stop_claiming(self, at_ms: float) -> None:
+        """No claims from here on; the jobs held get until ``at_ms`` (local ms) to finish."""
+        self._stop_at = at_ms
+        self.stopping = True  # after _stop_at: a thread that reads it true finds the time set
 
     def _install_signals(self) -> None:
         def on_signal(signum: int, frame: Any) -> None:
@@ -544,10 +580,11 @@ class Worker:
             self.exchange(now)
             self.claim_flows(self._clock_ms())
             self._retire_when_done()
-            scan = self._clock_ms() >= self._scan_at
+            now = self._clock_ms()  # one read for the scans and the renewal: no round trip between them
+            scan = now >= self._scan_at
             if scan:
-                self.time_out(self._clock_ms())
-            self.renew(self._clock_ms())
+                self.time_out(now)
+            self.renew(now)
             if scan:
                 self.give_up_expired(self._clock_ms())
                 self._scan_at = self._next_scan_ms()
@@ -652,7 +689,7 @@ class Worker:
 
     def _next_scan_ms(self) -> float:
         """When a held job's timeout or lease runs out first (time_out, give_up_expired)."""
-        live = [h for h in self.held.values() if not h.ctx.lease_lost]
+        live = [h for h in self.held.values() if not h.lease_lost]
         times = [h.renewed_at + self.config.lease.lease_ms for h in live]
         times += [h.deadline for h in live if h.deadline is not None and h.verdict is None and h.outcome is None]
         return min(times, default=float("inf"))
@@ -669,7 +706,7 @@ class Worker:
         """With ``max_jobs`` claimed: no more claims, and the jobs held run to their end (no grace:
         a signal still brings one)."""
         if self.config.max_jobs is not None and self.tally.claimed >= self.config.max_jobs and not self.stopping:
-            self._stop_at = math.inf
+            self._stop_claiming(math.inf)
             log.info("worker %d: %d job(s) claimed, its --max-jobs: no more claims; %d held run to their end",
                      os.getpid(), self.tally.claimed, len(self.held))
 
@@ -721,9 +758,9 @@ class Worker:
         with self._outcomes:
             done, self._finished = self._unsettled + self._finished, []
         self._unsettled = []
-        by_queue: dict[str, list[tuple[Held, policy.Settle, Call]]] = {}
+        by_queue: defaultdict[str, list[tuple[Held, policy.Settle, Call]]] = defaultdict(list)  # no list made a job
         for held in done:
-            job, task, lost = held.job, held.task, held.ctx.lease_lost
+            job, task, lost = held.job, held.task, held.lease_lost
             outcome = held.verdict or held.outcome
             result = None
             if isinstance(outcome, policy.Returned) and (self.bus and task.result_ttl_ms or job.flow):
@@ -746,20 +783,29 @@ class Worker:
                 self.held.pop(held.key, None)
                 self._emit("job.lost", job, reason=f"{decision.reason}; its outcome is not settled")
                 continue
-            by_queue.setdefault(job.queue, []).append((held, decision, self._settle_call(held, decision, result)))
+            by_queue[job.queue].append((held, decision, self._settle_call(held, decision, result)))
         return by_queue
 
     def _settled(self, name: str, batch: list[tuple[Held, policy.Settle, Call]], answers: list[Any]) -> None:
-        settled_at = self._clock_ms()
+        completed_heard = "job.completed" in hooks.heard  # read once a batch
+        durations: list[float] = []  # the run times of the settles the server took: observed together
         for (held, decision, _), reply in zip(batch, answers):
-            self._record(held, decision, reply)
+            if isinstance(reply, Exception):
+                self._refused(held, reply)
+            else:
+                duration_s = held.ended_s - held.started_s
+                durations.append(duration_s)
+                if decision is policy.COMPLETE:
+                    # the common case, here rather than in _record (a call a job): counted, told only if heard
+                    self.tally.completed += 1
+                    if completed_heard:
+                        self._tell("job.completed", held.job, duration_s=duration_s)
+                else:
+                    self._record(name, held, decision, reply, duration_s)
             self.held.pop(held.key, None)
             if held.job.flow:  # a parent (in any queue served) may be ready now: poll the flow sets
                 self._next_flow_poll = dict.fromkeys(self._next_flow_poll, 0.0)
-            if isinstance(decision, policy.Postpone) or reply == State.SCHEDULED:
-                # promote when it falls due, not a whole interval later (plus slack for the two clocks)
-                wait = decision.delay_ms if isinstance(decision, policy.Postpone) else decision.backoff_ms
-                self.timers.expect_due(name, settled_at + wait + PROMOTE_SLACK_MS)
+        self.timings.duration.observe_many(durations)
 
     def _polled(self, name: str, now: float, *, found: bool, paused: bool) -> None:
         """After a claim: claim again at once while the queue gives jobs; else a waiter watches it
@@ -855,23 +901,24 @@ class Worker:
             claimed += len(jobs)
         return claimed
 
-    def _record(self, held: Held, decision: policy.Settle, reply: Any) -> None:
+    def _refused(self, held: Held, reply: Exception) -> None:
+        """A settle the server refused. The fence (a 0, or wire 6's EMQSTATE for a row no longer active):
+        someone else holds the job now, or the sweep moved it; this attempt's outcome is void. Any other
+        refusal writes nothing either: the job stays active until its lease runs out."""
+        self._emit("job.lost", held.job, reason=f"settle refused, the lease is gone ({reply}); not settled by this worker"
+                   if isinstance(reply, LeaseLost) else
+                   f"settle refused by the server ({reply}); the sweep recovers it after its lease")
+
+    def _record(self, name: str, held: Held, decision: policy.Fail | policy.Postpone, reply: Any,
+                duration_s: float) -> None:
+        """A retry's, a death's or a delay's settle the server took: a job scheduled again is expected due
+        on ``name``'s timers; the event counted and told (``duration_s``: the attempt's run time)."""
+        if isinstance(decision, policy.Postpone) or reply == State.SCHEDULED:
+            # promote when it falls due, not a whole interval later (plus slack for the two clocks)
+            wait = decision.delay_ms if isinstance(decision, policy.Postpone) else decision.backoff_ms
+            self.timers.expect_due(name, self._clock_ms() + wait + PROMOTE_SLACK_MS)
         job = held.job
-        if isinstance(reply, Exception):
-            # the fence (a 0, or wire 6's EMQSTATE for a row no longer active): someone else holds
-            # the job now, or the sweep moved it; this attempt's outcome is void. Any other refusal
-            # writes nothing either: the job stays active until its lease runs out
-            self._emit("job.lost", job, reason=f"settle refused, the lease is gone ({reply}); not settled by this worker"
-                       if isinstance(reply, LeaseLost) else
-                       f"settle refused by the server ({reply}); the sweep recovers it after its lease")
-            return
-        duration_s = held.ended_s - held.started_s  # known: it is settled once its outcome is
-        self.timings.duration.observe(duration_s)
-        if decision is policy.COMPLETE:  # the common case first: counted here, told only if heard
-            self.tally.completed += 1
-            if "job.completed" in hooks.heard:
-                self._tell("job.completed", job, duration_s=duration_s)
-        elif isinstance(decision, policy.Postpone):
+        if isinstance(decision, policy.Postpone):
             self._emit("job.delayed", job, delay_ms=decision.delay_ms, duration_s=duration_s)
         elif reply == State.DEAD:
             self._emit("job.dead", job, error=decision.error, max_attempts=decision.max_attempts, duration_s=duration_s)
@@ -1000,7 +1047,7 @@ class Worker:
         if now < self._next_tick:
             return
         self._next_tick = now + self.config.lease.renew_every_ms
-        live = {key: held for key, held in self.held.items() if not held.ctx.lease_lost}
+        live = {key: held for key, held in self.held.items() if not held.lease_lost}
         due = policy.select_renewals({key: held.renewed_at for key, held in live.items()}, now, self.config.lease)
         by_queue: dict[str, list[Held]] = {}
         for key in due:
@@ -1026,7 +1073,7 @@ class Worker:
         its place in the pool. Either way the lease is no longer renewed and the handler's own
         outcome is dropped."""
         running = {key: held.deadline for key, held in self.held.items() if held.deadline is not None
-                   and held.verdict is None and held.outcome is None and not held.ctx.lease_lost}
+                   and held.verdict is None and held.outcome is None and not held.lease_lost}
         for key in policy.select_timed_out(running, now):
             held = self.held[key]
             timeout_s = self._timeout_s(held.task)
@@ -1037,7 +1084,7 @@ class Worker:
                 held.ended_s = time.monotonic()
                 self._ended += 1
                 self._finished.append(held)
-            held.ctx.mark_lost()
+            held.mark_lost()
             if held.task.is_async:
                 held.future.cancel()
             elif self._pool is not None:
@@ -1050,14 +1097,14 @@ class Worker:
         return self.config.timeout_s if self.config.timeout_s is not None else task.timeout
 
     def give_up_expired(self, now: float) -> None:
-        live = {key: held.renewed_at for key, held in self.held.items() if not held.ctx.lease_lost}
+        live = {key: held.renewed_at for key, held in self.held.items() if not held.lease_lost}
         for key in policy.select_expired(live, now, self.config.lease):
             self._lose(self.held[key], "no renewal reached the server within the lease")
 
     def _lose(self, held: Held, reason: str | None) -> None:
         """Tell the handler its lease is gone; its outcome will be dropped when it finishes.
         (A sync handler that never looks at ``ctx.lease_lost`` keeps its slot until it returns.)"""
-        held.ctx.mark_lost()
+        held.mark_lost()
         if held.future is not None and held.task.is_async:
             held.future.cancel()
         if reason:
@@ -1081,9 +1128,7 @@ class Worker:
         claimed_s, started_s = time.time(), time.monotonic()
         self.tally.claimed += len(jobs)
         waits = waited_in_pending_s(jobs, claimed_s)
-        for waited_s in waits:
-            if waited_s is not None:
-                self.timings.waited.observe(waited_s)
+        self.timings.waited.observe_many([waited_s for waited_s in waits if waited_s is not None])
         runs = self._hold(task, queue, jobs, sent, deadline, children, waits, started_s)
         if not runs:
             return
@@ -1108,23 +1153,30 @@ class Worker:
         handlers start."""
         is_async = task.is_async
         context, producers = (AsyncJobContext if is_async else JobContext), self._producers[is_async]
+        # read once a batch, not once a job
+        claimed_heard, loads, progress = "job.claimed" in hooks.heard, task.serializer.loads, queue.progress
+        arity = task.arity  # the handler gets (payload, ctx)[:arity]
+        # a context (with its progress reporter, a flow parent's children) is built only for a handler
+        # that takes one: for one that does not, nothing could ever read it (Held.ctx)
+        takes_ctx = arity == 2
         runs = []
         for job, waited_s in zip(jobs, waits):
-            if "job.claimed" in hooks.heard:  # counted by the batch (_start)
+            if claimed_heard:  # counted by the batch (_start)
                 self._tell("job.claimed", job, waited_s=waited_s, trace=job.trace)
-            ctx = context(job.id, task.queue, job.attempt, producers)
-            if children and (left := children.get(job.id)) is not None:
+            ctx = context(job.id, task.queue, job.attempt, producers) if takes_ctx else None
+            if ctx is not None and children and (left := children.get(job.id)) is not None:
                 # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
-                ctx.children = lambda raw=left, loads=task.serializer.loads: Children(
+                ctx.children = lambda raw=left: Children(
                     {child: loads(result) for child, result in raw.results.items()}, raw.failures)
-            if self._progress or job.flow or job.group is not None:  # lane_append, flow_append: scripts on both wires
-                # one APPEND: a sync handler sends it from its own thread on the connection's pool, an
-                # async one awaits it on the asyncio connection (the loop's other handlers run on)
-                ctx.report = self._async_report(queue.name, job) if is_async else partial(queue.progress, job)
+            if ctx is not None and (self._progress or job.flow or job.group is not None):
+                # one APPEND (lane_append, flow_append: scripts on both wires): a sync handler sends it from
+                # its own thread on the connection's pool, an async one awaits it on the asyncio connection
+                # (the loop's other handlers run on)
+                ctx.report = self._async_report(queue.name, job) if is_async else partial(progress, job)
             held = Held(queue, task, job, (job.queue, job.id), ctx, sent, started_s, deadline)
             self.held[held.key] = held
             try:
-                payload = None if job.raw_payload is None else task.serializer.loads(job.raw_payload)
+                payload = None if job.raw_payload is None else loads(job.raw_payload)
             except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
                 held.verdict = policy.Undecodable(PayloadError(
                     f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
@@ -1134,7 +1186,7 @@ class Worker:
                 with self._outcomes:
                     self._finished.append(held)
                 continue
-            runs.append((held, task.arguments(payload, ctx)))
+            runs.append((held, (payload, ctx)[:arity]))
         return runs
 
     def _run_sync(self, held: Held, args: tuple[Any, ...]) -> None:
@@ -1234,13 +1286,13 @@ class Worker:
     def shutdown(self) -> None:
         """Settle what finished, then release what is still held (REQUEUE, on both wires)."""
         if self._stop_at is None:
-            self._stop_at = self._clock_ms()  # no claims from here on, whatever brought us here
+            self._stop_claiming(self._clock_ms())  # no claims from here on, whatever brought us here
         self._stop_waiters()
         try:
             self.exchange(self._clock_ms())
         except (EchoMQError, *LINK_ERRORS) as exc:
             log.warning("worker %d: could not settle finished jobs at shutdown: %s", os.getpid(), exc)
-        still = [held for held in self.held.values() if not held.ctx.lease_lost]
+        still = [held for held in self.held.values() if not held.lease_lost]
         for held in still:
             self._lose(held, None)  # first: its outcome must never be settled now (logged below, all at once)
         if still:

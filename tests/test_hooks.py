@@ -223,9 +223,26 @@ def test_waited_in_pending_is_known_for_a_first_claim_of_an_id_that_says_when_it
 
 def test_a_histogram_counts_into_its_buckets_cumulatively():
     histogram = Histogram((0.1, 1.0))
-    for value in (0.05, 0.1, 0.5, 3.0, 3.0):
-        histogram.observe(value)
+    histogram.observe_many([0.05, 0.1, 3.0])
+    assert histogram.snapshot() == ([(0.1, 2), (1.0, 2), (float("inf"), 3)], pytest.approx(3.15))
+    histogram.observe_many([0.5, 3.0])
     assert histogram.snapshot() == ([(0.1, 2), (1.0, 3), (float("inf"), 5)], pytest.approx(6.65))
+
+
+def test_a_histogram_bins_what_it_keeps_once_enough_gathered_and_counts_as_if_binned_one_by_one():
+    bounds = (0.001, 0.01, 0.1, 1.0)
+    histogram = Histogram(bounds)
+    values = [(n * 7919 % 2003) / 1000 for n in range(Histogram.BIN_AT + 10)]  # 0 to 2 s, out of order
+    for at in range(0, len(values), 10):  # as a worker observes them: a batch at a time
+        histogram.observe_many(values[at:at + 10])
+    assert len(histogram._unbinned) < Histogram.BIN_AT  # the memory it holds stays bounded
+    cumulative, total = histogram.snapshot()
+    assert cumulative == [(bound, sum(value <= bound for value in values)) for bound in bounds] + \
+        [(float("inf"), len(values))]
+    one_by_one = 0.0
+    for value in values:
+        one_by_one += value
+    assert total == pytest.approx(one_by_one, rel=1e-12)
 
 
 def test_a_histograms_snapshot_reads_its_counts_and_sum_together_while_it_is_observed():
@@ -235,7 +252,7 @@ def test_a_histograms_snapshot_reads_its_counts_and_sum_together_while_it_is_obs
     def observe() -> None:
         while not stop.is_set():
             for _ in range(1000):
-                histogram.observe(1.0)
+                histogram.observe_many([1.0])
 
     writer = threading.Thread(target=observe)
     writer.start()

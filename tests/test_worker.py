@@ -75,6 +75,19 @@ def test_every_job_is_processed_exactly_once(conn, kind):
     assert queue.counts().total == 0
 
 
+def test_each_handler_gets_the_arguments_it_takes(conn):
+    got = {}
+    names = {kind: fresh_name(f"args-{kind}") for kind in ("none", "one", "two", "star")}
+    app = App()
+    app.handler(names["none"], lambda: got.setdefault("none", ()))
+    app.handler(names["one"], lambda payload: got.setdefault("one", (payload,)))
+    app.handler(names["two"], lambda payload, ctx: got.setdefault("two", (payload, ctx.id)))
+    app.handler(names["star"], lambda *args: got.setdefault("star", (args[0], args[1].id)))
+    ids = {kind: Queue(conn, name).enqueue(kind).id for kind, name in names.items()}
+    Worker(app, conn, config=WorkerConfig(burst=True)).run(install_signals=False)
+    assert got == {"none": (), "one": ("one",), "two": ("two", ids["two"]), "star": ("star", ids["star"])}
+
+
 def test_retry_then_success(conn):
     name, attempts = fresh_name("w"), []
 
@@ -266,6 +279,28 @@ def test_a_lease_found_lost_at_renewal_tells_the_handler_and_is_never_settled(co
     wait_until(lambda: held.outcome is not None, what="the handler to return")
     worker.step()
     assert worker.tally.lost == 1 and worker.tally.completed == 0 and not worker.held
+    assert queue.metrics()["completed"] == 0
+    queue.complete(other)
+    assert queue.metrics()["completed"] == 1
+
+
+def test_a_handler_without_a_context_has_its_lost_lease_kept_by_the_worker_and_is_never_settled(conn, caplog):
+    name, clock, release = fresh_name("w"), FakeClock(), threading.Event()
+    queue = Queue(conn, name)
+    job = queue.enqueue({})
+    worker, held = _held_worker(conn, name, lambda payload: release.wait(10), clock)
+    assert held.ctx is None and not held.lease_lost  # nothing could read a context: none is built
+    other = _expire_and_reclaim(conn, queue, job.id)
+
+    clock.now += 100  # the next renewal tick: EXTENDS answers 0
+    worker.step()
+    assert held.lease_lost
+    release.set()
+    wait_until(lambda: held.outcome is not None, what="the handler to return")
+    with caplog.at_level(logging.WARNING, logger="echomq.worker"):
+        worker.step()
+    assert worker.tally.lost == 1 and worker.tally.completed == 0 and not worker.held
+    assert "lease lost while the handler ran; its outcome is not settled" in caplog.text  # dropped, not sent
     assert queue.metrics()["completed"] == 0
     queue.complete(other)
     assert queue.metrics()["completed"] == 1
