@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+from contextlib import contextmanager
+from typing import Iterator
 
 import pytest
 
@@ -193,19 +195,25 @@ def test_a_malformed_event_switch_refuses_the_whole_batch(twins):
         assert raw(q, "completes", "a", "9", "b", "9") == [0, 0]
 
 
-def test_a_wrong_typed_active_refuses_the_whole_batch(twins):
-    q, _ = twins
-    pairs = setup(q, "normal")
+@contextmanager
+def active_wrong_typed(q: Queue) -> Iterator[None]:
+    """``q``'s active set replaced by a string for the block, the set put back after it."""
     client = q.connection.client
     saved = client.zrange(q.keys.active, 0, -1, withscores=True)
     client.delete(q.keys.active)
     client.set(q.keys.active, "x")
     try:
-        with queue_unchanged(q), pytest.raises(WrongType):
-            raw(q, "completes", *[part for pair in pairs for part in pair])
+        yield
     finally:
         client.delete(q.keys.active)
         client.zadd(q.keys.active, dict(saved))
+
+
+def test_a_wrong_typed_active_refuses_the_whole_batch(twins):
+    q, _ = twins
+    pairs = setup(q, "normal")
+    with active_wrong_typed(q), queue_unchanged(q), pytest.raises(WrongType):
+        raw(q, "completes", *[part for pair in pairs for part in pair])
     assert raw(q, "completes", *pairs[0]) == [1]
 
 

@@ -14,7 +14,7 @@ from echomq.errors import ArgumentError, CounterError, ShapeError, StateError, W
 from echomq.serializers import RAW
 from echomq.verbs import EXTENDS_MAX_PAIRS
 from helpers import KEEP_MS, fresh_name, queue_unchanged
-from test_completes import LEASE, answers, raw, relative
+from test_completes import LEASE, active_wrong_typed, answers, raw, relative
 from test_completes import setup as completes_setup
 
 SCENARIOS = ["normal", "events", "unique", "lost", "refused", "marker", "records"]
@@ -114,16 +114,8 @@ def test_native_refuses_the_whole_command_before_any_write(conn, wire):
 def test_a_wrong_typed_active_refuses_the_whole_batch(twins):
     q, _ = twins
     triples = setup(q, "normal")
-    client = q.connection.client
-    saved = client.zrange(q.keys.active, 0, -1, withscores=True)
-    client.delete(q.keys.active)
-    client.set(q.keys.active, "x")
-    try:
-        with queue_unchanged(q), pytest.raises(WrongType):
-            raw(q, "publishes", KEEP_MS, *flat(triples))
-    finally:
-        client.delete(q.keys.active)
-        client.zadd(q.keys.active, dict(saved))
+    with active_wrong_typed(q), queue_unchanged(q), pytest.raises(WrongType):
+        raw(q, "publishes", KEEP_MS, *flat(triples))
     assert raw(q, "publishes", KEEP_MS, *triples[0]) == [1]
 
 

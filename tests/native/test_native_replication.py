@@ -208,17 +208,24 @@ def test_a_batch_of_claims_replicates_one_effect_per_key_and_command():
         assert on(b"ZREM", rate) == [[b"old:1"]]
 
 
+def five_settling(c, q) -> list:
+    """Five claimed jobs j0..j4 (their tokens), with events on, a unique window on j1 and j3 made a
+    lane row (a batch refuses it and settles the others)."""
+    c.hset(q.meta, "events", 50)
+    for n in range(5):
+        q.enqueue(f"j{n}", b"p")
+    tokens = [job[2] for job in q.claims(5, 60000)]
+    c.hset(q.row("j1"), "unique", 30000)
+    c.hset(q.row("j3"), "group", "g")
+    return tokens
+
+
 def test_a_batch_of_completes_replicates_one_effect_per_key_and_command():
     """One COMPLETES of several jobs, with events on, a unique window and a refused pair among them:
     its removals travel as one ZREM active, its rows as one DEL and its count as one HINCRBY by their
     number (issue 18); the replica and the AOF replay it to the primary's dataset."""
     with replicated_with_aof() as (primary, c, q):
-        c.hset(q.meta, "events", 50)
-        for n in range(5):
-            q.enqueue(f"j{n}", b"p")
-        tokens = [job[2] for job in q.claims(5, 60000)]
-        c.hset(q.row("j1"), "unique", 30000)
-        c.hset(q.row("j3"), "group", "g")  # a lane row: refused, the others go on
+        tokens = five_settling(c, q)
         c.hset(q.completed, "count", 7)
         pairs = [part for n, t in enumerate(tokens) for part in (f"j{n}", t)]
         reply = q.completes(*pairs, "j0", tokens[0])
@@ -237,12 +244,7 @@ def test_a_batch_of_publishes_replicates_one_effect_per_key_and_command():
     triple among them: its removals travel as one ZREM active, its rows as one DEL and its count as
     one HINCRBY, each record as PUBLISH writes it; the replica and the AOF replay it."""
     with replicated_with_aof() as (primary, c, q):
-        c.hset(q.meta, "events", 50)
-        for n in range(5):
-            q.enqueue(f"j{n}", b"p")
-        tokens = [job[2] for job in q.claims(5, 60000)]
-        c.hset(q.row("j1"), "unique", 30000)
-        c.hset(q.row("j3"), "group", "g")  # a lane row: refused, the others go on
+        tokens = five_settling(c, q)
         c.hset(q.key("done:j2"), "result", "older")
         triples = [part for n, t in enumerate(tokens) for part in (f"j{n}", t, f"r{n}")]
         reply = q.publishes(60000, *triples)
