@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -198,7 +198,7 @@ def test_a_malformed_event_switch_refuses_the_whole_batch(twins):
 @contextmanager
 def active_wrong_typed(q: Queue) -> Iterator[None]:
     """``q``'s active set replaced by a string for the block, the set put back after it."""
-    client = q.connection.client
+    client: Any = q.connection.client  # the sync client: its replies, not awaitables
     saved = client.zrange(q.keys.active, 0, -1, withscores=True)
     client.delete(q.keys.active)
     client.set(q.keys.active, "x")
