@@ -130,16 +130,32 @@ pub unsafe fn wake(
     }
 }
 
-/// The running command's argv: the server's strings and their bytes (read once, at dispatch).
-type Line = (
-    *mut *mut raw::RedisModuleString,
-    *const &'static [u8],
-    usize,
-);
+/// The running command's argv: the server's strings and their bytes (read once, at dispatch),
+/// and which lengths they have (bit `len % 64`): a derived key, which no argument equals, is
+/// not searched for among a batch's hundreds of arguments.
+#[derive(Clone, Copy)]
+struct Line {
+    argv: *mut *mut raw::RedisModuleString,
+    args: *const &'static [u8],
+    argc: usize,
+    lengths: u64,
+}
+
+const NO_LINE: Line = Line {
+    argv: ptr::null_mut(),
+    args: ptr::null(),
+    argc: 0,
+    lengths: 0,
+};
+
+/// The bit of a string's length in [`Line::lengths`].
+fn length_bit(len: usize) -> u64 {
+    1 << (len % 64)
+}
 
 thread_local! {
     /// The running command's line, alive until its handler returns.
-    static LINE: std::cell::Cell<Line> = const { std::cell::Cell::new((ptr::null_mut(), ptr::null(), 0)) };
+    static LINE: std::cell::Cell<Line> = const { std::cell::Cell::new(NO_LINE) };
 }
 
 /// Sets the running command's line for the handler's duration (the one before it restored on
@@ -148,7 +164,12 @@ struct CommandLine(Line);
 
 impl CommandLine {
     fn set(argv: *mut *mut raw::RedisModuleString, args: &[&[u8]]) -> CommandLine {
-        let line = (argv, args.as_ptr().cast::<&'static [u8]>(), args.len());
+        let line = Line {
+            argv,
+            args: args.as_ptr().cast::<&'static [u8]>(),
+            argc: args.len(),
+            lengths: args.iter().fold(0, |bits, a| bits | length_bit(a.len())),
+        };
         CommandLine(LINE.with(|l| l.replace(line)))
     }
 }
@@ -159,25 +180,30 @@ impl Drop for CommandLine {
     }
 }
 
-/// The argument of the command `line` equal to `bytes`, borrowed: a view, valid until the handler
-/// returns (what keeps a string longer — a key handle, a replicated argv, a blocked client's
-/// keys — takes its own reference).
-fn argument((argv, args, argc): Line, bytes: &[u8]) -> Option<Str> {
-    if argv.is_null() || args.is_null() {
+/// The argument of the command `line` equal to `bytes`, and its index, borrowed: a view, valid
+/// until the handler returns (what keeps a string longer — a key handle, a replicated argv, a
+/// blocked client's keys — takes its own reference). Searched from `from` on, then from the
+/// start: a batch asks for its arguments in order (the one after the last found is next).
+fn argument(line: Line, bytes: &[u8], from: usize) -> Option<(usize, Str)> {
+    if line.argv.is_null() || line.args.is_null() || line.lengths & length_bit(bytes.len()) == 0 {
         return None;
     }
     // SAFETY: the dispatcher's `argc` byte slices of the server's `argc` live strings, both
     // alive while the handler runs (LINE is restored when it returns).
-    let args = unsafe { std::slice::from_raw_parts(args, argc) };
-    let i = args.iter().position(|a| same(a, bytes))?;
-    Some(Str {
+    let args = unsafe { std::slice::from_raw_parts(line.args, line.argc) };
+    let from = from.min(args.len());
+    let i = (from..args.len())
+        .chain(0..from)
+        .find(|&i| same(args[i], bytes))?;
+    let found = Str {
         // SAFETY: as above; `i` < argc.
-        ptr: unsafe { *argv.add(i) },
+        ptr: unsafe { *line.argv.add(i) },
         ctx: ptr::null_mut(),
         data: args[i].as_ptr(),
         len: args[i].len(),
         counted: false,
-    })
+    };
+    Some((i, found))
 }
 
 /// The command line as byte slices borrowing the server's strings: in `inline` when they
@@ -608,6 +634,8 @@ const RECENT: usize = 8;
 pub struct Names {
     /// The running command's line, read once.
     line: Line,
+    /// Where the next argument is looked for first: after the last one found.
+    next_argument: std::cell::Cell<usize>,
     recent: std::cell::RefCell<Vec<Str>>,
 }
 
@@ -616,6 +644,7 @@ impl Names {
     pub fn new(recent: Vec<Str>) -> Names {
         Names {
             line: LINE.with(std::cell::Cell::get),
+            next_argument: std::cell::Cell::new(0),
             recent: std::cell::RefCell::new(recent),
         }
     }
@@ -646,7 +675,8 @@ impl Names {
             recent.swap(at, last);
             return recent.last().map(f);
         }
-        if let Some(s) = argument(self.line, bytes) {
+        if let Some((at, s)) = argument(self.line, bytes, self.next_argument.get()) {
+            self.next_argument.set(at + 1);
             return Some(f(&s));
         }
         keep(&mut recent, Str::new(bytes)?);
@@ -879,7 +909,19 @@ pub enum Kind {
 pub struct Key {
     ctx: *mut raw::RedisModuleCtx,
     name: Str,
+    /// The name's [`key_tag`].
+    tag: u64,
     key: *mut raw::RedisModuleKey,
+}
+
+/// A key name's tag: its length and its last eight bytes, where the keys of one queue differ
+/// (ids, times). A batch holds a hundred handles of keys of one length and one start: a
+/// search compares their tags, and the bytes only where a tag matches.
+pub fn key_tag(name: &[u8]) -> u64 {
+    let tail = &name[name.len().saturating_sub(8)..];
+    let mut last = [0u8; 8];
+    last[..tail.len()].copy_from_slice(tail);
+    u64::from_le_bytes(last) ^ (name.len() as u64).rotate_right(16)
 }
 
 impl Key {
@@ -890,6 +932,7 @@ impl Key {
         let key = unsafe { open(ctx.ctx, name.ptr, mode as c_int) };
         Some(Key {
             ctx: ctx.ctx,
+            tag: key_tag(name.bytes()),
             name,
             key: key.cast(),
         })
@@ -900,10 +943,9 @@ impl Key {
         self.name.bytes()
     }
 
-    /// Is this the handle of `name`? (A batch holds a hundred handles of keys of one length
-    /// and one start: compared from the end, inline.)
-    pub fn is(&self, name: &[u8]) -> bool {
-        same(self.name(), name)
+    /// Is this the handle of `name`, whose [`key_tag`] is `tag`?
+    pub fn is(&self, name: &[u8], tag: u64) -> bool {
+        self.tag == tag && same(self.name(), name)
     }
 
     /// The key's name, as the server string the handle was opened with.

@@ -296,10 +296,10 @@ impl<'c> Host<'c> {
     /// per pair or member opens it once); a missing key is looked up again each time, as a
     /// script's reads would.
     fn read<T>(&self, key: &[u8], f: impl FnOnce(&Key) -> T) -> Result<T, Refusal> {
-        if let Some(k) = self.targets.borrow().iter().find(|k| k.is(key)) {
+        if let Some(k) = find(&self.targets.borrow(), key) {
             return Ok(f(k));
         }
-        if let Some(k) = self.reads.borrow().iter().find(|k| k.is(key)) {
+        if let Some(k) = find(&self.reads.borrow(), key) {
             return Ok(f(k));
         }
         let k = Key::read(self.ctx, self.name(key)?)
@@ -325,11 +325,14 @@ impl<'c> Host<'c> {
     /// script's write commands do not; a handle closed unwritten signals no change to WATCH
     /// (the module signals modified keys itself, after each write: `write_run`).
     fn target<T>(&self, key: &[u8], f: impl FnOnce(&Key) -> T) -> Result<T, Refusal> {
-        if let Some(k) = self.targets.borrow().iter().find(|k| k.is(key)) {
+        if let Some(k) = find(&self.targets.borrow(), key) {
             return Ok(f(k));
         }
         // a read handle of the same key is not kept beside the write handle
-        self.reads.borrow_mut().retain(|k| !k.is(key));
+        let read = position(&self.reads.borrow(), key);
+        if let Some(at) = read {
+            self.reads.borrow_mut().remove(at);
+        }
         let k = Key::write(self.ctx, self.name(key)?)
             .ok_or_else(|| self.host_error("could not open a key"))?;
         let out = f(&k);
@@ -461,7 +464,7 @@ impl<'c> Host<'c> {
             .args
             .first()
             .ok_or_else(|| fail(first, "has no key"))?;
-        let at = self.targets.borrow().iter().position(|k| k.is(key));
+        let at = position(&self.targets.borrow(), key);
         let at = match at {
             Some(at) => at,
             None => {
@@ -733,6 +736,17 @@ impl<'c> Host<'c> {
         }
         Ok(())
     }
+}
+
+/// Where the handle of `key` is among `handles` (compared by [`ffi::key_tag`] first).
+fn position(handles: &[Key], key: &[u8]) -> Option<usize> {
+    let tag = ffi::key_tag(key);
+    handles.iter().position(|k| k.is(key, tag))
+}
+
+/// The handle of `key` among `handles`.
+fn find<'k>(handles: &'k [Key], key: &[u8]) -> Option<&'k Key> {
+    position(handles, key).map(|at| &handles[at])
 }
 
 /// The caller's ACL, checked on derived keys at first access (SPEC §5 check 4).
