@@ -5,8 +5,10 @@
 
 For each mode a fresh process drains a queue of no-op jobs the parent enqueued (so the enqueue
 is not in the count) under valgrind's callgrind, with the server in another process:
-``worker`` = :class:`echomq.Worker` in burst mode with a handler that returns nothing, ``batch``
-= the bare batched loop (``claim_many(10)`` / ``complete_many``, as bench/drive_echomq.py's).
+``worker`` = :class:`echomq.Worker` in burst mode with a handler that returns nothing (its task
+keeps results, the default: each job settles as a PUBLISH), ``worker-noresult`` = the same with
+``result_ttl=0`` (each job settles as a COMPLETE, as the loop's do), ``batch`` = the bare batched
+loop (``claim_many(10)`` / ``complete_many``, as bench/drive_echomq.py's).
 Per job = (the process's instructions draining ``--jobs`` jobs − draining ``--base``) / the
 difference, so start-up and shutdown cancel out. On a shared, busy machine the timed ratios
 (bench/e2e.py) spread widely; an instruction count does not move with the load, so it tells a
@@ -35,11 +37,12 @@ import threading
 from pathlib import Path
 
 from echomq import Queue, connect
+from echomq.results import DEFAULT_RESULT_TTL_S
 
 from .common import BenchServer, say, trafikey_module
 
 QUEUE = "bench"
-MODES = ("worker", "batch")
+MODES = ("worker", "worker-noresult", "batch")
 #: the worker's settle wait under valgrind (see the module's doc)
 SETTLE_WAIT_MS = 50.0
 
@@ -47,11 +50,12 @@ SETTLE_WAIT_MS = 50.0
 def drain(mode: str, url: str, wire: int) -> None:
     """In the measured process: drain QUEUE with ``mode`` until it is empty."""
     connection = connect(url, wire=wire)
-    if mode == "worker":
+    if mode.startswith("worker"):
         from echomq import App, Worker, WorkerConfig
 
         app = App("bench")
-        app.task(queue=QUEUE, max_attempts=1)(noop)
+        result_ttl = 0 if mode == "worker-noresult" else DEFAULT_RESULT_TTL_S
+        app.task(queue=QUEUE, max_attempts=1, result_ttl=result_ttl)(noop)
         worker = Worker(app, connection, config=WorkerConfig(burst=True, settle_wait_ms=SETTLE_WAIT_MS))
         step, steps = worker.step, [0]
 
@@ -160,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     for name, count in rows[: args.top]:
                         print(f"  {count:7.2f}  {name}")
                 else:
-                    steps = f", {(large['steps'] - small['steps']) / jobs:.3f} steps a job" if mode == "worker" else ""
+                    steps = f", {(large['steps'] - small['steps']) / jobs:.3f} steps a job" if mode != "batch" else ""
                     print(f"{mode}: {(large['total'] - small['total']) / jobs / 1000:.1f} k instructions a job "
                           f"(wire {args.wire}{steps})", flush=True)
     shutil.rmtree(out_dir, ignore_errors=True)
