@@ -1332,3 +1332,25 @@ pub fn register(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{key_tag, length_bit};
+
+    #[test]
+    fn a_tag_tells_apart_the_keys_of_one_batch() {
+        let row = |id: &str| format!("emq:{{q}}:job:{id}").into_bytes();
+        assert_eq!(key_tag(&row("0Vcf0ojLWOZhHnMW")), key_tag(&row("0Vcf0ojLWOZhHnMW")));
+        // time-ordered ids of one process differ at their end
+        assert_ne!(key_tag(&row("0Vcf0ojLWOZhHnMW")), key_tag(&row("0Vcf0ojLWOZhHnMX")));
+        // one tail, two lengths
+        assert_ne!(key_tag(b"emq:{q}:pending"), key_tag(b"emq:{qq}:pending"));
+        assert_ne!(key_tag(b""), key_tag(b"a"));
+    }
+
+    #[test]
+    fn lengths_share_a_bit_only_sixty_four_apart() {
+        assert_ne!(length_bit(16), length_bit(32));
+        assert_eq!(length_bit(16), length_bit(80));
+    }
+}
