@@ -141,35 +141,39 @@ def batched_settles(calls: Sequence[Call], carried: Callable[[str], bool]) -> tu
     ``carried``, two or more of one kind (verb, keys, lead), as its batches (:func:`chunked`) in the
     place of the first; every other call as itself. And for each call, where its reply is: (the
     sent call's index, the call's place in that batch's reply, or -1 for the whole reply)."""
-    kinds: dict[tuple[Any, ...], list[int]] = {}
+    kinds: dict[tuple[Any, ...], tuple[list[int], list[Any]]] = {}  # each kind's calls, and their own ARGV in a row
     if len(calls) > 1:
         for i, call in enumerate(calls):
-            batch = BATCHES.get(call.verb.name)
+            name = call.verb.name
+            batch = BATCHES.get(name)
             if batch is not None:
-                kinds.setdefault((call.verb.name, call.keys, call.argv[batch[1]:]), []).append(i)
-    batched = {kind: members for kind, members in kinds.items()
-               if len(members) > 1 and carried(BATCHES[kind[0]][0])}
-    if not batched:
+                argv, width = call.argv, batch[1]
+                kind = (name, call.keys, argv[width:])
+                found = kinds.get(kind)
+                if found is None:
+                    kinds[kind] = ([i], [*argv[:width]])
+                else:
+                    found[0].append(i)
+                    found[1].extend(argv[:width])
+    first = {found[0][0]: (kind, *found) for kind, found in kinds.items()
+             if len(found[0]) > 1 and carried(BATCHES[kind[0]][0])}
+    if not first:
         return list(calls), [(i, -1) for i in range(len(calls))]
-    first = {members[0]: kind for kind, members in batched.items()}
-    place = {i: (kind, n) for kind, members in batched.items() for n, i in enumerate(members)}
     sent: list[Call] = []
-    routes: list[tuple[int, int]] = []
-    opened: dict[tuple[Any, ...], int] = {}  # each kind's first batch: its index in sent
+    # each call's route, set for a whole batch at its kind's first call (its members come later in calls):
+    # a worker's round trip is mostly one batch, so most calls are routed in that one inner loop
+    routes: list[Any] = [None] * len(calls)
     for i, call in enumerate(calls):
-        kind = first.get(i)
-        if kind is not None:  # the kind's first call: its batches go here
+        if i in first:  # the kind's first call: its batches go here
+            kind, members, parts = first[i]
             name, width = BATCHES[kind[0]]
             verb, keys = BY_NAME[name], call.keys
-            opened[kind] = len(sent)
-            sent += chunked(lambda *argv: Call(verb, keys, argv), kind[2],
-                            [part for m in batched[kind] for part in calls[m].argv[:width]], width)
-        if i in place:
-            kind, n = place[i]
-            chunk, at = divmod(n, EXTENDS_MAX_PAIRS)
-            routes.append((opened[kind] + chunk, at))
-        else:
-            routes.append((len(sent), -1))
+            opened = len(sent)
+            sent += chunked(lambda *argv: Call(verb, keys, argv), kind[2], parts, width)
+            for n, m in enumerate(members):
+                routes[m] = (opened + n // EXTENDS_MAX_PAIRS, n % EXTENDS_MAX_PAIRS)
+        elif routes[i] is None:
+            routes[i] = (len(sent), -1)
             sent.append(call)
     return sent, routes
 
@@ -181,7 +185,10 @@ def settle_answers(calls: Sequence[Call], routes: Sequence[tuple[int, int]], rep
     answers = []
     for call, (k, at) in zip(calls, routes):
         reply = replies[k]
-        answers.append(call.verb.answer(call, reply if at < 0 or type(reply) is not list else reply[at]))
+        if at < 0:
+            answers.append(call.verb.answer(call, reply))
+        else:  # a verb of BATCHES answers no list (Verb.answer's per_pair): its answer_to, a call less
+            answers.append(call.verb.answer_to(call.argv, reply[at] if type(reply) is list else reply))
     return answers
 
 
