@@ -1340,9 +1340,15 @@ mod tests {
     #[test]
     fn a_tag_tells_apart_the_keys_of_one_batch() {
         let row = |id: &str| format!("emq:{{q}}:job:{id}").into_bytes();
-        assert_eq!(key_tag(&row("0Vcf0ojLWOZhHnMW")), key_tag(&row("0Vcf0ojLWOZhHnMW")));
+        assert_eq!(
+            key_tag(&row("0Vcf0ojLWOZhHnMW")),
+            key_tag(&row("0Vcf0ojLWOZhHnMW"))
+        );
         // time-ordered ids of one process differ at their end
-        assert_ne!(key_tag(&row("0Vcf0ojLWOZhHnMW")), key_tag(&row("0Vcf0ojLWOZhHnMX")));
+        assert_ne!(
+            key_tag(&row("0Vcf0ojLWOZhHnMW")),
+            key_tag(&row("0Vcf0ojLWOZhHnMX"))
+        );
         // one tail, two lengths
         assert_ne!(key_tag(b"emq:{q}:pending"), key_tag(b"emq:{qq}:pending"));
         assert_ne!(key_tag(b""), key_tag(b"a"));

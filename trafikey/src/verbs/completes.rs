@@ -11,8 +11,8 @@ use crate::bus;
 use crate::decide::{num, Op};
 use crate::errors::Refusal;
 use crate::ffi;
-use crate::grammar::{self, Argc, KeyName};
-use crate::host::Host;
+use crate::grammar::{self, Argc, KeyName, Keyspace};
+use crate::host::{Fence, Host};
 use crate::verbs::complete::{completion_plan, job_checks, queue_checks, Settle};
 use crate::verbs::LeaseCheck;
 
@@ -80,28 +80,16 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         )?;
         Ok(held.map(|(_, window)| ((), window)))
     })?;
-    // 4.–7. the queue's checks for all of them (a refusal there refuses the command), then the
-    // writes, each replicated as its effect; then the outcomes, told while the queue has result
-    // waiters
-    if !settles.is_empty() {
-        let n = num(settles.len() as i64);
-        let (count, events, waited) = queue_checks(&h, &fence, &q, &metrics, settles.len() as i64)?;
-        let mut channels = Vec::new();
-        if waited {
-            for s in &settles {
-                channels.extend(bus::outcome_channel(&fence, &q, s.id)?);
-            }
-        }
-        h.apply(&completion_plan(
-            (active, &metrics),
-            (count, &n),
-            events.as_ref(),
-            &settles,
-        ))?;
-        for channel in &channels {
-            h.publish(channel, b"completed")?;
-        }
-    }
+    // 4.–7. the queue's checks, the writes, the outcomes told while the queue has result waiters
+    settle_batch(
+        &h,
+        &fence,
+        &q,
+        (active, &metrics),
+        &settles,
+        Vec::new(),
+        Tell::WhileWaited,
+    )?;
     reply(ctx, &answers);
     Ok(ValkeyValue::NoReply)
 }
@@ -152,6 +140,47 @@ pub fn check_each<'a, K>(
         });
     }
     Ok((answers, settles, kept))
+}
+
+/// When a batch's outcomes are told on their channels.
+pub enum Tell {
+    /// Always (PUBLISHES, as PUBLISH).
+    Always,
+    /// Only while the queue has result waiters (COMPLETES, as COMPLETE).
+    WhileWaited,
+}
+
+/// Steps 4–7 of a batch whose jobs passed their own checks: the queue's checks for all of them
+/// (a refusal there refuses the command), each outcome's channel when it is told, then the
+/// completions' writes ([`completion_plan`]) and the verb's `more` after them, each replicated as
+/// its effect; then the outcomes, told.
+pub fn settle_batch<'a>(
+    h: &Host<'_>,
+    fence: &Fence<'_>,
+    q: &Keyspace<'_>,
+    (active, metrics): (&'a [u8], &'a [u8]),
+    settles: &[Settle<'a>],
+    more: Vec<Op<'a>>,
+    tell: Tell,
+) -> Result<(), Refusal> {
+    if settles.is_empty() {
+        return Ok(());
+    }
+    let n = num(settles.len() as i64);
+    let (count, events, waited) = queue_checks(h, fence, q, metrics, settles.len() as i64)?;
+    let mut channels = Vec::new();
+    if waited || matches!(tell, Tell::Always) {
+        for s in settles {
+            channels.extend(bus::outcome_channel(fence, q, s.id)?);
+        }
+    }
+    let mut plan = completion_plan((active, metrics), (count, &n), events.as_ref(), settles);
+    plan.extend(more);
+    h.apply(&plan)?;
+    for channel in &channels {
+        h.publish(channel, b"completed")?;
+    }
+    Ok(())
 }
 
 /// The reply: one element per pair, in order.

@@ -2,17 +2,16 @@
 //! the command's `retention_ms` (docs/spec.md §19). Each triple answers as PUBLISH would, in
 //! order: `1`, `0` (not held), or the refusal of that job's row, marker or record; every check of
 //! every triple is made before the first write, then the completions' writes as COMPLETES makes
-//! them ([`completion_plan`]), each job's record after them.
+//! them ([`settle_batch`]), each job's record after them.
 
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
-use crate::bus;
 use crate::decide::num;
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc, KeyName};
 use crate::host::Host;
-use crate::verbs::complete::{completion_plan, job_checks, queue_checks};
-use crate::verbs::completes::{check_each, reply};
+use crate::verbs::complete::job_checks;
+use crate::verbs::completes::{check_each, reply, settle_batch, Tell};
 use crate::verbs::publish::{done_checks, done_writes};
 use crate::verbs::LeaseCheck;
 
@@ -65,32 +64,29 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         };
         Ok(Some(((seen, older, at), window)))
     })?;
-    // 4.–7. the queue's checks for all of them (a refusal there refuses the command), each
-    // outcome's channel, then the writes, each replicated as its effect; then the outcomes, told
-    if !settles.is_empty() {
-        let n = num(settles.len() as i64);
-        let (count, events, _) = queue_checks(&h, &fence, &q, &metrics, settles.len() as i64)?;
-        let mut channels = Vec::with_capacity(settles.len());
-        for s in &settles {
-            channels.extend(bus::outcome_channel(&fence, &q, s.id)?);
-        }
-        let mut plan = completion_plan((active, &metrics), (count, &n), events.as_ref(), &settles);
-        for (seen, older, at) in &kept {
-            if let Some(older) = *older {
-                done_writes(
-                    &mut plan,
-                    (&dones[*at], older),
-                    (triples[*at].1, triples[*at].2),
-                    (&finished, &expires),
-                    seen,
-                );
-            }
-        }
-        h.apply(&plan)?;
-        for channel in &channels {
-            h.publish(channel, b"completed")?;
+    // 4.–7. the queue's checks, the writes (each job's record after the completions'), the
+    // outcomes told
+    let mut records = Vec::new();
+    for (seen, older, at) in &kept {
+        if let Some(older) = *older {
+            done_writes(
+                &mut records,
+                (&dones[*at], older),
+                (triples[*at].1, triples[*at].2),
+                (&finished, &expires),
+                seen,
+            );
         }
     }
+    settle_batch(
+        &h,
+        &fence,
+        &q,
+        (active, &metrics),
+        &settles,
+        records,
+        Tell::Always,
+    )?;
     reply(ctx, &answers);
     Ok(ValkeyValue::NoReply)
 }
