@@ -1,7 +1,8 @@
 """docs/benchmarks.md from a results file: ``python -m bench.report RESULTS.json [--baseline OLD.json]``.
 
 The page is generated; what is written by hand lives in bench/NOTES.md and is
-included as it is.
+included as it is: its first section (where the open targets stand) right after the headline,
+the rest at the end of the page.
 """
 
 from __future__ import annotations
@@ -191,6 +192,9 @@ def render(results: dict, baseline: dict | None = None, later: list[dict] | None
                              f"{value['ratio']:.2f}×** ({value['ours']} vs {value['peer']})")
         lines.append("")
 
+    notes_lead, notes_rest = notes()
+    lines += notes_lead
+
     cost = results.get("cost")
     if cost:
         lines += ["## Server cost per job lifecycle", "",
@@ -325,9 +329,19 @@ def render(results: dict, baseline: dict | None = None, later: list[dict] | None
         lines += before_after(baseline, results)
     for extra in later or ():
         lines += later_cost(extra)
-    if NOTES.exists():
-        lines += [NOTES.read_text().strip(), ""]
+    lines += notes_rest
     return "\n".join(lines) + "\n"
+
+
+def notes() -> tuple[list[str], list[str]]:
+    """bench/NOTES.md as page lines: its first section, then the rest (both empty without it)."""
+    if not NOTES.exists():
+        return [], []
+    text = NOTES.read_text().strip()
+    second = text.find("\n## ", 1)
+    if second < 0:
+        return [text, ""], []
+    return [text[:second].strip(), ""], [text[second:].strip(), ""]
 
 
 def _thr(row: dict | None, k: int) -> float | None:
