@@ -344,9 +344,13 @@ def notes() -> tuple[list[str], list[str]]:
     return [text[:second].strip(), ""], [text[second:].strip(), ""]
 
 
-def _thr(row: dict | None, k: int) -> float | None:
-    s = (row or {}).get(f"throughput:{k}")
+def _median(row: dict | None, measure: str) -> float | None:
+    s = (row or {}).get(measure)
     return s.get("median") if s else None
+
+
+def _thr(row: dict | None, k: int) -> float | None:
+    return _median(row, f"throughput:{k}")
 
 
 def paired(a: dict | None, b: dict | None, measure: str, k: int, *, invert: bool = False) -> str:
@@ -485,11 +489,10 @@ def idle_section(idle: dict, e2e: dict | None) -> list[str]:
         for after, name in pairs:
             a, b = e2e["table"][after], e2e["table"][name]
             for k in e2e["processes"]:
-                ta, tb = a.get(f"throughput:{k}"), b.get(f"throughput:{k}")
-                ca, cb = a.get(f"server_cpu_us_per_job:{k}"), b.get(f"server_cpu_us_per_job:{k}")
-                if ta and tb and ca and cb:
-                    rows.append([after.replace(" (emq worker)", ""), str(k), num(ta["median"] / tb["median"], 2),
-                                 num(ca["median"] / cb["median"], 2)])
+                ta, tb = _median(a, f"throughput:{k}"), _median(b, f"throughput:{k}")
+                ca, cb = _median(a, f"server_cpu_us_per_job:{k}"), _median(b, f"server_cpu_us_per_job:{k}")
+                if ta and tb and ca and cb:  # a mode that did not run (an earlier revision that failed) has none
+                    rows.append([after.replace(" (emq worker)", ""), str(k), num(ta / tb, 2), num(ca / cb, 2)])
         lines += ["", "Busy: the same worker against its earlier revision in the e2e runs above (after / before; "
                   "throughput above 1 and server CPU per job below 1 are better):", ""]
         lines += table(["wire", "processes", "jobs/s after/before", "server CPU µs per job after/before"], rows)
