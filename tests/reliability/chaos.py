@@ -206,12 +206,30 @@ def worker_main(args: argparse.Namespace) -> None:
         if spec.get("ms"):
             time.sleep(spec["ms"] / 1000)  # the job's work
         if spec.get("slow") and job.attempt == 1:
-            time.sleep(args.lease_ms * 1.4 / 1000)  # a first run that overruns its lease: its settle goes stale
+            overrun(link, job, args)  # its settle goes stale
         if spec.get("poison") or job.attempt <= spec.get("fail", 0):
             verb, send = "fail", lambda q: q.fail(job, "boom", max_attempts=args.max_attempts, backoff_ms=spec.get("backoff", 0))
         else:
             verb, send = "complete", lambda q: q.complete(job)
         settle(ledger, link, job, verb, send, granted, args)
+
+
+def overrun(link: Link, job: echomq.Job, args) -> None:
+    """A first run that overruns its lease until another worker holds the job (the sweep recovered it
+    and it was claimed again: its row's token moved on, or its row is gone), at most four leases. Its
+    settle is then stale for certain, the case the checker's stale-settle rule needs; a fixed
+    overrun left it to chance whether anyone had claimed the job by then."""
+    give_up = time.monotonic() + args.lease_ms * 4 / 1000
+    time.sleep(args.lease_ms / 1000)  # the job's work, as long as its lease
+    while time.monotonic() < give_up:
+        try:
+            row = checked(link.get()[job.queue].job, job.id)
+        except (*FATAL, WrongNode):
+            link.drop()
+            continue
+        if row is None or int(row.get("attempts", 0)) > job.attempt:
+            return
+        time.sleep(0.01)  # the work goes on; look again
 
 
 def settle(ledger: Ledger, link: Link, job: echomq.Job, verb: str, send, granted: float, args) -> None:

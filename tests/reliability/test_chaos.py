@@ -26,7 +26,7 @@ def show(report) -> None:
 
 @pytest.mark.parametrize("fsync", ["always", "everysec"])
 def test_chaos_ledger_accounts_for_every_job(wire, fsync, tmp_path):
-    report = run(Config(wire=wire, fsync=fsync, jobs=1500, slow_every=150, seed=11 + wire), str(tmp_path))
+    report = run(Config(wire=wire, fsync=fsync, jobs=1500, slow_every=100, seed=11 + wire), str(tmp_path))
     show(report)
     assert report.violations == []
     assert report.enqueued == 1500
