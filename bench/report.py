@@ -157,8 +157,12 @@ def render(results: dict, baseline: dict | None = None, later: list[dict] | None
                          f"**{head['native/scripts:usec']:.2f}×** (goal ≤ 0.5×); main-thread CPU incl. I/O: "
                          f"{head.get('native/scripts:cpu_us', float('nan')):.2f}×")
         if "native/floor:usec" in head:
-            lines.append(f"* **native / primitive floor**: **{head['native/floor:usec']:.2f}×** (goal ≤ 1.5×); "
-                         f"main-thread CPU incl. I/O: {head.get('native/floor:cpu_us', float('nan')):.2f}×")
+            # issue 18 set this goal on main-thread CPU; NATIVE-NOTES' first one (1.5) is read by commandstats,
+            # which leaves out parsing the floor's ten commands a lifecycle against the native three
+            lines.append(f"* **native / primitive floor, main-thread CPU incl. I/O**: "
+                         f"**{head.get('native/floor:cpu_us', float('nan')):.2f}×** (issue 18's goal ≤ 1.2×); "
+                         f"by commandstats µs {head['native/floor:usec']:.2f}× against NATIVE-NOTES' goal ≤ 1.5×: that "
+                         f"measure leaves out parsing the floor's ten commands a lifecycle")
         if "scripts/floor:usec" in head:
             lines.append(f"* scripts / primitive floor: {head['scripts/floor:usec']:.2f}×")
         for extra in later or ():
@@ -169,8 +173,9 @@ def render(results: dict, baseline: dict | None = None, later: list[dict] | None
                              f"{r['native/floor:usec']['median']:.2f}× (main-thread CPU "
                              f"{r['native/floor:cpu_us']['median']:.2f}×)")
         if "aof native/scripts:usec" in head:
-            lines.append(f"* with the append-only file on: native / scripts {head['aof native/scripts:usec']:.2f}×, "
-                         f"native / floor {head.get('aof native/floor:usec', float('nan')):.2f}× (commandstats µs)")
+            lines.append(f"* with the append-only file on: native / scripts {head['aof native/scripts:usec']:.2f}× "
+                         f"(commandstats µs), native / floor {head.get('aof native/floor:cpu_us', float('nan')):.2f}× "
+                         f"(main-thread CPU; {head.get('aof native/floor:usec', float('nan')):.2f}× by commandstats µs)")
         e2e_t = results.get("e2e", {}).get("table", {})
         for wire in (6, 4):
             row = e2e_t.get(f"EchoMQ wire {wire} (emq worker)")
