@@ -30,7 +30,7 @@ from pathlib import Path
 
 from . import bus, cost, dashboard_cost, e2e, growth, idle, memory, producers, report
 from .common import ROOT, TRAFIKEY_SOURCE, BenchServer, client_versions, machine, say, trafikey_module
-from .systems import ALL_PEERS, echomq_at, echomq_system, echomq_tree, emq_worker_available, peers
+from .systems import ALL_PEERS, check_revision, echomq_at, echomq_system, echomq_tree, emq_worker_available, peers
 
 SECTIONS = ("cost", "bus", "growth", "memory", "e2e", "idle", "dashboard", "producers")
 
@@ -117,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
     command = "cd /work/main && .venv/bin/python -m bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    if args.worker_before and {"e2e", "idle"} & set(sections):
+        if (why := check_revision(args.worker_before)) is not None:
+            print(f"--worker-before {args.worker_before}: {why}", file=sys.stderr)
+            return 2
     module, why_not = trafikey_module()
     wires = [int(w) for w in args.wires.split(",") if w]
     if module is None and 6 in wires:

@@ -9,6 +9,7 @@ fails is skipped with its reason.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -66,6 +67,7 @@ def echomq_system(wire: int, mode: str) -> System:
                   [sys.executable, "-m", "bench.drive_echomq", f"{wire}/{mode}"], configs[mode])
 
 
+@functools.cache  # one extraction a revision: checked at the start (check_revision), run later
 def echomq_tree(rev: str) -> tuple[Path, str]:
     """The echomq/ tree of git revision ``rev`` extracted to a temporary directory, and ``rev``'s
     short hash: a process started there (bench/ on its PYTHONPATH) imports that ``echomq`` first."""
@@ -86,6 +88,21 @@ def echomq_at(rev: str, wire: int) -> System:
                   [sys.executable, "-m", "bench.drive_echomq", f"{wire}/emq"],
                   f"emq worker defaults, the echomq package as of {short} (a before/after in the same run)",
                   cwd=where)
+
+
+def check_revision(rev: str) -> str | None:
+    """Why ``emq worker`` as of ``rev`` cannot run this bench's tasks (None: it can), found before
+    the run's first section rather than at its worker sections, half an hour in."""
+    try:
+        where, short = echomq_tree(rev)
+    except subprocess.CalledProcessError as exc:
+        return f"git cannot extract echomq/ at {rev!r}: {exc.stderr.decode(errors='replace').strip()}"
+    probe = subprocess.run([sys.executable, "-c", "import echomq.cli, echomq.worker, bench.echomq_tasks"],
+                           cwd=where, env=child_env("", ""), capture_output=True, text=True)
+    if probe.returncode:
+        last = (probe.stderr.strip().splitlines() or ["(no error output)"])[-1]
+        return f"the echomq package as of {short} cannot import bench.echomq_tasks ({last}): pick a later revision"
+    return None
 
 
 def emq_worker_available() -> tuple[bool, str]:

@@ -43,3 +43,16 @@ def test_bench_smoke(tmp_path):
     assert producers and all(row["async_tasks"]["median"] > 0 and row["sync/async_tasks"]["median"] > 0
                              for row in producers.values())
     assert "## Producers: asyncio next to sync" in text
+
+
+def test_a_worker_before_revision_that_cannot_run_is_refused_before_the_run(tmp_path):
+    # HEAD's echomq runs this bench's tasks; an unknown revision is refused in a second, with its
+    # reason, instead of failing the worker sections half an hour into a full run
+    from bench.systems import check_revision
+
+    assert check_revision("HEAD") is None
+    done = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--only", "e2e", "--worker-before", "no-such-rev",
+                           "--json", str(tmp_path / "r.json"), "--out", str(tmp_path / "p.md")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--worker-before no-such-rev: git cannot extract" in done.stderr
+    assert not (tmp_path / "r.json").exists()  # nothing ran
