@@ -161,6 +161,7 @@ class Queue(QueueCore):
 
         Each answer is the verb's typed answer, a :class:`LeaseLost` where the lease was
         lost, or the server's refusal -- returned, not raised: a batch is partly lost by nature.
+        A COMPLETES or PUBLISHES call (:meth:`completion_calls`) answers once for each of its jobs.
         """
         return self._run(self.op_settle_many(calls))
 

@@ -722,7 +722,7 @@ class Worker:
         order = names[self._turn:] + names[:self._turn]
         claimed = 0
         for at, name in enumerate(order):
-            batch = batches.get(name, [])
+            batch, calls = batches.get(name, ((), ()))
             count = 0
             if not self.stopping and name not in self._idle and now >= self._next_poll[name]:
                 # the jobs settled in this round trip free their slots for its claims
@@ -735,11 +735,10 @@ class Worker:
                 continue
             sent = self._clock_ms()
             try:
-                answers, jobs = self.queues[name].settle_and_claim([call for _, _, call in batch], flat,
-                                                                   self.config.lease.lease_ms, lanes)
+                answers, jobs = self.queues[name].settle_and_claim(calls, flat, self.config.lease.lease_ms, lanes)
             except (*LINK_ERRORS, CommandRefused):
                 # unknown whether the settles applied: send them again next step (a repeat is fenced by the token)
-                self._unsettled += [held for later in order[at:] for held, _, _ in batches.get(later, [])]
+                self._unsettled += [held for later in order[at:] for held, _ in batches.get(later, ((), ()))[0]]
                 raise
             self._settled(name, batch, answers)
             if count:
@@ -753,12 +752,17 @@ class Worker:
             claimed += len(jobs)
         return claimed
 
-    def _decide_settles(self) -> dict[str, list[tuple[Held, policy.Settle, Call]]]:
-        """What to send for every finished handler, by queue; lost ones are dropped here."""
+    def _decide_settles(self) -> dict[str, tuple[list[tuple[Held, policy.Settle]], list[Call]]]:
+        """What to send for every finished handler, by queue: the jobs settled, in the order of their
+        answers, and the calls that settle them. A flat job's completion builds no call of its own:
+        its id, token (and kept result) join its queue's COMPLETES or PUBLISHES
+        (``Queue.completion_calls``). Lost ones are dropped here."""
         with self._outcomes:
             done, self._finished = self._unsettled + self._finished, []
         self._unsettled = []
-        by_queue: defaultdict[str, list[tuple[Held, policy.Settle, Call]]] = defaultdict(list)  # no list made a job
+        # by (queue, retention_ms or None): the completed flat jobs and their ARGV one after another
+        completed: defaultdict[tuple[str, int | None], tuple[list[Held], list[Any]]] = defaultdict(lambda: ([], []))
+        settled: defaultdict[str, list[tuple[Held, policy.Settle, Call]]] = defaultdict(list)  # no list made a job
         for held in done:
             job, task, lost = held.job, held.task, held.lease_lost
             outcome = held.verdict or held.outcome
@@ -783,13 +787,28 @@ class Worker:
                 self.held.pop(held.key, None)
                 self._emit("job.lost", job, reason=f"{decision.reason}; its outcome is not settled")
                 continue
-            by_queue[job.queue].append((held, decision, self._settle_call(held, decision, result)))
+            if decision is policy.COMPLETE and not job.flow and job.group is None:
+                kept = self.bus and task.result_ttl_ms  # then result holds its encoded bytes
+                jobs, parts = completed[job.queue, kept or None]
+                jobs.append(held)
+                parts += (job.id, job.token, result) if kept else (job.id, job.token)
+            else:
+                settled[job.queue].append((held, decision, self._settle_call(held, decision, result)))
+        by_queue: dict[str, tuple[list[tuple[Held, policy.Settle]], list[Call]]] = {}
+        for (name, retention_ms), (jobs, parts) in completed.items():
+            batch, calls = by_queue.setdefault(name, ([], []))
+            batch += zip(jobs, repeat(policy.COMPLETE))
+            calls += self.queues[name].completion_calls(parts, retention_ms)
+        for name, rest in settled.items():
+            batch, calls = by_queue.setdefault(name, ([], []))
+            batch += [(held, decision) for held, decision, _ in rest]
+            calls += [call for _, _, call in rest]
         return by_queue
 
-    def _settled(self, name: str, batch: list[tuple[Held, policy.Settle, Call]], answers: list[Any]) -> None:
+    def _settled(self, name: str, batch: Sequence[tuple[Held, policy.Settle]], answers: list[Any]) -> None:
         completed_heard = "job.completed" in hooks.heard  # read once a batch
         durations: list[float] = []  # the run times of the settles the server took: observed together
-        for (held, decision, _), reply in zip(batch, answers):
+        for (held, decision), reply in zip(batch, answers):
             if isinstance(reply, Exception):
                 self._refused(held, reply)
             else:
