@@ -44,7 +44,7 @@ if LIBVALKEY_AVAILABLE:
 from . import errors, reaper
 from .connection import (
     TRANSPORT_ERRORS, ReplyCallbacks, VerbSpan, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode,
-    first_key_at, link_failed, retried, tokens_unavailable, wire_of_brand,
+    database_refused, first_key_at, link_failed, missing_database, retried, tokens_unavailable, wire_of_brand,
 )
 from .core import MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T, check_wait, \
     time_left
@@ -349,7 +349,9 @@ async def serves_cluster(client: avalkey.Valkey) -> bool:
     """As :func:`echomq.connection.serves_cluster`: HELLO's mode; a refusal reads as standalone."""
     try:
         return cluster_mode(await client.execute_command("HELLO"))
-    except ResponseError:
+    except ResponseError as exc:
+        if missing_database(exc):
+            raise
         return False
 
 
@@ -379,6 +381,11 @@ async def connect(
     except TRANSPORT_ERRORS as exc:
         await client.aclose()
         raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
+    except ResponseError as exc:
+        await client.aclose()
+        if missing_database(exc):
+            raise database_refused(url, exc) from exc
+        raise
     except BaseException:
         await client.aclose()
         raise

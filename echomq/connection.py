@@ -141,7 +141,7 @@ def check_brand(brand: bytes | None, wire: int) -> None:
         raise unbranded(str(wire))
     raise errors.BrandError(
         f"the node is branded {brand.decode(errors='replace')!r}, not {want.decode()!r}: it serves the other "
-        f"wire; connect with wire={4 if wire == 6 else 6} or use another node"
+        f"wire; connect with wire={4 if wire == 6 else 6} (emq: --wire {4 if wire == 6 else 6}) or use another node"
     )
 
 
@@ -160,7 +160,7 @@ def tokens_unavailable(exc: ResponseError, node: str | None = None) -> errors.Wi
     where = "the node" if node is None else f"every primary of the cluster, and the primary {node}"
     return errors.WireError(
         f"wire 6 needs the trafikey module on {where}, and EMQ.VERSION failed there "
-        f"({exc}); start valkey-server with --loadmodule $(emq module-path), or connect with wire=4"
+        f"({exc}); start valkey-server with --loadmodule $(emq module-path), or connect with wire=4 (emq: --wire 4)"
     )
 
 
@@ -568,8 +568,20 @@ def serves_cluster(client: valkey.Valkey) -> bool:
     @dangerous. A node that refuses HELLO is taken as standalone."""
     try:
         return cluster_mode(client.execute_command("HELLO"))
-    except ResponseError:
+    except ResponseError as exc:
+        if missing_database(exc):  # not HELLO's refusal: the link's SELECT of the URL's /db failed
+            raise
         return False
+
+
+def missing_database(exc: ResponseError) -> bool:
+    """``exc`` is the node's refusal of the SELECT a link sends for the URL's ``/db``."""
+    return "DB index" in str(exc)
+
+
+def database_refused(url: str, exc: ResponseError) -> errors.ConnectionFailed:
+    return errors.ConnectionFailed(f"{url} names a database this node does not have ({exc}): use /0, or a "
+                                   "number below the node's `databases` setting")
 
 
 def open_client(url: str, cluster: bool | str = "auto", **client_options: Any) -> valkey.Valkey | ValkeyCluster:
@@ -596,6 +608,11 @@ def open_client(url: str, cluster: bool | str = "auto", **client_options: Any) -
     except TRANSPORT_ERRORS as exc:
         client.close()
         raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
+    except ResponseError as exc:
+        client.close()
+        if missing_database(exc):
+            raise database_refused(url, exc) from exc
+        raise
     return client
 
 

@@ -214,6 +214,13 @@ def test_no_server_is_connection_failed(open_conn):
     assert url in str(info.value)
 
 
+def test_a_database_the_node_does_not_have_is_connection_failed_naming_the_fix(server4, open_conn):
+    url = f"{server4.url}/99"  # the node has 16
+    with pytest.raises(ConnectionFailed) as info:
+        open_conn(url, wire="auto")
+    assert url in str(info.value) and "use /0" in str(info.value)
+
+
 # --------------------------------------------------------------------------- scripts: load, NOSCRIPT, wire 6 refusal
 
 
