@@ -60,7 +60,7 @@ def process(payload: dict, ctx) -> int:
 def start_server(wire: int) -> EmbeddedServer:
     if wire == 6:
         try:
-            server = EmbeddedServer(module=module_path(), brand=6).start()
+            server = EmbeddedServer(module=module_path(), brand=6, stop_with_parent=True).start()
             try:
                 connect(server.url, wire=6).close()
                 return server
@@ -70,7 +70,7 @@ def start_server(wire: int) -> EmbeddedServer:
         except WireError as exc:
             console.print(f"[yellow]note:[/] trafikey is not usable ({exc}).\n"
                           "[yellow]note:[/] falling back to wire 4: the same verbs as Lua scripts.")
-    return EmbeddedServer(brand=4).start()
+    return EmbeddedServer(brand=4, stop_with_parent=True).start()
 
 
 def wait_for(check, what: str, deadline: float) -> None:

@@ -14,6 +14,7 @@ AOF), never a SHUTDOWN sent to a port. Its temporary directory goes on every pat
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import shutil
 import signal
@@ -22,7 +23,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import valkey
 
@@ -35,6 +36,8 @@ STOP_TIMEOUT_S = 15.0
 # a port we chose can be taken before the child binds it: choose again this many times
 PORT_ATTEMPTS = 5
 BIND_FAILURE = "Address already in use"
+#: prctl(2) option: the signal the kernel sends this process when the thread that forked it dies
+PR_SET_PDEATHSIG = 1
 
 
 def server_binary() -> str:
@@ -86,6 +89,19 @@ def bind_failed(output: str) -> bool:
     return BIND_FAILURE in output
 
 
+def stopped_with(parent: int) -> Callable[[], None]:
+    """What the child runs before exec so that ``parent``'s death sends it SIGTERM
+    (PR_SET_PDEATHSIG); libc is loaded here, before the fork."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def ask() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # it died before the request: nothing will send the signal
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return ask
+
+
 class EmbeddedServer:
     """One valkey-server process on 127.0.0.1, owned by this object.
 
@@ -97,6 +113,10 @@ class EmbeddedServer:
     :class:`PortInUse` and starts nothing. Without it a free port is chosen, and
     chosen again if another process takes it first. With ``cluster=True`` the
     cluster bus gets a free port of its own (``cluster_port``), chosen the same way.
+
+    ``stop_with_parent=True`` (Linux; ``emq server`` sets it) has the kernel send the server
+    SIGTERM when the thread that started it dies, a SIGKILL included: nothing else would stop
+    it then. Start it from a thread that lives as long as the server should.
     """
 
     def __init__(
@@ -111,6 +131,7 @@ class EmbeddedServer:
         replicaof: tuple[str, int] | None = None,
         cluster: bool = False,
         extra_args: Sequence[str] = (),
+        stop_with_parent: bool = False,
     ) -> None:
         # absolute: the server resolves a relative --loadmodule against its own --dir
         self.module = str(Path(module).resolve()) if module else None
@@ -120,6 +141,7 @@ class EmbeddedServer:
         self.replicaof = replicaof
         self.cluster = cluster
         self.extra_args = tuple(extra_args)
+        self.stop_with_parent = stop_with_parent
         self.binary = server_binary()  # before the directory: a missing binary leaves nothing behind
         self.port = port or free_port()
         # the bus port defaults to port+10000, impossible above 55535: pick one
@@ -210,6 +232,7 @@ class EmbeddedServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=stopped_with(os.getpid()) if self.stop_with_parent else None,
         )
         self._wait_ready(self._process, log_start)
 
