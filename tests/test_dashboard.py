@@ -7,6 +7,7 @@ import base64
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 
@@ -92,6 +93,9 @@ def test_a_completed_job_shows_its_result_within_its_retention(conn):
         assert done.status_code == 200, done.text
         assert '<td id="state">completed</td>' in done.text and "s more <small>(the task's result_ttl)" in done.text
         assert re.search(r'<pre id="result">\{\s*&#34;charged&#34;: 1999\s*\}</pre>', done.text), done.text
+        # its finish time once, named for what it is (it was labelled "last failure" and shown raw again)
+        assert done.text.count("<th>finished</th>") == 1 and "server clock: completed)" in done.text
+        assert "last failure" not in done.text
         assert site.get(f"/queues/{queue.name}/job", params={"id": "never-was"}).status_code == 404
 
 
@@ -329,6 +333,16 @@ def test_the_cli_refuses_to_serve_beyond_loopback_without_a_token(server):
     result = CliRunner(env={"EMQ_DASHBOARD_TOKEN": None}).invoke(
         main, ["dashboard", "--url", server.url, "--host", "0.0.0.0"])
     assert result.exit_code == 1 and "without a token" in result.stderr and "--token" in result.stderr
+
+
+def test_a_port_in_use_is_one_clear_line_and_no_success_line(server):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = CliRunner().invoke(main, ["dashboard", "--url", server.url, "--port", str(port)])
+    assert result.exit_code == 1 and f"cannot serve on 127.0.0.1:{port}" in result.stderr, result.stderr
+    assert "--port" in result.stderr and "dashboard for" not in result.stderr
 
 
 def _scrape(site) -> dict[tuple[str, tuple], float]:

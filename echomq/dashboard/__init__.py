@@ -7,33 +7,54 @@ after the binding check (beyond localhost a token is required).
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator
 
 from ..connection import Connection
+from ..errors import ConfigurationError
 from ..server import free_port
 from .app import Settings, create_app
 from .auth import check_binding
 
-__all__ = ["Settings", "create_app", "check_binding", "serve", "serving"]
+__all__ = ["Settings", "create_app", "check_binding", "listen", "serve", "serving"]
 
 
-def serve(connection: Connection, settings: Settings, *, host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Run the dashboard until Ctrl-C (refuses a non-loopback ``host`` without a token)."""
+def listen(host: str, port: int) -> socket.socket:
+    """The dashboard's socket, bound before anything says it serves: a port in use is one clear
+    error, not a success line and then uvicorn's."""
+    listening = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host, port))
+    except OSError as exc:
+        listening.close()
+        raise ConfigurationError(f"cannot serve on {host}:{port}: {exc.strerror or exc}; "
+                                 "pick another port with --port") from None
+    return listening
+
+
+def serve(connection: Connection, settings: Settings, *, host: str = "127.0.0.1", port: int = 8080,
+          listening: socket.socket | None = None) -> None:
+    """Run the dashboard until Ctrl-C (refuses a non-loopback ``host`` without a token), on
+    ``listening`` if given (:func:`listen`), else on ``host``:``port``."""
     import signal
     import threading
 
     import uvicorn
 
     check_binding(host, settings.token)
+    if listening is None:
+        listening = listen(host, port)
     if threading.current_thread() is threading.main_thread():
         # uvicorn shuts down on SIGTERM/SIGINT, then re-raises the signal to the handler it found:
         # with this one, a stop is a clean exit (status 0), not a death by signal or a KeyboardInterrupt
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: None)
-    uvicorn.run(create_app(connection, settings), host=host, port=port, log_level="warning")
+    config = uvicorn.Config(create_app(connection, settings), host=host, port=port, log_level="warning")
+    uvicorn.Server(config).run(sockets=[listening])
 
 
 @contextmanager
