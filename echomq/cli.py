@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
@@ -37,7 +38,7 @@ from rich.text import Text
 from . import __version__, admin
 from .admin import brand_node
 from .connection import Connection, connect, open_client
-from .errors import ConfigurationError, EchoMQError, PortInUse, ServerStartError
+from .errors import ConfigurationError, EchoMQError, PortInUse, ServerStartError, StateError
 from .heartbeat import list_workers
 from .inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of, partitions_of,
                         queue_exists, record_view, text_of)
@@ -82,10 +83,10 @@ def chosen_cluster() -> bool | str:
 
 def node_options(fn: Any) -> Any:
     fn = cluster_option(fn)
-    fn = click.option("--wire", envvar="EMQ_WIRE", default="auto", show_default=True,
+    fn = click.option("--wire", envvar="EMQ_WIRE", show_envvar=True, default="auto", show_default=True,
                       type=click.Choice(["4", "6", "auto"]),
                       help="4 = scripts, 6 = trafikey, auto = what the node is branded for")(fn)
-    fn = click.option("--url", envvar="EMQ_URL", default=DEFAULT_URL, show_default=True,
+    fn = click.option("--url", envvar="EMQ_URL", show_envvar=True, default=DEFAULT_URL, show_default=True,
                       help="the Valkey node (redis://, rediss://, unix://)")(fn)
     return fn
 
@@ -142,7 +143,11 @@ def opened_queue(url: str, wire: str, name: str, **kwargs: Any) -> Iterator[AnyQ
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="emq")
 def main() -> None:
-    """EchoMQ: a job queue on Valkey, every state change one atomic step in the server."""
+    """EchoMQ: a job queue on Valkey, every state change one atomic step in the server.
+
+    Every command that talks to a node takes --url (or EMQ_URL, default redis://127.0.0.1:6379)
+    and --wire (or EMQ_WIRE, default: what the node is branded for). New here: `emq server`
+    starts one."""
     for console in (out, err):  # per invocation: stdout may have been redirected since import
         console.width = None if console.is_terminal else UNWRAPPED  # type: ignore[assignment]
 
@@ -153,7 +158,7 @@ def main() -> None:
 @main.command()
 @click.option("--wire", type=click.Choice(["4", "6"]), default="6", show_default=True,
               help="6 loads the trafikey module; 4 serves the scripts")
-@click.option("--port", type=int, default=None, help="default: a free port")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="default: a free port")
 @click.option("--aof", is_flag=True, help="append-only file: jobs survive a restart")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
               help="data directory (default: a fresh temporary one)")
@@ -167,7 +172,8 @@ def server(wire: str, port: int | None, aof: bool, directory: str | None) -> Non
     try:
         with reported():
             module = module_path() if wire == "6" else None
-            instance = EmbeddedServer(module=module, aof=aof, brand=int(wire), port=port, directory=directory)
+            instance = EmbeddedServer(module=module, aof=aof, brand=int(wire), port=port, directory=directory,
+                                      stop_with_parent=True)
             try:
                 instance.start()  # on a failure it leaves nothing running and no temporary directory
             except PortInUse as exc:
@@ -219,7 +225,7 @@ def parity(args: tuple[str, ...]) -> None:
     """Run the parity instrument: scripts vs trafikey, every key compared (--help for its options)."""
     from .parity import main as parity_main
 
-    sys.exit(parity_main(list(args)))
+    sys.exit(parity_main(list(args), prog="emq parity"))
 
 
 # -- the worker --------------------------------------------------------------------
@@ -236,6 +242,14 @@ def load_app(spec: str) -> App:
         found: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="APP") from exc
+    except SyntaxError as exc:
+        raise click.BadParameter(f"{module_name!r} does not compile: {exc.msg} ({exc.filename}, line {exc.lineno})",
+                                 param_hint="APP") from exc
+    except Exception as exc:  # the module's own code raised: where, in one line, and how to see the rest
+        frame = _own_frame(exc)
+        raise click.BadParameter(f"importing {module_name!r} raised {type(exc).__name__}: {exc} "
+                                 f"({frame.filename}, line {frame.lineno}); the whole traceback: "
+                                 f"python -c 'import {module_name}'", param_hint="APP") from exc
     for part in attr.split("."):
         found = getattr(found, part, None)
         if found is None:
@@ -249,6 +263,15 @@ def load_app(spec: str) -> App:
     if not isinstance(made, App):
         raise click.BadParameter(f"{spec}() returned {_what(made)}, not an echomq.App", param_hint="APP")
     return made
+
+
+def _own_frame(exc: BaseException) -> traceback.FrameSummary:
+    """The deepest frame of ``exc``'s traceback in the user's code: not importlib's, the standard
+    library's or an installed package's."""
+    installed = tuple({sys.base_prefix, sys.prefix, sys.exec_prefix})
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [frame for frame in frames if not frame.filename.startswith((*installed, "<"))]
+    return (own or frames)[-1]
 
 
 def _factory(found: Any) -> bool:
@@ -624,8 +647,9 @@ def remove(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, as_js
             check_job_id(job_id)
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        removed = {job_id: was for job_id in job_ids if (was := queue.remove(job_id)) is not None}
-    settled_report(queue_name, "removed", removed, [job_id for job_id in job_ids if job_id not in removed], as_json)
+        answers, refused = each_job(job_ids, queue.remove)
+    removed = {job_id: was for job_id, was in answers.items() if was is not None}
+    settled_report(queue_name, "removed", removed, answers, refused, as_json)
 
 
 @main.command()
@@ -641,20 +665,38 @@ def cancel(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, as_js
             check_job_id(job_id)
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        cancelled = [job_id for job_id in job_ids if queue.cancel(job_id)]
-    settled_report(queue_name, "cancelled", cancelled, [job_id for job_id in job_ids if job_id not in cancelled],
+        answers, refused = each_job(job_ids, queue.cancel)
+    settled_report(queue_name, "cancelled", [job_id for job_id, done in answers.items() if done], answers, refused,
                    as_json)
 
 
-def settled_report(queue_name: str, verb: str, done: Any, missed: list[str], as_json: bool) -> None:
-    """What remove and cancel print: the ids they acted on, the ids with no job (then exit 1)."""
+def each_job(job_ids: tuple[str, ...], act: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """``act`` on every named job, one at a time: (its answer by id, the server's refusal by id).
+    A refusal (an active job for remove, a job not active for cancel) stops only its own id."""
+    answers: dict[str, Any] = {}
+    refused: dict[str, str] = {}
+    for job_id in job_ids:
+        try:
+            answers[job_id] = act(job_id)
+        except StateError as exc:
+            refused[job_id] = str(exc)
+    return answers, refused
+
+
+def settled_report(queue_name: str, verb: str, done: Any, answers: dict[str, Any], refused: dict[str, str],
+                   as_json: bool) -> None:
+    """What remove and cancel print: the ids they acted on, the ids with no job and the ids refused
+    (either exits 1)."""
+    missed = [job_id for job_id, answer in answers.items() if not answer]
     for job_id in missed:
         err.print(f"{job_id}: no such job")
+    for job_id, reason in refused.items():
+        err.print(f"{job_id}: {reason}")
     if as_json:
-        print_json({"queue": queue_name, verb: done, "no_such_job": missed})
+        print_json({"queue": queue_name, verb: done, "no_such_job": missed, "refused": refused})
     else:
         click.echo(f"{verb} {len(done)} job(s) of {queue_name}")
-    if missed:
+    if missed or refused:
         sys.exit(1)
 
 
@@ -743,9 +785,9 @@ def rate_limit(url: str, wire: str, queue_name: str, rate: str | None, off: bool
         if isinstance(queue, PartitionedQueue):
             raise click.ClickException(f"{queue_name} is a partitioned queue: a rate limit is one queue's, and its "
                                        "partitions are queues of their own (not supported)")
+        if not create:
+            require_queue(queue)
         if rate is not None or off:
-            if not create:
-                require_queue(queue)
             queue.set_rate_limit(None if off else rate)
         current = queue.rate_limit()
     if as_json:
@@ -884,13 +926,21 @@ def group_list(url: str, wire: str, queue_name: str, as_json: bool) -> None:
 @click.option("--enable", "maxlen", type=click.IntRange(1), default=None, metavar="MAXLEN",
               help="turn the queue's event stream on, bounded to MAXLEN entries, and exit")
 @click.option("--disable", is_flag=True, help="turn the queue's event stream off, and exit")
+@create_option
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
 def events(url: str, wire: str, queue_name: str, follow: bool, since: str | None, maxlen: int | None,
-           disable: bool, as_json: bool) -> None:
+           disable: bool, create: bool, as_json: bool) -> None:
     """Show a queue's events (enqueued, claimed, progress, completed, retried, failed, dead, stalled,
     recovered, removed, promoted, delayed, requeued, rescheduled, reprocessed), oldest first; with
     --follow, as they happen."""
+    if maxlen is not None and disable:
+        raise click.UsageError("give --enable MAXLEN or --disable, not both")
+    if since is not None and not STREAM_ID.fullmatch(since):
+        raise click.BadParameter(f"{since!r} is not a stream id: give '$', a time in ms (1700000000000) or an "
+                                 "id an event line shows (1700000000000-0)", param_hint="--since")
     with opened_queue(url, wire, queue_name) as queue:
+        if not create:
+            require_queue(queue)
         if maxlen is not None or disable:
             if disable:
                 queue.disable_events()
@@ -906,6 +956,10 @@ def events(url: str, wire: str, queue_name: str, follow: bool, since: str | None
                 click.echo(_event_line(event, as_json))
         except KeyboardInterrupt:
             pass
+
+
+#: what XREAD takes after: '$', or a stream id (its sequence part optional)
+STREAM_ID = re.compile(r"\$|\d+(-\d+)?")
 
 
 def _event_line(event: Any, as_json: bool) -> str:
@@ -1036,15 +1090,20 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch
             return
         previous, then, shown = None, time.monotonic(), 0
         try:
-            with Live(console=out, auto_refresh=False) if not as_json else nullcontext() as live:
+            # a terminal redraws one table in place; a pipe or a file gets each table as it is sampled
+            redrawn = not as_json and out.is_terminal
+            with Live(console=out, auto_refresh=False) if redrawn else nullcontext() as live:
                 while times is None or shown < times:
                     now, sampled = time.monotonic(), sample()
                     good = {n: v for n, v in sampled.items() if isinstance(v, QueueNumbers)}
                     per_s = rates(good, previous, now - then)
                     if as_json:
                         click.echo(json.dumps(stats_json(sampled, per_s), sort_keys=True))
-                    else:
+                    elif live is not None:
                         live.update(stats_table(connection, sampled, per_s), refresh=True)
+                    else:
+                        out.print(stats_table(connection, sampled, per_s))
+                        out.file.flush()
                     previous, then, shown = good, now, shown + 1
                     if times is None or shown < times:
                         time.sleep(interval)
@@ -1130,7 +1189,7 @@ def dashboard(url: str, wire: str, host: str, port: int, read_only: bool, token:
               queue_names: tuple[str, ...], sample_interval: float) -> None:
     """Serve the web dashboard and Prometheus /metrics for the node (Ctrl-C stops it)."""
     try:
-        from .dashboard import Settings, check_binding, serve
+        from .dashboard import Settings, check_binding, listen, serve
     except ImportError as exc:
         raise click.ClickException(f"the dashboard needs its extra: pip install 'echomq[dashboard]' ({exc})") from exc
     with reported():
@@ -1139,10 +1198,11 @@ def dashboard(url: str, wire: str, host: str, port: int, read_only: bool, token:
         check_binding(host, token)  # before connecting: a refusal must not depend on the node
     settings = Settings(read_only=read_only, token=token, queues=list(queue_names), sample_interval_s=sample_interval)
     with opened(url, wire) as connection, reported():
+        listening = listen(host, port)
         shown = f"[{host}]" if ":" in host else host
         err.print(f"dashboard for {_where(connection)} on http://{shown}:{port}/"
                   + (" (read-only)" if read_only else "") + (", token required" if token else ""))
-        serve(connection, settings, host=host, port=port)
+        serve(connection, settings, host=host, port=port, listening=listening)
 
 
 if __name__ == "__main__":

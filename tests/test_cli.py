@@ -7,15 +7,17 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import valkey
 from click.testing import CliRunner
 
 from echomq import EmbeddedServer, Queue, module_path
 from echomq.cli import main
 from echomq.server import free_port
 from helpers import dump, fresh_name, reap, server_ms, unchanged, wait_server_past
-from worker_helpers import ROOT
+from worker_helpers import ROOT, wait_until
 
 
 @pytest.fixture
@@ -55,7 +57,9 @@ def test_stats_without_a_queue_finds_every_queue_and_watch_shows_rates(emq, conn
     Queue(conn, name).enqueue({})
     assert name in emq("stats").stdout
     watched = emq("stats", "-q", name, "--watch", "--times", "2", "--interval", "0.05")
-    assert watched.exit_code == 0 and "done/s" in watched.stdout and "wire " in watched.stdout
+    assert watched.exit_code == 0 and "wire " in watched.stdout
+    # not a terminal: each sample is printed as it is taken (a live redraw showed nothing until the end)
+    assert watched.stdout.count(name) == 2 and "done/s" in watched.stdout
 
 
 def test_enqueue_options_id_priority_delay_count_raw(emq, conn, name):
@@ -204,6 +208,19 @@ def test_module_path_and_a_bad_app_spec():
     assert shape.exit_code == 2 and "expected module:app" in shape.stderr
 
 
+@pytest.mark.parametrize("source, said", [
+    ("def broken(:\n", "does not compile: invalid syntax"),
+    ("import json\nSETTINGS = json.loads('{oops')\n", "raised JSONDecodeError"),
+])
+def test_a_tasks_module_that_fails_to_import_is_one_line_naming_where(tmp_path, monkeypatch, source, said):
+    (tmp_path / "broken_tasks.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "broken_tasks", raising=False)
+    bad = CliRunner().invoke(main, ["worker", "broken_tasks:app"])
+    assert bad.exit_code == 2 and said in bad.stderr and "broken_tasks.py" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
 @pytest.mark.parametrize("wire_arg", ["4", "6"])
 def test_server_runs_until_sigterm(tmp_path, wire_arg):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -219,6 +236,29 @@ def test_server_runs_until_sigterm(tmp_path, wire_arg):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
         assert (tmp_path / "data" / "appendonlydir").is_dir()  # the data directory was kept
+    finally:
+        reap(proc)
+
+
+def test_a_killed_emq_server_takes_its_valkey_with_it(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "echomq.cli", "server", "--wire", "4", "--dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        port = int(line.split("redis://127.0.0.1:")[1].split(",")[0])
+        with valkey.Valkey(port=port) as client:
+            valkey_pid = client.info("server")["process_id"]
+        proc.kill()  # SIGKILL: no handler, no cleanup of its own runs
+        proc.wait(15)
+
+        def gone() -> bool:  # exited: reaped, or a zombie where PID 1 does not reap (a container)
+            try:
+                return Path(f"/proc/{valkey_pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+            except FileNotFoundError:
+                return True
+
+        wait_until(gone, timeout=20, what="the orphaned valkey-server to stop")
     finally:
         reap(proc)
 
@@ -333,7 +373,8 @@ def test_stats_json_watch_prints_one_line_per_refresh_with_rates(emq, conn, name
     ("reprocess", "-q", "QUEUE", "some-id"), ("reprocess", "-q", "QUEUE", "--all"), ("pause", "-q", "QUEUE"),
     ("resume", "-q", "QUEUE"), ("promote", "-q", "QUEUE"), ("sweep", "-q", "QUEUE"),
     ("remove", "-q", "QUEUE", "some-id"), ("cancel", "-q", "QUEUE", "some-id"), ("purge", "-q", "QUEUE"),
-    ("drain", "-q", "QUEUE"),
+    ("drain", "-q", "QUEUE"), ("events", "-q", "QUEUE"), ("events", "-q", "QUEUE", "--enable", "100"),
+    ("events", "-q", "QUEUE", "--disable"), ("rate-limit", "-q", "QUEUE"),
 ])
 def test_an_unknown_queue_is_exit_1_and_creates_nothing(emq, server, name, args):
     with server.client() as client, unchanged(client):
@@ -500,7 +541,7 @@ def test_remove_cancel_purge_and_drain_with_counts(emq, conn, name):
     removed = emq("remove", "-q", name, waiting, dead.id, "nope")  # a named id with no job: exit 1
     assert removed.exit_code == 1 and "removed 2 job(s)" in removed.stdout and "nope: no such job" in removed.stderr
     refused = emq("remove", "-q", name, held.id)
-    assert refused.exit_code == 1 and "cancel it instead" in refused.stderr
+    assert refused.exit_code == 1 and f"{held.id}: EMQSTATE" in refused.stderr and "cancel it instead" in refused.stderr
     assert "cancelled 1 job(s)" in emq("cancel", "-q", name, held.id).stdout
     assert queue.job(held.id)["last_error"] == "cancelled"
     assert "purged 0 dead job(s)" in emq("purge", "-q", name, "--older-than", "1h").stdout
@@ -520,11 +561,32 @@ def test_remove_cancel_purge_and_drain_answer_json(emq, conn, name):
     waiting = queue.ids("pending")[0][0]
     answer = emq("remove", "-q", name, waiting, "missing-id", "--json")
     assert answer.exit_code == 1
-    assert json.loads(answer.stdout) == {"queue": name, "removed": {waiting: "pending"}, "no_such_job": ["missing-id"]}
+    assert json.loads(answer.stdout) == {"queue": name, "removed": {waiting: "pending"}, "no_such_job": ["missing-id"],
+                                         "refused": {}}
     cancelled = json.loads(emq("cancel", "-q", name, held.id, "--json").stdout)
-    assert cancelled == {"queue": name, "cancelled": [held.id], "no_such_job": []}
+    assert cancelled == {"queue": name, "cancelled": [held.id], "no_such_job": [], "refused": {}}
     assert json.loads(emq("purge", "-q", name, "--json").stdout) == {"queue": name, "purged": 1}
     assert json.loads(emq("drain", "-q", name, "--json").stdout) == {"queue": name, "drained": 2}
+
+
+def test_a_refused_id_among_several_is_named_and_the_others_are_still_acted_on(emq, conn, name):
+    queue = Queue(conn, name)
+    for _ in range(4):
+        queue.enqueue({})
+    held = queue.claim(60_000)
+    first, second = (job_id for job_id, _ in queue.ids("pending")[:2])
+    # the active job sits between two pending ones: remove refuses it alone
+    answer = emq("remove", "-q", name, first, held.id, second, "--json")
+    assert answer.exit_code == 1 and f"{held.id}: EMQSTATE" in answer.stderr
+    report = json.loads(answer.stdout)
+    assert report["removed"] == {first: "pending", second: "pending"} and report["no_such_job"] == []
+    assert list(report["refused"]) == [held.id] and "cancel it instead" in report["refused"][held.id]
+    assert queue.job(held.id)["state"] == "active" and queue.counts().pending == 1
+    # cancel refuses the pending job and still cancels the active one after it
+    last = queue.ids("pending")[0][0]
+    cancelled = emq("cancel", "-q", name, last, held.id)
+    assert cancelled.exit_code == 1 and "cancelled 1 job(s)" in cancelled.stdout and f"{last}: EMQSTATE" in cancelled.stderr
+    assert queue.job(held.id)["last_error"] == "cancelled" and queue.job(last)["state"] == "pending"
 
 
 def test_rate_limit_shows_sets_and_lifts(emq, conn, name):

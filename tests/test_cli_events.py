@@ -29,7 +29,7 @@ def emq(server):
 
 def test_events_enable_list_and_json(emq, conn):
     name = fresh_name("e")
-    assert "events on" in emq("events", "-q", name, "--enable", "100").stdout
+    assert "events on" in emq("events", "-q", name, "--enable", "100", "--create").stdout
     queue = Queue(conn, name)
     job = queue.enqueue({"n": 1})
     held = queue.claim(60_000)
@@ -47,9 +47,24 @@ def test_events_enable_list_and_json(emq, conn):
     assert len(emq("events", "-q", name).stdout.splitlines()) == 5
 
 
-def test_events_of_a_queue_without_them_says_how_to_turn_them_on(emq):
-    shown = emq("events", "-q", fresh_name("e"))
+def test_events_of_a_queue_without_them_says_how_to_turn_them_on(emq, conn):
+    name = fresh_name("e")
+    Queue(conn, name).enqueue({})
+    shown = emq("events", "-q", name)
     assert shown.exit_code == 0 and shown.stdout == "" and "--enable" in shown.stderr
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--since", "garbage"), "is not a stream id"),
+    (("--enable", "100", "--disable"), "not both"),
+])
+def test_bad_events_options_are_usage_errors_before_the_node_is_touched(emq, server, args, said):
+    name = fresh_name("e")
+    with server.client() as client:
+        before = client.execute_command("DEBUG", "DIGEST")
+        shown = emq("events", "-q", name, *args)
+        assert client.execute_command("DEBUG", "DIGEST") == before
+    assert shown.exit_code == 2 and said in shown.stderr
 
 
 def test_inspect_a_completed_job_and_find_a_job_without_q(emq, conn):

@@ -30,8 +30,8 @@ from .steps import Case, Do
 LONG_STEPS = 10_000
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m echomq.parity", description=__doc__.split("\n")[0])
+def parser(prog: str = "python -m echomq.parity") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("--module", help="the trafikey .so for the native node (default: emq module-path)")
     p.add_argument("--self", dest="self_test", action="store_true",
                    help="put a second script node in the native seat (tests the instrument, needs no module)")
@@ -101,9 +101,9 @@ def run_plants(module: str | None, planted_module: str | None, out: TextIO) -> b
     return caught == len(plants) and clean
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str = "python -m echomq.parity") -> int:
     out = out or sys.stdout
-    args = parser().parse_args(argv)
+    args = parser(prog).parse_args(argv)
     if args.self_test:
         module = None
     else:
