@@ -767,7 +767,8 @@ class Worker:
             job, task, lost = held.job, held.task, held.lease_lost
             outcome = held.verdict or held.outcome
             result = None
-            if isinstance(outcome, policy.Returned) and (self.bus and task.result_ttl_ms or job.flow):
+            returned = type(outcome) is policy.Returned  # the common case: decided here, no call made for it
+            if returned and (self.bus and task.result_ttl_ms or job.flow):
                 # the bytes PUBLISH keeps; a value the task's serializer refuses, or one over
                 # MAX_RESULT_BYTES, fails the attempt instead. Nothing returned is encoded once a task
                 result = self._nothing_encoded.get(task.queue) if outcome is policy.RETURNED_NOTHING else None
@@ -775,15 +776,18 @@ class Worker:
                     try:
                         result = encode_result(task.serializer, outcome.value, MAX_RESULT_BYTES)
                     except PayloadError as exc:
-                        outcome = policy.Raised(exc)
+                        outcome, returned = policy.Raised(exc), False
                     else:
                         if outcome is policy.RETURNED_NOTHING:
                             self._nothing_encoded[task.queue] = result
-            if not lost and isinstance(outcome, policy.Raised):
-                log.warning("job %s/%s attempt %d raised:", job.queue, job.id, job.attempt, exc_info=outcome.error)
-            decision = policy.decide_outcome(outcome, lost and held.verdict is None, job.attempt, task.max_attempts,
-                                             task.backoff, self._rand)
-            if isinstance(decision, policy.Drop):
+            if returned and not lost:
+                decision: policy.Settle = policy.COMPLETE  # what decide_outcome answers it
+            else:
+                if not lost and isinstance(outcome, policy.Raised):
+                    log.warning("job %s/%s attempt %d raised:", job.queue, job.id, job.attempt, exc_info=outcome.error)
+                decision = policy.decide_outcome(outcome, lost and held.verdict is None, job.attempt,
+                                                 task.max_attempts, task.backoff, self._rand)
+            if type(decision) is policy.Drop:
                 self.held.pop(held.key, None)
                 self._emit("job.lost", job, reason=f"{decision.reason}; its outcome is not settled")
                 continue
