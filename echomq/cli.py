@@ -950,7 +950,11 @@ def events(url: str, wire: str, queue_name: str, follow: bool, since: str | None
                 click.echo(f"events on for {queue_name}, the last {maxlen} kept")
             return
         if not follow and since is None and not queue.connection.client.exists(queue.keys.events):
-            err.print(f"no events in {queue_name} (turn them on with: emq events -q {queue_name} --enable 10000)")
+            bound = queue.connection.client.hget(queue.keys.meta, "events")
+            if bound is not None and bound.isdigit() and int(bound) > 0:  # on (docs/spec.md §12): none yet
+                err.print(f"no events in {queue_name} yet (events are on, the last {int(bound)} kept)")
+            else:
+                err.print(f"no events in {queue_name} (turn them on with: emq events -q {queue_name} --enable 10000)")
         try:
             for event in queue.events(since=since, follow=follow, block_ms=1000):
                 click.echo(_event_line(event, as_json))

@@ -52,6 +52,9 @@ def test_events_of_a_queue_without_them_says_how_to_turn_them_on(emq, conn):
     Queue(conn, name).enqueue({})
     shown = emq("events", "-q", name)
     assert shown.exit_code == 0 and shown.stdout == "" and "--enable" in shown.stderr
+    emq("events", "-q", name, "--enable", "50")
+    on = emq("events", "-q", name)  # on, and nothing has moved since
+    assert on.exit_code == 0 and on.stdout == "" and "events are on, the last 50 kept" in on.stderr
 
 
 @pytest.mark.parametrize("args, said", [
