@@ -35,7 +35,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 
 import valkey.asyncio as avalkey
 from valkey.asyncio.cluster import ValkeyCluster as AsyncValkeyCluster
-from valkey.exceptions import ResponseError
+from valkey.exceptions import InvalidResponse, ResponseError
 from valkey.utils import LIBVALKEY_AVAILABLE
 
 if LIBVALKEY_AVAILABLE:
@@ -44,7 +44,8 @@ if LIBVALKEY_AVAILABLE:
 from . import errors, reaper
 from .connection import (
     TRANSPORT_ERRORS, ReplyCallbacks, VerbSpan, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode,
-    database_refused, first_key_at, link_failed, missing_database, retried, tokens_unavailable, wire_of_brand,
+    database_refused, first_key_at, link_failed, missing_database, not_valkey, retried, tokens_unavailable,
+    wire_of_brand,
 )
 from .core import MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T, check_wait, \
     time_left
@@ -386,6 +387,9 @@ async def connect(
         if missing_database(exc):
             raise database_refused(url, exc) from exc
         raise
+    except InvalidResponse as exc:
+        await client.aclose()
+        raise not_valkey(url, exc) from exc
     except BaseException:
         await client.aclose()
         raise

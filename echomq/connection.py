@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import valkey
 from valkey.cluster import ClusterPipeline, ValkeyCluster
-from valkey.exceptions import ClusterError, NoScriptError, ResponseError, ValkeyClusterException
+from valkey.exceptions import ClusterError, InvalidResponse, NoScriptError, ResponseError, ValkeyClusterException
 
 from . import errors, hooks
 from .keys import VERSION_KEY, Keyspace
@@ -579,6 +579,12 @@ def missing_database(exc: ResponseError) -> bool:
     return "DB index" in str(exc)
 
 
+def not_valkey(url: str, exc: InvalidResponse) -> errors.ConnectionFailed:
+    """What answers at ``url`` does not speak RESP (an HTTP server, say)."""
+    return errors.ConnectionFailed(f"what answers at {url} is not Valkey or Redis ({exc}): point the URL at a "
+                                   "Valkey node's port")
+
+
 def database_refused(url: str, exc: ResponseError) -> errors.ConnectionFailed:
     return errors.ConnectionFailed(f"{url} names a database this node does not have ({exc}): use /0, or a "
                                    "number below the node's `databases` setting")
@@ -613,6 +619,9 @@ def open_client(url: str, cluster: bool | str = "auto", **client_options: Any) -
         if missing_database(exc):
             raise database_refused(url, exc) from exc
         raise
+    except InvalidResponse as exc:
+        client.close()
+        raise not_valkey(url, exc) from exc
     return client
 
 

@@ -221,6 +221,21 @@ def test_a_database_the_node_does_not_have_is_connection_failed_naming_the_fix(s
     assert url in str(info.value) and "use /0" in str(info.value)
 
 
+def test_a_port_that_is_not_valkey_is_connection_failed_not_a_protocol_traceback(open_conn):
+    import http.server
+    import threading
+
+    with http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler) as web:
+        threading.Thread(target=web.serve_forever, daemon=True).start()
+        url = f"redis://127.0.0.1:{web.server_address[1]}"
+        try:
+            with pytest.raises(ConnectionFailed) as info:
+                open_conn(url, wire="auto", socket_timeout=5)
+        finally:
+            web.shutdown()
+    assert url in str(info.value) and "is not Valkey or Redis" in str(info.value)
+
+
 # --------------------------------------------------------------------------- scripts: load, NOSCRIPT, wire 6 refusal
 
 
