@@ -38,7 +38,7 @@ from rich.text import Text
 from . import __version__, admin
 from .admin import brand_node
 from .connection import Connection, connect, open_client
-from .errors import ConfigurationError, EchoMQError, PortInUse, ServerStartError, StateError
+from .errors import ConfigurationError, ConnectionFailed, EchoMQError, PortInUse, ServerStartError, StateError
 from .heartbeat import list_workers
 from .inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of, partitions_of,
                         queue_exists, record_view, text_of)
@@ -103,11 +103,13 @@ def print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True))
 
 
-def require_queue(queue: AnyQueue) -> None:
-    """An unknown queue is an error (exit 1), not an empty answer: a typo must not look like 'nothing to do'."""
+def require_queue(queue: AnyQueue, creatable: bool = False) -> None:
+    """An unknown queue is an error (exit 1), not an empty answer: a typo must not look like 'nothing to do'.
+    ``creatable``: the command takes --create, and the message says so."""
     if not queue_exists(queue):
         raise click.ClickException(f"no queue {queue.name!r} on this node (none of its keys exist); "
-                                   "`emq stats` lists the queues")
+                                   "`emq stats` lists the queues"
+                                   + ("; pass --create to act on it before its first job" if creatable else ""))
 
 
 @contextmanager
@@ -124,7 +126,10 @@ def reported() -> Iterator[None]:
 @contextmanager
 def opened(url: str, wire: str) -> Iterator[Connection]:
     with reported():
-        connection = connect(url, wire=wire if wire == "auto" else int(wire), cluster=chosen_cluster())
+        try:
+            connection = connect(url, wire=wire if wire == "auto" else int(wire), cluster=chosen_cluster())
+        except ConnectionFailed as exc:
+            raise ConnectionFailed(f"{exc}; point --url (or EMQ_URL) at your node, or start one: emq server") from exc
         try:
             yield connection
         finally:
@@ -608,7 +613,7 @@ def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, ev
     """Send dead jobs back to pending with a full retry and stall budget again (attempts go on;
     exit 1 when a named id was not in dead)."""
     if bool(job_ids) == every:
-        raise click.UsageError("name dead job ids, or pass --all")
+        raise click.UsageError("name dead job ids, or pass --all, not both" if every else "name dead job ids, or pass --all")
     with reported():
         for job_id in job_ids:
             check_job_id(job_id)
@@ -753,7 +758,7 @@ def pause(url: str, wire: str, queue_name: str, create: bool) -> None:
     """Hold claims on a queue (enqueue still admits jobs)."""
     with opened_queue(url, wire, queue_name) as queue:
         if not create:
-            require_queue(queue)
+            require_queue(queue, creatable=True)
         queue.pause()
     click.echo(f"{queue_name} paused")
 
@@ -786,7 +791,7 @@ def rate_limit(url: str, wire: str, queue_name: str, rate: str | None, off: bool
             raise click.ClickException(f"{queue_name} is a partitioned queue: a rate limit is one queue's, and its "
                                        "partitions are queues of their own (not supported)")
         if not create:
-            require_queue(queue)
+            require_queue(queue, creatable=True)
         if rate is not None or off:
             queue.set_rate_limit(None if off else rate)
         current = queue.rate_limit()
@@ -937,10 +942,10 @@ def events(url: str, wire: str, queue_name: str, follow: bool, since: str | None
         raise click.UsageError("give --enable MAXLEN or --disable, not both")
     if since is not None and not STREAM_ID.fullmatch(since):
         raise click.BadParameter(f"{since!r} is not a stream id: give '$', a time in ms (1700000000000) or an "
-                                 "id an event line shows (1700000000000-0)", param_hint="--since")
+                                 "event's stream_id (--json shows it: 1700000000000-0)", param_hint="--since")
     with opened_queue(url, wire, queue_name) as queue:
         if not create:
-            require_queue(queue)
+            require_queue(queue, creatable=True)
         if maxlen is not None or disable:
             if disable:
                 queue.disable_events()
@@ -1054,7 +1059,7 @@ def stats_json(sampled: dict[str, QueueNumbers | Exception], per_s: dict[str, di
 @click.option("--partitions", "detail", is_flag=True, help="a row per partition too, below a partitioned queue's")
 @click.option("--watch", is_flag=True, help="refresh until Ctrl-C, with completion and death rates")
 @click.option("--interval", type=click.FloatRange(0.05), default=1.0, show_default=True, help="seconds between refreshes")
-@click.option("--times", type=click.IntRange(1), default=None, hidden=True, help="stop watching after this many refreshes")
+@click.option("--times", type=click.IntRange(1), default=None, help="with --watch: stop after this many refreshes")
 @json_option
 def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch: bool, interval: float,
           times: int | None, as_json: bool) -> None:
@@ -1062,6 +1067,8 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch
     lane jobs (pending/active) and flow jobs (waiting/pending/active/scheduled) when there are any.
 
     With --json --watch: one JSON array per line per refresh (JSON Lines)."""
+    if times is not None and not watch:
+        raise click.UsageError("--times counts --watch's refreshes: add --watch")
     with reported():
         for name in queue_names:
             check_queue_name(name)
@@ -1101,8 +1108,9 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch
                     now, sampled = time.monotonic(), sample()
                     good = {n: v for n, v in sampled.items() if isinstance(v, QueueNumbers)}
                     per_s = rates(good, previous, now - then)
-                    if as_json:
-                        click.echo(json.dumps(stats_json(sampled, per_s), sort_keys=True))
+                    if as_json:  # the first sample has no rates yet: null, so every line has the same keys
+                        unknown = {name: dict.fromkeys(("completed_per_s", "dead_per_s")) for name in good}
+                        click.echo(json.dumps(stats_json(sampled, per_s or unknown), sort_keys=True))
                     elif live is not None:
                         live.update(stats_table(connection, sampled, per_s), refresh=True)
                     else:

@@ -319,7 +319,8 @@ def job_page(queue: Queue | PartitionedQueue, state: State | str, *, offset: int
     with plain_commands("a page of jobs"):
         rows = pipe.execute()
         now_ms = _ms(client.time())
-    views = [decode_view(q.name, job_id, row, score, now_ms) for (q, job_id, score), row in zip(listed, rows)]
+    where = GROUPED_SETS.get(state) or STATE_SETS[State(state)]  # the set the page was read from
+    views = [decode_view(q.name, job_id, row, score, now_ms, where) for (q, job_id, score), row in zip(listed, rows)]
     return [v for v in views if v is not None]
 
 

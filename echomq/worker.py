@@ -508,6 +508,7 @@ class Worker:
         #: a burst worker found its queues empty while a claiming block was out: none is re-armed until
         #: each has answered (drained)
         self._confirming_empty = False
+        self._paused_pending: dict[str, int] = {}  #: paused queues with jobs pending, at the last look (burst)
         self._signals = 0
         self._pool: _DaemonPool | None = None
         self._async: _AsyncRunner | None = None
@@ -533,7 +534,9 @@ class Worker:
             while True:
                 next_ms = self.step()
                 if self.config.burst and not self.stopping and self.drained():
-                    self.stop("burst: the queues are empty")
+                    paused = ", ".join(f"{name} ({n} pending)" for name, n in self._paused_pending.items())
+                    self.stop("burst: the queues are empty" + (f"; paused, so not run: {paused} (emq resume -q "
+                                                               "QUEUE, then run again)" if paused else ""))
                 if self.stopping and (not self.held or self._clock_ms() >= self._stop_at):
                     break
                 self._wake.wait(max(0.0, next_ms - self._clock_ms()) / 1000)
@@ -645,13 +648,17 @@ class Worker:
             return False  # a queue gave jobs on its last claim (or has not been claimed from): not empty yet
         if not all(polls > 0 for polls in self._empty_flow_polls.values()):
             return False  # likewise its flow sets (a flow parent waiting on its children is not claimable)
+        paused: dict[str, int] = {}
         try:
-            for queue in self.queues.values():
+            for name, queue in self.queues.items():
                 counts = queue.counts()
                 if (counts.pending and not counts.paused) or counts.scheduled or queue.lanes_waiting():
                     return False
+                if counts.pending:
+                    paused[name] = counts.pending
         except LINK_ERRORS:
             return False
+        self._paused_pending = paused  # what the burst's last words name
         return True
 
     def _came_back_empty(self, name: str) -> bool:

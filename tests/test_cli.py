@@ -111,7 +111,7 @@ def test_bad_url_missing_server_unbranded_node_and_the_wrong_wire(emq, server, w
     bad = emq("stats", url="http://example.com")
     assert bad.exit_code == 1 and "bad URL" in bad.stderr
     missing = emq("stats", url=f"redis://127.0.0.1:{free_port()}")
-    assert missing.exit_code == 1 and "no Valkey answers" in missing.stderr
+    assert missing.exit_code == 1 and "no Valkey answers" in missing.stderr and "EMQ_URL" in missing.stderr
     other = 4 if wire == 6 else 6
     wrong = CliRunner().invoke(main, ["stats", "--url", server.url, "--wire", str(other)])
     assert wrong.exit_code == 1
@@ -335,6 +335,7 @@ def test_read_commands_answer_json(emq, conn, name):
     dead = json.loads(emq("dead", "-q", name, "--json").stdout)
     assert dead["total"] == 1 and dead["jobs"][0]["id"] == held.id and dead["jobs"][0]["last_error"] == "boom"
     shown = json.loads(emq("inspect", held.id, "-q", name, "--json").stdout)
+    assert dead["jobs"][0]["set"] == shown["set"] == "dead"  # the page names the set it read, as inspect does
     assert (shown["state"], shown["attempts"], shown["payload"], shown["in_its_set"]) == ("dead", "1", {"n": 1}, True)
     (scheduled_id, _), = queue.ids("scheduled")
     due = json.loads(emq("inspect", scheduled_id, "-q", name, "--json").stdout)
@@ -365,7 +366,9 @@ def test_stats_json_watch_prints_one_line_per_refresh_with_rates(emq, conn, name
     lines = watched.stdout.splitlines()
     assert watched.exit_code == 0 and len(lines) == 2
     first, second = (json.loads(line)[0] for line in lines)
-    assert "completed_per_s" not in first and second["completed_per_s"] == 0 and second["pending"] == 1
+    # the first sample has no rates yet: null, so every line has the same keys
+    assert first["completed_per_s"] is None and second["completed_per_s"] == 0 and second["pending"] == 1
+    assert emq("stats", "-q", name, "--times", "2").exit_code == 2  # --times without --watch
 
 
 @pytest.mark.parametrize("args", [
@@ -381,6 +384,8 @@ def test_an_unknown_queue_is_exit_1_and_creates_nothing(emq, server, name, args)
         result = emq(*(name if a == "QUEUE" else a for a in args))
     assert result.exit_code == 1, result.output
     assert f"no queue {name!r} on this node" in result.stderr
+    # the commands that can act on a queue before its first job say how
+    assert ("--create" in result.stderr) == ("--create" in emq(args[0], "--help").stdout)
 
 
 def test_pause_with_create_makes_the_queue_and_says_so_in_help(emq, conn, name):
@@ -506,6 +511,18 @@ def test_worker_burst_exits_once_its_queue_is_empty(server, wire, tmp_path, conn
     assert sorted(job_id for job_id, _, _ in processed(tmp_path)) == sorted(e.id for e in made)
     assert Queue(conn, queue).counts().total == 0  # the retry (backoff 20 ms) was waited for: it fell due
     assert "burst: the queues are empty" in proc.log()
+
+
+def test_a_burst_worker_on_a_paused_queue_names_what_it_left(server, wire, tmp_path, conn):
+    from worker_helpers import WorkerProcess, processed
+
+    queue = fresh_name("burst")
+    Queue(conn, queue).enqueue_many([{"n": n} for n in range(2)])
+    Queue(conn, queue).pause()
+    proc = WorkerProcess(server.url, wire, queue, tmp_path, "--burst")
+    assert proc.wait(30) == 0, proc.log()
+    assert processed(tmp_path) == [] and Queue(conn, queue).counts().pending == 2
+    assert f"paused, so not run: {queue} (2 pending)" in proc.log()
 
 
 def test_enqueue_reads_payloads_from_a_file_and_from_stdin(emq, conn, name, tmp_path, server):
