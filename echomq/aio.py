@@ -44,8 +44,7 @@ if LIBVALKEY_AVAILABLE:
 from . import errors, reaper
 from .connection import (
     TRANSPORT_ERRORS, ReplyCallbacks, VerbSpan, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode,
-    database_refused, first_key_at, link_failed, missing_database, not_valkey, retried, tokens_unavailable,
-    wire_of_brand,
+    first_key_at, link_failed, missing_database, opening_refused, retried, tokens_unavailable, wire_of_brand,
 )
 from .core import MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T, check_wait, \
     time_left
@@ -382,14 +381,12 @@ async def connect(
     except TRANSPORT_ERRORS as exc:
         await client.aclose()
         raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
-    except ResponseError as exc:
+    except (ResponseError, InvalidResponse) as exc:
         await client.aclose()
-        if missing_database(exc):
-            raise database_refused(url, exc) from exc
-        raise
-    except InvalidResponse as exc:
-        await client.aclose()
-        raise not_valkey(url, exc) from exc
+        refused = opening_refused(url, exc)
+        if refused is None:
+            raise
+        raise refused from exc
     except BaseException:
         await client.aclose()
         raise

@@ -24,7 +24,7 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import click
 import valkey
@@ -613,7 +613,7 @@ def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, ev
     """Send dead jobs back to pending with a full retry and stall budget again (attempts go on;
     exit 1 when a named id was not in dead)."""
     if bool(job_ids) == every:
-        raise click.UsageError("name dead job ids, or pass --all, not both" if every else "name dead job ids, or pass --all")
+        raise click.UsageError("name dead job ids, or pass --all" + (", not both" if every else ""))
     with reported():
         for job_id in job_ids:
             check_job_id(job_id)
@@ -675,7 +675,7 @@ def cancel(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, as_js
                    as_json)
 
 
-def each_job(job_ids: tuple[str, ...], act: Any) -> tuple[dict[str, Any], dict[str, str]]:
+def each_job(job_ids: tuple[str, ...], act: Callable[[str], Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """``act`` on every named job, one at a time: (its answer by id, the server's refusal by id).
     A refusal (an active job for remove, a job not active for cancel) stops only its own id."""
     answers: dict[str, Any] = {}

@@ -579,15 +579,17 @@ def missing_database(exc: ResponseError) -> bool:
     return "DB index" in str(exc)
 
 
-def not_valkey(url: str, exc: InvalidResponse) -> errors.ConnectionFailed:
-    """What answers at ``url`` does not speak RESP (an HTTP server, say)."""
-    return errors.ConnectionFailed(f"what answers at {url} is not Valkey or Redis ({exc}): point the URL at a "
-                                   "Valkey node's port")
-
-
-def database_refused(url: str, exc: ResponseError) -> errors.ConnectionFailed:
-    return errors.ConnectionFailed(f"{url} names a database this node does not have ({exc}): use /0, or a "
-                                   "number below the node's `databases` setting")
+def opening_refused(url: str, exc: ResponseError | InvalidResponse) -> errors.ConnectionFailed | None:
+    """What a link to ``url`` that failed as it opened means to the user (both clients ask): what
+    answers does not speak RESP (an HTTP server, say), or the node lacks the URL's ``/db``. None
+    for a refusal of a command, which is not the link's."""
+    if isinstance(exc, InvalidResponse):
+        return errors.ConnectionFailed(f"what answers at {url} is not Valkey or Redis ({exc}): point the URL at "
+                                       "a Valkey node's port")
+    if missing_database(exc):
+        return errors.ConnectionFailed(f"{url} names a database this node does not have ({exc}): use /0, or a "
+                                       "number below the node's `databases` setting")
+    return None
 
 
 def open_client(url: str, cluster: bool | str = "auto", **client_options: Any) -> valkey.Valkey | ValkeyCluster:
@@ -614,14 +616,12 @@ def open_client(url: str, cluster: bool | str = "auto", **client_options: Any) -
     except TRANSPORT_ERRORS as exc:
         client.close()
         raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
-    except ResponseError as exc:
+    except (ResponseError, InvalidResponse) as exc:
         client.close()
-        if missing_database(exc):
-            raise database_refused(url, exc) from exc
-        raise
-    except InvalidResponse as exc:
-        client.close()
-        raise not_valkey(url, exc) from exc
+        refused = opening_refused(url, exc)
+        if refused is None:
+            raise
+        raise refused from exc
     return client
 
 

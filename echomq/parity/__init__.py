@@ -9,9 +9,9 @@ from .runner import Pair
 __all__ = ["CATALOGUE", "CaseResult", "Pair", "Verdict", "main"]
 
 
-def main(argv=None, out=None, prog="python -m echomq.parity") -> int:
+def main(argv=None, out=None, prog=None) -> int:
     """The command's entry point (``emq parity`` calls this): parse ``argv``, run, print to ``out``;
-    ``prog`` is the command its usage lines name."""
-    from .__main__ import main as _main
+    ``prog`` is the command its usage lines name (default: ``python -m echomq.parity``)."""
+    from .__main__ import PROG, main as _main
 
-    return _main(argv, out, prog)
+    return _main(argv, out, prog or PROG)

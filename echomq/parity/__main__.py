@@ -28,9 +28,11 @@ from .runner import Pair, Tally
 from .steps import Case, Do
 
 LONG_STEPS = 10_000
+#: the command its usage lines name, unless a caller (emq parity) names another
+PROG = "python -m echomq.parity"
 
 
-def parser(prog: str = "python -m echomq.parity") -> argparse.ArgumentParser:
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("--module", help="the trafikey .so for the native node (default: emq module-path)")
     p.add_argument("--self", dest="self_test", action="store_true",
@@ -101,7 +103,7 @@ def run_plants(module: str | None, planted_module: str | None, out: TextIO) -> b
     return caught == len(plants) and clean
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str = "python -m echomq.parity") -> int:
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str = PROG) -> int:
     out = out or sys.stdout
     args = parser(prog).parse_args(argv)
     if args.self_test:
