@@ -47,12 +47,13 @@ import threading
 import time
 from bisect import bisect_right
 from collections import defaultdict, deque
+from contextlib import contextmanager
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import repeat
 from queue import SimpleQueue
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from valkey.crc import key_slot
 
@@ -285,15 +286,21 @@ class Held:
 class _DaemonPool:
     """A fixed pool of daemon threads: a handler stuck past shutdown cannot keep the process alive
     (the standard ThreadPoolExecutor joins its threads at exit). No Future per call: the callable
-    given reports its own outcome (a Future is a condition and two locks for every job).
+    given reports its own outcome (a Future is a condition and two locks for every job). A callable
+    may return another, run once its thread counts as free: what that one submits is left to this
+    thread (the worker's relay) instead of waking another.
 
     Threads are woken one at a time: a submit wakes a sleeping thread only when no awake one is
-    free to take the job, and a thread that takes a job wakes the next while work is still
-    queued. Slow handlers so still start on as many threads as there are jobs, each start one
-    wake after the last; quick ones run on the one or two threads already awake instead of
-    every thread waking (a context switch and a GIL hand-off each) for one short job."""
+    free to take the job. Then either a thread that takes a job wakes the next while work is
+    still queued (``spread_after_s`` None), or the owner calls :meth:`spread` now and then, which
+    wakes threads only for work that has waited ``spread_after_s`` (its thread is held up by a
+    slow handler). Slow handlers so still start on as many threads as there are jobs; quick ones
+    run on the thread already awake instead of others waking (a context switch and a GIL
+    hand-off each) for a short job."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, spread_after_s: float | None = None) -> None:
+        self._spread_after_s = spread_after_s
+        self._moved_at = 0.0  #: (spread_after_s) when queued work last started, or began to queue
         self._mutex = threading.Lock()
         self._work: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
         self._sleeping: list[threading.Lock] = []  #: each sleeping thread's own lock: released, it wakes
@@ -306,9 +313,11 @@ class _DaemonPool:
     def submit_all(self, fn: Callable[..., None], calls: Sequence[tuple[Any, ...]]) -> None:
         """``fn(*args)`` for each ``args`` of ``calls``, queued at once (one lock for a claim batch)."""
         with self._mutex:
+            if not self._work:
+                self._moved_at = time.monotonic()
             self._work.extend(zip(repeat(fn), calls))
             if not self._free:
-                self._wake_one()  # it wakes the next while work is queued
+                self._wake_one()  # it, or spread(), wakes the next while work is queued
 
     def replace_one(self) -> None:
         """One more thread, in place of one running an abandoned (timed out) handler: Python
@@ -340,7 +349,9 @@ class _DaemonPool:
                     return
                 if self._work:
                     item = self._work.popleft()
-                    if self._work and not self._free:
+                    if self._spread_after_s is not None:
+                        self._moved_at = time.monotonic()
+                    elif self._work and not self._free:
                         self._wake_one()  # the next queued job needs a thread of its own
                 else:
                     self._sleeping.append(me)
@@ -352,9 +363,26 @@ class _DaemonPool:
             counted_free = False
             fn, args = item
             try:
-                fn(*args)
+                then = fn(*args)
+                if then is not None:
+                    with self._mutex:
+                        self._free += 1
+                    counted_free = True
+                    then()
             except BaseException:  # the callables report their own outcome: this is a bug, and the thread lives on
                 log.exception("worker %d: a handler thread's task failed", os.getpid())
+
+    @property
+    def queued(self) -> bool:
+        return bool(self._work)
+
+    def spread(self) -> None:
+        """Wake a thread for each queued job that has waited ``spread_after_s`` with no free one."""
+        after_s = self._spread_after_s
+        if after_s is not None and self._work and time.monotonic() - self._moved_at >= after_s:
+            with self._mutex:
+                while self._sleeping and len(self._work) > self._free:
+                    self._wake_one()
 
     def shutdown(self) -> None:
         """Sleeping threads end now, running ones after their handler; queued work is not started."""
@@ -478,6 +506,17 @@ class Worker:
         self._producers = {is_async: self._make_producers(is_async) for is_async in (False, True)}
         self._unsettled: list[Held] = []
         self._wake = threading.Event()
+        #: the loop's state is changed by one thread at a time, the one holding this: the control
+        #: thread for a step, or a handler thread for a relay (_relay)
+        self._baton = threading.Lock()
+        #: run() is on (and settle_wait_ms > 0): the handler thread that ends the last running handler
+        #: settles what finished and claims the next batch itself, the control thread sleeping on
+        self._relaying = False
+        self._relays = 0  #: relays so far: while they go on, the control thread looks in (_wait)
+        #: the control thread waits for the baton: relays leave the next exchange to it (a lock is not
+        #: fair, and relays in a row would otherwise keep it from its step: its renewals, say)
+        self._baton_wanted = False
+        self._relay_error: BaseException | None = None  #: a relay's unexpected error: run() raises it
         # waiting instead of polling (set by run(); steps driven by hand poll): BZPOPMIN on wire 4,
         # BCLAIM on wire 6 when the node lists claim.block
         self.blocking = False
@@ -531,18 +570,79 @@ class Worker:
         try:
             self._set_rate_limits()
             self._start_waiters()
+            self._relaying = self.config.settle_wait_ms > 0
             while True:
-                next_ms = self.step()
-                if self.config.burst and not self.stopping and self.drained():
-                    paused = ", ".join(f"{name} ({n} pending)" for name, n in self._paused_pending.items())
-                    self.stop("burst: the queues are empty" + (f"; paused, so not run: {paused} (emq resume -q "
-                                                               "QUEUE, then run again)" if paused else ""))
-                if self.stopping and (not self.held or self._clock_ms() >= self._stop_at):
-                    break
-                self._wake.wait(max(0.0, next_ms - self._clock_ms()) / 1000)
+                with self._taking_baton():
+                    if self._relay_error is not None:
+                        raise self._relay_error
+                    next_ms = self.step()
+                    if self.config.burst and not self.stopping and self.drained():
+                        paused = ", ".join(f"{name} ({n} pending)" for name, n in self._paused_pending.items())
+                        self.stop("burst: the queues are empty" + (f"; paused, so not run: {paused} (emq resume "
+                                                                   "-q QUEUE, then run again)" if paused else ""))
+                    if self.stopping and (not self.held or self._clock_ms() >= self._stop_at):
+                        break
+                self._wait(next_ms)
         finally:
-            self.shutdown()
+            with self._taking_baton():
+                self._relaying = False  # outcomes from here on wake the control thread
+                self.shutdown()
         return self.tally
+
+    @contextmanager
+    def _taking_baton(self) -> Iterator[None]:
+        """The control thread's hold on the baton: relays stop and let it have it."""
+        self._baton_wanted = True
+        with self._baton:
+            self._baton_wanted = False
+            yield
+
+    def _wait(self, next_ms: float) -> None:
+        """Sleep until local ``next_ms``, or a wake. While jobs are held and relays go on (or jobs
+        wait in the pool for a thread), look in every ``settle_wait_ms``: the quick outcomes of a
+        relayed batch whose slow handler still runs settle by then, and the jobs queued behind a
+        slow handler get threads of their own, as for a batch this thread claimed itself."""
+        look_ms, seen = self.config.settle_wait_ms, -1
+        while True:
+            wait_ms = next_ms - self._clock_ms()
+            looking = (self._relaying and wait_ms > look_ms and bool(self.held)
+                       and (self._relays != seen or (self._pool is not None and self._pool.queued)))
+            seen = self._relays
+            if self._wake.wait(max(0.0, look_ms if looking else wait_ms) / 1000) or not looking:
+                return
+            if self._pool is not None:
+                self._pool.spread()
+            if self._baton.acquire(blocking=False):  # else a relay holds it: look again next time
+                try:
+                    next_ms = min(next_ms, self._next_due(self._clock_ms()))
+                finally:
+                    self._baton.release()
+
+    def _relay(self) -> None:
+        """On the handler thread that ended the last running handler, once free: settle what finished
+        and claim the next batch here (one ``exchange``, as a step would), so that quick jobs run
+        with no hand-off between threads. What a step does besides goes to the control thread (woken
+        for it): a stop, a waiter's report, a queue that went idle (its waiter is armed), a claim
+        that found nothing, a broken link (the step retries with its back-off)."""
+        if self._baton_wanted or not self._baton.acquire(blocking=False):
+            self._wake.set()  # the control thread is stepping, or about to: it settles this outcome too
+            return
+        try:
+            if not self._relaying or self.stopping or not self._reports.empty():
+                self._wake.set()
+                return
+            idle = set(self._idle)
+            try:
+                claimed = self.exchange(self._clock_ms())
+            except (*LINK_ERRORS, CommandRefused):
+                claimed = 0  # what it settled is unsettled again (exchange): the step sends it
+            except BaseException as exc:  # a bug: the control thread raises it, as its own step would
+                self._relay_error, claimed = exc, 0
+            self._relays += 1
+            if not claimed or not self._idle <= idle:
+                self._wake.set()
+        finally:
+            self._baton.release()
 
     def stop(self, reason: str = "stop requested") -> None:
         """Stop claiming; running jobs get ``grace_s`` to finish. Safe from any thread."""
@@ -703,7 +803,7 @@ class Worker:
 
     def _capacity(self, settling: int = 0) -> int:
         """How many jobs may be claimed now: free slots (``settling`` jobs are being settled in the
-        same round trip: theirs too), within what is left of ``max_jobs``."""
+        same exchange: theirs too), within what is left of ``max_jobs``."""
         free = self.config.concurrency - len(self.held) + settling
         if self.config.max_jobs is None:
             return free
@@ -721,9 +821,10 @@ class Worker:
     def exchange(self, now: float) -> int:
         """Settle what finished and claim into the free slots, per queue in one round trip
         (two on wire 4, whose claim follows its pause read): ``Queue.settle_and_claim``.
-        Queues take turns going first, so a busy queue cannot starve the rest. Returns how
-        many jobs were claimed."""
+        Queues take turns going first, and the first may claim into the slots the others'
+        settles free, so a busy queue cannot starve the rest. Returns how many jobs were claimed."""
         batches = self._decide_settles()
+        settling = sum(len(batch) for batch, _ in batches.values())  # held, settled in this exchange
         names = list(self.queues)
         self._turn = (self._turn + 1) % len(names)
         order = names[self._turn:] + names[:self._turn]
@@ -732,10 +833,10 @@ class Worker:
             batch, calls = batches.get(name, ((), ()))
             count = 0
             if not self.stopping and name not in self._idle and now >= self._next_poll[name]:
-                # the jobs settled in this round trip free their slots for its claims
-                count = policy.claim_batch(self._capacity(len(batch)), self._empty_polls[name],
+                # the jobs settled in this exchange free their slots for its claims
+                count = policy.claim_batch(self._capacity(settling), self._empty_polls[name],
                                            self.config.claim_batch)
-            flat, lanes = policy.split_claims(count, self._capacity(len(batch)), *self._found[name],
+            flat, lanes = policy.split_claims(count, self._capacity(settling), *self._found[name],
                                               self._rounds[name], name in self._no_lanes)
             self._rounds[name] += bool(count)
             if not batch and not count:
@@ -748,6 +849,7 @@ class Worker:
                 self._unsettled += [held for later in order[at:] for held, _ in batches.get(later, ((), ()))[0]]
                 raise
             self._settled(name, batch, answers)
+            settling -= len(batch)
             if count:
                 self._found[name] = found = policy.claims_found(self._found[name], flat, lanes, jobs)
                 if lanes:
@@ -1171,7 +1273,9 @@ class Worker:
                 self._start_async(held, args, told)
         else:
             if self._pool is None:
-                self._pool = _DaemonPool(self.config.concurrency)
+                # relaying, jobs queued behind a slow handler get threads when the control thread looks in
+                self._pool = _DaemonPool(self.config.concurrency,
+                                         self.config.settle_wait_ms / 1000 if self._relaying else None)
             self._pool.submit_all(self._run_sync_told if told else self._run_sync, runs)
 
     def _hold(self, task: Task, queue: Queue, jobs: list[Job], sent: float, deadline: float | None,
@@ -1219,11 +1323,12 @@ class Worker:
             runs.append((held, (payload, ctx)[:arity]))
         return runs
 
-    def _run_sync(self, held: Held, args: tuple[Any, ...]) -> None:
-        """On a handler thread: run the handler and hand its outcome back."""
-        self._done(held, outcome_of(held.task.fn, *args))
+    def _run_sync(self, held: Held, args: tuple[Any, ...]) -> Callable[[], None] | None:
+        """On a handler thread: run the handler and hand its outcome back (returns the relay, if this
+        thread is to run it)."""
+        return self._done(held, outcome_of(held.task.fn, *args), relay=True)
 
-    def _run_sync_told(self, held: Held, args: tuple[Any, ...]) -> None:
+    def _run_sync_told(self, held: Held, args: tuple[Any, ...]) -> Callable[[], None] | None:
         """:meth:`_run_sync` between ``job.started`` and ``job.returned``, told on the handler's own
         thread: a subscriber may set a context there for the handler (the trace's span, say)."""
         self._tell("job.started", held.job)
@@ -1231,7 +1336,7 @@ class Worker:
             outcome = outcome_of(held.task.fn, *args)
         finally:
             self._tell("job.returned", held.job)
-        self._done(held, outcome)
+        return self._done(held, outcome, relay=True)
 
     async def _told(self, held: Held, coro: Awaitable[Any]) -> Any:
         """An async handler between ``job.started`` and ``job.returned``, told in its own task."""
@@ -1292,8 +1397,9 @@ class Worker:
 
         return async_queue
 
-    def _done(self, held: Held, outcome: policy.Outcome) -> None:
-        """From the thread that ran the handler: its outcome, for the next exchange to settle."""
+    def _done(self, held: Held, outcome: policy.Outcome, *, relay: bool = False) -> Callable[[], None] | None:
+        """From the thread that ran the handler: its outcome, for the next exchange to settle. With
+        ``relay`` (a pool thread), the last running handler's returns the relay for that thread to run."""
         ended_s = time.monotonic()
         with self._outcomes:
             late = held.verdict is not None
@@ -1305,12 +1411,15 @@ class Worker:
         if late:  # timed out: already failed; this late outcome is dropped
             log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
                      held.job.queue, held.job.id, held.job.attempt)
-            return
+            return None
+        if running <= 0 and relay and self._relaying:
+            return self._relay
         # the last of its batch to end, or the settle already due: wake the loop (set, it is not yet
         # cleared: the step it wakes reads this outcome); not yet due, the loop's wait ends by itself
         # when it falls due (_next_due), so no clock is read here
         if (running <= 0 or self._settle_due) and not self._wake.is_set():
             self._wake.set()
+        return None
 
     # -- shutdown ----------------------------------------------------------------------
     def shutdown(self) -> None:

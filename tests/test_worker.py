@@ -362,6 +362,46 @@ def test_a_quick_job_settles_while_a_slow_one_of_its_batch_runs(conn):
     assert worker.tally.completed == 2
 
 
+def test_a_relayed_batch_with_a_slow_handler_runs_and_settles_the_rest_meanwhile(conn):
+    """Batches after the first are claimed by the handler thread that ended the last one (the relay).
+    A slow handler in such a batch holds up neither the jobs queued behind it on its thread (they
+    get threads of their own) nor the settles of the quick ones (the control thread looks in)."""
+    name, release = fresh_name("w"), threading.Event()
+    app = App()
+    app.handler(name, lambda payload: payload["slow"] and release.wait(10))
+    queue = Queue(conn, name)
+    queue.enqueue_many([{"slow": False}] * 40 + [{"slow": True}] + [{"slow": False}] * 40)  # FIFO: batch 5
+    worker = Worker(app, conn)
+    with running(worker):
+        wait_until(lambda: queue.metrics()["completed"] == 80, what="every quick job's completion")
+        assert queue.counts().active == 1 and not release.is_set()  # the slow one still runs
+        assert worker._relays > 0  # the slow job came in a relayed batch (the first four were quick)
+        release.set()
+        wait_until(lambda: queue.metrics()["completed"] == 81, what="the slow job's completion")
+
+
+def test_a_queue_found_empty_by_a_relay_is_waited_on_at_once(conn):
+    """A relay that finds a queue empty while another keeps it busy wakes the control thread, which
+    arms that queue's waiter: a job enqueued there is run long before the busy queue drains."""
+    busy, quiet = fresh_name("busy"), fresh_name("quiet")
+    done_quiet = threading.Event()
+    app = App()
+    app.handler(busy, lambda payload: None)
+    app.handler(quiet, lambda payload: payload["second"] and done_quiet.set())
+    busy_queue, quiet_queue = Queue(conn, busy), Queue(conn, quiet)
+    quiet_queue.enqueue({"second": False})
+    for _ in range(10):
+        busy_queue.enqueue_many([{}] * 1000)
+    worker = Worker(app, conn)
+    with running(worker):
+        wait_until(lambda: quiet_queue.metrics()["completed"] == 1 and quiet in worker._idle,
+                   what="the quiet queue's first job, then the claim that found it empty")
+        quiet_queue.enqueue({"second": True})
+        assert done_quiet.wait(10)
+        assert busy_queue.counts().pending > 0  # not picked up by a step the busy queue's end brought
+        wait_until(lambda: settled(busy_queue), what="the busy queue's drain")
+
+
 def test_a_finished_handler_wakes_the_loop_only_once_the_settle_is_due(conn):
     """A young batch's outcome does not wake the loop: the wait the step returns ends when the settle
     falls due (settle_wait_ms on the worker's clock). Once a step has seen it due, an outcome wakes it."""

@@ -7,6 +7,7 @@ import threading
 import traceback
 from concurrent.futures import Future
 from queue import SimpleQueue
+from typing import Callable
 
 import pytest
 
@@ -14,6 +15,7 @@ from echomq import App, Backoff, ConfigurationError, Delay, IdlePolicy, JobConte
 from echomq import policy
 from echomq.keys import MAX_TRACEBACK_BYTES
 from echomq.worker import WorkerConfig, _DaemonPool, outcome_of
+from worker_helpers import wait_until
 
 
 # -- backoff ----------------------------------------------------------------------------
@@ -480,6 +482,42 @@ def test_a_replacement_thread_takes_the_place_of_an_abandoned_one():
         pool.submit_all(lambda: met.put(both.wait()), [()])
     assert sorted(met.get(timeout=10) for _ in range(2)) == [0, 1]
     release.set()
+    pool.shutdown()
+
+
+def _asleep(pool: _DaemonPool, threads: int) -> _DaemonPool:
+    """``pool`` once ``threads`` of its threads sleep (none is still awake to take work unasked)."""
+    wait_until(lambda: len(pool._sleeping) == threads, what=f"{threads} sleeping handler threads")
+    return pool
+
+
+def test_a_spreading_pool_wakes_threads_only_for_work_held_up_behind_a_slow_handler():
+    # the relaying worker's pool: taking a job wakes no other thread; spread() does, for work that waited
+    pool, release, started, ran = _asleep(_DaemonPool(3, spread_after_s=0), 3), threading.Event(), threading.Event(), SimpleQueue()
+
+    def slow() -> None:
+        started.set()
+        release.wait(10)
+
+    pool.submit_all(lambda job: slow() if job == "slow" else ran.put(job), [("slow",), ("a",), ("b",)])
+    assert started.wait(10)
+    assert len(pool._sleeping) == 2 and pool.queued and ran.empty()  # a and b wait behind the slow one
+    pool.spread()  # waited spread_after_s: a thread each
+    assert sorted(ran.get(timeout=10) for _ in range(2)) == ["a", "b"]
+    release.set()
+    pool.shutdown()
+
+
+def test_what_a_pool_thread_submits_from_its_continuation_runs_on_that_thread():
+    # a relay claims the next batch from the thread that ran the last handler: no other thread wakes
+    pool, threads = _asleep(_DaemonPool(2, spread_after_s=0), 2), SimpleQueue()
+
+    def first() -> Callable[[], None]:
+        threads.put(threading.current_thread())
+        return lambda: pool.submit_all(lambda: threads.put(threading.current_thread()), [()])
+
+    pool.submit_all(first, [()])
+    assert threads.get(timeout=10) is threads.get(timeout=10)
     pool.shutdown()
 
 
