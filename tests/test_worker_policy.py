@@ -493,7 +493,8 @@ def _asleep(pool: _DaemonPool, threads: int) -> _DaemonPool:
 
 def test_a_spreading_pool_wakes_threads_only_for_work_held_up_behind_a_slow_handler():
     # the relaying worker's pool: taking a job wakes no other thread; spread() does, for work that waited
-    pool, release, started, ran = _asleep(_DaemonPool(3, spread_after_s=0), 3), threading.Event(), threading.Event(), SimpleQueue()
+    pool, ran = _asleep(_DaemonPool(3, spread_after_s=0), 3), SimpleQueue()
+    release, started = threading.Event(), threading.Event()
 
     def slow() -> None:
         started.set()
