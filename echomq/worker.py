@@ -513,6 +513,7 @@ class Worker:
         #: settles what finished and claims the next batch itself, the control thread sleeping on
         self._relaying = False
         self._relays = 0  #: relays so far: while they go on, the control thread looks in (_wait)
+        self._looking = False  #: the control thread's wait ends by settle_wait_ms: a relay need not wake it
         #: the control thread waits for the baton: relays leave the next exchange to it (a lock is not
         #: fair, and relays in a row would otherwise keep it from its step: its renewals, say)
         self._baton_wanted = False
@@ -607,7 +608,7 @@ class Worker:
             wait_ms = next_ms - self._clock_ms()
             looking = (self._relaying and wait_ms > look_ms and bool(self.held)
                        and (self._relays != seen or (self._pool is not None and self._pool.queued)))
-            seen = self._relays
+            seen, self._looking = self._relays, looking
             if self._wake.wait(max(0.0, look_ms if looking else wait_ms) / 1000) or not looking:
                 return
             if self._pool is not None:
@@ -623,7 +624,8 @@ class Worker:
         and claim the next batch here (one ``exchange``, as a step would), so that quick jobs run
         with no hand-off between threads. What a step does besides goes to the control thread (woken
         for it): a stop, a waiter's report, a queue that went idle (its waiter is armed), a claim
-        that found nothing, a broken link (the step retries with its back-off)."""
+        that found nothing, a broken link (the step retries with its back-off), and relays starting
+        while it does not look in."""
         if self._baton_wanted or not self._baton.acquire(blocking=False):
             self._wake.set()  # the control thread is stepping, or about to: it settles this outcome too
             return
@@ -639,8 +641,8 @@ class Worker:
             except BaseException as exc:  # a bug: the control thread raises it, as its own step would
                 self._relay_error, claimed = exc, 0
             self._relays += 1
-            if not claimed or not self._idle <= idle:
-                self._wake.set()
+            if not claimed or not self._idle <= idle or not self._looking:
+                self._wake.set()  # (not looking: it sleeps on, maybe for seconds; it looks in from its next wait)
         finally:
             self._baton.release()
 

@@ -380,6 +380,21 @@ def test_a_relayed_batch_with_a_slow_handler_runs_and_settles_the_rest_meanwhile
         wait_until(lambda: queue.metrics()["completed"] == 81, what="the slow job's completion")
 
 
+@pytest.mark.parametrize("looking, claimed, woken", [
+    (True, 10, False),  # looking in every settle_wait_ms: it sees the relayed batch by itself
+    (False, 10, True),  # asleep until its timers (a lone slow handler ended): woken to look in again
+    (True, 0, True),  # the claim found nothing: the step arms the waiter
+])
+def test_a_relay_wakes_the_control_thread_only_for_what_it_would_not_see(conn, looking, claimed, woken):
+    app = App()
+    app.handler(fresh_name("w"), lambda payload: None)
+    worker = Worker(app, conn)
+    worker._relaying, worker._looking = True, looking
+    worker.exchange = lambda now: claimed  # what the relay does is the step's exchange, tested above
+    worker._relay()
+    assert worker._wake.is_set() is woken and worker._relays == 1
+
+
 def test_a_queue_found_empty_by_a_relay_is_waited_on_at_once(conn):
     """A relay that finds a queue empty while another keeps it busy wakes the control thread, which
     arms that queue's waiter: a job enqueued there is run long before the busy queue drains."""
