@@ -514,6 +514,8 @@ class Worker:
         self._relaying = False
         self._relays = 0  #: relays so far: while they go on, the control thread looks in (_wait)
         self._looking = False  #: the control thread's wait ends by settle_wait_ms: a relay need not wake it
+        #: the last _next_due was a settle's (this local time), the next other due time _timer_due
+        self._settle_wake, self._timer_due = -1.0, float("inf")
         #: the control thread waits for the baton: relays leave the next exchange to it (a lock is not
         #: fair, and relays in a row would otherwise keep it from its step: its renewals, say)
         self._baton_wanted = False
@@ -599,25 +601,38 @@ class Worker:
             yield
 
     def _wait(self, next_ms: float) -> None:
-        """Sleep until local ``next_ms``, or a wake. While jobs are held and relays go on (or jobs
-        wait in the pool for a thread), look in every ``settle_wait_ms``: the quick outcomes of a
-        relayed batch whose slow handler still runs settle by then, and the jobs queued behind a
-        slow handler get threads of their own, as for a batch this thread claimed itself."""
+        """Sleep until local ``next_ms``, or a wake. While relays may run (jobs held), a wait that
+        ends is a look before it is a step: the step comes only once an outcome's settle is due (a
+        relayed batch's slow handler left quick ones unsettled) or a due time besides the settles
+        (``_next_timer``); a look wakes threads for jobs held up behind a slow handler. It looks in
+        every ``settle_wait_ms`` while relays go on or jobs wait in the pool."""
         look_ms, seen = self.config.settle_wait_ms, -1
+        timer_due = self._timer_due if next_ms == self._settle_wake else next_ms  # never later than this
         while True:
             wait_ms = next_ms - self._clock_ms()
-            looking = (self._relaying and wait_ms > look_ms and bool(self.held)
-                       and (self._relays != seen or (self._pool is not None and self._pool.queued)))
+            relayed = self._relaying and bool(self.held)
+            looking = relayed and (wait_ms <= look_ms or self._relays != seen
+                                   or (self._pool is not None and self._pool.queued))
             seen, self._looking = self._relays, looking
-            if self._wake.wait(max(0.0, look_ms if looking else wait_ms) / 1000) or not looking:
+            if self._wake.wait(max(0.0, min(wait_ms, look_ms) if looking else wait_ms) / 1000) or not relayed:
                 return
             if self._pool is not None:
                 self._pool.spread()
-            if self._baton.acquire(blocking=False):  # else a relay holds it: look again next time
-                try:
-                    next_ms = min(next_ms, self._next_due(self._clock_ms()))
-                finally:
-                    self._baton.release()
+            if not self._baton.acquire(blocking=False):
+                next_ms = self._clock_ms() + look_ms  # a relay holds it: look again then
+                continue
+            try:
+                now = self._clock_ms()
+                settle_at = self._settle_at(now)
+                self._settle_due = settle_at <= now
+                if self._unsettled or not self._reports.empty() or (self._settle_due and self._finished):
+                    return
+                timer_due = min(timer_due, self._next_timer(now, settle_at))
+            finally:
+                self._baton.release()
+            if timer_due <= now:
+                return
+            next_ms = timer_due if self._settle_due else min(timer_due, settle_at)
 
     def _relay(self) -> None:
         """On the handler thread that ended the last running handler, once free: settle what finished
@@ -772,14 +787,18 @@ class Worker:
     def _next_due(self, now: float) -> float:
         settle_at = self._settle_at(now)
         self._settle_due = settle_at <= now
-        if self._unsettled or not self._reports.empty():
+        if self._unsettled or not self._reports.empty() or (self._settle_due and self._finished):
             return now
-        times = [self._next_tick or float("inf"), self._scan_at]
-        if settle_at > now:
+        timer = self._next_timer(now, settle_at)
+        if settle_at < timer and not self._settle_due:
             # while young handlers run, an outcome does not wake the loop (_done): it settles by then
-            times.append(settle_at)
-        elif self._finished:
-            return now
+            self._settle_wake, self._timer_due = settle_at, timer  # a wake for a settle only (_wait)
+            return settle_at
+        return timer
+
+    def _next_timer(self, now: float, settle_at: float) -> float:
+        """The next due time but a settle's: the tick, a scan, claims, polls, the timers, the stop."""
+        times = [self._next_tick or float("inf"), self._scan_at]
         if self.stopping:
             times.append(self._stop_at)
         else:
@@ -834,7 +853,8 @@ class Worker:
         for at, name in enumerate(order):
             batch, calls = batches.get(name, ((), ()))
             count = 0
-            if not self.stopping and name not in self._idle and now >= self._next_poll[name]:
+            idle = name in self._idle and self._watched(name)  # else an idle queue is polled (_polled)
+            if not self.stopping and not idle and now >= self._next_poll[name]:
                 # the jobs settled in this exchange free their slots for its claims
                 count = policy.claim_batch(self._capacity(settling), self._empty_polls[name],
                                            self.config.claim_batch)
@@ -943,14 +963,18 @@ class Worker:
 
     def _polled(self, name: str, now: float, *, found: bool, paused: bool) -> None:
         """After a claim: claim again at once while the queue gives jobs; else a waiter watches it
-        (or, without one, poll again after a back-off)."""
+        (or, without one, poll again after a back-off). While every slot is taken no waiter can
+        (wire 6's would claim a job the worker cannot take): exchanges poll an idle queue no waiter
+        watches with that back-off, so a busy queue cannot keep a quiet one waiting till it drains."""
         if found:
             self._empty_polls[name] = 0
             self._next_poll[name] = now
+            self._idle.discard(name)
         elif self.blocking:
             # the claim after its next wake is one, not a batch: a wake at a block's timeout (the
             # backstop) usually finds nothing, and a single job is the common reason for a wake
             self._empty_polls[name] += 1
+            self._next_poll[name] = now + policy.idle_interval_ms(self.config.idle, self._empty_polls[name])
             self._idle.add(name)
             if paused:
                 self._paused.add(name)
@@ -960,12 +984,16 @@ class Worker:
             self._empty_polls[name] += 1
             self._next_poll[name] = now + policy.idle_interval_ms(self.config.idle, self._empty_polls[name])
 
+    def _watched(self, name: str) -> bool:
+        return any(w.busy and name in w.blocked_on for w in self._waiters)
+
     def _claim_afresh(self, name: str) -> None:
         """Something in ``name`` may be claimable now (a wake, a promote, a block's timeout): claim it,
         each kind as if it had given jobs last time (the lanes unless the queue never had any). What a
         kind's claim found before says nothing now: a lone claim that probes the lanes must not leave
         the queue idle over a flat job, nor a lone flat claim over a lane job."""
         self._idle.discard(name)
+        self._next_poll[name] = 0.0  # not the back-off of an idle queue no waiter could watch (_polled)
         self._found[name] = (True, name not in self._no_lanes)
 
     def _rate_wait(self, name: str, now: float, wait_ms: int) -> None:
