@@ -623,9 +623,8 @@ class Worker:
                 continue
             try:
                 now = self._clock_ms()
-                settle_at = self._settle_at(now)
-                self._settle_due = settle_at <= now
-                if self._unsettled or not self._reports.empty() or (self._settle_due and self._finished):
+                settle_at, at_once = self._settle_check(now)
+                if at_once:
                     return
                 timer_due = min(timer_due, self._next_timer(now, settle_at))
             finally:
@@ -784,10 +783,16 @@ class Worker:
     def _settle_at(self, now: float) -> float:
         return policy.settle_at_ms(now, self._started - self._ended, self._youngest_start, self.config.settle_wait_ms)
 
-    def _next_due(self, now: float) -> float:
+    def _settle_check(self, now: float) -> tuple[float, bool]:
+        """When the outcomes in settle (setting ``_settle_due``), and whether a step is due at once:
+        settles to send again, a waiter's report, or a settle due with outcomes in."""
         settle_at = self._settle_at(now)
         self._settle_due = settle_at <= now
-        if self._unsettled or not self._reports.empty() or (self._settle_due and self._finished):
+        return settle_at, bool(self._unsettled or not self._reports.empty() or (self._settle_due and self._finished))
+
+    def _next_due(self, now: float) -> float:
+        settle_at, at_once = self._settle_check(now)
+        if at_once:
             return now
         timer = self._next_timer(now, settle_at)
         if settle_at < timer and not self._settle_due:
@@ -970,19 +975,17 @@ class Worker:
             self._empty_polls[name] = 0
             self._next_poll[name] = now
             self._idle.discard(name)
-        elif self.blocking:
+            return
+        self._empty_polls[name] += 1
+        self._next_poll[name] = now + policy.idle_interval_ms(self.config.idle, self._empty_polls[name])
+        if self.blocking:
             # the claim after its next wake is one, not a batch: a wake at a block's timeout (the
             # backstop) usually finds nothing, and a single job is the common reason for a wake
-            self._empty_polls[name] += 1
-            self._next_poll[name] = now + policy.idle_interval_ms(self.config.idle, self._empty_polls[name])
             self._idle.add(name)
             if paused:
                 self._paused.add(name)
             else:
                 self._paused.discard(name)
-        else:
-            self._empty_polls[name] += 1
-            self._next_poll[name] = now + policy.idle_interval_ms(self.config.idle, self._empty_polls[name])
 
     def _watched(self, name: str) -> bool:
         return any(w.busy and name in w.blocked_on for w in self._waiters)
