@@ -85,6 +85,11 @@ PROMOTE_SLACK_MS = 5
 INTERRUPT_RETRY_MS = 20
 #: How long shutdown waits for wire 6's blocked claims to answer (a job they took is requeued).
 WAITER_STOP_S = 2.0
+#: A relaying worker's pool runs handlers quicker than this one after another on the thread already
+#: awake (a wake and a GIL hand-off cost tens of µs); slower ones, mostly waiting on I/O, get a
+#: thread each at once. Judged by a moving average of their times, each counted at most twice this,
+#: so that one quick handler the OS preempted does not spread the next batch.
+QUICK_HANDLER_S = 100e-6
 
 
 @dataclass(frozen=True)
@@ -291,16 +296,17 @@ class _DaemonPool:
     thread (the worker's relay) instead of waking another.
 
     Threads are woken one at a time: a submit wakes a sleeping thread only when no awake one is
-    free to take the job. Then either a thread that takes a job wakes the next while work is
-    still queued (``spread_after_s`` None), or the owner calls :meth:`spread` now and then, which
-    wakes threads only for work that has waited ``spread_after_s`` (its thread is held up by a
-    slow handler). Slow handlers so still start on as many threads as there are jobs; quick ones
-    run on the thread already awake instead of others waking (a context switch and a GIL
-    hand-off each) for a short job."""
+    free to take the job, and a thread that takes a job wakes the next while work is still
+    queued. With ``spread_after_s`` that chain runs only while handlers take
+    ``QUICK_HANDLER_S`` or more; quick ones run on the thread already awake instead of others
+    waking (a context switch and a GIL hand-off each) for a short job, and the owner calls
+    :meth:`spread` now and then, which wakes threads for work that has waited ``spread_after_s``
+    (its thread is held up by a handler slower than the ones before it)."""
 
     def __init__(self, size: int, spread_after_s: float | None = None) -> None:
         self._spread_after_s = spread_after_s
         self._moved_at = 0.0  #: (spread_after_s) when queued work last started, or began to queue
+        self._took_s = 0.0  #: (spread_after_s) how long handlers lately ran: each capped, averaged
         self._mutex = threading.Lock()
         self._work: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
         self._sleeping: list[threading.Lock] = []  #: each sleeping thread's own lock: released, it wakes
@@ -349,9 +355,10 @@ class _DaemonPool:
                     return
                 if self._work:
                     item = self._work.popleft()
+                    quick = self._spread_after_s is not None and self._took_s < QUICK_HANDLER_S
                     if self._spread_after_s is not None:
                         self._moved_at = time.monotonic()
-                    elif self._work and not self._free:
+                    if self._work and not self._free and not quick:
                         self._wake_one()  # the next queued job needs a thread of its own
                 else:
                     self._sleeping.append(me)
@@ -363,10 +370,14 @@ class _DaemonPool:
             counted_free = False
             fn, args = item
             try:
+                started = time.monotonic()
                 then = fn(*args)
-                if then is not None:
-                    with self._mutex:
+                took = min(time.monotonic() - started, 2 * QUICK_HANDLER_S)
+                with self._mutex:
+                    self._took_s += (took - self._took_s) / 4
+                    if then is not None:
                         self._free += 1
+                if then is not None:
                     counted_free = True
                     then()
             except BaseException:  # the callables report their own outcome: this is a bug, and the thread lives on

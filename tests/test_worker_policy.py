@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import traceback
 from concurrent.futures import Future
 from queue import SimpleQueue
@@ -14,7 +15,7 @@ import pytest
 from echomq import App, Backoff, ConfigurationError, Delay, IdlePolicy, JobContext, LeasePolicy, Retry
 from echomq import policy
 from echomq.keys import MAX_TRACEBACK_BYTES
-from echomq.worker import WorkerConfig, _DaemonPool, outcome_of
+from echomq.worker import QUICK_HANDLER_S, WorkerConfig, _DaemonPool, outcome_of
 from worker_helpers import wait_until
 
 
@@ -505,6 +506,36 @@ def test_a_spreading_pool_wakes_threads_only_for_work_held_up_behind_a_slow_hand
     assert len(pool._sleeping) == 2 and pool.queued and ran.empty()  # a and b wait behind the slow one
     pool.spread()  # waited spread_after_s: a thread each
     assert sorted(ran.get(timeout=10) for _ in range(2)) == ["a", "b"]
+    release.set()
+    pool.shutdown()
+
+
+def _waited(pool: _DaemonPool, handlers: int) -> _DaemonPool:
+    """``pool`` once it ran ``handlers`` handlers that wait (on I/O, say: here a sleep) 5x
+    QUICK_HANDLER_S each, one after another, and its threads sleep again."""
+    done = SimpleQueue()
+    for _ in range(handlers):
+        pool.submit_all(lambda: (time.sleep(5 * QUICK_HANDLER_S), done.put(1)), [()])
+        done.get(timeout=10)
+    return _asleep(pool, len(pool._threads))
+
+
+def test_a_spreading_pool_runs_a_batch_on_a_thread_each_once_its_handlers_wait():
+    # handlers that wait get threads at once, without spread(): one after another, a batch of
+    # 0.5 ms calls would run at a tenth of the pace ten threads give it
+    pool, everyone, started = _waited(_DaemonPool(4, spread_after_s=60), 4), threading.Barrier(4, timeout=10), SimpleQueue()
+    pool.submit_all(lambda: started.put(everyone.wait()), [()] * 4)
+    assert sorted(started.get(timeout=10) for _ in range(4)) == [0, 1, 2, 3]
+    pool.shutdown()
+
+
+def test_one_slow_handler_among_quick_ones_does_not_spread_the_next_batch():
+    # each time counts at most twice the bound: one quick handler the OS preempted stays one sample
+    pool, release, started = _waited(_DaemonPool(3, spread_after_s=60), 1), threading.Event(), threading.Event()
+    pool.submit_all(lambda job: (started.set(), release.wait(10)) if job == "slow" else None,
+                    [("slow",), ("a",), ("b",)])
+    assert started.wait(10)
+    assert len(pool._sleeping) == 2 and pool.queued  # a and b wait for spread()
     release.set()
     pool.shutdown()
 

@@ -1,0 +1,111 @@
+"""Handlers that wait: `emq worker` jobs/s when each handler sleeps D ms (a stand-in for a call to a
+database or a web service), beside the worker at earlier revisions, in interleaved rounds.
+
+    .venv/bin/python -m bench.io_handlers [--before REV ...] [--jobs 3000] [--rounds 3]
+                                          [--waits-ms 0.1,0.5,2,5] [--wire 6] [--json FILE]
+
+The no-op benchmarks reward running a claim batch on one thread (no wake, no GIL hand-off);
+handlers that wait need the batch on many threads at once. One worker process, concurrency 10
+(its default), drains N pre-filled jobs; jobs/s is counted from its start to its last settle.
+"ideal" is concurrency / D, what ten threads could do if nothing else cost time. Figures, not
+assertions: read them as ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .common import BenchServer, say, trafikey_module
+from .systems import child_env, echomq_tree
+
+QUEUE = "io"
+CONCURRENCY = 10
+
+
+def child(url: str, wire: int, n: int) -> None:
+    """In the measured process: drain QUEUE with a worker whose handler sleeps the job's ``ms``."""
+    from echomq import App, Worker, WorkerConfig, connect
+
+    app = App("io")
+
+    @app.task(queue=QUEUE, max_attempts=1)
+    def wait(payload):
+        time.sleep(payload["ms"] / 1000)
+
+    worker = Worker(app, connect(url, wire=wire), config=WorkerConfig(burst=True, concurrency=CONCURRENCY))
+    started = time.perf_counter()
+    worker.run(install_signals=False)
+    print(json.dumps({"jobs_per_s": n / (time.perf_counter() - started)}))
+
+
+def drain(server: BenchServer, wire: int, n: int, wait_ms: float, cwd: Path | None) -> float:
+    from echomq import Queue, connect
+
+    server.use(wire)
+    queue = Queue(connect(server.url, wire=wire), QUEUE)
+    for at in range(0, n, 1000):
+        queue.enqueue_many([{"ms": wait_ms}] * min(1000, n - at))
+    out = subprocess.run([sys.executable, "-m", "bench.io_handlers", "--child", server.url, str(wire), str(n)],
+                         cwd=cwd, env=child_env(server.url, QUEUE), capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"the worker failed: {out.stderr.strip()}")
+    left = queue.counts()
+    if left.pending or left.active:
+        raise SystemExit(f"the worker left jobs behind: {left}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["jobs_per_s"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--child", nargs=3, metavar=("URL", "WIRE", "N"), help=argparse.SUPPRESS)
+    p.add_argument("--before", metavar="REV", action="append", default=[],
+                   help="also run the worker as of this git revision (repeatable)")
+    p.add_argument("--jobs", type=int, default=3000)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--waits-ms", default="0.1,0.5,2,5", help="each handler's sleep, ms (comma-separated)")
+    p.add_argument("--wire", type=int, choices=(4, 6), default=6)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    if args.child:
+        url, wire, n = args.child
+        child(url, int(wire), int(n))
+        return 0
+    waits = [float(w) for w in args.waits_ms.split(",")]
+    trees: dict[str, Path | None] = {"now": None}
+    for rev in args.before:
+        where, short = echomq_tree(rev)
+        trees[f"@ {short}"] = where
+    module = trafikey_module()[0] if args.wire == 6 else None
+    runs: dict[str, dict[str, list[float]]] = {label: {str(w): [] for w in waits} for label in trees}
+    with BenchServer(module) as server:
+        for rnd in range(args.rounds):
+            for wait_ms in waits:
+                for label, cwd in trees.items():
+                    rate = drain(server, args.wire, args.jobs, wait_ms, cwd)
+                    runs[label][str(wait_ms)].append(rate)
+                    say(f"round {rnd + 1}: {label:>10}, handlers waiting {wait_ms} ms: {rate:,.0f} jobs/s")
+    print(f"\nemq worker, wire {args.wire}, concurrency {CONCURRENCY}, {args.jobs} jobs, median of {args.rounds} rounds")
+    befores = list(trees)[1:]
+    heads = [f"{label} jobs/s (of ideal)" for label in trees] + [f"now / {label}" for label in befores]
+    print("| handler waits | " + " | ".join(heads) + " |")
+    print("|---" * (len(heads) + 1) + "|")
+    for wait_ms in waits:
+        ideal = CONCURRENCY / (wait_ms / 1000)
+        medians = [statistics.median(runs[label][str(wait_ms)]) for label in trees]
+        cells = [f"{m:,.0f} ({m / ideal:.2f})" for m in medians]
+        ratios = [f"{medians[0] / m:.2f}" for m in medians[1:]]
+        print(f"| {wait_ms} ms | " + " | ".join(cells + ratios) + " |")
+    if args.json:
+        args.json.write_text(json.dumps({"wire": args.wire, "jobs": args.jobs, "rounds": args.rounds,
+                                         "concurrency": CONCURRENCY, "runs": runs}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
