@@ -513,9 +513,14 @@ def test_a_spreading_pool_wakes_threads_only_for_work_held_up_behind_a_slow_hand
 def _waited(pool: _DaemonPool, handlers: int) -> _DaemonPool:
     """``pool`` once it ran ``handlers`` handlers that wait (on I/O, say: here a sleep) 5x
     QUICK_HANDLER_S each, one after another, and its threads sleep again."""
-    done = SimpleQueue()
+    done: SimpleQueue[int] = SimpleQueue()
+
+    def wait() -> None:
+        time.sleep(5 * QUICK_HANDLER_S)
+        done.put(1)
+
     for _ in range(handlers):
-        pool.submit_all(lambda: (time.sleep(5 * QUICK_HANDLER_S), done.put(1)), [()])
+        pool.submit_all(wait, [()])
         done.get(timeout=10)
     return _asleep(pool, len(pool._threads))
 
@@ -532,8 +537,12 @@ def test_a_spreading_pool_runs_a_batch_on_a_thread_each_once_its_handlers_wait()
 def test_one_slow_handler_among_quick_ones_does_not_spread_the_next_batch():
     # each time counts at most twice the bound: one quick handler the OS preempted stays one sample
     pool, release, started = _waited(_DaemonPool(3, spread_after_s=60), 1), threading.Event(), threading.Event()
-    pool.submit_all(lambda job: (started.set(), release.wait(10)) if job == "slow" else None,
-                    [("slow",), ("a",), ("b",)])
+    def run(job: str) -> None:
+        if job == "slow":
+            started.set()
+            release.wait(10)
+
+    pool.submit_all(run, [("slow",), ("a",), ("b",)])
     assert started.wait(10)
     assert len(pool._sleeping) == 2 and pool.queued  # a and b wait for spread()
     release.set()
