@@ -7,8 +7,10 @@ database or a web service), beside the worker at earlier revisions, in interleav
 The no-op benchmarks reward running a claim batch on one thread (no wake, no GIL hand-off);
 handlers that wait need the batch on many threads at once. One worker process, concurrency 10
 (its default), drains N pre-filled jobs; jobs/s is counted from its start to its last settle.
-"ideal" is concurrency / D, what ten threads could do if nothing else cost time. Figures, not
-assertions: read them as ratios within one run.
+"ideal" is concurrency / D, what ten threads could do if nothing else cost time. Beside it, a
+bare threaded loop (not the worker): ten threads, each with its own connection, each claiming
+one job, running it and completing it, two round trips a job and nothing else (no renewals, no
+timers, no results kept). Figures, not assertions: read them as ratios within one run.
 """
 
 from __future__ import annotations
@@ -44,14 +46,35 @@ def child(url: str, wire: int, n: int) -> None:
     print(json.dumps({"jobs_per_s": n / (time.perf_counter() - started)}))
 
 
-def drain(server: BenchServer, wire: int, n: int, wait_ms: float, cwd: Path | None) -> float:
+def bare_threads(url: str, wire: int, n: int) -> None:
+    """In the measured process: CONCURRENCY threads, each claim one -> run -> complete it."""
+    import threading
+
+    from echomq import Queue, connect
+
+    def slot() -> None:
+        queue = Queue(connect(url, wire=wire), QUEUE)
+        while jobs := queue.claim_many(1, 30_000):
+            time.sleep(jobs[0].payload["ms"] / 1000)
+            queue.complete_many(jobs)
+
+    threads = [threading.Thread(target=slot) for _ in range(CONCURRENCY)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print(json.dumps({"jobs_per_s": n / (time.perf_counter() - started)}))
+
+
+def drain(server: BenchServer, wire: int, n: int, wait_ms: float, cwd: Path | None, mode: str = "worker") -> float:
     from echomq import Queue, connect
 
     server.use(wire)
     queue = Queue(connect(server.url, wire=wire), QUEUE)
     for at in range(0, n, 1000):
         queue.enqueue_many([{"ms": wait_ms}] * min(1000, n - at))
-    out = subprocess.run([sys.executable, "-m", "bench.io_handlers", "--child", server.url, str(wire), str(n)],
+    out = subprocess.run([sys.executable, "-m", "bench.io_handlers", "--child", mode, server.url, str(wire), str(n)],
                          cwd=cwd, env=child_env(server.url, QUEUE), capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(f"the worker failed: {out.stderr.strip()}")
@@ -63,7 +86,7 @@ def drain(server: BenchServer, wire: int, n: int, wait_ms: float, cwd: Path | No
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--child", nargs=3, metavar=("URL", "WIRE", "N"), help=argparse.SUPPRESS)
+    p.add_argument("--child", nargs=4, metavar=("MODE", "URL", "WIRE", "N"), help=argparse.SUPPRESS)
     p.add_argument("--before", metavar="REV", action="append", default=[],
                    help="also run the worker as of this git revision (repeatable)")
     p.add_argument("--jobs", type=int, default=3000)
@@ -73,11 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if args.child:
-        url, wire, n = args.child
-        child(url, int(wire), int(n))
+        mode, url, wire, n = args.child
+        (child if mode == "worker" else bare_threads)(url, int(wire), int(n))
         return 0
     waits = [float(w) for w in args.waits_ms.split(",")]
-    trees: dict[str, Path | None] = {"now": None}
+    trees: dict[str, Path | None] = {"now": None, "bare threads": None}
     for rev in args.before:
         where, short = echomq_tree(rev)
         trees[f"@ {short}"] = where
@@ -87,11 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         for rnd in range(args.rounds):
             for wait_ms in waits:
                 for label, cwd in trees.items():
-                    rate = drain(server, args.wire, args.jobs, wait_ms, cwd)
+                    rate = drain(server, args.wire, args.jobs, wait_ms, cwd,
+                                 "bare" if label == "bare threads" else "worker")
                     runs[label][str(wait_ms)].append(rate)
                     say(f"round {rnd + 1}: {label:>10}, handlers waiting {wait_ms} ms: {rate:,.0f} jobs/s")
     print(f"\nemq worker, wire {args.wire}, concurrency {CONCURRENCY}, {args.jobs} jobs, median of {args.rounds} rounds")
-    befores = list(trees)[1:]
+    befores = list(trees)[1:]  # the bare threads, then the revisions
     heads = [f"{label} jobs/s (of ideal)" for label in trees] + [f"now / {label}" for label in befores]
     print("| handler waits | " + " | ".join(heads) + " |")
     print("|---" * (len(heads) + 1) + "|")

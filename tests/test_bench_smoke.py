@@ -58,12 +58,18 @@ def test_a_worker_before_revision_that_cannot_run_is_refused_before_the_run(tmp_
     assert not (tmp_path / "r.json").exists()  # nothing ran
 
 
-def test_the_waiting_handlers_bench_runs_now_and_at_a_revision(tmp_path):
+def test_the_waiting_handlers_bench_runs_now_the_bare_threads_and_a_revision(tmp_path):
     results = tmp_path / "io.json"
     done = subprocess.run([sys.executable, "-m", "bench.io_handlers", "--before", "HEAD", "--rounds", "1",
                            "--jobs", "40", "--waits-ms", "0.5", "--json", str(results)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     runs = json.loads(results.read_text())["runs"]
-    assert len(runs) == 2 and all(len(rates["0.5"]) == 1 and rates["0.5"][0] > 0 for rates in runs.values())
-    assert "| 0.5 ms |" in done.stdout and "now / @" in done.stdout
+    assert set(runs) == {"now", "bare threads", f"@ {head_short()}"}
+    assert all(len(rates["0.5"]) == 1 and rates["0.5"][0] > 0 for rates in runs.values())
+    assert "| 0.5 ms |" in done.stdout and "now / bare threads" in done.stdout
+
+
+def head_short() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
