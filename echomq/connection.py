@@ -545,8 +545,9 @@ class Connection(WireCodec):
 
 def unbranded(wire: str) -> errors.BrandError:
     return errors.BrandError(
-        f"the node is not branded for EchoMQ: {VERSION_KEY} is missing. Brand it once with "
-        f"`emq brand URL --wire {wire}` (or echomq.brand_node(client, {wire.replace('|', ' or ')}))"
+        f"the node is not branded for EchoMQ: {VERSION_KEY} is missing from the database the URL names "
+        f"(each database carries its own brand). Brand it once with `emq brand URL --wire {wire}` "
+        f"(or echomq.brand_node(client, {wire.replace('|', ' or ')}))"
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 import valkey
 from click.testing import CliRunner
 
-from echomq import EmbeddedServer, Queue, module_path
+from echomq import EmbeddedServer, Queue, brand_node, module_path
 from echomq.cli import main
 from echomq.server import free_port
 from helpers import dump, fresh_name, reap, server_ms, unchanged, wait_server_past
@@ -121,6 +121,9 @@ def test_bad_url_missing_server_unbranded_node_and_the_wrong_wire(emq, server, w
         assert unbranded.exit_code == 1 and "not branded" in unbranded.stderr and "emq brand" in unbranded.stderr
         with bare.client() as client:
             assert client.dbsize() == 0
+            brand_node(client, 4)  # database 0 only: database 1 of the same node is still unbranded
+        other_database = emq("enqueue", "-q", name, "{}", url=f"{bare.url}/1")
+        assert other_database.exit_code == 1 and "each database carries its own brand" in other_database.stderr
 
 
 def test_brand_once_and_never_the_other_wire():
