@@ -1174,7 +1174,10 @@ class Worker:
             elif self.stopping:
                 self._release_claimed(report)
             else:
-                self._idle.discard(report.queue)  # it had a job: more may follow, claimed in batches
+                # it had a job: more may follow, claimed in batches from now on, not after the
+                # back-off of the empty claims before it (nor is the queue idle: no waiter watches it)
+                self._idle.discard(report.queue)
+                self._next_poll[report.queue] = 0.0
                 self._start(self.tasks[report.queue], self.queues[report.queue], [report.job], report.at_ms)
 
     def _release_claimed(self, report: waiter.Claimed) -> None:

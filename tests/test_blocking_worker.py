@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from echomq import App, EmbeddedServer, Queue, TimerConfig, Worker, WorkerConfig, connect, module_path
+from echomq import App, EmbeddedServer, IdlePolicy, Queue, TimerConfig, Worker, WorkerConfig, connect, module_path
 from echomq.errors import ConfigurationError, UnsupportedOnWire
 from echomq.waiter import LANES_WAKE
 from helpers import dump, fresh_name, server_ms, wait_server_past
@@ -82,6 +82,21 @@ def test_an_idle_worker_blocks_and_sends_nothing_until_a_job_comes(own_conn):
         wait_until(lambda: seen == [(name, job.id, 1)], what="the job run")
         wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked again")
     assert blocked(own_conn.client) == 0  # the stop ended the block
+
+
+def test_the_queue_is_watched_again_as_soon_as_the_job_a_block_took_is_done(own_conn):
+    # however long the idle back-off: a job a block took (wire 6's BCLAIM) leaves the queue busy, and
+    # a busy queue that finds nothing goes straight back to the blocked wait, not to polling after
+    # the back-off of the empty claims before that job (a minute here: jobs meanwhile waited for it)
+    name, seen = fresh_name("w"), []
+    queue = Queue(own_conn, name)
+    config = WorkerConfig(timers=QUIET_TIMERS, idle=IdlePolicy(min_ms=60_000, max_ms=60_000))
+    with Running(Worker(recording_app([name], seen), own_conn, config=config)):
+        for n in (1, 2, 3):
+            wait_until(lambda: blocked(own_conn.client) == 1, what=f"the worker blocked before job {n}")
+            job = queue.enqueue({})
+            wait_until(lambda: (name, job.id, 1) in seen, what=f"job {n} run")
+    assert len(seen) == 3
 
 
 def test_twenty_queues_still_block(own_conn, wire):
