@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from .common import BenchServer, say, trafikey_module
+from .report import table
 from .systems import child_env, echomq_tree
 
 QUEUE = "io"
@@ -71,14 +72,15 @@ def drain(server: BenchServer, wire: int, n: int, wait_ms: float, cwd: Path | No
     from echomq import Queue, connect
 
     server.use(wire)
-    queue = Queue(connect(server.url, wire=wire), QUEUE)
-    for at in range(0, n, 1000):
-        queue.enqueue_many([{"ms": wait_ms}] * min(1000, n - at))
-    out = subprocess.run([sys.executable, "-m", "bench.io_handlers", "--child", mode, server.url, str(wire), str(n)],
-                         cwd=cwd, env=child_env(server.url, QUEUE), capture_output=True, text=True)
-    if out.returncode:
-        raise SystemExit(f"the worker failed: {out.stderr.strip()}")
-    left = queue.counts()
+    with connect(server.url, wire=wire) as connection:
+        queue = Queue(connection, QUEUE)
+        for at in range(0, n, 1000):
+            queue.enqueue_many([{"ms": wait_ms}] * min(1000, n - at))
+        out = subprocess.run([sys.executable, "-m", "bench.io_handlers", "--child", mode, server.url, str(wire),
+                              str(n)], cwd=cwd, env=child_env(server.url, QUEUE), capture_output=True, text=True)
+        if out.returncode:
+            raise SystemExit(f"the worker failed: {out.stderr.strip()}")
+        left = queue.counts()
     if left.pending or left.active:
         raise SystemExit(f"the worker left jobs behind: {left}")
     return json.loads(out.stdout.strip().splitlines()[-1])["jobs_per_s"]
@@ -100,31 +102,31 @@ def main(argv: list[str] | None = None) -> int:
         (child if mode == "worker" else bare_threads)(url, int(wire), int(n))
         return 0
     waits = [float(w) for w in args.waits_ms.split(",")]
-    trees: dict[str, Path | None] = {"now": None, "bare threads": None}
+    # each runner by its label: where its process starts (an older echomq tree) and what it runs
+    runners: dict[str, tuple[Path | None, str]] = {"now": (None, "worker"), "bare threads": (None, "bare")}
     for rev in args.before:
         where, short = echomq_tree(rev)
-        trees[f"@ {short}"] = where
+        runners[f"@ {short}"] = (where, "worker")
     module = trafikey_module()[0] if args.wire == 6 else None
-    runs: dict[str, dict[str, list[float]]] = {label: {str(w): [] for w in waits} for label in trees}
+    runs: dict[str, dict[str, list[float]]] = {label: {str(w): [] for w in waits} for label in runners}
     with BenchServer(module) as server:
         for rnd in range(args.rounds):
             for wait_ms in waits:
-                for label, cwd in trees.items():
-                    rate = drain(server, args.wire, args.jobs, wait_ms, cwd,
-                                 "bare" if label == "bare threads" else "worker")
+                for label, (cwd, mode) in runners.items():
+                    rate = drain(server, args.wire, args.jobs, wait_ms, cwd, mode)
                     runs[label][str(wait_ms)].append(rate)
                     say(f"round {rnd + 1}: {label:>10}, handlers waiting {wait_ms} ms: {rate:,.0f} jobs/s")
     print(f"\nemq worker, wire {args.wire}, concurrency {CONCURRENCY}, {args.jobs} jobs, median of {args.rounds} rounds")
-    befores = list(trees)[1:]  # the bare threads, then the revisions
-    heads = [f"{label} jobs/s (of ideal)" for label in trees] + [f"now / {label}" for label in befores]
-    print("| handler waits | " + " | ".join(heads) + " |")
-    print("|---" * (len(heads) + 1) + "|")
+    others = list(runners)[1:]  # the bare threads, then the revisions
+    header = ["handler waits", *(f"{label} jobs/s (of ideal)" for label in runners),
+              *(f"now / {label}" for label in others)]
+    rows = []
     for wait_ms in waits:
         ideal = CONCURRENCY / (wait_ms / 1000)
-        medians = [statistics.median(runs[label][str(wait_ms)]) for label in trees]
-        cells = [f"{m:,.0f} ({m / ideal:.2f})" for m in medians]
-        ratios = [f"{medians[0] / m:.2f}" for m in medians[1:]]
-        print(f"| {wait_ms} ms | " + " | ".join(cells + ratios) + " |")
+        medians = [statistics.median(runs[label][str(wait_ms)]) for label in runners]
+        rows.append([f"{wait_ms} ms", *(f"{m:,.0f} ({m / ideal:.2f})" for m in medians),
+                     *(f"{medians[0] / m:.2f}" for m in medians[1:])])
+    print("\n".join(table(header, rows)))
     if args.json:
         args.json.write_text(json.dumps({"wire": args.wire, "jobs": args.jobs, "rounds": args.rounds,
                                          "concurrency": CONCURRENCY, "runs": runs}, indent=1))

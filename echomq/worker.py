@@ -347,8 +347,12 @@ class _DaemonPool:
         me = threading.Lock()
         me.acquire()
         counted_free = True  # by _add or _wake_one; not while it runs a handler
+        took = None  # how long the callable it last ran took (capped): averaged in at the next turn
         while True:
             with self._mutex:
+                if took is not None:
+                    self._took_s += (took - self._took_s) / 4
+                    took = None
                 if counted_free:
                     self._free -= 1  # it takes work, sleeps or ends now
                 if self._closed:
@@ -373,11 +377,9 @@ class _DaemonPool:
                 started = time.monotonic()
                 then = fn(*args)
                 took = min(time.monotonic() - started, 2 * QUICK_HANDLER_S)
-                with self._mutex:
-                    self._took_s += (took - self._took_s) / 4
-                    if then is not None:
-                        self._free += 1
                 if then is not None:
+                    with self._mutex:
+                        self._free += 1
                     counted_free = True
                     then()
             except BaseException:  # the callables report their own outcome: this is a bug, and the thread lives on
@@ -984,8 +986,7 @@ class Worker:
         watches with that back-off, so a busy queue cannot keep a quiet one waiting till it drains."""
         if found:
             self._empty_polls[name] = 0
-            self._next_poll[name] = now
-            self._idle.discard(name)
+            self._busy(name)
             return
         self._empty_polls[name] += 1
         self._next_poll[name] = now + policy.idle_interval_ms(self.config.idle, self._empty_polls[name])
@@ -1001,13 +1002,18 @@ class Worker:
     def _watched(self, name: str) -> bool:
         return any(w.busy and name in w.blocked_on for w in self._waiters)
 
+    def _busy(self, name: str) -> None:
+        """``name`` has jobs, or may: no waiter watches it, and the exchanges claim it from now on,
+        not after the back-off of the empty claims before (``_polled``)."""
+        self._idle.discard(name)
+        self._next_poll[name] = 0.0
+
     def _claim_afresh(self, name: str) -> None:
         """Something in ``name`` may be claimable now (a wake, a promote, a block's timeout): claim it,
         each kind as if it had given jobs last time (the lanes unless the queue never had any). What a
         kind's claim found before says nothing now: a lone claim that probes the lanes must not leave
         the queue idle over a flat job, nor a lone flat claim over a lane job."""
-        self._idle.discard(name)
-        self._next_poll[name] = 0.0  # not the back-off of an idle queue no waiter could watch (_polled)
+        self._busy(name)
         self._found[name] = (True, name not in self._no_lanes)
 
     def _rate_wait(self, name: str, now: float, wait_ms: int) -> None:
@@ -1174,10 +1180,7 @@ class Worker:
             elif self.stopping:
                 self._release_claimed(report)
             else:
-                # it had a job: more may follow, claimed in batches from now on, not after the
-                # back-off of the empty claims before it (nor is the queue idle: no waiter watches it)
-                self._idle.discard(report.queue)
-                self._next_poll[report.queue] = 0.0
+                self._busy(report.queue)  # it had a job: more may follow, claimed in batches
                 self._start(self.tasks[report.queue], self.queues[report.queue], [report.job], report.at_ms)
 
     def _release_claimed(self, report: waiter.Claimed) -> None:
