@@ -66,8 +66,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--latency-jobs", type=int, default=40)
     p.add_argument("--latency-gap-ms", default="20,300", help="idle gaps between latency jobs, LO,HI ms")
     p.add_argument("--peers", default=",".join(ALL_PEERS), help="comma-separated, or 'none'")
-    p.add_argument("--modes", default="emq,batch,fused",
-                   help="how EchoMQ's workers run: emq (the worker), loop, batch (see bench/drive_echomq.py)")
+    p.add_argument("--modes", default="emq,batch,batch-kept,fused",
+                   help="how EchoMQ's workers run: emq (the worker), emq-noresult, loop, batch, batch-kept, fused "
+                        "(see bench/drive_echomq.py)")
     p.add_argument("--latency-modes", default="emq-idle50",
                    help="extra EchoMQ worker modes measured for pick-up latency only (emq-idleN: --idle-max-ms N)")
     p.add_argument("--worker-before", default="",
@@ -101,7 +102,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         if "--peers" not in given:
             args.peers = "none"
         if "--modes" not in given:
-            args.modes = "batch"
+            args.modes = "batch,batch-kept"
         if "--latency-modes" not in given:
             args.latency_modes = ""
     partial = set(args.only.split(",")) != set(SECTIONS)

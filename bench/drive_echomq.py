@@ -10,8 +10,10 @@ MODE is how the worker runs: ``emq`` = ``emq worker bench.echomq_tasks:app`` wit
 defaults (the real thing); ``emq-idleN`` = the same with ``--idle-max-ms N``; ``emq-noresult`` = the
 same keeping no results (plain COMPLETE, as the loops settle: the worker's own cost beside theirs); ``loop`` = a minimal claim -> run -> complete loop, one job a
 round trip each way; ``batch`` = the same loop with pipelined claim_many/complete_many
-(10 at a time); ``fused`` = ``batch`` with each batch's completes and the next claims in
-one Queue.settle_and_claim. The loops show what the worker adds over the bare verbs.
+(10 at a time); ``batch-kept`` = ``batch`` keeping each no-op's result (None) as the worker does
+by default (PUBLISHES, the worker's retention), so the server does the same work for both;
+``fused`` = ``batch`` with each batch's completes and the next claims in one
+Queue.settle_and_claim. The loops show what the worker adds over the bare verbs.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import sys
 import time
 
 from echomq import Queue, connect
+from echomq.results import DEFAULT_RESULT_TTL_S, encode_result
+from echomq.serializers import JSON
 
 from .peers import probe
 from .peers.probe import gaps
@@ -47,11 +51,13 @@ def fused_worker(wire: int, url: str, queue: str, batch: int) -> None:
             probe.done(job.payload.get("t") if isinstance(job.payload, dict) else None)
 
 
-def loop_worker(wire: int, url: str, queue: str, batch: int) -> None:
-    """Claim, run the no-op, complete; sleep 1 ms while the queue is empty."""
+def loop_worker(wire: int, url: str, queue: str, batch: int, keep_ms: int | None = None) -> None:
+    """Claim, run the no-op, complete; sleep 1 ms while the queue is empty. With ``keep_ms``, each
+    batch is settled as the worker settles it: its None results kept that long (PUBLISHES)."""
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     q = Queue(connect(url, wire=wire), queue)
+    nothing = encode_result(JSON, None, None)
     while not stop:
         jobs = q.claim_many(batch, LEASE_MS) if batch > 1 else [j for j in [q.claim(LEASE_MS)] if j]
         if not jobs:
@@ -59,7 +65,9 @@ def loop_worker(wire: int, url: str, queue: str, batch: int) -> None:
             continue
         for job in jobs:
             probe.done(job.payload.get("t") if isinstance(job.payload, dict) else None)
-        if batch > 1:
+        if keep_ms:
+            q.settle_many(q.completion_calls([part for job in jobs for part in (job.id, job.token, nothing)], keep_ms))
+        elif batch > 1:
             q.complete_many(jobs)
         else:
             q.complete(jobs[0])
@@ -87,7 +95,8 @@ def main(argv: list[str]) -> int:
         if mode == "fused":
             fused_worker(wire, url, queue, BATCH)
         else:
-            loop_worker(wire, url, queue, BATCH if mode == "batch" else 1)
+            keep_ms = int(DEFAULT_RESULT_TTL_S * 1000) if mode == "batch-kept" else None
+            loop_worker(wire, url, queue, BATCH if mode.startswith("batch") else 1, keep_ms)
         return 0
     q = Queue(connect(url, wire=wire), queue)
     if what == "enqueue":

@@ -388,7 +388,9 @@ def derived(results: dict) -> list[str]:
                             "settle+claim fused / batched (Queue.settle_and_claim: the after / before)"),
                            ("emq worker", "bare loop, batched", "emq worker / bare batched loop"),
                            ("emq worker, no results kept", "bare loop, batched",
-                            "emq worker keeping no results / bare batched loop (both settle with COMPLETE)")):
+                            "emq worker keeping no results / bare batched loop (both settle with COMPLETE)"),
+                           ("emq worker", "bare loop, batched, results kept",
+                            "emq worker / bare batched loop keeping results (both settle with PUBLISHES)")):
             ra, rb = find(wire, a), find(wire, b)
             if ra and rb:
                 rows.append([f"wire {wire}: {what}"] + [paired(ra, rb, "throughput", k) for k in ks])

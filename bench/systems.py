@@ -52,7 +52,7 @@ def echomq_system(wire: int, mode: str) -> System:
                       [sys.executable, "-m", "bench.drive_echomq", f"{wire}/{mode}"],
                       f"emq worker defaults but the idle back-off capped at {cap} ms (default 1000)")
     labels = {"emq": "emq worker", "emq-noresult": "emq worker, no results kept", "loop": "bare loop", "batch": "bare loop, batched",
-              "fused": "bare loop, batched, settle+claim fused"}
+              "batch-kept": "bare loop, batched, results kept", "fused": "bare loop, batched, settle+claim fused"}
     configs = {
         "emq": "emq worker defaults: concurrency 10, claim batch 10; an idle queue waits on the server "
                "(BZPOPMIN on the wake marker on wire 4, EMQ.BCLAIM on wire 6)",
@@ -60,6 +60,8 @@ def echomq_system(wire: int, mode: str) -> System:
                         "as the bare loops settle; the default keeps each result with PUBLISH)",
         "loop": "claim -> no-op -> complete, one round trip each (not the worker: the verbs' own speed)",
         "batch": "claim_many(10) -> no-ops -> complete_many, pipelined (not the worker)",
+        "batch-kept": "as batched, but each no-op's result (None) is kept as the worker keeps it by default "
+                      "(PUBLISHES, retention 600 s): the server's work per job the worker's (not the worker)",
         "fused": "as batched, but each batch's completes and the next claims go in one "
                  "Queue.settle_and_claim (one round trip per batch on wire 6, two on wire 4; not the worker)",
     }

@@ -28,6 +28,7 @@ def test_bench_smoke(tmp_path):
     assert data["growth"]["table"]["scripts"]["1000"]["memory_per_job_bytes"] > 0
     systems = data["e2e"]["table"]
     assert systems and all("failed" not in row for row in systems.values()), systems
+    assert any(name.endswith("(bare loop, batched, results kept)") for name in systems), systems
     assert all(row["throughput:1"]["median"] > 0 and row["latency"]["n"] == 3 for row in systems.values())
     assert all(row["worker_cpu_us_per_job:1"]["median"] > 0 for row in systems.values())  # read from /proc
     idle = data["idle"]["table"]
