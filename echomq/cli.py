@@ -166,7 +166,7 @@ def main() -> None:
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="default: a free port")
 @click.option("--aof", is_flag=True, help="append-only file: jobs survive a restart")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
-              help="data directory (default: a fresh temporary one)")
+              help="data directory, kept on exit (made if missing; default: a fresh temporary one, removed on exit)")
 def server(wire: str, port: int | None, aof: bool, directory: str | None) -> None:
     """Run an embedded Valkey, branded for WIRE, until Ctrl-C, SIGINT or SIGTERM."""
     stop_asked = threading.Event()
@@ -174,6 +174,8 @@ def server(wire: str, port: int | None, aof: bool, directory: str | None) -> Non
         # set both explicitly: `emq server &` in a script inherits SIGINT ignored
         signal.signal(signum, lambda *_: stop_asked.set())
     instance: EmbeddedServer | None = None
+    # said at start: a mistyped --dir would otherwise look like a server that lost its jobs
+    new_directory = directory is not None and not os.path.exists(directory)
     try:
         with reported():
             module = module_path() if wire == "6" else None
@@ -188,7 +190,8 @@ def server(wire: str, port: int | None, aof: bool, directory: str | None) -> Non
                                        "pick another with --port, or omit --port for a free one") from exc
             connect(instance.url, wire=int(wire)).close()  # the node must serve the wire it is branded for
         out.print(f"[bold]valkey[/] on {instance.url}, wire {wire}" + (", AOF on" if aof else "")
-                  + (f", module {module}" if module else "") + f"\ndata in {instance.dir}", soft_wrap=True)
+                  + (f", module {module}" if module else "") + f"\ndata in {instance.dir}" + (" (a new directory: no jobs yet)" if new_directory else ""),
+                  soft_wrap=True)
         out.print(f"export EMQ_URL={instance.url}   # then: emq worker mymodule:app", soft_wrap=True)
         while not stop_asked.wait(0.5):
             if not instance.running:

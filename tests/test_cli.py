@@ -13,7 +13,7 @@ import pytest
 import valkey
 from click.testing import CliRunner
 
-from echomq import EmbeddedServer, Queue, brand_node, module_path
+from echomq import EmbeddedServer, Queue, brand_node, connect, module_path
 from echomq.cli import main
 from echomq.server import free_port
 from helpers import dump, fresh_name, reap, server_ms, unchanged, wait_server_past
@@ -227,20 +227,25 @@ def test_a_tasks_module_that_fails_to_import_is_one_line_naming_where(tmp_path, 
 @pytest.mark.parametrize("wire_arg", ["4", "6"])
 def test_server_runs_until_sigterm(tmp_path, wire_arg):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "echomq.cli", "server", "--wire", wire_arg,
-                             "--aof", "--dir", str(tmp_path / "data")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        line = proc.stdout.readline()
-        assert f", wire {wire_arg}, AOF on" in line, line + proc.stderr.read()
-        port = int(line.split("redis://127.0.0.1:")[1].split(",")[0])  # a free port: it chose one
-        result = CliRunner().invoke(main, ["enqueue", "-q", "s", "{}", "--url", f"redis://127.0.0.1:{port}"])
-        assert result.exit_code == 0, result.output
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(15) == 0
-        assert (tmp_path / "data" / "appendonlydir").is_dir()  # the data directory was kept
-    finally:
-        reap(proc)
+    argv = [sys.executable, "-m", "echomq.cli", "server", "--wire", wire_arg, "--aof", "--dir", str(tmp_path / "data")]
+    for run, pending in (("first", 0), ("again", 1)):
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            line, data = proc.stdout.readline(), proc.stdout.readline()
+            assert f", wire {wire_arg}, AOF on" in line, line + proc.stderr.read()
+            # a directory it made is said to be new: a mistyped --dir shows, not a server that lost its jobs
+            assert ("(a new directory: no jobs yet)" in data) == (run == "first"), data
+            port = int(line.split("redis://127.0.0.1:")[1].split(",")[0])  # a free port: it chose one
+            url = f"redis://127.0.0.1:{port}"
+            with connect(url, wire=int(wire_arg)) as connection:
+                assert Queue(connection, "s").counts().pending == pending  # the job of the first run is kept
+            result = CliRunner().invoke(main, ["enqueue", "-q", "s", "{}", "--url", url])
+            assert result.exit_code == 0, result.output
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(15) == 0
+            assert (tmp_path / "data" / "appendonlydir").is_dir()  # the data directory was kept
+        finally:
+            reap(proc)
 
 
 def test_a_killed_emq_server_takes_its_valkey_with_it(tmp_path):
