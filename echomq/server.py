@@ -149,7 +149,8 @@ class EmbeddedServer:
         # a port the caller named, or the one a first start bound, is this server's address from then on
         self._port_fixed = port is not None
         self._own_dir = directory is None
-        self.dir = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="echomq-valkey-"))
+        # absolute: the server opens its --logfile after moving into its --dir
+        self.dir = Path(directory).resolve() if directory else Path(tempfile.mkdtemp(prefix="echomq-valkey-"))
         self._process: subprocess.Popen | None = None
         self._branded = False
         atexit.register(self.cleanup)

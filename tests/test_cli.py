@@ -227,13 +227,15 @@ def test_a_tasks_module_that_fails_to_import_is_one_line_naming_where(tmp_path, 
 @pytest.mark.parametrize("wire_arg", ["4", "6"])
 def test_server_runs_until_sigterm(tmp_path, wire_arg):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    argv = [sys.executable, "-m", "echomq.cli", "server", "--wire", wire_arg, "--aof", "--dir", str(tmp_path / "data")]
+    # a relative --dir, as typed in a project: the server once failed to open its log there
+    argv = [sys.executable, "-m", "echomq.cli", "server", "--wire", wire_arg, "--aof", "--dir", "data"]
     for run, pending in (("first", 0), ("again", 1)):
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
         try:
             line, data = proc.stdout.readline(), proc.stdout.readline()
             assert f", wire {wire_arg}, AOF on" in line, line + proc.stderr.read()
             # a directory it made is said to be new: a mistyped --dir shows, not a server that lost its jobs
+            assert f"data in {tmp_path / 'data'}" in data, data
             assert ("(a new directory: no jobs yet)" in data) == (run == "first"), data
             port = int(line.split("redis://127.0.0.1:")[1].split(",")[0])  # a free port: it chose one
             url = f"redis://127.0.0.1:{port}"
