@@ -356,11 +356,11 @@ async def serves_cluster(client: avalkey.Valkey) -> bool:
 
 
 async def connect(
-    url: str = "redis://127.0.0.1:6379", *, wire: int | str = 4, cluster: bool | str = "auto",
+    url: str = "redis://127.0.0.1:6379", *, wire: int | str = "auto", cluster: bool | str = "auto",
     max_connections: int = DEFAULT_MAX_CONNECTIONS, pool_timeout: float = DEFAULT_POOL_TIMEOUT_S,
     **client_options: Any,
 ) -> Connection:
-    """Open an asyncio connection on ``wire`` 4, 6 or ``"auto"`` after checking the node, as
+    """Open an asyncio connection on ``wire`` 4, 6 or ``"auto"`` (the default: the node's brand) after checking the node, as
     :func:`echomq.connect` does (``cluster="auto"``, the default, asks the node with HELLO in
     place of a PING). ``max_connections`` and ``pool_timeout`` size the pool (see the module's
     notes); ``client_options`` go to valkey-py's client."""

@@ -627,12 +627,13 @@ def open_client(url: str, cluster: bool | str = "auto", **client_options: Any) -
 
 
 def connect(
-    url: str = "redis://127.0.0.1:6379", *, wire: int | str = 4, cluster: bool | str = "auto",
+    url: str = "redis://127.0.0.1:6379", *, wire: int | str = "auto", cluster: bool | str = "auto",
     **client_options: Any,
 ) -> Connection:
     """Open a connection on ``wire`` 4 (scripts) or 6 (trafikey) after checking the node.
 
-    ``wire="auto"`` takes the wire the node is branded for; every check still runs.
+    ``wire="auto"``, the default, takes the wire the node is branded for (as every ``emq``
+    command does); every check still runs. Name the wire to refuse a node branded for the other.
 
     ``url`` takes the valkey-py forms: ``redis://``, ``rediss://`` (TLS),
     ``redis://user:password@host:port/db``, ``unix://``. ``cluster="auto"`` (the default)

@@ -109,6 +109,13 @@ def test_auto_wire_reads_the_brand_and_refuses_what_names_no_wire(bare, open_con
         assert conn.wire == 4
 
 
+def test_without_a_wire_a_connection_takes_the_nodes_brand(server4, server6, open_conn):
+    # what a new user writes first, `echomq.connect(url)`, works on either node as `emq` does
+    for server, wire in ((server4, 4), (server6, 6)):
+        with server.client() as client, unchanged(client, dump_keys=False), open_conn(server.url) as conn:
+            assert conn.wire == wire
+
+
 def test_wire6_needs_the_module_even_on_a_node_branded_6(bare, open_conn):
     server, client = bare
     client.set(VERSION_KEY, BRANDS[6])
