@@ -24,6 +24,8 @@ up to ``pool_timeout`` seconds for one (then :class:`~echomq.ConnectionFailed`)
 instead of opening sockets without bound. Size it near the number of requests you
 serve at once; every worker process of the service has its own pool. On a cluster
 (found by ``connect``, or ``cluster=True``) ``max_connections`` bounds the sockets to each node.
+Result waiters (:meth:`Queue.result`) hold no pooled socket each: they share one subscribed
+socket per node (:mod:`echomq.outcome_hub`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from .core import MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job,
 from .events import DEFAULT_MAXLEN, Event
 from .flows import Flow, op_enqueue_flow, plan
 from .keys import VERSION_KEY, State, check_job_id
+from .outcome_hub import OutcomeHub
 from .partitioned import POp, PartitionedCore, op_declare
 from .rates import RateLimit
 from .results import TOLD_GRACE_S, Status
@@ -117,6 +120,7 @@ class Connection(WireCodec):
         self._waiting: list[tuple[list[tuple[Any, ...]], asyncio.Future[list[Any]]]] = []
         self._in_flight: set[asyncio.Future[None]] = set()
         self._reply_callbacks = ReplyCallbacks(client)
+        self._hubs: dict[str, OutcomeHub] = {}  # by node ("" for a single node): the result waiters' sockets
 
     @classmethod
     def sharing(cls, connection: Any, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
@@ -282,41 +286,36 @@ class Connection(WireCodec):
     @asynccontextmanager
     async def outcome_listener(self, channel: str, *, confirm_s: float = 10.0
                                ) -> AsyncIterator[Callable[[float | None], Awaitable[bytes | None]]]:
-        """As :meth:`echomq.Connection.outcome_listener`, awaited: SSUBSCRIBE on a socket of its
-        own (on a cluster, to the node that serves the channel's slot), confirmed; yields
-        ``await wait(timeout_s)``, which returns the next message or None when the time runs out."""
-        if self.cluster:
-            node = self.client.get_node_from_key(channel)
-            options = {k: v for k, v in node.connection_kwargs.items() if k in _PORTABLE}  # its host and port too
-            owner: avalkey.Valkey | None = avalkey.Valkey(**options)
-            pubsub = owner.pubsub()
-        else:
-            owner, pubsub = None, self.client.pubsub()
-
-        async def wait(timeout_s: float | None, *, confirming: bool = False) -> bytes | None:
-            try:
-                got = await asyncio.wait_for(pubsub.parse_response(block=True), timeout_s)
-            except asyncio.TimeoutError:
-                got = None
-            except TRANSPORT_ERRORS as exc:
-                raise link_failed(exc, f"a wait on {channel}") from exc
-            if confirming and not got:
-                raise errors.ConnectionFailed(f"no confirmation of SSUBSCRIBE {channel} within {timeout_s:g} s")
-            return got[2] if got else None  # [smessage, channel, data]
-
+        """As :meth:`echomq.Connection.outcome_listener`, awaited: SSUBSCRIBEd, confirmed, on the
+        socket every waiter of this connection shares (:mod:`echomq.outcome_hub`; on a cluster,
+        one to the node that serves the channel's slot); yields ``await wait(timeout_s)``, which
+        returns the next message or None when the time runs out."""
+        node = self.client.get_node_from_key(channel) if self.cluster else None
+        place = node.name if node is not None else ""
+        hub = self._hubs.get(place)
+        if hub is None or hub.broken is not None:
+            if node is not None:
+                options = {k: v for k, v in node.connection_kwargs.items() if k in _PORTABLE}  # its host and port too
+                owner = avalkey.Valkey(**options)
+                hub = self._hubs[place] = OutcomeHub(owner.pubsub(), owner)
+            else:
+                hub = self._hubs[place] = OutcomeHub(self.client.pubsub())
+        joined = None
         try:
-            try:
-                await pubsub.execute_command("SSUBSCRIBE", channel)
-            except TRANSPORT_ERRORS as exc:
-                raise link_failed(exc, f"SSUBSCRIBE {channel}") from exc
-            await wait(confirm_s, confirming=True)
-            yield wait
+            joined = await hub.join(channel, confirm_s)
+            yield joined[1]
         finally:
-            await pubsub.aclose()
-            if owner is not None:
-                await owner.aclose()
+            if joined is not None:
+                await hub.leave(channel.encode(), joined[0])
+            if hub.idle:  # a broken hub another has replaced is closed by its last waiter too
+                if self._hubs.get(place) is hub:
+                    del self._hubs[place]
+                await hub.close()
 
     async def aclose(self) -> None:
+        hubs, self._hubs = list(self._hubs.values()), {}
+        for hub in hubs:
+            await hub.close()
         await self.client.aclose()
 
     async def __aenter__(self) -> "Connection":

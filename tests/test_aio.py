@@ -11,9 +11,11 @@ from valkey.asyncio.retry import Retry
 from valkey.backoff import NoBackoff
 from valkey.exceptions import ConnectionError as LinkError
 
+import echomq
 from echomq import ConnectionFailed, WrongType, aio
 from echomq.connection import Plain
 from helpers import fresh_name
+from worker_helpers import wait_until
 
 
 def test_calls_made_in_one_turn_share_one_pipeline_and_keep_their_own_answers(server, wire):
@@ -255,3 +257,92 @@ def test_an_async_handlers_producer_shares_a_cluster_connection(cluster4):
         assert worker.tally.completed == 10
         with cluster.node_for(f"emq:{{{second}}}:pending").client() as node:
             assert node.zcard(f"emq:{{{second}}}:pending") == 10
+
+
+# --------------------------------------------------------------------------- result waiters: one socket
+
+
+def listeners(server) -> list[int]:
+    """The shard-channel count of each client of ``server`` that listens on any (CLIENT LIST's ssub)."""
+    with server.client() as client:
+        return [int(c["ssub"]) for c in client.client_list() if int(c.get("ssub", 0)) > 0]
+
+
+def test_result_waiters_share_one_socket_however_many_and_however_small_the_pool(server, wire):
+    # a web service awaiting many results at once: each waiter on a pooled socket of its own held
+    # the pool (3 here) and the waiters' reads waited on each other until the pool's timeout
+    name, waiters = fresh_name("w"), 30
+    worker = echomq.Queue(echomq.connect(server.url, wire=wire), name)
+
+    async def main():
+        async with await aio.connect(server.url, wire=wire, max_connections=3, pool_timeout=2) as conn:
+            queue = aio.Queue(conn, name)
+            ids = [(await queue.enqueue({"n": n})).id for n in range(waiters)]
+            waiting = [asyncio.create_task(queue.result(job_id, timeout=30)) for job_id in ids]
+            twice = asyncio.create_task(queue.result(ids[0], timeout=30))  # a second waiter on one job
+            quitter = asyncio.create_task(queue.result(ids[1], timeout=30))
+            await asyncio.to_thread(wait_until, lambda: listeners(server) == [waiters], 10, "every channel subscribed")
+            quitter.cancel()  # its channel stays: ids[1] has another waiter
+            for job in worker.claim_many(waiters, 60_000):
+                worker.publish(job, (job.payload["n"] + 1) * 10, retention_ms=60_000)
+            return await asyncio.gather(*waiting), await twice
+
+    answers, again = asyncio.run(main())
+    assert answers == [(n + 1) * 10 for n in range(waiters)] and again == 10
+    assert listeners(server) == []  # the last waiter closed the socket
+    worker.connection.close()
+
+
+def test_a_waiter_that_leaves_unsubscribes_its_channel_and_a_link_fault_reaches_every_waiter(server, wire):
+    name = fresh_name("w")
+
+    async def main():
+        async with await aio.connect(server.url, wire=wire) as conn:
+            queue = aio.Queue(conn, name)
+            ids = [(await queue.enqueue({})).id for _ in range(3)]
+            waiting = [asyncio.create_task(queue.result(job_id, timeout=30)) for job_id in ids]
+            await asyncio.to_thread(wait_until, lambda: listeners(server) == [3], 10, "three channels subscribed")
+            waiting[0].cancel()
+            await asyncio.to_thread(wait_until, lambda: listeners(server) == [2], 10, "the channel left unsubscribed")
+            with server.client() as client:
+                assert client.client_kill_filter(_type="pubsub") == 1
+            faults = await asyncio.gather(*waiting[1:], return_exceptions=True)
+            # the next waiter gets a socket of its own again
+            later = asyncio.create_task(queue.result(ids[1], timeout=30))
+            await asyncio.to_thread(wait_until, lambda: listeners(server) == [1], 10, "a new socket")
+            with echomq.connect(server.url, wire=wire) as sync:
+                worker = echomq.Queue(sync, name)
+                for job in worker.claim_many(3, 60_000):
+                    worker.publish(job, "done", retention_ms=60_000)
+            return faults, await later
+
+    faults, later = asyncio.run(main())
+    assert all(isinstance(f, ConnectionFailed) for f in faults), faults
+    assert later == "done" and listeners(server) == []
+
+
+def test_on_a_cluster_the_result_waiters_share_one_socket_to_each_node(cluster4):
+    names = [fresh_name(f"cw{i}") for i in range(8)]
+    nodes = {cluster4.node_for(f"emq:{{{name}}}:pending").port: cluster4.node_for(f"emq:{{{name}}}:pending")
+             for name in names}
+    assert len(nodes) > 1  # the waiters' channels live on different primaries
+
+    async def main():
+        async with await aio.connect(cluster4.url, wire=4, cluster=True) as conn:
+            queues = [aio.Queue(conn, name) for name in names]
+            ids = [[(await q.enqueue({"q": q.name})).id for _ in range(2)] for q in queues]
+            waiting = [asyncio.create_task(q.result(job_id, timeout=30)) for q, two in zip(queues, ids) for job_id in two]
+            # each node: one listening socket, with the channels of its queues
+            per_node = {port: 2 * sum(cluster4.node_for(f"emq:{{{n}}}:pending").port == port for n in names)
+                        for port in nodes}
+            await asyncio.to_thread(wait_until, lambda: all(listeners(node) == [per_node[port]]
+                                                            for port, node in nodes.items()), 10, "each node's socket")
+            with echomq.connect(cluster4.url, wire=4, cluster=True) as sync:
+                for name in names:
+                    worker = echomq.Queue(sync, name)
+                    for job in worker.claim_many(2, 60_000):
+                        worker.publish(job, job.payload["q"], retention_ms=60_000)
+            return await asyncio.gather(*waiting)
+
+    assert asyncio.run(main()) == [name for name in names for _ in range(2)]
+    assert all(listeners(node) == [] for node in nodes.values())
