@@ -359,8 +359,8 @@ async def connect(
     max_connections: int = DEFAULT_MAX_CONNECTIONS, pool_timeout: float = DEFAULT_POOL_TIMEOUT_S,
     **client_options: Any,
 ) -> Connection:
-    """Open an asyncio connection on ``wire`` 4, 6 or ``"auto"`` (the default: the node's brand) after checking the node, as
-    :func:`echomq.connect` does (``cluster="auto"``, the default, asks the node with HELLO in
+    """Open an asyncio connection on ``wire`` 4, 6 or ``"auto"`` (the default: the node's brand)
+    after checking the node, as :func:`echomq.connect` does (``cluster="auto"``, the default, asks the node with HELLO in
     place of a PING). ``max_connections`` and ``pool_timeout`` size the pool (see the module's
     notes); ``client_options`` go to valkey-py's client."""
     if cluster not in (True, False, "auto"):

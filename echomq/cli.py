@@ -190,8 +190,8 @@ def server(wire: str, port: int | None, aof: bool, directory: str | None) -> Non
                                        "pick another with --port, or omit --port for a free one") from exc
             connect(instance.url, wire=int(wire)).close()  # the node must serve the wire it is branded for
         out.print(f"[bold]valkey[/] on {instance.url}, wire {wire}" + (", AOF on" if aof else "")
-                  + (f", module {module}" if module else "") + f"\ndata in {instance.dir}" + (" (a new directory: no jobs yet)" if new_directory else ""),
-                  soft_wrap=True)
+                  + (f", module {module}" if module else "") + f"\ndata in {instance.dir}"
+                  + (" (a new directory: no jobs yet)" if new_directory else ""), soft_wrap=True)
         out.print(f"export EMQ_URL={instance.url}   # then: emq worker mymodule:app", soft_wrap=True)
         while not stop_asked.wait(0.5):
             if not instance.running:

@@ -32,8 +32,8 @@ class OutcomeHub:
         self.ready: dict[bytes, asyncio.Future[None]] = {}  # by channel: the confirmation of its subscription
         self.broken: BaseException | None = None
         self.reader: asyncio.Task[None] | None = None
-        # one send at a time, and none once closed: the socket is taken on the first send (two at
-        # once would take two), and a send behind close() would find it gone
+        # one send at a time (_send), and none once closed: the socket is taken on the first send
+        # (two at once would take two), and a send behind close() would find it gone
         self.sending = asyncio.Lock()
         self.closed = False
 
@@ -54,19 +54,19 @@ class OutcomeHub:
                 self.ready[name] = confirmed = asyncio.get_running_loop().create_future()
                 self.confirms.setdefault(name, deque()).append(confirmed)
                 try:
-                    async with self.sending:
-                        if self.closed:
-                            raise errors.ConnectionFailed("the connection was closed before SSUBSCRIBE " + channel)
-                        await self.pubsub.execute_command("SSUBSCRIBE", channel)
+                    sent = await self._send("SSUBSCRIBE", channel)
                 except TRANSPORT_ERRORS as exc:
                     raise link_failed(exc, f"SSUBSCRIBE {channel}") from exc
+                if not sent:
+                    raise self.broken or errors.ConnectionFailed(f"the connection closed before SSUBSCRIBE {channel}")
                 if self.reader is None:
                     self.reader = asyncio.create_task(self._read(), name="echomq outcome hub")
             try:
                 # every joiner waits for the channel's confirmation: a read before it could miss the word
                 await asyncio.wait_for(asyncio.shield(self.ready[name]), confirm_s)
             except asyncio.TimeoutError:
-                raise errors.ConnectionFailed(f"no confirmation of SSUBSCRIBE {channel} within {confirm_s:g} s") from None
+                raise errors.ConnectionFailed(
+                    f"no confirmation of SSUBSCRIBE {channel} within {confirm_s:g} s") from None
             if self.broken is not None:
                 raise self.broken
         except BaseException:
@@ -95,13 +95,25 @@ class OutcomeHub:
         del self.ready[name]
         if self.idle:
             return  # closed whole, with its socket, by the caller
+        try:
+            await self._send("SUNSUBSCRIBE", name)
+        except TRANSPORT_ERRORS:
+            pass  # the reader finds the link gone and tells the waiters left
+
+    async def _send(self, *command: Any) -> bool:
+        """Send ``command`` on the socket, one send at a time; False (nothing sent) once the hub is
+        closed or broken. A cancel of the caller does not break off the write: half a command on
+        the socket would break it for every waiter."""
+        sending = asyncio.ensure_future(self._send_now(command))
+        sending.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, if nobody awaits
+        return await asyncio.shield(sending)
+
+    async def _send_now(self, command: tuple[Any, ...]) -> bool:
         async with self.sending:
             if self.closed or self.broken is not None:
-                return
-            try:
-                await self.pubsub.execute_command("SUNSUBSCRIBE", name)
-            except TRANSPORT_ERRORS:
-                pass  # the reader finds the link gone and tells the waiters left
+                return False
+            await self.pubsub.execute_command(*command)
+            return True
 
     async def _read(self) -> None:
         """Hand each message to its channel's waiters and each confirmation to its SSUBSCRIBE; on a
@@ -121,9 +133,7 @@ class OutcomeHub:
                             confirmed.set_result(None)
                     if not pending:
                         self.confirms.pop(channel, None)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
+        except Exception as exc:
             self.broken = link_failed(exc, "a wait on an outcome channel") if isinstance(exc, TRANSPORT_ERRORS) \
                 else exc
             for pending in self.confirms.values():
@@ -137,6 +147,8 @@ class OutcomeHub:
     async def close(self) -> None:
         """Stop reading and close the socket; a waiter still listening (the connection closed
         under it) is told so."""
+        if self.closed:
+            return
         self.closed = True
         closed = errors.ConnectionFailed("the connection was closed while waiting on an outcome channel")
         for inboxes in self.waiters.values():
@@ -144,10 +156,7 @@ class OutcomeHub:
                 inbox.put_nowait(closed)
         if self.reader is not None:
             self.reader.cancel()
-            try:
-                await self.reader
-            except BaseException:
-                pass
+            await asyncio.gather(self.reader, return_exceptions=True)  # a cancel of close() itself still goes through
         async with self.sending:
             await self.pubsub.aclose()
         if self.owner is not None:

@@ -321,6 +321,76 @@ def test_a_waiter_that_leaves_unsubscribes_its_channel_and_a_link_fault_reaches_
     assert later == "done" and listeners(server) == []
 
 
+def test_waiters_cancelled_at_any_point_leave_the_others_their_results(server, wire):
+    # a cancel that broke off a waiter's SSUBSCRIBE half written broke the socket every waiter shares
+    name, waiters = fresh_name("w"), 300
+    worker = echomq.Queue(echomq.connect(server.url, wire=wire), name)
+
+    async def main():
+        async with await aio.connect(server.url, wire=wire, max_connections=4) as conn:
+            queue = aio.Queue(conn, name)
+            ids = [job.id for job in await queue.enqueue_many([{"n": n} for n in range(waiters)])]
+            waiting = [asyncio.create_task(queue.result(job_id, timeout=30)) for job_id in ids]
+            for turn, task in enumerate(waiting[::3]):  # a third, each cancelled a turn later than the last
+                for _ in range(turn % 7):
+                    await asyncio.sleep(0)
+                task.cancel()
+            for job in worker.claim_many(waiters, 60_000):
+                worker.publish(job, job.payload["n"], retention_ms=60_000)
+            return await asyncio.gather(*waiting, return_exceptions=True)
+
+    answers = asyncio.run(main())
+    kept = [(n, answer) for n, answer in enumerate(answers) if n % 3]
+    assert [answer for _, answer in kept] == [n for n, _ in kept]
+    assert all(isinstance(answers[n], asyncio.CancelledError) or answers[n] == n for n in range(0, waiters, 3))
+    assert listeners(server) == []
+    worker.connection.close()
+
+
+def test_a_waiter_cancelled_mid_subscribe_does_not_break_off_the_write(server, wire):
+    # the write is held at a gate while its waiter is cancelled: it still goes out whole (under load
+    # a cancel that broke a write off mid-way broke the socket for every waiter)
+    name = fresh_name("w")
+
+    async def main():
+        async with await aio.connect(server.url, wire=wire) as conn:
+            queue = aio.Queue(conn, name)
+            ids = [job.id for job in await queue.enqueue_many([{}, {}])]
+            gate, sent = asyncio.Event(), []
+            make = conn.client.pubsub
+
+            def gated():
+                pubsub = make()
+                execute = pubsub.execute_command
+
+                async def held_at_the_gate(*command):
+                    await gate.wait()
+                    await execute(*command)
+                    sent.append(command[0])
+
+                pubsub.execute_command = held_at_the_gate
+                return pubsub
+
+            conn.client.pubsub = gated
+            first = asyncio.create_task(queue.result(ids[0], timeout=30))
+            second = asyncio.create_task(queue.result(ids[1], timeout=30))
+            while not conn._hubs:
+                await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            first.cancel()
+            gate.set()
+            with echomq.connect(server.url, wire=wire) as sync:
+                worker = echomq.Queue(sync, name)
+                await asyncio.to_thread(wait_until, lambda: listeners(server) == [1], 10, "one channel left")
+                for job in worker.claim_many(2, 60_000):
+                    worker.publish(job, "done", retention_ms=60_000)
+            return await asyncio.gather(first, return_exceptions=True), await second, sent
+
+    (cancelled,), answer, sent = asyncio.run(main())
+    assert isinstance(cancelled, asyncio.CancelledError) and answer == "done"
+    assert sent == ["SSUBSCRIBE", "SSUBSCRIBE", "SUNSUBSCRIBE"]  # the cancelled waiter's went out, then left
+
+
 def test_on_a_cluster_the_result_waiters_share_one_socket_to_each_node(cluster4):
     names = [fresh_name(f"cw{i}") for i in range(8)]
     nodes = {cluster4.node_for(f"emq:{{{name}}}:pending").port: cluster4.node_for(f"emq:{{{name}}}:pending")
@@ -331,7 +401,8 @@ def test_on_a_cluster_the_result_waiters_share_one_socket_to_each_node(cluster4)
         async with await aio.connect(cluster4.url, wire=4, cluster=True) as conn:
             queues = [aio.Queue(conn, name) for name in names]
             ids = [[(await q.enqueue({"q": q.name})).id for _ in range(2)] for q in queues]
-            waiting = [asyncio.create_task(q.result(job_id, timeout=30)) for q, two in zip(queues, ids) for job_id in two]
+            waiting = [asyncio.create_task(q.result(job_id, timeout=30))
+                       for q, two in zip(queues, ids) for job_id in two]
             # each node: one listening socket, with the channels of its queues
             per_node = {port: 2 * sum(cluster4.node_for(f"emq:{{{n}}}:pending").port == port for n in names)
                         for port in nodes}
