@@ -268,6 +268,21 @@ def listeners(server) -> list[int]:
         return [int(c["ssub"]) for c in client.client_list() if int(c.get("ssub", 0)) > 0]
 
 
+async def listening(server, expected: list[int], what: str) -> None:
+    """Until ``server``'s listeners are ``expected`` (polled from a thread: the loop runs on); the
+    last ones seen are in the failure."""
+    seen: list[list[int]] = []
+
+    def reached() -> bool:
+        seen.append(listeners(server))
+        return seen[-1] == expected
+
+    try:
+        await asyncio.to_thread(wait_until, reached, 10, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: listeners {seen[-1]}, expected {expected}") from None
+
+
 def test_result_waiters_share_one_socket_however_many_and_however_small_the_pool(server, wire):
     # a web service awaiting many results at once: each waiter on a pooled socket of its own held
     # the pool (3 here) and the waiters' reads waited on each other until the pool's timeout
@@ -281,7 +296,7 @@ def test_result_waiters_share_one_socket_however_many_and_however_small_the_pool
             waiting = [asyncio.create_task(queue.result(job_id, timeout=30)) for job_id in ids]
             twice = asyncio.create_task(queue.result(ids[0], timeout=30))  # a second waiter on one job
             quitter = asyncio.create_task(queue.result(ids[1], timeout=30))
-            await asyncio.to_thread(wait_until, lambda: listeners(server) == [waiters], 10, "every channel subscribed")
+            await listening(server, [waiters], "every channel subscribed")
             quitter.cancel()  # its channel stays: ids[1] has another waiter
             for job in worker.claim_many(waiters, 60_000):
                 worker.publish(job, (job.payload["n"] + 1) * 10, retention_ms=60_000)
@@ -301,15 +316,15 @@ def test_a_waiter_that_leaves_unsubscribes_its_channel_and_a_link_fault_reaches_
             queue = aio.Queue(conn, name)
             ids = [(await queue.enqueue({})).id for _ in range(3)]
             waiting = [asyncio.create_task(queue.result(job_id, timeout=30)) for job_id in ids]
-            await asyncio.to_thread(wait_until, lambda: listeners(server) == [3], 10, "three channels subscribed")
+            await listening(server, [3], "three channels subscribed")
             waiting[0].cancel()
-            await asyncio.to_thread(wait_until, lambda: listeners(server) == [2], 10, "the channel left unsubscribed")
+            await listening(server, [2], "the channel left unsubscribed")
             with server.client() as client:
                 assert client.client_kill_filter(_type="pubsub") == 1
             faults = await asyncio.gather(*waiting[1:], return_exceptions=True)
             # the next waiter gets a socket of its own again
             later = asyncio.create_task(queue.result(ids[1], timeout=30))
-            await asyncio.to_thread(wait_until, lambda: listeners(server) == [1], 10, "a new socket")
+            await listening(server, [1], "a new socket")
             with echomq.connect(server.url, wire=wire) as sync:
                 worker = echomq.Queue(sync, name)
                 for job in worker.claim_many(3, 60_000):
@@ -381,7 +396,7 @@ def test_a_waiter_cancelled_mid_subscribe_does_not_break_off_the_write(server, w
             gate.set()
             with echomq.connect(server.url, wire=wire) as sync:
                 worker = echomq.Queue(sync, name)
-                await asyncio.to_thread(wait_until, lambda: listeners(server) == [1], 10, "one channel left")
+                await listening(server, [1], "one channel left")
                 for job in worker.claim_many(2, 60_000):
                     worker.publish(job, "done", retention_ms=60_000)
             return await asyncio.gather(first, return_exceptions=True), await second, sent
