@@ -25,7 +25,9 @@ instead of opening sockets without bound. Size it near the number of requests yo
 serve at once; every worker process of the service has its own pool. On a cluster
 (found by ``connect``, or ``cluster=True``) ``max_connections`` bounds the sockets to each node.
 Result waiters (:meth:`Queue.result`) hold no pooled socket each: they share one subscribed
-socket per node (:mod:`echomq.outcome_hub`).
+socket per node (:mod:`echomq.outcome_hub`). A call the server may hold while it waits (an event
+follower's XREAD BLOCK, :meth:`Queue.bclaim`) goes out alone, on a pooled socket it holds meanwhile:
+batched, every call of its turn would wait as long.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from .partitioned import POp, PartitionedCore, op_declare
 from .rates import RateLimit
 from .results import TOLD_GRACE_S, Status
 from .serializers import JSON, Serializer
-from .verbs import Call, Counts, Plain, Sweep
+from .verbs import Call, Counts, Plain, Sweep, blocks
 
 __all__ = ["Connection", "EchoAsyncCluster", "Queue", "connect"]
 
@@ -179,13 +181,14 @@ class Connection(WireCodec):
     async def round_trip(self, request: Sequence[Call | Plain]) -> list[Any]:
         """As :meth:`echomq.Connection.round_trip`, awaited."""
         commands = [self.args_of(item) for item in request]
+        alone = any(blocks(item) for item in request)
         span = VerbSpan(request, self.wire)
         try:
-            replies = await self._exchange(commands)
+            replies = await self._exchange(commands, alone)
             retry = self.unanswered(replies)
             if retry:
                 await self.load_scripts()  # SCRIPT FLUSH or a restart without the cache
-                for i, reply in zip(retry, await self._exchange([commands[i] for i in retry])):
+                for i, reply in zip(retry, await self._exchange([commands[i] for i in retry], alone)):
                     replies[i] = reply
             self.raise_link_fault(replies)
         except TRANSPORT_ERRORS as exc:
@@ -193,11 +196,15 @@ class Connection(WireCodec):
         span.stopped()
         return self.refusals(request, replies)
 
-    def _exchange(self, commands: list[tuple[Any, ...]]) -> asyncio.Future[list[Any]]:
+    def _exchange(self, commands: list[tuple[Any, ...]], alone: bool = False) -> asyncio.Future[list[Any]]:
         """Send ``commands`` with every other call made in the same turn of the event loop, in
         one round trip: 50 request handlers enqueueing at once cost one pipeline, not 50 round
         trips. Each command stays its own atomic call (no transaction); a link fault fails
-        every caller of that round trip."""
+        every caller of that round trip. A request that ``alone`` holds its socket while the
+        server waits (:func:`~echomq.verbs.blocks`) goes out by itself: calls batched behind it
+        waited as long (an event follower's XREAD BLOCK held every call of its turn)."""
+        if alone:
+            return asyncio.ensure_future(self._send_commands(commands))
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[list[Any]] = loop.create_future()
         self._waiting.append((commands, waiter))
@@ -360,9 +367,9 @@ async def connect(
     **client_options: Any,
 ) -> Connection:
     """Open an asyncio connection on ``wire`` 4, 6 or ``"auto"`` (the default: the node's brand)
-    after checking the node, as :func:`echomq.connect` does (``cluster="auto"``, the default, asks the node with HELLO in
-    place of a PING). ``max_connections`` and ``pool_timeout`` size the pool (see the module's
-    notes); ``client_options`` go to valkey-py's client."""
+    after checking the node, as :func:`echomq.connect` does (``cluster="auto"``, the default, asks
+    the node with HELLO in place of a PING). ``max_connections`` and ``pool_timeout`` size the
+    pool (see the module's notes); ``client_options`` go to valkey-py's client."""
     if cluster not in (True, False, "auto"):
         raise errors.ConfigurationError(f"bad cluster {cluster!r}: True, False or 'auto'")
     client = await _open_client(url, cluster is True, max_connections, pool_timeout, client_options)

@@ -130,6 +130,14 @@ class Plain:
     args: tuple[Any, ...]
 
 
+def blocks(item: Call | Plain) -> bool:
+    """Whether the server may hold ``item``'s reply while it waits (EMQ.BCLAIM, XREAD BLOCK):
+    every command behind it on its socket waits as long, so it must not share a pipeline."""
+    if isinstance(item, Plain):
+        return item.args[0] == "XREAD" and "BLOCK" in item.args
+    return item.verb.name == "bclaim"
+
+
 # -- typed replies ------------------------------------------------------------------
 
 

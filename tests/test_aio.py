@@ -259,6 +259,31 @@ def test_an_async_handlers_producer_shares_a_cluster_connection(cluster4):
             assert node.zcard(f"emq:{{{second}}}:pending") == 10
 
 
+def test_a_call_that_blocks_goes_out_alone_and_holds_no_other(server, wire):
+    # an event follower's XREAD BLOCK (or a BCLAIM) went out in the pipeline of its turn, and every
+    # call batched behind it waited for the block to end: a request's counts() took 1.6 s
+    name = fresh_name("b")
+
+    async def main():
+        async with await aio.connect(server.url, wire=wire) as conn:
+            queue = aio.Queue(conn, name)
+            await queue.enable_events()
+            blocking = [asyncio.ensure_future(queue._run(queue.op_events_page("$", 1, 20_000)))]
+            if wire == 6:
+                blocking.append(asyncio.ensure_future(queue.bclaim(60_000, 20_000)))
+            counts = asyncio.ensure_future(queue.counts())  # the same turn as the blocks
+            answered = await asyncio.wait_for(counts, 10)
+            still = [not task.done() for task in blocking]
+            await queue.enqueue({"n": 1})  # ends both blocks: an event, and a job to claim
+            return answered, still, await asyncio.gather(*blocking)
+
+    answered, still, ended = asyncio.run(main())
+    assert answered.pending == 0 and all(still)  # answered while the blocks went on
+    assert [event.type for event in ended[0]] == ["enqueued"]
+    if wire == 6:
+        assert ended[1].payload == {"n": 1}
+
+
 # --------------------------------------------------------------------------- result waiters: one socket
 
 
