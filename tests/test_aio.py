@@ -308,11 +308,20 @@ async def listening(server, expected: list[int], what: str) -> None:
         raise AssertionError(f"{exc}: listeners {seen[-1]}, expected {expected}") from None
 
 
+def publish_all(url: str, wire: int, names: list[str], count: int, value=lambda job: "done") -> None:
+    """The worker's side, from a sync connection: claim ``count`` jobs of each queue and publish
+    ``value(job)`` for each."""
+    with echomq.connect(url, wire=wire) as sync:
+        for name in names:
+            worker = echomq.Queue(sync, name)
+            for job in worker.claim_many(count, 60_000):
+                worker.publish(job, value(job), retention_ms=60_000)
+
+
 def test_result_waiters_share_one_socket_however_many_and_however_small_the_pool(server, wire):
     # a web service awaiting many results at once: each waiter on a pooled socket of its own held
     # the pool (3 here) and the waiters' reads waited on each other until the pool's timeout
     name, waiters = fresh_name("w"), 30
-    worker = echomq.Queue(echomq.connect(server.url, wire=wire), name)
 
     async def main():
         async with await aio.connect(server.url, wire=wire, max_connections=3, pool_timeout=2) as conn:
@@ -323,14 +332,13 @@ def test_result_waiters_share_one_socket_however_many_and_however_small_the_pool
             quitter = asyncio.create_task(queue.result(ids[1], timeout=30))
             await listening(server, [waiters], "every channel subscribed")
             quitter.cancel()  # its channel stays: ids[1] has another waiter
-            for job in worker.claim_many(waiters, 60_000):
-                worker.publish(job, (job.payload["n"] + 1) * 10, retention_ms=60_000)
+            await asyncio.to_thread(publish_all, server.url, wire, [name], waiters,
+                                    lambda job: (job.payload["n"] + 1) * 10)
             return await asyncio.gather(*waiting), await twice
 
     answers, again = asyncio.run(main())
     assert answers == [(n + 1) * 10 for n in range(waiters)] and again == 10
     assert listeners(server) == []  # the last waiter closed the socket
-    worker.connection.close()
 
 
 def test_a_waiter_that_leaves_unsubscribes_its_channel_and_a_link_fault_reaches_every_waiter(server, wire):
@@ -350,10 +358,7 @@ def test_a_waiter_that_leaves_unsubscribes_its_channel_and_a_link_fault_reaches_
             # the next waiter gets a socket of its own again
             later = asyncio.create_task(queue.result(ids[1], timeout=30))
             await listening(server, [1], "a new socket")
-            with echomq.connect(server.url, wire=wire) as sync:
-                worker = echomq.Queue(sync, name)
-                for job in worker.claim_many(3, 60_000):
-                    worker.publish(job, "done", retention_ms=60_000)
+            await asyncio.to_thread(publish_all, server.url, wire, [name], 3)
             return faults, await later
 
     faults, later = asyncio.run(main())
@@ -364,7 +369,6 @@ def test_a_waiter_that_leaves_unsubscribes_its_channel_and_a_link_fault_reaches_
 def test_waiters_cancelled_at_any_point_leave_the_others_their_results(server, wire):
     # a cancel that broke off a waiter's SSUBSCRIBE half written broke the socket every waiter shares
     name, waiters = fresh_name("w"), 300
-    worker = echomq.Queue(echomq.connect(server.url, wire=wire), name)
 
     async def main():
         async with await aio.connect(server.url, wire=wire, max_connections=4) as conn:
@@ -375,8 +379,7 @@ def test_waiters_cancelled_at_any_point_leave_the_others_their_results(server, w
                 for _ in range(turn % 7):
                     await asyncio.sleep(0)
                 task.cancel()
-            for job in worker.claim_many(waiters, 60_000):
-                worker.publish(job, job.payload["n"], retention_ms=60_000)
+            await asyncio.to_thread(publish_all, server.url, wire, [name], waiters, lambda job: job.payload["n"])
             return await asyncio.gather(*waiting, return_exceptions=True)
 
     answers = asyncio.run(main())
@@ -384,7 +387,6 @@ def test_waiters_cancelled_at_any_point_leave_the_others_their_results(server, w
     assert [answer for _, answer in kept] == [n for n, _ in kept]
     assert all(isinstance(answers[n], asyncio.CancelledError) or answers[n] == n for n in range(0, waiters, 3))
     assert listeners(server) == []
-    worker.connection.close()
 
 
 def test_a_waiter_cancelled_mid_subscribe_does_not_break_off_the_write(server, wire):
@@ -419,11 +421,8 @@ def test_a_waiter_cancelled_mid_subscribe_does_not_break_off_the_write(server, w
             await asyncio.sleep(0)
             first.cancel()
             gate.set()
-            with echomq.connect(server.url, wire=wire) as sync:
-                worker = echomq.Queue(sync, name)
-                await listening(server, [1], "one channel left")
-                for job in worker.claim_many(2, 60_000):
-                    worker.publish(job, "done", retention_ms=60_000)
+            await listening(server, [1], "one channel left")
+            await asyncio.to_thread(publish_all, server.url, wire, [name], 2)
             return await asyncio.gather(first, return_exceptions=True), await second, sent
 
     (cancelled,), answer, sent = asyncio.run(main())
@@ -448,11 +447,7 @@ def test_on_a_cluster_the_result_waiters_share_one_socket_to_each_node(cluster4)
                         for port in nodes}
             await asyncio.to_thread(wait_until, lambda: all(listeners(node) == [per_node[port]]
                                                             for port, node in nodes.items()), 10, "each node's socket")
-            with echomq.connect(cluster4.url, wire=4, cluster=True) as sync:
-                for name in names:
-                    worker = echomq.Queue(sync, name)
-                    for job in worker.claim_many(2, 60_000):
-                        worker.publish(job, job.payload["q"], retention_ms=60_000)
+            await asyncio.to_thread(publish_all, cluster4.url, 4, names, 2, lambda job: job.payload["q"])
             return await asyncio.gather(*waiting)
 
     assert asyncio.run(main()) == [name for name in names for _ in range(2)]
