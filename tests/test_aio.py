@@ -398,7 +398,7 @@ def test_a_waiter_cancelled_mid_subscribe_does_not_break_off_the_write(server, w
         async with await aio.connect(server.url, wire=wire) as conn:
             queue = aio.Queue(conn, name)
             ids = [job.id for job in await queue.enqueue_many([{}, {}])]
-            gate, sent = asyncio.Event(), []
+            reached, gate, sent = asyncio.Event(), asyncio.Event(), []
             make = conn.client.pubsub
 
             def gated():
@@ -406,6 +406,7 @@ def test_a_waiter_cancelled_mid_subscribe_does_not_break_off_the_write(server, w
                 execute = pubsub.execute_command
 
                 async def held_at_the_gate(*command):
+                    reached.set()
                     await gate.wait()
                     await execute(*command)
                     sent.append(command[0])
@@ -416,9 +417,7 @@ def test_a_waiter_cancelled_mid_subscribe_does_not_break_off_the_write(server, w
             conn.client.pubsub = gated
             first = asyncio.create_task(queue.result(ids[0], timeout=30))
             second = asyncio.create_task(queue.result(ids[1], timeout=30))
-            while not conn._hubs:
-                await asyncio.sleep(0)
-            await asyncio.sleep(0)
+            await reached.wait()  # the first waiter's SSUBSCRIBE is being sent
             first.cancel()
             gate.set()
             await listening(server, [1], "one channel left")
