@@ -441,7 +441,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("fail", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
           decode=lambda reply: State(text(reply)), tokens=("fail.flat",), fenced=True,
-          late=(("traceback", "fail.traceback"),), libraries=("events", "held", "due")),
+          late=(("traceback", "fail.traceback"),), libraries=("events", "held", "due", "failure")),
     _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending", decode=_one,
           libraries=("events", "held")),
     _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", decode=_one, fenced=True,
@@ -460,7 +460,7 @@ BUS: tuple[Verb, ...] = (
     _verb("failures_incr", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
           decode=lambda reply: State(text(reply)), tokens=("failures.incr",), fenced=True,
-          late=(("traceback", "failures.incr"),), libraries=("events", "held", "due")),
+          late=(("traceback", "failures.incr"),), libraries=("events", "held", "due", "failure")),
     _verb("publish", ("active", BASE), ("id", "token", "result", "retention_ms"), "active → (completed record)",
           decode=_one, fenced=True, libraries=("events", "held", "unique", "done")),
 )
@@ -528,7 +528,7 @@ LANES: tuple[Verb, ...] = (
           "lane-active → (deleted)", decode=_one, fenced=True, libraries=("done", "unique")),
     _lane("lane_fail", ("lanes:active", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms", "traceback"), "lane-active → lane | dead",
-          decode=lambda reply: State(text(reply)), fenced=True),
+          decode=lambda reply: State(text(reply)), fenced=True, libraries=("failure",)),
     _lane("lane_release", ("lanes:active", BASE), ("id", "token", "delay_ms"), "lane-active → lane", decode=_one,
           fenced=True),
     _lane("lane_reap", ("lanes:active", "dead", BASE), ("max_stalled", "limit", "stamp"), "lane-active → lane | dead",
@@ -555,7 +555,7 @@ def _flow_jobs(reply: Sequence[Sequence[Any]] | int) -> list[tuple[Claimed, bool
 
 def _flow(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libraries=()):
     return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced,
-                libraries=("clock", "events", "held", "flow") + libraries)
+                libraries=("clock", "events", "held", "failure", "flow") + libraries)
 
 
 # The flow scripts (SPEC §9.6, docs/lanes-and-flows.md "Flows"): scripts on both wires, never an

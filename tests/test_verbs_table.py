@@ -19,7 +19,7 @@ from echomq.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, FLOW_LIBRARY, FLO
 
 #: scripts/lib/<name>.lua: the rules several scripts share, each said once (docs/spec.md §4)
 LIBRARIES = ("clock", "events", "held", "due", "delete", "unique", "done", "lanes", "flow", "claim", "append",
-             "reap", "complete")
+             "reap", "complete", "failure")
 REGISTERED = VERBS + OPTIONAL  # trafikey's rows: the job core, then the optional verbs in order (SPEC §9.4)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,22 +1,23 @@
 -- EMQ flow_complete (both wires). KEYS: flow:active, base. ARGV: id, token, result, retention_ms.
 -- PUBLISH for a flow job: flow:active -> (deleted), counted, the completed record `done:<id>` kept
 -- retention_ms (0: none), `completed` on its outcome channel; a parent's children's results go
--- with it (its flow is over). A child's result is told to its parent (lib/flow.lua).
+-- with it (its flow is over). A child's result is told to its parent (lib/flow.lua), when the
+-- parent's record confirms the link; an unconfirmed `parent` is no link (docs/spec.md §15 "Links").
 -- Reply: 1; 0 when no row or the token does not match; EMQSTATE when the row is not active in flow:active.
 -- Events when on: `completed`, then, its parent's last child, the parent's `promoted` (or a death's).
 local base, id = KEYS[2], ARGV[1]
 local row = base .. 'job:' .. id
-local held, answer = fence('flow_complete', row, id, ARGV[2], KEYS[1], 'flow:active', 'parent', 'created', 'started')
+local held, answer = fence('flow_complete', row, id, ARGV[2], KEYS[1], 'flow:active', 'created', 'started')
 if not held then return answer end
 local refused = flow_switches(row)
 if refused then return refused end
 local now = now_ms()
 redis.call('ZREM', KEYS[1], id)
-redis.call('DEL', row, base .. 'flow:results:' .. id, base .. 'flow:failures:' .. id)
+redis.call('DEL', row, base .. 'flow:results:' .. id, base .. 'flow:failures:' .. id, base .. 'flow:children:' .. id)
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
 flow_event(base, 'completed', id, ARGV[2])
 local retention = tonumber(ARGV[4])
-if retention > 0 then keep_done(base, id, ARGV[2], ARGV[3], retention, held[4], held[5], now) end
-if held[3] then flow_tell(held[3], id, true, ARGV[3], now) end
+if retention > 0 then keep_done(base, id, ARGV[2], ARGV[3], retention, held[3], held[4], now) end
+if flow_links[row] then flow_tell(flow_links[row], row, true, ARGV[3], now) end
 tell_outcome(base, id, 'completed')
 return 1

@@ -2,7 +2,9 @@
 -- ARGV: seven per job, each parent before its children: queue (its base's index in KEYS), id,
 -- payload, priority, parent (its parent's position in this list, from 1; 0 for the root),
 -- children (how many), on_child_failure (fail | ignore | continue; read for a parent only).
--- One step: every parent flow:waiting with its children count, every leaf flow:pending.
+-- One step: every parent flow:waiting with its children count and its record of them
+-- (`flow:children:<id>`: their row keys, which confirm each child's `parent` link), every leaf
+-- flow:pending.
 -- Reply: 1 made; 0 when the root's id has a row (nothing written); EMQSTATE when another job's does.
 -- Each job's `enqueued` event (state waiting or pending) in its queue, where events are on.
 local n = #ARGV / 7
@@ -27,7 +29,10 @@ for i = 1, n do
   local parent, children = tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6])
   local fields = {'payload', ARGV[at + 3], 'attempts', '0', 'created', now}
   if priority > 0 then fields[#fields + 1] = 'priority'; fields[#fields + 1] = ARGV[at + 4] end
-  if parent > 0 then fields[#fields + 1] = 'parent'; fields[#fields + 1] = rows[parent] end
+  if parent > 0 then
+    fields[#fields + 1] = 'parent'; fields[#fields + 1] = rows[parent]
+    redis.call('SADD', flow_record(rows[parent]), rows[i])
+  end
   if children > 0 then
     redis.call('HSET', rows[i], 'state', 'waiting', 'children', children, 'on_child_failure', ARGV[at + 7],
       unpack(fields))

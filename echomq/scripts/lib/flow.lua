@@ -9,6 +9,31 @@ local function flow_split(row)
   return string.match(row, '^(emq:{[^{}]+}:)job:(.+)$')
 end
 
+-- A parent's record of its children, `flow:children:<id>` in its own queue: the row keys of the
+-- children that have not told it yet (flow_enqueue writes it, flow_tell takes each child out). A
+-- child's `parent` field is data its own queue's writers control; the record is written only by
+-- those who may write the parent's queue, so a link counts only when the record confirms it
+-- (docs/spec.md §15 "Links"): a forged `parent` never reaches another queue.
+local function flow_record(parent)
+  local base, id = flow_split(parent)
+  return base .. 'flow:children:' .. id
+end
+
+-- The links followed in this step, read before the first write: row -> its parent's row key when
+-- that parent's record lists the row, else false (no parent, not a row key, or not listed: the
+-- link is treated as absent).
+local flow_links = {}
+
+-- flow_link(row) -> the parent `row` may tell, or false (see flow_links); a read
+local function flow_link(row)
+  if flow_links[row] == nil then
+    local parent = redis.call('HGET', row, 'parent')
+    flow_links[row] = parent and flow_split(parent) and redis.call('SISMEMBER', flow_record(parent), row) == 1
+      and parent or false
+  end
+  return flow_links[row]
+end
+
 -- Events (docs/spec.md §12): a move is told in the moved job's own queue, when that queue's switch
 -- is on. A script reads the switch of every queue its moves may tell before its first write
 -- (flow_switch, flow_switches), so a malformed one refuses the whole step; flow_bounds keeps what
@@ -23,13 +48,16 @@ local function flow_switch(base)
   flow_bounds[base] = bound or false
 end
 
--- the switches of `row`'s queue and of each queue up its chain of parents (a death, or a last
--- child's completion, is told to each in turn): the first refusal, else nil
+-- the switches of `row`'s queue and of each queue up its chain of confirmed links (a death, or a
+-- last child's completion, is told to each in turn), each link checked on the way (flow_link): the
+-- first refusal, else nil. A chain that comes back to a row it passed ends there.
 local function flow_switches(row)
-  while row do
+  local walked = {}
+  while row and not walked[row] do
+    walked[row] = true
     local refused = flow_switch((flow_split(row)))
     if refused then return refused end
-    row = redis.call('HGET', row, 'parent')
+    row = flow_link(row)
   end
 end
 
@@ -48,43 +76,47 @@ end
 local flow_tell -- a parent that dies tells its own parent: the two call each other
 
 -- A flow job dies (its retry budget spent, stalled past max_stalled, or a child failed under
--- `fail`): into the dead set, its children's results dropped (its flow is over), its parent told
--- once. Its row keeps `flow_parent` for the record and loses `parent`: a dead row is a flat one,
+-- `fail`): into the dead set, its children's results and record dropped (its flow is over), its
+-- parent told once, when the link is confirmed (flow_link, read by flow_switches before the first
+-- write). Its row keeps `flow_parent` for the record and loses `parent`: a dead row is a flat one,
 -- so REPROCESS may run it again alone.
 local function flow_die(base, id, error, now)
   local row = base .. 'job:' .. id
   redis.call('ZADD', base .. 'dead', now, id)
   redis.call('HSET', row, 'state', 'dead', 'last_error', error, 'failed', now)
   redis.call('HINCRBY', base .. 'metrics:failed', 'count', 1)
-  redis.call('DEL', base .. 'flow:results:' .. id, base .. 'flow:failures:' .. id)
+  redis.call('DEL', base .. 'flow:results:' .. id, base .. 'flow:failures:' .. id, base .. 'flow:children:' .. id)
   local f = redis.call('HMGET', row, 'parent', 'attempts')
-  local parent = f[1]
   flow_event(base, 'dead', id, f[2] or '0', 'error', error, 'state', 'dead')
-  if parent then
+  if f[1] then
     redis.call('HDEL', row, 'parent')
-    redis.call('HSET', row, 'flow_parent', parent)
-    flow_tell(parent, id, false, error, now)
+    redis.call('HSET', row, 'flow_parent', f[1])
+    if flow_links[row] then flow_tell(flow_links[row], row, false, error, now) end
   end
   tell_outcome(base, id, 'dead')
 end
 
 -- Tell a waiting parent one child's outcome: completed (ok, with its result) or dead (its error).
--- A dead child under `fail` kills the parent; under `continue` its error is kept for the parent;
--- under `ignore` it counts as done. The last child moves the parent flow:waiting -> flow:pending.
+-- `child` is the child's row key, confirmed by the parent's record (flow_link), and leaves it: a
+-- child tells once. A dead child under `fail` kills the parent; under `continue` its error is kept
+-- for the parent; under `ignore` it counts as done. The last child moves the parent flow:waiting
+-- -> flow:pending.
 flow_tell = function(parent, child, ok, value, now)
   local base, id = flow_split(parent)
+  local _, child_id = flow_split(child)
+  redis.call('SREM', base .. 'flow:children:' .. id, child)
   local held = redis.call('HMGET', parent, 'on_child_failure', 'priority', 'attempts', 'state')
   if held[4] ~= 'waiting' then return end -- failed already (or gone): its flow is over
   local policy = held[1] or 'fail'
   if not ok and policy == 'fail' then
     redis.call('ZREM', base .. 'flow:waiting', id)
-    flow_die(base, id, 'child ' .. child .. ' failed: ' .. value, now)
+    flow_die(base, id, bounded_error('child ' .. child_id .. ' failed: ' .. value), now)
     return
   end
   if ok then
-    redis.call('HSET', base .. 'flow:results:' .. id, child, value)
+    redis.call('HSET', base .. 'flow:results:' .. id, child_id, value)
   elseif policy == 'continue' then
-    redis.call('HSET', base .. 'flow:failures:' .. id, child, value)
+    redis.call('HSET', base .. 'flow:failures:' .. id, child_id, value)
   end
   if redis.call('HINCRBY', parent, 'children', -1) <= 0 then
     redis.call('ZREM', base .. 'flow:waiting', id)
@@ -94,4 +126,3 @@ flow_tell = function(parent, child, ok, value, now)
     flow_wake(base)
   end
 end
-
