@@ -56,6 +56,7 @@ from .supervisor import Supervisor
 from .tasks import App
 from .timers import TimerConfig
 from .worker import Worker, WorkerConfig
+from .verbs import EVENTS_MAX
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
 UNWRAPPED = 100_000  #: the width tables get when stdout is not a terminal: one line per row, for scripts
@@ -931,7 +932,7 @@ def group_list(url: str, wire: str, queue_name: str, as_json: bool) -> None:
 @click.option("-f", "--follow", is_flag=True, help="keep waiting for new events (Ctrl-C stops)")
 @click.option("--since", default=None, metavar="ID",
               help="only events after this stream id; '$' = only new ones (default: every one kept)")
-@click.option("--enable", "maxlen", type=click.IntRange(1), default=None, metavar="MAXLEN",
+@click.option("--enable", "maxlen", type=click.IntRange(1, EVENTS_MAX), default=None, metavar="MAXLEN",
               help="turn the queue's event stream on, bounded to MAXLEN entries, and exit")
 @click.option("--disable", is_flag=True, help="turn the queue's event stream off, and exit")
 @create_option

@@ -30,8 +30,8 @@ from .results import MAX_RESULT_BYTES, ROW_FIELDS, Completed, Failed, Seen, Stat
 from .rates import RateLimit, parse_rate_limit
 from .serializers import JSON, Serializer, encode
 from .verbs import (
-    BY_NAME, CLAIMS_MAX, EXTENDS_MAX_PAIRS, LIMIT_MAX, NO_LANES, Admission, Call, Claimed, Counts, Plain, Sweep,
-    Throttled, build_call, check_int, check_traceback, text,
+    BY_NAME, CLAIMS_MAX, EVENTS_MAX, EXTENDS_MAX_PAIRS, LIMIT_MAX, NO_LANES, Admission, Call, Claimed, Counts, Plain,
+    Sweep, Throttled, build_call, check_int, check_traceback, text,
 )
 
 if TYPE_CHECKING:
@@ -852,7 +852,7 @@ class QueueCore:
         return True
 
     def op_enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> Op[None]:
-        yield from self._plain("HSET", self.keys.meta, "events", check_int("maxlen", maxlen, 1))
+        yield from self._plain("HSET", self.keys.meta, "events", check_int("maxlen", maxlen, 1, EVENTS_MAX))
 
     def op_disable_events(self) -> Op[None]:
         yield from self._plain("HDEL", self.keys.meta, "events")

@@ -352,7 +352,9 @@ class Queue(QueueCore):
                     self._run(self.op_waiters(-1))
 
     def enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> None:
-        """Turn this queue's event stream on, bounded to ``maxlen`` entries (the verbs read it)."""
+        """Turn this queue's event stream on, bounded to ``maxlen`` entries (1 to EVENTS_MAX, 100,000;
+        the verbs read it): each entry's values keep their first 1 KiB, so the stream stays bounded in
+        bytes too (docs/spec.md §12)."""
         self._run(self.op_enable_events(maxlen))
 
     def disable_events(self) -> None:

@@ -44,6 +44,15 @@ EXTENDS_MAX_PAIRS = 1_000
 CLAIMS_MAX = 1_000  #: CLAIMS' count: jobs claimed by one command
 TIMEOUT_MAX = 2**31 - 1  #: BCLAIM's wait; 0 waits until served
 PROGRESS_MAX_LEN = 64 * 1024  #: APPEND's progress, bytes
+TRACEBACK_MAX_LEN = MAX_TRACEBACK_BYTES  #: FAIL's traceback, bytes (docs/spec.md §11.6)
+ERROR_MAX_LEN = 4096  #: FAIL's error (the row's last_error), bytes: the server refuses more, the client cuts
+#: An event's values (error, progress, state) keep their first this many bytes: with EVENTS_MAX, a
+#: queue's stream is bounded in bytes as well as entries (docs/spec.md §12)
+EVENT_VALUE_MAX_LEN = 1024
+EVENTS_MAX = 100_000  #: the most entries a queue's event stream keeps (``enable_events``' maxlen)
+#: The most groups with a pause (``lanes:paused``), and with a k of their own (``lanes:limit``): kept
+#: while a group has no jobs, so bounded by count (docs/spec.md §16.1)
+GROUP_SETTINGS_MAX = LIMIT_MAX
 
 #: The numeric ARGV names and their inclusive bounds.
 BOUNDS: dict[str, tuple[int, int]] = {
@@ -87,6 +96,17 @@ def check_traceback(traceback: Any) -> str:
     return traceback
 
 
+def bound_error(error: str) -> str:
+    """FAIL's error within ERROR_MAX_LEN bytes of UTF-8: whole when it fits, else its head (to a
+    character boundary) and ``...``. The server refuses a longer one (``EMQARG error``), so a worker
+    whose exception has a long message still records its failure. A character UTF-8 cannot carry (a
+    lone surrogate) is sent escaped."""
+    data = str(error).encode(errors="backslashreplace")
+    if len(data) <= ERROR_MAX_LEN:
+        return data.decode()
+    return data[: ERROR_MAX_LEN - 3].decode(errors="ignore") + "..."
+
+
 def check_progress(progress: bytes) -> bytes:
     """APPEND's progress (already encoded): at most PROGRESS_MAX_LEN bytes."""
     if len(progress) > PROGRESS_MAX_LEN:
@@ -111,7 +131,9 @@ def check_arg(name: str, value: Any) -> Any:
         return "" if value in (None, "") else check_group(value)
     if name == "progress":
         return check_progress(value)
-    return value  # payload (already serialized) and error text travel as given
+    if name == "error":
+        return bound_error(value)
+    return value  # payload (already serialized) travels as given
 
 
 @dataclass(frozen=True)

@@ -402,6 +402,23 @@ def test_the_argument_limits_are_trafikeys_grammar():
     }
 
 
+def test_the_byte_bounds_are_trafikeys_grammar_and_the_scripts():
+    """The bounds on the bytes the server keeps, said once per language: Python's, trafikey's grammar
+    and the Lua libraries that check them on wire 4 (and for the lane and flow scripts)."""
+    rust = _rust_consts()
+    python = {"PROGRESS_MAX_LEN": verbs.PROGRESS_MAX_LEN, "TRACEBACK_MAX_LEN": verbs.TRACEBACK_MAX_LEN,
+              "ERROR_MAX_LEN": verbs.ERROR_MAX_LEN, "EVENT_VALUE_MAX_LEN": verbs.EVENT_VALUE_MAX_LEN,
+              "EVENTS_MAX": verbs.EVENTS_MAX}
+    assert {name: rust[name] for name in python} == python
+    lua = {name: int(value) for path in ("failure", "events", "lanes")
+           for names, values in re.findall(r"^local ([A-Z_]+(?:, [A-Z_]+)*) = ([\d, ]+)$",
+                                           (SCRIPTS_DIR / "lib" / f"{path}.lua").read_text(), re.M)
+           for name, value in zip(names.split(", "), values.split(", "))}
+    assert lua == {"ERROR_MAX": verbs.ERROR_MAX_LEN, "TRACEBACK_MAX": verbs.TRACEBACK_MAX_LEN,
+                   "EVENTS_MAX": verbs.EVENTS_MAX, "EVENT_VALUE_MAX": verbs.EVENT_VALUE_MAX_LEN,
+                   "GROUP_SETTINGS_MAX": verbs.GROUP_SETTINGS_MAX, "GROUP_MAX_LEN": 128}
+
+
 def test_every_numeric_argument_has_its_bounds():
     numeric = {name for verb in VERBS + OPTIONAL + LANES + READS
                for name in verb.argv + tuple(n for n, _ in verb.late)} - {

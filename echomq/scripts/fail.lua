@@ -4,7 +4,10 @@
 -- Every outcome records the error, the time and, when given, the traceback (docs/spec.md §11.6).
 -- A matching token on a row that is not active (a repeated terminal failure included), or not
 -- in active, is refused before any write. The `failed` event, then `retried` or `dead`, when on.
+-- An error over 4096 bytes or a traceback over 8192 is refused (EMQARG) first, as the native verb's.
 local base = KEYS[5]
+local refused = failure_refused(ARGV[3], ARGV[6])  -- the arguments first, as the native verb
+if refused then return refused end
 local row = base .. 'job:' .. ARGV[1]
 local held, answer = fence('EMQ.FAIL', row, ARGV[1], ARGV[2], KEYS[1], 'active')
 if not held then return answer end
@@ -12,7 +15,8 @@ if not held then return answer end
 -- not 0), read with it
 local switches = redis.call('HMGET', base .. 'meta', 'events', 'waiters')
 local waited = switches[2] and switches[2] ~= '0'
-local bound, refused = event_bound(switches[1])
+local bound
+bound, refused = event_bound(switches[1])
 if refused then return refused end
 -- the `failed` event, then `retried` or `dead`, when the queue's events are on
 local function tell(state)

@@ -4,13 +4,16 @@
 -- when failures' >= max_attempts; the traceback, when given, written beside last_error; the `failed` event then `retried` or `dead`
 -- when `meta events` is on; the wake marker when the job is claimable or due before the
 -- schedule's head), and `dead` on the job's outcome channel when it dies, where the caller may
--- publish (docs/spec.md §12).
+-- publish (docs/spec.md §12). FAIL's bounds on the error and the traceback (EMQARG).
 local base = KEYS[5]
+local refused = failure_refused(ARGV[3], ARGV[6])  -- the arguments first, as the native verb
+if refused then return refused end
 local id = ARGV[1]
 local row = base .. 'job:' .. id
 local held, answer = fence('EMQ.FAILURES.INCR', row, id, ARGV[2], KEYS[1], 'active')
 if not held then return answer end
-local bound, refused = event_switch(base)
+local bound
+bound, refused = event_switch(base)
 if refused then return refused end
 -- the first write: a failures field HINCRBY refuses stops the script before any other
 local failures = redis.call('HINCRBY', row, 'failures', 1)

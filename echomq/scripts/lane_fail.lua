@@ -1,15 +1,19 @@
 -- EMQ lane_fail (both wires). KEYS: lanes:active, dead, base.
 -- ARGV: id, token, error, max_attempts, backoff_ms, traceback.
--- The traceback is always given ('' for none).
+-- The traceback is always given ('' for none). An error over 4096 bytes or a traceback over 8192
+-- is refused (EMQARG), as FAIL's.
 -- FAIL's budget (SPEC §9.1): failures' = failures + 1, dead when failures' >= max_attempts.
 -- A retry goes back to its place at the head of its lane, so the group's order is kept; with a
 -- backoff the whole group waits that long. Reply: pending (at once), scheduled (after the
 -- backoff) or dead. The events when on: `failed`, then `dead` or `retried` (with the row's state:
 -- pending, back in its lane, even while its group waits out the backoff).
 lanes(KEYS[3])
+local refused = failure_refused(ARGV[3], ARGV[6])
+if refused then return refused end
 local row, g = held_row('lane_fail', ARGV[1], ARGV[2])
 if not row then return g end
-local bound, refused = event_switch(base)
+local bound
+bound, refused = event_switch(base)
 if refused then return refused end
 local failures = redis.call('HINCRBY', row, 'failures', 1)
 redis.call('ZREM', KEYS[1], ARGV[1])

@@ -5,7 +5,7 @@
 
 use crate::decide::{events_bound, num, owned_op, Cmd, Expect, Op};
 use crate::errors::Refusal;
-use crate::grammar::Keyspace;
+use crate::grammar::{Keyspace, EVENT_VALUE_MAX_LEN};
 use crate::host::{Fence, Host};
 
 /// The queue's event stream, on when `meta events` holds a bound.
@@ -66,7 +66,8 @@ pub fn events_on(
 
 impl Events {
     /// One event: `XADD events MAXLEN <bound> * type <kind> id <id> attempt <n> [extra…]`
-    /// (owned: events are written only when a queue turns them on).
+    /// (owned: events are written only when a queue turns them on). `extra` is name, value, …;
+    /// each value keeps at most its first EVENT_VALUE_MAX_LEN bytes (the row keeps it whole).
     pub fn op(&self, kind: &[u8], id: &[u8], attempt: &[u8], extra: &[&[u8]]) -> Op<'static> {
         let mut args: Vec<Vec<u8>> = [
             self.key.as_slice(),
@@ -81,7 +82,10 @@ impl Events {
         .iter()
         .map(|a| a.to_vec())
         .collect();
-        args.extend(extra.iter().map(|a| a.to_vec()));
+        args.extend(extra.iter().enumerate().map(|(i, a)| {
+            let keep = if i % 2 == 1 { a.len().min(EVENT_VALUE_MAX_LEN) } else { a.len() };
+            a.get(..keep).unwrap_or(a).to_vec()
+        }));
         owned_op(Cmd::Xadd, args, Expect::AnyId)
     }
 }

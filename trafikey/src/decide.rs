@@ -6,7 +6,7 @@ use std::ffi::CStr;
 use std::fmt;
 
 use crate::errors::{NOT_INTEGER, OVERFLOW};
-use crate::grammar::Keyspace;
+use crate::grammar::{Keyspace, EVENTS_MAX};
 use crate::state::State;
 
 /// Valkey's `string2ll`: an optional `-`, then no leading zero (except `0` itself), at most
@@ -186,13 +186,14 @@ pub fn deletes_row(state: Option<Option<&[u8]>>, want: State) -> bool {
 }
 
 /// The queue's event switch, `meta events`: absent or ≤ 0 = off; else the stream's bound
-/// (MAXLEN, exact). Anything but an integer is refused like a counter.
+/// (MAXLEN, exact), at most EVENTS_MAX (a larger one is read as that: the stream stays bounded
+/// whatever a raw write put there). Anything but an integer is refused like a counter.
 pub fn events_bound(stored: Option<&[u8]>) -> Result<Option<i64>, &'static str> {
     match stored {
         None => Ok(None),
         Some(raw) => {
             let n = string2ll(raw).ok_or(NOT_INTEGER)?;
-            Ok((n > 0).then_some(n))
+            Ok((n > 0).then_some(n.min(EVENTS_MAX)))
         }
     }
 }
@@ -1000,6 +1001,8 @@ mod tests {
         assert_eq!(events_bound(Some(b"0")), Ok(None));
         assert_eq!(events_bound(Some(b"-5")), Ok(None));
         assert_eq!(events_bound(Some(b"100")), Ok(Some(100)));
+        assert_eq!(events_bound(Some(b"100000")), Ok(Some(EVENTS_MAX)));
+        assert_eq!(events_bound(Some(b"100001")), Ok(Some(EVENTS_MAX)));
         for bad in [b"ten".as_slice(), b"", b"01", b" 1", b"1.5"] {
             assert_eq!(events_bound(Some(bad)), Err(NOT_INTEGER), "{bad:?}");
         }

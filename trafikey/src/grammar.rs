@@ -28,6 +28,13 @@ pub const EXTENDS_MAX_PAIRS: usize = 1000;
 pub const CLAIMS_MAX: usize = 1000;
 /// FAIL's optional `traceback`: at most 8 KiB, any bytes (the client keeps a longer one's tail).
 pub const TRACEBACK_MAX_LEN: usize = 8192;
+/// FAIL's `error` (the row's `last_error`): at most 4 KiB, any bytes (the client cuts a longer one).
+pub const ERROR_MAX_LEN: usize = 4096;
+/// An event's values (its `error`, `progress`, `state`) keep at most their first 1 KiB, so an
+/// entry is bounded and the stream by its MAXLEN times that (docs/spec.md §12).
+pub const EVENT_VALUE_MAX_LEN: usize = 1024;
+/// The most entries a queue's event stream keeps: a larger `meta events` is read as this.
+pub const EVENTS_MAX: i64 = 100_000;
 
 /// How many ARGV a verb takes after its keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -347,6 +354,11 @@ pub fn traceback(raw: &[u8]) -> Result<&[u8], Refusal> {
     at_most("traceback", raw, TRACEBACK_MAX_LEN)
 }
 
+/// FAIL's and FAILURES.INCR's `error`: 0..=4096 bytes, any bytes.
+pub fn error(raw: &[u8]) -> Result<&[u8], Refusal> {
+    at_most("error", raw, ERROR_MAX_LEN)
+}
+
 /// `progress`: 0..=64 KiB, any bytes.
 pub fn progress(raw: &[u8]) -> Result<&[u8], Refusal> {
     at_most("progress", raw, PROGRESS_MAX_LEN)
@@ -421,6 +433,15 @@ mod tests {
         a.push(b"x");
         let r = shape("EMQ.FAIL", &a, 1, Argc::Late(5, 1)).map(|_| ());
         assert!(matches!(r, Err(Refusal::Shape(m)) if m.contains("takes 5 to 6 arguments")));
+    }
+
+    #[test]
+    fn error_is_at_most_4_kib() {
+        assert!(error(&[0xff; ERROR_MAX_LEN]).is_ok());
+        let r = error(&[b'x'; ERROR_MAX_LEN + 1]).map(|_| ());
+        assert!(
+            matches!(r, Err(Refusal::Arg("error", m)) if m == "must be at most 4096 bytes, got 4097")
+        );
     }
 
     #[test]

@@ -2,14 +2,19 @@
 -- stream `events`) and a job's outcome. A script reads the switch before its first write, so a
 -- malformed one refuses the step.
 
+-- The most entries a stream keeps, and the most bytes of each event's value (its error, progress,
+-- state): the stream is bounded by entries times an entry's size (trafikey's EVENTS_MAX and
+-- EVENT_VALUE_MAX_LEN).
+local EVENTS_MAX, EVENT_VALUE_MAX = 100000, 1024
+
 -- event_bound(value) -> the switch as read (`meta events`; false or nil when absent): the stream's
--- bound (MAXLEN), nil when off (absent or <= 0); or nil and the refusal of a value that is not an
--- integer
+-- bound (MAXLEN, at most EVENTS_MAX: a larger one is read as that), nil when off (absent or <= 0);
+-- or nil and the refusal of a value that is not an integer
 local function event_bound(value)
   if not value then return nil end
   if not string.match(value, '^%-?%d+$') then return nil, redis.error_reply('EMQ hash value is not an integer') end
   value = tonumber(value)
-  if value > 0 then return value end
+  if value > 0 then return math.min(value, EVENTS_MAX) end
 end
 
 -- event_switch(base) -> the switch of the queue at `base`, read, as event_bound
@@ -18,10 +23,16 @@ local function event_switch(base)
 end
 
 -- one event in the queue's stream when its switch is on (`bound`): type, id, attempt, then the
--- event's own fields (name, value, ...)
+-- event's own fields (name, value, ...), each value cut to its first EVENT_VALUE_MAX bytes (the
+-- row keeps it whole)
 local function add_event(base, bound, kind, id, attempt, ...)
   if bound then
-    redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', kind, 'id', id, 'attempt', attempt, ...)
+    local fields = {...}
+    for i = 2, #fields, 2 do
+      if string.len(fields[i]) > EVENT_VALUE_MAX then fields[i] = string.sub(fields[i], 1, EVENT_VALUE_MAX) end
+    end
+    redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', kind, 'id', id, 'attempt', attempt,
+      unpack(fields))
   end
 end
 

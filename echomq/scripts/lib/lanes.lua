@@ -9,6 +9,24 @@ local function lanes(queue_base)
   ready, held, running = base .. 'lanes:ready', base .. 'lanes:held', base .. 'lanes:running'
 end
 
+-- A group's own settings (its pause in lanes:paused, its k in lanes:limit) are kept while it has no
+-- jobs: a pause set ahead of a group's jobs must hold when they come. So they are bounded by count
+-- instead (a queue name's bytes each, and GROUP_SETTINGS_MAX groups per key, LIMIT_MAX).
+local GROUP_SETTINGS_MAX, GROUP_MAX_LEN = 10000, 128
+
+-- the refusal of a setting for g in lanes:paused or lanes:limit (`name`) when g is no group name (1
+-- to GROUP_MAX_LEN bytes), or when g has no entry there yet (`has`) and it already holds `count` =
+-- GROUP_SETTINGS_MAX (`free`: how to make room); nil when it may be written
+local function setting_refused(verb, name, g, has, count, free)
+  if string.len(g) < 1 or string.len(g) > GROUP_MAX_LEN then
+    return redis.error_reply('EMQARG group must be 1 to ' .. GROUP_MAX_LEN .. ' bytes, got ' .. string.len(g))
+  end
+  if not has and count >= GROUP_SETTINGS_MAX then
+    return redis.error_reply('EMQSTATE ' .. verb .. ' ' .. name .. ' holds ' .. count .. ' groups, the most it keeps: '
+      .. free)
+  end
+end
+
 -- how many jobs of g may run at once: the group's own k, else the queue's, else 1
 local function lane_limit(g)
   local k = redis.call('HGET', base .. 'lanes:limit', g) or redis.call('HGET', base .. 'meta', 'lane_limit')

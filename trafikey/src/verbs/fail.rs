@@ -34,7 +34,7 @@ pub fn settle(ctx: &Context, args: &[&[u8]], verb: &'static str, bus: bool) -> V
     // 3. arguments: id, token, error (bytes), max_attempts, backoff_ms[, traceback (bytes)]
     let id = grammar::id(call.argv[0])?;
     let token = call.argv[1];
-    let error = call.argv[2];
+    let error = grammar::error(call.argv[2])?;
     let max_attempts = grammar::budget("max_attempts", call.argv[3])?;
     let backoff = grammar::delay("backoff_ms", call.argv[4])?;
     let traceback = call
