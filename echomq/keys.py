@@ -223,6 +223,11 @@ class Keyspace:
         """... and, under ``on_child_failure="continue"``, its dead children's errors."""
         return self.key("flow:failures:" + parent_id)
 
+    def flow_children(self, parent_id: str) -> str:
+        """A waiting flow parent's record of the children that have not told it yet (a set of their
+        row keys): a child's `parent` link counts only when it is listed (docs/spec.md §15 "Links")."""
+        return self.key("flow:children:" + parent_id)
+
     def metrics(self, name: str) -> str:
         return self.key("metrics:" + name)
 

@@ -101,7 +101,7 @@ def test_a_forged_parent_in_another_queue_is_never_written(server, wire, tenant_
         forged(tenant, parent, "R" if path == "climb" else "C")
         # the tenant cannot write qb itself, nor forge the parent's record of its children
         with pytest.raises(valkey.exceptions.NoPermissionError):
-            tenant_conn.client.sadd(qb.keys.key("flow:children:P"), qa.keys.job("C"))
+            tenant_conn.client.sadd(qb.keys.flow_children("P"), qa.keys.job("C"))
         before = dump(admin_conn.client, qb.keys)
         PATHS[path](qa)  # the admin's move, through every permission
         assert dump(admin_conn.client, qb.keys) == before
@@ -126,7 +126,7 @@ def test_a_flow_across_two_queues_tells_its_parent_and_the_record_empties(server
     with connect(server.url, wire=wire) as conn:
         qa, qb = queues(conn, wire)
         qb.enqueue_flow("p", children=[Flow(qa.name, "a", id="a"), Flow(qa.name, "b", id="b")], id="P")
-        record = qb.keys.key("flow:children:P")
+        record = qb.keys.flow_children("P")
         assert set(conn.client.smembers(record)) == {qa.keys.job("a").encode(), qa.keys.job("b").encode()}
         a, b = sorted(qa.flow_claim(10, LEASE), key=lambda job: job.id)
         qa.settle_many([qa.flow_complete_call(a, b'"A"', retention_ms=0)])
@@ -166,7 +166,7 @@ def test_a_chain_of_links_that_comes_back_ends(own_server, wire):
         q.enqueue_flow("r", children=[Flow(q.name, "c", id="C")], id="R")
         row = q.keys.job("C")
         conn.client.hset(row, mapping={"parent": row, "children": 1, "on_child_failure": "fail"})
-        conn.client.sadd(q.keys.key("flow:children:C"), row)
+        conn.client.sadd(q.keys.flow_children("C"), row)
         assert q.cancel("C") is True
         assert (q.job("C")["state"], q.job("C")["last_error"]) == ("dead", "cancelled")
         assert q.job("R")["state"] == "waiting"
