@@ -83,7 +83,11 @@ impl Events {
         .map(|a| a.to_vec())
         .collect();
         args.extend(extra.iter().enumerate().map(|(i, a)| {
-            let keep = if i % 2 == 1 { a.len().min(EVENT_VALUE_MAX_LEN) } else { a.len() };
+            let keep = if i % 2 == 1 {
+                a.len().min(EVENT_VALUE_MAX_LEN)
+            } else {
+                a.len()
+            };
             a.get(..keep).unwrap_or(a).to_vec()
         }));
         owned_op(Cmd::Xadd, args, Expect::AnyId)
