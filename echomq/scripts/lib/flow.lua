@@ -1,5 +1,5 @@
 -- The flow library (docs/lanes-and-flows.md "Flows"): the client puts it (after lib/clock.lua,
--- lib/events.lua and lib/held.lua) before every flow_*.lua script's own text, so the moves that
+-- lib/events.lua, lib/held.lua and lib/failure.lua) before every flow_*.lua script's own text, so the moves that
 -- tell a parent its child's outcome are written once.
 -- A flow job lives in its queue's flow sets (flow:pending, flow:active, flow:schedule, flow:waiting),
 -- never in the flat ones, so no native verb moves it; a dead one joins the queue's dead set.
@@ -104,7 +104,7 @@ end
 flow_tell = function(parent, child, ok, value, now)
   local base, id = flow_split(parent)
   local _, child_id = flow_split(child)
-  redis.call('SREM', base .. 'flow:children:' .. id, child)
+  redis.call('SREM', flow_record(parent), child)
   local held = redis.call('HMGET', parent, 'on_child_failure', 'priority', 'attempts', 'state')
   if held[4] ~= 'waiting' then return end -- failed already (or gone): its flow is over
   local policy = held[1] or 'fail'
