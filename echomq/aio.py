@@ -50,8 +50,8 @@ from .connection import (
     TRANSPORT_ERRORS, ReplyCallbacks, VerbSpan, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode,
     first_key_at, link_failed, missing_database, opening_refused, retried, tokens_unavailable, wire_of_brand,
 )
-from .core import MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T, check_wait, \
-    time_left
+from .core import MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T, \
+    check_connection, check_wait, time_left
 from .events import DEFAULT_MAXLEN, Event
 from .flows import Flow, op_enqueue_flow, plan
 from .keys import VERSION_KEY, State, check_job_id
@@ -399,11 +399,16 @@ async def connect(
     return connection
 
 
+#: how an asyncio queue's connection is opened (named by the refusal of anything else)
+AIO_CONNECT = "await echomq.aio.connect(url)"
+
+
 class Queue(QueueCore):
     """One queue on one asyncio connection: ``Queue(conn, "emails")``; every method is a coroutine."""
 
     def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON,
                  max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
+        check_connection(connection, Connection, "echomq.aio.Queue", AIO_CONNECT)
         super().__init__(name, connection, serializer, max_payload_bytes)
         self.connection = connection
 
@@ -637,6 +642,7 @@ class PartitionedQueue(PartitionedCore[Queue]):
 
     def __init__(self, connection: Connection, name: str, layout: Sequence[str], *, serializer: Serializer = JSON,
                  max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
+        check_connection(connection, Connection, "echomq.aio.PartitionedQueue", AIO_CONNECT)
         super().__init__(name, [Queue(connection, sub, serializer=serializer, max_payload_bytes=max_payload_bytes)
                                 for sub in layout])
         self.connection = connection
@@ -646,6 +652,7 @@ class PartitionedQueue(PartitionedCore[Queue]):
     async def open(cls, connection: Connection, name: str, *, partitions: int | None = None,
                    serializer: Serializer = JSON,
                    max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> PartitionedQueue:
+        check_connection(connection, Connection, "echomq.aio.PartitionedQueue.open", AIO_CONNECT)
         layout = await drive(connection, op_declare(connection, name, partitions))
         return cls(connection, name, layout, serializer=serializer, max_payload_bytes=max_payload_bytes)
 

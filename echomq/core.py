@@ -239,6 +239,19 @@ class Done:
     value: Any
 
 
+def check_connection(given: Any, expected: type, what: str, opened_by: str) -> None:
+    """``given`` must be a connection of ``expected``'s kind (pure): a URL, a raw client or the other
+    client's connection is refused with a TypeError naming ``opened_by``, the call that opens one (as
+    given, it failed later, on its first use, with an AttributeError that named neither)."""
+    if isinstance(given, expected):
+        return
+    if isinstance(given, str):
+        kind = f"the {'URL' if '://' in given else 'string'} {given[:80]!r}"
+    else:
+        kind = f"a value of type {type(given).__module__}.{type(given).__qualname__}"
+    raise TypeError(f"{what} takes a connection, not {kind}: open one with conn = {opened_by}, then {what}(conn, name)")
+
+
 def check_wait(timeout: float | None) -> float | None:
     """A result wait's ``timeout``: seconds >= 0, or None for no limit."""
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0):

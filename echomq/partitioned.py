@@ -29,16 +29,18 @@ import heapq
 import itertools
 from typing import TYPE_CHECKING, Any, Callable, Generator, Generic, Iterable, Sequence, TypeVar
 
-from .core import MAX_PAYLOAD_BYTES, Enqueued, Job, Op, QueueCore, RoundTrip, T, op_enqueued, raise_first
+from .core import (MAX_PAYLOAD_BYTES, Enqueued, Job, Op, QueueCore, RoundTrip, T, check_connection, op_enqueued,
+                   raise_first)
 from .errors import ConfigurationError
 from .keys import (PARTITIONS_KEY, State, check_partitions, check_queue_name, layout_record, partition_layout, partition_of,
                    recorded_layout)
 from .queue import Queue
+from .connection import Connection
 from .serializers import JSON, Serializer
 from .verbs import Counts, Plain, Sweep, check_int
 
 if TYPE_CHECKING:
-    from .connection import Connection, WireCodec
+    from .connection import WireCodec
 
 Q = TypeVar("Q", bound=QueueCore)
 #: A round trip and the partition it is for (None: plain commands routed by their own key).
@@ -320,6 +322,7 @@ class PartitionedQueue(PartitionedCore[Queue]):
 
     def __init__(self, connection: Connection, name: str, *, partitions: int | None = None,
                  serializer: Serializer = JSON, max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
+        check_connection(connection, Connection, "echomq.PartitionedQueue", "echomq.connect(url)")
         layout = drive(connection, op_declare(connection, name, partitions))
         super().__init__(name, [Queue(connection, sub, serializer=serializer, max_payload_bytes=max_payload_bytes)
                                 for sub in layout])

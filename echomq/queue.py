@@ -13,8 +13,8 @@ from typing import AbstractSet, Any, Iterable, Iterator, Sequence
 
 from .connection import Connection
 from . import errors, reaper
-from .core import (MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T, check_wait,
-                   time_left)
+from .core import (MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T,
+                   check_connection, check_wait, time_left)
 from .events import DEFAULT_MAXLEN, Event
 from .flows import Flow, op_enqueue_flow, plan
 from .rates import RateLimit
@@ -33,6 +33,7 @@ class Queue(QueueCore):
 
     def __init__(self, connection: Connection, name: str, *, serializer: Serializer = JSON,
                  max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
+        check_connection(connection, Connection, "echomq.Queue", "echomq.connect(url)")
         super().__init__(name, connection, serializer, max_payload_bytes)
         self.connection = connection
 

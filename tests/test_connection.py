@@ -6,6 +6,7 @@ node-wide, so they must not touch the session servers' brands.
 
 from __future__ import annotations
 
+import asyncio
 
 import pytest
 import valkey
@@ -17,11 +18,13 @@ from echomq import (
     ConfigurationError,
     ConnectionFailed,
     EmbeddedServer,
+    PartitionedQueue,
     PermissionDenied,
     Queue,
     UnsupportedOnWire,
     WireError,
     WrongType,
+    aio,
     brand_node,
     connect,
 )
@@ -212,6 +215,32 @@ def test_a_bad_url_is_a_configuration_error(url, open_conn):
     with pytest.raises(ConfigurationError) as info:
         open_conn(url)
     assert repr(url) in str(info.value)
+
+
+QUEUE_MAKERS = {
+    "Queue": (lambda conn: Queue(conn, "x"), "echomq.connect(url)"),
+    "PartitionedQueue": (lambda conn: PartitionedQueue(conn, "x", partitions=2), "echomq.connect(url)"),
+    "aio.Queue": (lambda conn: aio.Queue(conn, "x"), "await echomq.aio.connect(url)"),
+    "aio.PartitionedQueue": (lambda conn: aio.PartitionedQueue(conn, "x", ["x~0.a"]), "await echomq.aio.connect(url)"),
+    "aio.PartitionedQueue.open": (lambda conn: asyncio.run(aio.PartitionedQueue.open(conn, "x")),
+                                  "await echomq.aio.connect(url)"),
+}
+
+
+@pytest.mark.parametrize("kind", QUEUE_MAKERS)
+def test_a_queue_given_a_url_is_a_type_error_naming_the_call_that_connects(server4, kind):
+    """The first thing a new user types (today an AttributeError: 'str' object has no attribute
+    'wire'); the blocking client's connection given to an asyncio queue is refused the same way."""
+    make, opened_by = QUEUE_MAKERS[kind]
+    with server4.client() as client, unchanged(client):
+        with pytest.raises(TypeError) as given_a_url:
+            make(server4.url)
+        with connect(server4.url, wire=4) as blocking:
+            if kind.startswith("aio"):
+                with pytest.raises(TypeError, match=r"not a value of type echomq\.connection\.Connection"):
+                    make(blocking)
+    said = str(given_a_url.value)
+    assert f"not the URL {server4.url!r}" in said and f"conn = {opened_by}" in said
 
 
 def test_no_server_is_connection_failed(open_conn):
