@@ -482,6 +482,10 @@ class Queue(QueueCore):
     async def progress(self, job: JobRef, value: Any, *, token: str | int | None = None) -> None:
         await self._run(self.op_fenced(self.append_call(job, value, token=token)))
 
+    async def progress_of(self, job_id: str) -> Any:
+        """As :meth:`echomq.Queue.progress_of`: the last progress reported, decoded; None for none."""
+        return await self._run(self.op_progress_of(job_id))
+
     async def requeue(self, job: JobRef, *, token: str | int | None = None) -> None:
         await self._run(self.op_fenced(self.requeue_call(job, token=token)))
 

@@ -22,7 +22,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Sequence, TypeVar
 
 from . import envelope, errors
-from .events import DEFAULT_MAXLEN, Event, decode_event, encode_progress
+from .events import DEFAULT_MAXLEN, Event, decode_event, decode_progress, encode_progress
 from .ids import new_id
 from .keys import STATE_SETS, Keyspace, State, check_job_id
 from .results import MAX_RESULT_BYTES, ROW_FIELDS, Completed, Failed, Seen, Status, Unknown, Waiting, decide_result, \
@@ -848,6 +848,12 @@ class QueueCore:
             raise errors.JobNotFound(f"no job {job_id!r} in queue {self.name!r} (never enqueued, or its result's "
                                      "retention has passed)")
         return verdict
+
+    def op_progress_of(self, job_id: str) -> Op[Any]:
+        """The last progress reported for a job (the row's ``progress``, decoded); None when none was
+        reported or there is no row (a completed job's row is gone, its progress with it)."""
+        raw = yield from self._plain("HGET", self.keys.job(check_job_id(job_id)), "progress")
+        return None if raw is None else decode_progress(raw)
 
     def op_publish(self, job: JobRef, result: Any, retention_ms: int, token: str | int | None) -> Op[None]:
         data = encode_result(self.serializer, result, MAX_RESULT_BYTES)

@@ -57,7 +57,7 @@ def encode_progress(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 
 
-def decode_progress(raw: bytes) -> Any:
+def decode_progress(raw: bytes | str) -> Any:
     try:
         return json.loads(raw)
     except ValueError:

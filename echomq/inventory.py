@@ -11,11 +11,13 @@ failed attempt; a failure that is retried is not counted anywhere on the server)
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
 from . import envelope
+from .events import decode_progress
 from .connection import Connection, plain_commands
 from .core import Op
 from .errors import CommandRefused
@@ -27,10 +29,30 @@ from .queue import Counts, Queue
 TIME_FIELDS = ("created", "started", "failed")
 #: a completed record's own time (ms, server clock): when PUBLISH completed it (docs/spec.md §12)
 RECORD_TIME_FIELDS = ("finished",)
+#: the row's and the record's fields that hold integers (counters, a priority, a lane's order, a
+#: parent's children left, ms times): ``--json`` gives them as numbers
+INTEGER_FIELDS = frozenset({"attempts", "failures", "stalled", "priority", "seq", "children", *TIME_FIELDS,
+                            *RECORD_TIME_FIELDS})
 #: the keys whose presence means a queue exists (a queue whose jobs all completed keeps its metrics)
 #: a queue exists when one of these does (``lanes:seq``: it ever had a lane job)
 PRESENCE_SUFFIXES = ("pending", "active", "schedule", "dead", "meta", "metrics:completed", "metrics:failed",
                      "lanes:seq")
+
+
+def typed_fields(fields: dict[str, str]) -> dict[str, Any]:
+    """A row's (or a completed record's) fields as ``--json`` gives them (pure): the
+    :data:`INTEGER_FIELDS` as numbers and ``progress`` as the JSON value reported; a field that does
+    not read as its kind (a row written by hand) keeps its text."""
+    typed: dict[str, Any] = dict(fields)
+    for name, value in fields.items():
+        if name in INTEGER_FIELDS and INTEGER.fullmatch(value):
+            typed[name] = int(value)
+        elif name == "progress":
+            typed[name] = decode_progress(value)
+    return typed
+
+
+INTEGER = re.compile(r"-?[0-9]+")
 
 
 def text_of(value: Any) -> str:
@@ -207,9 +229,9 @@ class JobView:
 
     def as_dict(self) -> dict[str, Any]:
         if self.completed:
-            return {"queue": self.queue, "id": self.id, **self.fields, "kept_ms": self.kept_ms,
+            return {"queue": self.queue, "id": self.id, **typed_fields(self.fields), "kept_ms": self.kept_ms,
                     "result": self.payload_json()}
-        return {"queue": self.queue, "id": self.id, "state": self.state, **self.fields, "set": self.where,
+        return {"queue": self.queue, "id": self.id, "state": self.state, **typed_fields(self.fields), "set": self.where,
                 "in_its_set": self.in_its_set, "due_in_ms": self.due_in_ms, "payload": self.payload_json(),
                 "trace": self.trace}
 

@@ -153,6 +153,12 @@ class Queue(QueueCore):
         lease is gone: it cannot write."""
         self._run(self.op_fenced(self.append_call(job, value, token=token)))
 
+    def progress_of(self, job_id: str) -> Any:
+        """The last progress the job's handler reported (``ctx.progress``), decoded; None when none
+        was reported yet, or the job has no row (never enqueued, or completed: completion deletes
+        the row, and its result says the rest)."""
+        return self._run(self.op_progress_of(job_id))
+
     def requeue(self, job: JobRef, *, token: str | int | None = None) -> None:
         """Release a held job to pending without spending any budget."""
         self._run(self.op_fenced(self.requeue_call(job, token=token)))

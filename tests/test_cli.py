@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from echomq import EmbeddedServer, Queue, brand_node, connect, module_path
 from echomq.cli import main
+from echomq.heartbeat import Heartbeat
 from echomq.server import free_port
 from helpers import dump, fresh_name, reap, server_ms, unchanged, wait_server_past
 from worker_helpers import ROOT, wait_until
@@ -346,11 +347,57 @@ def test_read_commands_answer_json(emq, conn, name):
     assert dead["total"] == 1 and dead["jobs"][0]["id"] == held.id and dead["jobs"][0]["last_error"] == "boom"
     shown = json.loads(emq("inspect", held.id, "-q", name, "--json").stdout)
     assert dead["jobs"][0]["set"] == shown["set"] == "dead"  # the page names the set it read, as inspect does
-    assert (shown["state"], shown["attempts"], shown["payload"], shown["in_its_set"]) == ("dead", "1", {"n": 1}, True)
+    assert (shown["state"], shown["attempts"], shown["payload"], shown["in_its_set"]) == ("dead", 1, {"n": 1}, True)
     (scheduled_id, _), = queue.ids("scheduled")
     due = json.loads(emq("inspect", scheduled_id, "-q", name, "--json").stdout)
     assert due["state"] == "scheduled" and 0 < due["due_in_ms"] <= 60_000
     assert isinstance(json.loads(emq("workers", "--json").stdout), list)
+
+
+#: the --json keys whose values are text even when they read as digits (names, ids, a run id, a payload's)
+TEXT_KEYS = {"queue", "id", "lease_epoch", "payload", "result", "stream_id", "last_error", "host", "group", "state"}
+
+
+def strings_of_digits(value, key=None):
+    """Every (key, value) in a --json answer where a number travels as a string."""
+    if isinstance(value, dict):
+        return [found for k, v in value.items() if k not in TEXT_KEYS for found in strings_of_digits(v, k)]
+    if isinstance(value, list):
+        return [found for v in value for found in strings_of_digits(v, key)]
+    return [(key, value)] if isinstance(value, str) and value.lstrip("-").isdigit() else []
+
+
+def test_every_json_read_gives_counts_attempts_and_times_as_numbers(emq, conn, name):
+    queue = Queue(conn, name)
+    queue.enable_events()
+    queue.enqueue({"n": 1})
+    active = queue.claim(60_000)
+    queue.progress(active, {"pct": 40})
+    queue.enqueue({"n": 2}, group="tenant")
+    doomed = queue.claim_lanes(1, 60_000)[0]
+    queue.fail(doomed, "boom", max_attempts=1)
+    done = queue.enqueue({"n": 3})
+    queue.publish(queue.claim(60_000), {"ok": True}, retention_ms=60_000)
+    beat = Heartbeat(conn.client, queues=[name], concurrency=3, wire=conn.wire)
+    beat.beat(held=1, completed=2, failed=0)
+    try:
+        answers = {args: json.loads(emq(*args, "--json").stdout) for args in [
+            ("inspect", active.id, "-q", name), ("inspect", done.id, "-q", name), ("dead", "-q", name),
+            ("stats", "-q", name), ("workers",), ("group", "list", "-q", name)]}
+        answers["events"] = [json.loads(line) for line in emq("events", "-q", name, "--json").stdout.splitlines()]
+    finally:
+        beat.remove()
+    for args, answer in answers.items():
+        assert strings_of_digits(answer) == [], args
+    shown = answers[("inspect", active.id, "-q", name)]
+    assert (shown["attempts"], shown["progress"], type(shown["created"]), type(shown["started"])) == (
+        1, {"pct": 40}, int, int)
+    record = answers[("inspect", done.id, "-q", name)]
+    assert record["attempts"] == 1 and all(type(record[t]) is int for t in ("created", "started", "finished"))
+    (dead,) = answers[("dead", "-q", name)]["jobs"]
+    assert (dead["attempts"], dead["failures"], type(dead["failed"]), dead["seq"]) == (1, 1, int, 1)
+    (worker,) = [w for w in answers[("workers",)] if w["id"] == beat.id]
+    assert (worker["pid"], worker["concurrency"], worker["held"], worker["completed"]) == (os.getpid(), 3, 1, 2)
 
 
 def test_stats_shows_lane_and_flow_jobs_when_there_are_any(emq, conn, name):

@@ -534,6 +534,22 @@ def test_progress_is_kept_in_the_row(q):
         q.progress(job, "x" * (64 * 1024))  # over 64 KiB once encoded: refused before sending
 
 
+def test_progress_of_reads_the_last_progress_reported_and_writes_nothing(q):
+    """The documented read of a job's progress (the row's ``progress``, decoded), on both clients."""
+    job = claimed(q)
+    with queue_unchanged(q):
+        assert q.progress_of("a") is None  # none reported yet
+    q.progress(job, {"pct": 50})
+    q.progress(job, {"pct": 75, "of": "pages"})
+    with queue_unchanged(q):
+        assert q.progress_of("a") == {"pct": 75, "of": "pages"}
+        assert q.progress_of("no-such-job") is None
+    q.fail(job, "boom", max_attempts=1)
+    assert q.progress_of("a") == {"pct": 75, "of": "pages"}  # a dead job keeps the last word it reported
+    with pytest.raises(ConfigurationError):
+        q.progress_of("")
+
+
 def test_failures_incr_is_fail_with_the_traceback_and_a_death_told(q):
     """FAIL's arguments and move (docs/spec.md §12, §11.6): the traceback in the same HSET, five
     ARGV leave it as it is; a death is what a result waiter reads."""
