@@ -21,6 +21,7 @@ from .errors import (
     PayloadError,
     PermissionDenied,
     PortInUse,
+    ResultNotKept,
     ServerNotFound,
     ServerStartError,
     ShapeError,
@@ -52,6 +53,7 @@ __all__ = [
     "CounterError", "Counts", "CrossSlotFlow", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
     "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost",
     "PartitionedQueue", "PayloadError", "PermissionDenied", "PortInUse", "Queue", "RAW", "RateLimit", "RawSerializer",
+    "ResultNotKept",
     "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Status", "Sweep", "UnsupportedOnWire",
     "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "module_path",
     # workers

@@ -25,8 +25,8 @@ from . import envelope, errors
 from .events import DEFAULT_MAXLEN, Event, decode_event, decode_progress, encode_progress
 from .ids import new_id
 from .keys import STATE_SETS, Keyspace, State, check_job_id
-from .results import MAX_RESULT_BYTES, ROW_FIELDS, Completed, Failed, Seen, Status, Unknown, Waiting, decide_result, \
-    encode_result, status_of
+from .results import MAX_RESULT_BYTES, ROW_FIELDS, Completed, Failed, NotKept, Seen, Status, Unknown, Waiting, \
+    decide_result, encode_result, result_value, status_of
 from .rates import RateLimit, parse_rate_limit
 from .serializers import JSON, Serializer, encode
 from .verbs import (
@@ -357,7 +357,7 @@ class QueueCore:
         """COMPLETE with the outcome told (the bus): ``result`` (already encoded) kept as the job's
         completed record for ``retention_ms`` (0: no record). A lane job's is LANE_COMPLETE, which
         keeps the record and tells the outcome the same way. ``checked_already``: ``job`` is a Job this
-        process claimed, ``result`` came from :func:`~echomq.results.encode_result` and
+        process claimed, ``result`` came from :func:`~echomq.results.keepable_result` and
         ``retention_ms`` from a Task, so none is checked again (the worker's settles)."""
         if checked_already:  # a Job claimed here (the worker's every completion): its id and token as claimed
             claimed: Job = job  # type: ignore[assignment]
@@ -592,7 +592,7 @@ class QueueCore:
     def completion_calls(self, parts: Sequence[Any], retention_ms: int | None) -> list[Call]:
         """The calls that complete flat jobs this process claimed (the worker's settles), from their
         ARGV one after another: (id, token) pairs, or with ``retention_ms`` (id, token, result)
-        triples whose results :func:`~echomq.results.encode_result` made. Several jobs travel as
+        triples whose results :func:`~echomq.results.keepable_result` made. Several jobs travel as
         COMPLETES or PUBLISHES, one call per EXTENDS_MAX_PAIRS; one job, or a node without the
         batch verb, as single COMPLETEs or PUBLISHes. None is checked again, and no Call is built
         a job (a Call a job, grouped by :func:`batched_settles`, cost the worker 10 % more
@@ -707,14 +707,16 @@ class QueueCore:
     def op_flow_reap(self, max_stalled: int, limit: int) -> Op[Sweep]:
         return (yield from self._one(self.build("flow_reap", max_stalled, limit)))
 
-    def op_children(self, parent_ids: Sequence[str]) -> Op[list[Children]]:
-        """Flow parents' children's results (decoded) and, under ``continue``, their errors, by
-        child id, in one round trip."""
+    def op_children(self, parent_ids: Sequence[str], decoded: bool = True) -> Op[list[Children]]:
+        """Flow parents' children's results and, under ``continue``, their errors, by child id, in
+        one round trip. Each result decoded (:class:`ResultNotKept` for one its child could not
+        keep), or with ``decoded`` False as stored, for a reader that decodes it later itself."""
         reads = [Plain(("HGETALL", key(check_job_id(parent))))
                  for parent in parent_ids for key in (self.keys.flow_results, self.keys.flow_failures)]
         replies = (yield reads) if reads else []
         raise_first(replies)
-        return [Children({text(k): self.serializer.loads(v) for k, v in _pairs(results).items()},
+        loads = self.serializer.loads
+        return [Children({text(k): result_value(loads, v, text(k)) if decoded else v for k, v in _pairs(results).items()},
                          {text(k): text(v) for k, v in _pairs(failures).items()})
                 for results, failures in zip(replies[::2], replies[1::2])]
 
@@ -838,10 +840,13 @@ class QueueCore:
     def op_result_read(self, job_id: str, told: bytes | str | None = None) -> Op[Done | Waiting]:
         """One read of a result waiter, after the outcome channel ``told`` it a word (None: not
         yet): :class:`Done` when completed, :class:`Waiting` while the job is live; raises
-        :class:`JobFailed` when it is dead, :class:`JobNotFound` when there is none."""
+        :class:`JobFailed` when it is dead, :class:`JobNotFound` when there is none, and
+        :class:`ResultNotKept` when it completed without its result."""
         verdict = decide_result((yield from self.op_seen(job_id)), told)
         if isinstance(verdict, Completed):
             return Done(None if verdict.raw is None else self.serializer.loads(verdict.raw))
+        if isinstance(verdict, NotKept):
+            raise errors.ResultNotKept(job_id, verdict.type, verdict.size, verdict.reason)
         if isinstance(verdict, Failed):
             raise errors.JobFailed(job_id, verdict.last_error, verdict.traceback)
         if isinstance(verdict, Unknown):

@@ -13,6 +13,7 @@
     ├── LeaseLost                 a token-fenced verb answered 0 or EMQSTATE: the caller no longer holds the job
     ├── JobFailed                 Queue.result: the job is dead (last_error, traceback)
     ├── JobNotFound               Queue.result: no such job (never seen, or past its retention)
+    ├── ResultNotKept             Queue.result: the job completed, but its return value could not be kept
     └── CommandRefused            the server refused a verb; `code` is the reply's first word
         ├── ShapeError            EMQSHAPE
         ├── LayoutError           EMQLAYOUT
@@ -102,6 +103,22 @@ class JobNotFound(EchoMQError, LookupError):
     """No row and no completed record: never enqueued, or completed past its retention."""
 
 
+class ResultNotKept(EchoMQError):
+    """The job completed (its handler ran once and returned), but its return value could not be kept:
+    one its task's serializer cannot encode, or over the result limit. ``type`` is the value's type,
+    ``size`` its encoded bytes when it was too large (None when it could not be encoded), ``reason``
+    the serializer's or the limit's word. The job is not run again for it."""
+
+    def __init__(self, job_id: str, type_name: str, size: int | None, reason: str) -> None:
+        super().__init__(f"job {job_id!r} completed, but its result was not kept: {reason} (a {type_name} "
+                         f"returned); return what the task's serializer encodes, within its limit (large data: "
+                         "store it elsewhere and return a reference)")
+        self.job_id = job_id
+        self.type = type_name
+        self.size = size
+        self.reason = reason
+
+
 class JobTimeout(EchoMQError):
     """A handler ran past its task's ``timeout``: the attempt is failed with this error (one
     attempt spent) and the handler's own outcome, whenever it comes, is dropped."""
@@ -114,7 +131,12 @@ class JobTimeout(EchoMQError):
 class PayloadError(EchoMQError):
     """A payload the serializer cannot handle: refused client-side when it cannot be encoded or
     is over ``max_payload_bytes``; a job whose payload its task cannot decode goes dead at once,
-    since no retry can read it."""
+    since no retry can read it. ``size``: the encoded bytes of a value refused as too large (None
+    when it could not be encoded)."""
+
+    def __init__(self, message: str, *, size: int | None = None) -> None:
+        super().__init__(message)
+        self.size = size
 
 
 class CommandRefused(EchoMQError):

@@ -24,6 +24,7 @@ from .errors import CommandRefused
 from .keys import STATE_SETS, State, parent_queue
 from .partitioned import PartitionedQueue, sum_counts
 from .queue import Counts, Queue
+from .results import NotKept, not_kept_of
 
 #: a row's times (ms, server clock): admitted, last claimed, last failed (docs/spec.md §11.5)
 TIME_FIELDS = ("created", "started", "failed")
@@ -210,9 +211,16 @@ class JobView:
                 found.append((name, f"{ago((self.now_ms - at) / 1000)} ago", f"{utc} UTC"))
         return found
 
+    @property
+    def not_kept(self) -> NotKept | None:
+        """A completed record whose result could not be kept: why (docs/results.md)."""
+        return not_kept_of(self.payload) if self.completed and self.payload is not None else None
+
     def payload_text(self) -> str:
         if self.payload is None:
             return "(none)"
+        if (not_kept := self.not_kept) is not None:
+            return f"(not kept: {not_kept.reason}; a {not_kept.type} returned)"
         try:
             return json.dumps(json.loads(self.payload), indent=2)
         except (ValueError, UnicodeDecodeError):
@@ -220,7 +228,7 @@ class JobView:
 
     def payload_json(self) -> Any:
         """The payload as JSON when it is JSON, else its text (or repr of its bytes)."""
-        if self.payload is None:
+        if self.payload is None or self.not_kept is not None:
             return None
         try:
             return json.loads(self.payload)
@@ -229,8 +237,9 @@ class JobView:
 
     def as_dict(self) -> dict[str, Any]:
         if self.completed:
+            not_kept = self.not_kept
             return {"queue": self.queue, "id": self.id, **typed_fields(self.fields), "kept_ms": self.kept_ms,
-                    "result": self.payload_json()}
+                    "result": self.payload_json(), **({} if not_kept is None else {"result_not_kept": vars(not_kept)})}
         return {"queue": self.queue, "id": self.id, "state": self.state, **typed_fields(self.fields), "set": self.where,
                 "in_its_set": self.in_its_set, "due_in_ms": self.due_in_ms, "payload": self.payload_json(),
                 "trace": self.trace}

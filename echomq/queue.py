@@ -304,8 +304,10 @@ class Queue(QueueCore):
         until the parent completes or dies."""
         return self._run(self.op_children([parent_id]))[0]
 
-    def children_many(self, parent_ids: Sequence[str]) -> list[Children]:
-        return self._run(self.op_children(parent_ids))
+    def children_many(self, parent_ids: Sequence[str], *, decoded: bool = True) -> list[Children]:
+        """:meth:`children` of several parents in one round trip; ``decoded`` False: each result as
+        stored (bytes), for a reader that decodes it itself (the worker, with the parent task's serializer)."""
+        return self._run(self.op_children(parent_ids, decoded))
 
     # -- pause ----------------------------------------------------------------
     def pause(self) -> None:

@@ -21,9 +21,11 @@ Where a job's outcome lives (docs/spec.md §12):
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Callable, Union
 
+from .errors import PayloadError, ResultNotKept
 from .serializers import Serializer, encode
 
 #: How long a completed job's record (and its result) is kept by default, seconds: long enough for
@@ -31,6 +33,13 @@ from .serializers import Serializer, encode
 DEFAULT_RESULT_TTL_S = 600.0
 #: The largest result a worker stores by default (as the payload's limit).
 MAX_RESULT_BYTES = 1 << 20
+
+#: How a completed record's ``result`` starts when the handler's return value could not be kept (one the
+#: task's serializer refuses, or over :data:`MAX_RESULT_BYTES`): then JSON of what :class:`NotKept` holds.
+#: The built-in serializers never write a NUL first (as the trace envelope, echomq.envelope).
+NOT_KEPT = b"\x00emq-not-kept\x00"
+#: The longest reason a marker keeps (the serializer's own message can be long).
+NOT_KEPT_REASON_CHARS = 1000
 
 #: The row fields and the record a status read asks for, in this order.
 ROW_FIELDS = ("state", "last_error", "traceback")
@@ -82,6 +91,32 @@ class Completed:
 
 
 @dataclass(frozen=True)
+class NotKept:
+    """Why a job completed without its result: the returned value's ``type``, its ``size`` in bytes
+    when it was over the limit (None: the serializer could not encode it) and the ``reason``."""
+
+    type: str
+    size: int | None
+    reason: str
+
+    def encode(self) -> bytes:
+        return NOT_KEPT + json.dumps({"type": self.type, "size": self.size, "reason": self.reason},
+                                     separators=(",", ":")).encode()
+
+
+def not_kept_of(raw: bytes) -> NotKept | None:
+    """The marker a result holds instead of a value (pure); None for a result that was kept."""
+    if not raw.startswith(NOT_KEPT):
+        return None
+    try:
+        said = json.loads(raw[len(NOT_KEPT):])
+        return NotKept(str(said["type"]), said["size"] if isinstance(said["size"], int) else None,
+                       str(said["reason"]))
+    except (ValueError, KeyError, TypeError):
+        return None  # not a marker of ours: a value that starts with the same bytes
+
+
+@dataclass(frozen=True)
 class Failed:
     last_error: str
     traceback: str | None
@@ -97,7 +132,7 @@ class Unknown:
     pass
 
 
-Verdict = Union[Completed, Failed, Waiting, Unknown]
+Verdict = Union[Completed, NotKept, Failed, Waiting, Unknown]
 
 
 #: how long a waiter whose first read found no job listens for an outcome already sent (a plain
@@ -114,7 +149,8 @@ def decide_result(seen: Seen, told: bytes | str | None = None) -> Verdict:
     if status is Status.UNKNOWN and seen.row is None and told is not None and _str(told) == "completed":
         return Completed(None)
     if status is Status.COMPLETED:
-        return Completed(seen.record.get("result", b""))  # type: ignore[union-attr]
+        raw = seen.record.get("result", b"")  # type: ignore[union-attr]
+        return not_kept_of(raw) or Completed(raw)
     if status is Status.DEAD:
         row = seen.row or {}
         tb = row.get("traceback")
@@ -128,6 +164,28 @@ def encode_result(serializer: Serializer, value: Any, max_bytes: int | None) -> 
     """A handler's return value as the bytes PUBLISH stores; :class:`PayloadError` when the
     serializer refuses it or it is over ``max_bytes`` (the worker then fails the attempt)."""
     return encode(serializer, value, max_bytes, what="result", limit="echomq.results.MAX_RESULT_BYTES")
+
+
+def keepable_result(serializer: Serializer, value: Any, max_bytes: int) -> tuple[bytes, NotKept | None]:
+    """What a worker keeps for a handler's return value: its bytes, or, when the serializer refuses it
+    or it is over ``max_bytes``, the :class:`NotKept` marker in their place (and the marker itself).
+    The job completes either way: its handler ran and did its work, and running it again could not
+    make its return value keepable (docs/results.md)."""
+    try:
+        return encode_result(serializer, value, max_bytes), None
+    except PayloadError as refused:
+        kind = type(value)
+        not_kept = NotKept(f"{kind.__module__}.{kind.__qualname__}", refused.size,
+                           str(refused)[:NOT_KEPT_REASON_CHARS])
+        return not_kept.encode(), not_kept
+
+
+def result_value(loads: Callable[[bytes], Any], raw: bytes, job_id: str) -> Any:
+    """A kept result decoded by ``loads``; :class:`ResultNotKept` for the marker of one that was not."""
+    not_kept = not_kept_of(raw)
+    if not_kept is not None:
+        raise ResultNotKept(job_id, not_kept.type, not_kept.size, not_kept.reason)
+    return loads(raw)
 
 
 def _str(value: bytes | str) -> str:

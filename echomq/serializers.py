@@ -79,7 +79,8 @@ def encode(serializer: "Serializer", value: Any, max_bytes: int | None, *, what:
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"the {what} cannot be encoded by {type(serializer).__name__}: {exc}") from exc
     if max_bytes is not None and len(data) > max_bytes:
-        raise PayloadError(f"the {what} is {len(data)} bytes, over the limit of {max_bytes} ({limit}){hint}")
+        raise PayloadError(f"the {what} is {len(data)} bytes, over the limit of {max_bytes} ({limit}){hint}",
+                           size=len(data))
     return data
 
 

@@ -399,7 +399,7 @@ class Verb:
 
     def build_checked_already(self, keyspace: Keyspace, *argv: Any) -> Call:
         """A call of values each already within SPEC §3's limits (an id and token from a claim
-        reply, a result :func:`echomq.results.encode_result` made): :meth:`build` without the
+        reply, a result :func:`echomq.results.keepable_result` made): :meth:`build` without the
         re-check, for the worker's per-job settles."""
         return Call(self, keyspace.keys_of(self.keys), argv)
 

@@ -68,7 +68,7 @@ from .partitioned import PartitionedQueue, drive, op_declare
 from .policy import IdlePolicy, LeasePolicy
 from .core import Children
 from .queue import LIMIT_MAX, Job, Queue, Sweep
-from .results import MAX_RESULT_BYTES, encode_result
+from .results import MAX_RESULT_BYTES, NotKept, keepable_result, result_value
 from .serializers import JSON, RAW, Serializer
 from .tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task, check_timeout
 from .timers import TimerConfig, Timers
@@ -272,6 +272,7 @@ class Held:
     #: handler's, which is dropped whenever it comes
     verdict: policy.Outcome | None = None
     ended_s: float | None = None  #: when its outcome was known (returned, raised, timed out): set before it is settled
+    not_kept: NotKept | None = None  #: its return value could not be kept: why (the completion keeps a marker)
     _lost: bool = False  #: the lost flag of a job whose handler takes no context
 
     @property
@@ -918,17 +919,14 @@ class Worker:
             result = None
             returned = type(outcome) is policy.Returned  # the common case: decided here, no call made for it
             if returned and (self.bus and task.result_ttl_ms or job.flow):
-                # the bytes PUBLISH keeps; a value the task's serializer refuses, or one over
-                # MAX_RESULT_BYTES, fails the attempt instead. Nothing returned is encoded once a task
+                # the bytes PUBLISH keeps; for a value the task's serializer refuses, or one over
+                # MAX_RESULT_BYTES, a marker saying so: the job completes all the same (its work is
+                # done; another run could not keep it either). Nothing returned is encoded once a task
                 result = self._nothing_encoded.get(task.queue) if outcome is policy.RETURNED_NOTHING else None
                 if result is None:
-                    try:
-                        result = encode_result(task.serializer, outcome.value, MAX_RESULT_BYTES)
-                    except PayloadError as exc:
-                        outcome, returned = policy.Raised(exc), False
-                    else:
-                        if outcome is policy.RETURNED_NOTHING:
-                            self._nothing_encoded[task.queue] = result
+                    result, held.not_kept = keepable_result(task.serializer, outcome.value, MAX_RESULT_BYTES)
+                    if outcome is policy.RETURNED_NOTHING and held.not_kept is None:
+                        self._nothing_encoded[task.queue] = result
             if returned and not lost:
                 decision: policy.Settle = policy.COMPLETE  # what decide_outcome answers it
             else:
@@ -970,6 +968,10 @@ class Worker:
                 if decision is policy.COMPLETE:
                     # the common case, here rather than in _record (a call a job): counted, told only if heard
                     self.tally.completed += 1
+                    if held.not_kept is not None:
+                        log.warning("job %s/%s attempt %d completed, but its result was not kept: %s (a %s "
+                                    "returned); Queue.result raises ResultNotKept", held.job.queue, held.job.id,
+                                    held.job.attempt, held.not_kept.reason, held.not_kept.type)
                     if completed_heard:
                         self._tell("job.completed", held.job, duration_s=duration_s)
                 else:
@@ -1037,7 +1039,7 @@ class Worker:
         if job.flow:
             return self._flow_settle_call(held, decision, result)
         if isinstance(decision, policy.Complete):
-            # this worker's own claim, a result encode_result made and the task's checked retention
+            # this worker's own claim, a result keepable_result made and the task's checked retention
             if self.bus and held.task.result_ttl_ms:
                 return queue.publish_call(job, result, retention_ms=held.task.result_ttl_ms, checked_already=True)
             return queue.complete_call(job, checked_already=True)
@@ -1078,7 +1080,8 @@ class Worker:
             task = self.tasks[name]
             parents = [job for job in jobs if job.has_children]
             # a parent's handler reads what its children left it: read once, before it starts
-            left = dict(zip((job.id for job in parents), queue.children_many([job.id for job in parents])))
+            ids = [job.id for job in parents]
+            left = dict(zip(ids, queue.children_many(ids, decoded=False)))
             self._start(task, queue, jobs, sent, left)
             claimed += len(jobs)
         return claimed
@@ -1351,7 +1354,7 @@ class Worker:
             if ctx is not None and children and (left := children.get(job.id)) is not None:
                 # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
                 ctx.children = lambda raw=left: Children(
-                    {child: loads(result) for child, result in raw.results.items()}, raw.failures)
+                    {child: result_value(loads, result, child) for child, result in raw.results.items()}, raw.failures)
             if ctx is not None and (self._progress or job.flow or job.group is not None):
                 # one APPEND (lane_append, flow_append: scripts on both wires): a sync handler sends it from
                 # its own thread on the connection's pool, an async one awaits it on the asyncio connection

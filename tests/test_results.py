@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import threading
 import time
+from datetime import datetime
 
 import pytest
 
-from echomq import (App, Backoff, JobFailed, JobNotFound, LeaseLost, Queue, Status, Worker, WorkerConfig)
-from echomq.serializers import JSONSerializer
-from echomq.results import Seen, decide_result, status_of, Completed, Failed, Unknown, Waiting
+from echomq import (App, Backoff, Flow, JobFailed, JobNotFound, LeaseLost, Queue, ResultNotKept, Status, Worker,
+                    WorkerConfig)
+from echomq.inventory import record_view
+from echomq.serializers import JSON, JSONSerializer
+from echomq.results import (MAX_RESULT_BYTES, NOT_KEPT, Seen, decide_result, keepable_result, not_kept_of, result_value,
+                            status_of, Completed, Failed, Unknown, Waiting)
 from helpers import KEEP_MS, fresh_name, queue_unchanged, server_ms, wait_server_past
 from test_worker import running
 from worker_helpers import wait_until
@@ -61,15 +66,85 @@ def test_result_round_trip_with_a_large_value(conn):
     assert 0 < conn.client.pttl(queue.keys.done(small.id)) <= 600_000  # the default retention
 
 
-def test_a_result_the_serializer_refuses_fails_the_attempt(conn):
-    name = fresh_name("r")
-    with _serve(conn, name, lambda payload: object(), max_attempts=2, backoff=FAST):
-        queue = Queue(conn, name)
-        job = queue.enqueue(1)
-        with pytest.raises(JobFailed) as failed:
+#: what a handler returns that no record can keep, and what ResultNotKept then says of it
+UNKEEPABLE = {
+    "unencodable": (lambda: {"sent_at": datetime.now()}, "builtins.dict", None, "cannot be encoded by JSONSerializer"),
+    "too large": (lambda: "x" * MAX_RESULT_BYTES, "builtins.str", MAX_RESULT_BYTES + 2, "over the limit of"),
+}
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("returned", UNKEEPABLE)
+def test_a_handler_whose_result_cannot_be_kept_runs_once_and_its_job_completes(conn, caplog, kind, returned):
+    """The handler sent its e-mail, then returned what no record can keep: the job completes once
+    (before, it failed with PayloadError and ran max_attempts times: three e-mails), the record
+    says why, result() raises ResultNotKept naming the type and size, and the worker says it once."""
+    name, sent = fresh_name("r"), []
+    make, type_name, size, reason = UNKEEPABLE[returned]
+
+    def handler(payload):
+        sent.append(payload)
+        return make()
+
+    async def ahandler(payload):
+        return handler(payload)
+
+    queue = Queue(conn, name)
+    with caplog.at_level(logging.WARNING, logger="echomq.worker"), \
+            _serve(conn, name, handler if kind == "sync" else ahandler, backoff=FAST):
+        job = queue.enqueue("hello")
+        with pytest.raises(ResultNotKept) as not_kept:
             queue.result(job.id, timeout=10)
-    assert failed.value.last_error.startswith("PayloadError: the result cannot be encoded by JSONSerializer")
-    assert queue.job(job.id)["attempts"] == "2" and queue.status(job.id) is Status.DEAD
+    assert sent == ["hello"] and queue.metrics() == {"completed": 1, "failed": 0}
+    assert queue.status(job.id) is Status.COMPLETED and queue.counts().total == 0
+    assert (not_kept.value.type, not_kept.value.size, not_kept.value.job_id) == (type_name, size, job.id)
+    assert reason in not_kept.value.reason and "was not kept" in str(not_kept.value)
+    said = [r.getMessage() for r in caplog.records if "was not kept" in r.getMessage()]
+    assert len(said) == 1 and job.id in said[0] and type_name in said[0]
+    shown = record_view(queue, job.id)  # emq inspect and the dashboard's job page
+    assert shown.as_dict()["result_not_kept"] == {"type": type_name, "size": size, "reason": not_kept.value.reason}
+    assert shown.payload_text().startswith("(not kept: ") and shown.as_dict()["result"] is None
+
+
+def test_a_lane_job_and_a_flow_child_whose_results_cannot_be_kept_run_once(conn):
+    """A lane job's and a flow child's completion keep the marker as a flat job's does; the flow's
+    parent runs once its child completed, and reading that child's result is ResultNotKept."""
+    name, runs, parent_read = fresh_name("r"), [], []
+
+    def handler(payload, ctx):
+        runs.append(payload)
+        if payload == "parent":
+            try:
+                parent_read.append(ctx.children_results())
+            except ResultNotKept as exc:
+                parent_read.append(exc)
+            return "done"
+        return {"at": datetime.now()}
+
+    queue = Queue(conn, name)
+    with _serve(conn, name, handler, backoff=FAST):
+        lane = queue.enqueue("lane", group="tenant")
+        queue.enqueue_flow("parent", children=[Flow(name, "child", id="child")], id="parent")
+        with pytest.raises(ResultNotKept):
+            queue.result(lane.id, timeout=10)
+        assert queue.result("parent", timeout=10) == "done"
+        with pytest.raises(ResultNotKept, match="'child' completed"):
+            queue.result("child", timeout=10)
+    assert sorted(runs) == ["child", "lane", "parent"]
+    assert isinstance(parent_read[0], ResultNotKept) and parent_read[0].job_id == "child"
+    assert queue.metrics() == {"completed": 3, "failed": 0}
+
+
+@pytest.mark.parametrize("value, size", [(object(), None), ("x" * 20, 22)])
+def test_keepable_result_is_the_value_or_a_marker_that_reads_back(value, size):
+    raw, not_kept = keepable_result(JSON, value, 10)
+    assert not_kept is not None and not_kept.size == size and raw.startswith(NOT_KEPT)
+    assert not_kept_of(raw) == not_kept and decide_result(Seen(None, {"result": raw})) == not_kept
+    assert keepable_result(JSON, [1], 10) == (b"[1]", None) and not_kept_of(b"[1]") is None
+    assert not_kept_of(NOT_KEPT + b"not json") is None  # bytes of a raw result that only look like one
+    with pytest.raises(ResultNotKept):
+        result_value(JSON.loads, raw, "a")
+    assert result_value(JSON.loads, b"[1]", "a") == [1]
 
 
 class CountingJSON(JSONSerializer):
@@ -96,7 +171,8 @@ class NothingRefused(CountingJSON):
 
 def test_nothing_returned_is_encoded_once_a_task_and_a_refusal_is_never_kept(conn):
     """The worker encodes a handler's None once per task (every such job's result is those
-    bytes); a serializer that refuses None fails every such attempt, not only the first."""
+    bytes); a serializer that refuses None is asked again for every such job, and none keeps a
+    result (each completes without one)."""
     name, refusing = fresh_name("r"), fresh_name("r")
     counting, refused = CountingJSON(), NothingRefused()
     app = App()
@@ -106,9 +182,9 @@ def test_nothing_returned_is_encoded_once_a_task_and_a_refusal_is_never_kept(con
         queue, other = Queue(conn, name, serializer=counting), Queue(conn, refusing, serializer=refused)
         jobs = [queue.enqueue(n) for n in range(5)]
         assert [queue.result(job.id, timeout=10) for job in jobs] == [None, None, None, [3], [4]]
-        failed = [other.enqueue(n) for n in range(3)]
-        for job in failed:
-            with pytest.raises(JobFailed, match="the result cannot be encoded"):
+        not_kept = [other.enqueue(n) for n in range(3)]
+        for job in not_kept:
+            with pytest.raises(ResultNotKept, match="no None here"):
                 other.result(job.id, timeout=10)
     assert [obj for obj in counting.encoded if not isinstance(obj, int)] == [None, [3], [4]]
     assert [obj for obj in refused.encoded if obj is None] == [None, None, None]
