@@ -517,6 +517,9 @@ class Queue(QueueCore):
     async def drain(self, *, limit: int = 1000) -> int:
         return await self._run(self.op_drain(limit))
 
+    async def drain_lanes(self, *, limit: int = 1000) -> int:
+        return await self._run(self.op_drain_lanes(limit))
+
     async def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
         return await self._run(self.op_stalled_check(max_stalled, limit))
 

@@ -744,14 +744,22 @@ def purge(url: str, wire: str, queue_name: str, age_ms: int | None, batch: int, 
               help="jobs deleted per server call")
 @json_option
 def drain(url: str, wire: str, queue_name: str, batch: int, as_json: bool) -> None:
-    """Delete a queue's pending jobs (active, scheduled and dead jobs are left alone)."""
+    """Delete a queue's pending jobs, flat and lane jobs alike (active, scheduled and dead jobs are
+    left alone; flow jobs too, said so: a parent waits for its children)."""
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        total = admin.in_batches(lambda: queue.drain(limit=batch), batch)
+        flat = admin.in_batches(lambda: queue.drain(limit=batch), batch)
+        lanes = 0 if isinstance(queue, PartitionedQueue) else \
+            admin.in_batches(lambda: queue.drain_lanes(limit=batch), batch)
+        flows = queue.counts().flow_waiting_total
     if as_json:
-        print_json({"queue": queue_name, "drained": total})
+        print_json({"queue": queue_name, "drained": flat + lanes, "lane_drained": lanes, "flow_left": flows})
     else:
-        click.echo(f"drained {total} pending job(s) of {queue_name}")
+        click.echo(f"drained {flat + lanes} pending job(s) of {queue_name}" + (f" ({lanes} of them lane jobs)"
+                                                                             if lanes else ""))
+    if flows:
+        err.print(f"left {flows} flow job(s) not started: a flow job is not drained, its parent waits for it; "
+                  f"cancel one with emq cancel -q {queue_name} ID (its parent is told as of a death)")
 
 
 @main.command()

@@ -793,6 +793,21 @@ class QueueCore:
     def op_drain(self, limit: int) -> Op[int]:
         return (yield from self._one(self.build("drain", limit)))
 
+    def op_drain_lanes(self, limit: int) -> Op[int]:
+        """Delete up to ``limit`` lane jobs waiting in their groups' lanes, each by LANE_REMOVE (so a
+        lane left empty leaves the round, as a removal does): the groups, their lanes' heads, then the
+        removals, three round trips. Returns how many were deleted; a job started meanwhile (LANE_REMOVE
+        refuses an active row) is left to run."""
+        check_int("limit", limit, 1, LIMIT_MAX)
+        groups = yield from self._plain("SMEMBERS", self.keys.key("lanes:groups"))
+        heads = (yield [Plain(("ZRANGE", self.keys.lane(text(g)), 0, limit - 1)) for g in sorted(groups)]) if groups else []
+        raise_first(heads)
+        calls = [self.build("lane_remove", text(job_id)) for head in heads for job_id in head][:limit]
+        replies = (yield calls) if calls else []
+        answers = [call.verb.answer(call, reply) for call, reply in zip(calls, replies)]
+        raise_first([a for a in answers if isinstance(a, Exception) and not isinstance(a, errors.StateError)])
+        return sum(1 for a in answers if isinstance(a, State))
+
     def op_stalled_check(self, max_stalled: int, limit: int) -> Op[Sweep]:
         return (yield from self._one(self.build("stalled_check", max_stalled, limit)))
 

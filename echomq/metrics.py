@@ -4,7 +4,7 @@ What is exported (``prometheus_client``, installed with ``echomq[dashboard]``):
 
 | metric | type | labels | what |
 |---|---|---|---|
-| ``echomq_jobs`` | gauge | queue, state | jobs in each state's set now (pending, active, scheduled, dead) |
+| ``echomq_jobs`` | gauge | queue, state | jobs in each set now: the flat ``pending``, ``active``, ``scheduled``, ``dead`` (every dead job), and the lane and flow jobs' own, ``lane_pending``, ``lane_active``, ``flow_waiting``, ``flow_pending``, ``flow_active``, ``flow_scheduled`` |
 | ``echomq_queue_paused`` | gauge | queue | 1 while the queue is paused |
 | ``echomq_jobs_completed_total`` | counter | queue | jobs completed, all time (``emq:{q}:metrics:completed``) |
 | ``echomq_jobs_dead_total`` | counter | queue | jobs that went dead, all time (``emq:{q}:metrics:failed``) |
@@ -38,6 +38,7 @@ from .heartbeat import WorkerRecord, list_workers
 from .inventory import QueueNumbers, numbers_of
 from .keys import State
 from .partitioned import open_queues
+from .verbs import GROUPED_COUNTS
 
 if TYPE_CHECKING:
     from .worker import Histogram, Worker
@@ -45,7 +46,8 @@ if TYPE_CHECKING:
 
 def families(numbers: Iterable[QueueNumbers | tuple[str, Exception]], workers: list[WorkerRecord]) -> list[Metric]:
     """The metric families for these readings (pure: the collector reads, this decides what to show)."""
-    jobs = GaugeMetricFamily("echomq_jobs", "Jobs in each state's set now", labels=["queue", "state"])
+    jobs = GaugeMetricFamily("echomq_jobs", "Jobs in each set now: the flat states, then the lane and flow jobs' own",
+                             labels=["queue", "state"])
     paused = GaugeMetricFamily("echomq_queue_paused", "1 while the queue is paused", labels=["queue"])
     completed = CounterMetricFamily("echomq_jobs_completed", "Jobs completed, all time", labels=["queue"])
     dead = CounterMetricFamily("echomq_jobs_dead", "Jobs that went dead, all time", labels=["queue"])
@@ -56,8 +58,8 @@ def families(numbers: Iterable[QueueNumbers | tuple[str, Exception]], workers: l
             unreadable.add_metric([reading[0]], 1)
             continue
         name, counts = reading.name, reading.counts
-        for state in State:
-            jobs.add_metric([name, state.value], getattr(counts, state.value))
+        for state in (*(state.value for state in State), *GROUPED_COUNTS):
+            jobs.add_metric([name, state], getattr(counts, state))
         paused.add_metric([name], int(counts.paused))
         completed.add_metric([name], reading.completed)
         dead.add_metric([name], reading.dead)

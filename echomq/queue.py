@@ -230,6 +230,12 @@ class Queue(QueueCore):
         Call again while it returns ``limit``."""
         return self._run(self.op_drain(limit))
 
+    def drain_lanes(self, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` lane jobs waiting in their groups' lanes (running ones are left
+        alone); returns how many were deleted. Call again while it returns ``limit``. Flow jobs are
+        never drained: a parent waits for its children (cancel one instead)."""
+        return self._run(self.op_drain_lanes(limit))
+
     def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
         """Recover up to ``limit`` expired leases; a job that stalls ``max_stalled`` times goes dead."""
         return self._run(self.op_stalled_check(max_stalled, limit))

@@ -225,8 +225,17 @@ class Counts:
     @property
     def grouped(self) -> bool:
         """Whether any lane or flow job is waiting or running."""
-        return any((self.lane_pending, self.lane_active, self.flow_waiting, self.flow_pending, self.flow_active,
-                    self.flow_scheduled))
+        return any(getattr(self, name) for name in GROUPED_COUNTS)
+
+    @property
+    def flow_waiting_total(self) -> int:
+        """Flow jobs not started: parents waiting for children, ready ones, retries waiting out a backoff."""
+        return self.flow_waiting + self.flow_pending + self.flow_scheduled
+
+
+#: The counts of lane and flow jobs, by their :class:`Counts` names (beside the flat four; a dead one
+#: is counted in ``dead``): what ``/metrics`` exports as states of their own, named so
+GROUPED_COUNTS = ("lane_pending", "lane_active", "flow_waiting", "flow_pending", "flow_active", "flow_scheduled")
 
 
 @dataclass(frozen=True)

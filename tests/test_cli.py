@@ -13,7 +13,7 @@ import pytest
 import valkey
 from click.testing import CliRunner
 
-from echomq import EmbeddedServer, Queue, brand_node, connect, module_path
+from echomq import EmbeddedServer, Flow, Queue, brand_node, connect, module_path
 from echomq.cli import main
 from echomq.heartbeat import Heartbeat
 from echomq.server import free_port
@@ -640,7 +640,39 @@ def test_remove_cancel_purge_and_drain_answer_json(emq, conn, name):
     cancelled = json.loads(emq("cancel", "-q", name, held.id, "--json").stdout)
     assert cancelled == {"queue": name, "cancelled": [held.id], "no_such_job": [], "refused": {}}
     assert json.loads(emq("purge", "-q", name, "--json").stdout) == {"queue": name, "purged": 1}
-    assert json.loads(emq("drain", "-q", name, "--json").stdout) == {"queue": name, "drained": 2}
+    assert json.loads(emq("drain", "-q", name, "--json").stdout) == {"queue": name, "drained": 2, "lane_drained": 0,
+                                                                     "flow_left": 0}
+
+
+def test_stats_watch_drain_and_purge_see_and_act_on_lane_and_flow_jobs(emq, conn, name):
+    """Drain deleted only flat pending jobs ("drained 0" for a queue of lane jobs): it now drains the
+    lanes too, leaves a running lane job and the flow jobs, and says what it left; purge deletes
+    dead lane and flow jobs as it does flat ones."""
+    queue = Queue(conn, name)
+    queue.enqueue_many([{}] * 3)
+    for n in range(5):
+        queue.enqueue({"n": n}, group=f"tenant-{n % 2}")
+    running = queue.claim_lanes(1, 60_000)[0]
+    queue.enqueue_flow("parent", children=[Flow(name, "a", id="a"), Flow(name, "b", id="b")], id="parent")
+    watched = emq("stats", "-q", name, "--watch", "--times", "1")
+    (row,) = [line.split() for line in watched.stdout.splitlines() if line.split()[:1] == [name]]
+    assert row[1:5] == ["3", "0", "0", "0"] and "4/1" in row and "1/2/0/0" in row
+
+    drained = emq("drain", "-q", name, "--batch", "2")
+    assert drained.exit_code == 0 and "drained 7 pending job(s)" in drained.stdout and "(4 of them lane jobs)" in drained.stdout
+    assert "left 3 flow job(s) not started" in drained.stderr and "emq cancel" in drained.stderr
+    counts = queue.counts()
+    assert (counts.pending, counts.lane_pending, counts.lane_active, counts.flow_waiting_total) == (0, 0, 1, 3)
+    assert list(queue.groups()) == [running.group]  # an emptied lane left no group behind
+    assert json.loads(emq("drain", "-q", name, "--json").stdout) == {"queue": name, "drained": 0, "lane_drained": 0,
+                                                                     "flow_left": 3}
+
+    queue.fail(running, "boom", max_attempts=1)
+    assert queue.cancel("a")  # a flow child's death: its parent dies with it (on_child_failure "fail")
+    assert queue.counts().dead == 3
+    assert "purged 3 dead job(s)" in emq("purge", "-q", name).stdout
+    assert {queue.job(job_id) for job_id in (running.id, "a", "parent")} == {None}
+    assert queue.counts().dead == 0
 
 
 def test_a_refused_id_among_several_is_named_and_the_others_are_still_acted_on(emq, conn, name):

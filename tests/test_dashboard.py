@@ -374,6 +374,26 @@ def test_metrics_match_counts_after_a_known_workload(site, stocked, conn):
         beat.remove()
 
 
+def test_lane_and_flow_jobs_are_counted_on_the_overview_and_in_metrics(conn):
+    """The overview showed 0 for a queue of lane jobs, and echomq_jobs had the flat four only."""
+    queue = Queue(conn, fresh_name("dash-lanes"))
+    for n in range(5):
+        queue.enqueue({"n": n}, group="tenant")
+    queue.set_lane_limit(2)
+    queue.claim_lanes(1, 60_000)
+    queue.enqueue_flow("p", children=["a", "b"], id="root")
+    with serving(conn, Settings(queues=[queue.name])) as url, httpx.Client(base_url=url) as site:
+        overview = site.get("/").text
+        scraped = _scrape(site)
+    row = re.search(rf'<tr data-queue="{re.escape(queue.name)}">(.*?)</tr>', overview, re.S).group(1)
+    assert re.findall(r'data-kind="(\w+)"><a [^>]*>([\d/]+)<', row) == [("lanes", "4/1"), ("flows", "1/2/0/0")]
+    assert "lanes pend/act" in overview
+    expected = {"pending": 0, "active": 0, "lane_pending": 4, "lane_active": 1, "flow_waiting": 1, "flow_pending": 2,
+                "flow_active": 0, "flow_scheduled": 0}
+    for state, count in expected.items():
+        assert scraped[("echomq_jobs", (("queue", queue.name), ("state", state)))] == count, state
+
+
 def test_metrics_sum_a_partitioned_queue_over_its_partitions(conn):
     """/metrics opens each queue by its record, as the overview does: a partitioned queue's jobs
     are in its partitions' keys, none under its own name."""

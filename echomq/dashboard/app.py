@@ -120,8 +120,10 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         for name, numbers in all_numbers():
             series = rate_series(samples, name)
             rows.append({"name": name, "numbers": numbers, "rate": series[-1] if series else None})
-        return {"rows": rows, "chart": svg_chart(rate_series(samples)), "workers": list_workers(connection.client),
-                "now": time.time()}
+        # a queue with lane or flow jobs: their columns, for every queue (as emq stats)
+        grouped = any(isinstance(row["numbers"], QueueNumbers) and row["numbers"].counts.grouped for row in rows)
+        return {"rows": rows, "grouped": grouped, "chart": svg_chart(rate_series(samples)),
+                "workers": list_workers(connection.client), "now": time.time()}
 
     # -- pages (sync: run on the thread pool) --------------------------------------------------
     def overview(request: Request) -> Response:
