@@ -591,7 +591,10 @@ class Queue(QueueCore):
                         raise
                     if isinstance(read, Done):
                         return read.value
-                    told = await wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+                    left = time_left(deadline, time.monotonic())
+                    if left is not None and left <= 0:
+                        raise await self._run(self.op_timed_out(job_id, read, timeout))
+                    told = await wait(left)
             finally:
                 if counted:
                     await self._run(self.op_waiters(-1))

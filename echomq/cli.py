@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Iterator
 
@@ -39,10 +40,10 @@ from . import __version__, admin
 from .admin import brand_node
 from .connection import Connection, connect, open_client
 from .errors import ConfigurationError, ConnectionFailed, EchoMQError, PortInUse, ServerStartError, StateError
-from .heartbeat import list_workers
+from .heartbeat import list_workers, serving
 from .inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of, partitions_of,
-                        queue_exists, record_view, text_of)
-from .keys import VERSION_KEY, State, check_group, check_job_id, check_queue_name
+                        queue_exists, record_view, text_of, waiting_unserved)
+from .keys import VERSION_KEY, State, check_group, check_job_id, check_queue_name, parent_queue
 from .module import module_path
 from .partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
 from .policy import IdlePolicy, LeasePolicy
@@ -1028,8 +1029,9 @@ def rates(now: dict[str, QueueNumbers], before: dict[str, QueueNumbers] | None, 
 
 
 def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Exception],
-                per_s: dict[str, dict] | None) -> RenderableType:
-    """The table, then why each unreadable queue could not be read (below it: an error text in a
+                per_s: dict[str, dict] | None, workers: Counter[str]) -> RenderableType:
+    """The table, then the queues whose jobs wait with no live worker to serve them (``workers``: how
+    many serve each), then why each unreadable queue could not be read (below it: an error text in a
     column would widen the table past any terminal)."""
     table = Table(title=f"EchoMQ queues on {_where(connection)}", box=box.SIMPLE_HEAD, collapse_padding=True,
                   pad_edge=False)  # fits 80 columns with the rates
@@ -1041,13 +1043,16 @@ def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Except
     if per_s is not None:
         table.add_column("done/s", justify="right")
         table.add_column("died/s", justify="right")
-    unreadable = []
+    unreadable: list[Text] = []
+    unserved: list[Text] = []
     for name, numbers in sampled.items():
         if isinstance(numbers, Exception):  # one damaged queue (a wrong-typed key) must not hide the others
             table.add_row(name, "[red]unreadable[/]")
             unreadable.append(Text(f"{name}: {numbers}", style="red"))
             continue
         c = numbers.counts
+        if parent_queue(name) == name and (waiting := waiting_unserved(numbers, workers[name])):  # not per partition
+            unserved.append(Text(f"  {name}: {waiting} waiting", style="red"))
         row = [numbers.label + (" [yellow](paused)[/]" if c.paused else ""), str(c.pending), str(c.active),
                str(c.scheduled),
                str(c.dead), str(numbers.completed), str(numbers.dead)] + ([c.lanes, c.flows] if grouped else [])
@@ -1055,14 +1060,20 @@ def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Except
             rate = per_s.get(name)
             row += [f"{rate['completed_per_s']:.0f}", f"{rate['dead_per_s']:.0f}"] if rate else ["-", "-"]
         table.add_row(*row)
-    if not unreadable:
-        return table
-    return Group(table, Text("unreadable (one of the queue's keys holds the wrong type):"), *unreadable)
+    notes: list[RenderableType] = []
+    if unserved:
+        notes += [Text("no live worker serves (start one: emq worker MODULE:APP; or check the name, emq workers):",
+                       style="red"), *unserved]
+    if unreadable:
+        notes += [Text("unreadable (one of the queue's keys holds the wrong type):"), *unreadable]
+    return Group(table, *notes) if notes else table
 
 
-def stats_json(sampled: dict[str, QueueNumbers | Exception], per_s: dict[str, dict]) -> list[dict]:
+def stats_json(sampled: dict[str, QueueNumbers | Exception], per_s: dict[str, dict],
+               workers: Counter[str]) -> list[dict]:
     return [{"queue": name, "error": str(numbers)} if isinstance(numbers, Exception)
-            else {**numbers.as_dict(), **per_s.get(name, {})} for name, numbers in sampled.items()]
+            else {**numbers.as_dict(), "workers": workers[name], **per_s.get(name, {})}
+            for name, numbers in sampled.items()]
 
 
 @main.command()
@@ -1101,15 +1112,16 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch
         rows = [q for queue in queues
                 for q in [queue, *(partitions_of(queue) if detail and len(partitions_of(queue)) > 1 else [])]]
 
-        def sample() -> dict[str, QueueNumbers | Exception]:
-            return {q.name: found for q, found in zip(rows, numbers_of(rows))}
+        def sample() -> tuple[dict[str, QueueNumbers | Exception], Counter[str]]:
+            """Every row's numbers, and how many live workers serve each queue."""
+            return {q.name: found for q, found in zip(rows, numbers_of(rows))}, serving(list_workers(connection.client))
 
         if not watch:
-            sampled = sample()
+            sampled, workers = sample()
             if as_json:
-                print_json(stats_json(sampled, {}))
+                print_json(stats_json(sampled, {}, workers))
             else:
-                out.print(stats_table(connection, sampled, None))
+                out.print(stats_table(connection, sampled, None, workers))
             return
         previous, then, shown = None, time.monotonic(), 0
         try:
@@ -1117,16 +1129,16 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch
             redrawn = not as_json and out.is_terminal
             with Live(console=out, auto_refresh=False) if redrawn else nullcontext() as live:
                 while times is None or shown < times:
-                    now, sampled = time.monotonic(), sample()
+                    now, (sampled, workers) = time.monotonic(), sample()
                     good = {n: v for n, v in sampled.items() if isinstance(v, QueueNumbers)}
                     per_s = rates(good, previous, now - then)
                     if as_json:  # the first sample has no rates yet: null, so every line has the same keys
                         unknown = {name: dict.fromkeys(("completed_per_s", "dead_per_s")) for name in good}
-                        click.echo(json.dumps(stats_json(sampled, per_s or unknown), sort_keys=True))
+                        click.echo(json.dumps(stats_json(sampled, per_s or unknown, workers), sort_keys=True))
                     elif live is not None:
-                        live.update(stats_table(connection, sampled, per_s), refresh=True)
+                        live.update(stats_table(connection, sampled, per_s, workers), refresh=True)
                     else:
-                        out.print(stats_table(connection, sampled, per_s))
+                        out.print(stats_table(connection, sampled, per_s, workers))
                         out.file.flush()
                     previous, then, shown = good, now, shown + 1
                     if times is None or shown < times:

@@ -22,6 +22,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Sequence, TypeVar
 
 from . import envelope, errors
+from .heartbeat import op_workers
 from .events import DEFAULT_MAXLEN, Event, decode_event, decode_progress, encode_progress
 from .ids import new_id
 from .keys import STATE_SETS, Keyspace, State, check_job_id
@@ -259,15 +260,21 @@ def check_wait(timeout: float | None) -> float | None:
     return timeout
 
 
-def time_left(job_id: str, waiting: Waiting, timeout: float | None, deadline: float | None, now: float) -> float | None:
-    """How long a result waiter may wait for the next word (None: no limit); TimeoutError when
-    the time has run out."""
-    if deadline is None:
-        return None
-    left = deadline - now
-    if left <= 0:
-        raise TimeoutError(f"job {job_id!r} is still {waiting.status.value} after {timeout:g} s")
-    return left
+def time_left(deadline: float | None, now: float) -> float | None:
+    """How long a result waiter may wait for the next word: None for no limit; 0 or less when its
+    time has run out (its last read is done: it raises :meth:`QueueCore.op_timed_out`'s error)."""
+    return None if deadline is None else deadline - now
+
+
+def timed_out(job_id: str, waiting: Waiting, timeout: float, queue: str, served: bool | None) -> TimeoutError:
+    """A result wait's TimeoutError (pure): where the job still is, and, when no live worker's
+    heartbeat names its queue (``served`` False; None: unknown, the workers list was not readable),
+    that nobody serves it: a typo'd queue name or a worker that is not running waits in vain."""
+    said = f"job {job_id!r} is still {waiting.status.value} after {timeout:g} s"
+    if served is False:
+        said += (f"; no live worker serves queue {queue!r} (no worker's heartbeat names it: emq workers): start "
+                 f"one (emq worker MODULE:APP), or check the queue's name")
+    return TimeoutError(said)
 
 
 def op_enqueued(calls: Sequence[Call]) -> Op[list[Enqueued]]:
@@ -878,6 +885,15 @@ class QueueCore:
     def op_publish(self, job: JobRef, result: Any, retention_ms: int, token: str | int | None) -> Op[None]:
         data = encode_result(self.serializer, result, MAX_RESULT_BYTES)
         yield from self._one(self.publish_call(job, data, retention_ms=retention_ms, token=token))
+
+    def op_timed_out(self, job_id: str, waiting: Waiting, timeout: float) -> Op[TimeoutError]:
+        """The error a result wait that ran out of time raises: the workers list read (two round
+        trips, only then) says whether any live worker serves this queue."""
+        try:
+            workers = yield from op_workers()
+        except errors.CommandRefused:  # an ACL without read on the workers list: say what is known
+            return timed_out(job_id, waiting, timeout, self.name, None)
+        return timed_out(job_id, waiting, timeout, self.name, any(self.name in w.queues for w in workers))
 
     def op_waiters(self, by: int) -> Op[bool]:
         """Count a result waiter in or out (``meta waiters``): while it is not 0, COMPLETE and a

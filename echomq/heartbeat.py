@@ -21,13 +21,16 @@ import os
 import socket
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Generator, Sequence
 
 import valkey
 
 from .connection import plain_commands
 from .errors import ConfigurationError
+from .keys import parent_queue
+from .verbs import Plain
 
 WORKERS_KEY = "{emq}:workers"
 RECORD_PREFIX = "{emq}:worker:"
@@ -109,8 +112,35 @@ def list_workers(client: valkey.Valkey) -> list[WorkerRecord]:
     pipe = client.pipeline(transaction=False)
     for worker_id in ids:
         pipe.hgetall(record_key(worker_id))
-    records = [decode_record(worker_id, fields) for worker_id, fields in zip(ids, pipe.execute())]
+    return live_records(ids, pipe.execute())
+
+
+def op_workers() -> Generator[list[Plain], list[Any], list[WorkerRecord]]:
+    """:func:`list_workers` as an operation (:data:`echomq.core.Op`), for a queue of either client to
+    drive: the ids, then their records, two round trips."""
+    (members,) = yield [Plain(("SMEMBERS", WORKERS_KEY))]
+    if isinstance(members, Exception):
+        raise members
+    ids = sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+    rows = (yield [Plain(("HGETALL", record_key(worker_id))) for worker_id in ids]) if ids else []
+    return live_records(ids, rows)
+
+
+def live_records(ids: Sequence[str], rows: Sequence[Any]) -> list[WorkerRecord]:
+    """The records read for ``ids`` that are live (an expired or unreadable one is skipped), oldest
+    first (pure)."""
+    records = [decode_record(worker_id, fields if isinstance(fields, dict) else dict(zip(fields[::2], fields[1::2])))
+               for worker_id, fields in zip(ids, rows) if not isinstance(fields, Exception)]
     return sorted((r for r in records if r is not None), key=lambda r: (r.started, r.id))
+
+
+def serving(workers: Sequence[WorkerRecord]) -> Counter[str]:
+    """How many of ``workers`` serve each queue, by the names they serve and, for a partitioned
+    queue's partitions, by the queue's own name too (each worker counted once a name) (pure)."""
+    counted: Counter[str] = Counter()
+    for worker in workers:
+        counted.update({*worker.queues, *(parent_queue(name) for name in worker.queues)})
+    return counted
 
 
 class Heartbeat:

@@ -109,6 +109,13 @@ class QueueNumbers:
                 "flow_pending": c.flow_pending, "flow_active": c.flow_active, "flow_scheduled": c.flow_scheduled}
 
 
+def waiting_unserved(numbers: QueueNumbers, workers: int) -> int:
+    """How many jobs wait in a queue no live worker serves (``workers``: how many serve it): its
+    pending flat, lane and flow jobs; 0 while a worker serves it (pure)."""
+    counts = numbers.counts
+    return 0 if workers else counts.pending + counts.lane_pending + counts.flow_pending
+
+
 def numbers_or_error(queue: Queue | PartitionedQueue) -> QueueNumbers | CommandRefused:
     """A damaged queue (a wrong-typed key) must not hide the others: its refusal is returned."""
     return numbers_of([queue])[0]

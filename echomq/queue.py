@@ -361,7 +361,10 @@ class Queue(QueueCore):
                         raise
                     if isinstance(read, Done):
                         return read.value
-                    told = wait(time_left(job_id, read, timeout, deadline, time.monotonic()))
+                    left = time_left(deadline, time.monotonic())
+                    if left is not None and left <= 0:
+                        raise self._run(self.op_timed_out(job_id, read, timeout))
+                    told = wait(left)
             finally:
                 if counted:
                     self._run(self.op_waiters(-1))

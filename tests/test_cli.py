@@ -60,7 +60,7 @@ def test_stats_without_a_queue_finds_every_queue_and_watch_shows_rates(emq, conn
     watched = emq("stats", "-q", name, "--watch", "--times", "2", "--interval", "0.05")
     assert watched.exit_code == 0 and "wire " in watched.stdout
     # not a terminal: each sample is printed as it is taken (a live redraw showed nothing until the end)
-    assert watched.stdout.count(name) == 2 and "done/s" in watched.stdout
+    assert watched.stdout.count("EchoMQ queues on") == 2 and "done/s" in watched.stdout
 
 
 def test_enqueue_options_id_priority_delay_count_raw(emq, conn, name):
@@ -342,7 +342,7 @@ def test_read_commands_answer_json(emq, conn, name):
     (row,) = json.loads(emq("stats", "-q", name, "--json").stdout)
     assert row == {"queue": name, "partitions": 1, "pending": 0, "active": 0, "scheduled": 1, "dead": 1,
                    "paused": False, "completed_total": 1, "dead_total": 1, "lane_pending": 0, "lane_active": 0,
-                   "flow_waiting": 0, "flow_pending": 0, "flow_active": 0, "flow_scheduled": 0}
+                   "flow_waiting": 0, "flow_pending": 0, "flow_active": 0, "flow_scheduled": 0, "workers": 0}
     dead = json.loads(emq("dead", "-q", name, "--json").stdout)
     assert dead["total"] == 1 and dead["jobs"][0]["id"] == held.id and dead["jobs"][0]["last_error"] == "boom"
     shown = json.loads(emq("inspect", held.id, "-q", name, "--json").stdout)
@@ -415,6 +415,24 @@ def test_stats_shows_lane_and_flow_jobs_when_there_are_any(emq, conn, name):
     (shown,) = json.loads(emq("stats", "-q", name, "--json").stdout)
     assert (shown["pending"], shown["lane_pending"], shown["lane_active"], shown["flow_waiting"],
             shown["flow_pending"]) == (1, 1, 1, 1, 2)
+
+
+def test_stats_flags_a_queue_whose_jobs_wait_with_no_live_worker(emq, conn, name):
+    queue, idle = Queue(conn, name), Queue(conn, fresh_name("c"))
+    queue.enqueue({})
+    queue.enqueue({}, group="tenant")
+    idle.schedule({}, 60_000)  # nothing waits yet: not flagged
+    stats = emq("stats", "-q", name, "-q", idle.name)
+    assert "no live worker serves" in stats.stdout and f"  {name}: 2 waiting" in stats.stdout
+    assert idle.name not in stats.stdout.split("no live worker serves")[1]
+    assert [row["workers"] for row in json.loads(emq("stats", "-q", name, "--json").stdout)] == [0]
+    beat = Heartbeat(conn.client, queues=[name], concurrency=1, wire=conn.wire)
+    beat.beat(held=0, completed=0, failed=0)
+    try:
+        assert "no live worker" not in emq("stats", "-q", name, "--watch", "--times", "1").stdout
+        assert [row["workers"] for row in json.loads(emq("stats", "-q", name, "--json").stdout)] == [1]
+    finally:
+        beat.remove()
 
 
 def test_stats_json_watch_prints_one_line_per_refresh_with_rates(emq, conn, name):

@@ -394,6 +394,24 @@ def test_lane_and_flow_jobs_are_counted_on_the_overview_and_in_metrics(conn):
         assert scraped[("echomq_jobs", (("queue", queue.name), ("state", state)))] == count, state
 
 
+def test_the_overview_flags_a_queue_whose_jobs_wait_with_no_live_worker(conn):
+    served, unserved, empty = (Queue(conn, fresh_name("dash-served")) for _ in range(3))
+    served.enqueue({})
+    unserved.enqueue({}, group="tenant")
+    empty.schedule({}, 60_000)
+    beat = Heartbeat(conn.client, queues=[served.name], concurrency=1, wire=conn.wire)
+    beat.beat(held=0, completed=0, failed=0)
+    try:
+        with serving(conn, Settings(queues=[served.name, unserved.name, empty.name])) as url, \
+                httpx.Client(base_url=url) as site:
+            overview = site.get("/").text
+    finally:
+        beat.remove()
+    flagged = {name for name in (served.name, unserved.name, empty.name)
+               if 'class="unserved"' in re.search(rf'<tr data-queue="{re.escape(name)}">(.*?)</tr>', overview, re.S)[1]}
+    assert flagged == {unserved.name}
+
+
 def test_metrics_sum_a_partitioned_queue_over_its_partitions(conn):
     """/metrics opens each queue by its record, as the overview does: a partitioned queue's jobs
     are in its partitions' keys, none under its own name."""

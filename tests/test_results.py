@@ -18,7 +18,8 @@ from echomq.inventory import record_view
 from echomq.serializers import JSON, JSONSerializer
 from echomq.results import (MAX_RESULT_BYTES, NOT_KEPT, Seen, decide_result, keepable_result, not_kept_of, result_value,
                             status_of, Completed, Failed, Unknown, Waiting)
-from helpers import KEEP_MS, fresh_name, queue_unchanged, server_ms, wait_server_past
+from echomq.heartbeat import Heartbeat
+from helpers import KEEP_MS, AwaitingQueue, fresh_name, queue_unchanged, server_ms, wait_server_past
 from test_worker import running
 from worker_helpers import wait_until
 
@@ -218,6 +219,33 @@ def test_time_running_out_is_a_timeout_error_and_unknown_ids_are_not_found(conn)
     with pytest.raises(JobNotFound):
         queue.result("never-enqueued", timeout=5)
     assert queue.status("never-enqueued") is Status.UNKNOWN
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_a_result_wait_that_runs_out_says_when_no_live_worker_serves_the_queue(conn, server, wire, client):
+    """A typo'd queue name, or a worker that is not running, left result() to time out with "still
+    pending" alone; the error now says nobody serves the queue, and stops saying it once a worker's
+    heartbeat names the queue."""
+    queue = Queue(conn, fresh_name("r"))
+    waiter = queue if client == "sync" else AwaitingQueue(server.url, wire, queue)
+    try:
+        job = queue.enqueue(1)
+        with pytest.raises(TimeoutError) as nobody:
+            waiter.result(job.id, timeout=0.1)
+        said = str(nobody.value)
+        assert said.startswith(f"job {job.id!r} is still pending after 0.1 s")
+        assert f"no live worker serves queue {queue.name!r}" in said and "emq worker" in said
+        beat = Heartbeat(conn.client, queues=["another", queue.name], concurrency=1, wire=wire)
+        beat.beat(held=0, completed=0, failed=0)
+        try:
+            with pytest.raises(TimeoutError) as served:
+                waiter.result(job.id, timeout=0.1)
+        finally:
+            beat.remove()
+        assert str(served.value) == f"job {job.id!r} is still pending after 0.1 s"
+    finally:
+        if waiter is not queue:
+            waiter.close()
 
 
 def count_reads(queue: Queue) -> list[str]:

@@ -34,9 +34,9 @@ from starlette.staticfiles import StaticFiles
 from ..admin import in_batches, parse_duration_ms
 from ..connection import Connection
 from ..errors import ConfigurationError, ConnectionFailed, EchoMQError
-from ..heartbeat import list_workers
+from ..heartbeat import list_workers, serving
 from ..inventory import (GROUPED_SETS, QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of,
-                         numbers_or_error, queue_exists, record_view)
+                         numbers_or_error, queue_exists, record_view, waiting_unserved)
 from ..keys import MAX_ID_BYTES, QUEUE_NAME, State, check_group
 from ..metrics import NodeCollector
 from ..partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
@@ -116,14 +116,17 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
 
     def overview_context() -> dict[str, Any]:
         samples = sampler.snapshot()
+        workers = list_workers(connection.client)
+        served = serving(workers)
         rows = []
         for name, numbers in all_numbers():
             series = rate_series(samples, name)
-            rows.append({"name": name, "numbers": numbers, "rate": series[-1] if series else None})
+            rows.append({"name": name, "numbers": numbers, "rate": series[-1] if series else None,
+                         "unserved": isinstance(numbers, QueueNumbers) and waiting_unserved(numbers, served[name])})
         # a queue with lane or flow jobs: their columns, for every queue (as emq stats)
         grouped = any(isinstance(row["numbers"], QueueNumbers) and row["numbers"].counts.grouped for row in rows)
-        return {"rows": rows, "grouped": grouped, "chart": svg_chart(rate_series(samples)),
-                "workers": list_workers(connection.client), "now": time.time()}
+        return {"rows": rows, "grouped": grouped, "chart": svg_chart(rate_series(samples)), "workers": workers,
+                "now": time.time()}
 
     # -- pages (sync: run on the thread pool) --------------------------------------------------
     def overview(request: Request) -> Response:
