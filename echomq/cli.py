@@ -967,17 +967,32 @@ def events(url: str, wire: str, queue_name: str, follow: bool, since: str | None
                 queue.enable_events(maxlen)
                 click.echo(f"events on for {queue_name}, the last {maxlen} kept")
             return
-        if not follow and since is None and not queue.connection.client.exists(queue.keys.events):
-            bound = queue.connection.client.hget(queue.keys.meta, "events")
-            if bound is not None and bound.isdigit() and int(bound) > 0:  # on (docs/spec.md §12): none yet
-                err.print(f"no events in {queue_name} yet (events are on, the last {int(bound)} kept)")
-            else:
-                err.print(f"no events in {queue_name} (turn them on with: emq events -q {queue_name} --enable 10000)")
+        client = queue.connection.client
+        note = events_note(queue_name, client.hget(queue.keys.meta, "events"), follow=follow,
+                           kept=since is not None or bool(client.exists(queue.keys.events)))
+        if note:
+            err.print(note)
         try:
             for event in queue.events(since=since, follow=follow, block_ms=1000):
                 click.echo(_event_line(event, as_json))
         except KeyboardInterrupt:
             pass
+
+
+def events_note(queue_name: str, bound: bytes | None, *, follow: bool, kept: bool) -> str | None:
+    """What ``emq events`` says before the events (pure): that they are off and how to turn them on
+    (a follower would otherwise wait in silence for ever), or that none are kept yet; None when
+    there is nothing to say. ``bound``: the queue's ``meta events``; ``kept``: a stream to read."""
+    on = bound is not None and bound.isdigit() and int(bound) > 0  # docs/spec.md §12: an integer >= 1 is on
+    turn_on = f"turn them on with: emq events -q {queue_name} --enable 10000"
+    if not on and follow:
+        return (f"events are off for {queue_name}: no move is told, so nothing will come ({turn_on}); "
+                "following anyway: they show here once turned on")
+    if not on and not kept:
+        return f"no events in {queue_name} ({turn_on})"
+    if not kept and not follow:
+        return f"no events in {queue_name} yet (events are on, the last {int(bound or 0)} kept)"
+    return None
 
 
 #: what XREAD takes after: '$', or a stream id (its sequence part optional)

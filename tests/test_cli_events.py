@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from echomq import Queue
-from echomq.cli import main
+from echomq.cli import events_note, main
 from helpers import KEEP_MS, fresh_name
 from worker_helpers import ROOT
 
@@ -106,3 +106,42 @@ def test_events_follow_in_a_subprocess(server, conn):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_events_follow_on_a_queue_whose_events_are_off_says_so_then_follows(server, conn):
+    """It waited in silence for ever; now it says the events are off and how to turn them on, and
+    shows them once they are."""
+    name = fresh_name("e")
+    queue = Queue(conn, name)
+    queue.enqueue("untold")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "echomq.cli", "events", "-q", name, "--follow", "--json",
+                             "--url", server.url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        said = proc.stderr.readline()
+        assert f"events are off for {name}" in said and f"emq events -q {name} --enable 10000" in said
+        queue.enable_events()
+        told = queue.enqueue("told")
+        assert json.loads(proc.stdout.readline())["id"] == told.id
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.parametrize("bound, follow, kept, said", [
+    (None, True, False, "events are off for q: no move is told"),
+    (b"0", True, True, "events are off for q: no move is told"),
+    (None, False, False, "no events in q (turn them on with: emq events -q q --enable 10000)"),
+    (None, False, True, None),  # kept from before they were turned off: shown, nothing to add
+    (b"50", False, False, "no events in q yet (events are on, the last 50 kept)"),
+    (b"50", True, False, None),
+    (b"50", False, True, None),
+])
+def test_events_note(bound, follow, kept, said):
+    note = events_note("q", bound, follow=follow, kept=kept)
+    if said is not None and said.startswith("events are off"):
+        assert note.startswith(said) and "emq events -q q --enable 10000" in note
+    else:
+        assert note == said
