@@ -694,6 +694,29 @@ class QueueCore:
         return {g: GroupCounts(waiting, int(run or 0), bool(is_paused), int(k or default or 1))
                 for g, (waiting, run, is_paused, k) in zip(groups, zip(*[iter(replies)] * 4))}
 
+    def op_not_held(self, jobs: Sequence[Job]) -> Op[dict[str, tuple[str | None, str | None]]]:
+        """Which of ``jobs`` (claimed by the caller) are no longer in their lease set (``active``,
+        ``lanes:active``, ``flow:active``): a cancel or the sweep took them. One ZMSCORE per set in
+        one round trip, and only when some are gone, their rows (:meth:`op_rows_now`) in a second."""
+        held: dict[str, list[str]] = {}
+        for job in jobs:
+            where = self.keys.key("flow:active") if job.flow else \
+                self.keys.key("lanes:active") if job.group is not None else self.keys.active
+            held.setdefault(where, []).append(job.id)
+        replies = (yield [Plain(("ZMSCORE", where, *ids)) for where, ids in held.items()]) if held else []
+        raise_first(replies)
+        gone = [job_id for ids, scores in zip(held.values(), replies) for job_id, score in zip(ids, scores)
+                if score is None]
+        return (yield from self.op_rows_now(gone)) if gone else {}
+
+    def op_rows_now(self, job_ids: Sequence[str]) -> Op[dict[str, tuple[str | None, str | None]]]:
+        """Each job's row as it is now: its ``state`` and ``last_error`` (None: not there), one round trip."""
+        rows = (yield [Plain(("HMGET", self.keys.job(job_id), "state", "last_error")) for job_id in job_ids]) \
+            if job_ids else []
+        raise_first(rows)
+        return {job_id: (None if state is None else text(state), None if error is None else text(error))
+                for job_id, (state, error) in zip(job_ids, rows)}
+
     def op_flow_claim(self, count: int, lease_ms: int) -> Op[list[Job]]:
         """Up to ``count`` flow jobs under a lease (FLOW_CLAIM), each marked :attr:`Job.flow`."""
         claimed = yield from self._one(self.build("flow_claim", check_int("lease_ms", lease_ms, 1),

@@ -15,7 +15,9 @@ and returns a decision, so every rule here is table-tested without a server:
 * :func:`claim_batch` -- how many claims to pipeline in one round trip;
 * :func:`settle_at_ms` -- when to settle the outcomes already in, waiting briefly for the rest of a batch;
 * :func:`select_renewals` / :func:`select_expired` -- which leases to renew, and
-  which to give up on because no renewal reached the server in time.
+  which to give up on because no renewal reached the server in time;
+* :func:`select_cancel_checks` / :func:`why_gone` -- which running jobs to look at for a cancel,
+  and what a job no longer held was taken by.
 """
 
 from __future__ import annotations
@@ -422,6 +424,42 @@ def select_timed_out(deadlines: Mapping[K, float], now_ms: float) -> list[K]:
 def lost_from_extends(jobs: Iterable[K], answers: Iterable[int]) -> list[K]:
     """The jobs EXTENDS answered 0 for: their lease is gone (re-claimed, swept or settled)."""
     return [job for job, answer in zip(jobs, answers) if not answer]
+
+
+#: How long a held job runs before the worker starts looking, every as long, whether it is still
+#: held: a cancel (or a sweep) reaches its handler within about this, not at the next renewal
+#: (a quarter lease). A quicker job ends before a look could matter, so it costs no read.
+CANCEL_CHECK_MS = 500
+
+
+def select_cancel_checks(claimed_at: Mapping[K, float], now_ms: float,
+                         every_ms: float = CANCEL_CHECK_MS) -> tuple[list[K], float]:
+    """The held jobs to look for a cancel at ``now_ms`` (local clock): those claimed ``every_ms`` ago
+    or more; and when to look next: ``every_ms`` from now while any is that old, else when the first
+    of the others comes of age (inf: none held). ``claimed_at`` maps a running job to when it was
+    claimed. So a job cancelled at c is seen by c + ``every_ms``, whatever its age then."""
+    old = [job for job, at in claimed_at.items() if now_ms - at >= every_ms]
+    coming = [at + every_ms for at in claimed_at.values() if now_ms - at < every_ms]
+    return old, min(coming + ([now_ms + every_ms] if old else []), default=float("inf"))
+
+
+@dataclass(frozen=True)
+class Gone:
+    """Why a held job is no longer held, from its row as read (``state``, ``last_error``)."""
+
+    cancelled: bool  #: someone cancelled it (Queue.cancel, emq cancel, the dashboard)
+    reason: str
+
+
+def why_gone(state: str | None, last_error: str | None) -> Gone:
+    """Why a job this worker held left its lease set (or its renewal answered 0), from its row now."""
+    if state == "dead" and last_error == "cancelled":
+        return Gone(True, "cancelled (Queue.cancel, emq cancel or the dashboard) while it ran")
+    if state is None:
+        return Gone(False, "lease lost: its row is gone (removed, or settled by another holder)")
+    if state == "dead":
+        return Gone(False, f"lease lost: it is dead now ({last_error})")
+    return Gone(False, f"lease lost: it is {state} again (its lease ran out, and the sweep took it back)")
 
 
 # -- the timers ------------------------------------------------------------------------

@@ -106,6 +106,15 @@ class Queue(QueueCore):
         """Renew many leases (one EXTENDS per 1000, pipelined); each answer is the new deadline, or 0 if lost."""
         return self._run(self.op_extend_many(jobs, lease_ms))
 
+    def not_held(self, jobs: Sequence[Job]) -> dict[str, tuple[str | None, str | None]]:
+        """Which of ``jobs`` (claimed here) left their lease set, each with its row's ``state`` and
+        ``last_error`` now (None: no row): the worker's look for cancels."""
+        return self._run(self.op_not_held(jobs))
+
+    def rows_now(self, job_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+        """Each job's row's ``state`` and ``last_error`` now (None: not there), in one round trip."""
+        return self._run(self.op_rows_now(job_ids))
+
     # -- settling ---------------------------------------------------------------
     # Each fenced settle is built in one place (``*_call``, pure), then sent alone by the
     # method of the same name, or with others in one round trip by ``settle_many``.

@@ -48,7 +48,7 @@ import time
 from bisect import bisect_right
 from collections import defaultdict, deque
 from contextlib import contextmanager
-from concurrent.futures import Future
+from concurrent.futures import CancelledError as FutureCancelled, Future
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import repeat
@@ -81,6 +81,8 @@ log = logging.getLogger("echomq.worker")
 LINK_ERRORS = (ConnectionFailed,)
 LINK_RETRY_MS = (100, 5000)
 PROMOTE_SLACK_MS = 5
+#: what an async handler's future raises once the worker cancelled it (its own task's, or its future's)
+CANCELLED = (asyncio.CancelledError, FutureCancelled)
 #: A waiter's block that must end (CLIENT UNBLOCK found it between blocks) is tried again this soon.
 INTERRUPT_RETRY_MS = 20
 #: How long shutdown waits for wire 6's blocked claims to answer (a job they took is requeued).
@@ -273,6 +275,8 @@ class Held:
     verdict: policy.Outcome | None = None
     ended_s: float | None = None  #: when its outcome was known (returned, raised, timed out): set before it is settled
     not_kept: NotKept | None = None  #: its return value could not be kept: why (the completion keeps a marker)
+    claimed_at: float = 0.0  #: local ms when its claim was sent: from when it is looked at for a cancel
+    cancelled: bool = False  #: someone cancelled it while it ran (its outcome is dropped, and said so)
     _lost: bool = False  #: the lost flag of a job whose handler takes no context
 
     @property
@@ -515,6 +519,9 @@ class Worker:
         #: no handler's timeout nor lease runs out before this local time: the scans wait for it
         #: (set by each scan, brought forward by each start; only ever early, never late)
         self._scan_at = float("inf")
+        #: the next look for held jobs cancelled while they run (check_cancels): set by each look,
+        #: brought forward by each start, as _scan_at
+        self._cancel_check_at = float("inf")
         self._progress = connection.supports("append")  #: ctx.progress sends APPEND
         #: ``ctx.producer`` for sync (False) and async (True) handlers
         self._producers = {is_async: self._make_producers(is_async) for is_async in (False, True)}
@@ -718,6 +725,8 @@ class Worker:
             if scan:
                 self.time_out(now)
             self.renew(now)
+            if now >= self._cancel_check_at:
+                self.check_cancels(now)
             if scan:
                 self.give_up_expired(self._clock_ms())
                 self._scan_at = self._next_scan_ms()
@@ -817,7 +826,7 @@ class Worker:
 
     def _next_timer(self, now: float, settle_at: float) -> float:
         """The next due time but a settle's: the tick, a scan, claims, polls, the timers, the stop."""
-        times = [self._next_tick or float("inf"), self._scan_at]
+        times = [self._next_tick or float("inf"), self._scan_at, self._cancel_check_at]
         if self.stopping:
             times.append(self._stop_at)
         else:
@@ -936,7 +945,8 @@ class Worker:
                                                  task.max_attempts, task.backoff, self._rand)
             if type(decision) is policy.Drop:
                 self.held.pop(held.key, None)
-                self._emit("job.lost", job, reason=f"{decision.reason}; its outcome is not settled")
+                reason = "cancelled while the handler ran" if held.cancelled else decision.reason
+                self._emit("job.lost", job, reason=f"{reason}; its outcome is not settled")
                 continue
             if decision is policy.COMPLETE and not job.flow and job.group is None:
                 kept = self.bus and task.result_ttl_ms  # then result holds its encoded bytes
@@ -1246,11 +1256,39 @@ class Worker:
                 answers += self.queues[name].flow_extend_many([h.job for h in flow], self.config.lease.lease_ms)
             batch = flat + flow
             lost = set(policy.lost_from_extends([h.key for h in batch], answers))
+            rows = self._rows_now(name, [h.job.id for h in batch if h.key in lost]) if lost else {}
             for held in batch:
                 if held.key in lost:
-                    self._lose(held, "EXTENDS answered 0: the job is no longer held with this token")
+                    self._lose(held, policy.why_gone(*rows[held.job.id]) if held.job.id in rows else
+                               policy.Gone(False, "lease lost (EXTENDS answered 0: it is no longer held with this token)"))
                 else:
                     held.renewed_at = sent
+
+    def check_cancels(self, now: float) -> None:
+        """Look whether the jobs held past ``CANCEL_CHECK_MS`` are still held (one ZMSCORE per queue,
+        ``Queue.not_held``): one a cancel (or the sweep) took is lost at once, its handler told
+        (``ctx.lost``, an async one cancelled), within about that long of the cancel instead of at
+        the next renewal. Jobs held for less cost nothing: an idle worker or one of quick jobs sends
+        nothing for it."""
+        running = {key: held.claimed_at for key, held in self.held.items()
+                   if not held.lease_lost and held.outcome is None and held.verdict is None}
+        looked, self._cancel_check_at = policy.select_cancel_checks(running, now)
+        by_queue: dict[str, list[Held]] = {}
+        for key in looked:
+            by_queue.setdefault(key[0], []).append(self.held[key])
+        for name, batch in by_queue.items():
+            gone = self.queues[name].not_held([held.job for held in batch])
+            for held in batch:
+                if held.job.id in gone and held.outcome is None:
+                    self._lose(held, policy.why_gone(*gone[held.job.id]))
+
+    def _rows_now(self, name: str, job_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+        """Why these jobs' renewals answered 0, read from their rows; nothing (the plain word) when
+        the read fails: the loss stands either way."""
+        try:
+            return self.queues[name].rows_now(job_ids)
+        except (*LINK_ERRORS, CommandRefused):
+            return {}
 
     def time_out(self, now: float) -> None:
         """Fail every handler past its timeout with JobTimeout (settled by the next exchange): an
@@ -1284,17 +1322,19 @@ class Worker:
     def give_up_expired(self, now: float) -> None:
         live = {key: held.renewed_at for key, held in self.held.items() if not held.lease_lost}
         for key in policy.select_expired(live, now, self.config.lease):
-            self._lose(self.held[key], "no renewal reached the server within the lease")
+            self._lose(self.held[key], policy.Gone(False, "lease lost (no renewal reached the server within the lease)"))
 
-    def _lose(self, held: Held, reason: str | None) -> None:
+    def _lose(self, held: Held, gone: policy.Gone | None) -> None:
         """Tell the handler its lease is gone; its outcome will be dropped when it finishes.
         (A sync handler that never looks at ``ctx.lease_lost`` keeps its slot until it returns.)"""
         held.mark_lost()
         if held.future is not None and held.task.is_async:
             held.future.cancel()
-        if reason:
-            log.warning("job %s/%s attempt %d: lease lost (%s)", held.job.queue, held.job.id, held.job.attempt,
-                        reason)  # counted as job.lost when its handler finishes and the outcome is dropped
+        if gone is not None:
+            held.cancelled = gone.cancelled
+            log.warning("job %s/%s attempt %d: %s: its handler is told (ctx.lost%s)", held.job.queue, held.job.id,
+                        held.job.attempt, gone.reason, ", and cancelled" if held.task.is_async else "")
+            # counted as job.lost when its handler finishes and the outcome is dropped
 
     # -- running handlers ------------------------------------------------------------
     def _start(self, task: Task, queue: Queue, jobs: list[Job], sent: float,
@@ -1309,6 +1349,8 @@ class Worker:
         scan_at = lease_end if deadline is None else min(deadline, lease_end)
         if scan_at < self._scan_at:
             self._scan_at = scan_at
+        if sent + policy.CANCEL_CHECK_MS < self._cancel_check_at:
+            self._cancel_check_at = sent + policy.CANCEL_CHECK_MS
         # the batch's clocks, read once: its wall time (the pending waits) and its handlers' start
         claimed_s, started_s = time.time(), time.monotonic()
         self.tally.claimed += len(jobs)
@@ -1360,7 +1402,7 @@ class Worker:
                 # its own thread on the connection's pool, an async one awaits it on the asyncio connection
                 # (the loop's other handlers run on)
                 ctx.report = self._async_report(queue.name, job) if is_async else partial(progress, job)
-            held = Held(queue, task, job, (job.queue, job.id), ctx, sent, started_s, deadline)
+            held = Held(queue, task, job, (job.queue, job.id), ctx, sent, started_s, deadline, claimed_at=sent)
             self.held[held.key] = held
             try:
                 payload = None if job.raw_payload is None else loads(job.raw_payload)
@@ -1462,8 +1504,10 @@ class Worker:
                 self._finished.append(held)
             running = self._started - self._ended
         if late:  # timed out: already failed; this late outcome is dropped
-            log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
-                     held.job.queue, held.job.id, held.job.attempt)
+            if not (isinstance(outcome, policy.Raised) and isinstance(outcome.error, CANCELLED)):
+                # (an async handler the timeout cancelled did not finish: it stopped, as told)
+                log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
+                         held.job.queue, held.job.id, held.job.attempt)
             return None
         if running <= 0 and relay and self._relaying:
             return self._relay

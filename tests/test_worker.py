@@ -14,9 +14,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from echomq import (App, Backoff, Delay, IdlePolicy, LeasePolicy, Queue, Retry, TimerConfig, Timers, Worker,
+from echomq import (App, Backoff, Delay, Flow, IdlePolicy, LeasePolicy, Queue, Retry, TimerConfig, Timers, Worker,
                     WorkerConfig)
-from echomq.policy import NO_LANES_PROBE_EVERY
+from echomq.policy import CANCEL_CHECK_MS, NO_LANES_PROBE_EVERY
 from echomq.serializers import RAW
 from echomq.errors import ConfigurationError
 from helpers import fresh_name, server_ms, wait_server_past
@@ -325,6 +325,52 @@ def test_an_async_handler_is_cancelled_when_its_lease_is_lost(conn):
     wait_until(cancelled.is_set, what="the cancellation")
     wait_until(lambda: worker.step() and not worker.held, what="the drop")
     assert worker.tally.lost == 1 and queue.state(job.id).value == "active"
+
+
+@pytest.mark.parametrize("kind", ["sync", "async", "lane", "flow"])
+def test_a_cancel_reaches_a_running_handler_at_the_next_look_not_the_next_renewal(conn, caplog, kind):
+    """A job cancelled while it runs is told to its handler (ctx.lost; an async one is cancelled) at
+    the worker's next look, CANCEL_CHECK_MS into its run, and logged as cancelled. It waited for the
+    next renewal (a quarter lease: 7.5 s by default, 6.1 s measured) and was logged as "lease lost
+    (EXTENDS answered 0)". Driven by the worker's own clock: the loop is due by then, and one step
+    there tells the handler; no time is measured."""
+    name, clock, told = fresh_name("w"), FakeClock(), threading.Event()
+
+    def handler(payload, ctx):
+        if ctx.lost.wait(30):
+            told.set()
+
+    async def ahandler(payload, ctx):
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            told.set()
+            raise
+
+    app = App()
+    app.handler(name, ahandler if kind == "async" else handler)
+    queue = Queue(conn, name)
+    if kind == "flow":
+        queue.enqueue_flow("parent", children=[Flow(name, "child", id="job")], id="parent")
+    else:
+        queue.enqueue({}, id="job", group="tenant" if kind == "lane" else None)
+    worker = Worker(app, conn, clock_ms=clock)  # the default lease: renewed 7.5 s after the claim
+    with caplog.at_level(logging.INFO, logger="echomq.worker"):
+        next_due = worker.step()
+        assert ("job" in {job_id for _, job_id in worker.held}) and next_due <= clock.now + CANCEL_CHECK_MS
+        assert queue.cancel("job")
+        clock.now += CANCEL_CHECK_MS - 1
+        worker.step()
+        assert not told.is_set()  # a job held under CANCEL_CHECK_MS is not looked at: quick jobs cost no read
+        clock.now += 1
+        worker.step()
+        wait_until(told.is_set, what="the handler to be told")
+        wait_until(lambda: worker.step() and not worker.held, what="the outcome dropped")
+    assert worker.tally.lost == 1 and worker.tally.completed == 0
+    assert "attempt 1: cancelled (Queue.cancel, emq cancel or the dashboard) while it ran" in caplog.text
+    assert "cancelled while the handler ran; its outcome is not settled" in caplog.text
+    assert "lease lost" not in caplog.text and "finished after all" not in caplog.text
+    assert (queue.job("job")["state"], queue.job("job")["last_error"]) == ("dead", "cancelled")
 
 
 def test_heartbeats_keep_a_long_job_held_past_its_lease(conn):

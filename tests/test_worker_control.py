@@ -45,6 +45,8 @@ def test_a_hung_handler_ends_dead_within_its_budget_of_timeouts(conn, spawn, out
     worker.wait_log("failed with JobTimeout")
     if not async_handler:
         assert "its thread is abandoned" in worker.log()
+    else:  # the timeout cancelled it: it stopped, as told, and did not "finish after all"
+        assert "finished after all" not in worker.log()
     assert processed(out) == []
 
 
@@ -77,8 +79,10 @@ def test_cancel_during_a_run_revokes_the_lease_and_drops_the_outcome(conn, spawn
     job = queue.enqueue({"hold": True})
     wait_until(lambda: started(out, job.id, 1), 10, "the job to start")
     assert queue.cancel(job.id) is True
-    worker.wait_log("lease lost (EXTENDS answered 0")
+    worker.wait_log(f"job {name}/{job.id} attempt 1: cancelled (Queue.cancel, emq cancel or the dashboard) while it ran")
     (out / "release").touch()
+    worker.wait_log("cancelled while the handler ran; its outcome is not settled")
+    assert "lease lost" not in worker.log() and "finished after all" not in worker.log()
     row = queue.job(job.id)
     assert (row["state"], row["last_error"]) == ("dead", "cancelled")
     assert queue.counts().active == 0 and processed(out) == []

@@ -610,3 +610,43 @@ def test_settle_at_waits_for_a_young_batch_at_most_the_bound(now, running, young
 def test_a_settle_wait_out_of_range_is_refused(wait):
     with pytest.raises(ConfigurationError, match="settle_wait_ms"):
         WorkerConfig(settle_wait_ms=wait)
+
+
+# -- looking for cancels (issue 37 item 7) ------------------------------------------------------
+
+@pytest.mark.parametrize("claimed_at, now, looked, next_look", [
+    ({}, 1000, [], float("inf")),  # nothing held: no look, ever
+    ({"a": 900}, 1000, [], 1400),  # held 100 ms: looked at once it has run CANCEL_CHECK_MS
+    ({"a": 500}, 1000, ["a"], 1500),  # held 500 ms: looked at now, and every 500 ms while it runs
+    ({"a": 0, "b": 800}, 1000, ["a"], 1300),  # the younger one comes of age before the next look
+    ({"a": 0, "b": 100}, 1000, ["a", "b"], 1500),
+])
+def test_select_cancel_checks(claimed_at, now, looked, next_look):
+    assert policy.CANCEL_CHECK_MS == 500
+    assert policy.select_cancel_checks(claimed_at, now) == (looked, next_look)
+
+
+def test_a_cancel_is_seen_within_one_look_of_it_whenever_it_comes():
+    """Simulated: a job claimed at 0, cancelled at any ms c; the looks select_cancel_checks schedules
+    see it (the job looked at, after c) by c + CANCEL_CHECK_MS."""
+    every = policy.CANCEL_CHECK_MS
+    for cancel_at in range(0, 3 * every, 37):
+        now, seen = 0.0, None
+        while seen is None:
+            looked, next_look = policy.select_cancel_checks({"a": 0.0}, now)
+            if "a" in looked and now >= cancel_at:
+                seen = now
+            now = next_look
+        assert cancel_at <= seen <= cancel_at + every
+
+
+@pytest.mark.parametrize("state, last_error, cancelled, said", [
+    ("dead", "cancelled", True, "cancelled (Queue.cancel, emq cancel or the dashboard) while it ran"),
+    ("dead", "stalled", False, "lease lost: it is dead now (stalled)"),
+    ("pending", None, False, "lease lost: it is pending again (its lease ran out, and the sweep took it back)"),
+    ("active", None, False, "lease lost: it is active again"),
+    (None, None, False, "lease lost: its row is gone"),
+])
+def test_why_a_held_job_is_gone(state, last_error, cancelled, said):
+    gone = policy.why_gone(state, last_error)
+    assert gone.cancelled is cancelled and gone.reason.startswith(said)
