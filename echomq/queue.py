@@ -225,7 +225,8 @@ class Queue(QueueCore):
 
     def cancel(self, job_id: str) -> bool:
         """Revoke an active job's lease: it goes dead with ``last_error`` ``cancelled``, its holder's
-        settle is refused and its handler sees ``ctx.lost`` at the next renewal. False when there
+        settle is refused and its handler sees ``ctx.lost`` within about half a second (the worker's
+        look for cancels, ``echomq.policy.CANCEL_CHECK_MS``). False when there
         is no row; a job that is not active is refused (:class:`StateError`)."""
         return self._run(self.op_cancel(job_id))
 

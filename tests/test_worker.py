@@ -306,19 +306,24 @@ def test_a_handler_without_a_context_has_its_lost_lease_kept_by_the_worker_and_i
     assert queue.metrics()["completed"] == 1
 
 
-def test_an_async_handler_is_cancelled_when_its_lease_is_lost(conn):
-    name, clock, cancelled = fresh_name("w"), FakeClock(), threading.Event()
+def cancelled_by_the_worker(told: threading.Event):
+    """An async handler that runs until the worker cancels it, and sets ``told`` then."""
 
     async def forever(payload, ctx):
         try:
             await asyncio.sleep(60)
         except asyncio.CancelledError:
-            cancelled.set()
+            told.set()
             raise
 
+    return forever
+
+
+def test_an_async_handler_is_cancelled_when_its_lease_is_lost(conn):
+    name, clock, cancelled = fresh_name("w"), FakeClock(), threading.Event()
     queue = Queue(conn, name)
     job = queue.enqueue({})
-    worker, held = _held_worker(conn, name, forever, clock)
+    worker, held = _held_worker(conn, name, cancelled_by_the_worker(cancelled), clock)
     _expire_and_reclaim(conn, queue, job.id)
     clock.now += 100
     worker.step()
@@ -340,15 +345,8 @@ def test_a_cancel_reaches_a_running_handler_at_the_next_look_not_the_next_renewa
         if ctx.lost.wait(30):
             told.set()
 
-    async def ahandler(payload, ctx):
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            told.set()
-            raise
-
     app = App()
-    app.handler(name, ahandler if kind == "async" else handler)
+    app.handler(name, cancelled_by_the_worker(told) if kind == "async" else handler)
     queue = Queue(conn, name)
     if kind == "flow":
         queue.enqueue_flow("parent", children=[Flow(name, "child", id="job")], id="parent")
