@@ -218,7 +218,7 @@ def test_worker_and_commands_see_one_queue(server, wire, tmp_path: Path):
     (row,) = json.loads(emq("stats", "-q", name, "--url", server.url, "--json").stdout)
     assert row == {"queue": name, "partitions": 4, "pending": 0, "active": 0, "scheduled": 0, "dead": 1,
                    "paused": False, "completed_total": 200, "dead_total": 1, "lane_pending": 0, "lane_active": 0,
-                   "flow_waiting": 0, "flow_pending": 0, "flow_active": 0, "flow_scheduled": 0}
+                   "flow_waiting": 0, "flow_pending": 0, "flow_active": 0, "flow_scheduled": 0, "workers": 0}
     shown = emq("stats", "--url", server.url, "--partitions")
     assert f"{name} (4 partitions)" in shown.stdout and f"{name}~3" in shown.stdout
     dead = json.loads(emq("dead", "-q", name, "--url", server.url, "--json").stdout)

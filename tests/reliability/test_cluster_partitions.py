@@ -60,7 +60,7 @@ def test_eight_partitions_drained_by_one_worker(cluster, wire, tmp_path: Path):
     (row,) = json.loads(emq("stats", "-q", name, "--url", cluster.nodes[2].url, "--json").stdout)
     assert row == {"queue": name, "partitions": 8, "pending": 0, "active": 0, "scheduled": 0, "dead": 0,
                    "paused": False, "completed_total": 1200, "dead_total": 0, "lane_pending": 0, "lane_active": 0,
-                   "flow_waiting": 0, "flow_pending": 0, "flow_active": 0, "flow_scheduled": 0}
+                   "flow_waiting": 0, "flow_pending": 0, "flow_active": 0, "flow_scheduled": 0, "workers": 0}
 
 
 def test_an_idle_worker_waits_on_every_partition_on_its_own_node(cluster, wire):
