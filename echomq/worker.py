@@ -21,7 +21,9 @@ A step, in order:
    wakes this thread the moment it can be served. (A wire-6 node without the
    ``claim.block`` token is polled instead: single claims spaced by an adaptive back-off.)
 2. **renew** on the tick: one EXTENDS per queue for every held job that is due; a 0
-   marks that job lost (its async handler is cancelled, ``ctx.lease_lost`` turns true).
+   marks that job lost (its async handler is cancelled, ``ctx.lease_lost`` turns true). Between
+   ticks, jobs held past ``policy.CANCEL_CHECK_MS`` are looked at that often (one ZMSCORE per
+   queue): one a cancel took is lost the same way, within half a second of the cancel.
 3. **time out and give up**: a handler past its task's ``timeout`` is failed with
    :class:`~echomq.JobTimeout` (an async one cancelled, a sync one abandoned to its
    thread); jobs no renewal reached the server for in a whole lease (the link was
