@@ -47,8 +47,9 @@ if LIBVALKEY_AVAILABLE:
 
 from . import errors, reaper
 from .connection import (
-    TRANSPORT_ERRORS, ReplyCallbacks, VerbSpan, WireCodec, brand_unreadable, check_brand, check_tokens, cluster_mode,
-    first_key_at, link_failed, missing_database, opening_refused, retried, tokens_unavailable, wire_of_brand,
+    TRANSPORT_ERRORS, ReplyCallbacks, VerbSpan, WireCodec, as_sent, brand_unreadable, check_brand, check_tokens,
+    cluster_mode, first_key_at, link_failed, missing_database, opening_refused, retried, tokens_unavailable,
+    wire_of_brand,
 )
 from .core import MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T, \
     check_connection, check_wait, time_left
@@ -60,7 +61,8 @@ from .partitioned import POp, PartitionedCore, op_declare
 from .rates import RateLimit
 from .results import TOLD_GRACE_S, Status
 from .serializers import JSON, Serializer
-from .verbs import Call, Counts, Plain, Sweep, blocks
+from .shown import redact_url
+from .verbs import ID_ENCODING, Call, Counts, Plain, Sweep, blocks
 
 __all__ = ["Connection", "EchoAsyncCluster", "Queue", "connect"]
 
@@ -69,7 +71,7 @@ DEFAULT_POOL_TIMEOUT_S = 5.0
 #: What a sync client's connection options carry over to an asyncio one (the same names on both).
 _PORTABLE = frozenset(
     "host port db username password path client_name socket_timeout socket_connect_timeout socket_keepalive "
-    "ssl_keyfile ssl_certfile ssl_cert_reqs ssl_ca_certs ssl_ca_data ssl_check_hostname protocol".split()
+    "ssl_keyfile ssl_certfile ssl_cert_reqs ssl_ca_certs ssl_ca_data ssl_check_hostname protocol encoding_errors".split()
 )
 _ASYNC_CONNECTION = {
     "Connection": avalkey.Connection,
@@ -85,7 +87,10 @@ class _LibvalkeyPacking:
     _packer = LibvalkeyRespSerializer() if LIBVALKEY_AVAILABLE else None
 
     def pack_command(self, *args: Any) -> list[bytes]:
-        return self._packer.pack(*args)
+        try:
+            return self._packer.pack(*args)
+        except UnicodeEncodeError:  # surrogate escapes: an id that is not UTF-8 (echomq.connection.as_sent)
+            return self._packer.pack(*as_sent(args))
 
 
 _PACKED: dict[type, type] = {}
@@ -341,6 +346,7 @@ async def read_brand(client: avalkey.Valkey | AsyncValkeyCluster) -> bytes | Non
 
 async def _open_client(url: str, cluster: bool, max_connections: int, pool_timeout: float,
                        client_options: dict[str, Any]) -> avalkey.Valkey | AsyncValkeyCluster:
+    client_options.setdefault("encoding_errors", ID_ENCODING)
     try:
         if cluster:
             return EchoAsyncCluster.from_url(url, max_connections=max_connections, **client_options)
@@ -348,7 +354,8 @@ async def _open_client(url: str, cluster: bool, max_connections: int, pool_timeo
             url, max_connections=max_connections, timeout=pool_timeout, **client_options)
         return avalkey.Valkey.from_pool(_pool(pool))
     except ValueError as exc:
-        raise errors.ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port or rediss://host:port") from exc
+        raise errors.ConfigurationError(f"bad URL {redact_url(url)!r}: {exc}; use redis://host:port or "
+                                        "rediss://host:port") from exc
 
 
 async def serves_cluster(client: avalkey.Valkey) -> bool:
@@ -386,7 +393,7 @@ async def connect(
         await connection.handshake()
     except TRANSPORT_ERRORS as exc:
         await client.aclose()
-        raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
+        raise errors.ConnectionFailed(f"no Valkey answers at {redact_url(url)}: {exc}") from exc
     except (ResponseError, InvalidResponse) as exc:
         await client.aclose()
         refused = opening_refused(url, exc)

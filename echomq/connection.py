@@ -38,7 +38,8 @@ from valkey.exceptions import ClusterError, InvalidResponse, NoScriptError, Resp
 
 from . import errors, hooks
 from .keys import VERSION_KEY, Keyspace
-from .verbs import BY_NAME, JOB_CORE_TOKENS, SCRIPTED, Call, Plain, Verb, build_call
+from .shown import redact_url
+from .verbs import BY_NAME, ID_ENCODING, JOB_CORE_TOKENS, SCRIPTED, Call, Plain, Verb, build_call
 
 __all__ = ["BRANDS", "Call", "Connection", "Plain", "Script", "WireCodec", "as_refusal", "build_call", "connect"]
 
@@ -199,6 +200,45 @@ def first_key_at(args: Sequence[Any]) -> int | None:
     if at is not None and len(args) > at + 1 and int(args[at]) > 0:
         return at + 1
     return None
+
+
+def as_sent(args: Sequence[Any]) -> tuple[Any, ...]:
+    """A command's arguments with its text as the bytes the server holds: surrogate escapes (an id
+    that is not UTF-8, as :func:`echomq.verbs.text` read it) back to those bytes."""
+    return tuple(arg.encode("utf-8", ID_ENCODING) if isinstance(arg, str) else arg for arg in args)
+
+
+class _SurrogatesPacked:
+    """A connection's packer that sends surrogate escapes as their bytes: libvalkey's packer (and
+    valkey-py's own by default) refuse them. Only a command that holds one pays for it."""
+
+    def __init__(self, packer: Any) -> None:
+        self.packer = packer
+
+    def pack(self, *args: Any) -> Any:
+        try:
+            return self.packer.pack(*args)
+        except UnicodeEncodeError:
+            return self.packer.pack(*as_sent(args))
+
+
+class _PacksSurrogates:
+    """Mixed into a sync connection class: its packer is wrapped in :class:`_SurrogatesPacked`."""
+
+    def _construct_command_packer(self, packer: Any) -> Any:
+        return _SurrogatesPacked(super()._construct_command_packer(packer))  # type: ignore[misc]
+
+
+_SURROGATE_PACKING: dict[type, type] = {}
+
+
+def packing_surrogates(kind: type) -> type:
+    """``kind`` (a valkey-py sync connection class) with :class:`_PacksSurrogates` mixed in, made once."""
+    if issubclass(kind, _PacksSurrogates):
+        return kind
+    if kind not in _SURROGATE_PACKING:
+        _SURROGATE_PACKING[kind] = type(f"SurrogatePacking{kind.__name__}", (_PacksSurrogates, kind), {})
+    return _SURROGATE_PACKING[kind]
 
 
 class _RouteByFirstKey:
@@ -585,11 +625,11 @@ def opening_refused(url: str, exc: ResponseError | InvalidResponse) -> errors.Co
     answers does not speak RESP (an HTTP server, say), or the node lacks the URL's ``/db``. None
     for a refusal of a command, which is not the link's."""
     if isinstance(exc, InvalidResponse):
-        return errors.ConnectionFailed(f"what answers at {url} is not Valkey or Redis ({exc}): point the URL at "
-                                       "a Valkey node's port")
+        return errors.ConnectionFailed(f"what answers at {redact_url(url)} is not Valkey or Redis ({exc}): point "
+                                       "the URL at a Valkey node's port")
     if missing_database(exc):
-        return errors.ConnectionFailed(f"{url} names a database this node does not have ({exc}): use /0, or a "
-                                       "number below the node's `databases` setting")
+        return errors.ConnectionFailed(f"{redact_url(url)} names a database this node does not have ({exc}): use "
+                                       "/0, or a number below the node's `databases` setting")
     return None
 
 
@@ -599,15 +639,22 @@ def open_client(url: str, cluster: bool | str = "auto", **client_options: Any) -
     Raises ConfigurationError for a bad URL, ConnectionFailed when nothing answers."""
     if cluster not in (True, False, "auto"):
         raise errors.ConfigurationError(f"bad cluster {cluster!r}: True, False or 'auto'")
+    client_options.setdefault("encoding_errors", ID_ENCODING)
+    if cluster is True and not url.startswith("rediss:"):  # TLS: valkey-py puts its own class in (a limit)
+        client_options.setdefault("connection_class", packing_surrogates(valkey.Connection))
     try:
         client: valkey.Valkey | ValkeyCluster = (
             EchoCluster.from_url(url, **client_options) if cluster is True
             else valkey.Valkey.from_url(url, **client_options))
     except ValueError as exc:
-        raise errors.ConfigurationError(f"bad URL {url!r}: {exc}; use redis://host:port or rediss://host:port") from exc
+        raise errors.ConfigurationError(f"bad URL {redact_url(url)!r}: {exc}; use redis://host:port or "
+                                        "rediss://host:port") from exc
     except TRANSPORT_ERRORS as exc:
         # the cluster client reads the slot map as it is built: no node, no client
-        raise errors.ConnectionFailed(f"no Valkey Cluster answers at {url}: {exc}") from exc
+        raise errors.ConnectionFailed(f"no Valkey Cluster answers at {redact_url(url)}: {exc}") from exc
+    if not isinstance(client, ValkeyCluster):
+        pool = client.connection_pool
+        pool.connection_class = packing_surrogates(pool.connection_class)
     try:
         if cluster == "auto" and serves_cluster(client):  # HELLO is the link check here
             client.close()
@@ -616,7 +663,7 @@ def open_client(url: str, cluster: bool | str = "auto", **client_options: Any) -
             client.ping()  # the cluster client read the slot map as it was built
     except TRANSPORT_ERRORS as exc:
         client.close()
-        raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
+        raise errors.ConnectionFailed(f"no Valkey answers at {redact_url(url)}: {exc}") from exc
     except (ResponseError, InvalidResponse) as exc:
         client.close()
         refused = opening_refused(url, exc)
@@ -648,7 +695,7 @@ def connect(
         return Connection(client, chosen)
     except TRANSPORT_ERRORS as exc:
         client.close()
-        raise errors.ConnectionFailed(f"no Valkey answers at {url}: {exc}") from exc
+        raise errors.ConnectionFailed(f"no Valkey answers at {redact_url(url)}: {exc}") from exc
     except BaseException:
         client.close()
         raise

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from .verbs import text
+
 #: The kinds an entry's ``type`` names.
 KINDS = ("enqueued", "claimed", "progress", "completed", "retried", "failed", "dead", "stalled", "recovered",
          "removed", "promoted", "delayed", "requeued", "rescheduled", "reprocessed")
@@ -44,8 +46,8 @@ def decode_event(stream_id: bytes | str, fields: dict[Any, Any]) -> Event:
     return Event(
         stream_id=_s(stream_id),
         type=_s(f.get("type", b"")),
-        job_id=_s(f.get("id", b"")),
-        attempt=int(f.get("attempt", 0) or 0),
+        job_id=text(f.get("id", b"")),
+        attempt=int(attempt) if (attempt := _s(f.get("attempt", b""))).isdigit() else 0,  # a raw XADD's too
         error=None if f.get("error") is None else _s(f["error"]),
         state=None if f.get("state") is None else _s(f["state"]),
         progress=None if progress is None else decode_progress(progress),
@@ -60,7 +62,7 @@ def encode_progress(value: Any) -> bytes:
 def decode_progress(raw: bytes | str) -> Any:
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what Python reads: the text
         return _s(raw)
 
 

@@ -30,7 +30,7 @@ import valkey
 from .connection import plain_commands
 from .errors import ConfigurationError
 from .keys import parent_queue
-from .verbs import Plain
+from .verbs import Plain, text
 
 WORKERS_KEY = "{emq}:workers"
 RECORD_PREFIX = "{emq}:worker:"
@@ -92,7 +92,7 @@ def encode_record(record: WorkerRecord) -> dict[str, str]:
 
 def decode_record(worker_id: str, fields: dict[bytes, bytes]) -> WorkerRecord | None:
     """A record from its hash; None for an expired (empty) or unreadable one (pure)."""
-    text = {k.decode(): v.decode(errors="replace") for k, v in fields.items()}
+    text = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in fields.items()}
     try:
         return WorkerRecord(
             id=worker_id, host=text["host"], pid=int(text["pid"]),
@@ -106,7 +106,7 @@ def decode_record(worker_id: str, fields: dict[bytes, bytes]) -> WorkerRecord | 
 
 def list_workers(client: valkey.Valkey) -> list[WorkerRecord]:
     """The live workers, oldest first. Reads only: expired ids are skipped, not removed."""
-    ids = sorted(member.decode() for member in client.smembers(WORKERS_KEY))
+    ids = sorted(text(member) for member in client.smembers(WORKERS_KEY))  # any bytes: shown escaped
     if not ids:
         return []
     pipe = client.pipeline(transaction=False)
@@ -121,7 +121,7 @@ def op_workers() -> Generator[list[Plain], list[Any], list[WorkerRecord]]:
     (members,) = yield [Plain(("SMEMBERS", WORKERS_KEY))]
     if isinstance(members, Exception):
         raise members
-    ids = sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+    ids = sorted(text(m) for m in members)  # any bytes: shown escaped
     rows = (yield [Plain(("HGETALL", record_key(worker_id))) for worker_id in ids]) if ids else []
     return live_records(ids, rows)
 
@@ -187,7 +187,7 @@ class Heartbeat:
         ids = [member for member in self.client.smembers(WORKERS_KEY)]
         pipe = self.client.pipeline(transaction=False)
         for member in ids:
-            pipe.exists(record_key(member.decode()))
+            pipe.exists(record_key(text(member)))
         gone = [member for member, alive in zip(ids, pipe.execute()) if not alive]
         if gone:
             self.client.srem(WORKERS_KEY, *gone)

@@ -125,9 +125,16 @@ def check_group(group: str) -> str:
 
 
 def check_job_id(job_id: str) -> str:
+    """A job id: 1 to MAX_ID_BYTES bytes of UTF-8. An id read from the server that is not UTF-8
+    (another client wrote it) holds surrogate escapes for those bytes (:func:`echomq.verbs.text`),
+    and is taken back as the same bytes; any other lone surrogate is refused."""
     if not isinstance(job_id, str):
         raise ConfigurationError(f"bad job id {job_id!r}: a job id is a str")
-    size = len(job_id.encode())
+    try:
+        size = len(job_id.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(f"bad job id {job_id[:40]!r}: it holds a lone surrogate "
+                                 f"({job_id[exc.start]!r}), which no text encodes; a job id is text") from None
     if not 1 <= size <= MAX_ID_BYTES:
         raise ConfigurationError(f"bad job id {job_id[:40]!r}: a job id is 1 to {MAX_ID_BYTES} bytes of UTF-8, got {size}")
     return job_id

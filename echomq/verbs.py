@@ -250,8 +250,15 @@ class Sweep:
         return len(self.recovered) + len(self.exempt) + len(self.dead)
 
 
+#: how the clients encode text they send (valkey-py's ``encoding_errors``): the surrogate escapes
+#: :func:`text` reads bytes that are not UTF-8 as go back out as those bytes
+ID_ENCODING = "surrogateescape"
+
+
 def text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    """A reply's bytes as text; bytes that are not UTF-8 (an id another client wrote) as surrogate
+    escapes (PEP 383), which the clients encode back to the same bytes (:data:`ID_ENCODING`)."""
+    return value.decode("utf-8", ID_ENCODING) if isinstance(value, bytes) else value
 
 
 def _one(reply: Any) -> bool:
