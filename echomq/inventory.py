@@ -21,10 +21,12 @@ from .events import decode_progress
 from .connection import Connection, plain_commands
 from .core import Op
 from .errors import CommandRefused
-from .keys import STATE_SETS, State, parent_queue
+from .keys import PARTITION_NAME, QUEUE_NAME, STATE_SETS, State, parent_queue
 from .partitioned import PartitionedQueue, sum_counts
 from .queue import Counts, Queue
 from .results import NotKept, not_kept_of
+from .shown import clip, id_form
+from .verbs import text
 
 #: a row's times (ms, server clock): admitted, last claimed, last failed (docs/spec.md §11.5)
 TIME_FIELDS = ("created", "started", "failed")
@@ -60,17 +62,40 @@ def text_of(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def discover_queues(connection: Connection) -> list[str]:
+@dataclass(frozen=True)
+class QueueScan:
+    """What one SCAN of a node found: its queues, and the keys it skipped."""
+
+    names: list[str]  #: every queue, a partitioned one once by its own name (``emails``, not ``emails~3``)
+    #: keys under ``emq:{…}:`` whose queue name EchoMQ refuses (a raw command wrote them): no page or
+    #: command reads them, so one such key breaks nothing else; counted and named (a few) instead
+    unreadable: int = 0
+    examples: tuple[str, ...] = ()  #: the first few of them, in :func:`echomq.shown.id_form`
+
+    EXAMPLES = 3
+
+
+def scan_queues(connection: Connection) -> QueueScan:
     """Every queue with a key on the node (one SCAN of the keyspace; job rows and completed records
-    are skipped by name). A partitioned queue is listed once, by its own name (``emails``, not
-    ``emails~3``)."""
-    names = set()
+    are skipped by name), and the keys whose queue name is not one (see :class:`QueueScan`)."""
+    names: set[str] = set()
+    unreadable: list[str] = []
+    count = 0
     for key in connection.client.scan_iter(match="emq:{*}:*", count=1000):
-        text = text_of(key)
-        name, _, rest = text[len("emq:{"):].partition("}:")
-        if rest and not rest.startswith(("job:", "done:", "lane:")):
+        whole = text(key)
+        name, _, rest = whole[len("emq:{"):].partition("}:")
+        if not (QUEUE_NAME.fullmatch(name) or PARTITION_NAME.fullmatch(name)):
+            count += 1
+            if len(unreadable) < QueueScan.EXAMPLES:
+                unreadable.append(id_form(whole))
+        elif rest and not rest.startswith(("job:", "done:", "lane:")):
             names.add(parent_queue(name))
-    return sorted(names)
+    return QueueScan(sorted(names), count, tuple(unreadable))
+
+
+def discover_queues(connection: Connection) -> list[str]:
+    """The names :func:`scan_queues` finds."""
+    return scan_queues(connection).names
 
 
 def partitions_of(queue: Queue | PartitionedQueue) -> list[Queue]:
@@ -186,6 +211,7 @@ class JobView:
     kept_ms: int | None = None  #: a completed record (state ``completed``): ms left of its retention
     trace: dict[str, str] | None = None  #: the trace context it was enqueued with (echomq.envelope)
     where: str | None = None  #: the set its state names (a key under the queue's base), when read by :func:`job_view`
+    listed: bool = False  #: read for a list (:func:`job_page`): only LISTED_FIELDS, an error clipped, no payload
 
     @property
     def completed(self) -> bool:
@@ -224,13 +250,15 @@ class JobView:
         return not_kept_of(self.payload) if self.completed and self.payload is not None else None
 
     def payload_text(self) -> str:
+        """The payload for people: JSON pretty-printed (its strings escaped by JSON itself), else
+        the repr of its bytes (nested past what Python's JSON reads: the bytes too)."""
         if self.payload is None:
             return "(none)"
         if (not_kept := self.not_kept) is not None:
             return f"(not kept: {not_kept.reason}; a {not_kept.type} returned)"
         try:
             return json.dumps(json.loads(self.payload), indent=2)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return repr(self.payload)
 
     def payload_json(self) -> Any:
@@ -239,7 +267,7 @@ class JobView:
             return None
         try:
             return json.loads(self.payload)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):
             return self.payload.decode(errors="replace")
 
     def as_dict(self) -> dict[str, Any]:
@@ -247,9 +275,9 @@ class JobView:
             not_kept = self.not_kept
             return {"queue": self.queue, "id": self.id, **typed_fields(self.fields), "kept_ms": self.kept_ms,
                     "result": self.payload_json(), **({} if not_kept is None else {"result_not_kept": vars(not_kept)})}
-        return {"queue": self.queue, "id": self.id, "state": self.state, **typed_fields(self.fields), "set": self.where,
-                "in_its_set": self.in_its_set, "due_in_ms": self.due_in_ms, "payload": self.payload_json(),
-                "trace": self.trace}
+        found = {"queue": self.queue, "id": self.id, "state": self.state, **typed_fields(self.fields),
+                 "set": self.where, "in_its_set": self.in_its_set, "due_in_ms": self.due_in_ms}
+        return found if self.listed else {**found, "payload": self.payload_json(), "trace": self.trace}
 
 
 def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: float | None,
@@ -353,13 +381,32 @@ def job_page(queue: Queue | PartitionedQueue, state: State | str, *, offset: int
     client = queue.connection.client
     pipe = client.pipeline(transaction=False)
     for q, job_id, _ in listed:
-        pipe.hgetall(q.keys.job(job_id))
+        pipe.hmget(q.keys.job(job_id), LISTED_FIELDS)
     with plain_commands("a page of jobs"):
         rows = pipe.execute()
         now_ms = _ms(client.time())
     where = GROUPED_SETS.get(state) or STATE_SETS[State(state)]  # the set the page was read from
-    views = [decode_view(q.name, job_id, row, score, now_ms, where) for (q, job_id, score), row in zip(listed, rows)]
+    views = [listed_view(q.name, job_id, values, score, now_ms, where)
+             for (q, job_id, score), values in zip(listed, rows)]
     return [v for v in views if v is not None]
+
+
+#: What a list of jobs reads of each row (the dashboard's job list, ``emq dead``): never the
+#: payload or the traceback, which may be large; ``emq inspect`` and a job's page read the row whole
+LISTED_FIELDS = ("state", "attempts", "failures", "stalled", "priority", "last_error", "group", "parent",
+                 *TIME_FIELDS)
+
+
+def listed_view(queue_name: str, job_id: str, values: Sequence[bytes | None], score: float | None, now_ms: int,
+                where: str) -> JobView | None:
+    """A list's view of a row from its LISTED_FIELDS (HMGET's values, in order), its error clipped
+    (pure); None when the row has none of them (it vanished since its id was listed)."""
+    fields = {name: text_of(value) for name, value in zip(LISTED_FIELDS, values) if value is not None}
+    if not fields:
+        return None
+    if "last_error" in fields:
+        fields["last_error"] = clip(fields["last_error"])
+    return JobView(queue_name, job_id, fields.get("state"), fields, None, score, now_ms, where=where, listed=True)
 
 
 def ago(seconds: float) -> str:

@@ -9,6 +9,7 @@ What is exported (``prometheus_client``, installed with ``echomq[dashboard]``):
 | ``echomq_jobs_completed_total`` | counter | queue | jobs completed, all time (``emq:{q}:metrics:completed``) |
 | ``echomq_jobs_dead_total`` | counter | queue | jobs that went dead, all time (``emq:{q}:metrics:failed``) |
 | ``echomq_queue_unreadable`` | gauge | queue | 1 when the queue's keys could not be read (a wrong-typed key) |
+| ``echomq_unreadable_keys`` | gauge | | keys skipped because their queue name is not one EchoMQ takes (a raw command wrote them) |
 | ``echomq_workers_alive`` | gauge | | workers whose heartbeat record is live (``emq workers``) |
 
 The counters are the server's own totals, so every scraper sees the same numbers
@@ -34,8 +35,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from .connection import Connection
-from .heartbeat import WorkerRecord, list_workers
-from .inventory import QueueNumbers, numbers_of
+from .heartbeat import WorkerRecord
+from .inventory import QueueNumbers, QueueScan, numbers_of
 from .keys import State
 from .partitioned import open_queues
 from .verbs import GROUPED_COUNTS
@@ -44,7 +45,8 @@ if TYPE_CHECKING:
     from .worker import Histogram, Worker
 
 
-def families(numbers: Iterable[QueueNumbers | tuple[str, Exception]], workers: list[WorkerRecord]) -> list[Metric]:
+def families(numbers: Iterable[QueueNumbers | tuple[str, Exception]], workers: list[WorkerRecord],
+             unreadable_keys: int = 0) -> list[Metric]:
     """The metric families for these readings (pure: the collector reads, this decides what to show)."""
     jobs = GaugeMetricFamily("echomq_jobs", "Jobs in each set now: the flat states, then the lane and flow jobs' own",
                              labels=["queue", "state"])
@@ -64,24 +66,28 @@ def families(numbers: Iterable[QueueNumbers | tuple[str, Exception]], workers: l
         completed.add_metric([name], reading.completed)
         dead.add_metric([name], reading.dead)
         unreadable.add_metric([name], 0)
+    skipped = GaugeMetricFamily("echomq_unreadable_keys", "Keys skipped: their queue name is not one EchoMQ takes")
+    skipped.add_metric([], unreadable_keys)
     alive = GaugeMetricFamily("echomq_workers_alive", "Workers whose heartbeat record is live")
     alive.add_metric([], len(workers))
-    return [jobs, paused, completed, dead, unreadable, alive]
+    return [jobs, paused, completed, dead, unreadable, skipped, alive]
 
 
 class NodeCollector(Collector):
-    """Reads every queue ``queue_names()`` gives (and the workers list) when scraped."""
+    """Reads every queue ``queues()`` finds (and ``workers()``) when scraped."""
 
-    def __init__(self, connection: Connection, queue_names: Callable[[], list[str]]) -> None:
+    def __init__(self, connection: Connection, queues: Callable[[], QueueScan],
+                 workers: Callable[[], list[WorkerRecord]]) -> None:
         self.connection = connection
-        self.queue_names = queue_names
+        self.queues = queues
+        self.workers = workers
 
     def collect(self) -> Iterator[Metric]:
-        names = self.queue_names()
+        scan = self.queues()
         readings: list[QueueNumbers | tuple[str, Exception]] = [
             (name, found) if isinstance(found, Exception) else found
-            for name, found in zip(names, numbers_of(open_queues(self.connection, names)))]
-        yield from families(readings, list_workers(self.connection.client))
+            for name, found in zip(scan.names, numbers_of(open_queues(self.connection, scan.names)))]
+        yield from families(readings, self.workers(), scan.unreadable)
 
 
 class WorkerCollector(Collector):
