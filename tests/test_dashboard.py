@@ -28,7 +28,7 @@ from dashboard_helpers import PENDING, own_servers, server, stock  # noqa: F401 
 from helpers import fresh_name, queue_unchanged, reap, take, unchanged
 from worker_helpers import ROOT, wait_until
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-of-the-tests"  # 16 characters or more (echomq.dashboard.auth.MIN_TOKEN_CHARS)
 
 
 @pytest.fixture

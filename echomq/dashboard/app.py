@@ -2,10 +2,16 @@
 
 Every page handler is a plain ``def``: Starlette runs it on its thread pool, so a slow
 Valkey call never stalls the event loop. Actions are POST forms, each confirmed in
-the browser and carrying the page's form secret; ``read_only`` hides them and refuses
-their routes (403). Remove, cancel and purge are optional on wire 6 (SPEC §9.4): a node
-whose EMQ.VERSION does not list their token shows no button for them and refuses their
-routes (501).
+the browser and carrying the page's form secret, refused from another site's Origin;
+``read_only`` hides them and refuses their routes (403). Remove, cancel and purge are
+optional on wire 6 (SPEC §9.4): a node whose EMQ.VERSION does not list their token shows
+no button for them and refuses their routes (501). Pinned queues (``Settings.queues``,
+``emq dashboard -q``) scope it: any other queue's routes answer 404.
+
+Job data is escaped twice over: HTML by Jinja, and every character that is not printable
+by the ``one_line``/``lines`` filters (echomq.shown). A job is named in links and forms by
+its id's escaped form (``id_form``), which carries any id, CR, LF and bytes that are not UTF-8
+included, through HTML and a URL unchanged.
 """
 
 from __future__ import annotations
@@ -34,16 +40,17 @@ from starlette.staticfiles import StaticFiles
 from ..admin import in_batches, parse_duration_ms
 from ..connection import Connection
 from ..errors import ConfigurationError, ConnectionFailed, EchoMQError
-from ..heartbeat import list_workers, serving
-from ..inventory import (GROUPED_SETS, QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of,
-                         numbers_or_error, queue_exists, record_view, waiting_unserved)
-from ..keys import MAX_ID_BYTES, QUEUE_NAME, State, check_group
+from ..heartbeat import WorkerRecord, list_workers, serving
+from ..inventory import (GROUPED_SETS, QueueNumbers, QueueScan, ago, job_page, job_view, numbers_of,
+                         numbers_or_error, queue_exists, record_view, scan_queues, waiting_unserved)
+from ..keys import QUEUE_NAME, State, check_group, check_job_id
 from ..metrics import NodeCollector
 from ..partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
 from ..queue import Queue
 from ..serializers import RAW
+from ..shown import from_id_form, id_form, lines, one_line
 from ..verbs import BY_NAME
-from .auth import LOOPBACK_HOSTS, TokenRequired
+from .auth import LOOPBACK_HOSTS, SecurityHeaders, TokenRequired, check_token, same_origin
 from .rates import Sampler, rate_series, svg_chart
 
 PAGE_SIZE = 25
@@ -67,17 +74,30 @@ class QueueList:
 
     def __init__(self, connection: Connection, pinned: list[str]) -> None:
         self.connection, self.pinned = connection, pinned
-        self._found: list[str] = []
+        self._found = QueueScan(list(pinned))
         self._at = float("-inf")
         self._lock = threading.Lock()
 
     def __call__(self) -> list[str]:
+        return self.scan().names
+
+    def scan(self) -> QueueScan:
+        """The pinned queues, or the last SCAN's queues and the keys it skipped."""
         if self.pinned:
-            return self.pinned
+            return self._found
         with self._lock:
             if time.monotonic() - self._at > DISCOVERY_TTL_S:
-                self._found, self._at = discover_queues(self.connection), time.monotonic()
+                self._found, self._at = scan_queues(self.connection), time.monotonic()
             return self._found
+
+    def shows(self, name: str) -> bool:
+        """Pinned queues scope every route: another queue's answer 404 (no pins: every queue)."""
+        return not self.pinned or name in self.pinned
+
+    def workers(self) -> list[WorkerRecord]:
+        """The live workers; with pinned queues, those that serve one of them."""
+        found = list_workers(self.connection.client)
+        return found if not self.pinned else [w for w in found if set(w.queues) & set(self.pinned)]
 
     def forget(self) -> None:
         with self._lock:
@@ -87,14 +107,15 @@ class QueueList:
 def create_app(connection: Connection, settings: Settings | None = None) -> Starlette:
     """The dashboard for the node behind ``connection`` (the caller owns and closes it)."""
     settings = settings or Settings()
+    check_token(settings.token)
     queue_names = QueueList(connection, settings.queues)
     form_secret = secrets.token_urlsafe(24)
     env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=select_autoescape(["html"]))
     env.globals.update(read_only=settings.read_only, form_secret=form_secret, refresh_s=settings.refresh_s,
                        wire=connection.wire, states=[s.value for s in State], serves=connection.supports)
-    env.filters["ago"] = ago
+    env.filters.update(ago=ago, id_form=id_form, one_line=lambda value: one_line(str(value)), lines=lines)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NodeCollector(connection, queue_names))
+    registry.register(NodeCollector(connection, queue_names.scan, queue_names.workers))
 
     def all_numbers() -> list[tuple[str, QueueNumbers | Exception]]:
         names = queue_names()
@@ -109,6 +130,8 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         name = request.path_params["name"]
         if not QUEUE_NAME.fullmatch(name):
             raise _Problem(400, f"bad queue name {name!r}")
+        if not queue_names.shows(name):
+            raise _Problem(404, f"no queue {name!r} on this dashboard (it shows {', '.join(settings.queues)})")
         queue = open_queue(connection, name, serializer=RAW)
         if not queue_exists(queue):
             raise _Problem(404, f"no queue {name!r} on this node")
@@ -116,7 +139,7 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
 
     def overview_context() -> dict[str, Any]:
         samples = sampler.snapshot()
-        workers = list_workers(connection.client)
+        workers = queue_names.workers()
         served = serving(workers)
         rows = []
         for name, numbers in all_numbers():
@@ -126,7 +149,7 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         # a queue with lane or flow jobs: their columns, for every queue (as emq stats)
         grouped = any(isinstance(row["numbers"], QueueNumbers) and row["numbers"].counts.grouped for row in rows)
         return {"rows": rows, "grouped": grouped, "chart": svg_chart(rate_series(samples)), "workers": workers,
-                "now": time.time()}
+                "skipped": queue_names.scan(), "now": time.time()}
 
     # -- pages (sync: run on the thread pool) --------------------------------------------------
     def overview(request: Request) -> Response:
@@ -146,13 +169,15 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         if isinstance(numbers, Exception):
             raise _Problem(500, f"queue {queue.name!r} is unreadable: {numbers}")
         total = getattr(numbers.counts, state)
+        pages = max(1, -(-total // PAGE_SIZE))
+        if page > pages:
+            raise _Problem(400, f"bad page {page}: {state} has {pages} page(s) of {PAGE_SIZE} now")
         jobs = job_page(queue, state, offset=(page - 1) * PAGE_SIZE, count=PAGE_SIZE)
         # a queue with lane jobs lists its groups (a partitioned queue has none)
         groups_total, groups = (queue.group_page(GROUPS_SHOWN) if numbers.counts.lane_pending + numbers.counts.lane_active
                                 and not isinstance(queue, PartitionedQueue) else (0, {}))
         return {"queue": queue.name, "numbers": numbers, "state": state, "page": page, "jobs": jobs,
-                "groups": groups, "groups_total": groups_total,
-                "pages": max(1, -(-total // PAGE_SIZE)), "total": total,
+                "groups": groups, "groups_total": groups_total, "pages": pages, "total": total,
                 "chart": svg_chart(rate_series(sampler.snapshot(), queue.name)),
                 "message": request.query_params.get("done")}
 
@@ -164,17 +189,15 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
 
     def job_page_view(request: Request) -> Response:
         queue = known_queue(request)
-        job_id = request.query_params.get("id", "")
-        if not 1 <= len(job_id.encode()) <= MAX_ID_BYTES:
-            raise _Problem(400, f"bad job id {job_id[:40]!r}: 1 to {MAX_ID_BYTES} bytes")
+        job_id = _job_id(request.query_params.get("id", ""))
         view = job_view(queue, job_id) or record_view(queue, job_id)  # a completed job: its record and result
         if view is None:
-            raise _Problem(404, f"no job {job_id!r} in {queue.name!r} (a completed job is kept only for its "
+            raise _Problem(404, f"no job {id_form(job_id)!r} in {queue.name!r} (a completed job is kept only for its "
                                 "task's result_ttl)")
         return render("job.html", queue=queue.name, job=view, message=request.query_params.get("done"))
 
     def workers_page(request: Request) -> Response:
-        return render("workers.html", workers=list_workers(connection.client), now=time.time())
+        return render("workers.html", workers=queue_names.workers(), now=time.time())
 
     def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
@@ -189,6 +212,9 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
                 return _problem_page(render, 501, f"this node does not serve {verb}: its trafikey's EMQ.VERSION "
                                                   f"lists no {' '.join(BY_NAME[verb].tokens)!r} token; upgrade "
                                                   "the module")
+            if not same_origin(request.headers.get("origin"), request.headers.get("host")):
+                return _problem_page(render, 403, f"refused: posted from another site "
+                                                  f"(Origin {one_line(request.headers['origin'])!r})")
             form = {k: v[0] for k, v in parse_qs((await request.body()).decode(errors="replace")).items()}
             if not secrets.compare_digest(form.get("secret", ""), form_secret):
                 return _problem_page(render, 403, "the form is stale or from another site: reload the page")
@@ -217,11 +243,11 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         return f"/queues/{queue.name}?state=scheduled", f"promoted {moved} due job(s)"
 
     def reprocess(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
-        job_id = form.get("id", "")
+        job_id = _job_id(form.get("id", ""))
         moved = queue.reprocess(job_id)
         if not moved:
-            raise _Problem(409, f"job {job_id!r} is not in dead: nothing reprocessed")
-        return job_address(queue, job_id), f"{job_id} reprocessed: back to pending"
+            raise _Problem(409, f"job {id_form(job_id)!r} is not in dead: nothing reprocessed")
+        return job_address(queue, job_id), f"{id_form(job_id)} reprocessed: back to pending"
 
     def group_of(queue: AnyQueue, form: dict[str, str]) -> tuple[Queue, str]:
         if isinstance(queue, PartitionedQueue):
@@ -242,20 +268,20 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         return f"/queues/{queue.name}", f"group {group} resumed" + ("" if was else " (it was not paused)")
 
     def job_address(queue: AnyQueue, job_id: str) -> str:
-        return f"/queues/{queue.name}/job?{urlencode({'id': job_id})}"
+        return f"/queues/{queue.name}/job?{urlencode({'id': id_form(job_id)})}"
 
     def remove(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
-        job_id = form.get("id", "")
+        job_id = _job_id(form.get("id", ""))
         was = queue.remove(job_id)
         if was is None:
-            raise _Problem(404, f"no job {job_id!r} in {queue.name!r}: nothing removed")
-        return f"/queues/{queue.name}?state={was.value}", f"{job_id} removed from {was.value}"
+            raise _Problem(404, f"no job {id_form(job_id)!r} in {queue.name!r}: nothing removed")
+        return f"/queues/{queue.name}?state={was.value}", f"{id_form(job_id)} removed from {was.value}"
 
     def cancel(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
-        job_id = form.get("id", "")
+        job_id = _job_id(form.get("id", ""))
         if not queue.cancel(job_id):
-            raise _Problem(404, f"no job {job_id!r} in {queue.name!r}: nothing cancelled")
-        return job_address(queue, job_id), f"{job_id} cancelled: dead, its holder's settle will be refused"
+            raise _Problem(404, f"no job {id_form(job_id)!r} in {queue.name!r}: nothing cancelled")
+        return job_address(queue, job_id), f"{id_form(job_id)} cancelled: dead, its holder's settle will be refused"
 
     def purge(queue: AnyQueue, form: dict[str, str]) -> tuple[str, str]:
         older_than = form.get("older_than", "").strip()
@@ -319,6 +345,7 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         # without a token it may only be served on loopback (check_binding), and only loopback names may
         # address it: a page on another site cannot reach it through a DNS name rebound to 127.0.0.1
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK_HOSTS))
+    app.add_middleware(SecurityHeaders)  # the outermost: a 401 or a refused Host gets them too
     return app
 
 
@@ -330,6 +357,14 @@ class _Problem(Exception):
 
 def _problem_page(render: Callable[..., HTMLResponse], status: int, message: str) -> HTMLResponse:
     return render("problem.html", status=status, message=message)
+
+
+def _job_id(given: str) -> str:
+    """A job named by a link or a form: its id's escaped form (echomq.shown.id_form) read back."""
+    try:
+        return check_job_id(from_id_form(given))
+    except (ValueError, ConfigurationError) as exc:  # ConfigurationError: a bad id's own message
+        raise _Problem(400, f"bad job id {given[:40]!r}: {exc}") from None
 
 
 def _page_number(text: str) -> int:
