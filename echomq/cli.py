@@ -13,18 +13,20 @@ are not wrapped; a command that matched nothing (an unknown queue or id) exits 1
 from __future__ import annotations
 
 import importlib
-from inspect import signature
+from inspect import isfunction, signature
 import json
 import logging
 import os
 import re
 import signal
 import sys
+import sysconfig
 import threading
 import time
 import traceback
 from collections import Counter
 from contextlib import contextmanager, nullcontext
+from itertools import chain, islice, repeat
 from typing import Any, Callable, Iterator
 
 import click
@@ -41,8 +43,8 @@ from .admin import brand_node
 from .connection import Connection, connect, open_client
 from .errors import ConfigurationError, ConnectionFailed, EchoMQError, PortInUse, ServerStartError, StateError
 from .heartbeat import list_workers, serving
-from .inventory import (QueueNumbers, ago, discover_queues, job_page, job_view, numbers_of, partitions_of,
-                        queue_exists, record_view, text_of, waiting_unserved)
+from .inventory import (QueueNumbers, QueueScan, ago, job_page, job_view, numbers_of, partitions_of, queue_exists,
+                        record_view, scan_queues, text_of, waiting_unserved)
 from .keys import VERSION_KEY, State, check_group, check_job_id, check_queue_name, parent_queue
 from .module import module_path
 from .partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
@@ -53,6 +55,7 @@ from .queue import Queue, Sweep
 from .reaper import merged
 from .serializers import JSON, RAW
 from .server import EmbeddedServer
+from .shown import from_id_form, id_form, lines, one_line, redact_url
 from .supervisor import Supervisor
 from .tasks import App
 from .timers import TimerConfig
@@ -89,8 +92,18 @@ def node_options(fn: Any) -> Any:
                       type=click.Choice(["4", "6", "auto"]),
                       help="4 = scripts, 6 = trafikey, auto = what the node is branded for")(fn)
     fn = click.option("--url", envvar="EMQ_URL", show_envvar=True, default=DEFAULT_URL, show_default=True,
-                      help="the Valkey node (redis://, rediss://, unix://)")(fn)
+                      callback=warn_of_password, help="the Valkey node (redis://, rediss://, unix://); with a "
+                      "password, set EMQ_URL instead (an option is visible to every user of the host)")(fn)
     return fn
+
+
+def warn_of_password(ctx: click.Context, param: click.Parameter, url: str) -> str:
+    """A password in ``--url`` is in the process list for every user of the host: say so (it is
+    printed nowhere: every line shows the URL redacted)."""
+    if redact_url(url) != url and ctx.get_parameter_source(param.name or "") is click.core.ParameterSource.COMMANDLINE:
+        err.print("warning: the password in --url is visible to every user of this host (ps, /proc); set EMQ_URL "
+                  "instead", style="yellow")
+    return url
 
 
 def queue_option(required: bool = True) -> Any:
@@ -103,6 +116,30 @@ def json_option(fn: Any) -> Any:
 
 def print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+def cell(value: Any) -> Text:
+    """Data a job carries (or a raw command left), as a table cell or a printed line: on one line,
+    every character that is not printable escaped (echomq.shown), and no rich markup read in it."""
+    return Text(one_line(str(value)))
+
+
+def escaped_option(fn: Any) -> Any:
+    return click.option("--escaped", is_flag=True,
+                        help="the IDs are in the escaped form tables show (\\\\ for a backslash, \\n, \\xNN for a "
+                             "byte, \\uNNNN): for an id with control characters or bytes that are not UTF-8")(fn)
+
+
+def named_ids(job_ids: tuple[str, ...], escaped: bool) -> list[str]:
+    """The ids a command was given, read from their escaped form with ``--escaped``, each checked."""
+    ids = []
+    for given in job_ids:
+        try:
+            job_id = from_id_form(given) if escaped else given
+        except ValueError as exc:
+            raise click.BadParameter(f"{given!r}: {exc}", param_hint="--escaped ID") from None
+        ids.append(check_job_id(job_id))
+    return ids
 
 
 def require_queue(queue: AnyQueue, creatable: bool = False) -> None:
@@ -216,10 +253,10 @@ def brand(url: str, wire: str) -> None:
         branded = brand_node(client, int(wire)).decode()
         if isinstance(client, ValkeyCluster):
             holder = client.get_node_from_key(VERSION_KEY)
-            out.print(f"the cluster of {url} ({len(client.get_primaries())} primaries) branded {branded} "
+            out.print(f"the cluster of {redact_url(url)} ({len(client.get_primaries())} primaries) branded {branded} "
                       f"({VERSION_KEY} on {holder.name})")
         else:
-            out.print(f"{url} branded {branded}")
+            out.print(cell(f"{redact_url(url)} branded {branded}"))
 
 
 @main.command("module-path")
@@ -242,12 +279,19 @@ def parity(args: tuple[str, ...]) -> None:
 
 
 def load_app(spec: str) -> App:
-    """``module:attr`` -> the App (``attr`` may also be a function returning one)."""
+    """``module:attr`` -> the App (``attr`` may also be a function of that module returning one).
+    Nothing else is called: a builtin, a class, a function of another module or of the standard
+    library (``os:fork``) is refused before it runs."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise click.BadParameter(f"{spec!r}: expected module:app, e.g. myproject.jobs:app", param_hint="APP")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # like `python -m`: modules next to where you run it
+    top = module_name.partition(".")[0]
+    if top in sys.stdlib_module_names:
+        here = [name for name in shadowing(os.listdir(".")) if name.removesuffix(".py") == top]
+        raise click.BadParameter(f"{module_name!r} is the standard library's, not an app"
+                                 + (f" (./{top}.py is not imported under a name the standard library "
+                                    "has: rename it)" if here else ""), param_hint="APP")
+    modules_here()
     try:
         found: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -266,12 +310,13 @@ def load_app(spec: str) -> App:
             raise click.BadParameter(f"{module_name!r} has no {attr!r}", param_hint="APP")
     if isinstance(found, App):
         return found
-    if not _factory(found):
-        raise click.BadParameter(f"{spec} is {_what(found)}, not an echomq.App or a function that takes no "
-                                 f"arguments and returns one{_apps_in(module_name)}", param_hint="APP")
+    if not _factory(found, module_name):
+        raise click.BadParameter(f"{spec} is {_what(found, module_name)}, not an echomq.App or a function of "
+                                 f"{module_name!r} that takes no arguments and returns one{_apps_in(module_name)}",
+                                 param_hint="APP")
     made = found()
     if not isinstance(made, App):
-        raise click.BadParameter(f"{spec}() returned {_what(made)}, not an echomq.App", param_hint="APP")
+        raise click.BadParameter(f"{spec}() returned {_what(made, module_name)}, not an echomq.App", param_hint="APP")
     return made
 
 
@@ -284,25 +329,58 @@ def _own_frame(exc: BaseException) -> traceback.FrameSummary:
     return (own or frames)[-1]
 
 
-def _factory(found: Any) -> bool:
-    """A callable that can be called with no arguments (a class is not taken: App itself would pass)."""
-    if not callable(found) or isinstance(found, type) or hasattr(found, "task"):
+def modules_here() -> None:
+    """Modules in the current directory importable, as with ``python -m``, but after the standard
+    library: a ``./queue.py`` must not stand in for the ``queue`` that threading's users import.
+    Each such file is named (it is not imported under that name)."""
+    here = os.getcwd()
+    sys.path[:] = [entry for entry in sys.path if entry not in ("", here)]  # `python -m` puts it first
+    stdlib = {os.path.realpath(sysconfig.get_path(name)) for name in ("stdlib", "platstdlib")}
+    last = max((at for at, entry in enumerate(sys.path)
+                if any(os.path.realpath(entry or ".").startswith(root) for root in stdlib)), default=-1)
+    sys.path.insert(last + 1, here)
+    for name in shadowing(os.listdir(here)):
+        err.print(f"warning: ./{name} is not imported as `{name.removesuffix('.py')}`: the standard library's "
+                  "comes first (rename it if your app means it)", style="yellow")
+
+
+def shadowing(entries: list[str]) -> list[str]:
+    """The files and packages of a directory listing named as a standard library module (pure)."""
+    return sorted(entry for entry in entries
+                  if (entry.removesuffix(".py") if entry.endswith(".py") else entry) in sys.stdlib_module_names
+                  and (entry.endswith(".py") or "." not in entry))
+
+
+def _factory(found: Any, module_name: str) -> bool:
+    """A Python function of ``module_name`` (its own, not one it imported: ``from os import fork``
+    is not an app factory) that can be called with no arguments and does not say it returns
+    something other than an App. A class is not taken (App itself would pass), nor a builtin."""
+    if not isfunction(found) or hasattr(found, "task") or found.__module__ != module_name:
         return False
+    try:
+        found_signature = signature(found)
+        found_signature.bind()
+    except TypeError:
+        return False
+    returns = found_signature.return_annotation
+    named = returns if isinstance(returns, str) else getattr(returns, "__name__", "")
+    return returns is found_signature.empty or returns is App or named.rpartition(".")[2].strip("'\"") == "App"
+
+
+def _what(found: Any, module_name: str) -> str:
+    if hasattr(found, "task"):
+        return f"the task handler {getattr(found, '__qualname__', found)!r} (registered with @app.task)"
+    if not callable(found) or isinstance(found, type):
+        return f"a {type(found).__name__}"
+    if not isfunction(found):
+        return f"a {type(found).__name__} (only a function of the app's module is called)"
+    if found.__module__ != module_name:
+        return f"a function of {found.__module__!r}"
     try:
         signature(found).bind()
     except TypeError:
-        return False
-    except ValueError:  # no signature to read (a builtin): not an app factory
-        return False
-    return True
-
-
-def _what(found: Any) -> str:
-    if hasattr(found, "task"):
-        return f"the task handler {getattr(found, '__qualname__', found)!r} (registered with @app.task)"
-    if callable(found) and not isinstance(found, type):
-        return f"a {type(found).__name__} that takes arguments"
-    return f"a {type(found).__name__}"
+        return "a function that takes arguments"
+    return f"a function that returns {signature(found).return_annotation!r}"
 
 
 def _apps_in(module_name: str) -> str:
@@ -340,7 +418,9 @@ def _apps_in(module_name: str) -> str:
               show_default=True)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="serve this worker's Prometheus /metrics on this port (needs echomq[dashboard])")
-@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="the address --metrics-port binds")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="the address --metrics-port binds; beyond loopback anyone who reaches it reads the counters "
+                   "(no token: they name no job or queue), and the log says so")
 @click.option("--burst", is_flag=True,
               help="exit once the queues are empty (nothing pending or scheduled, nothing held); for scripts and CI")
 @click.option("--max-jobs", type=click.IntRange(1), default=None,
@@ -402,7 +482,8 @@ def worker_commands(params: dict[str, Any], cluster: bool | str) -> list[list[st
         else:
             args += [flag, str(value)]
     port = params.get("metrics_port")
-    return [[sys.executable, "-m", "echomq.cli", "worker", *args,
+    # -P: the current directory is not put first on sys.path (load_app puts it after the standard library)
+    return [[sys.executable, "-P", "-m", "echomq.cli", "worker", *args,
              *([] if port is None else ["--metrics-port", str(port and port + index)])]
             for index in range(params["processes"])]
 
@@ -412,6 +493,7 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
     try:
         from prometheus_client import CollectorRegistry, start_http_server
 
+        from .dashboard.auth import is_loopback
         from .metrics import WorkerCollector
     except ImportError as exc:
         raise click.ClickException(f"--metrics-port needs prometheus_client: pip install 'echomq[dashboard]' ({exc})")
@@ -421,8 +503,12 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
         server, _ = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         raise click.ClickException(f"cannot serve metrics on {host}:{port}: {exc}") from exc
-    logging.getLogger("echomq.worker").info("worker %d: metrics on http://%s:%d/metrics", os.getpid(), host,
-                                            server.server_port)
+    log = logging.getLogger("echomq.worker")
+    log.info("worker %d: metrics on http://%s:%d/metrics", os.getpid(), host, server.server_port)
+    if not is_loopback(host):  # allowed (a scraper on another host), said: it takes no token
+        log.warning("worker %d: the metrics on %s:%d are reachable beyond this host and take no token: anyone who "
+                    "reaches the port reads this worker's counters (no job, id or queue name is in them)",
+                    os.getpid(), host, server.server_port)
 
 
 # -- jobs ---------------------------------------------------------------------------
@@ -453,7 +539,8 @@ def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job
     """Add jobs to a queue: each PAYLOAD is standard JSON text (default {}), - for stdin."""
     if list(payloads).count("-") > 1:
         raise click.UsageError("stdin holds one payload: give - at most once")
-    texts = [_stdin_bytes() if text == "-" else text.encode() for text in payloads]
+    # os.fsencode: the argument's bytes as given (Python reads bytes that are not UTF-8 as surrogate escapes)
+    texts = [_stdin_bytes() if text == "-" else os.fsencode(text) for text in payloads]
     texts += [f.read() for f in files]
     texts = texts or [b"{}"]
     serializer = RAW if raw else JSON
@@ -477,20 +564,43 @@ def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job
             queue = queue.partition(key=key)
         if group is not None and isinstance(queue, PartitionedQueue):
             raise ConfigurationError(f"queue {queue_name!r} is partitioned: lanes are one queue's (no --group)")
-        values = values * count
-        if delay_ms is not None:
-            added = [queue.schedule(v, delay_ms, id=job_id, priority=priority) for v in values]
-        elif job_id is not None:
-            added = [queue.enqueue(values[0], id=job_id, priority=priority, group=group)]
-        else:
-            added = queue.enqueue_many(values, priority=priority, group=group)
-    if as_json:  # every id, not the first 20
-        print_json([{"id": item.id, "created": item.created} for item in added])
-        return
-    for item in added[:20]:
-        click.echo(f"{item.id}\t{'enqueued' if item.created else 'exists (not enqueued again)'}")
-    if len(added) > 20:
-        click.echo(f"... {len(added)} jobs in all")
+        every = chain.from_iterable(repeat(values, count))  # values * count, made a batch at a time
+        shown = 0
+        with json_array() if as_json else nullcontext(None) as write:
+            while batch := list(islice(every, ENQUEUE_BATCH)):
+                if delay_ms is not None:
+                    added = [queue.schedule(v, delay_ms, id=job_id, priority=priority) for v in batch]
+                elif job_id is not None:
+                    added = [queue.enqueue(batch[0], id=job_id, priority=priority, group=group)]
+                else:
+                    added = queue.enqueue_many(batch, priority=priority, group=group)
+                for item in added:
+                    if write is not None:  # every id, not the first 20
+                        write({"id": item.id, "created": item.created})
+                    elif shown < 20:
+                        click.echo(f"{id_form(item.id)}\t{'enqueued' if item.created else 'exists (not enqueued again)'}")
+                    shown += 1
+    if not as_json and shown > 20:
+        click.echo(f"... {shown} jobs in all")
+
+
+#: jobs ``emq enqueue --count`` makes and sends at once: its memory is a batch's, whatever the count
+ENQUEUE_BATCH = 1000
+
+
+@contextmanager
+def json_array() -> Iterator[Callable[[Any], None]]:
+    """Print a JSON array an item at a time, as :func:`print_json` prints the whole list."""
+    written = 0
+
+    def write(item: Any) -> None:
+        nonlocal written
+        text = json.dumps(item, indent=2, sort_keys=True).replace("\n", "\n  ")
+        click.echo(("[\n  " if not written else ",\n  ") + text, nl=False)
+        written += 1
+
+    yield write
+    click.echo("\n]" if written else "[]")
 
 
 def _stdin_bytes() -> bytes:
@@ -510,16 +620,17 @@ def _parse_json(data: bytes) -> Any:
 
 
 @main.command()
-@click.argument("job_id", metavar="ID")
+@click.argument("given_id", metavar="ID")
 @node_options
 @queue_option(required=False)
+@escaped_option
 @json_option
-def inspect(job_id: str, url: str, wire: str, queue_name: str | None, as_json: bool) -> None:
+def inspect(given_id: str, url: str, wire: str, queue_name: str | None, escaped: bool, as_json: bool) -> None:
     """Show one job: its row, its set and what its score means; or, completed within its
     retention, its record and result. Without -q the job is looked for in every queue (SCAN).
     Exit 1 when there is no such job."""
     with reported():
-        check_job_id(job_id)
+        (job_id,) = named_ids((given_id,), escaped)
         if queue_name is not None:
             check_queue_name(queue_name)
     with opened(url, wire) as connection, reported():
@@ -530,25 +641,25 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str | None, as_json: b
         if view is None:
             require_queue(queue)
     if view is None:
-        raise click.ClickException(f"no job {job_id!r} in queue {queue_name!r} (never enqueued, or completed past "
-                                   "its retention)")
+        raise click.ClickException(f"no job {id_form(job_id)!r} in queue {queue_name!r} (never enqueued, or "
+                                   "completed past its retention)")
     if as_json:
         print_json(view.as_dict())
         return
-    table = Table(title=f"{queue_name} / {job_id}", show_header=False)
-    table.add_row("state", view.state or "(none)")
+    table = Table(title=cell(f"{queue_name} / {id_form(job_id)}"), show_header=False)
+    table.add_row("state", cell(view.state or "(none)"))
     if view.where:
-        table.add_row("set", view.where)
+        table.add_row("set", cell(view.where))
     for field in ("attempts", "failures", "stalled", "priority", "group", "parent", "children", "on_child_failure",
                   "last_error", "progress", "lease_epoch"):
         if field in view.fields:
-            table.add_row(field, view.fields[field])
+            table.add_row(field, cell(view.fields[field]))
     for field, since, utc in view.times():
         table.add_row(field, f"{since} ({utc}, server clock)")
     if view.completed:
         if view.kept_ms is not None and view.kept_ms >= 0:
             table.add_row("kept", f"for {view.kept_ms} ms more (its retention, server clock)")
-        table.add_row("result", view.payload_text())
+        table.add_row("result", Text(lines(view.payload_text())))
         out.print(table)
         return
     if not view.in_its_set:
@@ -558,10 +669,10 @@ def inspect(job_id: str, url: str, wire: str, queue_name: str | None, as_json: b
     elif view.state == "scheduled":
         table.add_row("due", f"in {view.due_in_ms} ms (server clock)")
     if view.trace:
-        table.add_row("trace", " ".join(f"{k}={v}" for k, v in sorted(view.trace.items())))
-    table.add_row("payload", view.payload_text())
+        table.add_row("trace", cell(" ".join(f"{k}={v}" for k, v in sorted(view.trace.items()))))
+    table.add_row("payload", Text(lines(view.payload_text())))
     if view.fields.get("traceback"):  # the last failure's, its tail kept (empty: it had none)
-        table.add_row("traceback", Text(view.fields["traceback"]))
+        table.add_row("traceback", Text(lines(view.fields["traceback"])))
     out.print(table)
 
 
@@ -575,10 +686,11 @@ def _find_queue(connection: Connection, job_id: str) -> str:
             if rest == f"{kind}:{job_id}":
                 found.add(name)
     if not found:
-        raise click.ClickException(f"no job {job_id!r} in any queue on this node (never enqueued, or completed "
-                                   "past its retention)")
+        raise click.ClickException(f"no job {id_form(job_id)!r} in any queue on this node (never enqueued, or "
+                                   "completed past its retention)")
     if len(found) > 1:
-        raise click.ClickException(f"job {job_id!r} is in several queues ({', '.join(sorted(found))}): pass -q")
+        raise click.ClickException(f"job {id_form(job_id)!r} is in several queues ({', '.join(sorted(found))}): "
+                                   "pass -q")
     return found.pop()
 
 
@@ -601,11 +713,19 @@ def dead(url: str, wire: str, queue_name: str, limit: int, as_json: bool) -> Non
     for column in ("attempts", "failures", "stalled", "last error"):
         table.add_column(column)
     for row in rows:  # a counter the row does not hold yet is 0 (docs/spec.md §1)
-        table.add_row(row["id"], *(str(row.get(f, 0)) for f in ("attempts", "failures", "stalled")),
-                      row.get("last_error", ""))
+        table.add_row(cell(id_form(row["id"])), *(cell(row.get(f, 0)) for f in ("attempts", "failures", "stalled")),
+                      cell(row.get("last_error", "")))
     out.print(table)
     if total > len(rows):
         out.print(f"(showing {len(rows)} of {total}; --limit to see more)")
+    say_escaped([row["id"] for row in rows])
+
+
+def say_escaped(ids: list[str]) -> None:
+    """Below a list of ids: how to name one that is shown escaped."""
+    if any(id_form(job_id) != job_id for job_id in ids):
+        err.print(Text("some ids are shown escaped (a backslash, control characters or bytes that are not UTF-8): "
+                       "name them as shown with --escaped, e.g. emq remove --escaped -q QUEUE 'ID'"))
 
 
 @main.command()
@@ -613,24 +733,24 @@ def dead(url: str, wire: str, queue_name: str, limit: int, as_json: bool) -> Non
 @node_options
 @queue_option()
 @click.option("--all", "every", is_flag=True, help="every dead job of the queue")
+@escaped_option
 @json_option
-def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, every: bool, as_json: bool) -> None:
+def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, every: bool, escaped: bool,
+              as_json: bool) -> None:
     """Send dead jobs back to pending with a full retry and stall budget again (attempts go on;
     exit 1 when a named id was not in dead)."""
     if bool(job_ids) == every:
         raise click.UsageError("name dead job ids, or pass --all" + (", not both" if every else ""))
     with reported():
-        for job_id in job_ids:
-            check_job_id(job_id)
+        ids = named_ids(job_ids, escaped)
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        ids = list(job_ids)
         if every:
             ids = [job_id for job_id, _ in queue.ids(State.DEAD, count=queue.counts().dead or 1)]
         moved = [job_id for job_id in ids if queue.reprocess(job_id)]
     missed = [job_id for job_id in ids if job_id not in set(moved)]
     for job_id in missed:
-        err.print(f"{job_id}: not in dead, left as it is")
+        err.print(cell(f"{id_form(job_id)}: not in dead, left as it is"))
     if as_json:
         print_json({"queue": queue_name, "reprocessed": moved, "not_in_dead": missed})
     else:
@@ -648,16 +768,16 @@ def create_option(fn: Any) -> Any:
 @click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
 @node_options
 @queue_option()
+@escaped_option
 @json_option
-def remove(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, as_json: bool) -> None:
+def remove(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, escaped: bool, as_json: bool) -> None:
     """Delete pending, scheduled or dead jobs (an active job is refused: cancel it; exit 1 when a
     named id had no job)."""
     with reported():
-        for job_id in job_ids:
-            check_job_id(job_id)
+        ids = named_ids(job_ids, escaped)
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        answers, refused = each_job(job_ids, queue.remove)
+        answers, refused = each_job(ids, queue.remove)
     removed = {job_id: was for job_id, was in answers.items() if was is not None}
     settled_report(queue_name, "removed", removed, answers, refused, as_json)
 
@@ -666,21 +786,21 @@ def remove(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, as_js
 @click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
 @node_options
 @queue_option()
+@escaped_option
 @json_option
-def cancel(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, as_json: bool) -> None:
+def cancel(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, escaped: bool, as_json: bool) -> None:
     """Cancel running jobs: dead with last_error 'cancelled'; the worker drops their outcome
     (exit 1 when a named id had no job)."""
     with reported():
-        for job_id in job_ids:
-            check_job_id(job_id)
+        ids = named_ids(job_ids, escaped)
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        answers, refused = each_job(job_ids, queue.cancel)
+        answers, refused = each_job(ids, queue.cancel)
     settled_report(queue_name, "cancelled", [job_id for job_id, done in answers.items() if done], answers, refused,
                    as_json)
 
 
-def each_job(job_ids: tuple[str, ...], act: Callable[[str], Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def each_job(job_ids: list[str], act: Callable[[str], Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """``act`` on every named job, one at a time: (its answer by id, the server's refusal by id).
     A refusal (an active job for remove, a job not active for cancel) stops only its own id."""
     answers: dict[str, Any] = {}
@@ -699,9 +819,9 @@ def settled_report(queue_name: str, verb: str, done: Any, answers: dict[str, Any
     (either exits 1)."""
     missed = [job_id for job_id, answer in answers.items() if not answer]
     for job_id in missed:
-        err.print(f"{job_id}: no such job")
+        err.print(cell(f"{id_form(job_id)}: no such job"))
     for job_id, reason in refused.items():
-        err.print(f"{job_id}: {reason}")
+        err.print(cell(f"{id_form(job_id)}: {reason}"))
     if as_json:
         print_json({"queue": queue_name, verb: done, "no_such_job": missed, "refused": refused})
     else:
@@ -849,7 +969,7 @@ def sweep(url: str, wire: str, queue_name: str, max_stalled: int, limit: int, as
                f"dead {len(found.dead)}")
     for label, ids in (("recovered", found.recovered), ("exempt", found.exempt), ("dead", found.dead)):
         for job_id in ids:
-            click.echo(f"  {label}\t{job_id}")
+            click.echo(f"  {label}\t{id_form(job_id)}")
 
 
 def lane_reap(queue: AnyQueue, max_stalled: int, limit: int) -> list[Sweep]:
@@ -928,7 +1048,7 @@ def group_list(url: str, wire: str, queue_name: str, as_json: bool) -> None:
     for column in ("group", "waiting", "running", "k", "paused"):
         table.add_column(column, justify="left" if column == "group" else "right")
     for g, c in groups.items():
-        table.add_row(g, str(c.waiting), str(c.running), str(c.limit), "yes" if c.paused else "")
+        table.add_row(cell(g), str(c.waiting), str(c.running), str(c.limit), "yes" if c.paused else "")
     out.print(table)
 
 
@@ -1007,9 +1127,9 @@ def _event_line(event: Any, as_json: bool) -> str:
     if as_json:
         return json.dumps(fields, separators=(",", ":"))
     when = time.strftime("%H:%M:%S", time.gmtime(event.time_ms / 1000)) + f".{event.time_ms % 1000:03d}"
-    extra = "".join(f" {k}={json.dumps(v) if k == 'progress' else v}" for k, v in fields.items()
+    extra = "".join(f" {k}={json.dumps(v) if k == 'progress' else one_line(str(v))}" for k, v in fields.items()
                     if k in ("error", "state", "progress"))
-    return f"{when} {event.type:<9} {event.job_id} attempt={event.attempt}{extra}"
+    return f"{when} {one_line(event.type):<9} {id_form(event.job_id)} attempt={event.attempt}{extra}"
 
 
 # -- stats ---------------------------------------------------------------------------
@@ -1111,7 +1231,11 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch
         for name in queue_names:
             check_queue_name(name)
     with opened(url, wire) as connection, reported():
-        names = list(queue_names) or discover_queues(connection)
+        scan = QueueScan(list(queue_names)) if queue_names else scan_queues(connection)
+        names = scan.names
+        if scan.unreadable:  # on stderr: stdout stays the table (or the JSON) a script reads
+            err.print(cell(f"{scan.unreadable} key(s) skipped: their queue name is not one EchoMQ takes (a raw "
+                           f"command wrote them), e.g. {', '.join(scan.examples)}"))
         queues = open_queues(connection, names)
         if queue_names:  # asked for by name: a typo must not look like an empty queue (discovered ones exist)
             for queue in queues:
@@ -1184,7 +1308,8 @@ def workers(url: str, wire: str, as_json: bool) -> None:
         table.add_column(column, no_wrap=column == "id",
                          justify="left" if column in ("id", "queues") else "right")
     for r in records:
-        table.add_row(r.id, ",".join(r.queues), str(r.wire), str(r.concurrency), str(r.held), str(r.completed),
+        table.add_row(cell(id_form(r.id)), cell(",".join(r.queues)), str(r.wire), str(r.concurrency), str(r.held),
+                      str(r.completed),
                       str(r.failed), ago(now - r.started), ago(now - r.last_beat) + " ago")
     out.print(table)
 
@@ -1231,12 +1356,15 @@ def cron_list(app_spec: str, url: str, wire: str, as_json: bool) -> None:
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
 @click.option("--read-only", is_flag=True, help="no actions: the buttons are hidden and their routes refuse")
 @click.option("--token", envvar="EMQ_DASHBOARD_TOKEN", default=None,
-              help="required on every request: Basic auth password (any user) or Bearer (or EMQ_DASHBOARD_TOKEN)")
+              help="required on every request: Basic auth password (any user) or Bearer; 16 characters or more. "
+                   "Set EMQ_DASHBOARD_TOKEN instead: an option is visible to every user of the host (ps)")
 @click.option("-q", "--queue", "queue_names", multiple=True,
-              help="show only these queues (default: every queue on the node, found by SCAN every 10 s)")
+              help="serve only these queues: every other queue's pages and actions answer 404, and /metrics and "
+                   "the workers list show only these (default: every queue on the node, found by SCAN every 10 s)")
 @click.option("--sample-interval", type=click.FloatRange(0.1), default=2.0, show_default=True,
               help="seconds between the samples the rate chart is drawn from")
-def dashboard(url: str, wire: str, host: str, port: int, read_only: bool, token: str | None,
+@click.pass_context
+def dashboard(ctx: click.Context, url: str, wire: str, host: str, port: int, read_only: bool, token: str | None,
               queue_names: tuple[str, ...], sample_interval: float) -> None:
     """Serve the web dashboard and Prometheus /metrics for the node (Ctrl-C stops it)."""
     try:
@@ -1247,6 +1375,9 @@ def dashboard(url: str, wire: str, host: str, port: int, read_only: bool, token:
         for name in queue_names:
             check_queue_name(name)
         check_binding(host, token)  # before connecting: a refusal must not depend on the node
+    if ctx.get_parameter_source("token") is click.core.ParameterSource.COMMANDLINE:
+        err.print("warning: --token is visible to every user of this host (ps, /proc); set EMQ_DASHBOARD_TOKEN "
+                  "instead", style="yellow")
     settings = Settings(read_only=read_only, token=token, queues=list(queue_names), sample_interval_s=sample_interval)
     with opened(url, wire) as connection, reported():
         listening = listen(host, port)
