@@ -34,6 +34,7 @@ from croniter import croniter
 
 from .errors import ConfigurationError
 from .keys import check_job_id, check_queue_name
+from .shown import quoted
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -136,7 +137,7 @@ class CronTimer:
                                                      unique_for=cron.window_ms(tick) / 1000)
             self._proposed[cron.id] = tick
             if answer.created:
-                log.info("cron %s: tick %d enqueued on %s as %s", cron.id, tick, cron.queue, answer.id)
+                log.info("cron %s: tick %d enqueued on %s as %s", cron.id, tick, cron.queue, quoted(answer.id))
                 made.append(answer.id)
         soonest = min(cron.next_after(now) for cron in self.schedules)
         self._next_local = local_ms + (soonest - now)

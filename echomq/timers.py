@@ -33,6 +33,7 @@ from .errors import ConfigurationError
 from .policy import next_timer_ms, promote_at_ms
 from .queue import LIMIT_MAX, Queue, Sweep
 from .reaper import merged
+from .shown import quoted
 
 #: The reaper's lane part, left out on a queue known never to have had a lane job.
 LANES_RECOVERY = frozenset({"lane_reap"})
@@ -216,5 +217,5 @@ class Timers:
 
 
 def _some(ids: Sequence[str], shown: int = 5) -> str:
-    head = ", ".join(ids[:shown])
+    head = ", ".join(map(quoted, ids[:shown]))  # quoted: an id cannot end the log line (echomq.shown)
     return head + (f" and {len(ids) - shown} more" if len(ids) > shown else "")

@@ -47,6 +47,7 @@ import random
 import signal
 import threading
 import time
+import weakref
 from bisect import bisect_right
 from collections import defaultdict, deque
 from contextlib import contextmanager
@@ -55,6 +56,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import repeat
 from queue import SimpleQueue
+from traceback import format_exception
 from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from valkey.crc import key_slot
@@ -72,6 +74,7 @@ from .core import Children
 from .queue import LIMIT_MAX, Job, Queue, Sweep
 from .results import MAX_RESULT_BYTES, NotKept, keepable_result, result_value
 from .serializers import JSON, RAW, Serializer
+from .shown import one_line, quoted
 from .tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task, check_timeout
 from .timers import TimerConfig, Timers
 from .cron import CronTimer
@@ -240,15 +243,16 @@ def waited_in_pending_s(jobs: Sequence[Job], now_s: float) -> list[float | None]
 
 
 def _log(event: str, data: dict[str, Any]) -> None:
-    """The worker's per-job log lines, as a subscriber."""
-    where = f"job {data['queue']}/{data['id']} attempt {data['attempt']}"
+    """The worker's per-job log lines, as a subscriber: the id quoted and the error on one line
+    (echomq.shown), so nothing a job carries can end a line or forge the next."""
+    where = f"job {data['queue']}/{quoted(data['id'])} attempt {data['attempt']}"
     if event == "job.lost":
-        log.warning("%s: %s", where, data["reason"])
+        log.warning("%s: %s", where, one_line(str(data["reason"])))
     elif event == "job.dead":
-        log.error("%s failed (%s) and is dead: its budget of %d attempts is spent", where, data["error"],
+        log.error("%s failed (%s) and is dead: its budget of %d attempts is spent", where, one_line(data["error"]),
                   data["max_attempts"])
     elif event == "job.retried":
-        log.info("%s failed (%s); retry in %d ms", where, data["error"], data["backoff_ms"])
+        log.info("%s failed (%s); retry in %d ms", where, one_line(data["error"]), data["backoff_ms"])
 
 
 for _event in ("job.lost", "job.dead", "job.retried"):
@@ -439,13 +443,56 @@ def names_served(tasks: dict[str, Task]) -> set[str]:
     return {task.queue for task in tasks.values()}
 
 
+#: Worker.run()s going on in this process: a process forked meanwhile is a handler's (or a library's) fork
+_running = 0
+#: this process is such a fork: it must never go back into the worker's code (its sockets are the parent's)
+_forked_from_worker = False
+#: the SIGTERM/SIGINT handlers workers installed (a fork puts back the defaults of these only)
+_signal_handlers: "weakref.WeakSet[Callable[..., Any]]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a process forked while a worker ran: the worker's SIGTERM/SIGINT handlers only set the
+    stop flag of a loop this process does not run, so they go back to the defaults (SIGTERM ends
+    it); and :func:`outcome_of` ends it where its handler returns, before it could settle through
+    the parent's connection or take more jobs. No orphan copy of the worker is left behind."""
+    global _forked_from_worker
+    if not _running:
+        return
+    _forked_from_worker = True
+    for signum, default in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
+        if signal.getsignal(signum) in _signal_handlers:
+            signal.signal(signum, default)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def indented_traceback(error: BaseException) -> str:
+    """A handler's traceback for the log: every line indented and escaped (echomq.shown), so its
+    message, which a job's data may fill, cannot pass for a log line of its own."""
+    shown = "".join(format_exception(error)).rstrip("\n").split("\n")
+    return "\n".join("    " + one_line(line) for line in shown)
+
+
+def _leave_fork(status: int) -> None:
+    os.write(2, f"echomq worker: process {os.getpid()}, forked by a handler, came back to the worker: it exits "
+                f"here ({status}); a forked child must exit or exec itself\n".encode())
+    os._exit(status)
+
+
 def outcome_of(call: Callable[..., Any], *args: Any) -> policy.Outcome:
     """``call(*args)`` -- a sync handler, or a finished async one's ``future.result`` -- as an
-    outcome (a returned Retry/Delay counts as raised; a cancelled future's error is raised)."""
+    outcome (a returned Retry/Delay counts as raised; a cancelled future's error is raised). In a
+    process a handler forked, the handler's return ends that process (:func:`_after_fork_in_child`)."""
     try:
         value = call(*args)
     except BaseException as exc:  # the handler's outcome, whatever it is
+        if _forked_from_worker:
+            _leave_fork(1)
         return raised(exc)
+    if _forked_from_worker:
+        _leave_fork(0)
     if value is None:
         return policy.RETURNED_NOTHING
     return raised(value) if isinstance(value, (Retry, Delay)) else policy.Returned(value)
@@ -586,6 +633,7 @@ class Worker:
         SIGTERM/SIGINT handlers are installed when this runs on the main thread (or when
         ``install_signals`` says so); from another thread, stop it with :meth:`stop`.
         """
+        global _running, _forked_from_worker
         if install_signals is None:
             install_signals = threading.current_thread() is threading.main_thread()
         if install_signals:
@@ -593,6 +641,7 @@ class Worker:
         log.info("worker %d: queues %s on wire %d, concurrency %d, lease %d ms",
                  os.getpid(), ", ".join(self.queues), self.connection.wire, self.config.concurrency,
                  self.config.lease.lease_ms)
+        _running, _forked_from_worker = _running + 1, False  # a fork that runs a worker of its own is one
         try:
             self._set_rate_limits()
             self._start_waiters()
@@ -610,9 +659,12 @@ class Worker:
                         break
                 self._wait(next_ms)
         finally:
-            with self._taking_baton():
-                self._relaying = False  # outcomes from here on wake the control thread
-                self.shutdown()
+            try:
+                with self._taking_baton():
+                    self._relaying = False  # outcomes from here on wake the control thread
+                    self.shutdown()
+            finally:
+                _running -= 1
         return self.tally
 
     @contextmanager
@@ -707,6 +759,7 @@ class Worker:
                 os._exit(128 + signum)
             self.stop(name)
 
+        _signal_handlers.add(on_signal)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, on_signal)
 
@@ -941,8 +994,9 @@ class Worker:
             if returned and not lost:
                 decision: policy.Settle = policy.COMPLETE  # what decide_outcome answers it
             else:
-                if not lost and isinstance(outcome, policy.Raised):
-                    log.warning("job %s/%s attempt %d raised:", job.queue, job.id, job.attempt, exc_info=outcome.error)
+                if not lost and isinstance(outcome, policy.Raised) and log.isEnabledFor(logging.WARNING):
+                    log.warning("job %s/%s attempt %d raised:\n%s", job.queue, quoted(job.id), job.attempt,
+                                indented_traceback(outcome.error))
                 decision = policy.decide_outcome(outcome, lost and held.verdict is None, job.attempt,
                                                  task.max_attempts, task.backoff, self._rand)
             if type(decision) is policy.Drop:
@@ -982,8 +1036,9 @@ class Worker:
                     self.tally.completed += 1
                     if held.not_kept is not None:
                         log.warning("job %s/%s attempt %d completed, but its result was not kept: %s (a %s "
-                                    "returned); Queue.result raises ResultNotKept", held.job.queue, held.job.id,
-                                    held.job.attempt, held.not_kept.reason, held.not_kept.type)
+                                    "returned); Queue.result raises ResultNotKept", held.job.queue,
+                                    quoted(held.job.id), held.job.attempt, one_line(held.not_kept.reason),
+                                    held.not_kept.type)
                     if completed_heard:
                         self._tell("job.completed", held.job, duration_s=duration_s)
                 else:
@@ -1204,11 +1259,11 @@ class Worker:
             self.queues[report.queue].requeue(report.job)
             self._emit("job.requeued", report.job)
             log.info("worker %d: stopping: requeued %s/%s, which a blocked claim took", os.getpid(),
-                     report.queue, report.job.id)
+                     report.queue, quoted(report.job.id))
         except (EchoMQError, *LINK_ERRORS) as exc:
             self._emit("job.abandoned", report.job, reason=f"could not requeue ({exc})")
             log.warning("worker %d: stopping: could not requeue %s/%s (%s); left to lease expiry", os.getpid(),
-                        report.queue, report.job.id, exc)
+                        report.queue, quoted(report.job.id), exc)
 
     def _arm_waiters(self) -> None:
         """Have every waiter block on its idle queues, or end a block that no longer fits."""
@@ -1315,7 +1370,7 @@ class Worker:
             elif self._pool is not None:
                 self._pool.replace_one()
             log.error("job %s/%s attempt %d: the handler ran past its timeout of %g s: failed with JobTimeout%s",
-                      held.job.queue, held.job.id, held.job.attempt, timeout_s,
+                      held.job.queue, quoted(held.job.id), held.job.attempt, timeout_s,
                       "" if held.task.is_async else "; its thread is abandoned and runs on until it returns")
 
     def _timeout_s(self, task: Task) -> float | None:
@@ -1334,8 +1389,9 @@ class Worker:
             held.future.cancel()
         if gone is not None:
             held.cancelled = gone.cancelled
-            log.warning("job %s/%s attempt %d: %s: its handler is told (ctx.lost%s)", held.job.queue, held.job.id,
-                        held.job.attempt, gone.reason, ", and cancelled" if held.task.is_async else "")
+            log.warning("job %s/%s attempt %d: %s: its handler is told (ctx.lost%s)", held.job.queue,
+                        quoted(held.job.id), held.job.attempt, one_line(str(gone.reason)),
+                        ", and cancelled" if held.task.is_async else "")
             # counted as job.lost when its handler finishes and the outcome is dropped
 
     # -- running handlers ------------------------------------------------------------
@@ -1412,7 +1468,7 @@ class Worker:
                 held.verdict = policy.Undecodable(PayloadError(
                     f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
                     f"{type(exc).__name__}: {exc}"))
-                log.error("job %s/%s: %s", job.queue, job.id, held.verdict.error)
+                log.error("job %s/%s: %s", job.queue, quoted(job.id), one_line(str(held.verdict.error)))
                 held.ended_s = held.started_s
                 with self._outcomes:
                     self._finished.append(held)
@@ -1509,7 +1565,7 @@ class Worker:
             if not (isinstance(outcome, policy.Raised) and isinstance(outcome.error, CANCELLED)):
                 # (an async handler the timeout cancelled did not finish: it stopped, as told)
                 log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
-                         held.job.queue, held.job.id, held.job.attempt)
+                         held.job.queue, quoted(held.job.id), held.job.attempt)
             return None
         if running <= 0 and relay and self._relaying:
             return self._relay
@@ -1572,4 +1628,4 @@ class Worker:
                     self._emit("job.abandoned", held.job, reason=f"REQUEUE answered {reply}")
             ok = [h.job.id for h, reply in zip(batch, replies) if reply is True]
             log.warning("worker %d: requeued %d job(s) still held at the end of the grace period: %s",
-                        os.getpid(), len(ok), ", ".join(ok))
+                        os.getpid(), len(ok), ", ".join(map(quoted, ok)))
