@@ -145,7 +145,9 @@ class Connection(WireCodec):
         else:
             pool = sync.connection_pool
             options = {k: v for k, v in pool.connection_kwargs.items() if k in _PORTABLE}
-            kind = _ASYNC_CONNECTION[pool.connection_class.__name__]
+            # by the valkey-py class it is or extends (echomq.connection mixes its packing into it)
+            kind = next(_ASYNC_CONNECTION[base.__name__] for base in pool.connection_class.__mro__
+                        if base.__name__ in _ASYNC_CONNECTION)
             client = avalkey.Valkey.from_pool(_pool(avalkey.BlockingConnectionPool(
                 connection_class=kind, max_connections=max_connections, timeout=pool_timeout, **options)))
         shared = cls(client, connection.wire)

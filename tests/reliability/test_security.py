@@ -167,7 +167,7 @@ def test_rediss_url_serves_wire_4_over_tls(tls_server):
         assert job.payload == {"over": "tls"}
         q.complete(job)
         assert q.metrics()["completed"] == 1
-        assert conn.client.connection_pool.connection_class.__name__ == "SSLConnection"
+        assert issubclass(conn.client.connection_pool.connection_class, valkey.SSLConnection)
     with pytest.raises(errors.ConnectionFailed):  # a certificate from an unknown CA is refused
         connect(url, wire=4, socket_timeout=2)
 
