@@ -1,6 +1,7 @@
 """The dashboard in headless Chromium (Debian's `chromium`, driven by Playwright), on both wires:
 every page loads, a confirmed click reprocesses a dead job, removes a pending one, purges the
-dead and pauses a queue, and the page shows the new state. With EMQ_DASHBOARD_SCREENSHOTS=DIR the main pages are saved there
+dead and pauses a queue, and the page shows the new state, all under the dashboard's own CSP; another site's
+frame gets nothing of it. With EMQ_DASHBOARD_SCREENSHOTS=DIR the main pages are saved there
 (docs/img holds the ones docs/dashboard.md shows)."""
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def test_every_page_in_a_browser_then_reprocess_remove_purge_and_pause_by_clicki
         row = page.locator(f'tr[data-queue="{name}"]')
         assert row.locator('[data-state="pending"]').inner_text() == str(PENDING)
         assert row.locator('[data-state="dead"]').inner_text() == "2"
-        page.wait_for_function("document.querySelector('svg.chart polyline') !== null")  # the sampler's rates
+        # the sampler's rates (a selector, not wait_for_function: the page's CSP forbids the eval that takes)
+        page.wait_for_selector("svg.chart polyline", state="attached")
 
         page.click(f'a[href="/queues/{name}"]')
         assert page.locator("h3").first.inner_text().startswith(f"pending: {PENDING} job(s)")
@@ -193,3 +195,22 @@ def test_a_busy_node_shows_its_rates_and_its_worker(conn, page, caplog):
         finally:
             stop.set()
             feeder.join()
+
+
+FRAMING_PAGE = """<!doctype html><title>another site</title>
+<iframe id="victim" src="{url}/" width="800" height="600"></iframe>"""
+
+
+def test_another_site_cannot_frame_the_dashboard(conn, page, tmp_path):
+    """X-Frame-Options DENY and frame-ancestors 'none' (issue 43): the browser loads nothing of the
+    dashboard into another site's frame, so no click can be stolen through it."""
+    with serving(conn, Settings()) as url:
+        (tmp_path / "framing.html").write_text(FRAMING_PAGE.format(url=url))
+        refused = []
+        page.on("console", lambda message: refused.append(message.text))
+        page.goto((tmp_path / "framing.html").as_uri())
+        wait_until(lambda: any("frame-ancestors" in text or "X-Frame-Options" in text for text in refused),
+                   what="the browser to refuse the frame")
+        framed = next(frame for frame in page.frames if frame != page.main_frame)
+        assert "EchoMQ" not in framed.content()
+        assert page.goto(url + "/").ok  # served as ever at its own address
