@@ -1,6 +1,6 @@
 """The pure parts of issue 43's operator side: how job data is escaped for people (echomq.shown),
 a URL redacted, a payload refused, a token judged, a list row read, a directory's shadowing
-files named. No server: each decision is a function of its input (docs/guarantees.md, sections 13-18)."""
+files named. No server: each decision is a function of its input (docs/guarantees.md, sections 16-21)."""
 
 from __future__ import annotations
 
