@@ -153,13 +153,14 @@ def require_queue(queue: AnyQueue, creatable: bool = False) -> None:
 
 @contextmanager
 def reported() -> Iterator[None]:
-    """EchoMQ and link errors become one clear line and exit status 1, not a traceback."""
+    """EchoMQ and link errors become one clear line and exit status 1, not a traceback (escaped: a
+    refusal may quote an id or a name from the node)."""
     try:
         yield
     except EchoMQError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(lines(str(exc))) from exc
     except (valkey.ConnectionError, valkey.TimeoutError) as exc:
-        raise click.ClickException(f"the server link failed: {exc}") from exc
+        raise click.ClickException(lines(f"the server link failed: {exc}")) from exc
 
 
 @contextmanager
@@ -380,7 +381,8 @@ def _what(found: Any, module_name: str) -> str:
         signature(found).bind()
     except TypeError:
         return "a function that takes arguments"
-    return f"a function that returns {signature(found).return_annotation!r}"
+    returns = signature(found).return_annotation
+    return f"a function that returns {getattr(returns, '__name__', returns)!r}"
 
 
 def _apps_in(module_name: str) -> str:

@@ -148,3 +148,7 @@ def test_the_dashboard_lists_hostile_ids_escaped_and_removes_them_with_its_forms
             assert not admin.exists(queue.keys.job("").encode() + job_id), form
         assert queue.counts().dead == 1  # the ordinary one is left
         assert site.get(f"/queues/{queue.name}/job", params={"id": "x\\q"}).status_code == 400
+        secret = re.search(r'name="secret" value="([^"]+)"', page.text).group(1)
+        with unchanged(admin):
+            refused = site.post(f"/queues/{queue.name}/remove", data={"secret": secret, "id": "x\\q"})
+        assert refused.status_code == 400 and "is not an escape" in refused.text
