@@ -127,7 +127,7 @@ def test_a_list_row_is_read_from_its_listed_fields_and_its_error_clipped():
     view = listed_view("q", "id-1", values, 0.0, 1700000001000, "dead")
     assert view is not None and view.listed and view.payload is None
     assert view.fields["last_error"] == "E" * LISTED_CHARS + "…"
-    assert "payload" not in view.as_dict() and view.as_dict()["attempts"] == "3"
+    assert "payload" not in view.as_dict() and view.as_dict()["attempts"] == 3
     assert listed_view("q", "gone", [None] * len(LISTED_FIELDS), None, 0, "dead") is None
 
 
