@@ -71,7 +71,8 @@ DEFAULT_POOL_TIMEOUT_S = 5.0
 #: What a sync client's connection options carry over to an asyncio one (the same names on both).
 _PORTABLE = frozenset(
     "host port db username password path client_name socket_timeout socket_connect_timeout socket_keepalive "
-    "ssl_keyfile ssl_certfile ssl_cert_reqs ssl_ca_certs ssl_ca_data ssl_check_hostname protocol encoding_errors".split()
+    "ssl_keyfile ssl_certfile ssl_cert_reqs ssl_ca_certs ssl_ca_data ssl_check_hostname protocol "
+    "encoding_errors".split()
 )
 _ASYNC_CONNECTION = {
     "Connection": avalkey.Connection,

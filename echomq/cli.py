@@ -580,7 +580,8 @@ def enqueue(payloads: tuple[str, ...], url: str, wire: str, queue_name: str, job
                     if write is not None:  # every id, not the first 20
                         write({"id": item.id, "created": item.created})
                     elif shown < 20:
-                        click.echo(f"{id_form(item.id)}\t{'enqueued' if item.created else 'exists (not enqueued again)'}")
+                        said = "enqueued" if item.created else "exists (not enqueued again)"
+                        click.echo(f"{id_form(item.id)}\t{said}")
                     shown += 1
     if not as_json and shown > 20:
         click.echo(f"... {shown} jobs in all")

@@ -391,10 +391,11 @@ def job_page(queue: Queue | PartitionedQueue, state: State | str, *, offset: int
     return [v for v in views if v is not None]
 
 
-#: What a list of jobs reads of each row (the dashboard's job list, ``emq dead``): never the
-#: payload or the traceback, which may be large; ``emq inspect`` and a job's page read the row whole
-LISTED_FIELDS = ("state", "attempts", "failures", "stalled", "priority", "last_error", "group", "parent",
-                 *TIME_FIELDS)
+#: What a list of jobs reads of each row (the dashboard's job list, ``emq dead``): every field the
+#: verbs write but the payload, the traceback and the progress, which may be large; ``emq inspect``
+#: and a job's page read the row whole
+LISTED_FIELDS = ("state", "attempts", "failures", "stalled", "priority", "last_error", "group", "parent", "seq",
+                 "children", "on_child_failure", "lease_epoch", *TIME_FIELDS)
 
 
 def listed_view(queue_name: str, job_id: str, values: Sequence[bytes | None], score: float | None, now_ms: int,

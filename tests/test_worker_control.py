@@ -79,7 +79,8 @@ def test_cancel_during_a_run_revokes_the_lease_and_drops_the_outcome(conn, spawn
     job = queue.enqueue({"hold": True})
     wait_until(lambda: started(out, job.id, 1), 10, "the job to start")
     assert queue.cancel(job.id) is True
-    worker.wait_log(f"job {name}/{job.id} attempt 1: cancelled (Queue.cancel, emq cancel or the dashboard) while it ran")
+    worker.wait_log(f'job {name}/"{job.id}" attempt 1: cancelled (Queue.cancel, emq cancel or the dashboard) '
+                    "while it ran")  # the id quoted: no id can end a log line
     (out / "release").touch()
     worker.wait_log("cancelled while the handler ran; its outcome is not settled")
     assert "lease lost" not in worker.log() and "finished after all" not in worker.log()

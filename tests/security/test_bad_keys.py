@@ -8,13 +8,14 @@ Each test runs on a node of its own per wire (these keys would show on every oth
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from echomq import Queue
+from echomq import Queue, aio
 from echomq.dashboard import Settings, serving
 from echomq.heartbeat import RECORD_PREFIX, WORKERS_KEY
 from echomq.shown import id_form
@@ -152,3 +153,19 @@ def test_the_dashboard_lists_hostile_ids_escaped_and_removes_them_with_its_forms
         with unchanged(admin):
             refused = site.post(f"/queues/{queue.name}/remove", data={"secret": secret, "id": "x\\q"})
         assert refused.status_code == 400 and "is not an escape" in refused.text
+
+
+def test_the_asyncio_client_lists_and_acts_on_an_id_that_is_not_utf8(server, conn, admin):
+    queue = Queue(conn, fresh_name("aio-ids"))
+    queue.enqueue({"n": 1})
+    plant_dead(admin, queue, [HOSTILE_IDS[0]])
+
+    async def act() -> tuple[list, bool]:
+        async with await aio.connect(server.url) as connection:
+            twin = aio.Queue(connection, queue.name)
+            listed = await twin.ids("dead")
+            return listed, await twin.reprocess(listed[0][0])
+
+    listed, moved = asyncio.run(act())
+    assert listed == [(text(HOSTILE_IDS[0]), 0.0)] and moved
+    assert HOSTILE_IDS[0] in admin.zrange(queue.keys.pending, 0, -1)

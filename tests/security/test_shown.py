@@ -122,8 +122,10 @@ def test_a_post_must_come_from_the_dashboard_s_own_origin(origin, host, same):
 
 
 def test_a_list_row_is_read_from_its_listed_fields_and_its_error_clipped():
-    values = [b"dead", b"3", b"3", None, None, b"E" * 5000, None, None, b"1700000000000", None, None]
-    assert len(values) == len(LISTED_FIELDS) and "payload" not in LISTED_FIELDS and "traceback" not in LISTED_FIELDS
+    values = [b"dead", b"3", b"3", None, None, b"E" * 5000, None, None, None, None, None, None, b"1700000000000",
+              None, None]
+    assert len(values) == len(LISTED_FIELDS)
+    assert not {"payload", "traceback", "progress"} & set(LISTED_FIELDS)
     view = listed_view("q", "id-1", values, 0.0, 1700000001000, "dead")
     assert view is not None and view.listed and view.payload is None
     assert view.fields["last_error"] == "E" * LISTED_CHARS + "…"
