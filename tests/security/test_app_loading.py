@@ -107,8 +107,10 @@ app = App("forking")
 @app.task(queue={queue!r})
 def forks(payload):
     if os.fork() == 0:  # the child: it records itself, then returns (a bug) or blocks
-        with open(os.path.join({out!r}, f"child-{{os.getpid()}}"), "w") as mark:
-            mark.write(payload["then"])
+        mark = os.path.join({out!r}, f"child-{{os.getpid()}}")
+        with open(mark + ".tmp", "w") as written:  # renamed when whole: the test reads no empty mark
+            written.write(payload["then"])
+        os.rename(mark + ".tmp", mark)
         if payload["then"] == "blocks":
             time.sleep(3600)
         return "the child returned into the worker"
@@ -139,8 +141,8 @@ def test_a_process_a_handler_forks_ends_and_obeys_sigterm(server, wire, conn, tm
     proc = subprocess.Popen([sys.executable, "-m", "echomq.cli", "worker", "forking:app", "--url", server.url],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        wait_until(lambda: len(list(out.iterdir())) == 2, what="both handlers to fork")
-        children = {int(mark.name.split("-")[1]): mark.read_text() for mark in out.iterdir()}
+        wait_until(lambda: len(list(out.glob("child-*[0-9]"))) == 2, what="both handlers to fork")
+        children = {int(mark.name.split("-")[1]): mark.read_text() for mark in out.glob("child-*[0-9]")}
         returned, blocked = (next(pid for pid, then in children.items() if then == kind) for kind in ("returns",
                                                                                                     "blocks"))
         wait_until(lambda: queue.counts().pending + queue.counts().active == 0, what="both jobs to complete")
@@ -152,7 +154,7 @@ def test_a_process_a_handler_forks_ends_and_obeys_sigterm(server, wire, conn, tm
         assert proc.wait(15) == 0
         assert "forked by a handler, came back to the worker: it exits here" in proc.stderr.read()
     finally:  # every process that forked (a copy of the worker left on would fork again), SIGKILLed if it lives
-        for mark in out.iterdir():
-            if not ended(pid := int(mark.name.split("-")[1])):
+        for mark in out.glob("child-*"):
+            if not ended(pid := int(mark.name.split("-")[1].removesuffix(".tmp"))):
                 os.kill(pid, signal.SIGKILL)
         reap(proc)
