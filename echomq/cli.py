@@ -246,12 +246,15 @@ def server(wire: str, port: int | None, aof: bool, directory: str | None) -> Non
 @main.command()
 @click.argument("url", envvar="EMQ_URL", default=DEFAULT_URL)
 @click.option("--wire", type=click.Choice(["4", "6"]), required=True)
+@click.option("--replace", is_flag=True,
+              help="overwrite another brand (a mistake), only while the node holds no EchoMQ data")
 @cluster_option
-def brand(url: str, wire: str) -> None:
-    """Brand the node at URL for one wire, once (refuses to overwrite the other brand). On a Valkey
-    Cluster the brand is one key for the whole cluster, written on the primary of its slot."""
+def brand(url: str, wire: str, replace: bool) -> None:
+    """Brand the node at URL for one wire, once (refuses to overwrite the other brand, and wire 6 on a
+    node without trafikey). On a Valkey Cluster the brand is one key for the whole cluster, written
+    on the primary of its slot."""
     with reported(), open_client(url, chosen_cluster()) as client:
-        branded = brand_node(client, int(wire)).decode()
+        branded = brand_node(client, int(wire), replace=replace).decode()
         if isinstance(client, ValkeyCluster):
             holder = client.get_node_from_key(VERSION_KEY)
             out.print(f"the cluster of {redact_url(url)} ({len(client.get_primaries())} primaries) branded {branded} "

@@ -156,12 +156,16 @@ def wire_of_brand(brand: bytes | None) -> int:
     raise errors.BrandError(f"the node is branded {brand.decode(errors='replace')!r}, which names no EchoMQ wire")
 
 
-def tokens_unavailable(exc: ResponseError, node: str | None = None) -> errors.WireError:
+#: What a refusal of wire 6 offers instead, by what was asked: a connection, or a brand (admin.py).
+USE_WIRE_4 = "connect with wire=4 (emq: --wire 4)"
+
+
+def tokens_unavailable(exc: ResponseError, node: str | None = None, instead: str = USE_WIRE_4) -> errors.WireError:
     """``node``: the cluster primary that failed (on a cluster every primary must serve wire 6)."""
     where = "the node" if node is None else f"every primary of the cluster, and the primary {node}"
     return errors.WireError(
         f"wire 6 needs the trafikey module on {where}, and EMQ.VERSION failed there "
-        f"({exc}); start valkey-server with --loadmodule $(emq module-path), or connect with wire=4 (emq: --wire 4)"
+        f"({exc}); start valkey-server with --loadmodule $(emq module-path), or {instead}"
     )
 
 
@@ -175,6 +179,23 @@ def check_tokens(listed: Mapping[Any, bytes]) -> frozenset[str]:
             raise errors.WireError(f"the trafikey on {node} lacks job-core tokens {missing}; upgrade the module")
         common = tokens if common is None else common & tokens
     return frozenset(common or ())
+
+
+def served_tokens(client: valkey.Valkey | ValkeyCluster, instead: str = USE_WIRE_4) -> frozenset[str]:
+    """The tokens EMQ.VERSION lists on the node (on a cluster: on every primary, the ones all list);
+    WireError when one lacks trafikey (``instead``: what the error offers) or a job-core token."""
+    if not isinstance(client, ValkeyCluster):
+        try:
+            return check_tokens({"node": client.execute_command("EMQ.VERSION")})
+        except ResponseError as exc:
+            raise tokens_unavailable(exc, instead=instead) from exc
+    listed = {}
+    for node in client.get_primaries():  # every primary must serve the verbs, not just one
+        try:
+            listed[node.name] = client.execute_command("EMQ.VERSION", target_nodes=node)
+        except ResponseError as exc:
+            raise tokens_unavailable(exc, node.name, instead) from exc
+    return check_tokens(listed)
 
 
 @dataclass(frozen=True)
@@ -429,19 +450,7 @@ class Connection(WireCodec):
             raise link_failed(exc, "the handshake") from exc
 
     def _require_tokens(self) -> None:
-        if not self.cluster:
-            try:
-                self.tokens = check_tokens({"node": self.client.execute_command("EMQ.VERSION")})
-            except ResponseError as exc:
-                raise tokens_unavailable(exc) from exc
-            return
-        listed = {}
-        for node in self.client.get_primaries():  # every primary must serve the verbs, not just one
-            try:
-                listed[node.name] = self.client.execute_command("EMQ.VERSION", target_nodes=node)
-            except ResponseError as exc:
-                raise tokens_unavailable(exc, node.name) from exc
-        self.tokens = check_tokens(listed)
+        self.tokens = served_tokens(self.client)
 
     def load_scripts(self) -> None:
         # on a cluster valkey-py sends SCRIPT LOAD to every primary

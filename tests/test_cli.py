@@ -129,13 +129,26 @@ def test_bad_url_missing_server_unbranded_node_and_the_wrong_wire(emq, server, w
 
 def test_brand_once_and_never_the_other_wire():
     runner = CliRunner()
-    with EmbeddedServer() as bare:
-        first = runner.invoke(main, ["brand", bare.url, "--wire", "4"])
+    with EmbeddedServer(module=module_path()) as node:
+        first = runner.invoke(main, ["brand", node.url, "--wire", "4"])
         assert first.exit_code == 0 and "echomq:4.0.0" in first.stdout
-        assert runner.invoke(main, ["brand", bare.url, "--wire", "4"]).exit_code == 0  # idempotent
-        other = runner.invoke(main, ["brand", bare.url, "--wire", "6"])
-        assert other.exit_code == 1 and "already branded" in other.stderr
-        assert runner.invoke(main, ["stats", "--url", bare.url]).exit_code == 0
+        assert runner.invoke(main, ["brand", node.url, "--wire", "4"]).exit_code == 0  # idempotent
+        with node.client() as client, unchanged(client):
+            other = runner.invoke(main, ["brand", node.url, "--wire", "6"])
+        assert other.exit_code == 1 and "already branded" in other.stderr and "--replace" in other.stderr
+        assert runner.invoke(main, ["stats", "--url", node.url]).exit_code == 0
+        replaced = runner.invoke(main, ["brand", node.url, "--wire", "6", "--replace"])  # no EchoMQ data yet
+        assert replaced.exit_code == 0 and "echomq:6.0.0" in replaced.stdout
+
+
+def test_brand_wire_6_is_refused_on_a_node_without_trafikey():
+    runner = CliRunner()
+    with EmbeddedServer() as bare, bare.client() as client:
+        with unchanged(client):
+            refused = runner.invoke(main, ["brand", bare.url, "--wire", "6"])
+        assert refused.exit_code == 1 and "trafikey" in refused.stderr and "--loadmodule" in refused.stderr
+        assert "emq brand URL --wire 4" in refused.stderr and "Traceback" not in refused.output
+        assert client.dbsize() == 0
 
 
 def test_dead_lists_and_reprocess_sends_back(emq, conn, name):

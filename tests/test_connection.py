@@ -182,14 +182,54 @@ def test_brand_node_brands_once_and_repeats_as_a_no_op(bare):
 
 
 @pytest.mark.parametrize("have,want", [(4, 6), (6, 4)])
-def test_brand_node_refuses_to_overwrite_the_other_brand(bare, have, want):
-    _, client = bare
+def test_brand_node_refuses_to_overwrite_the_other_brand(bare_native, have, want):
+    _, client = bare_native
     brand_node(client, have)
     with unchanged(client):
         with pytest.raises(BrandError) as info:
             brand_node(client, want)
     assert BRANDS[have].decode() in str(info.value)
+    assert f"--wire {want} --replace" in str(info.value)  # the way out, for a brand given by mistake
     assert client.get(VERSION_KEY) == BRANDS[have]
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_brand_node_refuses_wire_6_on_a_node_without_trafikey(bare, replace):
+    """Branded 6 without the module, every wire-6 call would fail and wire 4 be refused by the brand."""
+    _, client = bare
+    with unchanged(client):
+        with pytest.raises(WireError) as info:
+            brand_node(client, 6, replace=replace)
+    assert "--loadmodule" in str(info.value) and "emq brand URL --wire 4" in str(info.value)
+    assert client.exists(VERSION_KEY) == 0
+
+
+def test_a_wrong_brand_is_replaced_only_while_the_node_holds_no_echomq_data(bare_native):
+    server, client = bare_native
+    brand_node(client, 4)
+    with connect(server.url, wire=4) as conn:
+        job = Queue(conn, fresh()).enqueue({"n": 1})
+    with unchanged(client):
+        with pytest.raises(BrandError) as info:
+            brand_node(client, 6, replace=True)
+    assert "holds EchoMQ data" in str(info.value) and "echomq:4.0.0" in str(info.value)
+    assert f":job:{job.id}" in str(info.value) or ":pending" in str(info.value)  # names what it found
+    client.delete(*client.keys("emq:*"))
+    assert brand_node(client, 6, replace=True) == BRANDS[6]
+    with connect(server.url, wire=6) as conn:
+        assert conn.wire == 6
+
+
+def test_a_wire_6_brand_on_a_node_without_trafikey_is_replaced_by_wire_4(bare):
+    """The state an older `emq brand --wire 6` left on a plain node: no wire served it. --replace gets out."""
+    server, client = bare
+    client.set(VERSION_KEY, BRANDS[6])
+    with unchanged(client):
+        with pytest.raises(BrandError, match="--wire 4 --replace"):
+            brand_node(client, 4)
+    assert brand_node(client, 4, replace=True) == BRANDS[4]
+    with connect(server.url, wire=4) as conn:
+        Queue(conn, fresh()).enqueue({"n": 1})
 
 
 @pytest.mark.parametrize("wire", [5, 0, "4", None])

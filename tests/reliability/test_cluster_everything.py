@@ -137,11 +137,15 @@ def test_brand_the_cluster_from_any_node_and_the_wire_6_check_names_the_primary_
     cluster.nodes[2].module = None  # this primary lacks trafikey
     with cluster:
         not_holder = next(node for node in cluster.nodes if node is not cluster.node_for(VERSION_KEY))
-        branded = emq("brand", not_holder.url, "--wire", "6")
+        before = digests(cluster)
+        refused = emq("brand", not_holder.url, "--wire", "6")  # no wire-6 brand where a primary cannot serve it
+        assert refused.exit_code == 1 and f"the primary 127.0.0.1:{cluster.nodes[2].port}" in refused.stderr
+        assert digests(cluster) == before
+        branded = emq("brand", not_holder.url, "--wire", "4")
         assert branded.exit_code == 0, branded.output
-        assert "3 primaries" in branded.stdout and "branded echomq:6.0.0" in branded.stdout
+        assert "3 primaries" in branded.stdout and "branded echomq:4.0.0" in branded.stdout
         with cluster.node_for(VERSION_KEY).client() as client:
-            assert client.get(VERSION_KEY) == b"echomq:6.0.0"
+            client.set(VERSION_KEY, b"echomq:6.0.0")  # as an older `emq brand` left it
         before = digests(cluster)
         with pytest.raises(errors.WireError) as info:
             connect(cluster.url, wire=6)
@@ -151,6 +155,8 @@ def test_brand_the_cluster_from_any_node_and_the_wire_6_check_names_the_primary_
         other = emq("brand", cluster.nodes[1].url, "--wire", "4")
         assert other.exit_code == 1 and "already branded" in other.stderr
         assert digests(cluster) == before
+        replaced = emq("brand", cluster.nodes[1].url, "--wire", "4", "--replace")  # the way out: no data yet
+        assert replaced.exit_code == 0 and "branded echomq:4.0.0" in replaced.stdout
 
 
 def test_wire_4_queues_sharing_a_slot_share_one_blocked_connection(cluster4):
