@@ -43,8 +43,8 @@ from .admin import brand_node
 from .connection import Connection, connect, open_client
 from .errors import ConfigurationError, ConnectionFailed, EchoMQError, PortInUse, ServerStartError, StateError
 from .heartbeat import list_workers, serving
-from .inventory import (QueueNumbers, QueueScan, ago, job_page, job_view, numbers_of, partitions_of, queue_exists,
-                        record_view, scan_queues, text_of, waiting_unserved)
+from .inventory import (QueueNumbers, QueueScan, ago, discover_queues, job_page, job_view, numbers_of, partitions_of,
+                        queue_exists, record_view, scan_queues, text_of, waiting_unserved)
 from .keys import VERSION_KEY, State, check_group, check_job_id, check_queue_name, parent_queue
 from .module import module_path
 from .partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
@@ -54,13 +54,13 @@ from .cron import describe
 from .queue import Queue, Sweep
 from .reaper import merged
 from .serializers import JSON, RAW
-from .server import EmbeddedServer
+from .server import FSYNC_POLICIES, EmbeddedServer, durability_for
 from .shown import from_id_form, id_form, lines, one_line, redact_url
 from .supervisor import Supervisor
 from .tasks import App
 from .timers import TimerConfig
+from .verbs import EVENTS_MAX, GROUPED_COUNTS, Counts
 from .worker import Worker, WorkerConfig
-from .verbs import EVENTS_MAX
 
 DEFAULT_URL = "redis://127.0.0.1:6379"
 UNWRAPPED = 100_000  #: the width tables get when stdout is not a terminal: one line per row, for scripts
@@ -204,11 +204,21 @@ def main() -> None:
 @click.option("--wire", type=click.Choice(["4", "6"]), default="6", show_default=True,
               help="6 loads the trafikey module; 4 serves the scripts")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="default: a free port")
-@click.option("--aof", is_flag=True, help="append-only file: jobs survive a restart")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
-              help="data directory, kept on exit (made if missing; default: a fresh temporary one, removed on exit)")
-def server(wire: str, port: int | None, aof: bool, directory: str | None) -> None:
+              help="data directory, kept on exit, its jobs kept across a restart (append-only file; made if "
+                   "missing). Default: a fresh temporary one, memory only, removed on exit")
+@click.option("--no-persist", "no_persist", is_flag=True, help="with --dir: memory only, nothing survives a stop")
+@click.option("--fsync", type=click.Choice(FSYNC_POLICIES), default=None,
+              help="the append-only file's fsync: everysec (default; a machine crash loses at most about the last "
+                   "second), always (none lost, each write waits for the disk), no (when the OS flushes)")
+@click.option("--aof", is_flag=True, help="the append-only file on, also in the temporary directory")
+def server(wire: str, port: int | None, directory: str | None, no_persist: bool, fsync: str | None,
+           aof: bool) -> None:
     """Run an embedded Valkey, branded for WIRE, until Ctrl-C, SIGINT or SIGTERM."""
+    try:
+        durability = durability_for(directory, aof, not no_persist, fsync)
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from exc
     stop_asked = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         # set both explicitly: `emq server &` in a script inherits SIGINT ignored
@@ -219,8 +229,8 @@ def server(wire: str, port: int | None, aof: bool, directory: str | None) -> Non
     try:
         with reported():
             module = module_path() if wire == "6" else None
-            instance = EmbeddedServer(module=module, aof=aof, brand=int(wire), port=port, directory=directory,
-                                      stop_with_parent=True)
+            instance = EmbeddedServer(module=module, aof=durability.aof, appendfsync=durability.fsync,
+                                      brand=int(wire), port=port, directory=directory, stop_with_parent=True)
             try:
                 instance.start()  # on a failure it leaves nothing running and no temporary directory
             except PortInUse as exc:
@@ -228,10 +238,13 @@ def server(wire: str, port: int | None, aof: bool, directory: str | None) -> Non
                     raise
                 raise ServerStartError(f"port {exc.port} is already in use by another process; "
                                        "pick another with --port, or omit --port for a free one") from exc
-            connect(instance.url, wire=int(wire)).close()  # the node must serve the wire it is branded for
-        out.print(f"[bold]valkey[/] on {instance.url}, wire {wire}" + (", AOF on" if aof else "")
-                  + (f", module {module}" if module else "") + f"\ndata in {instance.dir}"
-                  + (" (a new directory: no jobs yet)" if new_directory else ""), soft_wrap=True)
+            # the node must serve the wire it is branded for
+            with connect(instance.url, wire=int(wire)) as connection:
+                found = None if new_directory or directory is None else jobs_on(connection)
+        out.print(f"[bold]valkey[/] on {instance.url}, wire {wire}" + (f", module {module}" if module else ""),
+                  soft_wrap=True)
+        out.print(durability.start_line(instance.dir, kept=directory is not None)
+                  + found_note(new_directory, found), soft_wrap=True, markup=False)
         out.print(f"export EMQ_URL={instance.url}   # then: emq worker mymodule:app", soft_wrap=True)
         while not stop_asked.wait(0.5):
             if not instance.running:
@@ -241,6 +254,27 @@ def server(wire: str, port: int | None, aof: bool, directory: str | None) -> Non
         if instance is not None:
             instance.cleanup()  # stops our process; removes the data directory only if it made it
     err.print("server stopped")
+
+
+def jobs_on(connection: Connection) -> tuple[int, int]:
+    """(the jobs on the node, in every set: flat, lanes, flows; the queues holding them)."""
+    numbers = [n for n in numbers_of(open_queues(connection, discover_queues(connection)))
+               if isinstance(n, QueueNumbers)]
+    return sum(jobs_held(n.counts) for n in numbers), sum(1 for n in numbers if jobs_held(n.counts))
+
+
+def jobs_held(counts: Counts) -> int:
+    return counts.total + sum(getattr(counts, name) for name in GROUPED_COUNTS)
+
+
+def found_note(new_directory: bool, found: tuple[int, int] | None) -> str:
+    """What a start says of the jobs its --dir held (``found``: jobs, queues; None: not looked for)."""
+    if new_directory:
+        return " (a new directory: no jobs yet)"
+    if found is None:
+        return ""
+    jobs, queues = found
+    return f" (found {jobs} job(s) in {queues} queue(s))" if jobs else " (it holds no jobs)"
 
 
 @main.command()

@@ -22,12 +22,13 @@ import socket
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import valkey
 
-from .errors import PortInUse, ServerNotFound, ServerStartError
+from .errors import ConfigurationError, PortInUse, ServerNotFound, ServerStartError
 
 BINARY_ENV = "ECHOMQ_VALKEY_SERVER"
 START_TIMEOUT_S = 20.0
@@ -38,6 +39,42 @@ PORT_ATTEMPTS = 5
 BIND_FAILURE = "Address already in use"
 #: prctl(2) option: the signal the kernel sends this process when the thread that forked it dies
 PR_SET_PDEATHSIG = 1
+
+
+#: appendfsync's values: fsync once a second (a crash of the machine loses at most about the last
+#: second), after every write (none lost; each write waits for the disk), or when the OS flushes
+FSYNC_POLICIES = ("everysec", "always", "no")
+
+
+@dataclass(frozen=True)
+class Durability:
+    """What ``emq server`` keeps across a stop: the append-only file and its fsync policy, or nothing."""
+
+    aof: bool
+    fsync: str = "everysec"
+
+    def start_line(self, directory: Path, kept: bool) -> str:
+        """The start line that says it (``kept``: the directory outlives the server)."""
+        if self.aof and kept:
+            return f"jobs survive a restart: AOF {self.fsync} in {directory}"
+        temporary = "" if kept else ", a temporary directory removed on exit; keep jobs with --dir D"
+        if self.aof:  # --aof without --dir: a restart inside this process keeps the jobs, a stop does not
+            return f"nothing survives a stop: AOF {self.fsync} in {directory}{temporary}"
+        return f"memory only: nothing survives a stop (data in {directory}{temporary})"
+
+
+def durability_for(directory: str | None, aof: bool, persist: bool, fsync: str | None) -> Durability:
+    """``emq server``'s choice: a kept ``directory`` persists (AOF, ``everysec`` unless ``fsync``
+    says otherwise) unless ``persist`` is False; the temporary default is memory-only unless
+    ``aof``. Contradicting options are a ConfigurationError naming them."""
+    if aof and not persist:
+        raise ConfigurationError("--aof and --no-persist contradict each other: give one")
+    if fsync is not None and fsync not in FSYNC_POLICIES:
+        raise ConfigurationError(f"bad fsync policy {fsync!r}: one of {', '.join(FSYNC_POLICIES)}")
+    on = aof or (directory is not None and persist)
+    if fsync is not None and not on:
+        raise ConfigurationError("--fsync needs the append-only file: give --dir D (without --no-persist), or --aof")
+    return Durability(on, fsync or "everysec")
 
 
 def server_binary() -> str:
