@@ -9,9 +9,11 @@ The reaper runs on the sweep's intervals, and also exactly when its work falls d
 reads the earliest lane lease deadline and the earliest held group's time.
 
 PROMOTE is exact as well as periodic: each run also reads when the schedule's head falls
-due (one round trip), and the next run comes then. An idle queue's STALLED.CHECK is exact
-the same way: it reads the earliest lease deadline and runs again then, with
-``idle_sweep_interval_ms`` as its backstop (a lease another worker took meanwhile). The interval is the backstop for a due
+due (one round trip), and the next run comes then. STALLED.CHECK is exact the same way, busy
+or idle: it reads the earliest lease deadline and runs again then, so a crashed worker's jobs
+run again within a lease of the crash. Its intervals are backstops for a lease another worker
+took meanwhile: ``sweep_interval_ms`` while the queue is busy, ``idle_sweep_interval_ms`` once
+it is idle. The promote interval is the backstop for a due
 time that moved earlier unseen while the queue was busy. An *idle* queue (one a waiting
 worker watches) has no interval: a write that brings its due time earlier wakes the waiter
 (the wake marker on wire 4; BCLAIM answers empty on wire 6), which calls :meth:`Timers.recheck`,
@@ -44,9 +46,10 @@ log = logging.getLogger("echomq.timers")
 @dataclass(frozen=True)
 class TimerConfig:
     promote_interval_ms: int = 1000  #: a busy queue's backstop between exact promotes (each reads the next due time)
-    sweep_interval_ms: int = 5000  #: how often a busy queue's expired leases are looked for
-    #: an idle queue's backstop: it is swept when its earliest lease expires (read by the previous
+    #: a busy queue's backstop: it is swept when its earliest lease expires (read by the previous
     #: sweep), and at least this often, to see a lease another worker took meanwhile
+    sweep_interval_ms: int = 5000
+    #: the same backstop once the queue is idle (a waiting worker sends almost nothing)
     idle_sweep_interval_ms: int = 30_000
     max_stalled: int = 3  #: a job whose lease expires this many times goes dead (wire 6 exempts restarts)
     limit: int = 1000  #: the most one call moves
@@ -153,9 +156,10 @@ class Timers:
             interval = self._sweep_interval_ms(queue.name, idle)
             if sweep.due_ms(now_ms, interval) <= now_ms:
                 run.sweep, expires_in = self.sweep_and_next_expiry(queue)
-                # an idle queue is swept again when its earliest lease runs out, not every interval
-                sweep.ran(now_ms, interval, len(run.sweep) >= self.config.limit,
-                          promote_at_ms(now_ms, expires_in) if queue.name in idle else None)
+                # swept again when the earliest lease runs out, busy or idle: a crashed worker's leases
+                # are recovered as they expire, and a queue that goes idle keeps the time its busy
+                # sweep read (else its next sweep waited for the idle backstop, 30 s)
+                sweep.ran(now_ms, interval, len(run.sweep) >= self.config.limit, promote_at_ms(now_ms, expires_in))
             reap = self._reap[queue.name]
             if reap.due_ms(now_ms, interval) <= now_ms:
                 without = LANES_RECOVERY if queue.name in lane_less else frozenset()

@@ -563,6 +563,52 @@ def test_a_promote_reads_the_schedules_head_and_runs_again_when_it_falls_due(con
     assert timers.next_due_ms(due) == 60_000.0
 
 
+def test_a_busy_sweep_reads_the_earliest_lease_and_the_queue_gone_idle_is_swept_when_it_expires(conn):
+    """Issue 37: a crashed worker's jobs ran again only at the idle backstop (30 s) when the survivor
+    went from busy to idle, because a busy sweep dropped the lease deadline it read."""
+    name, never = fresh_name("w"), 600_000
+    queue = Queue(conn, name)
+    timers = Timers([queue], TimerConfig(promote_interval_ms=never, sweep_interval_ms=never,
+                                         idle_sweep_interval_ms=never))
+    queue.enqueue({})
+    queue.claim(3_000)  # held by a worker that then dies: its lease runs out in 3 s (server clock)
+    (run,) = timers.run_due(0.0)  # busy (no idle queue): nothing expired yet
+    assert run.sweep is not None and not run.sweep
+    for idle in (frozenset(), frozenset({name})):  # busy on, or gone idle: swept as the lease runs out
+        assert 2_000 <= timers.next_due_ms(1.0, idle) <= 3_001, (idle, timers.next_due_ms(1.0, idle))
+
+
+def test_a_busy_worker_recovers_an_orphaned_lease_as_it_expires(conn):
+    """Swept at the lease's deadline, not at the busy interval (here ten minutes), so a crashed
+    worker's jobs run again within a lease of the crash while the survivor stays busy."""
+    name, clock, release, never = fresh_name("w"), FakeClock(), threading.Event(), 600_000
+    queue = Queue(conn, name)
+    orphan = queue.enqueue({"orphan": True})
+    queue.claim(1_000)  # by a worker that then died holding it
+    queue.enqueue({"hold": True})
+    app = App()
+    app.handler(name, lambda payload: release.wait(10))
+    worker = Worker(app, conn, clock_ms=clock, config=WorkerConfig(
+        concurrency=1, timers=TimerConfig(promote_interval_ms=never, sweep_interval_ms=never,
+                                          idle_sweep_interval_ms=never)))
+    start = clock.now
+    try:
+        due = worker.step()
+        while not worker.held:  # claims the held job (busy from here on) and sweeps: nothing expired yet
+            clock.now = max(clock.now, due)
+            due = worker.step()
+        assert queue.state(orphan.id).value == "active"
+        wait_server_past(conn.client, int(conn.client.zscore(queue.keys.active, orphan.id)))
+        while queue.state(orphan.id).value == "active" and clock.now - start < never:
+            clock.now = max(clock.now + 1, due)
+            due = worker.step()
+        assert clock.now - start <= 1_000 + 100, clock.now - start  # at its deadline, not the backstop
+        assert queue.job(orphan.id)["stalled"] == "1" and len(worker.held) == 1  # swept while busy
+    finally:
+        release.set()
+        worker.stop("test over")
+
+
 def test_a_saturated_timer_runs_again_at_once(conn):
     name = fresh_name("w")
     queue = Queue(conn, name)
