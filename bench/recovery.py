@@ -1,7 +1,7 @@
 """A crashed worker's jobs: how long after a SIGKILL they run again, and what an idle worker sends.
 
     .venv/bin/python -m bench.recovery [--before REV ...] [--rounds 3] [--jobs 3000] [--idle-s 30]
-                                       [--wires 4,6] [--json FILE]
+                                       [--wires 4,6] [--loads-ms 1,20] [--json FILE]
 
 Two worker processes (lease 3 s, concurrency 10) drain N pre-filled jobs; once a third of them
 have completed one is SIGKILLed. Its jobs (every id active at the kill the survivor did not hold)
@@ -103,14 +103,15 @@ def recovery_s(server: BenchServer, wire: int, n: int, handler_ms: float, cwd: P
     return took, len(orphans)
 
 
-def print_recovery(args: argparse.Namespace, wires: list[int], runners: dict[str, Path | None],
+def print_recovery(args: argparse.Namespace, wires: list[int], loads: list[float], runners: dict[str, Path | None],
                    runs: dict[str, list[float]], orphans: dict[str, list[int]]) -> None:
     print(f"\nrecovery after a SIGKILL: 2 workers, lease {LEASE_MS} ms, concurrency {CONCURRENCY}, {args.jobs} jobs, "
           f"worst and median of {args.rounds} rounds (target: within {LEASE_MS / 1000 + 2:g} s)")
     header = ["wire", "survivor", *(f"{label} worst / median s" for label in runners), "jobs it held"]
     rows = []
     for wire in wires:
-        for handler_ms, load in LOADS.items():
+        for handler_ms in loads:
+            load = LOADS.get(handler_ms, "its jobs")
             cells = []
             for label in runners:
                 taken = runs[f"{wire}/{handler_ms:g}/{label}"]
@@ -129,12 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--idle-s", type=float, default=30.0, help="seconds an idle worker's commands are counted (0: skip)")
     p.add_argument("--wires", default="4,6")
+    p.add_argument("--loads-ms", default=",".join(f"{ms:g}" for ms in LOADS),
+                   help="the survivor's loads: each job's handler time, ms (comma-separated)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if args.child:
         child(args.child[0], int(args.child[1]))
         return 0
     wires = [int(w) for w in args.wires.split(",")]
+    loads = [float(ms) for ms in args.loads_ms.split(",")]
     runners: dict[str, Path | None] = {"now": None}
     revisions: dict[str, str | None] = {"now": None}  # the idle worker's, by the same labels
     for rev in args.before:
@@ -147,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     with BenchServer(module) as server:
         for rnd in range(args.rounds):
             for wire in wires:
-                for handler_ms in LOADS:
+                for handler_ms in loads:
                     for label, cwd in runners.items():
                         key = f"{wire}/{handler_ms:g}/{label}"
                         took, held = recovery_s(server, wire, args.jobs, handler_ms, cwd)
@@ -162,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                     system = echomq_system(wire, "emq") if rev is None else echomq_at(rev, wire)
                     idle[f"{wire}/{label}"] = idle_rate(server, system, args.idle_s)
     if runs:
-        print_recovery(args, wires, runners, runs, orphans)
+        print_recovery(args, wires, loads, runners, runs, orphans)
     if idle:
         print("\n".join(["", f"an idle emq worker, commands/s over {args.idle_s:g} s (target: at most 1.5)",
                          *table(["wire / worker", "commands/s"], [[w, f"{rate:.2f}"] for w, rate in idle.items()])]))

@@ -71,6 +71,18 @@ def test_the_waiting_handlers_bench_runs_now_the_bare_threads_and_a_revision(tmp
     assert "| 0.5 ms |" in done.stdout and "now / bare threads" in done.stdout
 
 
+def test_the_recovery_bench_kills_a_worker_and_times_its_jobs_run_again(tmp_path):
+    results = tmp_path / "recovery.json"
+    done = subprocess.run([sys.executable, "-m", "bench.recovery", "--rounds", "1", "--jobs", "300", "--wires", "4",
+                           "--loads-ms", "20", "--idle-s", "0", "--json", str(results)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(results.read_text())
+    (took,) = found["runs"]["4/20/now"]
+    assert took > 0 and found["orphans"]["4/20/now"][0] > 0  # the dead worker held jobs, and they ran again
+    assert "| 4 | busy throughout (jobs of 20 ms) |" in done.stdout
+
+
 def head_short() -> str:
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip()
