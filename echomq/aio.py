@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 
 import valkey.asyncio as avalkey
@@ -59,7 +59,7 @@ from .keys import VERSION_KEY, State, check_job_id
 from .outcome_hub import OutcomeHub
 from .partitioned import POp, PartitionedCore, op_declare
 from .rates import RateLimit
-from .results import TOLD_GRACE_S, Status
+from .results import TOLD_GRACE_S, Status, relink_pause_s, wait_slice_s
 from .serializers import JSON, Serializer
 from .shown import redact_url
 from .verbs import ID_ENCODING, Call, Counts, Plain, Sweep, blocks
@@ -296,6 +296,11 @@ class Connection(WireCodec):
 
     async def send_many(self, calls: Sequence[Call | Plain]) -> list[Any]:
         return await self.round_trip(calls) if calls else []
+
+    async def refresh_slots(self) -> None:
+        """As :meth:`echomq.Connection.refresh_slots`: read the cluster's slot map again."""
+        if self.cluster:
+            await self.client.nodes_manager.initialize()
 
     # -- waiting on an outcome channel (the bus) ---------------------------------
     @asynccontextmanager
@@ -584,11 +589,26 @@ class Queue(QueueCore):
         return await self._run(self.op_status(job_id))
 
     async def result(self, job_id: str, *, timeout: float | None = None) -> Any:
-        """As :meth:`echomq.Queue.result`, awaited: woken by the job's outcome channel, not polling."""
+        """As :meth:`echomq.Queue.result`, awaited: woken by the job's outcome channel, not polling,
+        and riding out a server restart or a failover within its timeout."""
         check_job_id(job_id)
         deadline = None if check_wait(timeout) is None else time.monotonic() + timeout
+        failures = 0
+        while True:
+            try:
+                return await self._await_result(job_id, timeout, deadline)
+            except errors.ConnectionFailed:
+                failures += 1
+                pause = relink_pause_s(failures, deadline, time.monotonic())
+                if pause is None:
+                    raise
+                await asyncio.sleep(pause)
+                with suppress(*TRANSPORT_ERRORS):  # after a failover, the channel's slot may have moved
+                    await self.connection.refresh_slots()
+
+    async def _await_result(self, job_id: str, timeout: float | None, deadline: float | None) -> Any:
         async with self.connection.outcome_listener(self.keys.outcome(job_id)) as wait:
-            counted = await self._run(self.op_waiters(1))
+            counted = await self._run(self.op_count_waiter())
             try:
                 told = None
                 while True:
@@ -604,10 +624,12 @@ class Queue(QueueCore):
                     left = time_left(deadline, time.monotonic())
                     if left is not None and left <= 0:
                         raise await self._run(self.op_timed_out(job_id, read, timeout))
-                    told = await wait(left)
+                    told = await wait(wait_slice_s(counted, left))
+                    if told is None:
+                        counted = await self._run(self.op_keep_waiter(counted))
             finally:
-                if counted:
-                    await self._run(self.op_waiters(-1))
+                with suppress(errors.ConnectionFailed):
+                    await self._run(self.op_uncount_waiter(counted))
 
     async def enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> None:
         await self._run(self.op_enable_events(maxlen))

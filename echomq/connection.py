@@ -565,12 +565,14 @@ class Connection(WireCodec):
 
         def wait(timeout_s: float | None, *, confirming: bool = False) -> bytes | None:
             try:
-                got = pubsub.get_sharded_message(ignore_subscribe_messages=not confirming, timeout=timeout_s, **node)
+                got = pubsub.get_sharded_message(timeout=timeout_s, **node)
             except TRANSPORT_ERRORS as exc:
                 raise link_failed(exc, f"a wait on {channel}") from exc
             if confirming and not got:
                 raise errors.ConnectionFailed(f"no confirmation of SSUBSCRIBE {channel} within {timeout_s:g} s")
-            return got["data"] if got else None
+            if got and got["type"] == "sunsubscribe":
+                raise slot_moved(channel)
+            return got["data"] if got and got["type"] == "smessage" else None
 
         try:
             try:
@@ -590,6 +592,14 @@ class Connection(WireCodec):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def slot_moved(channel: str | bytes) -> errors.ConnectionFailed:
+    """The server ended a subscription we did not end: the channel's slot left the node (a failover
+    made it a replica, or a migration), so the word would never come there."""
+    name = channel.decode(errors="replace") if isinstance(channel, bytes) else channel
+    return errors.ConnectionFailed(f"the server unsubscribed {name}: its slot left the node (a failover or a "
+                                   "slot migration)")
 
 
 def unbranded(wire: str) -> errors.BrandError:

@@ -26,8 +26,8 @@ from .heartbeat import op_workers
 from .events import DEFAULT_MAXLEN, Event, decode_event, decode_progress, encode_progress
 from .ids import new_id
 from .keys import STATE_SETS, Keyspace, State, check_job_id
-from .results import MAX_RESULT_BYTES, ROW_FIELDS, Completed, Failed, NotKept, Seen, Status, Unknown, Waiting, \
-    decide_result, encode_result, result_value, status_of
+from .results import MAX_RESULT_BYTES, ROW_FIELDS, WAITER_TTL_S, Completed, Failed, NotKept, Seen, Status, Unknown, \
+    Waiting, decide_result, encode_result, result_value, status_of
 from .rates import RateLimit, parse_rate_limit
 from .serializers import JSON, Serializer, encode
 from .verbs import (
@@ -918,16 +918,46 @@ class QueueCore:
             return timed_out(job_id, waiting, timeout, self.name, None)
         return timed_out(job_id, waiting, timeout, self.name, any(self.name in w.queues for w in workers))
 
-    def op_waiters(self, by: int) -> Op[bool]:
-        """Count a result waiter in or out (``meta waiters``): while it is not 0, COMPLETE and a
-        killing FAIL tell the outcome channel too (docs/spec.md §12). Advisory: True when counted;
-        False when the server refused (an ACL without write on meta: the waiter then hears only
-        the bus's settles, and reads once more at its deadline)."""
+    def op_count_waiter(self) -> Op[int]:
+        """Count a result waiter in ``meta waiters``: while it is not 0, COMPLETE and a killing FAIL
+        tell the outcome channel too (docs/spec.md §12). The field expires (HEXPIRE) WAITER_TTL_S on,
+        set before the count (HSETNX 0 first: a 0 tells nothing), so no count is left without an
+        expiry; a server without field expiry (Valkey < 9, Redis < 7.4) keeps the count as it is.
+        Returns the count added: 1, or 0 when the server refuses the write (an ACL): such a waiter
+        reads again every UNCOUNTED_READ_S and hears at once only the settles that always tell."""
+        meta = self.keys.meta
+        replies = yield [Plain(("HSETNX", meta, "waiters", 0)), Plain(("HEXPIRE", meta, WAITER_TTL_S, "FIELDS", 1,
+                                                                      "waiters"))]
+        if isinstance(replies[0], Exception):
+            return 0
         try:
-            yield from self._plain("HINCRBY", self.keys.meta, "waiters", by)
+            yield from self._plain("HINCRBY", meta, "waiters", 1)
         except errors.CommandRefused:
-            return False
-        return True
+            return 0
+        return 1
+
+    def op_keep_waiter(self, counted: int) -> Op[int]:
+        """A live waiter's count kept: its field's expiry pushed back WAITER_TTL_S. Counted again when
+        the field had expired meanwhile (the waiter stalled; a restart that lost it). Returns the
+        waiter's count now."""
+        if not counted:
+            return 0
+        try:
+            (kept,) = yield from self._plain("HEXPIRE", self.keys.meta, WAITER_TTL_S, "FIELDS", 1, "waiters")
+        except errors.CommandRefused:  # no field expiry here: the count stays as it is
+            return counted
+        if kept == -2:  # the field is gone, and every count it held with it
+            return (yield from self.op_count_waiter())
+        return counted
+
+    def op_uncount_waiter(self, counted: int) -> Op[None]:
+        """Count a leaving waiter out (its ``counted``), the field's expiry set before the decrement:
+        had the field expired, the -1 this leaves tells for at most WAITER_TTL_S (any value but 0
+        tells). Advisory: a refusal changes nothing for the waiter."""
+        if counted:
+            meta = self.keys.meta
+            yield [Plain(("HSETNX", meta, "waiters", 0)), Plain(("HEXPIRE", meta, WAITER_TTL_S, "FIELDS", 1, "waiters")),
+                   Plain(("HINCRBY", meta, "waiters", -counted))]
 
     def op_enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> Op[None]:
         yield from self._plain("HSET", self.keys.meta, "events", check_int("maxlen", maxlen, 1, EVENTS_MAX))

@@ -15,7 +15,7 @@ from collections import deque
 from typing import Any, Awaitable, Callable
 
 from . import errors
-from .connection import TRANSPORT_ERRORS, link_failed
+from .connection import TRANSPORT_ERRORS, link_failed, slot_moved
 
 Wait = Callable[[float | None], Awaitable[bytes | None]]
 
@@ -30,6 +30,7 @@ class OutcomeHub:
         # one future per SSUBSCRIBE sent, by channel, in order: the server confirms them in that order
         self.confirms: dict[bytes, deque[asyncio.Future[None]]] = {}
         self.ready: dict[bytes, asyncio.Future[None]] = {}  # by channel: the confirmation of its subscription
+        self.leaving: dict[bytes, int] = {}  # by channel: our SUNSUBSCRIBEs not confirmed yet
         self.broken: BaseException | None = None
         self.reader: asyncio.Task[None] | None = None
         # one send at a time (_send), and none once closed: the socket is taken on the first send
@@ -95,6 +96,7 @@ class OutcomeHub:
         del self.ready[name]
         if self.idle:
             return  # closed whole, with its socket, by the caller
+        self.leaving[name] = self.leaving.get(name, 0) + 1
         try:
             await self._send("SUNSUBSCRIBE", name)
         except TRANSPORT_ERRORS:
@@ -133,6 +135,8 @@ class OutcomeHub:
                             confirmed.set_result(None)
                     if not pending:
                         self.confirms.pop(channel, None)
+                elif kind == b"sunsubscribe":
+                    self._unsubscribed(channel)
         except Exception as exc:
             self.broken = link_failed(exc, "a wait on an outcome channel") if isinstance(exc, TRANSPORT_ERRORS) \
                 else exc
@@ -143,6 +147,20 @@ class OutcomeHub:
             for inboxes in self.waiters.values():
                 for inbox in inboxes:
                     inbox.put_nowait(self.broken)
+
+    def _unsubscribed(self, channel: bytes) -> None:
+        """A SUNSUBSCRIBE confirmed: ours, or the server's own when the channel's slot left the node
+        (a failover, a migration). Then its waiters are told (they subscribe again where the slot
+        went) and the channel is forgotten here, so a waiter that joins later subscribes anew."""
+        if self.leaving.get(channel):
+            self.leaving[channel] -= 1
+            if not self.leaving[channel]:
+                del self.leaving[channel]
+            return
+        moved = slot_moved(channel)
+        for inbox in self.waiters.pop(channel, ()):
+            inbox.put_nowait(moved)
+        self.ready.pop(channel, None)
 
     async def close(self) -> None:
         """Stop reading and close the socket; a waiter still listening (the connection closed

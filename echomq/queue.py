@@ -9,16 +9,17 @@ the same operations with ``await``.
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from typing import AbstractSet, Any, Iterable, Iterator, Sequence
 
-from .connection import Connection
+from .connection import TRANSPORT_ERRORS, Connection
 from . import errors, reaper
 from .core import (MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T,
                    check_connection, check_wait, time_left)
 from .events import DEFAULT_MAXLEN, Event
 from .flows import Flow, op_enqueue_flow, plan
 from .rates import RateLimit
-from .results import TOLD_GRACE_S, Status
+from .results import TOLD_GRACE_S, Status, relink_pause_s, wait_slice_s
 from .keys import State, check_job_id
 from .serializers import JSON, Serializer
 from .verbs import EXTENDS_MAX_PAIRS, I64_MAX, LIMIT_MAX, PRIORITY_MAX, Call, Counts, Sweep, check_int
@@ -354,11 +355,28 @@ class Queue(QueueCore):
         :class:`JobNotFound` when there is no such job (or its record expired), and
         :class:`TimeoutError` when the time runs out. The wait is woken by the job's outcome
         channel (subscribed before the first read, so no completion slips between), not by polling.
+        A server restart or a failover within the timeout is ridden out: it subscribes and reads
+        again; :class:`ConnectionFailed` only when the link is still down as the time runs out.
         """
         check_job_id(job_id)
         deadline = None if check_wait(timeout) is None else time.monotonic() + timeout
+        failures = 0
+        while True:
+            try:
+                return self._await_result(job_id, timeout, deadline)
+            except errors.ConnectionFailed:
+                failures += 1
+                pause = relink_pause_s(failures, deadline, time.monotonic())
+                if pause is None:
+                    raise
+                time.sleep(pause)
+                with suppress(*TRANSPORT_ERRORS):
+                    self.connection.refresh_slots()  # after a failover, the channel's slot may have moved
+
+    def _await_result(self, job_id: str, timeout: float | None, deadline: float | None) -> Any:
+        """:meth:`result` on one subscription; a link fault ends it (ConnectionFailed)."""
         with self.connection.outcome_listener(self.keys.outcome(job_id)) as wait:
-            counted = self._run(self.op_waiters(1))  # after the subscription, before the first read
+            counted = self._run(self.op_count_waiter())  # after the subscription, before the first read
             try:
                 told = None
                 while True:
@@ -374,10 +392,12 @@ class Queue(QueueCore):
                     left = time_left(deadline, time.monotonic())
                     if left is not None and left <= 0:
                         raise self._run(self.op_timed_out(job_id, read, timeout))
-                    told = wait(left)
+                    told = wait(wait_slice_s(counted, left))
+                    if told is None:
+                        counted = self._run(self.op_keep_waiter(counted))
             finally:
-                if counted:
-                    self._run(self.op_waiters(-1))
+                with suppress(errors.ConnectionFailed):  # the link is down: its count expires on its own
+                    self._run(self.op_uncount_waiter(counted))
 
     def enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> None:
         """Turn this queue's event stream on, bounded to ``maxlen`` entries (1 to EVENTS_MAX, 100,000;

@@ -139,6 +139,38 @@ Verdict = Union[Completed, NotKept, Failed, Waiting, Unknown]
 #: COMPLETE keeps neither row nor record: only the channel's word says it completed)
 TOLD_GRACE_S = 0.05
 
+# A result waiter counts itself in ``meta waiters`` so that COMPLETE and a killing FAIL tell it
+# (docs/spec.md §12). The field expires (HEXPIRE, server clock) WAITER_TTL_S after its last refresh,
+# and each live waiter refreshes it every WAITER_REFRESH_S: a waiter that dies without counting
+# itself out (SIGKILL, a dropped link, a restart) stops costing settles within WAITER_TTL_S of the
+# last live waiter's refresh. (A server without field expiry, Valkey < 9 or Redis < 7.4, keeps such
+# a count: `emq doctor` says so.)
+WAITER_TTL_S = 30
+WAITER_REFRESH_S = 10.0
+#: a waiter that cannot count itself (no write on meta) reads its job this often instead; it still
+#: hears at once the settles that always tell
+UNCOUNTED_READ_S = 1.0
+#: the pauses of a waiter whose link failed, before it subscribes and reads again: doubling from
+#: the first to the last, while its timeout lasts
+RELINK_PAUSE_S = (0.05, 1.0)
+
+
+def wait_slice_s(counted: int, left_s: float | None) -> float:
+    """How long a waiter listens before it reads again (and, counted, refreshes its count):
+    ``left_s`` is what its timeout leaves (None: no limit)."""
+    slice_s = WAITER_REFRESH_S if counted else UNCOUNTED_READ_S
+    return slice_s if left_s is None else min(left_s, slice_s)
+
+
+def relink_pause_s(failures: int, deadline: float | None, now: float) -> float | None:
+    """How long a waiter whose link failed ``failures`` times in a row pauses before it subscribes
+    and reads again (a server restarting, a failover); None when its timeout would run out first:
+    the link fault is its answer."""
+    pause = min(RELINK_PAUSE_S[1], RELINK_PAUSE_S[0] * 2 ** min(failures - 1, 10))
+    if deadline is not None and now + pause >= deadline:
+        return None
+    return pause
+
 
 def decide_result(seen: Seen, told: bytes | str | None = None) -> Verdict:
     """What a result waiter does after one read: return, raise, or wait for the next word.

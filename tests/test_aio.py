@@ -348,22 +348,23 @@ def test_a_waiter_that_leaves_unsubscribes_its_channel_and_a_link_fault_reaches_
         async with await aio.connect(server.url, wire=wire) as conn:
             queue = aio.Queue(conn, name)
             ids = [(await queue.enqueue({})).id for _ in range(3)]
-            waiting = [asyncio.create_task(queue.result(job_id, timeout=30)) for job_id in ids]
-            await listening(server, [3], "three channels subscribed")
-            waiting[0].cancel()
-            await listening(server, [2], "the channel left unsubscribed")
-            with server.client() as client:
-                assert client.client_kill_filter(_type="pubsub") == 1
-            faults = await asyncio.gather(*waiting[1:], return_exceptions=True)
-            # the next waiter gets a socket of its own again
-            later = asyncio.create_task(queue.result(ids[1], timeout=30))
-            await listening(server, [1], "a new socket")
+            async with conn.outcome_listener(queue.keys.outcome("a")) as first, \
+                    conn.outcome_listener(queue.keys.outcome("b")) as second:
+                waiting = [asyncio.create_task(queue.result(job_id, timeout=30)) for job_id in ids]
+                await listening(server, [5], "five channels subscribed")
+                waiting[0].cancel()
+                await listening(server, [4], "the channel left unsubscribed")
+                with server.client() as client:
+                    assert client.client_kill_filter(_type="pubsub") == 1
+                faults = await asyncio.gather(first(30), second(30), return_exceptions=True)
+            # result() rides the fault out: its waiters subscribe again, on a socket of their own
+            await listening(server, [2], "the waiters subscribed again")
             await asyncio.to_thread(publish_all, server.url, wire, [name], 3)
-            return faults, await later
+            return faults, await asyncio.gather(*waiting[1:])
 
-    faults, later = asyncio.run(main())
+    faults, answers = asyncio.run(main())
     assert all(isinstance(f, ConnectionFailed) for f in faults), faults
-    assert later == "done" and listeners(server) == []
+    assert answers == ["done", "done"] and listeners(server) == []
 
 
 def test_waiters_cancelled_at_any_point_leave_the_others_their_results(server, wire):

@@ -646,16 +646,15 @@ def test_a_plain_complete_just_before_the_first_read_is_a_none_result_not_not_fo
     queue, other = Queue(conn, name), Queue(conn, name)
     job = queue.enqueue(1)
     held = other.claim(60_000)
-    real = queue.op_waiters
+    real = queue.op_count_waiter
 
-    def counted_then_completed(by):
-        counted = yield from real(by)
-        if by == 1:
-            other.complete(held)  # between the count and the first read
+    def counted_then_completed():
+        counted = yield from real()
+        other.complete(held)  # between the count and the first read
         return counted
 
-    queue.op_waiters = counted_then_completed  # type: ignore[method-assign]
+    queue.op_count_waiter = counted_then_completed  # type: ignore[method-assign]
     assert queue.result(job.id, timeout=30) is None
-    queue.op_waiters = real  # type: ignore[method-assign]
+    queue.op_count_waiter = real  # type: ignore[method-assign]
     with pytest.raises(JobNotFound):  # a job that never was still is not found
         queue.result("never-enqueued", timeout=30)
