@@ -51,6 +51,7 @@ from .partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
 from .policy import IdlePolicy, LeasePolicy
 from .core import MAX_PAYLOAD_BYTES, encode_payload
 from .cron import describe
+from .doctor import examine, verdict
 from .queue import Queue, Sweep
 from .reaper import merged
 from .serializers import JSON, RAW
@@ -91,10 +92,13 @@ def node_options(fn: Any) -> Any:
     fn = click.option("--wire", envvar="EMQ_WIRE", show_envvar=True, default="auto", show_default=True,
                       type=click.Choice(["4", "6", "auto"]),
                       help="4 = scripts, 6 = trafikey, auto = what the node is branded for")(fn)
-    fn = click.option("--url", envvar="EMQ_URL", show_envvar=True, default=DEFAULT_URL, show_default=True,
-                      callback=warn_of_password, help="the Valkey node (redis://, rediss://, unix://); with a "
-                      "password, set EMQ_URL instead (an option is visible to every user of the host)")(fn)
-    return fn
+    return url_option(fn)
+
+
+def url_option(fn: Any) -> Any:
+    return click.option("--url", envvar="EMQ_URL", show_envvar=True, default=DEFAULT_URL, show_default=True,
+                        callback=warn_of_password, help="the Valkey node (redis://, rediss://, unix://); with a "
+                        "password, set EMQ_URL instead (an option is visible to every user of the host)")(fn)
 
 
 def warn_of_password(ctx: click.Context, param: click.Parameter, url: str) -> str:
@@ -295,6 +299,31 @@ def brand(url: str, wire: str, replace: bool) -> None:
                       f"({VERSION_KEY} on {holder.name})")
         else:
             out.print(cell(f"{redact_url(url)} branded {branded}"))
+
+
+@main.command()
+@url_option
+@click.option("-q", "--queue", "queue_names", multiple=True,
+              help="check the current ACL user's permissions on this queue (repeatable)")
+@json_option
+@cluster_option
+def doctor(url: str, queue_names: tuple[str, ...], as_json: bool) -> None:
+    """Check a node for production, one line per check; exit 1 on an error. Read-only: server
+    version, trafikey and its tokens, the brand, maxmemory-policy, persistence, the cluster's
+    slots, replicas and their lag, the clock offset, and with -q the ACL user's permissions."""
+    with reported():
+        for name in queue_names:
+            check_queue_name(name)
+    with reported(), open_client(url, chosen_cluster()) as client:
+        checks = examine(client, queue_names)
+    if as_json:
+        print_json([check.as_json() for check in checks])
+    else:
+        width = max(len(check.name) for check in checks)
+        for check in checks:
+            where = f" [{check.node}]" if check.node else ""
+            click.echo(f"{check.level.value:<8} {check.name:<{width}}  {check.detail}{where}")
+    sys.exit(verdict(checks))
 
 
 @main.command("module-path")

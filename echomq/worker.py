@@ -61,8 +61,8 @@ from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from valkey.crc import key_slot
 
-from . import aio, hooks, policy, waiter
-from .connection import Call, Connection
+from . import aio, doctor, hooks, policy, waiter
+from .connection import TRANSPORT_ERRORS, Call, Connection
 from .errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, JobTimeout, LeaseLost,
                      PayloadError)
 from .heartbeat import Heartbeat, HeartbeatConfig
@@ -643,6 +643,7 @@ class Worker:
                  self.config.lease.lease_ms)
         _running, _forked_from_worker = _running + 1, False  # a fork that runs a worker of its own is one
         try:
+            self._say_eviction()
             self._set_rate_limits()
             self._start_waiters()
             self._relaying = self.config.settle_wait_ms > 0
@@ -734,6 +735,21 @@ class Worker:
                 self._wake.set()  # (not looking: it sleeps on, maybe for seconds; it looks in from its next wait)
         finally:
             self._baton.release()
+
+    def _say_eviction(self) -> None:
+        """An error in the log at start when a node may evict keys (an evicted row or set is a lost
+        job), decided as `emq doctor` decides it. Unread (an ACL without CONFIG, a link fault) is
+        left to `emq doctor`."""
+        for name, node in doctor.primaries(self.connection.client):
+            try:
+                policy = doctor.answered(node.config_get, "maxmemory-policy")
+            except TRANSPORT_ERRORS:
+                return
+            if isinstance(policy, Exception):
+                continue
+            check = doctor.check_eviction(policy.get("maxmemory-policy", "?"))
+            if check.level is doctor.Level.ERROR:
+                log.error("worker %d: %s%s", os.getpid(), f"{name}: " if name else "", check.detail)
 
     def stop(self, reason: str = "stop requested") -> None:
         """Stop claiming; running jobs get ``grace_s`` to finish. Safe from any thread."""

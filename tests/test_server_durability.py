@@ -15,7 +15,7 @@ import pytest
 import valkey
 from click.testing import CliRunner
 
-from echomq import Queue, connect
+from echomq import Job, Queue, connect
 from echomq.cli import found_note, main
 from echomq.errors import ConfigurationError
 from echomq.server import Durability, durability_for
@@ -91,6 +91,7 @@ class ServerProcess:
         self.process = subprocess.Popen([sys.executable, "-m", "echomq.cli", "server", *args], cwd=cwd,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert self.process.stdout is not None and self.process.stderr is not None
         self.first = self.process.stdout.readline()
         self.second = self.process.stdout.readline()
         assert "valkey on redis://127.0.0.1:" in self.first, self.first + self.process.stderr.read()
@@ -121,13 +122,19 @@ def every_kind_of_job(url: str, wire: int) -> None:
     with connect(url, wire=wire) as connection:
         queue = Queue(connection, "kept")
         queue.enqueue({"n": 1})
-        queue.complete(queue.claim(60_000))
+        queue.complete(claimed(queue))
         queue.enqueue({"n": 2})
         queue.schedule({"n": 3}, 3_600_000)
         queue.enqueue({"n": 4})
-        queue.fail(queue.claim(60_000), "E: broken", max_attempts=1)
+        queue.fail(claimed(queue), "E: broken", max_attempts=1)
         queue.enqueue({"n": 5}, group="tenant-a")
         queue.enqueue_flow({"n": 6}, children=[{"n": 7}])
+
+
+def claimed(queue: Queue) -> Job:
+    job = queue.claim(60_000)
+    assert job is not None
+    return job
 
 
 def emq_keys(client: valkey.Valkey) -> dict:

@@ -61,7 +61,7 @@ else:
 """
 
 
-def waiters(queue: Queue) -> bytes | None:
+def waiters(queue: Queue) -> Any:
     return queue.connection.client.hget(queue.keys.meta, "waiters")
 
 
