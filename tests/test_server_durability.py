@@ -113,7 +113,10 @@ class ServerProcess:
         except FileNotFoundError:
             return True
 
-    def close(self) -> None:
+    def __enter__(self) -> "ServerProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         reap(self.process)
 
 
@@ -143,18 +146,14 @@ def emq_keys(client: valkey.Valkey) -> dict:
 
 @pytest.mark.parametrize("wire", [4, 6])
 def test_jobs_of_every_kind_survive_a_sigterm_and_a_restart_on_the_same_dir(tmp_path, wire):
-    first = ServerProcess(tmp_path, "--wire", str(wire), "--dir", "data")
-    try:
+    with ServerProcess(tmp_path, "--wire", str(wire), "--dir", "data") as first:
         assert first.second.startswith(f"jobs survive a restart: AOF everysec in {tmp_path / 'data'} "
                                        "(a new directory: no jobs yet)"), first.second
         every_kind_of_job(first.url, wire)
         with first.client() as client:
             before = emq_keys(client)
         first.stop()
-    finally:
-        first.close()
-    again = ServerProcess(tmp_path, "--wire", str(wire), "--dir", "data")
-    try:
+    with ServerProcess(tmp_path, "--wire", str(wire), "--dir", "data") as again:
         assert again.second.startswith(f"jobs survive a restart: AOF everysec in {tmp_path / 'data'} "
                                        "(found 6 job(s) in 1 queue(s))"), again.second
         with again.client() as client:
@@ -164,8 +163,6 @@ def test_jobs_of_every_kind_survive_a_sigterm_and_a_restart_on_the_same_dir(tmp_
             assert (counts.pending, counts.scheduled, counts.dead, counts.lane_pending) == (1, 1, 1, 1)
             assert Queue(connection, "kept").metrics() == {"completed": 1, "failed": 1}
         again.stop()
-    finally:
-        again.close()
 
 
 @pytest.mark.parametrize("wire", [4, 6])
@@ -173,18 +170,14 @@ def test_a_sigkilled_emq_server_and_a_crashed_valkey_keep_what_the_aof_fsynced(t
     """SIGKILL of `emq server`: its valkey-server is told to stop (SIGTERM) and flushes the AOF. A
     crash of the valkey-server itself (SIGKILL) loses at most the writes not yet fsynced (about the
     last second with everysec): here none, as the test waits for the fsync (WAITAOF)."""
-    killed = ServerProcess(tmp_path, "--wire", str(wire), "--dir", "data")
-    try:
+    with ServerProcess(tmp_path, "--wire", str(wire), "--dir", "data") as killed:
         every_kind_of_job(killed.url, wire)
         with killed.client() as client:
             before = emq_keys(client)
         killed.process.kill()
         killed.process.wait(15)
         wait_until(killed.valkey_gone, 20, "the orphaned valkey-server to stop")
-    finally:
-        killed.close()
-    crashed = ServerProcess(tmp_path, "--wire", str(wire), "--dir", "data")
-    try:
+    with ServerProcess(tmp_path, "--wire", str(wire), "--dir", "data") as crashed:
         assert "(found 6 job(s) in 1 queue(s))" in crashed.second, crashed.second
         with crashed.client() as client:
             assert emq_keys(client) == before
@@ -195,33 +188,22 @@ def test_a_sigkilled_emq_server_and_a_crashed_valkey_keep_what_the_aof_fsynced(t
         os.kill(crashed.valkey_pid, signal.SIGKILL)  # a crash: no flush of its own
         assert crashed.process.wait(15) == 1
         assert "valkey-server exited" in crashed.process.stderr.read()
-    finally:
-        crashed.close()
-    after = ServerProcess(tmp_path, "--wire", str(wire), "--dir", "data")
-    try:
+    with ServerProcess(tmp_path, "--wire", str(wire), "--dir", "data") as after:
         assert "(found 7 job(s) in 1 queue(s))" in after.second, after.second
         with after.client() as client:
             assert emq_keys(client) == before
         after.stop()
-    finally:
-        after.close()
 
 
 def test_no_persist_keeps_the_directory_but_not_the_jobs_and_fsync_always_is_the_servers(tmp_path):
-    memory = ServerProcess(tmp_path, "--wire", "4", "--dir", "data", "--no-persist")
-    try:
+    with ServerProcess(tmp_path, "--wire", "4", "--dir", "data", "--no-persist") as memory:
         assert memory.second.startswith(f"memory only: nothing survives a stop (data in {tmp_path / 'data'})")
         every_kind_of_job(memory.url, 4)
         memory.stop()
-    finally:
-        memory.close()
-    durable = ServerProcess(tmp_path, "--wire", "4", "--dir", "data", "--fsync", "always")
-    try:
+    with ServerProcess(tmp_path, "--wire", "4", "--dir", "data", "--fsync", "always") as durable:
         assert durable.second.startswith(f"jobs survive a restart: AOF always in {tmp_path / 'data'} "
                                          "(it holds no jobs)"), durable.second
         with durable.client() as client:
             assert client.config_get("appendfsync") == {"appendfsync": "always"}
             assert client.config_get("appendonly") == {"appendonly": "yes"}
         durable.stop()
-    finally:
-        durable.close()
