@@ -322,7 +322,8 @@ def doctor(url: str, queue_names: tuple[str, ...], as_json: bool) -> None:
         width = max(len(check.name) for check in checks)
         for check in checks:
             where = f" [{check.node}]" if check.node else ""
-            click.echo(f"{check.level.value:<8} {check.name:<{width}}  {check.detail}{where}")
+            # a detail may quote the server (a refusal, a key it names): one line, escaped
+            click.echo(one_line(f"{check.level.value:<8} {check.name:<{width}}  {check.detail}{where}"))
     sys.exit(verdict(checks))
 
 
