@@ -14,7 +14,7 @@ from setuptools_rust import Binding, RustExtension
 
 native = [
     RustExtension(
-        "echomq.libtrafikey",
+        "echomq.local.libtrafikey",
         path="trafikey/Cargo.toml",
         binding=Binding.NoBinding,
         py_limited_api=False,

@@ -25,9 +25,9 @@ import time
 from typing import Any
 
 from echomq import Queue, connect
-from echomq.connection import Script
-from echomq.serializers import RAW
-from echomq.verbs import BY_NAME
+from echomq._client.connection import Script
+from echomq._protocol.serializers import RAW
+from echomq._protocol.verbs import BY_NAME
 
 from .common import ROOT, BenchServer, measured, percentile, say, summary
 

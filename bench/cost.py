@@ -28,9 +28,9 @@ import os
 from typing import Any, Callable
 
 from echomq import Queue, connect
-from echomq.connection import Connection
-from echomq.ids import new_id
-from echomq.serializers import JSON
+from echomq._client.connection import Connection
+from echomq._protocol.ids import new_id
+from echomq._protocol.serializers import JSON
 
 from .common import BenchServer, Counters, measured, say, summary
 

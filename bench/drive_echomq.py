@@ -25,8 +25,8 @@ import sys
 import time
 
 from echomq import Queue, connect
-from echomq.results import DEFAULT_RESULT_TTL_S, encode_result
-from echomq.serializers import JSON
+from echomq._protocol.results import DEFAULT_RESULT_TTL_S, encode_result
+from echomq._protocol.serializers import JSON
 
 from .peers import probe
 from .peers.probe import gaps

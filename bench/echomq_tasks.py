@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from echomq.results import DEFAULT_RESULT_TTL_S
-from echomq.tasks import App
+from echomq._protocol.results import DEFAULT_RESULT_TTL_S
+from echomq.worker.tasks import App
 
 from .peers import probe
 

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from echomq.server import BINARY_ENV, server_binary
+from echomq.local.server import BINARY_ENV, server_binary
 
 from .common import BenchServer, say
 from .cost import open_executor, run_executor

@@ -1,6 +1,6 @@
 """Reading every queue of a node, as the dashboard, `emq stats` and `/metrics` do: one queue
 after another (two round trips each: COUNTS, then the metrics hashes) beside all of them
-together (`echomq.inventory.numbers_of`: one pipeline). Interleaved rounds on one embedded
+together (`echomq.admin.inventory.numbers_of`: one pipeline). Interleaved rounds on one embedded
 server, wall time per read of the whole node, and their ratio.
 
     .venv/bin/python -m bench.inventory_reads --queues 500 --rounds 7 --json bench/results/inventory-reads.json
@@ -13,8 +13,8 @@ import json
 import time
 
 from echomq import EmbeddedServer, Queue, connect, module_path
-from echomq.inventory import numbers_of, numbers_or_error
-from echomq.partitioned import open_queues
+from echomq.admin.inventory import numbers_of, numbers_or_error
+from echomq._client.partitioned import open_queues
 
 from .common import Sample, say
 

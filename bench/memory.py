@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from echomq import Queue, connect
-from echomq.ids import ALPHABET as BASE62, COUNTER_SPAN, TAIL_CHARS, fixed_width, new_id
+from echomq._protocol.ids import ALPHABET as BASE62, COUNTER_SPAN, TAIL_CHARS, fixed_width, new_id
 
 from .common import BenchServer, say
 from .systems import PEERS_DIR, install_peer

@@ -26,10 +26,10 @@ from typing import Any
 
 import echomq
 from echomq import PartitionedQueue, Queue, connect
-from echomq.cluster import LocalCluster
-from echomq.inventory import partitions_of
-from echomq.server import EmbeddedServer
-from echomq.tasks import App
+from echomq.local.cluster import LocalCluster
+from echomq.admin.inventory import partitions_of
+from echomq.local.server import EmbeddedServer
+from echomq.worker.tasks import App
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,8 +18,8 @@ import statistics
 import sys
 
 from echomq import EmbeddedServer, Queue, connect, module_path
-from echomq.ids import new_id
-from echomq.verbs import BY_NAME
+from echomq._protocol.ids import new_id
+from echomq._protocol.verbs import BY_NAME
 
 LEASE_MS = 60_000
 

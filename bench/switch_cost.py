@@ -29,8 +29,8 @@ import types
 from typing import Any, Callable
 
 from echomq import brand_node, module_path
-from echomq.server import EmbeddedServer
-from echomq.verbs import BY_NAME
+from echomq.local.server import EmbeddedServer
+from echomq._protocol.verbs import BY_NAME
 
 from .common import ROOT
 

@@ -110,7 +110,7 @@ def check_revision(rev: str) -> str | None:
 def emq_worker_available() -> tuple[bool, str]:
     try:
         from echomq import cli  # noqa: F401
-        from echomq.worker import Worker  # noqa: F401
+        from echomq.worker.worker import Worker  # noqa: F401
     except Exception as exc:  # not landed yet: the bare loop stands in, labelled so
         return False, f"echomq.cli / echomq.worker not importable ({exc})"
     return True, ""

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from echomq import Queue, connect
-from echomq.results import WAITER_TTL_S
+from echomq._protocol.results import WAITER_TTL_S
 
 from .common import BenchServer, say, trafikey_module
 from .report import table

@@ -37,7 +37,7 @@ import threading
 from pathlib import Path
 
 from echomq import Queue, connect
-from echomq.results import DEFAULT_RESULT_TTL_S
+from echomq._protocol.results import DEFAULT_RESULT_TTL_S
 
 from .common import BenchServer, say, trafikey_module
 

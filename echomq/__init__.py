@@ -1,8 +1,8 @@
 """EchoMQ: a job queue for Python on Valkey, every state change one atomic step in the server."""
 
 from . import aio, hooks
-from .admin import brand_node
-from .connection import Connection, connect
+from .admin.steps import brand_node
+from ._client.connection import Connection, connect
 from .errors import (
     ArgumentError,
     BrandError,
@@ -30,22 +30,22 @@ from .errors import (
     WireError,
     WrongType,
 )
-from .heartbeat import HeartbeatConfig, WorkerRecord, list_workers
-from .events import Event
-from .flows import CHILD_FAILURE, Flow
-from .keys import Keyspace, State
-from .module import module_path
-from .partitioned import PartitionedQueue
-from .policy import Backoff, IdlePolicy, LeasePolicy
-from .queue import Counts, Enqueued, Job, Queue, Sweep
-from .rates import RateLimit
-from .verbs import Admission
-from .results import Status
-from .serializers import JSON, RAW, JSONSerializer, RawSerializer
-from .server import EmbeddedServer
-from .tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task
-from .timers import TimerConfig, Timers
-from .worker import Tally, Worker, WorkerConfig
+from ._core.workers import HeartbeatConfig, WorkerRecord, list_workers
+from ._protocol.events import Event
+from ._core.flows import CHILD_FAILURE, Flow
+from ._protocol.keys import Keyspace, State
+from .local.module import module_path
+from ._client.partitioned import PartitionedQueue
+from .worker.policy import Backoff, IdlePolicy, LeasePolicy
+from ._client.queue import Counts, Enqueued, Job, Queue, Sweep
+from ._protocol.rates import RateLimit
+from ._protocol.verbs import Admission
+from ._protocol.results import Status
+from ._protocol.serializers import JSON, RAW, JSONSerializer, RawSerializer
+from .local.server import EmbeddedServer
+from .worker.tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task
+from .worker.timers import TimerConfig, Timers
+from .worker.worker import Tally, Worker, WorkerConfig
 
 __all__ = [
     "Admission",

@@ -29,17 +29,17 @@ from typing import Any, Iterator
 
 import pytest
 
-from .admin import brand_node
-from .connection import Connection, connect
-from .keys import State
-from .module import module_path
-from .partitioned import PartitionedQueue
-from .policy import IdlePolicy
-from .queue import Queue
-from .server import EmbeddedServer
-from .tasks import App
-from .timers import TimerConfig
-from .worker import Tally, Worker, WorkerConfig
+from .admin.steps import brand_node
+from ._client.connection import Connection, connect
+from ._protocol.keys import State
+from .local.module import module_path
+from ._client.partitioned import PartitionedQueue
+from .worker.policy import IdlePolicy
+from ._client.queue import Queue
+from .local.server import EmbeddedServer
+from .worker.tasks import App
+from .worker.timers import TimerConfig
+from .worker.worker import Tally, Worker, WorkerConfig
 
 __all__ = ["ANY", "assert_enqueued", "drain", "embedded_server", "enqueued"]
 

@@ -11,8 +11,8 @@ import pytest
 
 import echomq
 from echomq import EmbeddedServer, Queue, connect, module_path
-from echomq.cluster import LocalCluster
-from echomq.serializers import RAW
+from echomq.local.cluster import LocalCluster
+from echomq._protocol.serializers import RAW
 from helpers import fresh_name
 
 
@@ -31,7 +31,7 @@ def server6():
 
 @pytest.fixture(scope="session")
 def cluster4():
-    """A local three-primary cluster per wire (echomq.cluster.LocalCluster), shared by every module
+    """A local three-primary cluster per wire (echomq.local.cluster.LocalCluster), shared by every module
     that runs on a cluster; each test uses queues of its own, and puts back any slot it moves."""
     with LocalCluster(3, brand=4) as cluster:
         yield cluster

@@ -14,7 +14,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
 
 from echomq import aio
-from echomq.keys import Keyspace
+from echomq._protocol.keys import Keyspace
 
 # valkey-py's annotations mix its sync and asyncio returns (``Awaitable[Any] | Any``) and want str
 # keys: the helpers take its sync client as Any, so type checkers read the tests, not its stubs.
@@ -29,7 +29,7 @@ def fresh_name(prefix: str = "t") -> str:
 
 
 def former_default_id(ms: int) -> str:
-    """A UUIDv7 text minted at ``ms``: the default job id before the 16-character ids (echomq.ids)."""
+    """A UUIDv7 text minted at ``ms``: the default job id before the 16-character ids (echomq._protocol.ids)."""
     return str(uuid.UUID(int=ms << 80 | 0x7 << 76 | 0b10 << 62 | int.from_bytes(os.urandom(7), "big")))
 
 

@@ -13,7 +13,7 @@ from valkey.exceptions import ConnectionError as LinkError
 
 import echomq
 from echomq import ConnectionFailed, WrongType, aio
-from echomq.connection import Plain
+from echomq._client.connection import Plain
 from helpers import fresh_name
 from worker_helpers import wait_until
 

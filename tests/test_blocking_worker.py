@@ -11,7 +11,7 @@ import pytest
 
 from echomq import App, EmbeddedServer, IdlePolicy, Queue, TimerConfig, Worker, WorkerConfig, connect, module_path
 from echomq.errors import ConfigurationError, UnsupportedOnWire
-from echomq.waiter import LANES_WAKE
+from echomq.worker.waiter import LANES_WAKE
 from helpers import dump, fresh_name, server_ms, wait_server_past
 from worker_helpers import QUIET_TIMERS, WorkerProcess, out, processed, wait_until  # noqa: F401 (fixture: out)
 
@@ -163,7 +163,7 @@ def test_an_idle_queue_is_swept_when_its_earliest_lease_expires_not_by_an_interv
 def test_an_idle_worker_probes_with_one_claim_after_a_block_times_out(own_conn, monkeypatch):
     """A block that ends with nothing (its timeout, the backstop) is followed by one claim, not a
     batch (claim_batch 10): the idle worker's backstop costs a few commands, not a dozen."""
-    from echomq import policy
+    from echomq.worker import policy
 
     monkeypatch.setattr(policy, "BLOCK_MAX_MS", 200)  # blocks time out five times a second
     name = fresh_name("p")
@@ -186,7 +186,7 @@ def test_a_wire_6_block_reads_the_schedules_head_with_it(own_conn, wire):
         pytest.skip("wire 4's wake marker persists until popped: a block after the write still sees it")
     from queue import SimpleQueue
 
-    from echomq import waiter
+    from echomq.worker import waiter
 
     queue = Queue(own_conn, fresh_name("h"))
     queue.schedule({}, 60_000)
@@ -365,7 +365,7 @@ def test_a_burst_worker_runs_the_job_its_block_took_as_the_queue_went_empty(own_
     blocks and looks again once each has answered, so it runs the job instead of requeueing it."""
     if wire == 4:
         pytest.skip("wire 4's waiters pop wake markers; only wire 6's take a job")
-    from echomq import waiter
+    from echomq.worker import waiter
 
     name, ran = fresh_name("race"), []
     app = App()
@@ -403,7 +403,7 @@ def test_a_burst_worker_stops_though_its_ended_blocks_answer_while_it_looks(own_
     it looks at them again: they are no news, it must not start over (re-arming, ending again...)."""
     if wire == 4:
         pytest.skip("wire 4's waiters pop wake markers; only wire 6's take a job")
-    from echomq import waiter
+    from echomq.worker import waiter
 
     names = [fresh_name("quiet"), fresh_name("quiet")]
     app = App()

@@ -9,9 +9,9 @@ import threading
 import pytest
 
 from echomq import App, CounterError, Queue, RateLimit, Worker, WorkerConfig, connect, hooks
-from echomq.connection import build_call
+from echomq._client.connection import build_call
 from echomq.errors import ArgumentError, ConfigurationError, ShapeError, WrongType
-from echomq.serializers import RAW
+from echomq._protocol.serializers import RAW
 from helpers import core_dump, fresh_name, mask_times, queue_unchanged, server_ms
 from worker_helpers import QUIET_TIMERS, wait_until
 

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from echomq import EmbeddedServer, Flow, Queue, brand_node, connect, module_path
 from echomq.cli import main
-from echomq.heartbeat import Heartbeat
-from echomq.server import free_port
+from echomq._core.workers import Heartbeat
+from echomq.local.server import free_port
 from helpers import dump, fresh_name, reap, server_ms, unchanged, wait_server_past
 from worker_helpers import ROOT, wait_until
 
@@ -290,7 +290,7 @@ def test_a_killed_emq_server_takes_its_valkey_with_it(tmp_path):
 def test_demo_app_module_loads():
     from echomq.cli import load_app
 
-    app = load_app("echomq.demo:app")
+    app = load_app("echomq.local.demo:app")
     assert list(app.tasks) == ["demo"]
     assert json.dumps(app.tasks["demo"].fn({"order": 123}, None)) == "6"
 

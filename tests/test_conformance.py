@@ -16,9 +16,9 @@ import pytest
 
 from echomq import (RAW, ConfigurationError, Counts, Enqueued, Job, JobFailed, JobNotFound, LeaseLost, PayloadError,
                     Queue, State, StateError, Status)
-from echomq.connection import build_call
-from echomq.keys import MAX_TRACEBACK_BYTES
-from echomq.verbs import JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, VERBS
+from echomq._client.connection import build_call
+from echomq._protocol.keys import MAX_TRACEBACK_BYTES
+from echomq._protocol.verbs import JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, VERBS
 from helpers import KEEP_MS, TIME, AwaitingQueue, queue_unchanged, server_ms, snap, wait_server_past
 from worker_helpers import wait_until
 

@@ -28,11 +28,11 @@ from echomq import (
     brand_node,
     connect,
 )
-from echomq.connection import BRANDS, Call, Connection, Plain, build_call, cluster_mode
-from echomq.keys import VERSION_KEY, Keyspace
-from echomq.serializers import RAW
-from echomq.server import free_port
-from echomq.verbs import FLOWS, LANES, SCRIPTED, Verb
+from echomq._client.connection import BRANDS, Call, Connection, Plain, build_call, cluster_mode
+from echomq._protocol.keys import VERSION_KEY, Keyspace
+from echomq._protocol.serializers import RAW
+from echomq.local.server import free_port
+from echomq._protocol.verbs import FLOWS, LANES, SCRIPTED, Verb
 from helpers import awaited_connect, dump, fresh_name, unchanged
 
 def fresh(prefix: str = "c") -> str:
@@ -277,7 +277,7 @@ def test_a_queue_given_a_url_is_a_type_error_naming_the_call_that_connects(serve
             make(server4.url)
         with connect(server4.url, wire=4) as blocking:
             if kind.startswith("aio"):
-                with pytest.raises(TypeError, match=r"not a value of type echomq\.connection\.Connection"):
+                with pytest.raises(TypeError, match=r"not a value of type echomq\._client\.connection\.Connection"):
                     make(blocking)
     said = str(given_a_url.value)
     assert f"not the URL {server4.url!r}" in said and f"conn = {opened_by}" in said

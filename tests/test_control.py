@@ -10,9 +10,9 @@ import pytest
 
 from echomq import (ArgumentError, ConfigurationError, LeaseLost, Queue, State, StateError, UnsupportedOnWire,
                     WrongType)
-from echomq.connection import build_call
-from echomq.serializers import RAW
-from echomq.verbs import BY_NAME
+from echomq._client.connection import build_call
+from echomq._protocol.serializers import RAW
+from echomq._protocol.verbs import BY_NAME
 from helpers import TIME, fresh_name, queue_unchanged, server_ms, snap, wait_server_past
 
 

@@ -1,4 +1,4 @@
-"""Periodic jobs (echomq.cron): the schedules' arithmetic, and ticks enqueued exactly once by
+"""Periodic jobs (echomq.worker.cron): the schedules' arithmetic, and ticks enqueued exactly once by
 worker processes on real servers, across a server restart."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from echomq import Admission, App, ConfigurationError, EmbeddedServer, Queue, connect, module_path
-from echomq.cron import MIN_WINDOW_MS, Cron, CronTimer, describe
+from echomq.worker.cron import MIN_WINDOW_MS, Cron, CronTimer, describe
 from helpers import fresh_name, server_ms, wait_server_past
 from worker_helpers import WorkerProcess, out, processed  # noqa: F401 (fixtures)
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from echomq.verbs import FLOWS, LANES, OPTIONAL, VERBS
+from echomq._protocol.verbs import FLOWS, LANES, OPTIONAL, VERBS
 
 DOCS = Path(__file__).parent.parent / "docs"
 
@@ -47,7 +47,7 @@ def test_the_asyncio_web_service_example_enqueues_from_concurrent_requests(serve
     import json
 
     from echomq import Queue
-    from echomq.server import free_port
+    from echomq.local.server import free_port
     from echomq.testing import assert_enqueued, drain
 
     example = load_example("web_service")

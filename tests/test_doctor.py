@@ -13,11 +13,11 @@ from click.testing import CliRunner
 
 from echomq import App, EmbeddedServer, Queue, Worker, WorkerConfig, connect, module_path
 from echomq.cli import main
-from echomq.doctor import (Check, Level, acl_probes, check_acl, check_brand, check_clock, check_cluster,
-                           check_eviction, check_persistence, check_replicas, check_server, check_trafikey,
-                           client_tokens, verdict)
+from echomq.admin.doctor import (Check, Level, acl_probes, check_acl, check_brand, check_clock, check_cluster,
+                                       check_eviction, check_persistence, check_replicas, check_server, check_trafikey,
+                                       client_tokens, verdict)
 from echomq.errors import CommandRefused
-from echomq.verbs import JOB_CORE_TOKENS
+from echomq._protocol.verbs import JOB_CORE_TOKENS
 from helpers import fresh_name, unchanged
 from worker_helpers import wait_until
 
@@ -246,7 +246,7 @@ def test_an_unbranded_node_and_a_wire_6_brand_without_trafikey_are_errors():
 
 
 def test_a_missing_node_is_one_line_and_exit_1():
-    from echomq.server import free_port
+    from echomq.local.server import free_port
 
     result = CliRunner().invoke(main, ["doctor", "--url", f"redis://127.0.0.1:{free_port()}"])
     assert result.exit_code == 1 and "no Valkey answers" in result.stderr and "Traceback" not in result.output

@@ -20,8 +20,8 @@ from echomq import (App, Backoff, CrossSlotFlow, Delay, EmbeddedServer, Flow, Le
 from echomq.cli import main
 from echomq.dashboard import Settings, serving
 from echomq.errors import CommandRefused, ConfigurationError
-from echomq.flows import check_one_slot, plan, same_slot_name, slot_of
-from echomq.serializers import JSON
+from echomq._core.flows import check_one_slot, plan, same_slot_name, slot_of
+from echomq._protocol.serializers import JSON
 from helpers import digest, dump, fresh_name, server_ms, unchanged, wait_server_past
 from test_worker import running
 from worker_helpers import wait_until

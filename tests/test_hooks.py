@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from echomq import App, ConnectionFailed, Job, Queue, Worker, WorkerConfig, aio, hooks
-from echomq.ids import minted_ms, new_id
-from echomq.server import free_port
-from echomq.worker import Histogram, waited_in_pending_s
+from echomq._protocol.ids import minted_ms, new_id
+from echomq.local.server import free_port
+from echomq.worker.worker import Histogram, waited_in_pending_s
 from helpers import former_default_id, fresh_name
 from test_worker import running
 from worker_helpers import wait_until

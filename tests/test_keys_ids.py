@@ -16,10 +16,11 @@ import uuid
 import pytest
 from valkey.exceptions import NoPermissionError, NoScriptError, ResponseError
 
-from echomq import errors, ids
-from echomq.connection import as_refusal
-from echomq.keys import MAX_ID_BYTES, STATE_SETS, VERSION_KEY, Keyspace, State, check_job_id, check_queue_name
-from echomq.queue import I64_MAX, PRIORITY_MAX, check_int
+from echomq import errors
+from echomq._protocol import ids
+from echomq._client.connection import as_refusal
+from echomq._protocol.keys import MAX_ID_BYTES, STATE_SETS, VERSION_KEY, Keyspace, State, check_job_id, check_queue_name
+from echomq._client.queue import I64_MAX, PRIORITY_MAX, check_int
 from helpers import former_default_id
 
 # --------------------------------------------------------------------------- keyspace
@@ -131,7 +132,7 @@ def test_default_id_text_order_is_generation_order():
 
 
 class _FrozenClock:
-    """Stands in for the ``time`` module inside echomq.ids: a wall clock we can hold or turn back."""
+    """Stands in for the ``time`` module inside echomq._protocol.ids: a wall clock we can hold or turn back."""
 
     def __init__(self, ms: int) -> None:
         self.ms = ms

@@ -16,13 +16,13 @@ from collections import defaultdict
 
 import pytest
 
-from echomq import policy
+from echomq.worker import policy
 from echomq import EmbeddedServer, Queue, Worker, WorkerConfig, connect, module_path
 from echomq import Admission, Enqueued
 from echomq.errors import (CommandRefused, ConfigurationError, CounterError, JobFailed, LeaseLost, StateError,
                            WrongType)
-from echomq.keys import State
-from echomq.waiter import LANES_WAKE
+from echomq._protocol.keys import State
+from echomq.worker.waiter import LANES_WAKE
 from test_blocking_worker import QUIET_TIMERS, Running, recording_app
 from helpers import AwaitingQueue, fresh_name, queue_unchanged, server_ms, unchanged, wait_server_past
 from worker_helpers import out, processed, spawn, wait_until  # noqa: F401 (fixtures)

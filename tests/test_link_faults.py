@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from echomq import App, ConnectionFailed, EmbeddedServer, Queue, Worker, WorkerConfig, aio, connect, module_path
-from echomq.policy import IdlePolicy
+from echomq.worker.policy import IdlePolicy
 from helpers import fresh_name
 from worker_helpers import wait_until
 

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from echomq import ConfigurationError, Job, Queue, State
-from echomq.serializers import JSON, RAW
+from echomq._protocol.serializers import JSON, RAW
 from helpers import digest, dump, fresh_name, queue_unchanged, wait_server_past
 
 @pytest.fixture

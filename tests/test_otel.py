@@ -13,9 +13,10 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from echomq import App, Queue, Worker, WorkerConfig, envelope
+from echomq import App, Queue, Worker, WorkerConfig
+from echomq._protocol import envelope
 from echomq.dashboard import Settings, serving
-from echomq.inventory import job_view
+from echomq.admin.inventory import job_view
 from helpers import fresh_name
 from test_worker import running
 from worker_helpers import ROOT, wait_until

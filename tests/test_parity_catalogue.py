@@ -19,7 +19,7 @@ from echomq.parity.differences import NAMED
 from echomq.parity.report import result_text
 from echomq.parity.runner import Pair
 from echomq.parity.steps import Do
-from echomq.verbs import READS, VERBS
+from echomq._protocol.verbs import READS, VERBS
 from helpers import digest
 
 

@@ -13,12 +13,12 @@ from click.testing import CliRunner
 
 from echomq import ConfigurationError, PartitionedQueue, Queue, State, connect
 from echomq.cli import main
-from echomq.keys import (
+from echomq._protocol.keys import (
     PARTITIONS_KEY, SLOTS, Keyspace, check_queue_name, layout_record, parent_queue, partition_layout, partition_of,
     recorded_layout, slot_of,
 )
-from echomq.partitioned import open_queue
-from echomq.tasks import App
+from echomq._client.partitioned import open_queue
+from echomq.worker.tasks import App
 
 from helpers import fresh_name, server_ms, unchanged, wait_server_past
 from worker_helpers import WorkerProcess, processed

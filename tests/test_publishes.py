@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from echomq import LeaseLost, Queue, hooks
-from echomq.connection import build_call
+from echomq._client.connection import build_call
 from echomq.errors import ArgumentError, CounterError, ShapeError, StateError, WrongType
-from echomq.serializers import RAW
-from echomq.verbs import EXTENDS_MAX_PAIRS
+from echomq._protocol.serializers import RAW
+from echomq._protocol.verbs import EXTENDS_MAX_PAIRS
 from helpers import KEEP_MS, fresh_name, queue_unchanged
 from test_completes import LEASE, active_wrong_typed, answers, raw, relative
 from test_completes import setup as completes_setup

@@ -10,10 +10,10 @@ import pytest
 
 from echomq import (App, ConfigurationError, CounterError, Queue, RateLimit, UnsupportedOnWire, Worker,
                     WorkerConfig, connect)
-from echomq.connection import build_call
-from echomq.rates import parse_rate_limit
-from echomq.serializers import RAW
-from echomq.verbs import ARGUMENT_TOKENS
+from echomq._client.connection import build_call
+from echomq._protocol.rates import parse_rate_limit
+from echomq._protocol.serializers import RAW
+from echomq._protocol.verbs import ARGUMENT_TOKENS
 from helpers import fresh_name, queue_unchanged, server_ms, unchanged, wait_server_past
 from test_rate_limit_workers import most_in_any_window
 from worker_helpers import QUIET_TIMERS, commands_sent, wait_until

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from echomq import ConfigurationError, Queue, State, WrongType
-from echomq.serializers import RAW
+from echomq._protocol.serializers import RAW
 from helpers import queue_unchanged, take
 
 _names = itertools.count()
@@ -103,8 +103,8 @@ def test_numbers_of_many_queues_take_one_round_trip_and_a_damaged_one_keeps_its_
     pipeline for all of them, each queue's numbers equal to its own reads, a partitioned queue's
     summed, and a wrong-typed key's refusal in its queue's place only."""
     from echomq import PartitionedQueue
-    from echomq.inventory import numbers_of
-    from echomq.partitioned import open_queues
+    from echomq.admin.inventory import numbers_of
+    from echomq._client.partitioned import open_queues
 
     names = [f"nums{os.getpid()}-{next(_names)}" for _ in range(30)]
     for n, name in enumerate(names[:-2]):

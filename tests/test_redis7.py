@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from echomq import EmbeddedServer, Queue, State, connect
-from echomq.server import BINARY_ENV
+from echomq.local.server import BINARY_ENV
 
 from helpers import server_ms, wait_server_past
 

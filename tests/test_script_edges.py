@@ -15,9 +15,9 @@ import os
 import pytest
 
 from echomq import CommandRefused, EmbeddedServer, LeaseLost, Queue, State, StateError, WrongType, connect
-from echomq.connection import build_call
-from echomq.serializers import RAW
-from echomq.verbs import BY_NAME
+from echomq._client.connection import build_call
+from echomq._protocol.serializers import RAW
+from echomq._protocol.verbs import BY_NAME
 from helpers import TIME, queue_unchanged, snap, wait_server_past
 
 _names = itertools.count()

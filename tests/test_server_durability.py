@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from echomq import Job, Queue, connect
 from echomq.cli import found_note, main
 from echomq.errors import ConfigurationError
-from echomq.server import Durability, durability_for
+from echomq.local.server import Durability, durability_for
 from helpers import dump, reap
 from worker_helpers import ROOT, wait_until
 

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 import valkey
 
-import echomq.server
+import echomq.local.server
 from echomq import EmbeddedServer, PortInUse, ServerStartError, brand_node, module_path
-from echomq.server import free_port, port_in_use, server_binary
+from echomq.local.server import free_port, port_in_use, server_binary
 from helpers import reap, unchanged
 from worker_helpers import ROOT
 
@@ -127,7 +127,7 @@ def test_a_port_taken_after_the_check_is_refused_by_the_ownership_check(foreign,
     ignored, our child fails to bind, and nothing is sent to the foreign server (neither the
     brand, which the same wire would have reused, nor a SHUTDOWN after the other wire's refusal)."""
     port, _, client = foreign
-    monkeypatch.setattr(echomq.server, "port_in_use", lambda port: False)
+    monkeypatch.setattr(echomq.local.server, "port_in_use", lambda port: False)
     server = EmbeddedServer(port=port, brand=wire, module=module_path() if wire == 6 else None)
     with unchanged(client), pytest.raises(PortInUse, match=f"port {port} "):
         server.start()
@@ -141,13 +141,13 @@ def test_a_port_taken_after_the_check_is_refused_by_the_ownership_check(foreign,
 def colliding(monkeypatch, *first: int) -> list[int]:
     """free_port() answers the ports ``first`` in order, then real free ports; returns every port it gave."""
     queued, given = list(first), []
-    real = echomq.server.free_port
+    real = echomq.local.server.free_port
 
     def answer() -> int:
         given.append(queued.pop(0) if queued else real())
         return given[-1]
 
-    monkeypatch.setattr(echomq.server, "free_port", answer)
+    monkeypatch.setattr(echomq.local.server, "free_port", answer)
     return given
 
 
@@ -172,7 +172,7 @@ def test_a_chosen_port_taken_before_the_bind_is_chosen_again(foreign, monkeypatc
     """free_port() returns the foreign server's port and the check misses it (the race): valkey-server
     fails to bind ("Address already in use"), and the start retries on a new port."""
     port, _, client = foreign
-    monkeypatch.setattr(echomq.server, "port_in_use", lambda port: False)
+    monkeypatch.setattr(echomq.local.server, "port_in_use", lambda port: False)
     given = colliding(monkeypatch, port)
     with unchanged(client):
         with EmbeddedServer(aof=True) as server:

@@ -10,9 +10,9 @@ import threading
 import pytest
 
 from echomq import App, LeaseLost, Queue, Worker, WorkerConfig, hooks
-from echomq.core import batched_settles, settle_answers
-from echomq.serializers import RAW
-from echomq.verbs import EXTENDS_MAX_PAIRS, BY_NAME, Call
+from echomq._core.core import batched_settles, settle_answers
+from echomq._protocol.serializers import RAW
+from echomq._protocol.verbs import EXTENDS_MAX_PAIRS, BY_NAME, Call
 from helpers import KEEP_MS, fresh_name
 from test_completes import answers, relative
 from test_worker import running

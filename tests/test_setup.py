@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from echomq.module import MODULE_ENV
+from echomq.local.module import MODULE_ENV
 from worker_helpers import ROOT
 
 spec = importlib.util.spec_from_file_location("find_libclang", ROOT / "tools" / "find_libclang.py")

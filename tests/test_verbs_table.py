@@ -1,6 +1,6 @@
 """The verb table against SPEC §3/§6, the scripts on disk, and the states each language defines.
 
-No server: these read ``echomq.verbs``, ``echomq/scripts/*.lua`` and (when it exists)
+No server: these read ``echomq._protocol.verbs``, ``echomq/scripts/*.lua`` and (when it exists)
 ``trafikey/src``. A drift between them fails here before any server is started.
 """
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from echomq import verbs
-from echomq.flows import FLOW_STATE_SETS
-from echomq.keys import STATE_SETS, State
-from echomq.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, FLOW_LIBRARY, FLOWS, JOB_CORE_TOKENS, LANES, OPTIONAL,
-                          OPTIONAL_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS, library_definitions)
+from echomq._protocol import verbs
+from echomq._core.flows import FLOW_STATE_SETS
+from echomq._protocol.keys import STATE_SETS, State
+from echomq._protocol.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, FLOW_LIBRARY, FLOWS, JOB_CORE_TOKENS, LANES,
+                                    OPTIONAL, OPTIONAL_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS, library_definitions)
 
 #: scripts/lib/<name>.lua: the rules several scripts share, each said once (docs/spec.md §4)
 LIBRARIES = ("clock", "events", "held", "due", "delete", "unique", "done", "lanes", "flow", "claim", "append",
@@ -429,7 +429,7 @@ def test_every_numeric_argument_has_its_bounds():
 @pytest.mark.parametrize("name,low,high", [(n, lo, hi) for n, (lo, hi) in verbs.BOUNDS.items()])
 def test_the_builders_refuse_one_past_each_bound(name, low, high):
     from echomq import ConfigurationError
-    from echomq.keys import Keyspace
+    from echomq._protocol.keys import Keyspace
 
     verb = next(v for v in VERBS + OPTIONAL + LANES if name in v.argv + tuple(n for n, _ in v.late))
     good = {"id": "a", "token": "1", "payload": b"p", "error": "e", "progress": b"1", "result": b"r", "group": "g",
@@ -448,7 +448,7 @@ def test_the_builders_refuse_one_past_each_bound(name, low, high):
 
 def test_extends_takes_one_to_a_thousand_pairs():
     from echomq import ConfigurationError
-    from echomq.keys import Keyspace
+    from echomq._protocol.keys import Keyspace
 
     extends = BY_NAME["extends"]
     assert len(extends.build(Keyspace("q"), 1, *["a", "1"] * verbs.EXTENDS_MAX_PAIRS).argv) == 2001

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from echomq import EmbeddedServer, Queue, aio, connect, module_path
-from echomq.cluster import LocalCluster
-from echomq.results import WAITER_TTL_S, relink_pause_s, wait_slice_s
+from echomq.local.cluster import LocalCluster
+from echomq._protocol.results import WAITER_TTL_S, relink_pause_s, wait_slice_s
 from helpers import fresh_name, reap
 from worker_helpers import ROOT, TESTS, wait_until
 
@@ -48,10 +48,10 @@ def test_a_waiter_whose_link_failed_pauses_while_its_timeout_lasts(failures, dea
 
 DYING_WAITER = """
 import asyncio, sys
-import echomq, echomq.core
+import echomq, echomq._core.core
 from echomq import aio
 url, wire, name, job_id, client, ttl = sys.argv[1:]
-echomq.core.WAITER_TTL_S = int(ttl)  # a bound the test can wait out
+echomq._core.core.WAITER_TTL_S = int(ttl)  # a bound the test can wait out
 if client == "sync":
     echomq.Queue(echomq.connect(url, wire=int(wire)), name).result(job_id, timeout=60)
 else:
@@ -202,7 +202,7 @@ def test_on_a_server_without_field_expiry_a_waiter_still_counts_itself_and_is_to
     the waiter is counted, told by COMPLETE, and counts itself out."""
     import shutil
 
-    from echomq.server import BINARY_ENV
+    from echomq.local.server import BINARY_ENV
 
     binary = shutil.which("redis-server")
     assert binary, "redis-server is missing: ./run setup installs Debian's redis-server"

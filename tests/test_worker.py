@@ -16,8 +16,8 @@ import pytest
 
 from echomq import (App, Backoff, Delay, Flow, IdlePolicy, LeasePolicy, Queue, Retry, TimerConfig, Timers, Worker,
                     WorkerConfig)
-from echomq.policy import CANCEL_CHECK_MS, NO_LANES_PROBE_EVERY
-from echomq.serializers import RAW
+from echomq.worker.policy import CANCEL_CHECK_MS, NO_LANES_PROBE_EVERY
+from echomq._protocol.serializers import RAW
 from echomq.errors import ConfigurationError
 from helpers import fresh_name, server_ms, wait_server_past
 from worker_helpers import commands_sent, wait_until

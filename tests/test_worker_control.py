@@ -9,7 +9,7 @@ import time
 import pytest
 
 from echomq import Queue
-from echomq.serializers import RAW
+from echomq._protocol.serializers import RAW
 from helpers import fresh_name
 from worker_helpers import out, processed, spawn, started, wait_until  # noqa: F401 (fixtures)
 

@@ -9,7 +9,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from echomq import Queue
-from echomq.server import free_port
+from echomq.local.server import free_port
 from helpers import fresh_name
 from worker_helpers import out, spawn, wait_until  # noqa: F401 (fixtures)
 

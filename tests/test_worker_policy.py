@@ -13,9 +13,9 @@ from typing import Callable
 import pytest
 
 from echomq import App, Backoff, ConfigurationError, Delay, IdlePolicy, JobContext, LeasePolicy, Retry
-from echomq import policy
-from echomq.keys import MAX_TRACEBACK_BYTES
-from echomq.worker import QUICK_HANDLER_S, WorkerConfig, _DaemonPool, outcome_of
+from echomq.worker import policy
+from echomq._protocol.keys import MAX_TRACEBACK_BYTES
+from echomq.worker.worker import QUICK_HANDLER_S, WorkerConfig, _DaemonPool, outcome_of
 from worker_helpers import wait_until
 
 
@@ -417,7 +417,7 @@ def test_a_bad_timeout_is_refused_on_the_task_and_the_worker(timeout):
 
 
 def test_the_default_timeout_is_documented_and_none_means_no_limit():
-    from echomq.tasks import DEFAULT_TIMEOUT_S
+    from echomq.worker.tasks import DEFAULT_TIMEOUT_S
 
     assert App().handler("q", lambda payload: None).timeout == DEFAULT_TIMEOUT_S == 300.0
     assert App().handler("q", lambda payload: None, timeout=None).timeout is None
@@ -426,7 +426,7 @@ def test_the_default_timeout_is_documented_and_none_means_no_limit():
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), {"x": float("-inf")}])
 def test_json_refuses_non_standard_numbers_both_ways(value):
     from echomq import JSON, PayloadError
-    from echomq.core import encode_payload
+    from echomq._core.core import encode_payload
 
     with pytest.raises(PayloadError, match="cannot be encoded"):
         encode_payload(JSON, value, None)
@@ -437,7 +437,7 @@ def test_json_refuses_non_standard_numbers_both_ways(value):
 
 def test_a_payload_over_the_limit_is_refused_and_one_at_the_limit_is_not():
     from echomq import RAW, PayloadError
-    from echomq.core import MAX_PAYLOAD_BYTES, encode_payload
+    from echomq._core.core import MAX_PAYLOAD_BYTES, encode_payload
 
     assert MAX_PAYLOAD_BYTES == 1 << 20
     assert encode_payload(RAW, b"x" * 10, 10) == b"x" * 10

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from echomq import App, Worker, WorkerConfig
 from echomq.cli import main
 from echomq.errors import ConfigurationError
-from echomq.heartbeat import (WORKERS_KEY, Heartbeat, HeartbeatConfig, WorkerRecord, decode_record, encode_record,
-                              list_workers, record_key)
+from echomq._core.workers import (WORKERS_KEY, Heartbeat, HeartbeatConfig, WorkerRecord, decode_record, encode_record,
+                                  list_workers, record_key)
 from test_worker import running
 from helpers import fresh_name
 from worker_helpers import out, spawn, wait_until  # noqa: F401 (fixtures)

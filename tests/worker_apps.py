@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from echomq import App
-from echomq.policy import Backoff
-from echomq.tasks import DEFAULT_TIMEOUT_S
+from echomq.worker.policy import Backoff
+from echomq.worker.tasks import DEFAULT_TIMEOUT_S
 
 
 def _out() -> Path:

@@ -124,7 +124,7 @@ def spawn(server, wire, out):
 def forget_heartbeats(client, pids: set[int]) -> None:
     """Delete the heartbeat records of killed workers (``host:pid:tag`` ids): left alone they would
     expire during a later test on the shared server and change its dataset under a digest check."""
-    from echomq.heartbeat import WORKERS_KEY, record_key
+    from echomq._core.workers import WORKERS_KEY, record_key
 
     for member in client.smembers(WORKERS_KEY):
         worker_id = member.decode()

@@ -13,9 +13,9 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..connection import Connection
+from .._client.connection import Connection
 from ..errors import ConfigurationError
-from ..server import free_port
+from ..local.server import free_port
 from .app import Settings, create_app
 from .auth import check_binding
 

@@ -9,7 +9,7 @@ no button for them and refuses their routes (501). Pinned queues (``Settings.que
 ``emq dashboard -q``) scope it: any other queue's routes answer 404.
 
 Job data is escaped twice over: HTML by Jinja, and every character that is not printable
-by the ``one_line``/``lines`` filters (echomq.shown). A job is named in links and forms by
+by the ``one_line``/``lines`` filters (echomq._protocol.shown). A job is named in links and forms by
 its id's escaped form (``id_form``), which carries any id, CR, LF and bytes that are not UTF-8
 included, through HTML and a URL unchanged.
 """
@@ -37,19 +37,19 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..admin import in_batches, parse_duration_ms
-from ..connection import Connection
+from ..admin.steps import in_batches, parse_duration_ms
+from .._client.connection import Connection
 from ..errors import ConfigurationError, ConnectionFailed, EchoMQError
-from ..heartbeat import WorkerRecord, list_workers, serving
-from ..inventory import (GROUPED_SETS, QueueNumbers, QueueScan, ago, job_page, job_view, numbers_of,
-                         numbers_or_error, queue_exists, record_view, scan_queues, waiting_unserved)
-from ..keys import QUEUE_NAME, State, check_group, check_job_id
-from ..metrics import NodeCollector
-from ..partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
-from ..queue import Queue
-from ..serializers import RAW
-from ..shown import from_id_form, id_form, lines, one_line
-from ..verbs import BY_NAME
+from .._core.workers import WorkerRecord, list_workers, serving
+from ..admin.inventory import (GROUPED_SETS, QueueNumbers, QueueScan, ago, job_page, job_view, numbers_of,
+                               numbers_or_error, queue_exists, record_view, scan_queues, waiting_unserved)
+from .._protocol.keys import QUEUE_NAME, State, check_group, check_job_id
+from ..admin.metrics import NodeCollector
+from .._client.partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
+from .._client.queue import Queue
+from .._protocol.serializers import RAW
+from .._protocol.shown import from_id_form, id_form, lines, one_line
+from .._protocol.verbs import BY_NAME
 from .auth import LOOPBACK_HOSTS, SecurityHeaders, TokenRequired, check_token, same_origin
 from .rates import Sampler, rate_series, svg_chart
 
@@ -360,7 +360,7 @@ def _problem_page(render: Callable[..., HTMLResponse], status: int, message: str
 
 
 def _job_id(given: str) -> str:
-    """A job named by a link or a form: its id's escaped form (echomq.shown.id_form) read back."""
+    """A job named by a link or a form: its id's escaped form (echomq._protocol.shown.id_form) read back."""
     try:
         return check_job_id(from_id_form(given))
     except (ValueError, ConfigurationError) as exc:  # ConfigurationError: a bad id's own message

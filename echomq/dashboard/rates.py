@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from ..inventory import QueueNumbers
+from ..admin.inventory import QueueNumbers
 
 log = logging.getLogger("echomq.dashboard")
 

@@ -19,7 +19,7 @@ import time
 from typing import Sequence, TextIO
 
 from ..errors import WireError
-from ..module import module_path
+from ..local.module import module_path
 from .cases import CATALOGUE
 from .observation import CaseResult
 from .plants import NATIVE_PLANTS, SCRIPT_PLANTS, NativePlant, ScriptPlant

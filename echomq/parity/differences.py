@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..keys import MAX_TRACEBACK_BYTES
-from ..verbs import BY_NAME
+from .._protocol.keys import MAX_TRACEBACK_BYTES
+from .._protocol.verbs import BY_NAME
 from .compare import MISSING, Diff, Whole, diff, reply_same
 from .dump import Dump, Entry
 from .normalise import I64_MAX, Err, Offset, plain, row_key, same, string2ll

@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ..keys import VERSION_KEY
+from .._protocol.keys import VERSION_KEY
 from .dump import EXPIRES, Dump, Entry
 
 TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule|dead|rate)$")

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..verbs import BY_NAME
+from .._protocol.verbs import BY_NAME
 
 FAMILIES = ("admission", "claim", "lease", "settle", "schedule", "recovery", "operator", "bus")
 

@@ -20,10 +20,10 @@ from typing import Any, Iterable, Iterator
 import valkey
 from valkey.exceptions import NoScriptError, ResponseError
 
-from ..admin import brand_node
-from ..connection import BRANDS, Call, Connection, Script, as_refusal, connect
-from ..server import EmbeddedServer
-from ..verbs import BY_NAME
+from ..admin.steps import brand_node
+from .._client.connection import BRANDS, Call, Connection, Script, as_refusal, connect
+from ..local.server import EmbeddedServer
+from .._protocol.verbs import BY_NAME
 from . import differences
 from .compare import diff
 from .dump import EXPIRES, Dump, dump, server_ms

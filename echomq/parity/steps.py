@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..keys import Keyspace
-from ..verbs import BY_NAME
+from .._protocol.keys import Keyspace
+from .._protocol.verbs import BY_NAME
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ import valkey
 
 import echomq
 from echomq import EmbeddedServer, Queue, connect, errors
-from echomq.serializers import JSON
+from echomq._protocol.serializers import JSON
 
 ROOT = Path(__file__).resolve().parents[2]
 # the send path raises ConnectionFailed for a link fault; the plain clients here (the ledger's
@@ -369,7 +369,7 @@ class Run:
         module = echomq.module_path() if self.c.wire == 6 else None
         extra = EXTRA
         if self.c.cluster:
-            from echomq.cluster import LocalCluster
+            from echomq.local.cluster import LocalCluster
 
             self.cluster = LocalCluster(3, module=module, brand=self.c.wire, aof=True, appendfsync=self.c.fsync,
                                         extra_args=extra).start()

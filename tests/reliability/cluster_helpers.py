@@ -7,10 +7,10 @@ import itertools
 
 from valkey.crc import key_slot
 
-from echomq.cluster import LocalCluster, node_id, slot_ranges
-from echomq.keys import Keyspace
-from echomq.server import EmbeddedServer
-from echomq.waiter import LANES_WAKE
+from echomq.local.cluster import LocalCluster, node_id, slot_ranges
+from echomq._protocol.keys import Keyspace
+from echomq.local.server import EmbeddedServer
+from echomq.worker.waiter import LANES_WAKE
 from worker_helpers import wait_until
 
 _n = itertools.count()

@@ -20,10 +20,10 @@ import itertools
 import pytest
 
 from echomq import PermissionDenied, Queue, connect
-from echomq.connection import build_call
+from echomq._client.connection import build_call
 from echomq.errors import CommandRefused
-from echomq.keys import Keyspace
-from echomq.verbs import BUS, VERBS
+from echomq._protocol.keys import Keyspace
+from echomq._protocol.verbs import BUS, VERBS
 from helpers import digest, wait_server_past, server_ms
 
 PASSWORD = "pw-acl-1"

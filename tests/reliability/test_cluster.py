@@ -1,4 +1,4 @@
-"""Valkey Cluster: a real three-primary cluster on loopback (echomq.cluster.LocalCluster), both wires.
+"""Valkey Cluster: a real three-primary cluster on loopback (echomq.local.cluster.LocalCluster), both wires.
 
 * queues spread over the slots of every primary; one queue's keys on one node;
 * pipelines (enqueue_many, claim_many, complete_many, settle_many) split by node;
@@ -21,8 +21,8 @@ from valkey.crc import key_slot
 
 import echomq
 from echomq import Queue, connect, errors
-from echomq.connection import build_call
-from echomq.keys import Keyspace
+from echomq._client.connection import build_call
+from echomq._protocol.keys import Keyspace
 
 from chaos import Config, run
 from cluster_helpers import blocked_waiters, digests, names_on_every_node
@@ -135,7 +135,7 @@ def test_connecting_checks_every_primary_and_loads_scripts_on_each(cluster, wire
 
 
 def test_connecting_to_no_cluster_is_connection_failed():
-    from echomq.server import free_port
+    from echomq.local.server import free_port
 
     with pytest.raises(errors.ConnectionFailed):
         connect(f"redis://127.0.0.1:{free_port()}", wire=4, cluster=True)
@@ -172,7 +172,7 @@ def test_the_workers_list_and_the_dashboards_metrics_on_a_cluster(conn, cluster)
     from prometheus_client.parser import text_string_to_metric_families
 
     from echomq.dashboard import Settings, serving
-    from echomq.heartbeat import Heartbeat, list_workers, record_key
+    from echomq._core.workers import Heartbeat, list_workers, record_key
 
     names = names_on_every_node(cluster, per_node=1)
     for n, name in enumerate(names):

@@ -31,10 +31,10 @@ from valkey.exceptions import ResponseError
 import echomq
 from echomq import Queue, connect, errors
 from echomq.cli import main
-from echomq.cluster import LocalCluster, node_id
-from echomq.keys import VERSION_KEY
-from echomq.policy import LeasePolicy
-from echomq.timers import TimerConfig
+from echomq.local.cluster import LocalCluster, node_id
+from echomq._protocol.keys import VERSION_KEY
+from echomq.worker.policy import LeasePolicy
+from echomq.worker.timers import TimerConfig
 
 from helpers import wait_server_past
 from cluster_helpers import (

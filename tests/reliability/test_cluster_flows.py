@@ -1,6 +1,6 @@
 """Flows on a real three-primary cluster, both wires: a flow whose queues cross slots is refused
 client-side with what to do and nothing written; one whose queues share a slot (named with
-echomq.flows.same_slot_name) runs, its parent after its children, on the node that holds the slot."""
+echomq._core.flows.same_slot_name) runs, its parent after its children, on the node that holds the slot."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import itertools
 import pytest
 
 from echomq import CrossSlotFlow, Flow, Queue, connect
-from echomq.flows import same_slot_name, slot_of
-from echomq.serializers import JSON
+from echomq._core.flows import same_slot_name, slot_of
+from echomq._protocol.serializers import JSON
 from cluster_helpers import digests
 
 pytestmark = pytest.mark.timeout(180)

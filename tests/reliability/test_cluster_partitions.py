@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import echomq
 from echomq import ConfigurationError, PartitionedQueue, connect
 from echomq.cli import main
-from echomq.keys import partition_of
+from echomq._protocol.keys import partition_of
 
 from helpers import fresh_name
 from cluster_helpers import blocked_waiters, digests, slot_of, slot_owner

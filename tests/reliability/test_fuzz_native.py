@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from echomq import EmbeddedServer, Queue, connect, module_path
-from echomq.verbs import VERBS
+from echomq._protocol.verbs import VERBS
 from helpers import digest
 
 EXAMPLES = int(os.environ.get("ECHOMQ_FUZZ_EXAMPLES", "200"))

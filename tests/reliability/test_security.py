@@ -25,10 +25,10 @@ import valkey
 
 import echomq
 from echomq import EmbeddedServer, Queue, connect, errors
-from echomq.connection import build_call
-from echomq.keys import Keyspace
-from echomq.serializers import RAW
-from echomq.verbs import VERBS
+from echomq._client.connection import build_call
+from echomq._protocol.keys import Keyspace
+from echomq._protocol.serializers import RAW
+from echomq._protocol.verbs import VERBS
 from helpers import digest, server_ms, wait_server_past
 
 VERB_NAMES = [v.name for v in VERBS] + ["counts", "state"]
@@ -142,9 +142,9 @@ def tls_server(tmp_path, monkeypatch):
                     "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
                    check=True, capture_output=True)
     monkeypatch.setenv("ECHOMQ_VALKEY_SERVER", redis)
-    for attempt in range(1, echomq.server.PORT_ATTEMPTS + 1):
+    for attempt in range(1, echomq.local.server.PORT_ATTEMPTS + 1):
         # the TLS port is ours to choose: taken before the server binds it, choose again
-        tls_port = echomq.server.free_port()
+        tls_port = echomq.local.server.free_port()
         server = EmbeddedServer(brand=4, directory=tmp_path / "data", extra_args=(
             "--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
             "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"))
@@ -152,7 +152,7 @@ def tls_server(tmp_path, monkeypatch):
             server.start()
             break
         except errors.PortInUse:
-            if attempt == echomq.server.PORT_ATTEMPTS:
+            if attempt == echomq.local.server.PORT_ATTEMPTS:
                 raise
     with server:
         yield f"rediss://127.0.0.1:{tls_port}", str(cert)

@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from echomq import Queue, aio
 from echomq.dashboard import Settings, serving
-from echomq.heartbeat import RECORD_PREFIX, WORKERS_KEY
-from echomq.shown import id_form
+from echomq._core.workers import RECORD_PREFIX, WORKERS_KEY
+from echomq._protocol.shown import id_form
 from dashboard_helpers import own_servers, server  # noqa: F401 (a node of its own per wire)
 from helpers import fresh_name, take, unchanged
 

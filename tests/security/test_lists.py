@@ -18,8 +18,8 @@ import pytest
 from echomq import PayloadError, Queue
 from echomq.cli import ENQUEUE_BATCH
 from echomq.dashboard import Settings, serving
-from echomq.serializers import RAW
-from echomq.shown import LISTED_CHARS
+from echomq._protocol.serializers import RAW
+from echomq._protocol.shown import LISTED_CHARS
 from dashboard_helpers import own_servers, server  # noqa: F401 (a node of its own per wire)
 from helpers import fresh_name, take, unchanged
 

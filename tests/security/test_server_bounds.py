@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from echomq import ConfigurationError, Flow, Queue
 from echomq.cli import main
 from echomq.errors import ArgumentError, StateError
-from echomq.verbs import (ERROR_MAX_LEN, EVENT_VALUE_MAX_LEN, EVENTS_MAX, GROUP_SETTINGS_MAX, TRACEBACK_MAX_LEN,
-                          bound_error, build_call)
+from echomq._protocol.verbs import (ERROR_MAX_LEN, EVENT_VALUE_MAX_LEN, EVENTS_MAX, GROUP_SETTINGS_MAX,
+                                    TRACEBACK_MAX_LEN, bound_error, build_call)
 from helpers import fresh_name, take, unchanged
 
 LEASE = 60_000

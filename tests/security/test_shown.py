@@ -1,4 +1,4 @@
-"""The pure parts of issue 43's operator side: how job data is escaped for people (echomq.shown),
+"""The pure parts of issue 43's operator side: how job data is escaped for people (echomq._protocol.shown),
 a URL redacted, a payload refused, a token judged, a list row read, a directory's shadowing
 files named. No server: each decision is a function of its input (docs/guarantees.md, sections 16-21)."""
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 from echomq.cli import shadowing
-from echomq.core import encode_payload
+from echomq._core.core import encode_payload
 from echomq.dashboard.auth import MAX_DELAY_S, check_token, refusal_delay_s, same_origin
 from echomq.errors import ConfigurationError, PayloadError
-from echomq.inventory import LISTED_FIELDS, listed_view
-from echomq.keys import check_job_id
-from echomq.serializers import JSON, RAW
-from echomq.shown import LISTED_CHARS, clip, from_id_form, id_form, lines, one_line, quoted, redact_url
-from echomq.verbs import text
+from echomq.admin.inventory import LISTED_FIELDS, listed_view
+from echomq._protocol.keys import check_job_id
+from echomq._protocol.serializers import JSON, RAW
+from echomq._protocol.shown import LISTED_CHARS, clip, from_id_form, id_form, lines, one_line, quoted, redact_url
+from echomq._protocol.verbs import text
 
 #: ids as the server may hold them (a raw command wrote them), read as echomq reads them
 HOSTILE_IDS = [

@@ -1,0 +1,146 @@
+"""Flows: a parent job that runs once all its children have finished (docs/lanes-and-flows.md "Flows").
+
+A flow is a tree of :class:`Flow` nodes: a node with children is a parent, which waits; a leaf is
+ready at once. :meth:`echomq.Queue.enqueue_flow` admits the whole tree in one script call
+(``flow_enqueue``), so its keys must share one cluster slot. Every flow job is claimed, renewed,
+settled and recovered by the flow scripts (``scripts/flow_*.lua``, on both wires): a child's
+outcome is told to its parent in the same atomic step that settles the child.
+
+The planning here is pure; :class:`~echomq.Queue` sends what it plans. The reaper's one entry
+point for flow leases is :func:`reap` (``flow_reap``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from valkey.crc import key_slot
+
+from .core import Enqueued, Op, raise_first
+from ..errors import ConfigurationError, CrossSlotFlow
+from .._protocol.ids import new_id
+from .._protocol.keys import Keyspace, check_job_id
+from .._protocol.verbs import BY_NAME, LIMIT_MAX, PRIORITY_MAX, Call, Sweep, check_int
+
+if TYPE_CHECKING:
+    from .._client.queue import Queue  # the queue sends what this module plans: it imports this module
+
+#: What a parent does when one of its children dies (its retries spent, or stalled past max_stalled):
+#: ``fail`` -- the parent dies at once (``last_error`` names the child), its other children run on
+#: but tell it nothing; ``ignore`` -- the child counts as finished, with no result; ``continue`` --
+#: the child counts as finished and the parent's handler sees its error (``ctx.children_failures()``).
+CHILD_FAILURE = ("fail", "ignore", "continue")
+#: Where a flow job is, by its row's ``state``: its queue's flow sets (the dead set is the queue's own).
+FLOW_STATE_SETS = {"pending": "flow:pending", "active": "flow:active", "scheduled": "flow:schedule",
+                   "waiting": "flow:waiting", "dead": "dead"}
+#: The most jobs one flow admits (one script call carries seven arguments per job).
+FLOW_MAX_JOBS = LIMIT_MAX
+FLOW_ENQUEUE = BY_NAME["flow_enqueue"]
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A job of a flow: ``Flow("reports", payload, children=[Flow("pages", p) for p in parts])``.
+
+    A child given as a plain value (not a Flow) is a leaf in its parent's queue. A child may itself
+    have children (flows nest). ``on_child_failure`` is read for a parent only (:data:`CHILD_FAILURE`)."""
+
+    queue: str
+    payload: Any = None
+    children: Sequence[Any] = ()
+    id: str | None = None
+    priority: int = 0
+    on_child_failure: str = "fail"
+    _kids: tuple["Flow", ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        Keyspace(self.queue)
+        check_int("priority", self.priority, 0, PRIORITY_MAX)
+        if self.id is not None:
+            check_job_id(self.id)
+        if self.on_child_failure not in CHILD_FAILURE:
+            raise ConfigurationError(f"bad on_child_failure {self.on_child_failure!r}: one of {list(CHILD_FAILURE)}")
+        kids = tuple(c if isinstance(c, Flow) else Flow(self.queue, c) for c in self.children)
+        object.__setattr__(self, "_kids", kids)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A flow as FLOW_ENQUEUE's call: the root's id, and the queues it uses."""
+
+    root_id: str
+    queues: tuple[str, ...]
+    call: Call
+
+
+def slot_of(queue: str) -> int:
+    """The cluster slot of every key of ``queue`` (its hashtag is its whole name)."""
+    return key_slot(Keyspace(queue).base.encode())
+
+
+def same_slot_name(prefix: str, queue: str) -> str:
+    """A queue name ``<prefix>.<n>`` (the smallest n) whose keys share ``queue``'s cluster slot: how
+    a flow may span several queues on a cluster, where each queue's hashtag is its own name."""
+    want = slot_of(queue)
+    for n in range(1 << 20):
+        name = f"{prefix}.{n}"
+        if slot_of(name) == want:
+            return name
+    raise ConfigurationError(f"no name {prefix}.<n> shares the slot of {queue!r}")  # pragma: no cover
+
+
+def check_one_slot(queues: Sequence[str]) -> None:
+    """Refuse (:class:`CrossSlotFlow`) a flow whose queues are on different cluster slots."""
+    slots = {queue: slot_of(queue) for queue in queues}
+    if len(set(slots.values())) > 1:
+        root = queues[0]
+        named = ", ".join(f"{q} (slot {s})" for q, s in slots.items())
+        raise CrossSlotFlow(
+            f"a flow is admitted in one atomic step, so on a cluster its queues must share a slot; {named} do not. "
+            f"Put the flow's jobs in one queue, or name the other queues into the root's slot: "
+            f"echomq._core.flows.same_slot_name({queues[-1]!r}, {root!r}) = {same_slot_name(queues[-1], root)!r}")
+
+
+def plan(root: Flow, encode: Callable[[Any], bytes], *, cluster: bool) -> Plan:
+    """FLOW_ENQUEUE's call for ``root``: every job once, each parent before its children, ids
+    minted where not given; refused client-side when an id repeats, the flow is too large, or (on
+    a cluster) it would cross slots."""
+    queues: list[str] = []
+    argv: list[Any] = []
+    ids: set[str] = set()
+    todo: list[tuple[Flow, int]] = [(root, 0)]
+    while todo:
+        node, parent = todo.pop(0)
+        job_id = node.id or new_id()
+        if job_id in ids:
+            raise ConfigurationError(f"job id {job_id!r} is twice in the flow: a flow's ids are unique")
+        ids.add(job_id)
+        if len(ids) > FLOW_MAX_JOBS:
+            raise ConfigurationError(f"a flow holds at most {FLOW_MAX_JOBS} jobs: split it into nested flows "
+                                     "enqueued one after another, or into several flows")
+        if node.queue not in queues:
+            queues.append(node.queue)
+        position = len(ids)
+        argv += [queues.index(node.queue) + 1, job_id, encode(node.payload), node.priority, parent,
+                 len(node._kids), node.on_child_failure]
+        todo += [(kid, position) for kid in node._kids]
+    if cluster:
+        check_one_slot(queues)
+    keys = tuple(Keyspace(q).base for q in queues)
+    return Plan(argv[1], tuple(queues), Call(FLOW_ENQUEUE, keys, tuple(argv)))
+
+
+def op_enqueue_flow(flow_plan: Plan) -> Op[Enqueued]:
+    """Admit a planned flow: :class:`~echomq.Enqueued` of its root (``created`` False when the root's
+    id has a row: nothing was written)."""
+    (reply,) = yield [flow_plan.call]
+    raise_first([reply])
+    return Enqueued(flow_plan.root_id, reply == 1)
+
+
+def reap(queue: "Queue", *, max_stalled: int = 1, limit: int = 1000) -> Sweep:
+    """The reaper's entry point for flow leases: ``flow_reap`` on ``queue``, STALLED.CHECK's
+    verdicts (and budgets) for the expired leases of its flow jobs, a dead child's parent told.
+    Safe from any number of processes: each call is one atomic step, bounded by ``limit``."""
+    return queue.reap_flows(max_stalled=max_stalled, limit=limit)

@@ -1,0 +1,420 @@
+"""Read-only views of a node for people and scripts: which queues exist, a queue's numbers,
+one job's story. The CLI's read commands and the dashboard both print these; nothing
+here writes.
+
+Names of the numbers, as shown everywhere: ``completed`` and ``dead`` are running
+totals from the queue's metrics hashes (``emq:{q}:metrics:completed`` and
+``emq:{q}:metrics:failed`` -- the latter counts jobs that went **dead**, not every
+failed attempt; a failure that is retried is not counted anywhere on the server).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+from .._protocol import envelope
+from .._protocol.events import decode_progress
+from .._client.connection import Connection, plain_commands
+from .._core.core import Op
+from ..errors import CommandRefused
+from .._protocol.keys import PARTITION_NAME, QUEUE_NAME, STATE_SETS, State, parent_queue
+from .._client.partitioned import PartitionedQueue, sum_counts
+from .._client.queue import Counts, Queue
+from .._protocol.results import NotKept, not_kept_of
+from .._protocol.shown import clip, id_form
+from .._protocol.verbs import text
+
+#: a row's times (ms, server clock): admitted, last claimed, last failed (docs/spec.md §11.5)
+TIME_FIELDS = ("created", "started", "failed")
+#: a completed record's own time (ms, server clock): when PUBLISH completed it (docs/spec.md §12)
+RECORD_TIME_FIELDS = ("finished",)
+#: the row's and the record's fields that hold integers (counters, a priority, a lane's order, a
+#: parent's children left, ms times): ``--json`` gives them as numbers
+INTEGER_FIELDS = frozenset({"attempts", "failures", "stalled", "priority", "seq", "children", *TIME_FIELDS,
+                            *RECORD_TIME_FIELDS})
+#: the keys whose presence means a queue exists (a queue whose jobs all completed keeps its metrics)
+#: a queue exists when one of these does (``lanes:seq``: it ever had a lane job)
+PRESENCE_SUFFIXES = ("pending", "active", "schedule", "dead", "meta", "metrics:completed", "metrics:failed",
+                     "lanes:seq")
+
+
+def typed_fields(fields: dict[str, str]) -> dict[str, Any]:
+    """A row's (or a completed record's) fields as ``--json`` gives them (pure): the
+    :data:`INTEGER_FIELDS` as numbers and ``progress`` as the JSON value reported; a field that does
+    not read as its kind (a row written by hand) keeps its text."""
+    typed: dict[str, Any] = dict(fields)
+    for name, value in fields.items():
+        if name in INTEGER_FIELDS and INTEGER.fullmatch(value):
+            typed[name] = int(value)
+        elif name == "progress":
+            typed[name] = decode_progress(value)
+    return typed
+
+
+INTEGER = re.compile(r"-?[0-9]+")
+
+
+def text_of(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class QueueScan:
+    """What one SCAN of a node found: its queues, and the keys it skipped."""
+
+    names: list[str]  #: every queue, a partitioned one once by its own name (``emails``, not ``emails~3``)
+    #: keys under ``emq:{…}:`` whose queue name EchoMQ refuses (a raw command wrote them): no page or
+    #: command reads them, so one such key breaks nothing else; counted and named (a few) instead
+    unreadable: int = 0
+    examples: tuple[str, ...] = ()  #: the first few of them, in :func:`echomq._protocol.shown.id_form`
+
+    EXAMPLES = 3
+
+
+def scan_queues(connection: Connection) -> QueueScan:
+    """Every queue with a key on the node (one SCAN of the keyspace; job rows and completed records
+    are skipped by name), and the keys whose queue name is not one (see :class:`QueueScan`)."""
+    names: set[str] = set()
+    unreadable: list[str] = []
+    count = 0
+    for key in connection.client.scan_iter(match="emq:{*}:*", count=1000):
+        whole = text(key)
+        name, _, rest = whole[len("emq:{"):].partition("}:")
+        if not (QUEUE_NAME.fullmatch(name) or PARTITION_NAME.fullmatch(name)):
+            count += 1
+            if len(unreadable) < QueueScan.EXAMPLES:
+                unreadable.append(id_form(whole))
+        elif rest and not rest.startswith(("job:", "done:", "lane:")):
+            names.add(parent_queue(name))
+    return QueueScan(sorted(names), count, tuple(unreadable))
+
+
+def discover_queues(connection: Connection) -> list[str]:
+    """The names :func:`scan_queues` finds."""
+    return scan_queues(connection).names
+
+
+def partitions_of(queue: Queue | PartitionedQueue) -> list[Queue]:
+    """The queues that hold a queue's jobs: a partitioned queue's partitions, else the queue itself."""
+    return queue.partitions if isinstance(queue, PartitionedQueue) else [queue]
+
+
+def queue_exists(queue: Queue | PartitionedQueue) -> bool:
+    """True when any set, the meta hash or a metrics hash of the queue (any partition) exists
+    (one EXISTS per partition: on a cluster their keys sit in different slots)."""
+    with plain_commands("a queue's presence read"):
+        return any(q.connection.client.exists(*(q.keys.key(s) for s in PRESENCE_SUFFIXES))
+                   for q in partitions_of(queue))
+
+
+@dataclass(frozen=True)
+class QueueNumbers:
+    """One queue's counts per state and its running totals."""
+
+    name: str
+    counts: Counts
+    completed: int  #: jobs completed, all time
+    dead: int  #: jobs that went dead, all time (the ``metrics:failed`` hash)
+    partitions: int = 1  #: summed over this many partitions
+
+    @property
+    def label(self) -> str:
+        return self.name if self.partitions == 1 else f"{self.name} ({self.partitions} partitions)"
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.counts
+        return {"queue": self.name, "partitions": self.partitions, "pending": c.pending, "active": c.active,
+                "scheduled": c.scheduled,
+                "dead": c.dead, "paused": c.paused, "completed_total": self.completed, "dead_total": self.dead,
+                "lane_pending": c.lane_pending, "lane_active": c.lane_active, "flow_waiting": c.flow_waiting,
+                "flow_pending": c.flow_pending, "flow_active": c.flow_active, "flow_scheduled": c.flow_scheduled}
+
+
+def waiting_unserved(numbers: QueueNumbers, workers: int) -> int:
+    """How many jobs wait in a queue no live worker serves (``workers``: how many serve it): its
+    pending flat, lane and flow jobs; 0 while a worker serves it (pure)."""
+    counts = numbers.counts
+    return 0 if workers else counts.pending + counts.lane_pending + counts.flow_pending
+
+
+def numbers_or_error(queue: Queue | PartitionedQueue) -> QueueNumbers | CommandRefused:
+    """A damaged queue (a wrong-typed key) must not hide the others: its refusal is returned."""
+    return numbers_of([queue])[0]
+
+
+def numbers_of(queues: Sequence[Queue | PartitionedQueue]) -> list[QueueNumbers | CommandRefused]:
+    """Every queue's numbers in one round trip, however many queues (a dashboard or ``emq stats``
+    on a node of thousands): each partition's COUNTS and metrics reads travel in one pipeline. A
+    damaged queue's refusal takes its place and does not hide the others."""
+    parts = [partitions_of(queue) for queue in queues]
+    flat = [part for each in parts for part in each]
+    if not flat:
+        return []
+    read = drive_together(flat[0].connection, [op for part in flat for op in (part.op_counts(), part.op_metrics())])
+    found: list[QueueNumbers | CommandRefused] = []
+    at = 0
+    for queue, each in zip(queues, parts):
+        mine, at = read[at : at + 2 * len(each)], at + 2 * len(each)
+        refused = [r for r in mine if isinstance(r, CommandRefused)]
+        if refused:
+            found.append(refused[0])
+            continue
+        metrics = mine[1::2]
+        found.append(QueueNumbers(queue.name, sum_counts(mine[::2]), sum(m["completed"] for m in metrics),
+                                  sum(m["failed"] for m in metrics), len(each)))
+    return found
+
+
+def drive_together(connection: Connection, ops: Sequence[Op[Any]]) -> list[Any]:
+    """Drive several operations at once: each round trip carries the next request of every one
+    still running, in one pipeline. One that raises a refusal ends with it in its place; the
+    others go on. For reads whose every command has a key (each is routed by it on a cluster)."""
+    results: list[Any] = [None] * len(ops)
+    running: dict[int, Sequence[Any]] = {}
+
+    def advance(index: int, replies: list[Any] | None) -> None:
+        try:
+            running[index] = ops[index].send(replies)  # send(None) starts it
+        except StopIteration as done:
+            results[index] = done.value
+        except CommandRefused as exc:
+            results[index] = exc
+
+    for index in range(len(ops)):
+        advance(index, None)
+    while running:
+        batch = list(running.items())
+        running.clear()
+        replies = connection.round_trip([call for _, request in batch for call in request])
+        at = 0
+        for index, request in batch:
+            advance(index, replies[at : at + len(request)])
+            at += len(request)
+    return results
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One job as stored: its row, where it sits, and what its set's score means."""
+
+    queue: str
+    id: str
+    state: str | None
+    fields: dict[str, str]  #: the row without the payload
+    payload: bytes | None
+    score: float | None  #: in the set its state names; None when it is not there
+    now_ms: int  #: the server clock when read
+    kept_ms: int | None = None  #: a completed record (state ``completed``): ms left of its retention
+    trace: dict[str, str] | None = None  #: the trace context it was enqueued with (echomq._protocol.envelope)
+    where: str | None = None  #: the set its state names (a key under the queue's base), when read by :func:`job_view`
+    listed: bool = False  #: read for a list (:func:`job_page`): only LISTED_FIELDS, an error clipped, no payload
+
+    @property
+    def completed(self) -> bool:
+        return self.state == "completed"
+
+    @property
+    def flow(self) -> bool:
+        """A flow job (a child, or a parent) not yet dead: cancelled in any live state, never removed."""
+        return ("parent" in self.fields or "on_child_failure" in self.fields) and self.state != "dead"
+
+    @property
+    def in_its_set(self) -> bool:
+        return self.score is not None
+
+    @property
+    def due_in_ms(self) -> int | None:
+        """For active: the lease runs out in this long; for scheduled: it falls due in this long."""
+        if self.score is None or self.state not in ("active", "scheduled"):
+            return None
+        return int(self.score) - self.now_ms
+
+    def times(self) -> list[tuple[str, str, str]]:
+        """The row's (or a completed record's) times that are set: (field, how long ago, the UTC
+        time), server clock."""
+        found = []
+        for name in (*TIME_FIELDS, *RECORD_TIME_FIELDS):
+            if self.fields.get(name, "").isdigit():
+                at = int(self.fields[name])
+                utc = datetime.fromtimestamp(at / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+                found.append((name, f"{ago((self.now_ms - at) / 1000)} ago", f"{utc} UTC"))
+        return found
+
+    @property
+    def not_kept(self) -> NotKept | None:
+        """A completed record whose result could not be kept: why (docs/results.md)."""
+        return not_kept_of(self.payload) if self.completed and self.payload is not None else None
+
+    def payload_text(self) -> str:
+        """The payload for people: JSON pretty-printed (its strings escaped by JSON itself), else
+        the repr of its bytes (nested past what Python's JSON reads: the bytes too)."""
+        if self.payload is None:
+            return "(none)"
+        if (not_kept := self.not_kept) is not None:
+            return f"(not kept: {not_kept.reason}; a {not_kept.type} returned)"
+        try:
+            return json.dumps(json.loads(self.payload), indent=2)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return repr(self.payload)
+
+    def payload_json(self) -> Any:
+        """The payload as JSON when it is JSON, else its text (or repr of its bytes)."""
+        if self.payload is None or self.not_kept is not None:
+            return None
+        try:
+            return json.loads(self.payload)
+        except (ValueError, RecursionError):
+            return self.payload.decode(errors="replace")
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.completed:
+            not_kept = self.not_kept
+            return {"queue": self.queue, "id": self.id, **typed_fields(self.fields), "kept_ms": self.kept_ms,
+                    "result": self.payload_json(), **({} if not_kept is None else {"result_not_kept": vars(not_kept)})}
+        found = {"queue": self.queue, "id": self.id, "state": self.state, **typed_fields(self.fields),
+                 "set": self.where, "in_its_set": self.in_its_set, "due_in_ms": self.due_in_ms}
+        return found if self.listed else {**found, "payload": self.payload_json(), "trace": self.trace}
+
+
+def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: float | None,
+                now_ms: int, where: str | None = None) -> JobView | None:
+    """A job view from its raw row, its score (in ``where``) and the server clock (pure); None for no row."""
+    fields = {text_of(k): v for k, v in row.items()}
+    if not fields:
+        return None
+    payload = fields.pop("payload", None)
+    trace, payload = (None, None) if payload is None else envelope.unwrap(payload)
+    text = {k: text_of(v) for k, v in fields.items()}
+    return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms, trace=trace, where=where)
+
+
+def set_of(row: dict[bytes, bytes]) -> str | None:
+    """The set a row's state puts it in (pure): a flat state's, or a lane's or a flow's own; None
+    for no state, or one no set belongs to."""
+    state = text_of(row.get(b"state", b""))
+    if b"parent" in row or b"on_child_failure" in row:  # a flow job: a child, or a parent
+        if state in FLOW_SETS:
+            return FLOW_SETS[state]
+    elif b"group" in row and state in LANE_SETS:  # a lane row waits in its lane, is leased in lanes:active
+        return LANE_SETS[state].format(group=text_of(row[b"group"]))
+    try:
+        return STATE_SETS[State(state)]
+    except ValueError:
+        return None
+
+
+#: Where a lane row's state puts it (docs/lanes-and-flows.md); a dead one is in dead.
+LANE_SETS = {"pending": "lane:{group}", "active": "lanes:active"}
+#: Where a flow row's state puts it (docs/lanes-and-flows.md "Keys, states and moves"); a dead one is in dead.
+FLOW_SETS = {"pending": "flow:pending", "active": "flow:active", "scheduled": "flow:schedule",
+             "waiting": "flow:waiting"}
+
+
+def _ms(time_reply: Any) -> int:
+    seconds, micros = time_reply
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def job_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
+    """The job's row, the server clock and its score; None when it has no row (completed jobs leave none).
+    A partitioned queue's job is read in the partition that holds it (the view names that partition)."""
+    if isinstance(queue, PartitionedQueue):
+        found = queue.find(job_id)
+        return None if found is None else job_view(found, job_id)
+    client = queue.connection.client
+    with plain_commands("a job's read"):
+        row = client.hgetall(queue.keys.job(job_id))
+        if not row:
+            return None
+        suffix = set_of(row)
+        score = client.zscore(queue.keys.key(suffix), job_id) if suffix else None
+        now_ms = _ms(client.time())
+    return decode_view(queue.name, job_id, row, score, now_ms, suffix)
+
+
+def record_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
+    """A completed job's record (PUBLISH's, within its retention) as a view: state ``completed``,
+    the result in place of the payload, what is left of its retention; None when there is none.
+    A partitioned queue's record is looked for in each partition."""
+    if isinstance(queue, PartitionedQueue):
+        return next(filter(None, (record_view(part, job_id) for part in queue.partitions)), None)
+    client = queue.connection.client
+    key = queue.keys.done(job_id)
+    with plain_commands("a completed record's read"):
+        record = client.hgetall(key)
+        if not record:
+            return None
+        kept_ms = client.pttl(key)
+        now_ms = _ms(client.time())
+    fields = {text_of(k): v for k, v in record.items()}
+    result = fields.pop("result", None)
+    text = {"state": "completed", **{k: text_of(v) for k, v in fields.items()}}
+    return JobView(queue.name, job_id, "completed", text, result, None, now_ms, kept_ms=kept_ms)
+
+
+#: The sets of lane and flow jobs a page can list, by the count that counts them (``Counts``); a
+#: lane's waiting jobs are one set a group, listed by group (``Queue.groups``)
+GROUPED_SETS = {"lane_active": "lanes:active", "flow_waiting": "flow:waiting", "flow_pending": "flow:pending",
+                "flow_active": "flow:active", "flow_scheduled": "flow:schedule"}
+
+
+def job_page(queue: Queue | PartitionedQueue, state: State | str, *, offset: int, count: int) -> list[JobView]:
+    """A page of one state's jobs (or one of :data:`GROUPED_SETS`, a plain queue's), lowest score
+    first: the ids with their scores (one ZRANGE per partition), every row in one pipeline, and the
+    server clock (a cluster pipeline refuses TIME, so apart). An id whose row vanished meanwhile is
+    skipped. Each view names the partition it is in."""
+    if isinstance(queue, PartitionedQueue):
+        listed = queue.located_ids(State(state), offset=offset, count=count)
+    elif state in GROUPED_SETS:
+        with plain_commands("a page of lane or flow jobs"):
+            members = queue.connection.client.zrange(queue.keys.key(GROUPED_SETS[state]), offset,
+                                                     offset + count - 1, withscores=True)
+        listed = [(queue, text_of(job_id), score) for job_id, score in members]
+    else:
+        listed = [(queue, job_id, score) for job_id, score in queue.ids(state, offset=offset, count=count)]
+    if not listed:
+        return []
+    client = queue.connection.client
+    pipe = client.pipeline(transaction=False)
+    for q, job_id, _ in listed:
+        pipe.hmget(q.keys.job(job_id), LISTED_FIELDS)
+    with plain_commands("a page of jobs"):
+        rows = pipe.execute()
+        now_ms = _ms(client.time())
+    where = GROUPED_SETS.get(state) or STATE_SETS[State(state)]  # the set the page was read from
+    views = [listed_view(q.name, job_id, values, score, now_ms, where)
+             for (q, job_id, score), values in zip(listed, rows)]
+    return [v for v in views if v is not None]
+
+
+#: What a list of jobs reads of each row (the dashboard's job list, ``emq dead``): every field the
+#: verbs write but the payload, the traceback and the progress, which may be large; ``emq inspect``
+#: and a job's page read the row whole
+LISTED_FIELDS = ("state", "attempts", "failures", "stalled", "priority", "last_error", "group", "parent", "seq",
+                 "children", "on_child_failure", "lease_epoch", *TIME_FIELDS)
+
+
+def listed_view(queue_name: str, job_id: str, values: Sequence[bytes | None], score: float | None, now_ms: int,
+                where: str) -> JobView | None:
+    """A list's view of a row from its LISTED_FIELDS (HMGET's values, in order), its error clipped
+    (pure); None when the row has none of them (it vanished since its id was listed)."""
+    fields = {name: text_of(value) for name, value in zip(LISTED_FIELDS, values) if value is not None}
+    if not fields:
+        return None
+    if "last_error" in fields:
+        fields["last_error"] = clip(fields["last_error"])
+    return JobView(queue_name, job_id, fields.get("state"), fields, None, score, now_ms, where=where, listed=True)
+
+
+def ago(seconds: float) -> str:
+    """A duration for people: 42s, 17m, 3.5h."""
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"

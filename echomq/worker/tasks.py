@@ -1,0 +1,363 @@
+"""Tasks: the handler a worker runs for each job of a queue, and what a handler sees.
+
+    app = echomq.App()
+
+    @app.task(queue="emails", max_attempts=5)
+    def send_email(payload, ctx):
+        mailer.send(payload["to"], idempotency_key=ctx.idempotency_key)
+
+    @app.task(queue="thumbnails")
+    async def thumbnail(payload, ctx): ...
+
+One handler per queue (the job core has no task name: the queue is the task). A
+handler takes ``(payload)`` or ``(payload, ctx)``. It finishes the job by
+returning (COMPLETE; its return value is kept as the job's result for ``result_ttl``
+seconds, default 600, where the node serves the bus: ``Queue.result``), raising (FAIL: retried with backoff until ``max_attempts``,
+then dead), raising :class:`Retry` (FAIL with its own delay) or :class:`Delay`
+(DELAY: run again later, no failure recorded).
+
+A handler enqueues follow-up work through its context, on the worker's own
+connection: ``ctx.producer("emails")`` is an :class:`echomq.Queue` in a sync
+handler and an :class:`echomq.aio.Queue` (its methods awaited) in an ``async def``
+one, so a follow-up enqueue never blocks the event loop every async handler shares.
+(``ctx.queue`` is the job's queue name, so the method has its own name.)
+
+If the worker loses the job's lease (the job is re-claimed by someone else, or
+cancelled), the outcome is never settled: an ``async def`` handler is cancelled, a
+sync handler sees ``ctx.lease_lost`` turn true (``ctx.lost`` is a :class:`threading.Event`).
+
+A handler runs for at most the task's ``timeout`` seconds (default
+:data:`DEFAULT_TIMEOUT_S`, 300; ``None``: no limit; ``emq worker --timeout`` overrides
+it). Then the attempt fails with :class:`~echomq.JobTimeout` (one attempt spent): an
+async handler is cancelled; a sync handler's thread cannot be killed, so it is
+abandoned (``ctx.lost`` is set, its outcome dropped, the worker starts a fresh thread
+in its place) and runs on until it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, ParamSpec, Protocol, TypeVar, overload
+
+from .cron import Cron
+from ..errors import ConfigurationError, LeaseLost, UnsupportedOnWire
+from .._protocol.keys import check_partitions, check_queue_name
+from .._protocol.results import DEFAULT_RESULT_TTL_S
+from .._protocol.serializers import JSON, Serializer
+from .policy import MAX_DELAY_MS, Backoff
+from .._protocol.rates import RateLimit, parse_rate_limit
+
+
+#: A task's default ``timeout``, seconds: long enough for ordinary work, short enough that a hung
+#: handler is failed (and, after its budget, dead) within minutes rather than never.
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def check_timeout(timeout: object, what: str) -> float | None:
+    """A handler timeout: seconds > 0, or None for no timeout."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ConfigurationError(f"bad timeout {timeout!r} for {what}: seconds > 0, or None for no timeout")
+    return float(timeout)
+
+
+def _good_delay(delay_ms: object) -> bool:
+    return isinstance(delay_ms, int) and not isinstance(delay_ms, bool) and 0 <= delay_ms <= MAX_DELAY_MS
+
+
+class Retry(Exception):
+    """Raise from a handler to fail this attempt and retry after ``delay_ms`` (the task's
+    backoff when None). It spends one attempt of the budget like any failure."""
+
+    def __init__(self, reason: str = "retry requested", *, delay_ms: int | None = None) -> None:
+        super().__init__(reason)
+        if delay_ms is not None and not _good_delay(delay_ms):
+            raise ConfigurationError(f"bad Retry delay_ms {delay_ms!r}: an integer from 0 to {MAX_DELAY_MS}")
+        self.reason = reason
+        self.delay_ms = delay_ms
+
+
+class Delay(Exception):
+    """Raise from a handler to put the job back for ``delay_ms`` without recording a failure
+    (DELAY). On wire 4 the next claim still counts towards ``max_attempts``."""
+
+    def __init__(self, delay_ms: int) -> None:
+        if not _good_delay(delay_ms):
+            raise ConfigurationError(f"bad Delay delay_ms {delay_ms!r}: an integer from 0 to {MAX_DELAY_MS}")
+        super().__init__(f"delay {delay_ms} ms")
+        self.delay_ms = delay_ms
+
+
+#: guards the making of a context's ``lost`` Event against the worker marking it lost meanwhile
+_LOST_EVENTS = threading.Lock()
+
+
+@dataclass
+class JobContext:
+    """What a handler knows about the job it runs."""
+
+    id: str
+    queue: str
+    attempt: int  #: the fencing token: 1 on the first claim, +1 on every claim after
+    producers: Callable[[str, Serializer | None], Any] | None = field(default=None, repr=False)
+    #: sends APPEND for this attempt (set by the worker; a coroutine function for an async
+    #: handler); raises LeaseLost when the lease is gone
+    report: Callable[[Any], Any] | None = field(default=None, repr=False)
+    #: a flow parent's children's results and errors (decoded when called), read by the worker when
+    #: it claimed the parent; None for any other job
+    children: Callable[[], Any] | None = field(default=None, repr=False)
+    # the lost flag; its Event is made only when a handler asks for ``lost`` (most never do,
+    # and an Event per job is a lock and a condition the worker would build for every claim)
+    _lost: bool = field(default=False, init=False, repr=False, compare=False)
+    _lost_event: threading.Event | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def lost(self) -> threading.Event:
+        """A :class:`threading.Event` set once the lease is gone (wait on it, or read ``lease_lost``)."""
+        if self._lost_event is None:
+            with _LOST_EVENTS:
+                if self._lost_event is None:
+                    event = threading.Event()
+                    if self._lost:
+                        event.set()
+                    self._lost_event = event
+        return self._lost_event
+
+    def mark_lost(self) -> None:
+        """The worker's call: the lease is gone (sets ``lost`` too, if a handler made it)."""
+        self._lost = True
+        with _LOST_EVENTS:  # paired with ``lost``'s check: an Event made meanwhile is set by one side
+            event = self._lost_event
+        if event is not None:
+            event.set()
+
+    def producer(self, queue: str | None = None, *, serializer: Serializer | None = None) -> Any:
+        """A producer for ``queue`` (this job's own by default) on the worker's connection: an
+        :class:`echomq.Queue` in a sync handler, an :class:`echomq.aio.Queue` in an async one.
+        Its serializer is the app's task's for that queue, else JSON, unless given."""
+        if self.producers is None:
+            raise ConfigurationError("this context has no worker connection: producer() works inside a worker's handler")
+        return self.producers(self.queue if queue is None else queue, serializer)
+
+    @property
+    def idempotency_key(self) -> str:
+        """``"{id}:{attempt}"``: the same for this attempt only. Key downstream writes with it."""
+        return f"{self.id}:{self.attempt}"
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once the worker knows it no longer holds the job: stop, nothing you return counts."""
+        return self._lost or (self._lost_event is not None and self._lost_event.is_set())
+
+    def progress(self, value: Any) -> None:
+        """Report progress (any JSON value, at most 64 KiB): kept on the job's row and, when the
+        queue's events are on, a ``progress`` event. Fenced by this attempt's token: once the lease
+        is lost it raises :class:`LeaseLost` and writes nothing."""
+        report = self._reporter()
+        try:
+            report(value)
+        except LeaseLost:
+            self.mark_lost()
+            raise
+
+    def _reporter(self) -> Callable[[Any], Any]:
+        if self.report is None:
+            raise UnsupportedOnWire("progress needs the bus: this node's trafikey does not list `append` "
+                                    "(upgrade the module, or use wire 4)")
+        if self.lease_lost:
+            raise LeaseLost("progress", self.id, str(self.attempt))
+        return self.report
+
+    def children_results(self) -> dict[str, Any]:
+        """A flow parent's children's results by child id (decoded with this task's serializer); a
+        child that died under ``on_child_failure="ignore"`` or ``"continue"`` has none."""
+        return self._flow_children().results
+
+    def children_failures(self) -> dict[str, str]:
+        """A flow parent's dead children's errors by child id, under ``on_child_failure="continue"``."""
+        return self._flow_children().failures
+
+    def _flow_children(self) -> Any:
+        if self.children is None:
+            raise ConfigurationError("this job is not a flow parent: only a parent's handler reads its children")
+        return self.children()
+
+    def check_lease(self) -> None:
+        """Raise :class:`LeaseLost` if the lease is gone (call it between steps of long work)."""
+        if self.lease_lost:
+            raise LeaseLost("handler", self.id, str(self.attempt))
+
+
+@dataclass
+class AsyncJobContext(JobContext):
+    """What an ``async def`` handler knows: the same, but ``await ctx.progress(value)`` sends
+    APPEND on the worker's asyncio connection, so the handler's loop runs on while it travels."""
+
+    async def progress(self, value: Any) -> None:  # type: ignore[override]
+        report = self._reporter()
+        try:
+            await report(value)
+        except LeaseLost:
+            self.mark_lost()
+            raise
+
+
+def _arity(fn: Callable[..., Any]) -> int:
+    """How many arguments to pass: 2 (payload, ctx), 1 (payload) or 0."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return 2
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 2
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return min(2, len(positional))
+
+
+@dataclass(frozen=True)
+class Task:
+    """A queue's handler and its retry policy."""
+
+    queue: str
+    fn: Callable[..., Any]
+    max_attempts: int = 3
+    backoff: Backoff = Backoff()
+    serializer: Serializer = JSON
+    timeout: float | None = DEFAULT_TIMEOUT_S  #: seconds a handler may run; then JobTimeout (None: no limit)
+    #: seconds a completed job's record and result are kept (``Queue.result``, ``Queue.status``);
+    #: 0 keeps none (then the worker completes with plain COMPLETE)
+    result_ttl: float = DEFAULT_RESULT_TTL_S
+    #: at most this many job starts across every worker of the queue (``"50/s"``, ``"600/m"``,
+    #: ``"1000/h"``): a worker sets it on the queue at start; None leaves the queue's as it is
+    rate_limit: RateLimit | None = None
+    partitions: int = 1  #: sub-queues the queue spreads over (docs/cluster.md "Partitioned queues")
+    #: how many of (payload, ctx) the handler takes: the worker passes it ``(payload, ctx)[:arity]``
+    arity: int = field(init=False, repr=False)
+    is_async: bool = field(init=False, repr=False)  #: an ``async def`` handler, run on the asyncio loop
+    #: ``result_ttl`` in ms, as COMPLETE's retention (read for every job the worker settles)
+    result_ttl_ms: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_queue_name(self.queue)
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ConfigurationError(f"bad max_attempts {self.max_attempts!r} for queue {self.queue!r}: an integer >= 1")
+        if not callable(self.fn):
+            raise ConfigurationError(f"the handler for queue {self.queue!r} is not callable: {self.fn!r}")
+        object.__setattr__(self, "timeout", check_timeout(self.timeout, f"queue {self.queue!r}"))
+        ttl = self.result_ttl
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 <= ttl < 2**40:
+            raise ConfigurationError(f"bad result_ttl {ttl!r} for queue {self.queue!r}: seconds >= 0 (0 keeps none)")
+        if self.rate_limit is not None:
+            object.__setattr__(self, "rate_limit", parse_rate_limit(self.rate_limit))
+        check_partitions(self.queue, self.partitions)
+        if self.rate_limit is not None and self.partitions > 1:
+            raise ConfigurationError(f"queue {self.queue!r}: a rate limit is one queue's, and a partitioned queue's "
+                                     "partitions are queues of their own: rate_limit with partitions > 1 is not supported")
+        # read the signature once, not per job
+        object.__setattr__(self, "arity", _arity(self.fn))
+        object.__setattr__(self, "is_async", asyncio.iscoroutinefunction(self.fn))
+        object.__setattr__(self, "result_ttl_ms", int(self.result_ttl * 1000))
+
+    @property
+    def name(self) -> str:
+        return getattr(self.fn, "__qualname__", repr(self.fn))
+
+    def on(self, connection: Any) -> Any:
+        """This task's :class:`~echomq.Queue` on ``connection`` (to enqueue jobs for it); a
+        :class:`~echomq.PartitionedQueue` (declaring its N) when it has partitions."""
+        from .._client.partitioned import PartitionedQueue
+        from .._client.queue import Queue
+
+        if self.partitions == 1:
+            return Queue(connection, self.queue, serializer=self.serializer)
+        return PartitionedQueue(connection, self.queue, partitions=self.partitions, serializer=self.serializer)
+
+
+P = ParamSpec("P")
+R = TypeVar("R", covariant=True)
+
+
+class TaskFunction(Protocol, Generic[P, R]):
+    """What ``@app.task`` returns: the function itself, same signature for type checkers, with
+    ``.task`` (its :class:`Task`) set."""
+
+    task: Task
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+
+class App:
+    """The task registry a worker serves: ``emq worker mymodule:app``."""
+
+    def __init__(self, name: str = "echomq") -> None:
+        self.name = name
+        self.tasks: dict[str, Task] = {}
+        self.schedules: list[Cron] = []  #: periodic jobs (:meth:`cron`), enqueued by the workers (echomq.worker.cron)
+
+    def __repr__(self) -> str:
+        return f"App({self.name!r}, queues={sorted(self.tasks)})"
+
+    def handler(self, queue: str, fn: Callable[..., Any], *, max_attempts: int = 3,
+                backoff: Backoff | None = None, serializer: Serializer = JSON,
+                timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
+                partitions: int = 1, rate_limit: str | RateLimit | None = None) -> Task:
+        """Register ``fn`` as the handler of ``queue`` (one handler per queue; ``partitions`` > 1:
+        a partitioned queue, every partition served by this handler)."""
+        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout, result_ttl=result_ttl,
+                    partitions=partitions, rate_limit=rate_limit)
+        if queue in self.tasks:
+            raise ConfigurationError(f"queue {queue!r} already has a handler: {self.tasks[queue].name}")
+        self.tasks[queue] = task
+        return task
+
+    def cron(self, expr: str, *, queue: str, payload: Any = None, id: str | None = None) -> Cron:
+        """A periodic job: ``payload`` enqueued on ``queue`` at every tick of ``expr`` (5-field cron,
+        6 with the seconds first, or ``@every <duration>``), exactly once per tick across every
+        worker that serves ``queue`` (:mod:`echomq.worker.cron`). ``id`` names the schedule (default: the
+        queue's name); two schedules of one app need two ids."""
+        schedule = Cron(expr, queue, payload, id or "")
+        if any(s.id == schedule.id for s in self.schedules):
+            raise ConfigurationError(f"schedule id {schedule.id!r} is taken: give this one its own id=")
+        self.schedules.append(schedule)
+        return schedule
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> TaskFunction[P, R]: ...
+
+    @overload
+    def task(self, fn: None = None, /, *, queue: str | None = None, max_attempts: int = 3,
+             backoff: Backoff | None = None, serializer: Serializer = JSON,
+             timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
+             partitions: int = 1, rate_limit: str | RateLimit | None = None,
+             cron: str | None = None) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
+
+    def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, max_attempts: int = 3,
+             backoff: Backoff | None = None, serializer: Serializer = JSON,
+             timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
+             partitions: int = 1, rate_limit: str | RateLimit | None = None, cron: str | None = None) -> Any:
+        """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
+        With ``cron``, the task also runs periodically (:meth:`cron`, payload None).
+
+        The decorated function is returned unchanged -- type checkers keep its signature --
+        with ``.task`` set to its :class:`Task`.
+        """
+
+        def register(fn: Callable[P, R]) -> TaskFunction[P, R]:
+            fn.task = self.handler(queue or fn.__name__, fn, max_attempts=max_attempts,  # type: ignore[attr-defined]
+                                   backoff=backoff, serializer=serializer, timeout=timeout,
+                                   result_ttl=result_ttl, partitions=partitions, rate_limit=rate_limit)
+            if cron is not None:
+                self.cron(cron, queue=fn.task.queue)  # type: ignore[attr-defined]
+            return fn  # type: ignore[return-value]
+
+        if isinstance(fn, str):  # @app.task("emails"): Celery's spelling names the task, ours the queue
+            raise ConfigurationError(f"@app.task({fn!r}) takes the queue by keyword: write "
+                                     f"@app.task(queue={fn!r})")
+        if fn is not None and not callable(fn):
+            raise ConfigurationError(f"@app.task decorates a function, not {type(fn).__name__}: "
+                                     "write @app.task or @app.task(queue=...) above a def")
+        return register(fn) if fn is not None else register
