@@ -23,7 +23,7 @@ import httpx
 
 from echomq import Queue, connect
 from echomq.dashboard import Settings, serving
-from echomq._core.workers import Heartbeat
+from echomq.worker.heartbeat import Heartbeat
 
 from .common import ADMIN_COMMANDS, BenchServer, Sample, say
 

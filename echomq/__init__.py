@@ -30,7 +30,9 @@ from .errors import (
     WireError,
     WrongType,
 )
-from ._core.workers import HeartbeatConfig, WorkerRecord, list_workers
+from ._core.workers import WorkerRecord
+from .admin.workers import list_workers
+from .worker.heartbeat import HeartbeatConfig
 from ._protocol.events import Event
 from ._core.flows import CHILD_FAILURE, Flow
 from ._protocol.keys import Keyspace, State

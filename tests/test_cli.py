@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from echomq import EmbeddedServer, Flow, Queue, brand_node, connect, module_path
 from echomq.cli import main
-from echomq._core.workers import Heartbeat
+from echomq.worker.heartbeat import Heartbeat
 from echomq.local.server import free_port
 from helpers import dump, fresh_name, reap, server_ms, unchanged, wait_server_past
 from worker_helpers import ROOT, wait_until

@@ -22,7 +22,7 @@ from echomq.dashboard import Settings, check_binding, serving
 from echomq.dashboard.auth import authorized
 from echomq.dashboard.rates import Point, Sample, rate_series, svg_chart
 from echomq.errors import ConfigurationError
-from echomq._core.workers import Heartbeat
+from echomq.worker.heartbeat import Heartbeat
 from echomq.local.server import free_port
 from dashboard_helpers import PENDING, own_servers, server, stock  # noqa: F401 (a node of its own)
 from helpers import fresh_name, queue_unchanged, reap, take, unchanged

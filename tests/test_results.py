@@ -18,7 +18,7 @@ from echomq.admin.inventory import record_view
 from echomq._protocol.serializers import JSON, JSONSerializer
 from echomq._protocol.results import (MAX_RESULT_BYTES, NOT_KEPT, Seen, decide_result, keepable_result, not_kept_of,
                                       result_value, status_of, Completed, Failed, Unknown, Waiting)
-from echomq._core.workers import Heartbeat
+from echomq.worker.heartbeat import Heartbeat
 from helpers import KEEP_MS, AwaitingQueue, fresh_name, queue_unchanged, server_ms, wait_server_past
 from test_worker import running
 from worker_helpers import wait_until

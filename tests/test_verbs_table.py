@@ -14,8 +14,9 @@ import pytest
 from echomq._protocol import verbs
 from echomq._core.flows import FLOW_STATE_SETS
 from echomq._protocol.keys import STATE_SETS, State
-from echomq._protocol.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, FLOW_LIBRARY, FLOWS, JOB_CORE_TOKENS, LANES,
-                                    OPTIONAL, OPTIONAL_TOKENS, READS, SCRIPTED, SCRIPTS_DIR, VERBS, library_definitions)
+from echomq._protocol.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, FLOWS, JOB_CORE_TOKENS, LANES, OPTIONAL,
+                                    OPTIONAL_TOKENS, READS, SCRIPTED, VERBS)
+from echomq.scripts import FLOW_LIBRARY, SCRIPTS_DIR, library_definitions
 
 #: scripts/lib/<name>.lua: the rules several scripts share, each said once (docs/spec.md §4)
 LIBRARIES = ("clock", "events", "held", "due", "delete", "unique", "done", "lanes", "flow", "claim", "append",
@@ -175,7 +176,7 @@ def test_each_library_is_its_definitions_and_each_serves_a_script():
 
 
 def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
-    on_disk = sorted(p.name for p in SCRIPTS_DIR.iterdir() if p.is_file())
+    on_disk = sorted(p.name for p in SCRIPTS_DIR.glob("*.lua"))  # beside the loader, scripts/__init__.py
     # the libraries scripts are loaded after: each a rule several scripts share, said once
     assert sorted(p.name for p in (SCRIPTS_DIR / "lib").iterdir()) == sorted(f"{name}.lua" for name in LIBRARIES)
     assert {name for v in SCRIPTED for name in v.libraries} == set(LIBRARIES)
@@ -193,7 +194,7 @@ def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
     assert on_disk == sorted(f"{v.name}.lua" for v in SCRIPTED)
     for verb in SCRIPTED:
         assert verb.script_path.is_file() and verb.script_path.parent == SCRIPTS_DIR
-    assert verbs.SCRIPTS_DIR == ROOT / "echomq" / "scripts"
+    assert SCRIPTS_DIR == ROOT / "echomq" / "scripts"
 
 
 # --------------------------------------------------------------------------- the scripts' own text

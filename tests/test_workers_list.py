@@ -14,8 +14,9 @@ from click.testing import CliRunner
 from echomq import App, Worker, WorkerConfig
 from echomq.cli import main
 from echomq.errors import ConfigurationError
-from echomq._core.workers import (WORKERS_KEY, Heartbeat, HeartbeatConfig, WorkerRecord, decode_record, encode_record,
-                                  list_workers, record_key)
+from echomq._core.workers import WORKERS_KEY, WorkerRecord, decode_record, encode_record, record_key
+from echomq.admin.workers import list_workers
+from echomq.worker.heartbeat import Heartbeat, HeartbeatConfig
 from test_worker import running
 from helpers import fresh_name
 from worker_helpers import out, spawn, wait_until  # noqa: F401 (fixtures)

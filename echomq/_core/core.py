@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Generator, Iterable, Protocol, Sequence, TypeVar
 
 from .._protocol import envelope
 from .. import errors
@@ -35,9 +35,6 @@ from .._protocol.verbs import (
     BY_NAME, CLAIMS_MAX, EVENTS_MAX, EXTENDS_MAX_PAIRS, LIMIT_MAX, NO_LANES, Admission, Call, Claimed, Counts, Plain,
     Sweep, Throttled, build_call, check_int, check_traceback, text,
 )
-
-if TYPE_CHECKING:
-    from .._client.connection import WireCodec
 
 T = TypeVar("T")
 CLAIMS = BY_NAME["claims"]  #: its answer is a list of CLAIM answers (``_jobs`` flattens it)
@@ -285,12 +282,24 @@ def op_enqueued(calls: Sequence[Call]) -> Op[list[Enqueued]]:
     return [Enqueued(call.argv[0], call.verb.answer(call, reply)) for call, reply in zip(calls, replies)]
 
 
+class Codec(Protocol):
+    """What the operations read of a connection (no I/O): its wire, and what the node's wire
+    serves. Both clients' connections are one (:class:`echomq._client.connection.WireCodec`);
+    named here so that this layer imports nothing above it."""
+
+    wire: int
+
+    def supports(self, verb_name: str) -> bool: ...
+
+    def carries(self, verb_name: str, argument: str) -> bool: ...
+
+
 class QueueCore:
     """One queue's calls and answers; :class:`echomq.Queue` and :class:`echomq.aio.Queue` send them."""
 
     wire: int
 
-    def __init__(self, name: str, codec: WireCodec, serializer: Serializer = JSON,
+    def __init__(self, name: str, codec: Codec, serializer: Serializer = JSON,
                  max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
         self.keys = Keyspace(name)
         self.name = name

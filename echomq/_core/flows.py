@@ -7,13 +7,13 @@ settled and recovered by the flow scripts (``scripts/flow_*.lua``, on both wires
 outcome is told to its parent in the same atomic step that settles the child.
 
 The planning here is pure; :class:`~echomq.Queue` sends what it plans. The reaper's one entry
-point for flow leases is :func:`reap` (``flow_reap``).
+point for flow leases is :meth:`echomq.Queue.reap_flows` (``flow_reap``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from valkey.crc import key_slot
 
@@ -21,10 +21,7 @@ from .core import Enqueued, Op, raise_first
 from ..errors import ConfigurationError, CrossSlotFlow
 from .._protocol.ids import new_id
 from .._protocol.keys import Keyspace, check_job_id
-from .._protocol.verbs import BY_NAME, LIMIT_MAX, PRIORITY_MAX, Call, Sweep, check_int
-
-if TYPE_CHECKING:
-    from .._client.queue import Queue  # the queue sends what this module plans: it imports this module
+from .._protocol.verbs import BY_NAME, LIMIT_MAX, PRIORITY_MAX, Call, check_int
 
 #: What a parent does when one of its children dies (its retries spent, or stalled past max_stalled):
 #: ``fail`` -- the parent dies at once (``last_error`` names the child), its other children run on
@@ -137,10 +134,3 @@ def op_enqueue_flow(flow_plan: Plan) -> Op[Enqueued]:
     (reply,) = yield [flow_plan.call]
     raise_first([reply])
     return Enqueued(flow_plan.root_id, reply == 1)
-
-
-def reap(queue: "Queue", *, max_stalled: int = 1, limit: int = 1000) -> Sweep:
-    """The reaper's entry point for flow leases: ``flow_reap`` on ``queue``, STALLED.CHECK's
-    verdicts (and budgets) for the expired leases of its flow jobs, a dead child's parent told.
-    Safe from any number of processes: each call is one atomic step, bounded by ``limit``."""
-    return queue.reap_flows(max_stalled=max_stalled, limit=limit)

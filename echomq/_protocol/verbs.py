@@ -12,18 +12,15 @@ registration table and grammar are checked against this file by tests.
 
 from __future__ import annotations
 
-import functools
-import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .. import errors
+from ..scripts import SCRIPTS_DIR, loaded_source
 from .keys import MAX_ID_BYTES, MAX_TRACEBACK_BYTES, Keyspace, State, check_group, check_job_id
 
-SCRIPTS_DIR = Path(__file__).parent.parent / "scripts"
-FLOW_LIBRARY = SCRIPTS_DIR / "lib" / "flow.lua"  #: the flow scripts' family library
 FAMILIES = ("lanes", "flow")  #: the family libraries: a script loaded after one runs on both wires
 BASE = ""  # the key suffix that names the base itself, ``emq:{q}:``
 
@@ -294,54 +291,6 @@ def _state(reply: Any) -> State | None:
     return None if reply is None else State(text(reply))
 
 
-#: A library's top-level definition starts at the first column: ``local function f``, ``local a, b``
-#: (a declaration, with or without a value), or ``f = function`` (one declared before).
-_DEFINITION = re.compile(r"^(?:local function (\w+)|local (\w+(?:, \w+)*)(?: =| --|$)|(\w+) = function)", re.M)
-_LUA_NAME = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|--[^\n]*|([A-Za-z_]\w*)")
-
-
-def _lua_names(text: str) -> set[str]:
-    """The names a piece of Lua mentions in its code (not in its strings or comments)."""
-    return {m.group(1) for m in _LUA_NAME.finditer(text) if m.group(1)}
-
-
-def _comments_above(text: str, at: int) -> int:
-    """Where the comment and blank lines right above the line at ``at`` begin."""
-    while at > 0:
-        above = text.rfind("\n", 0, at - 1) + 1
-        line = text[above:at]
-        if not (line.startswith("--") or not line.strip()):
-            break
-        at = above
-    return at
-
-
-def library_definitions(name: str) -> list[tuple[set[str], str]]:
-    """``scripts/lib/<name>.lua`` as its top-level definitions, in order: each the names it defines
-    and its text, from the end of the one before (so its comments go with it) to the next."""
-    text = (SCRIPTS_DIR / "lib" / f"{name}.lua").read_text()
-    starts = list(_DEFINITION.finditer(text))
-    cuts = [0] + [_comments_above(text, m.start()) for m in starts[1:]] + [len(text)]
-    return [({n for n in (m.group(1) or m.group(2) or m.group(3)).split(", ")}, text[cuts[i]:cuts[i + 1]])
-            for i, m in enumerate(starts)]
-
-
-@functools.cache  # the package's files: read once a process (every connection loads the scripts)
-def _loaded(script: Path, libraries: tuple[str, ...]) -> bytes:
-    own = script.read_text()
-    definitions = [d for name in libraries for d in library_definitions(name)]
-    wanted = _lua_names(own)
-    used = [False] * len(definitions)
-    grew = True
-    while grew:  # what a used definition names is wanted too
-        grew = False
-        for i, (names, text) in enumerate(definitions):
-            if not used[i] and names & wanted:
-                used[i], grew = True, True
-                wanted |= _lua_names(text)
-    return ("".join(text for (_, text), use in zip(definitions, used) if use) + own).encode()
-
-
 @dataclass(frozen=True)
 class Verb:
     name: str  #: the Python method, the script file and the Rust file: ``stalled_check``
@@ -388,7 +337,7 @@ class Verb:
         """The script's text as it is loaded: of its libraries, in order, the definitions it uses
         (itself or through another it uses), then its own file. Every run of a script makes a
         closure of each ``local function`` in its text, so one it never calls is left out."""
-        return _loaded(self.script_path, self.libraries)
+        return loaded_source(self.script_path, self.libraries)
 
     def build(self, keyspace: Keyspace, *argv: Any) -> Call:
         """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs;

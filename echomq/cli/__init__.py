@@ -45,7 +45,8 @@ from ..admin import steps as admin
 from ..admin.steps import brand_node
 from .._client.connection import Connection, connect, open_client
 from ..errors import ConfigurationError, ConnectionFailed, EchoMQError, PortInUse, ServerStartError, StateError
-from .._core.workers import list_workers, serving
+from .._core.workers import serving
+from ..admin.workers import list_workers
 from ..admin.inventory import (QueueNumbers, QueueScan, ago, discover_queues, job_page, job_view, numbers_of,
                                partitions_of, queue_exists, record_view, scan_queues, text_of, waiting_unserved)
 from .._protocol.keys import VERSION_KEY, State, check_group, check_job_id, check_queue_name, parent_queue

@@ -40,7 +40,8 @@ from starlette.staticfiles import StaticFiles
 from ..admin.steps import in_batches, parse_duration_ms
 from .._client.connection import Connection
 from ..errors import ConfigurationError, ConnectionFailed, EchoMQError
-from .._core.workers import WorkerRecord, list_workers, serving
+from .._core.workers import WorkerRecord, serving
+from ..admin.workers import list_workers
 from ..admin.inventory import (GROUPED_SETS, QueueNumbers, QueueScan, ago, job_page, job_view, numbers_of,
                                numbers_or_error, queue_exists, record_view, scan_queues, waiting_unserved)
 from .._protocol.keys import QUEUE_NAME, State, check_group, check_job_id

@@ -67,7 +67,7 @@ from . import policy, waiter
 from .._client.connection import TRANSPORT_ERRORS, Call, Connection
 from ..errors import (CommandRefused, ConfigurationError, ConnectionFailed, EchoMQError, JobTimeout, LeaseLost,
                       PayloadError)
-from .._core.workers import Heartbeat, HeartbeatConfig
+from .heartbeat import Heartbeat, HeartbeatConfig
 from .._protocol.ids import minted_ms_of
 from .._protocol.keys import State
 from .._client.partitioned import PartitionedQueue, drive, op_declare

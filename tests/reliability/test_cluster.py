@@ -172,7 +172,9 @@ def test_the_workers_list_and_the_dashboards_metrics_on_a_cluster(conn, cluster)
     from prometheus_client.parser import text_string_to_metric_families
 
     from echomq.dashboard import Settings, serving
-    from echomq._core.workers import Heartbeat, list_workers, record_key
+    from echomq._core.workers import record_key
+    from echomq.admin.workers import list_workers
+    from echomq.worker.heartbeat import Heartbeat
 
     names = names_on_every_node(cluster, per_node=1)
     for n, name in enumerate(names):

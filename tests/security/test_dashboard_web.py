@@ -24,7 +24,7 @@ from echomq.cli import main
 from echomq.dashboard import Settings, create_app, serving
 from echomq.dashboard.auth import SECURITY_HEADERS, TokenRequired, refusal_delay_s
 from echomq.errors import ConfigurationError
-from echomq._core.workers import Heartbeat
+from echomq.worker.heartbeat import Heartbeat
 from dashboard_helpers import own_servers, server, stock  # noqa: F401 (a node of its own per wire)
 from helpers import fresh_name, queue_unchanged
 from worker_helpers import ROOT
