@@ -1,4 +1,9 @@
-"""EchoMQ: a job queue for Python on Valkey, every state change one atomic step in the server."""
+"""EchoMQ: a job queue for Python on Valkey, every state change one atomic step in the server.
+
+The public surface: what users import is in ``__all__`` (and ``echomq.aio``, ``echomq.testing``,
+``echomq.errors``, ``echomq.hooks``, ``echomq.otel``); the folders hold the implementation, in
+layers (docs/architecture.md).
+"""
 
 from . import aio, hooks
 from .admin.steps import brand_node
@@ -30,24 +35,26 @@ from .errors import (
     WireError,
     WrongType,
 )
-from ._core.workers import WorkerRecord
-from .admin.workers import list_workers
-from .worker.heartbeat import HeartbeatConfig
 from ._protocol.events import Event
-from ._core.flows import CHILD_FAILURE, Flow
+from ._protocol.ids import minted_ms
 from ._protocol.keys import Keyspace, State
-from .local.module import module_path
-from ._client.partitioned import PartitionedQueue
-from .worker.policy import Backoff, IdlePolicy, LeasePolicy
-from ._client.queue import Counts, Enqueued, Job, Queue, Sweep
 from ._protocol.rates import RateLimit
-from ._protocol.verbs import Admission
 from ._protocol.results import Status
 from ._protocol.serializers import JSON, RAW, JSONSerializer, RawSerializer
-from .local.server import EmbeddedServer
+from ._protocol.verbs import Admission
+from ._core.flows import CHILD_FAILURE, Flow, same_slot_name
+from ._core.workers import WorkerRecord
+from ._client.partitioned import PartitionedQueue
+from ._client.queue import Counts, Enqueued, Job, Queue, Sweep
+from .worker.heartbeat import HeartbeatConfig
+from .worker.policy import Backoff, IdlePolicy, LeasePolicy
 from .worker.tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task
 from .worker.timers import TimerConfig, Timers
 from .worker.worker import Tally, Worker, WorkerConfig
+from .admin.workers import list_workers
+from .local.cluster import LocalCluster
+from .local.module import module_path
+from .local.server import EmbeddedServer
 
 __all__ = [
     "Admission",
@@ -57,12 +64,14 @@ __all__ = [
     "PartitionedQueue", "PayloadError", "PermissionDenied", "PortInUse", "Queue", "RAW", "RateLimit", "RawSerializer",
     "ResultNotKept",
     "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Status", "Sweep", "UnsupportedOnWire",
-    "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "module_path",
+    "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "minted_ms", "module_path",
+    # Valkey on this machine (tests, trying things)
+    "LocalCluster",
     # workers
     "App", "AsyncJobContext", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task",
     "TimerConfig", "Timers", "Worker", "WorkerConfig",
     # flows
-    "CHILD_FAILURE", "Flow",
+    "CHILD_FAILURE", "Flow", "same_slot_name",
     # the workers list
     "HeartbeatConfig", "WorkerRecord", "list_workers",
 ]

@@ -27,6 +27,13 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "ConnectionFailed", "CounterError",
+    "CrossSlotFlow", "EchoMQError", "HostError", "JobFailed", "JobNotFound", "JobTimeout", "LayoutError", "LeaseLost",
+    "PayloadError", "PermissionDenied", "PortInUse", "ResultNotKept", "ServerNotFound", "ServerStartError", "ShapeError",
+    "StateError", "UnsupportedOnWire", "WireError", "WrongType",
+]
+
 
 class EchoMQError(Exception):
     """The base of every EchoMQ error."""

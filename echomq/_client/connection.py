@@ -7,11 +7,11 @@
   command with the script's numkeys, KEYS and ARGV unchanged; the two declared
   reads stay EVALSHA.
 
-The connection never writes the brand: that is the admin step in ``admin.py``.
+The connection never writes the brand: that is the admin step in ``admin/steps.py``.
 
 Everything that decides (the command for a call on a wire, the handshake's checks,
 the mapping of error replies and link faults) is pure and shared with the asyncio
-connection in ``aio.py``; each connection only sends, through one path
+connection in ``aio/``; each connection only sends, through one path
 (:meth:`Connection.round_trip`), which maps every link fault to
 :class:`~echomq.ConnectionFailed` and emits the ``verb.*`` hooks.
 

@@ -96,7 +96,7 @@ def check_one_slot(queues: Sequence[str]) -> None:
         raise CrossSlotFlow(
             f"a flow is admitted in one atomic step, so on a cluster its queues must share a slot; {named} do not. "
             f"Put the flow's jobs in one queue, or name the other queues into the root's slot: "
-            f"echomq._core.flows.same_slot_name({queues[-1]!r}, {root!r}) = {same_slot_name(queues[-1], root)!r}")
+            f"echomq.same_slot_name({queues[-1]!r}, {root!r}) = {same_slot_name(queues[-1], root)!r}")
 
 
 def plan(root: Flow, encode: Callable[[Any], bytes], *, cluster: bool) -> Plan:

@@ -68,7 +68,7 @@ from .._protocol.serializers import JSON, Serializer
 from .._protocol.shown import redact_url
 from .._protocol.verbs import ID_ENCODING, Call, Counts, Plain, Sweep, blocks
 
-__all__ = ["Connection", "EchoAsyncCluster", "Queue", "connect"]
+__all__ = ["Connection", "EchoAsyncCluster", "PartitionedQueue", "Queue", "connect"]
 
 DEFAULT_MAX_CONNECTIONS = 50
 DEFAULT_POOL_TIMEOUT_S = 5.0
