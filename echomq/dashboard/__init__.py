@@ -3,6 +3,8 @@
 Install with ``pip install "echomq[dashboard]"`` (Starlette, Jinja2, uvicorn,
 prometheus_client). ``create_app`` builds the ASGI app; ``serve`` runs it with uvicorn
 after the binding check (beyond localhost a token is required).
+
+An application on top of the library: it may import every layer but ``cli`` (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The parity instrument (SPEC §8): the same case on a script node and a native node,
 every key of both compared after every step, every difference named by SPEC §5 or
-reported UNEXPECTED. ``python -m echomq.parity`` runs it; see docs/parity.md."""
+reported UNEXPECTED. ``python -m echomq.parity`` runs it; see docs/parity.md.
+
+An application on top of the library: it may import every layer but ``cli`` (docs/architecture.md).
+"""
 
 from .cases import CATALOGUE
 from .observation import CaseResult, Verdict
