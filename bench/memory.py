@@ -191,7 +191,7 @@ def lines(result: dict, num: Any, table: Any) -> list[str]:
            f"One server; each system in turn fills a queue named `{result['queue']}` with {result['n']:,} no-op "
            "jobs through its own bulk enqueue (EchoMQ: `enqueue_many`'s calls; BullMQ: `Queue.addBulk`, ids "
            "from its counter), from an empty node; bytes per job = Δ used_memory / jobs (INFO memory). "
-           "EchoMQ's formats are the candidates for the default id (`echomq/ids.py`). BullMQ keeps a plain job "
+           "EchoMQ's formats are the candidates for the default id (`echomq/_protocol/ids.py`). BullMQ keeps a plain job "
            "in a list and a prioritized one in a zset; every EchoMQ job waits in a zset (SPEC §1), so "
            "*BullMQ, priority 1* is the like-for-like structure.", ""]
     def ratio(r: dict) -> list[str]:

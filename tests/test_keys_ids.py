@@ -159,7 +159,7 @@ def test_ids_never_go_backwards_when_the_wall_clock_does(monkeypatch):
     assert all(ids.minted_ms(v) >= ids.minted_ms(first) for v in later)
 
 
-# echomq/ids.py loaded on its own (it needs only the standard library): a process starts in
+# echomq/_protocol/ids.py loaded on its own (it needs only the standard library): a process starts in
 # a fraction of the time the whole package takes to import
 MINT_IN_ONE_MS = """
 import importlib.util, sys

@@ -1,4 +1,4 @@
-"""`emq worker --processes N` (echomq/supervisor.py): its decisions without processes, then real
+"""`emq worker --processes N` (echomq/worker/supervisor.py): its decisions without processes, then real
 supervisors over real `emq worker` processes: every job once across them, a killed process
 started again, SIGTERM passed on once, the burst's exit code, and no process left behind by a
 supervisor that was killed."""

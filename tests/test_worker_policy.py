@@ -1,4 +1,4 @@
-"""The worker's decisions, table-tested without a server (echomq/policy.py, outcome_of, tasks)."""
+"""The worker's decisions, table-tested without a server (echomq/worker/policy.py, outcome_of, tasks)."""
 
 from __future__ import annotations
 

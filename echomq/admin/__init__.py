@@ -1,9 +1,11 @@
-"""The operator's reads and writes, shared by ``emq`` and the dashboard (internal).
+"""The operator's reads and writes, as library functions shared by ``emq``, the dashboard and the
+worker (internal).
 
 ``steps`` brands a node and holds what both surfaces share (durations as people type them, a
 bounded verb repeated until it runs dry); ``inventory`` reads a node's queues, numbers and jobs for
-people; ``metrics`` exports them (and a worker's own) to Prometheus; ``workers`` lists the workers.
+people; ``workers`` lists the workers; ``doctor`` checks a node for production (``emq doctor``;
+the worker runs its eviction check at start).
 
-May import: every layer below it, up to ``worker`` (docs/architecture.md); never ``local``,
-the applications (``cli``, ``dashboard``, ``parity``) or the public surface.
+May import: the layers below it, up to ``aio``; never the worker, ``observe``, ``local``, the
+applications or the public surface (docs/architecture.md).
 """

@@ -567,7 +567,7 @@ def serve_worker_metrics(instance: Worker, host: str, port: int) -> None:
         from prometheus_client import CollectorRegistry, start_http_server
 
         from ..dashboard.auth import is_loopback
-        from ..admin.metrics import WorkerCollector
+        from ..observe.metrics import WorkerCollector
     except ImportError as exc:
         raise click.ClickException(f"--metrics-port needs prometheus_client: pip install 'echomq[dashboard]' ({exc})")
     registry = CollectorRegistry(auto_describe=False)

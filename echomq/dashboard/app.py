@@ -45,7 +45,7 @@ from ..admin.workers import list_workers
 from ..admin.inventory import (GROUPED_SETS, QueueNumbers, QueueScan, ago, job_page, job_view, numbers_of,
                                numbers_or_error, queue_exists, record_view, scan_queues, waiting_unserved)
 from .._protocol.keys import QUEUE_NAME, State, check_group, check_job_id
-from ..admin.metrics import NodeCollector
+from ..observe.metrics import NodeCollector
 from .._client.partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
 from .._client.queue import Queue
 from .._protocol.serializers import RAW

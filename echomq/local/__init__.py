@@ -2,5 +2,5 @@
 exported by ``echomq``): the embedded server, a local cluster, where the built trafikey module is
 (and, beside it, the module a package install built), and the demo.
 
-May import: every layer below it, up to ``admin`` (docs/architecture.md).
+May import: every layer below it, up to ``observe`` (docs/architecture.md).
 """

@@ -5,5 +5,5 @@ sees; ``policy`` decides (pure); ``timers``, ``cron`` and ``heartbeat`` are the 
 runs beside it; ``waiter`` blocks while queues are idle; ``supervisor`` runs N worker processes.
 
 May import: the layers below it (``echomq.errors``, ``echomq.hooks``, ``_protocol``, ``_core``,
-``_client``, ``aio``), never ``admin``, ``local`` or the applications (docs/architecture.md).
+``_client``, ``aio``, ``admin``), never ``observe``, ``local`` or the applications (docs/architecture.md).
 """

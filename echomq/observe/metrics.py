@@ -36,7 +36,7 @@ from prometheus_client.registry import Collector
 
 from .._client.connection import Connection
 from .._core.workers import WorkerRecord
-from .inventory import QueueNumbers, QueueScan, numbers_of
+from ..admin.inventory import QueueNumbers, QueueScan, numbers_of
 from .._protocol.keys import State
 from .._client.partitioned import open_queues
 from .._protocol.verbs import GROUPED_COUNTS
