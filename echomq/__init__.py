@@ -6,6 +6,7 @@ layers (docs/architecture.md).
 """
 
 from . import aio, hooks
+from ._version import __version__
 from .admin.steps import brand_node
 from ._client.connection import Connection, connect
 from .errors import (
@@ -75,4 +76,3 @@ __all__ = [
     # the workers list
     "HeartbeatConfig", "WorkerRecord", "list_workers",
 ]
-__version__ = "0.1.0"

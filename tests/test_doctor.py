@@ -66,7 +66,7 @@ def test_the_server_version(info, level, said):
 
 
 @pytest.mark.parametrize("reply, modules, brand, level, said", [
-    (EMQ_VERSION, MODULE_LIST, b"echomq:6.0.0", "ok", "trafikey version 1, every token this client uses"),
+    (EMQ_VERSION, MODULE_LIST, b"echomq:6.0.0", "ok", "trafikey before 0.2.0 (MODULE LIST version 1), every token"),
     (UNKNOWN, UNKNOWN, b"echomq:4.0.0", "ok", "not loaded: the node serves wire 4"),
     (UNKNOWN, UNKNOWN, b"echomq:6.0.0", "error", "--loadmodule"),
     (" ".join(JOB_CORE_TOKENS[:-1]).encode(), MODULE_LIST, b"echomq:6.0.0", "error", "lacks the job-core tokens ['stalled.check']"),

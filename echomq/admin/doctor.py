@@ -138,8 +138,20 @@ def module_version(modules: Sequence[Any] | Exception) -> str:
         fields = entry if isinstance(entry, dict) else dict(zip(entry[::2], entry[1::2]))
         name = fields.get(b"name", fields.get("name"))
         if name in (b"trafikey", "trafikey"):
-            return f"trafikey version {fields.get(b'ver', fields.get('ver'))}"
+            return f"trafikey {module_release(int(fields.get(b'ver', fields.get('ver', 0))))}"
     return "trafikey"
+
+
+#: What every trafikey before 0.2.0 answered as its MODULE LIST version.
+UNNUMBERED = 1
+
+
+def module_release(number: int) -> str:
+    """trafikey's MODULE LIST version as the package's version it was built with: major·10000 +
+    minor·100 + patch (trafikey/src/version.rs), as Valkey's modules number theirs."""
+    if number == UNNUMBERED:
+        return f"before 0.2.0 (MODULE LIST version {number})"
+    return f"{number // 10_000}.{number // 100 % 100}.{number % 100}"
 
 
 def check_brand(brand: bytes | Exception | None) -> Check:

@@ -40,7 +40,6 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from .. import __version__
 from ..admin import steps as admin
 from ..admin.steps import brand_node
 from .._client.connection import Connection, connect, open_client
@@ -51,6 +50,7 @@ from ..admin.inventory import (QueueNumbers, QueueScan, ago, discover_queues, jo
                                partitions_of, queue_exists, record_view, scan_queues, text_of, waiting_unserved)
 from .._protocol.keys import VERSION_KEY, State, check_group, check_job_id, check_queue_name, parent_queue
 from ..local.module import module_path
+from ..local.versions import local_report, node_report
 from .._client.partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
 from ..worker.policy import IdlePolicy, LeasePolicy
 from .._core.core import MAX_PAYLOAD_BYTES, encode_payload
@@ -193,9 +193,15 @@ def opened_queue(url: str, wire: str, name: str, **kwargs: Any) -> Iterator[AnyQ
         yield open_queue(connection, name, **kwargs)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="emq")
-def main() -> None:
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True,
+             no_args_is_help=True)
+@click.option("--version", "show_version", is_flag=True,
+              help="print this package's version, the trafikey module it would load (path, version, tokens) "
+                   "and, with --url, what that node runs; then exit")
+@click.option("--url", "version_url", default=None, metavar="URL",
+              help="with --version: the node to describe too (its server, trafikey and brand)")
+@click.pass_context
+def main(ctx: click.Context, show_version: bool, version_url: str | None) -> None:
     """EchoMQ: a job queue on Valkey, every state change one atomic step in the server.
 
     Every command that talks to a node takes --url (or EMQ_URL, default redis://127.0.0.1:6379)
@@ -203,6 +209,19 @@ def main() -> None:
     starts one."""
     for console in (out, err):  # per invocation: stdout may have been redirected since import
         console.width = None if console.is_terminal else UNWRAPPED  # type: ignore[assignment]
+    if version_url is not None and not show_version:
+        raise click.UsageError("--url before a command goes with --version; a command takes its own --url after "
+                               "its name (emq stats --url URL)")
+    if show_version:
+        for line in local_report():
+            click.echo(line)
+        if version_url is not None:
+            with reported():
+                for line in node_report(version_url):
+                    click.echo(line)
+        ctx.exit(0)
+    if ctx.invoked_subcommand is None:
+        raise click.UsageError("no command given: emq --help lists them")
 
 
 # -- the node ---------------------------------------------------------------------

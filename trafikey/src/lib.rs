@@ -20,6 +20,12 @@ pub mod plant;
 pub mod state;
 pub mod table;
 pub mod verbs;
+pub mod version;
+
+/// The package's version and its MODULE LIST number, written by `build.rs` from `echomq/VERSION`.
+pub mod release {
+    include!(concat!(env!("OUT_DIR"), "/release.rs"));
+}
 
 use valkey_module::{valkey_module, Context, ServerInfo, Status, ValkeyString};
 
@@ -62,12 +68,13 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
     if !ffi::set_options(ctx) {
         ctx.log_notice("trafikey: this server has no atomic slot migration");
     }
+    ctx.log_notice(&format!("trafikey {} loaded", release::VERSION));
     Status::Ok
 }
 
 valkey_module! {
     name: "trafikey",
-    version: 1,
+    version: release::MODULE_VERSION,
     allocator: (valkey_module::alloc::ValkeyAlloc, valkey_module::alloc::ValkeyAlloc),
     data_types: [],
     init: init,
