@@ -41,7 +41,9 @@ def missing_module_message(crate_dir: Path, *, in_checkout: bool) -> str:
         how = (f"build it with `./run setup` in {crate_dir.parent}, or with "
                f"`cargo build --release --manifest-path {crate_dir / 'Cargo.toml'}`")
     else:
-        how = ("this install was made without a Rust toolchain: install Rust (https://rustup.rs), then "
-               "reinstall echomq from the same source (`pip install --force-reinstall --no-deps SOURCE`)")
+        how = ("this install was made without a Rust toolchain: install the echomq wheel for this platform (it "
+               "carries the module), or install Rust (https://rustup.rs) and reinstall echomq from the same "
+               "source (`pip install --force-reinstall --no-deps --no-cache-dir SOURCE`: pip keeps the build "
+               "that lacked it)")
     return (f"the trafikey module is not built: {how}; or set {MODULE_ENV} to a built libtrafikey.so. "
             "Wire 4 (the scripts) needs no module")
