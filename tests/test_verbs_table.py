@@ -140,6 +140,7 @@ def test_flow_scripts_run_on_both_wires_and_no_emq_command():
         ("flow_append", ["flow:active", "base"], ["id", "token", "progress"]),
         ("flow_delay", ["flow:active", "flow:schedule", "base"], ["id", "token", "delay_ms"]),
         ("flow_cancel", ["base"], ["id"]),
+        ("flow_adopt", ["base"], ["id", "child"]),
     ]
     for verb in FLOWS:
         assert verb.flow and verb.scripted and verb.command is None and verb.tokens == () and not verb.read_only
@@ -259,6 +260,8 @@ def test_script_uses_exactly_its_declared_keys(verb):
     if verb.name in ("extends", "flow_extends", "lane_extends"):  # lib/held.lua's renew walks the pairs
         assert set(range(1, len(verb.argv) - 1)) <= argv_used and "renew(" in code
         assert re.search(r"ARGV\[i\]", verb.source().decode()) and re.search(r"ARGV\[i \+ 1\]", verb.source().decode())
+    elif verb.name == "flow_adopt":  # the parent's id, then its children's row keys
+        assert argv_used == {1} and "for i = 2, #ARGV do" in code
     elif verb.per_pair:  # COMPLETES walks its pairs, PUBLISHES its triples after its lead
         lead, width = verb.repeated
         assert argv_used == set(range(1, lead + 1)) and f"for i = {lead + 1}, #ARGV, {width} do" in code

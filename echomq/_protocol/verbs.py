@@ -572,6 +572,9 @@ FLOWS: tuple[Verb, ...] = (
           "flow:active → flow:schedule", decode=int, fenced=True),
     _flow("flow_cancel", (BASE,), ("id",), "flow:active | flow:pending | flow:schedule | flow:waiting → dead",
           decode=_one),
+    # an admin's, once, after an upgrade from before parents kept their children's record (emq adopt-flows)
+    _flow("flow_adopt", (BASE,), ("id", "child"), "flow:waiting → flow:waiting (its record of its children)",
+          decode=int),
 )
 
 # The two declared reads: scripts on both wires, never an EMQ command.

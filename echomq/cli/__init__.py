@@ -56,6 +56,7 @@ from ..worker.policy import IdlePolicy, LeasePolicy
 from .._core.core import MAX_PAYLOAD_BYTES, encode_payload
 from ..worker.cron import describe
 from ..admin.doctor import examine, verdict
+from ..admin.flows import adopt_flows, adoption_lines
 from .._client.queue import Queue, Sweep
 from .._core.reaper import merged
 from .._protocol.serializers import JSON, RAW
@@ -348,6 +349,25 @@ def doctor(url: str, queue_names: tuple[str, ...], as_json: bool) -> None:
             # a detail may quote the server (a refusal, a key it names): one line, escaped
             click.echo(one_line(f"{check.level.value:<8} {check.name:<{width}}  {check.detail}{where}"))
     sys.exit(verdict(checks))
+
+
+@main.command("adopt-flows")
+@node_options
+@click.option("-q", "--queue", "queue_names", multiple=True,
+              help="read these queues (default: every queue on the node); name every queue the flows use")
+@click.option("--dry-run", is_flag=True, help="say which parents would be adopted; write nothing")
+def adopt_flows_command(url: str, wire: str, queue_names: tuple[str, ...], dry_run: bool) -> None:
+    """Once, after upgrading from before 0.2.0: give each flow parent that still waits without a
+    record of its children the record they prove, so children in other queues tell it
+    (docs/compatibility.md, "Upgrades"). Exit 1 when a parent cannot be adopted (it says why)."""
+    with reported():
+        for name in queue_names:
+            check_queue_name(name)
+    with opened(url, wire) as connection, reported():
+        report = adopt_flows(connection, queue_names, dry_run=dry_run)
+    for line in adoption_lines(report, dry_run=dry_run):
+        click.echo(one_line(line))
+    sys.exit(1 if report.refused else 0)
 
 
 @main.command("module-path")

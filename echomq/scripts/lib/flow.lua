@@ -24,12 +24,21 @@ end
 -- link is treated as absent).
 local flow_links = {}
 
+-- Whether `parent`'s record confirms `row` as its child. A parent with no record at all in the
+-- row's own queue is a flow enqueued before records existed (0.1.0's checkouts): whoever wrote the
+-- row's `parent` could write that parent too, so following it crosses no fence. Across queues only
+-- a record counts (`emq adopt-flows` writes one for such a flow): docs/spec.md §15 "Links".
+local function flow_confirms(parent, row)
+  local record = flow_record(parent)
+  if redis.call('SISMEMBER', record, row) == 1 then return true end
+  return flow_split(parent) == flow_split(row) and redis.call('EXISTS', record) == 0
+end
+
 -- flow_link(row) -> the parent `row` may tell, or false (see flow_links); a read
 local function flow_link(row)
   if flow_links[row] == nil then
     local parent = redis.call('HGET', row, 'parent')
-    flow_links[row] = parent and flow_split(parent) and redis.call('SISMEMBER', flow_record(parent), row) == 1
-      and parent or false
+    flow_links[row] = parent and flow_split(parent) and flow_confirms(parent, row) and parent or false
   end
   return flow_links[row]
 end
