@@ -1,4 +1,5 @@
-"""Wire 4 runs on any Redis >= 7: every scripted verb on Debian's redis-server 7.0.
+"""Wire 4 runs on any Redis >= 7: every scripted verb, and a worker's flat, lane and flow jobs,
+on Debian's redis-server 7.0; trafikey (wire 6) does not load there.
 
 The scripts are the compatibility executor for nodes where no module may be
 loaded (managed services). This runs each script's ordinary path on a real
@@ -11,19 +12,25 @@ import shutil
 
 import pytest
 
-from echomq import EmbeddedServer, Queue, State, connect
+from echomq import App, EmbeddedServer, Queue, ServerStartError, State, Status, connect, module_path
 from echomq.local.server import BINARY_ENV
+from echomq.testing import drain
 
 from helpers import server_ms, wait_server_past
 
 
 @pytest.fixture(scope="module")
-def redis7(tmp_path_factory):
+def redis7_binary():
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail("redis-server is missing: ./run setup installs Debian's redis-server")
+    return binary
+
+
+@pytest.fixture(scope="module")
+def redis7(redis7_binary):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(BINARY_ENV, binary)
+        patch.setenv(BINARY_ENV, redis7_binary)
         server = EmbeddedServer(brand=4)
     with server:
         with server.client() as client:
@@ -54,3 +61,27 @@ def test_every_scripted_verb_runs_on_redis_7(redis7):
         swept = q.stalled_check(max_stalled=5)
         assert swept.recovered == [leased.id]
         assert q.counts().pending == 1 and q.metrics() == {"completed": 1, "failed": 1}
+
+
+def test_a_worker_runs_flat_lane_and_flow_jobs_on_redis_7(redis7):
+    """docs/compatibility.md promises wire 4 whole on Redis 7.0: the worker, results, lanes and flows."""
+    ran: list[str] = []
+    app = App("compat")
+    app.handler("compat-worker", lambda payload, ctx: ran.append(ctx.id) or payload)
+    with connect(redis7.url, wire=4) as conn:
+        q = Queue(conn, "compat-worker")
+        q.enqueue("flat", id="flat")
+        q.enqueue("lane", id="lane", group="tenant-1")
+        q.enqueue_flow("parent", children=["child"], id="parent")
+        assert drain(app, q).completed == 4
+        assert len(ran) == 4 and {"flat", "lane", "parent"} <= set(ran) and ran.index("parent") == 3
+        assert q.result("flat", timeout=5) == "flat" and q.status("parent") is Status.COMPLETED
+
+
+def test_trafikey_does_not_load_into_redis_7(redis7_binary):
+    """docs/compatibility.md: wire 6 is Valkey's. Redis lacks module calls trafikey makes, so it
+    refuses to start with it (it dies loading the module): no Redis node ever serves wire 6."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(BINARY_ENV, redis7_binary)
+        with pytest.raises(ServerStartError):
+            EmbeddedServer(module=module_path()).start()

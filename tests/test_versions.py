@@ -42,6 +42,11 @@ def test_the_version_is_said_once_and_everything_reads_it():
     assert '"../echomq/VERSION"' in (ROOT / "trafikey" / "build.rs").read_text()
 
 
+def test_the_changelog_has_a_section_for_this_version():
+    assert re.search(rf"^## \[{re.escape(VERSION)}\] - \d{{4}}-\d\d-\d\d$",
+                     (ROOT / "CHANGELOG.md").read_text(), re.M)
+
+
 def test_the_module_reports_the_packages_version(server6):
     client = valkey.Valkey.from_url(server6.url)
     listed = {entry[1]: dict(zip(entry[::2], entry[1::2])) for entry in client.execute_command("MODULE", "LIST")}
