@@ -3,6 +3,7 @@ report UNEXPECTED. A plant that goes unnoticed fails the suite."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tomllib
@@ -14,6 +15,7 @@ from echomq import module_path
 from echomq.parity.__main__ import first_catch
 from echomq.parity.plants import FAMILIES, NATIVE_PLANTS, SCRIPT_PLANTS, planted_module_path
 from echomq.parity.runner import Pair
+from echomq.verbs import BY_NAME
 
 CRATE = Path(__file__).resolve().parents[1] / "trafikey"
 
@@ -75,7 +77,25 @@ def test_the_release_build_contains_no_plant():
 
 
 def test_every_native_plant_is_still_in_the_crate():
-    """A rewrite of a verb file can drop its planted branch; say which one, before the catalogue does."""
-    source = "\n".join(p.read_text() for p in (CRATE / "src").rglob("*.rs"))
-    missing = [plant.name for plant in NATIVE_PLANTS if f'plant::on("{plant.name}")' not in source]
-    assert not missing, f"planted branches missing from trafikey/src: {missing}"
+    """The instrument's list of native plants is the crate's (trafikey/src/plant.rs, PLANTS), each keyed to
+    the verb the instrument searches with first."""
+    source = (CRATE / "src" / "plant.rs").read_text()
+    table = source[source.index("pub static PLANTS"):source.index("static SWITCHED_ON")]
+    rows = dict(re.findall(r'name: "([^"]+)",\s*verbs: ([^\n]+)\n', table))
+    claims = re.search(r"const CLAIMS: &\[&str\] = (&\[[^\]]*\]);", source).group(1)
+    assert set(rows) == {plant.name for plant in NATIVE_PLANTS}
+    for plant in NATIVE_PLANTS:
+        verbs = claims if rows[plant.name] == "CLAIMS," else rows[plant.name]
+        assert f'"{BY_NAME[plant.verb].command}"' in verbs, plant.name
+
+
+def test_plants_alter_a_plan_at_one_point():
+    """No verb body knows of plants: the crate mentions them only where they are declared (lib.rs), where
+    they live (plant.rs), and at the one hook that carries out every write plan (host.rs, Host::apply)."""
+    mentions = {path.relative_to(CRATE / "src").as_posix() for path in (CRATE / "src").rglob("*.rs")
+                if path.name != "plant.rs" and re.search(r'feature = "planted"|plant::', path.read_text())}
+    assert mentions == {"lib.rs", "host.rs"}
+    host = (CRATE / "src" / "host.rs").read_text()
+    assert host.count('#[cfg(feature = "planted")]') == 2  # the plan altered, then used
+    hook = host.index("crate::plant::alter(")
+    assert host.rindex("pub fn ", 0, hook) == host.index("pub fn apply(")

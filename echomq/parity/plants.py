@@ -4,8 +4,10 @@
   real file by one textual edit and loaded only into the instrument's own script
   node. The shipped scripts are never touched.
 * **Native plants** live in trafikey behind the cargo feature ``planted`` (not a
-  default feature: a release build has none of them). A planted build reads
-  ``TRAFIKEY_PLANT`` once, at module load, and switches on that one defect.
+  default feature: a release build has none of them), in ``trafikey/src/plant.rs``: each
+  alters the write plan of the verbs it names where every plan is carried out
+  (``Host::apply``), so no verb body knows of them. A planted build reads
+  ``TRAFIKEY_PLANT`` once and switches on that one defect.
 
 Each plant names its verb family. A test runs the catalogue once per plant and
 fails if the instrument reports no UNEXPECTED difference.
@@ -122,11 +124,11 @@ NATIVE_PLANTS: tuple[NativePlant, ...] = (
     NativePlant("enqueue.forget_priority", "admission", "enqueue",
                 "enqueue writes no priority field (pending still gets the score)"),
     NativePlant("claim.blank_epoch", "claim", "claim", "claim stamps the lease with an empty lease_epoch"),
-    NativePlant("claim.rate_one_more", "claim", "claim",
-                "the rate limit lets one start more than the limit through (docs/spec.md §13)"),
+    NativePlant("claim.rate_unlogged", "claim", "claim",
+                "claim checks the rate limit but logs no start (docs/spec.md §13): the limit holds nothing"),
     NativePlant("complete.no_metric", "settle", "complete", "complete does not count the job"),
-    NativePlant("epoch.stale", "lease", "claim",
-                "the module stamps leases with an epoch that is not the server's run_id (lib.rs)"),
+    NativePlant("epoch.stale", "lease", "extend",
+                "a renewal (extend, extends) stamps the lease with an epoch that is not the server's run_id"),
     NativePlant("reschedule.ignore_delay", "schedule", "reschedule", "reschedule's due time ignores delay_ms"),
     NativePlant("reprocess.keep_dead", "recovery", "reprocess", "reprocess leaves the job in dead as well"),
     NativePlant("cancel.no_metric", "operator", "cancel", "cancel does not count the job in metrics:failed"),

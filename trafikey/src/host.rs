@@ -714,7 +714,13 @@ impl<'c> Host<'c> {
     /// Every planned write, in order; consecutive hash writes to one key share a key
     /// handle and one replicated HSET, and the ZADDs (or ZREMs, pops) of one key travel as
     /// one (`replicate`). A failed write ends the plan; what it already wrote is replicated.
+    /// A planted build alters the plan here, and only here (`plant`, the parity instrument's
+    /// defects): no verb body knows of plants.
     pub fn apply(&self, plan: &[Op<'_>]) -> Result<(), Refusal> {
+        #[cfg(feature = "planted")]
+        let planted = crate::plant::alter(self.verb, plan, self.now_ms()?);
+        #[cfg(feature = "planted")]
+        let plan = planted.as_deref().unwrap_or(plan);
         let written = self.write_plan(plan);
         let released = self.release();
         written.and(released)

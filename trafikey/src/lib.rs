@@ -15,7 +15,7 @@ pub mod errors;
 pub mod ffi;
 pub mod grammar;
 pub mod host;
-#[cfg(feature = "planted")]
+#[cfg(any(test, feature = "planted"))]
 pub mod plant;
 pub mod state;
 pub mod table;
@@ -33,18 +33,7 @@ use valkey_module::{valkey_module, Context, ServerInfo, Status, ValkeyString};
 fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
     let info = ServerInfo::new("server");
     match info.field_c("run_id") {
-        Some(run_id) if !run_id.is_empty() => {
-            #[cfg(feature = "planted")]
-            plant::load();
-            // planted (lease): every lease is stamped with an epoch that is not this server's run_id
-            #[cfg(feature = "planted")]
-            let run_id = if plant::on("epoch.stale") {
-                "0".repeat(40)
-            } else {
-                run_id.to_string()
-            };
-            epoch::set(run_id.as_bytes().to_vec())
-        }
+        Some(run_id) if !run_id.is_empty() => epoch::set(run_id.as_bytes().to_vec()),
         _ => {
             ctx.log_warning("trafikey: INFO server has no run_id");
             return Status::Err;

@@ -50,7 +50,6 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let events = bus::events(&h, &fence, &q)?;
     let channel = bus::outcome_channel(&fence, &q, id)?;
     // 6.–7. writes, each replicated as its effect: dead, scored the time it was cancelled
-    #[allow(unused_mut)]
     let mut writes = vec![
         op(Cmd::Zrem, &[active, id], Expect::Int(1)),
         op(Cmd::Zadd, &[dead, &now, id], Expect::Int(1)),
@@ -73,11 +72,6 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             Expect::Int(count),
         ),
     ];
-    // planted (operator): the cancelled job is not counted
-    #[cfg(feature = "planted")]
-    if crate::plant::on("cancel.no_metric") {
-        writes.pop();
-    }
     let attempt = field(&seen, 3).unwrap_or(b"0");
     writes.extend(events.map(|ev| {
         ev.op(

@@ -205,18 +205,6 @@ pub fn claim_run(
         recent = within.into_iter().map(|(_, s)| s).collect();
         stale = old.into_iter().map(|(m, _)| m.to_vec()).collect();
     }
-    // planted (claim): the limit lets one more start through
-    #[cfg(feature = "planted")]
-    let rate = rate.map(|rate| {
-        if crate::plant::on("claim.rate_one_more") {
-            crate::decide::Rate {
-                limit: rate.limit + 1,
-                ..rate
-            }
-        } else {
-            rate
-        }
-    });
     let mut taken: Vec<Taken> = Vec::with_capacity(heads.len() + 1);
     let (mut leased, mut popped) = (0, 0);
     let mut lessee = None; // the epoch and the event switch, checked at the first lease
@@ -284,13 +272,6 @@ pub fn claim_run(
     let (run_id, events) = match &lessee {
         Some((run_id, events)) => (*run_id, events.as_ref()),
         None => (&b""[..], None),
-    };
-    // planted (claim): the lease is stamped with an empty epoch, not the run_id
-    #[cfg(feature = "planted")]
-    let run_id: &[u8] = if crate::plant::on("claim.blank_epoch") {
-        b""
-    } else {
-        run_id
     };
     // sized once (a batch's plan is hundreds of ops, each a few hundred bytes): a pop per member
     // taken; per lease its three writes, its event, its two rate-log writes; one ZREM of stale

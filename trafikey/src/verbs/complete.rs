@@ -163,11 +163,6 @@ pub fn completion_plan<'a>(
         &[metrics, b"count", by],
         Expect::Int(count),
     ));
-    // planted (settle): the completion is not counted
-    #[cfg(feature = "planted")]
-    if crate::plant::on("complete.no_metric") {
-        plan.pop();
-    }
     if let Some(ev) = events {
         plan.extend(jobs.iter().map(|j| ev.op(b"completed", j.id, j.token, &[])));
     }

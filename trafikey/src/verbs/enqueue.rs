@@ -37,13 +37,6 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let events = bus::events(&h, &fence, &q)?;
     // 6.–7. writes, each replicated as its effect
     let prio = num(priority);
-    // planted (admission): the row forgets its priority (pending still gets the score)
-    #[cfg(feature = "planted")]
-    let priority = if crate::plant::on("enqueue.forget_priority") {
-        0
-    } else {
-        priority
-    };
     let row_set = new_row(
         &row,
         State::Pending.field(),

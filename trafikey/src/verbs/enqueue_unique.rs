@@ -111,13 +111,6 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let events = bus::events(&h, &fence, &q)?;
     // 6.–7. writes, each replicated as its effect
     let unique_num = num(unique);
-    // planted (admission): the row forgets its unique window
-    #[cfg(feature = "planted")]
-    let unique = if crate::plant::on("enqueue_unique.forget_window") {
-        0
-    } else {
-        unique
-    };
     plan.push(new_row(
         &row,
         state.field(),

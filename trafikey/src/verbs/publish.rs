@@ -107,9 +107,4 @@ pub fn done_writes<'a>(
     }
     plan.push(op(Cmd::Hset, &record, Expect::AnyInt));
     plan.push(op(Cmd::Pexpireat, &[done, expires], Expect::Int(1)));
-    // planted (bus): the completed record is kept forever
-    #[cfg(feature = "planted")]
-    if crate::plant::on("publish.keep_forever") {
-        plan.pop();
-    }
 }

@@ -71,13 +71,6 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             (plan, 1)
         }
     };
-    // planted (recovery): the job is sent to pending but left in dead too
-    #[cfg(feature = "planted")]
-    let plan = if crate::plant::on("reprocess.keep_dead") && reply == 1 {
-        plan[1..].to_vec()
-    } else {
-        plan
-    };
     // 6.–7. writes, each replicated as its effect: the budgets refilled, attempts kept
     h.apply(&plan)?;
     if reply == 1 {

@@ -26,13 +26,6 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let delay = grammar::delay("delay_ms", call.argv[1])?;
     let h = Host::new(ctx, VERB);
     let due = grammar::at("delay_ms", h.now_ms()?, delay)?;
-    // planted (schedule): the new due time ignores delay_ms
-    #[cfg(feature = "planted")]
-    let due = if crate::plant::on("reschedule.ignore_delay") {
-        h.now_ms()?
-    } else {
-        due
-    };
     // 4. fence: the row is only read
     let fence = h.fence();
     let row = q.row(id);
