@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import valkey
 
+from echomq.verbs import OPTIONAL, VERBS
 from helpers import digest, fresh_name
 from native_helpers import NativeQueue, error_code
 
@@ -165,3 +166,33 @@ def test_a_user_allowed_only_some_commands(admin, make_user):
     assert uq.enqueue("j", b"p") == 1
     assert user.execute_command("EMQ.VERSION")
     noperm(admin, user, *uq.lines()["EMQ.CLAIM"])
+
+
+def test_every_command_is_in_the_emq_category(admin):
+    """The registration table gives every row the module's ACL category (valkey-bloom gives its
+    commands theirs): ``ACL CAT emq`` lists exactly the EMQ commands, so ``+@emq`` grants them all."""
+    registered = {verb.command.lower() for verb in VERBS + OPTIONAL} | {"emq.version"}
+    assert {name.decode().lower() for name in admin.execute_command("ACL", "CAT", "emq")} == registered
+
+
+def test_a_user_granted_the_emq_category_runs_the_verbs_and_nothing_else(admin, make_user):
+    q = NativeQueue(admin, fresh_name("a"))
+    user = make_user(f"~{q.base.decode()}*", "+@emq")
+    uq = NativeQueue(user, q.name)
+    assert user.execute_command("EMQ.VERSION")
+    assert uq.enqueue("j", b"p") == 1
+    _, _, token = uq.claim()
+    assert uq.complete("j", token) == 1
+    assert admin.hget(q.completed, "count") == b"1"
+    noperm(admin, user, "HSET", q.meta, "paused", 1)  # a plain command: not in @emq
+
+
+def test_a_user_denied_the_emq_category_is_refused_every_verb(admin, make_user):
+    q = NativeQueue(admin, fresh_name("a"))
+    q.enqueue("j", b"p")
+    user = make_user(f"~{q.base.decode()}*", "+@all", "-@emq")
+    uq = NativeQueue(user, q.name)
+    for line in uq.lines().values():
+        noperm(admin, user, *line)
+    noperm(admin, user, "EMQ.VERSION")
+    assert user.hget(q.row("j"), "state") == b"pending"  # the keys are still its to read

@@ -4,9 +4,16 @@
 //! Layout: `table` (the registration table, the only list of commands), `verbs/` (one file
 //! per verb), `grammar` and `decide` (pure: argument grammar, integer rules, verdicts and
 //! write plans), `epoch` (the run_id), `host` (the calls into the server), `ffi` (all unsafe
-//! code), `errors` (the refusal codes).
+//! code, by concern), `errors` (the refusal codes).
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// unsafe code lives in `ffi` alone, every block and function with its reason
+#![deny(
+    unsafe_code,
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc
+)]
 
 pub mod bus;
 pub mod decide;

@@ -25,12 +25,18 @@ pub const WRITE: &str = "write deny-oom";
 pub const WRITE_BLOCKING: &str = "write deny-oom blocking";
 pub const READ: &str = "readonly fast";
 
+/// The module's ACL category: every command is in it, so an operator grants or denies them all
+/// at once (`ACL SETUSER worker +@emq`).
+pub const CATEGORY: &str = "emq";
+
 /// One registered command.
 pub struct Row {
     pub name: &'static str,
     pub callback: Callback,
     pub flags: &'static str,
     pub keys: Keys,
+    /// Its ACL categories beyond those its flags imply (`write`, `fast`, …), space-separated.
+    pub acl: &'static str,
     pub tokens: &'static [&'static str],
 }
 
@@ -185,6 +191,7 @@ macro_rules! row {
             callback: native!($verb),
             flags: $flags,
             keys: Keys::Numkeys(verbs::$verb::NUMKEYS),
+            acl: CATEGORY,
             tokens: &[$($token),*],
         }
     };
@@ -228,6 +235,7 @@ pub static TABLE: &[Row] = &[
         callback: native!(version),
         flags: READ,
         keys: Keys::None,
+        acl: CATEGORY,
         tokens: &[],
     },
 ];
@@ -259,14 +267,20 @@ pub fn caps() -> String {
         .join(" ")
 }
 
-/// Register every row (from OnLoad).
+/// Register every row (from OnLoad), after the module's ACL category; a server without module
+/// ACL categories (before Valkey 8) registers the rows without theirs.
 pub fn register(ctx: &Context) -> Result<(), String> {
+    let categories = ffi::add_category(ctx, CATEGORY);
+    if !categories {
+        ctx.log_notice("trafikey: this server has no module ACL categories: no @emq");
+    }
     TABLE.iter().try_for_each(|r| {
         let numkeys = match r.keys {
             Keys::None => None,
             Keys::Numkeys(n) => Some(n),
         };
-        ffi::register(ctx, r.name, r.callback, r.flags, r.arity(), numkeys)
+        let acl = categories.then_some(r.acl);
+        ffi::register(ctx, r.name, r.callback, r.flags, r.arity(), numkeys, acl)
     })
 }
 
@@ -296,6 +310,7 @@ mod tests {
             };
             assert_eq!(r.flags, want, "{}", r.name);
             assert!(r.name.starts_with("EMQ."));
+            assert!(r.acl.split(' ').any(|c| c == CATEGORY), "{}", r.name);
             assert!(!r.tokens.is_empty());
         }
         let names: std::collections::HashSet<&str> = TABLE.iter().map(|r| r.name).collect();
