@@ -13,7 +13,7 @@ import pytest
 
 from echomq._protocol import verbs
 from echomq._core.flows import FLOW_STATE_SETS
-from echomq._protocol.keys import STATE_SETS, State
+from echomq._protocol.keys import STATE_SETS, Keyspace, State
 from echomq._protocol.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, FLOWS, JOB_CORE_TOKENS, LANES, OPTIONAL,
                                     OPTIONAL_TOKENS, READS, SCRIPTED, VERBS)
 from echomq.scripts import FLOW_LIBRARY, SCRIPTS_DIR, library_definitions
@@ -395,15 +395,57 @@ def _rust_consts() -> dict[str, int]:
     return found
 
 
-def test_the_argument_limits_are_trafikeys_grammar():
+def test_every_limit_in_trafikeys_grammar_is_pythons():
+    """Each ``pub const`` of grammar.rs (argument ranges, byte bounds, batch sizes) has its equal in
+    echomq.verbs, by name: a limit added to one language and not the other fails here."""
     rust = _rust_consts()
-    assert {name: rust[name] for name in ("LEASE_MIN", "DELAY_MIN", "LIMIT_MIN", "LIMIT_MAX", "BUDGET_MIN",
-                                          "PRIORITY_MAX", "ID_MAX_LEN", "EXTENDS_MAX_PAIRS", "TIMEOUT_MAX")} == {
-        "LEASE_MIN": verbs.LEASE_MIN, "DELAY_MIN": verbs.DELAY_MIN, "LIMIT_MIN": verbs.LIMIT_MIN,
-        "LIMIT_MAX": verbs.LIMIT_MAX, "BUDGET_MIN": verbs.BUDGET_MIN, "PRIORITY_MAX": verbs.PRIORITY_MAX,
-        "ID_MAX_LEN": verbs.ID_MAX_LEN, "EXTENDS_MAX_PAIRS": verbs.EXTENDS_MAX_PAIRS,
-        "TIMEOUT_MAX": verbs.TIMEOUT_MAX,
-    }
+    assert rust, "no constants read from grammar.rs"
+    missing = sorted(name for name in rust if not hasattr(verbs, name))
+    assert not missing, f"grammar.rs limits with no equal in echomq/verbs.py: {missing}"
+    assert rust == {name: getattr(verbs, name) for name in rust}
+
+
+def _rust_bound(expr: str, consts: dict[str, int]) -> int:
+    """A bound as grammar.rs writes it: a literal, a constant (``as i64`` dropped), or ``i64::MAX``."""
+    expr = expr.replace(" as i64", "").strip()
+    return verbs.I64_MAX if expr == "i64::MAX" else consts[expr] if expr in consts else int(expr)
+
+
+def _rust_argument_bounds() -> dict[str, tuple[int, int]]:
+    """Every numeric ARGV trafikey parses, with the range it accepts: the grammar's readers
+    (``number("name", raw, MIN, MAX)``, or ``number(name, …)`` under the name each verb passes), as the
+    verb files call them."""
+    consts = _rust_consts()
+    grammar = (RUST_SRC / "grammar.rs").read_text()
+    readers = {}  # reader -> (its fixed name or None, (low, high))
+    for reader, body in re.findall(r"pub fn (\w+)\((?:name: &'static str, )?raw: (?:Option<)?&\[u8\]>?\)[^{]*\{(.*?)\n\}",
+                                   grammar, re.S):
+        call = re.search(r'number\((?:"(\w+)"|name), \w+, ([^,]+), ([^)]+?)\)', body)
+        if call:
+            fixed, low, high = call.groups()
+            readers[reader] = (fixed, (_rust_bound(low, consts), _rust_bound(high, consts)))
+    found: dict[str, set[tuple[int, int]]] = {}
+    for path in (RUST_SRC / "verbs").glob("*.rs"):
+        code = path.read_text()
+        for reader, named in re.findall(r"grammar::(\w+)\((?:\"(\w+)\")?", code):
+            if reader in readers:
+                fixed, bounds = readers[reader]
+                found.setdefault(fixed or named, set()).add(bounds)
+        for named, low, high in re.findall(r'grammar::number\("(\w+)", [^,]+, ([^,]+), ([^)]+?)\)', code):
+            found.setdefault(named, set()).add((_rust_bound(low, consts), _rust_bound(high, consts)))
+    for name, ranges in found.items():
+        assert len(ranges) == 1, f"trafikey reads {name} with two ranges: {ranges}"
+    return {name: ranges.pop() for name, ranges in found.items()}
+
+
+def test_every_argument_range_is_trafikeys_grammar():
+    """The range each numeric ARGV is checked against, read off trafikey's grammar and verb files, is
+    verbs.BOUNDS'; the only names trafikey does not read are the lane scripts' (never an EMQ command)."""
+    rust = _rust_argument_bounds()
+    assert rust == {name: verbs.BOUNDS[name] for name in rust}
+    lane_only = {name for verb in LANES for name in verb.argv} - {name for verb in REGISTERED
+                                                                   for name in verb.argv + tuple(n for n, _ in verb.late)}
+    assert set(verbs.BOUNDS) - set(rust) == lane_only & set(verbs.BOUNDS)
 
 
 def test_the_byte_bounds_are_trafikeys_grammar_and_the_scripts():
@@ -459,3 +501,14 @@ def test_extends_takes_one_to_a_thousand_pairs():
     for bad in ([1], [1, "a"], [1, *["a", "1"] * (verbs.EXTENDS_MAX_PAIRS + 1)]):
         with pytest.raises(ConfigurationError, match="EXTENDS"):
             extends.build(Keyspace("q"), *bad)
+
+
+def test_the_lane_and_flow_keys_are_the_keyspaces():
+    """The lanes' and flows' key suffixes are named once in Python (``Keyspace``), and each is the one the
+    Lua scripts spell; no Python module spells one itself."""
+    named = {value for name, value in vars(Keyspace).items() if name.startswith(("LANE", "FLOW_"))}
+    lua = "\n".join(p.read_text() for p in SCRIPTS_DIR.rglob("*.lua"))
+    assert set(re.findall(r"'((?:lanes:|flow:)\w+:?|lane:)'", lua)) == named
+    spelled = {p.name: found for p in (ROOT / "echomq").rglob("*.py") if p.name != "keys.py"
+               if (found := re.findall(r"""["'](lanes:\w+|lane:|flow:\w+:?)["']""", p.read_text()))}
+    assert spelled == {}

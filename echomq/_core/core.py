@@ -674,14 +674,15 @@ class QueueCore:
 
     def op_lanes_waiting(self) -> Op[int]:
         """Groups that may start a job now or once a backoff passes (a paused one does not count)."""
-        ready, held = yield [Plain(("ZCARD", self.keys.key("lanes:ready"))), Plain(("ZCARD", self.keys.key("lanes:held")))]
+        ready, held = yield [Plain(("ZCARD", self.keys.key(Keyspace.LANES_READY))),
+                             Plain(("ZCARD", self.keys.key(Keyspace.LANES_HELD)))]
         raise_first([ready, held])
         return ready + held
 
     def op_groups(self) -> Op[dict[str, GroupCounts]]:
         """Every group with jobs waiting or running, or paused: its counts (two round trips)."""
-        names, paused = yield [Plain(("SMEMBERS", self.keys.key("lanes:groups"))),
-                               Plain(("SMEMBERS", self.keys.key("lanes:paused")))]
+        names, paused = yield [Plain(("SMEMBERS", self.keys.key(Keyspace.LANES_GROUPS))),
+                               Plain(("SMEMBERS", self.keys.key(Keyspace.LANES_PAUSED)))]
         raise_first([names, paused])
         return (yield from self._group_counts(sorted({text(g) for g in names} | {text(g) for g in paused})))
 
@@ -689,14 +690,15 @@ class QueueCore:
         """How many groups have jobs waiting or running, and the first ``most`` of them by name with
         their counts: a read bounded by ``most`` however many groups there are (the dashboard's)."""
         check_int("most", most, 1, LIMIT_MAX)
-        groups = self.keys.key("lanes:groups")
+        groups = self.keys.key(Keyspace.LANES_GROUPS)
         total, names = yield [Plain(("SCARD", groups)), Plain(("SORT_RO", groups, "ALPHA", "LIMIT", 0, most))]
         raise_first([total, names])
         return total, (yield from self._group_counts([text(g) for g in names]))
 
     def _group_counts(self, groups: list[str]) -> Op[dict[str, GroupCounts]]:
         """``groups``' counts, in their order, in one round trip."""
-        running, limits, paused = (self.keys.key(name) for name in ("lanes:running", "lanes:limit", "lanes:paused"))
+        running, limits, paused = (self.keys.key(name) for name in (Keyspace.LANES_RUNNING, Keyspace.LANES_LIMIT,
+                                                                    Keyspace.LANES_PAUSED))
         default, *replies = yield [Plain(("HGET", self.keys.meta, "lane_limit"))] + [
             Plain(cmd) for g in groups for cmd in (("ZCARD", self.keys.lane(g)), ("HGET", running, g),
                                                    ("SISMEMBER", paused, g), ("HGET", limits, g))]

@@ -29,8 +29,8 @@ from .._protocol.verbs import BY_NAME, LIMIT_MAX, PRIORITY_MAX, Call, check_int
 #: the child counts as finished and the parent's handler sees its error (``ctx.children_failures()``).
 CHILD_FAILURE = ("fail", "ignore", "continue")
 #: Where a flow job is, by its row's ``state``: its queue's flow sets (the dead set is the queue's own).
-FLOW_STATE_SETS = {"pending": "flow:pending", "active": "flow:active", "scheduled": "flow:schedule",
-                   "waiting": "flow:waiting", "dead": "dead"}
+FLOW_STATE_SETS = {"pending": Keyspace.FLOW_PENDING, "active": Keyspace.FLOW_ACTIVE,
+                   "scheduled": Keyspace.FLOW_SCHEDULE, "waiting": Keyspace.FLOW_WAITING, "dead": "dead"}
 #: The most jobs one flow admits (one script call carries seven arguments per job).
 FLOW_MAX_JOBS = LIMIT_MAX
 FLOW_ENQUEUE = BY_NAME["flow_enqueue"]

@@ -11,6 +11,7 @@ import enum
 import re
 import zlib
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..errors import ConfigurationError
 
@@ -142,9 +143,30 @@ def check_job_id(job_id: str) -> str:
 
 @dataclass(frozen=True)
 class Keyspace:
-    """The keys of one queue."""
+    """The keys of one queue.
+
+    The lanes' and the flows' keys (docs/lanes-and-flows.md) are named here once, as suffixes of the
+    base (the verb table names a script's KEYS by suffix), and built by the properties below; the
+    Lua scripts spell the same suffixes (tests/test_verbs_table.py compares them)."""
 
     queue: str
+
+    LANES_READY: ClassVar[str] = "lanes:ready"  #: groups that may start a job now (zset)
+    LANES_HELD: ClassVar[str] = "lanes:held"  #: groups waiting out a backoff (zset)
+    LANES_ACTIVE: ClassVar[str] = "lanes:active"  #: leased lane jobs (zset, by deadline)
+    LANES_GROUPS: ClassVar[str] = "lanes:groups"  #: groups with jobs waiting or running (set)
+    LANES_PAUSED: ClassVar[str] = "lanes:paused"  #: paused groups (set)
+    LANES_RUNNING: ClassVar[str] = "lanes:running"  #: a group's running jobs (hash: group -> n)
+    LANES_LIMIT: ClassVar[str] = "lanes:limit"  #: a group's own k (hash: group -> k)
+    LANES_SEQ: ClassVar[str] = "lanes:seq"  #: the lanes' enqueue order; present once a lane job was
+    LANE: ClassVar[str] = "lane:"  #: + group: a group's lane (zset of its waiting ids)
+    FLOW_PENDING: ClassVar[str] = "flow:pending"
+    FLOW_ACTIVE: ClassVar[str] = "flow:active"
+    FLOW_SCHEDULE: ClassVar[str] = "flow:schedule"
+    FLOW_WAITING: ClassVar[str] = "flow:waiting"  #: parents waiting for their children
+    FLOW_RESULTS: ClassVar[str] = "flow:results:"  #: + parent id
+    FLOW_FAILURES: ClassVar[str] = "flow:failures:"  #: + parent id
+    FLOW_CHILDREN: ClassVar[str] = "flow:children:"  #: + parent id
 
     def __post_init__(self) -> None:
         if not (isinstance(self.queue, str) and PARTITION_NAME.fullmatch(self.queue)):  # a partition's: emq:{q~i}:
@@ -194,7 +216,7 @@ class Keyspace:
 
     def lane(self, group: str) -> str:
         """A group's lane (docs/lanes-and-flows.md): a zset of its waiting ids, scored by enqueue order."""
-        return self.key("lane:" + group)
+        return self.key(self.LANE + group)
 
     def job(self, job_id: str) -> str:
         return self.key("job:" + job_id)
@@ -224,16 +246,16 @@ class Keyspace:
     def flow_results(self, parent_id: str) -> str:
         """A waiting flow parent's children's results (a hash: child id -> result bytes), kept
         until the parent completes or dies (docs/lanes-and-flows.md "Flows")."""
-        return self.key("flow:results:" + parent_id)
+        return self.key(self.FLOW_RESULTS + parent_id)
 
     def flow_failures(self, parent_id: str) -> str:
         """... and, under ``on_child_failure="continue"``, its dead children's errors."""
-        return self.key("flow:failures:" + parent_id)
+        return self.key(self.FLOW_FAILURES + parent_id)
 
     def flow_children(self, parent_id: str) -> str:
         """A waiting flow parent's record of the children that have not told it yet (a set of their
         row keys): a child's `parent` link counts only when it is listed (docs/spec.md §15 "Links")."""
-        return self.key("flow:children:" + parent_id)
+        return self.key(self.FLOW_CHILDREN + parent_id)
 
     def metrics(self, name: str) -> str:
         return self.key("metrics:" + name)

@@ -21,7 +21,7 @@ from .._protocol.events import decode_progress
 from .._client.connection import Connection, plain_commands
 from .._core.core import Op
 from ..errors import CommandRefused
-from .._protocol.keys import PARTITION_NAME, QUEUE_NAME, STATE_SETS, State, parent_queue
+from .._protocol.keys import PARTITION_NAME, QUEUE_NAME, STATE_SETS, Keyspace, State, parent_queue
 from .._client.partitioned import PartitionedQueue, sum_counts
 from .._client.queue import Counts, Queue
 from .._protocol.results import NotKept, not_kept_of
@@ -39,7 +39,7 @@ INTEGER_FIELDS = frozenset({"attempts", "failures", "stalled", "priority", "seq"
 #: the keys whose presence means a queue exists (a queue whose jobs all completed keeps its metrics)
 #: a queue exists when one of these does (``lanes:seq``: it ever had a lane job)
 PRESENCE_SUFFIXES = ("pending", "active", "schedule", "dead", "meta", "metrics:completed", "metrics:failed",
-                     "lanes:seq")
+                     Keyspace.LANES_SEQ)
 
 
 def typed_fields(fields: dict[str, str]) -> dict[str, Any]:
@@ -88,7 +88,7 @@ def scan_queues(connection: Connection) -> QueueScan:
             count += 1
             if len(unreadable) < QueueScan.EXAMPLES:
                 unreadable.append(id_form(whole))
-        elif rest and not rest.startswith(("job:", "done:", "lane:")):
+        elif rest and not rest.startswith(("job:", "done:", Keyspace.LANE)):
             names.add(parent_queue(name))
     return QueueScan(sorted(names), count, tuple(unreadable))
 
@@ -308,10 +308,10 @@ def set_of(row: dict[bytes, bytes]) -> str | None:
 
 
 #: Where a lane row's state puts it (docs/lanes-and-flows.md); a dead one is in dead.
-LANE_SETS = {"pending": "lane:{group}", "active": "lanes:active"}
+LANE_SETS = {"pending": Keyspace.LANE + "{group}", "active": Keyspace.LANES_ACTIVE}
 #: Where a flow row's state puts it (docs/lanes-and-flows.md "Keys, states and moves"); a dead one is in dead.
-FLOW_SETS = {"pending": "flow:pending", "active": "flow:active", "scheduled": "flow:schedule",
-             "waiting": "flow:waiting"}
+FLOW_SETS = {"pending": Keyspace.FLOW_PENDING, "active": Keyspace.FLOW_ACTIVE, "scheduled": Keyspace.FLOW_SCHEDULE,
+             "waiting": Keyspace.FLOW_WAITING}
 
 
 def _ms(time_reply: Any) -> int:
@@ -358,8 +358,9 @@ def record_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
 
 #: The sets of lane and flow jobs a page can list, by the count that counts them (``Counts``); a
 #: lane's waiting jobs are one set a group, listed by group (``Queue.groups``)
-GROUPED_SETS = {"lane_active": "lanes:active", "flow_waiting": "flow:waiting", "flow_pending": "flow:pending",
-                "flow_active": "flow:active", "flow_scheduled": "flow:schedule"}
+GROUPED_SETS = {"lane_active": Keyspace.LANES_ACTIVE, "flow_waiting": Keyspace.FLOW_WAITING,
+                "flow_pending": Keyspace.FLOW_PENDING, "flow_active": Keyspace.FLOW_ACTIVE,
+                "flow_scheduled": Keyspace.FLOW_SCHEDULE}
 
 
 def job_page(queue: Queue | PartitionedQueue, state: State | str, *, offset: int, count: int) -> list[JobView]:

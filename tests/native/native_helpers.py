@@ -12,54 +12,33 @@ import time
 import pytest
 import valkey
 
+from echomq._protocol import verbs
+
 from helpers import digest, expiry_held, fresh_name, server_ms
 
-#: The job-core tokens EMQ.VERSION must list, in registration-table order (SPEC §6).
-TOKENS = (
-    "enqueue claim claim.pause extend extends complete.flat schedule promote "
-    "reschedule delay fail.flat reprocess requeue stalled.check"
-)
+#: The job-core tokens EMQ.VERSION must list, in registration-table order (SPEC §6): the verb table's.
+TOKENS = " ".join(verbs.JOB_CORE_TOKENS)
 
-#: The optional tokens registered after the job core (SPEC §9.4), in the order they landed: the
-#: bus, the blocking claim, then the operator verbs, then FAIL's late traceback argument, then
-#: CLAIMS, COMPLETES and PUBLISHES.
-OPTIONAL_TOKENS = ("append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback "
-                   "claim.rate claims completes publishes")
+#: The optional tokens registered after the job core (SPEC §9.4), in the order they landed: the verb
+#: table's.
+OPTIONAL_TOKENS = " ".join(verbs.OPTIONAL_TOKENS)
 
-#: A verb's optional trailing ARGV (late arguments, SPEC §9.4; FAILURES.INCR's as FAIL's): lines()
-#: leaves them out.
-LATE = {"EMQ.FAIL": ("Traceback (most recent call last):",), "EMQ.ENQUEUE.UNIQUE": (0,),
-        "EMQ.FAILURES.INCR": ("Traceback (most recent call last):",),
-        "EMQ.CLAIM": ("1",), "EMQ.BCLAIM": ("1",), "EMQ.CLAIMS": ("1",)}
+#: A well-formed value of each argument, by its name in the verb table: lines() fills a verb's ARGV
+#: with these.
+SAMPLE = {"id": "x", "token": "1", "payload": "p", "priority": 0, "lease_ms": 1000, "delay_ms": 0,
+          "backoff_ms": 0, "age_ms": 0, "limit": 10, "max_attempts": 3, "max_stalled": 3, "error": "e",
+          "progress": "50", "result": "r", "retention_ms": 1000, "count": 2, "unique_ms": 1000, "replace": 0,
+          "timeout_ms": 1,  # BCLAIM's: a line that is not refused cannot hang a test
+          "traceback": "Traceback (most recent call last):", "rated": "1"}
+
+#: Every registered verb (the verb table's job core and optional verbs) by its command.
+REGISTERED = {verb.command: verb for verb in verbs.VERBS + verbs.OPTIONAL}
 
 #: Every registered verb with its numkeys and ARGV count (SPEC §3).
-VERBS = {
-    "EMQ.ENQUEUE": (2, 3),
-    "EMQ.CLAIM": (3, 1),
-    "EMQ.EXTEND": (2, 3),
-    "EMQ.EXTENDS": (2, 3),
-    "EMQ.COMPLETE": (2, 2),
-    "EMQ.SCHEDULE": (2, 4),
-    "EMQ.PROMOTE": (3, 1),
-    "EMQ.RESCHEDULE": (2, 2),
-    "EMQ.DELAY": (3, 3),
-    "EMQ.FAIL": (5, 5),
-    "EMQ.REPROCESS": (3, 1),
-    "EMQ.REQUEUE": (3, 2),
-    "EMQ.STALLED.CHECK": (4, 2),
-    "EMQ.APPEND": (2, 3),
-    "EMQ.FAILURES.INCR": (5, 5),
-    "EMQ.PUBLISH": (2, 4),
-    "EMQ.BCLAIM": (3, 2),
-    "EMQ.REMOVE": (4, 1),
-    "EMQ.ENQUEUE.UNIQUE": (3, 5),
-    "EMQ.CANCEL": (3, 1),
-    "EMQ.PURGE": (2, 2),
-    "EMQ.DRAIN": (2, 1),
-    "EMQ.CLAIMS": (3, 2),
-    "EMQ.COMPLETES": (2, 2),
-    "EMQ.PUBLISHES": (2, 4),
-}
+VERBS = {command: (len(verb.keys), len(verb.argv)) for command, verb in REGISTERED.items()}
+
+#: A verb's optional trailing ARGV (late arguments, SPEC §9.4): lines() leaves them out.
+LATE = {command: tuple(SAMPLE[name] for name, _ in verb.late) for command, verb in REGISTERED.items() if verb.late}
 
 
 def wait_past(client: valkey.Valkey, deadline_ms: int, timeout_s: float = 10.0) -> None:
@@ -112,44 +91,11 @@ class NativeQueue:
 
     # -- the verb lines ------------------------------------------------------
     def lines(self) -> dict[str, tuple]:
-        """A well-formed line of every verb (used for shape and layout refusals)."""
-        return {
-            "EMQ.ENQUEUE": ("EMQ.ENQUEUE", 2, self.pending, self.base, "x", "p", 0),
-            "EMQ.ENQUEUE.UNIQUE": ("EMQ.ENQUEUE.UNIQUE", 3, self.pending, self.schedule_key, self.base, "x", "p", 0,
-                                   1000, 0),
-            "EMQ.CLAIM": ("EMQ.CLAIM", 3, self.pending, self.active, self.base, 1000),
-            # a 1 ms timeout: a line that is not refused cannot hang a test
-            "EMQ.BCLAIM": ("EMQ.BCLAIM", 3, self.pending, self.active, self.base, 1000, 1),
-            "EMQ.EXTEND": ("EMQ.EXTEND", 2, self.active, self.base, "x", "1", 1000),
-            "EMQ.EXTENDS": ("EMQ.EXTENDS", 2, self.active, self.base, 1000, "x", "1"),
-            "EMQ.COMPLETE": ("EMQ.COMPLETE", 2, self.active, self.base, "x", "1"),
-            "EMQ.SCHEDULE": ("EMQ.SCHEDULE", 2, self.schedule_key, self.base, "x", "p", 0, 0),
-            "EMQ.PROMOTE": ("EMQ.PROMOTE", 3, self.schedule_key, self.pending, self.base, 10),
-            "EMQ.RESCHEDULE": ("EMQ.RESCHEDULE", 2, self.schedule_key, self.base, "x", 0),
-            "EMQ.DELAY": ("EMQ.DELAY", 3, self.active, self.schedule_key, self.base, "x", "1", 0),
-            "EMQ.FAIL": (
-                "EMQ.FAIL", 5, self.active, self.pending, self.schedule_key, self.dead, self.base,
-                "x", "1", "e", 3, 0,
-            ),
-            "EMQ.REPROCESS": ("EMQ.REPROCESS", 3, self.dead, self.pending, self.base, "x"),
-            "EMQ.REQUEUE": ("EMQ.REQUEUE", 3, self.active, self.pending, self.base, "x", "1"),
-            "EMQ.STALLED.CHECK": (
-                "EMQ.STALLED.CHECK", 4, self.active, self.pending, self.dead, self.base, 3, 10,
-            ),
-            "EMQ.APPEND": ("EMQ.APPEND", 2, self.active, self.base, "x", "1", "50"),
-            "EMQ.FAILURES.INCR": (
-                "EMQ.FAILURES.INCR", 5, self.active, self.pending, self.schedule_key, self.dead, self.base,
-                "x", "1", "e", 3, 0,
-            ),
-            "EMQ.PUBLISH": ("EMQ.PUBLISH", 2, self.active, self.base, "x", "1", "r", 1000),
-            "EMQ.REMOVE": ("EMQ.REMOVE", 4, self.pending, self.schedule_key, self.dead, self.base, "x"),
-            "EMQ.CANCEL": ("EMQ.CANCEL", 3, self.active, self.dead, self.base, "x"),
-            "EMQ.PURGE": ("EMQ.PURGE", 2, self.dead, self.base, 0, 10),
-            "EMQ.DRAIN": ("EMQ.DRAIN", 2, self.pending, self.base, 10),
-            "EMQ.CLAIMS": ("EMQ.CLAIMS", 3, self.pending, self.active, self.base, 1000, 2),
-            "EMQ.COMPLETES": ("EMQ.COMPLETES", 2, self.active, self.base, "x", "1"),
-            "EMQ.PUBLISHES": ("EMQ.PUBLISHES", 2, self.active, self.base, 1000, "x", "1", "r"),
-        }
+        """A well-formed line of every verb (used for shape and layout refusals): its KEYS from the
+        verb table, its ARGV the samples."""
+        return {command: (command, len(verb.keys), *(self.key(suffix) for suffix in verb.keys),
+                          *(SAMPLE[name] for name in verb.argv))
+                for command, verb in REGISTERED.items()}
 
     def enqueue(self, id, payload=b"p", priority=0):
         return self.c.execute_command("EMQ.ENQUEUE", 2, self.pending, self.base, id, payload, priority)

@@ -254,13 +254,7 @@ mod tests {
     fn a_stamp_writes_the_planted_epoch() {
         let hset = op(
             Cmd::Hset,
-            &[
-                b"emq:{q}:job:a",
-                b"state",
-                b"active",
-                b"lease_epoch",
-                b"abc",
-            ],
+            &[b"emq:{q}:job:a", b"attempts", b"2", b"lease_epoch", b"abc"],
             Expect::AnyInt,
         );
         let blank = altered(
