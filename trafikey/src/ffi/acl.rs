@@ -47,30 +47,35 @@ impl Caller {
         }
     }
 
+    /// The user to ask, or the answer without asking: a trusted caller may, no user may not.
+    fn user(&self) -> Result<*mut raw::RedisModuleUser, bool> {
+        match self {
+            Caller::Trusted => Err(true),
+            Caller::User(u) if u.is_null() => Err(false),
+            Caller::User(u) => Ok(*u),
+        }
+    }
+
     /// Does the user hold `perms` (REDISMODULE_CMD_KEY_* bits) on `key`?
     pub fn allows(&self, key: &Str, perms: u32) -> bool {
-        let user = match self {
-            Caller::Trusted => return true,
-            Caller::User(u) if u.is_null() => return false,
-            Caller::User(u) => *u,
+        let user = match self.user() {
+            Ok(user) => user,
+            Err(answer) => return answer,
         };
-        let Some(check) = (api!(RedisModule_ACLCheckKeyPermissions)) else {
+        let Some(check) = api!(RedisModule_ACLCheckKeyPermissions) else {
             return false;
         };
         // SAFETY: `user` is a live module user held by us; `key` is a live string.
         unsafe { check(user, key.ptr, perms as c_int) == raw::REDISMODULE_OK as c_int }
     }
-}
 
-impl Caller {
     /// May the user publish on `channel` (a literal channel name)?
     pub fn allows_channel(&self, channel: &Str) -> bool {
-        let user = match self {
-            Caller::Trusted => return true,
-            Caller::User(u) if u.is_null() => return false,
-            Caller::User(u) => *u,
+        let user = match self.user() {
+            Ok(user) => user,
+            Err(answer) => return answer,
         };
-        let Some(check) = (api!(RedisModule_ACLCheckChannelPermissions)) else {
+        let Some(check) = api!(RedisModule_ACLCheckChannelPermissions) else {
             return false;
         };
         let publish = raw::REDISMODULE_CMD_CHANNEL_PUBLISH as c_int;

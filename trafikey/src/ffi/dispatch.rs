@@ -19,26 +19,61 @@ pub type Handler = fn(&Context, &[&[u8]]) -> ValkeyResult;
 pub type Callback =
     extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
-/// Wraps a [`Handler`] into its own [`Callback`] (the C API passes no user data, so every
-/// row needs its own function).
-macro_rules! native {
-    ($handler:path) => {{
+/// The C function the server calls for `$handler`, through the boundary `$boundary`
+/// ([`dispatch`] or [`wake`]); each row needs its own (the C API passes no user data).
+macro_rules! entry {
+    ($boundary:ident, $handler:path) => {{
         #[allow(unsafe_code)]
         extern "C" fn entry(
             ctx: *mut valkey_module::raw::RedisModuleCtx,
             argv: *mut *mut valkey_module::raw::RedisModuleString,
             argc: std::ffi::c_int,
         ) -> std::ffi::c_int {
-            // SAFETY: the server calls a command with `argc` live strings in `argv`.
-            unsafe { $crate::ffi::dispatch(ctx, argv, argc, $handler) }
+            // SAFETY: the server calls a command, and a blocked command's reply callback, with
+            // its `argc` live strings in `argv` (a reply callback's context names the ready key).
+            unsafe { $crate::ffi::$boundary(ctx, argv, argc, $handler) }
         }
         entry as $crate::ffi::Callback
     }};
 }
+pub(crate) use entry;
+
+/// Wraps a [`Handler`] into its own [`Callback`].
+macro_rules! native {
+    ($handler:path) => {
+        $crate::ffi::entry!(dispatch, $handler)
+    };
+}
 pub(crate) use native;
 
-/// The handler boundary: argv read as byte slices (no copies, no retains), the handler run
-/// under `catch_unwind` so no panic reaches the server, the result replied.
+/// What a panic in a handler answers (no panic reaches the server).
+const PANICKED: ValkeyError = ValkeyError::Str("EMQHOST trafikey caught a panic");
+
+/// `body` on the command's context and its line read as byte slices (no copies, no retains),
+/// under `catch_unwind`: `None` when it panicked. The line is the running command's while it
+/// runs (`Names` reuses its strings).
+///
+/// # Safety
+/// As [`dispatch`].
+unsafe fn at_boundary<T>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    body: impl FnOnce(&Context, &[&[u8]]) -> T,
+) -> (Context, Option<T>) {
+    let context = Context::new(ctx);
+    // the verbs' lines fit on the stack; a long batch (EXTENDS, a sweep) takes the heap
+    let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
+    let mut heap = Vec::new();
+    // SAFETY: as promised by the caller.
+    let args = unsafe { arg_bytes(argv, argc, &mut inline, &mut heap) };
+    let _line = CommandLine::set(argv, args);
+    let out = panic::catch_unwind(AssertUnwindSafe(|| body(&context, args))).ok();
+    (context, out)
+}
+
+/// The handler boundary: the handler run on the command line ([`at_boundary`]), its result
+/// replied.
 ///
 /// # Safety
 /// `ctx` is the command's live context and `argv` holds `argc` live module strings (what the
@@ -49,16 +84,9 @@ pub unsafe fn dispatch(
     argc: c_int,
     handler: Handler,
 ) -> c_int {
-    let context = Context::new(ctx);
-    // the verbs' lines fit on the stack; a long batch (EXTENDS, a sweep) takes the heap
-    let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
-    let mut heap = Vec::new();
     // SAFETY: as promised by the caller.
-    let args = unsafe { arg_bytes(argv, argc, &mut inline, &mut heap) };
-    let _line = CommandLine::set(argv, args);
-    let result = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, args)))
-        .unwrap_or_else(|_| Err(ValkeyError::Str("EMQHOST trafikey caught a panic")));
-    context.reply(result) as c_int
+    let (context, result) = unsafe { at_boundary(ctx, argv, argc, handler) };
+    context.reply(result.unwrap_or(Err(PANICKED))) as c_int
 }
 
 /// How many arguments a command line reads into a stack array.
@@ -75,22 +103,11 @@ pub enum Wake {
 /// A blocking verb's wake body: the full command line as bytes, and the key signalled ready.
 pub type WakeHandler = fn(&Context, &[&[u8]], &[u8]) -> Wake;
 
-/// Wraps a [`WakeHandler`] into the reply callback `RM_BlockClientOnKeys` takes (as
-/// [`native!`] does for a command).
+/// Wraps a [`WakeHandler`] into the reply callback `RM_BlockClientOnKeys` takes.
 macro_rules! waker {
-    ($handler:path) => {{
-        #[allow(unsafe_code)]
-        extern "C" fn entry(
-            ctx: *mut valkey_module::raw::RedisModuleCtx,
-            argv: *mut *mut valkey_module::raw::RedisModuleString,
-            argc: std::ffi::c_int,
-        ) -> std::ffi::c_int {
-            // SAFETY: the server calls a reply callback with the blocked command's `argc` live
-            // strings in `argv`, in a context that names the ready key.
-            unsafe { $crate::ffi::wake(ctx, argv, argc, $handler) }
-        }
-        entry as $crate::ffi::Callback
-    }};
+    ($handler:path) => {
+        $crate::ffi::entry!(wake, $handler)
+    };
 }
 pub(crate) use waker;
 
@@ -106,17 +123,12 @@ pub unsafe fn wake(
     argc: c_int,
     handler: WakeHandler,
 ) -> c_int {
-    let context = Context::new(ctx);
-    let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
-    let mut heap = Vec::new();
-    // SAFETY: as promised by the caller.
-    let args = unsafe { arg_bytes(argv, argc, &mut inline, &mut heap) };
     // SAFETY: a reply callback's context, as promised by the caller.
     let ready = unsafe { ready_key(ctx) };
-    let _line = CommandLine::set(argv, args);
-    let woke = panic::catch_unwind(AssertUnwindSafe(|| handler(&context, args, ready)))
-        .unwrap_or_else(|_| Wake::Reply(Err(ValkeyError::Str("EMQHOST trafikey caught a panic"))));
-    match woke {
+    // SAFETY: as promised by the caller.
+    let (context, woke) =
+        unsafe { at_boundary(ctx, argv, argc, |c, args| handler(c, args, ready)) };
+    match woke.unwrap_or(Wake::Reply(Err(PANICKED))) {
         Wake::Wait => raw::REDISMODULE_ERR as c_int,
         Wake::Reply(result) => {
             context.reply(result);

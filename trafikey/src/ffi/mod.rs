@@ -42,7 +42,7 @@ pub use dispatch::{
     dispatch, event, now_ms, reply_array, reply_error, reply_int, reply_null, reply_str, wake,
     Callback, EventHandler, Handler, Wake, WakeHandler,
 };
-pub(crate) use dispatch::{listener, native, waker};
+pub(crate) use dispatch::{entry, listener, native, waker};
 pub use keys::{key_tag, signal_modified, Key, Kind};
 pub use registration::{add_category, register, set_options, subscribe};
 pub use replication::{publish_shard, replicate};
