@@ -712,8 +712,8 @@ class QueueCore:
         one round trip, and only when some are gone, their rows (:meth:`op_rows_now`) in a second."""
         held: dict[str, list[str]] = {}
         for job in jobs:
-            where = self.keys.key("flow:active") if job.flow else \
-                self.keys.key("lanes:active") if job.group is not None else self.keys.active
+            where = self.keys.key(Keyspace.FLOW_ACTIVE) if job.flow else \
+                self.keys.key(Keyspace.LANES_ACTIVE) if job.group is not None else self.keys.active
             held.setdefault(where, []).append(job.id)
         replies = (yield [Plain(("ZMSCORE", where, *ids)) for where, ids in held.items()]) if held else []
         raise_first(replies)
@@ -841,7 +841,7 @@ class QueueCore:
         removals, three round trips. Returns how many were deleted; a job started meanwhile (LANE_REMOVE
         refuses an active row) is left to run."""
         check_int("limit", limit, 1, LIMIT_MAX)
-        groups = yield from self._plain("SMEMBERS", self.keys.key("lanes:groups"))
+        groups = yield from self._plain("SMEMBERS", self.keys.key(Keyspace.LANES_GROUPS))
         heads = (yield [Plain(("ZRANGE", self.keys.lane(text(g)), 0, limit - 1)) for g in sorted(groups)]) if groups else []
         raise_first(heads)
         calls = [self.build("lane_remove", text(job_id)) for head in heads for job_id in head][:limit]
