@@ -78,7 +78,7 @@ def test_remove_refuses_an_active_job_and_rows_out_of_place(q):
     with queue_unchanged(q):
         with pytest.raises(StateError, match="^EMQSTATE lane row is not native$"):
             raw(q, "remove", "g")  # REMOVE itself refuses a lane row ...
-        with pytest.raises(StateError, match="^EMQSTATE lane_remove id is not in lane:g1$"):
+        with pytest.raises(StateError, match="^EMQSTATE EMQ.LANE.REMOVE id is not in lane:g1$"):
             q.remove("g")  # ... so Queue.remove asks lane_remove, which finds this one out of its lane
     q.connection.client.hset(q.keys.job("w"), "state", "elsewhere")
     with queue_unchanged(q):

@@ -265,7 +265,7 @@ def test_a_delay_in_a_flow_job_waits_in_flow_schedule_and_spends_no_budget(conn)
     conn.client.zrem(q.keys.key("flow:active"), "c")  # held with its token, yet no longer leased
     with unchanged(conn.client):
         (refused,) = q.settle_many([q.flow_delay_call(child, 5)])
-    assert isinstance(refused, LeaseLost) and "flow_delay id is not in flow:active" in str(refused.refusal)
+    assert isinstance(refused, LeaseLost) and "EMQ.FLOW.DELAY id is not in flow:active" in str(refused.refusal)
     conn.client.zadd(q.keys.key("flow:active"), {"c": server_ms(conn.client) + LEASE})
     (due,) = q.settle_many([q.flow_delay_call(child, 5)])
     row = q.job("c")
@@ -611,14 +611,14 @@ def test_cancel_and_remove_of_flow_jobs_refuse_what_they_cannot_do_and_write_not
     with unchanged(client, q.keys), pytest.raises(StateError, match="^EMQSTATE EMQ.CANCEL row is pending, not active$"):
         q.cancel("flat")  # a flat row's own refusal, not the flow script's
     client.zrem(q.keys.key("flow:waiting"), "root")  # a drifted parent: waiting, missing from flow:waiting
-    with unchanged(client, q.keys), pytest.raises(StateError, match="^EMQSTATE flow_cancel id is not in flow:waiting$"):
+    with unchanged(client, q.keys), pytest.raises(StateError, match="^EMQSTATE EMQ.FLOW.CANCEL id is not in flow:waiting$"):
         q.connection.send(q.build("flow_cancel", "root"))
-    with unchanged(client, q.keys), pytest.raises(StateError, match="^EMQSTATE flow_cancel row is not a flow job$"):
+    with unchanged(client, q.keys), pytest.raises(StateError, match="^EMQSTATE EMQ.FLOW.CANCEL row is not a flow job$"):
         q.connection.send(q.build("flow_cancel", "flat"))
     assert q.connection.send(q.build("flow_cancel", "nobody")) == 0
     q.enqueue_flow("p", children=["b"], id="doomed-root")
     (kid,) = [job for job in q.flow_claim(10, LEASE) if job.id != child]
     q.settle_many([q.flow_fail_call(kid, "broke", max_attempts=1)])  # its parent dies with it
     with unchanged(client, q.keys), pytest.raises(
-            StateError, match="^EMQSTATE flow_cancel row is dead, not active, pending, scheduled or waiting$"):
+            StateError, match="^EMQSTATE EMQ.FLOW.CANCEL row is dead, not active, pending, scheduled or waiting$"):
         q.connection.send(q.build("flow_cancel", "doomed-root"))

@@ -204,7 +204,7 @@ def test_lane_unique_refusals_write_nothing(queue):
         with unchanged(client, queue.keys), pytest.raises(StateError, match=refusal):
             queue.enqueue({}, id=job_id, group="b", replace=True)
     client.zrem(queue.keys.lane("a"), "a-job")  # drifted: waiting, out of its lane
-    with unchanged(client, queue.keys), pytest.raises(StateError, match="^EMQSTATE lane_enqueue_unique id is not in lane:a$"):
+    with unchanged(client, queue.keys), pytest.raises(StateError, match="^EMQSTATE EMQ.LANE.ENQUEUE.UNIQUE id is not in lane:a$"):
         queue.enqueue({}, id="a-job", group="a", replace=True)
     queue.enqueue({}, id="held", group="c", unique_for=5)
     (held,) = queue.claim_lanes(1, LEASE)
@@ -363,7 +363,7 @@ def test_cancel_stops_a_running_lane_job_and_frees_its_groups_slot(lanes):
         lanes.extend(running, LEASE)
     (following,) = lanes.claim_lanes(10, LEASE)  # the group's slot is free again
     assert following.payload["seq"] == 1
-    with queue_unchanged(lanes), pytest.raises(StateError, match="^EMQSTATE lane_cancel row is dead, not active$"):
+    with queue_unchanged(lanes), pytest.raises(StateError, match="^EMQSTATE EMQ.LANE.CANCEL row is dead, not active$"):
         lanes.cancel(running.id)  # dead already
     client = lanes.connection.client
     told = [fields for _, fields in client.xrange(lanes.keys.events) if fields[b"type"] == b"dead"]
@@ -395,14 +395,14 @@ def test_lane_cancel_and_remove_refuse_what_they_do_not_move_and_write_nothing(q
     queue.claim_lanes(1, LEASE)
     queue.enqueue({"n": 1}, id="flat")
     client.zrem(queue.keys.lane("a"), "waiting")  # a drifted row: pending, missing from its lane
-    for call, refusal in ((("lane_cancel", "waiting"), "^EMQSTATE lane_cancel row is pending, not active$"),
-                          (("lane_cancel", "flat"), "^EMQSTATE lane_cancel row is not a lane row$"),
-                          (("lane_remove", "running"), "^EMQSTATE lane_remove row is active: cancel it instead$"),
-                          (("lane_remove", "flat"), "^EMQSTATE lane_remove row is not a lane row$"),
-                          (("lane_remove", "waiting"), "^EMQSTATE lane_remove id is not in lane:a$")):
+    for call, refusal in ((("lane_cancel", "waiting"), "^EMQSTATE EMQ.LANE.CANCEL row is pending, not active$"),
+                          (("lane_cancel", "flat"), "^EMQSTATE EMQ.LANE.CANCEL row is not a lane row$"),
+                          (("lane_remove", "running"), "^EMQSTATE EMQ.LANE.REMOVE row is active: cancel it instead$"),
+                          (("lane_remove", "flat"), "^EMQSTATE EMQ.LANE.REMOVE row is not a lane row$"),
+                          (("lane_remove", "waiting"), "^EMQSTATE EMQ.LANE.REMOVE id is not in lane:a$")):
         with unchanged(client, queue.keys), pytest.raises(StateError, match=refusal):
             queue.connection.send(queue.build(*call))
-    with unchanged(client, queue.keys), pytest.raises(StateError, match="^EMQSTATE lane_remove row is active"):
+    with unchanged(client, queue.keys), pytest.raises(StateError, match="^EMQSTATE EMQ.LANE.REMOVE row is active"):
         queue.remove("running")  # through REMOVE's refusal, to the lane script's
     client.zrem(queue.keys.key("lanes:active"), "running")  # drifted: active, missing from lanes:active
     queue.enqueue({"seq": 0}, group="d", id="doomed")
@@ -410,9 +410,9 @@ def test_lane_cancel_and_remove_refuse_what_they_do_not_move_and_write_nothing(q
     client.zrem(queue.keys.key("dead"), "doomed")  # drifted: dead, missing from dead
     queue.enqueue({"seq": 0}, group="s", id="odd")
     client.hset(queue.keys.job("odd"), "state", "scheduled")  # a state no lane set belongs to
-    for call, refusal in ((("lane_cancel", "running"), "^EMQSTATE lane_cancel id is not in lanes:active$"),
-                          (("lane_remove", "doomed"), "^EMQSTATE lane_remove id is not in dead$"),
-                          (("lane_remove", "odd"), "^EMQSTATE lane_remove row is scheduled, not pending or dead$")):
+    for call, refusal in ((("lane_cancel", "running"), "^EMQSTATE EMQ.LANE.CANCEL id is not in lanes:active$"),
+                          (("lane_remove", "doomed"), "^EMQSTATE EMQ.LANE.REMOVE id is not in dead$"),
+                          (("lane_remove", "odd"), "^EMQSTATE EMQ.LANE.REMOVE row is scheduled, not pending or dead$")):
         with unchanged(client, queue.keys), pytest.raises(StateError, match=refusal):
             queue.connection.send(queue.build(*call))
     assert queue.connection.send(queue.build("lane_cancel", "nobody")) == 0
@@ -603,8 +603,8 @@ def test_lane_reprocess_refuses_a_flat_or_live_row_and_drops_a_ghost(queue):
     queue.fail(queue.claim(LEASE), "x", max_attempts=1)
     queue.enqueue({"seq": 0}, group="a", id="live")
     client.zadd(queue.keys.key("dead"), {"live": 0, "ghost": 0})
-    for job_id, refusal in (("flat", "^EMQSTATE lane_reprocess row is not a lane row$"),
-                            ("live", "^EMQSTATE lane_reprocess row is pending, not dead$")):
+    for job_id, refusal in (("flat", "^EMQSTATE EMQ.LANE.REPROCESS row is not a lane row$"),
+                            ("live", "^EMQSTATE EMQ.LANE.REPROCESS row is pending, not dead$")):
         with unchanged(client, queue.keys), pytest.raises(StateError, match=refusal):
             queue.connection.send(queue.build("lane_reprocess", job_id))
     assert queue.connection.send(queue.build("lane_reprocess", "ghost")) == 0

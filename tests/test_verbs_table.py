@@ -19,8 +19,8 @@ from echomq._protocol.verbs import (ARGUMENT_TOKENS, BASE, BUS, BY_NAME, FLOWS, 
 from echomq.scripts import FLOW_LIBRARY, SCRIPTS_DIR, library_definitions
 
 #: scripts/lib/<name>.lua: the rules several scripts share, each said once (docs/spec.md §4)
-LIBRARIES = ("clock", "events", "held", "due", "delete", "unique", "done", "lanes", "flow", "claim", "append",
-             "reap", "complete", "failure")
+LIBRARIES = ("clock", "events", "held", "pending", "due", "delete", "unique", "done", "lanes", "flow", "claim",
+             "append", "reap", "complete", "failure")
 REGISTERED = VERBS + OPTIONAL  # trafikey's rows: the job core, then the optional verbs in order (SPEC §9.4)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,12 +183,19 @@ def test_scripts_dir_holds_exactly_one_lua_per_scripted_verb():
     assert {name for v in SCRIPTED for name in v.libraries} == set(LIBRARIES)
     assert {v.name for v in SCRIPTED if "claim" in v.libraries} == {"claim", "claims", "lane_claim", "flow_claim"}
     assert {v.name for v in SCRIPTED if "append" in v.libraries} == {"append", "lane_append", "flow_append"}
-    # of the libraries in their order, the definitions the script uses, then its own file
+    # the verb's label as VERB when it is used, then of the libraries in their order, the definitions
+    # the script uses, then its own file
     for verb in SCRIPTED:
         definitions = [text for name in verb.libraries for _, text in library_definitions(name)]
         source = verb.source().decode()
         assert source.endswith(verb.script_path.read_text())
         kept = source[: len(source) - len(verb.script_path.read_text())]
+        preamble = f"local VERB = '{verb.label}'\n"
+        if re.search(r"\bVERB\b", kept.removeprefix(preamble) + verb.script_path.read_text()):
+            assert kept.startswith(preamble), verb.name
+            kept = kept.removeprefix(preamble)
+        else:
+            assert "VERB" not in kept, verb.name
         assert kept == "".join(text for text in definitions if text in kept), verb.name
         for function in re.findall(r"^local function (\w+)", kept, re.M):  # each closure made is called
             assert len(re.findall(rf"\b{function}\b", re.sub(r"--[^\n]*", "", source))) > 1, (verb.name, function)
@@ -253,7 +260,8 @@ def test_script_header_names_the_tables_keys_and_argv(verb):
 
 @pytest.mark.parametrize("verb", FIXED, ids=lambda v: v.name)
 def test_script_uses_exactly_its_declared_keys(verb):
-    code = "\n".join(l for l in _source(verb).splitlines() if not l.lstrip().startswith("--"))
+    # the script as it is loaded: FAIL's and FAILURES.INCR's keys are read by the body they share
+    code = "\n".join(l for l in verb.source().decode().splitlines() if not l.lstrip().startswith("--"))
     used = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", code)}
     assert used == set(range(1, len(verb.keys) + 1)), f"{verb.name}.lua uses KEYS {sorted(used)}"
     argv_used = {int(n) for n in re.findall(r"ARGV\[(\d+)\]", code)}
@@ -269,18 +277,27 @@ def test_script_uses_exactly_its_declared_keys(verb):
     else:
         want = set(range(1, len(verb.argv) + len(verb.late) + 1))
         assert argv_used == want, f"{verb.name}.lua uses ARGV {sorted(argv_used)}"
-    # the only key the script builds itself is derived from the base, never a literal queue key
-    assert "emq:" not in code
+    # the only key the script builds itself is derived from the base, never a literal queue key (the
+    # flow library reads a row key's base out of it: lib/flow.lua's flow_split)
+    own = "\n".join(l for l in _source(verb).splitlines() if not l.lstrip().startswith("--"))
+    assert "emq:" not in own
     assert not re.search(r"redis\.call\('(?:EVAL|FLUSH|KEYS|SCAN)", code)
 
 
 # --------------------------------------------------------------------------- states, in every language
 
-STATE_WRITE = re.compile(r"'state',\s*'([^']*)'")
+#: a state written: in an HSET, or in a row's fields gathered for one (``{'state', 'pending', …}``)
+STATE_WRITE = re.compile(r"(?:'HSET',[^)\n]*?|\{)'state',\s*'([^']*)'")
+#: FAIL's move, written once for FAIL and FAILURES.INCR (lib/failure.lua): the states it moves a job to
+FAIL_JOB = re.search(r"\nlocal function fail_job\(.*?\nend\n", (SCRIPTS_DIR / "lib" / "failure.lua").read_text(),
+                     re.S).group(0)
+FAIL_STATES = set(re.findall(r"\bstate(?:, \w+)? = '(\w+)'", FAIL_JOB))
 
 
 def _lua_states() -> dict[str, set[str]]:
-    return {v.name: set(STATE_WRITE.findall(_source(v))) for v in SCRIPTED}
+    """The states each script writes, its own text's and, for FAIL and FAILURES.INCR, fail_job's."""
+    return {v.name: set(STATE_WRITE.findall(_source(v))) | (FAIL_STATES if "fail_job(" in _source(v) else set())
+            for v in SCRIPTED}
 
 
 def test_lua_writes_exactly_the_four_python_states():
@@ -308,9 +325,12 @@ def test_each_flow_script_writes_only_states_whose_flow_set_it_declares(verb):
 
 
 def test_fail_replies_are_state_names():
-    replies = set(re.findall(r"return '([^']*)'", _source(BY_NAME["fail"])))
-    assert replies == {"pending", "scheduled", "dead"}
-    assert all(State(r) for r in replies)
+    """FAIL and FAILURES.INCR run one body (lib/failure.lua's fail_job, as trafikey's fail.rs runs both),
+    which answers the state it moved the job to."""
+    assert FAIL_STATES == {"pending", "scheduled", "dead"} and "\n  return state\nend\n" in FAIL_JOB
+    for name, always in (("fail", "false"), ("failures_incr", "true")):
+        code = [line for line in _source(BY_NAME[name]).splitlines() if not line.startswith("--")]
+        assert code == [f"return fail_job({always})"], name
 
 
 def _rust_sources() -> dict[Path, str]:
@@ -512,3 +532,47 @@ def test_the_lane_and_flow_keys_are_the_keyspaces():
     spelled = {p.name: found for p in (ROOT / "echomq").rglob("*.py") if p.name != "keys.py"
                if (found := re.findall(r"""["'](lanes:\w+|lane:|flow:\w+:?)["']""", p.read_text()))}
     assert spelled == {}
+
+
+# --------------------------------------------------------------------------- what a script loads, said once
+
+#: What a script may call without defining it: Lua's own and the server's (redis.*, string.*, ...).
+LUA_BUILTINS = {"tonumber", "tostring", "type", "unpack", "ipairs", "pairs", "next", "select", "error", "assert",
+                "pcall", "setmetatable", "getmetatable", "rawget", "rawset"}
+
+
+def test_a_script_names_its_libraries_in_its_header_and_nothing_else_does():
+    """Each script's header says what it is loaded after (one ``-- Loaded after lib/….lua.`` line); the
+    verb table declares none, and every function the loaded text calls is defined in it."""
+    assert "libraries=" not in (ROOT / "echomq" / "_protocol" / "verbs.py").read_text()
+    for verb in SCRIPTED:
+        header = [line for line in _source(verb).splitlines() if line.startswith("--")]
+        named = [line for line in header if line.startswith("-- Loaded after")]
+        assert len(named) <= 1 and verb.libraries == tuple(re.findall(r"lib/(\w+)\.lua", "".join(named))), verb.name
+        code = re.sub(r"--[^\n]*|'(?:[^'\\]|\\.)*'", "", verb.source().decode())
+        defined = {a or b for a, b in re.findall(r"\blocal function (\w+)|^(\w+) = function", code, re.M)}
+        defined |= {p.strip() for params in re.findall(r"function \w*\(([^)]*)\)", code) for p in params.split(",")}
+        called = set(re.findall(r"(?<![.:\w])([A-Za-z_]\w*)\(", code)) - {"function", "if", "and", "or", "not", "return"}
+        assert called - defined - LUA_BUILTINS == set(), f"{verb.name}.lua calls what its libraries do not define"
+
+
+def test_each_rule_the_scripts_share_is_said_once():
+    """The TIME-to-ms formula (lib/clock.lua), the wake marker's write (lib/events.lua), a row's
+    priority read as its pending score (lib/pending.lua) and the read of the switches an outcome needs
+    (lib/events.lua) each have one place; every script reaches them through it."""
+    texts = {p.relative_to(SCRIPTS_DIR).as_posix(): p.read_text() for p in SCRIPTS_DIR.rglob("*.lua")}
+    code = {name: re.sub(r"--[^\n]*", "", text) for name, text in texts.items()}
+    for rule, home in ((r"redis\.call\('TIME'\)", "lib/clock.lua"), (r"'wake', 0, 'w'", "lib/events.lua"),
+                       (r"priority\W* or '0'", "lib/pending.lua"), (r"'events', 'waiters'", "lib/events.lua")):
+        assert [name for name, text in code.items() if re.search(rule, text)] == [home], rule
+
+
+def test_a_refusal_names_its_verb_by_its_label():
+    """Every EMQSTATE a script words names its verb as VERB, the verb table's label (the loader hands it
+    over): no script spells a verb's name in a refusal (they once read EMQ.FAIL, lane_fail, flow_fail)."""
+    for name, text in ((p.name, p.read_text()) for p in SCRIPTS_DIR.rglob("*.lua")):
+        spelled = re.findall(r"'EMQSTATE (?!lane row is not native|flow child is not native|flow job )([^']+)'", text)
+        assert spelled == [], f"{name}: {spelled}"
+    for verb in REGISTERED:
+        assert verb.label == verb.command
+    assert BY_NAME["lane_fail"].label == "EMQ.LANE.FAIL" and BY_NAME["flow_fail"].label == "EMQ.FLOW.FAIL"

@@ -38,7 +38,7 @@ from .._protocol.verbs import (
 
 T = TypeVar("T")
 CLAIMS = BY_NAME["claims"]  #: its answer is a list of CLAIM answers (``_jobs`` flattens it)
-NOT_A_FLOW_JOB = "EMQSTATE flow_cancel row is not a flow job"  #: flow_cancel's refusal of a flat row
+NOT_A_FLOW_JOB = f"EMQSTATE {BY_NAME['flow_cancel'].label} row is not a flow job"  #: flow_cancel's refusal of a flat row
 RoundTrip = list["Call | Plain"]
 #: An operation: yields round trips, is sent their replies, returns the answer.
 Op = Generator[RoundTrip, list[Any], T]

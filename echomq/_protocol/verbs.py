@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .. import errors
-from ..scripts import SCRIPTS_DIR, loaded_source
+from ..scripts import SCRIPTS_DIR, loaded_source, script_libraries
 from .keys import MAX_ID_BYTES, MAX_TRACEBACK_BYTES, Keyspace, State, check_group, check_job_id
 
 FAMILIES = ("lanes", "flow")  #: the family libraries: a script loaded after one runs on both wires
@@ -309,11 +309,6 @@ class Verb:
     #: order; the script reads each when given, and a wire-6 client sends one only when
     #: EMQ.VERSION lists its token
     late: tuple[tuple[str, str], ...] = ()
-    #: the libraries its script is loaded after, in load order: ``scripts/lib/<name>.lua`` each, then
-    #: its own file. Each holds rules scripts share (the event switch, the holder's fence, ...); a
-    #: lane or flow script has its family's among them (``lanes``, ``flow``: SPEC §9.6, a script on
-    #: both wires, never an EMQ command)
-    libraries: tuple[str, ...] = ()
     #: the verb each (id, token) pair of its ARGV (with what follows it: PUBLISHES' triples) answers
     #: as, one reply per pair, an error element for a refused pair (COMPLETES: COMPLETE's)
     per_pair: str | None = None
@@ -321,6 +316,23 @@ class Verb:
     @property
     def script_path(self) -> Path:
         return SCRIPTS_DIR / f"{self.name}.lua"
+
+    @property
+    def libraries(self) -> tuple[str, ...]:
+        """The libraries its script is loaded after, in load order (``scripts/lib/<name>.lua`` each,
+        then its own file), as the script's header names them (:func:`script_libraries`). Each holds
+        rules scripts share (the event switch, the holder's fence, ...); a lane or flow script has its
+        family's among them (``lanes``, ``flow``: SPEC §9.6, a script on both wires, never an EMQ
+        command)."""
+        return script_libraries(self.script_path) if self.scripted else ()
+
+    @property
+    def label(self) -> str:
+        """The name its refusals give it, one rule for every verb: ``EMQ.`` and its name in capitals,
+        ``_`` as ``.`` -- its native command's name where it has one (so a refusal reads the same on
+        both wires), and a lane or flow script's by the same rule (``EMQ.LANE.FAIL``). The loader hands
+        it to the script as ``VERB``."""
+        return "EMQ." + self.name.upper().replace("_", ".")
 
     @property
     def script_only(self) -> bool:
@@ -340,7 +352,7 @@ class Verb:
         """The script's text as it is loaded: of its libraries, in order, the definitions it uses
         (itself or through another it uses), then its own file. Every run of a script makes a
         closure of each ``local function`` in its text, so one it never calls is left out."""
-        return loaded_source(self.script_path, self.libraries)
+        return loaded_source(self.script_path, self.label)
 
     def build(self, keyspace: Keyspace, *argv: Any) -> Call:
         """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs;
@@ -402,42 +414,36 @@ class Verb:
 
 
 def _verb(name, keys, argv, move, decode=lambda reply: reply, tokens=None, scripted=True, fenced=False, late=(),
-          libraries=(), per_pair=None):
+          per_pair=None):
     command = "EMQ." + name.upper().replace("_", ".")
     return Verb(name, tuple(keys), tuple(argv), command, tuple(tokens or (name,)), scripted, move, decode, fenced,
-                tuple(late), libraries=tuple(libraries), per_pair=per_pair)
+                tuple(late), per_pair=per_pair)
 
 
 # Rows in the order of SPEC §3 and of trafikey's registration table.
 VERBS: tuple[Verb, ...] = (
-    _verb("enqueue", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending", decode=_one,
-          libraries=("events",)),
+    _verb("enqueue", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending", decode=_one),
     _verb("claim", ("pending", "active", BASE), ("lease_ms",), "pending → active", decode=_claimed,
-          tokens=("claim", "claim.pause"), late=(("rated", "claim.rate"),), libraries=("events", "claim")),
-    _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", decode=int, fenced=True,
-          libraries=("held",)),
+          tokens=("claim", "claim.pause"), late=(("rated", "claim.rate"),)),
+    _verb("extend", ("active", BASE), ("id", "token", "lease_ms"), "active → active", decode=int, fenced=True),
     _verb("extends", ("active", BASE), ("lease_ms", "id", "token"), "active → active",
-          decode=lambda reply: [int(a) for a in reply], libraries=("held",)),
+          decode=lambda reply: [int(a) for a in reply]),
     _verb("complete", ("active", BASE), ("id", "token"), "active → (deleted)", decode=_one, tokens=("complete.flat",),
-          fenced=True, libraries=("events", "held", "unique", "complete")),
-    _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled", decode=_one,
-          libraries=("events", "due")),
-    _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending", decode=int,
-          libraries=("events",)),
+          fenced=True),
+    _verb("schedule", ("schedule", BASE), ("id", "payload", "delay_ms", "priority"), "(new) → scheduled", decode=_one),
+    _verb("promote", ("schedule", "pending", BASE), ("limit",), "scheduled → pending", decode=int),
     _verb("reschedule", ("schedule", BASE), ("id", "delay_ms"), "scheduled → scheduled",
-          decode=lambda reply: int(reply) or None, libraries=("events", "held", "due")),
+          decode=lambda reply: int(reply) or None),
     _verb("delay", ("active", "schedule", BASE), ("id", "token", "delay_ms"), "active → scheduled", decode=int,
-          fenced=True, libraries=("events", "held", "due")),
+          fenced=True),
     _verb("fail", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
           decode=lambda reply: State(text(reply)), tokens=("fail.flat",), fenced=True,
-          late=(("traceback", "fail.traceback"),), libraries=("events", "held", "due", "failure")),
-    _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending", decode=_one,
-          libraries=("events", "held")),
-    _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", decode=_one, fenced=True,
-          libraries=("events", "held")),
+          late=(("traceback", "fail.traceback"),)),
+    _verb("reprocess", ("dead", "pending", BASE), ("id",), "dead → pending", decode=_one),
+    _verb("requeue", ("active", "pending", BASE), ("id", "token"), "active → pending", decode=_one, fenced=True),
     _verb("stalled_check", ("active", "pending", "dead", BASE), ("max_stalled", "limit"),
-          "active → pending | dead", decode=_sweep, tokens=("stalled.check",), libraries=("events", "reap")),
+          "active → pending | dead", decode=_sweep, tokens=("stalled.check",)),
 )
 
 # The bus verbs (SPEC §6, §9.5; docs/spec.md §12): right after the job core, optional on
@@ -445,14 +451,13 @@ VERBS: tuple[Verb, ...] = (
 # tells: a result, an event, an outcome. FAILURES.INCR takes FAIL's arguments, the traceback
 # included (born with the verb, so its token is the verb's own).
 BUS: tuple[Verb, ...] = (
-    _verb("append", ("active", BASE), ("id", "token", "progress"), "active → active", decode=_one, fenced=True,
-          libraries=("events", "held", "append")),
+    _verb("append", ("active", BASE), ("id", "token", "progress"), "active → active", decode=_one, fenced=True),
     _verb("failures_incr", ("active", "pending", "schedule", "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms"), "active → pending | scheduled | dead",
           decode=lambda reply: State(text(reply)), tokens=("failures.incr",), fenced=True,
-          late=(("traceback", "failures.incr"),), libraries=("events", "held", "due", "failure")),
+          late=(("traceback", "failures.incr"),)),
     _verb("publish", ("active", BASE), ("id", "token", "result", "retention_ms"), "active → (completed record)",
-          decode=_one, fenced=True, libraries=("events", "held", "unique", "done")),
+          decode=_one, fenced=True),
 )
 
 # Optional verbs (SPEC §9.3/§9.4): registered after the job core, in the order they landed: the
@@ -463,23 +468,20 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
           "pending → active (blocks while empty or paused)", decode=_claimed, tokens=("claim.block",),
           scripted=False, late=(("rated", "claim.rate"),)),
     _verb("remove", ("pending", "schedule", "dead", BASE), ("id",), "pending | scheduled | dead → (deleted)",
-          decode=lambda reply: None if reply == 0 else State(text(reply)), libraries=("events", "held")),
-    _verb("cancel", ("active", "dead", BASE), ("id",), "active → dead", decode=_one,
-          libraries=("events", "held")),
-    _verb("purge", ("dead", BASE), ("age_ms", "limit"), "dead → (deleted)", decode=int,
-          libraries=("events", "delete")),
-    _verb("drain", ("pending", BASE), ("limit",), "pending → (deleted)", decode=int, libraries=("events", "delete")),
+          decode=lambda reply: None if reply == 0 else State(text(reply))),
+    _verb("cancel", ("active", "dead", BASE), ("id",), "active → dead", decode=_one),
+    _verb("purge", ("dead", BASE), ("age_ms", "limit"), "dead → (deleted)", decode=int),
+    _verb("drain", ("pending", BASE), ("limit",), "pending → (deleted)", decode=int),
     _verb("enqueue_unique", ("pending", "schedule", BASE), ("id", "payload", "priority", "unique_ms", "replace"),
           "(new) → pending | scheduled; pending | scheduled → scheduled (replace)",
           decode=lambda reply: Admission(text(reply)), tokens=("enqueue.unique",),
-          late=(("delay_ms", "enqueue.unique"),), libraries=("events", "held", "due", "unique")),
+          late=(("delay_ms", "enqueue.unique"),)),
     # landed after the argument tokens: EMQ.VERSION lists its token after them
     _verb("claims", ("pending", "active", BASE), ("lease_ms", "count"), "pending → active (up to count jobs)",
-          decode=_claims, late=(("rated", "claim.rate"),), libraries=("events", "claim")),
-    _verb("completes", ("active", BASE), ("id", "token"), "active → (deleted) (each pair)",
-          libraries=("events", "held", "unique", "complete"), per_pair="complete"),
+          decode=_claims, late=(("rated", "claim.rate"),)),
+    _verb("completes", ("active", BASE), ("id", "token"), "active → (deleted) (each pair)", per_pair="complete"),
     _verb("publishes", ("active", BASE), ("retention_ms", "id", "token", "result"),
-          "active → (completed record) (each triple)", libraries=("events", "held", "unique", "done"),
+          "active → (completed record) (each triple)",
           per_pair="publish"),
 )
 
@@ -498,9 +500,8 @@ def _lane_claimed(reply: Sequence[Any] | int) -> Claimed | Throttled | str | Non
     return Claimed(text(job_id), raw, int(attempts), text(group))
 
 
-def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libraries=()):
-    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced,
-                libraries=("clock", "events", "held", "lanes") + libraries)
+def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False):
+    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced)
 
 
 # Lanes (SPEC §9.6, docs/lanes-and-flows.md): scripts on both wires, beside the EMQ verbs. A lane
@@ -509,26 +510,26 @@ def _lane(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libr
 LANES: tuple[Verb, ...] = (
     _lane("lane_enqueue", (BASE,), ("id", "payload", "group", "lane_priority"), "(new) → lane", decode=_one),
     _lane("lane_enqueue_unique", (BASE,), ("id", "payload", "group", "lane_priority", "unique_ms", "replace"),
-          "(new) → lane; lane → lane (replace)", decode=lambda reply: Admission(text(reply)), libraries=("unique",)),
+          "(new) → lane; lane → lane (replace)", decode=lambda reply: Admission(text(reply))),
     _lane("lane_claim", (LANES_READY, LANES_ACTIVE, BASE), ("lease_ms", "stamp"), "lane → lane-active",
-          decode=_lane_claimed, libraries=("claim",)),
+          decode=_lane_claimed),
     _lane("lane_extends", (LANES_ACTIVE, BASE), ("lease_ms", "stamp", "id", "token"), "lane-active → lane-active",
           decode=lambda reply: [int(a) for a in reply]),
     _lane("lane_complete", (LANES_ACTIVE, BASE), ("id", "token", "result", "retention_ms"),
-          "lane-active → (deleted)", decode=_one, fenced=True, libraries=("done", "unique")),
+          "lane-active → (deleted)", decode=_one, fenced=True),
     _lane("lane_fail", (LANES_ACTIVE, "dead", BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms", "traceback"), "lane-active → lane | dead",
-          decode=lambda reply: State(text(reply)), fenced=True, libraries=("failure",)),
+          decode=lambda reply: State(text(reply)), fenced=True),
     _lane("lane_release", (LANES_ACTIVE, BASE), ("id", "token", "delay_ms"), "lane-active → lane", decode=_one,
           fenced=True),
     _lane("lane_reap", (LANES_ACTIVE, "dead", BASE), ("max_stalled", "limit", "stamp"), "lane-active → lane | dead",
-          decode=lambda reply: (_sweep(reply[:3]), None if reply[3] < 0 else int(reply[3])), libraries=("reap",)),
+          decode=lambda reply: (_sweep(reply[:3]), None if reply[3] < 0 else int(reply[3]))),
     _lane("lane_reprocess", ("dead", BASE), ("id",), "dead → lane", decode=_one),
     _lane("lane_pause", (LANES_READY, BASE), ("group",), "lane → lane (held)", decode=_one),
     _lane("lane_resume", (BASE,), ("group",), "lane → lane", decode=_one),
     _lane("lane_limit", (BASE,), ("k", "scope"), "lane → lane"),
     _lane("lane_append", (BASE,), ("id", "token", "progress"), "lane-active → lane-active",
-          decode=_one, fenced=True, libraries=("append",)),
+          decode=_one, fenced=True),
     _lane("lane_cancel", (LANES_ACTIVE, "dead", BASE), ("id",), "lane-active → dead", decode=_one),
     _lane("lane_remove", ("dead", BASE), ("id",), "lane | dead → (deleted)",
           decode=lambda reply: None if reply == 0 else State(text(reply))),
@@ -543,9 +544,8 @@ def _flow_jobs(reply: Sequence[Sequence[Any]] | int) -> list[tuple[Claimed, bool
     return [(Claimed(text(job_id), raw, int(attempts)), parent == 1) for job_id, raw, attempts, parent in reply]
 
 
-def _flow(name, keys, argv, move, decode=lambda reply: reply, fenced=False, libraries=()):
-    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced,
-                libraries=("clock", "events", "held", "failure", "flow") + libraries)
+def _flow(name, keys, argv, move, decode=lambda reply: reply, fenced=False):
+    return Verb(name, tuple(keys), tuple(argv), move=move, decode=decode, fenced=fenced)
 
 
 # The flow scripts (SPEC §9.6, docs/lanes-and-flows.md "Flows"): scripts on both wires, never an
@@ -556,21 +556,21 @@ FLOWS: tuple[Verb, ...] = (
     _flow("flow_enqueue", (), ("queue", "id", "payload", "priority", "parent", "children", "on_child_failure"),
           "(new) → flow:waiting | flow:pending", decode=_one),
     _flow("flow_claim", (FLOW_PENDING, FLOW_ACTIVE, FLOW_SCHEDULE, BASE), ("lease_ms", "limit"),
-          "flow:pending → flow:active", decode=_flow_jobs, libraries=("claim",)),
+          "flow:pending → flow:active", decode=_flow_jobs),
     _flow("flow_extends", (FLOW_ACTIVE, BASE), ("lease_ms", "id", "token"), "flow:active → flow:active",
           decode=lambda reply: [int(a) for a in reply]),
     _flow("flow_complete", (FLOW_ACTIVE, BASE), ("id", "token", "result", "retention_ms"),
           "flow:active → (completed record); the parent's last child: flow:waiting → flow:pending",
-          decode=_one, fenced=True, libraries=("done",)),
+          decode=_one, fenced=True),
     _flow("flow_fail", (FLOW_ACTIVE, FLOW_PENDING, FLOW_SCHEDULE, BASE),
           ("id", "token", "error", "max_attempts", "backoff_ms", "traceback"),
           "flow:active → flow:pending | flow:schedule | dead", decode=lambda reply: State(text(reply)), fenced=True),
     _flow("flow_release", (FLOW_ACTIVE, FLOW_PENDING, BASE), ("id", "token"), "flow:active → flow:pending",
           decode=_one, fenced=True),
     _flow("flow_reap", (FLOW_ACTIVE, FLOW_PENDING, BASE), ("max_stalled", "limit"),
-          "flow:active → flow:pending | dead", decode=_sweep, libraries=("reap",)),
+          "flow:active → flow:pending | dead", decode=_sweep),
     _flow("flow_append", (FLOW_ACTIVE, BASE), ("id", "token", "progress"), "flow:active → flow:active",
-          decode=_one, fenced=True, libraries=("append",)),
+          decode=_one, fenced=True),
     _flow("flow_delay", (FLOW_ACTIVE, FLOW_SCHEDULE, BASE), ("id", "token", "delay_ms"),
           "flow:active → flow:schedule", decode=int, fenced=True),
     _flow("flow_cancel", (BASE,), ("id",), "flow:active | flow:pending | flow:schedule | flow:waiting → dead",

@@ -3,7 +3,7 @@ and their loader.
 
 ``<verb>.lua`` is the script of the verb of that name (the file names are a promise: SPEC §5);
 ``lib/<name>.lua`` is a library of rules several scripts share, and a script is loaded after the
-definitions it uses of the libraries its verb row names (``echomq._protocol.verbs``).
+definitions it uses of the libraries its own header names (``-- Loaded after lib/….lua.``).
 
 The bottom of the layers: it imports nothing of EchoMQ (docs/architecture.md).
 """
@@ -11,6 +11,7 @@ The bottom of the layers: it imports nothing of EchoMQ (docs/architecture.md).
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from pathlib import Path
 
@@ -50,11 +51,31 @@ def library_definitions(name: str) -> list[tuple[set[str], str]]:
             for i, m in enumerate(starts)]
 
 
+#: The header line of a script that names the libraries it is loaded after, in load order.
+_LOADED_AFTER = re.compile(r"^-- Loaded after ((?:lib/\w+\.lua, )*lib/\w+\.lua)\.$", re.M)
+
+
+@functools.cache  # the package's files: read once a process
+def script_libraries(script: Path) -> tuple[str, ...]:
+    """The libraries ``script`` is loaded after, in load order, as its header names them (its one
+    ``-- Loaded after lib/a.lua, lib/b.lua.`` line among the comment lines it starts with); none
+    without that line."""
+    lines = script.read_text().splitlines(keepends=True)
+    header = "".join(itertools.takewhile(lambda line: line.startswith("--"), lines))
+    found = _LOADED_AFTER.findall(header)
+    if len(found) > 1:
+        raise ValueError(f"{script.name}: its header names its libraries {len(found)} times")
+    return tuple(re.findall(r"lib/(\w+)\.lua", found[0])) if found else ()
+
+
 @functools.cache  # the package's files: read once a process (every connection loads the scripts)
-def loaded_source(script: Path, libraries: tuple[str, ...]) -> bytes:
-    """``script`` as it is loaded (:meth:`echomq._protocol.verbs.Verb.source`)."""
+def loaded_source(script: Path, label: str) -> bytes:
+    """``script`` as it is loaded (:meth:`echomq._protocol.verbs.Verb.source`): of the libraries its
+    header names (:func:`script_libraries`), in order, the definitions it uses (itself or through
+    another it uses), then its own file; first, where the script or a library uses it, ``local VERB =
+    '<label>'``: the name its refusals give the verb (``Verb.label``)."""
     own = script.read_text()
-    definitions = [d for name in libraries for d in library_definitions(name)]
+    definitions = [d for name in script_libraries(script) for d in library_definitions(name)]
     wanted = _lua_names(own)
     used = [False] * len(definitions)
     grew = True
@@ -64,4 +85,5 @@ def loaded_source(script: Path, libraries: tuple[str, ...]) -> bytes:
             if not used[i] and names & wanted:
                 used[i], grew = True, True
                 wanted |= _lua_names(text)
-    return ("".join(text for (_, text), use in zip(definitions, used) if use) + own).encode()
+    preamble = f"local VERB = '{label}'\n" if "VERB" in wanted else ""
+    return (preamble + "".join(text for (_, text), use in zip(definitions, used) if use) + own).encode()

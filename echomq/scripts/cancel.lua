@@ -1,4 +1,5 @@
 -- EMQ cancel (wire 4). KEYS: active, dead, base. ARGV: id.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua.
 -- Revokes an active job's lease from outside: it goes dead (scored now) with last_error
 -- `cancelled` and is counted, so its holder's next renewal answers 0 and its settle is
 -- refused. No row answers 0; a row not active, not in active, a lane row or a flow child is
@@ -6,13 +7,12 @@
 local row = KEYS[3] .. 'job:' .. ARGV[1]
 if redis.call('EXISTS', row) == 0 then return 0 end
 local seen = redis.call('HMGET', row, 'group', 'parent', 'state')
-local refused = foreign_refused(seen[1], seen[2]) or state_refused('EMQ.CANCEL', seen[3], 'active')
-  or set_refused('EMQ.CANCEL', KEYS[1], 'active', ARGV[1])
+local refused = foreign_refused(seen[1], seen[2]) or state_refused(seen[3], 'active')
+  or set_refused(KEYS[1], 'active', ARGV[1])
 if refused then return refused end
 local bound, refused = event_switch(KEYS[3])
 if refused then return refused end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('HSET', row, 'state', 'dead', 'last_error', 'cancelled', 'failed', now)

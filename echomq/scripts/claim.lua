@@ -1,4 +1,5 @@
--- EMQ claim (wire 4). KEYS: pending, active, base. ARGV: lease_ms, rated (optional). After lib/claim.lua.
+-- EMQ claim (wire 4). KEYS: pending, active, base. ARGV: lease_ms, rated (optional).
+-- Loaded after lib/clock.lua, lib/events.lua, lib/claim.lua.
 -- The client has read `meta paused` in its own round trip before this runs.
 -- Pop first, check after: a ghost (an id with no row) is consumed and answers empty.
 -- A queue with a rate limit in its meta (docs/spec.md §13) checks its sliding log of starts:
@@ -23,8 +24,7 @@ if seen % 2 == 1 then
 end
 if not id then return {} end
 local log = limit and base .. 'rate'
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 if limit then
   local recent = redis.pcall('ZCOUNT', log, '(' .. (now - window), '+inf')
   if type(recent) == 'table' then back(); return recent end  -- a wrong-typed log
@@ -35,4 +35,5 @@ if limit then
   end
 end
 if seen < 2 then return {} end
-return start(base, KEYS[2], id, now, ARGV[1], bound, log, window)
+local job = redis.call('HMGET', row, 'attempts', 'payload')
+return {id, job[2], start(base, id, row, job[1], {KEYS[2], ARGV[1]}, now, bound, log, window)}

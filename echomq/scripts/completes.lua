@@ -1,5 +1,6 @@
 -- EMQ completes (wire 4). KEYS: active, base. ARGV: id1, token1, ... idk, tokenk. After
 -- lib/complete.lua.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/unique.lua, lib/complete.lua.
 -- COMPLETE for each (id, token) pair, in order, in one step (docs/spec.md §18). Every pair is checked
 -- before the first write; then the jobs held leave active in one ZREM, their rows go in one DEL and
 -- the count grows by their number in one HINCRBY, and each tells what its COMPLETE tells. Reply: one
@@ -18,7 +19,7 @@ for i = 1, #ARGV, 2 do
     replies[spot] = 0
     if token == tokens[first] then again[#again + 1] = {spot, first} end
   else
-    local held, answer = completable('EMQ.COMPLETES', base, id, token)
+    local held, answer = completable(base, id, token)
     if held then
       local j = #ids + 1
       ids[j], tokens[j], helds[j], markers[j], spots[j] = id, token, held, answer, spot
@@ -38,7 +39,7 @@ for j = 1, #ids do
     kept = kept + 1
     ids[kept], tokens[kept], helds[kept], markers[kept] = ids[j], tokens[j], helds[j], markers[j]
   else
-    outside[j] = redis.error_reply('EMQSTATE EMQ.COMPLETES id is not in active')
+    outside[j] = redis.error_reply('EMQSTATE ' .. VERB .. ' id is not in active')
     replies[spots[j]] = outside[j]
   end
 end
@@ -47,10 +48,8 @@ for _, twin in ipairs(again) do
 end
 if kept == 0 then return replies end
 for j = kept + 1, #ids do ids[j] = nil end
--- the queue's event switch and result waiters, read once for the batch, as complete.lua reads them
-local switches = redis.call('HMGET', base .. 'meta', 'events', 'waiters')
-local waited = switches[2] and switches[2] ~= '0'
-local bound, refused = event_bound(switches[1])
+-- the queue's event switch and result waiters, read once for the batch
+local bound, waited, refused = told_switches(base)
 if refused then return refused end
 local rows = {}
 for j = 1, kept do rows[j] = base .. 'job:' .. ids[j] end

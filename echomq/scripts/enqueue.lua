@@ -1,4 +1,5 @@
 -- EMQ enqueue (wire 4). KEYS: pending, base. ARGV: id, payload, priority.
+-- Loaded after lib/clock.lua, lib/events.lua.
 -- Idempotent: an id that already has a row is not enqueued twice. The `enqueued` event when on.
 -- A new job writes the wake marker (one member) for workers blocked on it.
 local row = KEYS[2] .. 'job:' .. ARGV[1]
@@ -9,8 +10,7 @@ if seen >= 2 then return 0 end
 local bound, refused = event_bound(seen == 1 and redis.call('HGET', meta, 'events'))
 if refused then return refused end
 local priority = tonumber(ARGV[3])
-local t = redis.call('TIME')
-local created = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local created = now_ms()
 if priority > 0 then
   redis.call('HSET', row, 'state', 'pending', 'payload', ARGV[2], 'attempts', '0', 'created', created, 'priority', ARGV[3])
 else
@@ -19,5 +19,5 @@ end
 redis.call('ZADD', KEYS[1], priority, ARGV[1])
 add_event(KEYS[2], bound, 'enqueued', ARGV[1], '0', 'state', 'pending')
 -- the wake marker (SPEC §9.3), the last write: a worker blocked in BZPOPMIN on it claims now
-redis.call('ZADD', KEYS[2] .. 'wake', 0, 'w')
+wake(KEYS[2])
 return 1

@@ -1,5 +1,6 @@
 -- EMQ enqueue_unique (wire 4). KEYS: pending, schedule, base.
 -- ARGV: id, payload, priority, unique_ms, replace, delay_ms (optional). replace is 0 or 1.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/due.lua, lib/unique.lua.
 -- ENQUEUE (no delay_ms) or SCHEDULE (delay_ms) that answers why: `created`; `exists` (the id
 -- has a row); `replaced` (replace 1 and the row is pending or scheduled: its payload, and its
 -- due time when delay_ms is given, are the new ones); `unique` (no row, but the id completed
@@ -13,8 +14,7 @@ local rtype = redis.call('TYPE', row)['ok']
 if rtype ~= 'none' and rtype ~= 'hash' then
   return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 if rtype == 'hash' then
   if ARGV[5] ~= '1' then return 'exists' end
   local seen = redis.call('HMGET', row, 'group', 'parent', 'state')
@@ -23,10 +23,10 @@ if rtype == 'hash' then
   local state = seen[3]
   if state == 'active' or state == 'dead' then return 'exists' end
   if state ~= 'pending' and state ~= 'scheduled' then
-    return redis.error_reply('EMQSTATE EMQ.ENQUEUE.UNIQUE row ' .. (state and 'is ' .. state .. ', not pending, scheduled, active or dead' or 'has no state'))
+    return redis.error_reply('EMQSTATE ' .. VERB .. ' row ' .. (state and 'is ' .. state .. ', not pending, scheduled, active or dead' or 'has no state'))
   end
   local set = state == 'pending' and KEYS[1] or KEYS[2]
-  refused = set_refused('EMQ.ENQUEUE.UNIQUE', set, state == 'scheduled' and 'schedule' or state, id)
+  refused = set_refused(set, state == 'scheduled' and 'schedule' or state, id)
   if refused then return refused end
   if delay == nil then
     redis.call('HSET', row, 'payload', ARGV[2])
@@ -36,7 +36,7 @@ if rtype == 'hash' then
   local first = schedule_due(KEYS[2], id, due)
   if state == 'pending' then redis.call('ZREM', KEYS[1], id) end
   redis.call('HSET', row, 'state', 'scheduled', 'payload', ARGV[2])
-  if first then redis.call('ZADD', base .. 'wake', 0, 'w') end
+  if first then wake(base) end
   return 'replaced'
 end
 local shut = within_window(base, id)
@@ -52,14 +52,14 @@ local fields = {'state', state, 'payload', ARGV[2], 'attempts', '0', 'created', 
 if tonumber(ARGV[3]) > 0 then fields[#fields + 1] = 'priority'; fields[#fields + 1] = ARGV[3] end
 if tonumber(ARGV[4]) > 0 then fields[#fields + 1] = 'unique'; fields[#fields + 1] = ARGV[4] end
 redis.call('HSET', row, unpack(fields))
-local wake = true
+local claimable = true
 if delay == nil then
   redis.call('ZADD', KEYS[1], tonumber(ARGV[3]), id)
 else
   local due = now + tonumber(delay)
-  wake = schedule_due(KEYS[2], id, due)
+  claimable = schedule_due(KEYS[2], id, due)
 end
 add_event(base, bound, 'enqueued', id, '0', 'state', state)
 -- the wake marker (SPEC §9.3), the last write
-if wake then redis.call('ZADD', base .. 'wake', 0, 'w') end
+if claimable then wake(base) end
 return 'created'

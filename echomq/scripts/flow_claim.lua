@@ -1,5 +1,5 @@
 -- EMQ flow_claim (both wires). KEYS: flow:pending, flow:active, flow:schedule, base. ARGV: lease_ms, limit.
--- After lib/flow.lua and lib/claim.lua.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua, lib/failure.lua, lib/flow.lua, lib/claim.lua.
 -- A paused queue answers empty. Retries whose backoff ran out go flow:schedule -> flow:pending
 -- first; then up to `limit` jobs flow:pending -> flow:active, each lease stamped with the
 -- server's run_id (lease_epoch) for the reaper's restart exemption. A ghost is popped and skipped.
@@ -25,7 +25,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0
   local row = base .. 'job:' .. id
   if redis.call('EXISTS', row) == 1 then
     local held = redis.call('HMGET', row, 'priority', 'attempts')
-    redis.call('ZADD', KEYS[1], tonumber(held[1] or '0'), id)
+    redis.call('ZADD', KEYS[1], pending_score(held[1]), id)
     redis.call('HSET', row, 'state', 'pending')
     flow_event(base, 'promoted', id, held[2] or '0', 'state', 'pending')
   end

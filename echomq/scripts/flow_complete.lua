@@ -1,4 +1,5 @@
 -- EMQ flow_complete (both wires). KEYS: flow:active, base. ARGV: id, token, result, retention_ms.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua, lib/done.lua, lib/failure.lua, lib/flow.lua.
 -- PUBLISH for a flow job: flow:active -> (deleted), counted, the completed record `done:<id>` kept
 -- retention_ms (0: none), `completed` on its outcome channel; a parent's children's results go
 -- with it (its flow is over). A child's result is told to its parent (lib/flow.lua), when the
@@ -7,7 +8,7 @@
 -- Events when on: `completed`, then, its parent's last child, the parent's `promoted` (or a death's).
 local base, id = KEYS[2], ARGV[1]
 local row = base .. 'job:' .. id
-local held, answer = fence('flow_complete', row, id, ARGV[2], KEYS[1], 'flow:active', 'created', 'started')
+local held, answer = fence(row, id, ARGV[2], KEYS[1], 'flow:active', 'created', 'started')
 if not held then return answer end
 local refused = flow_switches(row)
 if refused then return refused end

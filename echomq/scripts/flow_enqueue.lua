@@ -2,6 +2,7 @@
 -- ARGV: seven per job, each parent before its children: queue (its base's index in KEYS), id,
 -- payload, priority, parent (its parent's position in this list, from 1; 0 for the root),
 -- children (how many), on_child_failure (fail | ignore | continue; read for a parent only).
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua, lib/failure.lua, lib/flow.lua.
 -- One step: every parent flow:waiting with its children count and its record of them
 -- (`flow:children:<id>`: their row keys, which confirm each child's `parent` link), every leaf
 -- flow:pending.
@@ -42,7 +43,7 @@ for i = 1, n do
     redis.call('HSET', rows[i], 'state', 'pending', unpack(fields))
     redis.call('ZADD', base .. 'flow:pending', priority, id)
     flow_event(base, 'enqueued', id, '0', 'state', 'pending')
-    flow_wake(base)
+    wake(base)
   end
 end
 return 1

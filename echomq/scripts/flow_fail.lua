@@ -1,5 +1,6 @@
 -- EMQ flow_fail (both wires). KEYS: flow:active, flow:pending, flow:schedule, base.
 -- ARGV: id, token, error, max_attempts, backoff_ms, traceback.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua, lib/failure.lua, lib/flow.lua.
 -- An empty traceback writes none.
 -- An error over 4096 bytes or a traceback over 8192 is refused (EMQARG), as FAIL's.
 -- FAILURES.INCR for a flow job: failures' = failures + 1; below max_attempts it retries
@@ -11,7 +12,7 @@ local base, id = KEYS[4], ARGV[1]
 local refused = failure_refused(ARGV[3], ARGV[6])
 if refused then return refused end
 local row = base .. 'job:' .. id
-local held, answer = fence('flow_fail', row, id, ARGV[2], KEYS[1], 'flow:active')
+local held, answer = fence(row, id, ARGV[2], KEYS[1], 'flow:active')
 if not held then return answer end
 refused = flow_switches(row)
 if refused then return refused end
@@ -27,8 +28,8 @@ if failures >= tonumber(ARGV[4]) then
 end
 local state = 'pending'
 if tonumber(ARGV[5]) == 0 then
-  redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), id)
-  flow_wake(base)
+  to_pending(KEYS[2], row, id)
+  wake(base)
 else
   state = 'scheduled'
   redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), id)

@@ -1,4 +1,5 @@
 -- EMQ flow_reap (both wires). KEYS: flow:active, flow:pending, base. ARGV: max_stalled, limit.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua, lib/failure.lua, lib/flow.lua, lib/reap.lua.
 -- STALLED.CHECK for flow leases, with its verdicts and budgets: up to `limit` members of
 -- flow:active with score <= now, lowest first, each flow:active -> flow:pending or dead.
 -- ghost (no row): removed. exempt (lease_epoch stamped and not the server's run_id: the lease
@@ -30,7 +31,7 @@ for _, id in ipairs(expired) do
       flow_die(base, id, 'stalled', now)
       dead[#dead + 1] = id
     else  -- back to flow:pending, exempt or not
-      redis.call('ZADD', KEYS[2], tonumber(held[2] or '0'), id)
+      redis.call('ZADD', KEYS[2], pending_score(held[2]), id)
       redis.call('HSET', row, 'state', 'pending')
       flow_event(base, 'recovered', id, attempt, 'state', 'pending')
       local told = verdict == 'exempt' and exempt or recovered
@@ -38,5 +39,5 @@ for _, id in ipairs(expired) do
     end
   end
 end
-if #recovered + #exempt > 0 then flow_wake(base) end
+if #recovered + #exempt > 0 then wake(base) end
 return {recovered, exempt, dead}

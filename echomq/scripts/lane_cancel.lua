@@ -1,4 +1,5 @@
 -- EMQ lane_cancel (both wires). KEYS: lanes:active, dead, base. ARGV: id.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua, lib/lanes.lua.
 -- CANCEL's twin for a lane row: its lease is revoked from outside. It goes dead (scored now)
 -- with last_error `cancelled` and is counted, and its group's slot is freed; its holder's next
 -- renewal answers 0 and its settle is refused. No row answers 0; a row that is not a lane row,
@@ -9,9 +10,9 @@ local row = base .. 'job:' .. id
 if redis.call('EXISTS', row) == 0 then return 0 end
 local seen = redis.call('HMGET', row, 'group', 'attempts', 'state')
 local g = seen[1]
-if not g then return redis.error_reply('EMQSTATE lane_cancel row is not a lane row') end
-local refused = state_refused('lane_cancel', seen[3], 'active')
-  or set_refused('lane_cancel', KEYS[1], 'lanes:active', id)
+if not g then return not_lane_row() end
+local refused = state_refused(seen[3], 'active')
+  or set_refused(KEYS[1], 'lanes:active', id)
 if refused then return refused end
 local bound, refused = event_switch(base)
 if refused then return refused end

@@ -1,5 +1,5 @@
 -- EMQ lane_claim (both wires). KEYS: lanes:ready, lanes:active, base. ARGV: lease_ms, stamp.
--- After lib/lanes.lua and lib/claim.lua.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua, lib/lanes.lua, lib/claim.lua.
 -- The group whose turn it is starts its next job: round-robin over the groups that may start
 -- one (not paused, not held, fewer than k running). A paused queue holds lanes too (the pause
 -- is read here, on both wires). stamp 1 (wire 6) writes the server's run_id as lease_epoch.

@@ -1,11 +1,12 @@
 -- EMQ lane_complete (both wires). KEYS: lanes:active, base. ARGV: id, token, result, retention_ms.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua, lib/unique.lua, lib/done.lua, lib/lanes.lua.
 -- As publish (docs/spec.md §12): the row deleted and counted, the completed record `done:<id>`
 -- (the result, attempts, created, started, finished) kept retention_ms from now (0 keeps none),
 -- `completed` told on the job's outcome channel; then the group's slot is freed. A row with
 -- `unique` (lane_enqueue_unique) opens its window, as COMPLETE does. The `completed` event when on.
 lanes(KEYS[2])
 local id = ARGV[1]
-local row, g = held_row('lane_complete', id, ARGV[2])
+local row, g = held_row(id, ARGV[2])
 if not row then return g end
 local bound, refused = event_switch(base)
 if refused then return refused end

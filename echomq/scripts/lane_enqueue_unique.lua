@@ -1,5 +1,6 @@
 -- EMQ lane_enqueue_unique (both wires). KEYS: base. ARGV: id, payload, group, lane_priority,
 -- unique_ms, replace.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua, lib/unique.lua, lib/lanes.lua.
 -- ENQUEUE.UNIQUE's twin for a lane job (docs/spec.md §14), answering why: `created` (as
 -- lane_enqueue, with `unique` kept on the row when unique_ms > 0, for lane_complete); `exists`
 -- (the id has a row: one running or dead, or any without replace 1); `replaced` (replace 1 and a
@@ -17,10 +18,10 @@ if rtype == 'hash' then
   if ARGV[6] ~= '1' then return 'exists' end
   local seen = redis.call('HMGET', row, 'group', 'state')
   if seen[1] ~= g then
-    return redis.error_reply('EMQSTATE lane_enqueue_unique row is not a lane row of group ' .. g)
+    return redis.error_reply('EMQSTATE ' .. VERB .. ' row is not a lane row of group ' .. g)
   end
   if seen[2] ~= 'pending' then return 'exists' end
-  local refused = set_refused('lane_enqueue_unique', base .. 'lane:' .. g, 'lane:' .. g, id)
+  local refused = set_refused(base .. 'lane:' .. g, 'lane:' .. g, id)
   if refused then return refused end
   redis.call('HSET', row, 'payload', ARGV[2])
   return 'replaced'

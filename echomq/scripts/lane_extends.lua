@@ -1,4 +1,5 @@
 -- EMQ lane_extends (both wires). KEYS: lanes:active, base. ARGV: lease_ms, stamp, id1, token1, ... idk, tokenk.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua, lib/lanes.lua.
 -- EXTENDS for lane leases: one reply per pair, the new deadline, or 0 for a lease that is lost
 -- (token, state or membership). stamp 1 (wire 6) writes the server's run_id as lease_epoch.
 lanes(KEYS[2])

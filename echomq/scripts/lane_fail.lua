@@ -1,5 +1,6 @@
 -- EMQ lane_fail (both wires). KEYS: lanes:active, dead, base.
 -- ARGV: id, token, error, max_attempts, backoff_ms, traceback.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua, lib/failure.lua, lib/lanes.lua.
 -- The traceback is always given ('' for none). An error over 4096 bytes or a traceback over 8192
 -- is refused (EMQARG), as FAIL's.
 -- FAIL's budget (SPEC §9.1): failures' = failures + 1, dead when failures' >= max_attempts.
@@ -10,7 +11,7 @@
 lanes(KEYS[3])
 local refused = failure_refused(ARGV[3], ARGV[6])
 if refused then return refused end
-local row, g = held_row('lane_fail', ARGV[1], ARGV[2])
+local row, g = held_row(ARGV[1], ARGV[2])
 if not row then return g end
 local bound
 bound, refused = event_switch(base)

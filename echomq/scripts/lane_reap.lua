@@ -1,5 +1,6 @@
 -- EMQ lane_reap (both wires): the reaper's lane part. KEYS: lanes:active, dead, base.
 -- ARGV: max_stalled, limit, stamp.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua, lib/lanes.lua, lib/reap.lua.
 -- Expired lane leases (score <= now, lowest first, up to limit) get STALLED.CHECK's verdicts
 -- (SPEC §5): a ghost leaves the set; exempt (stamp 1, wire 6: lease_epoch stamped and not the
 -- server's run_id: the lease crossed a restart) goes back to its lane with no stall counted;

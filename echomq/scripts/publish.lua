@@ -1,4 +1,5 @@
 -- EMQ publish (wire 4). KEYS: active, base. ARGV: id, token, result, retention_ms.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/unique.lua, lib/done.lua.
 -- COMPLETE's move and checks, then, in the same step: the completed record `done:<id>` (the
 -- result, attempts, created, started, finished) expiring retention_ms from now (0 keeps
 -- none), the `completed` event when `meta events` is on, and `completed` on the job's
@@ -6,7 +7,7 @@
 local base = KEYS[2]
 local id = ARGV[1]
 local row = base .. 'job:' .. id
-local held, answer = fence('EMQ.PUBLISH', row, id, ARGV[2], KEYS[1], 'active', 'created', 'started', 'unique')
+local held, answer = fence(row, id, ARGV[2], KEYS[1], 'active', 'created', 'started', 'unique')
 if not held then return answer end
 local bound, refused = event_switch(base)
 if refused then return refused end
@@ -18,8 +19,7 @@ redis.call('DEL', row)
 redis.call('HINCRBY', base .. 'metrics:completed', 'count', 1)
 local retention = tonumber(ARGV[4])
 if retention > 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = now_ms()
   keep_done(base, id, ARGV[2], ARGV[3], retention, held[3], held[4], now)
 end
 add_event(base, bound, 'completed', id, ARGV[2])

@@ -1,50 +1,79 @@
 -- EMQ publishes (wire 4). KEYS: active, base. ARGV: retention_ms, id1, token1, result1, ...
 -- idk, tokenk, resultk.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/unique.lua, lib/done.lua.
 -- PUBLISH for each (id, token, result) triple, in order, in one step, each kept retention_ms
--- (docs/spec.md §19). Every triple is checked before the first write; then the jobs held leave
--- active in one ZREM, their rows go in one DEL and the count grows by their number in one HINCRBY,
--- and each keeps its record and tells what its PUBLISH tells. Reply: one answer per triple,
--- PUBLISH's: 1, 0 (no row, another token, or an id completed earlier in the batch), or the refusal
--- of that job (an error element: nothing written for it).
+-- (docs/spec.md §19). Every triple is checked before the first write (whether the held jobs are in
+-- active, in one read for all); then the jobs held leave active in one ZREM, their rows (and any
+-- older record of theirs) go in one DEL and the count grows by their number in one HINCRBY, and
+-- each keeps its record and tells what its PUBLISH tells. Reply: one answer per triple, PUBLISH's:
+-- 1, 0 (no row, another token, or an id completed earlier in the batch), or the refusal of that job
+-- (an error element: nothing written for it).
 local base = KEYS[2]
 local retention = tonumber(ARGV[1])
--- the held jobs, in order: id, token, result, row read, marker
-local ids, tokens, results, helds, markers, rows = {}, {}, {}, {}, {}, {}
-local replies, completed = {}, {}
+-- the held jobs, in order: id, token, result, row read, marker, and where each answers in the reply
+local ids, tokens, results, helds, markers, spots = {}, {}, {}, {}, {}, {}
+local replies, at, again = {}, {}, {}
 for i = 2, #ARGV, 3 do
   local id, token = ARGV[i], ARGV[i + 1]
-  if completed[id] then
-    replies[#replies + 1] = 0  -- no row is left once its earlier triple completes
+  local spot, first = #replies + 1, at[id]
+  replies[spot] = 0
+  if first then
+    -- an id met again after its triple was held: 0 (no row is left once that triple completes),
+    -- or, presenting the same token, that triple's refusal if it is refused (set below)
+    if token == tokens[first] then again[#again + 1] = {spot, first} end
   else
-    local row = base .. 'job:' .. id
-    local held, answer = fence('EMQ.PUBLISHES', row, id, token, KEYS[1], 'active', 'created', 'started', 'unique')
-    local marker
-    if held then marker, answer = unique_marker(base, id, held[5]) end
-    if held and not answer then
-      local j = #ids + 1
-      ids[j], tokens[j], results[j], helds[j], markers[j], rows[j] = id, token, ARGV[i + 2], held, marker, row
-      completed[id] = true
-      answer = 1
+    local held = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'state', 'created', 'started', 'unique')
+    if held[1] == token then
+      local marker
+      local refused = state_refused(held[2], 'active')
+      if not refused then marker, refused = unique_marker(base, id, held[5]) end
+      if refused then
+        replies[spot] = refused
+      else
+        local j = #ids + 1
+        ids[j], tokens[j], results[j], helds[j], markers[j], spots[j] = id, token, ARGV[i + 2], held, marker, spot
+        at[id] = j
+        replies[spot] = 1
+      end
     end
-    replies[#replies + 1] = answer
   end
 end
 if #ids == 0 then return replies end
+-- which held jobs are in active: one read for all, the last check
+local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+local kept, outside = 0, {}
+for j = 1, #ids do
+  if scores[j] then
+    kept = kept + 1
+    ids[kept], tokens[kept], results[kept], helds[kept], markers[kept] = ids[j], tokens[j], results[j], helds[j],
+      markers[j]
+  else
+    outside[j] = redis.error_reply('EMQSTATE ' .. VERB .. ' id is not in active')
+    replies[spots[j]] = outside[j]
+  end
+end
+for _, twin in ipairs(again) do
+  if outside[twin[2]] then replies[twin[1]] = outside[twin[2]] end
+end
+if kept == 0 then return replies end
+for j = kept + 1, #ids do ids[j] = nil end
 local bound, refused = event_switch(base)
 if refused then return refused end
-redis.call('ZREM', KEYS[1], unpack(ids))
-redis.call('DEL', unpack(rows))
-redis.call('HINCRBY', base .. 'metrics:completed', 'count', #ids)
-local now
-if retention > 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- the rows, and the records to be written anew (an older one of the same id goes whole)
+local gone = {}
+for j = 1, kept do
+  gone[#gone + 1] = base .. 'job:' .. ids[j]
+  if retention > 0 then gone[#gone + 1] = base .. 'done:' .. ids[j] end
 end
+redis.call('ZREM', KEYS[1], unpack(ids))
+redis.call('DEL', unpack(gone))
+redis.call('HINCRBY', base .. 'metrics:completed', 'count', kept)
+local now = retention > 0 and now_ms()
 -- what each completed job keeps and tells, as publish.lua: its record, its event, its outcome, its
 -- window
-for j = 1, #ids do
+for j = 1, kept do
   local held = helds[j]
-  if now then keep_done(base, ids[j], tokens[j], results[j], retention, held[3], held[4], now) end
+  if now then write_done(base, ids[j], tokens[j], results[j], retention, held[3], held[4], now) end
   add_event(base, bound, 'completed', ids[j], tokens[j])
   tell_outcome(base, ids[j], 'completed')
   if markers[j] then open_window(markers[j], held[5]) end

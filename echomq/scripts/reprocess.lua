@@ -1,4 +1,5 @@
 -- EMQ reprocess (wire 4). KEYS: dead, pending, base. ARGV: id.
+-- Loaded after lib/events.lua, lib/held.lua, lib/pending.lua.
 -- A dead job goes back to pending at its priority with both budgets refilled (SPEC §9.2):
 -- failures and stalled start again from 0; attempts, the fencing token, is kept.
 -- A ghost (in dead, no row) leaves dead and answers 0; a member of dead whose row is not
@@ -11,13 +12,13 @@ if redis.call('EXISTS', row) == 0 then
   return 0
 end
 local seen = redis.call('HMGET', row, 'attempts', 'group', 'state')
-local refused = foreign_refused(seen[2]) or state_refused('EMQ.REPROCESS', seen[3], 'dead')
+local refused = foreign_refused(seen[2]) or state_refused(seen[3], 'dead')
 if refused then return refused end
 local bound, refused = event_switch(KEYS[3])
 if refused then return refused end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), ARGV[1])
+to_pending(KEYS[2], row, ARGV[1])
 redis.call('HSET', row, 'state', 'pending', 'failures', '0', 'stalled', '0')
 add_event(KEYS[3], bound, 'reprocessed', ARGV[1], seen[1] or '0', 'state', 'pending')
-redis.call('ZADD', KEYS[3] .. 'wake', 0, 'w')  -- claimable now: wake the waiters
+wake(KEYS[3])  -- claimable now: wake the waiters
 return 1

@@ -1,10 +1,10 @@
 -- EMQ stalled_check (wire 4). KEYS: active, pending, dead, base. ARGV: max_stalled, limit.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/pending.lua, lib/reap.lua.
 -- Every expired lease (score <= now, lowest first, up to limit) counts as a stall:
 -- the script has no restart exemption (that needs the native lease_epoch). When events are on,
 -- each member's `stalled`, then `recovered` or `dead`, in selection order.
 -- Reply: {recovered ids, exempt ids (always empty here), dead ids}.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local max_stalled = tonumber(ARGV[1])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 local recovered, dead = {}, {}
@@ -24,7 +24,7 @@ for _, id in ipairs(expired) do
     dead[#dead + 1] = id
   else
     redis.call('HSET', row, 'state', 'pending')
-    redis.call('ZADD', KEYS[2], tonumber(redis.call('HGET', row, 'priority') or '0'), id)
+    to_pending(KEYS[2], row, id)
     if bound then
       local attempt = redis.call('HGET', row, 'attempts') or '0'
       add_event(KEYS[4], bound, 'stalled', id, attempt)
@@ -33,5 +33,5 @@ for _, id in ipairs(expired) do
     recovered[#recovered + 1] = id
   end
 end
-if #recovered > 0 then redis.call('ZADD', KEYS[4] .. 'wake', 0, 'w') end  -- claimable again: wake the waiters
+if #recovered > 0 then wake(KEYS[4]) end  -- claimable again: wake the waiters
 return {recovered, {}, dead}

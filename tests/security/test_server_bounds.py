@@ -144,9 +144,9 @@ def test_a_raw_switch_over_the_maximum_keeps_the_maximum(queue):
 
 
 SETTINGS = {
-    "pause": ("lanes:paused", lambda q, g: q.pause_group(g), "lane_pause lanes:paused",
+    "pause": ("lanes:paused", lambda q, g: q.pause_group(g), "EMQ.LANE.PAUSE lanes:paused",
               "resume the groups no longer paused first"),
-    "limit": ("lanes:limit", lambda q, g: q.set_lane_limit(3, g), "lane_limit lanes:limit",
+    "limit": ("lanes:limit", lambda q, g: q.set_lane_limit(3, g), "EMQ.LANE.LIMIT lanes:limit",
               r"remove the limits of groups that no longer need their own first \(k 0\)"),
 }
 

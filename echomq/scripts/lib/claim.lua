@@ -1,7 +1,7 @@
 -- What CLAIM and CLAIMS share (docs/spec.md §12, §13, §17): the reading of the queue's meta, the
--- rate limit's wait and log, and the start of one job. The client puts this file (after
--- lib/events.lua) before claim.lua's and claims.lua's own text, and lane_claim's and flow_claim's
--- (after their family's library: a lane or flow start counts against the queue's rate limit too).
+-- rate limit's wait and log, and the start of one job. Loaded after lib/events.lua by claim.lua and
+-- claims.lua, and by lane_claim and flow_claim after their family's library (a lane or flow start
+-- counts against the queue's rate limit too).
 -- switches(meta) -> bound, limit, window: the event switch (an integer MAXLEN; nil when absent or
 -- <= 0) and the rate limit (`limit` starts in any `window` ms; nil when absent or <= 0); or, for
 -- a refused read or a malformed value, nil, nil, nil and the error reply. Meta must exist.
@@ -46,16 +46,46 @@ local function log_start(log, now, window, id, attempts)
   redis.call('PEXPIRE', log, window)
 end
 
--- start(base, active, id, now, lease_ms, bound, log, window) -> {id, payload, attempts}: the
--- writes that claim one job whose row exists; `bound` (the event switch) and `log` (the rate
--- limit's log of starts, nil without a limit) as switches() and the caller found them
-local function start(base, active, id, now, lease_ms, bound, log, window)
-  local row = base .. 'job:' .. id
+-- next_count(value) -> a counter's value + 1, as HINCRBY makes it, for a value Lua holds exactly
+-- (none, or a plain decimal of at most 14 digits); nil for any other (the caller leaves it to
+-- HINCRBY, which refuses what is not an integer)
+local function next_count(value)
+  if not value then return 1 end
+  if #value <= 14 and (value == '0' or string.match(value, '^%-?[1-9]%d*$')) then return tonumber(value) + 1 end
+end
+
+-- the leases gathered in `leases` ({deadline, id, ...}) into `active`, in one ZADD; the list emptied
+local function lease_all(active, leases)
+  if leases and #leases > 0 then
+    redis.call('ZADD', active, unpack(leases))
+    for i = #leases, 1, -1 do leases[i] = nil end
+  end
+end
+
+-- start(base, id, row, attempts, lease, now, bound, log, window) -> the job's new attempts: the
+-- writes that start one job whose row exists and whose `attempts` read `attempts` (one HSET of
+-- the new count, the state and the start time), and its lease, `lease` = {active, lease_ms,
+-- leases}: ZADD active at now + lease_ms, or, given `leases` (a run that tells nothing per job: no
+-- events, no rate log), onto that list for the run's one ZADD (lease_all). `bound` (the event
+-- switch) and `log` (the rate limit's log of starts, nil without a limit) as switches() and the
+-- caller found them.
+local function start(base, id, row, attempts, lease, now, bound, log, window)
   -- attempts is the fencing token the holder presents from now on
-  local attempts = redis.call('HINCRBY', row, 'attempts', 1)
-  redis.call('HSET', row, 'state', 'active', 'started', now)
-  redis.call('ZADD', active, now + tonumber(lease_ms), id)
-  add_event(base, bound, 'claimed', id, attempts)
-  if log then log_start(log, now, window, id, attempts) end
-  return {id, redis.call('HGET', row, 'payload'), attempts}
+  local next = next_count(attempts)
+  if next then
+    redis.call('HSET', row, 'attempts', next, 'state', 'active', 'started', now)
+  else
+    lease_all(lease[1], lease[3])  -- HINCRBY may refuse this one: the run so far is leased first
+    next = redis.call('HINCRBY', row, 'attempts', 1)
+    redis.call('HSET', row, 'state', 'active', 'started', now)
+  end
+  local deadline, leases = now + tonumber(lease[2]), lease[3]
+  if leases then
+    leases[#leases + 1], leases[#leases + 2] = deadline, id
+  else
+    redis.call('ZADD', lease[1], deadline, id)
+  end
+  add_event(base, bound, 'claimed', id, next)
+  if log then log_start(log, now, window, id, next) end
+  return next
 end

@@ -1,7 +1,6 @@
--- The server's clock and epoch (docs/spec.md §2), as the lane and flow scripts read them (the flat
--- scripts read TIME in line: a closure fewer a call).
+-- The server's clock and epoch (docs/spec.md §2), as every script reads them.
 
--- the server's time in ms
+-- the server's time in ms (SPEC §2: TIME's seconds and microseconds)
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

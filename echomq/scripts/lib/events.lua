@@ -22,6 +22,17 @@ local function event_switch(base)
   return event_bound(redis.call('HGET', base .. 'meta', 'events'))
 end
 
+-- told_switches(base) -> the event switch of the queue at `base` (as event_bound) and whether a
+-- result waiter follows it (`meta waiters` present and not 0), from one read of meta; or nil,
+-- nil and the refusal of a malformed switch. What COMPLETE, COMPLETES and FAIL read before they
+-- tell an outcome.
+local function told_switches(base)
+  local meta = redis.call('HMGET', base .. 'meta', 'events', 'waiters')
+  local bound, refused = event_bound(meta[1])
+  if refused then return nil, nil, refused end
+  return bound, meta[2] and meta[2] ~= '0'
+end
+
 -- one event in the queue's stream when its switch is on (`bound`): type, id, attempt, then the
 -- event's own fields (name, value, ...), each value cut to its first EVENT_VALUE_MAX bytes (the
 -- row keeps it whole)
@@ -34,6 +45,13 @@ local function add_event(base, bound, kind, id, attempt, ...)
     redis.call('XADD', base .. 'events', 'MAXLEN', bound, '*', 'type', kind, 'id', id, 'attempt', attempt,
       unpack(fields))
   end
+end
+
+-- wire 4's wake marker (SPEC §9.3): a job of the queue at `base` became claimable, or is due before
+-- the schedule's head did; a worker blocked on the marker (BZPOPMIN) takes it and looks. A script
+-- writes it last.
+local function wake(base)
+  redis.call('ZADD', base .. 'wake', 0, 'w')
 end
 
 -- a job's outcome (`completed`, `dead`) on its channel `outcome:<id>`, told where the caller may

@@ -1,6 +1,6 @@
--- The flow library (docs/lanes-and-flows.md "Flows"): the client puts it (after lib/clock.lua,
--- lib/events.lua, lib/held.lua and lib/failure.lua) before every flow_*.lua script's own text, so the moves that
--- tell a parent its child's outcome are written once.
+-- The flow library (docs/lanes-and-flows.md "Flows"): every flow_*.lua script is loaded after it
+-- (and after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua and lib/failure.lua), so
+-- the moves that tell a parent its child's outcome are written once.
 -- A flow job lives in its queue's flow sets (flow:pending, flow:active, flow:schedule, flow:waiting),
 -- never in the flat ones, so no native verb moves it; a dead one joins the queue's dead set.
 
@@ -76,12 +76,6 @@ local function flow_event(base, ...)
   add_event(base, flow_bounds[base], ...)
 end
 
--- a flow job of the queue became claimable: the wake marker, for a wire-4 worker blocked on it
--- (a wire-6 worker blocks in BCLAIM on the flat sets, and polls its flow sets instead)
-local function flow_wake(base)
-  redis.call('ZADD', base .. 'wake', 0, 'w')
-end
-
 local flow_tell -- a parent that dies tells its own parent: the two call each other
 
 -- A flow job dies (its retry budget spent, stalled past max_stalled, or a child failed under
@@ -129,9 +123,9 @@ flow_tell = function(parent, child, ok, value, now)
   end
   if redis.call('HINCRBY', parent, 'children', -1) <= 0 then
     redis.call('ZREM', base .. 'flow:waiting', id)
-    redis.call('ZADD', base .. 'flow:pending', tonumber(held[2] or '0'), id)
+    redis.call('ZADD', base .. 'flow:pending', pending_score(held[2]), id)
     redis.call('HSET', parent, 'state', 'pending')
     flow_event(base, 'promoted', id, held[3] or '0', 'state', 'pending')
-    flow_wake(base)
+    wake(base)  -- a flow job of the queue is claimable (a wire-6 worker polls its flow sets)
   end
 end

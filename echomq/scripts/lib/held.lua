@@ -1,19 +1,21 @@
 -- The checks a verb makes on a job's row before its first write (SPEC §9.1, docs/spec.md §4): the
 -- holder's fence (its token is the row's attempts, the row is active, its id in the active set),
--- and the state and set a verb from outside expects. Each refusal is EMQSTATE and names the verb.
+-- and the state and set a verb from outside expects. Each refusal is EMQSTATE and names the verb
+-- (VERB: the loader gives every script its verb's label, docs/spec.md §4).
 
--- the refusal of a row whose state (false when it has none) is not `want`; nil when it is
-local function state_refused(verb, state, want)
+-- the refusal of a row whose state (false when it has none) is not `want` (the text names the
+-- states it may be in, where that is more than one); nil when it is
+local function state_refused(state, want)
   if state ~= want then
-    return redis.error_reply('EMQSTATE ' .. verb .. ' row ' .. (state and 'is ' .. state or 'has no state')
+    return redis.error_reply('EMQSTATE ' .. VERB .. ' row ' .. (state and 'is ' .. state or 'has no state')
       .. ', not ' .. want)
   end
 end
 
 -- the refusal of an id that is not in `set` (named `name` in the text); nil when it is
-local function set_refused(verb, set, name, id)
+local function set_refused(set, name, id)
   if not redis.call('ZSCORE', set, id) then
-    return redis.error_reply('EMQSTATE ' .. verb .. ' id is not in ' .. name)
+    return redis.error_reply('EMQSTATE ' .. VERB .. ' id is not in ' .. name)
   end
 end
 
@@ -24,14 +26,14 @@ local function foreign_refused(group, parent)
   if parent then return redis.error_reply('EMQSTATE flow child is not native') end
 end
 
--- fence(verb, row, id, token, active, name, ...) -> the row's attempts, state and `...` fields (one
+-- fence(row, id, token, active, name, ...) -> the row's attempts, state and `...` fields (one
 -- HMGET's reply) when the caller holds the job: `token` is its attempts, its state is active and
 -- `id` is in `active` (named `name`); else nil and the reply: 0 for no row or another token, or
 -- the refusal
-local function fence(verb, row, id, token, active, name, ...)
+local function fence(row, id, token, active, name, ...)
   local held = redis.call('HMGET', row, 'attempts', 'state', ...)
   if held[1] ~= token then return nil, 0 end
-  local refused = state_refused(verb, held[2], 'active') or set_refused(verb, active, name, id)
+  local refused = state_refused(held[2], 'active') or set_refused(active, name, id)
   if refused then return nil, refused end
   return held
 end

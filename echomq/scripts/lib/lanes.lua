@@ -1,6 +1,6 @@
--- Lanes (docs/lanes-and-flows.md): the helpers every lane script shares; the client puts this
--- file (after lib/clock.lua, lib/events.lua and lib/held.lua) before the script's own text, whose
--- first line is lanes(<its base KEY>). Every key a lane script touches derives from the queue's
+-- Lanes (docs/lanes-and-flows.md): the helpers every lane script shares; a lane script is loaded
+-- after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua and this file, and its first
+-- line is lanes(<its base KEY>). Every key a lane script touches derives from the queue's
 -- base, so all of them share its hashtag.
 local base, ready, held, running
 
@@ -17,12 +17,12 @@ local GROUP_SETTINGS_MAX, GROUP_MAX_LEN = 10000, 128
 -- the refusal of a setting for g in lanes:paused or lanes:limit (`name`) when g is no group name (1
 -- to GROUP_MAX_LEN bytes), or when g has no entry there yet (`has`) and it already holds `count` =
 -- GROUP_SETTINGS_MAX (`free`: how to make room); nil when it may be written
-local function setting_refused(verb, name, g, has, count, free)
+local function setting_refused(name, g, has, count, free)
   if string.len(g) < 1 or string.len(g) > GROUP_MAX_LEN then
     return redis.error_reply('EMQARG group must be 1 to ' .. GROUP_MAX_LEN .. ' bytes, got ' .. string.len(g))
   end
   if not has and count >= GROUP_SETTINGS_MAX then
-    return redis.error_reply('EMQSTATE ' .. verb .. ' ' .. name .. ' holds ' .. count .. ' groups, the most it keeps: '
+    return redis.error_reply('EMQSTATE ' .. VERB .. ' ' .. name .. ' holds ' .. count .. ' groups, the most it keeps: '
       .. free)
   end
 end
@@ -31,11 +31,6 @@ end
 local function lane_limit(g)
   local k = redis.call('HGET', base .. 'lanes:limit', g) or redis.call('HGET', base .. 'meta', 'lane_limit')
   return tonumber(k or '1')
-end
-
--- wire 4's wake marker (SPEC §9.3), written by lane scripts on both wires: a worker blocks on it
-local function wake()
-  redis.call('ZADD', base .. 'wake', 0, 'w')
 end
 
 -- g takes a turn at the back of the round when it may start a job now; true when it joined
@@ -58,7 +53,7 @@ end
 -- one job of g no longer runs: its slot is free, the group may take its turn again
 local function free(g)
   if redis.call('HINCRBY', running, g, -1) <= 0 then redis.call('HDEL', running, g) end
-  if offer(g) then wake() end
+  if offer(g) then wake(base) end
   tidy(g)
 end
 
@@ -66,7 +61,7 @@ end
 -- exact to 2^53: the priority (0..=1023) takes the top 10 bits, `seq` the other 43 (8.8e12 draws).
 -- Formatted here: Lua would print a number this large with 14 digits only.
 local function lane_score(priority, seq)
-  return string.format('%.0f', tonumber(priority or '0') * 8796093022208 + tonumber(seq or '0'))
+  return string.format('%.0f', pending_score(priority) * 8796093022208 + tonumber(seq or '0'))
 end
 
 -- a new lane job: its row (`unique` kept when given: lane_complete opens the window), its place in
@@ -84,7 +79,7 @@ local function join_lane(id, payload, g, priority, unique, bound)
   redis.call('ZADD', base .. 'lane:' .. g, lane_score(priority, seq), id)
   redis.call('SADD', base .. 'lanes:groups', g)
   add_event(base, bound, 'enqueued', id, '0', 'state', 'pending')
-  if offer(g) then wake() end
+  if offer(g) then wake(base) end
 end
 
 -- a job back at its place in its lane (its priority and enqueue order), waiting; its slot freed
@@ -109,17 +104,23 @@ local function release_due(now)
     redis.call('ZREM', held, g)
     woke = offer(g) or woke
   end
-  if woke then wake() end
+  if woke then wake(base) end
+end
+
+-- the refusal of a row that is not a lane row (it has no `group`), which the lane scripts leave to
+-- the flat verbs
+local function not_lane_row()
+  return redis.error_reply('EMQSTATE ' .. VERB .. ' row is not a lane row')
 end
 
 -- the row of a job the caller holds, or the reply that refuses the settle (0: not held with
 -- this token; EMQSTATE: held but not as a lane lease)
-local function held_row(verb, id, token)
+local function held_row(id, token)
   local row = base .. 'job:' .. id
   local f = redis.call('HMGET', row, 'attempts', 'state', 'group')
   if f[1] ~= token then return nil, 0 end
-  if not f[3] then return nil, redis.error_reply('EMQSTATE ' .. verb .. ' row is not a lane row') end
-  local refused = state_refused(verb, f[2], 'active') or set_refused(verb, base .. 'lanes:active', 'lanes:active', id)
+  if not f[3] then return nil, not_lane_row() end
+  local refused = state_refused(f[2], 'active') or set_refused(base .. 'lanes:active', 'lanes:active', id)
   if refused then return nil, refused end
   return row, f[3]
 end

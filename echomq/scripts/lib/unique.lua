@@ -17,8 +17,7 @@ end
 
 -- the window opens: the marker records when the job finished, and expires `window` ms after
 local function open_window(marker, window)
-  local t = redis.call('TIME')
-  local finished = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local finished = now_ms()
   redis.call('HSET', marker, 'finished', finished)
   redis.call('PEXPIREAT', marker, finished + tonumber(window))
 end
