@@ -66,6 +66,7 @@ SPEC_OPTIONAL = [
     ("EMQ.CLAIMS", ["pending", "active", "base"], ["lease_ms", "count"], ("claims",)),
     ("EMQ.COMPLETES", ["active", "base"], ["id", "token"], ("completes",)),
     ("EMQ.PUBLISHES", ["active", "base"], ["retention_ms", "id", "token", "result"], ("publishes",)),
+    ("EMQ.ENQUEUES", ["pending", "base"], ["id", "payload", "priority"], ("enqueues",)),
 ]
 
 
@@ -82,7 +83,7 @@ def test_optional_verbs_are_spec_section_9_and_not_required():
     assert [(v.command, _named(v.keys), list(v.argv), v.tokens) for v in OPTIONAL] == SPEC_OPTIONAL
     assert OPTIONAL_TOKENS == ("append", "failures.incr", "publish", "claim.block", "remove", "cancel", "purge", "drain",
                                "enqueue.unique", "fail.traceback", "claim.rate", "claims", "completes",
-                               "publishes")
+                               "publishes", "enqueues")
     assert ARGUMENT_TOKENS == ("fail.traceback", "claim.rate")
     late = {token for verb in REGISTERED for _, token in verb.late if token not in verb.tokens}
     assert set(ARGUMENT_TOKENS) == late and len(set(ARGUMENT_TOKENS)) == len(ARGUMENT_TOKENS)
@@ -156,8 +157,8 @@ def test_lane_scripts_run_on_both_wires_and_no_emq_command():
 
 def test_every_verb_but_bclaim_is_scripted_plus_two_reads():
     scripted_verbs = [v.name for v in SCRIPTED if not v.read_only and not v.script_only]
-    # the job core, the bus, the four control verbs, enqueue_unique, claims, completes, publishes
-    assert len(scripted_verbs) == 13 + len(BUS) + 8
+    # the job core, the bus, the four control verbs, enqueue_unique, claims, completes, publishes, enqueues
+    assert len(scripted_verbs) == 13 + len(BUS) + 9
     assert set(scripted_verbs) == {v.name for v in REGISTERED} - UNSCRIPTED
     assert [v.name for v in SCRIPTED if v.read_only] == ["counts", "state"]
 

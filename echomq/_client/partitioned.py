@@ -142,7 +142,7 @@ class PartitionedCore(Generic[Q]):
             raise ConfigurationError(f"{len(payloads)} payloads but {len(chosen)} keys: give one key per payload")
         # built in order (default ids are time-ordered), sent in one round trip over every partition
         calls = [core.enqueue_call(payload, priority=priority) for core, payload in zip(chosen, payloads)]
-        return (yield from on(None, op_enqueued(calls)))
+        return (yield from on(None, op_enqueued(calls, self.partitions[0].codec.supports)))
 
     def op_schedule(self, payload: Any, delay_ms: int, id: str | None, key: str | None,
                     priority: int) -> POp[Enqueued]:

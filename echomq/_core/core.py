@@ -121,11 +121,12 @@ def due_in_ms(head: Sequence[Any], now: Sequence[Any]) -> int:
     return int(float(score)) - (int(seconds) * 1000 + int(micros) // 1000)
 
 
-#: The settle verbs whose calls in one round trip travel as one command of many: the batch verb,
-#: and how many of a call's ARGV are its own (the rest, the batch's lead, its calls share):
-#: COMPLETE's (id, token) as COMPLETES (docs/spec.md §18), PUBLISH's (id, token, result) as
-#: PUBLISHES, one per retention_ms (§19).
-BATCHES: dict[str, tuple[str, int]] = {"complete": ("completes", 2), "publish": ("publishes", 3)}
+#: The verbs whose calls in one round trip travel as one command of many: the batch verb, and how
+#: many of a call's ARGV are its own (the rest, the batch's lead, its calls share): COMPLETE's (id,
+#: token) as COMPLETES (docs/spec.md §18), PUBLISH's (id, token, result) as PUBLISHES, one per
+#: retention_ms (§19), and ENQUEUE's (id, payload, priority) as ENQUEUES (§20).
+BATCHES: dict[str, tuple[str, int]] = {"complete": ("completes", 2), "publish": ("publishes", 3),
+                                       "enqueue": ("enqueues", 3)}
 
 
 def chunked(build: Callable[..., Call], lead: Sequence[Any], parts: Sequence[Any], width: int) -> list[Call]:
@@ -275,11 +276,13 @@ def timed_out(job_id: str, waiting: Waiting, timeout: float, queue: str, served:
     return TimeoutError(said)
 
 
-def op_enqueued(calls: Sequence[Call]) -> Op[list[Enqueued]]:
-    """Send enqueue calls (of one queue or of several) in one round trip: each one's :class:`Enqueued`."""
-    replies = (yield list(calls)) if calls else []
-    raise_first(replies)
-    return [Enqueued(call.argv[0], call.verb.answer(call, reply)) for call, reply in zip(calls, replies)]
+def op_enqueued(calls: Sequence[Call], carried: Callable[[str], bool]) -> Op[list[Enqueued]]:
+    """Send enqueue calls (of one queue or of several) in one round trip, a queue's ENQUEUEs as its
+    ENQUEUES where the connection carries it (:func:`batched_settles`): each one's :class:`Enqueued`."""
+    sent, routes = batched_settles(calls, carried)
+    answers = settle_answers(calls, routes, (yield sent) if sent else [])
+    raise_first(answers)
+    return [Enqueued(call.argv[0], answer) for call, answer in zip(calls, answers)]
 
 
 class Codec(Protocol):
@@ -511,7 +514,7 @@ class QueueCore:
 
     def op_enqueue_many(self, payloads: Iterable[Any], priority: int, group: str | None = None) -> Op[list[Enqueued]]:
         return (yield from op_enqueued([self.enqueue_call(payload, priority=priority, group=group)
-                                        for payload in payloads]))
+                                        for payload in payloads], self.codec.supports))
 
     def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int,
                     unique_for: float | None = None, replace: bool = False) -> Op[Enqueued]:

@@ -358,7 +358,7 @@ class Verb:
         """A call with every argument checked against SPEC §3 (EXTENDS: the lease, then pairs;
         COMPLETES: pairs)."""
         names = self.argv
-        if self.name in ("extends", "flow_extends", "lane_extends", "completes", "publishes"):
+        if self.name in ("extends", "flow_extends", "lane_extends", "completes", "publishes", "enqueues"):
             lead, width = self.repeated  # the arguments before the repeated groups, and a group's
             groups = (len(argv) - lead) // width
             if not 1 <= groups <= EXTENDS_MAX_PAIRS or (len(argv) - lead) % width:
@@ -483,6 +483,8 @@ OPTIONAL: tuple[Verb, ...] = BUS + (
     _verb("publishes", ("active", BASE), ("retention_ms", "id", "token", "result"),
           "active → (completed record) (each triple)",
           per_pair="publish"),
+    _verb("enqueues", ("pending", BASE), ("id", "payload", "priority"), "(new) → pending (each triple)",
+          per_pair="enqueue"),
 )
 
 #: LANE_CLAIM's answer on a queue that never had a lane job (a worker probes its lanes less often).

@@ -8,7 +8,7 @@ nothing), and the suite fails on it.
 from __future__ import annotations
 
 from .steps import (Case, append, bclaim, cancel, claim, claims, complete, completes, counts, delay, drain, enqueue,
-                    enqueue_unique, events_on, extend, extends, fail, failures_incr, key, pause, promote, publish, publishes,
+                    enqueue_unique, enqueues, events_on, extend, extends, fail, failures_incr, key, pause, promote, publish, publishes,
                     purge, rate_limit, raw, remove, reprocess, requeue, reschedule, restart, resume, schedule,
                     stalled_check, state, tick, wait, Do)
 
@@ -97,6 +97,13 @@ ORDINARY = [
          note="CLAIM and EXTEND do not refuse lane rows or flow children"),
     # CLAIMS (docs/spec.md §3): CLAIM up to count times in one step; ghosts passed over, the run
     # stopped by an empty pending, a pause or the rate limit
+    # ENQUEUES (docs/spec.md §20): ENQUEUE for each triple in one step, each triple its own answer
+    case("enqueues.ordinary", "admission",
+         enqueue(Q, "b", "old"), enqueues(Q, ("a", "pa", 0), ("b", "pb", 0), ("c", "pc", 7), ("a", "again", 3)),
+         raw("SET", key(Q, "job:s"), "x", label="s's row as a string"), enqueues(Q, ("s", "ps", 0), ("d", "pd", 1)),
+         enqueues(Q, ("a", "pa", 0))),
+    case("enqueues.events", "admission",
+         events_on(Q, 100), enqueues(Q, ("a", "pa", 0), ("b", "pb", 2)), claims(Q, 2)),
     case("claims.ordinary", "claim",
          enqueue(Q, "a", "pa"), enqueue(Q, "b", "pb", 1), enqueue(Q, "c", "pc"), enqueue(Q, "d", "pd"),
          claims(Q, 2, 30_000), claims(Q, 5, 45_000), claims(Q, 3), enqueue(Q, "e"), claims(Q, 1000)),
@@ -388,6 +395,14 @@ EDGES = [
     case("enqueue.edge.layout", "admission",
          Do("enqueue", Q, ("a", "p", "0"), keys=(key(Q, "pending"), "emq:{r}:")), expect=("5.6",),
          note="the script writes q's pending and r's row"),
+    case("enqueues.edge.pending-wrongtype", "admission",
+         raw("SET", key(Q, "pending"), "x", label="pending as a string"), enqueues(Q, ("a", "p", 0), ("b", "p", 0)),
+         note="both refuse before any write (the script checks pending's type first)"),
+    case("enqueues.edge.priority-not-a-number", "admission", enqueues(Q, ("a", "p", 0), ("b", "p", "high")),
+         note="both refuse EMQARG before any write"),
+    case("enqueues.edge.negative-priority", "admission", enqueues(Q, ("a", "p", 0), ("b", "p", "-1")),
+         expect=("5.6",), note="the script takes -1 as a score, as ENQUEUE's does"),
+    case("enqueues.edge.shape", "admission", Do("enqueues", Q, ("a", "p")), expect=("5.6",)),
     case("schedule.edge.negative-delay", "admission", schedule(Q, "a", "-5000"), expect=("5.6",)),
     case("claim.edge.lease-not-a-number", "claim", enqueue(Q, "a"), claim(Q, "soon"), expect=("5.6",),
          note="the script pops, increments attempts and marks active before its arithmetic fails"),

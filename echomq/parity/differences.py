@@ -266,6 +266,10 @@ def argv_names(verb: str, argc: int) -> tuple[str, ...] | None:
         if argc < 4 or argc % 3 != 1 or argc > 3001:
             return None
         return ("retention_ms",) + ("id", "any", "any") * (argc // 3)
+    if verb == "enqueues":
+        if argc < 3 or argc % 3 or argc > 3000:
+            return None
+        return ("id", "any", "priority") * (argc // 3)
     names = GRAMMAR[verb]
     late = len(BY_NAME[verb].late)  # the trailing arguments a call may leave out (SPEC §9.4)
     return names[:argc] if len(names) - late <= argc <= len(names) else None

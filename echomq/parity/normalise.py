@@ -282,13 +282,15 @@ def _show(value: bytes | None) -> str:
 # -- the wake marker (wire 4 only) --------------------------------------------------------
 def should_wake(verb: str | None, reply: Any, base: bytes, pre: Dump, post: Dump) -> bool:
     """Whether a script's call must have written its queue's wake marker (SPEC §9.3): it made a
-    job claimable (a new job, a promotion, a reprocess, a requeue, a retry to pending, a recovered
+    job claimable (a new job, or several, a promotion, a reprocess, a requeue, a retry to pending, a recovered
     lease; FAIL's moves by FAILURES.INCR too), or it put a job in schedule due before the schedule's
     head (a waiter's timeout is too long)."""
     if verb is None or isinstance(reply, (Err, Exception)) or reply is None:
         return False
     if verb in ("enqueue", "reprocess", "requeue"):
         return reply == 1
+    if verb == "enqueues":  # a new job among the triples
+        return isinstance(reply, (list, tuple)) and 1 in reply
     if verb == "promote":
         return isinstance(reply, int) and reply > 0
     if verb == "stalled_check":

@@ -59,7 +59,7 @@ SCRIPT_PLANTS: tuple[ScriptPlant, ...] = (
                 "'attempts', '0', 'created', created)\nend", "'attempts', '1', 'created', created)\nend",
                 "enqueue without priority writes attempts 1"),
     ScriptPlant("script:enqueue.no_wake", "admission", "enqueue",
-                "wake(KEYS[2])\n", "",
+                "if seen % 2 == 0 then wake(KEYS[2]) end\n", "",
                 "enqueue forgets the wake marker (SPEC §9.3): a blocked wire-4 worker never hears of the job"),
     ScriptPlant("script:claim.rate_unlogged", "claim", "claim",
                 "  redis.call('ZADD', log, now, id .. ':' .. attempts)\n", "",

@@ -79,6 +79,10 @@ class ParityMachine(RuleBasedStateMachine):
         for job, priority in jobs:
             self.do(S.enqueue(q, job, "p-" + job, priority))
 
+    @rule(q=QUEUES, jobs=st.lists(st.tuples(IDS, ENQUEUE_PRIORITY), min_size=1, max_size=3))
+    def enqueues(self, q, jobs):
+        self.do(S.enqueues(q, *[(job, "b-" + job, priority) for job, priority in jobs]))
+
     @rule(q=QUEUES, job=IDS, delay=st.sampled_from([0, LONG]), priority=PRIORITY)
     def schedule(self, q, job, delay, priority):
         self.do(S.schedule(q, job, delay, "s-" + job, priority))

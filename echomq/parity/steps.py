@@ -102,6 +102,11 @@ def enqueue(q: str, job: str, payload: str = "p", priority: int | str = 0) -> Do
     return Do("enqueue", q, (job, payload, str(priority)))
 
 
+def enqueues(q: str, *triples: tuple[str, str, int | str]) -> Do:
+    """EMQ.ENQUEUES: ENQUEUE for each (id, payload, priority) triple in one step (docs/spec.md §20)."""
+    return Do("enqueues", q, tuple(part for job, payload, priority in triples for part in (job, payload, str(priority))))
+
+
 def schedule(q: str, job: str, delay_ms: int | str, payload: str = "p", priority: int | str = 0) -> Do:
     return Do("schedule", q, (job, payload, str(delay_ms), str(priority)))
 

@@ -94,6 +94,8 @@ ARG_CASES = [
     # verb, argv index (from the line's ARGV), bad values, the argument's name
     ("EMQ.ENQUEUE", 0, ["", "x" * 513], "id"),
     ("EMQ.ENQUEUE", 2, ["-1", "2147483648", "1.5", " 1", "+1", "0x1", ""], "priority"),
+    ("EMQ.ENQUEUES", 0, ["", "x" * 513], "id"),
+    ("EMQ.ENQUEUES", 2, ["-1", "2147483648", "1.5", ""], "priority"),
     ("EMQ.CLAIM", 0, ["0", "-1", "abc", "9223372036854775808", I64_MAX], "lease_ms"),
     ("EMQ.BCLAIM", 0, ["0", "-1", "abc", "9223372036854775808", I64_MAX], "lease_ms"),
     ("EMQ.BCLAIM", 1, ["-1", "2147483648", "1.5", "x", ""], "timeout_ms"),

@@ -47,6 +47,8 @@ pub enum Argc {
     Pairs,
     /// One leading argument, then 1..=EXTENDS_MAX_PAIRS triples (PUBLISHES: 1 + 3k, ≥ 4, ≤ 3001).
     LeadThenTriples,
+    /// 1..=EXTENDS_MAX_PAIRS triples and nothing before them (ENQUEUES: 3k, ≥ 3, ≤ 3000).
+    Triples,
     /// This many, then up to `late` optional ones (arguments added after the verb landed,
     /// each with its own token: SPEC §9.4).
     Late(usize, usize),
@@ -94,6 +96,9 @@ pub fn shape<'a>(
         Argc::LeadThenTriples => {
             argv.len() >= 4 && argv.len() % 3 == 1 && argv.len() <= 1 + 3 * EXTENDS_MAX_PAIRS
         }
+        Argc::Triples => {
+            argv.len() >= 3 && argv.len().is_multiple_of(3) && argv.len() <= 3 * EXTENDS_MAX_PAIRS
+        }
     };
     if !ok {
         let want = match argc {
@@ -102,6 +107,7 @@ pub fn shape<'a>(
             Argc::LeadThenPairs => format!("an odd count from 3 to {}", 1 + 2 * EXTENDS_MAX_PAIRS),
             Argc::Pairs => format!("an even count from 2 to {}", 2 * EXTENDS_MAX_PAIRS),
             Argc::LeadThenTriples => format!("1 + 3k (from 4 to {})", 1 + 3 * EXTENDS_MAX_PAIRS),
+            Argc::Triples => format!("3k (from 3 to {})", 3 * EXTENDS_MAX_PAIRS),
         };
         return Err(Refusal::Shape(format!(
             "{verb} takes {want} arguments after the keys, got {}",
@@ -504,6 +510,21 @@ mod tests {
         assert_eq!(
             e,
             "EMQSHAPE EMQ.PUBLISHES takes 1 + 3k (from 4 to 3001) arguments after the keys, got 3"
+        );
+    }
+
+    #[test]
+    fn enqueues_shape_is_triples_between_3_and_3000() {
+        let taken = counts_taken("EMQ.ENQUEUES", Argc::Triples);
+        assert_eq!(taken, (3..=2002).step_by(3).collect::<Vec<_>>());
+        let mut a = line(&["EMQ.ENQUEUES", "2", "emq:{q}:pending", "emq:{q}:"]);
+        a.extend(std::iter::repeat_n(b"x".as_slice(), 3001));
+        let e = shape("EMQ.ENQUEUES", &a, 2, Argc::Triples)
+            .map(|_| ())
+            .unwrap_err_text();
+        assert_eq!(
+            e,
+            "EMQSHAPE EMQ.ENQUEUES takes 3k (from 3 to 3000) arguments after the keys, got 3001"
         );
     }
 

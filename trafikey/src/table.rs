@@ -176,6 +176,11 @@ fn publishes(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     verbs::publishes::run(ctx, args)
 }
 
+/// `EMQ.ENQUEUES 2 emq:{q}:pending emq:{q}: <id> <payload> <priority> [<id> <payload> <priority> …]`
+fn enqueues(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
+    verbs::enqueues::run(ctx, args)
+}
+
 /// `EMQ.VERSION` — the capability tokens of the registered rows, one space apart.
 fn version(_ctx: &Context, _args: &[&[u8]]) -> ValkeyResult {
     Ok(valkey_module::ValkeyValue::BulkString(caps()))
@@ -230,6 +235,7 @@ pub static TABLE: &[Row] = &[
     row!(claims, ["claims"]),
     row!(completes, ["completes"]),
     row!(publishes, ["publishes"]),
+    row!(enqueues, ["enqueues"]),
     Row {
         name: "EMQ.VERSION",
         callback: native!(version),
@@ -294,14 +300,14 @@ mod tests {
             caps(),
             "enqueue claim claim.pause extend extends complete.flat schedule promote \
              reschedule delay fail.flat reprocess requeue stalled.check \
-             append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback claim.rate claims completes publishes"
+             append failures.incr publish claim.block remove cancel purge drain enqueue.unique fail.traceback claim.rate claims completes publishes enqueues"
         );
     }
 
     #[test]
     fn every_verb_has_one_file_and_writes_and_every_row_is_in_the_category() {
         let verbs: Vec<&Row> = TABLE.iter().filter(|r| r.keys != Keys::None).collect();
-        assert_eq!(verbs.len(), 25);
+        assert_eq!(verbs.len(), 26);
         for r in verbs {
             let want = if r.name == "EMQ.BCLAIM" {
                 WRITE_BLOCKING

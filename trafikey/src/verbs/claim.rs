@@ -274,25 +274,24 @@ pub fn claim_run(
         None => (&b""[..], None),
     };
     // sized once (a batch's plan is hundreds of ops, each a few hundred bytes): a pop per member
-    // taken; per lease its three writes, its event, its two rate-log writes; one ZREM of stale
+    // taken; per lease its two writes, its event, its two rate-log writes; one ZREM of stale
     // starts
-    let per_lease = 3 + usize::from(events.is_some()) + 2 * usize::from(rate.is_some());
+    let per_lease = 2 + usize::from(events.is_some()) + 2 * usize::from(rate.is_some());
     let mut plan = Vec::with_capacity(taken.len() + leased * per_lease + 1);
     for t in &taken {
         plan.push(op(Cmd::Zpopmin, &[pending], Expect::Popped(&t.id)));
         let Some(l) = &t.lease else {
             continue;
         };
+        // the start: one HSET of the new attempts (predicted from this command's read, as the
+        // script's start writes it), the state, the epoch and the start time
         plan.extend([
-            op(
-                Cmd::Hincrby,
-                &[&l.row, b"attempts", b"1"],
-                Expect::Int(l.att),
-            ),
             op(
                 Cmd::Hset,
                 &[
                     &l.row,
+                    b"attempts",
+                    &l.token,
                     b"state",
                     State::Active.field(),
                     b"lease_epoch",

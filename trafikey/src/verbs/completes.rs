@@ -10,11 +10,10 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 use crate::bus;
 use crate::decide::{num, Op};
 use crate::errors::Refusal;
-use crate::ffi;
 use crate::grammar::{self, Argc, KeyName, Keyspace};
 use crate::host::{Fence, Host};
 use crate::verbs::complete::{completion_plan, job_checks, queue_checks, Settle};
-use crate::verbs::LeaseCheck;
+use crate::verbs::{reply_each, LeaseCheck};
 
 pub const VERB: &str = "EMQ.COMPLETES";
 /// KEYS, after the numkeys argument (also the key-spec the table registers): COMPLETE's.
@@ -185,14 +184,14 @@ pub fn settle_batch<'a>(
 
 /// The reply: one element per pair, in order.
 pub fn reply(ctx: &Context, answers: &[Answer]) {
-    ffi::reply_array(ctx, answers.len());
-    for answer in answers {
-        match answer {
-            Answer::Completed => ffi::reply_int(ctx, 1),
-            Answer::NotHeld => ffi::reply_int(ctx, 0),
-            Answer::Refused(r) => ffi::reply_error(ctx, &r.to_string()),
-        }
-    }
+    reply_each(
+        ctx,
+        answers.iter().map(|answer| match answer {
+            Answer::Completed => Ok(1),
+            Answer::NotHeld => Ok(0),
+            Answer::Refused(r) => Err(r),
+        }),
+    );
 }
 
 #[cfg(test)]

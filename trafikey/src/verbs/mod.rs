@@ -1,6 +1,6 @@
 //! The verbs, one file each, named after the verb: the thirteen of the job core, the bus
 //! verbs (append, failures_incr, publish), then the optional ones (BCLAIM; remove, cancel,
-//! purge, drain; enqueue_unique; claims, completes, publishes). Every file runs SPEC §5's check
+//! purge, drain; enqueue_unique; claims, completes, publishes; enqueues). Every file runs SPEC §5's check
 //! order in the same visible steps: shape, layout, arguments, fence, reads and checks,
 //! writes (replicated as effects by the host).
 
@@ -15,6 +15,7 @@ pub mod delay;
 pub mod drain;
 pub mod enqueue;
 pub mod enqueue_unique;
+pub mod enqueues;
 pub mod extend;
 pub mod extends;
 pub mod fail;
@@ -127,6 +128,21 @@ pub fn held<'e>(
         return Err(Refusal::State(format!("{} id is not in active", h.verb)));
     }
     Ok(Some(seen))
+}
+
+/// A batch verb's reply: one element per job, in order: its integer answer, or its refusal (an
+/// error element: nothing was written for it).
+pub fn reply_each<'r>(
+    ctx: &valkey_module::Context,
+    answers: impl ExactSizeIterator<Item = Result<i64, &'r Refusal>>,
+) {
+    crate::ffi::reply_array(ctx, answers.len());
+    for answer in answers {
+        match answer {
+            Ok(n) => crate::ffi::reply_int(ctx, n),
+            Err(r) => crate::ffi::reply_error(ctx, &r.to_string()),
+        }
+    }
 }
 
 /// Field `i` of a row read, borrowed.
