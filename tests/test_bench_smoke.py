@@ -86,3 +86,19 @@ def test_the_recovery_bench_kills_a_worker_and_times_its_jobs_run_again(tmp_path
 def head_short() -> str:
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip()
+
+
+def test_the_wire_ratio_bench_runs_and_says_where_the_time_goes(tmp_path):
+    """bench/wire_ratio.py (issue 42's figure), tiny: both wires' runs, their ratio, each phase's commands."""
+    out = tmp_path / "ratio.json"
+    done = subprocess.run([sys.executable, "-m", "bench.wire_ratio", "--rounds", "1", "--jobs", "300",
+                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    (ratio,) = data["ratios"].values()
+    assert ratio["median"] > 0 and len(data["cpu_us_per_job"]) == 2
+    for name, phases in data["attribution"].items():
+        assert set(phases) == {"enqueue", "claim", "settle"}, name
+        wire4 = "wire 4" in name
+        scripts = {c for phase in phases.values() for c in phase["commands"] if c.startswith("script ")}
+        assert scripts == ({"script enqueues", "script claims", "script publishes"} if wire4 else set()), name
