@@ -20,9 +20,9 @@ import sys
 from typing import Any
 
 from echomq import Queue, connect
-from echomq.results import DEFAULT_RESULT_TTL_S, encode_result
-from echomq.serializers import JSON
-from echomq.verbs import SCRIPTED
+from echomq._protocol.results import DEFAULT_RESULT_TTL_S, encode_result
+from echomq._protocol.serializers import JSON
+from echomq._protocol.verbs import SCRIPTED
 
 BATCH = 10
 LEASE_MS = 30_000

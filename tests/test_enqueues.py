@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from echomq import Queue, hooks
-from echomq.connection import build_call
+from echomq._client.connection import build_call
 from echomq.errors import ArgumentError, CounterError, WrongType
-from echomq.serializers import RAW
-from echomq.verbs import EXTENDS_MAX_PAIRS
+from echomq._protocol.serializers import RAW
+from echomq._protocol.verbs import EXTENDS_MAX_PAIRS
 from helpers import core_dump, fresh_name, mask_times, queue_unchanged, server_ms
 
 

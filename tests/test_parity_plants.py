@@ -15,7 +15,7 @@ from echomq import module_path
 from echomq.parity.__main__ import first_catch
 from echomq.parity.plants import FAMILIES, NATIVE_PLANTS, SCRIPT_PLANTS, planted_module_path
 from echomq.parity.runner import Pair
-from echomq.verbs import BY_NAME
+from echomq._protocol.verbs import BY_NAME
 
 CRATE = Path(__file__).resolve().parents[1] / "trafikey"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import valkey
 
-from echomq.verbs import OPTIONAL, VERBS
+from echomq._protocol.verbs import OPTIONAL, VERBS
 from helpers import digest, fresh_name
 from native_helpers import NativeQueue, error_code
 
