@@ -368,3 +368,28 @@ def test_stalled_check_on_a_non_integer_stall_count(q):
         q.stalled_check(max_stalled=5)
     assert info.value.code == "ERR" and "not an integer" in str(info.value)
     assert snap(q) == {R(q, "a"): H(state="active", payload=b"p", attempts=1, stalled="many", created=TIME, started=TIME)}
+
+
+@pytest.mark.parametrize("verb,argv", [("claim", (60_000,)), ("claims", (60_000, 3))])
+@pytest.mark.parametrize("paused", ["1", "0", ""])
+def test_a_paused_queue_s_claim_scripts_answer_empty_and_write_nothing(q, verb, argv, paused):
+    """The claim scripts read the pause themselves (the client's pause read rides in the same round
+    trip, SPEC §4): any value of `paused` holds the queue, before the pop, whatever its switches say."""
+    q.enqueue(b"p", id="a")
+    client = q.connection.client
+    client.hset(q.keys.meta, mapping={"paused": paused, "events": "many"})  # a malformed switch, unread
+    with queue_unchanged(q):
+        assert raw(q, verb, *argv) == []
+    client.hdel(q.keys.meta, "paused", "events")
+    assert [job[0] for job in raw(q, "claims", 60_000, 3)] == [b"a"]
+
+
+def test_a_claim_made_as_the_queue_was_resumed_stands_beside_its_pause_read(q):
+    """The pause read and the claims travel in one round trip; a claim the script made (the queue was
+    resumed between the two) is kept, and a refusal beside a pause read that could not read meta is
+    that read's, not raised (QueueCore._paused_claims)."""
+    job = object()
+    assert q._paused_claims(b"1", [[job], CommandRefused("WRONGTYPE")]) == [[job], []]
+    assert q.claim_paused
+    refusal = CommandRefused("EMQ hash value is not an integer")
+    assert q._paused_claims(None, [[], refusal]) == [[], refusal] and not q.claim_paused

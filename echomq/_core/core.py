@@ -476,6 +476,16 @@ class QueueCore:
     def _pause_read(self) -> Plain:
         return Plain(("HGET", self.keys.meta, "paused"))
 
+    def _paused_claims(self, paused: Any, replies: Sequence[Any]) -> list[Any]:
+        """Wire 4's claim replies read beside their pause read, sent in the same round trip (SPEC §4):
+        any non-nil reply, an error reply included, means paused. A paused queue's scripts read the
+        pause themselves and claim nothing; a refusal of a meta the pause read could not read either
+        is that read's, not raised. A claim made as the queue was resumed in between stands."""
+        self.claim_paused = paused is not None
+        if not self.claim_paused:
+            return list(replies)
+        return [[] if isinstance(reply, Exception) else reply for reply in replies]
+
     # -- operations ---------------------------------------------------------------
     def _one(self, call: Call) -> Op[Any]:
         (reply,) = yield [call]
@@ -541,11 +551,8 @@ class QueueCore:
         check_int("count", count, 1, LIMIT_MAX)
         calls = self._claim_calls(count, lease_ms)
         if self.wire == 4:
-            # SPEC §4: the scripted claim follows its own pause read; any non-nil reply, an
-            # error reply included, means paused
-            (paused,) = yield [self._pause_read()]
-            if paused is not None:
-                return []
+            paused, *replies = yield [self._pause_read(), *calls]
+            return self._jobs(calls, self._paused_claims(paused, replies))
         return self._jobs(calls, (yield calls))
 
     def op_extend(self, job: JobRef, lease_ms: int, token: str | int | None) -> Op[int]:
@@ -641,8 +648,8 @@ class QueueCore:
     def op_settle_and_claim(self, calls: Sequence[Call], count: int, lease_ms: int,
                             lanes: int = 0) -> Op[tuple[list[Any], list[Job]]]:
         """Settle ``calls`` (their batches as :meth:`op_settle_many` sends them), then ``count`` flat
-        claims and ``lanes`` lane claims, in one round trip (two on wire 4: the flat claims follow
-        their pause read; a lane claim reads the pause itself)."""
+        claims and ``lanes`` lane claims, in one round trip (on wire 4 the flat claims ride with their
+        pause read: :meth:`_paused_claims`; a lane claim reads the pause itself)."""
         check_int("count", count, 0, LIMIT_MAX)
         check_int("lanes", lanes, 0, LIMIT_MAX)
         check_int("lease_ms", lease_ms, 1)
@@ -654,10 +661,9 @@ class QueueCore:
             replies = (yield [*ahead, *claims]) if ahead or claims else []
             sent, claimed = replies[: len(ahead)], replies[len(ahead):]
         else:
-            # the pause read rides with the settles; the claims follow unless paused
-            *sent, paused = yield [*ahead, self._pause_read()]
-            self.claim_paused = paused is not None
-            claimed = [] if self.claim_paused else (yield claims)
+            replies = yield [*ahead, self._pause_read(), *claims]
+            sent = replies[: len(ahead)]
+            claimed = self._paused_claims(replies[len(ahead)], replies[len(ahead) + 1:])
         answers = settle_answers(calls, routes, sent)
         return answers, self._jobs([*lane_claims, *claims], [*sent[len(settles):], *claimed])
 

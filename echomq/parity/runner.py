@@ -116,19 +116,12 @@ class Node:
             call = Call(BY_NAME["claim"], step.call_keys(), step.argv[:1] + step.argv[2:])  # lease_ms[, rated]
         command = self.conn.command_args(call)
         if self.wire == 4 and call.verb.name in ("claim", "claims"):
-            # the scripted claim is two round trips: the client reads `meta paused` first (SPEC §4)
+            # the scripted claim rides with the client's pause read (SPEC §4): any non-nil reply, an
+            # error reply included, means paused, and the claim reads as empty (its script, which
+            # reads the pause itself, wrote nothing)
             meta = step.call_keys()[-1] + "meta"
-            pipe = self.client.pipeline(transaction=False)
-            pipe.execute_command("TIME")
-            pipe.hget(meta, "paused")
-            before, paused = pipe.execute(raise_on_error=False)
-            if paused is not None:  # any non-nil reply, an error reply included, means paused
-                return [[]], Window(_ms(before), server_ms(self.client))
-            pipe = self.client.pipeline(transaction=False)
-            pipe.execute_command(*command)
-            pipe.execute_command("TIME")
-            reply, after = pipe.execute(raise_on_error=False)
-            return [reply], Window(_ms(before), _ms(after))
+            (paused, reply), window = self._timed([("HGET", meta, "paused"), command])
+            return [[] if paused is not None and not isinstance(reply, list) else reply], window
         return self._timed([command])
 
     def _timed(self, commands: list[tuple]) -> tuple[list[Any], Window]:

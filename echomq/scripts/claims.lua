@@ -2,8 +2,9 @@
 -- Loaded after lib/clock.lua, lib/events.lua, lib/claim.lua.
 -- Up to `count` claims in a row, each as claim.lua makes it, in one step: a ghost (an id with no
 -- row) is popped and passed over, uncounted; the run stops at the first claim that would claim
--- nothing (pending empty, or the rate limit holding it). The client has read `meta paused` in
--- its own round trip before this runs. Reply: each claimed job's {id, payload, attempts}, then,
+-- nothing (pending empty, or the rate limit holding it). A paused queue answers empty and writes
+-- nothing (the client sends its own pause read in the same round trip, SPEC §4: it tells a paused
+-- queue from an empty one). Reply: each claimed job's {id, payload, attempts}, then,
 -- when the rate limit stopped the run and ARGV[3] (`rated`) is given, the ms until a start may
 -- happen (docs/spec.md §3, CLAIMS). The heads are popped as many at a time as the run may still
 -- take (the rate limit's room, when it has one), and the leases go into active in one ZADD.
@@ -17,10 +18,11 @@ local meta = base .. 'meta'
 -- meta's fields, read once and only when it exists (a refused read answers before any write)
 local seen = redis.pcall('EXISTS', meta)
 if type(seen) == 'table' then return seen end
-local bound, limit, window, refused
+local paused, bound, limit, window, refused
 if seen == 1 then
-  bound, limit, window, refused = switches(meta)
+  paused, bound, limit, window, refused = switches(meta)
   if refused then return refused end
+  if paused then return {} end
 end
 local now = now_ms()
 local log = limit and base .. 'rate'

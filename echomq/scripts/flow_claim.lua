@@ -11,9 +11,9 @@
 -- jobs wait in flow:pending, the ms until a start may happen. Events when on: `promoted` for a
 -- retry moved to flow:pending, `claimed` for each start.
 local base = KEYS[4]
-if redis.call('HGET', base .. 'meta', 'paused') then return {} end
-local bound, rate_limit, window, refused = switches(base .. 'meta')
+local paused, bound, rate_limit, window, refused = switches(base .. 'meta')
 if refused then return refused end
+if paused then return {} end
 flow_bounds[base] = bound or false  -- what flow_switch would read: its events' switch
 local now = now_ms()
 local limit = tonumber(ARGV[2])

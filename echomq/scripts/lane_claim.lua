@@ -10,9 +10,9 @@
 -- until a start may happen (an integer >= 1), and nothing starts.
 lanes(KEYS[3])
 if redis.call('EXISTS', base .. 'lanes:seq') == 0 then return 0 end
-if redis.call('HEXISTS', base .. 'meta', 'paused') == 1 then return {} end
-local bound, limit, window, refused = switches(base .. 'meta')
+local paused, bound, limit, window, refused = switches(base .. 'meta')
 if refused then return refused end
+if paused then return {} end
 local now = now_ms()
 local log = limit and base .. 'rate'
 local recent = limit and redis.pcall('ZCOUNT', log, '(' .. (now - window), '+inf')

@@ -2,33 +2,38 @@
 -- rate limit's wait and log, and the start of one job. Loaded after lib/events.lua by claim.lua and
 -- claims.lua, and by lane_claim and flow_claim after their family's library (a lane or flow start
 -- counts against the queue's rate limit too).
--- switches(meta) -> bound, limit, window: the event switch (an integer MAXLEN; nil when absent or
--- <= 0) and the rate limit (`limit` starts in any `window` ms; nil when absent or <= 0); or, for
--- a refused read or a malformed value, nil, nil, nil and the error reply. Meta must exist.
+-- switches(meta) -> paused, bound, limit, window: from one read of meta, whether the queue is paused
+-- (`paused` present, any value: then nothing else is read, a paused queue claims nothing whatever
+-- its switches say), the event switch (an integer MAXLEN; nil when absent or <= 0) and the rate
+-- limit (`limit` starts in any `window` ms; nil when absent or <= 0); or, for a refused read or a
+-- malformed value, nil, nil, nil, nil and the error reply.
 local function switches(meta)
-  local m = redis.pcall('HMGET', meta, 'events', 'rate_limit', 'rate_window')
-  if m.err then return nil, nil, nil, m end
-  local bound, refused = event_bound(m[1])
-  if refused then return nil, nil, nil, refused end
-  local limit, window = m[2], m[3]
+  local m = redis.pcall('HMGET', meta, 'paused', 'events', 'rate_limit', 'rate_window')
+  if m.err then return nil, nil, nil, nil, m end
+  if m[1] then return true end
+  local paused = false
+  local bound, refused = event_bound(m[2])
+  if refused then return nil, nil, nil, nil, refused end
+  local limit, window = m[3], m[4]
   if limit then
     if not string.match(limit, '^%-?%d+$') then
-      return nil, nil, nil, redis.error_reply('EMQ hash value is not an integer')
+      return nil, nil, nil, nil, redis.error_reply('EMQ hash value is not an integer')
     end
     limit = tonumber(limit)
     if limit <= 0 then
-      return bound, nil, nil
+      return paused, bound, nil, nil
     end
     if window and not string.match(window, '^%-?%d+$') then
-      return nil, nil, nil, redis.error_reply('EMQ hash value is not an integer')
+      return nil, nil, nil, nil, redis.error_reply('EMQ hash value is not an integer')
     end
     window = tonumber(window)
     if limit > 10000 or not window or window < 1 or window > 86400000 then
-      return nil, nil, nil, redis.error_reply('EMQ rate limit must be 1 to 10000 starts per rate_window of 1 to 86400000 ms')
+      return nil, nil, nil, nil,
+        redis.error_reply('EMQ rate limit must be 1 to 10000 starts per rate_window of 1 to 86400000 ms')
     end
-    return bound, limit, window
+    return paused, bound, limit, window
   end
-  return bound, nil, nil
+  return paused, bound, nil, nil
 end
 
 -- rate_wait(log, now, window, recent, limit) -> the ms until a start may happen: when the start
