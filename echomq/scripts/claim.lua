@@ -8,15 +8,9 @@
 -- when the window holds the limit, the popped job goes back where it was and the answer is
 -- empty, or, when ARGV[2] (`rated`) is given, the ms until a start may happen.
 local base = KEYS[3]
-local meta = base .. 'meta'
-local seen = redis.pcall('EXISTS', meta)
-if type(seen) == 'table' then return seen end
-local paused, bound, limit, window, refused
-if seen == 1 then
-  paused, bound, limit, window, refused = switches(meta)
-  if refused then return refused end
-  if paused then return {} end
-end
+local paused, bound, limit, window, refused = queue_switches(base .. 'meta')
+if refused then return refused end
+if paused then return {} end
 local popped = redis.call('ZPOPMIN', KEYS[1])
 local id = popped[1]
 if not id then return {} end

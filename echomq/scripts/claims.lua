@@ -14,16 +14,10 @@ if not string.match(count, '^%d+$') or #count > 4 or tonumber(count) < 1 or tonu
 end
 count = tonumber(count)
 local base = KEYS[3]
-local meta = base .. 'meta'
 -- meta's fields, read once and only when it exists (a refused read answers before any write)
-local seen = redis.pcall('EXISTS', meta)
-if type(seen) == 'table' then return seen end
-local paused, bound, limit, window, refused
-if seen == 1 then
-  paused, bound, limit, window, refused = switches(meta)
-  if refused then return refused end
-  if paused then return {} end
-end
+local paused, bound, limit, window, refused = queue_switches(base .. 'meta')
+if refused then return refused end
+if paused then return {} end
 local now = now_ms()
 local log = limit and base .. 'rate'
 local recent = 0

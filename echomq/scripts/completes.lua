@@ -1,5 +1,4 @@
--- EMQ completes (wire 4). KEYS: active, base. ARGV: id1, token1, ... idk, tokenk. After
--- lib/complete.lua.
+-- EMQ completes (wire 4). KEYS: active, base. ARGV: id1, token1, ... idk, tokenk.
 -- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/unique.lua, lib/complete.lua.
 -- COMPLETE for each (id, token) pair, in order, in one step (docs/spec.md §18). Every pair is checked
 -- before the first write; then the jobs held leave active in one ZREM, their rows go in one DEL and
@@ -32,32 +31,18 @@ for i = 1, #ARGV, 2 do
 end
 if #ids == 0 then return replies end
 -- which held jobs are in active: one read for all, the last check
-local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
-local kept, outside = 0, {}
-for j = 1, #ids do
-  if scores[j] then
-    kept = kept + 1
-    ids[kept], tokens[kept], helds[kept], markers[kept] = ids[j], tokens[j], helds[j], markers[j]
-  else
-    outside[j] = redis.error_reply('EMQSTATE ' .. VERB .. ' id is not in active')
-    replies[spots[j]] = outside[j]
-  end
-end
-for _, twin in ipairs(again) do
-  if outside[twin[2]] then replies[twin[1]] = outside[twin[2]] end
-end
-if kept == 0 then return replies end
-for j = kept + 1, #ids do ids[j] = nil end
+local kept = in_active(KEYS[1], ids, spots, replies, again)
+if #kept == 0 then return replies end
 -- the queue's event switch and result waiters, read once for the batch
 local bound, waited, refused = told_switches(base)
 if refused then return refused end
-local rows = {}
-for j = 1, kept do rows[j] = base .. 'job:' .. ids[j] end
-redis.call('ZREM', KEYS[1], unpack(ids))
+local gone, rows = {}, {}
+for n, j in ipairs(kept) do gone[n], rows[n] = ids[j], base .. 'job:' .. ids[j] end
+redis.call('ZREM', KEYS[1], unpack(gone))
 redis.call('DEL', unpack(rows))
-redis.call('HINCRBY', base .. 'metrics:completed', 'count', kept)
+redis.call('HINCRBY', base .. 'metrics:completed', 'count', #kept)
 -- what each completed job tells, as complete.lua: its event, its outcome, its window
-for j = 1, kept do
+for _, j in ipairs(kept) do
   add_event(base, bound, 'completed', ids[j], tokens[j])
   if waited then tell_outcome(base, ids[j], 'completed') end
   if markers[j] then open_window(markers[j], helds[j][2]) end

@@ -40,38 +40,25 @@ for i = 2, #ARGV, 3 do
 end
 if #ids == 0 then return replies end
 -- which held jobs are in active: one read for all, the last check
-local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
-local kept, outside = 0, {}
-for j = 1, #ids do
-  if scores[j] then
-    kept = kept + 1
-    ids[kept], tokens[kept], results[kept], helds[kept], markers[kept] = ids[j], tokens[j], results[j], helds[j],
-      markers[j]
-  else
-    outside[j] = redis.error_reply('EMQSTATE ' .. VERB .. ' id is not in active')
-    replies[spots[j]] = outside[j]
-  end
-end
-for _, twin in ipairs(again) do
-  if outside[twin[2]] then replies[twin[1]] = outside[twin[2]] end
-end
-if kept == 0 then return replies end
-for j = kept + 1, #ids do ids[j] = nil end
+local kept = in_active(KEYS[1], ids, spots, replies, again)
+if #kept == 0 then return replies end
 local bound, refused = event_switch(base)
 if refused then return refused end
--- the rows, and the records to be written anew (an older one of the same id goes whole)
-local gone = {}
-for j = 1, kept do
-  gone[#gone + 1] = base .. 'job:' .. ids[j]
-  if retention > 0 then gone[#gone + 1] = base .. 'done:' .. ids[j] end
+-- the ids, and the keys to delete: the rows, and the records to be written anew (an older one of
+-- the same id goes whole)
+local done_ids, keys = {}, {}
+for n, j in ipairs(kept) do
+  done_ids[n] = ids[j]
+  keys[#keys + 1] = base .. 'job:' .. ids[j]
+  if retention > 0 then keys[#keys + 1] = base .. 'done:' .. ids[j] end
 end
-redis.call('ZREM', KEYS[1], unpack(ids))
-redis.call('DEL', unpack(gone))
-redis.call('HINCRBY', base .. 'metrics:completed', 'count', kept)
+redis.call('ZREM', KEYS[1], unpack(done_ids))
+redis.call('DEL', unpack(keys))
+redis.call('HINCRBY', base .. 'metrics:completed', 'count', #kept)
 local now = retention > 0 and now_ms()
 -- what each completed job keeps and tells, as publish.lua: its record, its event, its outcome, its
 -- window
-for j = 1, kept do
+for _, j in ipairs(kept) do
   local held = helds[j]
   if now then write_done(base, ids[j], tokens[j], results[j], retention, held[3], held[4], now) end
   add_event(base, bound, 'completed', ids[j], tokens[j])

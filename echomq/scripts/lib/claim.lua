@@ -36,6 +36,15 @@ local function switches(meta)
   return paused, bound, nil, nil
 end
 
+-- queue_switches(meta) -> paused, bound, limit, window: switches() of a meta that exists (one EXISTS
+-- first: a queue without one is not paused and has no switches); or its refusal, as switches'
+local function queue_switches(meta)
+  local seen = redis.pcall('EXISTS', meta)
+  if type(seen) == 'table' then return nil, nil, nil, nil, seen end
+  if seen == 1 then return switches(meta) end
+  return false
+end
+
 -- rate_wait(log, now, window, recent, limit) -> the ms until a start may happen: when the start
 -- whose leaving brings the window's count (`recent`) under the limit leaves it
 local function rate_wait(log, now, window, recent, limit)

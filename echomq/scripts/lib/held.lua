@@ -26,6 +26,27 @@ local function foreign_refused(group, parent)
   if parent then return redis.error_reply('EMQSTATE flow child is not native') end
 end
 
+-- in_active(active, ids, spots, replies, again) -> of the jobs a batch holds (`ids`, in order, each
+-- answering at replies[spots[j]]), the indexes of those in `active`, in order, from one ZMSCORE for
+-- all (COMPLETES' and PUBLISHES' last check). One that is not answers the refusal at its place,
+-- and so does each later pair of its id that presented the same token (`again`: {spot, index}).
+local function in_active(active, ids, spots, replies, again)
+  local scores = redis.call('ZMSCORE', active, unpack(ids))
+  local kept, outside = {}, {}
+  for j = 1, #ids do
+    if scores[j] then
+      kept[#kept + 1] = j
+    else
+      outside[j] = redis.error_reply('EMQSTATE ' .. VERB .. ' id is not in active')
+      replies[spots[j]] = outside[j]
+    end
+  end
+  for _, twin in ipairs(again) do
+    if outside[twin[2]] then replies[twin[1]] = outside[twin[2]] end
+  end
+  return kept
+end
+
 -- fence(row, id, token, active, name, ...) -> the row's attempts, state and `...` fields (one
 -- HMGET's reply) when the caller holds the job: `token` is its attempts, its state is active and
 -- `id` is in `active` (named `name`); else nil and the reply: 0 for no row or another token, or
