@@ -2,8 +2,9 @@
 -- A flow parent enqueued before parents kept a record of their children (docs/spec.md §15
 -- "Links") gets that record, naming the children given, each proven its child first.
 -- KEYS: base. ARGV: id, child1, ... childk.
+-- Loaded after lib/clock.lua, lib/events.lua, lib/held.lua, lib/pending.lua, lib/failure.lua, lib/flow.lua.
 -- (the parent's queue; the parent's id, then each child's row key, emq:{q}:job:<id>)
--- Every check before the one write, each refused with EMQSTATE flow_adopt ...: the parent waits
+-- Every check before the one write, each refused with EMQSTATE EMQ.FLOW.ADOPT ...: the parent waits
 -- (state waiting, in flow:waiting) with no record yet; it waits for exactly the k children given,
 -- each once; each names this parent, is live in the flow set of its state, and was admitted in
 -- the parent's own step (the same `created`: flow_enqueue writes one time for a whole flow).
@@ -11,7 +12,7 @@
 local parent_id = ARGV[1]
 local parent = KEYS[1] .. 'job:' .. parent_id
 local function refused(why)
-  return redis.error_reply('EMQSTATE flow_adopt ' .. why .. ': nothing written')
+  return redis.error_reply('EMQSTATE ' .. VERB .. ' ' .. why .. ': nothing written')
 end
 local held = redis.call('HMGET', parent, 'children', 'created', 'state')
 if held[3] ~= 'waiting' or not redis.call('ZSCORE', KEYS[1] .. 'flow:waiting', parent_id) then

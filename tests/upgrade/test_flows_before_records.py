@@ -164,7 +164,7 @@ def test_flow_adopt_refuses_children_it_cannot_prove_and_writes_nothing(old, chi
     call = Call(FLOW_ADOPT, (Keyspace("reports").base,), ("cross", *children))
     with unchanged(client):
         (reply,) = conn.round_trip([call])
-    assert isinstance(reply, StateError) and str(reply) == f"EMQSTATE flow_adopt {why}: nothing written"
+    assert isinstance(reply, StateError) and str(reply) == f"EMQSTATE EMQ.FLOW.ADOPT {why}: nothing written"
 
 
 @pytest.mark.parametrize("parent, why", [
@@ -176,7 +176,7 @@ def test_flow_adopt_refuses_what_is_not_a_waiting_parent_and_writes_nothing(old,
     client = valkey.Valkey.from_url(server.url)
     with unchanged(client):
         (reply,) = conn.round_trip([Call(FLOW_ADOPT, (Keyspace("reports").base,), (parent, "emq:{reports}:job:x"))])
-    assert isinstance(reply, StateError) and str(reply) == f"EMQSTATE flow_adopt {why}: nothing written"
+    assert isinstance(reply, StateError) and str(reply) == f"EMQSTATE EMQ.FLOW.ADOPT {why}: nothing written"
 
 
 def test_flow_adopt_refuses_a_parent_with_its_record_and_writes_nothing(old):
@@ -186,7 +186,7 @@ def test_flow_adopt_refuses_a_parent_with_its_record_and_writes_nothing(old):
     with unchanged(client):
         (reply,) = conn.round_trip([Call(FLOW_ADOPT, (Keyspace("reports").base,),
                                          ("cross", "emq:{pages}:job:cross-0", "emq:{pages}:job:cross-1"))])
-    assert str(reply) == "EMQSTATE flow_adopt emq:{reports}:job:cross has its record already: nothing written"
+    assert str(reply) == "EMQSTATE EMQ.FLOW.ADOPT emq:{reports}:job:cross has its record already: nothing written"
 
 
 # -- deciding: pure ------------------------------------------------------------------------------
