@@ -7,12 +7,13 @@ run from a folder outside the checkout, as a user would:
   missing and how to get it;
 * the sdist where Rust exists builds the module.
 
-The files: ``$ECHOMQ_DIST`` when set (``.ci/run`` builds them once with ``./run dist``), else
-``./run dist`` builds them into a temporary folder, once per session.
+The files: ``$ECHOMQ_DIST`` when set (files you built with ``./run dist``), else ``./run dist``
+builds them into a temporary folder, once for the whole run (every pytest-xdist process uses them).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -54,8 +55,16 @@ class Dist:
 def dist(tmp_path_factory) -> Dist:
     folder = os.environ.get(DIST_ENV)
     if not folder:
-        folder = str(tmp_path_factory.mktemp("dist"))
-        subprocess.run([str(ROOT / "run"), "dist", folder], check=True, capture_output=True, timeout=900)
+        # built once for the whole run: pytest-xdist's processes share the base temp's parent, and
+        # the first to take the lock builds while the others wait for its files
+        shared = tmp_path_factory.getbasetemp().parent / "dist"
+        shared.mkdir(exist_ok=True)
+        with open(shared / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (shared / ".built").exists():
+                subprocess.run([str(ROOT / "run"), "dist", str(shared)], check=True, capture_output=True, timeout=900)
+                (shared / ".built").touch()
+        folder = str(shared)
     found = Path(folder).resolve()
     wheels = sorted(found.glob(f"echomq-{VERSION}-py3-none-manylinux_*_x86_64.whl"))
     sdists = sorted(found.glob(f"echomq-{VERSION}.tar.gz"))
