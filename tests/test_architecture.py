@@ -19,7 +19,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 #: The modules allowed to name valkey-py's link errors: the blocking and the asyncio connection.
 CONNECTION_LAYER = ("echomq._client.connection", "echomq.aio")
 #: Modules that still name ``valkey.ConnectionError`` outside it (issue 41 item 4 empties this list).
-NAMES_LINK_ERRORS_TODAY = {"echomq.cli", "echomq.dashboard.app", "echomq.worker.waiter"}
+NAMES_LINK_ERRORS_TODAY = {"echomq.cli"}
 
 
 # --------------------------------------------------------------------------- reading the source

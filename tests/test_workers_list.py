@@ -48,7 +48,7 @@ def test_a_running_worker_is_listed_and_a_clean_stop_removes_it(conn, server):
     app.task(queue=name)(lambda payload: None)
     worker = Worker(app, conn, config=WorkerConfig(concurrency=3))
     with running(worker):
-        record = wait_until(lambda: next((r for r in list_workers(conn.client) if r.id == worker.heartbeat.id), None),
+        record = wait_until(lambda: next((r for r in list_workers(conn) if r.id == worker.heartbeat.id), None),
                             what="the worker's record")
         assert (record.host, record.pid, record.queues, record.concurrency, record.wire) == \
             (socket.gethostname(), os.getpid(), [name], 3, conn.wire)
@@ -59,7 +59,7 @@ def test_a_running_worker_is_listed_and_a_clean_stop_removes_it(conn, server):
         assert listed[record.id]["queues"] == [name] and listed[record.id]["pid"] == os.getpid()
         table = CliRunner().invoke(main, ["workers", "--url", server.url])
         assert record.id in table.stdout and "live worker(s)" in table.stdout
-    assert record.id not in {r.id for r in list_workers(conn.client)}
+    assert record.id not in {r.id for r in list_workers(conn)}
     assert not conn.client.exists(record_key(record.id))
     assert not conn.client.sismember(WORKERS_KEY, record.id)
 
@@ -68,10 +68,10 @@ def test_a_worker_that_dies_disappears_within_its_ttl_and_the_next_one_forgets_i
     fast = HeartbeatConfig(interval_ms=50, ttl_ms=300)
     dead = Heartbeat(conn.client, queues=["q"], concurrency=1, wire=conn.wire, config=fast)
     dead.run_due(0, held=1, completed=5, failed=1)
-    (shown,) = [r for r in list_workers(conn.client) if r.id == dead.id]
+    (shown,) = [r for r in list_workers(conn) if r.id == dead.id]
     assert (shown.held, shown.completed, shown.failed) == (1, 5, 1)
     # no more beats: the process "died"; its record expires on the server's clock
-    wait_until(lambda: dead.id not in {r.id for r in list_workers(conn.client)}, what="the record to expire")
+    wait_until(lambda: dead.id not in {r.id for r in list_workers(conn)}, what="the record to expire")
     assert conn.client.sismember(WORKERS_KEY, dead.id)  # readers skip it without writing
     later = Heartbeat(conn.client, queues=["q"], concurrency=1, wire=conn.wire, config=fast)
     later.run_due(0, held=0, completed=0, failed=0)
@@ -87,7 +87,7 @@ def test_beats_follow_the_interval(conn):
         assert not beat.run_due(5999, held=0, completed=1, failed=0)
         assert beat.next_due_ms() == 6000
         assert beat.run_due(6000, held=0, completed=2, failed=0)
-        (shown,) = [r for r in list_workers(conn.client) if r.id == beat.id]
+        (shown,) = [r for r in list_workers(conn) if r.id == beat.id]
         assert shown.completed == 2
     finally:
         beat.remove()
@@ -96,8 +96,8 @@ def test_beats_follow_the_interval(conn):
 def test_a_worker_process_killed_outright_leaves_a_record_that_expires(spawn, conn, server, out):
     name = fresh_name("wk")
     proc = spawn(name)
-    wait_until(lambda: any(r.pid == proc.pid for r in list_workers(conn.client)), what="the process's record")
-    (record,) = [r for r in list_workers(conn.client) if r.pid == proc.pid]
+    wait_until(lambda: any(r.pid == proc.pid for r in list_workers(conn)), what="the process's record")
+    (record,) = [r for r in list_workers(conn) if r.pid == proc.pid]
     proc.signal(signal.SIGKILL)
     proc.wait()
     assert conn.client.exists(record_key(record.id))  # no clean stop: it is still there, for at most its TTL

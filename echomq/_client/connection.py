@@ -30,7 +30,7 @@ import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import valkey
 from valkey.cluster import ClusterPipeline, ValkeyCluster
@@ -44,6 +44,7 @@ from .._protocol.verbs import BY_NAME, ID_ENCODING, JOB_CORE_TOKENS, SCRIPTED, C
 __all__ = ["BRANDS", "Call", "Connection", "Plain", "Script", "WireCodec", "as_refusal", "build_call", "connect"]
 
 BRANDS = {4: b"echomq:4.0.0", 6: b"echomq:6.0.0"}
+T = TypeVar("T")
 
 # valkey-py strips these codes off the message and raises its own class: put the code back.
 _STRIPPED_CODES = {
@@ -465,9 +466,14 @@ class Connection(WireCodec):
         only the calls that did not run, once. On a cluster a round trip with a keyless command
         (TIME) goes whole to the node of ``on``, the queue it serves."""
         commands = [self.args_of(item) for item in request]
+        client = self.node_client(on) if on is not None and self.cluster and has_keyless(commands) else self.client
+        return self._round_trip_on(client, request, commands)
+
+    def _round_trip_on(self, client: valkey.Valkey | ValkeyCluster, request: Sequence[Call | Plain],
+                       commands: list[tuple[Any, ...]]) -> list[Any]:
+        """:meth:`round_trip` to ``client``: this connection's own, or a plain client of one node."""
         span = VerbSpan(request, self.wire)
         try:
-            client = self.node_client(on) if on is not None and self.cluster and has_keyless(commands) else self.client
             replies = self._exchange(client, commands)
             retry = self.unanswered(replies)
             if retry:
@@ -539,6 +545,22 @@ class Connection(WireCodec):
         if self.cluster:
             self.client.nodes_manager.initialize()
 
+    def scan(self, match: str, count: int = 1000) -> Iterator[bytes]:
+        """Every key that matches ``match``: SCAN of the node, or of each primary of a cluster, each
+        step a round trip on the send path (a link fault is :class:`~echomq.ConnectionFailed`)."""
+        nodes = [node.valkey_connection for node in self.client.get_primaries()] if self.cluster else [self.client]
+        for node in nodes:
+            cursor = 0
+            while True:
+                step = [Plain(("SCAN", cursor, "MATCH", match, "COUNT", count))]
+                (reply,) = self._round_trip_on(node, step, [step[0].args])
+                if isinstance(reply, Exception):
+                    raise reply
+                cursor, keys = reply
+                yield from keys
+                if not int(cursor):
+                    break
+
     def send(self, call: Call | Plain) -> Any:
         """Send one call; its error reply is raised as the typed EchoMQ error."""
         (reply,) = self.round_trip([call])
@@ -592,6 +614,19 @@ class Connection(WireCodec):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def run_op(connection: Connection, op: Generator[Sequence[Call | Plain], list[Any], T], on: Keyspace | None = None
+           ) -> T:
+    """Drive an operation (a generator of round trips, as ``QueueCore``'s): each round trip it yields
+    goes on the send path (``on``: the queue it serves, whose node takes a keyless TIME on a
+    cluster) and its replies go back in; its return value is the answer."""
+    try:
+        request = next(op)
+        while True:
+            request = op.send(connection.round_trip(request, on=on))
+    except StopIteration as done:
+        return done.value
 
 
 def slot_moved(channel: str | bytes) -> errors.ConnectionFailed:

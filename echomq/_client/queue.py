@@ -12,7 +12,7 @@ import time
 from contextlib import suppress
 from typing import AbstractSet, Any, Iterable, Iterator, Sequence
 
-from .connection import TRANSPORT_ERRORS, Connection
+from .connection import TRANSPORT_ERRORS, Connection, run_op
 from .. import errors
 from .._core import reaper
 from .._core.core import (MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T,
@@ -45,12 +45,7 @@ class Queue(QueueCore):
     def _run(self, op: Op[T]) -> T:
         """Drive an operation: each round trip it yields is sent, blocking, and its replies sent back
         (to the queue's own node: a round trip may carry TIME, which has no key to route by)."""
-        try:
-            request = next(op)
-            while True:
-                request = op.send(self.connection.round_trip(request, on=self.keys))
-        except StopIteration as done:
-            return done.value
+        return run_op(self.connection, op, self.keys)
 
     # -- admission ------------------------------------------------------------
     def enqueue(self, payload: Any, *, id: str | None = None, priority: int = 0, unique_for: float | None = None,

@@ -204,6 +204,12 @@ def raise_first(replies: Sequence[Any]) -> None:
             raise reply
 
 
+def scored(reply: Sequence[Any]) -> list[tuple[str, float]]:
+    """ZRANGE ... WITHSCORES's (id, score) pairs, whatever the protocol (RESP2: one flat list; RESP3: pairs)."""
+    pairs = reply if reply and isinstance(reply[0], (list, tuple)) else zip(reply[::2], reply[1::2])
+    return [(text(member), float(score)) for member, score in pairs]
+
+
 def _raised(answer: Any) -> Any:
     if isinstance(answer, Exception):
         raise answer
@@ -239,7 +245,7 @@ class Done:
     value: Any
 
 
-def check_connection(given: Any, expected: type, what: str, opened_by: str) -> None:
+def check_connection(given: Any, expected: type, what: str, opened_by: str, takes: str = "conn, name") -> None:
     """``given`` must be a connection of ``expected``'s kind (pure): a URL, a raw client or the other
     client's connection is refused with a TypeError naming ``opened_by``, the call that opens one (as
     given, it failed later, on its first use, with an AttributeError that named neither)."""
@@ -249,7 +255,7 @@ def check_connection(given: Any, expected: type, what: str, opened_by: str) -> N
         kind = f"the {'URL' if '://' in given else 'string'} {given[:80]!r}"
     else:
         kind = f"a value of type {type(given).__module__}.{type(given).__qualname__}"
-    raise TypeError(f"{what} takes a connection, not {kind}: open one with conn = {opened_by}, then {what}(conn, name)")
+    raise TypeError(f"{what} takes a connection, not {kind}: open one with conn = {opened_by}, then {what}({takes})")
 
 
 def check_wait(timeout: float | None) -> float | None:
@@ -1027,9 +1033,7 @@ class QueueCore:
             raise errors.ConfigurationError(f"bad state {state!r}: one of {[s.value for s in State]}") from None
         check_int("offset", offset, 0)
         check_int("count", count, 1)  # count 0 would ask ZRANGE for offset..offset-1: all of it at offset 0
-        reply = yield from self._plain("ZRANGE", key, offset, offset + count - 1, "WITHSCORES")
-        pairs = reply if reply and isinstance(reply[0], (list, tuple)) else zip(reply[::2], reply[1::2])  # RESP3: pairs
-        return [(text(member), float(score)) for member, score in pairs]
+        return scored((yield from self._plain("ZRANGE", key, offset, offset + count - 1, "WITHSCORES")))
 
     def op_metrics(self) -> Op[dict[str, int]]:
         names = ("completed", "failed")

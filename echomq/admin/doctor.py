@@ -26,7 +26,7 @@ import valkey
 from valkey.cluster import ValkeyCluster
 from valkey.exceptions import ResponseError
 
-from .._client.connection import BRANDS, WireCodec, as_refusal, served_tokens, wire_of_brand
+from .._client.connection import BRANDS, WireCodec, as_refusal, plain_commands, served_tokens, wire_of_brand
 from ..errors import EchoMQError
 from .._protocol.keys import SLOTS, VERSION_KEY, Keyspace, check_queue_name
 from .._protocol.verbs import BY_NAME, JOB_CORE_TOKENS
@@ -355,7 +355,13 @@ def examine_acl(client: valkey.Valkey | ValkeyCluster, queue: str, wire: int, to
 
 
 def examine(client: valkey.Valkey | ValkeyCluster, queues: Sequence[str] = ()) -> list[Check]:
-    """Every check of the node behind ``client`` (each primary of a cluster), read-only."""
+    """Every check of the node behind ``client`` (each primary of a cluster), read-only. A link
+    fault is :class:`~echomq.ConnectionFailed` (the checks need no brand, so no send path)."""
+    with plain_commands("the doctor's reads"):
+        return read_checks(client, queues)
+
+
+def read_checks(client: valkey.Valkey | ValkeyCluster, queues: Sequence[str]) -> list[Check]:
     brand = answered(client.get, VERSION_KEY)
     found = primaries(client)
     checks: list[Check] = []

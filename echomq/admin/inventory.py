@@ -1,6 +1,7 @@
 """Read-only views of a node for people and scripts: which queues exist, a queue's numbers,
 one job's story. The CLI's read commands and the dashboard both print these; nothing
-here writes.
+here writes. Every read goes on the connection's send path (``round_trip``), so a link fault
+is :class:`~echomq.ConnectionFailed` and a refusal the typed :class:`~echomq.CommandRefused`.
 
 Names of the numbers, as shown everywhere: ``completed`` and ``dead`` are running
 totals from the queue's metrics hashes (``emq:{q}:metrics:completed`` and
@@ -18,8 +19,8 @@ from typing import Any, Sequence
 
 from .._protocol import envelope
 from .._protocol.events import decode_progress
-from .._client.connection import Connection, plain_commands
-from .._core.core import Op
+from .._client.connection import Connection, Plain
+from .._core.core import Op, raise_first, scored
 from ..errors import CommandRefused
 from .._protocol.keys import PARTITION_NAME, QUEUE_NAME, STATE_SETS, Keyspace, State, parent_queue
 from .._client.partitioned import PartitionedQueue, sum_counts
@@ -81,7 +82,7 @@ def scan_queues(connection: Connection) -> QueueScan:
     names: set[str] = set()
     unreadable: list[str] = []
     count = 0
-    for key in connection.client.scan_iter(match="emq:{*}:*", count=1000):
+    for key in connection.scan("emq:{*}:*"):
         whole = text(key)
         name, _, rest = whole[len("emq:{"):].partition("}:")
         if not (QUEUE_NAME.fullmatch(name) or PARTITION_NAME.fullmatch(name)):
@@ -106,9 +107,11 @@ def partitions_of(queue: Queue | PartitionedQueue) -> list[Queue]:
 def queue_exists(queue: Queue | PartitionedQueue) -> bool:
     """True when any set, the meta hash or a metrics hash of the queue (any partition) exists
     (one EXISTS per partition: on a cluster their keys sit in different slots)."""
-    with plain_commands("a queue's presence read"):
-        return any(q.connection.client.exists(*(q.keys.key(s) for s in PRESENCE_SUFFIXES))
-                   for q in partitions_of(queue))
+    parts = partitions_of(queue)
+    found = parts[0].connection.round_trip([Plain(("EXISTS", *(q.keys.key(s) for s in PRESENCE_SUFFIXES)))
+                                            for q in parts])
+    raise_first(found)
+    return any(found)
 
 
 @dataclass(frozen=True)
@@ -325,15 +328,15 @@ def job_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
     if isinstance(queue, PartitionedQueue):
         found = queue.find(job_id)
         return None if found is None else job_view(found, job_id)
-    client = queue.connection.client
-    with plain_commands("a job's read"):
-        row = client.hgetall(queue.keys.job(job_id))
-        if not row:
-            return None
-        suffix = set_of(row)
-        score = client.zscore(queue.keys.key(suffix), job_id) if suffix else None
-        now_ms = _ms(client.time())
-    return decode_view(queue.name, job_id, row, score, now_ms, suffix)
+    connection = queue.connection
+    row = connection.send(Plain(("HGETALL", queue.keys.job(job_id))))
+    if not row:
+        return None
+    suffix = set_of(row)
+    *score, now = connection.round_trip([*([Plain(("ZSCORE", queue.keys.key(suffix), job_id))] if suffix else []),
+                                         Plain(("TIME",))], on=queue.keys)
+    raise_first([*score, now])
+    return decode_view(queue.name, job_id, row, score[0] if score else None, _ms(now), suffix)
 
 
 def record_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
@@ -342,14 +345,14 @@ def record_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
     A partitioned queue's record is looked for in each partition."""
     if isinstance(queue, PartitionedQueue):
         return next(filter(None, (record_view(part, job_id) for part in queue.partitions)), None)
-    client = queue.connection.client
+    connection = queue.connection
     key = queue.keys.done(job_id)
-    with plain_commands("a completed record's read"):
-        record = client.hgetall(key)
-        if not record:
-            return None
-        kept_ms = client.pttl(key)
-        now_ms = _ms(client.time())
+    record = connection.send(Plain(("HGETALL", key)))
+    if not record:
+        return None
+    replies = connection.round_trip([Plain(("PTTL", key)), Plain(("TIME",))], on=queue.keys)
+    raise_first(replies)
+    kept_ms, now_ms = replies[0], _ms(replies[1])
     fields = {text_of(k): v for k, v in record.items()}
     result = fields.pop("result", None)
     text = {"state": "completed", **{k: text_of(v) for k, v in fields.items()}}
@@ -371,21 +374,17 @@ def job_page(queue: Queue | PartitionedQueue, state: State | str, *, offset: int
     if isinstance(queue, PartitionedQueue):
         listed = queue.located_ids(State(state), offset=offset, count=count)
     elif state in GROUPED_SETS:
-        with plain_commands("a page of lane or flow jobs"):
-            members = queue.connection.client.zrange(queue.keys.key(GROUPED_SETS[state]), offset,
-                                                     offset + count - 1, withscores=True)
-        listed = [(queue, text_of(job_id), score) for job_id, score in members]
+        members = queue.connection.send(Plain(("ZRANGE", queue.keys.key(GROUPED_SETS[state]), offset,
+                                               offset + count - 1, "WITHSCORES")))
+        listed = [(queue, job_id, score) for job_id, score in scored(members)]
     else:
         listed = [(queue, job_id, score) for job_id, score in queue.ids(state, offset=offset, count=count)]
     if not listed:
         return []
-    client = queue.connection.client
-    pipe = client.pipeline(transaction=False)
-    for q, job_id, _ in listed:
-        pipe.hmget(q.keys.job(job_id), LISTED_FIELDS)
-    with plain_commands("a page of jobs"):
-        rows = pipe.execute()
-        now_ms = _ms(client.time())
+    rows = queue.connection.round_trip([Plain(("HMGET", q.keys.job(job_id), *LISTED_FIELDS))
+                                        for q, job_id, _ in listed])
+    raise_first(rows)
+    now_ms = partitions_of(queue)[0].server_ms()
     where = GROUPED_SETS.get(state) or STATE_SETS[State(state)]  # the set the page was read from
     views = [listed_view(q.name, job_id, values, score, now_ms, where)
              for (q, job_id, score), values in zip(listed, rows)]

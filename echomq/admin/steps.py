@@ -10,7 +10,7 @@ import valkey
 from valkey.cluster import ValkeyCluster
 from valkey.exceptions import ResponseError
 
-from .._client.connection import BRANDS, brand_unreadable, read_brand, served_tokens
+from .._client.connection import BRANDS, brand_unreadable, plain_commands, read_brand, served_tokens
 from ..errors import BrandError, ConfigurationError
 from .._protocol.keys import VERSION_KEY
 
@@ -28,10 +28,16 @@ def brand_node(client: valkey.Valkey | ValkeyCluster, wire: int, *, replace: boo
     Re-branding a node with its own brand is a no-op, so this is safe to repeat. Wire 6 is refused
     on a node (on a cluster: any primary) without trafikey's job-core verbs: every wire-6 call
     would fail there, and the brand would refuse wire 4. ``replace=True`` overwrites another
-    brand, only while the node holds no EchoMQ data (a wrong brand, given by mistake).
+    brand, only while the node holds no EchoMQ data (a wrong brand, given by mistake). A link fault
+    is :class:`~echomq.ConnectionFailed`.
     """
     if wire not in BRANDS:
         raise ConfigurationError(f"bad wire {wire!r}: brand a node for wire 4 or 6")
+    with plain_commands("the brand"):
+        return apply_brand(client, wire, replace)
+
+
+def apply_brand(client: valkey.Valkey | ValkeyCluster, wire: int, replace: bool) -> bytes:
     want = BRANDS[wire]
     if wire == 6:
         served_tokens(client, instead=BRAND_WIRE_4)  # read-only: refused before any write

@@ -3,18 +3,13 @@ dashboard, and :func:`echomq.list_workers`."""
 
 from __future__ import annotations
 
-import valkey
+from .._client.connection import Connection, run_op
+from .._core.core import check_connection
+from .._core.workers import WorkerRecord, op_workers
 
-from .._core.workers import WORKERS_KEY, WorkerRecord, live_records, record_key
-from .._protocol.verbs import text
 
-
-def list_workers(client: valkey.Valkey) -> list[WorkerRecord]:
-    """The live workers, oldest first. Reads only: expired ids are skipped, not removed."""
-    ids = sorted(text(member) for member in client.smembers(WORKERS_KEY))  # any bytes: shown escaped
-    if not ids:
-        return []
-    pipe = client.pipeline(transaction=False)
-    for worker_id in ids:
-        pipe.hgetall(record_key(worker_id))
-    return live_records(ids, pipe.execute())
+def list_workers(connection: Connection) -> list[WorkerRecord]:
+    """The live workers, oldest first, read on ``connection`` (:func:`echomq.connect`). Reads only:
+    expired ids are skipped, not removed."""
+    check_connection(connection, Connection, "echomq.list_workers", "echomq.connect(url)", takes="conn")
+    return run_op(connection, op_workers())

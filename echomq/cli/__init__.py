@@ -1366,7 +1366,7 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch
 
         def sample() -> tuple[dict[str, QueueNumbers | Exception], Counter[str]]:
             """Every row's numbers, and how many live workers serve each queue."""
-            return {q.name: found for q, found in zip(rows, numbers_of(rows))}, serving(list_workers(connection.client))
+            return {q.name: found for q, found in zip(rows, numbers_of(rows))}, serving(list_workers(connection))
 
         if not watch:
             sampled, workers = sample()
@@ -1408,7 +1408,7 @@ def stats(url: str, wire: str, queue_names: tuple[str, ...], detail: bool, watch
 def workers(url: str, wire: str, as_json: bool) -> None:
     """The live workers: each one's heartbeat record (gone within its TTL after it dies)."""
     with opened(url, wire) as connection, reported():
-        records = list_workers(connection.client)
+        records = list_workers(connection)
     if as_json:
         print_json([record.as_dict() for record in records])
         return

@@ -25,7 +25,6 @@ from importlib.resources import files
 from typing import Any, AsyncIterator, Callable
 from urllib.parse import parse_qs, urlencode
 
-import valkey
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
@@ -97,7 +96,7 @@ class QueueList:
 
     def workers(self) -> list[WorkerRecord]:
         """The live workers; with pinned queues, those that serve one of them."""
-        found = list_workers(self.connection.client)
+        found = list_workers(self.connection)
         return found if not self.pinned else [w for w in found if set(w.queues) & set(self.pinned)]
 
     def forget(self) -> None:
@@ -337,8 +336,7 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
     def refused(request: Request, exc: Exception) -> Response:
         return _problem_page(render, 500, f"the node refused a read: {exc}")
 
-    handlers = {ConnectionFailed: node_down, valkey.ConnectionError: node_down, valkey.TimeoutError: node_down,
-                EchoMQError: refused}
+    handlers = {ConnectionFailed: node_down, EchoMQError: refused}  # every read's link fault is ConnectionFailed
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)  # type: ignore[arg-type]
     if settings.token:
         app.add_middleware(TokenRequired, token=settings.token)

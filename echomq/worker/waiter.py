@@ -32,13 +32,15 @@ from valkey.exceptions import MovedError, ResponseError
 
 from .._client.connection import TRANSPORT_ERRORS, Connection
 from .._core.core import due_in_ms
+from ..errors import ConnectionFailed
 from .policy import BLOCK_MAX_MS
 from .._client.queue import Job, Queue
 from .._protocol.verbs import Throttled
 
 log = logging.getLogger("echomq.worker")
 
-LINK_ERRORS = TRANSPORT_ERRORS  # a cluster whose map cannot be read counts as a link failure
+#: a cluster whose map cannot be read counts as a link failure, as does a queue whose node cannot be found
+LINK_ERRORS = (*TRANSPORT_ERRORS, ConnectionFailed)
 RETRY_MS = (100, 5000)
 READ_MARGIN_S = 10.0
 #: MOVED replies one block follows before it counts as a link failure (a slot moving back and forth).
@@ -216,7 +218,7 @@ class Waiter(threading.Thread):
                 return self._block_once(queues, timeout_ms)
             except MovedError:
                 self._detach()  # the next try reads the map again
-        raise valkey.ConnectionError(f"{REDIRECTS} MOVED in a row for {', '.join(queues)}")
+        raise ConnectionFailed(f"{REDIRECTS} MOVED in a row for {', '.join(queues)}")
 
     def _block_once(self, queues: tuple[str, ...], timeout_ms: int) -> Report:
         link = self._link

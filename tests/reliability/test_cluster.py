@@ -182,7 +182,7 @@ def test_the_workers_list_and_the_dashboards_metrics_on_a_cluster(conn, cluster)
     beat = Heartbeat(conn.client, queues=names, concurrency=2, wire=conn.wire)
     beat.beat(held=0, completed=0, failed=0)
     try:
-        assert beat.id in {r.id for r in list_workers(conn.client)}
+        assert beat.id in {r.id for r in list_workers(conn)}
         assert key_slot(record_key(beat.id).encode()) == key_slot(b"{emq}:workers")
         with serving(conn, Settings()) as url:
             text = httpx.get(url + "/metrics").text
@@ -196,7 +196,7 @@ def test_the_workers_list_and_the_dashboards_metrics_on_a_cluster(conn, cluster)
         assert {name: pending.get(name) for name in names} == {name: n + 1 for n, name in enumerate(names)}
     finally:
         beat.remove()
-    assert beat.id not in {r.id for r in list_workers(conn.client)}
+    assert beat.id not in {r.id for r in list_workers(conn)}
 
 
 def test_results_status_and_events_on_every_primary(cluster, conn):
