@@ -18,8 +18,6 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 #: The modules allowed to name valkey-py's link errors: the blocking and the asyncio connection.
 CONNECTION_LAYER = ("echomq._client.connection", "echomq.aio")
-#: Modules that still name ``valkey.ConnectionError`` outside it (issue 41 item 4 empties this list).
-NAMES_LINK_ERRORS_TODAY = {"echomq.cli"}
 
 
 # --------------------------------------------------------------------------- reading the source
@@ -194,10 +192,22 @@ def names_link_errors(path: Path) -> bool:
 
 
 def test_only_the_connection_layer_names_valkeys_link_errors():
+    """Every read and write of the node goes through the connection layer, which turns a link fault
+    into ConnectionFailed: no module above it catches or raises valkey-py's own."""
     outside = {name for name, path in modules().items()
                if not name.startswith(CONNECTION_LAYER) and names_link_errors(path)}
-    assert not outside - NAMES_LINK_ERRORS_TODAY, "new modules name valkey.ConnectionError outside the connection layer"
-    assert not NAMES_LINK_ERRORS_TODAY - outside, "no longer names it: take it off NAMES_LINK_ERRORS_TODAY"
+    assert outside == set(), "modules that name valkey.ConnectionError outside the connection layer"
+
+
+def test_the_link_error_finder_finds_each_spelling(tmp_path):
+    source = tmp_path / "probe.py"
+    for spelling in ("import valkey\ntry:\n    pass\nexcept valkey.ConnectionError:\n    pass\n",
+                     "import valkey\nraise valkey.exceptions.ConnectionError('x')\n",
+                     "from valkey.exceptions import ConnectionError as LinkError\n"):
+        source.write_text(spelling)
+        assert names_link_errors(source), spelling
+    source.write_text("raise ConnectionError('the builtin one, not valkey-py')\n")
+    assert not names_link_errors(source)
 
 
 def test_every_folder_is_on_the_map_and_every_folder_on_it_exists():
@@ -278,3 +288,4 @@ def test_every_error_is_exported_by_echomq():
     raised = {name for name, value in vars(errors).items() if isinstance(value, type) and issubclass(value, Exception)
               and value.__module__ == "echomq.errors"}
     assert set(errors.__all__) == raised and raised <= set(echomq.__all__)
+

@@ -288,7 +288,7 @@ def test_a_killed_emq_server_takes_its_valkey_with_it(tmp_path):
 
 
 def test_demo_app_module_loads():
-    from echomq.cli import load_app
+    from echomq.worker.loading import load_app
 
     app = load_app("echomq.local.demo:app")
     assert list(app.tasks) == ["demo"]
@@ -580,7 +580,7 @@ def test_load_app_refuses_what_is_not_an_app_in_one_line(tmp_path, attr, says):
 
 
 def test_load_app_takes_the_app_or_a_factory(tmp_path, monkeypatch):
-    from echomq.cli import load_app
+    from echomq.worker.loading import load_app
 
     (tmp_path / "myapp2.py").write_text(MYAPP)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from echomq import Queue
-from echomq.cli import events_note, main
+from echomq.cli import main
+from echomq.cli.events import events_note
 from helpers import KEEP_MS, fresh_name
 from worker_helpers import ROOT
 

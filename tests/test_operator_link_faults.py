@@ -134,3 +134,28 @@ def test_a_link_that_drops_during_a_dashboard_page_is_its_error_page(node, wire,
             down = site.get(path)
     assert down.status_code == 503 and "the node does not answer" in down.text
     assert "Traceback" not in down.text
+
+
+#: an emq command, and the read it makes that the node dies under
+COMMANDS = {
+    "stats": (["stats"], "scan"),
+    "stats -q": (["stats", "-q", "q"], "smembers"),
+    "inspect (found by SCAN)": (["inspect", "waiting"], "scan"),
+    "inspect -q": (["inspect", "-q", "q", "waiting"], "hgetall"),
+    "dead": (["dead", "-q", "q"], "hmget"),
+    "workers": (["workers"], "smembers"),
+    "events": (["events", "-q", "q"], "hget"),
+    "pause": (["pause", "-q", "q"], "exists"),
+    "reprocess --all": (["reprocess", "-q", "q", "--all"], "zrange"),
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_link_that_drops_during_an_emq_read_is_one_line_and_exit_1(node, command):
+    args, read = COMMANDS[command]
+    with killed_at(node, read):
+        done = CliRunner().invoke(main, [*args, "--url", node.url])
+    assert done.exit_code == 1, (done.output, done.exception)
+    assert done.stderr.startswith("Error: the link to Valkey failed during") and done.stderr.count("\n") == 1, \
+        done.stderr
+    assert "Traceback" not in done.output and isinstance(done.exception, SystemExit)

@@ -16,7 +16,8 @@ import valkey
 from click.testing import CliRunner
 
 from echomq import Job, Queue, connect
-from echomq.cli import found_note, main
+from echomq.cli import main
+from echomq.cli.server import found_note
 from echomq.errors import ConfigurationError
 from echomq.local.server import Durability, durability_for
 from helpers import dump, reap

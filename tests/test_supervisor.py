@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from echomq import Queue
-from echomq.cli import main, worker_commands
+from echomq.cli import main
+from echomq.cli.worker import worker_commands
 from echomq.worker.supervisor import Exit, RestartPolicy, after_exit, how_it_ended, restart_delay_s
 from helpers import fresh_name, unchanged
 from worker_helpers import out, processed, spawn, wait_until  # noqa: F401 (fixtures)

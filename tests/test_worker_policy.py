@@ -449,7 +449,7 @@ def test_a_payload_over_the_limit_is_refused_and_one_at_the_limit_is_not():
 @pytest.mark.parametrize("text, ms", [("500ms", 500), ("30s", 30_000), ("15m", 900_000), ("12h", 43_200_000),
                                       ("7d", 604_800_000), (" 0s ", 0)])
 def test_durations_for_purge(text, ms):
-    from echomq.cli import parse_duration_ms
+    from echomq.cli.queues import parse_duration_ms
 
     assert parse_duration_ms(text) == ms
 
@@ -458,7 +458,7 @@ def test_durations_for_purge(text, ms):
 def test_bad_durations_are_refused(text):
     import click
 
-    from echomq.cli import parse_duration_ms
+    from echomq.cli.queues import parse_duration_ms
 
     with pytest.raises(click.BadParameter, match="is not a duration"):
         parse_duration_ms(text)

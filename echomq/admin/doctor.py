@@ -26,7 +26,8 @@ import valkey
 from valkey.cluster import ValkeyCluster
 from valkey.exceptions import ResponseError
 
-from .._client.connection import BRANDS, WireCodec, as_refusal, plain_commands, served_tokens, wire_of_brand
+from .._client.connection import (BRANDS, WireCodec, as_refusal, open_client, plain_commands, served_tokens,
+                                 wire_of_brand)
 from ..errors import EchoMQError
 from .._protocol.keys import SLOTS, VERSION_KEY, Keyspace, check_queue_name
 from .._protocol.verbs import BY_NAME, JOB_CORE_TOKENS
@@ -352,6 +353,12 @@ def examine_acl(client: valkey.Valkey | ValkeyCluster, queue: str, wire: int, to
     except ResponseError as exc:  # MULTI itself refused
         return warning(f"acl {queue}", f"not checked: {as_refusal(exc)} (the check queues the verbs in a MULTI)")
     return check_acl(queue, name, refused)
+
+
+def examine_url(url: str, queues: Sequence[str] = (), cluster: bool | str = "auto") -> list[Check]:
+    """:func:`examine` of the node at ``url`` (``emq doctor``)."""
+    with open_client(url, cluster) as client:
+        return examine(client, queues)
 
 
 def examine(client: valkey.Valkey | ValkeyCluster, queues: Sequence[str] = ()) -> list[Check]:

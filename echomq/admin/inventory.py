@@ -13,21 +13,26 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Sequence
+
+from valkey.cluster import ValkeyCluster
 
 from .._protocol import envelope
 from .._protocol.events import decode_progress
 from .._client.connection import Connection, Plain
 from .._core.core import Op, raise_first, scored
+from .._core.workers import serving
 from ..errors import CommandRefused
 from .._protocol.keys import PARTITION_NAME, QUEUE_NAME, STATE_SETS, Keyspace, State, parent_queue
-from .._client.partitioned import PartitionedQueue, sum_counts
+from .._client.partitioned import PartitionedQueue, open_queues, sum_counts
 from .._client.queue import Counts, Queue
 from .._protocol.results import NotKept, not_kept_of
 from .._protocol.shown import clip, id_form
-from .._protocol.verbs import text
+from .._protocol.verbs import GROUPED_COUNTS, text
+from .workers import list_workers
 
 #: a row's times (ms, server clock): admitted, last claimed, last failed (docs/spec.md §11.5)
 TIME_FIELDS = ("created", "started", "failed")
@@ -99,6 +104,34 @@ def discover_queues(connection: Connection) -> list[str]:
     return scan_queues(connection).names
 
 
+def queue_scan(connection: Connection, names: Sequence[str]) -> QueueScan:
+    """The queues named, or (none named) every queue a SCAN finds."""
+    return QueueScan(list(names)) if names else scan_queues(connection)
+
+
+def queues_holding(connection: Connection, job_id: str) -> set[str]:
+    """The queues that hold a row or a completed record for ``job_id`` (one SCAN of the node)."""
+    pattern_id = re.sub(r"([*?\[\]\\])", r"\\\1", job_id)
+    found = set()
+    for kind in ("job", "done"):
+        for key in connection.scan(f"emq:{{*}}:{kind}:{pattern_id}"):
+            name, _, rest = text_of(key)[len("emq:{"):].partition("}:")
+            if rest == f"{kind}:{job_id}":
+                found.add(name)
+    return found
+
+
+def node_where(connection: Connection) -> str:
+    """Where ``connection`` reads, for people: the node's address (or a cluster's size) and the wire."""
+    client = connection.client
+    if isinstance(client, ValkeyCluster):
+        return f"a cluster of {len(client.get_primaries())} primaries (via {client.get_default_node().name}), " \
+               f"wire {connection.wire}"
+    kwargs = client.get_connection_kwargs()
+    place = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+    return f"{place}, wire {connection.wire}"
+
+
 def partitions_of(queue: Queue | PartitionedQueue) -> list[Queue]:
     """The queues that hold a queue's jobs: a partitioned queue's partitions, else the queue itself."""
     return queue.partitions if isinstance(queue, PartitionedQueue) else [queue]
@@ -142,6 +175,43 @@ def waiting_unserved(numbers: QueueNumbers, workers: int) -> int:
     pending flat, lane and flow jobs; 0 while a worker serves it (pure)."""
     counts = numbers.counts
     return 0 if workers else counts.pending + counts.lane_pending + counts.flow_pending
+
+
+def jobs_held(counts: Counts) -> int:
+    """Every job a queue's counts hold, in every set: flat, lanes, flows (pure)."""
+    return counts.total + sum(getattr(counts, name) for name in GROUPED_COUNTS)
+
+
+def jobs_on(connection: Connection) -> tuple[int, int]:
+    """(the jobs on the node, in every set: flat, lanes, flows; the queues holding them)."""
+    numbers = [n for n in numbers_of(open_queues(connection, discover_queues(connection)))
+               if isinstance(n, QueueNumbers)]
+    return sum(jobs_held(n.counts) for n in numbers), sum(1 for n in numbers if jobs_held(n.counts))
+
+
+def with_partitions(queues: Sequence[Queue | PartitionedQueue], detail: bool) -> list[Queue | PartitionedQueue]:
+    """The rows of a table of ``queues`` (pure): each queue, and with ``detail`` a partitioned
+    queue's partitions below it."""
+    return [q for queue in queues
+            for q in [queue, *(partitions_of(queue) if detail and len(partitions_of(queue)) > 1 else [])]]
+
+
+def sample(connection: Connection, rows: Sequence[Queue | PartitionedQueue]
+           ) -> tuple[dict[str, QueueNumbers | Exception], Counter[str]]:
+    """Every row's numbers, and how many live workers serve each queue."""
+    return {q.name: found for q, found in zip(rows, numbers_of(rows))}, serving(list_workers(connection))
+
+
+def rates(now: dict[str, QueueNumbers], before: dict[str, QueueNumbers] | None, elapsed_s: float) -> dict[str, dict]:
+    """Completions and deaths per second between two samples, per queue (pure)."""
+    if before is None or elapsed_s <= 0:
+        return {}
+    shown = {}
+    for name, numbers in now.items():
+        then = before.get(name, numbers)
+        shown[name] = {"completed_per_s": (numbers.completed - then.completed) / elapsed_s,
+                       "dead_per_s": (numbers.dead - then.dead) / elapsed_s}
+    return shown
 
 
 def numbers_or_error(queue: Queue | PartitionedQueue) -> QueueNumbers | CommandRefused:
@@ -357,6 +427,26 @@ def record_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
     result = fields.pop("result", None)
     text = {"state": "completed", **{k: text_of(v) for k, v in fields.items()}}
     return JobView(queue.name, job_id, "completed", text, result, None, now_ms, kept_ms=kept_ms)
+
+
+def job_story(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
+    """One job as ``emq inspect`` and its page show it: its row, or, completed within its
+    retention, its record and result; None when it has neither."""
+    return job_view(queue, job_id) or record_view(queue, job_id)
+
+
+def dead_jobs(queue: Queue | PartitionedQueue, limit: int) -> tuple[int, list[JobView]]:
+    """How many jobs are dead, and the first ``limit`` of them (``emq dead``)."""
+    return queue.counts().dead, job_page(queue, State.DEAD, offset=0, count=limit)
+
+
+def events_setting(queue: Queue) -> tuple[bytes | None, bool]:
+    """The queue's event stream as set: its bound (``meta events``; None: never turned on) and
+    whether a stream is kept."""
+    bound, kept = queue.connection.round_trip([Plain(("HGET", queue.keys.meta, "events")),
+                                               Plain(("EXISTS", queue.keys.events))])
+    raise_first([bound, kept])
+    return bound, bool(kept)
 
 
 #: The sets of lane and flow jobs a page can list, by the count that counts them (``Counts``); a

@@ -4,13 +4,14 @@ durations as people type them, and a bounded verb repeated until it runs dry."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import valkey
 from valkey.cluster import ValkeyCluster
 from valkey.exceptions import ResponseError
 
-from .._client.connection import BRANDS, brand_unreadable, plain_commands, read_brand, served_tokens
+from .._client.connection import BRANDS, brand_unreadable, open_client, plain_commands, read_brand, served_tokens
 from ..errors import BrandError, ConfigurationError
 from .._protocol.keys import VERSION_KEY
 
@@ -53,6 +54,25 @@ def apply_brand(client: valkey.Valkey | ValkeyCluster, wire: int, replace: bool)
     if have != want:
         client.set(VERSION_KEY, want)
     return want
+
+
+@dataclass(frozen=True)
+class Branded:
+    """A node branded by :func:`brand_url`, and where the brand is."""
+
+    brand: bytes
+    primaries: int | None = None  #: on a Valkey Cluster: how many primaries it has (None: one node)
+    holder: str | None = None  #: on a Valkey Cluster: the primary that holds the brand's key
+
+
+def brand_url(url: str, wire: int, *, replace: bool = False, cluster: bool | str = "auto") -> Branded:
+    """:func:`brand_node` on the node at ``url`` (``emq brand``); on a Valkey Cluster the brand is
+    one key for the whole cluster, written on the primary of its slot."""
+    with open_client(url, cluster) as client:
+        brand = brand_node(client, wire, replace=replace)
+        if isinstance(client, ValkeyCluster):
+            return Branded(brand, len(client.get_primaries()), client.get_node_from_key(VERSION_KEY).name)
+        return Branded(brand)
 
 
 def brand_refusal(have: bytes | None, wire: int, replace: bool, data: Sequence[bytes]) -> BrandError | None:

@@ -36,13 +36,14 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..admin.steps import in_batches, parse_duration_ms
+from ..admin import actions
+from ..admin.steps import parse_duration_ms
 from .._client.connection import Connection
 from ..errors import ConfigurationError, ConnectionFailed, EchoMQError
 from .._core.workers import WorkerRecord, serving
 from ..admin.workers import list_workers
-from ..admin.inventory import (GROUPED_SETS, QueueNumbers, QueueScan, ago, job_page, job_view, numbers_of,
-                               numbers_or_error, queue_exists, record_view, scan_queues, waiting_unserved)
+from ..admin.inventory import (GROUPED_SETS, QueueNumbers, QueueScan, ago, job_page, job_story, numbers_of,
+                               numbers_or_error, queue_exists, scan_queues, waiting_unserved)
 from .._protocol.keys import QUEUE_NAME, State, check_group, check_job_id
 from ..observe.metrics import NodeCollector
 from .._client.partitioned import AnyQueue, PartitionedQueue, open_queue, open_queues
@@ -190,7 +191,7 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
     def job_page_view(request: Request) -> Response:
         queue = known_queue(request)
         job_id = _job_id(request.query_params.get("id", ""))
-        view = job_view(queue, job_id) or record_view(queue, job_id)  # a completed job: its record and result
+        view = job_story(queue, job_id)  # a completed job: its record and result
         if view is None:
             raise _Problem(404, f"no job {id_form(job_id)!r} in {queue.name!r} (a completed job is kept only for its "
                                 "task's result_ttl)")
@@ -289,7 +290,7 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
             age_ms = parse_duration_ms(older_than) if older_than else 0
         except ValueError as exc:
             raise _Problem(400, str(exc)) from None
-        purged = in_batches(lambda: queue.purge(older_than_ms=age_ms, limit=PURGE_BATCH), PURGE_BATCH)
+        purged = actions.purge(queue, age_ms, PURGE_BATCH)
         return f"/queues/{queue.name}?state=dead", \
             f"purged {purged} dead job(s){f' dead at least {older_than}' if older_than else ''}"
 

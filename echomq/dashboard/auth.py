@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import hmac
-import ipaddress
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError
+from ..observe.serving import is_loopback
 
 #: the Host headers a dashboard without a token answers (it listens on loopback only)
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
@@ -57,15 +57,6 @@ def same_origin(origin: str | None, host: str | None) -> bool:
     if origin is None:
         return True
     return host is not None and urlsplit(origin).netloc.lower() == host.lower()
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
 
 
 def check_binding(host: str, token: str | None) -> None:

@@ -29,6 +29,7 @@ import selectors
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -73,6 +74,16 @@ def after_exit(policy: RestartPolicy, *, returncode: int, lived_s: float, young_
         return Exit(None, young_deaths)
     deaths = 0 if returncode == 0 or lived_s >= policy.healthy_s else young_deaths + 1
     return Exit(restart_delay_s(policy, deaths), deaths)
+
+
+def process_commands(options: Sequence[str], processes: int, metrics_port: int | None) -> list[list[str]]:
+    """The command of each of ``processes`` worker processes (pure): ``emq worker`` with ``options``
+    (the app and every option given but ``--processes``, ``--url`` and ``--metrics-port``), each
+    with a ``--metrics-port`` of its own (the given one + its index; 0, a free port, stays 0)."""
+    # -P: the current directory is not put first on sys.path (load_app puts it after the standard library)
+    return [[sys.executable, "-P", "-m", "echomq.cli", "worker", *options,
+             *([] if metrics_port is None else ["--metrics-port", str(metrics_port and metrics_port + index)])]
+            for index in range(processes)]
 
 
 def how_it_ended(returncode: int | None) -> str:

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from echomq import PayloadError, Queue
-from echomq.cli import ENQUEUE_BATCH
+from echomq.admin.actions import ENQUEUE_BATCH
 from echomq.dashboard import Settings, serving
 from echomq._protocol.serializers import RAW
 from echomq._protocol.shown import LISTED_CHARS

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from echomq.cli import shadowing
+from echomq.worker.loading import shadowing
 from echomq._core.core import encode_payload
 from echomq.dashboard.auth import MAX_DELAY_S, check_token, refusal_delay_s, same_origin
 from echomq.errors import ConfigurationError, PayloadError

@@ -1,0 +1,97 @@
+"""The operator's writes on a queue, as ``emq`` and the dashboard make them: jobs enqueued a batch
+at a time, named jobs acted on one at a time (a refusal stops only its own), a bounded verb
+repeated until it runs dry, and what a drain or a sweep did in all."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain, islice, repeat
+from typing import Any, Callable, Iterator, Sequence
+
+from .._client.partitioned import AnyQueue, PartitionedQueue
+from .._client.queue import Enqueued, Sweep
+from .._core.reaper import merged
+from .._protocol.keys import State
+from ..errors import ConfigurationError, StateError
+from .steps import in_batches
+
+#: jobs :func:`enqueue_jobs` makes and sends at once: its memory is a batch's, whatever the count
+ENQUEUE_BATCH = 1000
+
+
+def enqueue_jobs(queue: AnyQueue, values: Sequence[Any], *, count: int = 1, job_id: str | None = None,
+                 key: str | None = None, delay_ms: int | None = None, priority: int = 0,
+                 group: str | None = None) -> Iterator[Enqueued]:
+    """Enqueue each of ``values`` ``count`` times (``emq enqueue``): scheduled ``delay_ms`` from now,
+    under ``job_id``, to ``key``'s partition, or as lane jobs of ``group``. Where they may go is
+    checked now (ConfigurationError); the jobs are made and sent :data:`ENQUEUE_BATCH` at a time
+    as the answers are read."""
+    if key is not None:
+        if not isinstance(queue, PartitionedQueue):
+            raise ConfigurationError(f"--key picks a partition: queue {queue.name!r} is not partitioned")
+        queue = queue.partition(key=key)
+    if group is not None and isinstance(queue, PartitionedQueue):
+        raise ConfigurationError(f"queue {queue.name!r} is partitioned: lanes are one queue's (no --group)")
+    return _enqueued(queue, chain.from_iterable(repeat(values, count)), job_id, delay_ms, priority, group)
+
+
+def _enqueued(queue: AnyQueue, every: Iterator[Any], job_id: str | None, delay_ms: int | None, priority: int,
+              group: str | None) -> Iterator[Enqueued]:
+    while batch := list(islice(every, ENQUEUE_BATCH)):
+        if delay_ms is not None:
+            yield from [queue.schedule(v, delay_ms, id=job_id, priority=priority) for v in batch]
+        elif job_id is not None:
+            yield queue.enqueue(batch[0], id=job_id, priority=priority, group=group)
+        else:
+            yield from queue.enqueue_many(batch, priority=priority, group=group)
+
+
+def reprocess_dead(queue: AnyQueue, job_ids: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """Send dead jobs back to pending: the ones named, or (None) every dead job of the queue.
+    Returns (the ids moved, the ids that were not in dead)."""
+    ids = list(job_ids) if job_ids is not None else \
+        [job_id for job_id, _ in queue.ids(State.DEAD, count=queue.counts().dead or 1)]
+    moved = [job_id for job_id in ids if queue.reprocess(job_id)]
+    return moved, [job_id for job_id in ids if job_id not in set(moved)]
+
+
+def each_job(job_ids: Sequence[str], act: Callable[[str], Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``act`` on every named job, one at a time: (its answer by id, the server's refusal by id).
+    A refusal (an active job for remove, a job not active for cancel) stops only its own id."""
+    answers: dict[str, Any] = {}
+    refused: dict[str, str] = {}
+    for job_id in job_ids:
+        try:
+            answers[job_id] = act(job_id)
+        except StateError as exc:
+            refused[job_id] = str(exc)
+    return answers, refused
+
+
+def purge(queue: AnyQueue, older_than_ms: int, batch: int) -> int:
+    """Delete the queue's dead jobs (only those dead at least ``older_than_ms``; 0: all), oldest
+    first, ``batch`` per call; how many."""
+    return in_batches(lambda: queue.purge(older_than_ms=older_than_ms, limit=batch), batch)
+
+
+@dataclass(frozen=True)
+class Drained:
+    pending: int  #: pending jobs deleted, flat and lane jobs alike
+    lanes: int  #: of them, lane jobs
+    flows_left: int  #: flow jobs not started, left: a parent waits for its children
+
+
+def drain(queue: AnyQueue, batch: int) -> Drained:
+    """Delete the queue's pending jobs, flat and lane jobs alike, ``batch`` per call (a partitioned
+    queue has no lanes); active, scheduled, dead and flow jobs are left."""
+    flat = in_batches(lambda: queue.drain(limit=batch), batch)
+    lanes = 0 if isinstance(queue, PartitionedQueue) else in_batches(lambda: queue.drain_lanes(limit=batch), batch)
+    return Drained(flat + lanes, lanes, queue.counts().flow_waiting_total)
+
+
+def sweep(queue: AnyQueue, max_stalled: int, limit: int) -> Sweep:
+    """Recover expired leases once: STALLED.CHECK, then the reaper for lane and flow leases (a
+    partitioned queue has no lanes)."""
+    lanes = [] if isinstance(queue, PartitionedQueue) else [queue.reap(max_stalled, limit)]
+    return merged([queue.stalled_check(max_stalled, limit), *lanes])
+
