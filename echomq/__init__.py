@@ -42,6 +42,7 @@ from ._protocol.keys import Keyspace, State
 from ._protocol.rates import RateLimit
 from ._protocol.results import Status
 from ._protocol.serializers import JSON, RAW, JSONSerializer, RawSerializer
+from ._protocol.shown import publish as _publish
 from ._protocol.verbs import Admission
 from ._core.flows import CHILD_FAILURE, Flow, same_slot_name
 from ._core.workers import WorkerRecord
@@ -76,3 +77,4 @@ __all__ = [
     # the workers list
     "HeartbeatConfig", "WorkerRecord", "list_workers",
 ]
+_publish("echomq", globals(), __all__)  # messages name these classes so: echomq.Connection

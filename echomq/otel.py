@@ -9,7 +9,7 @@ What it records (docs/observability.md):
 
 * ``create <queue>``, a PRODUCER span for every payload enqueued or scheduled, a child of
   the span current where ``enqueue`` was called. It lasts no time: it marks the message,
-  and its context is what the job carries (:mod:`echomq._protocol.envelope`) to whoever runs it.
+  and its context is what the job carries (its trace envelope) to whoever runs it.
 * ``emq <verb>``, a CLIENT span for every round trip that carries an enqueue or schedule
   (``verbs=`` to choose others), from ``verb.start`` to ``verb.stop`` or ``verb.error``.
 * ``process <queue>``, a CONSUMER span for every job a worker runs, from ``job.claimed`` to

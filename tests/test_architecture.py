@@ -289,3 +289,84 @@ def test_every_error_is_exported_by_echomq():
               and value.__module__ == "echomq.errors"}
     assert set(errors.__all__) == raised and raised <= set(echomq.__all__)
 
+
+# --------------------------------------------------------------------------- what users read names public places
+
+
+def internal_names(text: str) -> list[str]:
+    """The dotted ``echomq.…`` names in ``text`` no public place exports (a logger's name aside)."""
+    return sorted({name for name in re.findall(r"\bechomq(?:\.[A-Za-z_]\w*)+", text)
+                   if name not in NOT_IMPORTS and public_place(name) is None})
+
+
+def message_texts(path: Path) -> list[tuple[int, str]]:
+    """Every string a module's code holds, where its messages (raised, logged, printed) come from: its
+    docstrings (the developer's map: a public object's are checked below), a logger's name and a
+    ``MODULE:APP`` spec a command runs (``emq worker echomq.local.demo:app``) aside."""
+    tree = ast.parse(path.read_text())
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body and \
+                isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            skipped.add(id(node.body[0].value))
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("getLogger"):
+            skipped.update(id(arg) for arg in node.args)
+    return [(node.lineno, re.sub(r"\bechomq(?:\.\w+)+:\w+", "MODULE:APP", node.value)) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped]
+
+
+def test_no_message_names_an_internal_path():
+    """A message (an error, a log line, a hint) names what users can import or read: ``echomq.Connection``,
+    a documented constant, a doc page; never the module a name happens to be defined in today."""
+    found = [f"{path.relative_to(ROOT)}:{line}: {names}" for path in modules().values()
+             for line, text in message_texts(path) if (names := internal_names(text))]
+    assert found == []
+
+
+def test_the_message_finder_finds_an_internal_path_in_an_f_string(tmp_path):
+    source = tmp_path / "probe.py"
+    source.write_text('import logging\nlog = logging.getLogger("echomq.worker.loop")\n'
+                      'def f(n):\n    """Uses echomq._core.core."""\n'
+                      '    raise ValueError(f"{n} bytes (echomq._protocol.results.MAX_RESULT_BYTES)")\n')
+    assert [internal_names(text) for _, text in message_texts(source) if internal_names(text)] == \
+        [["echomq._protocol.results.MAX_RESULT_BYTES"]]
+
+
+def public_docstrings() -> dict[str, str]:
+    """What ``help()`` shows of the public surface: each public module's docstring, and every exported
+    class's and function's, with its public methods' and properties'."""
+    found: dict[str, str] = {}
+    for module_name in ("echomq", "echomq.aio", "echomq.testing", "echomq.errors", "echomq.hooks", "echomq.otel"):
+        module = importlib.import_module(module_name)
+        found[module_name] = module.__doc__ or ""
+        for name in getattr(module, "__all__", [n for n in vars(module) if not n.startswith("_")]):
+            value = getattr(module, name)
+            if isinstance(value, ModuleType) or not getattr(value, "__module__", "").startswith("echomq"):
+                continue
+            found[f"{module_name}.{name}"] = getattr(value, "__doc__", None) or ""
+            for klass in value.__mro__ if isinstance(value, type) else ():
+                for attr, member in vars(klass).items() if klass.__module__.startswith("echomq") else ():
+                    if not attr.startswith("_") and (callable(member) or isinstance(member, property)):
+                        found[f"{module_name}.{name}.{attr}"] = getattr(member, "__doc__", None) or ""
+    return found
+
+
+def test_what_help_shows_of_the_public_surface_names_only_public_places():
+    docstrings = public_docstrings()
+    assert len(docstrings) > 300  # the surface was walked, methods and all
+    assert {where: names for where, text in docstrings.items() if (names := internal_names(text))} == {}
+
+
+def test_a_message_names_an_echomq_class_by_its_public_spelling():
+    from echomq import Connection, aio
+    from echomq._core.core import check_connection
+    from echomq._protocol.shown import type_name
+
+    with pytest.raises(TypeError, match=r"not a value of type echomq\.aio\.Connection: open one with conn = "):
+        check_connection(object.__new__(aio.Connection), Connection, "echomq.Queue", "echomq.connect(url)")
+    for module_name in ("echomq", "echomq.aio"):
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            if isinstance(value := getattr(module, name), type):
+                assert public_place(type_name(value)) is not None, (module_name, name, type_name(value))
+    assert type_name(dict) == "builtins.dict"

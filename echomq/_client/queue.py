@@ -223,7 +223,7 @@ class Queue(QueueCore):
     def cancel(self, job_id: str) -> bool:
         """Revoke an active job's lease: it goes dead with ``last_error`` ``cancelled``, its holder's
         settle is refused and its handler sees ``ctx.lost`` within about half a second (the worker's
-        look for cancels, ``echomq.worker.policy.CANCEL_CHECK_MS``). False when there
+        look for cancels: ``CANCEL_CHECK_MS`` in echomq/worker/policy.py). False when there
         is no row; a job that is not active is refused (:class:`StateError`)."""
         return self._run(self.op_cancel(job_id))
 
@@ -254,7 +254,7 @@ class Queue(QueueCore):
         return self._run(self.op_stalled_check_and_next_expiry(max_stalled, limit))
 
     def reap(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
-        """The reaper (:mod:`echomq._core.reaper`): recover up to ``limit`` expired lane and flow leases,
+        """The reaper (echomq/_core/reaper.py): recover up to ``limit`` expired lane and flow leases,
         which STALLED.CHECK refuses, with its verdicts and budget."""
         return self.reap_and_next_due(max_stalled, limit)[0]
 

@@ -31,6 +31,7 @@ from .._protocol.results import (MAX_RESULT_BYTES, ROW_FIELDS, WAITER_TTL_S, Com
                                  Unknown, Waiting, decide_result, encode_result, result_value, status_of)
 from .._protocol.rates import RateLimit, parse_rate_limit
 from .._protocol.serializers import JSON, Serializer, encode
+from .._protocol.shown import type_name
 from .._protocol.verbs import (
     BY_NAME, CLAIMS_MAX, EVENTS_MAX, EXTENDS_MAX_PAIRS, LIMIT_MAX, NO_LANES, Admission, Call, Claimed, Counts, Plain,
     Sweep, Throttled, build_call, check_int, check_traceback, text,
@@ -254,7 +255,7 @@ def check_connection(given: Any, expected: type, what: str, opened_by: str, take
     if isinstance(given, str):
         kind = f"the {'URL' if '://' in given else 'string'} {given[:80]!r}"
     else:
-        kind = f"a value of type {type(given).__module__}.{type(given).__qualname__}"
+        kind = f"a value of type {type_name(type(given))}"
     raise TypeError(f"{what} takes a connection, not {kind}: open one with conn = {opened_by}, then {what}({takes})")
 
 
@@ -341,7 +342,7 @@ class QueueCore:
 
     def encode(self, payload: Any) -> bytes:
         """The payload's bytes, checked client-side: encodable and within ``max_payload_bytes``
-        (then wrapped in a trace envelope when tracing is on: :mod:`echomq._protocol.envelope`)."""
+        (then wrapped in a trace envelope when tracing is on: docs/observability.md)."""
         return envelope.wrap(self.name, encode_payload(self.serializer, payload, self.max_payload_bytes))
 
     def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0, group: str | None = None) -> Call:
@@ -383,7 +384,7 @@ class QueueCore:
         """COMPLETE with the outcome told (the bus): ``result`` (already encoded) kept as the job's
         completed record for ``retention_ms`` (0: no record). A lane job's is LANE_COMPLETE, which
         keeps the record and tells the outcome the same way. ``checked_already``: ``job`` is a Job this
-        process claimed, ``result`` came from :func:`~echomq._protocol.results.keepable_result` and
+        process claimed, ``result`` came from ``keepable_result`` (echomq/_protocol/results.py) and
         ``retention_ms`` from a Task, so none is checked again (the worker's settles)."""
         if checked_already:  # a Job claimed here (the worker's every completion): its id and token as claimed
             claimed: Job = job  # type: ignore[assignment]
@@ -625,7 +626,7 @@ class QueueCore:
     def completion_calls(self, parts: Sequence[Any], retention_ms: int | None) -> list[Call]:
         """The calls that complete flat jobs this process claimed (the worker's settles), from their
         ARGV one after another: (id, token) pairs, or with ``retention_ms`` (id, token, result)
-        triples whose results :func:`~echomq._protocol.results.keepable_result` made. Several jobs travel as
+        triples whose results ``keepable_result`` (echomq/_protocol/results.py) made. Several jobs travel as
         COMPLETES or PUBLISHES, one call per EXTENDS_MAX_PAIRS; one job, or a node without the
         batch verb, as single COMPLETEs or PUBLISHes. None is checked again, and no Call is built
         a job (a Call a job, grouped by :func:`batched_settles`, cost the worker 10 % more

@@ -27,6 +27,7 @@ from typing import Any, Callable, Union
 
 from ..errors import PayloadError, ResultNotKept
 from .serializers import Serializer, encode
+from .shown import type_name
 
 #: How long a completed job's record (and its result) is kept by default, seconds: long enough for
 #: a caller to collect it, short enough that a busy queue's records stay a bounded memory.
@@ -195,7 +196,7 @@ def decide_result(seen: Seen, told: bytes | str | None = None) -> Verdict:
 def encode_result(serializer: Serializer, value: Any, max_bytes: int | None) -> bytes:
     """A handler's return value as the bytes PUBLISH stores; :class:`PayloadError` when the
     serializer refuses it or it is over ``max_bytes`` (the worker then fails the attempt)."""
-    return encode(serializer, value, max_bytes, what="result", limit="echomq._protocol.results.MAX_RESULT_BYTES")
+    return encode(serializer, value, max_bytes, what="result", limit="a result's limit: docs/results.md")
 
 
 def keepable_result(serializer: Serializer, value: Any, max_bytes: int) -> tuple[bytes, NotKept | None]:
@@ -206,8 +207,7 @@ def keepable_result(serializer: Serializer, value: Any, max_bytes: int) -> tuple
     try:
         return encode_result(serializer, value, max_bytes), None
     except PayloadError as refused:
-        kind = type(value)
-        not_kept = NotKept(f"{kind.__module__}.{kind.__qualname__}", refused.size,
+        not_kept = NotKept(type_name(type(value)), refused.size,
                            str(refused)[:NOT_KEPT_REASON_CHARS])
         return not_kept.encode(), not_kept
 

@@ -1,4 +1,4 @@
-"""What people see of data a job carries, and of the secrets a command was given.
+"""What people see of data a job carries, of the secrets a command was given, and of EchoMQ's types.
 
 Whatever a job holds (its id, payload, error, traceback, result, group) and whatever a raw
 command left in the keyspace reaches an operator's terminal, log and browser. Nothing of it
@@ -14,6 +14,7 @@ break, or markup. Every place that prints it goes through this module (pure, no 
 * :func:`quoted` -- an id in a log line: its id form between double quotes.
 * :func:`clip` -- a long text cut for a list (escaped when shown, as any other).
 * :func:`redact_url` -- a node's URL with its password replaced by ``***``.
+* :func:`type_name` -- a type in a message: EchoMQ's by the public name users import it under.
 
 Ids read from the server are text with Python's surrogate escapes (PEP 383) for bytes that are
 not UTF-8 (:func:`echomq._protocol.verbs.text`), and the clients encode them back the same way: so an id
@@ -23,6 +24,7 @@ another client wrote as raw bytes is listed, shown as ``\\xNN`` and acted on lik
 from __future__ import annotations
 
 import re
+from typing import Any, Iterable, Mapping
 
 #: the short escapes; every other character that is not printable is \\xNN, \\uNNNN or \\UNNNNNNNN
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
@@ -115,3 +117,22 @@ def redact_url(url: str) -> str:
     """``url`` with its password (the userinfo's, or a ``password=`` query argument) shown as ``***``;
     a URL without one comes back unchanged."""
     return _PASSWORD_ARGUMENT.sub(r"\1***", _PASSWORD.sub(r"\1:***@", url))
+
+
+#: EchoMQ's public classes by the name users import them under: the public modules record theirs
+#: as they load (:func:`publish`), since where a class is defined is internal and may move
+_PUBLIC_NAMES: dict[type, str] = {}
+
+
+def publish(module: str, namespace: Mapping[str, Any], names: Iterable[str]) -> None:
+    """Record the classes among ``names`` (a public module's ``__all__``) as ``module.name`` for
+    :func:`type_name`; a class two public modules export keeps the first name recorded."""
+    for name in names:
+        if isinstance(value := namespace[name], type):
+            _PUBLIC_NAMES.setdefault(value, f"{module}.{name}")
+
+
+def type_name(kind: type) -> str:
+    """A type as a message names it: an EchoMQ class by its public name (``echomq.Connection``, not
+    the module that defines it), any other by its module and name (``builtins.dict``)."""
+    return _PUBLIC_NAMES.get(kind) or f"{kind.__module__}.{kind.__qualname__}"

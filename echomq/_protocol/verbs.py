@@ -84,15 +84,15 @@ def check_int(name: str, value: Any, low: int, high: int = I64_MAX) -> int:
 
 
 def check_traceback(traceback: Any) -> str:
-    """FAIL's traceback: text of at most MAX_TRACEBACK_BYTES in UTF-8 (:func:`echomq.worker.policy.describe_traceback`
-    keeps a longer one's tail)."""
+    """FAIL's traceback: text of at most MAX_TRACEBACK_BYTES in UTF-8 (the worker keeps a longer one's
+    tail: ``describe_traceback`` in echomq/worker/policy.py)."""
     try:
         size = len(traceback.encode())
     except (AttributeError, UnicodeEncodeError) as exc:
         raise errors.ConfigurationError(f"bad traceback: UTF-8 text, got {type(traceback).__name__} ({exc})") from exc
     if size > MAX_TRACEBACK_BYTES:
         raise errors.ConfigurationError(f"bad traceback of {size} bytes: at most {MAX_TRACEBACK_BYTES} in UTF-8 "
-                                        "(keep its tail: echomq.worker.policy.describe_traceback)")
+                                        "(keep its tail, as the worker does: docs/workers.md, Errors you can debug)")
     return traceback
 
 

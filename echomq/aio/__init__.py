@@ -6,10 +6,10 @@
     await conn.aclose()
 
 :class:`Queue` drives the same operations as :class:`echomq.Queue` (those of
-:class:`~echomq._core.core.QueueCore`): the same calls, argument checks, replies and
+``QueueCore`` in echomq/_core/core.py): the same calls, argument checks, replies and
 errors; only the sending awaits. The connection makes the same handshake checks as
 :func:`echomq.connect` (the tokens on wire 6, the brand, the scripts), from the same
-pure functions in :mod:`echomq._client.connection`. Replies are parsed by libvalkey when it
+pure functions (echomq/_client/connection.py). Replies are parsed by libvalkey when it
 is installed (valkey-py picks it up by itself); the batch forms pipeline, and the calls
 that many tasks make in the same turn of the event loop go out together in one pipeline
 (each still its own atomic call), so concurrency costs round trips only once per turn.
@@ -25,7 +25,7 @@ instead of opening sockets without bound. Size it near the number of requests yo
 serve at once; every worker process of the service has its own pool. On a cluster
 (found by ``connect``, or ``cluster=True``) ``max_connections`` bounds the sockets to each node.
 Result waiters (:meth:`Queue.result`) hold no pooled socket each: they share one subscribed
-socket per node (:mod:`echomq.aio.outcome_hub`). A call the server may hold while it waits (an event
+socket per node (echomq/aio/outcome_hub.py). A call the server may hold while it waits (an event
 follower's XREAD BLOCK, :meth:`Queue.bclaim`) goes out alone, on a pooled socket it holds meanwhile:
 batched, every call of its turn would wait as long.
 
@@ -65,7 +65,7 @@ from .._client.partitioned import POp, PartitionedCore, op_declare
 from .._protocol.rates import RateLimit
 from .._protocol.results import TOLD_GRACE_S, Status, relink_pause_s, wait_slice_s
 from .._protocol.serializers import JSON, Serializer
-from .._protocol.shown import redact_url
+from .._protocol.shown import publish, redact_url
 from .._protocol.verbs import ID_ENCODING, Call, Counts, Plain, Sweep, blocks
 
 __all__ = ["Connection", "EchoAsyncCluster", "PartitionedQueue", "Queue", "connect"]
@@ -113,7 +113,7 @@ def _pool(pool: avalkey.ConnectionPool) -> avalkey.ConnectionPool:
 
 class EchoAsyncCluster(AsyncValkeyCluster):
     """valkey-py's asyncio cluster client, routing EchoMQ's verbs by their first key (their
-    queue's slot), as :class:`echomq._client.connection.EchoCluster` does for the sync client."""
+    queue's slot), as the sync client's does (``EchoCluster`` in echomq/_client/connection.py)."""
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         at = first_key_at((command, *args))
@@ -311,7 +311,7 @@ class Connection(WireCodec):
     async def outcome_listener(self, channel: str, *, confirm_s: float = 10.0
                                ) -> AsyncIterator[Callable[[float | None], Awaitable[bytes | None]]]:
         """As :meth:`echomq.Connection.outcome_listener`, awaited: SSUBSCRIBEd, confirmed, on the
-        socket every waiter of this connection shares (:mod:`echomq.aio.outcome_hub`; on a cluster,
+        socket every waiter of this connection shares (echomq/aio/outcome_hub.py; on a cluster,
         one to the node that serves the channel's slot); yields ``await wait(timeout_s)``, which
         returns the next message or None when the time runs out."""
         node = self.client.get_node_from_key(channel) if self.cluster else None
@@ -684,7 +684,7 @@ class PartitionedQueue(PartitionedCore[Queue]):
     """:class:`echomq.PartitionedQueue` on an asyncio connection; every method is a coroutine.
     Open it with ``await PartitionedQueue.open(conn, "emails", partitions=8)`` (which declares N,
     or reads the recorded layout without ``partitions``); the constructor takes a layout already
-    declared (the partitions' queue names, as :func:`~echomq._client.partitioned.op_declare` answers)."""
+    declared (the partitions' queue names, as ``op_declare`` in echomq/_client/partitioned.py answers)."""
 
     def __init__(self, connection: Connection, name: str, layout: Sequence[str], *, serializer: Serializer = JSON,
                  max_payload_bytes: int | None = MAX_PAYLOAD_BYTES) -> None:
@@ -800,3 +800,6 @@ class PartitionedQueue(PartitionedCore[Queue]):
 
     async def ids(self, state: State | str, *, offset: int = 0, count: int = 100) -> list[tuple[str, float]]:
         return [(job_id, score) for _, job_id, score in await self.located_ids(state, offset=offset, count=count)]
+
+
+publish("echomq.aio", globals(), __all__)  # messages name these classes so: echomq.aio.Connection

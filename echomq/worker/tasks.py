@@ -317,7 +317,7 @@ class App:
     def cron(self, expr: str, *, queue: str, payload: Any = None, id: str | None = None) -> Cron:
         """A periodic job: ``payload`` enqueued on ``queue`` at every tick of ``expr`` (5-field cron,
         6 with the seconds first, or ``@every <duration>``), exactly once per tick across every
-        worker that serves ``queue`` (:mod:`echomq.worker.cron`). ``id`` names the schedule (default: the
+        worker that serves ``queue`` (docs/scheduling.md). ``id`` names the schedule (default: the
         queue's name); two schedules of one app need two ids."""
         schedule = Cron(expr, queue, payload, id or "")
         if any(s.id == schedule.id for s in self.schedules):
