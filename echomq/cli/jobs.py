@@ -291,4 +291,3 @@ def settled_report(queue_name: str, verb: str, done: Any, answers: dict[str, Any
         click.echo(f"{verb} {len(done)} job(s) of {queue_name}")
     if missed or refused:
         sys.exit(1)
-

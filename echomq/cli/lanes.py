@@ -84,6 +84,3 @@ def group_list(url: str, wire: str, queue_name: str, as_json: bool) -> None:
     for g, c in groups.items():
         table.add_row(cell(g), str(c.waiting), str(c.running), str(c.limit), "yes" if c.paused else "")
     out.print(table)
-
-
-# -- events ---------------------------------------------------------------------------

@@ -98,4 +98,3 @@ def parity(args: tuple[str, ...]) -> None:
     from ..parity import main as parity_main
 
     sys.exit(parity_main(list(args), prog="emq parity"))
-

@@ -24,10 +24,6 @@ from ..admin.inventory import (QueueNumbers, ago, node_where, queue_scan, rates,
 from ..admin.workers import list_workers
 from .common import cell, err, json_option, node_options, opened, out, print_json, reported, require_queue
 
-
-# -- stats ---------------------------------------------------------------------------
-
-
 #: the table's columns: the four sets as they are now, then the running totals of the metrics hashes
 STATS_COLUMNS = ("queue", "pending", "active", "scheduled", "dead", "completed\n(total)", "dead\n(total)")
 #: shown only when some queue has lane or flow jobs (their own sets, beside the flat four)
@@ -173,5 +169,3 @@ def workers(url: str, wire: str, as_json: bool) -> None:
                       str(r.completed),
                       str(r.failed), ago(now - r.started), ago(now - r.last_beat) + " ago")
     out.print(table)
-
-
