@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from echomq import ConnectionFailed, EmbeddedServer, Queue, brand_node, connect, hooks, list_workers, module_path
 from echomq.admin.doctor import examine
+from echomq.local.versions import facts_of
 from echomq.admin.inventory import job_page, job_view, numbers_of, queue_exists, record_view, scan_queues
 from echomq.cli import main
 from echomq._client.connection import open_client
@@ -86,13 +87,6 @@ def test_a_link_that_drops_during_an_admin_read_is_connection_failed(node, wire,
     assert command in str(failed.value), failed.value
 
 
-def test_the_workers_list_takes_a_connection_not_a_raw_client(server4):
-    with server4.client() as client, pytest.raises(TypeError) as refused:
-        list_workers(client)
-    assert "echomq.list_workers takes a connection" in str(refused.value)
-    assert "conn = echomq.connect(url), then echomq.list_workers(conn)" in str(refused.value)
-
-
 def test_a_scan_reads_every_matching_key_a_step_at_a_time_on_the_send_path(conn, server):
     names = [f"scan-probe-{n}" for n in range(25)]
     with server.client() as client:
@@ -109,14 +103,20 @@ def test_a_scan_reads_every_matching_key_a_step_at_a_time_on_the_send_path(conn,
     assert len(seen) >= 2 and all(names == ["scan"] for names in seen)  # COUNT 10 over a whole keyspace: steps
 
 
-@pytest.mark.parametrize("act", ["doctor", "brand"])
-def test_a_link_that_drops_during_the_doctors_reads_or_a_brand_is_connection_failed(node, act):
-    """The doctor and the brand read a node that may carry no brand yet, so on a raw client: the
-    connection layer's mapping still makes a dropped link ConnectionFailed."""
+#: what reads a node that may carry no brand yet, on a raw client, and the read its fault names
+RAW_READS = {"doctor": (examine, "the doctor's reads"), "brand": (lambda client: brand_node(client, 4), "the brand"),
+             "emq --version --url": (lambda client: facts_of(client, "url"), "the node's versions")}
+
+
+@pytest.mark.parametrize("act", RAW_READS)
+def test_a_link_that_drops_during_a_read_of_an_unbranded_node_is_connection_failed(node, act):
+    """The doctor, the brand and ``emq --version --url`` read a node that may carry no brand yet, so
+    on a raw client: the connection layer's mapping still makes a dropped link ConnectionFailed."""
+    reads, named = RAW_READS[act]
     client = open_client(node.url, cluster=False, socket_timeout=2)
     node.kill()
-    with pytest.raises(ConnectionFailed, match="the doctor's reads" if act == "doctor" else "the brand"):
-        examine(client) if act == "doctor" else brand_node(client, 4)
+    with pytest.raises(ConnectionFailed, match=named):
+        reads(client)
     client.close()
 
 

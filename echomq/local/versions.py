@@ -20,7 +20,7 @@ import valkey
 from .._version import __version__
 from ..admin.doctor import answered, module_version, server_kind
 from ..errors import EchoMQError
-from .._client.connection import open_client, wire_of_brand
+from .._client.connection import open_client, plain_commands, wire_of_brand
 from .._protocol.keys import VERSION_KEY
 from .._protocol.shown import one_line, redact_url
 from .module import module_path
@@ -93,13 +93,20 @@ def node_facts(url: str) -> NodeFacts:
     """What the node at ``url`` runs (this node only: on a cluster, the one the URL names)."""
     client = open_client(url, cluster=False)
     try:
+        return facts_of(client, redact_url(url))
+    finally:
+        client.close()
+
+
+def facts_of(client: valkey.Valkey, shown_url: str) -> NodeFacts:
+    """What the node behind ``client`` runs. The node may carry no brand, so it is read on a raw
+    client; a link fault is ConnectionFailed all the same."""
+    with plain_commands("the node's versions"):
         info = answered(client.info, "server")
         tokens = answered(client.execute_command, "EMQ.VERSION")
         modules = answered(client.execute_command, "MODULE", "LIST")
         brand = answered(client.get, VERSION_KEY)
-    finally:
-        client.close()
-    return NodeFacts(redact_url(url), described_server(info), described_module(tokens, modules),
+    return NodeFacts(shown_url, described_server(info), described_module(tokens, modules),
                      "" if isinstance(tokens, Exception) else tokens.decode(), described_brand(brand))
 
 
