@@ -12,11 +12,13 @@ from echomq import ConfigurationError, PartitionedQueue, Queue, State
 from echomq._client.queue import Counts
 from echomq.admin import actions
 from echomq.admin.actions import ENQUEUE_BATCH, Drained, each_job, enqueue_jobs, reprocess_dead
+from echomq.admin.workers import list_workers
 from echomq.admin.inventory import (QueueNumbers, dead_jobs, events_setting, jobs_held, job_story, queues_holding,
                                     rates, with_partitions)
 from echomq.errors import StateError
 from echomq.observe.serving import is_loopback, serve_worker_metrics
 from echomq.worker.loading import NotAnApp, load_app
+from echomq.worker.heartbeat import Heartbeat
 from echomq.worker.supervisor import process_commands
 from helpers import fresh_name, take
 
@@ -157,3 +159,17 @@ def test_the_reads_emq_shows(queue, conn):
     queue.enable_events(10)
     queue.enqueue({})
     assert events_setting(queue) == (b"10", True)
+
+
+def test_the_workers_list_takes_the_connection_and_a_raw_client_still_works_with_a_warning(conn, server):
+    beat = Heartbeat(conn.client, queues=["q"], concurrency=1, wire=conn.wire)
+    beat.run_due(0, held=0, completed=0, failed=0)
+    try:
+        listed = [r for r in list_workers(conn) if r.id == beat.id]
+        with pytest.warns(DeprecationWarning, match=r"echomq.list_workers\(echomq.connect\(url\)\)"):
+            assert [r for r in list_workers(conn.client) if r.id == beat.id] == listed != []
+        with pytest.raises(TypeError, match=r"echomq.list_workers takes a connection, not the URL .*: open one with "
+                                            r"conn = echomq.connect\(url\), then echomq.list_workers\(conn\)"):
+            list_workers(server.url)
+    finally:
+        beat.remove()

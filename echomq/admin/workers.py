@@ -3,13 +3,42 @@ dashboard, and :func:`echomq.list_workers`."""
 
 from __future__ import annotations
 
-from .._client.connection import Connection, run_op
+import warnings
+from typing import Any
+
+import valkey
+from valkey.cluster import ValkeyCluster
+
+from .._client.connection import Connection, plain_commands, run_op
 from .._core.core import check_connection
 from .._core.workers import WorkerRecord, op_workers
 
+#: What a caller that still passes a raw client is told (docs/compatibility.md, "Deprecation").
+RAW_CLIENT_DEPRECATED = ("echomq.list_workers(client) is deprecated: pass the connection instead, "
+                         "echomq.list_workers(echomq.connect(url)), whose reads fail as ConnectionFailed")
+
 
 def list_workers(connection: Connection) -> list[WorkerRecord]:
-    """The live workers, oldest first, read on ``connection`` (:func:`echomq.connect`). Reads only:
-    expired ids are skipped, not removed."""
+    """The live workers, oldest first, read on ``connection`` (:func:`echomq.connect`) in two round
+    trips. Reads only: expired ids are skipped, not removed. A valkey-py client still works, with a
+    DeprecationWarning."""
+    if isinstance(connection, (valkey.Valkey, ValkeyCluster)):
+        warnings.warn(RAW_CLIENT_DEPRECATED, DeprecationWarning, stacklevel=2)
+        with plain_commands("the workers list"):
+            return listed_by_client(connection)
     check_connection(connection, Connection, "echomq.list_workers", "echomq.connect(url)", takes="conn")
     return run_op(connection, op_workers())
+
+
+def listed_by_client(client: Any) -> list[WorkerRecord]:
+    """The workers list read on a raw client, a pipeline for each round trip (the deprecated form)."""
+    op = op_workers()
+    try:
+        request = next(op)
+        while True:
+            pipe = client.pipeline(transaction=False)
+            for command in request:
+                pipe.execute_command(*command.args)
+            request = op.send(pipe.execute(raise_on_error=False))
+    except StopIteration as done:
+        return done.value
