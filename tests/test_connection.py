@@ -23,6 +23,7 @@ from echomq import (
     Queue,
     UnsupportedOnWire,
     WireError,
+    hooks,
     WrongType,
     aio,
     brand_node,
@@ -449,20 +450,18 @@ def test_pause_and_resume_write_only_the_meta_flag_and_on_wire_4_the_wake_marker
     assert dump(conn.client, q.keys) == ({q.keys.wake.encode(): ("zset", [(b"w", 0.0)])} if wire == 4 else {})
 
 
-def test_the_scripted_claim_is_two_round_trips_and_the_native_one(conn, wire, monkeypatch):
-    """SPEC §4: wire 4 reads ``HGET meta paused`` first, then EVALSHA; §5.1: wire 6 folds it into EMQ.CLAIM."""
+def test_the_scripted_claim_is_one_round_trip_with_its_pause_read_and_the_native_one_a_command(conn, wire):
+    """docs/spec.md §4: wire 4 sends ``HGET meta paused`` in the EVALSHA's round trip (the script
+    reads the pause itself too); §5.1: wire 6 folds it into EMQ.CLAIM."""
     q = Queue(conn, fresh(), serializer=RAW)
     q.enqueue(b"p", id="a")
-    sent = []
-    send = conn.client.execute_command
-
-    def recording(*args, **options):  # the real server still answers every command
-        sent.append(str(args[0]).upper())
-        return send(*args, **options)
-
-    monkeypatch.setattr(conn.client, "execute_command", recording)
-    assert q.claim(60_000).id == "a"
-    assert sent == (["HGET", "EVALSHA"] if wire == 4 else ["EMQ.CLAIM"])
+    round_trips: list[list[str]] = []
+    off = hooks.subscribe("verb.start", lambda event, data: round_trips.append(data["verbs"]))
+    try:
+        assert q.claim(60_000).id == "a"
+    finally:
+        off()
+    assert round_trips == ([["hget", "claim"]] if wire == 4 else [["claim"]])
 
 
 # --------------------------------------------------------------------------- pipelines

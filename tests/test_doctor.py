@@ -40,7 +40,7 @@ MODULE_LIST = [[b"name", b"lua", b"ver", 1, b"path", b"lua", b"args", []],
                [b"name", b"trafikey", b"ver", 1, b"path", b"/x/libtrafikey.so", b"args", []]]
 EMQ_VERSION = (b"enqueue claim claim.pause extend extends complete.flat schedule promote reschedule delay fail.flat "
                b"reprocess requeue stalled.check append failures.incr publish claim.block remove cancel purge drain "
-               b"enqueue.unique fail.traceback claim.rate claims completes publishes")
+               b"enqueue.unique fail.traceback claim.rate claims completes publishes enqueues")  # as this module lists them
 CLUSTER_OK = {"cluster_state": "ok", "cluster_slots_assigned": "16384", "cluster_slots_ok": "16384",
               "cluster_slots_pfail": "0", "cluster_slots_fail": "0", "cluster_known_nodes": "3", "cluster_size": "3"}
 CLUSTER_FAIL = {"cluster_state": "fail", "cluster_slots_assigned": "16384", "cluster_slots_ok": "10923",

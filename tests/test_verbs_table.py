@@ -290,8 +290,9 @@ def test_script_uses_exactly_its_declared_keys(verb):
 #: a state written: in an HSET, or in a row's fields gathered for one (``{'state', 'pending', …}``)
 STATE_WRITE = re.compile(r"(?:'HSET',[^)\n]*?|\{)'state',\s*'([^']*)'")
 #: FAIL's move, written once for FAIL and FAILURES.INCR (lib/failure.lua): the states it moves a job to
-FAIL_JOB = re.search(r"\nlocal function fail_job\(.*?\nend\n", (SCRIPTS_DIR / "lib" / "failure.lua").read_text(),
-                     re.S).group(0)
+_FAIL_JOB = re.search(r"\nlocal function fail_job\(.*?\nend\n", (SCRIPTS_DIR / "lib" / "failure.lua").read_text(), re.S)
+assert _FAIL_JOB, "lib/failure.lua defines fail_job"
+FAIL_JOB = _FAIL_JOB.group(0)
 FAIL_STATES = set(re.findall(r"\bstate(?:, \w+)? = '(\w+)'", FAIL_JOB))
 
 
