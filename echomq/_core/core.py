@@ -1040,7 +1040,14 @@ class QueueCore:
         names = ("completed", "failed")
         replies = yield [Plain(("HGET", self.keys.metrics(name), "count")) for name in names]
         raise_first(replies)
-        return {name: int(reply or 0) for name, reply in zip(names, replies)}
+        counts = {}
+        for name, reply in zip(names, replies):
+            try:
+                counts[name] = int(reply or 0)
+            except ValueError:  # a count written by hand: this queue's numbers cannot be read, the rest can
+                raise errors.CounterError(f"EMQ hash value is not an integer: {self.keys.metrics(name)} count "
+                                          f"holds {reply!r}") from None
+        return counts
 
 
 def _stream_entries(reply: Any) -> list[Any]:

@@ -67,7 +67,7 @@ def stats_table(connection: Connection, sampled: dict[str, QueueNumbers | Except
         notes += [Text("no live worker serves (start one: emq worker MODULE:APP; or check the name, emq workers):",
                        style="red"), *unserved]
     if unreadable:
-        notes += [Text("unreadable (one of the queue's keys holds the wrong type):"), *unreadable]
+        notes += [Text("unreadable (one of the queue's keys holds what EchoMQ does not write):"), *unreadable]
     return Group(table, *notes) if notes else table
 
 

@@ -9,6 +9,7 @@ Each test runs on a node of its own per wire (these keys would show on every oth
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import httpx
@@ -65,6 +66,26 @@ def test_a_queue_name_echomq_refuses_is_skipped_and_counted_and_the_rest_is_show
             assert found[f"echomq_jobs[('queue', '{good.name}'), ('state', 'pending')]"] == 1
     finally:
         admin.delete(*BAD_QUEUE_KEYS)
+
+
+def test_a_count_that_is_not_an_integer_hides_its_queue_alone(emq, conn, admin):
+    """A metrics count a raw command wrote (``many``) made ``emq stats`` raise ValueError: now that
+    queue reads as unreadable, named with what its count holds, and every other queue is shown."""
+    good, bad = Queue(conn, fresh_name("good")), Queue(conn, fresh_name("bad"))
+    good.enqueue({"n": 1})
+    bad.enqueue({"n": 2})
+    admin.hset(bad.keys.metrics("completed"), "count", "many")
+    with unchanged(admin):
+        stats = emq("stats")
+        listed = emq("stats", "--json")
+        with serving(conn, Settings()) as url, httpx.Client(base_url=url) as site:
+            pages = {path: site.get(path) for path in ("/", "/metrics", f"/queues/{good.name}")}
+    assert stats.exit_code == 0, stats.output
+    assert re.search(rf"{good.name}\s+1\s", stats.stdout) and "count holds b'many'" in stats.stdout
+    rows = {row["queue"]: row for row in json.loads(listed.stdout)}
+    assert rows[good.name]["pending"] == 1 and "not an integer" in rows[bad.name]["error"]
+    assert all(page.status_code == 200 for page in pages.values()), {p: r.status_code for p, r in pages.items()}
+    assert gauges(pages["/metrics"].text)[f"echomq_jobs[('queue', '{good.name}'), ('state', 'pending')]"] == 1
 
 
 def test_worker_ids_that_are_not_utf8_or_hold_markup_are_listed_escaped(emq, conn, admin):
