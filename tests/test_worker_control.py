@@ -4,7 +4,6 @@ undecodable payloads, and the one budget across restarts."""
 from __future__ import annotations
 
 import signal
-import time
 
 import pytest
 
@@ -32,13 +31,13 @@ def test_a_hung_handler_ends_dead_within_its_budget_of_timeouts(conn, spawn, out
     if async_handler:
         env["EMQ_TEST_ASYNC"] = "1"
     worker = spawn(name, *FAST, env=env)
-    begun = time.monotonic()
     job = queue.enqueue({"hang": True})
-    bound = (TIMEOUT_S + LEASE_MS / 1000) * ATTEMPTS
-    row = wait_until(lambda: is_dead(queue, job.id), bound + 5, "the hung job to go dead")
-    took = time.monotonic() - begun
-    assert took <= bound, f"dead after {took:.2f}s, past (timeout + lease) x attempts = {bound:.2f}s"
+    # no stopwatch (a loaded machine made one fail): every attempt ended as a timeout the worker
+    # failed (failures = attempts, its error, no traceback), none as a stall the sweep found
+    row = wait_until(lambda: is_dead(queue, job.id), (TIMEOUT_S + LEASE_MS / 1000) * ATTEMPTS + 30,
+                     "the hung job to go dead")
     assert (row["attempts"], row["failures"]) == (str(ATTEMPTS), str(ATTEMPTS))
+    assert row.get("stalled", "0") == "0"
     assert row["last_error"] == f"JobTimeout: the handler ran past its timeout of {TIMEOUT_S:g} s"
     assert row["traceback"] == ""  # the worker decided it: no raise, no traceback (nor an older one's)
     assert all(started(out, job.id, n) for n in range(1, ATTEMPTS + 1))
