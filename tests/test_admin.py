@@ -20,7 +20,7 @@ from echomq.observe.serving import is_loopback, serve_worker_metrics
 from echomq.worker.loading import NotAnApp, load_app
 from echomq.worker.heartbeat import Heartbeat
 from echomq.worker.supervisor import process_commands
-from helpers import fresh_name, take
+from support.queues import fresh_name, take
 
 
 def numbers(name: str, completed: int, dead: int) -> QueueNumbers:

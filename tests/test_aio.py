@@ -14,8 +14,8 @@ from valkey.exceptions import ConnectionError as LinkError
 import echomq
 from echomq import ConnectionFailed, WrongType, aio
 from echomq._client.connection import Plain
-from helpers import fresh_name
-from worker_helpers import wait_until
+from support.queues import fresh_name
+from support.waiting import wait_until
 
 
 def test_calls_made_in_one_turn_share_one_pipeline_and_keep_their_own_answers(server, wire):
@@ -234,7 +234,7 @@ def test_an_async_handlers_producer_shares_a_cluster_connection(cluster4):
     import threading
 
     from echomq import App, Queue, Worker, WorkerConfig, connect
-    from worker_helpers import wait_until
+    from support.waiting import wait_until
 
     first, second = fresh_name("cf"), fresh_name("cs")
     app = App()

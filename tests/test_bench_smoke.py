@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # the benchmarks' short runs
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

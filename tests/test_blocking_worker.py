@@ -11,9 +11,10 @@ import pytest
 
 from echomq import App, EmbeddedServer, IdlePolicy, Queue, TimerConfig, Worker, WorkerConfig, connect, module_path
 from echomq.errors import ConfigurationError, UnsupportedOnWire
-from echomq.worker.waiter import LANES_WAKE
-from helpers import dump, fresh_name, server_ms, wait_server_past
-from worker_helpers import QUIET_TIMERS, WorkerProcess, out, processed, wait_until  # noqa: F401 (fixture: out)
+from support.dataset import dump
+from support.queues import fresh_name
+from support.waiting import server_ms, wait_server_past, wait_until
+from support.workers import QUIET_TIMERS, WorkerProcess, blocked_waiters, processed
 
 #: only exact timers run: promotes at due times, an idle queue's sweeps at lease deadlines
 
@@ -29,14 +30,6 @@ def own_server(wire):
 def own_conn(own_server, wire):
     with connect(own_server.url, wire=wire) as connection:
         yield connection
-
-
-def blocked(client) -> int:
-    """Clients blocked in the worker's claiming wait (BZPOPMIN on wire 4, EMQ.BCLAIM on wire 6). A
-    wire-6 worker also blocks in BZPOPMIN on the wake markers, the lanes' wake (named ``LANES_WAKE``,
-    tests/test_lanes.py): not counted here."""
-    return sum(1 for c in client.client_list() if "b" in c["flags"] and c["cmd"].lower() in ("bzpopmin", "emq.bclaim")
-               and c.get("name") != LANES_WAKE)
 
 
 def commands_total(client) -> int:
@@ -73,15 +66,15 @@ def test_an_idle_worker_blocks_and_sends_nothing_until_a_job_comes(own_conn):
     name, seen = fresh_name("b"), []
     queue = Queue(own_conn, name)
     with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
-        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked")
+        wait_until(lambda: blocked_waiters(own_conn.client) == 1, what="the worker blocked")
         before = commands_total(own_conn.client)
         # two seconds of the server's clock with nothing to do: a polling worker would have claimed a dozen times
         wait_server_past(own_conn.client, server_ms(own_conn.client) + 2000)
         assert commands_total(own_conn.client) - before == 0
         job = queue.enqueue({})
         wait_until(lambda: seen == [(name, job.id, 1)], what="the job run")
-        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked again")
-    assert blocked(own_conn.client) == 0  # the stop ended the block
+        wait_until(lambda: blocked_waiters(own_conn.client) == 1, what="the worker blocked again")
+    assert blocked_waiters(own_conn.client) == 0  # the stop ended the block
 
 
 def test_the_queue_is_watched_again_as_soon_as_the_job_a_block_took_is_done(own_conn):
@@ -93,7 +86,7 @@ def test_the_queue_is_watched_again_as_soon_as_the_job_a_block_took_is_done(own_
     config = WorkerConfig(timers=QUIET_TIMERS, idle=IdlePolicy(min_ms=60_000, max_ms=60_000))
     with Running(Worker(recording_app([name], seen), own_conn, config=config)):
         for n in (1, 2, 3):
-            wait_until(lambda: blocked(own_conn.client) == 1, what=f"the worker blocked before job {n}")
+            wait_until(lambda: blocked_waiters(own_conn.client) == 1, what=f"the worker blocked before job {n}")
             job = queue.enqueue({})
             wait_until(lambda: (name, job.id, 1) in seen, what=f"job {n} run")
     assert len(seen) == 3
@@ -103,11 +96,11 @@ def test_twenty_queues_still_block(own_conn, wire):
     names, seen = [fresh_name(f"m{i}") for i in range(20)], []
     with Running(Worker(recording_app(names, seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
         # wire 4: one BZPOPMIN over twenty wake markers; wire 6: one BCLAIM per queue
-        wait_until(lambda: blocked(own_conn.client) == (1 if wire == 4 else 20), what="the worker blocked")
+        wait_until(lambda: blocked_waiters(own_conn.client) == (1 if wire == 4 else 20), what="the worker blocked")
         for name in (names[17], names[3]):
             job = Queue(own_conn, name).enqueue({})
             wait_until(lambda: (name, job.id, 1) in seen, what=f"the job of {name}")
-        wait_until(lambda: blocked(own_conn.client) == (1 if wire == 4 else 20), what="blocked again on all")
+        wait_until(lambda: blocked_waiters(own_conn.client) == (1 if wire == 4 else 20), what="blocked again on all")
     assert len(seen) == 2
 
 
@@ -116,10 +109,11 @@ def test_pause_while_blocked_then_a_plain_resume(own_conn):
     queue = Queue(own_conn, name)
     queue.pause()
     with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))) as worker:
-        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked")
+        wait_until(lambda: blocked_waiters(own_conn.client) == 1, what="the worker blocked")
         job = queue.enqueue({})
         # the enqueue wakes it (the marker on wire 4; on wire 6 BCLAIM re-checks) and the pause holds it back
-        wait_until(lambda: blocked(own_conn.client) == 1 and queue.counts().pending == 1, what="blocked on the pause")
+        wait_until(lambda: blocked_waiters(own_conn.client) == 1 and queue.counts().pending == 1,
+                   what="blocked on the pause")
         assert worker.tally.claimed == 0 and seen == []
         own_conn.client.hdel(queue.keys.meta, "paused")  # a plain HDEL: no wake marker on wire 4
         wait_until(lambda: seen == [(name, job.id, 1)], timeout=5, what="the job run after the resume")
@@ -131,7 +125,7 @@ def test_queue_resume_wakes_a_blocked_worker(own_conn):
     queue.pause()
     job = queue.enqueue({})
     with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
-        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked on the paused queue")
+        wait_until(lambda: blocked_waiters(own_conn.client) == 1, what="the worker blocked on the paused queue")
         queue.resume()
         wait_until(lambda: seen == [(name, job.id, 1)], what="the job run after the resume")
 
@@ -168,7 +162,7 @@ def test_an_idle_worker_probes_with_one_claim_after_a_block_times_out(own_conn, 
     monkeypatch.setattr(policy, "BLOCK_MAX_MS", 200)  # blocks time out five times a second
     name = fresh_name("p")
     with Running(Worker(recording_app([name], []), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
-        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked")
+        wait_until(lambda: blocked_waiters(own_conn.client) == 1, what="the worker blocked")
         own_conn.client.config_resetstat()
         wait_server_past(own_conn.client, server_ms(own_conn.client) + 1500)
         stats = own_conn.client.info("commandstats")
@@ -209,7 +203,7 @@ def test_a_schedule_that_brings_the_due_time_earlier_wakes_the_waiter(own_conn):
     queue = Queue(own_conn, name)
     queue.schedule({}, 3_600_000)  # the head: an hour away
     with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
-        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked until the hour's job")
+        wait_until(lambda: blocked_waiters(own_conn.client) == 1, what="the worker blocked until the hour's job")
         soon = queue.schedule({}, 200)  # earlier than the head: the waiter hears it and re-reads the head
         wait_until(lambda: seen == [(name, soon.id, 1)], what="the earlier job run")
 
@@ -219,7 +213,7 @@ def test_a_reschedule_that_brings_the_due_time_earlier_wakes_the_waiter(own_conn
     queue = Queue(own_conn, name)
     job = queue.schedule({}, 3_600_000)  # the head: an hour away
     with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
-        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked until the hour's job")
+        wait_until(lambda: blocked_waiters(own_conn.client) == 1, what="the worker blocked until the hour's job")
         queue.reschedule(job.id, 200)  # reschedule.lua / EMQ.RESCHEDULE: earlier than the head, so it wakes
         wait_until(lambda: seen == [(name, job.id, 1)], what="the rescheduled job run")
 
@@ -231,7 +225,7 @@ def test_a_requeue_wakes_a_blocked_worker(own_conn):
     queue.enqueue({})
     held = queue.claim(60_000)
     with Running(Worker(recording_app([name], seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
-        wait_until(lambda: blocked(own_conn.client) == 1, what="the worker blocked on the empty queue")
+        wait_until(lambda: blocked_waiters(own_conn.client) == 1, what="the worker blocked on the empty queue")
         queue.requeue(held)
         wait_until(lambda: seen == [(name, held.id, 2)], what="the requeued job run")
 
@@ -256,10 +250,10 @@ def test_ten_idle_workers_and_one_job_it_runs_once_and_the_others_stay_blocked(o
     name = fresh_name("ten")
     queue = Queue(own_conn, name)
     workers = [spawn_own(name) for _ in range(10)]
-    wait_until(lambda: blocked(own_conn.client) == 10, 60, "ten workers blocked")
+    wait_until(lambda: blocked_waiters(own_conn.client) == 10, 60, "ten workers blocked")
     job = queue.enqueue({})
     wait_until(lambda: processed(out), 10, "the job run")
-    wait_until(lambda: blocked(own_conn.client) == 10, 10, "all ten blocked again")
+    wait_until(lambda: blocked_waiters(own_conn.client) == 10, 10, "all ten blocked again")
     assert [(i, a) for i, a, _ in processed(out)] == [(job.id, 1)]
     assert queue.counts().total == 0 and queue.metrics()["completed"] == 1
     for worker in workers:
@@ -273,20 +267,20 @@ def test_ten_idle_workers_and_one_job_it_runs_once_and_the_others_stay_blocked(o
 
 def test_sigterm_while_blocked_exits_within_the_grace_time(own_conn, spawn_own):
     worker = spawn_own(fresh_name("s"), "--grace", "3")
-    wait_until(lambda: blocked(own_conn.client) == 1, 20, "the worker blocked")
+    wait_until(lambda: blocked_waiters(own_conn.client) == 1, 20, "the worker blocked")
     worker.signal(signal.SIGTERM)
     assert worker.wait(3) == 0
     assert "stopped with nothing held" in worker.log()
-    wait_until(lambda: blocked(own_conn.client) == 0, 5, "no blocked client left")
+    wait_until(lambda: blocked_waiters(own_conn.client) == 0, 5, "no blocked client left")
 
 
 def test_a_server_restart_while_blocked_is_ridden_out(own_server, own_conn, spawn_own, out, wire):
     name = fresh_name("r")
     worker = spawn_own(name)
-    wait_until(lambda: blocked(own_conn.client) == 1, 20, "the worker blocked")
+    wait_until(lambda: blocked_waiters(own_conn.client) == 1, 20, "the worker blocked")
     own_server.restart()
     with connect(own_server.url, wire=wire) as conn:
-        wait_until(lambda: blocked(conn.client) == 1, 20, "the worker blocked again after the restart")
+        wait_until(lambda: blocked_waiters(conn.client) == 1, 20, "the worker blocked again after the restart")
         job = Queue(conn, name).enqueue({})
         wait_until(lambda: [(i, a) for i, a, _ in processed(out)] == [(job.id, 1)], 10, "the job run")
     assert "blocked read failed" in worker.log()
@@ -298,10 +292,10 @@ def test_a_worker_killed_while_blocked_leaves_no_trace(own_conn, spawn_own, out,
     name = fresh_name("k")
     queue = Queue(own_conn, name)
     worker = spawn_own(name)
-    wait_until(lambda: blocked(own_conn.client) == 1, 20, "the worker blocked")
+    wait_until(lambda: blocked_waiters(own_conn.client) == 1, 20, "the worker blocked")
     before = dump(own_conn.client)
     worker.kill()
-    wait_until(lambda: blocked(own_conn.client) == 0, 5, "the block gone with the client")
+    wait_until(lambda: blocked_waiters(own_conn.client) == 0, 5, "the block gone with the client")
     assert dump(own_conn.client) == before
     job = queue.enqueue({})  # nobody takes it: no claim is left waiting on the server's side
     assert queue.counts().pending == 1 and queue.state(job.id).value == "pending"
@@ -342,7 +336,7 @@ def test_a_wire_6_node_without_claim_block_is_polled(own_conn, wire):
         wait_until(lambda: commands_total(own_conn.client) > 0 and not worker.blocking, what="the worker polling")
         job = queue.enqueue({})
         wait_until(lambda: seen == [(queue.name, job.id, 1)], what="the job run by polling")
-        assert blocked(own_conn.client) == 0
+        assert blocked_waiters(own_conn.client) == 0
 
 
 def test_a_queue_that_goes_idle_joins_the_blocked_wait(own_conn, wire):
@@ -350,11 +344,12 @@ def test_a_queue_that_goes_idle_joins_the_blocked_wait(own_conn, wire):
     waited on is added (CLIENT UNBLOCK, then a new block over all of them)."""
     names, seen = [fresh_name("j0"), fresh_name("j1")], []
     with Running(Worker(recording_app(names, seen), own_conn, config=WorkerConfig(timers=QUIET_TIMERS))):
-        wait_until(lambda: blocked(own_conn.client) == (1 if wire == 4 else 2), what="blocked on both")
+        wait_until(lambda: blocked_waiters(own_conn.client) == (1 if wire == 4 else 2), what="blocked on both")
         for _ in range(3):  # each time j0 drains, it must be waited on again, next to j1
             job = Queue(own_conn, names[0]).enqueue({})
             wait_until(lambda: (names[0], job.id, 1) in seen, what="the job of j0")
-            wait_until(lambda: blocked(own_conn.client) == (1 if wire == 4 else 2), what="blocked on both again")
+            wait_until(lambda: blocked_waiters(own_conn.client) == (1 if wire == 4 else 2),
+                       what="blocked on both again")
         job = Queue(own_conn, names[1]).enqueue({})
         wait_until(lambda: (names[1], job.id, 1) in seen, what="the job of j1, still waited on")
 

@@ -9,11 +9,12 @@ import threading
 import pytest
 
 from echomq import App, CounterError, Queue, RateLimit, Worker, WorkerConfig, connect, hooks
-from echomq._client.connection import build_call
 from echomq.errors import ArgumentError, ConfigurationError, ShapeError, WrongType
 from echomq._protocol.serializers import RAW
-from helpers import core_dump, fresh_name, mask_times, queue_unchanged, server_ms
-from worker_helpers import QUIET_TIMERS, wait_until
+from support.dataset import core_dump, mask_times, queue_unchanged
+from support.queues import fresh_name, raw
+from support.waiting import server_ms, wait_until
+from support.workers import QUIET_TIMERS
 
 LEASE = 60_000
 
@@ -24,11 +25,6 @@ def twins(conn):
     queues = [Queue(conn, fresh_name("cs"), serializer=RAW) for _ in range(2)]
     yield queues
     conn.client.delete(*[q.keys.rate for q in queues])  # a short window's log is not left to expire later
-
-
-def raw(q, verb, *argv):
-    """A verb exactly as given, past the Python-side checks."""
-    return q.connection.send(build_call(verb, q.keys, argv))
 
 
 def ghost(q, job_id, score=0):

@@ -17,19 +17,10 @@ from echomq import EmbeddedServer, Flow, Queue, brand_node, connect, module_path
 from echomq.cli import main
 from echomq.worker.heartbeat import Heartbeat
 from echomq.local.server import free_port
-from helpers import dump, fresh_name, reap, server_ms, unchanged, wait_server_past
-from worker_helpers import ROOT, wait_until
-
-
-@pytest.fixture
-def emq(server):
-    """``emq(*args)`` runs the CLI in-process on the test's server; returns the click Result."""
-    runner = CliRunner(env={"COLUMNS": "200"})  # rich tables unwrapped
-
-    def run(*args: str, url: str | None = None):
-        return runner.invoke(main, [*args, "--url", url or server.url], catch_exceptions=False)
-
-    return run
+from support.dataset import dump, unchanged
+from support.processes import ROOT, reap
+from support.queues import fresh_name
+from support.waiting import server_ms, wait_server_past, wait_until
 
 
 @pytest.fixture
@@ -589,7 +580,7 @@ def test_load_app_takes_the_app_or_a_factory(tmp_path, monkeypatch):
 
 
 def test_worker_burst_exits_once_its_queue_is_empty(server, wire, tmp_path, conn):
-    from worker_helpers import WorkerProcess, processed
+    from support.workers import WorkerProcess, processed
 
     queue = fresh_name("burst")
     made = Queue(conn, queue).enqueue_many([{"n": n, "fail": 1 if n == 0 else 0} for n in range(6)])
@@ -602,7 +593,7 @@ def test_worker_burst_exits_once_its_queue_is_empty(server, wire, tmp_path, conn
 
 
 def test_a_burst_worker_on_a_paused_queue_names_what_it_left(server, wire, tmp_path, conn):
-    from worker_helpers import WorkerProcess, processed
+    from support.workers import WorkerProcess, processed
 
     queue = fresh_name("burst")
     Queue(conn, queue).enqueue_many([{"n": n} for n in range(2)])

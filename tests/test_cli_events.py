@@ -9,23 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
 from echomq import Queue
-from echomq.cli import main
 from echomq.cli.events import events_note
-from helpers import KEEP_MS, fresh_name
-from worker_helpers import ROOT
-
-
-@pytest.fixture
-def emq(server):
-    runner = CliRunner(env={"COLUMNS": "200"})
-
-    def run(*args: str):
-        return runner.invoke(main, [*args, "--url", server.url], catch_exceptions=False)
-
-    return run
+from support.dataset import KEEP_MS, digest
+from support.processes import ROOT
+from support.queues import fresh_name
 
 
 def test_events_enable_list_and_json(emq, conn):
@@ -65,9 +54,9 @@ def test_events_of_a_queue_without_them_says_how_to_turn_them_on(emq, conn):
 def test_bad_events_options_are_usage_errors_before_the_node_is_touched(emq, server, args, said):
     name = fresh_name("e")
     with server.client() as client:
-        before = client.execute_command("DEBUG", "DIGEST")
+        before = digest(client)
         shown = emq("events", "-q", name, *args)
-        assert client.execute_command("DEBUG", "DIGEST") == before
+        assert digest(client) == before
     assert shown.exit_code == 2 and said in shown.stderr
 
 

@@ -17,7 +17,9 @@ from echomq._client.connection import build_call
 from echomq.errors import ArgumentError, CounterError, ShapeError, StateError, WrongType
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import EXTENDS_MAX_PAIRS
-from helpers import core_dump, fresh_name, mask_times, queue_unchanged, server_ms
+from support.dataset import core_dump, mask_times, queue_unchanged
+from support.queues import fresh_name
+from support.waiting import server_ms
 
 LEASE = 60_000
 

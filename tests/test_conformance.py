@@ -19,32 +19,11 @@ from echomq import (RAW, ConfigurationError, Counts, Enqueued, Job, JobFailed, J
 from echomq._client.connection import build_call
 from echomq._protocol.keys import MAX_TRACEBACK_BYTES
 from echomq._protocol.verbs import JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, READS, VERBS
-from helpers import KEEP_MS, TIME, AwaitingQueue, queue_unchanged, server_ms, snap, wait_server_past
-from worker_helpers import wait_until
+from support.dataset import KEEP_MS, TIME, H, K, R, Z, queue_unchanged, snap
+from support.queues import AwaitingQueue
+from support.waiting import server_ms, wait_server_past, wait_until
 
 # --------------------------------------------------------------------------- expected-state builders
-
-
-def K(q, suffix: str) -> bytes:
-    return q.keys.key(suffix).encode()
-
-
-def R(q, job_id: str) -> bytes:
-    return q.keys.job(job_id).encode()
-
-
-def _b(value) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode()
-
-
-def Z(*pairs) -> tuple:
-    """A zset as dump() shows it; members in the server's order (score, then member)."""
-    members = [(_b(m), float(s)) for m, s in pairs]
-    return "zset", sorted(members, key=lambda ms: (ms[1], ms[0]))
-
-
-def H(fields: dict) -> tuple:
-    return "hash", {_b(k): _b(v) for k, v in sorted(fields.items())}
 
 
 def epoch(q) -> bytes:

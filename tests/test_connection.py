@@ -34,7 +34,8 @@ from echomq._protocol.keys import VERSION_KEY, Keyspace
 from echomq._protocol.serializers import RAW
 from echomq.local.server import free_port
 from echomq._protocol.verbs import FLOWS, LANES, SCRIPTED, Verb
-from helpers import awaited_connect, dump, fresh_name, unchanged
+from support.dataset import dump, unchanged
+from support.queues import awaited_connect, fresh_name
 
 def fresh(prefix: str = "c") -> str:
     return fresh_name(prefix)
@@ -430,7 +431,7 @@ def test_enqueue_schedule_and_promote_admit_while_paused(conn):
     q.pause()
     assert q.enqueue(b"p", id="a").created
     assert q.schedule(b"s", 0, id="s").created
-    from helpers import wait_server_past
+    from support.waiting import wait_server_past
 
     wait_server_past(conn.client, q.ids("scheduled")[0][1])
     assert q.promote() == 1

@@ -10,28 +10,16 @@ import pytest
 
 from echomq import (ArgumentError, ConfigurationError, LeaseLost, Queue, State, StateError, UnsupportedOnWire,
                     WrongType)
-from echomq._client.connection import build_call
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import BY_NAME
-from helpers import TIME, fresh_name, queue_unchanged, server_ms, snap, wait_server_past
+from support.dataset import TIME, K, R, queue_unchanged, snap
+from support.queues import fresh_name, raw
+from support.waiting import server_ms, wait_server_past
 
 
 @pytest.fixture
 def q(conn):
     return Queue(conn, fresh_name("c"), serializer=RAW)
-
-
-def K(q, suffix):
-    return q.keys.key(suffix).encode()
-
-
-def R(q, job_id):
-    return q.keys.job(job_id).encode()
-
-
-def raw(q, verb, *argv):
-    """A verb exactly as given, past the Python-side checks."""
-    return q.connection.send(build_call(verb, q.keys, argv))
 
 
 def dead(q, job_id, priority=0):

@@ -10,8 +10,9 @@ import pytest
 
 from echomq import Admission, App, ConfigurationError, EmbeddedServer, Queue, connect, module_path
 from echomq.worker.cron import MIN_WINDOW_MS, Cron, CronTimer, describe
-from helpers import fresh_name, server_ms, wait_server_past
-from worker_helpers import WorkerProcess, out, processed  # noqa: F401 (fixtures)
+from support.queues import fresh_name
+from support.waiting import server_ms, wait_server_past
+from support.workers import WorkerProcess, processed
 
 T = 1_767_225_605_300  # 2026-01-01 00:00:05.300 UTC
 

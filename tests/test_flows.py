@@ -22,9 +22,10 @@ from echomq.dashboard import Settings, serving
 from echomq.errors import CommandRefused, ConfigurationError
 from echomq._core.flows import check_one_slot, plan, same_slot_name, slot_of
 from echomq._protocol.serializers import JSON
-from helpers import digest, dump, fresh_name, server_ms, unchanged, wait_server_past
+from support.dataset import digest, dump, unchanged
+from support.queues import fresh_name
+from support.waiting import server_ms, wait_server_past, wait_until
 from test_worker import running
-from worker_helpers import wait_until
 
 FAST = Backoff(base_ms=1, max_ms=5, jitter=0.0)
 LEASE = 60_000

@@ -8,8 +8,9 @@ import signal
 from typing import Any
 
 from echomq import Flow, Queue, connect
-from helpers import fresh_name, wait_server_past
-from worker_helpers import out, processed, spawn, started, wait_until  # noqa: F401 (fixtures)
+from support.queues import fresh_name
+from support.waiting import wait_server_past, wait_until
+from support.workers import processed, started
 
 CHILDREN = 40
 HELD = 8  # children that hold until released: the kill finds them mid-run

@@ -16,9 +16,9 @@ from echomq import App, ConnectionFailed, Job, Queue, Worker, WorkerConfig, aio,
 from echomq._protocol.ids import minted_ms, new_id
 from echomq.local.server import free_port
 from echomq.worker.worker import Histogram, waited_in_pending_s
-from helpers import former_default_id, fresh_name
+from support.queues import former_default_id, fresh_name
+from support.waiting import wait_until
 from test_worker import running
-from worker_helpers import wait_until
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -21,7 +21,7 @@ from echomq._protocol import ids
 from echomq._client.connection import as_refusal
 from echomq._protocol.keys import MAX_ID_BYTES, STATE_SETS, VERSION_KEY, Keyspace, State, check_job_id, check_queue_name
 from echomq._client.queue import I64_MAX, PRIORITY_MAX, check_int
-from helpers import former_default_id
+from support.queues import former_default_id
 
 # --------------------------------------------------------------------------- keyspace
 

@@ -23,9 +23,11 @@ from echomq.errors import (CommandRefused, ConfigurationError, CounterError, Job
                            WrongType)
 from echomq._protocol.keys import State
 from echomq.worker.waiter import LANES_WAKE
-from test_blocking_worker import QUIET_TIMERS, Running, recording_app
-from helpers import AwaitingQueue, fresh_name, queue_unchanged, server_ms, unchanged, wait_server_past
-from worker_helpers import out, processed, spawn, wait_until  # noqa: F401 (fixtures)
+from test_blocking_worker import Running, recording_app
+from support.dataset import queue_unchanged, unchanged
+from support.queues import AwaitingQueue, fresh_name
+from support.waiting import server_ms, wait_server_past, wait_until
+from support.workers import QUIET_TIMERS, processed
 
 LEASE = 60_000
 FAST_TIMERS = ("--promote-interval-ms", "50", "--sweep-interval-ms", "50")

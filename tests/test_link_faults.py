@@ -10,8 +10,8 @@ import pytest
 
 from echomq import App, ConnectionFailed, EmbeddedServer, Queue, Worker, WorkerConfig, aio, connect, module_path
 from echomq.worker.policy import IdlePolicy
-from helpers import fresh_name
-from worker_helpers import wait_until
+from support.queues import fresh_name
+from support.waiting import wait_until
 
 
 @pytest.mark.parametrize("wire", [4, 6])

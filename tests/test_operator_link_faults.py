@@ -26,7 +26,7 @@ from echomq._client.connection import open_client
 from echomq._protocol.keys import State
 from echomq._protocol.serializers import RAW
 from echomq.dashboard import Settings, serving
-from helpers import take
+from support.queues import take
 
 
 @pytest.fixture

@@ -15,7 +15,9 @@ import pytest
 
 from echomq import ConfigurationError, Job, Queue, State
 from echomq._protocol.serializers import JSON, RAW
-from helpers import digest, dump, fresh_name, queue_unchanged, wait_server_past
+from support.dataset import digest, dump, queue_unchanged
+from support.queues import fresh_name
+from support.waiting import wait_server_past
 
 @pytest.fixture
 def q(conn):

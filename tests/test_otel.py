@@ -17,9 +17,10 @@ from echomq import App, Queue, Worker, WorkerConfig
 from echomq._protocol import envelope
 from echomq.dashboard import Settings, serving
 from echomq.admin.inventory import job_view
-from helpers import fresh_name
+from support.processes import ROOT
+from support.queues import fresh_name
+from support.waiting import wait_until
 from test_worker import running
-from worker_helpers import ROOT, wait_until
 
 sdk = pytest.importorskip("opentelemetry.sdk.trace", reason="opentelemetry-sdk is in the test extra")
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402

@@ -7,7 +7,6 @@ native node's dataset (DEBUG DIGEST), so merged effects replay to the same bytes
 from __future__ import annotations
 
 import io
-import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -20,7 +19,10 @@ from echomq.parity.report import result_text
 from echomq.parity.runner import Pair
 from echomq.parity.steps import Do
 from echomq._protocol.verbs import READS, VERBS
-from helpers import digest
+from support.dataset import digest
+from support.waiting import caught_up
+
+pytestmark = pytest.mark.slow  # every parity case on a pair of nodes and a replica
 
 
 @dataclass
@@ -30,18 +32,6 @@ class Run:
     replica_differs: list = field(default_factory=list)
     aof_differs: list = field(default_factory=list)
     compared: int = 0  #: cases that ended with data (a digest other than the empty dataset's)
-
-
-def caught_up(primary, replica, timeout_s: float = 30.0) -> None:
-    """Poll until the replica's link is up and its offset has reached the primary's."""
-    give_up = time.monotonic() + timeout_s
-    while True:
-        info = replica.info("replication")
-        if info.get("master_link_status") == "up" and \
-                info.get("slave_repl_offset", -1) >= primary.info("replication")["master_repl_offset"]:
-            return
-        assert time.monotonic() < give_up, f"the replica did not catch up: {info}"
-        time.sleep(0.002)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ from echomq.parity.plants import FAMILIES, NATIVE_PLANTS, SCRIPT_PLANTS, planted
 from echomq.parity.runner import Pair
 from echomq._protocol.verbs import BY_NAME
 
+pytestmark = pytest.mark.slow  # a planted build of trafikey, and every plant caught
+
 CRATE = Path(__file__).resolve().parents[1] / "trafikey"
 
 

@@ -14,6 +14,8 @@ from echomq.parity.report import by_kind
 from echomq.parity.runner import Pair, Tally
 from echomq.parity.sequences import Unexpected, run_random, run_until
 
+pytestmark = pytest.mark.slow  # random sequences on a pair of nodes, shrunk when they differ
+
 SEED = 20260
 
 

@@ -9,10 +9,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from echomq import ConfigurationError, PartitionedQueue, Queue, State, connect
-from echomq.cli import main
 from echomq._protocol.keys import (
     PARTITIONS_KEY, SLOTS, Keyspace, check_queue_name, layout_record, parent_queue, partition_layout, partition_of,
     recorded_layout, slot_of,
@@ -20,12 +18,11 @@ from echomq._protocol.keys import (
 from echomq._client.partitioned import open_queue
 from echomq.worker.tasks import App
 
-from helpers import fresh_name, server_ms, unchanged, wait_server_past
-from worker_helpers import WorkerProcess, processed
-
-
-def emq(*args: str):
-    return CliRunner(env={"COLUMNS": "200"}).invoke(main, list(args), catch_exceptions=False)
+from support.cli import emq
+from support.dataset import unchanged
+from support.queues import fresh_name
+from support.waiting import server_ms, wait_server_past
+from support.workers import WorkerProcess, processed
 
 
 # -- the names (pure) ------------------------------------------------------------------

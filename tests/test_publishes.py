@@ -13,7 +13,8 @@ from echomq._client.connection import build_call
 from echomq.errors import ArgumentError, CounterError, ShapeError, StateError, WrongType
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import EXTENDS_MAX_PAIRS
-from helpers import KEEP_MS, fresh_name, queue_unchanged
+from support.dataset import KEEP_MS, queue_unchanged
+from support.queues import fresh_name
 from test_completes import LEASE, active_wrong_typed, answers, raw, relative
 from test_completes import setup as completes_setup
 

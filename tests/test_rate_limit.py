@@ -10,13 +10,14 @@ import pytest
 
 from echomq import (App, ConfigurationError, CounterError, Queue, RateLimit, UnsupportedOnWire, Worker,
                     WorkerConfig, connect)
-from echomq._client.connection import build_call
 from echomq._protocol.rates import parse_rate_limit
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import ARGUMENT_TOKENS
-from helpers import fresh_name, queue_unchanged, server_ms, unchanged, wait_server_past
+from support.dataset import queue_unchanged, unchanged
+from support.queues import fresh_name, raw
+from support.waiting import server_ms, wait_server_past, wait_until
+from support.workers import QUIET_TIMERS, commands_sent
 from test_rate_limit_workers import most_in_any_window
-from worker_helpers import QUIET_TIMERS, commands_sent, wait_until
 
 LEASE = 60_000
 
@@ -27,11 +28,6 @@ def q(conn):
     yield queue
     # a short window's log would expire during a later test and change the node's DEBUG DIGEST under it
     conn.client.delete(queue.keys.rate)
-
-
-def raw(q, verb, *argv):
-    """A verb exactly as given, past the Python-side checks."""
-    return q.connection.send(build_call(verb, q.keys, argv))
 
 
 def log(q):

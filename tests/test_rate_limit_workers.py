@@ -10,8 +10,9 @@ import os
 import signal
 
 from echomq import Queue
-from helpers import fresh_name
-from worker_helpers import commands_sent, out, spawn, wait_until  # noqa: F401 (fixtures)
+from support.queues import fresh_name
+from support.waiting import wait_until
+from support.workers import commands_sent
 
 LIMIT, WINDOW_MS, WORKERS = 50, 1000, 4
 JOBS = 1000 if os.environ.get("EMQ_FULL_SIZE") == "1" else 400  # 20 s or 8 s of starts per wire

@@ -14,7 +14,8 @@ import pytest
 
 from echomq import ConfigurationError, Queue, State, WrongType
 from echomq._protocol.serializers import RAW
-from helpers import queue_unchanged, take
+from support.dataset import queue_unchanged
+from support.queues import take
 
 _names = itertools.count()
 

@@ -16,7 +16,7 @@ from echomq import App, EmbeddedServer, Queue, ServerStartError, State, Status, 
 from echomq.local.server import BINARY_ENV
 from echomq.testing import drain
 
-from helpers import server_ms, wait_server_past
+from support.waiting import server_ms, wait_server_past
 
 
 @pytest.fixture(scope="module")

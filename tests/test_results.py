@@ -19,9 +19,10 @@ from echomq._protocol.serializers import JSON, JSONSerializer
 from echomq._protocol.results import (MAX_RESULT_BYTES, NOT_KEPT, Seen, decide_result, keepable_result, not_kept_of,
                                       result_value, status_of, Completed, Failed, Unknown, Waiting)
 from echomq.worker.heartbeat import Heartbeat
-from helpers import KEEP_MS, AwaitingQueue, fresh_name, queue_unchanged, server_ms, wait_server_past
+from support.dataset import KEEP_MS, queue_unchanged
+from support.queues import AwaitingQueue, fresh_name
+from support.waiting import server_ms, wait_server_past, wait_until
 from test_worker import running
-from worker_helpers import wait_until
 
 FAST = Backoff(base_ms=10, max_ms=20, jitter=0.0)
 
@@ -616,7 +617,7 @@ def test_a_cancel_and_a_fatal_stall_wake_the_waiter_with_job_failed(conn):
 def test_an_emq_worker_process_keeps_results_tracebacks_and_progress(server, wire, tmp_path, conn):
     """`emq worker` in its own process, on both wires: a retried job's result, a dead job's traceback,
     progress, and the events of both, in order."""
-    from worker_helpers import WorkerProcess
+    from support.workers import WorkerProcess
 
     name = fresh_name("rp")
     queue = Queue(conn, name)

@@ -15,10 +15,11 @@ import os
 import pytest
 
 from echomq import CommandRefused, EmbeddedServer, LeaseLost, Queue, State, StateError, WrongType, connect
-from echomq._client.connection import build_call
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import BY_NAME
-from helpers import TIME, queue_unchanged, snap, wait_server_past
+from support.dataset import TIME, H, K, R, Z, queue_unchanged, snap
+from support.queues import raw
+from support.waiting import wait_server_past
 
 _names = itertools.count()
 
@@ -26,31 +27,6 @@ _names = itertools.count()
 @pytest.fixture
 def q(conn4):
     return Queue(conn4, f"edge{os.getpid()}-{next(_names)}", serializer=RAW)
-
-
-def K(q, suffix):
-    return q.keys.key(suffix).encode()
-
-
-def R(q, job_id):
-    return q.keys.job(job_id).encode()
-
-
-def _b(v):
-    return v if isinstance(v, bytes) else str(v).encode()
-
-
-def Z(*pairs):
-    return "zset", sorted(((_b(m), float(s)) for m, s in pairs), key=lambda ms: (ms[1], ms[0]))
-
-
-def H(**fields):
-    return "hash", {_b(k): _b(v) for k, v in sorted(fields.items())}
-
-
-def raw(q, verb, *argv):
-    """Send a verb exactly as given, past the Python-side checks (the script sees what a foreign client sends)."""
-    return q.connection.send(build_call(verb, q.keys, argv))
 
 
 def held(q, job_id="a", priority=0):

@@ -20,8 +20,9 @@ from echomq.cli import main
 from echomq.cli.server import found_note
 from echomq.errors import ConfigurationError
 from echomq.local.server import Durability, durability_for
-from helpers import dump, reap
-from worker_helpers import ROOT, wait_until
+from support.dataset import dump
+from support.processes import ROOT, reap
+from support.waiting import wait_until
 
 TMP = Path("/tmp/echomq-valkey-x")
 D = Path("/srv/jobs")

@@ -27,8 +27,8 @@ import valkey
 import echomq.local.server
 from echomq import EmbeddedServer, PortInUse, ServerStartError, brand_node, module_path
 from echomq.local.server import free_port, port_in_use, server_binary
-from helpers import reap, unchanged
-from worker_helpers import ROOT
+from support.dataset import unchanged
+from support.processes import ROOT, reap
 
 READY_S = 20.0
 

@@ -13,10 +13,11 @@ from echomq import App, LeaseLost, Queue, Worker, WorkerConfig, hooks
 from echomq._core.core import batched_settles, settle_answers
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import EXTENDS_MAX_PAIRS, BY_NAME, Call
-from helpers import KEEP_MS, fresh_name
+from support.dataset import KEEP_MS
+from support.queues import fresh_name
+from support.waiting import wait_until
 from test_completes import answers, relative
 from test_worker import running
-from worker_helpers import wait_until
 
 LEASE = 60_000
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from echomq.local.module import MODULE_ENV
-from worker_helpers import ROOT
+from support.processes import ROOT
 
 spec = importlib.util.spec_from_file_location("find_libclang", ROOT / "tools" / "find_libclang.py")
 assert spec is not None and spec.loader is not None

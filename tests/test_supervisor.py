@@ -15,8 +15,10 @@ from echomq import Queue
 from echomq.cli import main
 from echomq.cli.worker import worker_commands
 from echomq.worker.supervisor import Exit, RestartPolicy, after_exit, how_it_ended, restart_delay_s
-from helpers import fresh_name, unchanged
-from worker_helpers import out, processed, spawn, wait_until  # noqa: F401 (fixtures)
+from support.dataset import unchanged
+from support.queues import fresh_name
+from support.waiting import wait_until
+from support.workers import processed
 
 POLICY = RestartPolicy(first_s=0.5, max_s=30.0, healthy_s=30.0)
 

@@ -6,7 +6,7 @@ import pytest
 
 from echomq import App, Backoff, Delay, Queue
 from echomq.testing import ANY, assert_enqueued, drain, enqueued
-from helpers import fresh_name
+from support.queues import fresh_name
 
 pytest_plugins = ["pytester"]
 

@@ -1,5 +1,5 @@
-"""Type checking: mypy runs clean on tests/ and docs/examples/, and ``@app.task`` keeps the
-decorated function's signature (a misuse is reported, a correct use is not)."""
+"""Type checking: mypy runs clean on tests/ (its support package too) and docs/examples/, and
+``@app.task`` keeps the decorated function's signature (a misuse is reported, a correct use is not)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow  # mypy over the tests and the docs' examples
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,7 +27,8 @@ def mypy(*paths: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 
 def test_tests_and_docs_examples_type_check_clean():
-    files = sorted(ROOT.glob("tests/*.py")) + sorted(ROOT.glob("docs/examples/*.py"))
+    files = [*sorted(ROOT.glob("tests/*.py")), *sorted(ROOT.glob("tests/support/*.py")),
+             *sorted(ROOT.glob("docs/examples/*.py"))]
     done = mypy(*files)
     errors = [line for line in done.stdout.splitlines() if ": error:" in line]
     assert done.returncode == 0 and not errors, done.stdout + done.stderr

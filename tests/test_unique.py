@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from echomq import Admission, ConfigurationError, CounterError, Enqueued, StateError, WrongType
-from helpers import TIME, queue_unchanged, server_ms, snap, wait_server_past
+from support.dataset import TIME, queue_unchanged, snap
+from support.waiting import server_ms, wait_server_past
 from test_conformance import K, R, Z, H, Clock, q, row, score_of  # noqa: F401  (q: the fixture)
 
 

@@ -18,8 +18,9 @@ import pytest
 from echomq import EmbeddedServer, Queue, aio, connect, module_path
 from echomq.local.cluster import LocalCluster
 from echomq._protocol.results import WAITER_TTL_S, relink_pause_s, wait_slice_s
-from helpers import fresh_name, reap
-from worker_helpers import ROOT, TESTS, wait_until
+from support.processes import ROOT, TESTS, reap
+from support.queues import fresh_name
+from support.waiting import wait_until
 
 KEEP_MS = 600_000
 

@@ -19,8 +19,9 @@ from echomq import (App, Backoff, Delay, Flow, IdlePolicy, LeasePolicy, Queue, R
 from echomq.worker.policy import CANCEL_CHECK_MS, NO_LANES_PROBE_EVERY
 from echomq._protocol.serializers import RAW
 from echomq.errors import ConfigurationError
-from helpers import fresh_name, server_ms, wait_server_past
-from worker_helpers import commands_sent, wait_until
+from support.queues import fresh_name
+from support.waiting import server_ms, wait_server_past, wait_until
+from support.workers import commands_sent
 
 FAST = Backoff(base_ms=10, max_ms=50, jitter=0.0)
 

@@ -9,8 +9,9 @@ import pytest
 
 from echomq import Queue
 from echomq._protocol.serializers import RAW
-from helpers import fresh_name
-from worker_helpers import out, processed, spawn, started, wait_until  # noqa: F401 (fixtures)
+from support.queues import fresh_name
+from support.waiting import wait_until
+from support.workers import processed, started
 
 LEASE_MS = 1000
 TIMEOUT_S = 0.5

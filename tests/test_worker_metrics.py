@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from echomq import Queue
 from echomq.local.server import free_port
-from helpers import fresh_name
-from worker_helpers import out, spawn, wait_until  # noqa: F401 (fixtures)
+from support.queues import fresh_name
+from support.waiting import wait_until
 
 FAST_TIMERS = ("--promote-interval-ms", "20", "--sweep-interval-ms", "200")
 

@@ -16,7 +16,7 @@ from echomq import App, Backoff, ConfigurationError, Delay, IdlePolicy, JobConte
 from echomq.worker import policy
 from echomq._protocol.keys import MAX_TRACEBACK_BYTES
 from echomq.worker.worker import QUICK_HANDLER_S, WorkerConfig, _DaemonPool, outcome_of
-from worker_helpers import wait_until
+from support.waiting import wait_until
 
 
 # -- backoff ----------------------------------------------------------------------------

@@ -8,8 +8,9 @@ import signal
 import pytest
 
 from echomq import EmbeddedServer, Queue, connect, module_path
-from helpers import fresh_name, wait_server_past
-from worker_helpers import WorkerProcess, out, processed, spawn, started, wait_until  # noqa: F401 (fixtures)
+from support.queues import fresh_name
+from support.waiting import wait_server_past, wait_until
+from support.workers import WorkerProcess, processed, started
 
 FAST_TIMERS = ("--promote-interval-ms", "50", "--sweep-interval-ms", "50")
 

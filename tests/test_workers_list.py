@@ -18,8 +18,8 @@ from echomq._core.workers import WORKERS_KEY, WorkerRecord, decode_record, encod
 from echomq.admin.workers import list_workers
 from echomq.worker.heartbeat import Heartbeat, HeartbeatConfig
 from test_worker import running
-from helpers import fresh_name
-from worker_helpers import out, spawn, wait_until  # noqa: F401 (fixtures)
+from support.queues import fresh_name
+from support.waiting import wait_until
 
 
 def test_a_record_round_trips_through_its_hash_fields():

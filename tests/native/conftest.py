@@ -7,7 +7,8 @@ import pytest
 import valkey
 
 from echomq import EmbeddedServer, module_path
-from native_helpers import NativeQueue, fresh_name
+from support.native import NativeQueue
+from support.queues import fresh_name
 
 
 @pytest.fixture(scope="session")

@@ -4,23 +4,12 @@ before write (SPEC §5 check 4). Every NOPERM leaves the dataset unchanged."""
 
 from __future__ import annotations
 
-import pytest
 import valkey
 
 from echomq._protocol.verbs import OPTIONAL, VERBS
-from helpers import digest, fresh_name
-from native_helpers import NativeQueue, error_code
-
-
-
-
-def noperm(admin: valkey.Valkey, client: valkey.Valkey, *command) -> str:
-    before = digest(admin)
-    with pytest.raises(valkey.ResponseError) as info:
-        client.execute_command(*command)
-    assert error_code(info.value) == "NOPERM", str(info.value)
-    assert digest(admin) == before
-    return str(info.value)
+from support.dataset import refused
+from support.native import NativeQueue
+from support.queues import fresh_name
 
 
 def test_a_queue_scoped_user_cannot_touch_another_queue(admin, make_user):
@@ -37,7 +26,7 @@ def test_a_queue_scoped_user_cannot_touch_another_queue(admin, make_user):
     b.enqueue("j", b"p")
     b.claim()
     for line in ub.lines().values():
-        noperm(admin, user, *line)
+        refused(user, "NOPERM", *line, observer=admin)
     assert b.hrow("j")[b"state"] == b"active"
 
 
@@ -48,7 +37,7 @@ def test_the_declared_keys_of_claim_are_not_enough(admin, make_user):
     q.enqueue("j", b"p")
     base = q.base.decode()
     user = make_user(f"~{base}pending", f"~{base}active", f"~{base}", "+@all", "-@dangerous")
-    noperm(admin, user, *NativeQueue(user, q.name).lines()["EMQ.CLAIM"])
+    refused(user, "NOPERM", *NativeQueue(user, q.name).lines()["EMQ.CLAIM"], observer=admin)
     assert q.zset(q.pending) == [(b"j", 0.0)]
 
 
@@ -57,7 +46,7 @@ def test_declared_keys_alone_do_not_reach_the_row(admin, make_user):
     q.enqueue("j", b"p")
     declared = [f"~{k.decode()}" for k in (q.pending, q.active, q.base, q.meta)]
     user = make_user(*declared, "+@all")
-    msg = noperm(admin, user, *NativeQueue(user, q.name).lines()["EMQ.CLAIM"])
+    msg = refused(user, "NOPERM", *NativeQueue(user, q.name).lines()["EMQ.CLAIM"], observer=admin)
     assert "job:j" in msg and "read" in msg
     assert q.zset(q.pending) == [(b"j", 0.0)]  # not popped
 
@@ -67,7 +56,7 @@ def test_declared_keys_without_meta_are_refused_at_the_pause_read(admin, make_us
     q.enqueue("j", b"p")
     declared = [f"~{k.decode()}" for k in (q.pending, q.active, q.base)]
     user = make_user(*declared, f"~{q.base.decode()}job:*", "+@all")
-    msg = noperm(admin, user, *NativeQueue(user, q.name).lines()["EMQ.CLAIM"])
+    msg = refused(user, "NOPERM", *NativeQueue(user, q.name).lines()["EMQ.CLAIM"], observer=admin)
     assert "meta" in msg
 
 
@@ -78,7 +67,7 @@ def test_read_only_row_access_is_refused_before_the_first_write(admin, make_user
     user = make_user(
         f"~{base}pending", f"~{base}active", f"~{base}", f"~{base}meta", f"%R~{base}job:*", "+@all"
     )
-    msg = noperm(admin, user, *NativeQueue(user, q.name).lines()["EMQ.CLAIM"])
+    msg = refused(user, "NOPERM", *NativeQueue(user, q.name).lines()["EMQ.CLAIM"], observer=admin)
     assert "write" in msg
 
 
@@ -86,7 +75,7 @@ def test_enqueue_needs_the_row(admin, make_user):
     q = NativeQueue(admin, fresh_name("a"))
     base = q.base.decode()
     user = make_user(f"~{base}pending", f"~{base}", "+@all")
-    noperm(admin, user, *NativeQueue(user, q.name).lines()["EMQ.ENQUEUE"])
+    refused(user, "NOPERM", *NativeQueue(user, q.name).lines()["EMQ.ENQUEUE"], observer=admin)
 
 
 def test_complete_needs_the_metrics(admin, make_user):
@@ -97,7 +86,7 @@ def test_complete_needs_the_metrics(admin, make_user):
     # meta: the event switch every moving verb reads (docs/spec.md §12)
     user = make_user(f"~{base}active", f"~{base}", f"~{base}job:*", f"%R~{base}meta", "+@all")
     uq = NativeQueue(user, q.name)
-    msg = noperm(admin, user, "EMQ.COMPLETE", 2, uq.active, uq.base, "j", 1)
+    msg = refused(user, "NOPERM", "EMQ.COMPLETE", 2, uq.active, uq.base, "j", 1, observer=admin)
     assert "metrics:completed" in msg
     admin.execute_command("ACL", "SETUSER", user.connection_pool.connection_kwargs["username"],
                           f"~{base}metrics:*")
@@ -114,7 +103,7 @@ def test_completes_refuses_a_row_pair_by_pair_and_the_metrics_whole(admin, make_
     base = q.base.decode()
     user = make_user(f"~{base}active", f"~{base}", f"~{base}job:j*", f"%R~{base}meta", "+@all")
     uq = NativeQueue(user, q.name)
-    msg = noperm(admin, user, "EMQ.COMPLETES", 2, uq.active, uq.base, "j1", 1, "k1", 1)
+    msg = refused(user, "NOPERM", "EMQ.COMPLETES", 2, uq.active, uq.base, "j1", 1, "k1", 1, observer=admin)
     assert "metrics:completed" in msg
     admin.execute_command("ACL", "SETUSER", user.connection_pool.connection_kwargs["username"],
                           f"~{base}metrics:*")
@@ -136,7 +125,8 @@ def test_publishes_refuses_a_row_or_a_record_triple_by_triple_and_the_metrics_wh
     user = make_user(f"~{base}active", f"~{base}", f"~{base}job:j*", f"~{base}done:j1", f"~{base}done:j2",
                      f"%R~{base}meta", "+@all")
     uq = NativeQueue(user, q.name)
-    msg = noperm(admin, user, "EMQ.PUBLISHES", 2, uq.active, uq.base, 1000, "j1", 1, "r", "k1", 1, "r")
+    msg = refused(user, "NOPERM", "EMQ.PUBLISHES", 2, uq.active, uq.base, 1000, "j1", 1, "r", "k1", 1, "r",
+                  observer=admin)
     assert "metrics:completed" in msg
     admin.execute_command("ACL", "SETUSER", user.connection_pool.connection_kwargs["username"],
                           f"~{base}metrics:*")
@@ -155,7 +145,7 @@ def test_sweep_checks_each_member_row(admin, make_user):
     q.expire_all()
     base = q.base.decode()
     user = make_user(f"~{base}active", f"~{base}pending", f"~{base}dead", f"~{base}", "+@all")
-    noperm(admin, user, *NativeQueue(user, q.name).lines()["EMQ.STALLED.CHECK"])
+    refused(user, "NOPERM", *NativeQueue(user, q.name).lines()["EMQ.STALLED.CHECK"], observer=admin)
     assert q.hrow("j")[b"state"] == b"active"
 
 
@@ -165,7 +155,7 @@ def test_a_user_allowed_only_some_commands(admin, make_user):
     uq = NativeQueue(user, q.name)
     assert uq.enqueue("j", b"p") == 1
     assert user.execute_command("EMQ.VERSION")
-    noperm(admin, user, *uq.lines()["EMQ.CLAIM"])
+    refused(user, "NOPERM", *uq.lines()["EMQ.CLAIM"], observer=admin)
 
 
 def test_every_command_is_in_the_emq_category(admin):
@@ -184,7 +174,7 @@ def test_a_user_granted_the_emq_category_runs_the_verbs_and_nothing_else(admin, 
     _, _, token = uq.claim()
     assert uq.complete("j", token) == 1
     assert admin.hget(q.completed, "count") == b"1"
-    noperm(admin, user, "HSET", q.meta, "paused", 1)  # a plain command: not in @emq
+    refused(user, "NOPERM", "HSET", q.meta, "paused", 1, observer=admin)  # a plain command: not in @emq
 
 
 def test_a_user_denied_the_emq_category_is_refused_every_verb(admin, make_user):
@@ -193,6 +183,6 @@ def test_a_user_denied_the_emq_category_is_refused_every_verb(admin, make_user):
     user = make_user(f"~{q.base.decode()}*", "+@all", "-@emq")
     uq = NativeQueue(user, q.name)
     for line in uq.lines().values():
-        noperm(admin, user, *line)
-    noperm(admin, user, "EMQ.VERSION")
+        refused(user, "NOPERM", *line, observer=admin)
+    refused(user, "NOPERM", "EMQ.VERSION", observer=admin)
     assert user.hget(q.row("j"), "state") == b"pending"  # the keys are still its to read

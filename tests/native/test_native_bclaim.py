@@ -14,20 +14,10 @@ import pytest
 import valkey
 
 from echomq import EmbeddedServer, module_path
-from native_helpers import (
-    Blocker,
-    NativeQueue,
-    client_entries,
-    digest,
-    error_code,
-    fresh_name,
-    is_blocked,
-    poll,
-    refused,
-    still_blocked,
-    wait_blocked,
-    wait_past,
-)
+from support.dataset import digest, error_code, refused
+from support.native import Blocker, NativeQueue, client_entries, is_blocked, still_blocked, wait_blocked
+from support.queues import fresh_name
+from support.waiting import wait_link_up, wait_server_past, wait_until
 
 NOT_INTEGER = "EMQ hash value is not an integer"
 
@@ -103,7 +93,7 @@ def _wake_plain_commands(q):
 
 def _wake_promote(q):
     q.schedule("j", b"p", 0)
-    wait_past(q.c, int(q.c.zscore(q.schedule_key, "j")))
+    wait_server_past(q.c, int(q.c.zscore(q.schedule_key, "j")))
     return lambda: q.promote() == 1 or pytest.fail("nothing promoted"), 1
 
 
@@ -128,7 +118,7 @@ def _expired(q, epoch=None):
     q.claim(1)
     if epoch is not None:
         q.c.hset(q.row("j"), "lease_epoch", epoch)
-    wait_past(q.c, int(q.c.zscore(q.active, "j")))
+    wait_server_past(q.c, int(q.c.zscore(q.active, "j")))
 
 
 def _wake_stalled_recover(q):
@@ -168,7 +158,7 @@ def test_ten_blocked_claimers_and_one_job_it_is_claimed_once(native_server, admi
     blockers = [Blocker(native_server, q).start() for _ in range(10)]
     wait_blocked(admin, *blockers)
     q.enqueue("j", b"p")
-    poll(lambda: any(b.done for b in blockers), "one claimer served")
+    wait_until(lambda: any(b.done for b in blockers), what="one claimer served")
     served = [b for b in blockers if b.done]
     assert len(served) == 1
     others = [b for b in blockers if b not in served]
@@ -349,9 +339,9 @@ def test_a_closed_socket_while_blocked_leaves_no_trace(native_server, admin):
     name = fresh_name("raw")
     before = digest(admin)
     sock = raw_blocked(native_server.port, q, name)
-    poll(lambda: is_blocked(admin, name), "the raw client blocked")
+    wait_until(lambda: is_blocked(admin, name), what="the raw client blocked")
     sock.close()
-    poll(lambda: client_entries(admin, name) == [], "the client gone from CLIENT LIST")
+    wait_until(lambda: client_entries(admin, name) == [], what="the client gone from CLIENT LIST")
     assert digest(admin) == before
     q.enqueue("j", b"p")  # nobody takes it on the dead connection's behalf
     assert q.zset(q.pending) == [(b"j", 0.0)]
@@ -415,11 +405,6 @@ def test_a_server_restart_while_blocked_is_a_connection_error_and_the_data_stays
 
 # -- replication ---------------------------------------------------------------------------
 
-def wait_link_up(replica, timeout_s: float = 20.0) -> None:
-    with replica.client() as c:
-        poll(lambda: c.info("replication").get("master_link_status") == "up", "replica linked", timeout_s)
-
-
 def test_a_replica_sees_the_claims_that_happened_and_no_timeout():
     no_pings = ("--repl-ping-replica-period", "3600")  # the offset moves only with writes
     with EmbeddedServer(module=module_path(), extra_args=no_pings) as primary:
@@ -441,7 +426,7 @@ def test_a_replica_sees_the_claims_that_happened_and_no_timeout():
             blockers = [Blocker(primary, q, timeout_ms=0).start() for _ in range(2)]
             wait_blocked(c, *blockers)
             q.enqueue("j", b"p")
-            poll(lambda: any(b.done for b in blockers), "one claimer served")
+            wait_until(lambda: any(b.done for b in blockers), what="one claimer served")
             (served,) = [b for b in blockers if b.done]
             assert served.result()[0] == b"j"
             (waiting,) = [b for b in blockers if b is not served]

@@ -3,14 +3,17 @@ slots serves a queue; keys of two queues in one call are CROSSSLOT."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import pytest
 import valkey
 
 from echomq import EmbeddedServer, LeaseLost, Queue, brand_node, connect, module_path
-from native_helpers import Blocker, NativeQueue, fresh_name, wait_blocked
+from support.native import Blocker, NativeQueue, wait_blocked
+from support.queues import fresh_name
+from support.waiting import wait_until
+
+pytestmark = pytest.mark.cluster  # a cluster-mode node of the module's own
 
 
 @pytest.fixture(scope="module")
@@ -18,10 +21,7 @@ def cluster_node():
     with EmbeddedServer(module=module_path(), cluster=True) as node:
         with node.client() as c:
             c.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
-            stop = time.monotonic() + 20
-            while b"cluster_state:ok" not in c.execute_command("CLUSTER", "INFO"):
-                if time.monotonic() > stop:
-                    raise AssertionError("the node never reached cluster_state:ok")
+            wait_until(lambda: b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO"), 20, "cluster_state:ok")
         yield node
 
 
@@ -107,10 +107,7 @@ def test_routing_reads_the_declared_keys():
         module=module_path(), cluster=True, extra_args=("--cluster-require-full-coverage", "no")
     ) as node, node.client() as c:
         c.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 8191)
-        stop = time.monotonic() + 20
-        while b"cluster_state:ok" not in c.execute_command("CLUSTER", "INFO"):
-            if time.monotonic() > stop:
-                raise AssertionError("the node never reached cluster_state:ok")
+        wait_until(lambda: b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO"), 20, "cluster_state:ok")
         served, unserved = None, None
         for i in range(200):
             q = NativeQueue(c, fresh_name(f"r{i}-"))

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import digest
-from native_helpers import LATE, VERBS, NativeQueue, refused, wait_past
+from support.dataset import digest, refused
+from support.native import LATE, VERBS, NativeQueue
+from support.waiting import wait_server_past
 
 LANE = "EMQSTATE lane row is not native"
 FLOW = "EMQSTATE flow child is not native"
@@ -261,7 +262,7 @@ def test_wrongtype_promote_reschedule_reprocess(c):
     q = NativeQueue(c)
     q.schedule("s", b"p", 0, 0)
     c.set(q.pending, "x")
-    wait_past(c, int(c.zscore(q.schedule_key, "s")))
+    wait_server_past(c, int(c.zscore(q.schedule_key, "s")))
     refused(c, "WRONGTYPE", *q.lines()["EMQ.PROMOTE"])
     c.delete(q.pending)
     c.zadd(q.schedule_key, {"str": 0})
@@ -519,7 +520,7 @@ def test_ghost_in_schedule_is_removed_by_promote(c):
     q = NativeQueue(c)
     c.zadd(q.schedule_key, {"ghost": 0})
     q.schedule("real", b"p", 0, 0)
-    wait_past(c, int(c.zscore(q.schedule_key, "real")))
+    wait_server_past(c, int(c.zscore(q.schedule_key, "real")))
     assert q.promote(10) == 1
     assert q.zset(q.schedule_key) == []
     assert q.zset(q.pending) == [(b"real", 0.0)]

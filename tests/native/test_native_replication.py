@@ -4,23 +4,17 @@ run_id."""
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from typing import Callable
 
 import pytest
 
 from echomq import EmbeddedServer, module_path
-from helpers import digest
-from native_helpers import NativeQueue, wait_past
+from support.dataset import digest
+from support.native import NativeQueue
+from support.waiting import wait_link_up, wait_server_past
 
-
-def wait_link_up(replica, timeout_s: float = 20.0) -> None:
-    stop = time.monotonic() + timeout_s
-    with replica.client() as c:
-        while c.info("replication").get("master_link_status") != "up":
-            if time.monotonic() > stop:
-                raise AssertionError("replica never linked to its primary")
+pytestmark = pytest.mark.slow  # replicas started per test
 
 
 def workload(q: NativeQueue) -> None:
@@ -46,14 +40,14 @@ def workload(q: NativeQueue) -> None:
     q.schedule("far", b"sp", 3_600_000, 0)
     assert q.reschedule("far", 7_200_000) > 0
     c.zadd(q.schedule_key, {"ghost-s": 0})
-    wait_past(c, int(c.zscore(q.schedule_key, "s")))
+    wait_server_past(c, int(c.zscore(q.schedule_key, "s")))
     assert q.promote(100) >= 2
     c.zadd(q.active, {"ghost-a": 0})
     q.claim(1)
     q.claim(1)
     last = q.claim(1)
     c.hset(q.row(last[0]), "lease_epoch", "another-run")
-    wait_past(c, int(c.zscore(q.active, last[0])))
+    wait_server_past(c, int(c.zscore(q.active, last[0])))
     swept = q.stalled_check(1, 100)
     assert sum(len(part) for part in swept) == 3
     c.zadd(q.dead, {"ghost-d": 0})

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from echomq import EmbeddedServer, module_path
-from native_helpers import NativeQueue, wait_past
+from support.native import NativeQueue
+from support.waiting import wait_server_past
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def test_an_expiry_across_a_restart_is_exempt(aof_server):
     # EXTEND after the restart re-stamps the lease with the new run_id
     at = q.extend("extended", 1, 1)
     assert q.hrow("extended")[b"lease_epoch"] == second_run
-    wait_past(c, max(at, int(c.zscore(q.active, "held"))))
+    wait_server_past(c, max(at, int(c.zscore(q.active, "held"))))
 
     # "held" expired under another epoch: exempt, stalled untouched; "extended" counts
     assert q.stalled_check(1, 10) == [[], [b"held"], [b"extended"]]
@@ -50,7 +51,7 @@ def test_an_expiry_across_a_restart_is_exempt(aof_server):
     # a lease taken after the restart is stamped with the new run_id and counts
     assert q.claim(1)[0] == b"held"
     assert q.hrow("held")[b"lease_epoch"] == second_run
-    wait_past(c, int(c.zscore(q.active, "held")))
+    wait_server_past(c, int(c.zscore(q.active, "held")))
     assert q.stalled_check(5, 10) == [[b"held"], [], []]
     assert q.hrow("held")[b"stalled"] == b"1"
     c.close()

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import valkey
 
-from helpers import server_ms
-from native_helpers import OPTIONAL_TOKENS, TOKENS, VERBS, NativeQueue, wait_past
+from support.dataset import digest
+from support.native import OPTIONAL_TOKENS, TOKENS, VERBS, NativeQueue
+from support.waiting import server_ms, wait_server_past
 
 
 # -- registration -----------------------------------------------------------------------
@@ -83,9 +84,9 @@ def test_enqueue_with_priority_scores_pending(nq):
 
 def test_enqueue_is_idempotent(nq, c):
     assert nq.enqueue("j1", b"first") == 1
-    before = c.execute_command("DEBUG", "DIGEST")
+    before = digest(c)
     assert nq.enqueue("j1", b"second", 3) == 0
-    assert c.execute_command("DEBUG", "DIGEST") == before
+    assert digest(c) == before
     assert nq.hrow("j1")[b"payload"] == b"first"
 
 
@@ -116,9 +117,9 @@ def test_claim_empty_and_paused(nq, c):
     nq.enqueue("j", b"p")
     for flag in (b"1", b"0", b""):
         c.hset(nq.meta, "paused", flag)
-        before = c.execute_command("DEBUG", "DIGEST")
+        before = digest(c)
         assert nq.claim() == []
-        assert c.execute_command("DEBUG", "DIGEST") == before
+        assert digest(c) == before
     c.hdel(nq.meta, "paused")
     assert nq.claim()[0] == b"j"
 
@@ -145,11 +146,11 @@ def test_complete_deletes_row_and_counts(nq, c):
 def test_complete_wrong_token_or_no_row_answers_zero(nq, c):
     nq.enqueue("j", b"p")
     nq.claim()
-    before = c.execute_command("DEBUG", "DIGEST")
+    before = digest(c)
     assert nq.complete("j", "2") == 0
     assert nq.complete("j", "01") == 0  # compared as bytes
     assert nq.complete("nope", "1") == 0
-    assert c.execute_command("DEBUG", "DIGEST") == before
+    assert digest(c) == before
 
 
 # -- EXTEND, EXTENDS --------------------------------------------------------------------
@@ -201,7 +202,7 @@ def test_promote_moves_due_rows_lowest_first_up_to_limit(nq, c):
     nq.schedule("b", b"", 0, 0)
     nq.schedule("c", b"", 0, 0)
     nq.schedule("later", b"", 3_600_000, 0)
-    wait_past(c, int(max(s for m, s in nq.zset(nq.schedule_key) if m != b"later")))
+    wait_server_past(c, int(max(s for m, s in nq.zset(nq.schedule_key) if m != b"later")))
     assert nq.promote(2) == 2
     assert nq.promote(10) == 1
     assert nq.zset(nq.pending) == [(b"b", 0.0), (b"c", 0.0), (b"a", 2.0)]
@@ -349,7 +350,7 @@ def test_stalled_check_selects_lowest_first_up_to_limit(nq, c):
     nq.claim(1)
     nq.claim(1)
     last = nq.claim(1)
-    wait_past(c, int(c.zscore(nq.active, last[0])))
+    wait_server_past(c, int(c.zscore(nq.active, last[0])))
     first = nq.stalled_check(5, 2)
     assert first == [[b"a", b"b"], [], []]
     assert nq.stalled_check(5, 2) == [[b"c"], [], []]

@@ -24,7 +24,8 @@ from echomq._client.connection import build_call
 from echomq.errors import CommandRefused
 from echomq._protocol.keys import Keyspace
 from echomq._protocol.verbs import BUS, VERBS
-from helpers import digest, wait_server_past, server_ms
+from support.dataset import digest
+from support.queues import argv_for, plant_every_state
 
 PASSWORD = "pw-acl-1"
 COMMON = ["on", f">{PASSWORD}", "+@all", "-@admin", "-@dangerous", "+script", "%R~{emq}:version"]
@@ -42,48 +43,6 @@ def acl_server(server, wire):
         for user, rules in USERS.items():
             admin.execute_command("ACL", "SETUSER", user, "reset", *COMMON, *rules)
     return server
-
-
-def plant(server, client, wire: int, name: str) -> dict:
-    """As the admin: a job in every state, one lease already expired; returns ids and tokens."""
-    conn = connect(server.url, wire=wire)
-    q = Queue(conn, name)
-    for job_id in ("p", "a", "x", "s", "d"):
-        q.enqueue({"job": job_id}, id=job_id)
-    expired = q.claim(1)  # p, lease of 1 ms
-    held = q.claim(60_000)  # a
-    soon = q.claim(60_000)  # x -> scheduled, due now
-    dying = q.claim(60_000)  # s -> dead
-    q.delay(soon, 0)
-    q.fail(dying, "boom", max_attempts=1)
-    q.schedule({"job": "later"}, 60_000, id="later")
-    wait_server_past(client, server_ms(client) + 2)
-    conn.close()
-    return {"held": held, "expired": expired}
-
-
-def argv_for(verb: str, planted: dict) -> tuple:
-    held = planted["held"]
-    return {
-        "enqueue": ("new", b"{}", 0),
-        "claim": (60_000,),
-        "extend": (held.id, held.token, 60_000),
-        "extends": (60_000, held.id, held.token),
-        "complete": (held.id, held.token),
-        "schedule": ("new", b"{}", 1000, 0),
-        "promote": (100,),
-        "reschedule": ("later", 1000),
-        "delay": (held.id, held.token, 1000),
-        "fail": (held.id, held.token, "e", 5, 0),
-        "reprocess": ("s",),
-        "requeue": (held.id, held.token),
-        "stalled_check": (5, 100),
-        "append": (held.id, held.token, b'"half"'),
-        "failures_incr": (held.id, held.token, "e", 1, 0, "tb"),
-        "publish": (held.id, held.token, b'"r"', 60_000),
-        "counts": (),
-        "state": ("a",),
-    }[verb]
 
 
 # A script meets the ACL only at the redis.call that touches a derived key; Lua does not roll
@@ -114,9 +73,10 @@ def test_acl_matrix(acl_server, wire, user, verb):
         outcomes = {}
         for inside in (True, False):
             name = f"{'qa' if inside else 'qb'}-{wire}-{n}"
-            planted = plant(acl_server, admin, wire, name)
+            with connect(acl_server.url, wire=wire) as conn:
+                held = plant_every_state(conn, name)
             user_conn = connect(f"redis://{user}:{PASSWORD}@127.0.0.1:{acl_server.port}", wire=wire)
-            call = build_call(verb, Keyspace(name), argv_for(verb, planted))
+            call = build_call(verb, Keyspace(name), argv_for(verb, held))
             before = digest(admin)
             try:
                 user_conn.send(call)
@@ -153,8 +113,8 @@ def test_an_outcome_is_told_only_where_the_caller_may_publish(acl_server, wire, 
     name = f"qa-ch-{wire}-{next(_n)}"
     with acl_server.client() as admin:
         admin.execute_command("ACL", "SETUSER", "keys-only", "reset", *COMMON, "~emq:{qa*}:*")
-        planted = plant(acl_server, admin, wire, name)
-        held = planted["held"]
+        with connect(acl_server.url, wire=wire) as conn:
+            held = plant_every_state(conn, name)
         argv = {"publish": (held.id, held.token, b'"r"', 60_000),
                 "failures_incr": (held.id, held.token, "e", 1, 0, "tb"), "cancel": (held.id,)}[verb]
         listener = admin.pubsub()

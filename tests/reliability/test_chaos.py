@@ -16,7 +16,7 @@ import pytest
 
 from chaos import Config, run, whole_commands
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]  # thousands of jobs through crashes, kills, restarts
 
 
 def show(report) -> None:

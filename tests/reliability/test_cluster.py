@@ -22,11 +22,11 @@ from valkey.crc import key_slot
 import echomq
 from echomq import Queue, connect, errors
 from echomq._client.connection import build_call
-from echomq._protocol.keys import Keyspace
+from echomq._protocol.keys import Keyspace, slot_of
 
 from chaos import Config, run
-from cluster_helpers import blocked_waiters, digests, names_on_every_node
-from worker_helpers import wait_until
+from support.cluster import blocked_on, conn, digests, names_on_every_node  # noqa: F401 (fixture: conn)
+from support.waiting import wait_until
 
 # The worker's tests, collected again here where ``conn`` is a cluster connection.
 from test_worker import (  # noqa: F401
@@ -42,14 +42,8 @@ from test_worker import (  # noqa: F401
     test_timers_promote_and_sweep_and_say_what_they_moved,
 )
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.cluster]  # every test on a cluster, the chaos run's its own
 _n = itertools.count()
-
-
-@pytest.fixture
-def conn(cluster, wire):
-    with connect(cluster.url, wire=wire, cluster=True) as connection:
-        yield connection
 
 
 def test_queues_spread_over_every_primary(cluster, conn):
@@ -99,9 +93,7 @@ def test_two_queues_in_one_slot_pass_crossslot_and_wire_6_refuses_the_layout(clu
     if wire == 4:
         pytest.skip("the layout check is native (SPEC §5.2); a script trusts its keys")
     first = Keyspace(f"slot-{next(_n)}")
-    slot = key_slot(first.pending.encode())
-    second = next(Keyspace(f"slot-{i}") for i in itertools.count(10**6)
-                  if key_slot(Keyspace(f"slot-{i}").pending.encode()) == slot)
+    second = next(Keyspace(f"slot-{i}") for i in itertools.count(10**6) if slot_of(f"slot-{i}") == slot_of(first.queue))
     Queue(conn, first.queue).enqueue({"n": 1}, id="j")
     call = build_call("enqueue", first, ["k", b"{}", 0])
     call = type(call)(call.verb, (first.pending, second.base), call.argv)
@@ -153,7 +145,7 @@ def test_an_idle_worker_blocks_on_every_node_and_picks_up_from_each(cluster, con
     thread.start()
     try:
         def blocked_per_node() -> list[int]:
-            return [blocked_waiters(node) for node in cluster.nodes]
+            return [blocked_on(node) for node in cluster.nodes]
 
         wait_until(lambda: blocked_per_node() == [1, 1, 1], what="one blocked waiter on each node")
         for name in names:

@@ -25,29 +25,21 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-from valkey.exceptions import ResponseError
 
 import echomq
 from echomq import Queue, connect, errors
-from echomq.cli import main
 from echomq.local.cluster import LocalCluster, node_id
-from echomq._protocol.keys import VERSION_KEY
+from echomq._protocol.keys import VERSION_KEY, slot_of
 from echomq.worker.policy import LeasePolicy
 from echomq.worker.timers import TimerConfig
 
-from helpers import wait_server_past
-from cluster_helpers import (
-    blocked_waiters, digests, migrate_slot, migrate_slot_atomically, names_on_every_node, slot_of, slot_owner,
-)
-from worker_helpers import WorkerProcess, processed, wait_until
+from support.cli import emq
+from support.cluster import blocked_on, digests, migrate_slot, migrate_slot_atomically, names_on_every_node
+from support.waiting import wait_server_past, wait_until
+from support.workers import WorkerProcess, processed
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.cluster]  # every test on a cluster, some their own
 _n = itertools.count()
-
-
-def emq(*args: str):
-    return CliRunner(env={"COLUMNS": "200"}).invoke(main, list(args), catch_exceptions=False)
 
 
 def test_emq_worker_drains_six_queues_over_three_primaries(cluster, wire, tmp_path: Path):
@@ -177,11 +169,11 @@ def test_wire_4_queues_sharing_a_slot_share_one_blocked_connection(cluster4):
         thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
         thread.start()
         try:
-            wait_until(lambda: blocked_waiters(node) == 2, what="two blocked waiters for three queues")
+            wait_until(lambda: blocked_on(node) == 2, what="two blocked waiters for three queues")
             for name in (first, second, third):
                 Queue(conn, name).enqueue({})
             wait_until(lambda: sorted(seen) == sorted([first, second, third]), what="a job from each queue")
-            wait_until(lambda: blocked_waiters(node) == 2, what="blocked again")
+            wait_until(lambda: blocked_on(node) == 2, what="blocked again")
         finally:
             worker.stop("test over")
             thread.join(10)
@@ -229,16 +221,16 @@ def test_a_worker_follows_its_queue_when_the_slot_migrates(cluster, wire):
                 assert moved > 0
                 assert sum(run.done.values()) < 600, "the slot moved after the run: raise the job count"
                 wait_until(lambda: sum(run.done.values()) == 600, 60, "every job done")
-                wait_until(lambda: blocked_waiters(target) == 1, 20, "the waiter blocked on the new node")
-                assert blocked_waiters(source) == 0
+                wait_until(lambda: blocked_on(target) == 1, 20, "the waiter blocked on the new node")
+                assert blocked_on(source) == 0
                 later = queue.enqueue({"after": True})  # picked up from the new node by the waiter's wake
                 wait_until(lambda: run.done[later.id] == 1, 20, "a job enqueued after the move")
             finally:
                 migrate_slot(slot_of(name), target, source, cluster.nodes)  # back, while the worker waits there
             back = queue.enqueue({"back": True})
             wait_until(lambda: run.done[back.id] == 1, 20, "a job enqueued after the move back")
-            wait_until(lambda: blocked_waiters(source) == 1, 20, "the waiter blocked on the first node again")
-            assert blocked_waiters(target) == 0
+            wait_until(lambda: blocked_on(source) == 1, 20, "the waiter blocked on the first node again")
+            assert blocked_on(target) == 0
         assert set(run.done) == set(ids) | {later.id, back.id} and set(run.done.values()) == {1}
         assert queue.metrics()["completed"] == 602 and queue.counts().total == 0
         with source.client() as client:
@@ -272,8 +264,8 @@ def test_a_worker_rides_out_a_primary_failover_then_a_killed_primary(wire, caplo
             wait_until(lambda: sum(run.done.values()) == 600, 60, "every job done")
             new_primary = cluster.nodes[index]
             assert new_primary is not old_primary
-            wait_until(lambda: blocked_waiters(new_primary) == 1, 20, "the waiter blocked on the new primary")
-            assert blocked_waiters(old_primary) == 0
+            wait_until(lambda: blocked_on(new_primary) == 1, 20, "the waiter blocked on the new primary")
+            assert blocked_on(old_primary) == 0
             later = queue.enqueue({"after": True})
             wait_until(lambda: run.done[later.id] == 1, 20, "a job enqueued after the failover")
             assert set(run.done) == set(ids) | {later.id} and set(run.done.values()) == {1}
@@ -287,7 +279,7 @@ def test_a_worker_rides_out_a_primary_failover_then_a_killed_primary(wire, caplo
             cluster.failover(index, kill=True)
             assert sum(run.done[i] for i in second) < 600, "the crash came after the run: raise the job count"
             wait_until(lambda: all(run.done[i] >= 1 for i in second), 60, "every job of the second run done")
-            wait_until(lambda: blocked_waiters(old_primary) == 1, 20, "the waiter blocked on the last primary")
+            wait_until(lambda: blocked_on(old_primary) == 1, 20, "the waiter blocked on the last primary")
         assert queue.counts().pending == queue.counts().dead == 0
         # the dead node stamped the orphan's lease with its run_id: on wire 6 its expiry is no stall
         swept = [r.getMessage() for r in caplog.records if r.name == "echomq.timers" and orphan.id in r.getMessage()]
@@ -339,11 +331,11 @@ def test_atomic_slot_migration_under_a_running_worker(cluster, wire):
             try:
                 assert sum(run.done.values()) < 400, "the slot moved after the run: raise the job count"
                 wait_until(lambda: sum(run.done.values()) == 400, 60, "every job done")
-                wait_until(lambda: blocked_waiters(target) == 1, 20, "the waiter blocked on the new node")
+                wait_until(lambda: blocked_on(target) == 1, 20, "the waiter blocked on the new node")
             finally:
                 migrate_slot_atomically(slot, target, source, cluster.nodes)  # the shared cluster as it was
             back = queue.enqueue({"back": True})  # the blocked waiter was moved along: it claims this
             wait_until(lambda: run.done[back.id] == 1, 20, "a job enqueued after the move back")
-            wait_until(lambda: blocked_waiters(source) == 1, 20, "the waiter blocked on the first node again")
+            wait_until(lambda: blocked_on(source) == 1, 20, "the waiter blocked on the first node again")
         assert set(run.done) == set(ids) | {back.id} and set(run.done.values()) == {1}
         assert queue.metrics()["completed"] == 401 and queue.counts().total == 0

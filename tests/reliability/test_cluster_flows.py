@@ -8,19 +8,13 @@ import itertools
 
 import pytest
 
-from echomq import CrossSlotFlow, Flow, Queue, connect
+from echomq import CrossSlotFlow, Flow, Queue
 from echomq._core.flows import same_slot_name, slot_of
 from echomq._protocol.serializers import JSON
-from cluster_helpers import digests
+from support.cluster import conn, digests  # noqa: F401 (fixture: conn)
 
 pytestmark = pytest.mark.timeout(180)
 _n = itertools.count()
-
-
-@pytest.fixture
-def conn(cluster, wire):
-    with connect(cluster.url, wire=wire, cluster=True) as connection:
-        yield connection
 
 
 def test_a_flow_across_slots_is_refused_and_one_slot_runs(cluster, conn):

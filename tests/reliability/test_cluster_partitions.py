@@ -11,22 +11,18 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import echomq
 from echomq import ConfigurationError, PartitionedQueue, connect
-from echomq.cli import main
-from echomq._protocol.keys import partition_of
+from echomq._protocol.keys import partition_of, slot_of
 
-from helpers import fresh_name
-from cluster_helpers import blocked_waiters, digests, slot_of, slot_owner
-from worker_helpers import WorkerProcess, processed, wait_until
+from support.cli import emq
+from support.cluster import blocked_on, digests, slot_owner
+from support.queues import fresh_name
+from support.waiting import wait_until
+from support.workers import WorkerProcess, processed
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def emq(*args: str):
-    return CliRunner(env={"COLUMNS": "200"}).invoke(main, list(args), catch_exceptions=False)
 
 
 def test_eight_partitions_drained_by_one_worker(cluster, wire, tmp_path: Path):
@@ -79,7 +75,7 @@ def test_an_idle_worker_waits_on_every_partition_on_its_own_node(cluster, wire):
         thread.start()
         try:
             def waiting() -> bool:
-                return all(blocked_waiters(node) == owners[node.port] for node in cluster.nodes)
+                return all(blocked_on(node) == owners[node.port] for node in cluster.nodes)
 
             wait_until(waiting, what="a blocked waiter per partition, on its primary")
             added = [queue.enqueue({"n": n}).id for n in range(8)]  # round robin: one in each partition

@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 
 from echomq import EmbeddedServer, Queue, connect, module_path
 from echomq._protocol.verbs import VERBS
-from helpers import digest
+from support.dataset import digest
+
+pytestmark = pytest.mark.slow  # hypothesis: hundreds of bad calls per verb
 
 EXAMPLES = int(os.environ.get("ECHOMQ_FUZZ_EXAMPLES", "200"))
 CODES = {"EMQSHAPE", "EMQLAYOUT", "EMQARG", "NOPERM", "WRONGTYPE", "EMQSTATE", "EMQ"}

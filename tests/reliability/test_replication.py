@@ -15,15 +15,15 @@ promotion (REPLICAOF NO ONE) in the middle of leases.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 from chaos import Config, run
 from echomq import EmbeddedServer, Queue, connect, module_path
-from helpers import digest, server_ms, wait_server_past
+from support.dataset import digest
+from support.waiting import caught_up, server_ms, wait_server_past
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]  # replicas, failovers and chaos runs
 
 
 def test_chaos_with_a_replica_and_two_failovers(wire, tmp_path):
@@ -40,18 +40,6 @@ def test_chaos_with_a_replica_and_two_failovers(wire, tmp_path):
         assert report.crossed_restart_exempt == 0
 
 
-def caught_up(primary: EmbeddedServer, replica: EmbeddedServer, timeout_s: float = 20.0) -> None:
-    give_up = time.monotonic() + timeout_s
-    with primary.client() as p, replica.client() as r:
-        while True:
-            info = r.info("replication")
-            if info.get("master_link_status") == "up" and \
-                    info.get("slave_repl_offset", -1) >= p.info("replication")["master_repl_offset"]:
-                return
-            assert time.monotonic() < give_up, "the replica did not catch up"
-            time.sleep(0.01)
-
-
 def test_failover_exempts_the_old_primarys_leases(wire, tmp_path):
     module = module_path() if wire == 6 else None
     primary = EmbeddedServer(module=module, brand=wire, aof=True, directory=tmp_path / "p",
@@ -65,12 +53,12 @@ def test_failover_exempts_the_old_primarys_leases(wire, tmp_path):
                 q.enqueue({"id": job_id}, id=job_id)
             expiring = q.claim(200)  # its holder dies with the old primary
             held = q.claim(60_000)  # its holder survives the failover
-        caught_up(primary, replica)
+        caught_up(primary.client(), replica.client())
         assert digest(primary.client()) == digest(replica.client())
 
         with primary.client() as client:
             client.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
-        caught_up(primary, replica)
+        caught_up(primary.client(), replica.client())
         primary.kill()
         with replica.client() as client:
             client.execute_command("REPLICAOF", "NO", "ONE")

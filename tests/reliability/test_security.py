@@ -29,35 +29,10 @@ from echomq._client.connection import build_call
 from echomq._protocol.keys import Keyspace
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import VERBS
-from helpers import digest, server_ms, wait_server_past
+from support.dataset import digest
+from support.queues import argv_for, plant_every_state
 
 VERB_NAMES = [v.name for v in VERBS] + ["counts", "state"]
-
-
-def plant(conn, name: str) -> dict:
-    q = Queue(conn, name)
-    for job_id in ("p", "a", "x", "s", "d"):
-        q.enqueue({"job": job_id}, id=job_id)
-    q.claim(1)  # p: an expired lease
-    held = q.claim(60_000)  # a
-    soon = q.claim(60_000)  # x -> scheduled, due now
-    dying = q.claim(60_000)  # s -> dead
-    q.delay(soon, 0)
-    q.fail(dying, "boom", max_attempts=1)
-    q.schedule({"job": "later"}, 60_000, id="later")
-    client = conn.client
-    wait_server_past(client, server_ms(client) + 2)
-    return {"held": held}
-
-
-def argv_for(verb: str, held) -> tuple:
-    return {
-        "enqueue": ("new", b"{}", 0), "claim": (60_000,), "extend": (held.id, held.token, 60_000),
-        "extends": (60_000, held.id, held.token), "complete": (held.id, held.token),
-        "schedule": ("new", b"{}", 1000, 0), "promote": (100,), "reschedule": ("later", 1000),
-        "delay": (held.id, held.token, 1000), "fail": (held.id, held.token, "e", 5, 0), "reprocess": ("s",),
-        "requeue": (held.id, held.token), "stalled_check": (5, 100), "counts": (), "state": ("a",),
-    }[verb]
 
 
 # A script without flags is judged at its first write: refused OOM if that write is
@@ -85,8 +60,7 @@ def consistent(client, keys: Keyspace) -> None:
 def test_maxmemory_refuses_writes_whole_never_halfway(server, wire, verb):
     with connect(server.url, wire=wire) as conn, server.client() as admin:
         name = f"oom-{wire}-{verb}"
-        planted = plant(conn, name)
-        call = build_call(verb, Keyspace(name), argv_for(verb, planted["held"]))
+        call = build_call(verb, Keyspace(name), argv_for(verb, plant_every_state(conn, name)))
         assert admin.config_get("maxmemory-policy")["maxmemory-policy"] == "noeviction"
         before = digest(admin)
         admin.config_set("maxmemory", 1)  # every byte is over the limit

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from echomq import Queue
-from helpers import fresh_name, reap
-from worker_helpers import ROOT, wait_until
+from support.processes import ROOT, reap
+from support.queues import fresh_name
+from support.waiting import wait_until
 
 CALLED = "called.txt"  #: what a refused target writes if it runs after all
 HELPER = f'''

@@ -20,8 +20,9 @@ from echomq import Queue, aio
 from echomq.dashboard import Settings, serving
 from echomq._core.workers import RECORD_PREFIX, WORKERS_KEY
 from echomq._protocol.shown import id_form
-from dashboard_helpers import own_servers, server  # noqa: F401 (a node of its own per wire)
-from helpers import fresh_name, take, unchanged
+from support.dashboard import own_servers, server  # noqa: F401 (fixtures)
+from support.dataset import unchanged
+from support.queues import fresh_name, take
 
 #: keys whose queue name EchoMQ refuses: a space, a brace, bytes that are not UTF-8
 BAD_QUEUE_KEYS = [b"emq:{bad name}:pending", b"emq:{a{b}:meta", b"emq:{\xff\xfe}:dead"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import subprocess
 import sys
 
@@ -25,22 +24,12 @@ from echomq.dashboard import Settings, create_app, serving
 from echomq.dashboard.auth import SECURITY_HEADERS, TokenRequired, refusal_delay_s
 from echomq.errors import ConfigurationError
 from echomq.worker.heartbeat import Heartbeat
-from dashboard_helpers import own_servers, server, stock  # noqa: F401 (a node of its own per wire)
-from helpers import fresh_name, queue_unchanged
-from worker_helpers import ROOT
+from support.dashboard import own_servers, secret_of, server, stocked  # noqa: F401 (fixtures)
+from support.dataset import queue_unchanged
+from support.processes import ROOT
+from support.queues import fresh_name
 
 TOKEN = "a-token-of-24-characters"
-
-
-@pytest.fixture
-def stocked(conn):
-    return stock(Queue(conn, fresh_name("web")))
-
-
-def secret_of(html: str) -> str:
-    found = re.search(r'name="secret" value="([^"]+)"', html)
-    assert found, html
-    return found.group(1)
 
 
 def framed_nowhere(response: httpx.Response) -> None:

@@ -20,8 +20,9 @@ from echomq.admin.actions import ENQUEUE_BATCH
 from echomq.dashboard import Settings, serving
 from echomq._protocol.serializers import RAW
 from echomq._protocol.shown import LISTED_CHARS
-from dashboard_helpers import own_servers, server  # noqa: F401 (a node of its own per wire)
-from helpers import fresh_name, take, unchanged
+from support.dashboard import own_servers, server  # noqa: F401 (fixtures)
+from support.dataset import unchanged
+from support.queues import fresh_name, take
 
 BIG = 200 * 1024  #: each listed job's payload: a page of 25 whole rows would read 5 MB of them
 LONG_ERROR = "E" * 10_000  #: the server keeps its first 4 KiB

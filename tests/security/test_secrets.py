@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from echomq import EmbeddedServer, aio, errors, module_path
 from echomq.cli import main
-from helpers import fresh_name, reap
-from worker_helpers import ROOT
+from support.processes import ROOT, reap
+from support.queues import fresh_name
 
 PASSWORD = "s3cret-Pw-0f-the-tests"
 

@@ -20,7 +20,8 @@ from echomq.cli import main
 from echomq.errors import ArgumentError, StateError
 from echomq._protocol.verbs import (ERROR_MAX_LEN, EVENT_VALUE_MAX_LEN, EVENTS_MAX, GROUP_SETTINGS_MAX,
                                     TRACEBACK_MAX_LEN, bound_error, build_call)
-from helpers import fresh_name, take, unchanged
+from support.dataset import unchanged
+from support.queues import fresh_name, take
 
 LEASE = 60_000
 LONG_ERROR = "e" * (ERROR_MAX_LEN + 1)

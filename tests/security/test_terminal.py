@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from echomq import Queue
-from helpers import fresh_name, take
-from worker_helpers import ROOT
+from support.processes import ROOT
+from support.queues import fresh_name, take
 
 #: an id a producer may pick (valid UTF-8, within 512 bytes), and the error and payload a job may carry
 MARKUP_ID = "[link=https://evil.example]click[/link][/x]"

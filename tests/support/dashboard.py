@@ -1,14 +1,17 @@
-"""A queue holding jobs in every state, for the dashboard's tests (served for real with
-``echomq.dashboard.serving``: uvicorn on a free port in a thread of the test process)."""
+"""The dashboard's tests (served for real with ``echomq.dashboard.serving``: uvicorn on a free port
+in a thread of the test process): a node of its own per module and wire, a queue holding jobs in
+every state, and the form secret a page carries."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pytest
 
 from echomq import EmbeddedServer, Queue, module_path
-from helpers import take
+
+from .queues import fresh_name, take
 
 
 # The dashboard reads every queue on its node, each sample and each refresh. The session's shared
@@ -56,3 +59,16 @@ def stock(queue: Queue) -> Stocked:
     scheduled = queue.schedule({"kind": "later"}, 600_000).id
     assert done.id not in pending
     return Stocked(queue, pending, active, scheduled, dead)
+
+
+@pytest.fixture
+def stocked(conn) -> Stocked:
+    """A fresh queue on the test's connection, stocked with jobs in every state (:func:`stock`)."""
+    return stock(Queue(conn, fresh_name("dash")))
+
+
+def secret_of(html: str) -> str:
+    """The form secret a dashboard page carries (every form that acts posts it)."""
+    found = re.search(r'name="secret" value="([^"]+)"', html)
+    assert found, html
+    return found.group(1)

@@ -1,36 +1,19 @@
-"""Test helpers: fresh queue names, dump a queue's keys, read and wait on the server clock, the
-'dataset unchanged' check -- one of each for every test directory."""
+"""What a node holds, read and compared: a dump of one queue's keys (or of every key), DEBUG DIGEST,
+the "dataset unchanged" check (:class:`unchanged`), a refusal that must write nothing
+(:func:`refused`), and the builders of an expected state as :func:`dump` shows it (K, R, Z, H).
+The servers run with debug commands enabled (``EmbeddedServer``)."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import itertools
-import os
-import subprocess
-import time
-import uuid
 from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
 
-from echomq import aio
+import pytest
+import valkey
+
 from echomq._protocol.keys import Keyspace
 
-# valkey-py's annotations mix its sync and asyncio returns (``Awaitable[Any] | Any``) and want str
-# keys: the helpers take its sync client as Any, so type checkers read the tests, not its stubs.
-Client = Any
-
-_names = itertools.count()
-
-
-def fresh_name(prefix: str = "t") -> str:
-    """A queue name no other test uses (the shared servers outlive each test)."""
-    return f"{prefix}-{os.getpid()}-{next(_names)}"
-
-
-def former_default_id(ms: int) -> str:
-    """A UUIDv7 text minted at ``ms``: the default job id before the 16-character ids (echomq._protocol.ids)."""
-    return str(uuid.UUID(int=ms << 80 | 0x7 << 76 | 0b10 << 62 | int.from_bytes(os.urandom(7), "big")))
+from .waiting import Client, server_ms
 
 
 def dump_key(client: Client, key: bytes) -> tuple:
@@ -95,23 +78,39 @@ def snap(queue: Any) -> dict[bytes, tuple]:
     return mask_times(core_dump(client, queue.keys), server_ms(client))
 
 
+# --------------------------------------------------------------------------- an expected state, as dump() shows it
+
+
+def _b(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def K(queue: Any, suffix: str) -> bytes:
+    """The key ``suffix`` of ``queue`` (a Queue or an aio one), as a dump's key."""
+    return queue.keys.key(suffix).encode()
+
+
+def R(queue: Any, job_id: str) -> bytes:
+    """The row key of ``job_id`` in ``queue``."""
+    return queue.keys.job(job_id).encode()
+
+
+def Z(*pairs: tuple[Any, float]) -> tuple:
+    """A zset of (member, score) pairs as dump() shows it: members in the server's order (score, then member)."""
+    return "zset", sorted(((_b(m), float(s)) for m, s in pairs), key=lambda ms: (ms[1], ms[0]))
+
+
+def H(fields: dict | None = None, /, **named: Any) -> tuple:
+    """A hash as dump() shows it, from a dict, keywords, or both."""
+    return "hash", {_b(k): _b(v) for k, v in sorted({**(fields or {}), **named}.items())}
+
+
+# --------------------------------------------------------------------------- nothing changed
+
+
 def digest(client: Client) -> bytes:
+    """DEBUG DIGEST: one hash of the node's whole dataset, each key's expire time included."""
     return client.execute_command("DEBUG", "DIGEST")
-
-
-def server_ms(client: Client) -> int:
-    """The server clock in ms, as the verbs read it (TIME)."""
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
-def wait_server_past(client: Client, deadline_ms: float, timeout_s: float = 10.0) -> None:
-    """Poll the server's clock until it is past ``deadline_ms``: waits on the server, not on a guess."""
-    give_up = time.monotonic() + timeout_s
-    while server_ms(client) <= deadline_ms:
-        if time.monotonic() > give_up:
-            raise TimeoutError(f"server clock did not pass {deadline_ms}")
-        time.sleep(0.001)
 
 
 @contextmanager
@@ -177,72 +176,27 @@ class unchanged:
             assert self._state() == self.before
 
 
-def queue_unchanged(queue) -> unchanged:
+def queue_unchanged(queue: Any) -> unchanged:
     """``unchanged`` for one queue's keys on its own connection."""
     return unchanged(queue.connection.client, queue.keys)
 
 
-def reap(proc: subprocess.Popen) -> None:
-    """Kill a test's subprocess if it still runs, and close its pipes: the cleanup for every path."""
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe:
-            pipe.close()
+def error_code(exc: valkey.ResponseError) -> str:
+    """The first word of the error reply (valkey-py strips the codes it maps to classes)."""
+    if isinstance(exc, valkey.exceptions.NoPermissionError):
+        return "NOPERM"
+    return str(exc).split(" ", 1)[0]
 
 
-class AwaitingQueue:
-    """An :class:`echomq.aio.Queue` seen through blocking calls, so one suite runs on both clients:
-    every coroutine method runs to completion on this adapter's own event loop (an async
-    generator, to its end, as a list); the pure parts (``keys``, the ``*_call`` builders) pass through. ``connection`` is the sync twin's, for the
-    tests' own inspection of the dataset."""
-
-    def __init__(self, url: str, wire: int, twin) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._aconn = self._loop.run_until_complete(aio.connect(url, wire=wire))
-        self._queue = aio.Queue(self._aconn, twin.name, serializer=twin.serializer)
-        self.connection = twin.connection
-
-    def __getattr__(self, name: str):
-        attr = getattr(self._queue, name)
-        if inspect.isasyncgenfunction(attr):
-            async def collect(*args, **kwargs):
-                return [item async for item in attr(*args, **kwargs)]
-
-            return lambda *args, **kwargs: self._loop.run_until_complete(collect(*args, **kwargs))
-        if not inspect.iscoroutinefunction(attr):
-            return attr
-        return lambda *args, **kwargs: self._loop.run_until_complete(attr(*args, **kwargs))
-
-    def close(self) -> None:
-        self._loop.run_until_complete(self._aconn.aclose())
-        self._loop.close()
-
-
-class awaited_connect:
-    """``echomq.aio.connect`` run to completion on a loop of its own: the handshake tests run
-    the same checks through both clients. ``wire`` as the connection's; a context manager."""
-
-    def __init__(self, url: str, **options) -> None:
-        self._loop = asyncio.new_event_loop()
-        try:
-            self.conn = self._loop.run_until_complete(aio.connect(url, **options))
-        except BaseException:
-            self._loop.close()
-            raise
-        self.wire = self.conn.wire
-
-    def __enter__(self) -> "awaited_connect":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.run_until_complete(self.conn.aclose())
-        self._loop.close()
-
-
-def take(queue, lease_ms: int = 60_000):
-    """Claim the head of ``queue``, which the test knows is there (a typed ``Job``, never None)."""
-    job = queue.claim(lease_ms)
-    assert job is not None, f"{queue.name}: nothing to claim"
-    return job
+def refused(client: Client, code: str, *command: Any, observer: Client | None = None) -> str:
+    """Send ``command`` as a plain command on ``client``: it must be refused with ``code``, and the
+    dataset unchanged (DEBUG DIGEST, read on ``observer`` when ``client`` may not, an ACL user's).
+    Returns the refusal's text."""
+    observer = client if observer is None else observer
+    with expiry_held(observer):
+        before = digest(observer)
+        with pytest.raises(valkey.ResponseError) as info:
+            client.execute_command(*command)
+        assert error_code(info.value) == code, str(info.value)
+        assert digest(observer) == before, f"{command[0]} refused with {code} but wrote"
+    return str(info.value)

@@ -1,23 +1,30 @@
-"""Helpers for the tests on a local cluster: queue names placed on chosen primaries, node digests,
-the blocked waiters on each node, and a slot moved between primaries."""
+"""The tests on a local cluster: queue names placed on chosen primaries, node digests, the blocked
+waiters on each node, a slot moved between primaries, and a module's connection to the cluster."""
 
 from __future__ import annotations
 
 import itertools
 
-from valkey.crc import key_slot
+import pytest
 
+from echomq import connect
+from echomq._protocol.keys import slot_of
 from echomq.local.cluster import LocalCluster, node_id, slot_ranges
-from echomq._protocol.keys import Keyspace
 from echomq.local.server import EmbeddedServer
-from echomq.worker.waiter import LANES_WAKE
-from worker_helpers import wait_until
+
+from .dataset import digest
+from .waiting import wait_until
+from .workers import blocked_waiters
 
 _n = itertools.count()
 
 
-def slot_of(name: str) -> int:
-    return key_slot(Keyspace(name).pending.encode())
+@pytest.fixture
+def conn(cluster, wire):
+    """The test's connection, to its wire's cluster: a module imports it to run on the cluster
+    (tests it imports from a standalone module too)."""
+    with connect(cluster.url, wire=wire, cluster=True) as connection:
+        yield connection
 
 
 def names_on_every_node(cluster: LocalCluster, per_node: int = 2) -> list[str]:
@@ -31,27 +38,23 @@ def names_on_every_node(cluster: LocalCluster, per_node: int = 2) -> list[str]:
         if len(found[node]) < per_node:
             found[node].append(name)
         if all(len(v) == per_node for v in found.values()):
-            return [n for names in found.values() for n in names]
+            break
+    return [n for names in found.values() for n in names]
 
 
 def digests(cluster: LocalCluster) -> list[bytes]:
+    """Each primary's DEBUG DIGEST, in node order."""
     out = []
     for node in cluster.nodes:
         with node.client() as client:
-            out.append(client.execute_command("DEBUG", "DIGEST"))
+            out.append(digest(client))
     return out
 
 
-def blocked_clients(node: EmbeddedServer) -> list[dict]:
-    """Connections blocked in a waiter's claiming wait (BZPOPMIN or EMQ.BCLAIM) on ``node``; a wire-6
-    worker's BZPOPMIN on the wake markers, its lanes' wake (named ``LANES_WAKE``), is not counted."""
+def blocked_on(node: EmbeddedServer) -> int:
+    """Workers' waiters blocked on ``node`` (:func:`support.workers.blocked_waiters`)."""
     with node.client() as client:
-        return [c for c in client.client_list() if "b" in c["flags"] and c["cmd"].lower() in ("bzpopmin", "emq.bclaim")
-                and c.get("name") != LANES_WAKE]
-
-
-def blocked_waiters(node: EmbeddedServer) -> int:
-    return len(blocked_clients(node))
+        return blocked_waiters(client)
 
 
 def migrate_slot(slot: int, source: EmbeddedServer, target: EmbeddedServer, everyone: list[EmbeddedServer],

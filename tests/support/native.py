@@ -1,20 +1,19 @@
-"""Helpers for the trafikey tests: raw EMQ.* verb lines, the server clock, DEBUG DIGEST.
+"""The trafikey tests' raw EMQ.* verb lines (:class:`NativeQueue`), the tokens and arities the
+module registers, and blocked EMQ.BCLAIM calls observed from outside (:class:`Blocker`).
 
 Every test gets a queue of its own (a fresh name) on a shared server, so a refusal's
-"nothing written" is checked with DEBUG DIGEST of the whole dataset before and after.
+"nothing written" is checked with DEBUG DIGEST of the whole dataset before and after
+(:func:`support.dataset.refused`).
 """
 
 from __future__ import annotations
 
 import threading
-import time
-
-import pytest
-import valkey
 
 from echomq._protocol import verbs
 
-from helpers import digest, expiry_held, fresh_name, server_ms
+from .queues import fresh_name
+from .waiting import Client, wait_server_past, wait_until
 
 #: The job-core tokens EMQ.VERSION must list, in registration-table order (SPEC §6): the verb table's.
 TOKENS = " ".join(verbs.JOB_CORE_TOKENS)
@@ -41,36 +40,10 @@ VERBS = {command: (len(verb.keys), len(verb.argv)) for command, verb in REGISTER
 LATE = {command: tuple(SAMPLE[name] for name, _ in verb.late) for command, verb in REGISTERED.items() if verb.late}
 
 
-def wait_past(client: valkey.Valkey, deadline_ms: int, timeout_s: float = 10.0) -> None:
-    """Poll the server's TIME until it is past `deadline_ms` (a lease's score)."""
-    stop = time.monotonic() + timeout_s
-    while server_ms(client) <= deadline_ms:
-        if time.monotonic() > stop:
-            raise AssertionError(f"server clock never passed {deadline_ms}")
-
-
-def error_code(exc: valkey.ResponseError) -> str:
-    """The first word of the error reply (valkey-py strips the codes it maps to classes)."""
-    if isinstance(exc, valkey.exceptions.NoPermissionError):
-        return "NOPERM"
-    return str(exc).split(" ", 1)[0]
-
-
-def refused(client: valkey.Valkey, code: str, *command) -> str:
-    """Run `command`, assert it is refused with `code` and that the dataset is unchanged."""
-    with expiry_held(client):
-        before = digest(client)
-        with pytest.raises(valkey.ResponseError) as info:
-            client.execute_command(*command)
-        assert error_code(info.value) == code, str(info.value)
-        assert digest(client) == before, f"{command[0]} refused with {code} but wrote"
-    return str(info.value)
-
-
 class NativeQueue:
     """One queue's keys and the raw verb lines (SPEC §3), sent as plain commands."""
 
-    def __init__(self, client: valkey.Valkey, name: str | None = None) -> None:
+    def __init__(self, client: Client, name: str | None = None) -> None:
         self.c = client
         self.name = name or fresh_name()
         self.base = f"emq:{{{self.name}}}:".encode()
@@ -193,7 +166,7 @@ class NativeQueue:
         """Claim the head with a 1 ms lease and wait until the server clock passes it."""
         got = self.claim(lease_ms)
         score = self.c.zscore(self.active, got[0])
-        wait_past(self.c, int(score))
+        wait_server_past(self.c, int(score))
         return got
 
 
@@ -233,29 +206,21 @@ class Blocker:
         return self.reply
 
 
-def client_entries(admin: valkey.Valkey, name: str) -> list[dict]:
+def client_entries(admin: Client, name: str) -> list[dict]:
     return [e for e in admin.client_list() if e.get("name") == name]
 
 
-def is_blocked(admin: valkey.Valkey, name: str) -> bool:
+def is_blocked(admin: Client, name: str) -> bool:
     return any("b" in e["flags"] and e["cmd"].lower() == "emq.bclaim" for e in client_entries(admin, name))
 
 
-def poll(condition, what: str, timeout_s: float = 10.0) -> None:
-    give_up = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > give_up:
-            raise AssertionError(f"never: {what}")
-        time.sleep(0.001)
-
-
-def wait_blocked(admin: valkey.Valkey, *blockers: Blocker) -> None:
+def wait_blocked(admin: Client, *blockers: Blocker) -> None:
     for b in blockers:
-        poll(lambda: is_blocked(admin, b.name) or b.done, f"{b.name} blocked")
+        wait_until(lambda: is_blocked(admin, b.name) or b.done, what=f"{b.name} blocked")
         assert not b.done, f"{b.name} answered instead of blocking: {b.reply!r} {b.error!r}"
 
 
-def still_blocked(admin: valkey.Valkey, *blockers: Blocker) -> None:
+def still_blocked(admin: Client, *blockers: Blocker) -> None:
     """Blocked now: a signal is served right after the command that made it, so a check after
     that command's reply sees the outcome."""
     for b in blockers:

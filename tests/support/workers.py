@@ -1,8 +1,5 @@
-"""Helpers for the worker and CLI tests: waiting on observable conditions, worker processes.
-
-Nothing here sleeps as synchronisation: :func:`wait_until` polls a condition the test
-can observe (counts, a file a handler wrote, the server's clock) against a deadline.
-"""
+"""Workers in the tests: timers that stay out of a test's way, what a worker sent and where it
+blocks, and worker processes (`emq worker worker_apps:make_app`) with what their handler wrote."""
 
 from __future__ import annotations
 
@@ -12,37 +9,33 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
-
-import pytest
 
 from echomq import TimerConfig
+from echomq._core.workers import WORKERS_KEY, record_key
+from echomq.worker.waiter import LANES_WAKE
 
-ROOT = Path(__file__).resolve().parent.parent
+from .processes import ROOT, TESTS
+from .waiting import Client, wait_until
+
 #: timers that stay out of a test's way: no promote or sweep while it runs
 QUIET_TIMERS = TimerConfig(promote_interval_ms=60_000, sweep_interval_ms=60_000, idle_sweep_interval_ms=60_000)
-TESTS = Path(__file__).resolve().parent
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "the condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy (returned), or fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
-
-
-def commands_sent(client) -> int:
+def commands_sent(client: Client) -> int:
     """Commands clients sent (INFO commandstats): the verbs (EVALSHA on wire 4, EMQ.* on wire 6) and
     the pause read (HGET); the calls a module verb makes inside the server are left out, but a
     script's own HGETs (the event switch) count as HGETs: commandstats cannot tell them apart."""
     stats = client.info("commandstats")
     return sum(v["calls"] for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_hget")
                or k.startswith("cmdstat_EMQ."))
+
+
+def blocked_waiters(client: Client) -> int:
+    """Clients of ``client``'s node blocked in a worker's claiming wait (BZPOPMIN on wire 4,
+    EMQ.BCLAIM on wire 6). A wire-6 worker also blocks in BZPOPMIN on the wake markers, the lanes'
+    wake (named ``LANES_WAKE``, tests/test_lanes.py): not counted."""
+    return sum(1 for c in client.client_list() if "b" in c["flags"] and c["cmd"].lower() in ("bzpopmin", "emq.bclaim")
+               and c.get("name") != LANES_WAKE)
 
 
 def processed(out: Path) -> list[tuple[str, int, int]]:
@@ -100,32 +93,9 @@ class WorkerProcess:
             self.process.wait()
 
 
-@pytest.fixture
-def out(tmp_path: Path) -> Path:
-    return tmp_path
-
-
-@pytest.fixture
-def spawn(server, wire, out):
-    """``spawn(queue, *args)`` starts a worker process on the test's server; all are killed at teardown."""
-    started_procs: list[WorkerProcess] = []
-
-    def start(queue: str, *args: str, env: dict | None = None) -> WorkerProcess:
-        proc = WorkerProcess(server.url, wire, queue, out, *args, env=env)
-        started_procs.append(proc)
-        return proc
-
-    yield start
-    for proc in started_procs:
-        proc.kill()
-    forget_heartbeats(server.client(), {proc.pid for proc in started_procs})
-
-
-def forget_heartbeats(client, pids: set[int]) -> None:
+def forget_heartbeats(client: Client, pids: set[int]) -> None:
     """Delete the heartbeat records of killed workers (``host:pid:tag`` ids): left alone they would
     expire during a later test on the shared server and change its dataset under a digest check."""
-    from echomq._core.workers import WORKERS_KEY, record_key
-
     for member in client.smembers(WORKERS_KEY):
         worker_id = member.decode()
         if int(worker_id.split(":")[-2]) in pids:
