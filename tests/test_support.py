@@ -1,0 +1,47 @@
+"""The tests' own helpers (tests/support/) where they could be wrong: ``unchanged`` proves a block
+wrote nothing on a shared server, so it must catch a write and must not be fooled by what earlier
+tests left to expire; ``wait_until`` fails saying what it waited for."""
+
+from __future__ import annotations
+
+import pytest
+
+from support.dataset import forget_idle_waiter_counts, unchanged
+from support.waiting import server_ms, wait_server_past, wait_until
+
+
+def test_unchanged_catches_a_write_anywhere_on_the_node(queue):
+    client = queue.connection.client
+    with pytest.raises(AssertionError):
+        with unchanged(client, queue.keys):
+            client.set(f"elsewhere-{queue.name}", "x")  # not one of the queue's keys: the digest sees it
+    client.delete(f"elsewhere-{queue.name}")
+
+
+def test_a_waiter_count_an_earlier_test_left_to_expire_does_not_change_the_digest(queue):
+    """A waiter that timed out leaves its 0 in meta, expiring 30 s on (here 200 ms): DEBUG DIGEST
+    reads the field as gone once it expires, so the block below, which writes nothing, would fail."""
+    client = queue.connection.client
+    job = queue.enqueue({"n": 1})
+    with pytest.raises(TimeoutError):
+        queue.result(job.id, timeout=0.01)
+    assert client.hget(queue.keys.meta, "waiters") == b"0"
+    client.execute_command("HPEXPIRE", queue.keys.meta, 200, "FIELDS", 1, "waiters")
+    with unchanged(client, queue.keys):
+        wait_server_past(client, server_ms(client) + 300)
+    assert client.hget(queue.keys.meta, "waiters") is None
+
+
+def test_a_live_waiters_count_is_kept(queue):
+    client = queue.connection.client
+    client.hset(queue.keys.meta, "waiters", 1)
+    client.execute_command("HEXPIRE", queue.keys.meta, 30, "FIELDS", 1, "waiters")
+    forget_idle_waiter_counts(client)
+    assert client.hget(queue.keys.meta, "waiters") == b"1"
+    client.hdel(queue.keys.meta, "waiters")
+
+
+def test_wait_until_returns_what_it_found_or_names_what_it_waited_for():
+    assert wait_until(lambda: 42, 1) == 42
+    with pytest.raises(AssertionError, match="timed out after 0.05s waiting for the impossible"):
+        wait_until(lambda: False, 0.05, "the impossible")
