@@ -163,14 +163,15 @@ def forget_idle_waiter_counts(client: Client) -> int:
 class unchanged:
     """The node's dataset is the same afterwards: DEBUG DIGEST, plus a full dump of one queue's
     keys (``keyspace``) or of every key (``keyspace=None``); ``dump_keys=False``: the digest only.
-    A whole-node dump is skipped on a node of many keys (the session's shared servers): the
-    digest alone proves the dataset unchanged, the dump only makes a failure readable; it leaves
+    A whole-node dump is skipped on a node of more than a few hundred keys (the session's shared
+    servers, past their first tests): the digest alone proves the dataset unchanged, the dump only
+    makes a failure readable, and dumping a shared node twice cost a refusal test seconds; it leaves
     out keys with a TTL, which may run out within the block (the digest holds them and their
     expire times). Active expiry is held meanwhile (:func:`expiry_held`), all expiry while the
     state is read (:func:`expiry_paused`), and the waiter counts earlier tests left to expire are
     deleted first (:func:`forget_idle_waiter_counts`)."""
 
-    WHOLE_NODE_DUMP_MAX_KEYS = 2000
+    WHOLE_NODE_DUMP_MAX_KEYS = 200
 
     def __init__(self, client: Client, keyspace: Keyspace | None = None, *, dump_keys: bool = True) -> None:
         self.client, self.keyspace, self.dump_keys = client, keyspace, dump_keys
