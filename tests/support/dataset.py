@@ -217,7 +217,18 @@ class unchanged:
 
     def __exit__(self, *exc: object) -> None:
         with self._held:
-            assert self._state() == self.before
+            after = self._state()
+            assert after == self.before, f"the dataset changed; {_who_else_writes(self.client)}"
+
+
+def _who_else_writes(client: Client) -> str:
+    """What could have written besides the block, to make a failure readable: the node's other
+    clients that sent a command within the last second, and its keys with an expiring field."""
+    me = client.client_id()
+    busy = [f"{c.get('name') or c['addr']}: {c['cmd']} ({c['idle']} s ago)" for c in client.client_list()
+            if c["id"] != str(me) and int(c["idle"]) < 1 and c["cmd"] not in ("NULL", "client|list")]
+    volatile = sum(db.get("keys_with_volatile_items", 0) for db in client.info("keyspace").values())
+    return f"clients that just sent a command: {busy or 'none'}; keys with an expiring field: {volatile}"
 
 
 def queue_unchanged(queue: Any) -> unchanged:
