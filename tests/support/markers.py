@@ -66,6 +66,10 @@ BY_NAME: dict[str, tuple[str, ...]] = {
     "test_heartbeats_keep_a_long_job_held_past_its_lease": ("slow",),
     "test_retention_expiry_gives_back_its_memory": ("slow",),
     "test_a_timed_out_call_is_connection_failed": ("slow",),
+    # refusal matrices, every verb by every bad value, each refusal proven on the shared node's whole
+    # DEBUG DIGEST (a digest grows with the node: about 0.2 s a refusal late in a session)
+    "test_a_bad_job_id_is_refused_naming_it": ("slow",),
+    "test_a_bad_number_is_refused_naming_it": ("slow",),
     # subprocesses: emq, worker and server processes, a replica, a plugin's own pytest run
     "test_a_good_node_passes_every_check_and_doctor_writes_nothing": ("slow",),
     "test_a_replica_sees_the_claims_that_happened_and_no_timeout": ("slow",),
