@@ -28,6 +28,8 @@ from typing import Iterator
 import pytest
 import valkey
 
+pytestmark = pytest.mark.slow  # builds the release files and installs each into a fresh environment
+
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = (ROOT / "echomq" / "VERSION").read_text().strip()
 DIST_ENV = "ECHOMQ_DIST"

@@ -16,6 +16,7 @@ tests/conftest.py.
 * ``native`` -- trafikey's raw EMQ.* lines (``NativeQueue``) and blocked EMQ.BCLAIM calls;
 * ``cluster`` -- queue names placed on chosen primaries, digests and waiters per node, slot moves;
 * ``dashboard`` -- a node of its own per dashboard module, a queue with jobs in every state;
+* ``upgrade`` -- the data directories earlier releases wrote (tests/upgrade/fixtures), loaded;
 * ``markers`` -- which of ``slow``, ``cluster``, ``browser`` a test gets (pure).
 
 A module here imports echomq and its siblings, never a test module.

@@ -25,12 +25,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-sys.path[:0] = [str(HERE), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "tests")]  # support.upgrade
 
 import valkey  # noqa: E402
 
 from echomq import EmbeddedServer  # noqa: E402
-from upgrade_helpers import FIXTURES, dataset  # noqa: E402
+from support.upgrade import FIXTURES, dataset  # noqa: E402
 
 RELEASE_0_1_0 = "7b480d4"  #: the first release: issues 2-7 landed (stop 8)
 BEFORE_FLOW_RECORDS = "8fc76d0"  #: main before issue 43 gave a flow parent the record of its children

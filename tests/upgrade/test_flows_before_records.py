@@ -21,10 +21,10 @@ from echomq.cli import main
 from echomq._protocol.keys import Keyspace
 from echomq._protocol.serializers import JSON
 from echomq._protocol.verbs import Call
-from helpers import unchanged
+from support.dataset import unchanged
+from support.upgrade import facts, loaded
+from support.waiting import wait_until
 from test_worker import running
-from upgrade_helpers import facts, loaded
-from worker_helpers import wait_until
 
 NAME = "v0.1.0+8fc76d0"
 T = "1796454922264"  # an admission time

@@ -16,10 +16,10 @@ from collections import Counter
 import pytest
 
 from echomq import App, Backoff, Queue, Worker, WorkerConfig, connect
-from helpers import fresh_name
+from support.queues import fresh_name
+from support.waiting import wait_until
 from old_worker import OldRelease
 from test_worker import running
-from worker_helpers import wait_until
 
 
 class Ledger:

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from echomq import JSON, RAW, App, Job, LeaseLost, Queue, Status, connect
 from echomq.cli import main
 from echomq.testing import drain
-from upgrade_helpers import dataset, facts, loaded, recorded
+from support.upgrade import dataset, facts, loaded, recorded
 
 TIMES = ("created", "started", "failed")
 

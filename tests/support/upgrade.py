@@ -1,5 +1,5 @@
-"""The upgrade tests' fixtures: data directories written by earlier releases (``fixtures/``, made
-by make_fixtures.py from git history), loaded into this release's server, and a node's dataset in
+"""The upgrade tests' fixtures: data directories written by earlier releases (tests/upgrade/fixtures,
+made by tests/upgrade/make_fixtures.py from git history), loaded into this release's server, and a node's dataset in
 a form JSON keeps (the fixture's ``dump.json`` is the dataset as the old release left it)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-import valkey
-
 from echomq import EmbeddedServer, module_path
-from helpers import dump
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+from .dataset import dump
+from .waiting import Client
+
+FIXTURES = Path(__file__).resolve().parents[1] / "upgrade" / "fixtures"
 
 
 def jsonable(value: Any) -> Any:
@@ -32,7 +32,7 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def dataset(client: valkey.Valkey) -> dict[str, Any]:
+def dataset(client: Client) -> dict[str, Any]:
     """Every key of the node, its type and full content, as :func:`jsonable` writes it."""
     return jsonable(dump(client))
 
