@@ -18,7 +18,7 @@ from echomq.errors import ArgumentError, CounterError, ShapeError, StateError, W
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import EXTENDS_MAX_PAIRS
 from support.dataset import core_dump, mask_times, queue_unchanged
-from support.queues import fresh_name
+from support.queues import fresh_name, raw_reply
 from support.waiting import server_ms
 
 LEASE = 60_000
@@ -28,15 +28,6 @@ LEASE = 60_000
 def twins(conn):
     """Two queues on one connection: one completes with COMPLETES, the other with COMPLETEs in a row."""
     return [Queue(conn, fresh_name("cp"), serializer=RAW) for _ in range(2)]
-
-
-def raw(q, verb, *argv):
-    """A verb exactly as given, past the Python-side checks; error elements typed as the client reads
-    them, a refusal of the whole command raised."""
-    (reply,) = q.connection.round_trip([build_call(verb, q.keys, argv)])
-    if isinstance(reply, Exception):
-        raise reply
-    return reply
 
 
 def completes_by_complete(q, pairs):
@@ -103,7 +94,7 @@ def test_a_batch_is_those_completes_in_a_row(twins, scenario):
     batch, by_complete = twins
     pairs = setup(batch, scenario)
     assert setup(by_complete, scenario) == pairs
-    reply = raw(batch, "completes", *[part for pair in pairs for part in pair])
+    reply = raw_reply(batch, "completes", *[part for pair in pairs for part in pair])
     expected = completes_by_complete(by_complete, pairs)
     assert len(reply) == len(pairs) and answers(reply) == answers(expected)
     assert 1 in reply or scenario == "refused"
@@ -113,7 +104,7 @@ def test_a_batch_is_those_completes_in_a_row(twins, scenario):
 def test_a_refused_pair_is_its_error_and_the_others_complete(twins, wire):
     q, _ = twins
     pairs = setup(q, "refused")
-    reply = raw(q, "completes", *[part for pair in pairs for part in pair])
+    reply = raw_reply(q, "completes", *[part for pair in pairs for part in pair])
     not_in_active = "EMQSTATE EMQ.COMPLETES id is not in active"
     # the lane row and the flow child: refused natively; complete.lua's executor completes them (§5.5)
     boundary = ["EMQSTATE lane row is not native", "EMQSTATE flow child is not native"] if wire == 6 else ["1", "1"]
@@ -192,9 +183,9 @@ def test_a_malformed_event_switch_refuses_the_whole_batch(twins):
     pairs = setup(q, "normal")
     q.connection.client.hset(q.keys.meta, "events", "many")
     with queue_unchanged(q), pytest.raises(CounterError, match="^EMQ hash value is not an integer$"):
-        raw(q, "completes", *[part for pair in pairs for part in pair])
+        raw_reply(q, "completes", *[part for pair in pairs for part in pair])
     with queue_unchanged(q):  # no pair held: the switch is not read, nothing is written
-        assert raw(q, "completes", "a", "9", "b", "9") == [0, 0]
+        assert raw_reply(q, "completes", "a", "9", "b", "9") == [0, 0]
 
 
 @contextmanager
@@ -215,8 +206,8 @@ def test_a_wrong_typed_active_refuses_the_whole_batch(twins):
     q, _ = twins
     pairs = setup(q, "normal")
     with active_wrong_typed(q), queue_unchanged(q), pytest.raises(WrongType):
-        raw(q, "completes", *[part for pair in pairs for part in pair])
-    assert raw(q, "completes", *pairs[0]) == [1]
+        raw_reply(q, "completes", *[part for pair in pairs for part in pair])
+    assert raw_reply(q, "completes", *pairs[0]) == [1]
 
 
 def test_native_refuses_a_wrong_typed_count_or_an_overflow_before_any_write(conn, wire):
@@ -228,17 +219,17 @@ def test_native_refuses_a_wrong_typed_count_or_an_overflow_before_any_write(conn
     argv = [part for pair in pairs for part in pair]
     client.set(metrics, "x")
     with queue_unchanged(q), pytest.raises(WrongType):
-        raw(q, "completes", *argv)
+        raw_reply(q, "completes", *argv)
     client.delete(metrics)
     client.hset(metrics, "count", 2**63 - 3)  # room for three more, not five
     with queue_unchanged(q), pytest.raises(CounterError, match="^EMQ increment or decrement would overflow$"):
-        raw(q, "completes", *argv)
+        raw_reply(q, "completes", *argv)
     client.delete(metrics)
     for bad, refusal in (([], ShapeError), (argv[:3], ShapeError), (["", "1"], ArgumentError),
                          (["x", "1"] * (EXTENDS_MAX_PAIRS + 1), ShapeError)):
         with queue_unchanged(q), pytest.raises(refusal):
-            raw(q, "completes", *bad)
-    assert raw(q, "completes", *argv) == [1] * 5
+            raw_reply(q, "completes", *bad)
+    assert raw_reply(q, "completes", *argv) == [1] * 5
 
 
 def test_the_asyncio_queue_answers_the_same(server, wire):

@@ -13,7 +13,7 @@ from echomq.errors import ArgumentError, CounterError, WrongType
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import EXTENDS_MAX_PAIRS
 from support.dataset import core_dump, mask_times, queue_unchanged
-from support.queues import fresh_name
+from support.queues import fresh_name, raw_reply
 from support.waiting import server_ms
 
 
@@ -21,14 +21,6 @@ from support.waiting import server_ms
 def twins(conn):
     """Two queues on one connection: one enqueues with ENQUEUES, the other with ENQUEUEs in a row."""
     return [Queue(conn, fresh_name("eq"), serializer=RAW) for _ in range(2)]
-
-
-def raw(q, verb, *argv):
-    """A verb exactly as given, past the Python-side checks; a refusal of the whole command raised."""
-    (reply,) = q.connection.round_trip([build_call(verb, q.keys, argv)])
-    if isinstance(reply, Exception):
-        raise reply
-    return reply
 
 
 def relative(q):
@@ -55,7 +47,7 @@ def test_a_batch_is_those_enqueues_in_a_row(twins, scenario):
     batch, by_enqueue = twins
     triples = setup(batch, scenario)
     assert setup(by_enqueue, scenario) == triples
-    reply = raw(batch, "enqueues", *[part for triple in triples for part in triple])
+    reply = raw_reply(batch, "enqueues", *[part for triple in triples for part in triple])
     expected = by_enqueue.connection.round_trip([build_call("enqueue", by_enqueue.keys, t) for t in triples])
     assert reply == expected == [1, 0, 1, 0, 0, 1]
     assert relative(batch) == relative(by_enqueue)
@@ -108,10 +100,10 @@ def test_the_wake_marker_is_written_once_for_the_batch(twins, wire):
         pytest.skip("the wake marker is wire 4's (SPEC §9.3)")
     q, _ = twins
     client = q.connection.client
-    raw(q, "enqueues", "a", "p", "0", "b", "p", "0")
+    raw_reply(q, "enqueues", "a", "p", "0", "b", "p", "0")
     assert client.zrange(q.keys.wake, 0, -1, withscores=True) == [(b"w", 0.0)]
     client.delete(q.keys.wake)
-    assert raw(q, "enqueues", "a", "p", "0") == [0]  # nothing made claimable: no marker
+    assert raw_reply(q, "enqueues", "a", "p", "0") == [0]  # nothing made claimable: no marker
     assert client.exists(q.keys.wake) == 0
 
 
@@ -120,7 +112,7 @@ def test_a_wrong_typed_pending_refuses_the_whole_batch(twins):
     client = q.connection.client
     client.set(q.keys.pending, "x")
     with queue_unchanged(q), pytest.raises(WrongType):
-        raw(q, "enqueues", "a", "p", "0", "b", "p", "0")
+        raw_reply(q, "enqueues", "a", "p", "0", "b", "p", "0")
 
 
 def test_a_wrong_typed_event_stream_refuses_the_whole_batch(twins):
@@ -129,20 +121,20 @@ def test_a_wrong_typed_event_stream_refuses_the_whole_batch(twins):
     client.hset(q.keys.meta, "events", 100)
     client.set(q.keys.events, "x")
     with queue_unchanged(q), pytest.raises(WrongType):
-        raw(q, "enqueues", "a", "p", "0", "b", "p", "0")
+        raw_reply(q, "enqueues", "a", "p", "0", "b", "p", "0")
 
 
 def test_a_malformed_event_switch_refuses_the_whole_batch(twins):
     q, _ = twins
     q.connection.client.hset(q.keys.meta, "events", "many")
     with queue_unchanged(q), pytest.raises(CounterError, match="^EMQ hash value is not an integer$"):
-        raw(q, "enqueues", "a", "p", "0", "b", "p", "0")
+        raw_reply(q, "enqueues", "a", "p", "0", "b", "p", "0")
 
 
 def test_a_priority_that_is_not_a_number_refuses_the_whole_batch(twins):
     q, _ = twins
     with queue_unchanged(q), pytest.raises(ArgumentError, match="^EMQARG priority must"):
-        raw(q, "enqueues", "a", "p", "0", "b", "p", "high")
+        raw_reply(q, "enqueues", "a", "p", "0", "b", "p", "high")
 
 
 def test_the_client_checks_each_triple_before_sending(twins):

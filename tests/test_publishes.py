@@ -14,8 +14,8 @@ from echomq.errors import ArgumentError, CounterError, ShapeError, StateError, W
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import EXTENDS_MAX_PAIRS
 from support.dataset import KEEP_MS, queue_unchanged
-from support.queues import fresh_name
-from test_completes import LEASE, active_wrong_typed, answers, raw, relative
+from support.queues import fresh_name, raw_reply
+from test_completes import LEASE, active_wrong_typed, answers, relative
 from test_completes import setup as completes_setup
 
 SCENARIOS = ["normal", "events", "unique", "lost", "refused", "marker", "records"]
@@ -47,7 +47,7 @@ def test_a_batch_is_those_publishes_in_a_row(twins, scenario, retention, wire):
     batch, by_publish = twins
     triples = setup(batch, scenario)
     assert setup(by_publish, scenario) == triples
-    reply = raw(batch, "publishes", retention, *flat(triples))
+    reply = raw_reply(batch, "publishes", retention, *flat(triples))
     expected = by_publish.connection.round_trip(
         [build_call("publish", by_publish.keys, (*triple, retention)) for triple in triples])
     assert len(reply) == len(triples) and answers(reply) == answers(expected)
@@ -65,7 +65,7 @@ def test_a_batch_is_those_publishes_in_a_row(twins, scenario, retention, wire):
 def test_refused_triples_are_their_errors_and_the_others_publish(twins, wire):
     q, _ = twins
     triples = setup(q, "refused")
-    reply = raw(q, "publishes", KEEP_MS, *flat(triples))
+    reply = raw_reply(q, "publishes", KEEP_MS, *flat(triples))
     not_in_active = "EMQSTATE EMQ.PUBLISHES id is not in active"
     # the lane row and the flow child: refused natively; publishes.lua completes them (§5.5)
     boundary = ["EMQSTATE lane row is not native", "EMQSTATE flow child is not native"] if wire == 6 else ["1", "1"]
@@ -81,9 +81,9 @@ def test_a_malformed_event_switch_refuses_the_whole_batch(twins):
     triples = setup(q, "normal")
     q.connection.client.hset(q.keys.meta, "events", "many")
     with queue_unchanged(q), pytest.raises(CounterError, match="^EMQ hash value is not an integer$"):
-        raw(q, "publishes", KEEP_MS, *flat(triples))
+        raw_reply(q, "publishes", KEEP_MS, *flat(triples))
     with queue_unchanged(q):  # no triple held: the switch is not read, nothing is written
-        assert raw(q, "publishes", KEEP_MS, "a", "9", "r", "b", "9", "r") == [0, 0]
+        assert raw_reply(q, "publishes", KEEP_MS, "a", "9", "r", "b", "9", "r") == [0, 0]
 
 
 def test_native_refuses_the_whole_command_before_any_write(conn, wire):
@@ -96,11 +96,11 @@ def test_native_refuses_the_whole_command_before_any_write(conn, wire):
     argv = flat(triples)
     client.set(metrics, "x")
     with queue_unchanged(q), pytest.raises(WrongType):
-        raw(q, "publishes", KEEP_MS, *argv)
+        raw_reply(q, "publishes", KEEP_MS, *argv)
     client.delete(metrics)
     client.hset(metrics, "count", 2**63 - 3)  # room for three more, not five
     with queue_unchanged(q), pytest.raises(CounterError, match="^EMQ increment or decrement would overflow$"):
-        raw(q, "publishes", KEEP_MS, *argv)
+        raw_reply(q, "publishes", KEEP_MS, *argv)
     client.delete(metrics)
     for bad, refusal in (([KEEP_MS], ShapeError), ([KEEP_MS, *argv[:4]], ShapeError), (argv, ShapeError),
                          ([-1, *argv], ArgumentError), (["soon", *argv], ArgumentError),
@@ -108,16 +108,16 @@ def test_native_refuses_the_whole_command_before_any_write(conn, wire):
                          ([2**63 - 1, *argv], ArgumentError),  # the expiry leaves the clock
                          ([KEEP_MS, *["x", "1", "r"] * (EXTENDS_MAX_PAIRS + 1)], ShapeError)):
         with queue_unchanged(q), pytest.raises(refusal):
-            raw(q, "publishes", *bad)
-    assert raw(q, "publishes", KEEP_MS, *argv) == [1] * 5
+            raw_reply(q, "publishes", *bad)
+    assert raw_reply(q, "publishes", KEEP_MS, *argv) == [1] * 5
 
 
 def test_a_wrong_typed_active_refuses_the_whole_batch(twins):
     q, _ = twins
     triples = setup(q, "normal")
     with active_wrong_typed(q), queue_unchanged(q), pytest.raises(WrongType):
-        raw(q, "publishes", KEEP_MS, *flat(triples))
-    assert raw(q, "publishes", KEEP_MS, *triples[0]) == [1]
+        raw_reply(q, "publishes", KEEP_MS, *flat(triples))
+    assert raw_reply(q, "publishes", KEEP_MS, *triples[0]) == [1]
 
 
 def test_a_round_trip_s_publishes_go_as_one_per_retention(twins):
@@ -155,7 +155,7 @@ def test_each_published_job_s_outcome_is_told_on_its_channel(twins, wire):
     for job_id in "abcd":
         listener.ssubscribe(q.keys.key(f"outcome:{job_id}"))
         assert listener.get_sharded_message(timeout=5)["type"] == "ssubscribe"
-    assert raw(q, "publishes", KEEP_MS, *flat(triples)) == [1, 0, 1, 0, 1, 0]
+    assert raw_reply(q, "publishes", KEEP_MS, *flat(triples)) == [1, 0, 1, 0, 1, 0]
     q.connection.client.spublish(q.keys.key("outcome:d"), "marker")  # the last message: every one before it came
     told = []
     while (message := listener.get_sharded_message(timeout=5))["data"] != b"marker":

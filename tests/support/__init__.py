@@ -7,8 +7,9 @@ tests/conftest.py.
 * ``dataset`` -- what a node holds: ``dump``, ``digest``, ``unchanged`` (the dataset is the same
   after a block), ``refused`` (a plain command refused with a code, nothing written), the
   builders of an expected state (``K``, ``R``, ``Z``, ``H``);
-* ``queues`` -- ``fresh_name``, ``take``, ``raw`` (a verb exactly as given), a queue with a job in
-  every state and each verb's arguments on it, the asyncio client seen through blocking calls;
+* ``queues`` -- ``fresh_name``, ``take``, ``raw`` and ``raw_reply`` (a verb exactly as given), a
+  queue with a job in every state and each verb's arguments on it, the asyncio client seen through
+  blocking calls;
 * ``processes`` -- the repository's paths and ``reap`` for a test's subprocess;
 * ``workers`` -- timers that stay out of a test's way, commands sent, blocked waiters, worker
   processes (``WorkerProcess``) and what their handler (tests/worker_apps.py) wrote;

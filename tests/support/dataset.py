@@ -170,13 +170,13 @@ def forget_idle_waiter_counts(client: Client) -> int:
 
 def _waiter_counts(client: Client, metas: set[bytes]) -> dict[bytes, tuple[int, int]]:
     """Each meta's waiter count and its field's ms to live (-1: none, -2: no field), of those that have one."""
-    metas = sorted(metas)
+    ordered = sorted(metas)
     reads = client.pipeline(transaction=False)
-    for meta in metas:
+    for meta in ordered:
         reads.hget(meta, "waiters")
         reads.execute_command("HPTTL", meta, "FIELDS", 1, "waiters")
     replies = reads.execute()
-    return {meta: (int(count), ttl) for meta, count, (ttl,) in zip(metas, replies[::2], replies[1::2])
+    return {meta: (int(count), ttl) for meta, count, (ttl,) in zip(ordered, replies[::2], replies[1::2])
             if count is not None}
 
 

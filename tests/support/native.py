@@ -31,7 +31,7 @@ SAMPLE = {"id": "x", "token": "1", "payload": "p", "priority": 0, "lease_ms": 10
           "traceback": "Traceback (most recent call last):", "rated": "1"}
 
 #: Every registered verb (the verb table's job core and optional verbs) by its command.
-REGISTERED = {verb.command: verb for verb in verbs.VERBS + verbs.OPTIONAL}
+REGISTERED = {verb.command: verb for verb in verbs.VERBS + verbs.OPTIONAL if verb.command}
 
 #: Every registered verb with its numkeys and ARGV count (SPEC §3).
 VERBS = {command: (len(verb.keys), len(verb.argv)) for command, verb in REGISTERED.items()}

@@ -42,6 +42,15 @@ def raw(queue: Queue, verb: str, *argv: Any) -> Any:
     return queue.connection.send(build_call(verb, queue.keys, argv))
 
 
+def raw_reply(queue: Queue, verb: str, *argv: Any) -> Any:
+    """:func:`raw`, its reply as the connection reads it: a batch's error elements typed in their
+    place, a refusal of the whole command raised."""
+    (reply,) = queue.connection.round_trip([build_call(verb, queue.keys, argv)])
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
 def plant_every_state(conn: Connection, name: str) -> Job:
     """In queue ``name``: p pending behind an expired lease, a held, x scheduled and due, s dead, and
     ``later`` scheduled an hour on; returns the held job (a), for the verbs that need a holder."""
