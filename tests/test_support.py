@@ -1,11 +1,15 @@
 """The tests' own helpers (tests/support/) where they could be wrong: ``unchanged`` proves a block
-wrote nothing on a shared server, so it must catch a write and must not be fooled by what earlier
-tests left to expire; ``wait_until`` fails saying what it waited for."""
+wrote nothing on a shared server (on each primary of a cluster: ``cluster_unchanged``), so it must
+catch a write and must not be fooled by what earlier tests left to expire; ``wait_until`` fails
+saying what it waited for."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
+from support.cluster import cluster_unchanged
 from support.dataset import forget_idle_waiter_counts, unchanged
 from support.waiting import server_ms, wait_server_past, wait_until
 
@@ -47,3 +51,13 @@ def test_wait_until_returns_what_it_found_or_names_what_it_waited_for():
     assert wait_until(lambda: 42, 1) == 42
     with pytest.raises(AssertionError, match="timed out after 0.05s waiting for the impossible"):
         wait_until(lambda: False, 0.05, "the impossible")
+
+
+def test_cluster_unchanged_catches_a_write_on_any_primary(cluster4):
+    last = cluster4.nodes[-1]
+    key = next(f"elsewhere-{i}" for i in itertools.count() if cluster4.node_for(f"elsewhere-{i}") is last)
+    with last.client() as client:
+        with pytest.raises(AssertionError):
+            with cluster_unchanged(cluster4):
+                client.set(key, "x")
+        client.delete(key)

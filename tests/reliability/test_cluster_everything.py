@@ -34,7 +34,9 @@ from echomq.worker.policy import LeasePolicy
 from echomq.worker.timers import TimerConfig
 
 from support.cli import emq
-from support.cluster import blocked_on, digests, migrate_slot, migrate_slot_atomically, names_on_every_node
+from support.cluster import (
+    blocked_on, cluster_unchanged, digests, migrate_slot, migrate_slot_atomically, names_on_every_node,
+)
 from support.waiting import wait_server_past, wait_until
 from support.workers import WorkerProcess, processed
 
@@ -105,14 +107,13 @@ def test_no_cluster_overrides_the_detection(cluster, wire):
     holder = cluster.node_for(VERSION_KEY)
     other = next(node for node in cluster.nodes if node is not holder)
     name = f"nc-{next(_n)}"
-    before = digests(cluster)
-    refused = emq("enqueue", "-q", name, "{}", "--url", other.url, "--no-cluster")
+    with cluster_unchanged(cluster):
+        refused = emq("enqueue", "-q", name, "{}", "--url", other.url, "--no-cluster")
     assert refused.exit_code == 1
     assert "runs in cluster mode" in refused.stderr and "--no-cluster" in refused.stderr
-    assert digests(cluster) == before
-    branding = emq("brand", other.url, "--wire", str(wire), "--no-cluster")
+    with cluster_unchanged(cluster):
+        branding = emq("brand", other.url, "--wire", str(wire), "--no-cluster")
     assert branding.exit_code == 1 and "runs in cluster mode" in branding.stderr
-    assert digests(cluster) == before
     plain = emq("stats", "--url", holder.url, "--no-cluster", "--json")  # the brand's node alone: its queues only
     assert plain.exit_code == 0
     with echomq.EmbeddedServer(brand=4) as standalone:

@@ -4,6 +4,8 @@ waiters on each node, a slot moved between primaries, and a module's connection 
 from __future__ import annotations
 
 import itertools
+from contextlib import ExitStack, contextmanager
+from typing import Iterator
 
 import pytest
 
@@ -12,7 +14,7 @@ from echomq._protocol.keys import slot_of
 from echomq.local.cluster import LocalCluster, node_id, slot_ranges
 from echomq.local.server import EmbeddedServer
 
-from .dataset import digest
+from .dataset import digest, unchanged
 from .waiting import wait_until
 from .workers import blocked_waiters
 
@@ -49,6 +51,15 @@ def digests(cluster: LocalCluster) -> list[bytes]:
         with node.client() as client:
             out.append(digest(client))
     return out
+
+
+@contextmanager
+def cluster_unchanged(cluster: LocalCluster) -> Iterator[None]:
+    """:class:`support.dataset.unchanged` on every primary (DEBUG DIGEST): the block wrote nothing anywhere."""
+    with ExitStack() as held:
+        for node in cluster.nodes:
+            held.enter_context(unchanged(held.enter_context(node.client()), dump_keys=False))
+        yield
 
 
 def blocked_on(node: EmbeddedServer) -> int:
