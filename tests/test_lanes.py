@@ -24,6 +24,7 @@ from echomq.errors import (CommandRefused, ConfigurationError, CounterError, Job
 from echomq._protocol.keys import State
 from echomq.worker.waiter import LANES_WAKE
 from test_blocking_worker import Running, recording_app
+from support import cli
 from support.dataset import queue_unchanged, unchanged
 from support.queues import AwaitingQueue, fresh_name
 from support.waiting import server_ms, wait_server_past, wait_until
@@ -627,15 +628,11 @@ def test_a_wire_6_connection_sends_the_lane_scripts_and_only_them(conn, queue):
 
 
 def test_emq_group_commands(server, conn):
-    from click.testing import CliRunner
-
-    from echomq.cli import main
-
     name = fresh_name("c")
     queue = Queue(conn, name)
 
     def emq(*args):
-        result = CliRunner(env={"COLUMNS": "200"}).invoke(main, [*args, "--url", server.url], catch_exceptions=False)
+        result = cli.emq(*args, url=server.url)
         assert result.exit_code == 0, result.output
         return result.stdout
 

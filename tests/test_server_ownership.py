@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from typing import Any
@@ -29,14 +28,15 @@ from echomq import EmbeddedServer, PortInUse, ServerStartError, brand_node, modu
 from echomq.local.server import free_port, port_in_use, server_binary
 from support.dataset import unchanged
 from support.processes import ROOT, reap
+from support.waiting import wait_until
 
 READY_S = 20.0
 
 
 def wait_answering(port: int, pid: int) -> valkey.Valkey:
     """A client on ``port`` once the process ``pid`` itself answers there."""
-    deadline = time.monotonic() + READY_S
-    while True:
+
+    def answering() -> valkey.Valkey | None:
         client = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=5)
         try:
             info: Any = client.info("server")
@@ -46,9 +46,9 @@ def wait_answering(port: int, pid: int) -> valkey.Valkey:
         except valkey.ValkeyError:
             pass
         client.close()
-        if time.monotonic() > deadline:
-            raise AssertionError(f"process {pid} never answered on port {port}")
-        time.sleep(0.02)
+        return None
+
+    return wait_until(answering, READY_S, f"process {pid} answering on port {port}", every=0.02)
 
 
 @pytest.fixture(params=["valkey-server", "redis-server"])

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from chaos import Config, run, whole_commands
+from support.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]  # thousands of jobs through crashes, kills, restarts
 
@@ -98,14 +98,10 @@ def test_a_slow_disk_under_everysec_holds_acknowledged_writes_back_from_a_crash(
     try:
         with connect(server.url, wire=wire) as conn, server.client() as client:
             q = Queue(conn, "held")
-            give_up = time.monotonic() + 10
-            while Run.fsync_running(server):  # an earlier write's fsync (the brand's) would hold this one back too
-                assert time.monotonic() < give_up, "the start-up fsync did not end"
-                time.sleep(0.02)
+            # an earlier write's fsync (the brand's) would hold this one back too
+            wait_until(lambda: not Run.fsync_running(server), 10, "the start-up fsync to end", every=0.02)
             q.enqueue({"n": 0})  # written; everysec starts its fsync within the second
-            while not Run.fsync_running(server):
-                assert time.monotonic() < give_up, "no background fsync started"
-                time.sleep(0.02)
+            wait_until(lambda: Run.fsync_running(server), 10, "a background fsync to start", every=0.02)
             q.enqueue_many([{"n": n} for n in range(1, 101)])  # answered, yet held back
             assert q.counts().pending == 101
             assert client.info("persistence")["aof_buffer_length"] > 0
