@@ -90,7 +90,7 @@ def test_events_follow_in_a_subprocess(server, conn):
         line = json.loads(proc.stdout.readline())
         assert (line["type"], line["id"]) == ("enqueued", second.id)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
+        assert proc.wait(60) == 0  # a deadline, not a timing: a loaded machine ran past 10 s
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -112,7 +112,7 @@ def test_events_follow_on_a_queue_whose_events_are_off_says_so_then_follows(serv
         told = queue.enqueue("told")
         assert json.loads(proc.stdout.readline())["id"] == told.id
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
+        assert proc.wait(60) == 0  # a deadline, not a timing: a loaded machine ran past 10 s
     finally:
         if proc.poll() is None:
             proc.kill()
