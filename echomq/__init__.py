@@ -47,7 +47,7 @@ from ._protocol.verbs import Admission
 from ._core.flows import CHILD_FAILURE, Flow, same_slot_name
 from ._core.workers import WorkerRecord
 from ._client.partitioned import PartitionedQueue
-from ._client.queue import Counts, Enqueued, Job, Queue, Sweep
+from ._client.queue import Claims, Counts, Enqueued, Job, Queue, Sweep
 from .worker.heartbeat import HeartbeatConfig
 from .worker.policy import Backoff, IdlePolicy, LeasePolicy
 from .worker.tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task
@@ -60,7 +60,7 @@ from .local.server import EmbeddedServer
 
 __all__ = [
     "Admission",
-    "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
+    "ArgumentError", "BrandError", "Claims", "CommandRefused", "ConfigurationError", "Connection", "ConnectionFailed",
     "CounterError", "Counts", "CrossSlotFlow", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
     "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost",
     "PartitionedQueue", "PayloadError", "PermissionDenied", "PortInUse", "Queue", "RAW", "RateLimit", "RawSerializer",

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from echomq import App, CounterError, Queue, RateLimit, Worker, WorkerConfig, connect, hooks
+from echomq import App, Claims, CounterError, Job, Queue, RateLimit, Worker, WorkerConfig, connect, hooks
 from echomq.errors import ArgumentError, ConfigurationError, ShapeError, WrongType
 from echomq._protocol.serializers import RAW
 from support.dataset import core_dump, mask_times, queue_unchanged
@@ -117,8 +117,18 @@ def test_the_python_answers_are_the_claim_answers(twins):
     setup(batch, "rate")
     jobs = batch.claim_many(5, LEASE)
     assert [(job.id, job.payload, job.attempt) for job in jobs] == [("c", b"pc", 1), ("b", b"pb", 1)]
-    assert 0 < batch.claim_wait_ms <= 60_000
-    assert batch.claim_many(5, LEASE) == [] and batch.claim_wait_ms is not None
+    assert 0 < jobs.wait_ms <= 60_000
+    assert (held := batch.claim_many(5, LEASE)) == [] and held.wait_ms is not None
+
+
+def test_claims_is_the_list_of_jobs_with_what_the_round_learned():
+    """No server: what a claim learned travels with its jobs, and the jobs stay a list to their callers."""
+    job = Job("q", "a", b"p", b"p", 1)
+    held = Claims([], wait_ms=250)
+    assert held == [] and not held and held.wait_ms == 250 and (held.paused, held.no_lanes, held.due_ms) == (
+        False, False, None)
+    assert Claims([job], paused=False) == [job] and Claims([job])[0] is job
+    assert repr(held) == "Claims([], wait_ms=250)" and repr(Claims(paused=True)) == "Claims([], paused=True)"
 
 
 def test_paused_or_empty_claims_nothing_and_writes_nothing(twins):
@@ -129,7 +139,8 @@ def test_paused_or_empty_claims_nothing_and_writes_nothing(twins):
     q.enqueue(b"p", id="a")
     q.pause()
     with queue_unchanged(q):
-        assert q.claim_many(3, LEASE) == []  # wire 4: the client's pause read; wire 6: the verb's
+        held = q.claim_many(3, LEASE)  # wire 4: the client's pause read, which says so; wire 6: the verb's
+        assert held == [] and held.paused is (q.wire == 4)
     q.resume()
     assert [job.id for job in q.claim_many(3, LEASE)] == ["a"]
 

@@ -61,10 +61,10 @@ def test_a_full_window_holds_the_claims_and_answers_when_it_frees(q):
         assert int(client.hget(q.keys.job(job.id), "started")) == starts[f"{job.id}:1"]
     assert 0 < client.pttl(q.keys.rate) <= 1000
     first = min(starts.values())
-    assert first + 1000 - server_ms(client) <= q.claim_wait_ms <= 1000  # the held claims came after the starts
+    assert first + 1000 - server_ms(client) <= jobs.wait_ms <= 1000  # the held claims came after the starts
     # held: nothing written, nothing popped, whatever the claim
     with queue_unchanged(q):
-        assert q.claim_many(3, LEASE) == [] and q.claim_wait_ms >= 1
+        assert (held := q.claim_many(3, LEASE)) == [] and held.wait_ms >= 1
         assert raw(q, "claim", LEASE) == []  # a client that reads no wait: the empty array, as ever
         assert isinstance(raw(q, "claim", LEASE, 1), int)
     wait_server_past(client, first + 999)  # the first start leaves the window at first + 1000
@@ -90,7 +90,8 @@ def test_a_retried_job_counts_again_and_lifting_the_limit_frees_the_queue(q):
     assert q.claim(LEASE).attempt == 2
     assert set(log(q)) == {"a:1", "a:2"}  # every start counts, a retry's too
     q.enqueue(b"p", id="b")
-    assert q.claim(LEASE) is None and q.claim_wait_ms > 3_500_000
+    assert q.claim(LEASE) is None
+    assert (held := q.claim_many(1, LEASE)) == [] and held.wait_ms > 3_500_000
     q.set_rate_limit(None)
     assert q.rate_limit() is None
     assert q.claim(LEASE).id == "b"
@@ -108,12 +109,12 @@ def test_lane_starts_count_against_the_limit_in_the_same_log(q):
         q.enqueue(b"p", group=group)
     flat = q.claim_many(2, LEASE)
     lanes = q.claim_lanes(3, LEASE)
-    assert (len(flat), len(lanes)) == (2, 1) and 1 <= q.claim_wait_ms <= 1000
+    assert (len(flat), len(lanes)) == (2, 1) and 1 <= lanes.wait_ms <= 1000
     starts = log(q)
     assert set(starts) == {f"{job.id}:1" for job in flat + lanes}
     assert int(client.hget(q.keys.job(lanes[0].id), "started")) == starts[f"{lanes[0].id}:1"]
     with queue_unchanged(q):
-        assert q.claim_lanes(2, LEASE) == [] and 1 <= q.claim_wait_ms <= 1000
+        assert (held := q.claim_lanes(2, LEASE)) == [] and 1 <= held.wait_ms <= 1000
     wait_server_past(client, min(starts.values()) + 999)  # the first start leaves the window
     assert 1 <= len(q.claim_lanes(2, LEASE)) <= 2
 
@@ -125,10 +126,10 @@ def test_a_lane_claim_with_no_group_ready_is_empty_not_held(q):
     q.enqueue(b"p", group="a")
     q.enqueue(b"p", group="a")  # k = 1: waits while the first runs
     assert len(q.claim_lanes(1, LEASE)) == 1
-    assert q.claim_lanes(1, LEASE) == [] and q.claim_wait_ms is None
+    assert (none_ready := q.claim_lanes(1, LEASE)) == [] and none_ready.wait_ms is None
     q.enqueue(b"p", group="b")
     with queue_unchanged(q):
-        assert q.claim_lanes(1, LEASE) == [] and q.claim_wait_ms > 3_500_000
+        assert (held := q.claim_lanes(1, LEASE)) == [] and held.wait_ms > 3_500_000
 
 
 def test_a_lowered_limit_waits_until_the_window_holds_fewer(q):
@@ -136,10 +137,10 @@ def test_a_lowered_limit_waits_until_the_window_holds_fewer(q):
     q.enqueue_many([b"p"] * 6)
     assert len(q.claim_many(4, LEASE)) == 4
     q.set_rate_limit("2/h")
-    assert q.claim(LEASE) is None
+    assert (held := q.claim_many(1, LEASE)) == []
     starts = sorted(log(q).values())
     # the claim may start when the third-newest leaves: three must go before fewer than two remain
-    assert q.claim_wait_ms == pytest.approx(starts[2] + 3_600_000 - server_ms(q.connection.client), abs=50)
+    assert held.wait_ms == pytest.approx(starts[2] + 3_600_000 - server_ms(q.connection.client), abs=50)
 
 
 def test_bad_limits_are_refused_client_side_and_nothing_is_sent(q):
@@ -205,8 +206,8 @@ def test_bclaim_answers_a_rated_caller_the_wait_and_blocks_one_that_reads_none(q
     q.enqueue_many([b"p"] * 2)
     assert q.bclaim(LEASE, 0) is not None
     with queue_unchanged(q):
-        assert q.bclaim(LEASE, 0) is None and q.claim_wait_ms > 3_500_000  # at once, even with no timeout
-        assert isinstance(raw(q, "bclaim", LEASE, 0, 1), int)
+        assert q.bclaim(LEASE, 0) is None  # at once, even with no timeout
+        assert q.claimed(raw(q, "bclaim", LEASE, 0, 1)).wait_ms > 3_500_000
         assert raw(q, "bclaim", LEASE, 50) == []  # reads no wait: blocked as on an empty queue, until its timeout
 
 
@@ -274,7 +275,7 @@ def test_flow_starts_count_against_the_limit_in_the_same_log(q):
     starts = log(q)
     assert set(starts) == {f"{job.id}:1" for job in [flat, *children]}
     with queue_unchanged(q):
-        assert q.flow_claim(5, LEASE) == [] and 1 <= q.flow_due_ms <= 1000
+        assert (held := q.flow_claim(5, LEASE)) == [] and 1 <= held.due_ms <= 1000
     wait_server_past(client, min(starts.values()) + 999)  # the first start leaves the window
     assert len(q.flow_claim(5, LEASE)) == 1  # the last child; its parent waits for all three
 
@@ -317,7 +318,7 @@ def test_the_asyncio_queue_sets_reads_and_honours_the_limit(server, wire):
             assert await q.rate_limit() == RateLimit(1, 60_000)
             await q.enqueue({})
             await q.enqueue({})
-            assert len(await q.claim_many(2, LEASE)) == 1 and 59_000 < q.claim_wait_ms <= 60_000
+            assert len(jobs := await q.claim_many(2, LEASE)) == 1 and 59_000 < jobs.wait_ms <= 60_000
             await q.set_rate_limit(None)
             assert await q.claim(LEASE) is not None
 
@@ -331,3 +332,26 @@ def test_a_task_takes_a_rate_limit_but_not_with_partitions():
         app.handler("parted", lambda p: None, partitions=2, rate_limit="5/s")
     with pytest.raises(ConfigurationError, match="bad rate limit"):
         app.handler("bad", lambda p: None, rate_limit="5 per second")
+
+
+def test_two_asyncio_callers_of_one_queue_each_get_their_own_answer(server, wire):
+    """What a claim learned is its caller's (issue 41): two tasks claiming at once on one aio.Queue, a
+    window with room for one start. One gets the job and no wait; the other nothing, held, and the
+    window's wait. The queue kept the last claim's wait on itself (claim_wait_ms), which the two
+    callers shared: each read the other's answer as well as its own."""
+    import asyncio
+
+    from echomq import aio
+
+    async def main():
+        async with await aio.connect(server.url, wire=wire) as conn:
+            q = aio.Queue(conn, fresh_name("ra"))
+            await q.set_rate_limit("1/h")
+            await q.enqueue_many([{}, {}])
+            answers = await asyncio.gather(q.claim_many(1, LEASE), q.claim_many(1, LEASE))
+            await conn.client.delete(q.keys.rate)  # not left to change a later test's digest
+            return answers
+
+    started, held = sorted(asyncio.run(main()), key=len, reverse=True)
+    assert (len(started), started.wait_ms, started.paused) == (1, None, False)
+    assert held == [] and 3_500_000 < held.wait_ms <= 3_600_000 and not held.paused

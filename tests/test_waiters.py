@@ -49,10 +49,10 @@ def test_a_waiter_whose_link_failed_pauses_while_its_timeout_lasts(failures, dea
 
 DYING_WAITER = """
 import asyncio, sys
-import echomq, echomq._core.core
+import echomq, echomq._core.bus
 from echomq import aio
 url, wire, name, job_id, client, ttl = sys.argv[1:]
-echomq._core.core.WAITER_TTL_S = int(ttl)  # a bound the test can wait out
+echomq._core.bus.WAITER_TTL_S = int(ttl)  # a bound the test can wait out
 if client == "sync":
     echomq.Queue(echomq.connect(url, wire=int(wire)), name).result(job_id, timeout=60)
 else:

@@ -15,8 +15,8 @@ from typing import AbstractSet, Any, Iterable, Iterator, Sequence
 from .connection import TRANSPORT_ERRORS, Connection, run_op
 from .. import errors
 from .._core import reaper
-from .._core.core import (MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T,
-                          check_connection, check_wait, time_left)
+from .._core.core import (MAX_PAYLOAD_BYTES, Children, Claims, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore,
+                          T, check_connection, check_wait, time_left)
 from .._protocol.events import DEFAULT_MAXLEN, Event
 from .._core.flows import Flow, op_enqueue_flow, plan
 from .._protocol.rates import RateLimit
@@ -25,8 +25,8 @@ from .._protocol.keys import State, check_job_id
 from .._protocol.serializers import JSON, Serializer
 from .._protocol.verbs import EXTENDS_MAX_PAIRS, I64_MAX, LIMIT_MAX, PRIORITY_MAX, Call, Counts, Sweep, check_int
 
-__all__ = ["Counts", "Enqueued", "EXTENDS_MAX_PAIRS", "I64_MAX", "Job", "JobRef", "LIMIT_MAX", "MAX_PAYLOAD_BYTES",
-           "PRIORITY_MAX", "Queue", "Sweep", "check_int"]
+__all__ = ["Claims", "Counts", "Enqueued", "EXTENDS_MAX_PAIRS", "I64_MAX", "Job", "JobRef", "LIMIT_MAX",
+           "MAX_PAYLOAD_BYTES", "PRIORITY_MAX", "Queue", "Sweep", "check_int"]
 
 
 class Queue(QueueCore):
@@ -85,14 +85,17 @@ class Queue(QueueCore):
         Wire 4 cannot block inside a script: a wire-4 worker waits on the wake marker instead."""
         return self._run(self.op_bclaim(lease_ms, timeout_ms))
 
-    def claim_many(self, count: int, lease_ms: int) -> list[Job]:
+    def claim_many(self, count: int, lease_ms: int) -> Claims:
         """Claim up to ``count`` jobs in one pipelined round trip, each its own atomic CLAIM.
-        Fewer come back when pending runs short (or a head is a ghost); none while paused."""
+        Fewer come back when pending runs short (or a head is a ghost); none while paused. The
+        list is a :class:`~echomq.Claims`: its ``paused`` and ``wait_ms`` (the rate limit held a
+        claim: the ms until its window frees a start) say why it is short."""
         return self._run(self.op_claim_many(count, lease_ms))
 
-    def claim_lanes(self, count: int, lease_ms: int) -> list[Job]:
+    def claim_lanes(self, count: int, lease_ms: int) -> Claims:
         """Up to ``count`` lane jobs in one round trip, each the next of the group whose turn it is
-        (LANE_CLAIM); a job's :attr:`Job.group` sends its settles to the lane scripts."""
+        (LANE_CLAIM); a job's :attr:`Job.group` sends its settles to the lane scripts. A
+        :class:`~echomq.Claims`, as :meth:`claim_many`'s (``no_lanes``: the queue never had a lane job)."""
         return self._run(self.op_lane_claim_many(count, lease_ms))
 
     def extend(self, job: JobRef, lease_ms: int, *, token: str | int | None = None) -> int:
@@ -179,13 +182,13 @@ class Queue(QueueCore):
         return self._run(self.op_settle_many(calls))
 
     def settle_and_claim(self, calls: Sequence[Call], count: int, lease_ms: int,
-                         lanes: int = 0) -> tuple[list[Any], list[Job]]:
+                         lanes: int = 0) -> tuple[list[Any], Claims]:
         """Settle ``calls`` (as :meth:`settle_many`) and claim up to ``count`` more jobs, in the
         fewest round trips the wire allows: one on wire 6 (the settles, then the claims, one
         pipeline); two on wire 4, whose claim must follow its own pause read (SPEC §4), so
         the pause read rides with the settles and the claims follow unless paused. ``count``
         0 only settles; ``lanes`` lane claims ride with the settles. Returns (settle answers,
-        claimed jobs: the lane jobs first).
+        claimed jobs: the lane jobs first, a :class:`~echomq.Claims` as :meth:`claim_many`'s).
         """
         return self._run(self.op_settle_and_claim(calls, count, lease_ms, lanes))
 
@@ -301,8 +304,9 @@ class Queue(QueueCore):
         root = Flow(self.name, payload, children, id=id, priority=priority, on_child_failure=on_child_failure)
         return self._run(op_enqueue_flow(plan(root, self.encode, cluster=self.connection.cluster)))
 
-    def flow_claim(self, count: int, lease_ms: int) -> list[Job]:
-        """Up to ``count`` flow jobs under a lease (the worker does this; each :attr:`Job.flow`)."""
+    def flow_claim(self, count: int, lease_ms: int) -> Claims:
+        """Up to ``count`` flow jobs under a lease (the worker does this; each :attr:`Job.flow`); with
+        none, the :class:`~echomq.Claims`' ``due_ms`` says when flow work may be claimable."""
         return self._run(self.op_flow_claim(count, lease_ms))
 
     def flow_extend_many(self, jobs: Sequence[JobRef], lease_ms: int) -> list[int]:

@@ -6,22 +6,27 @@ ready at once. :meth:`echomq.Queue.enqueue_flow` admits the whole tree in one sc
 settled and recovered by the flow scripts (``scripts/flow_*.lua``, on both wires): a child's
 outcome is told to its parent in the same atomic step that settles the child.
 
-The planning here is pure; :class:`~echomq.Queue` sends what it plans. The reaper's one entry
-point for flow leases is :meth:`echomq.Queue.reap_flows` (``flow_reap``).
+The planning here is pure; :class:`~echomq.Queue` sends what it plans. :class:`FlowOps` holds a
+flow job's operations once admitted: its claim, renewal and settles, and what a parent's children
+left it. The reaper's one entry point for flow leases is :meth:`echomq.Queue.reap_flows` (``flow_reap``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from valkey.crc import key_slot
 
-from .core import Enqueued, Op, raise_first
+from .admission import Enqueued
+from .base import JobRef, Op, QueueBase, id_and_token, pairs, raise_first
+from .claims import Claims
 from ..errors import ConfigurationError, CrossSlotFlow
 from .._protocol.ids import new_id
 from .._protocol.keys import Keyspace, check_job_id
-from .._protocol.verbs import BY_NAME, LIMIT_MAX, PRIORITY_MAX, Call, check_int
+from .._protocol.results import result_value
+from .._protocol.verbs import (BY_NAME, EXTENDS_MAX_PAIRS, LIMIT_MAX, PRIORITY_MAX, Call, Plain, Sweep, Throttled, check_int,
+                               text)
 
 #: What a parent does when one of its children dies (its retries spent, or stalled past max_stalled):
 #: ``fail`` -- the parent dies at once (``last_error`` names the child), its other children run on
@@ -134,3 +139,69 @@ def op_enqueue_flow(flow_plan: Plan) -> Op[Enqueued]:
     (reply,) = yield [flow_plan.call]
     raise_first([reply])
     return Enqueued(flow_plan.root_id, reply == 1)
+
+
+@dataclass(frozen=True)
+class Children:
+    """What a flow parent's children left it: their results (decoded with the reading queue's
+    serializer) and, under ``on_child_failure="continue"``, the errors of those that died, by child id."""
+
+    results: dict[str, Any]
+    failures: dict[str, str]
+
+
+class FlowOps(QueueBase):
+    """A flow job's claim, renewal and settles (the flow scripts, on both wires), and its children's results."""
+
+    def flow_complete_call(self, job: JobRef, result: bytes, *, retention_ms: int,
+                           token: str | int | None = None) -> Call:
+        """FLOW_COMPLETE: a flow job's PUBLISH; ``result`` (already encoded) goes to its parent,
+        and is kept as its completed record for ``retention_ms`` (0: no record)."""
+        return self.build("flow_complete", *id_and_token(job, token), result, retention_ms)
+
+    def flow_fail_call(self, job: JobRef, error: str, *, max_attempts: int, backoff_ms: int = 0,
+                       token: str | int | None = None, traceback: str | None = None) -> Call:
+        """FLOW_FAIL: a flow job's FAILURES.INCR; a death is told to its parent."""
+        return self.build("flow_fail", *id_and_token(job, token), error, max_attempts, backoff_ms, traceback or "")
+
+    def flow_delay_call(self, job: JobRef, delay_ms: int, *, token: str | int | None = None) -> Call:
+        """FLOW_DELAY: a flow job's DELAY (to flow:schedule for ``delay_ms``, no budget spent)."""
+        return self.build("flow_delay", *id_and_token(job, token), delay_ms)
+
+    def flow_release_call(self, job: JobRef, *, token: str | int | None = None) -> Call:
+        """FLOW_RELEASE: a flow job's REQUEUE (back to flow:pending, nothing counted)."""
+        return self.build("flow_release", *id_and_token(job, token))
+
+    def op_flow_claim(self, count: int, lease_ms: int) -> Op[Claims]:
+        """Up to ``count`` flow jobs under a lease (FLOW_CLAIM), each marked :attr:`Job.flow`; with none,
+        :attr:`Claims.due_ms` says when to look again."""
+        claimed = yield from self._one(self.build("flow_claim", check_int("lease_ms", lease_ms, 1),
+                                                  check_int("count", count, 1, LIMIT_MAX)))
+        if isinstance(claimed, Throttled):
+            return Claims(due_ms=claimed.wait_ms)
+        return Claims(replace(self._job(one), flow=True, has_children=parent) for one, parent in claimed)
+
+    def op_flow_extend_many(self, jobs: Sequence[JobRef], lease_ms: int) -> Op[list[int]]:
+        check_int("lease_ms", lease_ms, 1)
+        held = [id_and_token(job, None) for job in jobs]
+        calls = [self.call("flow_extends", lease_ms, *[part for pair in held[at:at + EXTENDS_MAX_PAIRS] for part in pair])
+                 for at in range(0, len(held), EXTENDS_MAX_PAIRS)]
+        replies = (yield calls) if calls else []
+        raise_first(replies)
+        return [answer for call, reply in zip(calls, replies) for answer in call.verb.answer(call, reply)]
+
+    def op_flow_reap(self, max_stalled: int, limit: int) -> Op[Sweep]:
+        return (yield from self._one(self.build("flow_reap", max_stalled, limit)))
+
+    def op_children(self, parent_ids: Sequence[str], decoded: bool = True) -> Op[list[Children]]:
+        """Flow parents' children's results and, under ``continue``, their errors, by child id, in
+        one round trip. Each result decoded (:class:`ResultNotKept` for one its child could not
+        keep), or with ``decoded`` False as stored, for a reader that decodes it later itself."""
+        reads = [Plain(("HGETALL", key(check_job_id(parent))))
+                 for parent in parent_ids for key in (self.keys.flow_results, self.keys.flow_failures)]
+        replies = (yield reads) if reads else []
+        raise_first(replies)
+        loads = self.serializer.loads
+        return [Children({text(k): result_value(loads, v, text(k)) if decoded else v for k, v in pairs(results).items()},
+                         {text(k): text(v) for k, v in pairs(failures).items()})
+                for results, failures in zip(replies[::2], replies[1::2])]

@@ -16,13 +16,10 @@ next (``lane_reap``: ms from now, server clock, -1 none), which its verb row dec
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, AbstractSet
+from typing import AbstractSet
 
-from .core import Op, raise_first
+from .base import Op, QueueBase, raise_first
 from .._protocol.verbs import BY_NAME, Sweep
-
-if TYPE_CHECKING:
-    from .core import QueueCore
 
 
 #: The recovery scripts, one per family of rows STALLED.CHECK refuses.
@@ -37,7 +34,7 @@ def merged(sweeps: list[Sweep]) -> Sweep:
                  [i for s in sweeps for i in s.dead])
 
 
-def op_reap(core: QueueCore, max_stalled: int, limit: int,
+def op_reap(core: QueueBase, max_stalled: int, limit: int,
             without: AbstractSet[str] = frozenset()) -> Op[tuple[Sweep, int | None]]:
     """Every recovery of one queue (but those named in ``without``) in one round trip: what they
     moved, and in how many ms (server clock) the first of them has work again (None: none says)."""

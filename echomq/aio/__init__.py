@@ -55,8 +55,8 @@ from .._client.connection import (
     cluster_mode, first_key_at, link_failed, missing_database, opening_refused, retried, tokens_unavailable,
     wire_of_brand,
 )
-from .._core.core import (MAX_PAYLOAD_BYTES, Children, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore, T,
-                          check_connection, check_wait, time_left)
+from .._core.core import (MAX_PAYLOAD_BYTES, Children, Claims, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore,
+                          T, check_connection, check_wait, time_left)
 from .._protocol.events import DEFAULT_MAXLEN, Event
 from .._core.flows import Flow, op_enqueue_flow, plan
 from .._protocol.keys import VERSION_KEY, State, check_job_id
@@ -461,10 +461,10 @@ class Queue(QueueCore):
     async def bclaim(self, lease_ms: int, timeout_ms: int) -> Job | None:
         return await self._run(self.op_bclaim(lease_ms, timeout_ms))
 
-    async def claim_many(self, count: int, lease_ms: int) -> list[Job]:
+    async def claim_many(self, count: int, lease_ms: int) -> Claims:
         return await self._run(self.op_claim_many(count, lease_ms))
 
-    async def claim_lanes(self, count: int, lease_ms: int) -> list[Job]:
+    async def claim_lanes(self, count: int, lease_ms: int) -> Claims:
         return await self._run(self.op_lane_claim_many(count, lease_ms))
 
     async def extend(self, job: JobRef, lease_ms: int, *, token: str | int | None = None) -> int:
@@ -512,7 +512,7 @@ class Queue(QueueCore):
         return await self._run(self.op_settle_many(calls))
 
     async def settle_and_claim(self, calls: Sequence[Call], count: int, lease_ms: int,
-                               lanes: int = 0) -> tuple[list[Any], list[Job]]:
+                               lanes: int = 0) -> tuple[list[Any], Claims]:
         return await self._run(self.op_settle_and_claim(calls, count, lease_ms, lanes))
 
     async def promote(self, limit: int = 1000) -> int:
@@ -565,7 +565,7 @@ class Queue(QueueCore):
         root = Flow(self.name, payload, children, id=id, priority=priority, on_child_failure=on_child_failure)
         return await self._run(op_enqueue_flow(plan(root, self.encode, cluster=self.connection.cluster)))
 
-    async def flow_claim(self, count: int, lease_ms: int) -> list[Job]:
+    async def flow_claim(self, count: int, lease_ms: int) -> Claims:
         return await self._run(self.op_flow_claim(count, lease_ms))
 
     async def flow_extend_many(self, jobs: Sequence[JobRef], lease_ms: int) -> list[int]:

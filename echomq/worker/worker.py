@@ -976,10 +976,10 @@ class Worker:
             if count:
                 self._found[name] = found = policy.claims_found(self._found[name], flat, lanes, jobs)
                 if lanes:
-                    (self._no_lanes.add if self.queues[name].no_lanes else self._no_lanes.discard)(name)
-                self._polled(name, now, found=any(found), paused=self.queues[name].claim_paused)
-                if self.queues[name].claim_wait_ms is not None:
-                    self._rate_wait(name, self._clock_ms(), self.queues[name].claim_wait_ms)
+                    (self._no_lanes.add if jobs.no_lanes else self._no_lanes.discard)(name)
+                self._polled(name, now, found=any(found), paused=jobs.paused)
+                if jobs.wait_ms is not None:
+                    self._rate_wait(name, self._clock_ms(), jobs.wait_ms)
             self._start(self.tasks[name], self.queues[name], jobs, sent)
             claimed += len(jobs)
         return claimed
@@ -1160,7 +1160,7 @@ class Worker:
             jobs = queue.flow_claim(min(self._capacity(), self.config.claim_batch), self.config.lease.lease_ms)
             self._empty_flow_polls[name] = 0 if jobs else self._empty_flow_polls[name] + 1
             self._next_flow_poll[name] = policy.next_flow_poll_ms(
-                now, found=bool(jobs), due_ms=queue.flow_due_ms, idle_blocking=self.blocking and name in self._idle,
+                now, found=bool(jobs), due_ms=jobs.due_ms, idle_blocking=self.blocking and name in self._idle,
                 empty_polls=self._empty_flow_polls[name], backoff=self._flow_idle, slack_ms=PROMOTE_SLACK_MS)
             task = self.tasks[name]
             parents = [job for job in jobs if job.has_children]

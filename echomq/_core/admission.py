@@ -1,0 +1,93 @@
+"""Admission (no I/O): a job into its queue -- ENQUEUE, SCHEDULE, their unique twin
+ENQUEUE.UNIQUE (docs/spec.md §14), and a lane job's (``lane_enqueue``, with ``group``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+from .. import errors
+from .base import Op, QueueBase, raise_first
+from .batching import batched_settles, settle_answers
+from .._protocol.ids import new_id
+from .._protocol.verbs import Admission, Call
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    id: str
+    created: bool  #: False when nothing was made: the id had a row, or is within its unique window
+    #: why: created, exists, replaced (debounce) or unique (within the window); a plain
+    #: enqueue's is CREATED or EXISTS, read from ``created``
+    reason: Admission = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.reason is None:
+            object.__setattr__(self, "reason", Admission.CREATED if self.created else Admission.EXISTS)
+
+
+def unique_ms(unique_for: float | None) -> int:
+    """``unique_for`` (seconds, >= 0; None: no window) as ENQUEUE.UNIQUE's unique_ms."""
+    if unique_for is None:
+        return 0
+    if isinstance(unique_for, bool) or not isinstance(unique_for, (int, float)) or not unique_for >= 0:
+        raise errors.ConfigurationError(f"bad unique_for {unique_for!r}: seconds >= 0")
+    return round(unique_for * 1000)
+
+
+def op_enqueued(calls: Sequence[Call], carried: Callable[[str], bool]) -> Op[list[Enqueued]]:
+    """Send enqueue calls (of one queue or of several) in one round trip, a queue's ENQUEUEs as its
+    ENQUEUES where the connection carries it (:func:`batched_settles`): each one's :class:`Enqueued`."""
+    sent, routes = batched_settles(calls, carried)
+    answers = settle_answers(calls, routes, (yield sent) if sent else [])
+    raise_first(answers)
+    return [Enqueued(call.argv[0], answer) for call, answer in zip(calls, answers)]
+
+
+class AdmissionOps(QueueBase):
+    """Enqueue and schedule, one job or many."""
+
+    def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0, group: str | None = None) -> Call:
+        if group is None:
+            return self.build("enqueue", new_id() if id is None else id, self.encode(payload), priority)
+        return self.build("lane_enqueue", new_id() if id is None else id, self.encode(payload), group, priority)
+
+    def unique_call(self, payload: Any, *, id: str | None, priority: int = 0, unique_for: float | None = None,
+                    replace: bool = False, delay_ms: int | None = None, group: str | None = None) -> Call:
+        """ENQUEUE.UNIQUE (docs/spec.md §14): an enqueue (``delay_ms`` None) or a schedule that
+        keeps the id out for ``unique_for`` seconds after the job completes, and with ``replace``
+        replaces a waiting job's payload (and, given ``delay_ms``, its due time); with ``group``,
+        lane_enqueue_unique, its lane job twin (enqueue only: a lane job waits in its lane)."""
+        if id is None:
+            raise errors.ConfigurationError("unique_for= and replace= need the job's id=")
+        window, replacing = unique_ms(unique_for), int(bool(replace))
+        if group is not None:
+            return self.build("lane_enqueue_unique", id, self.encode(payload), group, priority, window, replacing)
+        return self.build("enqueue_unique", id, self.encode(payload), priority, window, replacing,
+                          *([] if delay_ms is None else [delay_ms]))
+
+    def _admit(self, call: Call) -> Op[Enqueued]:
+        if call.verb.name not in ("enqueue_unique", "lane_enqueue_unique"):
+            return Enqueued(call.argv[0], (yield from self._one(call)))
+        reason = yield from self._one(call)
+        return Enqueued(call.argv[0], reason is Admission.CREATED, reason)
+
+    def op_enqueue(self, payload: Any, id: str | None, priority: int, unique_for: float | None = None,
+                   replace: bool = False, group: str | None = None) -> Op[Enqueued]:
+        if unique_for is None and not replace:
+            return (yield from self._admit(self.enqueue_call(payload, id=id, priority=priority, group=group)))
+        call = self.unique_call(payload, id=id, priority=priority, unique_for=unique_for, replace=replace, group=group)
+        return (yield from self._admit(call))
+
+    def op_enqueue_many(self, payloads: Iterable[Any], priority: int, group: str | None = None) -> Op[list[Enqueued]]:
+        return (yield from op_enqueued([self.enqueue_call(payload, priority=priority, group=group)
+                                        for payload in payloads], self.codec.supports))
+
+    def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int,
+                    unique_for: float | None = None, replace: bool = False) -> Op[Enqueued]:
+        if unique_for is None and not replace:
+            call = self.build("schedule", new_id() if id is None else id, self.encode(payload), delay_ms, priority)
+        else:
+            call = self.unique_call(payload, id=id, priority=priority, unique_for=unique_for, replace=replace,
+                                    delay_ms=delay_ms)
+        return (yield from self._admit(call))
