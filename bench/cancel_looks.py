@@ -42,7 +42,8 @@ def rate(url: str, wire: int, *, busy: bool, looks: bool, seconds: float, round_
     with connect(url, wire=wire) as conn, valkey.Valkey.from_url(url) as admin:
         worker = Worker(app, conn, config=WorkerConfig(concurrency=HELD))
         if not looks:  # the worker as it was: no look; its renewals alone tell it of a cancel
-            worker.check_cancels = lambda now: setattr(worker, "_cancel_check_at", float("inf"))  # type: ignore
+            leases = worker.leases
+            leases.check_cancels = lambda now: setattr(leases, "cancel_check_at", float("inf"))  # type: ignore
         if busy:
             Queue(conn, name).enqueue_many([{}] * HELD)
         thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)

@@ -370,7 +370,7 @@ def test_a_burst_worker_runs_the_job_its_block_took_as_the_queue_went_empty(own_
     worker = Worker(app, own_conn, queues=[name],
                     config=WorkerConfig(burst=True, grace_s=0, timers=TimerConfig(promote_interval_ms=10)))
     taken, looked_after = threading.Event(), threading.Event()
-    report, drained = worker._report, worker.drained
+    report, drained = worker.waiting.report, worker.drained
 
     def late_report(answer: waiter.Report) -> None:  # the block's job reaches the worker after its next look
         if isinstance(answer, waiter.Claimed):
@@ -380,13 +380,13 @@ def test_a_burst_worker_runs_the_job_its_block_took_as_the_queue_went_empty(own_
 
     def watched_drained() -> bool:
         # the worker's own claim has come back empty since the promote: the queue looks idle again
-        after_the_take = taken.is_set() and name in worker._idle
+        after_the_take = taken.is_set() and name in worker.pacing.idle
         verdict = drained()
         if after_the_take:
             looked_after.set()
         return verdict
 
-    worker._report, worker.drained = late_report, watched_drained
+    worker.waiting.report, worker.drained = late_report, watched_drained
     tally = worker.run(install_signals=False)
     assert taken.is_set() and looked_after.is_set()  # the race was run: the worker looked while the job was out
     assert (tally.claimed, tally.completed, ran) == (1, 1, [1])
@@ -407,7 +407,7 @@ def test_a_burst_worker_stops_though_its_ended_blocks_answer_while_it_looks(own_
     worker = Worker(app, own_conn, queues=names, config=WorkerConfig(burst=True, grace_s=0, timers=QUIET_TIMERS))
     gate = threading.Condition()
     waiting_answers, looking = 0, False
-    report, drained = worker._report, worker.drained
+    report, drained = worker.waiting.report, worker.drained
 
     def answer_while_it_looks(answer: waiter.Report) -> None:
         nonlocal waiting_answers
@@ -430,7 +430,7 @@ def test_a_burst_worker_stops_though_its_ended_blocks_answer_while_it_looks(own_
             looking = False
         return drained()
 
-    worker._report, worker.drained = answer_while_it_looks, looks_with_answers_arriving
+    worker.waiting.report, worker.drained = answer_while_it_looks, looks_with_answers_arriving
     gave_up = threading.Event()
     fallback = threading.Timer(20, lambda: (gave_up.set(), worker.stop("test: still running after 20 s")))
     fallback.start()

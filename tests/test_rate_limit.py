@@ -241,7 +241,7 @@ def test_a_worker_waits_out_the_window_without_spinning(server, wire):
         try:
             first = queue.enqueue({})
             wait_until(lambda: seen == [first.id], what="the first job run")
-            wait_until(lambda: worker._idle == {name}, what="the worker idle")
+            wait_until(lambda: worker.pacing.idle == {name}, what="the worker idle")
             before = commands_sent(conn.client)
             second = queue.enqueue({})
             # settled (polled with EXISTS, which the count below leaves out)

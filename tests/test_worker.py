@@ -420,7 +420,7 @@ def test_a_relayed_batch_with_a_slow_handler_runs_and_settles_the_rest_meanwhile
     with running(worker):
         wait_until(lambda: queue.metrics()["completed"] == 80, what="every quick job's completion")
         assert queue.counts().active == 1 and not release.is_set()  # the slow one still runs
-        assert worker._relays > 0  # the slow job came in a relayed batch (the first four were quick)
+        assert worker.loop.relays > 0  # the slow job came in a relayed batch (the first four were quick)
         release.set()
         wait_until(lambda: queue.metrics()["completed"] == 81, what="the slow job's completion")
 
@@ -433,11 +433,11 @@ def test_a_relayed_batch_with_a_slow_handler_runs_and_settles_the_rest_meanwhile
 def test_a_relay_wakes_the_control_thread_only_for_what_it_would_not_see(conn, looking, claimed, woken):
     app = App()
     app.handler(fresh_name("w"), lambda payload: None)
-    worker = Worker(app, conn)
-    worker._relaying, worker._looking = True, looking
-    worker.exchange = lambda now: claimed  # what the relay does is the step's exchange, tested above
-    worker._relay()
-    assert worker._wake.is_set() is woken and worker._relays == 1
+    loop = Worker(app, conn).loop
+    loop.relaying, loop.looking = True, looking
+    loop.exchange = lambda now: claimed  # what the relay does is the step's exchange, tested above
+    loop.relay()
+    assert loop.wake.is_set() is woken and loop.relays == 1
 
 
 def test_a_queue_found_empty_by_a_relay_is_waited_on_at_once(conn):
@@ -454,7 +454,7 @@ def test_a_queue_found_empty_by_a_relay_is_waited_on_at_once(conn):
         busy_queue.enqueue_many([{}] * 1000)
     worker = Worker(app, conn)
     with running(worker):
-        wait_until(lambda: quiet_queue.metrics()["completed"] == 1 and quiet in worker._idle,
+        wait_until(lambda: quiet_queue.metrics()["completed"] == 1 and quiet in worker.pacing.idle,
                    what="the quiet queue's first job, then the claim that found it empty")
         quiet_queue.enqueue({"second": True})
         assert done_quiet.wait(10)
@@ -473,13 +473,13 @@ def test_a_finished_handler_wakes_the_loop_only_once_the_settle_is_due(conn):
     worker = Worker(app, conn, clock_ms=clock, config=WorkerConfig(settle_wait_ms=50))
     started = clock.now
     assert worker.step() <= started + 50  # claims all three; the loop wakes by itself by the settle's time
-    wait_until(lambda: worker._finished, what="the quick handler's outcome")
-    assert not worker._wake.is_set()  # young: it waits for the rest of its batch (two still run)
+    wait_until(lambda: worker.executor.finished, what="the quick handler's outcome")
+    assert not worker.loop.wake.is_set()  # young: it waits for the rest of its batch (two still run)
     clock.now += 50
     assert worker.step() > clock.now and worker.tally.completed == 1  # due: settled, the slow ones run on
-    assert not worker._wake.is_set()  # the loop would sleep: only an outcome can wake it now
+    assert not worker.loop.wake.is_set()  # the loop would sleep: only an outcome can wake it now
     release.set()
-    wait_until(lambda: worker._wake.is_set(), what="the wake by a slow handler's outcome")
+    wait_until(lambda: worker.loop.wake.is_set(), what="the wake by a slow handler's outcome")
     wait_until(lambda: worker.step() and worker.tally.completed == 3, what="the slow jobs' completions")
 
 

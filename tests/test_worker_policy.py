@@ -15,7 +15,9 @@ import pytest
 from echomq import App, Backoff, ConfigurationError, Delay, IdlePolicy, JobContext, LeasePolicy, Retry
 from echomq.worker import policy
 from echomq._protocol.keys import MAX_TRACEBACK_BYTES
-from echomq.worker.worker import QUICK_HANDLER_S, WorkerConfig, _DaemonPool, outcome_of
+from echomq.worker.config import WorkerConfig
+from echomq.worker.outcomes import outcome_of
+from echomq.worker.pool import QUICK_HANDLER_S, DaemonPool
 from support.waiting import wait_until
 
 
@@ -468,14 +470,14 @@ def test_bad_durations_are_refused(text):
 
 def test_the_handler_pool_runs_as_many_slow_handlers_at_once_as_it_has_threads():
     # woken one at a time (a thread that takes a job wakes the next): each waits here for all
-    pool, everyone, started = _DaemonPool(4), threading.Barrier(4, timeout=10), SimpleQueue()
+    pool, everyone, started = DaemonPool(4), threading.Barrier(4, timeout=10), SimpleQueue()
     pool.submit_all(lambda: started.put(everyone.wait()), [()] * 4)  # a claim batch, queued at once
     assert sorted(started.get(timeout=10) for _ in range(4)) == [0, 1, 2, 3]
     pool.shutdown()
 
 
 def test_a_replacement_thread_takes_the_place_of_an_abandoned_one():
-    pool, release, both = _DaemonPool(2), threading.Event(), threading.Barrier(2, timeout=10)
+    pool, release, both = DaemonPool(2), threading.Event(), threading.Barrier(2, timeout=10)
     pool.submit_all(release.wait, [()])  # a handler that runs on (abandoned: it timed out)
     pool.replace_one()
     met = SimpleQueue()
@@ -486,7 +488,7 @@ def test_a_replacement_thread_takes_the_place_of_an_abandoned_one():
     pool.shutdown()
 
 
-def _asleep(pool: _DaemonPool, threads: int) -> _DaemonPool:
+def _asleep(pool: DaemonPool, threads: int) -> DaemonPool:
     """``pool`` once ``threads`` of its threads sleep (none is still awake to take work unasked)."""
     wait_until(lambda: len(pool._sleeping) == threads, what=f"{threads} sleeping handler threads")
     return pool
@@ -494,7 +496,7 @@ def _asleep(pool: _DaemonPool, threads: int) -> _DaemonPool:
 
 def test_a_spreading_pool_wakes_threads_only_for_work_held_up_behind_a_slow_handler():
     # the relaying worker's pool: taking a job wakes no other thread; spread() does, for work that waited
-    pool, ran = _asleep(_DaemonPool(3, spread_after_s=0), 3), SimpleQueue()
+    pool, ran = _asleep(DaemonPool(3, spread_after_s=0), 3), SimpleQueue()
     release, started = threading.Event(), threading.Event()
 
     def slow() -> None:
@@ -510,7 +512,7 @@ def test_a_spreading_pool_wakes_threads_only_for_work_held_up_behind_a_slow_hand
     pool.shutdown()
 
 
-def _waited(pool: _DaemonPool, handlers: int) -> _DaemonPool:
+def _waited(pool: DaemonPool, handlers: int) -> DaemonPool:
     """``pool`` once it ran ``handlers`` handlers that wait (on I/O, say: here a sleep) 5x
     QUICK_HANDLER_S each, one after another, and its threads sleep again."""
     done: SimpleQueue[int] = SimpleQueue()
@@ -528,7 +530,7 @@ def _waited(pool: _DaemonPool, handlers: int) -> _DaemonPool:
 def test_a_spreading_pool_runs_a_batch_on_a_thread_each_once_its_handlers_wait():
     # handlers that wait get threads at once, without spread(): one after another, a batch of
     # 0.5 ms calls would run at a tenth of the pace ten threads give it
-    pool, everyone, started = _waited(_DaemonPool(4, spread_after_s=60), 4), threading.Barrier(4, timeout=10), SimpleQueue()
+    pool, everyone, started = _waited(DaemonPool(4, spread_after_s=60), 4), threading.Barrier(4, timeout=10), SimpleQueue()
     pool.submit_all(lambda: started.put(everyone.wait()), [()] * 4)
     assert sorted(started.get(timeout=10) for _ in range(4)) == [0, 1, 2, 3]
     pool.shutdown()
@@ -536,7 +538,7 @@ def test_a_spreading_pool_runs_a_batch_on_a_thread_each_once_its_handlers_wait()
 
 def test_one_slow_handler_among_quick_ones_does_not_spread_the_next_batch():
     # each time counts at most twice the bound: one quick handler the OS preempted stays one sample
-    pool, release, started = _waited(_DaemonPool(3, spread_after_s=60), 1), threading.Event(), threading.Event()
+    pool, release, started = _waited(DaemonPool(3, spread_after_s=60), 1), threading.Event(), threading.Event()
     def run(job: str) -> None:
         if job == "slow":
             started.set()
@@ -551,7 +553,7 @@ def test_one_slow_handler_among_quick_ones_does_not_spread_the_next_batch():
 
 def test_what_a_pool_thread_submits_from_its_continuation_runs_on_that_thread():
     # a relay claims the next batch from the thread that ran the last handler: no other thread wakes
-    pool, threads = _asleep(_DaemonPool(2, spread_after_s=0), 2), SimpleQueue()
+    pool, threads = _asleep(DaemonPool(2, spread_after_s=0), 2), SimpleQueue()
 
     def first() -> Callable[[], None]:
         threads.put(threading.current_thread())
@@ -563,7 +565,7 @@ def test_what_a_pool_thread_submits_from_its_continuation_runs_on_that_thread():
 
 
 def test_the_handler_pool_starts_no_queued_job_after_its_shutdown():
-    pool, release, ran = _DaemonPool(1), threading.Event(), []
+    pool, release, ran = DaemonPool(1), threading.Event(), []
     pool.submit_all(release.wait, [()])
     pool.submit_all(ran.append, [("late",)])  # queued behind the running one
     pool.shutdown()

@@ -42,7 +42,8 @@ from .._client.partitioned import open_queues
 from .._protocol.verbs import GROUPED_COUNTS
 
 if TYPE_CHECKING:
-    from ..worker.worker import Histogram, Worker
+    from ..worker.tallies import Histogram
+    from ..worker.worker import Worker
 
 
 def families(numbers: Iterable[QueueNumbers | tuple[str, Exception]], workers: list[WorkerRecord],

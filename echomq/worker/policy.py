@@ -266,6 +266,11 @@ def block_timeout_ms(paused: bool) -> int:
     return PAUSED_RECHECK_MS if paused else BLOCK_MAX_MS
 
 
+#: A job due at a server time (a retry's backoff, a delay, the schedule's head as read) is expected
+#: due this long after it on the local clock: the two clocks, and the round trip that read it.
+PROMOTE_SLACK_MS = 5
+
+
 def promote_at_ms(now_ms: float, due_in_ms: int | None, slack_ms: int = 1) -> float | None:
     """When to promote next (local clock), given how long until the schedule's head is due on the
     server clock (None: the schedule is empty). ``slack_ms`` covers the round trip that read it;

@@ -1,0 +1,310 @@
+"""The executor: runs the handlers of claimed jobs and hands their outcomes to the settles.
+
+A claim batch is held (:class:`~echomq.worker.held.Held`, one a job) and handed to the handlers at
+once: sync ones on a pool of daemon threads, ``async def`` ones on an asyncio loop of their own
+(:mod:`echomq.worker.pool`). Each outcome comes back on the thread that ran the handler, into
+:attr:`Executor.finished`, for the loop's next exchange to settle; the handler thread that ends the
+last running handler may run that exchange itself (the loop's relay). A handler past its timeout
+is failed here with :class:`~echomq.JobTimeout`, whichever comes first deciding.
+
+A handler's call becomes its outcome in :mod:`echomq.worker.outcomes`, which also keeps a process
+the handler forked out of the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from concurrent.futures import CancelledError as FutureCancelled
+from functools import partial
+from typing import Any, Awaitable, Callable, Mapping, Sequence
+
+from .. import aio, hooks
+from . import policy
+from .._client.connection import Connection
+from .._client.partitioned import PartitionedQueue
+from .._client.queue import Job, Queue
+from .._core.core import Children
+from ..errors import JobTimeout, PayloadError
+from .._protocol.results import result_value
+from .._protocol.serializers import JSON, Serializer
+from .._protocol.shown import one_line, quoted
+from .config import WorkerConfig
+from .held import Held
+from .leases import Leases
+from .outcomes import outcome_of, raised
+from .pool import AsyncRunner, DaemonPool
+from .tallies import Events, Tally, Timings, waited_in_pending_s
+from .tasks import App, AsyncJobContext, JobContext, Task
+
+log = logging.getLogger("echomq.worker")
+
+#: what an async handler's future raises once the worker cancelled it (its own task's, or its future's)
+CANCELLED = (asyncio.CancelledError, FutureCancelled)
+
+
+class Executor:
+    """Runs handlers for one worker: holds each claim batch's jobs in ``held`` (the worker's, by
+    (queue, id)), starts their handlers, and gathers their outcomes."""
+
+    def __init__(self, app: App, connection: Connection, layouts: Mapping[str, list[str]], config: WorkerConfig,
+                 held: dict[tuple[str, str], Held], leases: Leases, tally: Tally, timings: Timings, events: Events,
+                 wake: threading.Event, clock_ms: Callable[[], float]) -> None:
+        self.app = app
+        self.connection = connection
+        self.layouts = layouts
+        self.config = config
+        self.held = held
+        self.leases = leases
+        self.tally = tally
+        self.timings = timings
+        self.events = events
+        self.wake = wake  #: the control loop's: set when an outcome is to be settled now
+        self._clock_ms = clock_ms
+        #: a handler's outcome and a timeout's verdict are decided under it: whichever comes first wins
+        self.outcomes = threading.Lock()
+        #: held jobs whose outcome is known, for the next exchange to settle (appended under outcomes)
+        self.finished: list[Held] = []
+        # handlers started and ended (the latter counted under outcomes): the difference is how many
+        # still run; with the youngest one's start they say when to settle (policy.settle_at_ms)
+        self.started = 0
+        self.ended = 0
+        self.youngest_start: float | None = None
+        #: the settle of the outcomes already in was due when the loop last looked: a finished handler
+        #: wakes it then; else the loop's wait ends by itself when the settle falls due
+        self.settle_due = True
+        #: the loop's relay while relays are on (None: off): the handler thread that ends the last running
+        #: handler runs it, settling what finished and claiming the next batch itself
+        self.relay: Callable[[], None] | None = None
+        self._progress = connection.supports("append")  #: ctx.progress sends APPEND
+        #: ``ctx.producer`` for sync (False) and async (True) handlers
+        self._producers = {is_async: self._make_producers(is_async) for is_async in (False, True)}
+        self.pool: DaemonPool | None = None
+        self._async: AsyncRunner | None = None
+        self._aio: aio.Connection | None = None  #: async handlers' producers, on the runner's loop
+
+    def settle_at(self, now: float) -> float:
+        """When to settle the outcomes already in (policy.settle_at_ms)."""
+        return policy.settle_at_ms(now, self.started - self.ended, self.youngest_start, self.config.settle_wait_ms)
+
+    def take_finished(self) -> list[Held]:
+        """The outcomes in, to settle now."""
+        with self.outcomes:
+            finished, self.finished = self.finished, []
+        return finished
+
+    @property
+    def queued(self) -> bool:
+        """Jobs wait in the pool for a thread."""
+        return self.pool is not None and self.pool.queued
+
+    def start(self, task: Task, queue: Queue, jobs: Sequence[Job], sent: float,
+              children: dict[str, Children] | None = None) -> None:
+        """Start the handlers of ``jobs``, claimed from ``queue`` (sent at local ms ``sent``); ``children``:
+        what each flow parent's children left it, by the parent's id. A claim batch is handed to the
+        handler threads at once (one lock, not one a job)."""
+        # one task, one claim: the whole batch shares its deadline and its next scan
+        timeout_s = self.config.timeout_of(task)
+        deadline = None if timeout_s is None else sent + timeout_s * 1000
+        self.leases.claimed(sent, deadline)
+        # the batch's clocks, read once: its wall time (the pending waits) and its handlers' start
+        claimed_s, started_s = time.time(), time.monotonic()
+        self.tally.claimed += len(jobs)
+        waits = waited_in_pending_s(jobs, claimed_s)
+        self.timings.waited.observe_many([waited_s for waited_s in waits if waited_s is not None])
+        runs = self._hold(task, queue, jobs, sent, deadline, children, waits, started_s)
+        if not runs:
+            return
+        self.started += len(runs)
+        self.youngest_start = started_ms = self._clock_ms()
+        self.settle_due = self.settle_at(started_ms) <= started_ms  # not yet, unless settle_wait_ms is 0
+        told = "job.started" in hooks.heard  # read once a batch: the common case pays nothing a job
+        if task.is_async:
+            for held, args in runs:
+                self._start_async(held, args, told)
+        else:
+            if self.pool is None:
+                # relaying, jobs queued behind a slow handler get threads when the control thread looks in
+                self.pool = DaemonPool(self.config.concurrency,
+                                       self.config.settle_wait_ms / 1000 if self.relay is not None else None)
+            self.pool.submit_all(self._run_sync_told if told else self._run_sync, runs)
+
+    def _hold(self, task: Task, queue: Queue, jobs: Sequence[Job], sent: float, deadline: float | None,
+              children: dict[str, Children] | None, waits: list[float | None],
+              started_s: float) -> list[tuple[Held, tuple[Any, ...]]]:
+        """Hold a claim batch's jobs and build their handlers' arguments; a job whose payload cannot be
+        decoded has none (it is finished already: dead at once, not the worker's failure). ``waits``:
+        each one's pending wait (observed by the batch), ``started_s``: the monotonic time their
+        handlers start."""
+        is_async = task.is_async
+        context, producers = (AsyncJobContext if is_async else JobContext), self._producers[is_async]
+        # read once a batch, not once a job
+        claimed_heard, loads, progress = "job.claimed" in hooks.heard, task.serializer.loads, queue.progress
+        arity = task.arity  # the handler gets (payload, ctx)[:arity]
+        # a context (with its progress reporter, a flow parent's children) is built only for a handler
+        # that takes one: for one that does not, nothing could ever read it (Held.ctx)
+        takes_ctx = arity == 2
+        runs = []
+        for job, waited_s in zip(jobs, waits):
+            if claimed_heard:  # counted by the batch (start)
+                self.events.tell("job.claimed", job, waited_s=waited_s, trace=job.trace)
+            ctx = context(job.id, task.queue, job.attempt, producers) if takes_ctx else None
+            if ctx is not None and children and (left := children.get(job.id)) is not None:
+                # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
+                ctx.children = lambda raw=left: Children(
+                    {child: result_value(loads, result, child) for child, result in raw.results.items()}, raw.failures)
+            if ctx is not None and (self._progress or job.flow or job.group is not None):
+                # one APPEND (lane_append, flow_append: scripts on both wires): a sync handler sends it from
+                # its own thread on the connection's pool, an async one awaits it on the asyncio connection
+                # (the loop's other handlers run on)
+                ctx.report = self._async_report(queue.name, job) if is_async else partial(progress, job)
+            held = Held(queue, task, job, (job.queue, job.id), ctx, sent, started_s, deadline, claimed_at=sent)
+            self.held[held.key] = held
+            try:
+                payload = None if job.raw_payload is None else loads(job.raw_payload)
+            except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
+                held.verdict = policy.Undecodable(PayloadError(
+                    f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
+                    f"{type(exc).__name__}: {exc}"))
+                log.error("job %s/%s: %s", job.queue, quoted(job.id), one_line(str(held.verdict.error)))
+                held.ended_s = held.started_s
+                with self.outcomes:
+                    self.finished.append(held)
+                continue
+            runs.append((held, (payload, ctx)[:arity]))
+        return runs
+
+    def _run_sync(self, held: Held, args: tuple[Any, ...]) -> Callable[[], None] | None:
+        """On a handler thread: run the handler and hand its outcome back (returns the relay, if this
+        thread is to run it)."""
+        return self.done(held, outcome_of(held.task.fn, *args), relay=True)
+
+    def _run_sync_told(self, held: Held, args: tuple[Any, ...]) -> Callable[[], None] | None:
+        """:meth:`_run_sync` between ``job.started`` and ``job.returned``, told on the handler's own
+        thread: a subscriber may set a context there for the handler (the trace's span, say)."""
+        self.events.tell("job.started", held.job)
+        try:
+            outcome = outcome_of(held.task.fn, *args)
+        finally:
+            self.events.tell("job.returned", held.job)
+        return self.done(held, outcome, relay=True)
+
+    async def _told(self, held: Held, coro: Awaitable[Any]) -> Any:
+        """An async handler between ``job.started`` and ``job.returned``, told in its own task."""
+        self.events.tell("job.started", held.job)
+        try:
+            return await coro
+        finally:
+            self.events.tell("job.returned", held.job)
+
+    def _start_async(self, held: Held, args: tuple[Any, ...], told: bool) -> None:
+        if self._async is None:
+            self._async = AsyncRunner()
+        try:
+            coro = held.task.fn(*args)
+        except Exception as exc:  # raised before its first await (a bad signature, say): this job's outcome
+            self.done(held, raised(exc))
+            return
+        held.future = self._async.submit(self._told(held, coro) if told else coro)
+        held.future.add_done_callback(lambda future, held=held: self.done(held, outcome_of(future.result, 0)))
+
+    def _async_report(self, queue: str, job: Job) -> Callable[[Any], Awaitable[None]]:
+        """APPEND for an async handler's attempt, on the asyncio connection its producers share."""
+
+        async def report(value: Any) -> None:
+            if self._aio is None:
+                self._aio = aio.Connection.sharing(self.connection)
+            await aio.Queue(self._aio, queue).progress(job, value)
+
+        return report
+
+    def _make_producers(self, is_async: bool) -> Callable[[str, Serializer | None], Any]:
+        """``ctx.producer`` for a handler: sync handlers share the worker's connection (valkey-py's
+        client is thread-safe); async ones share one asyncio connection to the same node, used
+        only on the runner's loop."""
+
+        def serializer_of(name: str, given: Serializer | None) -> Serializer:
+            task = self.app.tasks.get(name)
+            return given or (task.serializer if task else JSON)
+
+        def layout_of(name: str) -> list[str]:
+            return self.layouts.get(name, [name])  # declared by the Worker
+
+        def sync_queue(name: str, given: Serializer | None) -> Queue | PartitionedQueue:
+            if len(layout_of(name)) == 1:
+                return Queue(self.connection, name, serializer=serializer_of(name, given))
+            return PartitionedQueue(self.connection, name, partitions=len(layout_of(name)),
+                                    serializer=serializer_of(name, given))
+
+        if not is_async:
+            return sync_queue
+
+        def async_queue(name: str, given: Serializer | None) -> aio.Queue | aio.PartitionedQueue:
+            if self._aio is None:
+                self._aio = aio.Connection.sharing(self.connection)
+            if len(layout_of(name)) > 1:
+                return aio.PartitionedQueue(self._aio, name, layout_of(name), serializer=serializer_of(name, given))
+            return aio.Queue(self._aio, name, serializer=serializer_of(name, given))
+
+        return async_queue
+
+    def done(self, held: Held, outcome: policy.Outcome, *, relay: bool = False) -> Callable[[], None] | None:
+        """From the thread that ran the handler: its outcome, for the next exchange to settle. With
+        ``relay`` (a pool thread), the last running handler's returns the relay for that thread to run."""
+        ended_s = time.monotonic()
+        with self.outcomes:
+            late = held.verdict is not None
+            if not late:
+                held.ended_s, held.outcome = ended_s, outcome
+                self.ended += 1
+                self.finished.append(held)
+            running = self.started - self.ended
+        if late:  # timed out: already failed; this late outcome is dropped
+            if not (isinstance(outcome, policy.Raised) and isinstance(outcome.error, CANCELLED)):
+                # (an async handler the timeout cancelled did not finish: it stopped, as told)
+                log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
+                         held.job.queue, quoted(held.job.id), held.job.attempt)
+            return None
+        relay_to = self.relay
+        if running <= 0 and relay and relay_to is not None:
+            return relay_to
+        # the last of its batch to end, or the settle already due: wake the loop (set, it is not yet
+        # cleared: the step it wakes reads this outcome); not yet due, the loop's wait ends by itself
+        # when it falls due (Loop.next_due), so no clock is read here
+        if (running <= 0 or self.settle_due) and not self.wake.is_set():
+            self.wake.set()
+        return None
+
+    def time_out(self, held: Held) -> None:
+        """Fail a handler past its timeout with JobTimeout (settled by the next exchange), unless its own
+        outcome came first: an async one is cancelled; a sync one is abandoned to its thread, and a
+        fresh thread takes its place in the pool. Either way the lease is no longer renewed and the
+        handler's own outcome is dropped."""
+        timeout_s = self.config.timeout_of(held.task)
+        with self.outcomes:
+            if held.outcome is not None:
+                return  # it returned just now: settled with its own outcome
+            held.verdict = policy.Raised(JobTimeout(timeout_s))
+            held.ended_s = time.monotonic()
+            self.ended += 1
+            self.finished.append(held)
+        held.mark_lost()
+        if held.task.is_async:
+            held.future.cancel()
+        elif self.pool is not None:
+            self.pool.replace_one()
+        log.error("job %s/%s attempt %d: the handler ran past its timeout of %g s: failed with JobTimeout%s",
+                  held.job.queue, quoted(held.job.id), held.job.attempt, timeout_s,
+                  "" if held.task.is_async else "; its thread is abandoned and runs on until it returns")
+
+    def close(self) -> None:
+        """Sleeping handler threads end now, running ones after their handler; the asyncio runner stops,
+        its connection closed first."""
+        if self.pool:
+            self.pool.shutdown()
+        if self._async:
+            if self._aio is not None:
+                self._async.close(self._aio)
+            self._async.shutdown()

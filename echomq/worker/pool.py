@@ -1,0 +1,164 @@
+"""Where handlers run: a pool of daemon threads for sync ones (:class:`DaemonPool`), an asyncio loop
+on a thread of its own for ``async def`` ones (:class:`AsyncRunner`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from itertools import repeat
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:
+    from .. import aio
+
+log = logging.getLogger("echomq.worker")
+
+#: A relaying worker's pool runs handlers quicker than this one after another on the thread already
+#: awake (a wake and a GIL hand-off cost tens of µs); slower ones, mostly waiting on I/O, get a
+#: thread each at once. Judged by a moving average of their times, each counted at most twice this,
+#: so that one quick handler the OS preempted does not spread the next batch.
+QUICK_HANDLER_S = 100e-6
+
+
+class DaemonPool:
+    """A fixed pool of daemon threads: a handler stuck past shutdown cannot keep the process alive
+    (the standard ThreadPoolExecutor joins its threads at exit). No Future per call: the callable
+    given reports its own outcome (a Future is a condition and two locks for every job). A callable
+    may return another, run once its thread counts as free: what that one submits is left to this
+    thread (the worker's relay) instead of waking another.
+
+    Threads are woken one at a time: a submit wakes a sleeping thread only when no awake one is
+    free to take the job, and a thread that takes a job wakes the next while work is still
+    queued. With ``spread_after_s`` that chain runs only while handlers take
+    ``QUICK_HANDLER_S`` or more; quick ones run on the thread already awake instead of others
+    waking (a context switch and a GIL hand-off each) for a short job, and the owner calls
+    :meth:`spread` now and then, which wakes threads for work that has waited ``spread_after_s``
+    (its thread is held up by a handler slower than the ones before it)."""
+
+    def __init__(self, size: int, spread_after_s: float | None = None) -> None:
+        self._spread_after_s = spread_after_s
+        self._moved_at = 0.0  #: (spread_after_s) when queued work last started, or began to queue
+        self._took_s = 0.0  #: (spread_after_s) how long handlers lately ran: each capped, averaged
+        self._mutex = threading.Lock()
+        self._work: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        self._sleeping: list[threading.Lock] = []  #: each sleeping thread's own lock: released, it wakes
+        self._free = 0  #: threads awake and not running a handler (they take queued work before sleeping)
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        for _ in range(size):
+            self._add()
+
+    def submit_all(self, fn: Callable[..., None], calls: Sequence[tuple[Any, ...]]) -> None:
+        """``fn(*args)`` for each ``args`` of ``calls``, queued at once (one lock for a claim batch)."""
+        with self._mutex:
+            if not self._work:
+                self._moved_at = time.monotonic()
+            self._work.extend(zip(repeat(fn), calls))
+            if not self._free:
+                self._wake_one()  # it, or spread(), wakes the next while work is queued
+
+    def replace_one(self) -> None:
+        """One more thread, in place of one running an abandoned (timed out) handler: Python
+        cannot stop a thread, so that one runs on until its handler returns."""
+        self._add()
+
+    def _add(self) -> None:
+        thread = threading.Thread(target=self._run, name=f"emq-handler-{len(self._threads)}", daemon=True)
+        self._threads.append(thread)
+        with self._mutex:
+            self._free += 1  # it takes work, or sleeps, as soon as it runs
+        thread.start()
+
+    def _wake_one(self) -> None:
+        """Under the mutex: a sleeping thread, if any, wakes (counted free from now)."""
+        if self._sleeping:
+            self._free += 1
+            self._sleeping.pop().release()  # the last to sleep: the likeliest still in the CPU's caches
+
+    def _run(self) -> None:
+        me = threading.Lock()
+        me.acquire()
+        counted_free = True  # by _add or _wake_one; not while it runs a handler
+        took = None  # how long the callable it last ran took (capped): averaged in at the next turn
+        while True:
+            with self._mutex:
+                if took is not None:
+                    self._took_s += (took - self._took_s) / 4
+                    took = None
+                if counted_free:
+                    self._free -= 1  # it takes work, sleeps or ends now
+                if self._closed:
+                    return
+                if self._work:
+                    item = self._work.popleft()
+                    quick = self._spread_after_s is not None and self._took_s < QUICK_HANDLER_S
+                    if self._spread_after_s is not None:
+                        self._moved_at = time.monotonic()
+                    if self._work and not self._free and not quick:
+                        self._wake_one()  # the next queued job needs a thread of its own
+                else:
+                    self._sleeping.append(me)
+                    item = None
+            if item is None:
+                me.acquire()  # until a submit or the shutdown releases it (_wake_one counts it free)
+                counted_free = True
+                continue
+            counted_free = False
+            fn, args = item
+            try:
+                started = time.monotonic()
+                then = fn(*args)
+                took = min(time.monotonic() - started, 2 * QUICK_HANDLER_S)
+                if then is not None:
+                    with self._mutex:
+                        self._free += 1
+                    counted_free = True
+                    then()
+            except BaseException:  # the callables report their own outcome: this is a bug, and the thread lives on
+                log.exception("worker %d: a handler thread's task failed", os.getpid())
+
+    @property
+    def queued(self) -> bool:
+        return bool(self._work)
+
+    def spread(self) -> None:
+        """Wake a thread for each queued job that has waited ``spread_after_s`` with no free one."""
+        after_s = self._spread_after_s
+        if after_s is not None and self._work and time.monotonic() - self._moved_at >= after_s:
+            with self._mutex:
+                while self._sleeping and len(self._work) > self._free:
+                    self._wake_one()
+
+    def shutdown(self) -> None:
+        """Sleeping threads end now, running ones after their handler; queued work is not started."""
+        with self._mutex:
+            self._closed = True
+            while self._sleeping:
+                self._wake_one()
+
+
+class AsyncRunner:
+    """An asyncio loop on a daemon thread for ``async def`` handlers."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="emq-asyncio", daemon=True)
+        self._thread.start()
+
+    def submit(self, coro: Any) -> Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self, connection: aio.Connection, timeout_s: float = 2.0) -> None:
+        """Close the async handlers' connection on its own loop (a stuck handler cannot hold this up)."""
+        try:
+            self.submit(connection.aclose()).result(timeout_s)
+        except Exception as exc:
+            log.warning("worker %d: closing the async handlers' connection: %s", os.getpid(), exc)
+
+    def shutdown(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)

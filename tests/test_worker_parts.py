@@ -1,0 +1,281 @@
+"""The worker's parts, each on its own (echomq/worker/: pacing, leases, executor, settling, waiting,
+shutdown). The parts with no I/O are driven without a server; the others on a real one, both wires,
+with the handlers and records built by hand. The whole worker's behaviour is test_worker.py's."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from itertools import count
+
+import pytest
+
+from echomq import App, Claims, Job, LeasePolicy, Queue, Timers, WorkerConfig
+from echomq.errors import JobTimeout, LeaseLost
+from echomq.worker import policy, waiter
+from echomq.worker.executor import Executor
+from echomq.worker.held import Held
+from echomq.worker.leases import Leases
+from echomq.worker.pacing import Pacing
+from echomq.worker.settling import Settler
+from echomq.worker.shutdown import Watchman
+from echomq.worker.tallies import Events, Tally, Timings
+from echomq.worker.waiting import Waiting
+from echomq._protocol.keys import State
+from support.queues import fresh_name
+from support.waiting import wait_until
+from support.workers import QUIET_TIMERS
+
+Q = "q"
+_ids = count()
+
+
+def job(queue: str = Q, *, attempt: int = 1, group: str | None = None) -> Job:
+    return Job(queue, f"job-{next(_ids)}", {}, b"{}", attempt, group=group)
+
+
+def held(task, queue=None, *, renewed_at: float = 0.0, deadline: float | None = None) -> Held:
+    """A held job's record, as the executor makes one for a claim."""
+    claimed = job(task.queue if queue is None else queue.name)
+    return Held(queue, task, claimed, (claimed.queue, claimed.id), None, renewed_at, 0.0, deadline,
+                claimed_at=renewed_at)
+
+
+def a_task(queue: str = Q, fn=lambda payload: None, **options):
+    return App().handler(queue, fn, **options)
+
+
+# -- pacing: when to claim, and how many (no I/O) ----------------------------------------------
+
+def test_pacing_claims_a_busy_queue_in_batches_and_an_empty_one_once_after_its_back_off():
+    pacing = Pacing([Q], WorkerConfig(claim_batch=5))
+    assert pacing.plan(Q, 0, 8, watched=lambda name: False) == (3, 2)  # flat and lanes share a busy round
+    pacing.claimed(Q, 0, 3, 2, Claims())
+    assert pacing.plan(Q, 9, 8, watched=lambda name: False) == (0, 0)  # the idle back-off: 10 ms after one
+    assert pacing.plan(Q, 10, 8, watched=lambda name: False) == (1, 1)  # then one claim of each kind
+    assert pacing.came_back_empty(Q) and Q not in pacing.idle  # no waiter: polled, never idle
+
+
+def test_pacing_leaves_a_waited_queue_to_its_waiter_and_a_wake_claims_it_afresh():
+    pacing = Pacing([Q], WorkerConfig())
+    pacing.blocking = True
+    pacing.claimed(Q, 0, 1, 1, Claims(paused=True))
+    assert Q in pacing.idle and Q in pacing.paused  # wire 4's pause read: its block is short (a resume)
+    assert pacing.plan(Q, 10_000, 8, watched=lambda name: True) == (0, 0)
+    pacing.woken(Q)
+    assert Q not in pacing.idle and pacing.next_poll[Q] == 0 and pacing.found[Q] == (True, True)
+    assert pacing.plan(Q, 10_000, 8, watched=lambda name: True) != (0, 0)
+
+
+def test_pacing_waits_out_a_rate_limit_then_claims_one():
+    pacing = Pacing([Q], WorkerConfig())
+    pacing.blocking = True
+    pacing.claimed(Q, 0, 3, 2, Claims())
+    assert Q in pacing.idle
+    pacing.rate_wait(Q, 100, 1000)
+    assert Q not in pacing.idle  # no write announces a window freeing: no waiter, a claim at its end
+    assert pacing.plan(Q, 1099, 8, watched=lambda name: False) == (0, 0)
+    assert sum(pacing.plan(Q, 1100, 8, watched=lambda name: False)) <= 2  # a lone claim (and a lane probe)
+
+
+def test_pacing_probes_the_lanes_of_a_queue_that_never_had_any_one_round_in_eight():
+    pacing = Pacing([Q], WorkerConfig(claim_batch=4))
+    flat, lanes = pacing.plan(Q, 0, 8, watched=lambda name: False)
+    pacing.claimed(Q, 0, flat, lanes, Claims([job()] * flat, no_lanes=True))
+    rounds = [pacing.plan(Q, 0, 8, watched=lambda name: False) for _ in range(policy.NO_LANES_PROBE_EVERY)]
+    assert sum(1 for _, lanes in rounds if lanes) == 1 and Q in pacing.no_lanes
+
+
+def test_pacing_claims_nothing_once_stopping():
+    pacing = Pacing([Q], WorkerConfig())
+    pacing.stop_claiming(1234.0)
+    assert (pacing.stopping, pacing.stop_at) == (True, 1234.0)
+    assert pacing.plan(Q, 0, 8, watched=lambda name: False) == (0, 0)
+
+
+def test_pacing_polls_the_flow_sets_by_what_the_last_flow_claim_said():
+    pacing = Pacing([Q, "other"], WorkerConfig(flow_poll_max_ms=5000))
+    pacing.flows_claimed(Q, 0, found=False, due_ms=None, slack_ms=5)  # no flow work: busy, looked at again later
+    assert pacing.next_flow_poll[Q] == 5000 and not pacing.flows_due(Q, 4999)
+    pacing.empty_flow_polls[Q] = 20  # long empty: its back-off is at its longest
+    pacing.flows_claimed(Q, 0, found=False, due_ms=300, slack_ms=5)  # but a retry's backoff ends in 300 ms
+    assert pacing.next_flow_poll[Q] == 305
+    pacing.blocking, pacing.idle = True, {Q}
+    pacing.flows_claimed(Q, 0, found=False, due_ms=None, slack_ms=5)  # idle: its waiter's block ends it
+    assert pacing.next_flow_poll[Q] == float("inf")
+    assert pacing.next_claim_ms(0.0) == 0.0 and pacing.next_claim_ms(7.0) == 0.0  # "other"'s flows are due
+    pacing.poll_flows()  # a flow job settled: its parent may be ready
+    assert pacing.next_flow_poll == {Q: 0.0, "other": 0.0}
+
+
+# -- leases: renewal's bookkeeping, timeouts, expiry (the parts that need no server) -------------------
+
+def test_leases_come_due_by_a_claim_batchs_lease_and_deadline():
+    leases = Leases({}, {}, WorkerConfig(lease=LeasePolicy(1000)), clock_ms=lambda: 0.0)
+    assert leases.next_due_ms() == float("inf")
+    leases.claimed(100.0, None)
+    assert (leases.scan_at, leases.cancel_check_at) == (1100.0, 100.0 + policy.CANCEL_CHECK_MS)
+    leases.claimed(50.0, 300.0)  # a batch whose handlers time out first
+    assert (leases.scan_at, leases.cancel_check_at, leases.next_due_ms()) == (300.0, 550.0, 300.0)
+
+
+def test_leases_pick_out_the_handlers_past_their_timeout_and_give_up_leases_no_renewal_reached():
+    task = a_task()
+    records = {h.key: h for h in (held(task, deadline=500.0), held(task, deadline=900.0, renewed_at=800.0))}
+    late, young = records.values()
+    leases = Leases({}, records, WorkerConfig(lease=LeasePolicy(1000)), clock_ms=lambda: 0.0)
+    assert leases.timed_out(600.0) == [late]
+    late.outcome = policy.RETURNED_NOTHING  # it returned meanwhile: its own outcome stands
+    assert leases.timed_out(600.0) == []
+    leases.give_up_expired(1000.0)  # the first was renewed (claimed) at 0: a whole lease ago
+    assert late.lease_lost and not young.lease_lost
+    leases.rescan()
+    assert leases.scan_at == 900.0  # the young one's deadline, before its lease's end
+
+
+# -- shutdown: the stop and its grace ----------------------------------------------------------------
+
+def test_the_watchman_gives_the_grace_once_and_a_retiring_worker_its_grace_at_a_stop():
+    now, records, wake = [1000.0], {}, threading.Event()
+    pacing = Pacing([Q], WorkerConfig())
+    watchman = Watchman(config=WorkerConfig(grace_s=2.0), queues={}, held=records, tally=Tally(), events=None,
+                        pacing=pacing, executor=None, leases=None, waiting=None, loop=None, heartbeat=None, wake=wake,
+                        clock_ms=lambda: now[0])
+    assert not watchman.grace_over()
+    pacing.stop_claiming(float("inf"))  # max_jobs reached: its jobs run to their end
+    records[Q, "a"] = held(a_task())
+    now[0] = 5000.0
+    assert not watchman.grace_over()
+    watchman.stop("SIGTERM")  # a signal now: the grace from here
+    assert pacing.stop_at == 7000.0 and wake.is_set()
+    now[0] = 6000.0
+    watchman.stop("SIGTERM")  # asked again: the grace stands
+    assert pacing.stop_at == 7000.0 and not watchman.grace_over()
+    now[0] = 7000.0
+    assert watchman.grace_over()
+    records.clear()
+    now[0] = 6000.0
+    assert watchman.grace_over()  # nothing held: no need to wait the grace out
+
+
+# -- the executor: handlers run, outcomes gathered (on a real connection, for the producers) -------------
+
+@pytest.fixture
+def executor(conn):
+    tally = Tally()
+    leases = Leases({}, {}, WorkerConfig(), clock_ms=lambda: 0.0)
+    return Executor(App(), conn, {}, WorkerConfig(), leases.held, leases, tally, Timings(), Events(None, tally),
+                    threading.Event(), clock_ms=lambda: 0.0)
+
+
+def test_a_timeout_and_a_handlers_outcome_whichever_comes_first_wins(executor, conn, caplog):
+    release = threading.Event()
+    slow, quick = a_task(fn=lambda payload: release.wait(10)), a_task(fn=lambda payload: "done")
+    queue = Queue(conn, fresh_name("parts"))
+    executor.start(slow, queue, [job(queue.name)], 0.0)
+    (timed,) = executor.held.values()
+    executor.time_out(timed)
+    assert isinstance(timed.verdict, policy.Raised) and isinstance(timed.verdict.error, JobTimeout)
+    assert timed.lease_lost and executor.take_finished() == [timed]
+    with caplog.at_level(logging.INFO, logger="echomq.worker"):
+        release.set()  # the abandoned handler returns after all: its outcome is dropped
+        wait_until(lambda: "finished after all; its outcome is dropped" in caplog.text, what="the late outcome")
+    assert timed.outcome is None and executor.take_finished() == []
+    executor.start(quick, queue, [job(queue.name)], 0.0)
+    returned = next(h for h in executor.held.values() if h is not timed)
+    wait_until(lambda: returned.outcome is not None, what="the quick outcome")
+    executor.time_out(returned)  # too late: it returned first
+    assert returned.verdict is None and returned.outcome == policy.Returned("done") and not returned.lease_lost
+    executor.close()
+
+
+def test_the_last_handler_of_a_batch_runs_the_relay_on_its_own_thread(executor, conn):
+    relayed = []
+    executor.relay = lambda: relayed.append(threading.current_thread().name)
+    queue = Queue(conn, fresh_name("parts"))
+    executor.start(a_task(), queue, [job(queue.name), job(queue.name)], 0.0)
+    wait_until(lambda: relayed, what="the relay")
+    assert len(relayed) == 1 and relayed[0].startswith("emq-handler-")
+    assert len(executor.take_finished()) == 2 and not executor.wake.is_set()  # the relay settles: no wake
+    executor.relay = None  # relays off: the last outcome wakes the loop instead
+    executor.start(a_task(), queue, [job(queue.name)], 0.0)
+    wait_until(executor.wake.is_set, what="the wake")
+    executor.close()
+
+
+# -- settling: outcomes into calls, answers recorded --------------------------------------------------
+
+def test_the_settler_batches_completions_fails_what_raised_and_drops_what_was_lost(conn):
+    queue = Queue(conn, fresh_name("parts"))
+    task = a_task(queue.name)
+    records = {}
+    done, fresh_error, lost = (held(task, queue) for _ in range(3))
+    done.outcome = policy.RETURNED_NOTHING
+    try:
+        raise ValueError("boom")
+    except ValueError as error:
+        fresh_error.outcome = policy.Raised(error)
+    lost.outcome = policy.RETURNED_NOTHING
+    lost.mark_lost()
+    also = held(task, queue)
+    also.outcome = policy.RETURNED_NOTHING
+    for record in (done, fresh_error, lost, also):
+        records[record.key] = record
+    tally = Tally()
+    settler = Settler({queue.name: queue}, records, bus=False, rand=lambda: 0.5, tally=tally, timings=Timings(),
+                      events=Events(None, tally), timers=Timers([queue], QUIET_TIMERS),
+                      pacing=Pacing([queue.name], WorkerConfig()), clock_ms=lambda: 0.0)
+    batches = settler.decide([done, fresh_error, lost, also])
+    (batch, calls), = batches.values()
+    assert [h for h, _ in batch] == [done, also, fresh_error]  # the completions first, batched; the lost one dropped
+    assert tally.lost == 1 and lost.key not in records
+    batched = queue.codec.supports("completes")
+    assert [c.verb.name for c in calls] == (["completes"] if batched else ["complete", "complete"]) + ["fail"]
+    assert calls[-1].argv[2] == "ValueError: boom" and "raise ValueError" in calls[-1].argv[-1]  # the traceback
+    settler.again([fresh_error])  # its settle was sent when the link failed: decided again next time
+    (again_batch, _), = settler.decide([]).values()
+    assert [h for h, _ in again_batch] == [fresh_error]
+
+
+def test_the_settler_records_each_answer(conn):
+    queue = Queue(conn, fresh_name("parts"))
+    task = a_task(queue.name)
+    completed, retried, refused = (held(task, queue) for _ in range(3))
+    records = {h.key: h for h in (completed, retried, refused)}
+    for h in records.values():
+        h.ended_s = 0.5
+    tally, timers = Tally(), Timers([queue], QUIET_TIMERS)
+    timers.run_due(0.0)  # the timers have run: they are next due a whole interval on, unless told sooner
+    settler = Settler({queue.name: queue}, records, bus=False, rand=lambda: 0.5, tally=tally, timings=Timings(),
+                      events=Events(None, tally), timers=timers, pacing=Pacing([queue.name], WorkerConfig()),
+                      clock_ms=lambda: 1000.0)
+    settler.settled(queue.name, [(completed, policy.COMPLETE), (retried, policy.Fail("boom", 3, 2000)),
+                                 (refused, policy.COMPLETE)],
+                    [True, State.SCHEDULED, LeaseLost("complete", refused.job.id, "1")])
+    assert (tally.completed, tally.retried, tally.lost) == (1, 1, 1) and not records
+    assert timers.next_due_ms(0.0) == 1000.0 + 2000 + policy.PROMOTE_SLACK_MS  # the retry is promoted when due
+
+
+# -- waiting: the waiters' reports read --------------------------------------------------------------
+
+def test_the_waiters_reports_claim_a_woken_queue_and_wait_out_a_rate_limit(conn):
+    queue = Queue(conn, fresh_name("parts"))
+    pacing, timers = Pacing([queue.name], WorkerConfig()), Timers([queue], QUIET_TIMERS)
+    timers.run_due(0.0)  # the timers have run: they are next due a whole interval on, unless told sooner
+    pacing.blocking, pacing.idle, pacing.paused = True, {queue.name}, {queue.name}
+    tally = Tally()
+    waiting = Waiting(conn, {queue.name: queue}, {}, WorkerConfig(), pacing, None, Events(None, tally), timers,
+                      threading.Event(), clock_ms=lambda: 0.0)
+    waiting.report(waiter.HeadRead(queue.name, 50))  # wire 6: the schedule's head, read before a block
+    waiting.read(100.0)
+    assert timers.next_due_ms(100.0) == 100.0 + 50 + policy.PROMOTE_SLACK_MS and waiting.wake.is_set()
+    waiting.report(waiter.TimedOut((queue.name,), interrupted=True))  # ended by the worker: just re-armed
+    waiting.read(100.0)
+    assert queue.name in pacing.idle
+    waiting.report(waiter.Woken((queue.name,)))  # a marker: claim it, and read the head again now
+    waiting.read(120.0)
+    assert queue.name not in pacing.idle and queue.name not in pacing.paused
+    assert pacing.next_flow_poll[queue.name] == 120.0 and timers.next_due_ms(120.0) == 120.0
+    waiting.report(waiter.RateWait(queue.name, 700))
+    waiting.read(200.0)
+    assert pacing.next_poll[queue.name] == 900.0 and queue.name not in pacing.idle
