@@ -61,6 +61,10 @@ def test_pacing_leaves_a_waited_queue_to_its_waiter_and_a_wake_claims_it_afresh(
     pacing.blocking = True
     pacing.claimed(Q, 0, 1, 1, Claims(paused=True))
     assert Q in pacing.idle and Q in pacing.paused  # wire 4's pause read: its block is short (a resume)
+    pacing.claimed(Q, 0, 0, 1, Claims())  # a lane claim alone reads no pause: the last read stands
+    assert Q in pacing.idle and Q in pacing.paused
+    pacing.claimed(Q, 0, 1, 0, Claims())  # a flat claim's read: not paused now
+    assert Q in pacing.idle and Q not in pacing.paused
     assert pacing.plan(Q, 10_000, 8, watched=lambda name: True) == (0, 0)
     pacing.woken(Q)
     assert Q not in pacing.idle and pacing.next_poll[Q] == 0 and pacing.found[Q] == (True, True)

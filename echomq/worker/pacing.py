@@ -35,6 +35,8 @@ class Pacing:
         self.stop_at: float | None = None  #: the local time the jobs held have until (inf: their end)
         self.idle: set[str] = set()  #: queues whose last claim came back empty: a waiter watches them
         self.paused: set[str] = set()  #: wire 4: idle queues whose last claim read the pause flag
+        #: wire 4: what each queue's last pause read said (it rides with the flat claims only)
+        self.pause_read = {name: False for name in names}
         self.no_lanes: set[str] = set()  #: queues whose last lane claim said they never had a lane job
         self.empty_polls = {name: 0 for name in names}
         #: whether the last flat and the last lane claims of each queue gave jobs (policy.split_claims)
@@ -70,7 +72,9 @@ class Pacing:
         self.found[name] = found = policy.claims_found(self.found[name], flat, lanes, jobs)
         if lanes:
             (self.no_lanes.add if jobs.no_lanes else self.no_lanes.discard)(name)
-        self.polled(name, now, found=any(found), paused=jobs.paused)
+        if flat:  # a round of lane claims alone reads no pause: the last read stands
+            self.pause_read[name] = jobs.paused
+        self.polled(name, now, found=any(found), paused=self.pause_read[name])
 
     def polled(self, name: str, now: float, *, found: bool, paused: bool) -> None:
         """After a claim: claim again at once while the queue gives jobs; else a waiter watches it
