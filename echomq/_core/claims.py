@@ -90,7 +90,7 @@ class ClaimOps(QueueBase):
     @staticmethod
     def _paused_claims(paused: bool, replies: Sequence[Any]) -> list[Any]:
         """Wire 4's claim replies read beside their pause read, sent in the same round trip (SPEC §4):
-        any non-nil reply, an error reply included, means paused. A paused queue's scripts read the
+        ``paused`` when it answered anything but nil, an error reply included. A paused queue's scripts read the
         pause themselves and claim nothing; a refusal of a meta the pause read could not read either
         is that read's, not raised. A claim made as the queue was resumed in between stands."""
         if not paused:
