@@ -1,6 +1,7 @@
-"""The worker's parts, each on its own (echomq/worker/: pacing, leases, executor, settling, waiting,
-shutdown). The parts with no I/O are driven without a server; the others on a real one, both wires,
-with the handlers and records built by hand. The whole worker's behaviour is test_worker.py's."""
+"""The worker's parts, each on its own (echomq/worker/: pacing, leases, shutdown, tallies, the pool's
+asyncio runner, executor, settling, waiting; the thread pool's tests are test_worker_policy.py's).
+The parts with no I/O are driven without a server; the others on a real one, both wires, with the
+handlers and records built by hand. The whole worker's behaviour is test_worker.py's."""
 
 from __future__ import annotations
 
@@ -12,16 +13,19 @@ import pytest
 
 from echomq import App, Claims, Job, LeasePolicy, Queue, Timers, WorkerConfig
 from echomq.errors import JobTimeout, LeaseLost
+from echomq import hooks
 from echomq.worker import policy, waiter
 from echomq.worker.executor import Executor
 from echomq.worker.held import Held
 from echomq.worker.leases import Leases
 from echomq.worker.pacing import Pacing
+from echomq.worker.pool import AsyncRunner
 from echomq.worker.settling import Settler
 from echomq.worker.shutdown import Watchman
 from echomq.worker.tallies import Events, Tally, Timings
 from echomq.worker.waiting import Waiting
 from echomq._protocol.keys import State
+from echomq._protocol.verbs import Sweep
 from support.queues import fresh_name
 from support.waiting import wait_until
 from support.workers import QUIET_TIMERS
@@ -160,6 +164,39 @@ def test_the_watchman_gives_the_grace_once_and_a_retiring_worker_its_grace_at_a_
     records.clear()
     now[0] = 6000.0
     assert watchman.grace_over()  # nothing held: no need to wait the grace out
+
+
+# -- tallies: every event counted, told only when heard --------------------------------------------
+
+def test_events_count_every_event_heard_or_not_and_tell_the_hooks_with_the_worker():
+    tally, told = Tally(), []
+    events = Events("the worker", tally)
+    claimed = job()
+    unsubscribe = hooks.subscribe("job.requeued", lambda event, data: told.append((event, data)))
+    try:
+        assert "job.requeued" in hooks.heard and "job.abandoned" not in hooks.heard
+        events.emit("job.requeued", claimed)
+        events.emit("job.abandoned", claimed, reason="REQUEUE refused")  # nobody listens: counted all the same
+        events.sweep(Q, Sweep(recovered=["r1", "r2"], exempt=["e"], dead=[]))
+    finally:
+        unsubscribe()
+    assert (tally.requeued, tally.abandoned, tally.stalled, tally.recovered, tally.stalled_dead) == (1, 1, 2, 1, 0)
+    assert str(tally) == "requeued 1, abandoned 1, stalled 2, recovered 1" and str(Tally()) == "nothing"
+    assert told == [("job.requeued", {"worker": "the worker", "queue": Q, "id": claimed.id, "attempt": 1})]
+
+
+# -- the pool: the asyncio runner --------------------------------------------------------------------
+
+def test_the_asyncio_runner_runs_coroutines_on_its_own_thread_until_shut_down():
+    runner = AsyncRunner()
+
+    async def where() -> str:
+        return threading.current_thread().name
+
+    assert runner.submit(where()).result(timeout=10) == "emq-asyncio"
+    runner.shutdown()
+    wait_until(lambda: not runner.loop.is_running(), what="the runner's loop to stop")
+    runner.loop.close()
 
 
 # -- the executor: handlers run, outcomes gathered (on a real connection, for the producers) -------------
