@@ -365,7 +365,6 @@ def test_a_claim_made_as_the_queue_was_resumed_stands_beside_its_pause_read(q):
     resumed between the two) is kept, and a refusal beside a pause read that could not read meta is
     that read's, not raised (QueueCore._paused_claims)."""
     job = object()
-    assert q._paused_claims(b"1", [[job], CommandRefused("WRONGTYPE")]) == [[job], []]
-    assert q.claim_paused
+    assert q._paused_claims(True, [[job], CommandRefused("WRONGTYPE")]) == [[job], []]
     refusal = CommandRefused("EMQ hash value is not an integer")
-    assert q._paused_claims(None, [[], refusal]) == [[], refusal] and not q.claim_paused
+    assert q._paused_claims(False, [[], refusal]) == [[], refusal]
