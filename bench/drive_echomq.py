@@ -1,7 +1,7 @@
 """EchoMQ driven as bench/peers/drive.py drives a peer, so every queue is measured one way:
 
     drive_echomq.py worker  WIRE/MODE URL QUEUE          one worker process
-    drive_echomq.py enqueue WIRE/MODE URL QUEUE N        N no-op jobs, enqueue_many in pipelines of 1000; JSON
+    drive_echomq.py enqueue WIRE/MODE URL QUEUE N        N no-op jobs, one enqueue_many; JSON
     drive_echomq.py stamped WIRE/MODE URL QUEUE M LO HI  spaced, stamped jobs (pick-up latency)
     drive_echomq.py delayed WIRE/MODE URL QUEUE M LO HI D  spaced jobs scheduled D ms ahead, stamped with
                                                          their due time (lateness)
@@ -102,8 +102,7 @@ def main(argv: list[str]) -> int:
     if what == "enqueue":
         n = int(argv[4])
         t = {"start": time.time()}
-        for start in range(0, n, 1000):
-            q.enqueue_many([{}] * min(1000, n - start))
+        q.enqueue_many([{}] * n)  # in its own shape: ENQUEUES of ENQUEUES_SIZE, ENQUEUES_DEPTH a round trip
         t["end"] = time.time()
     elif what == "stamped":
         t = {"start": time.time()}

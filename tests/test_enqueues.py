@@ -11,6 +11,7 @@ from echomq import Queue, hooks
 from echomq._client.connection import build_call
 from echomq.errors import ArgumentError, CounterError, WrongType
 from echomq._protocol.serializers import RAW
+from echomq._core.admission import ENQUEUES_DEPTH, ENQUEUES_SIZE
 from echomq._protocol.verbs import EXTENDS_MAX_PAIRS
 from support.dataset import core_dump, mask_times, queue_unchanged
 from support.queues import fresh_name, raw_reply
@@ -54,18 +55,22 @@ def test_a_batch_is_those_enqueues_in_a_row(twins, scenario):
     assert batch.counts().pending == 4 and batch.connection.client.hget(batch.keys.job("a"), "payload") == b"pa"
 
 
-def test_enqueue_many_sends_one_enqueues_per_thousand_jobs(twins):
+def test_enqueue_many_sends_round_trips_of_the_measured_shape(twins):
+    """ENQUEUES_SIZE jobs a command, ENQUEUES_DEPTH commands a round trip (the shape bench/bulk_enqueue.py
+    found fastest on both wires), the rest in a last round trip of its own."""
     q, _ = twins
+    n = ENQUEUES_SIZE * ENQUEUES_DEPTH + 2 * ENQUEUES_SIZE + 100
     sent: list[list[str]] = []
     unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))
     try:
-        made = q.enqueue_many([b"p"] * 2100, priority=5)
+        made = q.enqueue_many([b"p"] * n, priority=5)
     finally:
         unsubscribe()
-    assert sent == [["enqueues"] * 3] and EXTENDS_MAX_PAIRS == 1000
-    assert [e.created for e in made] == [True] * 2100 and len({e.id for e in made}) == 2100
-    assert q.counts().pending == 2100
+    assert sent == [["enqueues"] * ENQUEUES_DEPTH, ["enqueues"] * 3] and ENQUEUES_SIZE <= EXTENDS_MAX_PAIRS
+    assert [e.created for e in made] == [True] * n and len({e.id for e in made}) == n
+    assert q.counts().pending == n
     assert q.connection.client.zscore(q.keys.pending, made[0].id) == 5.0
+    assert q.connection.client.zscore(q.keys.pending, made[-1].id) == 5.0
 
 
 def test_enqueue_many_of_one_job_and_of_lane_jobs_go_one_by_one(twins):

@@ -63,7 +63,8 @@ class Queue(QueueCore):
         return self._run(self.op_enqueue(payload, id, priority, unique_for, replace, group))
 
     def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0, group: str | None = None) -> list[Enqueued]:
-        """Enqueue many jobs in one pipelined round trip (each is its own atomic enqueue)."""
+        """Enqueue many jobs, pipelined: 500 a command (ENQUEUES), 8 commands a round trip (each job
+        is its own atomic enqueue; docs/spec.md §20)."""
         return self._run(self.op_enqueue_many(payloads, priority, group))
 
     def schedule(self, payload: Any, delay_ms: int, *, id: str | None = None, priority: int = 0,

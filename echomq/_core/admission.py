@@ -35,11 +35,25 @@ def unique_ms(unique_for: float | None) -> int:
     return round(unique_for * 1000)
 
 
-def op_enqueued(calls: Sequence[Call], carried: Callable[[str], bool]) -> Op[list[Enqueued]]:
-    """Send enqueue calls (of one queue or of several) in one round trip, a queue's ENQUEUEs as its
-    ENQUEUES where the connection carries it (:func:`batched_settles`): each one's :class:`Enqueued`."""
-    sent, routes = batched_settles(calls, carried)
-    answers = settle_answers(calls, routes, (yield sent) if sent else [])
+#: enqueue_many's shape: jobs per ENQUEUES, and ENQUEUES per round trip (pipeline depth), measured
+#: side by side on both wires by bench/bulk_enqueue.py (docs/benchmarks.md, *Bulk enqueue: batch
+#: size and pipeline depth*: every shape of 250-1000 by 1-all within a few % of this one)
+ENQUEUES_SIZE = 500
+ENQUEUES_DEPTH = 8
+
+
+def op_enqueued(calls: Sequence[Call], carried: Callable[[str], bool], batch: int = ENQUEUES_SIZE,
+                depth: int = ENQUEUES_DEPTH) -> Op[list[Enqueued]]:
+    """Send enqueue calls (of one queue or of several), a queue's ENQUEUEs as its ENQUEUES of
+    ``batch`` where the connection carries it (:func:`batched_settles`), ``depth`` such commands a
+    round trip: each one's :class:`Enqueued`. Every round trip is sent before the first refusal is
+    raised, as when they all went in one."""
+    answers: list[Any] = []
+    step = batch * depth
+    for start in range(0, len(calls), step):
+        part = calls[start:start + step]
+        sent, routes = batched_settles(part, carried, batch)
+        answers += settle_answers(part, routes, (yield sent))
     raise_first(answers)
     return [Enqueued(call.argv[0], answer) for call, answer in zip(calls, answers)]
 

@@ -17,16 +17,18 @@ BATCHES: dict[str, tuple[str, int]] = {"complete": ("completes", 2), "publish": 
                                        "enqueue": ("enqueues", 3)}
 
 
-def chunked(build: Callable[..., Call], lead: Sequence[Any], parts: Sequence[Any], width: int) -> list[Call]:
+def chunked(build: Callable[..., Call], lead: Sequence[Any], parts: Sequence[Any], width: int,
+            per: int = EXTENDS_MAX_PAIRS) -> list[Call]:
     """The batch calls of ``parts`` (each job's ``width`` ARGV, one after another): one call per
-    EXTENDS_MAX_PAIRS jobs, each ``build(*lead, *its parts)``."""
-    step = width * EXTENDS_MAX_PAIRS
+    ``per`` jobs (at most EXTENDS_MAX_PAIRS), each ``build(*lead, *its parts)``."""
+    step = width * per
     return [build(*lead, *parts[start:start + step]) for start in range(0, len(parts), step)]
 
 
-def batched_settles(calls: Sequence[Call], carried: Callable[[str], bool]) -> tuple[list[Call], list[tuple[int, int]]]:
+def batched_settles(calls: Sequence[Call], carried: Callable[[str], bool],
+                    per: int = EXTENDS_MAX_PAIRS) -> tuple[list[Call], list[tuple[int, int]]]:
     """What to send for ``calls``: the calls of a verb in :data:`BATCHES` whose batch verb is
-    ``carried``, two or more of one kind (verb, keys, lead), as its batches (:func:`chunked`) in the
+    ``carried``, two or more of one kind (verb, keys, lead), as its batches of ``per`` (:func:`chunked`) in the
     place of the first; every other call as itself. And for each call, where its reply is: (the
     sent call's index, the call's place in that batch's reply, or -1 for the whole reply)."""
     kinds: dict[tuple[Any, ...], tuple[list[int], list[Any]]] = {}  # each kind's calls, and their own ARGV in a row
@@ -57,9 +59,9 @@ def batched_settles(calls: Sequence[Call], carried: Callable[[str], bool]) -> tu
             name, width = BATCHES[kind[0]]
             verb, keys = BY_NAME[name], call.keys
             opened = len(sent)
-            sent += chunked(lambda *argv: Call(verb, keys, argv), kind[2], parts, width)
+            sent += chunked(lambda *argv: Call(verb, keys, argv), kind[2], parts, width, per)
             for n, m in enumerate(members):
-                routes[m] = (opened + n // EXTENDS_MAX_PAIRS, n % EXTENDS_MAX_PAIRS)
+                routes[m] = (opened + n // per, n % per)
         elif routes[i] is None:
             routes[i] = (len(sent), -1)
             sent.append(call)

@@ -10,13 +10,15 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .._client.partitioned import AnyQueue, PartitionedQueue
 from .._client.queue import Enqueued, Sweep
+from .._core.admission import ENQUEUES_DEPTH, ENQUEUES_SIZE
 from .._core.reaper import merged
 from .._protocol.keys import State
 from ..errors import ConfigurationError, StateError
 from .steps import in_batches
 
-#: jobs :func:`enqueue_jobs` makes and sends at once: its memory is a batch's, whatever the count
-ENQUEUE_BATCH = 1000
+#: jobs :func:`enqueue_jobs` makes and sends at once, one round trip of ``enqueue_many``'s
+#: measured shape: its memory is a batch's, whatever the count
+ENQUEUE_BATCH = ENQUEUES_SIZE * ENQUEUES_DEPTH
 
 
 def enqueue_jobs(queue: AnyQueue, values: Sequence[Any], *, count: int = 1, job_id: str | None = None,

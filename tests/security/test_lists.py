@@ -81,8 +81,9 @@ def test_enqueue_count_holds_a_batch_not_every_job(emq, conn):
         tracemalloc.stop()
     assert done.exit_code == 0 and f"... {count} jobs in all" in done.stdout
     assert Queue(conn, name).counts().pending == count
-    # every job at once held 12,000 encoded payloads and calls (over 24 MB); a batch holds 1,000
-    assert peak < 10_000_000, f"peak {peak} bytes"
+    # every job at once held 12 batches of encoded payloads and calls; a batch (one round trip of
+    # enqueue_many's, ENQUEUE_BATCH jobs) holds about 4.5 KB a job of this 2 KB payload
+    assert peak < 6 * len(payload) * ENQUEUE_BATCH, f"peak {peak} bytes"
     ids = emq("enqueue", "-q", name, "--count", str(ENQUEUE_BATCH + 3), "--json", "{}")
     answered = json.loads(ids.stdout)
     assert len(answered) == ENQUEUE_BATCH + 3 and all(item["created"] for item in answered)
