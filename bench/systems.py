@@ -3,8 +3,8 @@
 EchoMQ's are driven by bench/drive_echomq.py in EchoMQ's venv; each peer by
 bench/peers/drive.py in a venv of its own (bench/.peers-venv/<peer>) or, for BullMQ
 on Node, by bench/peers/bullmq_node.mjs. Peers are installed on demand from
-bench/peers/requirements.txt and package.json; one whose install or smoke check
-fails is skipped with its reason.
+bench/peers/requirements.txt and package.json, and asynq (Go) is built from bench/peers/asynq
+(its module from the Go proxy); one whose install or smoke check fails is skipped with its reason.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from .common import ROOT, say
 PEERS_DIR = ROOT / "bench" / "peers"
 PEERS_VENV = ROOT / "bench" / ".peers-venv"
 PY_PEERS = ("bullmq", "arq", "rq", "saq", "celery", "dramatiq")
-ALL_PEERS = PY_PEERS + ("bullmq-c10", "bullmq-node", "bullmq-node-c10")
+ALL_PEERS = PY_PEERS + ("bullmq-c10", "bullmq-node", "bullmq-node-c10", "asynq")
+ASYNQ_DIR = PEERS_DIR / "asynq"
 
 
 @dataclass
@@ -40,7 +41,7 @@ class System:
     def argv(self, what: str, url: str, queue: str, *rest: object) -> list[str]:
         if self.kind == "echomq":
             return [*self.base[:-1], what, self.base[-1], url, queue, *map(str, rest)]
-        if self.base[0].endswith("node"):
+        if self.base[0].endswith("node") or len(self.base) == 1:  # Node's script, or a built program
             return [*self.base, what, url, queue, *map(str, rest)]
         return [*self.base[:-1], what, self.base[-1], url, queue, *map(str, rest)]
 
@@ -130,8 +131,34 @@ def _venv_python(peer: str) -> Path:
     return PEERS_VENV / peer / "bin" / "python"
 
 
+def install_asynq() -> tuple[System | None, str]:
+    """asynq's driver built with Go (bench/peers/asynq: our main.go, the module from the Go proxy)
+    when its sources are newer than the build; (System, "") or (None, why skipped)."""
+    go = shutil.which("go")
+    if not go:
+        return None, "go is not on PATH"
+    binary = PEERS_VENV / "asynq" / "asynq-bench"
+    sources = [ASYNQ_DIR / name for name in ("main.go", "go.mod", "go.sum")]
+    if not binary.exists() or binary.stat().st_mtime < max(f.stat().st_mtime for f in sources):
+        say(f"building asynq's driver (go build in {ASYNQ_DIR})")
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([go, "build", "-o", str(binary), "."], cwd=ASYNQ_DIR, capture_output=True, text=True,
+                              timeout=900)
+        if done.returncode:
+            return None, f"go build failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}"
+    check = subprocess.run([str(binary), "config"], capture_output=True, text=True, timeout=60)
+    if check.returncode:
+        return None, f"driver check failed: {(check.stderr.strip().splitlines() or ['?'])[-1][:200]}"
+    version = next((line.split()[-1] for line in (ASYNQ_DIR / "go.mod").read_text().splitlines()
+                    if line.strip().startswith("github.com/hibiken/asynq ")), "?")
+    return System("asynq (Go), concurrency 10", "peer", None, [str(binary)], json.loads(check.stdout)["config"],
+                  f"asynq {version}", env={"BENCH_CONCURRENCY": "10"}), ""
+
+
 def install_peer(peer: str) -> tuple[System | None, str]:
     """Install the peer if needed, check that its driver imports; (System, "") or (None, why skipped)."""
+    if peer == "asynq":
+        return install_asynq()
     if peer.startswith("bullmq-node"):
         node, npm = shutil.which("node"), shutil.which("npm")
         if not node or not npm:
