@@ -10,7 +10,7 @@ from .. import errors
 from .base import Op, QueueBase, raise_first
 from .batching import batched_settles, settle_answers
 from .._protocol.ids import new_id
-from .._protocol.verbs import Admission, Call
+from .._protocol.verbs import Admission, Call, check_arg
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,11 @@ class AdmissionOps(QueueBase):
     """Enqueue and schedule, one job or many."""
 
     def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0, group: str | None = None) -> Call:
+        if group is None and id is None:  # an id of ours: only the priority is the caller's to check
+            return self._build_checked_already("enqueue", new_id(), self.encode(payload),
+                                               check_arg("priority", priority))
         if group is None:
-            return self.build("enqueue", new_id() if id is None else id, self.encode(payload), priority)
+            return self.build("enqueue", id, self.encode(payload), priority)
         return self.build("lane_enqueue", new_id() if id is None else id, self.encode(payload), group, priority)
 
     def unique_call(self, payload: Any, *, id: str | None, priority: int = 0, unique_for: float | None = None,
