@@ -106,3 +106,28 @@ def test_the_wire_ratio_bench_runs_and_says_where_the_time_goes(tmp_path):
         wire4 = "wire 4" in name
         scripts = {c for phase in phases.values() for c in phase["commands"] if c.startswith("script ")}
         assert scripts == ({"script enqueues", "script claims", "script publishes"} if wire4 else set()), name
+
+
+def test_the_bulk_enqueue_and_result_layout_benches_run(tmp_path):
+    """bench/bulk_enqueue.py (every shape, both wires, each row's ratio to the default shape) and
+    bench/result_layout.py (both layouts, both ways of writing them), tiny."""
+    bulk, layout = tmp_path / "bulk.json", tmp_path / "layout.json"
+    for argv in (["bench.bulk_enqueue", "--jobs", "300", "--rounds", "1", "--batches", "100,500", "--depths", "1,0",
+                  "--json", str(bulk)],
+                 ["bench.result_layout", "--records", "200", "--rounds", "1", "--json", str(layout)]):
+        done = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-2000:]
+    shapes = json.loads(bulk.read_text())["table"]
+    assert {(row["batch"], row["depth"]) for row in shapes.values()} >= {(100, 1), (100, 0), (500, 1), (500, 0)}
+    assert all(row["jobs_per_s"]["median"] > 0 for row in shapes.values())
+    ways = json.loads(layout.read_text())["table"]
+    assert len(ways) == 4 and all(row[m]["n"] == 1 for row in ways.values() for m in ("cpu_us", "usec", "bytes"))
+
+
+def test_a_built_peer_program_takes_its_command_first():
+    """asynq's driver is a Go program (bench/peers/asynq): argv is the program, then the command."""
+    from bench.systems import System
+
+    system = System("asynq (Go), concurrency 10", "peer", None, ["/peers/asynq-bench"])
+    assert system.argv("enqueue", "redis://h:1", "bench", 5) == ["/peers/asynq-bench", "enqueue", "redis://h:1",
+                                                                "bench", "5"]
