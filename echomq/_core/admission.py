@@ -61,27 +61,37 @@ def op_enqueued(calls: Sequence[Call], carried: Callable[[str], bool], batch: in
 class AdmissionOps(QueueBase):
     """Enqueue and schedule, one job or many."""
 
-    def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0, group: str | None = None) -> Call:
-        if group is None and id is None:  # an id of ours: only the priority is the caller's to check
-            return self._build_checked_already("enqueue", new_id(), self.encode(payload),
-                                               check_arg("priority", priority))
-        if group is None:
-            return self.build("enqueue", id, self.encode(payload), priority)
-        return self.build("lane_enqueue", new_id() if id is None else id, self.encode(payload), group, priority)
+    def enqueue_call(self, payload: Any, *, id: str | None = None, priority: int = 0, group: str | None = None,
+                     headers: dict[str, Any] | None = None) -> Call:
+        return self.admission_call(self.encode(payload, headers), id=id, priority=priority, group=group)
 
-    def unique_call(self, payload: Any, *, id: str | None, priority: int = 0, unique_for: float | None = None,
-                    replace: bool = False, delay_ms: int | None = None, group: str | None = None) -> Call:
-        """ENQUEUE.UNIQUE (docs/spec.md §14): an enqueue (``delay_ms`` None) or a schedule that
-        keeps the id out for ``unique_for`` seconds after the job completes, and with ``replace``
-        replaces a waiting job's payload (and, given ``delay_ms``, its due time); with ``group``,
-        lane_enqueue_unique, its lane job twin (enqueue only: a lane job waits in its lane)."""
+    def admission_call(self, data: bytes, *, id: str | None, priority: int = 0, delay_ms: int | None = None,
+                       unique_for: float | None = None, replace: bool = False, group: str | None = None) -> Call:
+        """The one call that admits a job whose stored bytes are ``data``: ENQUEUE, SCHEDULE (after
+        ``delay_ms``), LANE_ENQUEUE (``group``), or with ``unique_for`` or ``replace`` their unique
+        twins (docs/spec.md §14), which need the job's id: ENQUEUE.UNIQUE keeps the id out for
+        ``unique_for`` seconds after the job completes and with ``replace`` gives a waiting job the new
+        payload (and, given ``delay_ms``, its due time); LANE_ENQUEUE.UNIQUE is its lane job twin. A
+        lane job waits in its lane: it takes no delay."""
+        if group is not None and delay_ms is not None:
+            raise errors.ConfigurationError(f"a lane job (group {group!r}) cannot be delayed at enqueue: it waits in "
+                                            "its group's lane (leave out the delay, or the group)")
+        if unique_for is None and not replace:
+            if group is None and delay_ms is None and id is None:  # an id of ours: only the priority is the caller's
+                return self._build_checked_already("enqueue", new_id(), data, check_arg("priority", priority))
+            job_id = new_id() if id is None else id
+            if group is not None:
+                return self.build("lane_enqueue", job_id, data, group, priority)
+            if delay_ms is None:
+                return self.build("enqueue", job_id, data, priority)
+            return self.build("schedule", job_id, data, delay_ms, priority)
         if id is None:
             raise errors.ConfigurationError("unique_for= and replace= need the job's id=")
         window, replacing = unique_ms(unique_for), int(bool(replace))
         if group is not None:
-            return self.build("lane_enqueue_unique", id, self.encode(payload), group, priority, window, replacing)
-        return self.build("enqueue_unique", id, self.encode(payload), priority, window, replacing,
-                          *([] if delay_ms is None else [delay_ms]))
+            return self.build("lane_enqueue_unique", id, data, group, priority, window, replacing)
+        return self.build("enqueue_unique", id, data, priority, window, replacing, *([] if delay_ms is None else
+                                                                                   [delay_ms]))
 
     def _admit(self, call: Call) -> Op[Enqueued]:
         if call.verb.name not in ("enqueue_unique", "lane_enqueue_unique"):
@@ -90,10 +100,23 @@ class AdmissionOps(QueueBase):
         return Enqueued(call.argv[0], reason is Admission.CREATED, reason)
 
     def op_enqueue(self, payload: Any, id: str | None, priority: int, unique_for: float | None = None,
-                   replace: bool = False, group: str | None = None) -> Op[Enqueued]:
-        if unique_for is None and not replace:
-            return (yield from self._admit(self.enqueue_call(payload, id=id, priority=priority, group=group)))
-        call = self.unique_call(payload, id=id, priority=priority, unique_for=unique_for, replace=replace, group=group)
+                   replace: bool = False, group: str | None = None,
+                   headers: dict[str, Any] | None = None) -> Op[Enqueued]:
+        return (yield from self.op_admit(self.encode(payload, headers), id=id, priority=priority, unique_for=unique_for,
+                                         replace=replace, group=group))
+
+    def op_admit(self, data: bytes, *, id: str | None = None, priority: int = 0, delay_ms: int | None = None,
+                 at_ms: int | None = None, unique_for: float | None = None, replace: bool = False,
+                 group: str | None = None) -> Op[Enqueued]:
+        """Admit a job whose stored bytes are ``data`` (:meth:`admission_call`), now, after ``delay_ms``,
+        or at ``at_ms`` (Unix ms, compared with the server's clock: TIME is read first, one round trip
+        more, so no client clock sets its due time; a time past is now)."""
+        if at_ms is not None:
+            self.admission_call(data, id=id, priority=priority, delay_ms=0, unique_for=unique_for, replace=replace,
+                                group=group)  # refused before the clock is read
+            delay_ms = max(0, at_ms - (yield from self.op_server_ms())) or None
+        call = self.admission_call(data, id=id, priority=priority, delay_ms=delay_ms, unique_for=unique_for,
+                                   replace=replace, group=group)
         return (yield from self._admit(call))
 
     def op_enqueue_many(self, payloads: Iterable[Any], priority: int, group: str | None = None) -> Op[list[Enqueued]]:
@@ -101,10 +124,7 @@ class AdmissionOps(QueueBase):
                                         for payload in payloads], self.codec.supports))
 
     def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int,
-                    unique_for: float | None = None, replace: bool = False) -> Op[Enqueued]:
-        if unique_for is None and not replace:
-            call = self.build("schedule", new_id() if id is None else id, self.encode(payload), delay_ms, priority)
-        else:
-            call = self.unique_call(payload, id=id, priority=priority, unique_for=unique_for, replace=replace,
-                                    delay_ms=delay_ms)
-        return (yield from self._admit(call))
+                    unique_for: float | None = None, replace: bool = False,
+                    headers: dict[str, Any] | None = None) -> Op[Enqueued]:
+        return (yield from self.op_admit(self.encode(payload, headers), id=id, priority=priority, delay_ms=delay_ms,
+                                         unique_for=unique_for, replace=replace))

@@ -37,6 +37,9 @@ class Job:
     group: str | None = None  #: a lane job's group: its settles are the lane scripts (docs/lanes-and-flows.md)
     flow: bool = False  #: a flow job (claimed by flow_claim): renewed and settled by the flow scripts
     has_children: bool = False  #: a flow parent, claimed once its children finished
+    #: EchoMQ's own headers it was enqueued with (its task's name, per-job overrides: the envelope's
+    #: ``emq`` object, :mod:`echomq._protocol.envelope`); None for a job enqueued without
+    headers: dict[str, Any] | None = None
 
     @property
     def token(self) -> str:
@@ -58,7 +61,7 @@ def claimed_job(queue: str, job_id: str, payload: Any, raw: bytes | None, attemp
     object.__setattr__, a quarter of the worker's decode of a no-op job."""
     job = object.__new__(Job)
     job.__dict__.update(queue=queue, id=job_id, payload=payload, raw_payload=raw, attempt=attempt, trace=trace,
-                        group=group, flow=False, has_children=False)
+                        group=group, flow=False, has_children=False, headers=None)
     return job
 
 
@@ -161,10 +164,11 @@ class QueueBase:
     def _build_checked_already(self, verb: str, *argv: Any) -> Call:
         return BY_NAME[verb].build_checked_already(self.keys, *argv)
 
-    def encode(self, payload: Any) -> bytes:
+    def encode(self, payload: Any, headers: dict[str, Any] | None = None) -> bytes:
         """The payload's bytes, checked client-side: encodable and within ``max_payload_bytes``
-        (then wrapped in a trace envelope when tracing is on: docs/observability.md)."""
-        return envelope.wrap(self.name, encode_payload(self.serializer, payload, self.max_payload_bytes))
+        (then wrapped in the envelope when tracing is on or EchoMQ's own ``headers`` are given:
+        docs/observability.md, docs/spec.md §21)."""
+        return envelope.wrap(self.name, encode_payload(self.serializer, payload, self.max_payload_bytes), headers)
 
 
     @property
@@ -181,9 +185,12 @@ class QueueBase:
         """The Job in a claim's answer (None for a rate limit's wait, or nothing claimed)."""
         if not isinstance(claimed, Claimed):
             return None
-        trace, raw = (None, None) if claimed.raw_payload is None else envelope.unwrap(claimed.raw_payload)
+        headers, raw = (None, None) if claimed.raw_payload is None else envelope.unwrap(claimed.raw_payload)
         payload = None if raw is None else self.serializer.loads(raw)
-        return claimed_job(self.name, claimed.id, payload, raw, claimed.attempt, trace, claimed.group)
+        if headers is None:  # the common case: nothing wrapped
+            return claimed_job(self.name, claimed.id, payload, raw, claimed.attempt, None, claimed.group)
+        return Job(self.name, claimed.id, payload, raw, claimed.attempt, envelope.trace_of(headers), claimed.group,
+                   headers=envelope.own_of(headers))
 
     # -- one round trip ------------------------------------------------------------ ---------------------------------------------------------------
     def _one(self, call: Call) -> Op[Any]:
@@ -193,6 +200,12 @@ class QueueBase:
     def _plain(self, *args: Any) -> Op[Any]:
         (reply,) = yield [Plain(args)]
         return unless_error(reply)
+
+    def op_server_ms(self) -> Op[int]:
+        """The server clock in ms, as the verbs read it (TIME): periodic jobs' ticks and an enqueue's
+        ``eta`` are on it."""
+        seconds, micros = yield from self._plain("TIME")
+        return int(seconds) * 1000 + int(micros) // 1000
 
 
 def pairs(fields: Any) -> dict[Any, Any]:

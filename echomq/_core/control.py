@@ -36,11 +36,6 @@ class ControlOps(QueueBase):
         raise_first([head, now])
         return unless_error(call.verb.answer(call, reply)), None if not head else due_in_ms(head, now)
 
-    def op_server_ms(self) -> Op[int]:
-        """The server clock in ms, as the verbs read it (TIME): periodic jobs' ticks are on it."""
-        seconds, micros = yield from self._plain("TIME")
-        return int(seconds) * 1000 + int(micros) // 1000
-
     def op_promote_and_next_due(self, limit: int) -> Op[tuple[int, int | None]]:
         return (yield from self._and_head(self.build("promote", limit), self.keys.schedule))
 

@@ -283,6 +283,9 @@ class JobView:
     now_ms: int  #: the server clock when read
     kept_ms: int | None = None  #: a completed record (state ``completed``): ms left of its retention
     trace: dict[str, str] | None = None  #: the trace context it was enqueued with (echomq._protocol.envelope)
+    #: the task it names (``task.delay()``, ``task.enqueue()``: its envelope's header); None for a job
+    #: enqueued without one (``Queue.enqueue``), which its queue's one task runs
+    task: str | None = None
     where: str | None = None  #: the set its state names (a key under the queue's base), when read by :func:`job_view`
     listed: bool = False  #: read for a list (:func:`job_page`): only LISTED_FIELDS, an error clipped, no payload
 
@@ -350,7 +353,8 @@ class JobView:
                     "result": self.payload_json(), **({} if not_kept is None else {"result_not_kept": vars(not_kept)})}
         found = {"queue": self.queue, "id": self.id, "state": self.state, **typed_fields(self.fields),
                  "set": self.where, "in_its_set": self.in_its_set, "due_in_ms": self.due_in_ms}
-        return found if self.listed else {**found, "payload": self.payload_json(), "trace": self.trace}
+        return found if self.listed else {**found, "task": self.task, "payload": self.payload_json(),
+                                          "trace": self.trace}
 
 
 def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: float | None,
@@ -359,10 +363,10 @@ def decode_view(queue_name: str, job_id: str, row: dict[bytes, bytes], score: fl
     fields = {text_of(k): v for k, v in row.items()}
     if not fields:
         return None
-    payload = fields.pop("payload", None)
-    trace, payload = (None, None) if payload is None else envelope.unwrap(payload)
+    headers, payload = envelope.read_headers(fields.pop("payload", None))
     text = {k: text_of(v) for k, v in fields.items()}
-    return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms, trace=trace, where=where)
+    return JobView(queue_name, job_id, text.get("state"), text, payload, score, now_ms, trace=headers.trace,
+                   task=headers.task, where=where)
 
 
 def set_of(row: dict[bytes, bytes]) -> str | None:

@@ -145,6 +145,8 @@ def inspect(given_id: str, url: str, wire: str, queue_name: str | None, escaped:
         return
     table = Table(title=cell(f"{queue_name} / {id_form(job_id)}"), show_header=False)
     table.add_row("state", cell(view.state or "(none)"))
+    if view.task is not None:
+        table.add_row("task", cell(view.task))
     if view.where:
         table.add_row("set", cell(view.where))
     for field in ("attempts", "failures", "stalled", "priority", "group", "parent", "children", "on_child_failure",
