@@ -50,7 +50,9 @@ from ._client.partitioned import PartitionedQueue
 from ._client.queue import Claims, Counts, Enqueued, Job, Queue, Sweep
 from .worker.heartbeat import HeartbeatConfig
 from .worker.policy import Backoff, IdlePolicy, LeasePolicy
-from .worker.tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task
+from .worker.tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task, TaskFunction
+from .worker.canvas import Chain, Group, Signature, chain, group
+from .worker.handles import AsyncJobHandle, JobHandle
 from .worker.timers import TimerConfig, Timers
 from .worker.worker import Tally, Worker, WorkerConfig
 from .admin.workers import list_workers
@@ -72,6 +74,8 @@ __all__ = [
     # workers
     "App", "AsyncJobContext", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task",
     "TimerConfig", "Timers", "Worker", "WorkerConfig",
+    # calling tasks: handles, and calls put together (on flows)
+    "AsyncJobHandle", "Chain", "Group", "JobHandle", "Signature", "TaskFunction", "chain", "group",
     # flows
     "CHILD_FAILURE", "Flow", "same_slot_name",
     # the workers list

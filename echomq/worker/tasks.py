@@ -40,15 +40,24 @@ import asyncio
 import inspect
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, ParamSpec, Protocol, TypeVar, overload
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Generic, ParamSpec, Protocol, TypeVar, overload
 
+from .calling import UNSET, CallForm, _Unset, call_form, check_max_attempts, check_task_name
+from .canvas import Caller, Signature
 from .cron import Cron
+from .handles import AsyncJobHandle, JobHandle
+from .producing import Producer, afind, find
 from ..errors import ConfigurationError, LeaseLost, UnsupportedOnWire
 from .._protocol.keys import check_partitions, check_queue_name
 from .._protocol.results import DEFAULT_RESULT_TTL_S
 from .._protocol.serializers import JSON, Serializer
 from .policy import MAX_DELAY_MS, Backoff
 from .._protocol.rates import RateLimit, parse_rate_limit
+
+if TYPE_CHECKING:
+    from .._client.connection import Connection
+    from .. import aio
 
 
 #: A task's default ``timeout``, seconds: long enough for ordinary work, short enough that a hung
@@ -235,18 +244,25 @@ class Task:
     #: ``"1000/h"``): a worker sets it on the queue at start; None leaves the queue's as it is
     rate_limit: RateLimit | None = None
     partitions: int = 1  #: sub-queues the queue spreads over (docs/cluster.md "Partitioned queues")
+    #: the task's name, carried by each job its ``delay``/``enqueue`` makes (the worker runs it by
+    #: that name; ``emq inspect`` shows it): its function's ``__name__`` unless given
+    name: str = ""
     #: how many of (payload, ctx) the handler takes: the worker passes it ``(payload, ctx)[:arity]``
+    #: for a job that names no task
     arity: int = field(init=False, repr=False)
+    #: how a job that names this task calls the handler (:mod:`echomq.worker.calling`)
+    form: CallForm = field(init=False, repr=False, compare=False)
     is_async: bool = field(init=False, repr=False)  #: an ``async def`` handler, run on the asyncio loop
     #: ``result_ttl`` in ms, as COMPLETE's retention (read for every job the worker settles)
     result_ttl_ms: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            raise ConfigurationError(f"bad max_attempts {self.max_attempts!r} for queue {self.queue!r}: an integer >= 1")
+        check_max_attempts(self.max_attempts, f"queue {self.queue!r}")
         if not callable(self.fn):
             raise ConfigurationError(f"the handler for queue {self.queue!r} is not callable: {self.fn!r}")
+        named = self.name or getattr(self.fn, "__name__", type(self.fn).__name__)
+        object.__setattr__(self, "name", check_task_name(named))
         object.__setattr__(self, "timeout", check_timeout(self.timeout, f"queue {self.queue!r}"))
         ttl = self.result_ttl
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 <= ttl < 2**40:
@@ -259,12 +275,9 @@ class Task:
                                      "partitions are queues of their own: rate_limit with partitions > 1 is not supported")
         # read the signature once, not per job
         object.__setattr__(self, "arity", _arity(self.fn))
+        object.__setattr__(self, "form", call_form(self.fn))
         object.__setattr__(self, "is_async", asyncio.iscoroutinefunction(self.fn))
         object.__setattr__(self, "result_ttl_ms", int(self.result_ttl * 1000))
-
-    @property
-    def name(self) -> str:
-        return getattr(self.fn, "__qualname__", repr(self.fn))
 
     def on(self, connection: Any) -> Any:
         """This task's :class:`~echomq.Queue` on ``connection`` (to enqueue jobs for it); a
@@ -278,40 +291,142 @@ class Task:
 
 
 P = ParamSpec("P")
+Q = ParamSpec("Q")
 R = TypeVar("R", covariant=True)
+V = TypeVar("V", covariant=True)
+A = TypeVar("A")
+F = TypeVar("F")
 
 
-class TaskFunction(Protocol, Generic[P, R]):
+class TaskFunction(Protocol, Generic[P, R, Q, V]):
     """What ``@app.task`` returns: the function itself, same signature for type checkers, with
-    ``.task`` (its :class:`Task`) set."""
+    ``.task`` (its :class:`Task`) and the ways to call it through the queue set: ``delay`` and
+    ``adelay`` take the handler's arguments (its context left out), ``enqueue`` and ``aenqueue``
+    its positional arguments and the per-job options, ``s`` makes a call for a canvas."""
 
     task: Task
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
 
+    def delay(self, *args: Q.args, **kwargs: Q.kwargs) -> JobHandle[V]: ...
+
+    async def adelay(self, *args: Q.args, **kwargs: Q.kwargs) -> AsyncJobHandle[V]: ...
+
+    def enqueue(self, *args: Any, delay: float | timedelta | None = None, eta: datetime | None = None,
+                priority: int = 0, id: str | None = None, unique_for: float | None = None, group: str | None = None,
+                max_attempts: int | None = None, backoff: Backoff | None = None,
+                timeout: float | None | _Unset = UNSET) -> JobHandle[V]: ...
+
+    async def aenqueue(self, *args: Any, delay: float | timedelta | None = None, eta: datetime | None = None,
+                       priority: int = 0, id: str | None = None, unique_for: float | None = None,
+                       group: str | None = None, max_attempts: int | None = None, backoff: Backoff | None = None,
+                       timeout: float | None | _Unset = UNSET) -> AsyncJobHandle[V]: ...
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature[V]: ...
+
+
+class TaskDecorator(Protocol):
+    """``@app.task(...)``: the decorator it returns (a handler's context is left out of ``delay``'s
+    arguments for type checkers when it is the second of two parameters, annotated)."""
+
+    @overload
+    def __call__(self, fn: Callable[[A, JobContext], Coroutine[Any, Any, F]], /  # type: ignore[overload-overlap]
+                 ) -> TaskFunction[[A, JobContext], Coroutine[Any, Any, F], [A], F]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[A, AsyncJobContext], Coroutine[Any, Any, F]], /  # type: ignore[overload-overlap]
+                 ) -> TaskFunction[[A, AsyncJobContext], Coroutine[Any, Any, F], [A], F]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[A, JobContext], F], /  # type: ignore[overload-overlap]
+                 ) -> TaskFunction[[A, JobContext], F, [A], F]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, F]], /  # type: ignore[overload-overlap]
+                 ) -> TaskFunction[P, Coroutine[Any, Any, F], P, F]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, F], /) -> TaskFunction[P, F, P, F]: ...
+
 
 class App:
-    """The task registry a worker serves: ``emq worker mymodule:app``."""
+    """The task registry a worker serves (``emq worker mymodule:app``), and the way its producers call
+    its tasks: ``App(url=...)`` (or ``app.connect(...)``, or ``EMQ_URL``) says where its node is, and
+    ``send_email.delay(payload)`` sends a job there (docs/workers.md "Calling a task")."""
 
-    def __init__(self, name: str = "echomq") -> None:
+    def __init__(self, name: str = "echomq", *, url: str | None = None, wire: int | str = "auto",
+                 **connect_options: Any) -> None:
         self.name = name
+        #: each queue's first task: the queue's own settings (serializer, partitions, rate limit) are its
         self.tasks: dict[str, Task] = {}
+        self.named: dict[str, dict[str, Task]] = {}  #: each queue's tasks by name (a worker runs a job by its name)
         self.schedules: list[Cron] = []  #: periodic jobs (:meth:`cron`), enqueued by the workers (echomq.worker.cron)
+        self.producer = Producer(url, wire, **connect_options)  #: where its tasks' jobs are sent
 
     def __repr__(self) -> str:
         return f"App({self.name!r}, queues={sorted(self.tasks)})"
 
+    # -- its node ------------------------------------------------------------------
+    def connect(self, where: str | Connection | aio.Connection | None = None, *, wire: int | str = "auto",
+                **connect_options: Any) -> App:
+        """Where the app's tasks are sent: a URL (opened at the first call; ``wire``, ``cluster`` and
+        valkey-py's options as :func:`echomq.connect` takes them), or a connection of yours to use
+        (an :class:`echomq.Connection`, or an :class:`echomq.aio.Connection` for the awaitables),
+        which the app never closes. Closes what the app opened before (its asyncio connection must
+        be closed first: ``await app.aclose()``)."""
+        self.producer.configure(where, wire, connect_options)
+        return self
+
+    def close(self) -> None:
+        """Close the blocking connection the app opened (the next call opens one again)."""
+        self.producer.close_sync()
+
+    async def aclose(self) -> None:
+        """Close the asyncio connection the app opened, in the event loop that opened it."""
+        await self.producer.aclose()
+
+    def job(self, job_id: str) -> JobHandle[Any] | None:
+        """A handle to the job ``job_id`` in whichever of the app's queues holds it (its row, or its
+        completed record): one round trip (on a cluster, one per node). None when none does; refused
+        when two queues hold that id."""
+        return find(self.producer, list(self.tasks.values()), job_id)
+
+    async def ajob(self, job_id: str) -> AsyncJobHandle[Any] | None:
+        """:meth:`job` on the app's asyncio connection."""
+        return await afind(self.producer, list(self.tasks.values()), job_id)
+
+    # -- its tasks -------------------------------------------------------------------
     def handler(self, queue: str, fn: Callable[..., Any], *, max_attempts: int = 3,
                 backoff: Backoff | None = None, serializer: Serializer = JSON,
                 timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
-                partitions: int = 1, rate_limit: str | RateLimit | None = None) -> Task:
-        """Register ``fn`` as the handler of ``queue`` (one handler per queue; ``partitions`` > 1:
-        a partitioned queue, every partition served by this handler)."""
-        task = Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout, result_ttl=result_ttl,
-                    partitions=partitions, rate_limit=rate_limit)
+                partitions: int = 1, rate_limit: str | RateLimit | None = None, name: str | None = None) -> Task:
+        """Register ``fn`` as the handler of ``queue``, which has none yet (the one-handler form:
+        every job of the queue runs it; ``partitions`` > 1: a partitioned queue, every partition
+        served by this handler). Several tasks share a queue through ``@app.task(queue=...)``."""
         if queue in self.tasks:
-            raise ConfigurationError(f"queue {queue!r} already has a handler: {self.tasks[queue].name}")
-        self.tasks[queue] = task
+            raise ConfigurationError(f"queue {queue!r} already has a handler: {self.tasks[queue].name} (several tasks "
+                                     f"share a queue through @app.task(queue={queue!r}), each with its own name)")
+        return self._register(Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout,
+                                   result_ttl=result_ttl, partitions=partitions, rate_limit=rate_limit,
+                                   name=name or ""))
+
+    def _register(self, task: Task) -> Task:
+        """``task`` among its queue's tasks: its name free there, and the queue's own settings as the
+        queue's first task has them (one serializer, one layout, one rate limit a queue)."""
+        tasks = self.named.setdefault(task.queue, {})
+        if task.name in tasks:
+            raise ConfigurationError(f"queue {task.queue!r} already has a task named {task.name!r}: give this one "
+                                     "its own name (@app.task(name=...))")
+        first = self.tasks.get(task.queue)
+        if first is not None:
+            for setting in ("serializer", "partitions", "rate_limit"):
+                mine, theirs = getattr(task, setting), getattr(first, setting)
+                if mine != theirs and not (setting == "rate_limit" and mine is None):
+                    raise ConfigurationError(
+                        f"task {task.name} has {setting} {mine!r}, and queue {task.queue!r}'s first task {first.name} "
+                        f"{theirs!r}: the tasks of one queue share its {setting}")
+        tasks[task.name] = task
+        self.tasks.setdefault(task.queue, task)
         return task
 
     def cron(self, expr: str, *, queue: str, payload: Any = None, id: str | None = None) -> Cron:
@@ -326,37 +441,59 @@ class App:
         return schedule
 
     @overload
-    def task(self, fn: Callable[P, R], /) -> TaskFunction[P, R]: ...
+    def task(self, fn: Callable[[A, JobContext], Coroutine[Any, Any, F]], /  # type: ignore[overload-overlap]
+             ) -> TaskFunction[[A, JobContext], Coroutine[Any, Any, F], [A], F]: ...
 
     @overload
-    def task(self, fn: None = None, /, *, queue: str | None = None, max_attempts: int = 3,
+    def task(self, fn: Callable[[A, AsyncJobContext], Coroutine[Any, Any, F]], /  # type: ignore[overload-overlap]
+             ) -> TaskFunction[[A, AsyncJobContext], Coroutine[Any, Any, F], [A], F]: ...
+
+    @overload
+    def task(self, fn: Callable[[A, JobContext], F], /  # type: ignore[overload-overlap]
+             ) -> TaskFunction[[A, JobContext], F, [A], F]: ...
+
+    @overload
+    def task(self, fn: Callable[P, Coroutine[Any, Any, F]], /  # type: ignore[overload-overlap]
+             ) -> TaskFunction[P, Coroutine[Any, Any, F], P, F]: ...
+
+    @overload
+    def task(self, fn: Callable[P, F], /) -> TaskFunction[P, F, P, F]: ...
+
+    @overload
+    def task(self, fn: None = None, /, *, queue: str | None = None, name: str | None = None, max_attempts: int = 3,
              backoff: Backoff | None = None, serializer: Serializer = JSON,
              timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
              partitions: int = 1, rate_limit: str | RateLimit | None = None,
-             cron: str | None = None) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
+             cron: str | None = None) -> TaskDecorator: ...
 
-    def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, max_attempts: int = 3,
-             backoff: Backoff | None = None, serializer: Serializer = JSON,
+    def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, name: str | None = None,
+             max_attempts: int = 3, backoff: Backoff | None = None, serializer: Serializer = JSON,
              timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
              partitions: int = 1, rate_limit: str | RateLimit | None = None, cron: str | None = None) -> Any:
         """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
-        With ``cron``, the task also runs periodically (:meth:`cron`, payload None).
+        Several tasks may share a queue, each by its name (``name``: its function's ``__name__``
+        unless given). With ``cron``, the task also runs periodically (:meth:`cron`, payload None).
 
-        The decorated function is returned unchanged -- type checkers keep its signature --
-        with ``.task`` set to its :class:`Task`.
+        The decorated function is returned unchanged -- type checkers keep its signature -- with
+        ``.task`` set to its :class:`Task` and ``delay``, ``adelay``, ``enqueue``, ``aenqueue`` and
+        ``s`` to call it through its queue (:class:`TaskFunction`).
         """
 
-        def register(fn: Callable[P, R]) -> TaskFunction[P, R]:
-            fn.task = self.handler(queue or fn.__name__, fn, max_attempts=max_attempts,  # type: ignore[attr-defined]
-                                   backoff=backoff, serializer=serializer, timeout=timeout,
-                                   result_ttl=result_ttl, partitions=partitions, rate_limit=rate_limit)
+        def register(fn: Callable[..., Any]) -> Any:
+            task = self._register(Task(queue or fn.__name__, fn, max_attempts, backoff or Backoff(), serializer,
+                                       timeout, result_ttl=result_ttl, partitions=partitions, rate_limit=rate_limit,
+                                       name=name or ""))
+            caller = Caller(self.producer, task, check_timeout)
+            fn.task = task  # type: ignore[attr-defined]
+            for method in ("delay", "adelay", "enqueue", "aenqueue", "s"):
+                setattr(fn, method, getattr(caller, method))
             if cron is not None:
-                self.cron(cron, queue=fn.task.queue)  # type: ignore[attr-defined]
-            return fn  # type: ignore[return-value]
+                self.cron(cron, queue=task.queue)
+            return fn
 
         if isinstance(fn, str):  # @app.task("emails"): Celery's spelling names the task, ours the queue
             raise ConfigurationError(f"@app.task({fn!r}) takes the queue by keyword: write "
-                                     f"@app.task(queue={fn!r})")
+                                     f"@app.task(queue={fn!r}) (or name={fn!r} for the task's name)")
         if fn is not None and not callable(fn):
             raise ConfigurationError(f"@app.task decorates a function, not {type(fn).__name__}: "
                                      "write @app.task or @app.task(queue=...) above a def")
