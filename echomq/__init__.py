@@ -32,6 +32,7 @@ from .errors import (
     ServerStartError,
     ShapeError,
     StateError,
+    UnknownTask,
     UnsupportedOnWire,
     WireError,
     WrongType,
@@ -67,7 +68,8 @@ __all__ = [
     "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost",
     "PartitionedQueue", "PayloadError", "PermissionDenied", "PortInUse", "Queue", "RAW", "RateLimit", "RawSerializer",
     "ResultNotKept",
-    "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Status", "Sweep", "UnsupportedOnWire",
+    "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Status", "Sweep", "UnknownTask",
+    "UnsupportedOnWire",
     "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "minted_ms", "module_path",
     # Valkey on this machine (tests, trying things)
     "LocalCluster",

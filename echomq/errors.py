@@ -14,6 +14,7 @@
     ├── JobFailed                 Queue.result: the job is dead (last_error, traceback)
     ├── JobNotFound               Queue.result: no such job (never seen, or past its retention)
     ├── ResultNotKept             Queue.result: the job completed, but its return value could not be kept
+    ├── UnknownTask               a job names a task the worker's app has not (dead at once, never retried)
     └── CommandRefused            the server refused a verb; `code` is the reply's first word
         ├── ShapeError            EMQSHAPE
         ├── LayoutError           EMQLAYOUT
@@ -31,7 +32,7 @@ __all__ = [
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "ConnectionFailed", "CounterError",
     "CrossSlotFlow", "EchoMQError", "HostError", "JobFailed", "JobNotFound", "JobTimeout", "LayoutError", "LeaseLost",
     "PayloadError", "PermissionDenied", "PortInUse", "ResultNotKept", "ServerNotFound", "ServerStartError", "ShapeError",
-    "StateError", "UnsupportedOnWire", "WireError", "WrongType",
+    "StateError", "UnknownTask", "UnsupportedOnWire", "WireError", "WrongType",
 ]
 
 
@@ -144,6 +145,13 @@ class PayloadError(EchoMQError):
     def __init__(self, message: str, *, size: int | None = None) -> None:
         super().__init__(message)
         self.size = size
+
+
+class UnknownTask(EchoMQError):
+    """A job names a task (its envelope's header) that the worker's app does not have on the job's
+    queue, or names none on a queue of several tasks: no worker of that app can run it, so it goes
+    dead at once with this error (``max_attempts`` is not consulted); ``emq reprocess`` runs it again
+    once a worker that has the task serves the queue."""
 
 
 class CommandRefused(EchoMQError):

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+import echomq
 from echomq import AsyncJobContext, Backoff, JobContext
 from echomq.errors import ConfigurationError
 from echomq._protocol import envelope
@@ -178,3 +179,25 @@ def test_a_job_s_stored_call_and_its_previous_results_are_read_back():
         previous({"prev": PREV_ONE}, None)
     with pytest.raises(BadHeaders, match="2 children left one"):
         previous({"prev": PREV_ONE}, {"a": 1, "b": 2})
+
+
+def test_a_job_runs_the_task_it_names_or_its_queues_one_task():
+    one, two = {"only": "ONLY"}, {"a": "A", "b": "B"}
+    assert calling.task_for(one, "q", None) == "ONLY" == calling.task_for(one, "q", {"task": "only"})
+    assert calling.task_for(two, "q", {"task": "b"}) == "B"
+    with pytest.raises(echomq.UnknownTask, match=r"no task \"c\" on queue 'q' in this worker's app \(it has a, b\)"):
+        calling.task_for(two, "q", {"task": "c"})
+    with pytest.raises(echomq.UnknownTask, match='no task "other"'):
+        calling.task_for(one, "q", {"task": "other"})  # one task, but not the one named
+    with pytest.raises(echomq.UnknownTask, match=r"names no task, and queue 'q' has 2 \(a, b\)"):
+        calling.task_for(two, "q", None)
+    with pytest.raises(echomq.UnknownTask, match=r'no task "\\x1b\[2J"'):  # a name from a job is shown escaped
+        calling.task_for(two, "q", {"task": "\x1b[2J"})
+
+
+def test_a_named_job_is_called_with_its_stored_call_its_previous_results_first():
+    form = call_form(add)
+    assert calling.named_call(form, {"args": 1, "prev": PREV_ONE}, {"args": [], "kwargs": {"y": 5}}, "CTX",
+                              {"c": 10}) == ([10], {"y": 5})
+    assert calling.named_call(call_form(payload_and_ctx), {"task": "p"}, {"to": "a"}, "CTX", None) == (
+        [{"to": "a"}], {"ctx": "CTX"})

@@ -26,10 +26,11 @@ import inspect
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-from ..errors import ConfigurationError
-from .._protocol.envelope import TASK_NAME_MAX
+from ..errors import ConfigurationError, UnknownTask
+from .._protocol.envelope import TASK_NAME_MAX, task_named
+from .._protocol.shown import quoted
 from .._protocol.keys import check_job_id
 from .._protocol.verbs import PRIORITY_MAX, check_int
 from .policy import MAX_DELAY_MS, Backoff
@@ -40,6 +41,9 @@ CONTEXT_NAME = "ctx"
 CONTEXT_TYPES = ("JobContext", "AsyncJobContext")
 #: a chain step's first argument: its one child's result (``one``), or its children's in order (``all``)
 PREV_ONE, PREV_ALL = "one", "all"
+
+
+T = TypeVar("T")
 
 
 class _Unset(enum.Enum):
@@ -288,3 +292,30 @@ def handler_call(form: CallForm, args: list[Any], kwargs: dict[str, Any], ctx: A
     if form.context_at is not None:
         return [*args[:form.context_at], ctx, *args[form.context_at:]], kwargs
     return args, {**kwargs, form.context: ctx}
+
+
+def task_for(named: Mapping[str, T], queue: str, own: Mapping[str, Any] | None) -> T:
+    """The task a claimed job runs: the one its headers name, else its queue's one task.
+    :class:`UnknownTask` when the worker's app has no task of that name on the queue, or the job
+    names none and the queue has several: no retry could run it."""
+    name = task_named(own)
+    if name is None:
+        if len(named) == 1:
+            return next(iter(named.values()))
+        raise UnknownTask(f"the job names no task, and queue {queue!r} has {len(named)} ({', '.join(sorted(named))}): "
+                          "enqueue it through one (task.delay(...)), or give the queue one task")
+    found = named.get(name)
+    if found is None:
+        raise UnknownTask(f"no task {quoted(name)} on queue {queue!r} in this worker's app (it has "
+                          f"{', '.join(sorted(named))}): run a worker whose app has it, or check the name; then "
+                          "emq reprocess runs the job again")
+    return found
+
+
+def named_call(form: CallForm, own: Mapping[str, Any], payload: Any, ctx: Any,
+               results: Mapping[str, Any] | None) -> tuple[list[Any], dict[str, Any]]:
+    """The handler's arguments for a job that names its task: its stored call, a chain step's
+    previous result(s) first, its context where it takes it. :class:`BadHeaders` when the job's
+    call cannot be read."""
+    args, kwargs = stored_arguments(payload, own)
+    return handler_call(form, [*previous(own, results), *args], kwargs, ctx)
