@@ -155,8 +155,12 @@ class Node:
     def __post_init__(self) -> None:
         task = self.call.task
         bind(task.form, task.name, (_PREVIOUS, *self.call.args) if self.prev else self.call.args, self.call.kwargs)
+        for one in (self, *self.children) if self.children else ():
+            if one.call.task.partitions > 1:
+                raise ConfigurationError(f"task {one.call.task.name}'s queue {one.call.task.queue!r} is partitioned: "
+                                         "a chain is one flow, in one slot, and a partitioned queue spreads over many")
         for child in self.children:
-            if child.call.task.serializer is not task.serializer:
+            if child.call.task.serializer != task.serializer:
                 raise ConfigurationError(
                     f"task {task.name} reads the result of {child.call.task.name} with its own serializer, and theirs "
                     "differ: a chain's tasks share one serializer")
@@ -173,9 +177,6 @@ class Node:
         with its own headers, by its own queue's serializer), ids minted in the members' order."""
         payload, args_form = self.stored()
         task = self.call.task
-        if task.partitions > 1:
-            raise ConfigurationError(f"task {task.name}'s queue {task.queue!r} is partitioned: a chain is one flow, in "
-                                     "one slot, and a partitioned queue spreads over many")
         mine = QueueCore(task.queue, core.codec, task.serializer, core.max_payload_bytes)
         data = mine.encode(payload, own_headers(task.name, args_form, self.call.options, self.prev))
         kids = [child.flow(core, new_id()) for child in self.children]

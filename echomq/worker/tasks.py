@@ -352,11 +352,15 @@ class TaskDecorator(Protocol):
 class App:
     """The task registry a worker serves (``emq worker mymodule:app``), and the way its producers call
     its tasks: ``App(url=...)`` (or ``app.connect(...)``, or ``EMQ_URL``) says where its node is, and
-    ``send_email.delay(payload)`` sends a job there (docs/workers.md "Calling a task")."""
+    ``send_email.delay(payload)`` sends a job there (docs/workers.md "Calling a task"). ``queue``:
+    where a task that names no queue goes (several tasks share it, each by its name), as Celery's
+    default queue; without it each such task has a queue of its function's name."""
 
     def __init__(self, name: str = "echomq", *, url: str | None = None, wire: int | str = "auto",
-                 **connect_options: Any) -> None:
+                 queue: str | None = None, **connect_options: Any) -> None:
         self.name = name
+        #: the queue of every ``@app.task`` that names none (None: the function's name)
+        self.queue = None if queue is None else check_queue_name(queue)
         #: each queue's first task: the queue's own settings (serializer, partitions, rate limit) are its
         self.tasks: dict[str, Task] = {}
         self.named: dict[str, dict[str, Task]] = {}  #: each queue's tasks by name (a worker runs a job by its name)
@@ -470,7 +474,8 @@ class App:
              max_attempts: int = 3, backoff: Backoff | None = None, serializer: Serializer = JSON,
              timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
              partitions: int = 1, rate_limit: str | RateLimit | None = None, cron: str | None = None) -> Any:
-        """Decorator: ``@app.task`` (the queue is the function's name) or ``@app.task(queue=...)``.
+        """Decorator: ``@app.task`` (the queue is the app's ``queue``, else the function's name) or
+        ``@app.task(queue=...)``.
         Several tasks may share a queue, each by its name (``name``: its function's ``__name__``
         unless given). With ``cron``, the task also runs periodically (:meth:`cron`, payload None).
 
@@ -480,7 +485,7 @@ class App:
         """
 
         def register(fn: Callable[..., Any]) -> Any:
-            task = self._register(Task(queue or fn.__name__, fn, max_attempts, backoff or Backoff(), serializer,
+            task = self._register(Task(queue or self.queue or fn.__name__, fn, max_attempts, backoff or Backoff(), serializer,
                                        timeout, result_ttl=result_ttl, partitions=partitions, rate_limit=rate_limit,
                                        name=name or ""))
             caller = Caller(self.producer, task, check_timeout)
