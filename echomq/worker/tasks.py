@@ -41,7 +41,7 @@ import inspect
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Callable, Concatenate, Coroutine, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from .calling import UNSET, CallForm, _Unset, call_form, check_max_attempts, check_task_name
 from .canvas import Caller, Signature
@@ -326,8 +326,8 @@ class TaskFunction(Protocol, Generic[P, R, Q, V]):
 
 
 class TaskDecorator(Protocol):
-    """``@app.task(...)``: the decorator it returns (a handler's context is left out of ``delay``'s
-    arguments for type checkers when it is the second of two parameters, annotated)."""
+    """``@app.task(...)``: the decorator it returns (for type checkers a handler's context, annotated,
+    is left out of ``delay``'s arguments when it is the second of two parameters or the first)."""
 
     @overload
     def __call__(self, fn: Callable[[A, JobContext], Coroutine[Any, Any, F]], /  # type: ignore[overload-overlap]
@@ -340,6 +340,14 @@ class TaskDecorator(Protocol):
     @overload
     def __call__(self, fn: Callable[[A, JobContext], F], /  # type: ignore[overload-overlap]
                  ) -> TaskFunction[[A, JobContext], F, [A], F]: ...
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[AsyncJobContext, Q], Coroutine[Any, Any, F]], /  # type: ignore[overload-overlap]
+                 ) -> TaskFunction[Concatenate[AsyncJobContext, Q], Coroutine[Any, Any, F], Q, F]: ...
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[JobContext, Q], F], /  # type: ignore[overload-overlap]
+                 ) -> TaskFunction[Concatenate[JobContext, Q], F, Q, F]: ...
 
     @overload
     def __call__(self, fn: Callable[P, Coroutine[Any, Any, F]], /  # type: ignore[overload-overlap]
@@ -455,6 +463,14 @@ class App:
     @overload
     def task(self, fn: Callable[[A, JobContext], F], /  # type: ignore[overload-overlap]
              ) -> TaskFunction[[A, JobContext], F, [A], F]: ...
+
+    @overload
+    def task(self, fn: Callable[Concatenate[AsyncJobContext, Q], Coroutine[Any, Any, F]], /  # type: ignore[overload-overlap]
+             ) -> TaskFunction[Concatenate[AsyncJobContext, Q], Coroutine[Any, Any, F], Q, F]: ...
+
+    @overload
+    def task(self, fn: Callable[Concatenate[JobContext, Q], F], /  # type: ignore[overload-overlap]
+             ) -> TaskFunction[Concatenate[JobContext, Q], F, Q, F]: ...
 
     @overload
     def task(self, fn: Callable[P, Coroutine[Any, Any, F]], /  # type: ignore[overload-overlap]
