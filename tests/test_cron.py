@@ -125,3 +125,34 @@ def test_emq_cron_list(server, monkeypatch):
     monkeypatch.delenv("EMQ_TEST_CRON")
     none = runner.invoke(main, ["cron", "list", "worker_apps:make_app", "--url", server.url, "--json"])
     assert json.loads(none.output) == []
+
+
+def test_a_tasks_ticks_name_it_on_a_queue_of_several_tasks(conn):
+    from echomq._protocol import envelope
+
+    app, name = App(), fresh_name("cron-named")
+
+    @app.task(queue=name, cron="@every 1h")
+    def report(payload):
+        return payload
+
+    alone = app.schedules[0]
+    assert app.tick(alone) == (None, None)  # one task: its ticks are plain jobs, as before (any worker reads them)
+
+    @app.task(queue=name)
+    def vacuum():
+        return None
+
+    with pytest.raises(ConfigurationError, match="takes no one argument"):
+        app.cron("@every 1m", task=vacuum, payload={"x": 1}, id="v")
+    with pytest.raises(ConfigurationError, match="not 'elsewhere'"):
+        app.cron("@every 1m", task=vacuum, queue="elsewhere", id="v")
+    app.cron("@every 1m", task=vacuum, id="vacuum")
+    assert app.tick(alone) == (None, {"task": "report"})  # several tasks: each tick names its own
+    assert app.tick(app.schedules[1]) == ({"args": [], "kwargs": {}}, {"task": "vacuum", "args": 1})
+    queue = Queue(conn, name)
+    timer = CronTimer(app.schedules, {name: queue}, queue.server_ms, {s.id: app.tick(s) for s in app.schedules})
+    made = timer.run_due(0)
+    assert len(made) == 2
+    stored = {envelope.read_headers(conn.client.hget(queue.keys.job(job_id), "payload"))[0].task for job_id in made}
+    assert stored == {"report", "vacuum"}

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from croniter import croniter
 
+from .._client.partitioned import drive, on
 from ..errors import ConfigurationError
 from .._protocol.keys import check_job_id, check_queue_name
 from .._protocol.shown import quoted
@@ -64,6 +65,7 @@ class Cron:
     queue: str
     payload: Any = None
     id: str = ""  #: the schedule's name in tick ids; default ``<queue>`` (one schedule per queue)
+    task: str | None = None  #: the name of the task whose jobs the ticks are (``app.cron(task=...)``)
     every: int | None = field(init=False, repr=False)  #: ``@every``'s period (ms), None for a cron line
 
     def __post_init__(self) -> None:
@@ -118,6 +120,9 @@ class CronTimer:
     schedules: Sequence[Cron]
     queues: dict[str, "Queue"]
     server_ms: Callable[[], int]
+    #: what a schedule's ticks store when not its payload alone: (the payload, its job's own headers),
+    #: by schedule id (:meth:`echomq.App.tick`: a task's ticks on a queue of several tasks name it)
+    ticks: dict[str, tuple[Any, dict[str, Any] | None]] = field(default_factory=dict)
     _proposed: dict[str, int] = field(default_factory=dict)
     _next_local: float = 0.0
 
@@ -133,8 +138,10 @@ class CronTimer:
             tick = cron.latest(now)
             if self._proposed.get(cron.id) == tick:
                 continue
-            answer = self.queues[cron.queue].enqueue(cron.payload, id=cron.tick_id(tick),
-                                                     unique_for=cron.window_ms(tick) / 1000)
+            queue = self.queues[cron.queue]
+            payload, headers = self.ticks.get(cron.id, (cron.payload, None))
+            answer = drive(queue.connection, on(queue, queue.op_enqueue(
+                payload, cron.tick_id(tick), 0, cron.window_ms(tick) / 1000, headers=headers)))
             self._proposed[cron.id] = tick
             if answer.created:
                 log.info("cron %s: tick %d enqueued on %s as %s", cron.id, tick, cron.queue, quoted(answer.id))

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Concatenate, Coroutine, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from .calling import UNSET, CallForm, _Unset, call_form, check_max_attempts, check_task_name
+from .calling import (UNSET, CallForm, _Unset, call_form, check_max_attempts, check_task_name, own_headers,
+                      stored_call)
 from .canvas import Caller, Signature
 from .cron import Cron
 from .handles import AsyncJobHandle, JobHandle
@@ -441,16 +442,44 @@ class App:
         self.tasks.setdefault(task.queue, task)
         return task
 
-    def cron(self, expr: str, *, queue: str, payload: Any = None, id: str | None = None) -> Cron:
+    def cron(self, expr: str, *, queue: str | None = None, payload: Any = None, id: str | None = None,
+             task: Task | TaskFunction[Any, Any, Any, Any] | None = None) -> Cron:
         """A periodic job: ``payload`` enqueued on ``queue`` at every tick of ``expr`` (5-field cron,
         6 with the seconds first, or ``@every <duration>``), exactly once per tick across every
         worker that serves ``queue`` (docs/scheduling.md). ``id`` names the schedule (default: the
-        queue's name); two schedules of one app need two ids."""
-        schedule = Cron(expr, queue, payload, id or "")
+        queue's name); two schedules of one app need two ids. With ``task`` (a task of this app), its
+        jobs are that task's: its queue, and on a queue of several tasks its name (``payload`` is then
+        its one argument, for a task that takes one)."""
+        named = None if task is None else getattr(task, "task", task)
+        if named is not None:
+            if not isinstance(named, Task) or self.named.get(named.queue, {}).get(named.name) is not named:
+                raise ConfigurationError(f"app.cron(task=...) takes a task of this app, not {task!r}")
+            if queue is not None and queue != named.queue:
+                raise ConfigurationError(f"task {named.name} is of queue {named.queue!r}, not {queue!r}: leave out "
+                                         "queue=")
+            if named.form.single is None and payload is not None:
+                raise ConfigurationError(f"task {named.name} takes no one argument: its ticks carry no payload")
+            queue = named.queue
+        if queue is None:
+            raise ConfigurationError("app.cron needs queue= (or task=)")
+        schedule = Cron(expr, queue, payload, id or "", None if named is None else named.name)
         if any(s.id == schedule.id for s in self.schedules):
-            raise ConfigurationError(f"schedule id {schedule.id!r} is taken: give this one its own id=")
+            raise ConfigurationError(f"schedule id {schedule.id!r} is taken: give this one its own id= "
+                                     "(app.cron(expr, task=..., id=...))")
         self.schedules.append(schedule)
         return schedule
+
+    def tick(self, schedule: Cron) -> tuple[Any, dict[str, Any] | None]:
+        """What a schedule's jobs store (read when a worker starts, the app complete): the payload
+        as ever; or, for a task's schedule on a queue of several tasks, where a job must name its
+        task, the task's call (its payload as its one argument, else no argument) and its headers."""
+        tasks = self.named.get(schedule.queue, {})
+        if schedule.task is None or len(tasks) < 2:
+            return schedule.payload, None
+        task = tasks[schedule.task]
+        args = (schedule.payload,) if task.form.single is not None else ()
+        payload, args_form = stored_call(task.form, args, {})
+        return payload, own_headers(task.name, args_form)
 
     @overload
     def task(self, fn: Callable[[A, JobContext], Coroutine[Any, Any, F]], /  # type: ignore[overload-overlap]
@@ -509,7 +538,7 @@ class App:
             for method in ("delay", "adelay", "enqueue", "aenqueue", "s"):
                 setattr(fn, method, getattr(caller, method))
             if cron is not None:
-                self.cron(cron, queue=task.queue)
+                self.cron(cron, task=task)
             return fn
 
         if isinstance(fn, str):  # @app.task("emails"): Celery's spelling names the task, ours the queue
