@@ -14,7 +14,8 @@ from echomq import App, Queue, Status, chain, group
 from echomq.errors import ConfigurationError
 from echomq._protocol import envelope
 from echomq._protocol.serializers import RAW
-from helpers import fresh_name, unchanged
+from support.dataset import unchanged
+from support.queues import fresh_name, round_trips
 
 
 def shop(conn, queue: str | None = None) -> tuple[App, Any]:
@@ -77,19 +78,9 @@ def test_a_group_then_a_step_gathers_its_members_in_their_order(conn):
 
 def test_a_group_alone_sends_each_member_in_one_round_trip(conn):
     app, (add, total, show) = shop(conn)
-    sent: list[int] = []
-    original = conn.round_trip
-
-    def counted(request, on=None):
-        sent.append(len(request))
-        return original(request, on)
-
-    conn.round_trip = counted
-    try:
+    with round_trips() as sent:
         handles = group(add.s(1, 1), chain(add.s(2), add.s(3)), show.s("x")).enqueue()
-    finally:
-        del conn.round_trip
-    assert sent == [3]
+    assert [len(verbs) for verbs in sent] == [3]
     assert [h.status() for h in handles] == [Status.PENDING, Status.WAITING, Status.PENDING]
 
 

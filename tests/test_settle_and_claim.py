@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from echomq import LeaseLost, hooks
+from echomq import LeaseLost
+from support.queues import round_trips as sent_round_trips
 
 LEASE = 30_000
 
 
 @pytest.fixture
 def round_trips():
-    """Each round trip sent from now on (the ``verb.stop`` hook: one a round trip), as its verbs."""
-    sent: list[list[str]] = []
-    unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))
-    yield sent
-    unsubscribe()
+    """Each round trip sent from now on, as its verbs."""
+    with sent_round_trips() as sent:
+        yield sent
 
 
 def test_settles_then_claims_in_the_fewest_round_trips(queue, wire, round_trips):

@@ -18,7 +18,9 @@ from echomq.cli import main
 from echomq.dashboard import Settings, serving
 from echomq.errors import ConfigurationError, JobNotFound
 from echomq._protocol import envelope
-from helpers import fresh_name, server_ms, unchanged
+from support.dataset import unchanged
+from support.queues import fresh_name, round_trips
+from support.waiting import server_ms
 
 
 def stored(queue: Queue, job_id: str) -> tuple[envelope.JobHeaders, bytes | None]:
@@ -127,19 +129,9 @@ def test_app_job_finds_a_job_by_its_id_alone_in_one_round_trip(conn):
 
     elsewhere = other.delay({"n": 1})
     send_email.delay({"to": "x"})
-    sent: list[int] = []
-    original = conn.round_trip
-
-    def counted(request, on=None):
-        sent.append(len(request))
-        return original(request, on)
-
-    conn.round_trip = counted
-    try:
+    with round_trips() as sent:
         found = app.job(elsewhere.id)
-    finally:
-        del conn.round_trip
-    assert sent == [2]  # one EXISTS a queue, both in one round trip
+    assert [len(verbs) for verbs in sent] == [2]  # one EXISTS a queue, both in one round trip
     assert (found.queue.name, found.id, found.status()) == (other.task.queue, elsewhere.id, Status.PENDING)
     assert app.job("no-such-job") is None
     twin = send_email.enqueue({"to": "y"}, id=elsewhere.id)  # the same id in a second queue

@@ -1,6 +1,6 @@
 """Queues and calls for the tests: fresh queue names, a job claimed for sure, a verb sent exactly as
 given, a queue with a job in every state and each verb's arguments on it, and the asyncio client
-seen through blocking calls (so one test runs on both clients)."""
+seen through blocking calls (so one test runs on both clients), and the round trips a block sends."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import inspect
 import itertools
 import os
 import uuid
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
-from echomq import Connection, Job, Queue, aio
+from echomq import Connection, Job, Queue, aio, hooks
 from echomq._client.connection import build_call
 
 from .waiting import server_ms, wait_server_past
@@ -22,6 +23,18 @@ _names = itertools.count()
 def fresh_name(prefix: str = "t") -> str:
     """A queue name no other test uses (the shared servers outlive each test)."""
     return f"{prefix}-{os.getpid()}-{next(_names)}"
+
+
+@contextmanager
+def round_trips() -> Iterator[list[list[str]]]:
+    """The round trips sent in the block by any connection of this process, each as its verbs (the
+    ``verb.stop`` hook: one a round trip, each verb or plain command of it)."""
+    sent: list[list[str]] = []
+    unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))
+    try:
+        yield sent
+    finally:
+        unsubscribe()
 
 
 def former_default_id(ms: int) -> str:
