@@ -71,14 +71,16 @@ def add(x, y=1): ...
 def keyword_context(x, *, ctx): ...
 def positional_context(x, ctx, y, /): ...
 def nothing(): ...
+def context_first(ctx, url, depth=1): ...  # arq's order
+def context_last(x, y=0, ctx=None): ...
 def spread(*args, **kwargs): ...
 
 
 @pytest.mark.parametrize("fn, context, at, single", [
     (payload_only, None, None, "payload"),
-    (payload_and_ctx, "ctx", None, "payload"),
-    (annotated, "job", None, "data"),
-    (annotated_async, "job", None, "data"),
+    (payload_and_ctx, "ctx", 1, "payload"),
+    (annotated, "job", 1, "data"),
+    (annotated_async, "job", 1, "data"),
     (add, None, None, None),
     (keyword_context, "ctx", None, "x"),
     (positional_context, "ctx", 1, None),
@@ -113,6 +115,9 @@ def test_a_call_of_one_argument_stores_it_as_the_payload_and_any_other_as_args_a
 @pytest.mark.parametrize("fn, args, kwargs, called", [
     (payload_and_ctx, [{"a": 1}], {}, ([{"a": 1}], {"ctx": "CTX"})),
     (positional_context, [1, 2], {}, ([1, "CTX", 2], {})),
+    (context_first, ["u", 2], {}, (["CTX", "u", 2], {})),  # a positional argument after it: passed in its place
+    (context_first, [], {"url": "u"}, ([], {"url": "u", "ctx": "CTX"})),
+    (context_last, [1], {}, ([1], {"ctx": "CTX"})),  # y left to its default: by name
     (add, [1, 2], {}, ([1, 2], {})),
 ])
 def test_the_worker_puts_the_context_where_the_handler_takes_it(fn, args, kwargs, called):
@@ -201,3 +206,17 @@ def test_a_named_job_is_called_with_its_stored_call_its_previous_results_first()
                               {"c": 10}) == ([10], {"y": 5})
     assert calling.named_call(call_form(payload_and_ctx), {"task": "p"}, {"to": "a"}, "CTX", None) == (
         [{"to": "a"}], {"ctx": "CTX"})
+
+
+def test_what_a_worker_runs_for_a_job_its_task_its_overrides_and_its_form_of_call():
+    one, two = {"only": "ONLY"}, {"a": "A", "b": "B"}
+    # no headers of ours, or none naming a task: the queue's one task, as ever ((payload, ctx)[:arity])
+    assert calling.job_run(one, "q", None, check_timeout) == ("ONLY", calling.NO_OVERRIDES, False)
+    assert calling.job_run(one, "q", {"a-later-header": 1}, check_timeout) == ("ONLY", calling.NO_OVERRIDES, False)
+    # a job naming its task: that one, with the job's stored call and its overrides
+    assert calling.job_run(two, "q", {"task": "b", "max_attempts": 7, "timeout": None}, check_timeout) == (
+        "B", calling.Overrides(max_attempts=7, timeout=None), True)
+    with pytest.raises(echomq.UnknownTask):
+        calling.job_run(two, "q", {"a-later-header": 1}, check_timeout)
+    with pytest.raises(BadHeaders, match="bad max_attempts"):
+        calling.job_run(one, "q", {"task": "only", "max_attempts": "7"}, check_timeout)

@@ -82,9 +82,11 @@ class CallForm:
     #: signature cannot be read (a builtin): any arguments are taken
     signature: inspect.Signature | None
     context: str | None = None  #: the context parameter's name (None: the handler takes none)
-    #: the context's place when it is positional-only (passed there); None: passed by its name
+    #: the context's place among the positional parameters (None: keyword-only): it is passed there when
+    #: it is positional-only or a positional argument comes after it (arq's ``f(ctx, url)``), else by name
     context_at: int | None = None
     single: str | None = None  #: the call's one parameter when it is one argument: the payload is that argument
+    context_positional_only: bool = False
 
 
 def call_form(fn: Callable[..., Any]) -> CallForm:
@@ -102,8 +104,11 @@ def call_form(fn: Callable[..., Any]) -> CallForm:
     one = rest[0] if len(rest) == 1 else None
     single = one.name if one is not None and one.kind in (one.POSITIONAL_ONLY, one.POSITIONAL_OR_KEYWORD) \
         and one.default is one.empty else None
-    at = params.index(context) if context is not None and context.kind is context.POSITIONAL_ONLY else None
-    return CallForm(signature.replace(parameters=rest), None if context is None else context.name, at, single)
+    if context is None:
+        return CallForm(signature.replace(parameters=rest), None, None, single)
+    positional = context.kind in (context.POSITIONAL_ONLY, context.POSITIONAL_OR_KEYWORD)
+    return CallForm(signature.replace(parameters=rest), context.name, params.index(context) if positional else None,
+                    single, context.kind is context.POSITIONAL_ONLY)
 
 
 def bind(form: CallForm, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[tuple[Any, ...],
@@ -289,7 +294,7 @@ def handler_call(form: CallForm, args: list[Any], kwargs: dict[str, Any], ctx: A
     """The handler's arguments for a job's call, its context put where the handler takes it."""
     if form.context is None:
         return args, kwargs
-    if form.context_at is not None:
+    if form.context_at is not None and (form.context_positional_only or len(args) > form.context_at):
         return [*args[:form.context_at], ctx, *args[form.context_at:]], kwargs
     return args, {**kwargs, form.context: ctx}
 
@@ -319,3 +324,15 @@ def named_call(form: CallForm, own: Mapping[str, Any], payload: Any, ctx: Any,
     call cannot be read."""
     args, kwargs = stored_arguments(payload, own)
     return handler_call(form, [*previous(own, results), *args], kwargs, ctx)
+
+
+def job_run(named: Mapping[str, T], queue: str, own: Mapping[str, Any] | None,
+            check_timeout: Callable[[object, str], float | None]) -> tuple[T, Overrides, bool]:
+    """What a worker runs for a claimed job: its task (:func:`task_for`), the job's overrides of that
+    task's policy, and whether the handler takes the job's stored call (:func:`named_call`: the job
+    names its task) or, as ever, ``(payload, ctx)[:arity]``. :class:`UnknownTask` or
+    :class:`BadHeaders`: no attempt could run it (dead at once)."""
+    task = task_for(named, queue, own)
+    if not own:
+        return task, NO_OVERRIDES, False
+    return task, overrides_of(own, check_timeout), task_named(own) is not None

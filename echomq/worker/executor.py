@@ -22,22 +22,22 @@ from functools import partial
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from .. import aio, hooks
-from . import policy
+from . import calling, policy
 from .._client.connection import Connection
 from .._client.partitioned import PartitionedQueue
 from .._client.queue import Job, Queue
 from .._core.core import Children
-from ..errors import JobTimeout, PayloadError
+from ..errors import JobTimeout, PayloadError, UnknownTask
 from .._protocol.results import result_value
 from .._protocol.serializers import JSON, Serializer
 from .._protocol.shown import one_line, quoted
 from .config import WorkerConfig
-from .held import Held
+from .held import Held, Run
 from .leases import Leases
 from .outcomes import outcome_of, raised
 from .pool import AsyncRunner, DaemonPool
 from .tallies import Events, Tally, Timings, waited_in_pending_s
-from .tasks import App, AsyncJobContext, JobContext, Task
+from .tasks import App, AsyncJobContext, JobContext, Task, check_timeout
 
 log = logging.getLogger("echomq.worker")
 
@@ -84,6 +84,8 @@ class Executor:
         self.pool: DaemonPool | None = None
         self._async: AsyncRunner | None = None
         self._aio: aio.Connection | None = None  #: async handlers' producers, on the runner's loop
+        #: each queue's tasks by name: a job that names its task runs that one (echomq.worker.calling)
+        self._named = {task.queue: app.named.get(task.queue) or {task.name: task} for task in app.tasks.values()}
 
     def settle_at(self, now: float) -> float:
         """When to settle the outcomes already in (policy.settle_at_ms)."""
@@ -114,16 +116,27 @@ class Executor:
         self.tally.claimed += len(jobs)
         waits = waited_in_pending_s(jobs, claimed_s)
         self.timings.waited.observe_many([waited_s for waited_s in waits if waited_s is not None])
-        runs = self._hold(task, queue, jobs, sent, deadline, children, waits, started_s)
+        # the queue's tasks by name (a task its app does not list runs alone: the parts' tests start one)
+        named = self._named.get(task.queue) or {task.name: task}
+        runs = self._hold(task, named, queue, jobs, sent, deadline, children, waits, started_s)
         if not runs:
             return
         self.started += len(runs)
         self.youngest_start = started_ms = self._clock_ms()
         self.settle_due = self.settle_at(started_ms) <= started_ms  # not yet, unless settle_wait_ms is 0
         told = "job.started" in hooks.heard  # read once a batch: the common case pays nothing a job
-        if task.is_async:
-            for held, args in runs:
-                self._start_async(held, args, told)
+        if len(named) == 1:  # one task: the batch's handlers are all sync, or all async
+            self._run_all(runs, task.is_async, told)
+            return
+        for is_async in (False, True):  # jobs of several tasks: each run as its own handler is
+            some = [run for run in runs if run[0].task.is_async is is_async]
+            if some:
+                self._run_all(some, is_async, told)
+
+    def _run_all(self, runs: list[Run], is_async: bool, told: bool) -> None:
+        if is_async:
+            for held, handler, args in runs:
+                self._start_async(held, handler, args, told)
         else:
             if self.pool is None:
                 # relaying, jobs queued behind a slow handler get threads when the control thread looks in
@@ -131,62 +144,110 @@ class Executor:
                                        self.config.settle_wait_ms / 1000 if self.relay is not None else None)
             self.pool.submit_all(self._run_sync_told if told else self._run_sync, runs)
 
-    def _hold(self, task: Task, queue: Queue, jobs: Sequence[Job], sent: float, deadline: float | None,
-              children: dict[str, Children] | None, waits: list[float | None],
-              started_s: float) -> list[tuple[Held, tuple[Any, ...]]]:
-        """Hold a claim batch's jobs and build their handlers' arguments; a job whose payload cannot be
-        decoded has none (it is finished already: dead at once, not the worker's failure). ``waits``:
-        each one's pending wait (observed by the batch), ``started_s``: the monotonic time their
-        handlers start."""
-        is_async = task.is_async
-        context, producers = (AsyncJobContext if is_async else JobContext), self._producers[is_async]
-        # read once a batch, not once a job
-        claimed_heard, loads, progress = "job.claimed" in hooks.heard, task.serializer.loads, queue.progress
-        arity = task.arity  # the handler gets (payload, ctx)[:arity]
-        # a context (with its progress reporter, a flow parent's children) is built only for a handler
-        # that takes one: for one that does not, nothing could ever read it (Held.ctx)
-        takes_ctx = arity == 2
-        runs = []
+    def _hold(self, task: Task, named: Mapping[str, Task], queue: Queue, jobs: Sequence[Job], sent: float,
+              deadline: float | None, children: dict[str, Children] | None, waits: list[float | None],
+              started_s: float) -> list[Run]:
+        """Hold a claim batch's jobs and build their handlers' calls; a job no handler can take (a
+        payload that cannot be decoded, a task its queue has not, headers that cannot be read) has
+        none (it is finished already: dead at once, not the worker's failure). ``task``: its queue's
+        (first) task, ``named``: all its tasks by name; ``waits``: each one's pending wait (observed by the batch), ``started_s``: the
+        monotonic time their handlers start."""
+        one = task if len(named) == 1 else None  # what a job that names no task runs, as ever
+        claimed_heard, loads = "job.claimed" in hooks.heard, task.serializer.loads  # read once a batch
+        runs: list[Run] = []
         for job, waited_s in zip(jobs, waits):
             if claimed_heard:  # counted by the batch (start)
                 self.events.tell("job.claimed", job, waited_s=waited_s, trace=job.trace)
-            ctx = context(job.id, task.queue, job.attempt, producers) if takes_ctx else None
-            if ctx is not None and children and (left := children.get(job.id)) is not None:
-                # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
-                ctx.children = lambda raw=left: Children(
-                    {child: result_value(loads, result, child) for child, result in raw.results.items()}, raw.failures)
-            if ctx is not None and (self._progress or job.flow or job.group is not None):
-                # one APPEND (lane_append, flow_append: scripts on both wires): a sync handler sends it from
-                # its own thread on the connection's pool, an async one awaits it on the asyncio connection
-                # (the loop's other handlers run on)
-                ctx.report = self._async_report(queue.name, job) if is_async else partial(progress, job)
-            held = Held(queue, task, job, (job.queue, job.id), ctx, sent, started_s, deadline, claimed_at=sent)
+            own = job.headers
+            if own is None and one is not None:  # the common case: a job with no headers of ours
+                runs_task, overrides, by_name = one, calling.NO_OVERRIDES, False
+            else:
+                try:
+                    runs_task, overrides, by_name = calling.job_run(named, task.queue, own, check_timeout)
+                except (UnknownTask, calling.BadHeaders) as exc:
+                    self._cannot_run(Held(queue, task, job, (job.queue, job.id), None, sent, started_s,
+                                          claimed_at=sent), exc)
+                    continue
+            # the handler gets (payload, ctx)[:arity], or the job's call and its context where it takes one; a
+            # context is built only for a handler that takes one: nothing could ever read it (Held.ctx)
+            takes_ctx = runs_task.form.context is not None if by_name else runs_task.arity == 2
+            ctx = self._context(runs_task, queue, job, children) if takes_ctx else None
+            held = Held(queue, runs_task, job, (job.queue, job.id), ctx, sent, started_s, deadline, claimed_at=sent,
+                        overrides=overrides)
+            if runs_task is not task or overrides.timeout is not calling.UNSET:
+                held.deadline = self._deadline(held, sent)
             self.held[held.key] = held
             try:
                 payload = None if job.raw_payload is None else loads(job.raw_payload)
             except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
-                held.verdict = policy.Undecodable(PayloadError(
+                self._cannot_run(held, PayloadError(
                     f"the payload cannot be decoded by the task's serializer ({type(task.serializer).__name__}): "
                     f"{type(exc).__name__}: {exc}"))
-                log.error("job %s/%s: %s", job.queue, quoted(job.id), one_line(str(held.verdict.error)))
-                held.ended_s = held.started_s
-                with self.outcomes:
-                    self.finished.append(held)
                 continue
-            runs.append((held, (payload, ctx)[:arity]))
+            if not by_name:
+                runs.append((held, runs_task.fn, (payload, ctx)[:runs_task.arity]))
+                continue
+            own = own or {}  # (it names its task)
+            try:
+                left = children.get(job.id) if children and "prev" in own else None
+                results = None if left is None else {child: result_value(loads, raw, child)
+                                                     for child, raw in left.results.items()}
+                args, kwargs = calling.named_call(runs_task.form, own, payload, ctx, results)
+            except Exception as exc:  # the job's call cannot be read (nor a previous step's result): dead at once
+                self._cannot_run(held, exc)
+                continue
+            runs.append((held, partial(runs_task.fn, **kwargs) if kwargs else runs_task.fn, tuple(args)))
         return runs
 
-    def _run_sync(self, held: Held, args: tuple[Any, ...]) -> Callable[[], None] | None:
+    def _context(self, task: Task, queue: Queue, job: Job, children: dict[str, Children] | None) -> JobContext:
+        """What ``job``'s handler sees: its context, its progress reporter, a flow parent's children."""
+        is_async = task.is_async
+        ctx = (AsyncJobContext if is_async else JobContext)(job.id, task.queue, job.attempt, self._producers[is_async])
+        if children and (left := children.get(job.id)) is not None:
+            # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
+            loads = task.serializer.loads
+            ctx.children = lambda raw=left: Children(
+                {child: result_value(loads, result, child) for child, result in raw.results.items()}, raw.failures)
+        if self._progress or job.flow or job.group is not None:
+            # one APPEND (lane_append, flow_append: scripts on both wires): a sync handler sends it from
+            # its own thread on the connection's pool, an async one awaits it on the asyncio connection
+            # (the loop's other handlers run on)
+            ctx.report = self._async_report(queue.name, job) if is_async else partial(queue.progress, job)
+        return ctx
+
+    def _cannot_run(self, held: Held, error: BaseException) -> None:
+        """A job no attempt could run: finished at once with ``error`` (dead, never retried); headers
+        that cannot be read are a payload that cannot be (the envelope is in the payload's bytes)."""
+        held.verdict = policy.Undecodable(PayloadError(str(error)) if isinstance(error, calling.BadHeaders) else error)
+        log.error("job %s/%s: %s", held.job.queue, quoted(held.job.id), one_line(policy.describe_error(error)))
+        held.ended_s = held.started_s
+        self.held[held.key] = held
+        with self.outcomes:
+            self.finished.append(held)
+
+    def timeout_of(self, held: Held) -> float | None:
+        """A job's timeout: its own (from its headers), else the worker's, else its task's."""
+        own = held.overrides.timeout
+        return self.config.timeout_of(held.task) if own is calling.UNSET else own
+
+    def _deadline(self, held: Held, sent: float) -> float | None:
+        """The local ms ``held``'s handler times out at (claim sent at ``sent``), looked at by the scans."""
+        timeout_s = self.timeout_of(held)
+        deadline = None if timeout_s is None else sent + timeout_s * 1000
+        self.leases.claimed(sent, deadline)
+        return deadline
+
+    def _run_sync(self, held: Held, handler: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], None] | None:
         """On a handler thread: run the handler and hand its outcome back (returns the relay, if this
         thread is to run it)."""
-        return self.done(held, outcome_of(held.task.fn, *args), relay=True)
+        return self.done(held, outcome_of(handler, *args), relay=True)
 
-    def _run_sync_told(self, held: Held, args: tuple[Any, ...]) -> Callable[[], None] | None:
+    def _run_sync_told(self, held: Held, handler: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], None] | None:
         """:meth:`_run_sync` between ``job.started`` and ``job.returned``, told on the handler's own
         thread: a subscriber may set a context there for the handler (the trace's span, say)."""
         self.events.tell("job.started", held.job)
         try:
-            outcome = outcome_of(held.task.fn, *args)
+            outcome = outcome_of(handler, *args)
         finally:
             self.events.tell("job.returned", held.job)
         return self.done(held, outcome, relay=True)
@@ -199,11 +260,11 @@ class Executor:
         finally:
             self.events.tell("job.returned", held.job)
 
-    def _start_async(self, held: Held, args: tuple[Any, ...], told: bool) -> None:
+    def _start_async(self, held: Held, handler: Callable[..., Any], args: tuple[Any, ...], told: bool) -> None:
         if self._async is None:
             self._async = AsyncRunner()
         try:
-            coro = held.task.fn(*args)
+            coro = handler(*args)
         except Exception as exc:  # raised before its first await (a bad signature, say): this job's outcome
             self.done(held, raised(exc))
             return
@@ -282,7 +343,7 @@ class Executor:
         outcome came first: an async one is cancelled; a sync one is abandoned to its thread, and a
         fresh thread takes its place in the pool. Either way the lease is no longer renewed and the
         handler's own outcome is dropped."""
-        timeout_s = self.config.timeout_of(held.task)
+        timeout_s = self.timeout_of(held)
         with self.outcomes:
             if held.outcome is not None:
                 return  # it returned just now: settled with its own outcome

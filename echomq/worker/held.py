@@ -5,11 +5,16 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any, Callable
 
-from . import policy
+from . import calling, policy
 from .._client.queue import Job, Queue
 from .._protocol.results import NotKept
 from .tasks import JobContext, Task
+
+
+#: a held job's call: its handler (a stored call's keyword arguments bound) and its positional arguments
+Run = tuple["Held", Callable[..., Any], tuple[Any, ...]]
 
 
 @dataclass(eq=False, slots=True)
@@ -36,6 +41,8 @@ class Held:
     not_kept: NotKept | None = None  #: its return value could not be kept: why (the completion keeps a marker)
     claimed_at: float = 0.0  #: local ms when its claim was sent: from when it is looked at for a cancel
     cancelled: bool = False  #: someone cancelled it while it ran (its outcome is dropped, and said so)
+    #: the job's own retry budget, backoff and timeout, from its headers (each over its task's)
+    overrides: calling.Overrides = calling.NO_OVERRIDES
     _lost: bool = False  #: the lost flag of a job whose handler takes no context
 
     @property

@@ -94,8 +94,10 @@ class Settler:
                 if not lost and isinstance(outcome, policy.Raised) and log.isEnabledFor(logging.WARNING):
                     log.warning("job %s/%s attempt %d raised:\n%s", job.queue, quoted(job.id), job.attempt,
                                 indented_traceback(outcome.error))
+                own = held.overrides
                 decision = policy.decide_outcome(outcome, lost and held.verdict is None, job.attempt,
-                                                 task.max_attempts, task.backoff, self._rand)
+                                                 own.max_attempts or task.max_attempts, own.backoff or task.backoff,
+                                                 self._rand)
             if type(decision) is policy.Drop:
                 self.held.pop(held.key, None)
                 reason = "cancelled while the handler ran" if held.cancelled else decision.reason
