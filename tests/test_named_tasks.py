@@ -257,3 +257,30 @@ def test_chains_run_from_asyncio_too(server, wire):
                 return await echomq.aio.Queue(aconn, name).result(handle.id, timeout=1)
 
         assert asyncio.run(get()) == 3
+
+
+def test_the_workers_metrics_count_each_tasks_settled_outcomes(conn):
+    pytest.importorskip("prometheus_client")
+    from echomq.observe.metrics import WorkerCollector
+    from echomq import IdlePolicy, TimerConfig
+
+    name = fresh_name("per-task")
+    app = App(queue=name).connect(conn)
+
+    @app.task
+    def fine(x):
+        return x
+
+    @app.task(max_attempts=2, backoff=FAST)
+    def broken(x):
+        raise ValueError(x)
+
+    fine.delay(1), fine.delay(2), broken.delay(3)
+    Queue(conn, name).enqueue({"n": 4})  # names no task on a queue of two: dead, and no task's
+    worker = Worker(app, conn, config=WorkerConfig(burst=True, grace_s=0, idle=IdlePolicy(min_ms=1, max_ms=20),
+                                                   timers=TimerConfig(promote_interval_ms=10)))
+    assert worker.run(install_signals=False).dead == 2
+    counted = {(sample.labels["task"], sample.labels["outcome"]): sample.value
+               for family in WorkerCollector(worker).collect() if family.name == "echomq_worker_task_jobs"
+               for sample in family.samples}
+    assert counted == {("fine", "completed"): 2, ("broken", "retried"): 1, ("broken", "dead"): 1}

@@ -18,7 +18,8 @@ whichever process serves them; a restart of the dashboard does not reset them.
 ``emq worker --metrics-port P`` serves one worker's own view (:class:`WorkerCollector`),
 read from its tally at scrape time: ``echomq_worker_jobs_total{outcome}`` (claimed,
 completed, retried, dead, delayed, lost, requeued, abandoned, and its sweeps' stalled, recovered,
-stalled_dead), ``echomq_worker_held``
+stalled_dead), ``echomq_worker_task_jobs_total{task, outcome}`` (the settled ones by the
+name of the task that ran them: completed, retried, dead, delayed), ``echomq_worker_held``
 and ``echomq_worker_concurrency``. They count from the worker's start; sum them over
 workers with ``sum by (outcome)``. Two histograms come from the worker's ``Timings``
 (the ``job.*`` hooks' ``duration_s`` and ``waited_s``, docs/hooks.md):
@@ -104,11 +105,15 @@ class WorkerCollector(Collector):
                                    labels=["outcome"])
         for item in fields(tally):
             jobs.add_metric([item.name], getattr(tally, item.name))
+        tasks = CounterMetricFamily("echomq_worker_task_jobs", "Jobs this worker settled since it started, by task "
+                                    "and outcome", labels=["task", "outcome"])
+        for (task, outcome), count in sorted(self.worker.settler.task_tally.items()):
+            tasks.add_metric([task, outcome], count)
         held = GaugeMetricFamily("echomq_worker_held", "Jobs this worker holds now")
         held.add_metric([], len(self.worker.held))
         concurrency = GaugeMetricFamily("echomq_worker_concurrency", "The most jobs this worker holds at once")
         concurrency.add_metric([], self.worker.config.concurrency)
-        yield from (jobs, held, concurrency)
+        yield from (jobs, tasks, held, concurrency)
         timings = self.worker.timings
         yield histogram("echomq_worker_job_duration_seconds",
                         "Handler run time of the jobs this worker settled (start to outcome known)", timings.duration)

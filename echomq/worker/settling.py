@@ -10,7 +10,7 @@ timers, a settle the server refused logged as lost.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from itertools import repeat
 from traceback import format_exception
 from typing import Any, Callable, Mapping, Sequence
@@ -60,6 +60,8 @@ class Settler:
         self.unsettled: list[Held] = []
         #: each task's result when its handler returns nothing, as its serializer encoded it
         self._nothing_encoded: dict[str, bytes] = {}
+        #: the settled outcomes by (task name, outcome): completed, retried, dead, delayed (the metrics')
+        self.task_tally: Counter[tuple[str, str]] = Counter()
 
     def again(self, helds: Sequence[Held]) -> None:
         """Send these settles again next time (a repeat is fenced by the token)."""
@@ -134,6 +136,7 @@ class Settler:
                 if decision is policy.COMPLETE:
                     # the common case, here rather than in _record (a call a job): counted, told only if heard
                     self.tally.completed += 1
+                    self.task_tally[held.task.name, "completed"] += 1
                     if held.not_kept is not None:
                         log.warning("job %s/%s attempt %d completed, but its result was not kept: %s (a %s "
                                     "returned); Queue.result raises ResultNotKept", held.job.queue,
@@ -197,9 +200,14 @@ class Settler:
         job = held.job
         if isinstance(decision, policy.Postpone):
             self.events.emit("job.delayed", job, delay_ms=decision.delay_ms, duration_s=duration_s)
+            outcome = "delayed"
         elif reply == State.DEAD:
             self.events.emit("job.dead", job, error=decision.error, max_attempts=decision.max_attempts,
                              duration_s=duration_s)
+            outcome = "dead"
         else:
             self.events.emit("job.retried", job, error=decision.error, backoff_ms=decision.backoff_ms,
                              duration_s=duration_s)
+            outcome = "retried"
+        if not isinstance(held.verdict, policy.Undecodable):  # counted by the task whose handler ran (one did)
+            self.task_tally[held.task.name, outcome] += 1
