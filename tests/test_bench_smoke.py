@@ -131,3 +131,12 @@ def test_a_built_peer_program_takes_its_command_first():
     system = System("asynq (Go), concurrency 10", "peer", None, ["/peers/asynq-bench"])
     assert system.argv("enqueue", "redis://h:1", "bench", 5) == ["/peers/asynq-bench", "enqueue", "redis://h:1",
                                                                 "bench", "5"]
+
+
+def test_the_canvas_cost_bench_runs_a_chain_and_jobs_alone_on_both_wires():
+    """bench/canvas_cost.py (docs/lanes-and-flows.md "Chains and groups", its cost), tiny."""
+    done = subprocess.run([sys.executable, "-m", "bench.canvas_cost", "--steps", "5", "--rounds", "1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = [line for line in done.stderr.splitlines() + done.stdout.splitlines() if "calls," in line]
+    assert len(said) == 4 and all(" a step " in line for line in said), said

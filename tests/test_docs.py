@@ -89,3 +89,100 @@ def test_the_asyncio_web_service_example_enqueues_from_concurrent_requests(serve
     assert drain(example.app, emails).completed == 50  # the async handler enqueues through ctx.producer
     assert sorted(row["payload"]["to"] for row in assert_enqueued(sent, count=50)) == sorted(
         f"u{i}@example.com" for i in range(50))
+
+
+# --------------------------------------------------------------------------- docs/migrating.md's examples
+
+
+def doc_block(page: str, first_line: str) -> str:
+    """The code block of ``page`` whose first line is ``first_line``."""
+    import re
+
+    for block in re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S):
+        if block.startswith(first_line + "\n"):
+            return block
+    raise AssertionError(f"{page} has no code block starting {first_line!r}")
+
+
+def emptied(server, *names: str) -> None:
+    """The example's queues start empty on the shared server (an example names its own queues)."""
+    from echomq._protocol.keys import Keyspace
+
+    with server.client() as admin:
+        for name in names:
+            keys = list(admin.scan_iter(match=Keyspace(name).pattern()))
+            if keys:
+                admin.delete(*keys)
+
+
+def test_the_celery_app_is_ported_with_four_lines_changed_and_runs(server, conn):
+    import difflib
+
+    from echomq import Queue
+    from echomq.testing import drain
+
+    before = doc_block("migrating.md", "# shop.py, with Celery").splitlines()[1:]
+    after = doc_block("migrating.md", "# shop.py, with EchoMQ")
+    source = (DOCS / "examples" / "celery_shop.py").read_text()
+    assert source.endswith(after), "migrating.md shows examples/celery_shop.py as it is"
+    changed = [line for line in difflib.ndiff(before, after.splitlines()[1:]) if line.startswith("+ ")]
+    assert len(changed) == 4, changed
+    shop = load_example("celery_shop")
+    emptied(server, "shop")
+    shop.app.connect(conn)
+    handle = shop.checkout("ada", {"apple": 2, "fig": 1})
+    assert drain(shop.app, Queue(conn, "shop")).completed == 4  # two prices, the invoice, the receipt
+    assert handle.get(timeout=5) == "sent 13 to ada"
+
+
+def test_the_rq_example_enqueues_with_options_and_fetches_by_id(server, conn):
+    from echomq import Status, Worker
+    from test_worker import running
+
+    words = load_example("rq_words")
+    emptied(server, "default")
+    words.app.connect(conn)
+    job, later, at = words.enqueue_some()
+    with running(Worker(words.app, conn)):
+        assert words.fetch(job.id).get(timeout=10) == 6
+    assert (later.status(), at.status()) == (Status.SCHEDULED, Status.SCHEDULED)
+
+
+def test_the_arq_example_runs_an_async_task_whose_context_comes_first(server, conn, wire):
+    import asyncio
+
+    from echomq import Worker
+    from test_worker import running
+
+    crawler = load_example("arq_crawler")
+    emptied(server, "arq")
+    crawler.app.connect(server.url, wire=wire)
+
+    async def crawl() -> list:
+        try:
+            return await crawler.crawl(["https://a.example", "https://b.example"])
+        finally:
+            await crawler.app.aclose()
+
+    with running(Worker(crawler.app, conn)):
+        results = asyncio.run(crawl())
+    assert results == [{"url": "https://a.example", "depth": 1, "try": 1},
+                       {"url": "https://b.example", "depth": 1, "try": 1},
+                       {"url": "https://example.com/deep", "depth": 2, "try": 1}]
+
+
+def test_the_bullmq_example_runs_named_jobs_a_flow_and_tells_its_events(server, conn):
+    from echomq import Queue
+    from echomq.testing import drain
+
+    media = load_example("bullmq_media")
+    emptied(server, "media")
+    media.app.connect(conn)
+    queue = Queue(conn, "media")
+    queue.enable_events()
+    one, album = media.add_jobs()
+    assert drain(media.app, queue).completed == 4
+    assert one.get(timeout=5) == "cat.png@640"
+    assert album.get(timeout=5) == "holiday: a.png@320, b.png@320"
+    events = [event.type for event in queue.events()]
+    assert events.count("completed") == 4 and events.count("progress") == 3
