@@ -17,6 +17,7 @@ from echomq._protocol import envelope
 from echomq.testing import drain
 from support.queues import fresh_name
 from support.waiting import server_ms, wait_until
+from test_canvas import shop
 from test_worker import running
 
 FAST = Backoff(base_ms=1, max_ms=5, jitter=0.0)
@@ -207,15 +208,7 @@ def test_a_header_no_worker_knows_is_kept_and_ignored(conn):
 
 def test_chains_and_groups_run_through_a_worker(conn):
     name = fresh_name("chains")
-    app = App(queue=name).connect(conn)
-
-    @app.task
-    def add(x, y=0):
-        return x + y
-
-    @app.task
-    def total(numbers, scale=1):
-        return sum(numbers) * scale
+    app, (add, total, _) = shop(conn, name)
 
     @app.task(max_attempts=1)
     def broken(x):
