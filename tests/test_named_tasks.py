@@ -277,3 +277,17 @@ def test_the_workers_metrics_count_each_tasks_settled_outcomes(conn):
                for family in WorkerCollector(worker).collect() if family.name == "echomq_worker_task_jobs"
                for sample in family.samples}
     assert counted == {("fine", "completed"): 2, ("broken", "retried"): 1, ("broken", "dead"): 1}
+    alone = App().connect(conn)  # a queue of one task: its completions are counted by the batch
+
+    @alone.task(queue=fresh_name("one-task"))
+    def only(payload):
+        return payload
+
+    Queue(conn, only.task.queue).enqueue_many([{"n": n} for n in range(25)])
+    only.delay({"n": 25})
+    worker = Worker(alone, conn, config=WorkerConfig(burst=True, grace_s=0, idle=IdlePolicy(min_ms=1, max_ms=20),
+                                                     timers=TimerConfig(promote_interval_ms=10)))
+    assert worker.run(install_signals=False).completed == 26
+    assert [(sample.labels["task"], sample.labels["outcome"], sample.value)
+            for family in WorkerCollector(worker).collect() if family.name == "echomq_worker_task_jobs"
+            for sample in family.samples] == [("only", "completed", 26)]

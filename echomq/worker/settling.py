@@ -45,7 +45,7 @@ class Settler:
 
     def __init__(self, queues: Mapping[str, Queue], held: dict[tuple[str, str], Held], *, bus: bool,
                  rand: Callable[[], float], tally: Tally, timings: Timings, events: Events, timers: Timers,
-                 pacing: Pacing, clock_ms: Callable[[], float]) -> None:
+                 pacing: Pacing, clock_ms: Callable[[], float], one_task: Mapping[str, str] | None = None) -> None:
         self.queues = queues
         self.held = held
         self.bus = bus  #: the node serves the bus: completions keep results and failures their tracebacks
@@ -62,6 +62,9 @@ class Settler:
         self._nothing_encoded: dict[str, bytes] = {}
         #: the settled outcomes by (task name, outcome): completed, retried, dead, delayed (the metrics')
         self.task_tally: Counter[tuple[str, str]] = Counter()
+        #: the name of each queue's one task, for a queue that has one: its completions are counted by
+        #: the batch (a queue of several counts each job's task)
+        self.one_task = one_task or {}
 
     def again(self, helds: Sequence[Held]) -> None:
         """Send these settles again next time (a repeat is fenced by the token)."""
@@ -126,6 +129,7 @@ class Settler:
     def settled(self, name: str, batch: Sequence[tuple[Held, policy.Settle]], answers: list[Any]) -> None:
         """Record the server's ``answers`` to ``name``'s settles (``batch``, as :meth:`decide` sent them)."""
         completed_heard = "job.completed" in hooks.heard  # read once a batch
+        one_task, completed_before = self.one_task.get(name), self.tally.completed
         durations: list[float] = []  # the run times of the settles the server took: observed together
         for (held, decision), reply in zip(batch, answers):
             if isinstance(reply, Exception):
@@ -136,7 +140,8 @@ class Settler:
                 if decision is policy.COMPLETE:
                     # the common case, here rather than in _record (a call a job): counted, told only if heard
                     self.tally.completed += 1
-                    self.task_tally[held.task.name, "completed"] += 1
+                    if one_task is None:
+                        self.task_tally[held.task.name, "completed"] += 1
                     if held.not_kept is not None:
                         log.warning("job %s/%s attempt %d completed, but its result was not kept: %s (a %s "
                                     "returned); Queue.result raises ResultNotKept", held.job.queue,
@@ -150,6 +155,8 @@ class Settler:
             if held.job.flow:  # a parent (in any queue served) may be ready now: poll the flow sets
                 self.pacing.poll_flows()
         self.timings.duration.observe_many(durations)
+        if one_task is not None and self.tally.completed > completed_before:
+            self.task_tally[one_task, "completed"] += self.tally.completed - completed_before
 
     def _settle_call(self, held: Held, decision: policy.Settle, result: bytes | None) -> Call:
         """The call that settles ``held`` as decided; ``result``: a returned value, encoded when kept."""

@@ -105,7 +105,9 @@ class Worker:
         self.executor = Executor(app, connection, self.layouts, config, self.held, self.leases, self.tally,
                                  self.timings, self.events, wake, clock_ms)
         self.settler = Settler(self.queues, self.held, bus=self.bus, rand=rand, tally=self.tally, timings=self.timings,
-                               events=self.events, timers=self.timers, pacing=self.pacing, clock_ms=clock_ms)
+                               events=self.events, timers=self.timers, pacing=self.pacing, clock_ms=clock_ms,
+                               one_task={name: task.name for name, task in self.tasks.items()
+                                         if len(app.named.get(task.queue) or {task.name: task}) == 1})
         self.waiting = Waiting(connection, self.queues, self.tasks, config, self.pacing, self.executor, self.events,
                                self.timers, wake, clock_ms)
         self.loop = Loop(config=config, queues=self.queues, tasks=self.tasks, held=self.held, tally=self.tally,
