@@ -178,8 +178,8 @@ def _states(connection: Connection, found: dict[tuple[str, str], tuple[str, str]
     replies = connection.round_trip([Plain(("HGET", Keyspace(part).job(job_id), "state")) for part, job_id in rows]) \
         if rows else []
     states = {row: text_of(state) if isinstance(state, bytes) else None for row, state in zip(rows, replies)}
-    return [Hit(queue, job_id, "completed" if kind == "done" else states[part, job_id])
-            for (queue, job_id), (part, kind) in found.items()]
+    return sorted((Hit(queue, job_id, "completed" if kind == "done" else states[part, job_id])
+                   for (queue, job_id), (part, kind) in found.items()), key=lambda hit: (hit.queue, hit.id))
 
 
 def node_where(connection: Connection) -> str:
