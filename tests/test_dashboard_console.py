@@ -43,7 +43,7 @@ def ids_on(html: str) -> list[str]:
 
 def admitted_ago(queue: Queue, job_id: str, ms: int) -> None:
     """Plant an older admission time (the row's ``created``, server clock) than a test could wait for."""
-    queue.connection.client.hset(queue.keys.job(job_id), "created", queue.server_ms() - ms)
+    queue.connection.client.hset(queue.keys.job(job_id), "created", str(queue.server_ms() - ms))
 
 
 def kill(queue: Queue, job_id: str, error: str) -> None:
@@ -290,8 +290,9 @@ def test_the_oldest_waiting_job_is_found_behind_newer_jobs_of_other_priorities(c
         page = site.get(f"/queues/{queue.name}").text
 
     def oldest(name: str) -> str:
-        row = re.search(rf'<tr data-queue="{re.escape(name)}">(.*?)</tr>', overview, re.S).group(1)
-        return re.search(r'data-kind="oldest">([^<]+)<', row).group(1)
+        row = re.search(rf'<tr data-queue="{re.escape(name)}">(.*?)</tr>', overview, re.S)
+        cell = re.search(r'data-kind="oldest">([^<]+)<', row.group(1) if row else "")
+        return cell.group(1) if cell else "(no cell)"
 
     assert oldest(queue.name) == "3.0 h" and oldest(empty.name) == "–"
     assert '<b id="oldest">3.0 h</b>' in page

@@ -69,7 +69,7 @@ def kill(queue: Queue, job_id: str, error: str) -> None:
 
 def admitted_ago(queue: Queue, job_id: str, ms: int) -> None:
     """Plant an older admission time (the row's ``created``, server clock) than the test could wait for."""
-    queue.connection.client.hset(queue.keys.job(job_id), "created", queue.server_ms() - ms)
+    queue.connection.client.hset(queue.keys.job(job_id), "created", str(queue.server_ms() - ms))
 
 
 def test_a_filtered_page_reads_a_window_at_a_time_and_goes_on_where_it_stopped(queue):

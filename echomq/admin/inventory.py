@@ -150,7 +150,7 @@ def find_exact(queues: Sequence[Queue | PartitionedQueue], job_id: str) -> list[
         [call for _, part in located for call in (Plain(("HGET", part.keys.job(job_id), "state")),
                                                   Plain(("EXISTS", part.keys.done(job_id))))])
     raise_first(replies)
-    hits = {}
+    hits: dict[str, Hit] = {}
     for (queue, _), state, record in zip(located, replies[::2], replies[1::2]):
         if state is not None or record:
             hits.setdefault(queue.name, Hit(queue.name, job_id, text_of(state) if state is not None else "completed"))

@@ -11,7 +11,7 @@ A job's *age* is the time since it was admitted (its row's ``created``, server c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from .._client.connection import Plain
@@ -43,43 +43,36 @@ class JobFilter:
     error: str = ""
     min_age: str = ""
     max_age: str = ""
+    min_age_ms: int | None = field(default=None, init=False, compare=False, repr=False)
+    max_age_ms: int | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "error", self.error.strip())
-        object.__setattr__(self, "min_age", self.min_age.strip())
-        object.__setattr__(self, "max_age", self.max_age.strip())
         if len(self.error) > ERROR_FILTER_CHARS:
             raise ValueError(f"error text of {len(self.error)} characters: look for at most {ERROR_FILTER_CHARS}")
         for name in ("min_age", "max_age"):
-            text = getattr(self, name)
-            if text:
-                try:
-                    parse_duration_ms(text)
-                except ValueError as exc:
-                    raise ValueError(f"bad {name.replace('_', ' ')}: {exc}") from None
+            text = getattr(self, name).strip()
+            object.__setattr__(self, name, text)
+            try:
+                object.__setattr__(self, f"{name}_ms", parse_duration_ms(text) if text else None)
+            except ValueError as exc:
+                raise ValueError(f"bad {name.replace('_', ' ')}: {exc}") from None
 
     @property
     def empty(self) -> bool:
         return not (self.error or self.min_age or self.max_age)
 
-    @property
-    def min_age_ms(self) -> int | None:
-        return parse_duration_ms(self.min_age) if self.min_age else None
-
-    @property
-    def max_age_ms(self) -> int | None:
-        return parse_duration_ms(self.max_age) if self.max_age else None
-
     def matches(self, fields: Mapping[str, str], now_ms: int) -> bool:
         """Whether a row (its fields as text) is one the filter asks for, at server time ``now_ms`` (pure)."""
         if self.error and self.error.casefold() not in fields.get("last_error", "").casefold():
             return False
-        if self.min_age or self.max_age:
+        least, most = self.min_age_ms, self.max_age_ms
+        if least is not None or most is not None:
             created = fields.get("created", "")
             if not created.isdigit():
                 return False
             age_ms = now_ms - int(created)
-            if (self.min_age and age_ms < self.min_age_ms) or (self.max_age and age_ms > self.max_age_ms):
+            if (least is not None and age_ms < least) or (most is not None and age_ms > most):
                 return False
         return True
 

@@ -43,7 +43,8 @@ from ..admin.steps import parse_duration_ms
 from .._client.connection import Connection
 from ..errors import ConfigurationError, ConnectionFailed, EchoMQError
 from .._core.workers import WorkerRecord, serving
-from ..admin.workers import list_workers
+from ..admin.workers import list_workers, worker_summaries
+from .._core.summaries import TaskSummary, TaskTimes, by_queue, over_workers
 from ..admin.inventory import (GROUPED_SETS, QueueNumbers, QueueScan, ago, find_exact, find_prefixed, job_page,
                                job_story, numbers_of, numbers_or_error, queue_exists, scan_queues, waiting_unserved)
 from .._protocol.keys import MAX_ID_BYTES, QUEUE_NAME, State, check_group, check_job_id
@@ -61,6 +62,7 @@ GROUPS_SHOWN = 100  #: a queue page lists at most this many lane groups (the fir
 PURGE_BATCH = 1000  #: dead jobs deleted per PURGE call
 SEARCH_HITS = 20  #: the most jobs a search by an id's start lists
 DISCOVERY_TTL_S = 10.0  #: how long a SCAN's list of queues is reused (a SCAN walks the whole keyspace)
+SUMMARIES_TTL_S = 5.0  #: how long the workers' summaries are reused (each worker rewrites its own once a beat)
 HERE = files(__package__)
 #: every action, done or refused, one line each: who (the client's address), what, on which queue, what it did
 audit = logging.getLogger("echomq.dashboard.audit")
@@ -86,6 +88,8 @@ class QueueList:
         self.connection, self.pinned = connection, pinned
         self._found = QueueScan(list(pinned))
         self._at = float("-inf")
+        self._summaries: dict[str, list[TaskSummary]] = {}
+        self._summaries_at = float("-inf")
         self._lock = threading.Lock()
 
     def __call__(self) -> list[str]:
@@ -113,6 +117,20 @@ class QueueList:
         with self._lock:
             self._at = float("-inf")
 
+    def summaries(self, workers: list[WorkerRecord]) -> dict[str, list[TaskSummary]]:
+        """What ``workers`` published of their jobs (the shown queues' tasks), read at most every
+        SUMMARIES_TTL_S (a worker rewrites it once a beat)."""
+        with self._lock:
+            if time.monotonic() - self._summaries_at > SUMMARIES_TTL_S:
+                self._summaries, self._summaries_at = worker_summaries(self.connection, workers), time.monotonic()
+            found = self._summaries
+        live = {w.id for w in workers}
+        return {worker: [t for t in tasks if self.shows(t.queue)] for worker, tasks in found.items() if worker in live}
+
+    def times(self) -> list[TaskTimes]:
+        """Each shown queue's tasks over the live workers' last minutes."""
+        return over_workers(self.summaries(self.workers()).values())
+
 
 def create_app(connection: Connection, settings: Settings | None = None) -> Starlette:
     """The dashboard for the node behind ``connection`` (the caller owns and closes it)."""
@@ -127,7 +145,7 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
     env.filters.update(ago=ago, id_form=id_form, one_line=lambda value: one_line(str(value)), lines=lines,
                        seconds=seconds)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NodeCollector(connection, queue_names.scan, queue_names.workers))
+    registry.register(NodeCollector(connection, queue_names.scan, queue_names.workers, queue_names.summaries))
 
     def all_numbers(oldest: bool = False) -> list[tuple[str, QueueNumbers | Exception]]:
         names = queue_names()
@@ -160,8 +178,10 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
                          "unserved": isinstance(numbers, QueueNumbers) and waiting_unserved(numbers, served[name])})
         # a queue with lane or flow jobs: their columns, for every queue (as emq stats)
         grouped = any(isinstance(row["numbers"], QueueNumbers) and row["numbers"].counts.grouped for row in rows)
+        times = by_queue(over_workers(queue_names.summaries(workers).values()))
         return {"rows": rows, "grouped": grouped, "chart": svg_chart(rate_series(samples)), "workers": workers,
-                "skipped": queue_names.scan(), "now": time.time()}
+                "skipped": queue_names.scan(), "now": time.time(),
+                "times": [times[row["name"]] for row in rows if row["name"] in times]}
 
     # -- pages (sync: run on the thread pool) --------------------------------------------------
     def overview(request: Request) -> Response:
@@ -196,7 +216,8 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
                                 and not isinstance(queue, PartitionedQueue) else (0, {}))
         return {"queue": queue.name, "numbers": numbers, "state": shown.state, "shown": shown, "groups": groups,
                 "groups_total": groups_total, "chart": svg_chart(rate_series(sampler.snapshot(), queue.name)),
-                "message": request.query_params.get("done")}
+                "message": request.query_params.get("done"),
+                "times": [t for t in queue_names.times() if t.queue == queue.name]}
 
     def jobs_context(queue: AnyQueue, shown: ListQuery, numbers: QueueNumbers) -> dict[str, Any]:
         """The queue page's job list: a page of a state's jobs, or, filtered, those a bounded scan found."""
@@ -287,8 +308,14 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
                                 "task's result_ttl)")
         return render("job.html", queue=queue.name, job=view, message=request.query_params.get("done"))
 
+    def workers_context() -> dict[str, Any]:
+        return {"workers": queue_names.workers(), "now": time.time(), "detailed": True}
+
     def workers_page(request: Request) -> Response:
-        return render("workers.html", workers=queue_names.workers(), now=time.time())
+        return render("workers.html", **workers_context())
+
+    def workers_part(request: Request) -> Response:
+        return render("_workers.html", **workers_context())
 
     def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
@@ -425,6 +452,7 @@ def create_app(connection: Connection, settings: Settings | None = None) -> Star
         Route("/", with_problems(overview)),
         Route("/parts/overview", with_problems(overview_part)),
         Route("/workers", with_problems(workers_page)),
+        Route("/parts/workers", with_problems(workers_part)),
         Route("/metrics", metrics),
         Route("/search", with_problems(search)),
         Route("/queues/{name}", with_problems(queue_page)),

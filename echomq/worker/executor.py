@@ -28,6 +28,7 @@ from .._client.partitioned import PartitionedQueue
 from .._client.queue import Job, Queue
 from .._core.core import Children
 from ..errors import JobTimeout, PayloadError
+from .._protocol.keys import parent_queue
 from .._protocol.results import result_value
 from .._protocol.serializers import JSON, Serializer
 from .._protocol.shown import one_line, quoted
@@ -36,7 +37,8 @@ from .held import Held
 from .leases import Leases
 from .outcomes import outcome_of, raised
 from .pool import AsyncRunner, DaemonPool
-from .tallies import Events, Tally, Timings, waited_in_pending_s
+from .jobstats import JobStats, TaskStats, task_label
+from .tallies import Events, Tally, waited_in_pending_s
 from .tasks import App, AsyncJobContext, JobContext, Task
 
 log = logging.getLogger("echomq.worker")
@@ -50,7 +52,7 @@ class Executor:
     (queue, id)), starts their handlers, and gathers their outcomes."""
 
     def __init__(self, app: App, connection: Connection, layouts: Mapping[str, list[str]], config: WorkerConfig,
-                 held: dict[tuple[str, str], Held], leases: Leases, tally: Tally, timings: Timings, events: Events,
+                 held: dict[tuple[str, str], Held], leases: Leases, tally: Tally, stats: JobStats, events: Events,
                  wake: threading.Event, clock_ms: Callable[[], float]) -> None:
         self.app = app
         self.connection = connection
@@ -59,7 +61,7 @@ class Executor:
         self.held = held
         self.leases = leases
         self.tally = tally
-        self.timings = timings
+        self.stats = stats
         self.events = events
         self.wake = wake  #: the control loop's: set when an outcome is to be settled now
         self._clock_ms = clock_ms
@@ -113,8 +115,10 @@ class Executor:
         claimed_s, started_s = time.time(), time.monotonic()
         self.tally.claimed += len(jobs)
         waits = waited_in_pending_s(jobs, claimed_s)
-        self.timings.waited.observe_many([waited_s for waited_s in waits if waited_s is not None])
-        runs = self._hold(task, queue, jobs, sent, deadline, children, waits, started_s)
+        stats = self.stats.of(parent_queue(queue.name), task_label(task))  # a partition counts as its queue
+        stats.counts["claimed"] += len(jobs)
+        stats.waited.observe_many([waited_s for waited_s in waits if waited_s is not None])
+        runs = self._hold(task, stats, queue, jobs, sent, deadline, children, waits, started_s)
         if not runs:
             return
         self.started += len(runs)
@@ -131,13 +135,13 @@ class Executor:
                                        self.config.settle_wait_ms / 1000 if self.relay is not None else None)
             self.pool.submit_all(self._run_sync_told if told else self._run_sync, runs)
 
-    def _hold(self, task: Task, queue: Queue, jobs: Sequence[Job], sent: float, deadline: float | None,
-              children: dict[str, Children] | None, waits: list[float | None],
+    def _hold(self, task: Task, stats: TaskStats, queue: Queue, jobs: Sequence[Job], sent: float,
+              deadline: float | None, children: dict[str, Children] | None, waits: list[float | None],
               started_s: float) -> list[tuple[Held, tuple[Any, ...]]]:
         """Hold a claim batch's jobs and build their handlers' arguments; a job whose payload cannot be
-        decoded has none (it is finished already: dead at once, not the worker's failure). ``waits``:
-        each one's pending wait (observed by the batch), ``started_s``: the monotonic time their
-        handlers start."""
+        decoded has none (it is finished already: dead at once, not the worker's failure). ``stats``: the
+        task's figures on the queue, ``waits``: each one's pending wait (observed by the batch),
+        ``started_s``: the monotonic time their handlers start."""
         is_async = task.is_async
         context, producers = (AsyncJobContext if is_async else JobContext), self._producers[is_async]
         # read once a batch, not once a job
@@ -160,7 +164,7 @@ class Executor:
                 # its own thread on the connection's pool, an async one awaits it on the asyncio connection
                 # (the loop's other handlers run on)
                 ctx.report = self._async_report(queue.name, job) if is_async else partial(progress, job)
-            held = Held(queue, task, job, (job.queue, job.id), ctx, sent, started_s, deadline, claimed_at=sent)
+            held = Held(queue, task, job, (job.queue, job.id), ctx, sent, started_s, stats, deadline, claimed_at=sent)
             self.held[held.key] = held
             try:
                 payload = None if job.raw_payload is None else loads(job.raw_payload)
