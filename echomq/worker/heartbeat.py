@@ -100,7 +100,8 @@ class Heartbeat:
     def remove(self) -> None:
         """A clean shutdown: the record goes at once."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.delete(record_key(self.id), stats_key(self.id))
+        pipe.delete(record_key(self.id))
+        pipe.delete(stats_key(self.id))  # apart: a cluster pipeline takes one key a DEL
         pipe.srem(WORKERS_KEY, self.id)
         with plain_commands("the heartbeat's removal"):
             pipe.execute()
