@@ -28,7 +28,7 @@ ERROR_FILTER_CHARS = 200
 #: rows read in one round trip while a filter scans a state (one ZRANGE and this many HMGETs)
 WINDOW = 500
 #: rows one filtered page request reads at most before it answers with what it found and where to go on
-SCAN_BUDGET = 5000
+SCAN_BUDGET = 2000
 #: dead jobs a bulk action reads, then acts on, in one round trip each
 BULK_BATCH = 500
 
