@@ -24,7 +24,7 @@ from echomq.dashboard.rates import Point, Sample, rate_series, svg_chart
 from echomq.errors import ConfigurationError
 from echomq.worker.heartbeat import Heartbeat
 from echomq.local.server import free_port
-from support.dashboard import PENDING, own_servers, secret_of, server, stock, stocked  # noqa: F401 (fixtures)
+from support.dashboard import PENDING, ids_on, own_servers, secret_of, server, stock, stocked  # noqa: F401 (fixtures)
 from support.dataset import queue_unchanged, unchanged
 from support.processes import ROOT, reap
 from support.queues import fresh_name, take
@@ -38,10 +38,6 @@ def site(conn, stocked):
     """Started after the stock is in, so its first queue discovery finds it."""
     with serving(conn, Settings(sample_interval_s=0.1)) as url, httpx.Client(base_url=url) as client:
         yield client
-
-
-def ids_on(html: str) -> list[str]:
-    return re.findall(r'/job\?id=([^"]+)"', html)
 
 
 def test_every_page_loads_and_shows_the_queue(site, stocked):

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from echomq import App, Queue, Worker, WorkerConfig
+from echomq import Queue, Worker, WorkerConfig
 from echomq.worker.heartbeat import HeartbeatConfig
 from echomq.dashboard import Settings, serving
 from support.dashboard import PENDING, own_servers, server, stock  # noqa: F401 (fixtures)
 from support.queues import fresh_name
+from support.workers import app_of_one_task
 from support.waiting import wait_until
 from test_worker import running
 
@@ -166,13 +167,7 @@ def test_a_groups_pause_asks_first_even_after_its_part_refreshed(conn, page):
 def test_a_busy_node_shows_its_rates_and_its_worker(conn, page, caplog):
     caplog.set_level(logging.CRITICAL, logger="echomq.worker")  # every tenth job dies, by design
     name = fresh_name("emails")
-    app = App()
-
-    @app.task(queue=name, max_attempts=1)
-    def send(payload):
-        if payload["n"] % 10 == 0:
-            raise ValueError("mailbox full")
-
+    app = app_of_one_task(name, "send", lambda payload: payload["n"] % 10 == 0, ValueError("mailbox full"))
     queue = Queue(conn, name)
     worker = Worker(app, conn, config=WorkerConfig(concurrency=4))
     stop = threading.Event()
@@ -291,13 +286,7 @@ def test_a_filtered_dead_list_survives_a_reload_refreshes_itself_and_is_reproces
 def test_the_times_of_a_busy_queue_and_its_workers_last_error(conn, page, caplog):
     caplog.set_level(logging.CRITICAL, logger="echomq.worker")  # every fifth job fails, by design
     name = fresh_name("browser-times")
-    app = App()
-
-    @app.task(queue=name, max_attempts=1)
-    def deliver(payload):
-        if payload["n"] % 5 == 0:
-            raise ConnectionError("smtp refused")
-
+    app = app_of_one_task(name, "deliver", lambda payload: payload["n"] % 5 == 0, ConnectionError("smtp refused"))
     queue = Queue(conn, name)
     queue.enqueue_many([{"n": n} for n in range(40)])
     worker = Worker(app, conn, config=WorkerConfig(concurrency=4, heartbeat=HeartbeatConfig(200, 2000)))

@@ -22,23 +22,13 @@ from echomq.admin import selection
 from echomq.admin.selection import JobFilter
 from echomq.dashboard import Settings, serving
 from echomq.dashboard.views import BadQuery, ListQuery, list_query, seconds
-from dashboard_helpers import own_servers, server, stock  # noqa: F401 (a node of its own per wire)
+from dashboard_helpers import ids_on, own_servers, secret_of, server, stock  # noqa: F401 (a node of its own per wire)
 from echomq.local.server import free_port
 from helpers import fresh_name, queue_unchanged, reap, take
 from worker_helpers import ROOT, wait_until
 
 HOUR_MS = 3_600_000
 STATES = ["pending", "active", "scheduled", "dead"]
-
-
-def secret_of(html: str) -> str:
-    found = re.search(r'name="secret" value="([^"]+)"', html)
-    assert found, html
-    return found.group(1)
-
-
-def ids_on(html: str) -> list[str]:
-    return re.findall(r'/job\?id=([^"]+)"', html)
 
 
 def admitted_ago(queue: Queue, job_id: str, ms: int) -> None:

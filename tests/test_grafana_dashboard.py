@@ -13,13 +13,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from echomq import App, Queue, Worker, WorkerConfig
+from echomq import Queue, Worker, WorkerConfig
 from echomq.dashboard import Settings, serving
 from echomq.worker.heartbeat import HeartbeatConfig
 from dashboard_helpers import own_servers, server  # noqa: F401 (a node of its own per wire)
 from helpers import fresh_name
 from test_worker import running
-from worker_helpers import wait_until
+from worker_helpers import app_of_one_task, wait_until
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana-dashboard.json"
 METRIC = re.compile(r"\b(echomq_[a-z_]+)")
@@ -44,13 +44,7 @@ def test_the_dashboard_json_has_what_an_import_needs():
 
 def test_every_metric_and_label_the_dashboard_names_is_served(conn):
     name = fresh_name("grafana")
-    app = App()
-
-    @app.task(queue=name, max_attempts=1)
-    def send(payload):
-        if payload.get("fail"):
-            raise ValueError("no")
-
+    app = app_of_one_task(name, "send", lambda payload: payload.get("fail"), ValueError("no"))
     queue = Queue(conn, name)
     queue.enqueue_many([{}, {}, {"fail": 1}])
     worker = Worker(app, conn, config=WorkerConfig(heartbeat=HeartbeatConfig(100, 2000)))

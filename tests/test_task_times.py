@@ -13,7 +13,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from echomq import App, Queue, Worker, WorkerConfig
+from echomq import Queue, Worker, WorkerConfig
 from echomq._core.summaries import (ERRORS_KEPT, OTHER_ERROR, Buckets, Figures, TaskSummary, by_queue,
                                     decode_summary, encode_summary, over_workers, stats_key)
 from echomq._core.workers import record_key
@@ -26,7 +26,7 @@ from echomq.worker.jobstats import JobStats, TaskStats, error_type
 from dashboard_helpers import own_servers, server  # noqa: F401 (a node of its own per wire)
 from helpers import fresh_name
 from test_worker import running
-from worker_helpers import wait_until
+from worker_helpers import app_of_one_task, wait_until
 
 BOUNDS = (0.1, 1.0, 10.0)
 
@@ -126,13 +126,7 @@ def test_the_window_is_the_change_since_the_beat_a_window_ago():
 
 def test_a_workers_times_reach_the_dashboard_and_metrics_per_queue_and_task(conn):
     name = fresh_name("times")
-    app = App()
-
-    @app.task(queue=name, max_attempts=1)
-    def send(payload):
-        if payload.get("fail"):
-            raise KeyError("no such mailbox")
-
+    app = app_of_one_task(name, "send", lambda payload: payload.get("fail"), KeyError("no such mailbox"))
     queue = Queue(conn, name)
     queue.enqueue_many([{}] * 8 + [{"fail": 1}] * 2)
     worker = Worker(app, conn, config=WorkerConfig(concurrency=4, heartbeat=HeartbeatConfig(100, 2000)))
