@@ -22,10 +22,12 @@ from echomq.admin import selection
 from echomq.admin.selection import JobFilter
 from echomq.dashboard import Settings, serving
 from echomq.dashboard.views import BadQuery, ListQuery, list_query, seconds
-from dashboard_helpers import ids_on, own_servers, secret_of, server, stock  # noqa: F401 (a node of its own per wire)
 from echomq.local.server import free_port
-from helpers import fresh_name, queue_unchanged, reap, take
-from worker_helpers import ROOT, wait_until
+from support.dashboard import ids_on, own_servers, secret_of, server, stock  # noqa: F401 (fixtures)
+from support.dataset import queue_unchanged
+from support.processes import ROOT, reap
+from support.queues import fresh_name, take
+from support.waiting import wait_until
 
 HOUR_MS = 3_600_000
 STATES = ["pending", "active", "scheduled", "dead"]

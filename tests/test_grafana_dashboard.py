@@ -16,10 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from echomq import Queue, Worker, WorkerConfig
 from echomq.dashboard import Settings, serving
 from echomq.worker.heartbeat import HeartbeatConfig
-from dashboard_helpers import own_servers, server  # noqa: F401 (a node of its own per wire)
-from helpers import fresh_name
+from support.dashboard import own_servers, server  # noqa: F401 (fixtures)
+from support.queues import fresh_name
+from support.waiting import wait_until
+from support.workers import app_of_one_task
 from test_worker import running
-from worker_helpers import app_of_one_task, wait_until
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana-dashboard.json"
 METRIC = re.compile(r"\b(echomq_[a-z_]+)")

@@ -11,7 +11,9 @@ import pytest
 from echomq import ConfigurationError, PartitionedQueue, Queue, State
 from echomq.admin.actions import act_on_dead, acted, left_dead
 from echomq.admin.selection import NO_FILTER, JobFilter, count_dead, dead_as_of, matching_page, walk_dead
-from helpers import fresh_name, queue_unchanged, take, wait_server_past
+from support.dataset import queue_unchanged
+from support.queues import fresh_name, take
+from support.waiting import wait_server_past
 
 HOUR_MS = 3_600_000
 

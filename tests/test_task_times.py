@@ -23,10 +23,11 @@ from echomq.errors import JobTimeout
 from echomq.worker import policy
 from echomq.worker.heartbeat import HeartbeatConfig
 from echomq.worker.jobstats import JobStats, TaskStats, error_type
-from dashboard_helpers import own_servers, server  # noqa: F401 (a node of its own per wire)
-from helpers import fresh_name
+from support.dashboard import own_servers, server  # noqa: F401 (fixtures)
+from support.queues import fresh_name
+from support.waiting import wait_until
+from support.workers import app_of_one_task
 from test_worker import running
-from worker_helpers import app_of_one_task, wait_until
 
 BOUNDS = (0.1, 1.0, 10.0)
 

@@ -16,9 +16,10 @@ from echomq._core.summaries import stats_key
 from echomq._core.workers import record_key
 from echomq.dashboard import Settings, serving
 from echomq.worker.heartbeat import HeartbeatConfig
-from cluster_helpers import names_on_every_node, slot_of, slot_owner
+from echomq._protocol.keys import slot_of
+from support.cluster import names_on_every_node, slot_owner
+from support.waiting import wait_until
 from test_worker import running
-from worker_helpers import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
