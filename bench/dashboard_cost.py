@@ -2,10 +2,11 @@
 
 For each wire, number of queues and way of finding them (a SCAN every 10 s, or the
 queues pinned with ``-q``), the node holds ``depth`` pending jobs spread over the
-queues and one live worker record. The dashboard runs in this process (uvicorn in a
-thread, its rate sampler every 2 s); for ``seconds`` a client plays a browser tab on
-the overview (one ``/parts/overview`` every 2 s) and a scraper (one ``/metrics`` every
-second). Nothing else touches the node, so every command INFO commandstats counts in
+queues and one live worker record with its summary of three tasks. The dashboard runs in this
+process (uvicorn in a thread, its rate sampler every 2 s); for ``seconds`` a client plays two
+browser tabs, one on the overview (one ``/parts/overview`` every 2 s), one on the first queue's
+page (its live parts, the counts and times and the job list, every 2 s), and a scraper (one
+``/metrics`` every second). Nothing else touches the node, so every command INFO commandstats counts in
 that window is the dashboard's: server µs per second of watching, the share of one
 core, and the commands that cost the most. The window spans two of the dashboard's
 queue discoveries (a SCAN every 10 s), so ``discovered`` pays for them as it would
@@ -24,6 +25,7 @@ import httpx
 from echomq import Queue, connect
 from echomq.dashboard import Settings, serving
 from echomq.worker.heartbeat import Heartbeat
+from echomq.worker.jobstats import JobStats
 
 from .common import ADMIN_COMMANDS, BenchServer, Sample, say
 
@@ -55,7 +57,10 @@ def fill(server: BenchServer, wire: int, queues: int, depth: int) -> list[str]:
 def watch(server: BenchServer, wire: int, names: list[str], pinned: bool, seconds: float) -> tuple[float, dict]:
     """One window of watching: (server µs per second, per-command (calls, usec))."""
     with connect(server.url, wire=wire) as conn:
-        beat = Heartbeat(conn.client, queues=names[:1], concurrency=10, wire=wire)
+        stats = JobStats()
+        for task in ("send", "render", "bill"):
+            stats.of(names[0], task).counts["completed"] += 1
+        beat = Heartbeat(conn.client, queues=names[:1], concurrency=10, wire=wire, stats=stats)
         beat.beat(held=0, completed=0, failed=0)
         settings = Settings(queues=names if pinned else [], sample_interval_s=PAGE_EVERY_S)
         with serving(conn, settings) as url, httpx.Client(base_url=url, timeout=30) as site:
@@ -68,7 +73,8 @@ def watch(server: BenchServer, wire: int, names: list[str], pinned: bool, second
                     site.get("/metrics").raise_for_status()
                     next_scrape += SCRAPE_EVERY_S
                 if now >= next_page:
-                    site.get("/parts/overview").raise_for_status()
+                    for part in ("/parts/overview", f"/parts/queues/{names[0]}", f"/parts/queues/{names[0]}/jobs"):
+                        site.get(part).raise_for_status()
                     next_page += PAGE_EVERY_S
                 time.sleep(max(0.0, min(next_scrape, next_page) - time.monotonic()))
             elapsed = time.monotonic() - started
@@ -108,8 +114,9 @@ def run(server: BenchServer, *, wires: list[int], queue_counts: list[int], depth
 def lines(result: dict, med: Any, table: Any) -> list[str]:
     """The section of docs/benchmarks.md (``med``/``table``: report.py's formatters)."""
     out = ["## The cost of watching: the dashboard and a Prometheus scraper", "",
-           f"The node holds {result['depth']:,} pending jobs spread over the queues and one worker record. "
-           f"For {result['seconds']:g} s a client loads the overview every {result['page_every_s']:g} s and "
+           f"The node holds {result['depth']:,} pending jobs spread over the queues and one worker record "
+           f"with its summary. For {result['seconds']:g} s a client loads the overview and the first queue's "
+           f"page (its counts and times, its job list) every {result['page_every_s']:g} s and "
            f"scrapes `/metrics` every {result['scrape_every_s']:g} s, while the dashboard samples the rates "
            f"every {result['page_every_s']:g} s; {result['rounds']} rounds. Every command in that window is "
            "the dashboard's (nothing else touches the node): server µs per second of watching, from INFO "

@@ -11,7 +11,8 @@ import pytest
 from echomq import ConfigurationError, PartitionedQueue, Queue, State
 from echomq._client.queue import Counts
 from echomq.admin import actions
-from echomq.admin.actions import ENQUEUE_BATCH, Drained, each_job, enqueue_jobs, reprocess_dead
+from echomq.admin.actions import ENQUEUE_BATCH, Drained, act_on_dead, each_job, enqueue_jobs, reprocess_dead
+from echomq.admin.selection import NO_FILTER, dead_as_of
 from echomq.admin.workers import list_workers
 from echomq.admin.inventory import (QueueNumbers, dead_jobs, events_setting, jobs_held, job_story, queues_holding,
                                     rates, with_partitions)
@@ -133,7 +134,8 @@ def test_reprocess_dead_moves_the_named_or_every_dead_job_and_says_which_were_no
         dead.append(f"d{n}")
     queue.enqueue({}, id="pending")
     assert reprocess_dead(queue, ["d0", "pending", "nothing"]) == (["d0"], ["pending", "nothing"])
-    assert reprocess_dead(queue, None) == (["d1", "d2"], [])
+    every = act_on_dead(queue, "reprocess", NO_FILTER, dead_as_of(queue))
+    assert (every.done, every.not_done) == (["d1", "d2"], [])
     assert queue.counts().dead == 0 and queue.counts().pending == 4
 
 

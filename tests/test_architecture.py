@@ -242,7 +242,7 @@ def test_the_docs_index_names_every_page_and_each_link_exists():
 PUBLIC = ("echomq", "echomq.aio", "echomq.testing", "echomq.errors", "echomq.hooks", "echomq.otel",
           "echomq.parity", "echomq.cli")
 #: Dotted names the docs give that are not import paths: loggers, and the span attributes of echomq.otel.
-NOT_IMPORTS = {"echomq.worker", "echomq.timers", "echomq.verbs", "echomq.wire", "echomq.attempt", "echomq.outcome",
+NOT_IMPORTS = {"echomq.worker", "echomq.timers", "echomq.dashboard.audit", "echomq.verbs", "echomq.wire", "echomq.attempt", "echomq.outcome",
                "echomq.waited_s"}
 
 

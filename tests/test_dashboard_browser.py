@@ -1,8 +1,12 @@
 """The dashboard in headless Chromium (Debian's `chromium`, driven by Playwright), on both wires:
 every page loads, a confirmed click reprocesses a dead job, removes a pending one, purges the
 dead and pauses a queue, and the page shows the new state, all under the dashboard's own CSP; another site's
-frame gets nothing of it. With EMQ_DASHBOARD_SCREENSHOTS=DIR the main pages are saved there
-(docs/img holds the ones docs/dashboard.md shows)."""
+frame gets nothing of it. The on-call console (issue 39): a job found from the header's search box,
+a dead list filtered and its address reloaded, the dead it shows reprocessed in bulk after a
+confirmation that states the count, a worker's times and last error, lists that refresh themselves.
+
+Every test keeps screenshots of the pages it saw in test-artifacts/dashboard/ (.gitignore names it),
+or in EMQ_DASHBOARD_SCREENSHOTS=DIR (docs/img holds the ones docs/dashboard.md shows)."""
 
 from __future__ import annotations
 
@@ -14,16 +18,21 @@ from pathlib import Path
 
 import pytest
 
-from echomq import App, Queue, Worker, WorkerConfig
+from echomq import Queue, Worker, WorkerConfig
+from echomq.worker.heartbeat import HeartbeatConfig
 from echomq.dashboard import Settings, serving
 from support.dashboard import PENDING, own_servers, server, stock  # noqa: F401 (fixtures)
 from support.queues import fresh_name
+from support.workers import app_of_one_task
 from support.waiting import wait_until
 from test_worker import running
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra: ./run setup")
 CHROMIUM = shutil.which("chromium")
-SHOTS = os.environ.get("EMQ_DASHBOARD_SCREENSHOTS")
+#: where the screenshots go: the tests' artifacts, or the docs' pictures when asked
+SHOTS = Path(os.environ.get("EMQ_DASHBOARD_SCREENSHOTS") or Path(__file__).resolve().parents[1] / "test-artifacts"
+             / "dashboard")
+FOR_DOCS = "EMQ_DASHBOARD_SCREENSHOTS" in os.environ
 
 
 @pytest.fixture(scope="module")
@@ -37,16 +46,18 @@ def browser():
 
 
 @pytest.fixture
-def page(browser):
+def page(browser, wire):
     context = browser.new_context(viewport={"width": 1280, "height": 860})
+    context.wire = f"wire{wire}"  # the screenshots' names say which wire they show
     yield context.new_page()
     context.close()
 
 
 def shot(page, name: str) -> None:
-    if SHOTS:
-        Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+    """The page as the browser drew it, kept as an artifact (named by the page and the wire)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    wire = "" if FOR_DOCS else f"-{page.context.wire}"
+    page.screenshot(path=str(SHOTS / f"{name}{wire}.png"), full_page=True)
 
 
 def test_every_page_in_a_browser_then_reprocess_remove_purge_and_pause_by_clicking(conn, page):
@@ -156,13 +167,7 @@ def test_a_groups_pause_asks_first_even_after_its_part_refreshed(conn, page):
 def test_a_busy_node_shows_its_rates_and_its_worker(conn, page, caplog):
     caplog.set_level(logging.CRITICAL, logger="echomq.worker")  # every tenth job dies, by design
     name = fresh_name("emails")
-    app = App()
-
-    @app.task(queue=name, max_attempts=1)
-    def send(payload):
-        if payload["n"] % 10 == 0:
-            raise ValueError("mailbox full")
-
+    app = app_of_one_task(name, "send", lambda payload: payload["n"] % 10 == 0, ValueError("mailbox full"))
     queue = Queue(conn, name)
     worker = Worker(app, conn, config=WorkerConfig(concurrency=4))
     stop = threading.Event()
@@ -185,7 +190,7 @@ def test_a_busy_node_shows_its_rates_and_its_worker(conn, page, caplog):
                        what="the worker in the workers table")
             wait_until(lambda: float(page.locator("svg.chart .legend .died").first.text_content().split()[-1]) > 0,
                        what="a death rate on the chart")
-            if SHOTS:  # a picture worth showing: a few seconds of history on the chart
+            if FOR_DOCS:  # a picture worth showing: a few seconds of history on the chart
                 wait_until(lambda: len((page.locator("svg.chart polyline.done").first.get_attribute("points")
                                         or "").split()) >= 16, 20, what="16 points on the chart")
             shot(page, "overview")
@@ -214,3 +219,91 @@ def test_another_site_cannot_frame_the_dashboard(conn, page, tmp_path):
         framed = next(frame for frame in page.frames if frame != page.main_frame)
         assert "EchoMQ" not in framed.content()
         assert page.goto(url + "/").ok  # served as ever at its own address
+
+
+# -- the on-call console (issue 39) ------------------------------------------------------------------
+
+
+def test_the_search_box_opens_a_job_by_its_id_and_lists_those_its_start_begins(conn, page):
+    stocked = stock(Queue(conn, fresh_name("browser-find")))
+    with serving(conn, Settings()) as url:
+        page.goto(url + "/")
+        page.fill("header input[name=q]", stocked.dead[0])
+        page.press("header input[name=q]", "Enter")
+        page.wait_for_url(f"**/queues/{stocked.queue.name}/job?id={stocked.dead[0]}")
+        assert page.locator("#state").inner_text() == "dead"
+        page.reload()  # the job's address is the page
+        assert page.locator("#state").inner_text() == "dead"
+        # ids of our own share a start no other job on the shared server has: the hits are exactly them
+        # (a default id's start is shared by every job minted in the same moment, past the 20 shown)
+        start = fresh_name("find") + "-"
+        ours = [stocked.queue.enqueue({"n": n}, id=f"{start}{n}").id for n in range(3)]
+        page.fill("header input[name=q]", start)
+        page.press("header input[name=q]", "Enter")
+        page.wait_for_selector("#hits")
+        assert sorted(page.locator("#hits td.id a").all_inner_texts()) == sorted(ours)
+        assert page.locator("header input[name=q]").input_value() == start
+        shot(page, "search")
+        page.click(f"#hits a:text-is('{ours[0]}')")
+        assert page.locator("#state").inner_text() == "pending"
+
+
+def test_a_filtered_dead_list_survives_a_reload_refreshes_itself_and_is_reprocessed_in_bulk(conn, page):
+    queue = Queue(conn, fresh_name("browser-bulk"))
+    for n in range(6):
+        queue.enqueue({"n": n}, id=f"job-{n}")
+        queue.fail(queue.claim(60_000), "TimeoutError: the mailer" if n % 2 else "ValueError: bad row", max_attempts=1)
+    with serving(conn, Settings(filtered_refresh_s=0.3)) as url:
+        page.goto(f"{url}/queues/{queue.name}?state=dead")
+        page.fill("#filter input[name=error]", "timeout")
+        page.click("#filter button")
+        page.wait_for_url("**error=timeout**")
+        rows = page.locator("table.jobs tbody tr")
+        assert rows.count() == 3
+        page.reload()
+        assert rows.count() == 3 and page.locator("#filter input[name=error]").input_value() == "timeout"
+        queue.enqueue({}, id="job-late")  # dies now: the list shows it without a reload
+        queue.fail(queue.claim(60_000), "TimeoutError: late", max_attempts=1)
+        wait_until(lambda: rows.count() == 4, what="the filtered list to refresh itself")
+        shot(page, "dead-filtered")
+
+        page.click("#reprocess-all")
+        assert "4 dead job(s) match error containing" in page.locator("#count").inner_text()
+        shot(page, "bulk")
+        asked = []
+        page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+        page.click("button:has-text('Reprocess 4 job(s)')")
+        wait_until(lambda: asked, what="the confirm")
+        assert asked == [f"Reprocess 4 dead job(s) of {queue.name}?"] and queue.counts().dead == 7  # dismissed
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("button:has-text('Reprocess 4 job(s)')")
+        page.wait_for_selector(".message")
+        assert "reprocessed 4 of 4 dead job(s) matching error containing" in page.locator(".message").inner_text()
+        assert "error=timeout" in page.url and queue.counts().dead == 3 and queue.counts().pending == 4
+        assert page.locator("table.jobs tbody tr").count() == 0
+
+
+def test_the_times_of_a_busy_queue_and_its_workers_last_error(conn, page, caplog):
+    caplog.set_level(logging.CRITICAL, logger="echomq.worker")  # every fifth job fails, by design
+    name = fresh_name("browser-times")
+    app = app_of_one_task(name, "deliver", lambda payload: payload["n"] % 5 == 0, ConnectionError("smtp refused"))
+    queue = Queue(conn, name)
+    queue.enqueue_many([{"n": n} for n in range(40)])
+    worker = Worker(app, conn, config=WorkerConfig(concurrency=4, heartbeat=HeartbeatConfig(200, 2000)))
+    with running(worker), serving(conn, Settings(queues=[name], refresh_s=0.3)) as url:
+        page.goto(url + "/")
+        failures = page.locator(f'tr[data-times="{name}"] [data-kind="failures"]')
+        wait_until(lambda: failures.count() and failures.inner_text() == "ConnectionError 8",
+                   what="the overview's times to show the failures")
+        assert page.locator(f'tr[data-times="{name}"] [data-kind="run_p95"]').inner_text().endswith("ms")
+        shot(page, "overview-times")
+        page.goto(f"{url}/queues/{name}")
+        assert page.locator('tr[data-times="deliver"] [data-kind="failed"]').inner_text() == "8"
+        shot(page, "queue-times")
+        page.goto(url + "/workers")
+        last = page.locator(f'tr[data-worker="{worker.heartbeat.id}"] [data-kind="last_error"]')
+        wait_until(lambda: "ConnectionError: smtp refused" in last.inner_text(), what="the worker's last error")
+        assert f"{name}/deliver" in last.inner_text()
+        shot(page, "workers-last-error")
+        last.locator("a").click()  # the job it failed on
+        assert page.locator("#state").inner_text() == "dead"

@@ -15,7 +15,8 @@ import pytest
 from echomq import App, ConnectionFailed, Job, Queue, Worker, WorkerConfig, aio, hooks
 from echomq._protocol.ids import minted_ms, new_id
 from echomq.local.server import free_port
-from echomq.worker.tallies import Histogram, waited_in_pending_s
+from echomq.worker.jobstats import Histogram
+from echomq.worker.tallies import waited_in_pending_s
 from support.queues import former_default_id, fresh_name
 from support.waiting import wait_until
 from test_worker import running

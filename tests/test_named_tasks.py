@@ -252,8 +252,13 @@ def test_chains_run_from_asyncio_too(server, wire):
         assert asyncio.run(get()) == 3
 
 
-def test_the_workers_metrics_count_each_tasks_settled_outcomes(conn):
+def test_the_per_task_figures_count_each_job_under_the_task_it_ran(conn):
+    """One count per task (the console's): a worker running two named tasks of one queue counts each
+    job's claim, outcome, failure type and run time under the task it ran, in its metrics and in the
+    summary its heartbeat publishes (what the dashboard reads); a job that ran none (it names no task
+    on a queue of two) counts under the queue's first task, as UnknownTask."""
     pytest.importorskip("prometheus_client")
+    from echomq._core.summaries import decode_summary
     from echomq.observe.metrics import WorkerCollector
     from echomq import IdlePolicy, TimerConfig
 
@@ -268,18 +273,29 @@ def test_the_workers_metrics_count_each_tasks_settled_outcomes(conn):
     def broken(x):
         raise ValueError(x)
 
-    fine.delay(1), fine.delay(2), broken.delay(3)
-    Queue(conn, name).enqueue({"n": 4})  # names no task on a queue of two: dead, and no task's
+    fine.delay(1), fine.delay(2), fine.delay(3), broken.delay(4)
+    Queue(conn, name).enqueue({"n": 5})  # names no task on a queue of two: dead, and no task ran it
     worker = Worker(app, conn, config=WorkerConfig(burst=True, grace_s=0, idle=IdlePolicy(min_ms=1, max_ms=20),
                                                    timers=TimerConfig(promote_interval_ms=10)))
     assert worker.run(install_signals=False).dead == 2
-    counted = {(sample.labels["task"], sample.labels["outcome"]): sample.value
-               for family in WorkerCollector(worker).collect() if family.name == "echomq_worker_task_jobs"
-               for sample in family.samples}
-    assert counted == {("fine", "completed"): 2, ("broken", "retried"): 1, ("broken", "dead"): 1}
-    alone = App().connect(conn)  # a queue of one task: its completions are counted by the batch
+    families = {family.name: family for family in WorkerCollector(worker).collect()}
+    counted = {(s.labels["task"], s.labels["outcome"]): s.value for s in families["echomq_worker_jobs"].samples
+               if s.labels["queue"] == name and s.value}
+    assert counted == {("fine", "claimed"): 4, ("fine", "completed"): 3, ("fine", "dead"): 1,
+                       ("broken", "claimed"): 2, ("broken", "retried"): 1, ("broken", "dead"): 1}
+    assert {(s.labels["task"], s.labels["error"]): s.value for s in families["echomq_worker_failures"].samples
+            if s.labels["queue"] == name} == {("broken", "ValueError"): 2, ("fine", "UnknownTask"): 1}
+    ran = {s.labels["task"]: s.value for s in families["echomq_worker_job_duration_seconds"].samples
+           if s.name.endswith("_count") and s.labels["queue"] == name}
+    assert ran == {"fine": 4, "broken": 2}
+    published = {t.task: t.total for t in decode_summary(worker.stats.summary()) if t.queue == name}
+    assert {task: {k: v for k, v in figures.counts.items() if v} for task, figures in published.items()} == {
+        "fine": {"claimed": 4, "completed": 3, "dead": 1}, "broken": {"claimed": 2, "retried": 1, "dead": 1}}
+    assert {task: figures.run.count for task, figures in published.items()} == {"fine": 4, "broken": 2}
+    assert published["broken"].errors == {"ValueError": 2}
+    alone = App().connect(conn)  # a queue of one task: a plain job and a named one count as that task
 
-    @alone.task(queue=fresh_name("one-task"))
+    @alone.task(queue=fresh_name("one-task"), name="only_one")
     def only(payload):
         return payload
 
@@ -288,6 +304,6 @@ def test_the_workers_metrics_count_each_tasks_settled_outcomes(conn):
     worker = Worker(alone, conn, config=WorkerConfig(burst=True, grace_s=0, idle=IdlePolicy(min_ms=1, max_ms=20),
                                                      timers=TimerConfig(promote_interval_ms=10)))
     assert worker.run(install_signals=False).completed == 26
-    assert [(sample.labels["task"], sample.labels["outcome"], sample.value)
-            for family in WorkerCollector(worker).collect() if family.name == "echomq_worker_task_jobs"
-            for sample in family.samples] == [("only", "completed", 26)]
+    assert {(s.labels["task"], s.labels["outcome"]): s.value for family in WorkerCollector(worker).collect()
+            if family.name == "echomq_worker_jobs" for s in family.samples if s.value} == {
+        ("only_one", "claimed"): 26, ("only_one", "completed"): 26}

@@ -22,7 +22,8 @@ from echomq.worker.pacing import Pacing
 from echomq.worker.pool import AsyncRunner
 from echomq.worker.settling import Settler
 from echomq.worker.shutdown import Watchman
-from echomq.worker.tallies import Events, Tally, Timings
+from echomq.worker.jobstats import JobStats
+from echomq.worker.tallies import Events, Tally
 from echomq.worker.waiting import Waiting
 from echomq._protocol.keys import State
 from echomq._protocol.verbs import Sweep
@@ -41,7 +42,8 @@ def job(queue: str = Q, *, attempt: int = 1, group: str | None = None) -> Job:
 def held(task, queue=None, *, renewed_at: float = 0.0, deadline: float | None = None) -> Held:
     """A held job's record, as the executor makes one for a claim."""
     claimed = job(task.queue if queue is None else queue.name)
-    return Held(queue, task, claimed, (claimed.queue, claimed.id), None, renewed_at, 0.0, deadline,
+    stats = JobStats().of(claimed.queue, "task")
+    return Held(queue, task, claimed, (claimed.queue, claimed.id), None, renewed_at, 0.0, stats, deadline,
                 claimed_at=renewed_at)
 
 
@@ -170,19 +172,24 @@ def test_the_watchman_gives_the_grace_once_and_a_retiring_worker_its_grace_at_a_
 
 def test_events_count_every_event_heard_or_not_and_tell_the_hooks_with_the_worker():
     tally, told = Tally(), []
-    events = Events("the worker", tally)
+    stats = JobStats()
+    events = Events("the worker", tally, stats)
     claimed = job()
+    task = a_task()
     unsubscribe = hooks.subscribe("job.requeued", lambda event, data: told.append((event, data)))
     try:
         assert "job.requeued" in hooks.heard and "job.abandoned" not in hooks.heard
-        events.emit("job.requeued", claimed)
-        events.emit("job.abandoned", claimed, reason="REQUEUE refused")  # nobody listens: counted all the same
+        events.emit("job.requeued", claimed, task)
+        events.emit("job.abandoned", claimed, task, reason="REQUEUE refused")  # nobody listens: counted all the same
         events.sweep(Q, Sweep(recovered=["r1", "r2"], exempt=["e"], dead=[]))
     finally:
         unsubscribe()
     assert (tally.requeued, tally.abandoned, tally.stalled, tally.recovered, tally.stalled_dead) == (1, 1, 2, 1, 0)
     assert str(tally) == "requeued 1, abandoned 1, stalled 2, recovered 1" and str(Tally()) == "nothing"
     assert told == [("job.requeued", {"worker": "the worker", "queue": Q, "id": claimed.id, "attempt": 1})]
+    # and in the task's figures on its queue (a sweep's, which reads no payload, under no task)
+    counts = stats.of(Q, "<lambda>").counts
+    assert (counts["requeued"], counts["abandoned"]) == (1, 1) and stats.sweeps[Q]["stalled"] == 2
 
 
 # -- the pool: the asyncio runner --------------------------------------------------------------------
@@ -205,7 +212,8 @@ def test_the_asyncio_runner_runs_coroutines_on_its_own_thread_until_shut_down():
 def executor(conn):
     tally = Tally()
     leases = Leases({}, {}, WorkerConfig(), clock_ms=lambda: 0.0)
-    return Executor(App(), conn, {}, WorkerConfig(), leases.held, leases, tally, Timings(), Events(None, tally),
+    return Executor(App(), conn, {}, WorkerConfig(), leases.held, leases, tally, JobStats(),
+                    Events(None, tally, JobStats()),
                     threading.Event(), clock_ms=lambda: 0.0)
 
 
@@ -263,8 +271,8 @@ def test_the_settler_batches_completions_fails_what_raised_and_drops_what_was_lo
     for record in (done, fresh_error, lost, also):
         records[record.key] = record
     tally = Tally()
-    settler = Settler({queue.name: queue}, records, bus=False, rand=lambda: 0.5, tally=tally, timings=Timings(),
-                      events=Events(None, tally), timers=Timers([queue], QUIET_TIMERS),
+    settler = Settler({queue.name: queue}, records, bus=False, rand=lambda: 0.5, tally=tally, stats=JobStats(),
+                      events=Events(None, tally, JobStats()), timers=Timers([queue], QUIET_TIMERS),
                       pacing=Pacing([queue.name], WorkerConfig()), clock_ms=lambda: 0.0)
     batches = settler.decide([done, fresh_error, lost, also])
     (batch, calls), = batches.values()
@@ -287,8 +295,8 @@ def test_the_settler_records_each_answer(conn):
         h.ended_s = 0.5
     tally, timers = Tally(), Timers([queue], QUIET_TIMERS)
     timers.run_due(0.0)  # the timers have run: they are next due a whole interval on, unless told sooner
-    settler = Settler({queue.name: queue}, records, bus=False, rand=lambda: 0.5, tally=tally, timings=Timings(),
-                      events=Events(None, tally), timers=timers, pacing=Pacing([queue.name], WorkerConfig()),
+    settler = Settler({queue.name: queue}, records, bus=False, rand=lambda: 0.5, tally=tally, stats=JobStats(),
+                      events=Events(None, tally, JobStats()), timers=timers, pacing=Pacing([queue.name], WorkerConfig()),
                       clock_ms=lambda: 1000.0)
     settler.settled(queue.name, [(completed, policy.COMPLETE), (retried, policy.Fail("boom", 3, 2000)),
                                  (refused, policy.COMPLETE)],
@@ -305,7 +313,7 @@ def test_the_waiters_reports_claim_a_woken_queue_and_wait_out_a_rate_limit(conn)
     timers.run_due(0.0)  # the timers have run: they are next due a whole interval on, unless told sooner
     pacing.blocking, pacing.idle, pacing.paused = True, {queue.name}, {queue.name}
     tally = Tally()
-    waiting = Waiting(conn, {queue.name: queue}, {}, WorkerConfig(), pacing, None, Events(None, tally), timers,
+    waiting = Waiting(conn, {queue.name: queue}, {}, WorkerConfig(), pacing, None, Events(None, tally, JobStats()), timers,
                       threading.Event(), clock_ms=lambda: 0.0)
     waiting.report(waiter.HeadRead(queue.name, 50))  # wire 6: the schedule's head, read before a block
     waiting.read(100.0)

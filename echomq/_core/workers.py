@@ -19,6 +19,7 @@ people, and no job decision depends on them.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Generator, Sequence
@@ -49,14 +50,44 @@ class WorkerRecord:
     held: int  #: jobs held at the last beat
     completed: int  #: jobs this worker completed
     failed: int  #: failures it recorded (retried or dead)
+    last_error: str = ""  #: its handlers' last failure (:class:`LastError`, encoded); "" for none yet
+
+    @property
+    def last_failure(self) -> "LastError | None":
+        return decode_last_error(self.last_error)
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
+        failure = self.last_failure
+        return {**vars(self), "last_error": None if failure is None else vars(failure)}
+
+
+@dataclass(frozen=True)
+class LastError:
+    """The last failure a worker's handlers raised: when, which job, and its error (cut to a bound)."""
+
+    at: float  #: Unix seconds, the worker's clock
+    queue: str
+    task: str
+    id: str
+    error: str
+
+    def encoded(self) -> str:
+        return json.dumps(vars(self), separators=(",", ":"))
+
+
+def decode_last_error(text: str) -> LastError | None:
+    """A record's ``last_error`` (pure): None for none, or one that does not read (another release's)."""
+    try:
+        found = json.loads(text) if text else None
+        return None if not isinstance(found, dict) else LastError(
+            float(found["at"]), str(found["queue"]), str(found["task"]), str(found["id"]), str(found["error"]))
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def encode_record(record: WorkerRecord) -> dict[str, str]:
     """The hash fields of a record (pure)."""
-    fields = record.as_dict()
+    fields = dict(vars(record))
     fields.pop("id")
     fields["queues"] = ",".join(record.queues)
     return {name: str(value) for name, value in fields.items()}
@@ -71,6 +102,7 @@ def decode_record(worker_id: str, fields: dict[bytes, bytes]) -> WorkerRecord | 
             queues=[q for q in text["queues"].split(",") if q], concurrency=int(text["concurrency"]),
             wire=int(text["wire"]), started=float(text["started"]), last_beat=float(text["last_beat"]),
             held=int(text["held"]), completed=int(text["completed"]), failed=int(text["failed"]),
+            last_error=text.get("last_error", ""),
         )
     except (KeyError, ValueError):
         return None

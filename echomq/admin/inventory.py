@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from valkey.cluster import ValkeyCluster
 
@@ -111,14 +111,75 @@ def queue_scan(connection: Connection, names: Sequence[str]) -> QueueScan:
 
 def queues_holding(connection: Connection, job_id: str) -> set[str]:
     """The queues that hold a row or a completed record for ``job_id`` (one SCAN of the node)."""
-    pattern_id = re.sub(r"([*?\[\]\\])", r"\\\1", job_id)
-    found = set()
+    return {name for kind in ("job", "done") for name, found in scanned_ids(connection, kind, glob_escaped(job_id))
+            if found == job_id}
+
+
+def glob_escaped(text: str) -> str:
+    """``text`` matched as itself by a SCAN pattern (pure)."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def scanned_ids(connection: Connection, kind: str, pattern: str) -> Iterator[tuple[str, str]]:
+    """(queue or partition name, id) of every job row (``kind`` ``job``) or completed record
+    (``done``) whose id matches the SCAN ``pattern``, one SCAN of the node."""
+    for key in connection.scan(f"emq:{{*}}:{kind}:{pattern}"):
+        name, _, rest = text_of(key)[len("emq:{"):].partition("}:")
+        if rest.startswith(f"{kind}:"):
+            yield name, rest[len(kind) + 1:]
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A job a search found: its queue (a partitioned queue's own name), its id and its state
+    (``completed`` for a completed record within its retention; None for a row without one)."""
+
+    queue: str
+    id: str
+    state: str | None
+
+
+def find_exact(queues: Sequence[Queue | PartitionedQueue], job_id: str) -> list[Hit]:
+    """The job ``job_id`` in each of ``queues`` that holds it, as a row or a completed record: one
+    round trip however many queues (an HGET of its row's state and an EXISTS of its record in each
+    partition)."""
+    located = [(queue, part) for queue in queues for part in partitions_of(queue)]
+    if not located:
+        return []
+    replies = located[0][1].connection.round_trip(
+        [call for _, part in located for call in (Plain(("HGET", part.keys.job(job_id), "state")),
+                                                  Plain(("EXISTS", part.keys.done(job_id))))])
+    raise_first(replies)
+    hits: dict[str, Hit] = {}
+    for (queue, _), state, record in zip(located, replies[::2], replies[1::2]):
+        if state is not None or record:
+            hits.setdefault(queue.name, Hit(queue.name, job_id, text_of(state) if state is not None else "completed"))
+    return list(hits.values())
+
+
+def find_prefixed(connection: Connection, prefix: str, shown: Callable[[str], bool], limit: int
+                  ) -> tuple[list[Hit], bool]:
+    """Up to ``limit`` jobs whose id starts with ``prefix``, rows then completed records, in the
+    queues ``shown`` accepts (by name): a SCAN of the node's keyspace (each step a short command),
+    ended early once ``limit`` are found. Returns (the hits, whether the SCAN went through)."""
+    found: dict[tuple[str, str], tuple[str, str]] = {}  # (queue, id) -> (the partition holding it, kind)
     for kind in ("job", "done"):
-        for key in connection.scan(f"emq:{{*}}:{kind}:{pattern_id}"):
-            name, _, rest = text_of(key)[len("emq:{"):].partition("}:")
-            if rest == f"{kind}:{job_id}":
-                found.add(name)
-    return found
+        for name, job_id in scanned_ids(connection, kind, glob_escaped(prefix) + "*"):
+            if shown(parent_queue(name)):
+                found.setdefault((parent_queue(name), job_id), (name, kind))
+                if len(found) == limit:
+                    return _states(connection, found), False
+    return _states(connection, found), True
+
+
+def _states(connection: Connection, found: dict[tuple[str, str], tuple[str, str]]) -> list[Hit]:
+    """Each found row's state (one round trip, each read where its partition is); a record's ``completed``."""
+    rows = [(part, job_id) for (_, job_id), (part, kind) in found.items() if kind == "job"]
+    replies = connection.round_trip([Plain(("HGET", Keyspace(part).job(job_id), "state")) for part, job_id in rows]) \
+        if rows else []
+    states = {row: text_of(state) if isinstance(state, bytes) else None for row, state in zip(rows, replies)}
+    return sorted((Hit(queue, job_id, "completed" if kind == "done" else states[part, job_id])
+                   for (queue, job_id), (part, kind) in found.items()), key=lambda hit: (hit.queue, hit.id))
 
 
 def node_where(connection: Connection) -> str:
@@ -156,6 +217,10 @@ class QueueNumbers:
     completed: int  #: jobs completed, all time
     dead: int  #: jobs that went dead, all time (the ``metrics:failed`` hash)
     partitions: int = 1  #: summed over this many partitions
+    #: how long the oldest waiting job has waited, ms (server clock; read by ``numbers_of(oldest=True)``):
+    #: the oldest admission among the heads of pending's priorities (:func:`op_oldest_pending`); None
+    #: when nothing is pending or it was not read
+    oldest_waiting_ms: int | None = None
 
     @property
     def label(self) -> str:
@@ -214,32 +279,71 @@ def rates(now: dict[str, QueueNumbers], before: dict[str, QueueNumbers] | None, 
     return shown
 
 
-def numbers_or_error(queue: Queue | PartitionedQueue) -> QueueNumbers | CommandRefused:
+def numbers_or_error(queue: Queue | PartitionedQueue, *, oldest: bool = False) -> QueueNumbers | CommandRefused:
     """A damaged queue (a wrong-typed key) must not hide the others: its refusal is returned."""
-    return numbers_of([queue])[0]
+    return numbers_of([queue], oldest=oldest)[0]
 
 
-def numbers_of(queues: Sequence[Queue | PartitionedQueue]) -> list[QueueNumbers | CommandRefused]:
+def numbers_of(queues: Sequence[Queue | PartitionedQueue], *, oldest: bool = False
+               ) -> list[QueueNumbers | CommandRefused]:
     """Every queue's numbers in one round trip, however many queues (a dashboard or ``emq stats``
     on a node of thousands): each partition's COUNTS and metrics reads travel in one pipeline. A
-    damaged queue's refusal takes its place and does not hide the others."""
+    damaged queue's refusal takes its place and does not hide the others. With ``oldest``, the
+    oldest waiting job's age too (:func:`op_oldest_pending`: a second round trip, more only for a
+    queue of several priorities, and the server clock)."""
     parts = [partitions_of(queue) for queue in queues]
     flat = [part for each in parts for part in each]
     if not flat:
         return []
-    read = drive_together(flat[0].connection, [op for part in flat for op in (part.op_counts(), part.op_metrics())])
+    reads = [(part.op_counts(), part.op_metrics(), *([op_oldest_pending(part)] if oldest else [])) for part in flat]
+    per = len(reads[0])
+    read = drive_together(flat[0].connection, [op for ops in reads for op in ops])
+    admitted = read[2::per] if oldest else []
+    now_ms = flat[0].server_ms() if any(isinstance(time, int) for time in admitted) else 0
     found: list[QueueNumbers | CommandRefused] = []
     at = 0
     for queue, each in zip(queues, parts):
-        mine, at = read[at : at + 2 * len(each)], at + 2 * len(each)
+        mine, at = read[at : at + per * len(each)], at + per * len(each)
         refused = [r for r in mine if isinstance(r, CommandRefused)]
         if refused:
             found.append(refused[0])
             continue
-        metrics = mine[1::2]
-        found.append(QueueNumbers(queue.name, sum_counts(mine[::2]), sum(m["completed"] for m in metrics),
-                                  sum(m["failed"] for m in metrics), len(each)))
+        metrics = mine[1::per]
+        heads = [t for t in mine[2::per] if isinstance(t, int)] if oldest else []
+        found.append(QueueNumbers(queue.name, sum_counts(mine[::per]), sum(m["completed"] for m in metrics),
+                                  sum(m["failed"] for m in metrics), len(each),
+                                  max(0, now_ms - min(heads)) if heads else None))
     return found
+
+
+#: the most priorities of a queue's pending jobs :func:`op_oldest_pending` looks at (a round trip each)
+PRIORITIES_READ = 16
+
+
+def op_oldest_pending(queue: Queue) -> Op[int | None]:
+    """When the oldest of a queue's pending jobs was admitted (its row's ``created``, ms, server
+    clock); None when none is pending. Pending serves by priority, then by id, and default ids are
+    time-ordered, so the oldest job of each priority is its first: the head of pending, then of each
+    next priority (a round trip each, at most :data:`PRIORITIES_READ`), and their rows' ``created``.
+    Custom ids that are not time-ordered make it the age of each priority's next job."""
+    key = queue.keys.pending
+    head, last = yield [Plain(("ZRANGE", key, 0, 0, "WITHSCORES")), Plain(("ZRANGE", key, -1, -1, "WITHSCORES"))]
+    raise_first([head, last])
+    if not head:
+        return None
+    heads = scored(head)
+    top = scored(last)[0][1]
+    while heads[-1][1] < top and len(heads) < PRIORITIES_READ:
+        (step,) = yield [Plain(("ZRANGE", key, f"({heads[-1][1]:.17g}", "+inf", "BYSCORE", "LIMIT", 0, 1,
+                                "WITHSCORES"))]
+        raise_first([step])
+        if not step:
+            break
+        heads += scored(step)
+    admitted = yield [Plain(("HGET", queue.keys.job(job_id), "created")) for job_id, _ in heads]
+    raise_first(admitted)
+    times = [int(t) for t in admitted if t is not None and INTEGER.fullmatch(text_of(t))]
+    return min(times) if times else None
 
 
 def drive_together(connection: Connection, ops: Sequence[Op[Any]]) -> list[Any]:
@@ -301,6 +405,12 @@ class JobView:
     @property
     def in_its_set(self) -> bool:
         return self.score is not None
+
+    @property
+    def age_ms(self) -> int | None:
+        """How long ago the job was admitted (its row's ``created``, server clock); None without one."""
+        created = self.fields.get("created", "")
+        return max(0, self.now_ms - int(created)) if created.isdigit() else None
 
     @property
     def due_in_ms(self) -> int | None:
@@ -465,24 +575,34 @@ def job_page(queue: Queue | PartitionedQueue, state: State | str, *, offset: int
     first: the ids with their scores (one ZRANGE per partition), every row in one pipeline, and the
     server clock (a cluster pipeline refuses TIME, so apart). An id whose row vanished meanwhile is
     skipped. Each view names the partition it is in."""
-    if isinstance(queue, PartitionedQueue):
-        listed = queue.located_ids(State(state), offset=offset, count=count)
-    elif state in GROUPED_SETS:
-        members = queue.connection.send(Plain(("ZRANGE", queue.keys.key(GROUPED_SETS[state]), offset,
-                                               offset + count - 1, "WITHSCORES")))
-        listed = [(queue, job_id, score) for job_id, score in scored(members)]
-    else:
-        listed = [(queue, job_id, score) for job_id, score in queue.ids(state, offset=offset, count=count)]
+    listed = listed_ids(queue, state, offset=offset, count=count)
     if not listed:
         return []
     rows = queue.connection.round_trip([Plain(("HMGET", q.keys.job(job_id), *LISTED_FIELDS))
                                         for q, job_id, _ in listed])
     raise_first(rows)
     now_ms = partitions_of(queue)[0].server_ms()
-    where = GROUPED_SETS.get(state) or STATE_SETS[State(state)]  # the set the page was read from
-    views = [listed_view(q.name, job_id, values, score, now_ms, where)
+    views = [listed_view(q.name, job_id, values, score, now_ms, listed_set(state))
              for (q, job_id, score), values in zip(listed, rows)]
     return [v for v in views if v is not None]
+
+
+def listed_ids(queue: Queue | PartitionedQueue, state: State | str, *, offset: int,
+               count: int) -> list[tuple[Queue, str, float]]:
+    """(partition, id, score) of ``count`` jobs of one state (or of :data:`GROUPED_SETS`, a plain
+    queue's) from rank ``offset``, lowest score first: one ZRANGE per partition."""
+    if isinstance(queue, PartitionedQueue):
+        return queue.located_ids(State(state), offset=offset, count=count)
+    if state in GROUPED_SETS:
+        members = queue.connection.send(Plain(("ZRANGE", queue.keys.key(GROUPED_SETS[state]), offset,
+                                               offset + count - 1, "WITHSCORES")))
+        return [(queue, job_id, score) for job_id, score in scored(members)]
+    return [(queue, job_id, score) for job_id, score in queue.ids(state, offset=offset, count=count)]
+
+
+def listed_set(state: State | str) -> str:
+    """The set a page of ``state`` is read from (a key under the queue's base) (pure)."""
+    return GROUPED_SETS.get(state) or STATE_SETS[State(state)]
 
 
 #: What a list of jobs reads of each row (the dashboard's job list, ``emq dead``): every field the

@@ -1,5 +1,6 @@
 """The operator's read of the workers list (:mod:`echomq._core.workers`): ``emq workers``, the
-dashboard, and :func:`echomq.list_workers`."""
+dashboard, and :func:`echomq.list_workers`; and what the live workers publish of their jobs
+(:mod:`echomq._core.summaries`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 import valkey
 from valkey.cluster import ValkeyCluster
 
-from .._client.connection import Connection, plain_commands, run_op
+from .._client.connection import Connection, Plain, plain_commands, run_op
 from .._core.core import check_connection
+from .._core.summaries import TaskSummary, decode_summary, stats_key
 from .._core.workers import WorkerRecord, op_workers
 
 #: What a caller that still passes a raw client is told (docs/compatibility.md, "Deprecation").
@@ -42,3 +44,13 @@ def listed_by_client(client: Any) -> list[WorkerRecord]:
             request = op.send(pipe.execute(raise_on_error=False))
     except StopIteration as done:
         return done.value
+
+
+def worker_summaries(connection: Connection, workers: list[WorkerRecord]) -> dict[str, list[TaskSummary]]:
+    """What each of ``workers`` published of its queues' tasks with its last beat, by worker id, in one
+    round trip (the keys share the ``{emq}`` slot); a worker that published none (an older release)
+    has none."""
+    if not workers:
+        return {}
+    found = connection.round_trip([Plain(("GET", stats_key(w.id))) for w in workers])
+    return {w.id: decode_summary(text) for w, text in zip(workers, found) if not isinstance(text, Exception)}

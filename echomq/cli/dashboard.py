@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import click
 
 from .._protocol.keys import check_queue_name
@@ -44,4 +47,16 @@ def dashboard(ctx: click.Context, url: str, wire: str, host: str, port: int, rea
         shown = f"[{host}]" if ":" in host else host
         err.print(f"dashboard for {node_where(connection)} on http://{shown}:{port}/"
                   + (" (read-only)" if read_only else "") + (", token required" if token else ""))
+        log_audit()
         serve(connection, settings, host=host, port=port, listening=listening)
+
+
+def log_audit() -> None:
+    """Every action the dashboard takes or refuses, one line each on stderr (the ``echomq.dashboard.audit``
+    logger; a handler of your own replaces this one)."""
+    audit = logging.getLogger("echomq.dashboard.audit")
+    if not audit.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s audit %(message)s"))
+        audit.addHandler(handler)
+        audit.setLevel(logging.INFO)

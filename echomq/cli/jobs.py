@@ -19,8 +19,9 @@ from .._core.core import MAX_PAYLOAD_BYTES, encode_payload
 from .._protocol.keys import check_group, check_job_id, check_queue_name
 from .._protocol.serializers import JSON, RAW
 from .._protocol.shown import id_form, lines
-from ..admin.actions import each_job, enqueue_jobs, reprocess_dead
+from ..admin.actions import act_on_dead, each_job, enqueue_jobs, reprocess_dead
 from ..admin.inventory import dead_jobs, job_story, queues_holding
+from ..admin.selection import JobFilter, dead_as_of
 from ..errors import ConfigurationError
 from .common import (cell, err, escaped_option, json_option, named_ids, node_options, opened, opened_queue, out,
                      print_json, queue_option, reported, require_queue, say_escaped)
@@ -218,20 +219,35 @@ def dead(url: str, wire: str, queue_name: str, limit: int, as_json: bool) -> Non
 @click.argument("job_ids", nargs=-1, metavar="[ID]...")
 @node_options
 @queue_option()
-@click.option("--all", "every", is_flag=True, help="every dead job of the queue")
+@click.option("--all", "every", is_flag=True, help="every dead job of the queue (those the filters below match)")
+@click.option("--error", "error_text", default="", help="with --all: only jobs whose last error contains this text "
+                                                         "(any case)")
+@click.option("--min-age", default="", help="with --all: only jobs admitted at least this long ago (30s, 15m, 12h, 7d)")
+@click.option("--max-age", default="", help="with --all: only jobs admitted at most this long ago")
 @escaped_option
 @json_option
-def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, every: bool, escaped: bool,
-              as_json: bool) -> None:
+def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, every: bool, error_text: str,
+              min_age: str, max_age: str, escaped: bool, as_json: bool) -> None:
     """Send dead jobs back to pending with a full retry and stall budget again (attempts go on;
-    exit 1 when a named id was not in dead)."""
+    exit 1 when a named id was not in dead). --all goes through the dead a batch at a time (500 jobs
+    a round trip, each moved by its own short command), taking those dead when it starts."""
     if bool(job_ids) == every:
         raise click.UsageError("name dead job ids, or pass --all" + (", not both" if every else ""))
     with reported():
         ids = named_ids(job_ids, escaped)
+        try:
+            job_filter = JobFilter(error=error_text, min_age=min_age, max_age=max_age)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        if not every and not job_filter.empty:
+            raise ConfigurationError("--error, --min-age and --max-age choose among every dead job: pass --all")
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
-        moved, missed = reprocess_dead(queue, None if every else ids)
+        if every:
+            done = act_on_dead(queue, "reprocess", job_filter, dead_as_of(queue))
+            moved, missed = done.done, done.not_done
+        else:
+            moved, missed = reprocess_dead(queue, ids)
     for job_id in missed:
         err.print(cell(f"{id_form(job_id)}: not in dead, left as it is"))
     if as_json:

@@ -42,5 +42,5 @@ def serve_worker_metrics(instance: "Worker", host: str, port: int) -> None:
     log.info("worker %d: metrics on http://%s:%d/metrics", os.getpid(), host, server.server_port)
     if not is_loopback(host):  # allowed (a scraper on another host), said: it takes no token
         log.warning("worker %d: the metrics on %s:%d are reachable beyond this host and take no token: anyone who "
-                    "reaches the port reads this worker's counters (no job, id or queue name is in them)",
-                    os.getpid(), host, server.server_port)
+                    "reaches the port reads this worker's counters (they name its app's queues, tasks and error "
+                    "types; no job, id or payload is in them)", os.getpid(), host, server.server_port)

@@ -28,6 +28,7 @@ from .._client.partitioned import PartitionedQueue
 from .._client.queue import Job, Queue
 from .._core.core import Children
 from ..errors import JobTimeout, PayloadError, UnknownTask
+from .._protocol.keys import parent_queue
 from .._protocol.results import result_value
 from .._protocol.serializers import JSON, Serializer
 from .._protocol.shown import one_line, quoted
@@ -36,7 +37,8 @@ from .held import Held, Run
 from .leases import Leases
 from .outcomes import outcome_of, raised
 from .pool import AsyncRunner, DaemonPool
-from .tallies import Events, Tally, Timings, waited_in_pending_s
+from .jobstats import JobStats, TaskStats
+from .tallies import Events, Tally, waited_in_pending_s
 from .tasks import App, AsyncJobContext, JobContext, Task, check_timeout
 
 log = logging.getLogger("echomq.worker")
@@ -45,12 +47,30 @@ log = logging.getLogger("echomq.worker")
 CANCELLED = (asyncio.CancelledError, FutureCancelled)
 
 
+def count_claims(first: TaskStats, others: Mapping[TaskStats, list[tuple[Job, float | None]]], jobs: Sequence[Job],
+                 waits: list[float | None]) -> None:
+    """A claim batch's claims and pending waits, each under the task its job runs: ``others`` those of the
+    jobs that run another task than the queue's first, the rest under ``first`` (a batch of plain jobs
+    by the batch, as ever)."""
+    if not others:  # the common case: the whole batch the first task's
+        first.counts["claimed"] += len(jobs)
+        first.waited.observe_many([waited_s for waited_s in waits if waited_s is not None])
+        return
+    moved = {id(job) for pairs in others.values() for job, _ in pairs}
+    first.counts["claimed"] += len(jobs) - len(moved)
+    first.waited.observe_many([waited_s for job, waited_s in zip(jobs, waits)
+                               if waited_s is not None and id(job) not in moved])
+    for stats, pairs in others.items():
+        stats.counts["claimed"] += len(pairs)
+        stats.waited.observe_many([waited_s for _, waited_s in pairs if waited_s is not None])
+
+
 class Executor:
     """Runs handlers for one worker: holds each claim batch's jobs in ``held`` (the worker's, by
     (queue, id)), starts their handlers, and gathers their outcomes."""
 
     def __init__(self, app: App, connection: Connection, layouts: Mapping[str, list[str]], config: WorkerConfig,
-                 held: dict[tuple[str, str], Held], leases: Leases, tally: Tally, timings: Timings, events: Events,
+                 held: dict[tuple[str, str], Held], leases: Leases, tally: Tally, stats: JobStats, events: Events,
                  wake: threading.Event, clock_ms: Callable[[], float]) -> None:
         self.app = app
         self.connection = connection
@@ -59,7 +79,7 @@ class Executor:
         self.held = held
         self.leases = leases
         self.tally = tally
-        self.timings = timings
+        self.stats = stats
         self.events = events
         self.wake = wake  #: the control loop's: set when an outcome is to be settled now
         self._clock_ms = clock_ms
@@ -115,7 +135,6 @@ class Executor:
         claimed_s, started_s = time.time(), time.monotonic()
         self.tally.claimed += len(jobs)
         waits = waited_in_pending_s(jobs, claimed_s)
-        self.timings.waited.observe_many([waited_s for waited_s in waits if waited_s is not None])
         # the queue's tasks by name (a task its app does not list runs alone: the parts' tests start one)
         named = self._named.get(task.queue) or {task.name: task}
         runs = self._hold(task, named, queue, jobs, sent, deadline, children, waits, started_s)
@@ -150,30 +169,38 @@ class Executor:
         """Hold a claim batch's jobs and build their handlers' calls; a job no handler can take (a
         payload that cannot be decoded, a task its queue has not, headers that cannot be read) has
         none (it is finished already: dead at once, not the worker's failure). ``task``: its queue's
-        (first) task, ``named``: all its tasks by name; ``waits``: each one's pending wait (observed by the batch), ``started_s``: the
-        monotonic time their handlers start."""
+        (first) task, ``named``: all its tasks by name; ``waits``: each one's pending wait, ``started_s``:
+        the monotonic time their handlers start. Each job is counted (its claim, its wait, later its
+        settle: ``Held.stats``) under the task it runs; one that runs none, under the queue's first."""
         one = task if len(named) == 1 else None  # what a job that names no task runs, as ever
         claimed_heard, loads = "job.claimed" in hooks.heard, task.serializer.loads  # read once a batch
+        first = self.stats.of(parent_queue(queue.name), task.name)  # a partition counts as its queue
+        #: the jobs that run another of the queue's tasks, by that task's figures (with their waits)
+        others: dict[TaskStats, list[tuple[Job, float | None]]] = {}
         runs: list[Run] = []
         for job, waited_s in zip(jobs, waits):
             if claimed_heard:  # counted by the batch (start)
                 self.events.tell("job.claimed", job, waited_s=waited_s, trace=job.trace)
             own = job.headers
             if own is None and one is not None:  # the common case: a job with no headers of ours
-                runs_task, overrides, by_name = one, calling.NO_OVERRIDES, False
+                runs_task, overrides, by_name, stats = one, calling.NO_OVERRIDES, False, first
             else:
                 try:
                     runs_task, overrides, by_name = calling.job_run(named, task.queue, own, check_timeout)
                 except (UnknownTask, calling.BadHeaders) as exc:
-                    self._cannot_run(Held(queue, task, job, (job.queue, job.id), None, sent, started_s,
+                    self._cannot_run(Held(queue, task, job, (job.queue, job.id), None, sent, started_s, first,
                                           claimed_at=sent), exc)
                     continue
+                stats = first
+                if runs_task is not task:
+                    stats = self.stats.of(parent_queue(queue.name), runs_task.name)
+                    others.setdefault(stats, []).append((job, waited_s))
             # the handler gets (payload, ctx)[:arity], or the job's call and its context where it takes one; a
             # context is built only for a handler that takes one: nothing could ever read it (Held.ctx)
             takes_ctx = runs_task.form.context is not None if by_name else runs_task.arity == 2
             ctx = self._context(runs_task, queue, job, children) if takes_ctx else None
-            held = Held(queue, runs_task, job, (job.queue, job.id), ctx, sent, started_s, deadline, claimed_at=sent,
-                        overrides=overrides)
+            held = Held(queue, runs_task, job, (job.queue, job.id), ctx, sent, started_s, stats, deadline,
+                        claimed_at=sent, overrides=overrides)
             if runs_task is not task or overrides.timeout is not calling.UNSET:
                 held.deadline = self._deadline(held, sent)
             self.held[held.key] = held
@@ -197,6 +224,7 @@ class Executor:
                 self._cannot_run(held, exc)
                 continue
             runs.append((held, partial(runs_task.fn, **kwargs) if kwargs else runs_task.fn, tuple(args)))
+        count_claims(first, others, jobs, waits)
         return runs
 
     def _context(self, task: Task, queue: Queue, job: Job, children: dict[str, Children] | None) -> JobContext:

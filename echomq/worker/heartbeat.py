@@ -13,9 +13,11 @@ from typing import Sequence
 import valkey
 
 from .._client.connection import plain_commands
+from .._core.summaries import stats_key
 from .._core.workers import WORKERS_KEY, WorkerRecord, encode_record, record_key
 from .._protocol.verbs import text
 from ..errors import ConfigurationError
+from .jobstats import JobStats
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,8 @@ class Heartbeat:
     """The worker's side: ``beat`` on an interval (the worker's loop asks ``due``), ``remove`` at the end."""
 
     def __init__(self, client: valkey.Valkey, *, queues: Sequence[str], concurrency: int, wire: int,
-                 config: HeartbeatConfig | None = None, worker_id: str | None = None) -> None:
+                 config: HeartbeatConfig | None = None, worker_id: str | None = None,
+                 stats: JobStats | None = None) -> None:
         self.client = client
         self.config = config or HeartbeatConfig()
         self.id = worker_id or new_worker_id()
@@ -52,6 +55,7 @@ class Heartbeat:
         self.concurrency = concurrency
         self.wire = wire
         self.started = time.time()
+        self.stats = stats  #: published with each beat: its summary beside the record, its last error in it
         self._last_ms: float | None = None
 
     def next_due_ms(self) -> float:
@@ -67,13 +71,17 @@ class Heartbeat:
         return True
 
     def beat(self, *, held: int, completed: int, failed: int) -> None:
-        """Rewrite the record and its TTL in one round trip; the first beat also registers the id."""
+        """Rewrite the record (and the stats beside it) and their TTLs in one round trip; the first beat
+        also registers the id."""
         record = WorkerRecord(self.id, socket.gethostname(), os.getpid(), self.queues, self.concurrency, self.wire,
-                              self.started, time.time(), held, completed, failed)
+                              self.started, time.time(), held, completed, failed,
+                              self.stats.last_error.encoded() if self.stats and self.stats.last_error else "")
         key = record_key(self.id)
         pipe = self.client.pipeline(transaction=False)
         pipe.hset(key, mapping=encode_record(record))
         pipe.pexpire(key, self.config.ttl_ms)
+        if self.stats is not None:
+            pipe.set(stats_key(self.id), self.stats.summary(), px=self.config.ttl_ms)
         pipe.sadd(WORKERS_KEY, self.id)
         pipe.execute()
         if self._last_ms is None:
@@ -93,6 +101,7 @@ class Heartbeat:
         """A clean shutdown: the record goes at once."""
         pipe = self.client.pipeline(transaction=False)
         pipe.delete(record_key(self.id))
+        pipe.delete(stats_key(self.id))  # apart: a cluster pipeline takes one key a DEL
         pipe.srem(WORKERS_KEY, self.id)
         with plain_commands("the heartbeat's removal"):
             pipe.execute()

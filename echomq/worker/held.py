@@ -10,6 +10,7 @@ from typing import Any, Callable
 from . import calling, policy
 from .._client.queue import Job, Queue
 from .._protocol.results import NotKept
+from .jobstats import TaskStats
 from .tasks import JobContext, Task
 
 
@@ -30,6 +31,7 @@ class Held:
     ctx: JobContext | None
     renewed_at: float  #: local ms when the claim or the last renewal that reached the server was sent
     started_s: float  #: when its claim batch was handed to the handlers (time.monotonic)
+    stats: TaskStats  #: its task's figures on its queue (found once a claim batch): its settle counts there
     deadline: float | None = None  #: local ms when the handler's timeout runs out (None: no timeout)
     future: Future | None = None  #: an async handler's (cancelled when its lease is lost or it times out)
     #: the handler's outcome, once it returned or raised

@@ -10,7 +10,7 @@ timers, a settle the server refused logged as lost.
 from __future__ import annotations
 
 import logging
-from collections import Counter, defaultdict
+from collections import defaultdict
 from itertools import repeat
 from traceback import format_exception
 from typing import Any, Callable, Mapping, Sequence
@@ -20,12 +20,13 @@ from . import policy
 from .._client.connection import Call
 from .._client.queue import Queue
 from ..errors import LeaseLost
-from .._protocol.keys import State
+from .._protocol.keys import State, parent_queue
 from .._protocol.results import MAX_RESULT_BYTES, keepable_result
 from .._protocol.shown import one_line, quoted
 from .held import Held
+from .jobstats import JobStats, TaskStats
 from .pacing import Pacing
-from .tallies import Events, Tally, Timings
+from .tallies import Events, Tally
 from .timers import Timers
 
 log = logging.getLogger("echomq.worker")
@@ -44,14 +45,14 @@ class Settler:
     """Settles the finished jobs of one worker's queues (``held``: the worker's, by (queue, id))."""
 
     def __init__(self, queues: Mapping[str, Queue], held: dict[tuple[str, str], Held], *, bus: bool,
-                 rand: Callable[[], float], tally: Tally, timings: Timings, events: Events, timers: Timers,
-                 pacing: Pacing, clock_ms: Callable[[], float], one_task: Mapping[str, str] | None = None) -> None:
+                 rand: Callable[[], float], tally: Tally, stats: JobStats, events: Events, timers: Timers,
+                 pacing: Pacing, clock_ms: Callable[[], float]) -> None:
         self.queues = queues
         self.held = held
         self.bus = bus  #: the node serves the bus: completions keep results and failures their tracebacks
         self._rand = rand
         self.tally = tally
-        self.timings = timings
+        self.stats = stats
         self.events = events
         self.timers = timers
         self.pacing = pacing
@@ -60,11 +61,6 @@ class Settler:
         self.unsettled: list[Held] = []
         #: each task's result when its handler returns nothing, as its serializer encoded it
         self._nothing_encoded: dict[str, bytes] = {}
-        #: the settled outcomes by (task name, outcome): completed, retried, dead, delayed (the metrics')
-        self.task_tally: Counter[tuple[str, str]] = Counter()
-        #: the name of each queue's one task, for a queue that has one: its completions are counted by
-        #: the batch (a queue of several counts each job's task)
-        self.one_task = one_task or {}
 
     def again(self, helds: Sequence[Held]) -> None:
         """Send these settles again next time (a repeat is fenced by the token)."""
@@ -106,7 +102,7 @@ class Settler:
             if type(decision) is policy.Drop:
                 self.held.pop(held.key, None)
                 reason = "cancelled while the handler ran" if held.cancelled else decision.reason
-                self.events.emit("job.lost", job, reason=f"{reason}; its outcome is not settled")
+                self.events.emit("job.lost", job, task, reason=f"{reason}; its outcome is not settled")
                 continue
             if decision is policy.COMPLETE and not job.flow and job.group is None:
                 kept = self.bus and task.result_ttl_ms  # then result holds its encoded bytes
@@ -129,19 +125,26 @@ class Settler:
     def settled(self, name: str, batch: Sequence[tuple[Held, policy.Settle]], answers: list[Any]) -> None:
         """Record the server's ``answers`` to ``name``'s settles (``batch``, as :meth:`decide` sent them)."""
         completed_heard = "job.completed" in hooks.heard  # read once a batch
-        one_task, completed_before = self.one_task.get(name), self.tally.completed
-        durations: list[float] = []  # the run times of the settles the server took: observed together
+        # each task's run times of the settles the server took, observed together; its settles that were
+        # not completions (counted as their events), so that the rest are its completions
+        runs: dict[TaskStats, list[float]] = {}
+        others: dict[TaskStats, int] = {}
+        # a batch is mostly one task's: its list is looked up only when the task changes (keyed by the
+        # Task, a frozen dataclass that hashes every field, it cost 7k instructions a job)
+        last: TaskStats | None = None
+        task_runs: list[float] = []
         for (held, decision), reply in zip(batch, answers):
             if isinstance(reply, Exception):
                 self._refused(held, reply)
             else:
                 duration_s = held.ended_s - held.started_s
-                durations.append(duration_s)
+                if held.stats is not last:
+                    last = held.stats
+                    task_runs = runs.setdefault(last, [])
+                task_runs.append(duration_s)
                 if decision is policy.COMPLETE:
                     # the common case, here rather than in _record (a call a job): counted, told only if heard
                     self.tally.completed += 1
-                    if one_task is None:
-                        self.task_tally[held.task.name, "completed"] += 1
                     if held.not_kept is not None:
                         log.warning("job %s/%s attempt %d completed, but its result was not kept: %s (a %s "
                                     "returned); Queue.result raises ResultNotKept", held.job.queue,
@@ -151,12 +154,13 @@ class Settler:
                         self.events.tell("job.completed", held.job, duration_s=duration_s)
                 else:
                     self._record(name, held, decision, reply, duration_s)
+                    others[held.stats] = others.get(held.stats, 0) + 1
             self.held.pop(held.key, None)
             if held.job.flow:  # a parent (in any queue served) may be ready now: poll the flow sets
                 self.pacing.poll_flows()
-        self.timings.duration.observe_many(durations)
-        if one_task is not None and self.tally.completed > completed_before:
-            self.task_tally[one_task, "completed"] += self.tally.completed - completed_before
+        for stats, values in runs.items():
+            stats.run.observe_many(values)
+            stats.counts["completed"] += len(values) - others.get(stats, 0)
 
     def _settle_call(self, held: Held, decision: policy.Settle, result: bytes | None) -> Call:
         """The call that settles ``held`` as decided; ``result``: a returned value, encoded when kept."""
@@ -194,7 +198,7 @@ class Settler:
         reason = (f"settle refused, the lease is gone ({reply}); not settled by this worker"
                   if isinstance(reply, LeaseLost) else
                   f"settle refused by the server ({reply}); the sweep recovers it after its lease")
-        self.events.emit("job.lost", held.job, reason=reason)
+        self.events.emit("job.lost", held.job, held.task, reason=reason)
 
     def _record(self, name: str, held: Held, decision: policy.Fail | policy.Postpone, reply: Any,
                 duration_s: float) -> None:
@@ -204,17 +208,14 @@ class Settler:
             # promote when it falls due, not a whole interval later (plus slack for the two clocks)
             wait = decision.delay_ms if isinstance(decision, policy.Postpone) else decision.backoff_ms
             self.timers.expect_due(name, self._clock_ms() + wait + policy.PROMOTE_SLACK_MS)
-        job = held.job
+        job, task = held.job, held.task
         if isinstance(decision, policy.Postpone):
-            self.events.emit("job.delayed", job, delay_ms=decision.delay_ms, duration_s=duration_s)
-            outcome = "delayed"
-        elif reply == State.DEAD:
-            self.events.emit("job.dead", job, error=decision.error, max_attempts=decision.max_attempts,
+            self.events.emit("job.delayed", job, task, delay_ms=decision.delay_ms, duration_s=duration_s)
+            return
+        self.stats.failed(parent_queue(name), task.name, held.verdict or held.outcome, job.id, decision.error)
+        if reply == State.DEAD:
+            self.events.emit("job.dead", job, task, error=decision.error, max_attempts=decision.max_attempts,
                              duration_s=duration_s)
-            outcome = "dead"
         else:
-            self.events.emit("job.retried", job, error=decision.error, backoff_ms=decision.backoff_ms,
+            self.events.emit("job.retried", job, task, error=decision.error, backoff_ms=decision.backoff_ms,
                              duration_s=duration_s)
-            outcome = "retried"
-        if not isinstance(held.verdict, policy.Undecodable):  # counted by the task whose handler ran (one did)
-            self.task_tally[held.task.name, outcome] += 1

@@ -121,15 +121,15 @@ class Watchman:
                                              for h in batch])
             except ConnectionFailed as exc:
                 for held in batch:
-                    self.events.emit("job.abandoned", held.job, reason=f"REQUEUE failed ({exc})")
+                    self.events.emit("job.abandoned", held.job, held.task, reason=f"REQUEUE failed ({exc})")
                 log.warning("worker %d: REQUEUE failed (%s): %d job(s) left to lease expiry", os.getpid(), exc,
                             len(batch))
                 continue
             for held, reply in zip(batch, replies):
                 if reply is True:
-                    self.events.emit("job.requeued", held.job)
+                    self.events.emit("job.requeued", held.job, held.task)
                 else:
-                    self.events.emit("job.abandoned", held.job, reason=f"REQUEUE answered {reply}")
+                    self.events.emit("job.abandoned", held.job, held.task, reason=f"REQUEUE answered {reply}")
             ok = [h.job.id for h, reply in zip(batch, replies) if reply is True]
             log.warning("worker %d: requeued %d job(s) still held at the end of the grace period: %s",
                         os.getpid(), len(ok), ", ".join(map(quoted, ok)))

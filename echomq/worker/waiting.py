@@ -121,11 +121,11 @@ class Waiting:
         """A blocked claim answered with a job after the stop: straight back to pending (wire 6)."""
         try:
             self.queues[report.queue].requeue(report.job)
-            self.events.emit("job.requeued", report.job)
+            self.events.emit("job.requeued", report.job, self.tasks[report.queue])
             log.info("worker %d: stopping: requeued %s/%s, which a blocked claim took", os.getpid(),
                      report.queue, quoted(report.job.id))
         except (EchoMQError, ConnectionFailed) as exc:
-            self.events.emit("job.abandoned", report.job, reason=f"could not requeue ({exc})")
+            self.events.emit("job.abandoned", report.job, self.tasks[report.queue], reason=f"could not requeue ({exc})")
             log.warning("worker %d: stopping: could not requeue %s/%s (%s); left to lease expiry", os.getpid(),
                         report.queue, quoted(report.job.id), exc)
 

@@ -45,7 +45,8 @@ from .outcomes import running_worker
 from .pacing import Pacing
 from .settling import Settler
 from .shutdown import Watchman
-from .tallies import Events, Tally, Timings
+from .jobstats import JobStats, Timings
+from .tallies import Events, Tally
 from .tasks import App, Task
 from .timers import Timers
 from .waiting import Waiting
@@ -89,25 +90,25 @@ class Worker:
         # the services every worker runs beside its jobs
         self.timers = Timers(list(self.queues.values()), config.timers)
         self.cron = self._periodic_jobs()
+        #: what its jobs came to, per queue and task: the heartbeat publishes it, --metrics-port exports it
+        self.stats = JobStats()
+        self.timings = Timings(self.stats)  #: every task's histograms read as one
         self.heartbeat = Heartbeat(connection.client, queues=names, concurrency=config.concurrency,
-                                   wire=connection.wire, config=config.heartbeat)
+                                   wire=connection.wire, config=config.heartbeat, stats=self.stats)
         #: the node serves the bus: completions keep results and failures their tracebacks
         self.bus = connection.supports("publish") and connection.supports("failures_incr")
         # what it did, and the jobs it holds, by (queue, id): every part reads them
         self.tally = Tally()
-        self.timings = Timings()
-        self.events = Events(self, self.tally)
+        self.events = Events(self, self.tally, self.stats)
         self.held: dict[tuple[str, str], Held] = {}
         wake = threading.Event()  #: ends the control thread's wait: an outcome to settle, a report, a stop
         # its parts
         self.pacing = Pacing(names, config)
         self.leases = Leases(self.queues, self.held, config, clock_ms)
         self.executor = Executor(app, connection, self.layouts, config, self.held, self.leases, self.tally,
-                                 self.timings, self.events, wake, clock_ms)
-        self.settler = Settler(self.queues, self.held, bus=self.bus, rand=rand, tally=self.tally, timings=self.timings,
-                               events=self.events, timers=self.timers, pacing=self.pacing, clock_ms=clock_ms,
-                               one_task={name: task.name for name, task in self.tasks.items()
-                                         if len(app.named.get(task.queue) or {task.name: task}) == 1})
+                                 self.stats, self.events, wake, clock_ms)
+        self.settler = Settler(self.queues, self.held, bus=self.bus, rand=rand, tally=self.tally, stats=self.stats,
+                               events=self.events, timers=self.timers, pacing=self.pacing, clock_ms=clock_ms)
         self.waiting = Waiting(connection, self.queues, self.tasks, config, self.pacing, self.executor, self.events,
                                self.timers, wake, clock_ms)
         self.loop = Loop(config=config, queues=self.queues, tasks=self.tasks, held=self.held, tally=self.tally,

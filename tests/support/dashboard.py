@@ -72,3 +72,8 @@ def secret_of(html: str) -> str:
     found = re.search(r'name="secret" value="([^"]+)"', html)
     assert found, html
     return found.group(1)
+
+
+def ids_on(html: str) -> list[str]:
+    """The ids a dashboard page links to, in its order."""
+    return re.findall(r'/job\?id=([^"]+)"', html)

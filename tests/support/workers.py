@@ -1,5 +1,6 @@
-"""Workers in the tests: timers that stay out of a test's way, what a worker sent and where it
-blocks, and worker processes (`emq worker worker_apps:make_app`) with what their handler wrote."""
+"""Workers in the tests: timers that stay out of a test's way, an app of one task that fails when
+asked, what a worker sent and where it blocks, and worker processes (`emq worker
+worker_apps:make_app`) with what their handler wrote."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
-from echomq import TimerConfig
+from echomq import App, TimerConfig
 from echomq._core.workers import WORKERS_KEY, record_key
 from echomq.worker.waiter import LANES_WAKE
 
@@ -19,6 +21,20 @@ from .waiting import Client, wait_until
 
 #: timers that stay out of a test's way: no promote or sweep while it runs
 QUIET_TIMERS = TimerConfig(promote_interval_ms=60_000, sweep_interval_ms=60_000, idle_sweep_interval_ms=60_000)
+
+
+def app_of_one_task(queue: str, task: str, fails: Callable[[Any], bool], error: Exception) -> App:
+    """An app whose one task, named ``task``, on ``queue``, raises (a copy of) ``error`` for the payloads
+    ``fails`` picks, each of them dead at once (max_attempts=1), and does nothing for the others."""
+
+    def handler(payload: Any) -> None:
+        if fails(payload):
+            raise type(error)(*error.args)
+
+    handler.__name__ = handler.__qualname__ = task  # a task's figures go by its handler's name
+    app = App()
+    app.task(queue=queue, max_attempts=1)(handler)
+    return app
 
 
 def commands_sent(client: Client) -> int:
