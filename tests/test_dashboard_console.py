@@ -17,7 +17,8 @@ import sys
 import httpx
 import pytest
 
-from echomq import PartitionedQueue, Queue, State
+from echomq import RAW, App, PartitionedQueue, Queue, State
+from echomq._protocol.envelope import wrap
 from echomq.admin import selection
 from echomq.admin.selection import JobFilter
 from echomq.dashboard import Settings, serving
@@ -177,6 +178,64 @@ def test_a_filtered_scan_stops_at_its_budget_and_links_where_to_go_on(site, dead
     assert ids_on(rest) == ["d5"] and 'rel="next"' not in rest and 'rel="first"' in rest
     past = site.get(f"/queues/{dead_mix.name}", params={"state": "dead", "error": "x", "from": "6"})
     assert past.status_code == 400 and "bad from 6" in past.text
+
+
+def test_a_list_filtered_by_task_shows_that_tasks_jobs_and_the_bulk_action_acts_on_them_alone(conn, caplog):
+    """Issue 39 item 1's task filter: a queue of two tasks (and a plain job, and one whose planted task
+    name is markup), its dead list filtered by the name its jobs' headers carry, in the address; the
+    job page names the task; the bulk reprocess of the filtered list moves that task's jobs alone.
+    A task's name is a job's data: shown escaped."""
+    caplog.set_level(logging.INFO, logger="echomq.dashboard.audit")
+    name = fresh_name("by-task")
+    app = App(queue=name).connect(conn)
+
+    @app.task
+    def send_email(to):
+        return to
+
+    @app.task
+    def resize(path):
+        return path
+
+    queue = Queue(conn, name)
+    mail = [send_email.enqueue(f"m{n}", id=f"mail-{n}").id for n in range(3)]
+    image = resize.enqueue("a.png", id="image-0").id
+    queue.enqueue({"plain": True}, id="plain-0")
+    odd_name = '<img src=x onerror="alert(1)">'
+    Queue(conn, name, serializer=RAW).enqueue(wrap(name, b'"x"', {"task": odd_name}), id="odd-0")
+    for _ in range(6):
+        queue.fail(take(queue), "boom", max_attempts=1)
+    with serving(conn, Settings()) as url, httpx.Client(base_url=url) as site:
+        listed = site.get(f"/queues/{name}", params={"state": "dead", "task": "send_email"})
+        assert sorted(ids_on(listed.text)) == mail
+        assert "matching task &#39;send_email&#39;: 3 found" in listed.text
+        assert 'name="task" size="14" value="send_email"' in listed.text  # the form says the filter
+        assert ids_on(site.get(str(listed.url)).text) == ids_on(listed.text)  # the address is the list
+        part = re.search(r'data-refresh="(/parts/queues/[^"]+/jobs[^"]*)"', listed.text).group(1).replace("&amp;", "&")
+        assert "task=send_email" in part and sorted(ids_on(site.get(part).text)) == mail
+        assert f'href="/queues/{name}?state=pending&amp;task=send_email"' in listed.text  # the tabs keep it
+        assert ids_on(site.get(f"/queues/{name}", params={"state": "dead", "task": "resize"}).text) == [image]
+        assert ids_on(site.get(f"/queues/{name}", params={"state": "dead", "task": "send"}).text) == []
+        odd = site.get(f"/queues/{name}", params={"state": "dead", "task": odd_name}).text
+        assert ids_on(odd) == ["odd-0"] and odd_name not in odd and "&lt;img src=x" in odd
+        job = site.get(f"/queues/{name}/job", params={"id": "odd-0"}).text
+        assert odd_name not in job and '<td id="task">&lt;img src=x onerror=&#34;alert(1)&#34;&gt;</td>' in job
+        assert '<td id="task">send_email</td>' in site.get(f"/queues/{name}/job", params={"id": mail[0]}).text
+        assert 'id="task"' not in site.get(f"/queues/{name}/job", params={"id": "plain-0"}).text
+        too_long = site.get(f"/queues/{name}", params={"state": "dead", "task": "t" * 201})
+        assert too_long.status_code == 400 and "a task name of 201 characters" in too_long.text
+        confirm_at = re.search(r'href="([^"]+)" id="reprocess-all"', listed.text).group(1).replace("&amp;", "&")
+        assert confirm_at == f"/queues/{name}/bulk/reprocess?task=send_email"
+        confirm = site.get(confirm_at).text
+        assert "<b>3</b> dead job(s) match task &#39;send_email&#39;" in confirm
+        form = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', confirm))
+        assert form["task"] == "send_email"
+        done = site.post(f"/queues/{name}/bulk/reprocess", data=form, follow_redirects=True)
+        assert "reprocessed 3 of 3 dead job(s) matching task &#39;send_email&#39;" in done.text
+    assert {job_id: queue.state(job_id) for job_id in (*mail, image, "plain-0", "odd-0")} == {
+        **dict.fromkeys(mail, State.PENDING), image: State.DEAD, "plain-0": State.DEAD, "odd-0": State.DEAD}
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "echomq.dashboard.audit"]
+    assert f"reprocess_all {name}: reprocessed 3 of 3 dead job(s) matching task 'send_email'" in line
 
 
 def test_lists_show_each_jobs_age_and_attempts(site, dead_mix):

@@ -10,6 +10,7 @@ import pytest
 
 from echomq import ConfigurationError, PartitionedQueue, Queue, State
 from echomq.admin.actions import act_on_dead, acted, left_dead
+from echomq._protocol.envelope import MAGIC, wrap
 from echomq.admin.selection import NO_FILTER, JobFilter, count_dead, dead_as_of, matching_page, walk_dead
 from support.dataset import queue_unchanged
 from support.queues import fresh_name, take
@@ -51,6 +52,29 @@ def test_a_filter_travels_in_a_link_and_says_itself_on_one_line():
     assert NO_FILTER.query() == {} and NO_FILTER.described() == "every job"
     assert shown.described() == "error containing '\"boom\"', at least 1h old"
     assert "\n" not in JobFilter(error="a\x1bb").described()
+
+
+def test_a_task_filter_matches_the_task_a_jobs_headers_name_exactly():
+    now = HOUR_MS
+    named = wrap("q", b'{"to": "a"}', {"task": "send_email"})
+    by_task = JobFilter(task=" send_email ")
+    assert by_task.task == "send_email" and not by_task.empty and by_task.fields[-1] == "payload"
+    assert by_task.matches({"state": "dead"}, now, named)
+    assert not JobFilter(task="send").matches({}, now, named)  # a name, not a part of one
+    assert not by_task.matches({}, now, b'{"to": "a"}')  # a job enqueued without a task names none
+    assert not by_task.matches({}, now, MAGIC + b'{"emq": 5\x00')  # an envelope that does not read: no task
+    assert not by_task.matches({}, now, b"\xff\xfe")  # a payload of no serializer's we know: no task
+    assert not by_task.matches({}, now, None)  # no payload read (a row that vanished)
+    assert not JobFilter(task="send_email", error="x").matches({"last_error": "y"}, now, named)
+    assert NO_FILTER.fields[-1] != "payload"  # only a task filter reads payloads
+    # the row as HMGET answers it: the listed fields, then the payload
+    assert by_task.matches_row([b"dead", *[None] * (len(by_task.fields) - 2), named], now)
+    assert not by_task.matches_row([None] * len(by_task.fields), now)
+    odd = JobFilter(task='<b>"x"\n')
+    assert odd.query() == {"task": '<b>"x"'} and JobFilter(**odd.query()) == odd
+    assert odd.described() == "task '<b>\"x\"'" and "\n" not in JobFilter(task="a\x1bb").described()
+    with pytest.raises(ValueError, match="a task name of 201 characters: a task's has at most 200"):
+        JobFilter(task="t" * 201)
 
 
 def test_what_each_bulk_answer_means():

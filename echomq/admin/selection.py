@@ -1,12 +1,15 @@
-"""Which of a queue's jobs an operator means: a filter of a state's jobs by error text and age
-(decided on a row's fields, pure), a page of the jobs that match (read a window at a time, a bounded
+"""Which of a queue's jobs an operator means: a filter of a state's jobs by error text, age and task
+(decided on a row's fields and payload, pure), a page of the jobs that match (read a window at a time, a bounded
 number of rows a request), their count, and a walk of the dead jobs they name in batches, for the
 bulk actions (:mod:`echomq.admin.actions`) the dashboard and ``emq reprocess --all`` share.
 
 Every read is short: a window is one ZRANGE by rank (O(log n) and its length) and one HMGET of a
 few small fields per row, so a filter over 100,000 jobs is many small commands, never one long one.
 A job's *age* is the time since it was admitted (its row's ``created``, server clock: docs/spec.md
-§11.5); a row without one (written before it existed) matches no age filter.
+§11.5); a row without one (written before it existed) matches no age filter. A job's *task* is the
+one its payload's envelope names (``read_headers``: ``task.delay()`` and its kin write it); a job
+enqueued without one (``Queue.enqueue``) matches no task filter. Only a task filter reads the
+payloads, each row's in the same HMGET as its other fields.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from .._client.connection import Plain
 from .._client.partitioned import AnyQueue
 from .._client.queue import Queue
 from .._core.core import raise_first, scored
+from .._protocol.envelope import TASK_NAME_MAX, read_headers
 from .._protocol.keys import State
 from .._protocol.shown import one_line
 from .inventory import LISTED_FIELDS, JobView, listed_ids, listed_set, listed_view, partitions_of, text_of
@@ -36,13 +40,15 @@ BULK_BATCH = 500
 @dataclass(frozen=True)
 class JobFilter:
     """What an operator asked for of a state's jobs: their last error contains ``error`` (any case),
-    and their age is at least ``min_age`` and at most ``max_age`` (durations as people type them:
-    ``30s``, ``15m``, ``12h``, ``7d``). Empty fields ask nothing. Refused (ValueError, naming what
-    was wrong) when a duration does not read or the error text is too long."""
+    their age is at least ``min_age`` and at most ``max_age`` (durations as people type them:
+    ``30s``, ``15m``, ``12h``, ``7d``), and their headers name the task ``task`` (exactly). Empty
+    fields ask nothing. Refused (ValueError, naming what was wrong) when a duration does not read or
+    the error text or the task name is too long."""
 
     error: str = ""
     min_age: str = ""
     max_age: str = ""
+    task: str = ""
     min_age_ms: int | None = field(default=None, init=False, compare=False, repr=False)
     max_age_ms: int | None = field(default=None, init=False, compare=False, repr=False)
 
@@ -50,6 +56,9 @@ class JobFilter:
         object.__setattr__(self, "error", self.error.strip())
         if len(self.error) > ERROR_FILTER_CHARS:
             raise ValueError(f"error text of {len(self.error)} characters: look for at most {ERROR_FILTER_CHARS}")
+        object.__setattr__(self, "task", self.task.strip())
+        if len(self.task) > TASK_NAME_MAX:
+            raise ValueError(f"a task name of {len(self.task)} characters: a task's has at most {TASK_NAME_MAX}")
         for name in ("min_age", "max_age"):
             text = getattr(self, name).strip()
             object.__setattr__(self, name, text)
@@ -60,10 +69,23 @@ class JobFilter:
 
     @property
     def empty(self) -> bool:
-        return not (self.error or self.min_age or self.max_age)
+        return not (self.error or self.min_age or self.max_age or self.task)
 
-    def matches(self, fields: Mapping[str, str], now_ms: int) -> bool:
-        """Whether a row (its fields as text) is one the filter asks for, at server time ``now_ms`` (pure)."""
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The row's fields it reads: a list's (LISTED_FIELDS), and the payload last for a task filter."""
+        return (*LISTED_FIELDS, "payload") if self.task else LISTED_FIELDS
+
+    def matches_row(self, values: Sequence[Any], now_ms: int) -> bool:
+        """Whether a row, its :attr:`fields` as HMGET answers them, is one the filter asks for (pure)."""
+        fields = {name: text_of(v) for name, v in zip(LISTED_FIELDS, values) if v is not None}
+        return bool(fields) and self.matches(fields, now_ms, values[-1] if self.task else None)
+
+    def matches(self, fields: Mapping[str, str], now_ms: int, stored: bytes | None = None) -> bool:
+        """Whether a row (its fields as text, ``stored``: its payload as stored, read for a task filter)
+        is one the filter asks for, at server time ``now_ms`` (pure)."""
+        if self.task and (stored is None or read_headers(stored)[0].task != self.task):
+            return False
         if self.error and self.error.casefold() not in fields.get("last_error", "").casefold():
             return False
         least, most = self.min_age_ms, self.max_age_ms
@@ -78,12 +100,13 @@ class JobFilter:
 
     def query(self) -> dict[str, str]:
         """The filter as a link's query (the fields it sets), read back by ``JobFilter(**query)``."""
-        return {name: value for name, value in (("error", self.error), ("min_age", self.min_age),
+        return {name: value for name, value in (("task", self.task), ("error", self.error), ("min_age", self.min_age),
                                                 ("max_age", self.max_age)) if value}
 
     def described(self) -> str:
         """The filter for people and the audit log, on one line (the error text quoted, escaped)."""
-        said = ([f"error containing {one_line(repr(self.error))}"] if self.error else []) + \
+        said = ([f"task {one_line(repr(self.task))}"] if self.task else []) + \
+            ([f"error containing {one_line(repr(self.error))}"] if self.error else []) + \
             ([f"at least {self.min_age} old"] if self.min_age else []) + \
             ([f"at most {self.max_age} old"] if self.max_age else [])
         return ", ".join(said) or "every job"
@@ -114,11 +137,10 @@ def matching_page(queue: AnyQueue, state: State | str, job_filter: JobFilter, *,
         listed = listed_ids(queue, state, offset=at, count=min(window, start + budget - at))
         if not listed:
             return Matching(found, start, None, at - start)
-        rows = _rows(queue, [(q, job_id) for q, job_id, _ in listed], LISTED_FIELDS)
+        rows = _rows(queue, [(q, job_id) for q, job_id, _ in listed], job_filter.fields)
         for (q, job_id, score), values in zip(listed, rows):
             at += 1
-            fields = {name: text_of(v) for name, v in zip(LISTED_FIELDS, values) if v is not None}
-            if fields and job_filter.matches(fields, now_ms):
+            if job_filter.matches_row(values, now_ms):
                 view = listed_view(q.name, job_id, values, score, now_ms, where)
                 if view is not None:
                     found.append(view)
@@ -169,11 +191,9 @@ def walk_dead(queue: AnyQueue, job_filter: JobFilter, as_of_ms: int, act: Act | 
             due = [job_id for job_id, score in listed if score <= as_of_ms]
             picked = due
             if not job_filter.empty and due:
-                rows = _rows(part, [(part, job_id) for job_id in due], LISTED_FIELDS)
+                rows = _rows(part, [(part, job_id) for job_id in due], job_filter.fields)
                 commands += len(due)
-                picked = [job_id for job_id, values in zip(due, rows)
-                          if job_filter.matches({n: text_of(v) for n, v in zip(LISTED_FIELDS, values)
-                                                 if v is not None}, as_of_ms)]
+                picked = [job_id for job_id, values in zip(due, rows) if job_filter.matches_row(values, as_of_ms)]
             gone = 0
             if act is not None and picked:
                 answers = act(part, picked)

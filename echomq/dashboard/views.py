@@ -47,7 +47,7 @@ class ListQuery:
 
 
 def list_query(params: Mapping[str, str], states: list[str]) -> ListQuery:
-    """The list a page's query names (``state``, ``page``, ``from``, ``error``, ``min_age``,
+    """The list a page's query names (``state``, ``page``, ``from``, ``task``, ``error``, ``min_age``,
     ``max_age``); :class:`BadQuery` naming the value that does not read."""
     state = params.get("state", "pending")
     if state not in states:
@@ -59,7 +59,7 @@ def list_query(params: Mapping[str, str], states: list[str]) -> ListQuery:
 def read_filter(params: Mapping[str, str]) -> JobFilter:
     try:
         return JobFilter(error=params.get("error", ""), min_age=params.get("min_age", ""),
-                         max_age=params.get("max_age", ""))
+                         max_age=params.get("max_age", ""), task=params.get("task", ""))
     except ValueError as exc:
         raise BadQuery(str(exc)) from None
 
