@@ -178,12 +178,17 @@ class Executor:
         #: the jobs that run another of the queue's tasks, by that task's figures (with their waits)
         others: dict[TaskStats, list[tuple[Job, float | None]]] = {}
         runs: list[Run] = []
+        # a context is built only for a handler that takes one: nothing could ever read it (Held.ctx); a
+        # plain job's handler is the queue's one task, read once a batch
+        plain_ctx = one is not None and one.arity == 2
         for job, waited_s in zip(jobs, waits):
             if claimed_heard:  # counted by the batch (start)
                 self.events.tell("job.claimed", job, waited_s=waited_s, trace=job.trace)
             own = job.headers
-            if own is None and one is not None:  # the common case: a job with no headers of ours
-                runs_task, overrides, by_name, stats = one, calling.NO_OVERRIDES, False, first
+            if own is None and one is not None:  # the common case, as before headers: its queue's one task
+                runs_task, by_name = one, False
+                ctx = self._context(one, queue, job, children) if plain_ctx else None
+                held = Held(queue, one, job, (job.queue, job.id), ctx, sent, started_s, first, deadline, claimed_at=sent)
             else:
                 try:
                     runs_task, overrides, by_name = calling.job_run(named, task.queue, own, check_timeout)
@@ -195,14 +200,13 @@ class Executor:
                 if runs_task is not task:
                     stats = self.stats.of(parent_queue(queue.name), runs_task.name)
                     others.setdefault(stats, []).append((job, waited_s))
-            # the handler gets (payload, ctx)[:arity], or the job's call and its context where it takes one; a
-            # context is built only for a handler that takes one: nothing could ever read it (Held.ctx)
-            takes_ctx = runs_task.form.context is not None if by_name else runs_task.arity == 2
-            ctx = self._context(runs_task, queue, job, children) if takes_ctx else None
-            held = Held(queue, runs_task, job, (job.queue, job.id), ctx, sent, started_s, stats, deadline,
-                        claimed_at=sent, overrides=overrides)
-            if runs_task is not task or overrides.timeout is not calling.UNSET:
-                held.deadline = self._deadline(held, sent)
+                # the handler gets (payload, ctx)[:arity], or the job's call and its context where it takes one
+                takes_ctx = runs_task.form.context is not None if by_name else runs_task.arity == 2
+                ctx = self._context(runs_task, queue, job, children) if takes_ctx else None
+                held = Held(queue, runs_task, job, (job.queue, job.id), ctx, sent, started_s, stats, deadline,
+                            claimed_at=sent, overrides=overrides)
+                if runs_task is not task or overrides.timeout is not calling.UNSET:
+                    held.deadline = self._deadline(held, sent)
             self.held[held.key] = held
             try:
                 payload = None if job.raw_payload is None else loads(job.raw_payload)
