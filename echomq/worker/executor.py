@@ -137,14 +137,15 @@ class Executor:
         waits = waited_in_pending_s(jobs, claimed_s)
         # the queue's tasks by name (a task its app does not list runs alone: the parts' tests start one)
         named = self._named.get(task.queue) or {task.name: task}
-        runs = self._hold(task, named, queue, jobs, sent, deadline, children, waits, started_s)
+        one = task if len(named) == 1 else None  # what a job that names no task runs, as ever
+        runs = self._hold(task, named, one, queue, jobs, sent, deadline, children, waits, started_s)
         if not runs:
             return
         self.started += len(runs)
         self.youngest_start = started_ms = self._clock_ms()
         self.settle_due = self.settle_at(started_ms) <= started_ms  # not yet, unless settle_wait_ms is 0
         told = "job.started" in hooks.heard  # read once a batch: the common case pays nothing a job
-        if len(named) == 1:  # one task: the batch's handlers are all sync, or all async
+        if one is not None:  # one task: the batch's handlers are all sync, or all async
             self._run_all(runs, task.is_async, told)
             return
         for is_async in (False, True):  # jobs of several tasks: each run as its own handler is
@@ -163,16 +164,15 @@ class Executor:
                                        self.config.settle_wait_ms / 1000 if self.relay is not None else None)
             self.pool.submit_all(self._run_sync_told if told else self._run_sync, runs)
 
-    def _hold(self, task: Task, named: Mapping[str, Task], queue: Queue, jobs: Sequence[Job], sent: float,
-              deadline: float | None, children: dict[str, Children] | None, waits: list[float | None],
+    def _hold(self, task: Task, named: Mapping[str, Task], one: Task | None, queue: Queue, jobs: Sequence[Job],
+              sent: float, deadline: float | None, children: dict[str, Children] | None, waits: list[float | None],
               started_s: float) -> list[Run]:
         """Hold a claim batch's jobs and build their handlers' calls; a job no handler can take (a
         payload that cannot be decoded, a task its queue has not, headers that cannot be read) has
         none (it is finished already: dead at once, not the worker's failure). ``task``: its queue's
-        (first) task, ``named``: all its tasks by name; ``waits``: each one's pending wait, ``started_s``:
-        the monotonic time their handlers start. Each job is counted (its claim, its wait, later its
+        (first) task, ``named``: all its tasks by name, ``one``: its one task (None: it has several);
+        ``waits``: each one's pending wait, ``started_s``: the monotonic time their handlers start. Each job is counted (its claim, its wait, later its
         settle: ``Held.stats``) under the task it runs; one that runs none, under the queue's first."""
-        one = task if len(named) == 1 else None  # what a job that names no task runs, as ever
         claimed_heard, loads = "job.claimed" in hooks.heard, task.serializer.loads  # read once a batch
         first = self.stats.of(parent_queue(queue.name), task.name)  # a partition counts as its queue
         #: the jobs that run another of the queue's tasks, by that task's figures (with their waits)
