@@ -31,6 +31,7 @@ from .errors import (
     ServerNotFound,
     ServerStartError,
     ShapeError,
+    StartupFailed,
     StateError,
     UnknownTask,
     UnsupportedOnWire,
@@ -50,6 +51,7 @@ from ._core.workers import WorkerRecord
 from ._client.partitioned import PartitionedQueue
 from ._client.queue import Claims, Counts, Enqueued, Job, Queue, Sweep
 from .worker.heartbeat import HeartbeatConfig
+from .worker.lifecycle import AppState
 from .worker.policy import Backoff, IdlePolicy, LeasePolicy
 from .worker.tasks import App, AsyncJobContext, Delay, JobContext, Retry, Task, TaskFunction
 from .worker.canvas import Chain, Group, Signature, chain, group
@@ -68,13 +70,13 @@ __all__ = [
     "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost",
     "PartitionedQueue", "PayloadError", "PermissionDenied", "PortInUse", "Queue", "RAW", "RateLimit", "RawSerializer",
     "ResultNotKept",
-    "ServerNotFound", "ServerStartError", "ShapeError", "State", "StateError", "Status", "Sweep", "UnknownTask",
+    "ServerNotFound", "ServerStartError", "ShapeError", "StartupFailed", "State", "StateError", "Status", "Sweep", "UnknownTask",
     "UnsupportedOnWire",
     "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "minted_ms", "module_path",
     # Valkey on this machine (tests, trying things)
     "LocalCluster",
     # workers
-    "App", "AsyncJobContext", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task",
+    "App", "AppState", "AsyncJobContext", "Backoff", "Delay", "IdlePolicy", "JobContext", "LeasePolicy", "Retry", "Tally", "Task",
     "TimerConfig", "Timers", "Worker", "WorkerConfig",
     # calling tasks: handles, and calls put together (on flows)
     "AsyncJobHandle", "Chain", "Group", "JobHandle", "Signature", "TaskFunction", "chain", "group",

@@ -15,6 +15,7 @@
     ├── JobNotFound               Queue.result: no such job (never seen, or past its retention)
     ├── ResultNotKept             Queue.result: the job completed, but its return value could not be kept
     ├── UnknownTask               a job names a task the worker's app has not (dead at once, never retried)
+    ├── StartupFailed             a worker's @app.on_startup hook raised: it claimed nothing and stops
     └── CommandRefused            the server refused a verb; `code` is the reply's first word
         ├── ShapeError            EMQSHAPE
         ├── LayoutError           EMQLAYOUT
@@ -32,7 +33,7 @@ __all__ = [
     "ArgumentError", "BrandError", "CommandRefused", "ConfigurationError", "ConnectionFailed", "CounterError",
     "CrossSlotFlow", "EchoMQError", "HostError", "JobFailed", "JobNotFound", "JobTimeout", "LayoutError", "LeaseLost",
     "PayloadError", "PermissionDenied", "PortInUse", "ResultNotKept", "ServerNotFound", "ServerStartError", "ShapeError",
-    "StateError", "UnknownTask", "UnsupportedOnWire", "WireError", "WrongType",
+    "StartupFailed", "StateError", "UnknownTask", "UnsupportedOnWire", "WireError", "WrongType",
 ]
 
 
@@ -134,6 +135,11 @@ class JobTimeout(EchoMQError):
     def __init__(self, timeout_s: float) -> None:
         super().__init__(f"the handler ran past its timeout of {timeout_s:g} s")
         self.timeout_s = timeout_s
+
+
+class StartupFailed(EchoMQError):
+    """An ``@app.on_startup`` hook raised: the worker claimed nothing and stops (``emq worker``
+    exits 1 with this line; the hook's traceback is in the log)."""
 
 
 class PayloadError(EchoMQError):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from contextlib import contextmanager
 
 import pytest
 
@@ -21,7 +20,7 @@ from echomq._protocol.serializers import RAW
 from echomq.errors import ConfigurationError
 from support.queues import fresh_name
 from support.waiting import server_ms, wait_server_past, wait_until
-from support.workers import commands_sent
+from support.workers import commands_sent, running
 
 FAST = Backoff(base_ms=10, max_ms=50, jitter=0.0)
 
@@ -34,18 +33,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@contextmanager
-def running(worker: Worker):
-    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop("test over")
-        thread.join(10)
-        assert not thread.is_alive()
 
 
 def settled(queue: Queue) -> bool:

@@ -70,6 +70,15 @@ def app_of(spec: str) -> App:
 @click.option("--max-jobs", type=click.IntRange(1), default=None,
               help="claim this many jobs, let them finish, then exit 0 (a leaky handler's process starts afresh: "
                    "with --processes at once, else under your process manager)")
+@click.option("--pool", type=click.Choice(["thread", "process"]), default="thread", show_default=True,
+              help="where sync handlers run: on this process's threads, or in child processes (one a --concurrency "
+                   "slot) that are killed past their timeout (SIGTERM, then SIGKILL) and replaced; a task's "
+                   "pool= wins (docs/workers.md)")
+@click.option("--max-jobs-per-child", type=click.IntRange(1), default=None,
+              help="(process pool) replace a child after this many jobs")
+@click.option("--max-memory-per-child", "max_memory_per_child_mb", type=click.IntRange(1), default=None,
+              help="(process pool) replace a child after a job that leaves it holding more resident memory than "
+                   "this many MiB")
 @click.option("-p", "--processes", type=click.IntRange(1), default=1, show_default=True,
               help="run this many worker processes, each with these options, under a supervisor that starts "
                    "again one that dies and passes SIGTERM/SIGINT on (CPU-bound handlers: one per core); "
@@ -79,7 +88,7 @@ def worker(ctx: click.Context, app_spec: str, url: str, wire: str, queues: tuple
            lease_ms: int, grace: float, claim_batch: int, idle_max_ms: int, promote_interval_ms: int,
            sweep_interval_ms: int, idle_sweep_interval_ms: int, max_stalled: int, timeout_s: float | None,
            log_level: str, metrics_port: int | None, metrics_host: str, burst: bool, max_jobs: int | None,
-           processes: int) -> None:
+           pool: str, max_jobs_per_child: int | None, max_memory_per_child_mb: int | None, processes: int) -> None:
     """Run the handlers of MODULE:APP until SIGTERM/SIGINT (a second one exits at once), or with
     --burst until its queues are empty."""
     app = app_of(app_spec)
@@ -89,7 +98,8 @@ def worker(ctx: click.Context, app_spec: str, url: str, wire: str, queues: tuple
             idle=IdlePolicy(max_ms=idle_max_ms),
             timers=TimerConfig(promote_interval_ms=promote_interval_ms, sweep_interval_ms=sweep_interval_ms,
                                idle_sweep_interval_ms=idle_sweep_interval_ms, max_stalled=max_stalled),
-            burst=burst, timeout_s=timeout_s, max_jobs=max_jobs,
+            burst=burst, timeout_s=timeout_s, max_jobs=max_jobs, pool=pool, max_jobs_per_child=max_jobs_per_child,
+            max_memory_per_child_mb=max_memory_per_child_mb,
         )
     if metrics_port and metrics_port + processes - 1 > 65535:
         raise click.UsageError(f"--metrics-port {metrics_port} + {processes - 1} (one port a process) is past 65535")
@@ -106,6 +116,9 @@ def worker(ctx: click.Context, app_spec: str, url: str, wire: str, queues: tuple
         if metrics_port is not None:
             metrics_server()(instance, metrics_host, metrics_port)
         instance.run()
+    if instance.shutdown_errors:
+        raise click.ClickException(f"{len(instance.shutdown_errors)} shutdown hook(s) raised (see the log): "
+                                   + "; ".join(f"{type(e).__name__}: {e}" for e in instance.shutdown_errors))
 
 
 def worker_commands(params: dict[str, Any], cluster: bool | str) -> list[list[str]]:

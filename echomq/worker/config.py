@@ -8,7 +8,7 @@ from ..errors import ConfigurationError
 from .._protocol.verbs import LIMIT_MAX
 from .heartbeat import HeartbeatConfig
 from .policy import IdlePolicy, LeasePolicy
-from .tasks import Task, check_timeout
+from .tasks import POOLS, Task, check_timeout
 from .timers import TimerConfig
 
 
@@ -33,6 +33,14 @@ class WorkerConfig:
     #: claim this many jobs, settle them, then stop (``emq worker --max-jobs``: a process that leaks
     #: starts afresh under its supervisor); None: no limit
     max_jobs: int | None = None
+    #: where sync handlers run: ``"thread"`` (the worker's threads) or ``"process"`` (child processes the
+    #: worker kills past their timeout: echomq.worker.children); a task's own ``pool`` wins
+    pool: str = "thread"
+    #: (process pool) a child is replaced after this many jobs (``--max-jobs-per-child``); None: never
+    max_jobs_per_child: int | None = None
+    #: (process pool) a child is replaced after a job that leaves it holding more resident memory than
+    #: this, MiB (``--max-memory-per-child``); None: never
+    max_memory_per_child_mb: int | None = None
 
     def __post_init__(self) -> None:
         check_timeout(self.timeout_s, "the worker")
@@ -47,6 +55,13 @@ class WorkerConfig:
         if self.max_jobs is not None and (isinstance(self.max_jobs, bool) or not isinstance(self.max_jobs, int)
                                           or self.max_jobs < 1):
             raise ConfigurationError(f"bad max_jobs {self.max_jobs!r}: an integer >= 1, or None")
+
+        if self.pool not in POOLS:
+            raise ConfigurationError(f"bad pool {self.pool!r}: one of {', '.join(POOLS)}")
+        for name in ("max_jobs_per_child", "max_memory_per_child_mb"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigurationError(f"bad {name} {value!r}: an integer >= 1, or None")
 
     def timeout_of(self, task: Task) -> float | None:
         """A handler's timeout in seconds (None: none): the worker's ``timeout_s``, else the task's."""

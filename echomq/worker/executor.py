@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import CancelledError as FutureCancelled
 from functools import partial
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
 
 from .. import aio, hooks
 from . import calling, policy
@@ -33,7 +33,9 @@ from .._protocol.results import result_value
 from .._protocol.serializers import JSON, Serializer
 from .._protocol.shown import one_line, quoted
 from .config import WorkerConfig
+from .children import CONTEXT, ChildLimits, ProcessPool, Request, task_runs_in_process
 from .held import Held, Run
+from .producers import producer_of, serializer_of
 from .leases import Leases
 from .outcomes import outcome_of, raised
 from .pool import AsyncRunner, DaemonPool
@@ -102,6 +104,8 @@ class Executor:
         #: ``ctx.producer`` for sync (False) and async (True) handlers
         self._producers = {is_async: self._make_producers(is_async) for is_async in (False, True)}
         self.pool: DaemonPool | None = None
+        #: the process pool (echomq.worker.children), started with the worker when a task runs in it
+        self.children: ProcessPool | None = None
         self._async: AsyncRunner | None = None
         self._aio: aio.Connection | None = None  #: async handlers' producers, on the runner's loop
         #: each queue's tasks by name: a job that names its task runs that one (echomq.worker.calling)
@@ -157,6 +161,11 @@ class Executor:
         if is_async:
             for held, handler, args in runs:
                 self._start_async(held, handler, args, told)
+        elif self.children is not None and any(task_runs_in_process(run[0].task, self.config.pool) for run in runs):
+            in_child = [run for run in runs if task_runs_in_process(run[0].task, self.config.pool)]
+            self.children.threads.submit_all(self._run_in_child, in_child)
+            if len(in_child) < len(runs):
+                self._run_all([run for run in runs if run not in in_child], is_async, told)
         else:
             if self.pool is None:
                 # relaying, jobs queued behind a slow handler get threads when the control thread looks in
@@ -234,7 +243,8 @@ class Executor:
     def _context(self, task: Task, queue: Queue, job: Job, children: dict[str, Children] | None) -> JobContext:
         """What ``job``'s handler sees: its context, its progress reporter, a flow parent's children."""
         is_async = task.is_async
-        ctx = (AsyncJobContext if is_async else JobContext)(job.id, task.queue, job.attempt, self._producers[is_async])
+        ctx = (AsyncJobContext if is_async else JobContext)(job.id, task.queue, job.attempt, self._producers[is_async],
+                                                            state=self.app.lifecycle.state)
         if children and (left := children.get(job.id)) is not None:
             # decoded when the handler asks, in its own thread: a result its serializer cannot read is its error
             loads = task.serializer.loads
@@ -284,6 +294,33 @@ class Executor:
             self.events.tell("job.returned", held.job)
         return self.done(held, outcome, relay=True)
 
+    def _run_in_child(self, held: Held, handler: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], None] | None:
+        """On a thread of the process pool: the handler run in a child; its outcome handed back as a
+        thread's is. Past its timeout the child is killed: the executor's JobTimeout is the outcome."""
+        ctx, told = held.ctx, "job.started" in hooks.heard
+        children: Any = None
+        if ctx is not None and ctx.children is not None:
+            try:
+                children = ctx.children()
+            except Exception as exc:  # the handler's error when it reads them, as on a thread
+                children = exc
+        def sent(value: Any) -> Any:  # the context stays here: the child puts its own in its place
+            return CONTEXT if ctx is not None and value is ctx else value
+
+        keywords = handler.keywords if isinstance(handler, partial) else {}
+        request = Request(held.task.queue, held.task.name, held.job, tuple(map(sent, args)),
+                          {name: sent(value) for name, value in keywords.items()},
+                          ctx is not None and ctx.report is not None, children)
+        if told:
+            self.events.tell("job.started", held.job)
+        try:
+            outcome = self.children.run(request, lambda: held.verdict is not None,  # type: ignore[union-attr]
+                                        lambda: held.lease_lost)
+        finally:
+            if told:
+                self.events.tell("job.returned", held.job)
+        return None if outcome is None else self.done(held, outcome, relay=True)
+
     async def _told(self, held: Held, coro: Awaitable[Any]) -> Any:
         """An async handler between ``job.started`` and ``job.returned``, told in its own task."""
         self.events.tell("job.started", held.job)
@@ -318,18 +355,8 @@ class Executor:
         client is thread-safe); async ones share one asyncio connection to the same node, used
         only on the runner's loop."""
 
-        def serializer_of(name: str, given: Serializer | None) -> Serializer:
-            task = self.app.tasks.get(name)
-            return given or (task.serializer if task else JSON)
-
-        def layout_of(name: str) -> list[str]:
-            return self.layouts.get(name, [name])  # declared by the Worker
-
         def sync_queue(name: str, given: Serializer | None) -> Queue | PartitionedQueue:
-            if len(layout_of(name)) == 1:
-                return Queue(self.connection, name, serializer=serializer_of(name, given))
-            return PartitionedQueue(self.connection, name, partitions=len(layout_of(name)),
-                                    serializer=serializer_of(name, given))
+            return producer_of(self.app, self.connection, self.layouts, name, given)
 
         if not is_async:
             return sync_queue
@@ -337,9 +364,10 @@ class Executor:
         def async_queue(name: str, given: Serializer | None) -> aio.Queue | aio.PartitionedQueue:
             if self._aio is None:
                 self._aio = aio.Connection.sharing(self.connection)
-            if len(layout_of(name)) > 1:
-                return aio.PartitionedQueue(self._aio, name, layout_of(name), serializer=serializer_of(name, given))
-            return aio.Queue(self._aio, name, serializer=serializer_of(name, given))
+            layout, serializer = self.layouts.get(name, [name]), serializer_of(self.app, name, given)
+            if len(layout) > 1:
+                return aio.PartitionedQueue(self._aio, name, layout, serializer=serializer)
+            return aio.Queue(self._aio, name, serializer=serializer)
 
         return async_queue
 
@@ -384,19 +412,39 @@ class Executor:
             self.ended += 1
             self.finished.append(held)
         held.mark_lost()
+        in_child = self.children is not None and task_runs_in_process(held.task, self.config.pool)
         if held.task.is_async:
             held.future.cancel()
-        elif self.pool is not None:
+        elif self.pool is not None and not in_child:  # a child is killed by the thread that waits on it
             self.pool.replace_one()
         log.error("job %s/%s attempt %d: the handler ran past its timeout of %g s: failed with JobTimeout%s",
                   held.job.queue, quoted(held.job.id), held.job.attempt, timeout_s,
-                  "" if held.task.is_async else "; its thread is abandoned and runs on until it returns")
+                  "" if held.task.is_async else "; its child process is killed" if in_child
+                  else "; its thread is abandoned and runs on until it returns")
+
+    def run_on_loop(self, coro: Any) -> Any:
+        """``coro`` run to its end on the async handlers' loop (started if it was not): a lifecycle hook's."""
+        if self._async is None:
+            self._async = AsyncRunner()
+        return self._async.submit(coro).result()
+
+    def start_children(self, served: Iterable[Task]) -> None:
+        """The process pool and its children, ready, when a task ``served`` runs in it (StartupFailed if a
+        child's startup hook raised)."""
+        if not any(task_runs_in_process(task, self.config.pool) for task in served):
+            return
+        limits = ChildLimits(self.config.max_jobs_per_child, self.config.max_memory_per_child_mb)
+        self.children = ProcessPool(self.app, self.connection, self.layouts, self.config.concurrency, limits)
+        self.children.start()
 
     def close(self) -> None:
-        """Sleeping handler threads end now, running ones after their handler; the asyncio runner stops,
-        its connection closed first."""
+        """Sleeping handler threads end now, running ones after their handler; the process pool's
+        children stop (a busy one is killed); the asyncio runner stops, its connection closed first."""
         if self.pool:
             self.pool.shutdown()
+        if self.children is not None:
+            self.children.close()
+            self.children = None
         if self._async:
             if self._aio is not None:
                 self._async.close(self._aio)

@@ -15,6 +15,7 @@ import os
 import sys
 import sysconfig
 import traceback
+import weakref
 from inspect import isfunction, signature
 from typing import Any, Callable
 
@@ -61,6 +62,7 @@ def load_app(spec: str, warn: Callable[[str], None] = log.warning) -> App:
         if found is None:
             raise NotAnApp(f"{module_name!r} has no {attr!r}")
     if isinstance(found, App):
+        _loaded[found] = spec
         return found
     if not _factory(found, module_name):
         raise NotAnApp(f"{spec} is {_what(found, module_name)}, not an echomq.App or a function of "
@@ -68,7 +70,29 @@ def load_app(spec: str, warn: Callable[[str], None] = log.warning) -> App:
     made = found()
     if not isinstance(made, App):
         raise NotAnApp(f"{spec}() returned {_what(made, module_name)}, not an echomq.App")
+    _loaded[made] = spec
     return made
+
+
+#: the ``MODULE:APP`` each app loaded here was loaded as (the process pool loads it again in its children)
+_loaded: "weakref.WeakKeyDictionary[App, str]" = weakref.WeakKeyDictionary()
+
+
+def spec_of(app: App) -> str:
+    """The ``MODULE:APP`` that loads ``app`` in another process: the one it was loaded as, else a
+    module-level name of it in a module of its handlers; ConfigurationError when it has none."""
+    if app in _loaded:
+        return _loaded[app]
+    for module_name in dict.fromkeys(getattr(task.fn, "__module__", "") for task in app.tasks.values()):
+        if module_name == "__main__":  # a script's: a child would not run it under this name
+            continue
+        module = sys.modules.get(module_name)
+        for name, value in vars(module).items() if module is not None else ():
+            if value is app:
+                return f"{module_name}:{name}"
+    raise ConfigurationError(f"{app!r} cannot be loaded in a child process: the process pool loads the app in each "
+                             "child by its MODULE:APP, so define it at a module's top level (or run emq worker "
+                             "MODULE:APP)")
 
 
 def _own_frame(exc: BaseException) -> traceback.FrameSummary:

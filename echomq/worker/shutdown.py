@@ -39,7 +39,8 @@ class Watchman:
 
     def __init__(self, *, config: WorkerConfig, queues: Mapping[str, Queue], held: dict[tuple[str, str], Held],
                  tally: Tally, events: Events, pacing: Pacing, executor: Executor, leases: Leases, waiting: Waiting,
-                 loop: Loop, heartbeat: Heartbeat, wake: threading.Event, clock_ms: Callable[[], float]) -> None:
+                 loop: Loop, heartbeat: Heartbeat, wake: threading.Event, clock_ms: Callable[[], float],
+                 after_last_settle: Callable[[], None] = lambda: None) -> None:
         self.config = config
         self.queues = queues
         self.held = held
@@ -54,6 +55,9 @@ class Watchman:
         self.wake = wake
         self._clock_ms = clock_ms
         self.signals = 0  #: SIGTERM/SIGINT received: the second exits at once
+        #: run once everything is settled or requeued, before the handlers' pool and loop close (the app's
+        #: shutdown hooks)
+        self.after_last_settle = after_last_settle
 
     def stop(self, reason: str = "stop requested") -> None:
         """Stop claiming; running jobs get ``grace_s`` to finish. Safe from any thread."""
@@ -105,7 +109,10 @@ class Watchman:
             self.heartbeat.remove()
         except ConnectionFailed as exc:
             log.warning("worker %d: could not remove its heartbeat record (it expires by itself): %s", os.getpid(), exc)
-        self.executor.close()
+        try:
+            self.after_last_settle()
+        finally:
+            self.executor.close()
         log.info("worker %d: done: %s", os.getpid(), self.tally)
 
     def requeue(self, still: list[Held]) -> None:

@@ -31,7 +31,8 @@ A handler runs for at most the task's ``timeout`` seconds (default
 it). Then the attempt fails with :class:`~echomq.JobTimeout` (one attempt spent): an
 async handler is cancelled; a sync handler's thread cannot be killed, so it is
 abandoned (``ctx.lost`` is set, its outcome dropped, the worker starts a fresh thread
-in its place) and runs on until it returns.
+in its place) and runs on until it returns -- unless it runs in the process pool
+(``pool="process"``, ``emq worker --pool process``), whose child is killed and replaced.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from .canvas import Caller, Signature
 from .cron import Cron
 from .handles import AsyncJobHandle, JobHandle
 from .producing import Producer, afind, find
+from .lifecycle import AppState, Hook, Lifecycle, check_hook
 from ..errors import ConfigurationError, LeaseLost, UnsupportedOnWire
 from .._protocol.keys import check_partitions, check_queue_name
 from .._protocol.results import DEFAULT_RESULT_TTL_S
@@ -60,6 +62,9 @@ if TYPE_CHECKING:
     from .._client.connection import Connection
     from .. import aio
 
+
+#: where sync handlers may run: on the worker's threads, or in child processes (docs/workers.md)
+POOLS = ("thread", "process")
 
 #: A task's default ``timeout``, seconds: long enough for ordinary work, short enough that a hung
 #: handler is failed (and, after its budget, dead) within minutes rather than never.
@@ -120,6 +125,8 @@ class JobContext:
     #: a flow parent's children's results and errors (decoded when called), read by the worker when
     #: it claimed the parent; None for any other job
     children: Callable[[], Any] | None = field(default=None, repr=False)
+    #: what the app's lifecycle hooks made for the handlers (``ctx.state.db``): the app's :class:`AppState`
+    state: AppState = field(default_factory=AppState, repr=False)
     # the lost flag; its Event is made only when a handler asks for ``lost`` (most never do,
     # and an Event per job is a lock and a condition the worker would build for every claim)
     _lost: bool = field(default=False, init=False, repr=False, compare=False)
@@ -248,6 +255,9 @@ class Task:
     #: the task's name, carried by each job its ``delay``/``enqueue`` makes (the worker runs it by
     #: that name; ``emq inspect`` shows it): its function's ``__name__`` unless given
     name: str = ""
+    #: where a sync handler runs: ``"process"`` in a child process the worker kills past its timeout
+    #: (docs/workers.md "The process pool"), ``"thread"``, or None: as the worker's ``pool`` says
+    pool: str | None = None
     #: how many of (payload, ctx) the handler takes: the worker passes it ``(payload, ctx)[:arity]``
     #: for a job that names no task
     arity: int = field(init=False, repr=False)
@@ -271,6 +281,9 @@ class Task:
         if self.rate_limit is not None:
             object.__setattr__(self, "rate_limit", parse_rate_limit(self.rate_limit))
         check_partitions(self.queue, self.partitions)
+        if self.pool not in POOLS + (None,):
+            raise ConfigurationError(f"bad pool {self.pool!r} for queue {self.queue!r}: one of {', '.join(POOLS)}, "
+                                     "or None (the worker's)")
         if self.rate_limit is not None and self.partitions > 1:
             raise ConfigurationError(f"queue {self.queue!r}: a rate limit is one queue's, and a partitioned queue's "
                                      "partitions are queues of their own: rate_limit with partitions > 1 is not supported")
@@ -278,6 +291,9 @@ class Task:
         object.__setattr__(self, "arity", _arity(self.fn))
         object.__setattr__(self, "form", call_form(self.fn))
         object.__setattr__(self, "is_async", asyncio.iscoroutinefunction(self.fn))
+        if self.is_async and self.pool == "process":
+            raise ConfigurationError(f"queue {self.queue!r}: pool='process' runs sync handlers; an async def handler "
+                                     "runs on the worker's asyncio loop, where its timeout cancels it (drop pool=)")
         object.__setattr__(self, "result_ttl_ms", int(self.result_ttl * 1000))
 
     def on(self, connection: Any) -> Any:
@@ -375,6 +391,24 @@ class App:
         self.named: dict[str, dict[str, Task]] = {}  #: each queue's tasks by name (a worker runs a job by its name)
         self.schedules: list[Cron] = []  #: periodic jobs (:meth:`cron`), enqueued by the workers (echomq.worker.cron)
         self.producer = Producer(url, wire, **connect_options)  #: where its tasks' jobs are sent
+        #: the hooks each worker process runs at its start and end (:meth:`on_startup`, :meth:`on_shutdown`)
+        self.lifecycle = Lifecycle()
+
+    @property
+    def state(self) -> AppState:
+        """What the lifecycle hooks made for the handlers (a handler reads it as ``ctx.state`` too)."""
+        return self.lifecycle.state
+
+    def on_startup(self, hook: Hook) -> Hook:
+        """Decorator: run ``hook(state)`` (or ``hook()``; sync or ``async def``) once in each worker
+        process before its first claim (docs/workers.md "Lifecycle hooks"). One that raises stops the worker."""
+        self.lifecycle.startup.append(check_hook(hook, "on_startup"))
+        return hook
+
+    def on_shutdown(self, hook: Hook) -> Hook:
+        """Decorator: run ``hook(state)`` (or ``hook()``) once in each worker process after its last settle."""
+        self.lifecycle.shutdown.append(check_hook(hook, "on_shutdown"))
+        return hook
 
     def __repr__(self) -> str:
         return f"App({self.name!r}, queues={sorted(self.tasks)})"
@@ -412,7 +446,8 @@ class App:
     def handler(self, queue: str, fn: Callable[..., Any], *, max_attempts: int = 3,
                 backoff: Backoff | None = None, serializer: Serializer = JSON,
                 timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
-                partitions: int = 1, rate_limit: str | RateLimit | None = None, name: str | None = None) -> Task:
+                partitions: int = 1, rate_limit: str | RateLimit | None = None, name: str | None = None,
+                pool: str | None = None) -> Task:
         """Register ``fn`` as the handler of ``queue``, which has none yet (the one-handler form:
         every job of the queue runs it; ``partitions`` > 1: a partitioned queue, every partition
         served by this handler). Several tasks share a queue through ``@app.task(queue=...)``."""
@@ -421,7 +456,7 @@ class App:
                                      f"share a queue through @app.task(queue={queue!r}), each with its own name)")
         return self._register(Task(queue, fn, max_attempts, backoff or Backoff(), serializer, timeout,
                                    result_ttl=result_ttl, partitions=partitions, rate_limit=rate_limit,
-                                   name=name or ""))
+                                   name=name or "", pool=pool))
 
     def _register(self, task: Task) -> Task:
         """``task`` among its queue's tasks: its name free there, and the queue's own settings as the
@@ -513,12 +548,13 @@ class App:
              backoff: Backoff | None = None, serializer: Serializer = JSON,
              timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
              partitions: int = 1, rate_limit: str | RateLimit | None = None,
-             cron: str | None = None) -> TaskDecorator: ...
+             cron: str | None = None, pool: str | None = None) -> TaskDecorator: ...
 
     def task(self, fn: Callable[..., Any] | None = None, /, *, queue: str | None = None, name: str | None = None,
              max_attempts: int = 3, backoff: Backoff | None = None, serializer: Serializer = JSON,
              timeout: float | None = DEFAULT_TIMEOUT_S, result_ttl: float = DEFAULT_RESULT_TTL_S,
-             partitions: int = 1, rate_limit: str | RateLimit | None = None, cron: str | None = None) -> Any:
+             partitions: int = 1, rate_limit: str | RateLimit | None = None, cron: str | None = None,
+             pool: str | None = None) -> Any:
         """Decorator: ``@app.task`` (the queue is the app's ``queue``, else the function's name) or
         ``@app.task(queue=...)``.
         Several tasks may share a queue, each by its name (``name``: its function's ``__name__``
@@ -532,7 +568,7 @@ class App:
         def register(fn: Callable[..., Any]) -> Any:
             task = self._register(Task(queue or self.queue or fn.__name__, fn, max_attempts, backoff or Backoff(), serializer,
                                        timeout, result_ttl=result_ttl, partitions=partitions, rate_limit=rate_limit,
-                                       name=name or ""))
+                                       name=name or "", pool=pool))
             caller = Caller(self.producer, task, check_timeout)
             fn.task = task  # type: ignore[attr-defined]
             for method in ("delay", "adelay", "enqueue", "aenqueue", "s"):

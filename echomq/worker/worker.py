@@ -118,7 +118,9 @@ class Worker:
         self.watchman = Watchman(config=config, queues=self.queues, held=self.held, tally=self.tally,
                                 events=self.events, pacing=self.pacing, executor=self.executor, leases=self.leases,
                                 waiting=self.waiting, loop=self.loop, heartbeat=self.heartbeat, wake=wake,
-                                clock_ms=clock_ms)
+                                clock_ms=clock_ms, after_last_settle=self._run_shutdown_hooks)
+        #: what the app's shutdown hooks raised when this worker last stopped (each logged); empty: none
+        self.shutdown_errors: list[BaseException] = []
 
     def _periodic_jobs(self) -> CronTimer:
         """The periodic jobs of the queues served, encoded with their task's serializer (echomq.worker.cron)."""
@@ -148,6 +150,7 @@ class Worker:
                  self.config.lease.lease_ms)
         loop = self.loop
         with running_worker():
+            self._start_up()
             try:
                 self._say_eviction()
                 self._set_rate_limits()
@@ -196,6 +199,26 @@ class Worker:
         return self.pacing.blocking
 
     # -- at start ---------------------------------------------------------------
+    def _start_up(self) -> None:
+        """The app's startup hooks (echomq.worker.lifecycle), then the process pool's children, before
+        the first claim: one that fails stops the worker here (StartupFailed), with nothing claimed
+        (the children failing, the shutdown hooks undo what the startup hooks made)."""
+        self.shutdown_errors = []
+        try:
+            self.app.lifecycle.start(self.executor.run_on_loop)
+            try:
+                self.executor.start_children(self.tasks.values())
+            except BaseException:
+                self._run_shutdown_hooks()
+                raise
+        except BaseException:
+            self.executor.close()
+            raise
+
+    def _run_shutdown_hooks(self) -> None:
+        """After the last settle, before the handlers' loop closes: the app's shutdown hooks."""
+        self.shutdown_errors = self.app.lifecycle.stop(self.executor.run_on_loop)
+
     def _say_eviction(self) -> None:
         """An error in the log at start when a node may evict keys (an evicted row or set is a lost
         job), decided as `emq doctor` decides it. Unread (an ACL without CONFIG, a link fault) is

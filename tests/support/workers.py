@@ -8,11 +8,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from echomq import App, TimerConfig
+from echomq import App, TimerConfig, Worker
 from echomq._core.workers import WORKERS_KEY, record_key
 from echomq.worker.waiter import LANES_WAKE
 
@@ -71,13 +73,14 @@ def started(out: Path, job_id: str, attempt: int) -> bool:
 
 
 class WorkerProcess:
-    """One `emq worker worker_apps:make_app` process serving ``queue``; its log is kept in ``out``."""
+    """One `emq worker worker_apps:make_app` (or ``app``) process serving ``queue``; its log is kept in ``out``."""
 
-    def __init__(self, url: str, wire: int, queue: str, out: Path, *args: str, env: dict | None = None) -> None:
+    def __init__(self, url: str, wire: int, queue: str, out: Path, *args: str, env: dict | None = None,
+                 app: str = "worker_apps:make_app") -> None:
         self.log_path = out / f"worker-{time.monotonic_ns()}.log"
         environment = dict(os.environ, EMQ_TEST_QUEUE=queue, EMQ_TEST_OUT=str(out), **(env or {}))
         environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), environment.get("PYTHONPATH", "")])
-        command = [sys.executable, "-m", "echomq.cli", "worker", "worker_apps:make_app", "--url", url,
+        command = [sys.executable, "-m", "echomq.cli", "worker", app, "--url", url,
                    "--wire", str(wire), *args]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT,
@@ -107,6 +110,19 @@ class WorkerProcess:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
+
+
+@contextmanager
+def running(worker: Worker, join_s: float = 10.0) -> Iterator[Worker]:
+    """``worker`` runs on a thread of this process until the block ends; then it stops, within ``join_s``."""
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop("test over")
+        thread.join(join_s)
+        assert not thread.is_alive()
 
 
 def forget_heartbeats(client: Client, pids: set[int]) -> None:
