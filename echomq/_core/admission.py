@@ -126,5 +126,6 @@ class AdmissionOps(QueueBase):
     def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int,
                     unique_for: float | None = None, replace: bool = False,
                     headers: dict[str, Any] | None = None) -> Op[Enqueued]:
+        check_arg("delay_ms", delay_ms)  # a schedule needs its delay: op_admit reads None as now
         return (yield from self.op_admit(self.encode(payload, headers), id=id, priority=priority, delay_ms=delay_ms,
                                          unique_for=unique_for, replace=replace))
