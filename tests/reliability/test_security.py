@@ -175,10 +175,20 @@ def test_payloads_are_opaque_bytes_never_evaluated(conn, wire):
     assert not marker.exists()
 
 
+#: The one place pickle may be: the pipe between a worker and the children of its own process pool,
+#: whose bytes both ends wrote (a payload is decoded by its serializer before it is pickled), never
+#: bytes read from the node.
+PICKLE_PIPE = Path(echomq.__file__).parent / "worker" / "children.py"
+
+
 def test_the_package_evaluates_nothing():
-    """No eval/exec/pickle in the package: a payload cannot become code on the client either."""
+    """No eval/exec in the package, and pickle only on the process pool's own pipe: a payload
+    cannot become code on the client either."""
     package = Path(echomq.__file__).parent
-    pattern = re.compile(r"(?<![\w.])(eval|exec)\(|\bpickle\b|\bmarshal\.loads|\byaml\.load\(")
+    evaluates = re.compile(r"(?<![\w.])(eval|exec)\(|\bmarshal\.loads|\byaml\.load\(")
+    pickles = re.compile(r"\bpickle\b")
     offenders = [f"{path.name}:{n}" for path in package.rglob("*.py")
-                 for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if evaluates.search(line) or (pickles.search(line) and path != PICKLE_PIPE)]
     assert offenders == []
+    assert "pickle" in PICKLE_PIPE.read_text()  # the allowance names a file that still needs it
