@@ -13,7 +13,7 @@ import pytest
 import valkey
 from click.testing import CliRunner
 
-from echomq import EmbeddedServer, Flow, Queue, brand_node, connect, module_path
+from echomq import App, EmbeddedServer, Flow, Queue, State, brand_node, connect, module_path
 from echomq.cli import main
 from echomq.worker.heartbeat import Heartbeat
 from echomq.local.server import free_port
@@ -161,6 +161,36 @@ def test_dead_lists_and_reprocess_sends_back(emq, conn, name):
     assert queue.counts().pending == 3 and queue.counts().dead == 0
     assert queue.state("lane-job").value == "pending" and queue.groups()["g"].waiting == 1  # in its lane, not flat
     assert emq("reprocess", "-q", name).exit_code == 2  # neither ids nor --all: a usage error
+
+
+def test_reprocess_all_takes_the_dead_its_filters_choose(emq, conn, name):
+    """--all with --task (the name a job's headers carry), --error and ages moves those dead jobs
+    alone; a filter without --all is refused and writes nothing."""
+    app = App("shop", queue=name).connect(conn)
+
+    @app.task
+    def send_email(to: str) -> None: ...
+
+    @app.task
+    def bill(amount: int) -> None: ...
+
+    queue = Queue(conn, name)
+    mail, invoice = send_email.delay("ada").id, bill.delay(5).id
+    plain = queue.enqueue({"n": 1}).id  # no headers: no task's
+    for error in ("SMTPError: refused", "CardError: declined", "SMTPError: timeout"):
+        queue.fail(queue.claim(10_000), error, max_attempts=1)
+    with unchanged(conn.client):
+        refused = emq("reprocess", "-q", name, mail, "--task", "send_email")
+    assert refused.exit_code == 1 and "--task choose among every dead job: pass --all" in refused.stderr
+    by_task = emq("reprocess", "-q", name, "--all", "--task", "send_email", "--json")
+    assert by_task.exit_code == 0 and json.loads(by_task.stdout)["reprocessed"] == [mail]
+    assert queue.state(mail) is State.PENDING and queue.state(invoice) is queue.state(plain) is State.DEAD
+    by_error = emq("reprocess", "-q", name, "--all", "--error", "smtperror", "--json")
+    assert json.loads(by_error.stdout)["reprocessed"] == [plain]  # any case; the mail was not dead any more
+    too_young = emq("reprocess", "-q", name, "--all", "--min-age", "1h")
+    assert "reprocessed 0 job(s)" in too_young.stdout and queue.state(invoice) is State.DEAD
+    assert "reprocessed 1 job(s)" in emq("reprocess", "-q", name, "--all", "--max-age", "1h").stdout
+    assert queue.counts().dead == 0
 
 
 def test_pause_resume_promote_and_sweep_once(emq, conn, name):

@@ -224,10 +224,12 @@ def dead(url: str, wire: str, queue_name: str, limit: int, as_json: bool) -> Non
                                                          "(any case)")
 @click.option("--min-age", default="", help="with --all: only jobs admitted at least this long ago (30s, 15m, 12h, 7d)")
 @click.option("--max-age", default="", help="with --all: only jobs admitted at most this long ago")
+@click.option("--task", "task_name", default="", help="with --all: only jobs of this task (the name their "
+                                                      "headers carry: @app.task's name=, else its function's)")
 @escaped_option
 @json_option
 def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, every: bool, error_text: str,
-              min_age: str, max_age: str, escaped: bool, as_json: bool) -> None:
+              min_age: str, max_age: str, task_name: str, escaped: bool, as_json: bool) -> None:
     """Send dead jobs back to pending with a full retry and stall budget again (attempts go on;
     exit 1 when a named id was not in dead). --all goes through the dead a batch at a time (500 jobs
     a round trip, each moved by its own short command), taking those dead when it starts."""
@@ -236,11 +238,11 @@ def reprocess(job_ids: tuple[str, ...], url: str, wire: str, queue_name: str, ev
     with reported():
         ids = named_ids(job_ids, escaped)
         try:
-            job_filter = JobFilter(error=error_text, min_age=min_age, max_age=max_age)
+            job_filter = JobFilter(error=error_text, min_age=min_age, max_age=max_age, task=task_name)
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None
         if not every and not job_filter.empty:
-            raise ConfigurationError("--error, --min-age and --max-age choose among every dead job: pass --all")
+            raise ConfigurationError("--error, --min-age, --max-age and --task choose among every dead job: pass --all")
     with opened_queue(url, wire, queue_name) as queue:
         require_queue(queue)
         if every:
