@@ -12,13 +12,13 @@ from typing import Any, Iterator
 
 import pytest
 
-from echomq import Queue, aio, hooks
+from echomq import Queue, aio
 from echomq._client.connection import build_call
 from echomq.errors import ArgumentError, CounterError, ShapeError, StateError, WrongType
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import EXTENDS_MAX_PAIRS
 from support.dataset import core_dump, mask_times, queue_unchanged
-from support.queues import fresh_name, raw_reply
+from support.queues import fresh_name, raw_reply, round_trips
 from support.waiting import server_ms
 
 LEASE = 60_000
@@ -125,12 +125,8 @@ def test_complete_many_answers_each_job_as_its_complete(twins, wire):
     flat = q.claim_many(4, LEASE)
     (lane,) = q.claim_lanes(1, LEASE)
     client.hset(q.keys.job(flat[1].id), "attempts", 9)  # someone else holds it now
-    sent: list[list[str]] = []
-    unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))
-    try:
+    with round_trips() as sent:
         assert q.complete_many([flat[0], lane, flat[1], flat[2], flat[3]]) == [True, True, False, True, True]
-    finally:
-        unsubscribe()
     assert sent == [["completes", "lane_complete"]]
     assert q.counts().active == 1 and q.counts().lane_active == 0
     assert q.complete_many([flat[0], flat[2]]) == [False, False]  # settled already: no row left
@@ -151,12 +147,8 @@ def test_batches_of_more_than_the_bound_are_one_command_per_thousand(twins):
     q, _ = twins
     q.enqueue_many([b"p"] * 2100)
     jobs = q.claim_many(2100, LEASE)
-    sent: list[list[str]] = []
-    unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))
-    try:
+    with round_trips() as sent:
         assert q.complete_many(jobs) == [True] * 2100
-    finally:
-        unsubscribe()
     assert sent == [["completes"] * 3]
     assert EXTENDS_MAX_PAIRS == 1000 and q.counts().active == 0
     assert q.connection.client.hget(q.keys.key("metrics:completed"), "count") == b"2100"
@@ -167,13 +159,11 @@ def test_a_module_without_the_token_gets_completes_one_by_one(conn, wire):
         pytest.skip("wire 4 always has the script")
     q = Queue(conn, fresh_name("cp"), serializer=RAW)
     conn.tokens = conn.tokens - {"completes"}  # a module that predates the verb
-    sent: list[list[str]] = []
-    unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))
     try:
-        q.enqueue_many([b"p"] * 3)
-        assert q.complete_many(q.claim_many(3, LEASE)) == [True] * 3
+        with round_trips() as sent:
+            q.enqueue_many([b"p"] * 3)
+            assert q.complete_many(q.claim_many(3, LEASE)) == [True] * 3
     finally:
-        unsubscribe()
         conn.tokens = conn.tokens | {"completes"}
     assert ["complete"] * 3 in sent
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from echomq import Queue, hooks
+from echomq import Queue
 from echomq._client.connection import build_call
 from echomq.errors import ArgumentError, CounterError, WrongType
 from echomq._protocol.serializers import RAW
 from echomq._core.admission import ENQUEUES_DEPTH, ENQUEUES_SIZE
 from echomq._protocol.verbs import EXTENDS_MAX_PAIRS
 from support.dataset import core_dump, mask_times, queue_unchanged
-from support.queues import fresh_name, raw_reply
+from support.queues import fresh_name, raw_reply, round_trips
 from support.waiting import server_ms
 
 
@@ -60,12 +60,8 @@ def test_enqueue_many_sends_round_trips_of_the_measured_shape(twins):
     found fastest on both wires), the rest in a last round trip of its own."""
     q, _ = twins
     n = ENQUEUES_SIZE * ENQUEUES_DEPTH + 2 * ENQUEUES_SIZE + 100
-    sent: list[list[str]] = []
-    unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))
-    try:
+    with round_trips() as sent:
         made = q.enqueue_many([b"p"] * n, priority=5)
-    finally:
-        unsubscribe()
     assert sent == [["enqueues"] * ENQUEUES_DEPTH, ["enqueues"] * 3] and ENQUEUES_SIZE <= EXTENDS_MAX_PAIRS
     assert [e.created for e in made] == [True] * n and len({e.id for e in made}) == n
     assert q.counts().pending == n
@@ -75,13 +71,9 @@ def test_enqueue_many_sends_round_trips_of_the_measured_shape(twins):
 
 def test_enqueue_many_of_one_job_and_of_lane_jobs_go_one_by_one(twins):
     q, _ = twins
-    sent: list[list[str]] = []
-    unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))
-    try:
+    with round_trips() as sent:
         q.enqueue_many([b"p"])
         q.enqueue_many([b"l1", b"l2"], group="g")
-    finally:
-        unsubscribe()
     assert sent == [["enqueue"], ["lane_enqueue", "lane_enqueue"]]
 
 
@@ -90,12 +82,10 @@ def test_a_module_without_the_token_gets_enqueues_one_by_one(conn, wire):
         pytest.skip("wire 4 always has the script")
     q = Queue(conn, fresh_name("eq"), serializer=RAW)
     conn.tokens = conn.tokens - {"enqueues"}  # a module that predates the verb
-    sent: list[list[str]] = []
-    unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))
     try:
-        assert all(e.created for e in q.enqueue_many([b"p"] * 3))
+        with round_trips() as sent:
+            assert all(e.created for e in q.enqueue_many([b"p"] * 3))
     finally:
-        unsubscribe()
         conn.tokens = conn.tokens | {"enqueues"}
     assert sent == [["enqueue"] * 3]
 

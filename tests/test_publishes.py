@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from echomq import LeaseLost, Queue, hooks
+from echomq import LeaseLost, Queue
 from echomq._client.connection import build_call
 from echomq.errors import ArgumentError, CounterError, ShapeError, StateError, WrongType
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import EXTENDS_MAX_PAIRS
 from support.dataset import KEEP_MS, queue_unchanged
-from support.queues import fresh_name, raw_reply
+from support.queues import fresh_name, raw_reply, round_trips
 from test_completes import LEASE, active_wrong_typed, answers, relative
 from test_completes import setup as completes_setup
 
@@ -133,12 +133,8 @@ def test_a_round_trip_s_publishes_go_as_one_per_retention(twins):
                       queue.publish_call(jobs[2], b"r2", retention_ms=KEEP_MS, token=9),
                       queue.publish_call(jobs[3], b"r3", retention_ms=KEEP_MS - 1),
                       queue.publish_call(jobs[4], b"r4", retention_ms=KEEP_MS)])
-    sent: list[list[str]] = []
-    unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))
-    try:
+    with round_trips() as sent:
         got = q.settle_many(calls[0])
-    finally:
-        unsubscribe()
     assert sent == [["publishes", "publishes"]]
     expected = [answer for call in calls[1] for answer in alone.settle_many([call])]
     assert [type(a) for a in got] == [type(a) for a in expected]

@@ -14,7 +14,7 @@ from echomq._core.core import batched_settles, settle_answers
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import EXTENDS_MAX_PAIRS, BY_NAME, Call
 from support.dataset import KEEP_MS
-from support.queues import fresh_name
+from support.queues import fresh_name, round_trips
 from support.waiting import wait_until
 from test_completes import answers, relative
 from test_worker import running
@@ -91,16 +91,12 @@ def one_by_one(q, calls):
 def test_a_round_trip_s_settles_answer_as_each_alone(twins, round_trip):
     q, alone = twins
     calls, expected_calls = mixed(q), mixed(alone)
-    sent: list[list[str]] = []
-    unsubscribe = hooks.subscribe("verb.stop", lambda event, data: sent.append(data["verbs"]))
-    try:
+    with round_trips() as sent:
         if round_trip == "settle_many":
             got = q.settle_many(calls)
         else:
             got, claimed = q.settle_and_claim(calls, 3, LEASE)
             assert sorted(job.id for job in claimed) == ["d", "g", "h"]  # d failed first: wire 4's order
-    finally:
-        unsubscribe()
     assert sent[0][:4] == ["completes", "publishes", "fail", "lane_complete"]
     expected = one_by_one(alone, expected_calls)
     if round_trip == "settle_and_claim":
