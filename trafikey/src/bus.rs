@@ -3,7 +3,7 @@
 //! channel. Each is derived from the queue's base, so it shares the queue's hashtag, and each
 //! is checked (type, fence) in step 4–5 and written in step 6 with the move.
 
-use crate::decide::{events_bound, num, owned_op, Cmd, Expect, Op};
+use crate::decide::{events_bound, num, owned_op, record_layout, Cmd, Expect, Layout, Op};
 use crate::errors::Refusal;
 use crate::grammar::{Keyspace, EVENT_VALUE_MAX_LEN};
 use crate::host::{Fence, Host};
@@ -43,6 +43,16 @@ pub fn switches(
     };
     let waited = waiters.is_some_and(|w| w.as_ref() != b"0");
     Ok((events_on(h, fence, q, stored.as_deref())?, waited))
+}
+
+/// Step 5 of keeping completed records: where the queue keeps them, its `meta results` read
+/// ([`record_layout`]); before the first write, so a switch turned before the command is the
+/// one it follows.
+pub fn results_layout(h: &Host<'_>, fence: &Fence<'_>, q: &Keyspace<'_>) -> Result<Layout, Refusal> {
+    let meta = q.meta();
+    fence.read(&meta)?;
+    let stored = h.hash(&meta, &["results"])?.and_then(|mut m| m.take(0));
+    Ok(record_layout(stored.as_deref()))
 }
 
 /// [`events`] from a `meta events` value the verb already read (CLAIM reads `meta` once).

@@ -198,6 +198,47 @@ pub fn events_bound(stored: Option<&[u8]>) -> Result<Option<i64>, &'static str> 
     }
 }
 
+/// Where a queue keeps its completed records (docs/spec.md §12): a field of its hash `done`, or
+/// the key `done:<id>` of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// The job's field of `done`: its packed record ([`packed_record`]), its own expiry.
+    Fields,
+    /// The key `done:<id>` (a hash of the record's fields), for a rolling upgrade's readers.
+    Record,
+}
+
+/// The layout of a queue whose `meta results` is `stored`: `Record` when it is exactly
+/// `record`, else (absent or anything else) `Fields`. trafikey's nodes keep hash-field expiry
+/// (Valkey 9.1), the rule's other half, always.
+pub fn record_layout(stored: Option<&[u8]>) -> Layout {
+    match stored {
+        Some(b"record") => Layout::Record,
+        _ => Layout::Fields,
+    }
+}
+
+/// A completed record as one field's value: `<attempts>,<finished>,<created>,<started>,` then
+/// the result's bytes (everything after the fourth comma); `created` and `started` empty when
+/// the row had none.
+pub fn packed_record(
+    attempts: &[u8],
+    finished: &[u8],
+    (created, started): (Option<&[u8]>, Option<&[u8]>),
+    result: &[u8],
+) -> Vec<u8> {
+    let (created, started) = (created.unwrap_or_default(), started.unwrap_or_default());
+    let mut packed = Vec::with_capacity(
+        attempts.len() + finished.len() + created.len() + started.len() + result.len() + 4,
+    );
+    for part in [attempts, finished, created, started] {
+        packed.extend_from_slice(part);
+        packed.push(b',');
+    }
+    packed.extend_from_slice(result);
+    packed
+}
+
 /// The most starts a queue's rate limit may allow per window: the sliding log holds at most
 /// this many entries (docs/spec.md §13).
 pub const RATE_MAX: i64 = 10_000;
@@ -347,6 +388,9 @@ pub enum Cmd {
     Del,
     Xadd,
     Pexpireat,
+    /// `HSETEX key PXAT <ms> FIELDS n f v …`: hash fields with their own expiry. No key handle
+    /// writes a field's expiry, so the host runs it as a command (`Host::write_call`).
+    Hsetex,
 }
 
 impl Cmd {
@@ -361,6 +405,7 @@ impl Cmd {
             Cmd::Del => c"DEL",
             Cmd::Xadd => c"XADD",
             Cmd::Pexpireat => c"PEXPIREAT",
+            Cmd::Hsetex => c"HSETEX",
         }
     }
 }
@@ -700,6 +745,33 @@ pub fn bclaim_next(idle: bool, phase: Phase) -> Next {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_packed_record_is_four_decimals_then_the_result() {
+        let packed = super::packed_record(
+            b"1",
+            b"1733400000123",
+            (Some(b"1733399999000"), Some(b"1733399999500")),
+            br#"{"x":1}"#,
+        );
+        assert_eq!(packed, br#"1,1733400000123,1733399999000,1733399999500,{"x":1}"#);
+        // no created, no started: empty; a result's commas and NULs are its own bytes
+        let packed = super::packed_record(b"2", b"1733400000123", (None, None), b"a,b\0,");
+        assert_eq!(packed, b"2,1733400000123,,,a,b\0,");
+        assert_eq!(
+            super::packed_record(b"3", b"9", (None, Some(b"8")), b""),
+            b"3,9,,8,"
+        );
+    }
+
+    #[test]
+    fn records_are_fields_unless_the_switch_is_exactly_record() {
+        use super::{record_layout, Layout};
+        assert_eq!(record_layout(Some(b"record")), Layout::Record);
+        for other in [None, Some(b"fields".as_slice()), Some(b"RECORD"), Some(b"record "), Some(b"")] {
+            assert_eq!(record_layout(other), Layout::Fields, "{other:?}");
+        }
+    }
 
     #[test]
     fn num_is_the_integer_text() {

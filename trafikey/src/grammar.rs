@@ -211,7 +211,14 @@ impl Keyspace<'_> {
         self.key(b"events")
     }
 
-    /// `base .. 'done:' .. id`: a completed job's record, kept for its retention.
+    /// `base .. 'done'`: the completed records as fields (a hash: the id, its packed record,
+    /// each field's own expiry its retention; docs/spec.md §12).
+    pub fn done_fields(&self) -> KeyName {
+        self.key(b"done")
+    }
+
+    /// `base .. 'done:' .. id`: a completed job's record as a key of its own (the layout of
+    /// `meta results record`), kept for its retention.
     pub fn done(&self, id: &[u8]) -> KeyName {
         KeyName::of(&[self.base, b"done:", id])
     }

@@ -12,7 +12,7 @@ use valkey_module::raw::{
     REDISMODULE_NOTIFY_GENERIC, REDISMODULE_NOTIFY_HASH, REDISMODULE_NOTIFY_STREAM,
     REDISMODULE_NOTIFY_ZSET,
 };
-use valkey_module::{Context, ValkeyError, ValkeyValue};
+use valkey_module::{CallOptionsBuilder, CallReply, CallResult, Context, ValkeyError, ValkeyValue};
 
 use crate::decide::{incr, num, string2ll, Cmd, Expect, Op};
 use crate::errors::{printable, Refusal};
@@ -543,6 +543,45 @@ impl<'c> Host<'c> {
         outcome
     }
 
+    /// A write no key handle makes (HSETEX: a hash field's own expiry), run as the command
+    /// itself (the server notifies and signals it): verified against its prediction, then
+    /// replicated as its effect, which is the command (its deadline is absolute, so a replica
+    /// and the AOF write the same).
+    fn write_call(&self, op: &Op<'_>) -> Result<(), Refusal> {
+        // no read handle outlives a write (`write_run`)
+        self.reads.borrow_mut().clear();
+        let fail = |what: &str| self.host_error(&format!("{} {what}", op.cmd));
+        let name = op.cmd.name().to_str().map_err(|_| fail("has no name"))?;
+        let args: Vec<&[u8]> = op.args.iter().collect();
+        let options = CallOptionsBuilder::new().errors_as_replies().build();
+        let got = match self.ctx.call_ext::<_, CallResult>(name, &options, args.as_slice()) {
+            Ok(CallReply::I64(n)) => n.to_i64(),
+            Ok(_) => return Err(fail("answered no integer")),
+            Err(e) => return Err(fail(&format!("was refused: {e}"))),
+        };
+        let ok = match op.expect {
+            Expect::Int(want) => want == got,
+            Expect::AnyInt => true,
+            _ => false,
+        };
+        if !ok {
+            return Err(fail(&format!("answered {got}, not {:?}", op.expect)));
+        }
+        let mut effect = self.effect.take();
+        let named = op.args.iter().try_for_each(|a| {
+            effect.push(self.name(a)?);
+            Ok(())
+        });
+        let replicated = named.is_ok() && self.replicate(op.cmd, &mut effect);
+        effect.clear();
+        self.effect.replace(effect);
+        named?;
+        if !replicated {
+            return Err(fail("could not be replicated"));
+        }
+        Ok(())
+    }
+
     /// Replicate one effect (`effect`, its key first; emptied), or hold it back: a ZADD or
     /// ZREM joins the one held for its key when that is the same command, a DEL joins the one
     /// DEL held (whatever its keys), else each is held itself. Whatever else is held that
@@ -690,6 +729,8 @@ impl<'c> Host<'c> {
                 let set = k.expire_at(at).ok_or_else(|| fail("was refused"))?;
                 (Reply::Int(i64::from(set)), NOTIFY_GENERIC, c"expire")
             }
+            // a command, not a key handle's write (`write_call`)
+            Cmd::Hsetex => return Err(fail("has no key handle write")),
         };
         let ok = match (&op.expect, &reply) {
             (Expect::Int(want), Reply::Int(got)) => want == got,
@@ -729,6 +770,11 @@ impl<'c> Host<'c> {
     fn write_plan(&self, plan: &[Op<'_>]) -> Result<(), Refusal> {
         let mut rest = plan;
         while let Some(first) = rest.first() {
+            if first.cmd == Cmd::Hsetex {
+                self.write_call(first)?;
+                rest = &rest[1..];
+                continue;
+            }
             let len = if first.is_hash_write() {
                 rest.iter()
                     .take_while(|o| o.is_hash_write() && o.args.first() == first.args.first())

@@ -89,11 +89,17 @@ pub static PLANTS: &[Plant] = &[
         verbs: &["EMQ.CANCEL"],
         alter: |plan, _| drop_first(plan, Cmd::Hincrby, b":metrics:failed"),
     },
-    // bus: the completed record is kept forever
+    // bus: the completed record is kept forever: its field written with HSET, no PXAT (under
+    // `meta results record`, `done:<id>` without its PEXPIREAT)
     Plant {
         name: "publish.keep_forever",
         verbs: &["EMQ.PUBLISH", "EMQ.PUBLISHES"],
-        alter: |plan, _| plan.retain(|op| !(op.cmd == Cmd::Pexpireat && key_has(op, b":done:"))),
+        alter: |plan, _| {
+            plan.retain(|op| !(op.cmd == Cmd::Pexpireat && key_has(op, b":done:")));
+            for op in plan.iter_mut().filter(|op| op.cmd == Cmd::Hsetex) {
+                *op = without_expiry(op);
+            }
+        },
     },
 ];
 
@@ -122,6 +128,16 @@ pub fn altered<'a>(plant: &Plant, verb: &str, plan: &[Op<'a>], now: i64) -> Opti
 /// is this verb's.
 pub fn alter<'a>(verb: &str, plan: &[Op<'a>], now: i64) -> Option<Vec<Op<'a>>> {
     altered(switched_on()?, verb, plan, now)
+}
+
+/// An `HSETEX key PXAT <ms> FIELDS n f v …` as the `HSET key f v …` of the same fields.
+fn without_expiry(op: &Op<'_>) -> Op<'static> {
+    let fields = op.args.iter().take(1).chain(op.args.iter().skip(5));
+    Op {
+        cmd: Cmd::Hset,
+        args: Args::Many(fields.map(|a| Cow::Owned(a.to_vec())).collect()),
+        expect: Expect::AnyInt,
+    }
 }
 
 /// Does `op` write a key that ends with `suffix`?
@@ -332,5 +348,41 @@ mod tests {
         ];
         let kept = altered(plant("publish.keep_forever"), "EMQ.PUBLISH", &plan, 0).unwrap();
         assert_eq!(kept.iter().map(|o| o.cmd).collect::<Vec<_>>(), [Cmd::Hset]);
+    }
+
+    #[test]
+    fn the_field_keeps_no_expiry() {
+        let plan = [
+            op(Cmd::Zrem, &[b"emq:{q}:active", b"a", b"b"], Expect::Int(2)),
+            op(
+                Cmd::Hsetex,
+                &[
+                    b"emq:{q}:done",
+                    b"PXAT",
+                    b"9",
+                    b"FIELDS",
+                    b"2",
+                    b"a",
+                    b"1,5,,,ra",
+                    b"b",
+                    b"1,5,,,rb",
+                ],
+                Expect::Int(1),
+            ),
+        ];
+        let kept = altered(plant("publish.keep_forever"), "EMQ.PUBLISHES", &plan, 0).unwrap();
+        assert_eq!(kept[0], plan[0]);
+        assert_eq!(kept[1].cmd, Cmd::Hset);
+        assert_eq!(kept[1].expect, Expect::AnyInt);
+        assert_eq!(
+            args(&kept[1]),
+            [
+                b"emq:{q}:done".to_vec(),
+                b"a".to_vec(),
+                b"1,5,,,ra".to_vec(),
+                b"b".to_vec(),
+                b"1,5,,,rb".to_vec()
+            ]
+        );
     }
 }

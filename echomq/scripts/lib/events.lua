@@ -33,6 +33,17 @@ local function told_switches(base)
   return bound, meta[2] and meta[2] ~= '0'
 end
 
+-- record_switches(base) -> the event switch of the queue at `base` (as event_bound) and its `meta
+-- results` as read (false when absent: the layout of its completed records, lib/done.lua's
+-- done_fields), from one read of meta; or nil, nil and the refusal of a malformed event switch.
+-- What PUBLISH, PUBLISHES, lane_complete and flow_complete read before they keep a record.
+local function record_switches(base)
+  local meta = redis.call('HMGET', base .. 'meta', 'events', 'results')
+  local bound, refused = event_bound(meta[1])
+  if refused then return nil, nil, refused end
+  return bound, meta[2]
+end
+
 -- one event in the queue's stream when its switch is on (`bound`): type, id, attempt, then the
 -- event's own fields (name, value, ...), each value cut to its first EVENT_VALUE_MAX bytes (the
 -- row keeps it whole)

@@ -1,14 +1,15 @@
 //! EMQ.PUBLISH: complete a held job and publish its outcome, in one step: COMPLETE's move,
 //! (its `completed` event included), then the completed record with the handler's result
-//! (kept `retention_ms`) and `completed` on the job's outcome channel (docs/spec.md §12).
+//! (kept `retention_ms`: the job's field of `done`, or `done:<id>` under `meta results record`)
+//! and `completed` on the job's outcome channel (docs/spec.md §12).
 
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{num, op, Cmd, Expect, Op};
+use crate::decide::{num, op, owned_op, packed_record, Cmd, Expect, Layout, Op};
 use crate::errors::Refusal;
 use crate::ffi::Kind;
-use crate::grammar::{self, Argc};
+use crate::grammar::{self, Argc, KeyName, Keyspace};
 use crate::host::{int, Fence, Host, Seen};
 use crate::verbs::{complete::completion, field, LeaseCheck, HELD};
 
@@ -32,7 +33,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let (finished, expires) = (num(now), num(grammar::at("retention_ms", now, retention)?));
     // 4.–5. fence and reads: COMPLETE's, then the record, the events and the channel
     let fence = h.fence();
-    let (row, metrics, done) = (q.row(id), q.metrics_completed(), q.done(id));
+    let (row, metrics) = (q.row(id), q.metrics_completed());
+    let done: KeyName; // the record's key, in the queue's layout
     let Some((seen, mut plan, _)) = completion(
         &h,
         &fence,
@@ -46,14 +48,22 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         return Ok(int(0));
     };
     if retention > 0 {
-        let older = done_checks(&h, &fence, &done)?;
-        done_writes(
-            &mut plan,
-            (&done, older),
-            (token, result),
-            (&finished, &expires),
-            &seen,
-        );
+        let layout = bus::results_layout(&h, &fence, &q)?;
+        done = record_key(&q, layout, id);
+        match done_checks(&h, &fence, layout, &done)? {
+            Kept::Field => plan.push(fields_write(
+                &done,
+                &expires,
+                &[(id, packed(token, &finished, &seen, result))],
+            )),
+            Kept::Record { older } => record_writes(
+                &mut plan,
+                (&done, older),
+                (token, result),
+                (&finished, &expires),
+                &seen,
+            ),
+        }
     }
     let channel = bus::outcome_channel(&fence, &q, id)?;
     // 6.–7. writes, each replicated as its effect; then the outcome, told
@@ -64,22 +74,74 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     Ok(int(1))
 }
 
-/// Step 5 of keeping a job's completed record `done` (retention above 0): readable, a hash or
-/// nothing (else `WRONGTYPE`), writable. Whether an older record is there.
-pub fn done_checks(h: &Host<'_>, fence: &Fence<'_>, done: &[u8]) -> Result<bool, Refusal> {
-    fence.read(done)?;
-    let kind = h.kind(done)?;
+/// The key a job's completed record is written to in `layout`: the queue's `done` (its field),
+/// or `done:<id>`.
+pub fn record_key(q: &Keyspace<'_>, layout: Layout, id: &[u8]) -> KeyName {
+    match layout {
+        Layout::Fields => q.done_fields(),
+        Layout::Record => q.done(id),
+    }
+}
+
+/// What a completed record is written over, checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// A field of `done` (written again, a field loses its older value and expiry: no DEL).
+    Field,
+    /// `done:<id>`; `older`: a record of the same id is there (it goes whole first).
+    Record { older: bool },
+}
+
+/// Step 5 of keeping a job's completed record (retention above 0) at `key` ([`record_key`] of
+/// `layout`): readable, a hash or nothing (else `WRONGTYPE`), writable.
+pub fn done_checks(
+    h: &Host<'_>,
+    fence: &Fence<'_>,
+    layout: Layout,
+    key: &[u8],
+) -> Result<Kept, Refusal> {
+    fence.read(key)?;
+    let kind = h.kind(key)?;
     if !matches!(kind, Kind::Empty | Kind::Hash) {
         return Err(Refusal::WrongType);
     }
-    fence.write(done)?;
-    Ok(kind == Kind::Hash)
+    fence.write(key)?;
+    Ok(match layout {
+        Layout::Fields => Kept::Field,
+        Layout::Record => Kept::Record {
+            older: kind == Kind::Hash,
+        },
+    })
 }
 
-/// The completed record's writes, added to `plan`: an `older` record goes whole, then the result,
-/// the attempts (`token`), when it finished, and the row's `created` and `started` (`seen` after
-/// `HELD`) when it had them; expiring at `expires`.
-pub fn done_writes<'a>(
+/// A job's record as its field's value: the attempts (`token`), when it `finished`, the row's
+/// `created` and `started` (`seen` after `HELD`), the result.
+pub fn packed(token: &[u8], finished: &[u8], seen: &Seen, result: &[u8]) -> Vec<u8> {
+    let n = HELD.len();
+    packed_record(token, finished, (field(seen, n), field(seen, n + 1)), result)
+}
+
+/// The records (id, packed value) as fields of `done`, every one expiring at `expires`: one
+/// `HSETEX done PXAT <expires> FIELDS n id1 v1 …` (a batch shares its deadline).
+pub fn fields_write(done: &[u8], expires: &[u8], records: &[(&[u8], Vec<u8>)]) -> Op<'static> {
+    let mut args: Vec<Vec<u8>> = Vec::with_capacity(5 + 2 * records.len());
+    args.extend([
+        done.to_vec(),
+        b"PXAT".to_vec(),
+        expires.to_vec(),
+        b"FIELDS".to_vec(),
+        num(records.len() as i64).to_vec(),
+    ]);
+    for (id, value) in records {
+        args.extend([id.to_vec(), value.clone()]);
+    }
+    owned_op(Cmd::Hsetex, args, Expect::Int(1))
+}
+
+/// The record `done:<id>`'s writes, added to `plan`: an `older` record goes whole, then the
+/// result, the attempts (`token`), when it finished, and the row's `created` and `started`
+/// (`seen` after `HELD`) when it had them; expiring at `expires`.
+pub fn record_writes<'a>(
     plan: &mut Vec<Op<'a>>,
     (done, older): (&'a [u8], bool),
     (token, result): (&'a [u8], &'a [u8]),
@@ -107,4 +169,33 @@ pub fn done_writes<'a>(
     }
     plan.push(op(Cmd::Hset, &record, Expect::AnyInt));
     plan.push(op(Cmd::Pexpireat, &[done, expires], Expect::Int(1)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_of_records_is_one_hsetex_with_one_deadline() {
+        let records = [
+            (b"a".as_slice(), b"1,5,,,ra".to_vec()),
+            (b"b".as_slice(), b"2,5,3,4,r,b".to_vec()),
+        ];
+        let write = fields_write(b"emq:{q}:done", b"60005", &records);
+        assert_eq!(write.cmd, Cmd::Hsetex);
+        assert_eq!(write.expect, Expect::Int(1));
+        let args: Vec<&[u8]> = write.args.iter().collect();
+        let want: [&[u8]; 9] = [
+            b"emq:{q}:done",
+            b"PXAT",
+            b"60005",
+            b"FIELDS",
+            b"2",
+            b"a",
+            b"1,5,,,ra",
+            b"b",
+            b"2,5,3,4,r,b",
+        ];
+        assert_eq!(args, want);
+    }
 }

@@ -2,17 +2,21 @@
 //! the command's `retention_ms` (docs/spec.md §19). Each triple answers as PUBLISH would, in
 //! order: `1`, `0` (not held), or the refusal of that job's row, marker or record; every check of
 //! every triple is made before the first write, then the completions' writes as COMPLETES makes
-//! them ([`settle_batch`]), each job's record after them.
+//! them ([`settle_batch`]), the records after them: as fields of `done`, one HSETEX for all (one
+//! deadline); under `meta results record`, each job's `done:<id>` as PUBLISH writes it.
 
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
-use crate::decide::num;
+use crate::bus;
+use crate::decide::{num, Layout};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc, KeyName};
 use crate::host::Host;
 use crate::verbs::complete::job_checks;
 use crate::verbs::completes::{check_each, reply, settle_batch, Tell};
-use crate::verbs::publish::{done_checks, done_writes};
+use crate::verbs::publish::{
+    done_checks, fields_write, packed, record_writes, Kept,
+};
 use crate::verbs::LeaseCheck;
 
 pub const VERB: &str = "EMQ.PUBLISHES";
@@ -35,14 +39,14 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let now = h.now_ms()?;
     let (finished, expires) = (num(now), num(grammar::at("retention_ms", now, retention)?));
     let rows: Vec<KeyName> = triples.iter().map(|(id, _, _)| q.row(id)).collect();
-    let dones: Vec<KeyName> = match retention {
-        0 => Vec::new(),
-        _ => triples.iter().map(|(id, _, _)| q.done(id)).collect(),
-    };
     let metrics = q.metrics_completed();
     let fence = h.fence();
     // 5. the set every triple leaves, checked once, as COMPLETES checks it
     h.expect_zset(active)?;
+    // where the records go (`meta results`), read at the first held job's record check; the
+    // keys they are written to, by the triple's place (one `done` for all as fields)
+    let mut layout: Option<Layout> = None;
+    let mut dones: Vec<KeyName> = Vec::new();
     // 4.–5. each triple's own checks, PUBLISH's (its record's included), in order
     let pairs: Vec<(&[u8], &[u8])> = triples.iter().map(|&(id, token, _)| (id, token)).collect();
     let (answers, settles, kept) = check_each(&pairs, &rows, |at, id, token, row| {
@@ -58,25 +62,51 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         let Some((seen, window)) = held else {
             return Ok(None);
         };
-        let older = match retention {
+        let kept = match retention {
             0 => None,
-            _ => Some(done_checks(&h, &fence, &dones[at])?),
+            _ => {
+                let layout = match layout {
+                    Some(layout) => layout,
+                    None => {
+                        let read = bus::results_layout(&h, &fence, &q)?;
+                        dones = match read {
+                            Layout::Fields => vec![q.done_fields()],
+                            Layout::Record => {
+                                triples.iter().map(|(id, _, _)| q.done(id)).collect()
+                            }
+                        };
+                        *layout.insert(read)
+                    }
+                };
+                let key = match layout {
+                    Layout::Fields => &dones[0],
+                    Layout::Record => &dones[at],
+                };
+                Some(done_checks(&h, &fence, layout, key)?)
+            }
         };
-        Ok(Some(((seen, older, at), window)))
+        Ok(Some(((seen, kept, at), window)))
     })?;
-    // 4.–7. the queue's checks, the writes (each job's record after the completions'), the
-    // outcomes told
+    // 4.–7. the queue's checks, the writes (the records after the completions'), the outcomes
+    // told
     let mut records = Vec::new();
-    for (seen, older, at) in &kept {
-        if let Some(older) = *older {
-            done_writes(
+    let mut fields = Vec::new();
+    for (seen, kept, at) in &kept {
+        let (id, token, result) = triples[*at];
+        match kept {
+            None => {}
+            Some(Kept::Field) => fields.push((id, packed(token, &finished, seen, result))),
+            Some(Kept::Record { older }) => record_writes(
                 &mut records,
-                (&dones[*at], older),
-                (triples[*at].1, triples[*at].2),
+                (&dones[*at], *older),
+                (token, result),
                 (&finished, &expires),
                 seen,
-            );
+            ),
         }
+    }
+    if !fields.is_empty() {
+        records.push(fields_write(&dones[0], &expires, &fields));
     }
     settle_batch(
         &h,
