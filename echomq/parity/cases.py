@@ -31,6 +31,11 @@ def dead_job(job: str = "a", q: str = Q):
     return (*held(job, q), fail(q, job, 1, "fatal", 1))
 
 
+def record_layout(q: str = Q):
+    """The queue keeps its completed records as `done:<id>` keys (docs/spec.md §12, `meta results`)."""
+    return raw("HSET", key(q, "meta"), "results", "record", label="records as done:<id>")
+
+
 def lane(job: str = "a", q: str = Q, name: str = "group", value: str = "g1"):
     return raw("HSET", key(q, "job:" + job), name, value, label=f"mark {job} as a {'lane row' if name == 'group' else 'flow child'}")
 
@@ -163,8 +168,21 @@ ORDINARY = [
          enqueue_unique(Q, "a", "pa", 0, 60_000), enqueue(Q, "b"), claim(Q), claim(Q),
          publishes(Q, 60_000, ("a", 1, "ra"), ("b", 1, "rb")), enqueue_unique(Q, "a", "again", 0, 5)),
     case("publishes.older-record", "bus",
-         *held("a"), *held("b"), raw("HSET", key(Q, "done:a"), "result", "older", label="an older record of a"),
+         record_layout(), *held("a"), *held("b"),
+         raw("HSET", key(Q, "done:a"), "result", "older", label="an older record of a"),
          publishes(Q, 60_000, ("a", 1, "ra"), ("b", 1, "rb"))),
+    # completed records as fields of `done` (docs/spec.md §12), and the `done:<id>` layout of `meta results record`
+    case("publishes.older-field", "bus",
+         *held("a"), *held("b"), raw("HSET", key(Q, "done"), "a", "1,5,,,older", "zz", "1,5,,,other",
+                                     label="an older field of a, and another's"),
+         raw("HSET", key(Q, "done:a"), "result", "older", label="a's record of the other layout"),
+         publishes(Q, 60_000, ("a", 1, "ra"), ("b", 1, "r,b\x00")), publish(Q, "zz", 1),
+         note="a's field replaced with its expiry; done:a not looked at"),
+    case("publish.record-layout", "bus",
+         record_layout(), *held("a"), *held("b"), *held("c"), publish(Q, "a", 1, "ra"),
+         publishes(Q, 30_000, ("b", 1, "rb"), ("c", 1, "rc")),
+         raw("HSET", key(Q, "meta"), "results", "fields", label="records as fields again"),
+         enqueue(Q, "a"), claim(Q), publish(Q, "a", 1, "again")),
     case("fail.retry", "settle",
          enqueue(Q, "a", priority=3), claim(Q), fail(Q, "a", 1, "first", 3, 0), claim(Q), fail(Q, "a", 2, "second", 3, 0),
          fail(Q, "a", 1, "stale token")),
@@ -462,12 +480,21 @@ EDGES = [
     case("append.edge.progress-too-big", "bus", *held(), append(Q, "a", 1, "x" * 65537),
          note="the script checks the bound before any write, as the native verb does"),
     case("publish.edge.record-wrongtype", "bus",
-         *held(), raw("SET", key(Q, "done:a"), "x", label="a's record as a string"), publish(Q, "a", 1),
-         expect=("5.6",), note="native refuses the wrong-typed record; the script's DEL of the old record replaces it"),
+         record_layout(), *held(), raw("SET", key(Q, "done:a"), "x", label="a's record as a string"),
+         publish(Q, "a", 1), expect=("5.6",),
+         note="native refuses the wrong-typed record; the script's DEL of the old record replaces it"),
     case("publishes.edge.record-wrongtype", "bus",
-         *held("a"), *held("b"), raw("SET", key(Q, "done:a"), "x", label="a's record as a string"),
+         record_layout(), *held("a"), *held("b"), raw("SET", key(Q, "done:a"), "x", label="a's record as a string"),
          publishes(Q, 60_000, ("a", 1, "ra"), ("b", 1, "rb")), expect=("5.6",),
          note="native refuses that triple (WRONGTYPE), b publishes; the script's DEL of the old record replaces it"),
+    case("publish.edge.done-wrongtype", "bus",
+         *held(), raw("SET", key(Q, "done"), "x", label="done as a string"), publish(Q, "a", 1), publish(Q, "a", 1, "r", 0),
+         note="both refuse (WRONGTYPE) before the first write; with retention 0 done is not looked at"),
+    case("publishes.edge.done-wrongtype", "bus",
+         *held("a"), *held("b"), raw("SET", key(Q, "done"), "x", label="done as a string"),
+         publishes(Q, 60_000, ("a", 1, "ra"), ("b", 7, "rb"), ("zz", 1, "x"), ("a", 1, "again")),
+         publishes(Q, 0, ("a", 1, "ra")),
+         note="each held triple refused (WRONGTYPE), the others answer 0, nothing written; retention 0 publishes"),
     case("publishes.edge.metrics-wrongtype", "bus",
          *held("a"), *held("b"), raw("SET", key(Q, "metrics:completed"), "x", label="metrics:completed as a string"),
          publishes(Q, 60_000, ("a", 1, "ra"), ("b", 1, "rb")), expect=("5.6",),

@@ -328,7 +328,7 @@ def touched_keys(obs: Observation) -> tuple[list[bytes], list[bytes]]:
         jobs |= set(zset(pre, key))
     hashes = [row_key(obs.base, j) for j in sorted(jobs)]
     hashes += [obs.base + b"meta", obs.base + b"metrics:completed", obs.base + b"metrics:failed"]
-    hashes += [obs.base + b"done:" + j for j in sorted(jobs)]
+    hashes += [obs.base + b"done"] + [obs.base + b"done:" + j for j in sorted(jobs)]
     return [k for k in sets if not k.endswith(b":meta")], hashes + [k for k in sets if k.endswith(b":meta")]
 
 
@@ -537,12 +537,28 @@ MATCHERS: tuple[tuple[str, Matcher], ...] = (
 
 
 def local(obs: Observation, ids: frozenset[bytes]) -> bool:
-    """Every difference between the nodes belongs to ``ids`` (their rows, completed records or set
-    memberships) or the metrics."""
+    """Every difference between the nodes belongs to ``ids`` (their rows, completed records, as keys
+    or as fields of ``done``, or set memberships) or the metrics."""
     rows = {row_key(obs.base, j) for j in ids} | {obs.base + b"done:" + j for j in ids}
     members = {f"member {j.decode(errors='backslashreplace')}" for j in ids}
+    records = {f"field {j.decode(errors='backslashreplace')}" for j in ids}
     metrics = {obs.base + b"metrics:failed", obs.base + b"metrics:completed", obs.base + b"events"}
-    return all(d.key in rows or d.key in metrics or d.part in members or _whole_set_of(d, ids) for d in obs.diffs)
+    return all(d.key in rows or d.key in metrics or d.part in members or _whole_set_of(d, ids)
+               or (d.key == obs.base + b"done" and (d.part in records or _whole_records_of(d, ids)))
+               for d in obs.diffs)
+
+
+def _whole_records_of(d: Diff, ids: frozenset[bytes]) -> bool:
+    """The completed records' hash present on one side only, holding only the records of ``ids``."""
+    if d.part is not None:
+        return False
+    fields: set[bytes] = set()
+    for side in (d.left, d.right):
+        if isinstance(side, Whole) and side.kind == "hash":
+            fields |= side.value.keys()
+        elif side is not MISSING:
+            return False
+    return fields <= ids
 
 
 def _whole_set_of(d: Diff, ids: frozenset[bytes]) -> bool:

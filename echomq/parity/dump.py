@@ -5,12 +5,15 @@ members map to their scores (an ``int`` when the score is integral, which every
 score the job core writes is); a stream is its entries in order, each ``(id,
 fields)``. A key with an expiry (a completed record) carries it as the pseudo-field
 ``<expires>`` (PEXPIRETIME, ms) of its hash; a zset with one (the rate log), as the
-pseudo-member ``<expires>`` scored with it. The instrument dumps the whole node, not one
-queue, so a write to a key nobody expected is seen too.
+pseudo-member ``<expires>`` scored with it. A queue's completed records as fields, the hash
+``emq:{q}:done`` (docs/spec.md §12), keep each field's own expiry: each of its fields is read as
+``(value, expiry)`` (HPEXPIRETIME, ms; None without one). The instrument dumps the whole node,
+not one queue, so a write to a key nobody expected is seen too.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +32,8 @@ class Entry:
 Dump = dict[bytes, Entry]
 #: The pseudo-field of a hash that carries the key's expiry (no real field has angle brackets).
 EXPIRES = b"<expires>"
+#: A queue's completed records as fields of one hash, each field with its own expiry.
+FIELD_RECORDS = re.compile(rb"^emq:\{[^{}]+\}:done$")
 
 
 def score(raw: float | bytes | str) -> int | float:
@@ -37,7 +42,8 @@ def score(raw: float | bytes | str) -> int | float:
 
 
 def dump(client: valkey.Valkey) -> Dump:
-    """Every key of the node, with its type, full content and expiry (three round trips)."""
+    """Every key of the node, with its type, full content and expiry (three round trips; a fourth
+    for the field expiries of completed records as fields)."""
     keys = sorted(client.execute_command("KEYS", "*"))
     if not keys:
         return {}
@@ -84,7 +90,24 @@ def dump(client: valkey.Valkey) -> Dump:
         else:
             value = content
         out[key] = Entry(kind, value)
+    _field_expiries(client, out)
     return out
+
+
+def _field_expiries(client: valkey.Valkey, out: Dump) -> None:
+    """Each field of every completed-records hash in ``out`` as ``(value, its expiry or None)``."""
+    hashes = [(key, [f for f in entry.value if f != EXPIRES]) for key, entry in out.items()
+              if entry.kind == "hash" and FIELD_RECORDS.match(key)]
+    hashes = [(key, fields) for key, fields in hashes if fields]
+    if not hashes:
+        return
+    pipe = client.pipeline(transaction=False)
+    for key, fields in hashes:
+        pipe.execute_command("HPEXPIRETIME", key, "FIELDS", len(fields), *fields)
+    for (key, fields), expiries in zip(hashes, pipe.execute()):
+        value = out[key].value
+        for field, expires in zip(fields, expiries):
+            value[field] = (value[field], expires if expires >= 0 else None)
 
 
 def server_ms(client: valkey.Valkey) -> int:

@@ -33,7 +33,10 @@ Three, each checked rather than masked:
   that wrote them; its ``created`` and ``started`` are copies of the row's, compared
   as ``<time>`` (each node copies its own row's, which the row's own offsets checked).
   A unique window's marker (docs/spec.md §14) is read the same way: ``finished`` and
-  its expiry are offsets against the completing call.
+  its expiry are offsets against the completing call. A record kept as a field of the
+  queue's ``done`` is read as its five parts (attempts, finished, created, started, result)
+  and its own expiry, normalised as ``done:<id>``'s fields are (a value that is not a packed
+  record stays as it is).
 
 Nothing else is masked.
 """
@@ -45,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from .._protocol.keys import VERSION_KEY
-from .dump import EXPIRES, Dump, Entry
+from .dump import EXPIRES, FIELD_RECORDS, Dump, Entry
 
 TIME_SET = re.compile(rb"^emq:\{[^{}]+\}:(active|schedule|dead|rate)$")
 ROW = re.compile(rb"^emq:\{([^{}]+)\}:job:(.*)$", re.S)
@@ -54,6 +57,8 @@ ROW = re.compile(rb"^emq:\{([^{}]+)\}:job:(.*)$", re.S)
 DONE = re.compile(rb"^emq:\{([^{}]+)\}:(?:done|unique):(.*)$", re.S)
 DONE_TIME_FIELDS = (b"finished", EXPIRES)  #: their times, written by the call that completed
 DONE_COPIES = (b"created", b"started")  #: copied from the row
+#: a completed record as a field's value: attempts, finished, created, started, then the result
+PACKED = re.compile(rb"([0-9]*),([0-9]*),([0-9]*),([0-9]*),(.*)", re.S)
 EXTRAS = (b"lease_epoch",)
 TIME_FIELDS = (b"created", b"started", b"failed")  #: row fields that hold the server time of a verb
 WAKE = re.compile(rb"^emq:\{[^{}]+\}:wake$")
@@ -142,6 +147,14 @@ class Origins:
             for member, value in new.items():
                 if old.get(member) != value or (key, member) not in self.of:
                     self.of[(key, member)] = window
+        for key in {k for k in before.keys() | after.keys() if FIELD_RECORDS.match(k)}:
+            # a field's value and its expiry, written together by the call that completed
+            old, new = _hash(before.get(key)), _hash(after.get(key))
+            for field in old.keys() - new.keys():
+                self.of.pop((key, field), None)
+            for field, value in new.items():
+                if field != EXPIRES and (old.get(field) != value or (key, field) not in self.of):
+                    self.of[(key, field)] = window
         for key in {k for k in before.keys() | after.keys() if ROW.match(k) or DONE.match(k)}:
             old, new = _hash(before.get(key)), _hash(after.get(key))
             for name in TIME_FIELDS if ROW.match(key) else DONE_TIME_FIELDS:
@@ -178,6 +191,27 @@ def _time_field(value: bytes, window: Window | None) -> Any:
     return Offset.of(int(value), window)
 
 
+def _copied_time(value: bytes) -> bytes:
+    """A record's copy of its row's time, compared as ``<time>`` (the row's offsets checked it)."""
+    return b"<time>" if re.fullmatch(rb"[0-9]{1,19}", value) else value
+
+
+def _field_record(value: Any, window: Window | None) -> Any:
+    """A completed record kept as a field, ``(packed, expiry)``: its five parts, ``finished`` and
+    the expiry as offsets against the call that wrote them (raw when a plain command did)."""
+    if not isinstance(value, tuple):
+        return value  # the key's own expiry (EXPIRES), as any hash's
+    packed, expires = value
+    parts = PACKED.fullmatch(packed)
+    if parts is None:
+        return value
+    attempts, finished, created, started, result = parts.groups()
+    if expires is not None and window is not None:
+        expires = Offset.of(expires, window)
+    return (attempts, _time_field(finished, window), _copied_time(created), _copied_time(started), result,
+            expires)
+
+
 def normalise(dump: Dump, origins: Origins, *, brand: bytes, native_extras: bool) -> Dump:
     """The dump as compared: offsets for verb-written time scores, the brand checked,
     and (on the native node, after :func:`extras_violations`) its extra field dropped."""
@@ -202,8 +236,10 @@ def normalise(dump: Dump, origins: Origins, *, brand: bytes, native_extras: bool
                     if name in value:
                         value[name] = _time_field(value[name], origins.of.get((key, name)))
                 for name in DONE_COPIES:
-                    if name in value and re.fullmatch(rb"[0-9]{1,19}", value[name]):
-                        value[name] = b"<time>"
+                    if name in value:
+                        value[name] = _copied_time(value[name])
+            elif FIELD_RECORDS.match(key):
+                value = {f: _field_record(v, origins.of.get((key, f))) for f, v in value.items()}
             out[key] = Entry("hash", value)
         elif entry.kind == "stream":
             out[key] = Entry("stream", tuple(fields for _, fields in entry.value))

@@ -346,8 +346,13 @@ class Pair:
             if entry.kind == "hash":
                 fields = {f: v for f, v in entry.value.items()
                           if not (self.native_is_native and f in EXTRAS) and f != EXPIRES}
+                # a completed record kept as a field: (value, its own expiry), as the dump reads it
+                expiring = {f: v[1] for f, v in fields.items() if isinstance(v, tuple) and v[1] is not None}
+                fields = {f: v[0] if isinstance(v, tuple) else v for f, v in fields.items()}
                 if fields:
                     pipe.hset(key, mapping=fields)
+                for field, expires in expiring.items():
+                    pipe.execute_command("HPEXPIREAT", key, expires, "FIELDS", 1, field)
                 if EXPIRES in entry.value:
                     pipe.pexpireat(key, int(entry.value[EXPIRES]))
             elif entry.kind == "zset":
