@@ -15,6 +15,7 @@ import pytest
 from echomq import App, EmbeddedServer, Queue, ServerStartError, State, Status, connect, module_path
 from echomq.local.server import BINARY_ENV
 from echomq.testing import drain
+from echomq._protocol.serializers import RAW
 
 from support.waiting import server_ms, wait_server_past
 
@@ -76,6 +77,33 @@ def test_a_worker_runs_flat_lane_and_flow_jobs_on_redis_7(redis7):
         assert drain(app, q).completed == 4
         assert len(ran) == 4 and {"flat", "lane", "parent"} <= set(ran) and ran.index("parent") == 3
         assert q.result("flat", timeout=5) == "flat" and q.status("parent") is Status.COMPLETED
+
+
+def test_redis_7_keeps_each_completed_record_as_its_own_key(redis7):
+    """docs/spec.md §12: a node without HSETEX (Redis 7) keeps today's layout, `done:<id>` with
+    its PEXPIREAT, from PUBLISH, PUBLISHES, lane_complete and flow_complete alike; no `done` hash."""
+    client = redis7.client()
+    with connect(redis7.url, wire=4) as conn:
+        q = Queue(conn, "compat-records", serializer=RAW)
+        for job_id in ("a", "b", "c"):
+            q.enqueue(b"p", id=job_id)
+        q.enqueue(b"p", id="lane", group="g")
+        q.enqueue_flow(b"parent", children=[b"child"], id="root")
+        before = server_ms(client)
+        q.publish(q.claim(60_000), b"ra", retention_ms=60_000)
+        jobs = [q.claim(60_000), q.claim(60_000)]
+        calls = q.completion_calls([p for job in jobs for p in (job.id, str(job.token), b"r")], 60_000)
+        assert q.settle_many(calls) == [True, True]
+        (lane,) = q.claim_lanes(1, 60_000)
+        q.publish(lane, b"rl", retention_ms=60_000)
+        (child,) = q.flow_claim(1, 60_000)
+        assert q.settle_many([q.flow_complete_call(child, b"rc", retention_ms=60_000)]) == [True]
+        after = server_ms(client)
+        assert not client.exists(q.keys.key("done"))
+        for job_id in ("a", "b", "c", "lane", child.id):
+            record = client.hgetall(q.keys.key(f"done:{job_id}"))
+            assert record[b"attempts"] == b"1" and before <= int(record[b"finished"]) <= after
+            assert client.pexpiretime(q.keys.key(f"done:{job_id}")) == int(record[b"finished"]) + 60_000
 
 
 def test_trafikey_does_not_load_into_redis_7(redis7_binary):
