@@ -35,13 +35,27 @@ def completes_by_complete(q, pairs):
     return q.connection.round_trip([build_call("complete", q.keys, pair) for pair in pairs])
 
 
+def masked_record(packed: bytes, now: int) -> bytes:
+    """A completed record kept as a field (docs/spec.md §12), its times (finished, and the row's
+    created and started when present) checked to be present server times, then shown as <time>."""
+    parts = packed.split(b",", 4)
+    for at in (1, 2, 3):
+        if parts[at]:
+            assert now - 600_000 <= int(parts[at]) <= now, (packed, now)
+            parts[at] = b"<time>"
+    return b",".join(parts)
+
+
 def relative(q):
-    """The queue's dataset with its name taken out of the keys and its times masked; a window's
-    marker expiry checked to be its `unique` ms after a present time."""
+    """The queue's dataset with its name taken out of the keys and its times masked (the records kept
+    as fields of `done` too); a window's marker expiry checked to be its `unique` ms after a present
+    time."""
     client, now = q.connection.client, server_ms(q.connection.client)
     base = q.keys.base.encode()
     out = {}
     for key, (kind, value) in mask_times(core_dump(client, q.keys), now).items():
+        if key == q.keys.key("done").encode() and kind == "hash":
+            value = {field: masked_record(packed, now) for field, packed in value.items()}
         if b":unique:" in key and kind == "hash":
             assert 0 < client.pttl(key) <= 50_000, key
         if key == q.keys.active.encode():  # each lease's deadline: a present time + the lease

@@ -22,6 +22,7 @@ from echomq._protocol.verbs import JOB_CORE_TOKENS, OPTIONAL, OPTIONAL_TOKENS, R
 from support.dataset import KEEP_MS, TIME, H, K, R, Z, queue_unchanged, snap
 from support.queues import AwaitingQueue
 from support.waiting import server_ms, wait_server_past, wait_until
+from test_completes import masked_record
 
 # --------------------------------------------------------------------------- expected-state builders
 
@@ -482,16 +483,19 @@ def test_fail_without_the_token_writes_nothing(q):
 # --------------------------------------------------------------------------- the bus (docs/spec.md §12)
 
 
-def record(result=b"r", attempts=1) -> tuple:
-    """A completed record as PUBLISH writes it: the result, the token, the row's times and its own."""
-    return H({"result": result, "attempts": attempts, "created": TIME, "started": TIME, "finished": TIME})
-
-
 def test_publish_completes_and_keeps_the_record_for_its_retention(q):
+    """The record as PUBLISH writes it (docs/spec.md §12): the field `a` of `done`, the token, the
+    row's times and its own, then the result; its own expiry (tests/test_results_layout.py reads
+    each byte)."""
     job = claimed(q)
     assert q.publish(job, b"r", retention_ms=KEEP_MS) is None
-    assert snap(q) == {K(q, "done:a"): record(), K(q, "metrics:completed"): H({"count": 1})}
-    assert KEEP_MS - 60_000 < q.connection.client.pttl(K(q, "done:a")) <= KEEP_MS
+    now = server_ms(q.connection.client)
+    state = snap(q)
+    assert state.keys() == {K(q, "done"), K(q, "metrics:completed")}
+    assert state[K(q, "metrics:completed")] == H({"count": 1})
+    assert masked_record(state[K(q, "done")][1][b"a"], now) == b"1,<time>,<time>,<time>,r"
+    (ttl,) = q.connection.client.execute_command("HPTTL", K(q, "done"), "FIELDS", 1, "a")
+    assert KEEP_MS - 60_000 < ttl <= KEEP_MS
     assert q.status("a") is Status.COMPLETED
     assert q.result("a", timeout=0) == b"r"
 

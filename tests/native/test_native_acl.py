@@ -7,7 +7,7 @@ from __future__ import annotations
 import valkey
 
 from echomq._protocol.verbs import OPTIONAL, VERBS
-from support.dataset import refused
+from support.dataset import refused, unchanged
 from support.native import NativeQueue
 from support.queues import fresh_name
 
@@ -116,8 +116,10 @@ def test_completes_refuses_a_row_pair_by_pair_and_the_metrics_whole(admin, make_
 
 def test_publishes_refuses_a_row_or_a_record_triple_by_triple_and_the_metrics_whole(admin, make_user):
     """PUBLISHES (docs/spec.md §19): a row the caller may not read, or a record it may not write, is
-    that triple's NOPERM, the others publish; metrics it may not write refuse the whole command."""
+    that triple's NOPERM, the others publish; metrics it may not write refuse the whole command.
+    Under `meta results record`, each record its own key `done:<id>`."""
     q = NativeQueue(admin, fresh_name("a"))
+    admin.hset(q.meta, "results", "record")
     for job in ("j1", "k1", "j2", "j3"):
         q.enqueue(job, b"p")
     q.claims(4)
@@ -137,6 +139,26 @@ def test_publishes_refuses_a_row_or_a_record_triple_by_triple_and_the_metrics_wh
     assert [admin.hget(q.key(f"done:{job}"), "result") for job in ("j1", "j2", "j3")] == [b"r1", b"r2", None]
     assert sorted(member for member, _ in q.zset(q.active)) == [b"j3", b"k1"]
     assert admin.hget(q.completed, "count") == b"2"
+
+
+def test_publishes_refuses_each_held_triple_whose_records_hash_it_may_not_write(admin, make_user):
+    """As fields (docs/spec.md §12) every record is written to `done`: a caller that may not write it
+    has each held triple refused NOPERM, nothing written; one that may, publishes them all."""
+    q = NativeQueue(admin, fresh_name("a"))
+    for job in ("j1", "j2"):
+        q.enqueue(job, b"p")
+    q.claims(2)
+    base = q.base.decode()
+    keys = (f"~{base}active", f"~{base}", f"~{base}job:*", f"~{base}metrics:*", f"%R~{base}meta", "+@all")
+    uq = NativeQueue(make_user(*keys), q.name)
+    with unchanged(admin, dump_keys=False):
+        reply = uq.publishes(60_000, "j1", 1, "r1", "zz", 1, "r", "j2", 1, "r2")
+    assert reply[1] == 0 and all(isinstance(r, valkey.ResponseError) and f"'{base}done'" in str(r)
+                                 for r in (reply[0], reply[2])), reply
+    uq = NativeQueue(make_user(*keys, f"~{base}done"), q.name)
+    assert uq.publishes(60_000, "j1", 1, "r1", "j2", 1, "r2") == [1, 1]
+    assert [admin.hget(q.key("done"), job).split(b",")[-1] for job in ("j1", "j2")] == [b"r1", b"r2"]
+    admin.delete(q.key("done"))  # its fields expire: no later digest sees them go
 
 
 def test_sweep_checks_each_member_row(admin, make_user):

@@ -15,12 +15,19 @@ NOT_INTEGER = "EMQ hash value is not an integer"
 
 @pytest.fixture
 def nq(c):
-    """The queue of one test; its completed records (which expire, and would change other tests'
-    DEBUG DIGEST as they do) are deleted afterwards."""
+    """The queue of one test; its completed records, as fields of `done` or keys `done:<id>` (which
+    expire, and would change other tests' DEBUG DIGEST as they do), are deleted afterwards."""
     q = NativeQueue(c)
     yield q
-    for key in c.keys(q.base + b"done:*"):
+    for key in [*c.keys(q.base + b"done:*"), q.base + b"done"]:
         c.delete(key)
+
+
+def field(c, nq, id):
+    """The job's record as a field of `done` (docs/spec.md §12) and its expiry (-2 without one)."""
+    done = nq.base + b"done"
+    (expires,) = c.execute_command("HPEXPIRETIME", done, "FIELDS", 1, id)
+    return c.hget(done, id), expires
 
 
 def held(nq, id="j"):
@@ -44,23 +51,31 @@ def test_publish_completes_and_keeps_the_record_with_its_retention(c, nq):
     after = server_ms(c)
     assert not c.exists(nq.row("j")) and c.zscore(nq.active, "j") is None
     assert c.hget(nq.completed, "count") == b"1"
-    record = c.hgetall(nq.done("j"))
-    assert record.pop(b"result") == b"\x00result\xff" and record.pop(b"attempts") == b"1"
-    assert record.pop(b"created") == row[b"created"] and record.pop(b"started") == row[b"started"]
-    finished = int(record.pop(b"finished"))
-    assert record == {} and before <= finished <= after
-    assert c.execute_command("PEXPIRETIME", nq.done("j")) == finished + 5000
+    value, expires = field(c, nq, "j")
+    finished = value.split(b",")[1]
+    assert value == b",".join([b"1", finished, row[b"created"], row[b"started"], b"\x00result\xff"])
+    assert before <= int(finished) <= after and expires == int(finished) + 5000
+    assert not c.exists(nq.done("j"))
     assert not c.exists(nq.events)  # events off: nothing appended
 
 
 def test_publish_with_retention_zero_keeps_no_record_and_replaces_an_older_one(c, nq):
     token = held(nq)
     assert nq.publish("j", token, b"r", 0) == 1
-    assert not c.exists(nq.done("j"))
-    c.hset(nq.done("k"), mapping={"result": "old", "stale": "x"})
+    assert not c.exists(nq.done("j"), nq.base + b"done")
+    # an older field goes with its expiry: the new value, the new deadline
+    c.hset(nq.base + b"done", "k", "1,5,,,old")
     token = held(nq, "k")
     assert nq.publish("k", token, b"new", 1000) == 1
-    assert b"stale" not in c.hgetall(nq.done("k")) and c.hget(nq.done("k"), "result") == b"new"
+    value, expires = field(c, nq, "k")
+    assert value.endswith(b",new") and expires == int(value.split(b",")[1]) + 1000
+    # under `meta results record` an older `done:<id>` goes whole
+    c.hset(nq.meta, "results", "record")
+    c.hset(nq.done("m"), mapping={"result": "old", "stale": "x"})
+    token = held(nq, "m")
+    assert nq.publish("m", token, b"new", 1000) == 1
+    assert b"stale" not in c.hgetall(nq.done("m")) and c.hget(nq.done("m"), "result") == b"new"
+    assert field(c, nq, "m") == (None, -2)
 
 
 def test_publish_tells_the_outcome_channel(native_server, c, nq):
@@ -212,6 +227,10 @@ def test_append_accepts_lane_rows_and_flow_children_as_extend_does(c, nq):
 
 def test_publish_refuses_a_wrong_typed_record(c, nq):
     held(nq, "x")
+    c.set(nq.base + b"done", "not a hash")
+    refused(c, "WRONGTYPE", *nq.lines()["EMQ.PUBLISH"])
+    # under `meta results record` the record is `done:x`: `done` is not looked at, `done:x` is
+    c.hset(nq.meta, "results", "record")
     c.set(nq.done("x"), "not a hash")
     refused(c, "WRONGTYPE", *nq.lines()["EMQ.PUBLISH"])
 
@@ -231,13 +250,13 @@ def test_the_bus_fences_its_derived_keys_and_tells_only_where_it_may(native_serv
     keys = [f"~{base}active", f"~{base}", f"~{base}job:*", f"~{base}metrics:*", f"%R~{base}meta", "+@all"]
     user = NativeQueue(make_user(*keys), nq.name)
     line = user.lines()["EMQ.PUBLISH"]
-    assert "done:x" in refused(user.c, "NOPERM", *line, observer=c)
+    assert f"'{base}done'" in refused(user.c, "NOPERM", *line, observer=c)
     c.hset(nq.meta, "events", 10)
-    with_done = NativeQueue(make_user(*keys, f"~{base}done:*"), nq.name)
+    with_done = NativeQueue(make_user(*keys, f"~{base}done"), nq.name)
     assert "events" in refused(with_done.c, "NOPERM", *line, observer=c)
     assert "events" in refused(with_done.c, "NOPERM", *with_done.lines()["EMQ.APPEND"], observer=c)
     # keys but no channel: the move goes through, untold (the next message is the admin's marker)
-    keys_only = NativeQueue(make_user(*keys, f"~{base}done:*", f"~{base}events"), nq.name)
+    keys_only = NativeQueue(make_user(*keys, f"~{base}done", f"~{base}events"), nq.name)
     listener = native_server.client()
     pubsub = listener.pubsub()
     pubsub.ssubscribe(nq.base + b"outcome:x")
@@ -249,7 +268,7 @@ def test_the_bus_fences_its_derived_keys_and_tells_only_where_it_may(native_serv
     held(nq, "y")
     pubsub.ssubscribe(nq.base + b"outcome:y")
     assert pubsub.get_sharded_message(timeout=5)["type"] == "ssubscribe"
-    told = NativeQueue(make_user(*keys, f"~{base}done:*", f"~{base}events", f"&{base}outcome:*"), nq.name)
+    told = NativeQueue(make_user(*keys, f"~{base}done", f"~{base}events", f"&{base}outcome:*"), nq.name)
     assert told.publish("y", 1, b"r", 1000) == 1
     assert pubsub.get_sharded_message(timeout=5)["data"] == b"completed"
     pubsub.close()

@@ -236,10 +236,11 @@ def test_a_batch_of_completes_replicates_one_effect_per_key_and_command():
 def test_a_batch_of_publishes_replicates_one_effect_per_key_and_command():
     """One PUBLISHES of several jobs, with events on, a unique window, an older record and a refused
     triple among them: its removals travel as one ZREM active, its rows as one DEL and its count as
-    one HINCRBY, each record as PUBLISH writes it; the replica and the AOF replay it."""
+    one HINCRBY, its records as one HSETEX of `done` (docs/spec.md §12: the older field replaced, its
+    deadline absolute); the replica and the AOF replay it."""
     with replicated_with_aof() as (primary, c, q):
         tokens = five_settling(c, q)
-        c.hset(q.key("done:j2"), "result", "older")
+        c.hset(q.key("done"), "j2", "1,5,,,older")
         triples = [part for n, t in enumerate(tokens) for part in (f"j{n}", t, f"r{n}")]
         reply = q.publishes(60000, *triples)
         assert reply[:3] + reply[4:] == [1, 1, 1, 1] and str(reply[3]).startswith("EMQSTATE lane row")
@@ -247,7 +248,8 @@ def test_a_batch_of_publishes_replicates_one_effect_per_key_and_command():
         assert on(b"ZREM", q.active) == [[b"j0", b"j1", b"j2", b"j4"]]
         assert on(b"HINCRBY", q.completed) == [[b"count", b"4"]]
         assert len(on(b"XADD", q.events)) == 4
-        for n in (0, 1, 2, 4):
-            assert len(on(b"HSET", q.key(f"done:j{n}"))) == 1 and len(on(b"PEXPIREAT", q.key(f"done:j{n}"))) == 1
-        assert c.hget(q.key("done:j2"), "result") == b"r2"
-        assert not c.exists(q.key("done:j3"))
+        (records,) = on(b"HSETEX", q.key("done"))
+        assert records[0] == b"PXAT" and records[2:4] == [b"FIELDS", b"4"]
+        assert records[4::2] == [b"j0", b"j1", b"j2", b"j4"] and all(v.endswith(b",r" + j[1:]) for j, v in
+                                                                       zip(records[4::2], records[5::2]))
+        assert c.hget(q.key("done"), "j2").endswith(b",r2") and c.hget(q.key("done"), "j3") is None
