@@ -15,6 +15,7 @@ from support.dataset import core_dump, mask_times, queue_unchanged
 from support.queues import fresh_name, raw, round_trips
 from support.waiting import server_ms, wait_until
 from support.workers import QUIET_TIMERS
+from test_results_layout import records_started
 
 LEASE = 60_000
 
@@ -240,7 +241,8 @@ def test_a_worker_drains_a_queue_with_ghosts_under_a_rate_limit(server, wire):
         with round_trips() as sent:  # before the worker starts: its first claims count too
             thread.start()
             try:
-                wait_until(lambda: all(conn.client.exists(queue.keys.done(i)) for i in ids), 20, what="every job settled")
+                wait_until(lambda: all(conn.client.hexists(queue.keys.key("done"), i) for i in ids), 20,
+                           what="every job settled")
             finally:
                 worker.stop("test over")
                 thread.join(10)
@@ -248,5 +250,5 @@ def test_a_worker_drains_a_queue_with_ghosts_under_a_rate_limit(server, wire):
         assert any("claims" in verbs for verbs in sent)  # the worker's batches are CLAIMS
         assert sorted(seen) == sorted(ids)
         assert conn.client.zcard(queue.keys.pending) == 0 and queue.counts().total == 0
-        started = sorted(int(conn.client.hget(queue.keys.done(i), "started")) for i in ids)
+        started = sorted(records_started(conn.client, queue.keys, ids))
         assert all(later - first >= 400 for first, later in zip(started, started[4:])), started

@@ -331,7 +331,7 @@ def test_a_lane_jobs_result_and_death_are_told_as_a_flat_jobs(lanes):
     assert lanes.fail(doomed, "boom", max_attempts=1, traceback="Traceback: boom") is State.DEAD
     with pytest.raises(JobFailed, match="boom"):
         lanes.result(doomed.id, timeout=5)
-    lanes.connection.client.delete(lanes.keys.done(job.id))  # not left to expire under a later test's digest
+    lanes.connection.client.delete(lanes.keys.key("done"))  # not left to expire under a later test's digest
 
 
 def test_renewals_and_a_stale_token(lanes):

@@ -18,6 +18,7 @@ from support.queues import fresh_name, raw
 from support.waiting import server_ms, wait_server_past, wait_until
 from support.workers import QUIET_TIMERS, commands_sent
 from test_rate_limit_workers import most_in_any_window
+from test_results_layout import records_started
 
 LEASE = 60_000
 
@@ -245,7 +246,7 @@ def test_a_worker_waits_out_the_window_without_spinning(server, wire):
             before = commands_sent(conn.client)
             second = queue.enqueue({})
             # settled (polled with EXISTS, which the count below leaves out)
-            wait_until(lambda: conn.client.exists(queue.keys.done(second.id)), 10, what="the second job settled")
+            wait_until(lambda: conn.client.hexists(queue.keys.key("done"), second.id), 10, what="the second job settled")
             assert seen == [first.id, second.id]
             # the enqueue, the woken claim (held), the claim after the wait, the claim that finds the queue
             # empty, the settle, pause reads on wire 4: a dozen over 1.5 s, where a poll loop sends hundreds;
@@ -254,7 +255,7 @@ def test_a_worker_waits_out_the_window_without_spinning(server, wire):
             # busy). Wire 4 sends all 16 (the scripts' own HGETs count); a machine under load adds a claim or
             # two (each 3 on wire 4: seen at 22), which is still no loop
             assert commands_sent(conn.client) - before <= 30
-            started = [int(conn.client.hget(queue.keys.done(i), "started")) for i in (first.id, second.id)]
+            started = records_started(conn.client, queue.keys, [first.id, second.id])
             assert started[1] - started[0] >= 1500
         finally:
             worker.stop("test over")
@@ -295,15 +296,15 @@ def test_a_worker_holds_lane_and_flow_starts_to_the_limit(server, wire):
         thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
         thread.start()
         try:
-            wait_until(lambda: len(seen) == 6 and all(conn.client.exists(queue.keys.done(i)) for i in seen), 20,
+            wait_until(lambda: len(seen) == 6 and all(conn.client.hexists(queue.keys.key("done"), i) for i in seen), 20,
                        what="three lane jobs and a flow of three")
-            started = [int(conn.client.hget(queue.keys.done(i), "started")) for i in seen]
+            started = records_started(conn.client, queue.keys, seen)
             assert set(ids) <= set(seen) and most_in_any_window(started, 1000) <= 2
             assert max(started) - min(started) >= 2000  # six starts at two a second span three windows
         finally:
             worker.stop("test over")
             thread.join(10)
-            conn.client.delete(queue.keys.rate, *(queue.keys.done(i) for i in seen))
+            conn.client.delete(queue.keys.rate, queue.keys.key("done"))
 
 
 def test_the_asyncio_queue_sets_reads_and_honours_the_limit(server, wire):

@@ -13,6 +13,7 @@ from echomq import Queue
 from support.queues import fresh_name
 from support.waiting import wait_until
 from support.workers import commands_sent
+from test_results_layout import records_started
 
 LIMIT, WINDOW_MS, WORKERS = 50, 1000, 4
 JOBS = 1000 if os.environ.get("EMQ_FULL_SIZE") == "1" else 400  # 20 s or 8 s of starts per wire
@@ -38,10 +39,7 @@ def test_fifty_per_second_across_four_worker_processes(conn, wire, spawn):
     workers = [spawn(name, "-c", "10", env={"EMQ_TEST_RATE": f"{LIMIT}/s"}) for _ in range(WORKERS)]
     wait_until(lambda: queue.metrics()["completed"] == JOBS, 60, f"{JOBS} completions")
     claims = commands_sent(conn.client) - sent_before
-    pipe = conn.client.pipeline(transaction=False)
-    for job_id in ids:
-        pipe.hget(queue.keys.done(job_id), "started")
-    starts = sorted(int(s) for s in pipe.execute())
+    starts = sorted(records_started(conn.client, queue.keys, ids))
     densest = most_in_any_window(starts, WINDOW_MS)
     span_s = (starts[-1] - starts[0] + WINDOW_MS) / 1000  # the last start's window included
     rate = JOBS / span_s

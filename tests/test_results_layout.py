@@ -50,6 +50,13 @@ def assert_field(queue: Queue, job_id: str, attempts: int, row: tuple[bytes, byt
     return finished
 
 
+def records_started(client, keys, job_ids) -> list[int | None]:
+    """Each job's row's ``started`` as its record kept it (a field of ``done``; None without a record),
+    in one read: what the tests of the start order read of the records a worker kept."""
+    values = client.hmget(keys.key("done"), list(job_ids))
+    return [None if value is None else int(value.split(b",", 4)[3]) for value in values]
+
+
 def hsetex_calls(queue: Queue) -> int:
     """How many HSETEX the node has run (INFO commandstats: a module's and a script's calls count)."""
     return queue.connection.client.info("commandstats").get("cmdstat_hsetex", {}).get("calls", 0)
