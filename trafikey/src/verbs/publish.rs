@@ -6,7 +6,9 @@
 use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
-use crate::decide::{num, op, owned_op, packed_record, Cmd, Expect, Layout, Op};
+use std::borrow::Cow;
+
+use crate::decide::{num, op, packed_record, Args, Cmd, Expect, Layout, Op};
 use crate::errors::Refusal;
 use crate::ffi::Kind;
 use crate::grammar::{self, Argc, KeyName, Keyspace};
@@ -54,7 +56,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
             Kept::Field => plan.push(fields_write(
                 &done,
                 &expires,
-                &[(id, packed(token, &finished, &seen, result))],
+                vec![(id, packed(token, &finished, &seen, result))],
             )),
             Kept::Record { older } => record_writes(
                 &mut plan,
@@ -123,19 +125,27 @@ pub fn packed(token: &[u8], finished: &[u8], seen: &Seen, result: &[u8]) -> Vec<
 
 /// The records (id, packed value) as fields of `done`, every one expiring at `expires`: one
 /// `HSETEX done PXAT <expires> FIELDS n id1 v1 …` (a batch shares its deadline).
-pub fn fields_write(done: &[u8], expires: &[u8], records: &[(&[u8], Vec<u8>)]) -> Op<'static> {
-    let mut args: Vec<Vec<u8>> = Vec::with_capacity(5 + 2 * records.len());
+pub fn fields_write<'a>(
+    done: &'a [u8],
+    expires: &'a [u8],
+    records: Vec<(&'a [u8], Vec<u8>)>,
+) -> Op<'a> {
+    let mut args: Vec<Cow<'a, [u8]>> = Vec::with_capacity(5 + 2 * records.len());
     args.extend([
-        done.to_vec(),
-        b"PXAT".to_vec(),
-        expires.to_vec(),
-        b"FIELDS".to_vec(),
-        num(records.len() as i64).to_vec(),
+        Cow::Borrowed(done),
+        Cow::Borrowed(b"PXAT".as_slice()),
+        Cow::Borrowed(expires),
+        Cow::Borrowed(b"FIELDS".as_slice()),
+        Cow::Owned(num(records.len() as i64).to_vec()),
     ]);
     for (id, value) in records {
-        args.extend([id.to_vec(), value.clone()]);
+        args.extend([Cow::Borrowed(id), Cow::Owned(value)]);
     }
-    owned_op(Cmd::Hsetex, args, Expect::Int(1))
+    Op {
+        cmd: Cmd::Hsetex,
+        args: Args::Many(args),
+        expect: Expect::Int(1),
+    }
 }
 
 /// The record `done:<id>`'s writes, added to `plan`: an `older` record goes whole, then the
@@ -181,7 +191,7 @@ mod tests {
             (b"a".as_slice(), b"1,5,,,ra".to_vec()),
             (b"b".as_slice(), b"2,5,3,4,r,b".to_vec()),
         ];
-        let write = fields_write(b"emq:{q}:done", b"60005", &records);
+        let write = fields_write(b"emq:{q}:done", b"60005", records.to_vec());
         assert_eq!(write.cmd, Cmd::Hsetex);
         assert_eq!(write.expect, Expect::Int(1));
         let args: Vec<&[u8]> = write.args.iter().collect();

@@ -47,6 +47,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // keys they are written to, by the triple's place (one `done` for all as fields)
     let mut layout: Option<Layout> = None;
     let mut dones: Vec<KeyName> = Vec::new();
+    // as fields every record goes to the one `done`: checked once, its answer every held job's
+    let mut fields_checked: Option<Result<Kept, Refusal>> = None;
     // 4.–5. each triple's own checks, PUBLISH's (its record's included), in order
     let pairs: Vec<(&[u8], &[u8])> = triples.iter().map(|&(id, token, _)| (id, token)).collect();
     let (answers, settles, kept) = check_each(&pairs, &rows, |at, id, token, row| {
@@ -78,11 +80,12 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
                         *layout.insert(read)
                     }
                 };
-                let key = match layout {
-                    Layout::Fields => &dones[0],
-                    Layout::Record => &dones[at],
-                };
-                Some(done_checks(&h, &fence, layout, key)?)
+                Some(match layout {
+                    Layout::Fields => fields_checked
+                        .get_or_insert_with(|| done_checks(&h, &fence, layout, &dones[0]))
+                        .clone()?,
+                    Layout::Record => done_checks(&h, &fence, layout, &dones[at])?,
+                })
             }
         };
         Ok(Some(((seen, kept, at), window)))
@@ -106,7 +109,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         }
     }
     if !fields.is_empty() {
-        records.push(fields_write(&dones[0], &expires, &fields));
+        records.push(fields_write(&dones[0], &expires, fields));
     }
     settle_batch(
         &h,
