@@ -176,8 +176,9 @@ def test_a_good_node_passes_every_check_and_doctor_writes_nothing():
         with unchanged(client):
             status, found = doctor(primary.url, "-q", "emails")
         assert status == 0 and set(levels(found).values()) == {"ok"}, found
-        assert list(found) == ["server", "trafikey", "eviction", "persistence", "replicas", "clock", "brand", "cluster",
-                               "acl emails"]
+        assert list(found) == ["server", "results", "trafikey", "eviction", "persistence", "replicas", "clock", "brand",
+                               "cluster", "acl emails"]
+        assert "fields of each queue's hash done" in found["results"]["detail"] and "trafikey" in found["results"]["detail"]
         plain = CliRunner().invoke(main, ["doctor", "--url", primary.url])
         assert plain.exit_code == 0 and plain.stdout.splitlines()[0].split()[:2] == ["ok", "server"]
 
