@@ -13,14 +13,15 @@ import json
 
 import pytest
 
-from echomq import RAW, App, ConfigurationError, JobNotFound, Queue, Status, Worker, WorkerConfig, aio
+from echomq import (RAW, App, ConfigurationError, JobNotFound, PartitionedQueue, Queue, Status, Worker, WorkerConfig,
+                    aio)
 from echomq._client.partitioned import drive, on
 from echomq._protocol.results import (FIELDS, RECORD, Record, ResultLayout, check_layout, newer_record, result_layout,
                                       switch_of, unpacked)
 from echomq._protocol.servers import writes_fields
 from echomq.admin.inventory import find_exact, find_prefixed, queues_holding, record_view, scan_queues
 from echomq.worker.producing import op_holding
-from support.dataset import KEEP_MS, queue_unchanged
+from support.dataset import KEEP_MS, queue_unchanged, unchanged
 from support.queues import AwaitingQueue, fresh_name
 from support.waiting import server_ms, wait_until
 from test_worker import running
@@ -245,6 +246,20 @@ def test_the_switch_is_set_read_and_refused(client_queue, wire):
     assert client.hget(queue.keys.meta, "results") is None and queue.result_layout().layout == FIELDS
     client.hset(queue.keys.meta, "results", "something else")  # anything but record means fields
     assert queue.result_layout().layout == FIELDS
+
+
+def test_a_partitioned_queue_s_switch_is_every_partition_s(conn, emq):
+    queue = PartitionedQueue(conn, fresh_name("rf"), partitions=3)
+    queue.enqueue({"n": 1})  # the queue exists: emq finds it
+    with unchanged(conn.client, dump_keys=False), pytest.raises(ConfigurationError):
+        queue.set_result_layout("keys")  # refused before the first partition's write
+    queue.set_result_layout("record")
+    assert [conn.client.hget(part.keys.meta, "results") for part in queue.partitions] == [b"record"] * 3
+    assert [layout.layout for layout in queue.result_layout()] == [RECORD] * 3
+    shown = emq("results-layout", "-q", queue.name, "fields", "--json")
+    assert shown.exit_code == 0, shown.output
+    assert [(each["queue"], each["layout"]) for each in json.loads(shown.stdout)["partitions"]] == \
+           [(part.name, FIELDS) for part in queue.partitions]
 
 
 def test_emq_results_layout_shows_sets_and_refuses(conn, emq):
