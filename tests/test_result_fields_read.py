@@ -196,18 +196,24 @@ def test_an_expired_field_is_no_record(client_queue):
     assert record_view(Queue(queue.connection, queue.name, serializer=RAW), "brief") is None
 
 
-def test_a_job_found_by_its_id_in_the_field_layout(conn):
+def test_a_job_found_by_its_id_in_the_field_layout(conn, emq):
     """emq inspect without a queue, the dashboard's search by id and by prefix; and discovery skips
     a queue's hash done as it skips done:<id> (a queue of records alone is none)."""
     queue = Queue(conn, fresh_name("rf"), serializer=RAW)
-    keep_field(queue, "found-1", b"1,5,,,r")
-    keep_field(queue, "found*2", b"1,5,,,r")  # a glob character in an id matches only itself
-    assert queue.name in queues_holding(conn, "found-1") and queue.name not in queues_holding(conn, "found-3")
-    assert queue.name in queues_holding(conn, "found*2")
-    assert [(h.queue, h.id, h.state) for h in find_exact([queue], "found-1")] == [(queue.name, "found-1", "completed")]
-    hits, complete = find_prefixed(conn, "found", lambda name: name == queue.name, 10)
-    assert complete and [(h.id, h.state) for h in hits] == [("found*2", "completed"), ("found-1", "completed")]
+    one, two = f"{queue.name}-1", f"{queue.name}*2"  # a glob character in an id matches only itself
+    keep_field(queue, one, b"1,5,,,r")
+    keep_field(queue, two, b"1,5,,,r")
+    assert queues_holding(conn, one) == {queue.name} and queues_holding(conn, f"{queue.name}-3") == set()
+    assert queues_holding(conn, two) == {queue.name}
+    assert [(h.queue, h.id, h.state) for h in find_exact([queue], one)] == [(queue.name, one, "completed")]
+    hits, complete = find_prefixed(conn, queue.name, lambda name: name == queue.name, 10)
+    assert complete and [(h.id, h.state) for h in hits] == [(two, "completed"), (one, "completed")]
     assert queue.name not in scan_queues(conn).names
+    shown = emq("inspect", one, "--json")
+    assert shown.exit_code == 0, shown.output
+    said = json.loads(shown.stdout)
+    assert (said["queue"], said["state"], said["result"], said["attempts"]) == (queue.name, "completed", "r", 1)
+    assert 0 < said["kept_ms"] <= KEEP_MS
 
 
 def test_a_worker_s_record_is_read_whichever_layout_it_was_written_in(conn):
