@@ -24,6 +24,7 @@ from echomq.worker.producing import op_holding
 from support.dataset import KEEP_MS, queue_unchanged, unchanged
 from support.queues import AwaitingQueue, fresh_name
 from support.waiting import server_ms, wait_until
+from test_conformance import q  # noqa: F401 (a fixture: a fresh RAW queue on the blocking client, then the asyncio one)
 from test_worker import running
 
 # --------------------------------------------------------------------------- the packed value (pure)
@@ -49,17 +50,18 @@ def test_a_value_that_is_no_packed_record_is_none_never_an_error(packed):
 
 
 FIELD = b"1,2000,,,from the field"
+UNPACKED = {"attempts": b"1", "finished": b"2000", "result": b"from the field"}
 
 
 @pytest.mark.parametrize("packed, hashed, taken", [
     (None, None, None),
     (None, {}, None),
-    (FIELD, None, Record(unpacked(FIELD), in_field=True)),
+    (FIELD, None, Record(UNPACKED, in_field=True)),
     (None, {b"result": b"k", b"finished": b"1"}, Record({"result": b"k", "finished": b"1"}, in_field=False)),
-    (FIELD, {b"result": b"older", b"finished": b"1999"}, Record(unpacked(FIELD), in_field=True)),
+    (FIELD, {b"result": b"older", b"finished": b"1999"}, Record(UNPACKED, in_field=True)),
     (FIELD, {b"result": b"newer", b"finished": b"2001"}, Record({"result": b"newer", "finished": b"2001"}, False)),
-    (FIELD, {b"result": b"tie", b"finished": b"2000"}, Record(unpacked(FIELD), in_field=True)),
-    (FIELD, {b"result": b"no time", b"finished": b"soon"}, Record(unpacked(FIELD), in_field=True)),
+    (FIELD, {b"result": b"tie", b"finished": b"2000"}, Record(UNPACKED, in_field=True)),
+    (FIELD, {b"result": b"no time", b"finished": b"soon"}, Record(UNPACKED, in_field=True)),
     (b"garbage", None, None),
     (b"garbage", {b"result": b"k", b"finished": b"1"}, Record({"result": b"k", "finished": b"1"}, in_field=False)),
 ])
@@ -108,20 +110,6 @@ def test_a_layout_other_than_fields_or_record_is_refused_naming_both(bad):
 # --------------------------------------------------------------------------- reading records written by hand
 
 
-@pytest.fixture(params=["sync", "aio"])
-def client_queue(request, server, wire, conn):
-    """A fresh RAW queue (results are bytes as stored) on the blocking client or the asyncio one."""
-    queue = Queue(conn, fresh_name("rf"), serializer=RAW)
-    if request.param == "sync":
-        yield queue
-        return
-    awaiting = AwaitingQueue(server.url, wire, queue)
-    try:
-        yield awaiting
-    finally:
-        awaiting.close()
-
-
 def keep_field(queue, job_id: str, packed: bytes, keep_ms: int = KEEP_MS) -> None:
     """A record as the fields layout keeps it: HSETEX with its expiry, as PUBLISH writes it."""
     client = queue.connection.client
@@ -147,8 +135,8 @@ def holding(queue, job_id: str) -> list[str]:
     return [core.name for core in found]
 
 
-def test_a_record_kept_as_a_field_is_read_by_every_reader(client_queue):
-    queue = client_queue
+def test_a_record_kept_as_a_field_is_read_by_every_reader(q):
+    queue = q
     now = server_ms(queue.connection.client)
     keep_field(queue, "j1", b"2,%d,%d,%d,a,b\x00c" % (now, now - 20, now - 10))
     assert queue.status("j1") is Status.COMPLETED
@@ -161,10 +149,10 @@ def test_a_record_kept_as_a_field_is_read_by_every_reader(client_queue):
 
 
 @pytest.mark.parametrize("key_finished, taken", [(-1, "field"), (0, "field"), (1, "key")])
-def test_a_field_and_a_done_key_together_the_newer_is_read(client_queue, key_finished, taken):
+def test_a_field_and_a_done_key_together_the_newer_is_read(q, key_finished, taken):
     """A queue switched between layouts, or a record from before the upgrade: the larger
     ``finished`` wins, a tie the field; every reader takes the same one."""
-    queue = client_queue
+    queue = q
     now = server_ms(queue.connection.client)
     keep_field(queue, "j", b"1,%d,,,field" % now)
     keep_key(queue, "j", b"key", now + key_finished)
@@ -173,8 +161,8 @@ def test_a_field_and_a_done_key_together_the_newer_is_read(client_queue, key_fin
     assert record_view(Queue(queue.connection, queue.name, serializer=RAW), "j").payload == taken.encode()
 
 
-def test_a_field_that_is_no_packed_record_is_no_record(client_queue):
-    queue = client_queue
+def test_a_field_that_is_no_packed_record_is_no_record(q):
+    queue = q
     queue.connection.client.hset(queue.keys.done_hash, "g", "not,a,record")
     assert queue.status("g") is Status.UNKNOWN
     with pytest.raises(JobNotFound):
@@ -184,8 +172,8 @@ def test_a_field_that_is_no_packed_record_is_no_record(client_queue):
     assert queue.result("g", timeout=0) == b"the key"
 
 
-def test_an_expired_field_is_no_record(client_queue):
-    queue = client_queue
+def test_an_expired_field_is_no_record(q):
+    queue = q
     client = queue.connection.client
     keep_field(queue, "brief", b"1,%d,,,soon gone" % server_ms(client), keep_ms=50)
     keep_field(queue, "kept", b"1,%d,,,kept" % server_ms(client))
@@ -235,8 +223,8 @@ def test_a_worker_s_record_is_read_whichever_layout_it_was_written_in(conn):
 # --------------------------------------------------------------------------- the switch
 
 
-def test_the_switch_is_set_read_and_refused(client_queue, wire):
-    queue = client_queue
+def test_the_switch_is_set_read_and_refused(q, wire):
+    queue = q
     client = queue.connection.client
     before = queue.result_layout()
     assert isinstance(before, ResultLayout) and (before.layout, before.switch, before.field_expiry) == (FIELDS, FIELDS,
