@@ -220,7 +220,8 @@ class unchanged:
     out keys with a TTL, which may run out within the block (the digest holds them and their
     expire times). Active expiry is held meanwhile (:func:`expiry_held`), all expiry while the
     state is read (:func:`expiry_paused`), and the waiter counts earlier tests left to expire are
-    deleted first (:func:`forget_idle_waiter_counts`)."""
+    deleted first and the completed records kept as fields kept for good (no switch holds a
+    field's expiry: :func:`forget_idle_waiter_counts`)."""
 
     WHOLE_NODE_DUMP_MAX_KEYS = 200
 
