@@ -42,7 +42,7 @@ from ._protocol.events import Event
 from ._protocol.ids import minted_ms
 from ._protocol.keys import Keyspace, State
 from ._protocol.rates import RateLimit
-from ._protocol.results import Status
+from ._protocol.results import ResultLayout, Status
 from ._protocol.serializers import JSON, RAW, JSONSerializer, RawSerializer
 from ._protocol.shown import publish as _publish
 from ._protocol.verbs import Admission
@@ -69,7 +69,7 @@ __all__ = [
     "CounterError", "Counts", "CrossSlotFlow", "EchoMQError", "EmbeddedServer", "Enqueued", "HostError", "JSON", "JSONSerializer",
     "Event", "Job", "JobFailed", "JobNotFound", "JobTimeout", "Keyspace", "LayoutError", "LeaseLost",
     "PartitionedQueue", "PayloadError", "PermissionDenied", "PortInUse", "Queue", "RAW", "RateLimit", "RawSerializer",
-    "ResultNotKept",
+    "ResultLayout", "ResultNotKept",
     "ServerNotFound", "ServerStartError", "ShapeError", "StartupFailed", "State", "StateError", "Status", "Sweep", "UnknownTask",
     "UnsupportedOnWire",
     "WireError", "WrongType", "aio", "brand_node", "connect", "hooks", "minted_ms", "module_path",

@@ -28,7 +28,7 @@ from support.dashboard import PENDING, ids_on, own_servers, secret_of, server, s
 from support.dataset import queue_unchanged, unchanged
 from support.processes import ROOT, reap
 from support.queues import fresh_name, take
-from support.waiting import wait_until
+from support.waiting import server_ms, wait_until
 
 TOKEN = "s3cret-token-of-the-tests"  # 16 characters or more (echomq.dashboard.auth.MIN_TOKEN_CHARS)
 
@@ -84,6 +84,27 @@ def test_a_completed_job_shows_its_result_within_its_retention(conn):
         assert done.text.count("<th>finished</th>") == 1 and "server clock: completed)" in done.text
         assert "last failure" not in done.text
         assert site.get(f"/queues/{queue.name}/job", params={"id": "never-was"}).status_code == 404
+
+
+def test_a_completed_record_kept_as_a_field_is_shown_and_found(conn):
+    """The fields layout (docs/spec.md §12), written by hand as PUBLISH writes it: the job page shows
+    the record, what is left of its retention and its finish time; the search finds it by its id
+    and by its start."""
+    queue = Queue(conn, fresh_name("done"))
+    queue.enqueue({"keeps": "the queue known"})
+    client = conn.client
+    now = server_ms(client)
+    client.execute_command("HSETEX", queue.keys.done_hash, "PXAT", now + 600_000, "FIELDS", 1, f"{queue.name}-f",
+                           b'3,%d,%d,,{"charged":1999}' % (now, now - 5))
+    with serving(conn, Settings(sample_interval_s=0.1)) as url, httpx.Client(base_url=url) as site:
+        done = site.get(f"/queues/{queue.name}/job", params={"id": f"{queue.name}-f"})
+        assert done.status_code == 200, done.text
+        assert '<td id="state">completed</td>' in done.text and "s more <small>(the task's result_ttl)" in done.text
+        assert re.search(r'<pre id="result">\{\s*&#34;charged&#34;: 1999\s*\}</pre>', done.text), done.text
+        assert done.text.count("<th>finished</th>") == 1
+        found = site.get("/search", params={"q": f"{queue.name}-f"})
+        assert found.status_code == 303 and found.headers["location"] == f"/queues/{queue.name}/job?id={queue.name}-f"
+        assert ids_on(site.get("/search", params={"q": f"{queue.name}-"}).text) == [f"{queue.name}-f"]
 
 
 def test_a_partitioned_queue_is_one_row_and_one_queue(conn):

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from echomq import App, EmbeddedServer, Queue, Worker, WorkerConfig, connect, module_path
 from echomq.cli import main
 from echomq.admin.doctor import (Check, Level, acl_probes, check_acl, check_brand, check_clock, check_cluster,
-                                       check_eviction, check_persistence, check_replicas, check_server, check_trafikey,
-                                       client_tokens, verdict)
+                                       check_eviction, check_persistence, check_replicas, check_results, check_server,
+                                       check_trafikey, client_tokens, verdict)
 from echomq.errors import CommandRefused
 from echomq._protocol.verbs import JOB_CORE_TOKENS
 from support.dataset import unchanged
@@ -64,6 +64,30 @@ def level_of(check: Check) -> str:
 def test_the_server_version(info, level, said):
     check = check_server(info)
     assert level_of(check) == level and said in check.detail
+
+
+REDIS_8 = {"redis_version": "8.0.2"}
+
+
+@pytest.mark.parametrize("info, brand, said", [
+    (VALKEY_9, b"echomq:4.0.0", "fields of each queue's hash done, each with its own expiry (the server has HSETEX)"),
+    (VALKEY_9, b"echomq:6.0.0", "fields of each queue's hash done, each with its own expiry (trafikey)"),
+    (REDIS_8, None, "fields of each queue's hash done, each with its own expiry (the server has HSETEX)"),
+    (VALKEY_8, b"echomq:4.0.0", "a key done:<id> each: Valkey before 9.0 has no hash field expiry in one command"),
+    (REDIS_7_4, b"echomq:4.0.0", "a key done:<id> each: Redis before 8.0"),
+    (REDIS_7_0, b"not a brand", "a key done:<id> each: Redis before 8.0"),
+])
+def test_where_the_node_keeps_completed_records(info, brand, said):
+    check = check_results(info, brand)
+    assert level_of(check) == "ok" and said in check.detail
+    assert ("emq results-layout" in check.detail) == ("fields" in said)  # a queue's switch matters only there
+
+
+def test_the_acl_probes_cover_the_completed_records_hash_where_the_node_writes_it():
+    probes = acl_probes("q", 4, frozenset())
+    assert probes["the completed records' hash"] == ("HSETEX", "emq:{q}:done", "PXAT", 1, "FIELDS", 1, "doctor-probe", "")
+    assert probes["the completed records"][:2] == ("HSET", "emq:{q}:done:doctor-probe")
+    assert "the completed records' hash" not in acl_probes("q", 4, frozenset(), fields=False)  # no HSETEX to probe
 
 
 @pytest.mark.parametrize("reply, modules, brand, level, said", [
@@ -176,8 +200,9 @@ def test_a_good_node_passes_every_check_and_doctor_writes_nothing():
         with unchanged(client):
             status, found = doctor(primary.url, "-q", "emails")
         assert status == 0 and set(levels(found).values()) == {"ok"}, found
-        assert list(found) == ["server", "trafikey", "eviction", "persistence", "replicas", "clock", "brand", "cluster",
-                               "acl emails"]
+        assert list(found) == ["server", "results", "trafikey", "eviction", "persistence", "replicas", "clock", "brand",
+                               "cluster", "acl emails"]
+        assert "fields of each queue's hash done" in found["results"]["detail"] and "trafikey" in found["results"]["detail"]
         plain = CliRunner().invoke(main, ["doctor", "--url", primary.url])
         assert plain.exit_code == 0 and plain.stdout.splitlines()[0].split()[:2] == ["ok", "server"]
 
@@ -225,6 +250,7 @@ def test_a_restricted_user_is_told_which_queues_it_may_not_serve(server, wire):
             assert levels(found)[f"acl {other}"] == "error" and status == 1
             assert "claim" in found[f"acl {other}"]["detail"] and f"~emq:{{{other}}}:*" in found[f"acl {other}"]["detail"]
             assert levels(found)["server"] == "warning" and "INFO" in found["server"]["detail"]  # INFO is @dangerous
+            assert levels(found)["results"] == "warning" and "INFO" in found["results"]["detail"]
             # and what the doctor allowed works: the user runs a job through on the queue it may serve
             with connect(url, wire=wire) as conn:
                 queue = Queue(conn, ok)

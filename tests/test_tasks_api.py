@@ -131,7 +131,7 @@ def test_app_job_finds_a_job_by_its_id_alone_in_one_round_trip(conn):
     send_email.delay({"to": "x"})
     with round_trips() as sent:
         found = app.job(elsewhere.id)
-    assert [len(verbs) for verbs in sent] == [2]  # one EXISTS a queue, both in one round trip
+    assert [len(verbs) for verbs in sent] == [4]  # an EXISTS and an HEXISTS a queue, all in one round trip
     assert (found.queue.name, found.id, found.status()) == (other.task.queue, elsewhere.id, Status.PENDING)
     assert app.job("no-such-job") is None
     twin = send_email.enqueue({"to": "y"}, id=elsewhere.id)  # the same id in a second queue

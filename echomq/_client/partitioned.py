@@ -36,6 +36,7 @@ from .._protocol.keys import (PARTITIONS_KEY, State, check_partitions, check_que
                               partition_layout, partition_of, recorded_layout)
 from .queue import Queue
 from .connection import Connection
+from .._protocol.results import ResultLayout, check_layout
 from .._protocol.serializers import JSON, Serializer
 from .._protocol.verbs import Counts, Plain, Sweep, check_int
 
@@ -266,6 +267,13 @@ class PartitionedCore(Generic[Q]):
     def op_resume(self) -> POp[None]:
         yield from self.op_each(lambda core: core.op_resume())
 
+    def op_set_result_layout(self, layout: str) -> POp[None]:
+        check_layout(layout)  # before the first partition's write
+        yield from self.op_each(lambda core: core.op_set_result_layout(layout))
+
+    def op_result_layout(self) -> POp[list[ResultLayout]]:
+        return (yield from self.op_each(lambda core: core.op_result_layout()))
+
     def op_counts(self) -> POp[Counts]:
         return sum_counts((yield from self.op_each(lambda core: core.op_counts())))
 
@@ -413,6 +421,14 @@ class PartitionedQueue(PartitionedCore[Queue]):
     def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
         """STALLED.CHECK in every partition in turn, recovering at most ``limit`` expired leases in all."""
         return self._run(self.op_stalled_check(max_stalled, limit))
+
+    def set_result_layout(self, layout: str) -> None:
+        """As :meth:`Queue.set_result_layout`, on every partition."""
+        self._run(self.op_set_result_layout(layout))
+
+    def result_layout(self) -> list[ResultLayout]:
+        """Each partition's :meth:`Queue.result_layout`, in partition order."""
+        return self._run(self.op_result_layout())
 
     def pause(self) -> None:
         self._run(self.op_pause())

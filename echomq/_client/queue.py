@@ -20,7 +20,7 @@ from .._core.core import (MAX_PAYLOAD_BYTES, Children, Claims, Done, Enqueued, G
 from .._protocol.events import DEFAULT_MAXLEN, Event
 from .._core.flows import Flow, op_enqueue_flow, plan
 from .._protocol.rates import RateLimit
-from .._protocol.results import TOLD_GRACE_S, Status, relink_pause_s, wait_slice_s
+from .._protocol.results import TOLD_GRACE_S, ResultLayout, Status, relink_pause_s, wait_slice_s
 from .._protocol.keys import State, check_job_id
 from .._protocol.serializers import JSON, Serializer
 from .._protocol.verbs import EXTENDS_MAX_PAIRS, I64_MAX, LIMIT_MAX, PRIORITY_MAX, Call, Counts, Sweep, check_int
@@ -343,6 +343,19 @@ class Queue(QueueCore):
 
     def rate_limit(self) -> RateLimit | None:
         return self._run(self.op_rate_limit())
+
+    # -- where completed records are kept (docs/results.md) ------------------------------
+    def set_result_layout(self, layout: str) -> None:
+        """Where this queue's completed records go from now on: ``"fields"`` (the default: a field
+        of the queue's hash ``done`` each, with its own expiry, where the node has it) or
+        ``"record"`` (a key ``done:<id>`` each, the layout 0.2.0 reads: keep it while a 0.2.0
+        process reads the queue). Records already kept stay where they are, read either way.
+        Anything else is refused (ConfigurationError), nothing written."""
+        self._run(self.op_set_result_layout(layout))
+
+    def result_layout(self) -> ResultLayout:
+        """Where this queue's next completed records go, and why (its switch, the node's ability)."""
+        return self._run(self.op_result_layout())
 
     # -- following a job: status, result, events (the bus) ------------------------
     def status(self, job_id: str) -> Status:

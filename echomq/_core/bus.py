@@ -11,8 +11,10 @@ from .base import Job, JobRef, Op, QueueBase, id_and_token, lane_of, pairs, rais
 from .workers import op_workers
 from .._protocol.events import DEFAULT_MAXLEN, Event, decode_event, decode_progress, encode_progress
 from .._protocol.keys import check_job_id
-from .._protocol.results import (ROW_FIELDS, WAITER_TTL_S, Completed, Failed, NotKept, Seen, Status, Unknown, Waiting,
-                                 decide_result, status_of)
+from .._protocol.results import (LAYOUT_FIELD, RECORD, ROW_FIELDS, WAITER_TTL_S, Completed, Failed, NotKept,
+                                 ResultLayout, Seen, Status, Unknown, Waiting, check_layout, decide_result,
+                                 result_layout, status_of, switch_of)
+from .._protocol.servers import writes_fields
 from .._protocol.verbs import EVENTS_MAX, Call, Plain, check_int, text
 
 
@@ -57,13 +59,13 @@ class BusOps(QueueBase):
         return self.build(verb, *id_and_token(job, token), encode_progress(value))
 
     def op_seen(self, job_id: str) -> Op[Seen]:
-        """One round trip: the row's state, last_error and traceback, and the completed record."""
-        row, record = yield [Plain(("HMGET", self.keys.job(job_id), *ROW_FIELDS)),
-                             Plain(("HGETALL", self.keys.done(job_id)))]
-        raise_first([row, record])
-        if not isinstance(record, dict):  # a client without the HGETALL callback answers the flat list
-            record = dict(zip(record[::2], record[1::2]))
-        return Seen.of(row, record)
+        """One round trip: the row's state, last_error and traceback, and the completed record in
+        either layout (the field of ``done``, the key ``done:<id>``: the newer is taken)."""
+        row, packed, record = yield [Plain(("HMGET", self.keys.job(job_id), *ROW_FIELDS)),
+                                     Plain(("HGET", self.keys.done_hash, job_id)),
+                                     Plain(("HGETALL", self.keys.done(job_id)))]
+        raise_first([row, packed, record])
+        return Seen.of(row, packed, pairs(record))
 
     def op_status(self, job_id: str) -> Op[Status]:
         return status_of((yield from self.op_seen(check_job_id(job_id))))
@@ -140,6 +142,22 @@ class BusOps(QueueBase):
             meta = self.keys.meta
             yield [Plain(("HSETNX", meta, "waiters", 0)), Plain(("HEXPIRE", meta, WAITER_TTL_S, "FIELDS", 1, "waiters")),
                    Plain(("HINCRBY", meta, "waiters", -counted))]
+
+    def op_set_result_layout(self, layout: str) -> Op[None]:
+        """Where the queue's next completed records go (docs/spec.md §12): ``"record"`` a key
+        ``done:<id>`` each, the layout 0.2.0 reads (``meta results record``); ``"fields"``, the
+        default, a field of its hash ``done`` where the node has field expiry (the switch removed)."""
+        if check_layout(layout) == RECORD:
+            yield from self._plain("HSET", self.keys.meta, LAYOUT_FIELD, RECORD)
+        else:
+            yield from self._plain("HDEL", self.keys.meta, LAYOUT_FIELD)
+
+    def op_result_layout(self) -> Op[ResultLayout]:
+        """Where the queue's next completed records go and why: its switch and the node's ability
+        (INFO server, read in the same round trip; on wire 6 the module's rule needs none)."""
+        switch, info = yield [Plain(("HGET", self.keys.meta, LAYOUT_FIELD)), Plain(("INFO", "server"))]
+        raise_first([switch])
+        return result_layout(switch_of(switch), writes_fields(self.wire, None if isinstance(info, Exception) else info))
 
     def op_enable_events(self, maxlen: int = DEFAULT_MAXLEN) -> Op[None]:
         yield from self._plain("HSET", self.keys.meta, "events", check_int("maxlen", maxlen, 1, EVENTS_MAX))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from .admission import AdmissionOps, Enqueued, op_enqueued, unique_ms
 from .base import (MAX_PAYLOAD_BYTES, Codec, Job, JobRef, Op, RoundTrip, T, check_connection, encode_payload,
-                   raise_first, scored)
+                   pairs, raise_first, scored)
 from .batching import batched_settles, settle_answers
 from .bus import BusOps, Done, check_wait, time_left, timed_out
 from .claims import ClaimOps, Claims
@@ -36,7 +36,7 @@ from .settles import SettleOps
 
 __all__ = ["Children", "ClaimOps", "Claims", "Codec", "Done", "Enqueued", "GroupCounts", "Job", "JobRef",
            "MAX_PAYLOAD_BYTES", "Op", "QueueCore", "RoundTrip", "T", "batched_settles", "check_connection",
-           "check_wait", "due_in_ms", "encode_payload", "op_enqueued", "raise_first", "scored", "settle_answers", "time_left",
+           "check_wait", "due_in_ms", "encode_payload", "op_enqueued", "pairs", "raise_first", "scored", "settle_answers", "time_left",
            "timed_out", "unique_ms"]
 
 

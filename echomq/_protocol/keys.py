@@ -231,8 +231,15 @@ class Keyspace:
         return self.key("events")
 
     def done(self, job_id: str) -> str:
-        """A completed job's record (its result), kept for its retention."""
+        """A completed job's record (its result), kept for its retention: a hash of its own, where
+        the queue keeps records as keys (docs/spec.md §12: its switch, or a node without HSETEX)."""
         return self.key("done:" + job_id)
+
+    @property
+    def done_hash(self) -> str:
+        """The queue's completed records as fields (docs/spec.md §12): a hash of job id -> the
+        packed record, each field expiring at its retention."""
+        return self.key("done")
 
     def unique(self, job_id: str) -> str:
         """A completed job's unique window (docs/spec.md §14): a hash (``finished``) that

@@ -8,9 +8,12 @@ sending.
 
 Where a job's outcome lives (docs/spec.md §12):
 
-* a job completed with :data:`PUBLISH <echomq._protocol.verbs.BUS>` leaves the completed record
-  ``emq:{q}:done:<id>`` (``result``, ``attempts``, ``created``, ``started``,
-  ``finished``) for its task's retention (``result_ttl``), then expires;
+* a job completed with :data:`PUBLISH <echomq._protocol.verbs.BUS>` leaves its completed record
+  (``result``, ``attempts``, ``created``, ``started``, ``finished``) for its task's retention
+  (``result_ttl``), then expires: the field ``<id>`` of the queue's hash ``emq:{q}:done``, packed
+  (:func:`unpacked`), on a node with hash field expiry, else the key ``emq:{q}:done:<id>``
+  (:data:`RECORD`: the queue's switch, or an older node). A reader reads both and takes the
+  newer (:func:`newer_record`);
 * a dead job keeps its row (``state dead``, ``last_error``, ``traceback``) until it is
   purged, removed or reprocessed;
 * PUBLISH and COMPLETE SPUBLISH ``completed``, and FAIL, FAILURES.INCR, the sweep and CANCEL
@@ -22,10 +25,11 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
-from ..errors import PayloadError, ResultNotKept
+from ..errors import ConfigurationError, PayloadError, ResultNotKept
 from .serializers import Serializer, encode
 from .shown import type_name
 
@@ -58,20 +62,124 @@ class Status(str, enum.Enum):
     UNKNOWN = "unknown"  #: never seen, or past its retention (or completed with none)
 
 
+# -- where a completed record is kept (docs/spec.md §12, "The completed records") ------------------
+
+#: The queue's switch, ``meta results``: exactly :data:`RECORD` keeps the key of its own per job
+#: (``done:<id>``, the layout 0.2.0 reads); absent, or anything else, the field of ``done``.
+LAYOUT_FIELD = "results"
+FIELDS, RECORD = "fields", "record"
+LAYOUTS = (FIELDS, RECORD)
+#: The packed record's numbers (attempts, finished, created, started): ASCII decimal, created and
+#: started empty when the row had none.
+_DECIMAL = re.compile(rb"[0-9]+")
+_PACKED_NUMBERS = ("attempts", "finished", "created", "started")
+
+
+def unpacked(value: bytes) -> dict[str, bytes] | None:
+    """A packed record, ``<attempts>,<finished>,<created>,<started>,<result>``, as the fields of a
+    ``done:<id>`` hash (created and started left out when empty; the result is every byte after
+    the fourth comma, commas and NULs included). None for a value that is not one -- fewer than
+    four commas, a number that is not decimal, attempts or finished empty: no record, never an
+    error (a raw write can leave anything there)."""
+    parts = value.split(b",", 4)
+    if len(parts) < 5:
+        return None
+    numbers = dict(zip(_PACKED_NUMBERS, parts))
+    if any(not _DECIMAL.fullmatch(numbers[name]) for name in ("attempts", "finished")):
+        return None
+    if any(numbers[name] and not _DECIMAL.fullmatch(numbers[name]) for name in ("created", "started")):
+        return None
+    return {"result": parts[4], **{name: number for name, number in numbers.items() if number}}
+
+
+@dataclass(frozen=True)
+class Record:
+    """A job's completed record as a reader takes it: its fields (those of a ``done:<id>`` hash) and
+    where it is kept: the field of ``done`` (``in_field``) or the key ``done:<id>``."""
+
+    fields: dict[str, bytes]
+    in_field: bool
+
+
+def newer_record(packed: bytes | None, hashed: dict[Any, Any] | None) -> Record | None:
+    """The record a reader takes from what it read of both layouts (pure): ``packed``, the field
+    ``<id>`` of ``done`` (None: none); ``hashed``, ``HGETALL done:<id>`` (empty or None: none). Both
+    exist when a queue changed layout, or kept records from before an upgrade: the larger
+    ``finished`` wins, the field on a tie (a ``done:<id>`` whose ``finished`` is not a number is
+    the older). A field that does not unpack is no record."""
+    field = None if packed is None else unpacked(packed)
+    record = {(k.decode() if isinstance(k, bytes) else k): v for k, v in (hashed or {}).items()} or None
+    if field is None:
+        return None if record is None else Record(record, in_field=False)
+    if record is not None and _finished(record) > int(field["finished"]):
+        return Record(record, in_field=False)
+    return Record(field, in_field=True)
+
+
+def _finished(record: dict[str, bytes]) -> int:
+    finished = record.get("finished", b"")
+    return int(finished) if isinstance(finished, bytes) and _DECIMAL.fullmatch(finished) else -1
+
+
+@dataclass(frozen=True)
+class ResultLayout:
+    """Where a queue's next completed records go, and why: its switch (``meta results``) and
+    whether the node writes a field with its own expiry (wire 6 always; wire 4 on Valkey >= 9 or
+    Redis >= 8)."""
+
+    layout: str  #: :data:`FIELDS` or :data:`RECORD`; :data:`RECORD` when the node's ability is unknown
+    switch: str  #: as the queue sets it: :data:`FIELDS` (its default: nothing set) or :data:`RECORD`
+    field_expiry: bool | None  #: the node writes fields with their own expiry; None: unknown (INFO refused)
+    why: str  #: the reason, for people
+
+    def as_json(self) -> dict[str, Any]:
+        return {"layout": self.layout, "switch": self.switch, "field_expiry": self.field_expiry, "why": self.why}
+
+
+def switch_of(value: bytes | str | None) -> str:
+    """The switch a ``meta results`` value sets (pure): :data:`RECORD` for exactly those bytes."""
+    return RECORD if value in (RECORD, RECORD.encode()) else FIELDS
+
+
+def result_layout(switch: str, field_expiry: bool | None) -> ResultLayout:
+    """Where the next records of a queue go (pure), the rule every verb that keeps one applies."""
+    if switch == RECORD:
+        return ResultLayout(RECORD, switch, field_expiry,
+                            "the queue's switch says record (meta results): each record a key done:<id>, "
+                            "as 0.2.0 reads; emq results-layout -q QUEUE fields turns it back")
+    if field_expiry is None:
+        return ResultLayout(RECORD, switch, None, "the node's version is unread (INFO refused): fields where it has "
+                                                  "hash field expiry (Valkey 9, Redis 8), else a key done:<id>")
+    if not field_expiry:
+        return ResultLayout(RECORD, switch, False, "the node has no HSETEX (Valkey before 9, Redis before 8): each "
+                                                   "record a key done:<id>")
+    return ResultLayout(FIELDS, switch, True, "each record a field of the queue's hash done, with its own expiry")
+
+
+def check_layout(layout: Any) -> str:
+    """A layout a queue may be switched to: ``"fields"`` or ``"record"``."""
+    if layout not in LAYOUTS:
+        raise ConfigurationError(f"bad result layout {layout!r}: \"fields\" (each completed record a field of the "
+                                 f"queue's hash done: the default) or \"record\" (a key done:<id> each, as 0.2.0 "
+                                 "reads: keep it while a 0.2.0 process reads the queue); docs/results.md")
+    return layout
+
+
 @dataclass(frozen=True)
 class Seen:
-    """What one read saw of a job: its row's fields (None: no row) and its completed record."""
+    """What one read saw of a job: its row's fields (None: no row) and its completed record (the
+    fields of a ``done:<id>`` hash, whichever layout kept it)."""
 
     row: dict[str, bytes] | None
     record: dict[str, bytes] | None
 
     @classmethod
-    def of(cls, row_values: list[Any], record: dict[Any, Any]) -> "Seen":
-        """From ``HMGET row <ROW_FIELDS>`` and ``HGETALL done:<id>``."""
+    def of(cls, row_values: list[Any], packed: bytes | None, record: dict[Any, Any]) -> "Seen":
+        """From ``HMGET row <ROW_FIELDS>``, ``HGET done <id>`` and ``HGETALL done:<id>``."""
         row = None if row_values[0] is None else {
             name: value for name, value in zip(ROW_FIELDS, row_values) if value is not None}
-        done = {(k.decode() if isinstance(k, bytes) else k): v for k, v in record.items()} or None
-        return cls(row, done)
+        kept = newer_record(packed, record)
+        return cls(row, None if kept is None else kept.fields)
 
 
 def status_of(seen: Seen) -> Status:

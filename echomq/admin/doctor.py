@@ -30,6 +30,7 @@ from .._client.connection import (BRANDS, WireCodec, as_refusal, open_client, pl
                                  wire_of_brand)
 from ..errors import EchoMQError
 from .._protocol.keys import SLOTS, VERSION_KEY, Keyspace, check_queue_name
+from .._protocol.servers import HSETEX_VERSION, server_kind, writes_fields
 from .._protocol.verbs import BY_NAME, JOB_CORE_TOKENS
 
 #: The oldest servers SPEC §4 promises the scripts run on, and the first with hash field expiry
@@ -78,13 +79,6 @@ def error(name: str, detail: str) -> Check:
 # -- deciding: pure -----------------------------------------------------------------------------
 
 
-def server_kind(info_server: Mapping[str, Any]) -> tuple[str, tuple[int, ...]]:
-    """("valkey" or "redis", its version) from INFO server (Valkey reports a ``redis_version`` too)."""
-    kind = "valkey" if info_server.get("valkey_version") or info_server.get("server_name") == "valkey" else "redis"
-    text = str(info_server.get("valkey_version") or info_server.get("redis_version") or "0")
-    return kind, tuple(int(part) for part in re.findall(r"\d+", text)[:3])
-
-
 def check_server(info_server: Mapping[str, Any]) -> Check:
     kind, version = server_kind(info_server)
     shown = f"{kind.capitalize()} {'.'.join(map(str, version))}"
@@ -97,6 +91,25 @@ def check_server(info_server: Mapping[str, Any]) -> Check:
                                  "waiter that dies stays counted and every COMPLETE/FAIL of its queue keeps telling "
                                  "(docs/results.md, Limits)")
     return ok("server", shown)
+
+
+def check_results(info_server: Mapping[str, Any], brand: bytes | None) -> Check:
+    """Where the node's queues keep their completed records (docs/spec.md §12): fields of each
+    queue's hash ``done`` where it writes them (trafikey; the scripts on a server with HSETEX),
+    else a key ``done:<id>`` each; a queue's own switch (``emq results-layout``) may keep keys."""
+    try:
+        wire = wire_of_brand(brand) if brand is not None else 4
+    except EchoMQError:
+        wire = 4
+    switch = "; a queue switched to record (emq results-layout) keeps a key done:<id> each"
+    if writes_fields(wire, info_server):
+        how = "trafikey" if wire == 6 else "the server has HSETEX"
+        return ok("results", f"completed records are fields of each queue's hash done, each with its own expiry "
+                             f"({how}){switch}")
+    kind, version = server_kind(info_server)
+    first = ".".join(map(str, HSETEX_VERSION[kind]))
+    return ok("results", f"completed records are a key done:<id> each: {kind.capitalize()} before {first} has no "
+                         "hash field expiry in one command (HSETEX); Valkey 9 keeps them as fields, for less")
 
 
 def check_trafikey(version_reply: bytes | Exception, modules: Sequence[Any] | Exception, brand: bytes | None
@@ -251,10 +264,12 @@ def check_acl(queue: str, user: str, refused: Mapping[str, str | None]) -> Check
                                  f"on queue {queue}: grant ~emq:{{{queue}}}:* and the verbs' commands")
 
 
-def acl_probes(queue: str, wire: int, tokens: frozenset[str]) -> dict[str, tuple[Any, ...]]:
+def acl_probes(queue: str, wire: int, tokens: frozenset[str], fields: bool | None = True
+               ) -> dict[str, tuple[Any, ...]]:
     """The commands whose permissions make a queue work on ``wire``, by label: the verbs as they
     travel (their declared keys), and the keys they derive (checked as they run, so probed here
-    with plain commands of the same kind)."""
+    with plain commands of the same kind). ``fields``: whether the node keeps completed records as
+    fields (:func:`~echomq._protocol.servers.writes_fields`; False: no HSETEX to probe)."""
     keys, codec = Keyspace(queue), WireCodec(wire)
     codec.tokens = tokens
     calls = {"enqueue": (PROBE_ID, b"", 0), "claim": (30_000,), "complete": (PROBE_ID, 1),
@@ -267,6 +282,8 @@ def acl_probes(queue: str, wire: int, tokens: frozenset[str]) -> dict[str, tuple
         "the waiter count's expiry": ("HEXPIRE", meta, 30, "FIELDS", 1, "waiters"),
         "the totals": ("HINCRBY", keys.key("metrics:completed"), "count", 0),
         "the completed records": ("HSET", keys.done(PROBE_ID), "result", ""),
+        **({"the completed records' hash": ("HSETEX", keys.done_hash, "PXAT", 1, "FIELDS", 1, PROBE_ID, "")}
+           if fields is not False else {}),
         "the wake marker": ("ZADD", keys.wake, 0, "w"),
         "SPUBLISH outcome": ("SPUBLISH", keys.outcome(PROBE_ID), ""),
     })
@@ -309,9 +326,10 @@ def examine_node(node: valkey.Valkey, brand: bytes | None) -> list[Check]:
               check_eviction(policy)]
     if isinstance(info, Exception):  # INFO is @dangerous: a restricted user may not read it
         checks += [warning(name, f"unread: INFO answered {info}; run emq doctor as a user allowed INFO")
-                   for name in ("server", "persistence", "replicas")]
+                   for name in ("server", "results", "persistence", "replicas")]
     else:
-        checks = [check_server(info), *checks, check_persistence(info, config), check_replicas(info)]
+        checks = [check_server(info), check_results(info, brand), *checks,
+                  check_persistence(info, config), check_replicas(info)]
     checks.append(warning("clock", f"unread: TIME answered {server_time}") if isinstance(server_time, Exception)
                   else check_clock(sent, server_time, received))
     return checks
@@ -348,8 +366,10 @@ def examine_acl(client: valkey.Valkey | ValkeyCluster, queue: str, wire: int, to
             if isinstance(client, ValkeyCluster) else client)
     user = answered(node.execute_command, "ACL", "WHOAMI")
     name = "(the current user)" if isinstance(user, Exception) else repr(user.decode())
+    info = answered(node.info, "server")
+    fields = writes_fields(wire, None if isinstance(info, Exception) else info)
     try:
-        refused = refused_in_multi(node, acl_probes(queue, wire, tokens))
+        refused = refused_in_multi(node, acl_probes(queue, wire, tokens, fields))
     except ResponseError as exc:  # MULTI itself refused
         return warning(f"acl {queue}", f"not checked: {as_refusal(exc)} (the check queues the verbs in a MULTI)")
     return check_acl(queue, name, refused)

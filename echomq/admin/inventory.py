@@ -23,13 +23,13 @@ from valkey.cluster import ValkeyCluster
 from .._protocol import envelope
 from .._protocol.events import decode_progress
 from .._client.connection import Connection, Plain
-from .._core.core import Op, raise_first, scored
+from .._core.core import Op, pairs, raise_first, scored
 from .._core.workers import serving
 from ..errors import CommandRefused
 from .._protocol.keys import PARTITION_NAME, QUEUE_NAME, STATE_SETS, Keyspace, State, parent_queue
 from .._client.partitioned import PartitionedQueue, open_queues, sum_counts
 from .._client.queue import Counts, Queue
-from .._protocol.results import NotKept, not_kept_of
+from .._protocol.results import NotKept, newer_record, not_kept_of
 from .._protocol.shown import clip, id_form
 from .._protocol.verbs import GROUPED_COUNTS, text
 from .workers import list_workers
@@ -82,8 +82,9 @@ class QueueScan:
 
 
 def scan_queues(connection: Connection) -> QueueScan:
-    """Every queue with a key on the node (one SCAN of the keyspace; job rows and completed records
-    are skipped by name), and the keys whose queue name is not one (see :class:`QueueScan`)."""
+    """Every queue with a key on the node (one SCAN of the keyspace; job rows and completed records,
+    ``done:<id>`` and the hash ``done`` alike, are skipped by name), and the keys whose queue name is
+    not one (see :class:`QueueScan`)."""
     names: set[str] = set()
     unreadable: list[str] = []
     count = 0
@@ -94,7 +95,7 @@ def scan_queues(connection: Connection) -> QueueScan:
             count += 1
             if len(unreadable) < QueueScan.EXAMPLES:
                 unreadable.append(id_form(whole))
-        elif rest and not rest.startswith(("job:", "done:", Keyspace.LANE)):
+        elif rest and rest != "done" and not rest.startswith(("job:", "done:", Keyspace.LANE)):
             names.add(parent_queue(name))
     return QueueScan(sorted(names), count, tuple(unreadable))
 
@@ -110,9 +111,16 @@ def queue_scan(connection: Connection, names: Sequence[str]) -> QueueScan:
 
 
 def queues_holding(connection: Connection, job_id: str) -> set[str]:
-    """The queues that hold a row or a completed record for ``job_id`` (one SCAN of the node)."""
-    return {name for kind in ("job", "done") for name, found in scanned_ids(connection, kind, glob_escaped(job_id))
+    """The queues that hold a row or a completed record for ``job_id``, in either layout: one SCAN
+    of the node for the rows, the ``done:<id>`` keys and the hashes ``done``, then an HEXISTS of
+    the id in each hash (one round trip)."""
+    held = {name for kind in ("job", "done") for name, found in scanned_ids(connection, kind, glob_escaped(job_id))
             if found == job_id}
+    hashes = sorted(done_hashes(connection))
+    found = connection.round_trip([Plain(("HEXISTS", Keyspace(name).done_hash, job_id)) for name in hashes]) \
+        if hashes else []
+    raise_first(found)
+    return held | {name for name, exists in zip(hashes, found) if exists}
 
 
 def glob_escaped(text: str) -> str:
@@ -129,6 +137,38 @@ def scanned_ids(connection: Connection, kind: str, pattern: str) -> Iterator[tup
             yield name, rest[len(kind) + 1:]
 
 
+def done_hashes(connection: Connection) -> Iterator[str]:
+    """The queues (or partitions) that keep completed records as fields: their hash ``done``, by a
+    SCAN of the node."""
+    for key in connection.scan("emq:{*}:done"):
+        name, _, rest = text_of(key)[len("emq:{"):].partition("}:")
+        if rest == "done":
+            yield name
+
+
+def record_fields(connection: Connection, name: str, pattern: str) -> Iterator[str]:
+    """The ids of the records kept as fields of ``name``'s hash ``done`` that match the HSCAN
+    ``pattern`` (each step a round trip; only matching fields come back, with their values)."""
+    cursor = 0
+    while True:
+        (reply,) = connection.round_trip([Plain(("HSCAN", Keyspace(name).done_hash, cursor, "MATCH", pattern,
+                                                 "COUNT", 1000))])
+        raise_first([reply])
+        cursor, fields = reply
+        yield from (text_of(field) for field in pairs(fields))
+        if not int(cursor):
+            return
+
+
+def record_ids(connection: Connection, pattern: str) -> Iterator[tuple[str, str]]:
+    """(queue or partition name, id) of every completed record whose id matches ``pattern``: the
+    ``done:<id>`` keys (one SCAN), then the fields of each hash ``done`` (one more SCAN, an HSCAN
+    each)."""
+    yield from scanned_ids(connection, "done", pattern)
+    for name in done_hashes(connection):
+        yield from ((name, job_id) for job_id in record_fields(connection, name, pattern))
+
+
 @dataclass(frozen=True)
 class Hit:
     """A job a search found: its queue (a partitioned queue's own name), its id and its state
@@ -141,18 +181,19 @@ class Hit:
 
 def find_exact(queues: Sequence[Queue | PartitionedQueue], job_id: str) -> list[Hit]:
     """The job ``job_id`` in each of ``queues`` that holds it, as a row or a completed record: one
-    round trip however many queues (an HGET of its row's state and an EXISTS of its record in each
-    partition)."""
+    round trip however many queues (an HGET of its row's state, an EXISTS of its ``done:<id>`` and
+    an HEXISTS of its field of ``done`` in each partition)."""
     located = [(queue, part) for queue in queues for part in partitions_of(queue)]
     if not located:
         return []
     replies = located[0][1].connection.round_trip(
         [call for _, part in located for call in (Plain(("HGET", part.keys.job(job_id), "state")),
-                                                  Plain(("EXISTS", part.keys.done(job_id))))])
+                                                  Plain(("EXISTS", part.keys.done(job_id))),
+                                                  Plain(("HEXISTS", part.keys.done_hash, job_id)))])
     raise_first(replies)
     hits: dict[str, Hit] = {}
-    for (queue, _), state, record in zip(located, replies[::2], replies[1::2]):
-        if state is not None or record:
+    for (queue, _), state, record, field in zip(located, replies[::3], replies[1::3], replies[2::3]):
+        if state is not None or record or field:
             hits.setdefault(queue.name, Hit(queue.name, job_id, text_of(state) if state is not None else "completed"))
     return list(hits.values())
 
@@ -163,8 +204,9 @@ def find_prefixed(connection: Connection, prefix: str, shown: Callable[[str], bo
     queues ``shown`` accepts (by name): a SCAN of the node's keyspace (each step a short command),
     ended early once ``limit`` are found. Returns (the hits, whether the SCAN went through)."""
     found: dict[tuple[str, str], tuple[str, str]] = {}  # (queue, id) -> (the partition holding it, kind)
-    for kind in ("job", "done"):
-        for name, job_id in scanned_ids(connection, kind, glob_escaped(prefix) + "*"):
+    pattern = glob_escaped(prefix) + "*"
+    for kind, ids in (("job", scanned_ids(connection, "job", pattern)), ("done", record_ids(connection, pattern))):
+        for name, job_id in ids:
             if shown(parent_queue(name)):
                 found.setdefault((parent_queue(name), job_id), (name, kind))
                 if len(found) == limit:
@@ -526,18 +568,22 @@ def job_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
 def record_view(queue: Queue | PartitionedQueue, job_id: str) -> JobView | None:
     """A completed job's record (PUBLISH's, within its retention) as a view: state ``completed``,
     the result in place of the payload, what is left of its retention; None when there is none.
-    A partitioned queue's record is looked for in each partition."""
+    The record in either layout, the newer of the two where both are (docs/spec.md §12). A
+    partitioned queue's record is looked for in each partition."""
     if isinstance(queue, PartitionedQueue):
         return next(filter(None, (record_view(part, job_id) for part in queue.partitions)), None)
     connection = queue.connection
     key = queue.keys.done(job_id)
-    record = connection.send(Plain(("HGETALL", key)))
-    if not record:
-        return None
-    replies = connection.round_trip([Plain(("PTTL", key)), Plain(("TIME",))], on=queue.keys)
+    replies = connection.round_trip([Plain(("HGET", queue.keys.done_hash, job_id)), Plain(("HGETALL", key))])
     raise_first(replies)
-    kept_ms, now_ms = replies[0], _ms(replies[1])
-    fields = {text_of(k): v for k, v in record.items()}
+    record = newer_record(replies[0], pairs(replies[1]))
+    if record is None:
+        return None
+    ttl = Plain(("HPTTL", queue.keys.done_hash, "FIELDS", 1, job_id)) if record.in_field else Plain(("PTTL", key))
+    replies = connection.round_trip([ttl, Plain(("TIME",))], on=queue.keys)
+    raise_first(replies)
+    kept_ms, now_ms = replies[0][0] if record.in_field else replies[0], _ms(replies[1])
+    fields = {text_of(k): v for k, v in record.fields.items()}
     result = fields.pop("result", None)
     text = {"state": "completed", **{k: text_of(v) for k, v in fields.items()}}
     return JobView(queue.name, job_id, "completed", text, result, None, now_ms, kept_ms=kept_ms)

@@ -63,7 +63,7 @@ from .._protocol.keys import VERSION_KEY, State, check_job_id
 from .outcome_hub import OutcomeHub
 from .._client.partitioned import POp, PartitionedCore, op_declare
 from .._protocol.rates import RateLimit
-from .._protocol.results import TOLD_GRACE_S, Status, relink_pause_s, wait_slice_s
+from .._protocol.results import TOLD_GRACE_S, ResultLayout, Status, relink_pause_s, wait_slice_s
 from .._protocol.serializers import JSON, Serializer
 from .._protocol.shown import publish, redact_url
 from .._protocol.verbs import ID_ENCODING, Call, Counts, Plain, Sweep, blocks
@@ -589,6 +589,13 @@ class Queue(QueueCore):
     async def rate_limit(self) -> RateLimit | None:
         return await self._run(self.op_rate_limit())
 
+    async def set_result_layout(self, layout: str) -> None:
+        """As :meth:`echomq.Queue.set_result_layout`, awaited."""
+        await self._run(self.op_set_result_layout(layout))
+
+    async def result_layout(self) -> ResultLayout:
+        return await self._run(self.op_result_layout())
+
     async def status(self, job_id: str) -> Status:
         return await self._run(self.op_status(job_id))
 
@@ -778,6 +785,12 @@ class PartitionedQueue(PartitionedCore[Queue]):
 
     async def stalled_check(self, max_stalled: int = 1, limit: int = 1000) -> Sweep:
         return await self._run(self.op_stalled_check(max_stalled, limit))
+
+    async def set_result_layout(self, layout: str) -> None:
+        await self._run(self.op_set_result_layout(layout))
+
+    async def result_layout(self) -> list[ResultLayout]:
+        return await self._run(self.op_result_layout())
 
     async def pause(self) -> None:
         await self._run(self.op_pause())

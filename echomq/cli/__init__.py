@@ -61,6 +61,7 @@ def main(ctx: click.Context, show_version: bool, version_url: str | None) -> Non
 for command in (server.server, server.module_path_command, server.parity, admin.brand, admin.doctor, admin.adopt_flows_command,
                 worker.worker,
                 worker.cron, jobs.enqueue, jobs.inspect, jobs.dead, jobs.reprocess, jobs.remove, jobs.cancel,
-                queues.purge, queues.drain, queues.pause, queues.resume, queues.rate_limit, queues.promote,
+                queues.purge, queues.drain, queues.pause, queues.resume, queues.rate_limit, queues.results_layout,
+                queues.promote,
                 queues.sweep, lanes.group_cmd, events.events, stats.stats, stats.workers, dashboard.dashboard):
     main.add_command(command)

@@ -1,11 +1,12 @@
 """The commands on a queue as a whole: ``emq purge``, ``drain``, ``pause``, ``resume``,
-``rate-limit``, ``promote`` and ``sweep``."""
+``rate-limit``, ``results-layout``, ``promote`` and ``sweep``."""
 
 from __future__ import annotations
 
 import click
 
 from .._client.partitioned import PartitionedQueue
+from .._protocol.results import LAYOUTS
 from .._protocol.shown import id_form
 from ..admin import actions, steps
 from .common import (create_option, err, json_option, node_options, opened_queue, print_json, queue_option,
@@ -113,6 +114,33 @@ def rate_limit(url: str, wire: str, queue_name: str, rate: str | None, off: bool
                     "limit": current and current.limit, "window_ms": current and current.window_ms})
     else:
         click.echo(f"{queue_name}: " + ("no rate limit" if current is None else f"at most {current} job starts"))
+
+
+@click.command("results-layout")
+@node_options
+@queue_option()
+@click.argument("layout", required=False, type=click.Choice(LAYOUTS))
+@create_option
+@json_option
+def results_layout(url: str, wire: str, queue_name: str, layout: str | None, create: bool, as_json: bool) -> None:
+    """Show or set where a queue keeps its completed records: fields (the default: a field of the
+    queue's hash done each, where the node has field expiry) or record (a key done:<id> each, the
+    layout 0.2.0 reads: keep it while a 0.2.0 process reads the queue)."""
+    with opened_queue(url, wire, queue_name) as queue:
+        if not create:
+            require_queue(queue, creatable=True)
+        if layout is not None:
+            queue.set_result_layout(layout)
+        found = queue.result_layout()
+    layouts = found if isinstance(found, list) else [found]
+    names = [part.name for part in queue.partitions] if isinstance(queue, PartitionedQueue) else [queue_name]
+    if as_json:
+        print_json({"queue": queue_name, **layouts[0].as_json()} if len(layouts) == 1 else
+                   {"queue": queue_name, "partitions": [{"queue": name, **each.as_json()}
+                                                        for name, each in zip(names, layouts)]})
+    else:
+        for name, each in zip(names, layouts):
+            click.echo(f"{name}: completed records as {each.layout} (switch {each.switch}): {each.why}")
 
 
 @click.command()

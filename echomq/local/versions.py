@@ -18,7 +18,8 @@ from typing import Any
 import valkey
 
 from .._version import __version__
-from ..admin.doctor import answered, module_version, server_kind
+from ..admin.doctor import answered, module_version
+from .._protocol.servers import server_kind
 from ..errors import EchoMQError
 from .._client.connection import open_client, plain_commands, wire_of_brand
 from .._protocol.keys import VERSION_KEY

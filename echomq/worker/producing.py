@@ -188,12 +188,14 @@ async def asend(producer: Producer, task: Sent, payload: Any, args_form: bool,
 
 
 def op_holding(cores: Sequence[QueueCore], job_id: str) -> Op[list[QueueCore]]:
-    """The queues holding a job ``job_id`` (its row, or its completed record), in one round trip:
-    one EXISTS a queue (its two keys share its slot), pipelined (on a cluster, one pipeline per node)."""
-    replies = (yield [Plain(("EXISTS", core.keys.job(job_id), core.keys.done(job_id))) for core in cores]) \
-        if cores else []
+    """The queues holding a job ``job_id`` (its row, or its completed record in either layout), in
+    one round trip: an EXISTS of its row and ``done:<id>`` and an HEXISTS of its field of ``done``
+    a queue (its keys share its slot), pipelined (on a cluster, one pipeline per node)."""
+    replies = (yield [call for core in cores for call in (
+        Plain(("EXISTS", core.keys.job(job_id), core.keys.done(job_id))),
+        Plain(("HEXISTS", core.keys.done_hash, job_id)))]) if cores else []
     raise_first(replies)
-    return [core for core, found in zip(cores, replies) if found]
+    return [core for core, keys, field in zip(cores, replies[::2], replies[1::2]) if keys or field]
 
 
 def the_one(found: Sequence[QueueCore], job_id: str) -> QueueCore | None:

@@ -12,6 +12,7 @@ import pytest
 import valkey
 
 from echomq._protocol.keys import Keyspace
+from echomq._protocol.results import unpacked
 
 from .waiting import Client, server_ms
 
@@ -63,12 +64,27 @@ def mask_times(state: dict[bytes, tuple], now_ms: int, window_ms: int = 600_000)
     the last ``window_ms`` up to ``now_ms``, then shown as ``<time>``: the dump stays comparable
     as a whole while the field's presence (and sanity) is still asserted."""
     for key, (kind, value) in state.items():
-        if kind == "hash" and (b":job:" in key or b":done:" in key or b":unique:" in key):  # a row, a record, a window
+        if kind == "hash" and key.endswith(b"}:done"):  # completed records as fields: their packed times
+            for field, packed in value.items():
+                value[field] = _masked_record(packed, now_ms, window_ms, (key, field))
+        elif kind == "hash" and (b":job:" in key or b":done:" in key or b":unique:" in key):  # a row, a record, a window
             for name in TIME_FIELDS:
                 if name in value:
                     assert now_ms - window_ms <= int(value[name]) <= now_ms, (key, name, value[name], now_ms)
                     value[name] = TIME
     return state
+
+
+def _masked_record(packed: bytes, now_ms: int, window_ms: int, where: tuple) -> bytes:
+    """A packed record (``attempts,finished,created,started,result``, docs/spec.md §12) with its
+    times checked as :func:`mask_times` checks a row's, then shown as ``<time>`` (an empty created
+    or started stays empty); a value that is no packed record stays as it is."""
+    if unpacked(packed) is None:
+        return packed
+    attempts, *times, result = packed.split(b",", 4)
+    for time in filter(None, times):
+        assert now_ms - window_ms <= int(time) <= now_ms, (where, packed[:80], now_ms)
+    return b",".join([attempts, *(TIME if time else b"" for time in times), result])
 
 
 def snap(queue: Any) -> dict[bytes, tuple]:
@@ -146,12 +162,13 @@ _live_counts: dict[tuple, set[bytes]] = {}
 
 def forget_idle_waiter_counts(client: Client) -> int:
     """Delete the waiter counts no waiter holds (``meta waiters`` of 0 or less) that are set to
-    expire, on every queue of the node; returns how many. A result waiter counts itself there with
-    a field expiry of 30 s and leaves its 0 behind (docs/spec.md §12); DEBUG DIGEST reads a field
-    past its expiry as gone, and no expiry switch holds a field's, so such a count left by an
-    earlier test changed a later test's digest with no write. A 0 tells what no field tells.
-    The node is scanned only when it holds more keys with an expiring field than the live counts
-    seen last time (INFO keyspace): a scan of a shared server costs as much as its digest."""
+    expire, on every queue of the node, and keep every completed record kept as a field of a hash
+    ``done`` (:func:`_persist_records`); returns how many counts went. A result waiter counts
+    itself there with a field expiry of 30 s and leaves its 0 behind (docs/spec.md §12); DEBUG
+    DIGEST reads a field past its expiry as gone, and no expiry switch holds a field's, so such a
+    count left by an earlier test changed a later test's digest with no write. A 0 tells what no
+    field tells. The node is scanned only when it holds more keys with an expiring field than the
+    live counts seen last time (INFO keyspace): a scan of a shared server costs as much as its digest."""
     volatile = sum(db.get("keys_with_volatile_items", 0) for db in client.info("keyspace").values())
     where = client.connection_pool.connection_kwargs
     node = (where.get("host"), where.get("port"))
@@ -161,11 +178,25 @@ def forget_idle_waiter_counts(client: Client) -> int:
     counts = _waiter_counts(client, known)
     if volatile > sum(1 for count, ttl in counts.values() if count > 0 and ttl > 0):
         counts = _waiter_counts(client, set(client.scan_iter(match="emq:*:meta", count=1000, _type="HASH")))
+        _persist_records(client)
     idle = [meta for meta, (count, ttl) in counts.items() if count <= 0 and ttl > 0]
     for meta in idle:
         client.hdel(meta, "waiters")
     _live_counts[node] = {meta for meta, (count, ttl) in counts.items() if count > 0 and ttl > 0}
     return len(idle)
+
+
+def _persist_records(client: Client) -> None:
+    """Every field of every queue's hash ``done`` (completed records as fields, docs/spec.md §12)
+    kept for good (HPERSIST). A record's field expires at its retention, and, like a waiter count,
+    a field that expires inside an unchanged() block changes DEBUG DIGEST with no write, however
+    long its retention (a test's own record of a few ms, another's of 24 h that a shared server
+    outlives): so before the "before" read none is left to expire. A record is a record all the
+    same, read as it was; only its end is taken away."""
+    for key in client.scan_iter(match="emq:*:done", count=1000, _type="HASH"):
+        fields = client.hkeys(key)
+        if fields:
+            client.execute_command("HPERSIST", key, "FIELDS", len(fields), *fields)
 
 
 def _waiter_counts(client: Client, metas: set[bytes]) -> dict[bytes, tuple[int, int]]:
@@ -189,7 +220,8 @@ class unchanged:
     out keys with a TTL, which may run out within the block (the digest holds them and their
     expire times). Active expiry is held meanwhile (:func:`expiry_held`), all expiry while the
     state is read (:func:`expiry_paused`), and the waiter counts earlier tests left to expire are
-    deleted first (:func:`forget_idle_waiter_counts`)."""
+    deleted first and the completed records kept as fields kept for good (no switch holds a
+    field's expiry: :func:`forget_idle_waiter_counts`)."""
 
     WHOLE_NODE_DUMP_MAX_KEYS = 200
 

@@ -34,6 +34,7 @@ from support.upgrade import FIXTURES, dataset  # noqa: E402
 
 RELEASE_0_1_0 = "7b480d4"  #: the first release: issues 2-7 landed (stop 8)
 BEFORE_FLOW_RECORDS = "8fc76d0"  #: main before issue 43 gave a flow parent the record of its children
+RELEASE_0_2_0 = "97aca8b"  #: 0.2.0: completed records a key done:<id> each (before issue 44 made them fields)
 
 
 def tree(commit: str, into: Path) -> Path:
@@ -76,6 +77,7 @@ def main() -> None:
         shutil.copytree(first / "echomq" / "scripts", FIXTURES / "v0.1.0" / "scripts")
         flows = tree(BEFORE_FLOW_RECORDS, scratch / "before-flow-records")
         capture("v0.1.0+8fc76d0", flows, "flows_before_records.py", [], scratch)
+        capture("v0.2.0", tree(RELEASE_0_2_0, scratch / "v0.2.0"), "v0_2_0_records.py", [], scratch)
 
 
 if __name__ == "__main__":
