@@ -68,6 +68,13 @@ def wait_for(what: str, done, give_up_s: float = GIVE_UP_S) -> None:
         time.sleep(0.005)
 
 
+def attempts_kept(client, queue, job_id: str) -> bytes | None:
+    """The attempts a job's completed record says, in whichever layout the node kept it (docs/spec.md §12)."""
+    from echomq._protocol.results import newer_record
+    record = newer_record(client.hget(queue.keys.done_hash, job_id), client.hgetall(queue.keys.done(job_id)))
+    return None if record is None else record.fields.get("attempts")
+
+
 def recovery_s(server: BenchServer, wire: int, n: int, handler_ms: float, cwd: Path | None) -> tuple[float, int]:
     """One round: (seconds from the kill to the last of the dead worker's jobs completing, how many it held)."""
     from echomq import Queue, connect
@@ -92,7 +99,7 @@ def recovery_s(server: BenchServer, wire: int, n: int, handler_ms: float, cwd: P
             took = time.monotonic() - killed_at
             wait_for("every job", lambda: queue.metrics()["completed"] == n)
             # the dead worker's ran twice: their completed records say attempt 2
-            orphans = [j for j in held if connection.client.hget(queue.keys.done(j), "attempts") == b"2"]
+            orphans = [j for j in held if attempts_kept(connection.client, queue, j) == b"2"]
         finally:
             for process in (doomed, survivor):
                 if process.poll() is None:
