@@ -84,21 +84,27 @@ class DaemonPool:
         me = threading.Lock()
         me.acquire()
         counted_free = True  # by _add or _wake_one; not while it runs a handler
-        took = None  # how long the callable it last ran took (capped): averaged in at the next turn
+        # handlers are timed only where their times decide (spread_after_s: quick ones stay on this thread),
+        # by one clock read a turn: the callable before ended and the next one starts at it (what the
+        # thread did between, its outcome's bookkeeping, is µs against QUICK_HANDLER_S)
+        timed = self._spread_after_s is not None
+        started: float | None = None  #: (timed) when the callable it runs, or ran last, started
         while True:
             with self._mutex:
-                if took is not None:
-                    self._took_s += (took - self._took_s) / 4
-                    took = None
+                if timed:
+                    now = time.monotonic()
+                    if started is not None:
+                        self._ran(now - started)
+                        started = None
                 if counted_free:
                     self._free -= 1  # it takes work, sleeps or ends now
                 if self._closed:
                     return
                 if self._work:
                     item = self._work.popleft()
-                    quick = self._spread_after_s is not None and self._took_s < QUICK_HANDLER_S
-                    if self._spread_after_s is not None:
-                        self._moved_at = time.monotonic()
+                    quick = timed and self._took_s < QUICK_HANDLER_S
+                    if timed:
+                        self._moved_at = started = now
                     if self._work and not self._free and not quick:
                         self._wake_one()  # the next queued job needs a thread of its own
                 else:
@@ -111,16 +117,21 @@ class DaemonPool:
             counted_free = False
             fn, args = item
             try:
-                started = time.monotonic()
                 then = fn(*args)
-                took = min(time.monotonic() - started, 2 * QUICK_HANDLER_S)
                 if then is not None:
                     with self._mutex:
+                        if started is not None:  # its time ends here, not after what it hands this thread
+                            self._ran(time.monotonic() - started)
+                            started = None
                         self._free += 1
                     counted_free = True
                     then()
             except BaseException:  # the callables report their own outcome: this is a bug, and the thread lives on
                 log.exception("worker %d: a handler thread's task failed", os.getpid())
+
+    def _ran(self, took_s: float) -> None:
+        """Under the mutex: a handler ran ``took_s``, averaged in (capped: one the OS preempted counts little)."""
+        self._took_s += (min(took_s, 2 * QUICK_HANDLER_S) - self._took_s) / 4
 
     @property
     def queued(self) -> bool:
