@@ -363,11 +363,23 @@ class Executor:
     def _record_ended(self) -> None:
         """On the handlers' loop, at the pass after the one its outcomes came in: them all, under one lock
         and at one clock read (each ended within that pass; a handler that holds the loop holds its
-        outcome and every other there alike, as it would a Future's callback)."""
+        outcome and every other there alike, as it would a Future's callback). Async outcomes wake the
+        loop, never relay (the exchange's I/O would hold up the handlers on this loop)."""
         ended, self._ended_on_loop = self._ended_on_loop, []
-        running = self._record(ended)
-        if running is not None:
-            self._wake_for(running)
+        ended_s, late = time.monotonic(), []
+        with self.outcomes:
+            for held, outcome in ended:
+                if held.verdict is None:
+                    held.ended_s, held.outcome = ended_s, outcome
+                    self.finished.append(held)
+                else:
+                    late.append((held, outcome))
+            self.ended += len(ended) - len(late)
+            running = self.started - self.ended
+        for held, outcome in late:
+            self._dropped(held, outcome)
+        if len(late) < len(ended) and (running <= 0 or self.settle_due) and not self.wake.is_set():
+            self.wake.set()  # as done's
 
     def _async_report(self, queue: str, job: Job) -> Callable[[Any], Awaitable[None]]:
         """APPEND for an async handler's attempt, on the asyncio connection its producers share."""
@@ -406,41 +418,36 @@ class Executor:
         A lock and a clock read a job: a sync handler's end is decided against its timeout as it returns
         (held back for the rest of its claim batch, run after it on this thread, it could lose to a
         timeout it beat), and its run time is its own."""
-        running = self._record(((held, outcome),))
-        if running is None:
-            return None
-        relay_to = self.relay
-        if running <= 0 and relay and relay_to is not None:
-            return relay_to
-        self._wake_for(running)
-        return None
-
-    def _record(self, ended: Iterable[tuple[Held, policy.Outcome]]) -> int | None:
-        """Handlers' outcomes, for the next exchange to settle (one lock, one clock read); returns how many
-        handlers still run, or None when every outcome came after a timeout's verdict (each dropped)."""
-        ended_s, recorded, late = time.monotonic(), False, None
+        ended_s = time.monotonic()
         with self.outcomes:
-            for held, outcome in ended:
-                if held.verdict is not None:
-                    late = [*(late or ()), (held, outcome)]
-                    continue
-                held.ended_s, held.outcome, recorded = ended_s, outcome, True
+            late = held.verdict is not None
+            if not late:
+                held.ended_s, held.outcome = ended_s, outcome
                 self.ended += 1
                 self.finished.append(held)
             running = self.started - self.ended
-        for held, outcome in late or ():  # timed out: already failed; this late outcome is dropped
-            if not (isinstance(outcome, policy.Raised) and isinstance(outcome.error, asyncio.CancelledError)):
-                # (an async handler the timeout cancelled did not finish: it stopped, as told)
-                log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
-                         held.job.queue, quoted(held.job.id), held.job.attempt)
-        return running if recorded else None
-
-    def _wake_for(self, running: int) -> None:
-        """The last of its batch ended, or the settle is already due: wake the loop (set, it is not yet
-        cleared: the step it wakes reads these outcomes); not yet due, the loop's wait ends by itself
-        when it falls due (Loop.next_due), so no clock is read here."""
-        if (running <= 0 or self.settle_due) and not self.wake.is_set():
+        if late:
+            self._dropped(held, outcome)
+            return None
+        if running <= 0:
+            relay_to = self.relay
+            if relay and relay_to is not None:
+                return relay_to
+        elif not self.settle_due:
+            return None  # not yet due: the loop's wait ends by itself when it falls due (Loop.next_due)
+        # the last of its batch to end, or the settle already due: wake the loop (set, it is not yet
+        # cleared: the step it wakes reads this outcome)
+        if not self.wake.is_set():
             self.wake.set()
+        return None
+
+    @staticmethod
+    def _dropped(held: Held, outcome: policy.Outcome) -> None:
+        """A handler's outcome after a timeout's verdict (which failed it already): dropped."""
+        if not (isinstance(outcome, policy.Raised) and isinstance(outcome.error, asyncio.CancelledError)):
+            # (an async handler the timeout cancelled did not finish: it stopped, as told)
+            log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
+                     held.job.queue, quoted(held.job.id), held.job.attempt)
 
     def time_out(self, held: Held) -> None:
         """Fail a handler past its timeout with JobTimeout (settled by the next exchange), unless its own

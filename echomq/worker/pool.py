@@ -89,13 +89,16 @@ class DaemonPool:
         # thread did between, its outcome's bookkeeping, is µs against QUICK_HANDLER_S)
         timed = self._spread_after_s is not None
         started: float | None = None  #: (timed) when the callable it runs, or ran last, started
+        took: float | None = None  #: how long the callable it ran last took, if it was timed apart
         while True:
             with self._mutex:
                 if timed:
                     now = time.monotonic()
                     if started is not None:
-                        self._ran(now - started)
-                        started = None
+                        took, started = now - started, None
+                if took is not None:  # averaged in, capped: one handler the OS preempted counts little
+                    self._took_s += ((took if took < 2 * QUICK_HANDLER_S else 2 * QUICK_HANDLER_S) - self._took_s) / 4
+                    took = None
                 if counted_free:
                     self._free -= 1  # it takes work, sleeps or ends now
                 if self._closed:
@@ -119,19 +122,14 @@ class DaemonPool:
             try:
                 then = fn(*args)
                 if then is not None:
+                    if started is not None:  # its time ends here, not after what it hands this thread
+                        took, started = time.monotonic() - started, None
                     with self._mutex:
-                        if started is not None:  # its time ends here, not after what it hands this thread
-                            self._ran(time.monotonic() - started)
-                            started = None
                         self._free += 1
                     counted_free = True
                     then()
             except BaseException:  # the callables report their own outcome: this is a bug, and the thread lives on
                 log.exception("worker %d: a handler thread's task failed", os.getpid())
-
-    def _ran(self, took_s: float) -> None:
-        """Under the mutex: a handler ran ``took_s``, averaged in (capped: one the OS preempted counts little)."""
-        self._took_s += (min(took_s, 2 * QUICK_HANDLER_S) - self._took_s) / 4
 
     @property
     def queued(self) -> bool:
