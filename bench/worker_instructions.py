@@ -19,9 +19,11 @@ wakes and GIL hand-offs that count few instructions (docs/benchmarks.md, issue 1
 valgrind runs ~50× slower and one thread at a time, so the worker's ``settle_wait_ms`` is
 scaled to 50 ms, which gathers a claim batch's outcomes into one settle as the 1 ms bound
 does natively (0.10 steps a job), and so is the handler pool's ``QUICK_HANDLER_S`` (5 ms), so
-that a no-op handler runs on the thread already awake, as natively: unscaled, a no-op handler's
-few µs took ~100 µs under valgrind, on either side of the 0.1 ms bound from run to run, and the
-count moved ±5 % with which side it fell (2026-12-05).
+that a no-op handler's few µs (~100 µs under valgrind, about the native 0.1 ms bound) count as quick,
+as they do natively. What still moves the count from run to run (±5 % on 2026-12-05, the same code
+twice) is time: while relays run, the control thread looks in every ``settle_wait_ms`` of wall
+time, so a run the machine's load slows counts more looks. Compare rounds run side by side, best
+of a few.
 
 ``--calls``: Python calls per job instead (every thread's ``call`` and ``c_call`` profile
 events, by function; no valgrind), the most frequent first. Needs valgrind otherwise (Debian:

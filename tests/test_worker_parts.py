@@ -279,24 +279,31 @@ def test_a_claim_batch_of_async_handlers_reaches_their_loop_in_one_call_and_ends
     executor.close()
 
 
-def test_an_async_handlers_timeout_reaches_it_even_before_its_task_is_made(executor, conn):
+def test_an_async_handlers_timeout_reaches_it_even_before_its_task_is_made(executor, conn, caplog):
     """A cancel asked while the loop has not yet made the batch's tasks (it is busy) runs there after
-    them: the handler is cancelled before its first step, and the timeout's verdict stands."""
-    loop, busy, ran = executor.run_on_loop(_running_loop()), threading.Event(), []
+    them, and after the handler's first step: it is started and cancelled at its first ``await``, as
+    one cancelled later is (not cancelled unstarted); the timeout's verdict stands."""
+    loop, busy, told = executor.run_on_loop(_running_loop()), threading.Event(), []
     loop.call_soon_threadsafe(busy.wait, 10)  # the loop's thread held until the cancel is asked
 
-    async def never(payload):
-        ran.append(payload)
+    async def forever(payload):
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            told.append(payload)
+            raise
 
     queue = Queue(conn, fresh_name("parts"))
-    executor.start(a_task(fn=never), queue, [job(queue.name)], 0.0)
+    executor.start(a_task(fn=forever), queue, [job(queue.name)], 0.0)
     (timed,) = executor.held.values()
     assert timed.future is None  # its task is not made yet
     executor.time_out(timed)
-    busy.set()
-    wait_until(lambda: timed.future is not None and timed.future.done(), what="the task's end")
-    assert timed.future.cancelled() and ran == []
+    with caplog.at_level(logging.INFO, logger="echomq.worker"):
+        busy.set()
+        wait_until(lambda: timed.future is not None and timed.future.done(), what="the task's end")
+    assert timed.future.cancelled() and told == [{}]  # it ran, and was cancelled at its await
     assert isinstance(timed.verdict.error, JobTimeout) and timed.outcome is None
+    assert "finished after all" not in caplog.text  # a cancelled handler stopped, as told: nothing to say
     assert executor.take_finished() == [timed]  # the verdict alone: the cancelled run's outcome dropped
     executor.close()
 

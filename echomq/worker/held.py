@@ -63,8 +63,10 @@ class Held:
             self.on_loop.call_soon_threadsafe(self._cancel_task)
 
     def _cancel_task(self) -> None:
-        if self.future is not None:
-            self.future.cancel()
+        """On its loop: the cancel goes after the task's first step (queued when it was made), so that a
+        handler cancelled before it ran is still started and cancelled at its first ``await``, as any other."""
+        if self.future is not None and self.on_loop is not None:
+            self.on_loop.call_soon(self.future.cancel)
 
     def mark_lost(self) -> None:
         """The lease is gone: the handler's context says so from now (``ctx.lease_lost``, ``ctx.lost``)."""
