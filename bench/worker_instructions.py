@@ -7,7 +7,8 @@ For each mode a fresh process drains a queue of no-op jobs the parent enqueued (
 is not in the count) under valgrind's callgrind, with the server in another process:
 ``worker`` = :class:`echomq.Worker` in burst mode with a handler that returns nothing (its task
 keeps results, the default: each job settles as a PUBLISH), ``worker-noresult`` = the same with
-``result_ttl=0`` (each job settles as a COMPLETE, as the loop's do), ``batch`` = the bare batched
+``result_ttl=0`` (each job settles as a COMPLETE, as the loop's do), ``worker-async`` = ``worker``
+with an ``async def`` handler (on the worker's asyncio loop), ``batch`` = the bare batched
 loop (``claim_many(10)`` / ``complete_many``, as bench/drive_echomq.py's).
 Per job = (the process's instructions draining ``--jobs`` jobs − draining ``--base``) / the
 difference, so start-up and shutdown cancel out. On a shared, busy machine the timed ratios
@@ -17,7 +18,12 @@ wakes and GIL hand-offs that count few instructions (docs/benchmarks.md, issue 1
 
 valgrind runs ~50× slower and one thread at a time, so the worker's ``settle_wait_ms`` is
 scaled to 50 ms, which gathers a claim batch's outcomes into one settle as the 1 ms bound
-does natively (0.10 steps a job).
+does natively (0.10 steps a job), and so is the handler pool's ``QUICK_HANDLER_S`` (5 ms), so
+that a no-op handler's few µs (~100 µs under valgrind, about the native 0.1 ms bound) count as quick,
+as they do natively. What still moves the count from run to run (±5 % on 2026-12-05, the same code
+twice) is time: while relays run, the control thread looks in every ``settle_wait_ms`` of wall
+time, so a run the machine's load slows counts more looks. Compare rounds run side by side, best
+of a few.
 
 ``--calls``: Python calls per job instead (every thread's ``call`` and ``c_call`` profile
 events, by function; no valgrind), the most frequent first. Needs valgrind otherwise (Debian:
@@ -42,9 +48,10 @@ from echomq._protocol.results import DEFAULT_RESULT_TTL_S
 from .common import BenchServer, say, trafikey_module
 
 QUEUE = "bench"
-MODES = ("worker", "worker-noresult", "batch")
-#: the worker's settle wait under valgrind (see the module's doc)
-SETTLE_WAIT_MS = 50.0
+MODES = ("worker", "worker-noresult", "worker-async", "batch")
+#: how much slower the worker runs under valgrind: its time bounds are scaled by it (see the module's doc)
+SLOWDOWN = 50
+SETTLE_WAIT_MS = 1.0 * SLOWDOWN
 
 
 def drain(mode: str, url: str, wire: int) -> None:
@@ -52,10 +59,12 @@ def drain(mode: str, url: str, wire: int) -> None:
     connection = connect(url, wire=wire)
     if mode.startswith("worker"):
         from echomq import App, Worker, WorkerConfig
+        from echomq.worker import pool
 
+        pool.QUICK_HANDLER_S *= SLOWDOWN
         app = App("bench")
         result_ttl = 0 if mode == "worker-noresult" else DEFAULT_RESULT_TTL_S
-        app.task(queue=QUEUE, max_attempts=1, result_ttl=result_ttl)(noop)
+        app.task(queue=QUEUE, max_attempts=1, result_ttl=result_ttl)(async_noop if mode == "worker-async" else noop)
         worker = Worker(app, connection, config=WorkerConfig(burst=True, settle_wait_ms=SETTLE_WAIT_MS))
         step, steps = worker.step, [0]
 
@@ -65,7 +74,7 @@ def drain(mode: str, url: str, wire: int) -> None:
 
         worker.step = counted  # type: ignore[method-assign]
         worker.run(install_signals=False)
-        print(f"steps {steps[0]}")  # how the drain batched: the count depends on it
+        print(f"steps {steps[0]} relays {worker.loop.relays}")  # how the drain batched: the count depends on it
         return
     q = Queue(connection, QUEUE)
     while jobs := q.claim_many(10, 30_000):
@@ -75,6 +84,10 @@ def drain(mode: str, url: str, wire: int) -> None:
 
 
 def noop(payload: object) -> None:
+    pass
+
+
+async def async_noop(payload: object) -> None:
     pass
 
 
@@ -119,8 +132,9 @@ def measured(server: BenchServer, mode: str, wire: int, n: int, out_dir: Path, c
     if left.pending or left.active:
         raise RuntimeError(f"{mode} left jobs undone: {left}")
     totals = re.search(r"^(?:summary|totals):\s+(\d+)", dump.read_text(errors="replace"), re.M)
-    steps = re.search(r"^steps (\d+)", out, re.M)
-    return {"total": int(totals.group(1)), "steps": int(steps.group(1)) if steps else 0}
+    steps = re.search(r"^steps (\d+) relays (\d+)", out, re.M)
+    return {"total": int(totals.group(1)), "steps": int(steps.group(1)) if steps else 0,
+            "relays": int(steps.group(2)) if steps else 0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                     for name, count in rows[: args.top]:
                         print(f"  {count:7.2f}  {name}")
                 else:
-                    steps = f", {(large['steps'] - small['steps']) / jobs:.3f} steps a job" if mode != "batch" else ""
+                    steps = (f", {(large['steps'] - small['steps']) / jobs:.3f} steps and "
+                             f"{(large['relays'] - small['relays']) / jobs:.3f} relays a job" if mode != "batch" else "")
                     print(f"{mode}: {(large['total'] - small['total']) / jobs / 1000:.1f} k instructions a job "
                           f"(wire {args.wire}{steps})", flush=True)
     shutil.rmtree(out_dir, ignore_errors=True)

@@ -5,6 +5,7 @@ handlers and records built by hand. The whole worker's behaviour is test_worker.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from itertools import count
@@ -249,6 +250,61 @@ def test_the_last_handler_of_a_batch_runs_the_relay_on_its_own_thread(executor, 
     executor.relay = None  # relays off: the last outcome wakes the loop instead
     executor.start(a_task(), queue, [job(queue.name)], 0.0)
     wait_until(executor.wake.is_set, what="the wake")
+    executor.close()
+
+
+async def _running_loop() -> asyncio.AbstractEventLoop:
+    return asyncio.get_running_loop()
+
+
+def test_a_claim_batch_of_async_handlers_reaches_their_loop_in_one_call_and_ends_under_one_lock(executor, conn):
+    """The async fast path: a claim batch's handlers are handed to the worker's loop in one call (its
+    thread woken once a batch, not once a job), each runs there as a task of that loop, and the outcomes
+    that end in one pass of it are recorded together, at one clock read. Before, each job took a
+    ``run_coroutine_threadsafe`` of its own (a wake of the loop's thread, two Futures chained)."""
+    loop = executor.run_on_loop(_running_loop())
+    hops, hop = [], loop.call_soon_threadsafe
+    loop.call_soon_threadsafe = lambda *args, **kwargs: (hops.append(args[0]), hop(*args, **kwargs))[1]
+
+    async def where(payload):
+        return threading.current_thread().name, asyncio.current_task().get_loop() is loop
+
+    queue = Queue(conn, fresh_name("parts"))
+    executor.start(a_task(fn=where), queue, [job(queue.name) for _ in range(10)], 0.0)
+    finished = []
+    wait_until(lambda: finished.extend(executor.take_finished()) or len(finished) == 10, what="ten outcomes")
+    assert {h.outcome for h in finished} == {policy.Returned(("emq-asyncio", True))}
+    assert len(hops) == 1, hops  # one call for the batch, not one a job
+    assert len({h.ended_s for h in finished}) == 1  # ended in one pass: recorded together
+    executor.close()
+
+
+def test_an_async_handlers_timeout_reaches_it_even_before_its_task_is_made(executor, conn, caplog):
+    """A cancel asked while the loop has not yet made the batch's tasks (it is busy) runs there after
+    them, and after the handler's first step: it is started and cancelled at its first ``await``, as
+    one cancelled later is (not cancelled unstarted); the timeout's verdict stands."""
+    loop, busy, told = executor.run_on_loop(_running_loop()), threading.Event(), []
+    loop.call_soon_threadsafe(busy.wait, 10)  # the loop's thread held until the cancel is asked
+
+    async def forever(payload):
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            told.append(payload)
+            raise
+
+    queue = Queue(conn, fresh_name("parts"))
+    executor.start(a_task(fn=forever), queue, [job(queue.name)], 0.0)
+    (timed,) = executor.held.values()
+    assert timed.future is None  # its task is not made yet
+    executor.time_out(timed)
+    with caplog.at_level(logging.INFO, logger="echomq.worker"):
+        busy.set()
+        wait_until(lambda: timed.future is not None and timed.future.done(), what="the task's end")
+    assert timed.future.cancelled() and told == [{}]  # it ran, and was cancelled at its await
+    assert isinstance(timed.verdict.error, JobTimeout) and timed.outcome is None
+    assert "finished after all" not in caplog.text  # a cancelled handler stopped, as told: nothing to say
+    assert executor.take_finished() == [timed]  # the verdict alone: the cancelled run's outcome dropped
     executor.close()
 
 

@@ -2,10 +2,13 @@
 
 A claim batch is held (:class:`~echomq.worker.held.Held`, one a job) and handed to the handlers at
 once: sync ones on a pool of daemon threads, ``async def`` ones on an asyncio loop of their own
-(:mod:`echomq.worker.pool`). Each outcome comes back on the thread that ran the handler, into
-:attr:`Executor.finished`, for the loop's next exchange to settle; the handler thread that ends the
-last running handler may run that exchange itself (the loop's relay). A handler past its timeout
-is failed here with :class:`~echomq.JobTimeout`, whichever comes first deciding.
+(:mod:`echomq.worker.pool`), the batch in one call there (its thread woken once a batch, each handler
+a task of that loop, no Future of another thread's a job). Each outcome comes back on the thread that
+ran the handler, into :attr:`Executor.finished`, for the loop's next exchange to settle -- a sync one
+at once, the async ones that ended in one pass of their loop together, under one lock; the handler
+thread that ends the last running handler may run that exchange itself (the loop's relay). A
+handler past its timeout is failed here with :class:`~echomq.JobTimeout`, whichever comes first
+deciding.
 
 A handler's call becomes its outcome in :mod:`echomq.worker.outcomes`, which also keeps a process
 the handler forked out of the worker.
@@ -17,7 +20,6 @@ import asyncio
 import logging
 import threading
 import time
-from concurrent.futures import CancelledError as FutureCancelled
 from functools import partial
 from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
 
@@ -45,8 +47,6 @@ from .tasks import App, AsyncJobContext, JobContext, Task, check_timeout
 
 log = logging.getLogger("echomq.worker")
 
-#: what an async handler's future raises once the worker cancelled it (its own task's, or its future's)
-CANCELLED = (asyncio.CancelledError, FutureCancelled)
 
 
 def count_claims(first: TaskStats, others: Mapping[TaskStats, list[tuple[Job, float | None]]], jobs: Sequence[Job],
@@ -107,6 +107,8 @@ class Executor:
         #: the process pool (echomq.worker.children), started with the worker when a task runs in it
         self.children: ProcessPool | None = None
         self._async: AsyncRunner | None = None
+        #: (on the runner's loop) async outcomes of this pass of it, recorded together at the next (_record_ended)
+        self._ended_on_loop: list[tuple[Held, policy.Outcome]] = []
         self._aio: aio.Connection | None = None  #: async handlers' producers, on the runner's loop
         #: each queue's tasks by name: a job that names its task runs that one (echomq.worker.calling)
         self._named = {task.queue: app.named.get(task.queue) or {task.name: task} for task in app.tasks.values()}
@@ -159,8 +161,7 @@ class Executor:
 
     def _run_all(self, runs: list[Run], is_async: bool, told: bool) -> None:
         if is_async:
-            for held, handler, args in runs:
-                self._start_async(held, handler, args, told)
+            self._run_async(runs, told)
         elif self.children is not None and any(task_runs_in_process(run[0].task, self.config.pool) for run in runs):
             in_child = [run for run in runs if task_runs_in_process(run[0].task, self.config.pool)]
             self.children.threads.submit_all(self._run_in_child, in_child)
@@ -329,16 +330,56 @@ class Executor:
         finally:
             self.events.tell("job.returned", held.job)
 
-    def _start_async(self, held: Held, handler: Callable[..., Any], args: tuple[Any, ...], told: bool) -> None:
+    def _run_async(self, runs: list[Run], told: bool) -> None:
+        """Hand a claim batch's async handlers to their loop in one call: one wake of its thread a batch."""
         if self._async is None:
             self._async = AsyncRunner()
-        try:
-            coro = handler(*args)
-        except Exception as exc:  # raised before its first await (a bad signature, say): this job's outcome
-            self.done(held, raised(exc))
-            return
-        held.future = self._async.submit(self._told(held, coro) if told else coro)
-        held.future.add_done_callback(lambda future, held=held: self.done(held, outcome_of(future.result, 0)))
+        loop = self._async.loop
+        for held, _, _ in runs:
+            held.on_loop = loop  # where a cancel goes (Held.cancel_handler), even before its task is made
+        loop.call_soon_threadsafe(self._start_on_loop, runs, told)
+
+    def _start_on_loop(self, runs: list[Run], told: bool) -> None:
+        """On the handlers' loop: each handler called and made a task of it, its outcome gathered when it ends."""
+        create_task = self._async.loop.create_task  # type: ignore[union-attr]
+        for held, handler, args in runs:
+            try:
+                coro = handler(*args)
+            except Exception as exc:  # raised before its first await (a bad signature, say): this job's outcome
+                self._ended_async(held, raised(exc))
+                continue
+            held.future = task = create_task(self._told(held, coro) if told else coro)
+            task.add_done_callback(partial(self._task_done, held))
+
+    def _task_done(self, held: Held, task: asyncio.Task[Any]) -> None:
+        self._ended_async(held, outcome_of(task.result))  # (a cancelled task's result raises CancelledError)
+
+    def _ended_async(self, held: Held, outcome: policy.Outcome) -> None:
+        """On the handlers' loop: ``held``'s outcome, recorded with the others that end in this pass of the loop."""
+        if not self._ended_on_loop:
+            self._async.loop.call_soon(self._record_ended)  # type: ignore[union-attr]
+        self._ended_on_loop.append((held, outcome))
+
+    def _record_ended(self) -> None:
+        """On the handlers' loop, at the pass after the one its outcomes came in: them all, under one lock
+        and at one clock read (each ended within that pass; a handler that holds the loop holds its
+        outcome and every other there alike, as it would a Future's callback). Async outcomes wake the
+        loop, never relay (the exchange's I/O would hold up the handlers on this loop)."""
+        ended, self._ended_on_loop = self._ended_on_loop, []
+        ended_s, late = time.monotonic(), []
+        with self.outcomes:
+            for held, outcome in ended:
+                if held.verdict is None:
+                    held.ended_s, held.outcome = ended_s, outcome
+                    self.finished.append(held)
+                else:
+                    late.append((held, outcome))
+            self.ended += len(ended) - len(late)
+            running = self.started - self.ended
+        for held, outcome in late:
+            self._dropped(held, outcome)
+        if len(late) < len(ended) and (running <= 0 or self.settle_due) and not self.wake.is_set():
+            self.wake.set()  # as done's
 
     def _async_report(self, queue: str, job: Job) -> Callable[[Any], Awaitable[None]]:
         """APPEND for an async handler's attempt, on the asyncio connection its producers share."""
@@ -372,8 +413,11 @@ class Executor:
         return async_queue
 
     def done(self, held: Held, outcome: policy.Outcome, *, relay: bool = False) -> Callable[[], None] | None:
-        """From the thread that ran the handler: its outcome, for the next exchange to settle. With
-        ``relay`` (a pool thread), the last running handler's returns the relay for that thread to run."""
+        """From the thread that ran a sync handler: its outcome, for the next exchange to settle. With
+        ``relay`` (a pool thread), the last running handler's returns the relay for that thread to run.
+        A lock and a clock read a job: a sync handler's end is decided against its timeout as it returns
+        (held back for the rest of its claim batch, run after it on this thread, it could lose to a
+        timeout it beat), and its run time is its own."""
         ended_s = time.monotonic()
         with self.outcomes:
             late = held.verdict is not None
@@ -382,21 +426,28 @@ class Executor:
                 self.ended += 1
                 self.finished.append(held)
             running = self.started - self.ended
-        if late:  # timed out: already failed; this late outcome is dropped
-            if not (isinstance(outcome, policy.Raised) and isinstance(outcome.error, CANCELLED)):
-                # (an async handler the timeout cancelled did not finish: it stopped, as told)
-                log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
-                         held.job.queue, quoted(held.job.id), held.job.attempt)
+        if late:
+            self._dropped(held, outcome)
             return None
-        relay_to = self.relay
-        if running <= 0 and relay and relay_to is not None:
-            return relay_to
+        if running <= 0:
+            relay_to = self.relay
+            if relay and relay_to is not None:
+                return relay_to
+        elif not self.settle_due:
+            return None  # not yet due: the loop's wait ends by itself when it falls due (Loop.next_due)
         # the last of its batch to end, or the settle already due: wake the loop (set, it is not yet
-        # cleared: the step it wakes reads this outcome); not yet due, the loop's wait ends by itself
-        # when it falls due (Loop.next_due), so no clock is read here
-        if (running <= 0 or self.settle_due) and not self.wake.is_set():
+        # cleared: the step it wakes reads this outcome)
+        if not self.wake.is_set():
             self.wake.set()
         return None
+
+    @staticmethod
+    def _dropped(held: Held, outcome: policy.Outcome) -> None:
+        """A handler's outcome after a timeout's verdict (which failed it already): dropped."""
+        if not (isinstance(outcome, policy.Raised) and isinstance(outcome.error, asyncio.CancelledError)):
+            # (an async handler the timeout cancelled did not finish: it stopped, as told)
+            log.info("job %s/%s attempt %d: the timed-out handler finished after all; its outcome is dropped",
+                     held.job.queue, quoted(held.job.id), held.job.attempt)
 
     def time_out(self, held: Held) -> None:
         """Fail a handler past its timeout with JobTimeout (settled by the next exchange), unless its own
@@ -414,7 +465,7 @@ class Executor:
         held.mark_lost()
         in_child = self.children is not None and task_runs_in_process(held.task, self.config.pool)
         if held.task.is_async:
-            held.future.cancel()
+            held.cancel_handler()
         elif self.pool is not None and not in_child:  # a child is killed by the thread that waits on it
             self.pool.replace_one()
         log.error("job %s/%s attempt %d: the handler ran past its timeout of %g s: failed with JobTimeout%s",

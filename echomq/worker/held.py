@@ -3,7 +3,7 @@ lease's bookkeeping -- the one record every part of the worker reads and writes.
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+import asyncio
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -33,7 +33,9 @@ class Held:
     started_s: float  #: when its claim batch was handed to the handlers (time.monotonic)
     stats: TaskStats  #: its task's figures on its queue (found once a claim batch): its settle counts there
     deadline: float | None = None  #: local ms when the handler's timeout runs out (None: no timeout)
-    future: Future | None = None  #: an async handler's (cancelled when its lease is lost or it times out)
+    #: an async handler's task, made on ``on_loop`` (cancelled when its lease is lost or it times out)
+    future: asyncio.Task[Any] | None = None
+    on_loop: asyncio.AbstractEventLoop | None = None  #: the loop an async handler runs on, set before it starts
     #: the handler's outcome, once it returned or raised
     outcome: policy.Outcome | None = None
     #: an outcome the worker decided itself (a timeout, an undecodable payload): it wins over the
@@ -52,6 +54,19 @@ class Held:
         """The worker knows it no longer holds the job: its context's ``lease_lost`` (which a handler's
         refused progress report sets too), or its own flag when the handler takes no context."""
         return self._lost if self.ctx is None else self.ctx.lease_lost
+
+    def cancel_handler(self) -> None:
+        """Cancel an async handler, from any thread: on its loop, after the call that makes its task (the
+        loop runs calls in the order they were asked for), so that a cancel asked before its task exists
+        still reaches it."""
+        if self.on_loop is not None:
+            self.on_loop.call_soon_threadsafe(self._cancel_task)
+
+    def _cancel_task(self) -> None:
+        """On its loop: the cancel goes after the task's first step (queued when it was made), so that a
+        handler cancelled before it ran is still started and cancelled at its first ``await``, as any other."""
+        if self.future is not None and self.on_loop is not None:
+            self.on_loop.call_soon(self.future.cancel)
 
     def mark_lost(self) -> None:
         """The lease is gone: the handler's context says so from now (``ctx.lease_lost``, ``ctx.lost``)."""

@@ -128,8 +128,8 @@ class Leases:
         """Tell the handler its lease is gone; its outcome will be dropped when it finishes.
         (A sync handler that never looks at ``ctx.lease_lost`` keeps its slot until it returns.)"""
         held.mark_lost()
-        if held.future is not None and held.task.is_async:
-            held.future.cancel()
+        if held.task.is_async:
+            held.cancel_handler()
         if gone is not None:
             held.cancelled = gone.cancelled
             log.warning("job %s/%s attempt %d: %s: its handler is told (ctx.lost%s)", held.job.queue,

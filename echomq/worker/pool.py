@@ -84,11 +84,20 @@ class DaemonPool:
         me = threading.Lock()
         me.acquire()
         counted_free = True  # by _add or _wake_one; not while it runs a handler
-        took = None  # how long the callable it last ran took (capped): averaged in at the next turn
+        # handlers are timed only where their times decide (spread_after_s: quick ones stay on this thread),
+        # by one clock read a turn: the callable before ended and the next one starts at it (what the
+        # thread did between, its outcome's bookkeeping, is µs against QUICK_HANDLER_S)
+        timed = self._spread_after_s is not None
+        started: float | None = None  #: (timed) when the callable it runs, or ran last, started
+        took: float | None = None  #: how long the callable it ran last took, if it was timed apart
         while True:
             with self._mutex:
-                if took is not None:
-                    self._took_s += (took - self._took_s) / 4
+                if timed:
+                    now = time.monotonic()
+                    if started is not None:
+                        took, started = now - started, None
+                if took is not None:  # averaged in, capped: one handler the OS preempted counts little
+                    self._took_s += ((took if took < 2 * QUICK_HANDLER_S else 2 * QUICK_HANDLER_S) - self._took_s) / 4
                     took = None
                 if counted_free:
                     self._free -= 1  # it takes work, sleeps or ends now
@@ -96,9 +105,9 @@ class DaemonPool:
                     return
                 if self._work:
                     item = self._work.popleft()
-                    quick = self._spread_after_s is not None and self._took_s < QUICK_HANDLER_S
-                    if self._spread_after_s is not None:
-                        self._moved_at = time.monotonic()
+                    quick = timed and self._took_s < QUICK_HANDLER_S
+                    if timed:
+                        self._moved_at = started = now
                     if self._work and not self._free and not quick:
                         self._wake_one()  # the next queued job needs a thread of its own
                 else:
@@ -111,10 +120,10 @@ class DaemonPool:
             counted_free = False
             fn, args = item
             try:
-                started = time.monotonic()
                 then = fn(*args)
-                took = min(time.monotonic() - started, 2 * QUICK_HANDLER_S)
                 if then is not None:
+                    if started is not None:  # its time ends here, not after what it hands this thread
+                        took, started = time.monotonic() - started, None
                     with self._mutex:
                         self._free += 1
                     counted_free = True
