@@ -268,7 +268,7 @@ def test_emq_results_layout_shows_sets_and_refuses(conn, emq):
         bad = emq("results-layout", "-q", queue.name, "keys")
     assert bad.exit_code == 2 and "'keys' is not one of 'fields', 'record'" in bad.stderr
     shown = emq("results-layout", "-q", queue.name)
-    assert shown.exit_code == 0 and shown.stdout.startswith(f"{queue.name}: completed records as record (switch record)")
+    assert shown.exit_code == 0 and shown.stdout.startswith(f"{queue.name}: the record layout (switch record)")
     back = emq("results-layout", "-q", queue.name, "fields")
-    assert back.exit_code == 0 and f"{queue.name}: completed records as fields (switch fields)" in back.stdout
+    assert back.exit_code == 0 and f"{queue.name}: the fields layout (switch fields)" in back.stdout
     assert conn.client.hget(queue.keys.meta, "results") is None

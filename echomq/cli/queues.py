@@ -140,7 +140,7 @@ def results_layout(url: str, wire: str, queue_name: str, layout: str | None, cre
                                                         for name, each in zip(names, layouts)]})
     else:
         for name, each in zip(names, layouts):
-            click.echo(f"{name}: completed records as {each.layout} (switch {each.switch}): {each.why}")
+            click.echo(f"{name}: the {each.layout} layout (switch {each.switch}): {each.why}")
 
 
 @click.command()
