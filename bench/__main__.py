@@ -67,7 +67,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--latency-gap-ms", default="20,300", help="idle gaps between latency jobs, LO,HI ms")
     p.add_argument("--peers", default=",".join(ALL_PEERS), help="comma-separated, or 'none'")
     p.add_argument("--modes", default="emq,batch,batch-kept,fused",
-                   help="how EchoMQ's workers run: emq (the worker), emq-noresult, loop, batch, batch-kept, fused "
+                   help="how EchoMQ's workers run: emq (the worker), emq-noresult, emq-record, loop, batch, batch-kept, fused "
                         "(see bench/drive_echomq.py)")
     p.add_argument("--latency-modes", default="emq-idle50",
                    help="extra EchoMQ worker modes measured for pick-up latency only (emq-idleN: --idle-max-ms N)")

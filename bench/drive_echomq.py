@@ -8,7 +8,9 @@
 
 MODE is how the worker runs: ``emq`` = ``emq worker bench.echomq_tasks:app`` with its
 defaults (the real thing); ``emq-idleN`` = the same with ``--idle-max-ms N``; ``emq-noresult`` = the
-same keeping no results (plain COMPLETE, as the loops settle: the worker's own cost beside theirs); ``loop`` = a minimal claim -> run -> complete loop, one job a
+same keeping no results (plain COMPLETE, as the loops settle: the worker's own cost beside theirs); ``emq-record`` = the
+same with the queue switched to the record layout (a key ``done:<id>`` a result, as 0.2.0 kept them: the
+fields layout's before, docs/spec.md §12); ``loop`` = a minimal claim -> run -> complete loop, one job a
 round trip each way; ``batch`` = the same loop with pipelined claim_many/complete_many
 (10 at a time); ``batch-kept`` = ``batch`` keeping each no-op's result (None) as the worker does
 by default (PUBLISHES, the worker's retention), so the server does the same work for both;
@@ -91,6 +93,8 @@ def main(argv: list[str]) -> int:
             extra = ["--idle-max-ms", mode[len("emq-idle"):]] if mode.startswith("emq-idle") else []
             if mode == "emq-noresult":
                 os.environ["BENCH_RESULT_TTL"] = "0"
+            if mode == "emq-record":  # the results as 0.2.0 kept them, a key each: the fields layout's before
+                Queue(connect(url, wire=wire), queue).set_result_layout("record")
             os.execv(sys.executable, emq_worker_argv(wire, url, queue, extra))
         if mode == "fused":
             fused_worker(wire, url, queue, BATCH)

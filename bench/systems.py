@@ -52,13 +52,16 @@ def echomq_system(wire: int, mode: str) -> System:
         return System(f"EchoMQ wire {wire} (emq worker, --idle-max-ms {cap})", "echomq", wire,
                       [sys.executable, "-m", "bench.drive_echomq", f"{wire}/{mode}"],
                       f"emq worker defaults but the idle back-off capped at {cap} ms (default 1000)")
-    labels = {"emq": "emq worker", "emq-noresult": "emq worker, no results kept", "loop": "bare loop", "batch": "bare loop, batched",
+    labels = {"emq": "emq worker", "emq-noresult": "emq worker, no results kept",
+              "emq-record": "emq worker, results as keys", "loop": "bare loop", "batch": "bare loop, batched",
               "batch-kept": "bare loop, batched, results kept", "fused": "bare loop, batched, settle+claim fused"}
     configs = {
         "emq": "emq worker defaults: concurrency 10, claim batch 10; an idle queue waits on the server "
                "(BZPOPMIN on the wake marker on wire 4, EMQ.BCLAIM on wire 6)",
         "emq-noresult": "emq worker defaults but the task keeps no results (result_ttl=0: plain COMPLETE, "
                         "as the bare loops settle; the default keeps each result with PUBLISH)",
+        "emq-record": "emq worker defaults but the queue keeps its results in the record layout (a key done:<id> "
+                      "each, as 0.2.0 did; the default is a field of the queue's hash done, docs/spec.md §12)",
         "loop": "claim -> no-op -> complete, one round trip each (not the worker: the verbs' own speed)",
         "batch": "claim_many(10) -> no-ops -> complete_many, pipelined (not the worker)",
         "batch-kept": "as batched, but each no-op's result (None) is kept as the worker keeps it by default "
