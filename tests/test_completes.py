@@ -17,7 +17,7 @@ from echomq._client.connection import build_call
 from echomq.errors import ArgumentError, CounterError, ShapeError, StateError, WrongType
 from echomq._protocol.serializers import RAW
 from echomq._protocol.verbs import EXTENDS_MAX_PAIRS
-from support.dataset import core_dump, mask_times, queue_unchanged
+from support.dataset import TIME, core_dump, mask_times, queue_unchanged
 from support.queues import fresh_name, raw_reply, round_trips
 from support.waiting import server_ms
 
@@ -35,27 +35,17 @@ def completes_by_complete(q, pairs):
     return q.connection.round_trip([build_call("complete", q.keys, pair) for pair in pairs])
 
 
-def masked_record(packed: bytes, now: int) -> bytes:
-    """A completed record kept as a field (docs/spec.md §12), its times (finished, and the row's
-    created and started when present) checked to be present server times, then shown as <time>."""
-    parts = packed.split(b",", 4)
-    for at in (1, 2, 3):
-        if parts[at]:
-            assert now - 600_000 <= int(parts[at]) <= now, (packed, now)
-            parts[at] = b"<time>"
-    return b",".join(parts)
-
-
 def relative(q):
-    """The queue's dataset with its name taken out of the keys and its times masked (the records kept
-    as fields of `done` too); a window's marker expiry checked to be its `unique` ms after a present
-    time."""
+    """The queue's dataset with its name taken out of the keys and its times masked (mask_times masks
+    the records kept as fields of `done` too, and leaves a value that is no packed record as it is:
+    each must show its finished masked, a present server time); a window's marker expiry checked to
+    be its `unique` ms after a present time."""
     client, now = q.connection.client, server_ms(q.connection.client)
     base = q.keys.base.encode()
     out = {}
     for key, (kind, value) in mask_times(core_dump(client, q.keys), now).items():
         if key == q.keys.key("done").encode() and kind == "hash":
-            value = {field: masked_record(packed, now) for field, packed in value.items()}
+            assert all(packed.split(b",", 4)[1:2] == [TIME] for packed in value.values()), value
         if b":unique:" in key and kind == "hash":
             assert 0 < client.pttl(key) <= 50_000, key
         if key == q.keys.active.encode():  # each lease's deadline: a present time + the lease
