@@ -122,7 +122,7 @@ def test_a_link_that_drops_during_a_read_of_an_unbranded_node_is_connection_fail
 
 #: each page and the read its request makes that the node dies under
 PAGES = {"/": "smembers", "/workers": "smembers", "/metrics": "smembers", "/queues/q?state=dead": "hmget",
-         "/queues/q/job?id=waiting": "hgetall", "/queues/q/job?id=done": "pttl"}
+         "/queues/q/job?id=waiting": "hgetall", "/queues/q/job?id=done": "hpttl"}
 
 
 @pytest.mark.parametrize("path", PAGES)
