@@ -15,7 +15,7 @@ from echomq._protocol.serializers import RAW
 
 from support.dataset import KEEP_MS, queue_unchanged
 from support.queues import fresh_name
-from support.waiting import server_ms
+from support.waiting import Client, server_ms
 
 LEASE = 60_000
 #: a result with what the packed value must carry as it is: commas, a NUL, non-ASCII bytes
@@ -24,7 +24,7 @@ RESULT = b'{"x":1},\x00,\xff'
 
 def field_record(queue: Queue, job_id: str) -> tuple[bytes | None, int]:
     """The job's field of the queue's ``done`` and its expiry (HPEXPIRETIME: ms, -2 without a field)."""
-    client = queue.connection.client
+    client: Client = queue.connection.client  # its replies as the server gives them (the stubs' are a union)
     done = queue.keys.key("done")
     (expires,) = client.execute_command("HPEXPIRETIME", done, "FIELDS", 1, job_id)
     return client.hget(done, job_id), expires
@@ -32,7 +32,8 @@ def field_record(queue: Queue, job_id: str) -> tuple[bytes | None, int]:
 
 def times(queue: Queue, job_id: str) -> tuple[bytes, bytes]:
     """The row's created and started, read while the job is held."""
-    created, started = queue.connection.client.hmget(queue.keys.job(job_id), "created", "started")
+    client: Client = queue.connection.client
+    created, started = client.hmget(queue.keys.job(job_id), ["created", "started"])
     return created, started
 
 
@@ -59,7 +60,8 @@ def records_started(client, keys, job_ids) -> list[int | None]:
 
 def hsetex_calls(queue: Queue) -> int:
     """How many HSETEX the node has run (INFO commandstats: a module's and a script's calls count)."""
-    return queue.connection.client.info("commandstats").get("cmdstat_hsetex", {}).get("calls", 0)
+    client: Client = queue.connection.client
+    return client.info("commandstats").get("cmdstat_hsetex", {}).get("calls", 0)
 
 
 @pytest.fixture
