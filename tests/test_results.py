@@ -352,7 +352,9 @@ def test_retention_expiry_gives_back_its_memory(conn):
     # them is not needed (no unchanged() block may run here: it keeps every field of done for good)
     wait_until(lambda: not client.exists(queue.keys.done_hash), what="the records to expire")
     after = used_memory()
-    assert peak - base > 200 * 2048  # the results were held ...
+    # the results were held: at least half their bytes (a field layout holds each about once; the
+    # node's own buffers move by tens of KB between two reads, so the bare 400 KB was too close a bar)
+    assert peak - base > 200 * 2048 // 2
     assert after - base < (peak - base) / 4  # ... and given back
     assert queue.status(jobs[0]) is Status.UNKNOWN
 
