@@ -495,6 +495,12 @@ EDGES = [
          publishes(Q, 60_000, ("a", 1, "ra"), ("b", 7, "rb"), ("zz", 1, "x"), ("a", 1, "again")),
          publishes(Q, 0, ("a", 1, "ra")),
          note="each held triple refused (WRONGTYPE), the others answer 0, nothing written; retention 0 publishes"),
+    case("publishes.edge.done-wrongtype-and-events-switch", "bus",
+         *held("a"), *held("b"), raw("SET", key(Q, "done"), "x", label="done as a string"),
+         raw("HSET", key(Q, "meta"), "events", "many", label="events switch not an integer"),
+         publishes(Q, 60_000, ("a", 1, "ra"), ("b", 1, "rb")),
+         note="each held triple refused (WRONGTYPE) at its own record check, before the batch's event "
+              "switch is read: nothing written"),
     case("publishes.edge.metrics-wrongtype", "bus",
          *held("a"), *held("b"), raw("SET", key(Q, "metrics:completed"), "x", label="metrics:completed as a string"),
          publishes(Q, 60_000, ("a", 1, "ra"), ("b", 1, "rb")), expect=("5.6",),

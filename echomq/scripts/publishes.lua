@@ -44,10 +44,11 @@ if #ids == 0 then return replies end
 -- which held jobs are in active: one read for all, the last check
 local kept = in_active(KEYS[1], ids, spots, replies, again)
 if #kept == 0 then return replies end
-local bound, layout, refused = record_switches(base)
-if refused then return refused end
+-- the batch's switches; its records' key is checked before a malformed event switch refuses the
+-- whole batch (the native verb checks each triple's record before the queue's switches)
+local bound, layout, events_refused = record_switches(base)
 local fields = retention > 0 and done_fields(layout)
-refused = done_refused(base, fields)
+local refused = done_refused(base, fields)
 if refused then
   -- `done` is the one key every held job's record would be written to: each is refused, and so is
   -- each later triple of its id with the same token (as in_active's refusals)
@@ -58,6 +59,7 @@ if refused then
   end
   return replies
 end
+if events_refused then return events_refused end
 -- the ids, and the keys to delete: the rows, and the records to be written anew (an older one of
 -- the same id goes whole)
 local done_ids, keys = {}, {}

@@ -35,13 +35,14 @@ end
 
 -- record_switches(base) -> the event switch of the queue at `base` (as event_bound) and its `meta
 -- results` as read (false when absent: the layout of its completed records, lib/done.lua's
--- done_fields), from one read of meta; or nil, nil and the refusal of a malformed event switch.
+-- done_fields), from one read of meta, and the refusal of a malformed event switch (nil when it
+-- is well formed). The layout comes with a refusal too: PUBLISHES checks its records' key before it
+-- refuses the batch for its event switch, as the native verb does (each triple's checks first).
 -- What PUBLISH, PUBLISHES, lane_complete and flow_complete read before they keep a record.
 local function record_switches(base)
   local meta = redis.call('HMGET', base .. 'meta', 'events', 'results')
   local bound, refused = event_bound(meta[1])
-  if refused then return nil, nil, refused end
-  return bound, meta[2]
+  return bound, meta[2], refused
 end
 
 -- one event in the queue's stream when its switch is on (`bound`): type, id, attempt, then the
