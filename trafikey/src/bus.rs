@@ -5,6 +5,7 @@
 
 use crate::decide::{events_bound, num, owned_op, record_layout, Cmd, Expect, Layout, Op};
 use crate::errors::Refusal;
+use crate::ffi::Str;
 use crate::grammar::{Keyspace, EVENT_VALUE_MAX_LEN};
 use crate::host::{Fence, Host};
 
@@ -104,14 +105,13 @@ impl Events {
     }
 }
 
-/// A job's outcome channel, `base .. 'outcome:' .. id`, when the caller may publish on it
-/// (checked before the first write, published after the last). The message is a wake-up, not
-/// state: a caller without the permission still makes its move, untold.
+/// A job's outcome channel, `base .. 'outcome:' .. id` ([`Keyspace::outcome`]), when the caller
+/// may publish on it (checked before the first write, published after the last). The message
+/// is a wake-up, not state: a caller without the permission still makes its move, untold.
 pub fn outcome_channel(
     fence: &Fence<'_>,
     q: &Keyspace<'_>,
     id: &[u8],
-) -> Result<Option<Vec<u8>>, Refusal> {
-    let channel = q.key(&[b"outcome:".as_slice(), id].concat());
-    Ok(fence.may_publish(&channel)?.then(|| channel.to_vec()))
+) -> Result<Option<Str>, Refusal> {
+    fence.publishable(&q.outcome(id))
 }

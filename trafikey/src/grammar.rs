@@ -217,6 +217,11 @@ impl Keyspace<'_> {
         self.key(b"done")
     }
 
+    /// `base .. 'outcome:' .. id`: a job's outcome channel (docs/spec.md §12).
+    pub fn outcome(&self, id: &[u8]) -> KeyName {
+        KeyName::of(&[self.base, b"outcome:", id])
+    }
+
     /// `base .. 'done:' .. id`: a completed job's record as a key of its own (the layout of
     /// `meta results record`), kept for its retention.
     pub fn done(&self, id: &[u8]) -> KeyName {

@@ -12,7 +12,7 @@ use valkey_module::raw::{
     REDISMODULE_NOTIFY_GENERIC, REDISMODULE_NOTIFY_HASH, REDISMODULE_NOTIFY_STREAM,
     REDISMODULE_NOTIFY_ZSET,
 };
-use valkey_module::{CallOptionsBuilder, CallReply, CallResult, Context, ValkeyError, ValkeyValue};
+use valkey_module::{Context, ValkeyError, ValkeyValue};
 
 use crate::decide::{incr, num, string2ll, Cmd, Expect, Op};
 use crate::errors::{printable, Refusal};
@@ -115,11 +115,14 @@ impl Drop for Host<'_> {
 const KEPT_READS: usize = 4;
 
 /// A row (or hash) read: each asked field's value, `None` when absent. Its vector comes from,
-/// and goes back to, a few kept between commands (a lifecycle reads four rows or metas).
+/// and goes back to, a few kept between commands (a lifecycle reads four rows or metas, a
+/// batch one a job).
 pub struct Seen(Vec<Option<Str>>);
 
-/// How many emptied `Seen` vectors are kept.
-const KEPT_SEEN: usize = 4;
+/// How many emptied `Seen` vectors are kept: a batch (PUBLISHES, CLAIMS) holds each job's read
+/// until its writes, and the worker's batches are ten jobs; a vector not kept is one more
+/// malloc and free of the command (glibc keeps only seven chunks of a size at hand).
+const KEPT_SEEN: usize = 16;
 
 thread_local! {
     static SEEN: RefCell<Vec<Vec<Option<Str>>>> = const { RefCell::new(Vec::new()) };
@@ -371,9 +374,9 @@ impl<'c> Host<'c> {
 
     /// SPUBLISH `message` on `channel`, after the writes (a message is no write: nothing is
     /// replicated).
-    pub fn publish(&self, channel: &[u8], message: &[u8]) -> Result<(), Refusal> {
-        let (channel, message) = (self.name(channel)?, self.name(message)?);
-        if ffi::publish_shard(self.ctx, &channel, &message) {
+    pub fn publish(&self, channel: &Str, message: &[u8]) -> Result<(), Refusal> {
+        let message = self.name(message)?;
+        if ffi::publish_shard(self.ctx, channel, &message) {
             Ok(())
         } else {
             Err(self.host_error("has no SPUBLISH"))
@@ -546,36 +549,34 @@ impl<'c> Host<'c> {
     /// A write no key handle makes (HSETEX: a hash field's own expiry), run as the command
     /// itself (the server notifies and signals it): verified against its prediction, then
     /// replicated as its effect, which is the command (its deadline is absolute, so a replica
-    /// and the AOF write the same).
+    /// and the AOF write the same). Its arguments are made as strings once, for the call and
+    /// the effect alike.
     fn write_call(&self, op: &Op<'_>) -> Result<(), Refusal> {
         // no read handle outlives a write (`write_run`)
         self.reads.borrow_mut().clear();
         let fail = |what: &str| self.host_error(&format!("{} {what}", op.cmd));
-        let name = op.cmd.name().to_str().map_err(|_| fail("has no name"))?;
-        let args: Vec<&[u8]> = op.args.iter().collect();
-        let options = CallOptionsBuilder::new().errors_as_replies().build();
-        let got = match self.ctx.call_ext::<_, CallResult>(name, &options, args.as_slice()) {
-            Ok(CallReply::I64(n)) => n.to_i64(),
-            Ok(_) => return Err(fail("answered no integer")),
-            Err(e) => return Err(fail(&format!("was refused: {e}"))),
-        };
-        let ok = match op.expect {
-            Expect::Int(want) => want == got,
-            Expect::AnyInt => true,
-            _ => false,
-        };
-        if !ok {
-            return Err(fail(&format!("answered {got}, not {:?}", op.expect)));
-        }
         let mut effect = self.effect.take();
-        let named = op.args.iter().try_for_each(|a| {
-            effect.push(self.name(a)?);
-            Ok(())
-        });
-        let replicated = named.is_ok() && self.replicate(op.cmd, &mut effect);
+        let written = op
+            .args
+            .iter()
+            .try_for_each(|a| {
+                effect.push(self.name(a)?);
+                Ok(())
+            })
+            .and_then(|()| match ffi::call_int(self.ctx, op.cmd.name(), &effect) {
+                ffi::Called::Int(got) => Ok(got),
+                ffi::Called::Refused(e) => Err(fail(&format!("was refused: {e}"))),
+                ffi::Called::Other => Err(fail("answered no integer")),
+            })
+            .and_then(|got| match op.expect {
+                Expect::Int(want) if want == got => Ok(()),
+                Expect::AnyInt => Ok(()),
+                _ => Err(fail(&format!("answered {got}, not {:?}", op.expect))),
+            });
+        let replicated = written.is_ok() && self.replicate(op.cmd, &mut effect);
         effect.clear();
         self.effect.replace(effect);
-        named?;
+        written?;
         if !replicated {
             return Err(fail("could not be replicated"));
         }
@@ -839,10 +840,14 @@ impl Fence<'_> {
         self.check(key, Access::Write)
     }
 
-    /// May the caller publish on a derived channel (the outcome channel of a job)?
-    pub fn may_publish(&self, channel: &[u8]) -> Result<bool, Refusal> {
-        self.host
-            .with_name(channel, |c| self.caller.allows_channel(c))
+    /// A derived channel (the outcome channel of a job) as the server string it is published
+    /// with, when the caller may publish on it. Made once, here, and kept by the caller until
+    /// the message: not among the recent names, which a batch's hundred channels would push
+    /// out (each made twice) along with the queue's keys.
+    pub fn publishable(&self, channel: &[u8]) -> Result<Option<Str>, Refusal> {
+        let channel =
+            Str::new(channel).ok_or_else(|| self.host.host_error("could not make a string"))?;
+        Ok(self.caller.allows_channel(&channel).then_some(channel))
     }
 }
 

@@ -14,7 +14,7 @@
 //! | `keys` | key handles (`Key`): types, hash, zset and stream reads and writes, expiry, deletion, keyspace notifications and modified-key signals |
 //! | `acl` | the calling user and its key and channel permissions (`Caller`) |
 //! | `blocking` | blocking a client on keys, signalling a key ready, the key a wake was signalled for |
-//! | `replication` | what a command sends beyond its key writes: effects to replicas and the AOF (`RM_Replicate`), messages to a shard channel's subscribers |
+//! | `replication` | what a command sends beyond its key writes: effects to replicas and the AOF (`RM_Replicate`), messages to a shard channel's subscribers; the write no key handle makes, run with its effect's strings (`RM_Call`) |
 
 #![allow(unsafe_code)]
 
@@ -45,5 +45,5 @@ pub use dispatch::{
 pub(crate) use dispatch::{entry, listener, native, waker};
 pub use keys::{key_tag, signal_modified, Key, Kind};
 pub use registration::{add_category, register, set_options, subscribe};
-pub use replication::{publish_shard, replicate};
+pub use replication::{call_int, publish_shard, replicate, Called};
 pub use strings::{Names, Str};

@@ -1,6 +1,7 @@
 //! What a command sends beyond its key writes: each write's effect to replicas and the AOF
 //! (`RM_Replicate`, inside the command's MULTI/EXEC), and a message to a shard channel's
-//! subscribers (`RM_PublishMessageShard`, which nothing replicates).
+//! subscribers (`RM_PublishMessageShard`, which nothing replicates); and a write no key handle
+//! makes (HSETEX), run through the command path with the strings its effect then replicates.
 
 use std::ffi::c_int;
 use std::ptr;
@@ -74,4 +75,61 @@ pub fn publish_shard(ctx: &Context, channel: &Str, message: &Str) -> bool {
     // SAFETY: a live command context and live strings (the server copies the message).
     unsafe { publish(ctx.ctx, channel.ptr, message.ptr) };
     true
+}
+
+/// What a command run through the command path answered (`call_int`).
+#[derive(Debug)]
+pub enum Called {
+    Int(i64),
+    /// Its error reply.
+    Refused(String),
+    /// Another reply, or no reply (the host refused the call).
+    Other,
+}
+
+/// Run `cmd` with `args` through the command path (`RM_Call`, errors as replies, not
+/// replicated: the caller replicates its effect), for a write no key handle makes. The
+/// arguments go as the strings the caller holds (format `v`): none is copied, and the same
+/// strings then travel as the effect.
+pub fn call_int(ctx: &Context, cmd: &std::ffi::CStr, args: &[Str]) -> Called {
+    let (Some(call), Some(kind), Some(int), Some(text), Some(free)) = (
+        api!(RedisModule_Call),
+        api!(RedisModule_CallReplyType),
+        api!(RedisModule_CallReplyInteger),
+        api!(RedisModule_CallReplyStringPtr),
+        api!(RedisModule_FreeCallReply),
+    ) else {
+        return Called::Other;
+    };
+    let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|s| s.ptr).collect();
+    // SAFETY: a live command context; `v` takes (RedisModuleString **, size_t) of live strings,
+    // which the server only reads (it takes its own references to what it keeps); the reply is
+    // read, then freed once, before the function returns.
+    unsafe {
+        let reply = call(
+            ctx.ctx,
+            cmd.as_ptr(),
+            c"vE".as_ptr(),
+            argv.as_mut_ptr(),
+            argv.len(),
+        );
+        if reply.is_null() {
+            return Called::Other;
+        }
+        let answer = match kind(reply) as isize {
+            raw::REDISMODULE_REPLY_INTEGER => Called::Int(int(reply)),
+            raw::REDISMODULE_REPLY_ERROR => {
+                let mut len = 0usize;
+                let p = text(reply, &mut len);
+                let bytes = match p.is_null() {
+                    true => &[][..],
+                    false => std::slice::from_raw_parts(p.cast::<u8>(), len),
+                };
+                Called::Refused(String::from_utf8_lossy(bytes).into_owned())
+            }
+            _ => Called::Other,
+        };
+        free(reply);
+        answer
+    }
 }

@@ -8,7 +8,9 @@
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
 use crate::bus;
-use crate::decide::{next_attempt, num, op, owned_op, rate_of, rate_wait, Cmd, Expect, Num};
+use crate::decide::{
+    next_attempt, num, op, owned_op, rate_of, rate_wait, recycle_plan, spare_plan, Cmd, Expect, Num,
+};
 use crate::errors::Refusal;
 use crate::ffi::{self, Str};
 use crate::grammar::{self, Argc, Call, KeyName, Keyspace};
@@ -277,7 +279,7 @@ pub fn claim_run(
     // taken; per lease its two writes, its event, its two rate-log writes; one ZREM of stale
     // starts
     let per_lease = 2 + usize::from(events.is_some()) + 2 * usize::from(rate.is_some());
-    let mut plan = Vec::with_capacity(taken.len() + leased * per_lease + 1);
+    let mut plan = spare_plan(taken.len() + leased * per_lease + 1);
     for t in &taken {
         plan.push(op(Cmd::Zpopmin, &[pending], Expect::Popped(&t.id)));
         let Some(l) = &t.lease else {
@@ -330,7 +332,7 @@ pub fn claim_run(
         }
     }
     h.apply(&plan)?;
-    drop(plan);
+    recycle_plan(plan);
     let jobs = taken
         .into_iter()
         .filter_map(|t| {

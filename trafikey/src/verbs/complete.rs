@@ -76,6 +76,7 @@ pub fn completion<'a>(
         window,
     };
     let plan = completion_plan(
+        Vec::new(),
         (active, metrics),
         (count, b"1"),
         events.as_ref(),
@@ -141,18 +142,19 @@ pub fn queue_checks(
     Ok((count, events, waited))
 }
 
-/// The writes of the completions of `jobs`, in order: one `ZREM active` of every id, each row's
+/// The writes of the completions of `jobs`, in order, added to `plan` (empty): one `ZREM active` of every id, each row's
 /// `DEL`, one `HINCRBY metrics:completed count <n>` (`by`, answering `count`), each job's
 /// `completed` event when events are on, each job's window. One job's are COMPLETE's; n jobs'
 /// leave what n COMPLETEs leave (the count's increments summed, exact: one key, one field).
 pub fn completion_plan<'a>(
+    mut plan: Vec<Op<'a>>,
     (active, metrics): (&'a [u8], &'a [u8]),
     (count, by): (i64, &'a [u8]),
     events: Option<&Events>,
     jobs: &[Settle<'a>],
 ) -> Vec<Op<'a>> {
     let per_job = 1 + usize::from(events.is_some()) + 2;
-    let mut plan = Vec::with_capacity(2 + jobs.len() * per_job);
+    plan.reserve(2 + jobs.len() * per_job);
     let mut zrem = Vec::with_capacity(1 + jobs.len());
     zrem.push(active);
     zrem.extend(jobs.iter().map(|j| j.id));
@@ -226,6 +228,7 @@ mod tests {
     fn one_completion_is_completes_writes() {
         let jobs = [job(b"a", b"emq:{q}:job:a")];
         let plan = completion_plan(
+            Vec::new(),
             (b"emq:{q}:active", b"emq:{q}:metrics:completed"),
             (7, b"1"),
             None,
@@ -256,6 +259,7 @@ mod tests {
             Expect::AnyInt,
         )];
         let plan = completion_plan(
+            Vec::new(),
             (b"emq:{q}:active", b"emq:{q}:metrics:completed"),
             (20, b"20"),
             None,

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
 use crate::bus;
-use crate::decide::{num, Op};
+use crate::decide::{num, recycle_plan, spare_plan, Op};
 use crate::errors::Refusal;
 use crate::grammar::{self, Argc, KeyName, Keyspace};
 use crate::host::{Fence, Host};
@@ -173,9 +173,16 @@ pub fn settle_batch<'a>(
             channels.extend(bus::outcome_channel(fence, q, s.id)?);
         }
     }
-    let mut plan = completion_plan((active, metrics), (count, &n), events.as_ref(), settles);
+    let mut plan = completion_plan(
+        spare_plan(0),
+        (active, metrics),
+        (count, &n),
+        events.as_ref(),
+        settles,
+    );
     plan.extend(more);
     h.apply(&plan)?;
+    recycle_plan(plan);
     for channel in &channels {
         h.publish(channel, b"completed")?;
     }

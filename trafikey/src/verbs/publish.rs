@@ -7,8 +7,9 @@ use valkey_module::{Context, ValkeyResult};
 
 use crate::bus;
 use std::borrow::Cow;
+use std::ops::Range;
 
-use crate::decide::{num, op, packed_record, Args, Cmd, Expect, Layout, Op};
+use crate::decide::{num, op, pack_record, Args, Cmd, Expect, Layout, Op};
 use crate::errors::Refusal;
 use crate::ffi::Kind;
 use crate::grammar::{self, Argc, KeyName, Keyspace};
@@ -37,6 +38,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let fence = h.fence();
     let (row, metrics) = (q.row(id), q.metrics_completed());
     let done: KeyName; // the record's key, in the queue's layout
+    let mut value = Vec::new(); // the record as its field's value
     let Some((seen, mut plan, _)) = completion(
         &h,
         &fence,
@@ -53,11 +55,14 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         let layout = bus::results_layout(&h, &fence, &q)?;
         done = record_key(&q, layout, id);
         match done_checks(&h, &fence, layout, &done)? {
-            Kept::Field => plan.push(fields_write(
-                &done,
-                &expires,
-                vec![(id, packed(token, &finished, &seen, result))],
-            )),
+            Kept::Field => {
+                pack(&mut value, token, &finished, &seen, result);
+                plan.push(fields_write(
+                    &done,
+                    &expires,
+                    [(id, &value[..])].into_iter(),
+                ))
+            }
             Kept::Record { older } => record_writes(
                 &mut plan,
                 (&done, older),
@@ -116,11 +121,25 @@ pub fn done_checks(
     })
 }
 
-/// A job's record as its field's value: the attempts (`token`), when it `finished`, the row's
-/// `created` and `started` (`seen` after `HELD`), the result.
-pub fn packed(token: &[u8], finished: &[u8], seen: &Seen, result: &[u8]) -> Vec<u8> {
-    let n = HELD.len();
-    packed_record(token, finished, (field(seen, n), field(seen, n + 1)), result)
+/// A job's record as its field's value, added to `into`: the attempts (`token`), when it
+/// `finished`, the row's `created` and `started` (`seen` after `HELD`), the result. Answers
+/// where in `into` it lies.
+pub fn pack(
+    into: &mut Vec<u8>,
+    token: &[u8],
+    finished: &[u8],
+    seen: &Seen,
+    result: &[u8],
+) -> Range<usize> {
+    let (n, start) = (HELD.len(), into.len());
+    pack_record(
+        into,
+        token,
+        finished,
+        (field(seen, n), field(seen, n + 1)),
+        result,
+    );
+    start..into.len()
 }
 
 /// The records (id, packed value) as fields of `done`, every one expiring at `expires`: one
@@ -128,7 +147,7 @@ pub fn packed(token: &[u8], finished: &[u8], seen: &Seen, result: &[u8]) -> Vec<
 pub fn fields_write<'a>(
     done: &'a [u8],
     expires: &'a [u8],
-    records: Vec<(&'a [u8], Vec<u8>)>,
+    records: impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])>,
 ) -> Op<'a> {
     let mut args: Vec<Cow<'a, [u8]>> = Vec::with_capacity(5 + 2 * records.len());
     args.extend([
@@ -139,7 +158,7 @@ pub fn fields_write<'a>(
         Cow::Owned(num(records.len() as i64).to_vec()),
     ]);
     for (id, value) in records {
-        args.extend([Cow::Borrowed(id), Cow::Owned(value)]);
+        args.extend([Cow::Borrowed(id), Cow::Borrowed(value)]);
     }
     Op {
         cmd: Cmd::Hsetex,
@@ -187,11 +206,8 @@ mod tests {
 
     #[test]
     fn a_batch_of_records_is_one_hsetex_with_one_deadline() {
-        let records = [
-            (b"a".as_slice(), b"1,5,,,ra".to_vec()),
-            (b"b".as_slice(), b"2,5,3,4,r,b".to_vec()),
-        ];
-        let write = fields_write(b"emq:{q}:done", b"60005", records.to_vec());
+        let records: [(&[u8], &[u8]); 2] = [(b"a", b"1,5,,,ra"), (b"b", b"2,5,3,4,r,b")];
+        let write = fields_write(b"emq:{q}:done", b"60005", records.into_iter());
         assert_eq!(write.cmd, Cmd::Hsetex);
         assert_eq!(write.expect, Expect::Int(1));
         let args: Vec<&[u8]> = write.args.iter().collect();

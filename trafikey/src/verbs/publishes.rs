@@ -15,7 +15,7 @@ use crate::host::Host;
 use crate::verbs::complete::job_checks;
 use crate::verbs::completes::{check_each, reply, settle_batch, Tell};
 use crate::verbs::publish::{
-    done_checks, fields_write, packed, record_writes, Kept,
+    done_checks, fields_write, pack, record_writes, Kept,
 };
 use crate::verbs::LeaseCheck;
 
@@ -93,12 +93,15 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–7. the queue's checks, the writes (the records after the completions'), the outcomes
     // told
     let mut records = Vec::new();
-    let mut fields = Vec::new();
+    // the fields' values packed one after the other in one buffer, each field's id and place
+    let (mut packs, mut fields) = (Vec::new(), Vec::new());
     for (seen, kept, at) in &kept {
         let (id, token, result) = triples[*at];
         match kept {
             None => {}
-            Some(Kept::Field) => fields.push((id, packed(token, &finished, seen, result))),
+            Some(Kept::Field) => {
+                fields.push((id, pack(&mut packs, token, &finished, seen, result)))
+            }
             Some(Kept::Record { older }) => record_writes(
                 &mut records,
                 (&dones[*at], *older),
@@ -109,7 +112,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         }
     }
     if !fields.is_empty() {
-        records.push(fields_write(&dones[0], &expires, fields));
+        let values = fields.iter().map(|(id, at)| (*id, &packs[at.clone()]));
+        records.push(fields_write(&dones[0], &expires, values));
     }
     settle_batch(
         &h,
