@@ -49,7 +49,11 @@ pub fn switches(
 /// Step 5 of keeping completed records: where the queue keeps them, its `meta results` read
 /// ([`record_layout`]); before the first write, so a switch turned before the command is the
 /// one it follows.
-pub fn results_layout(h: &Host<'_>, fence: &Fence<'_>, q: &Keyspace<'_>) -> Result<Layout, Refusal> {
+pub fn results_layout(
+    h: &Host<'_>,
+    fence: &Fence<'_>,
+    q: &Keyspace<'_>,
+) -> Result<Layout, Refusal> {
     let meta = q.meta();
     fence.read(&meta)?;
     let stored = h.hash(&meta, &["results"])?.and_then(|mut m| m.take(0));

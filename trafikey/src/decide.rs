@@ -829,7 +829,13 @@ mod tests {
     fn records_are_fields_unless_the_switch_is_exactly_record() {
         use super::{record_layout, Layout};
         assert_eq!(record_layout(Some(b"record")), Layout::Record);
-        for other in [None, Some(b"fields".as_slice()), Some(b"RECORD"), Some(b"record "), Some(b"")] {
+        for other in [
+            None,
+            Some(b"fields".as_slice()),
+            Some(b"RECORD"),
+            Some(b"record "),
+            Some(b""),
+        ] {
             assert_eq!(record_layout(other), Layout::Fields, "{other:?}");
         }
     }

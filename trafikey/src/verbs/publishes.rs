@@ -14,9 +14,7 @@ use crate::grammar::{self, Argc, KeyName};
 use crate::host::Host;
 use crate::verbs::complete::job_checks;
 use crate::verbs::completes::{check_each, reply, settle_batch, Tell};
-use crate::verbs::publish::{
-    done_checks, fields_write, pack, record_writes, Kept,
-};
+use crate::verbs::publish::{done_checks, fields_write, pack, record_writes, Kept};
 use crate::verbs::LeaseCheck;
 
 pub const VERB: &str = "EMQ.PUBLISHES";
@@ -73,9 +71,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
                         let read = bus::results_layout(&h, &fence, &q)?;
                         dones = match read {
                             Layout::Fields => vec![q.done_fields()],
-                            Layout::Record => {
-                                triples.iter().map(|(id, _, _)| q.done(id)).collect()
-                            }
+                            Layout::Record => triples.iter().map(|(id, _, _)| q.done(id)).collect(),
                         };
                         *layout.insert(read)
                     }
