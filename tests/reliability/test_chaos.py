@@ -101,6 +101,10 @@ def test_a_slow_disk_under_everysec_holds_acknowledged_writes_back_from_a_crash(
             # an earlier write's fsync (the brand's) would hold this one back too
             wait_until(lambda: not Run.fsync_running(server), 10, "the start-up fsync to end", every=0.02)
             q.enqueue({"n": 0})  # written; everysec starts its fsync within the second
+            # in the file before the crash: a background fsync that began between the wait above and
+            # this enqueue (another second's) would hold it back too, and the crash would take it
+            wait_until(lambda: client.info("persistence")["aof_buffer_length"] == 0, 10,
+                       "the first job to reach the file", every=0.02)
             wait_until(lambda: Run.fsync_running(server), 10, "a background fsync to start", every=0.02)
             q.enqueue_many([{"n": n} for n in range(1, 101)])  # answered, yet held back
             assert q.counts().pending == 101
