@@ -150,6 +150,20 @@ def test_counter_overflow_advances_the_millisecond(monkeypatch):
     assert stamps[0] == clock.ms and stamps[-1] == clock.ms + 2  # ran ahead rather than repeating or wrapping
 
 
+def test_a_batch_of_ids_is_minted_as_one_at_a_time_would_be(monkeypatch):
+    """new_ids (enqueue_many's ids, one hold of the lock) crosses a millisecond's counter as new_id does."""
+    clock = _FrozenClock(time.time_ns() // 1_000_000 + 10)
+    monkeypatch.setattr(ids, "time", clock)
+    first = ids.new_id()
+    batch = ids.new_ids(2 * ids.COUNTER_SPAN + 5)  # runs out of this ms's counter twice
+    after = ids.new_id()
+    values = [first, *batch, after]
+    assert values == sorted(values) and len(set(values)) == len(values)
+    assert [ids.minted_ms(v) for v in values].count(clock.ms) == ids.COUNTER_SPAN
+    assert ids.minted_ms(after) == clock.ms + 2
+    assert ids.new_ids(0) == []
+
+
 def test_ids_never_go_backwards_when_the_wall_clock_does(monkeypatch):
     first = ids.new_id()
     clock = _FrozenClock(ids.minted_ms(first) - 60_000)  # the wall clock jumps a minute back

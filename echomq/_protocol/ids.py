@@ -64,17 +64,23 @@ _draw_tag()
 os.register_at_fork(after_in_child=_draw_tag)  # a forked child must not mint its parent's ids
 
 
-def _next_stamp() -> tuple[int, int]:
+def _next_stamps(count: int) -> list[tuple[int, range]]:
+    """``count`` stamps in a row, taken under one hold of the lock, as (ms, its counters) runs:
+    each stamp after the one before, and after every stamp this process took before them."""
     global _last_ms, _counter
     with _lock:
         now = time.time_ns() // 1_000_000
         if now > _last_ms:
-            _last_ms, _counter = now, 0
-        else:
-            _counter += 1
-            if _counter == COUNTER_SPAN:
-                _last_ms, _counter = _last_ms + 1, 0
-        return _last_ms, _counter
+            _last_ms, _counter = now, -1
+        runs = []
+        while count:
+            if _counter + 1 == COUNTER_SPAN:
+                _last_ms, _counter = _last_ms + 1, -1
+            take = min(count, COUNTER_SPAN - 1 - _counter)  # what this ms has left
+            runs.append((_last_ms, range(_counter + 1, _counter + 1 + take)))
+            _counter += take
+            count -= take
+        return runs
 
 
 def fixed_width(value: int, width: int, alphabet: str = ALPHABET) -> str:
@@ -88,15 +94,25 @@ def fixed_width(value: int, width: int, alphabet: str = ALPHABET) -> str:
 
 def new_id() -> str:
     """A new default job id; each call's value sorts after the previous one's in this process."""
+    return new_ids(1)[0]
+
+
+def new_ids(count: int) -> list[str]:
+    """``count`` new default job ids, in the order they sort: a batch's ids, minted under one hold
+    of the lock (:func:`new_id`'s, ``count`` times over)."""
     global _time_text
-    ms, counter = _next_stamp()
-    minted = _time_text
-    if minted[0] != ms:
-        minted = _time_text = (ms, fixed_width(ms, TIME_CHARS))
-    tail = _tails.get(counter)
-    if tail is None:
-        tail = _tails[counter] = fixed_width(_tag * COUNTER_SPAN + counter, TAIL_CHARS)
-    return minted[1] + tail
+    ids = []
+    for ms, counters in _next_stamps(count):
+        minted = _time_text
+        if minted[0] != ms:
+            minted = _time_text = (ms, fixed_width(ms, TIME_CHARS))
+        head, tails = minted[1], _tails
+        for counter in counters:
+            tail = tails.get(counter)
+            if tail is None:
+                tail = tails[counter] = fixed_width(_tag * COUNTER_SPAN + counter, TAIL_CHARS)
+            ids.append(head + tail)
+    return ids
 
 
 def minted_ms(text: str) -> int | None:
