@@ -120,6 +120,53 @@ def test_a_link_fault_mid_round_trip_is_connection_failed_and_the_next_round_tri
     assert asyncio.run(main()) == [[b"four", b"five"]] * 2
 
 
+def test_a_streamed_round_trip_sends_ahead_pairs_each_reply_and_survives_a_fault_mid_stream(server, wire):
+    """As the blocking connection's: parts of a command or two, the second written before the
+    first reply is read, each reply in its own command's place; QUIT in a later part is
+    ConnectionFailed, and the next streamed round trip reads its own replies. And enqueue_many
+    streamed: every job made, ids in mint order."""
+    async def main():
+        async with await aio.connect(server.url, wire=wire, max_connections=1) as conn:
+            base = fresh_name("a")
+            await conn.client.set(base + ":str", "s")
+            request = []
+            for i in range(100):
+                request += [Plain(("HSET", f"{base}:{i}", "f", i)), Plain(("HGETALL", f"{base}:{i}")),
+                            Plain(("HGET", base + ":str", "f"))]
+            link, _ = await _one_link(conn)
+            events: list[str] = []
+            send, read = link.send_packed_command, link.read_response
+
+            async def sending(*a, **k):
+                events.append("send")
+                return await send(*a, **k)
+
+            async def reading(*a, **k):
+                events.append("read")
+                return await read(*a, **k)
+
+            link.send_packed_command, link.read_response = sending, reading
+            conn.stream_args = 5
+            replies = await conn.send_many(request)
+            del link.send_packed_command, link.read_response
+            with pytest.raises(ConnectionFailed):
+                await conn.send_many([Plain(("ECHO", n)) for n in range(30)] + [Plain(("QUIT",))]
+                                     + [Plain(("ECHO", n)) for n in range(30)])
+            after = await conn.send_many([Plain(("ECHO", n)) for n in range(40)])
+            queue = aio.Queue(conn, fresh_name("a"))
+            made = await queue.enqueue_many([{"n": n} for n in range(1200)])
+            return events, replies, after, made, await queue.counts()
+
+    events, replies, after, made, counts = asyncio.run(main())
+    assert events[:2] == ["send", "send"] and events.count("send") > 50
+    for i in range(100):
+        assert replies[3 * i] == 1 and replies[3 * i + 1] == {b"f": str(i).encode()}
+        assert isinstance(replies[3 * i + 2], WrongType)
+    assert after == [str(n).encode() for n in range(40)]
+    ids = [e.id for e in made]
+    assert all(e.created for e in made) and ids == sorted(ids) and len(set(ids)) == 1200 and counts.pending == 1200
+
+
 def test_a_link_fault_mid_round_trip_is_retried_as_the_clients_retry_policy_says(server, wire):
     """With a retry on a link fault, the killed round trip goes again, whole, on a new socket
     (whose id is not the one killed: the second CLIENT KILL kills none)."""

@@ -29,7 +29,7 @@ from echomq import (
     brand_node,
     connect,
 )
-from echomq._client.connection import BRANDS, Call, Connection, Plain, build_call, cluster_mode
+from echomq._client.connection import BRANDS, STREAM_ARGS, Call, Connection, Plain, build_call, cluster_mode, streamed
 from echomq._protocol.keys import VERSION_KEY, Keyspace
 from echomq._protocol.serializers import RAW
 from echomq.local.server import free_port
@@ -494,6 +494,62 @@ def test_a_link_fault_mid_pipeline_is_connection_failed_and_the_next_round_trip_
     with pytest.raises(ConnectionFailed):
         conn.send_many([Plain(("ECHO", "one")), Plain(("QUIT",)), Plain(("ECHO", "three"))])
     assert conn.send_many([Plain(("ECHO", "four")), Plain(("ECHO", "five"))]) == [b"four", b"five"]
+
+
+def test_streamed_cuts_a_round_trip_where_a_part_reaches_its_arguments():
+    commands = [("A", 1), ("B", 1, 2, 3), ("C",), ("D", 1, 2), ("E", 1)]
+    assert streamed(commands, 4) == [[("A", 1), ("B", 1, 2, 3)], [("C",), ("D", 1, 2)], [("E", 1)]]
+    assert streamed(commands, 1) == [[c] for c in commands]
+    assert streamed(commands, 100) == [commands]  # a round trip within the bound: one part, as before
+    assert streamed(commands[:2], 6) == [commands[:2]]  # ends where the bound is met: no empty part after
+
+
+def test_a_streamed_round_trip_sends_the_next_part_before_reading_and_pairs_each_reply(conn, wire):
+    """Parts of a command or two: the second part is written before the first reply is read, and
+    every reply (a callback's dict, a refusal) lands in its own command's place."""
+    base = fresh()
+    conn.client.set(base + ":str", "s")
+    request = []
+    for i in range(100):
+        request += [Plain(("HSET", f"{base}:{i}", "f", i)), Plain(("HGETALL", f"{base}:{i}")),
+                    Plain(("HGET", base + ":str", "f"))]
+    events: list[str] = []
+    pool = conn.client.connection_pool
+    real = pool.get_connection
+
+    def spied(*args, **kwargs):
+        link = real(*args, **kwargs)
+        send, read = link.send_packed_command, link.read_response
+        link.send_packed_command = lambda *a, **k: (events.append("send"), send(*a, **k))[1]
+        link.read_response = lambda *a, **k: (events.append("read"), read(*a, **k))[1]
+        return link
+
+    pool.get_connection = spied
+    conn.stream_args = 5
+    try:
+        replies = conn.send_many(request)
+    finally:
+        conn.stream_args = STREAM_ARGS
+        del pool.get_connection
+        conn.client.close()  # the spied link leaves the pool
+    assert events[:2] == ["send", "send"] and events.count("send") == len(
+        streamed([conn.args_of(item) for item in request], 5))
+    for i in range(100):
+        assert replies[3 * i] == 1 and replies[3 * i + 1] == {b"f": str(i).encode()}
+        assert isinstance(replies[3 * i + 2], WrongType)
+
+
+def test_a_link_fault_mid_stream_is_connection_failed_and_the_next_round_trip_reads_its_own_replies(conn):
+    """QUIT in a later part of a streamed round trip: the parts after it find the socket closed;
+    ConnectionFailed, and the next streamed round trip, on a new socket, reads its own replies."""
+    conn.stream_args = 4
+    try:
+        with pytest.raises(ConnectionFailed):
+            conn.send_many([Plain(("ECHO", n)) for n in range(30)] + [Plain(("QUIT",))]
+                           + [Plain(("ECHO", n)) for n in range(30)])
+        assert conn.send_many([Plain(("ECHO", n)) for n in range(40)]) == [str(n).encode() for n in range(40)]
+    finally:
+        conn.stream_args = STREAM_ARGS
 
 
 # --------------------------------------------------------------------------- error replies → exceptions

@@ -301,6 +301,7 @@ class WireCodec:
             raise errors.ConfigurationError(f"bad wire {wire!r}: EchoMQ speaks wire 4 (scripts) or wire 6 (trafikey)")
         self.wire = wire
         self.tokens: frozenset[str] = frozenset()  #: what EMQ.VERSION lists on every primary (wire 6)
+        self.stream_args = STREAM_ARGS  #: arguments a part of a streamed pipeline (:func:`streamed`)
         # wire 6 sends the EMQ verbs, and keeps only the declared reads and the lane and flow scripts (SPEC §9.6)
         self.scripts = read_scripts(v for v in SCRIPTED if wire == 4 or v.command is None)
 
@@ -397,6 +398,28 @@ def has_keyless(commands: Sequence[tuple[Any, ...]]) -> bool:
 def names_of(request: Sequence[Call | Plain]) -> list[str]:
     """What the ``verb.*`` hooks report for a round trip: verb names, or a plain command's name."""
     return [item.verb.name if isinstance(item, Call) else str(item.args[0]).lower() for item in request]
+
+
+#: arguments a part of a streamed pipeline carries (:func:`streamed`): a few ENQUEUES of 500 jobs;
+#: a worker's round trip (a claim, a settle batch) fits in one
+STREAM_ARGS = 4096
+
+
+def streamed(commands: Sequence[T], most: int = STREAM_ARGS) -> list[Sequence[T]]:
+    """``commands`` (each a command's arguments) cut into the parts a pipeline writes one ahead
+    of its reading (pure): a part ends with the command that brings it to ``most`` arguments or
+    more, so a round trip within that is one part, written whole as before; the window stays two
+    parts however long the round trip."""
+    parts: list[Sequence[T]] = []
+    start = size = 0
+    for i, command in enumerate(commands):
+        size += len(command)  # type: ignore[arg-type]
+        if size >= most:
+            parts.append(commands[start:i + 1])
+            start, size = i + 1, 0
+    if start < len(commands) or not parts:
+        parts.append(commands[start:])
+    return parts
 
 
 class ReplyCallbacks(dict[str, Callable[[Any], Any] | None]):
@@ -501,22 +524,28 @@ class Connection(WireCodec):
 
     def _pipelined(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """What valkey-py's pipeline without a transaction does, minus its layers per command (a
-        worker's round trip carries a claim and a settle per job): the commands written at once,
-        each reply read in turn, an error reply kept as its exception, the client's reply callbacks
-        applied by command name. A link fault drops the socket (its replies can no longer be paired
+        worker's round trip carries a claim and a settle per job): the commands written in the
+        parts :func:`streamed` cuts, each part sent before the replies of the one before it are
+        read (the server runs a part while the client reads the last one's replies and packs the
+        next: enqueue_many's jobs), each reply read in turn, an error reply kept as its exception,
+        the client's reply callbacks applied by command name. A link fault drops the socket (its replies can no longer be paired
         with their commands) and is retried only as the client's own retry policy says, as there."""
         pool, callbacks = self.client.connection_pool, self._reply_callbacks
         link = pool.get_connection("PIPELINE")
+        parts = streamed(commands, self.stream_args)
 
         def attempt() -> list[Any]:
-            link.send_packed_command(link.pack_commands(commands))
+            link.send_packed_command(link.pack_commands(parts[0]))
             replies: list[Any] = []
-            for command in commands:
-                try:
-                    reply = link.read_response()
-                except ResponseError as exc:
-                    reply = exc
-                replies.append(callbacks.applied(command[0], reply))
+            for k, part in enumerate(parts):
+                if k + 1 < len(parts):  # the next part goes out before this one's replies are read
+                    link.send_packed_command(link.pack_commands(parts[k + 1]))
+                for command in part:
+                    try:
+                        reply = link.read_response()
+                    except ResponseError as exc:
+                        reply = exc
+                    replies.append(callbacks.applied(command[0], reply))
             return replies
 
         def failed(error: BaseException) -> None:

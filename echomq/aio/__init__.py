@@ -52,8 +52,8 @@ from .. import errors
 from .._core import reaper
 from .._client.connection import (
     TRANSPORT_ERRORS, ReplyCallbacks, VerbSpan, WireCodec, as_sent, brand_unreadable, check_brand, check_tokens,
-    cluster_mode, first_key_at, link_failed, missing_database, opening_refused, retried, tokens_unavailable,
-    wire_of_brand,
+    cluster_mode, first_key_at, link_failed, missing_database, opening_refused, retried, streamed,
+    tokens_unavailable, wire_of_brand,
 )
 from .._core.core import (MAX_PAYLOAD_BYTES, Children, Claims, Done, Enqueued, GroupCounts, Job, JobRef, Op, QueueCore,
                           T, check_connection, check_wait, time_left)
@@ -262,21 +262,25 @@ class Connection(WireCodec):
 
     async def _pipelined(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """As :meth:`echomq.Connection._pipelined`, awaited: what valkey-py's asyncio pipeline
-        without a transaction does, minus its layers per command. Whatever breaks off the reading
+        without a transaction does, minus its layers per command, streamed in the same parts. Whatever breaks off the reading
         (a link fault, a cancel of this task) drops the socket before it goes back to the pool:
         its unread replies would answer the next round trip's commands."""
         pool, callbacks = self.client.connection_pool, self._reply_callbacks
         link = await pool.get_connection("PIPELINE")
+        parts = streamed(commands, self.stream_args)
 
         async def attempt() -> list[Any]:
-            await link.send_packed_command(link.pack_commands(commands))
+            await link.send_packed_command(link.pack_commands(parts[0]))
             replies: list[Any] = []
-            for command in commands:
-                try:
-                    reply = await link.read_response()
-                except ResponseError as exc:
-                    reply = exc
-                replies.append(callbacks.applied(command[0], reply))
+            for k, part in enumerate(parts):
+                if k + 1 < len(parts):  # the next part goes out before this one's replies are read
+                    await link.send_packed_command(link.pack_commands(parts[k + 1]))
+                for command in part:
+                    try:
+                        reply = await link.read_response()
+                    except ResponseError as exc:
+                        reply = exc
+                    replies.append(callbacks.applied(command[0], reply))
             return replies
 
         async def failed(error: BaseException) -> None:
