@@ -54,3 +54,27 @@ def test_nan_and_infinity_are_refused_both_ways(text, value):
         JSON.loads(text.encode())
     with pytest.raises(ValueError, match="not JSON compliant"):
         JSON.dumps(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values)
+def test_dumps_writes_what_json_dumps_writes_compact(value):
+    """dumps runs the C encoder it built once (no cycle markers): the bytes json.dumps writes."""
+    expected = json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+    assert JSON.dumps(value) == (b"null" if value is None else expected)
+
+
+def test_dumps_refuses_a_cycle_and_a_value_nested_too_deep_naming_which():
+    cycle: list = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="^Circular reference detected$"):
+        JSON.dumps({"a": cycle})
+    deep: list = []
+    inner = deep
+    for _ in range(50_000):
+        inner.append([])
+        inner = inner[0]
+    with pytest.raises(ValueError, match="nested deeper than Python's JSON reads"):
+        JSON.dumps(deep)
+    with pytest.raises(ValueError, match="Out of range float"):
+        JSON.dumps({"x": float("nan")})
