@@ -1,16 +1,18 @@
-"""Bulk enqueue: which batch size and pipeline depth send the most jobs/s (issue 44, item 4).
+"""Bulk enqueue: which batch size and streamed part send the most jobs/s (issue 44, item 4).
 
     .venv/bin/python -m bench.bulk_enqueue [--jobs 20000] [--rounds 3] [--batches 100,250,500,1000]
-                                           [--depths 1,2,4,8,0] [--json OUT]
+                                           [--depths 1,2,4,8,0]
 
 Per wire, ``--jobs`` no-op jobs into an empty queue through ``enqueue_many``'s own path
-(``op_enqueued``) with each shape: ``batch`` jobs per ENQUEUES, ``depth`` ENQUEUES per round trip
-(0: every command in one round trip, as ``enqueue_many`` sent them before). Rounds interleave the
-shapes and the wires, so each round's figures share that moment's load; the table gives jobs/s
-(client and server together: the producer's whole cost), its ratio to the defaults'
-(``ENQUEUES_SIZE`` × ``ENQUEUES_DEPTH``) round by round, the producer's and the server's CPU µs a
-job together (which a shared machine's load barely moves: on two busy cores, read it beside
-jobs/s), and the server's main-thread CPU µs a job alone.
+(``op_enqueue_into``) with each shape: ``batch`` jobs per ENQUEUES, and every ENQUEUES in one round
+trip, which the connection streams: ``depth`` ENQUEUES a part, each part sent before the replies
+of the one before it are read (0: every command written at once, read after). The default shape
+is ``ENQUEUES_SIZE`` with the connection's own parts (``STREAM_ARGS`` arguments: "auto"). Rounds
+interleave the shapes and the wires, so each round's figures share that moment's load; the table
+gives jobs/s (client and server together: the producer's whole cost), its ratio to the default's
+round by round, the producer's and the server's CPU µs a job together (which a shared machine's
+load barely moves: on two busy cores, read it beside jobs/s), and the server's main-thread CPU µs
+a job alone.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from typing import Any
 
 from echomq import Queue, connect
 from echomq._client.connection import run_op
-from echomq._core.admission import ENQUEUES_DEPTH, ENQUEUES_SIZE, op_enqueued
+from echomq._core.admission import ENQUEUES_SIZE, op_enqueue_into
 
 from .common import BenchServer, machine, say, summary, trafikey_module
+
+AUTO = -1  #: the depth of the connection's own parts (STREAM_ARGS)
 
 
 def enqueued(url: str, wire: int, n: int, batch: int, depth: int) -> tuple[float, float]:
@@ -32,16 +36,17 @@ def enqueued(url: str, wire: int, n: int, batch: int, depth: int) -> tuple[float
     the producer's own CPU µs a job (this process; the load of a shared machine barely moves it)."""
     with connect(url, wire=wire) as conn:
         queue = Queue(conn, "bench-bulk")
+        if depth != AUTO:  # a part ends at the command that brings it to depth * 3 * batch arguments
+            conn.stream_args = depth * 3 * batch if depth else 1 << 62
         started, cpu = time.perf_counter(), time.process_time()
-        calls = [queue.enqueue_call({}) for _ in range(n)]
-        run_op(conn, op_enqueued(calls, queue.codec.supports, batch, depth or n), queue.keys)
+        run_op(conn, op_enqueue_into([(queue, range(n))], [{}] * n, 0, batch=batch), queue.keys)
         return n / (time.perf_counter() - started), (time.process_time() - cpu) * 1e6 / n
 
 
 def run(server: BenchServer, wires: list[int], n: int, rounds: int, batches: list[int],
         depths: list[int]) -> dict[str, Any]:
     shapes = [(b, d) for b in batches for d in depths]
-    default = (ENQUEUES_SIZE, ENQUEUES_DEPTH)
+    default = (ENQUEUES_SIZE, AUTO)
     if default not in shapes:
         shapes.append(default)
     rate: dict[tuple[int, int, int], list[float]] = {}
@@ -73,18 +78,23 @@ def run(server: BenchServer, wires: list[int], n: int, rounds: int, batches: lis
     return {"jobs": n, "rounds": rounds, "default": list(default), "table": table}
 
 
+def shown(depth: int) -> str:
+    return "auto" if depth == AUTO else str(depth) if depth else "all at once"
+
+
 def lines(result: dict[str, Any]) -> list[str]:
     """The section as page lines: one row per shape and wire."""
     batch, depth = result["default"]
     out = [f"{result['jobs']:,} no-op jobs into an empty queue per shape, {result['rounds']} rounds interleaved; "
-           f"depth 0 = every ENQUEUES in one round trip. vs default = jobs/s / the default shape's "
-           f"({batch} × {depth}), round by round.", "",
-           "| wire | jobs per ENQUEUES | ENQUEUES per round trip | jobs/s | vs default | producer + server "
+           f"every ENQUEUES in one round trip, streamed in parts of depth ENQUEUES (0: written at once; auto: "
+           f"the connection's own parts). vs default = jobs/s / the default shape's ({batch} × auto), round by "
+           f"round.", "",
+           "| wire | jobs per ENQUEUES | ENQUEUES a streamed part | jobs/s | vs default | producer + server "
            "CPU µs / job | server CPU µs / job |",
            "|---|---|---|---|---|---|---|"]
     for row in result["table"].values():
         j, v = row["jobs_per_s"], row["vs_default"]
-        out.append(f"| {row['wire']} | {row['batch']} | {row['depth'] or 'all'} | {j['median']:,.0f} "
+        out.append(f"| {row['wire']} | {row['batch']} | {shown(row['depth'])} | {j['median']:,.0f} "
                    f"({j['min']:,.0f}–{j['max']:,.0f}) | {v['median']:.2f} ({v['min']:.2f}–{v['max']:.2f}) "
                    f"| {row['cpu_us_per_job']['median']:.2f} | {row['server_cpu_us_per_job']['median']:.2f} |")
     return out + [""]
@@ -117,9 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in result["table"].values() if r["wire"] == wire]
         fast = max(rows, key=lambda r: r["vs_default"]["median"])
         lean = min(rows, key=lambda r: r["cpu_us_per_job"]["median"])
-        say(f"wire {wire}: most jobs/s at {fast['batch']} × {fast['depth'] or 'all'} "
+        say(f"wire {wire}: most jobs/s at {fast['batch']} × {shown(fast['depth'])} "
             f"({fast['vs_default']['median']:.2f}× the default); least CPU a job at {lean['batch']} × "
-            f"{lean['depth'] or 'all'} ({lean['cpu_us_per_job']['median']:.2f} µs)")
+            f"{shown(lean['depth'])} ({lean['cpu_us_per_job']['median']:.2f} µs)")
     return 0
 
 

@@ -106,7 +106,7 @@ def main(argv: list[str]) -> int:
     if what == "enqueue":
         n = int(argv[4])
         t = {"start": time.time()}
-        q.enqueue_many([{}] * n)  # in its own shape: ENQUEUES of ENQUEUES_SIZE, ENQUEUES_DEPTH a round trip
+        q.enqueue_many([{}] * n)  # in its own shape: ENQUEUES of ENQUEUES_SIZE, all in one streamed round trip
         t["end"] = time.time()
     elif what == "stamped":
         t = {"start": time.time()}

@@ -29,8 +29,8 @@ import heapq
 import itertools
 from typing import TYPE_CHECKING, Any, Callable, Generator, Generic, Iterable, Sequence, TypeVar
 
-from .._core.core import (MAX_PAYLOAD_BYTES, Enqueued, Job, Op, QueueCore, RoundTrip, T, check_connection, op_enqueued,
-                          raise_first)
+from .._core.core import (MAX_PAYLOAD_BYTES, Enqueued, Job, Op, QueueCore, RoundTrip, T, check_connection,
+                          op_enqueue_into, raise_first)
 from ..errors import ConfigurationError
 from .._protocol.keys import (PARTITIONS_KEY, State, check_partitions, check_queue_name, layout_record,
                               partition_layout, partition_of, recorded_layout)
@@ -141,9 +141,11 @@ class PartitionedCore(Generic[Q]):
         chosen = [self.partition() for _ in payloads] if keys is None else [self.partition(key=k) for k in keys]
         if len(chosen) != len(payloads):
             raise ConfigurationError(f"{len(payloads)} payloads but {len(chosen)} keys: give one key per payload")
-        # built in order (default ids are time-ordered), sent in one round trip over every partition
-        calls = [core.enqueue_call(payload, priority=priority) for core, payload in zip(chosen, payloads)]
-        return (yield from on(None, op_enqueued(calls, self.partitions[0].codec.supports)))
+        places: dict[int, tuple[Q, list[int]]] = {}  # each partition chosen, and its jobs' places
+        for i, core in enumerate(chosen):
+            places.setdefault(id(core), (core, []))[1].append(i)
+        # ids minted in the payloads' order (default ids are time-ordered), one round trip over every partition
+        return (yield from on(None, op_enqueue_into(list(places.values()), payloads, priority)))
 
     def op_schedule(self, payload: Any, delay_ms: int, id: str | None, key: str | None,
                     priority: int) -> POp[Enqueued]:

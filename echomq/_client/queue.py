@@ -63,8 +63,9 @@ class Queue(QueueCore):
         return self._run(self.op_enqueue(payload, id, priority, unique_for, replace, group))
 
     def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0, group: str | None = None) -> list[Enqueued]:
-        """Enqueue many jobs, pipelined: 500 a command (ENQUEUES), 8 commands a round trip (each job
-        is its own atomic enqueue; docs/spec.md §20)."""
+        """Enqueue many jobs: every payload encoded first (one that cannot be sends nothing), then
+        500 a command (ENQUEUES), every command in one streamed round trip (each job is its own
+        atomic enqueue; docs/spec.md §20). The answers are in the payloads' order."""
         return self._run(self.op_enqueue_many(payloads, priority, group))
 
     def schedule(self, payload: Any, delay_ms: int, *, id: str | None = None, priority: int = 0,

@@ -9,11 +9,12 @@ from typing import Any, Callable, Iterable, Sequence
 from .. import errors
 from .base import Op, QueueBase, raise_first
 from .batching import batched_settles, settle_answers
-from .._protocol.ids import new_id
-from .._protocol.verbs import Admission, Call, check_arg
+from .._protocol.ids import new_id, new_ids
+from .._protocol.keys import Keyspace
+from .._protocol.verbs import BY_NAME, Admission, Call, check_arg
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Enqueued:
     id: str
     created: bool  #: False when nothing was made: the id had a row, or is within its unique window
@@ -26,6 +27,24 @@ class Enqueued:
             object.__setattr__(self, "reason", Admission.CREATED if self.created else Admission.EXISTS)
 
 
+def enqueued_of(ids: Sequence[str], answers: Sequence[bool]) -> list[Enqueued]:
+    """Each plain enqueue's :class:`Enqueued` (``answers``: created or not; refusals raised before),
+    made field by field through the slots: the frozen __init__'s own sets and __post_init__ cost
+    twice as much, once a job of ``enqueue_many``."""
+    made, set_id, set_created, set_reason = object.__new__, _ID.__set__, _CREATED.__set__, _REASON.__set__
+    out = []
+    for job_id, created in zip(ids, answers):
+        one = made(Enqueued)
+        set_id(one, job_id)
+        set_created(one, created)
+        set_reason(one, Admission.CREATED if created else Admission.EXISTS)
+        out.append(one)
+    return out
+
+
+_ID, _CREATED, _REASON = Enqueued.__dict__["id"], Enqueued.__dict__["created"], Enqueued.__dict__["reason"]
+
+
 def unique_ms(unique_for: float | None) -> int:
     """``unique_for`` (seconds, >= 0; None: no window) as ENQUEUE.UNIQUE's unique_ms."""
     if unique_for is None:
@@ -35,27 +54,88 @@ def unique_ms(unique_for: float | None) -> int:
     return round(unique_for * 1000)
 
 
-#: enqueue_many's shape: jobs per ENQUEUES, and ENQUEUES per round trip (pipeline depth), measured
-#: side by side on both wires by bench/bulk_enqueue.py (docs/benchmarks.md, *Bulk enqueue: batch
-#: size and pipeline depth*: every shape of 250-1000 by 1-all within a few % of this one)
+#: jobs per ENQUEUES in enqueue_many, measured side by side on both wires by bench/bulk_enqueue.py
+#: (docs/benchmarks.md, *Bulk enqueue: batch size and pipeline depth*). Every command goes in one
+#: round trip, which the connection streams (``echomq._client.connection.streamed``).
 ENQUEUES_SIZE = 500
-ENQUEUES_DEPTH = 8
+_ENQUEUES = BY_NAME["enqueues"]
 
 
-def op_enqueued(calls: Sequence[Call], carried: Callable[[str], bool], batch: int = ENQUEUES_SIZE,
-                depth: int = ENQUEUES_DEPTH) -> Op[list[Enqueued]]:
-    """Send enqueue calls (of one queue or of several), a queue's ENQUEUEs as its ENQUEUES of
-    ``batch`` where the connection carries it (:func:`batched_settles`), ``depth`` such commands a
-    round trip: each one's :class:`Enqueued`. Every round trip is sent before the first refusal is
-    raised, as when they all went in one."""
-    answers: list[Any] = []
-    step = batch * depth
-    for start in range(0, len(calls), step):
-        part = calls[start:start + step]
-        sent, routes = batched_settles(part, carried, batch)
-        answers += settle_answers(part, routes, (yield sent))
+def op_enqueued(calls: Sequence[Call], carried: Callable[[str], bool], batch: int = ENQUEUES_SIZE
+                ) -> Op[list[Enqueued]]:
+    """Send admission calls of any kind (lane jobs; plain ones where the node lacks ENQUEUES), a
+    queue's ENQUEUEs as its ENQUEUES of ``batch`` where the connection carries it
+    (:func:`batched_settles`), all in one round trip: each one's :class:`Enqueued`. The first
+    refusal is raised once every call was answered."""
+    sent, routes = batched_settles(calls, carried, batch)
+    answers = settle_answers(calls, routes, (yield sent))
     raise_first(answers)
-    return [Enqueued(call.argv[0], answer) for call, answer in zip(calls, answers)]
+    return enqueued_of([call.argv[0] for call in calls], answers)
+
+
+def enqueues_calls(queues: Sequence[tuple[Keyspace, Sequence[int]]], ids: Sequence[str], datas: Sequence[bytes],
+                   priority: int, batch: int = ENQUEUES_SIZE) -> tuple[list[Call], list[Sequence[int]]]:
+    """ENQUEUES straight from the jobs (pure: no ENQUEUE call a job): for each queue, its jobs
+    (their places in ``ids`` and ``datas``, each job's default id and stored bytes) ``batch`` a
+    command, every value checked already (``priority`` once); and each command's jobs."""
+    sent: list[Call] = []
+    members: list[Sequence[int]] = []
+    for keyspace, places in queues:
+        for start in range(0, len(places), batch):
+            part = places[start:start + batch]
+            argv: list[Any] = []
+            for i in part:
+                argv += (ids[i], datas[i], priority)
+            sent.append(_ENQUEUES.build_checked_already(keyspace, *argv))
+            members.append(part)
+    return sent, members
+
+
+def enqueues_answers(count: int, members: Sequence[Sequence[int]], replies: Sequence[Any]) -> list[Any]:
+    """Each of ``count`` jobs' answer from the replies to :func:`enqueues_calls`' commands: created
+    or not, or its refusal (its own element's, or its command's when refused whole)."""
+    answers: list[Any] = [None] * count
+    for part, reply in zip(members, replies):
+        if type(reply) is list:
+            for i, one in zip(part, reply):
+                answers[i] = one if isinstance(one, Exception) else one == 1
+        else:
+            for i in part:
+                answers[i] = reply
+    return answers
+
+
+def op_enqueues(queues: Sequence[tuple[Keyspace, Sequence[int]]], ids: Sequence[str], datas: Sequence[bytes],
+                priority: int, batch: int = ENQUEUES_SIZE) -> Op[list[Enqueued]]:
+    """Plain jobs into their queues as ENQUEUES (:func:`enqueues_calls`), in one round trip: each
+    job's :class:`Enqueued`, in the order of ``ids``; the first refusal raised once all were answered."""
+    sent, members = enqueues_calls(queues, ids, datas, priority, batch)
+    answers = enqueues_answers(len(ids), members, (yield sent))
+    raise_first(answers)
+    return enqueued_of(ids, answers)
+
+
+def op_enqueue_into(queues: Sequence[tuple[AdmissionOps, Sequence[int]]], payloads: Sequence[Any], priority: int,
+                    group: str | None = None, batch: int = ENQUEUES_SIZE) -> Op[list[Enqueued]]:
+    """``payloads`` into their queues (each queue with its payloads' places), in one round trip:
+    every payload encoded and checked before anything is sent; plain jobs, two or more, as
+    ENQUEUES where the connection carries it (:func:`op_enqueues`, their ids minted in the
+    payloads' order), any other as its own call (:func:`op_enqueued`); ``batch`` jobs an ENQUEUES."""
+    if not payloads:
+        return []
+    datas: list[bytes] = [b""] * len(payloads)
+    queue_of: list[AdmissionOps] = [queues[0][0]] * len(payloads)
+    for queue, places in queues:
+        for i, data in zip(places, queue.encode_many([payloads[i] for i in places])):
+            datas[i] = data
+            queue_of[i] = queue
+    carried = queue_of[0].codec.supports
+    if group is None and len(payloads) > 1 and carried("enqueues"):
+        priority = check_arg("priority", priority)
+        return (yield from op_enqueues([(queue.keys, places) for queue, places in queues], new_ids(len(datas)), datas,
+                                       priority, batch))
+    return (yield from op_enqueued([queue.admission_call(data, id=None, priority=priority, group=group)
+                                    for queue, data in zip(queue_of, datas)], carried, batch))
 
 
 class AdmissionOps(QueueBase):
@@ -120,8 +200,8 @@ class AdmissionOps(QueueBase):
         return (yield from self._admit(call))
 
     def op_enqueue_many(self, payloads: Iterable[Any], priority: int, group: str | None = None) -> Op[list[Enqueued]]:
-        return (yield from op_enqueued([self.enqueue_call(payload, priority=priority, group=group)
-                                        for payload in payloads], self.codec.supports))
+        payloads = list(payloads)
+        return (yield from op_enqueue_into([(self, range(len(payloads)))], payloads, priority, group))
 
     def op_schedule(self, payload: Any, delay_ms: int, id: str | None, priority: int,
                     unique_for: float | None = None, replace: bool = False,

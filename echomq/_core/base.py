@@ -170,6 +170,23 @@ class QueueBase:
         docs/observability.md, docs/spec.md §21)."""
         return envelope.wrap(self.name, encode_payload(self.serializer, payload, self.max_payload_bytes), headers)
 
+    def encode_many(self, payloads: Sequence[Any]) -> list[bytes]:
+        """Each payload's bytes as :meth:`encode` makes them (no headers), every one checked before
+        any is returned: one pass of the serializer, the limit read once, the envelope only where a
+        producer hook wraps (a span a job). A payload that does not pass is refused as
+        :meth:`encode` refuses it."""
+        most = self.max_payload_bytes
+        try:
+            datas = list(map(self.serializer.dumps, payloads))
+            fits = most is None or max(map(len, datas), default=0) <= most
+        except (TypeError, ValueError):
+            fits = False
+        if not fits:  # the first payload that does not pass, refused as one alone would be
+            datas = [encode_payload(self.serializer, payload, most) for payload in payloads]
+        if envelope.producer is not None:
+            datas = [envelope.wrap(self.name, data) for data in datas]
+        return datas
+
 
     @property
     def _stamp(self) -> int:

@@ -22,7 +22,7 @@ This module is also where the layers above import the core's names from.
 
 from __future__ import annotations
 
-from .admission import AdmissionOps, Enqueued, op_enqueued, unique_ms
+from .admission import AdmissionOps, Enqueued, op_enqueue_into, unique_ms
 from .base import (MAX_PAYLOAD_BYTES, Codec, Job, JobRef, Op, RoundTrip, T, check_connection, encode_payload,
                    pairs, raise_first, scored)
 from .batching import batched_settles, settle_answers
@@ -36,7 +36,7 @@ from .settles import SettleOps
 
 __all__ = ["Children", "ClaimOps", "Claims", "Codec", "Done", "Enqueued", "GroupCounts", "Job", "JobRef",
            "MAX_PAYLOAD_BYTES", "Op", "QueueCore", "RoundTrip", "T", "batched_settles", "check_connection",
-           "check_wait", "due_in_ms", "encode_payload", "op_enqueued", "pairs", "raise_first", "scored", "settle_answers", "time_left",
+           "check_wait", "due_in_ms", "encode_payload", "op_enqueue_into", "pairs", "raise_first", "scored", "settle_answers", "time_left",
            "timed_out", "unique_ms"]
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .._client.partitioned import AnyQueue, PartitionedQueue
 from .._client.queue import Enqueued, Queue, Sweep
-from .._core.admission import ENQUEUES_DEPTH, ENQUEUES_SIZE
+from .._core.admission import ENQUEUES_SIZE
 from .._core.reaper import merged
 from .._protocol.keys import State
 from ..errors import ConfigurationError, StateError
@@ -19,9 +19,9 @@ from .inventory import drive_together, partitions_of
 from .selection import BULK_BATCH, JobFilter, walk_dead
 from .steps import in_batches
 
-#: jobs :func:`enqueue_jobs` makes and sends at once, one round trip of ``enqueue_many``'s
-#: measured shape: its memory is a batch's, whatever the count
-ENQUEUE_BATCH = ENQUEUES_SIZE * ENQUEUES_DEPTH
+#: jobs :func:`enqueue_jobs` makes and sends at once, one ``enqueue_many`` (eight ENQUEUES of its
+#: measured size): its memory is a batch's, whatever the count
+ENQUEUE_BATCH = 8 * ENQUEUES_SIZE
 
 
 def enqueue_jobs(queue: AnyQueue, values: Sequence[Any], *, count: int = 1, job_id: str | None = None,
