@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from .. import errors
-from .base import Op, QueueBase, raise_first
+from .base import Op, QueueBase, RoundTrip, raise_first
 from .batching import batched_settles, settle_answers
 from .._protocol.ids import new_id, new_ids
 from .._protocol.keys import Keyspace
@@ -74,11 +74,11 @@ def op_enqueued(calls: Sequence[Call], carried: Callable[[str], bool], batch: in
 
 
 def enqueues_calls(queues: Sequence[tuple[Keyspace, Sequence[int]]], ids: Sequence[str], datas: Sequence[bytes],
-                   priority: int, batch: int = ENQUEUES_SIZE) -> tuple[list[Call], list[Sequence[int]]]:
+                   priority: int, batch: int = ENQUEUES_SIZE) -> tuple[RoundTrip, list[Sequence[int]]]:
     """ENQUEUES straight from the jobs (pure: no ENQUEUE call a job): for each queue, its jobs
     (their places in ``ids`` and ``datas``, each job's default id and stored bytes) ``batch`` a
     command, every value checked already (``priority`` once); and each command's jobs."""
-    sent: list[Call] = []
+    sent: RoundTrip = []
     members: list[Sequence[int]] = []
     for keyspace, places in queues:
         for start in range(0, len(places), batch):

@@ -6,7 +6,7 @@ import json
 import re
 import sys
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
-from typing import Any, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from ..errors import PayloadError
 
@@ -52,8 +52,9 @@ class JSONSerializer:
     #: the C encoder the encoder builds for each call, built once and without the markers of its
     #: cycle check (a third of a small payload's encode, enqueue_many's most): a cycle recurses to
     #: a RecursionError, and the encoder itself then says which it was
-    _chunks = (c_make_encoder(None, _encoder.default, encode_basestring_ascii, None, ":", ",", False, False, False)
-               if c_make_encoder is not None else _encoder.iterencode)
+    _chunks: Callable[[Any, int], Iterable[str]] = (
+        c_make_encoder(None, _encoder.default, encode_basestring_ascii, None, ":", ",", False, False, False)
+        if c_make_encoder is not None else _encoder.iterencode)  # type: ignore[assignment]
 
     def dumps(self, obj: Any) -> bytes:
         if obj is None:  # what a handler that returns nothing leaves as its result: every such job's
