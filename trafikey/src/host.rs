@@ -79,6 +79,7 @@ fn touches(effect: &Effect, key: &[u8]) -> bool {
 #[derive(Default)]
 struct Spare {
     recent: Vec<Str>,
+    held_names: Vec<(u64, Str)>,
     reads: Vec<Key>,
     targets: Vec<Key>,
     effect: Vec<Str>,
@@ -94,8 +95,10 @@ impl Drop for Host<'_> {
     fn drop(&mut self) {
         // the recent strings stay for the next command; the handles are closed (read handles
         // first, then write handles, in the order they were opened)
+        let (recent, held) = self.names.take_kept();
         let mut spare = Spare {
-            recent: self.names.take_recent(),
+            recent,
+            held_names: held,
             reads: self.reads.take(),
             targets: self.targets.take(),
             effect: self.effect.take(),
@@ -175,7 +178,7 @@ impl<'c> Host<'c> {
         Host {
             ctx,
             verb,
-            names: Names::new(spare.recent),
+            names: Names::new(spare.recent, spare.held_names),
             reads: RefCell::new(spare.reads),
             targets: RefCell::new(spare.targets),
             effect: RefCell::new(spare.effect),
@@ -193,6 +196,22 @@ impl<'c> Host<'c> {
         self.names
             .get(bytes)
             .ok_or_else(|| self.host_error("could not make a string"))
+    }
+
+    /// The server string for a key or member the command asks for again after many others (a
+    /// batch's row keys: checked, then written after the whole batch's checks), held until the
+    /// command ends (see `Names::hold`).
+    pub fn hold(&self, bytes: &[u8]) -> Result<Str, Refusal> {
+        self.names
+            .hold(bytes)
+            .ok_or_else(|| self.host_error("could not make a string"))
+    }
+
+    /// [`Host::hold`] of a string the server handed over (a peeked head).
+    pub fn hold_str(&self, s: &Str) -> Result<(), Refusal> {
+        self.names
+            .hold_str(s)
+            .ok_or_else(|| self.host_error("could not hold a string"))
     }
 
     /// `f` on the server string for `bytes`, borrowed for the call (see `Names::with`).
@@ -514,12 +533,8 @@ impl<'c> Host<'c> {
                     effect.truncate(start + 1);
                     effect.push(value);
                 }
-                // a pop travels as the removal of what it popped, which the plan may write
-                // next (CLAIM leases it)
-                (Cmd::Zpopmin, _, Some(member)) => {
-                    self.names.remember(&member);
-                    effect.push(member);
-                }
+                // a pop travels as the removal of what it popped
+                (Cmd::Zpopmin, _, Some(member)) => effect.push(member),
                 // an append travels with the id it was given and its exact bound:
                 // XADD key MAXLEN <n> <id> field value …
                 (Cmd::Xadd, _, Some(id)) => {
@@ -696,11 +711,15 @@ impl<'c> Host<'c> {
                 (Reply::Int(removed), NOTIFY_ZSET, c"zrem")
             }
             Cmd::Zpopmin => {
-                let Some((member, _)) = k.lowest() else {
-                    return Err(fail("found nothing to pop"));
+                // the head this command peeked (a plan pops its peeked heads in their order,
+                // nothing else written between): removed by its bytes, its string the one the
+                // peek made (held), not made again by reading the head; it must be there
+                let Expect::Popped(head) = op.expect else {
+                    return Err(fail("has no peeked head"));
                 };
+                let member = self.name(head)?;
                 if k.zrem(&member) != Some(true) {
-                    return Err(fail("could not remove the head"));
+                    return Err(fail("found no peeked head to pop"));
                 }
                 // the member is what the verification compares (ZPOPMIN's score is no part
                 // of the move), then the effect's

@@ -155,8 +155,8 @@ const NO_LINE: Line = Line {
     lengths: 0,
 };
 
-/// The bit of a string's length in [`Line::lengths`].
-fn length_bit(len: usize) -> u64 {
+/// The bit of a string's length in [`Line::lengths`] (and in the held names' lengths).
+pub(super) fn length_bit(len: usize) -> u64 {
     1 << (len % 64)
 }
 

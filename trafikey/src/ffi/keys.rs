@@ -45,9 +45,15 @@ pub struct Key {
 /// (ids, times). A batch holds a hundred handles of keys of one length and one start: a
 /// search compares their tags, and the bytes only where a tag matches.
 pub fn key_tag(name: &[u8]) -> u64 {
-    let tail = &name[name.len().saturating_sub(8)..];
-    let mut last = [0u8; 8];
-    last[..tail.len()].copy_from_slice(tail);
+    let last = match name.last_chunk::<8>() {
+        // a key, an id: one load
+        Some(last) => *last,
+        None => {
+            let mut last = [0u8; 8];
+            last[..name.len()].copy_from_slice(name);
+            last
+        }
+    };
     u64::from_le_bytes(last) ^ (name.len() as u64).rotate_right(16)
 }
 

@@ -8,7 +8,8 @@ use std::ptr;
 
 use valkey_module::raw;
 
-use super::dispatch::{argument, running_line, Line};
+use super::dispatch::{argument, length_bit, running_line, Line};
+use super::keys::key_tag;
 
 /// # Safety
 /// `s` must be a live module string; the slice borrows it and must not outlive it.
@@ -268,30 +269,69 @@ pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
 /// with no shifting of the others on a hit.
 const RECENT: usize = 8;
 
-/// One command's module strings: the shared names, the last few made (reused), the command's
-/// own arguments (borrowed); else a new one.
+/// One command's module strings: the shared names, the ones the command holds, the last few
+/// made (reused), the command's own arguments (borrowed); else a new one.
 pub struct Names {
     /// The running command's line, read once.
     line: Line,
     /// Where the next argument is looked for first: after the last one found.
     next_argument: std::cell::Cell<usize>,
     recent: std::cell::RefCell<Vec<Str>>,
+    /// The strings the command holds until it ends ([`Names::hold`]), each with its
+    /// [`key_tag`]: a batch's row keys and ids, which it checks, then writes after the whole
+    /// batch's checks (more than the recent ones keep).
+    held: std::cell::RefCell<Vec<(u64, Str)>>,
+    /// The last held string found (or held): the next is looked for around it.
+    last_held: std::cell::Cell<usize>,
+    /// The held strings' lengths, one bit each (as [`Line`]'s).
+    held_lengths: std::cell::Cell<u64>,
 }
 
 impl Names {
-    /// The running command's names, kept in `recent` (an empty vector).
-    pub fn new(recent: Vec<Str>) -> Names {
+    /// The running command's names, kept in `recent` and `held` (empty vectors).
+    pub fn new(recent: Vec<Str>, held: Vec<(u64, Str)>) -> Names {
         Names {
             line: running_line(),
             next_argument: std::cell::Cell::new(0),
             recent: std::cell::RefCell::new(recent),
+            held: std::cell::RefCell::new(held),
+            last_held: std::cell::Cell::new(0),
+            held_lengths: std::cell::Cell::new(0),
         }
     }
 
     /// The recent strings, handed back to be kept for the next command (strings made with
-    /// no context: they outlive the command).
-    pub fn take_recent(&self) -> Vec<Str> {
-        self.recent.take()
+    /// no context: they outlive the command), and the held ones' vector, emptied.
+    pub fn take_kept(&self) -> (Vec<Str>, Vec<(u64, Str)>) {
+        let mut held = self.held.take();
+        held.clear();
+        (self.recent.take(), held)
+    }
+
+    /// A new string for `bytes`, held until the command ends: found again by its bytes by every
+    /// later ask ([`Names::get`], [`Names::with`]) of the command, however many others are
+    /// made meanwhile. Not looked for first: a verb holds each of its batch's keys once, before
+    /// it asks for it (a batch's keys are seldom among the recent names).
+    pub fn hold(&self, bytes: &[u8]) -> Option<Str> {
+        let s = Str::new(bytes)?;
+        self.keep_held(s.retain()?);
+        Some(s)
+    }
+
+    /// Hold `s` (a string the server handed over, a peeked member) as [`Names::hold`] holds
+    /// what it makes.
+    pub fn hold_str(&self, s: &Str) -> Option<()> {
+        self.keep_held(s.retain()?);
+        Some(())
+    }
+
+    fn keep_held(&self, s: Str) {
+        let mut held = self.held.borrow_mut();
+        // the next ask is most likely for it (a check follows its hold)
+        self.last_held.set(held.len());
+        self.held_lengths
+            .set(self.held_lengths.get() | length_bit(s.len()));
+        held.push((key_tag(s.bytes()), s));
     }
 
     /// The string for `bytes`, one more reference to it.
@@ -302,32 +342,53 @@ impl Names {
     /// `f` on the string for `bytes`, borrowed for the call (no reference of its own: for a
     /// string used and let go, such as a key whose ACL is checked). `f` must not ask for names.
     pub fn with<T>(&self, bytes: &[u8], f: impl FnOnce(&Str) -> T) -> Option<T> {
+        match self.find(bytes, f) {
+            Ok(found) => Some(found),
+            Err(f) => {
+                let mut recent = self.recent.borrow_mut();
+                keep(&mut recent, Str::new(bytes)?);
+                recent.last().map(f)
+            }
+        }
+    }
+
+    /// `f` on the command's string for `bytes` when it has one; `f` handed back when not.
+    fn find<T, F: FnOnce(&Str) -> T>(&self, bytes: &[u8], f: F) -> Result<T, F> {
         // a key, an id or a time is longer than every shared name and is not the epoch
         let short = bytes.len() <= SHARED_LONGEST
             || crate::epoch::current().is_some_and(|e| e.len() == bytes.len());
         if let Some(s) = short.then(|| shared(bytes)).flatten() {
-            return Some(f(&s));
+            return Ok(f(&s));
+        }
+        {
+            let held = self.held.borrow();
+            // a time or a field value is seldom as long as a held key: most asks skip them
+            if self.held_lengths.get() & length_bit(bytes.len()) != 0 {
+                // a batch asks for its held strings in the order it held them, each a few
+                // times, a key and its member in turns: looked for from the one before the
+                // last found, then from the start
+                let tag = key_tag(bytes);
+                let from = self.last_held.get().saturating_sub(1).min(held.len());
+                if let Some(at) = (from..held.len())
+                    .chain(0..from)
+                    .find(|&i| held[i].0 == tag && same(held[i].1.bytes(), bytes))
+                {
+                    self.last_held.set(at);
+                    return Ok(f(&held[at].1));
+                }
+            }
         }
         let mut recent = self.recent.borrow_mut();
         if let Some(at) = recent.iter().rposition(|s| same(s.bytes(), bytes)) {
             let last = recent.len() - 1;
             recent.swap(at, last);
-            return recent.last().map(f);
+            return Ok(f(&recent[last]));
         }
         if let Some((at, s)) = argument(self.line, bytes, self.next_argument.get()) {
             self.next_argument.set(at + 1);
-            return Some(f(&s));
+            return Ok(f(&s));
         }
-        keep(&mut recent, Str::new(bytes)?);
-        recent.last().map(f)
-    }
-
-    /// Keep a string the server handed over (a popped member) among the recent ones: the
-    /// command writes it again (CLAIMS adds the member it popped to active).
-    pub fn remember(&self, s: &Str) {
-        if let Some(s) = s.retain() {
-            keep(&mut self.recent.borrow_mut(), s);
-        }
+        Err(f)
     }
 }
 

@@ -5,6 +5,8 @@
 //! with the lease; the optional `rated` argument (token `claim.rate`) asks for the wait when
 //! the limit holds the claim.
 
+use std::cell::Cell;
+
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 
 use crate::bus;
@@ -13,7 +15,7 @@ use crate::decide::{
 };
 use crate::errors::Refusal;
 use crate::ffi::{self, Str};
-use crate::grammar::{self, Argc, Call, KeyName, Keyspace};
+use crate::grammar::{self, Argc, Call, Keyspace};
 use crate::host::{bulk, int, Host};
 use crate::state::State;
 
@@ -72,8 +74,9 @@ pub fn claim(
     call: &Call<'_>,
     lease: i64,
 ) -> Result<Claimed, Refusal> {
-    let mut run = claim_run(h, q, call, lease, 1, Ghosts::End)?;
-    Ok(match (run.jobs.pop(), run.stop) {
+    let run = claim_run(h, q, call, lease, 1, Ghosts::End)?;
+    let stop = run.stop;
+    Ok(match (run.first_job(), stop) {
         (Some(job), _) => Claimed::Job(job),
         (None, Stop::Ghost) => Claimed::Ghost,
         (None, Stop::Throttled(wait)) => Claimed::Throttled(wait),
@@ -103,10 +106,71 @@ pub enum Stop {
     Throttled(i64),
 }
 
-/// A run of claims: each leased job, in order, and why it stopped.
+/// A run of claims: each member of pending it took (leased, or a ghost), in order, and why it
+/// stopped. Its vector goes back to be kept for the next run when it is dropped.
 pub struct Run {
-    pub jobs: Vec<Job>,
+    taken: Vec<Taken>,
     pub stop: Stop,
+}
+
+impl Run {
+    /// The leased jobs, in order: id, new attempts, payload.
+    fn leases(&self) -> impl Iterator<Item = (&Str, &Lease)> {
+        self.taken
+            .iter()
+            .filter_map(|t| t.lease.as_ref().map(|l| (&t.id, l)))
+    }
+
+    /// How many jobs it leased.
+    pub fn leased(&self) -> usize {
+        self.leases().count()
+    }
+
+    /// Each leased job's CLAIM reply, sent (CLAIMS: a hundred jobs replied without a value
+    /// built for each).
+    pub fn reply_jobs(&self, ctx: &Context) {
+        for (id, l) in self.leases() {
+            ffi::reply_array(ctx, 3);
+            ffi::reply_str(ctx, id);
+            match &l.payload {
+                Some(payload) => ffi::reply_str(ctx, payload),
+                None => ffi::reply_null(ctx),
+            }
+            ffi::reply_int(ctx, l.att);
+        }
+    }
+
+    /// Its first leased job (CLAIM's run leases at most one).
+    fn first_job(mut self) -> Option<Job> {
+        let at = self.taken.iter().position(|t| t.lease.is_some())?;
+        let t = self.taken.swap_remove(at);
+        t.lease.map(|l| Job {
+            id: t.id,
+            payload: l.payload,
+            attempts: l.att,
+        })
+    }
+}
+
+/// How many members a kept run's vector has room for, at most: a bigger one (a run of
+/// hundreds) is let go.
+const KEPT_TAKEN_MAX: usize = 128;
+
+thread_local! {
+    /// The vector of the last run, emptied: each CLAIMS needs one, a few hundred bytes a job,
+    /// more than glibc's malloc keeps at hand for a batch of ten.
+    static SPARE_TAKEN: Cell<Vec<Taken>> = const { Cell::new(Vec::new()) };
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let mut taken = std::mem::take(&mut self.taken);
+        // an idle run's empty vector keeps nothing, and leaves the kept one in place
+        if taken.capacity() > 0 && taken.capacity() <= KEPT_TAKEN_MAX {
+            taken.clear(); // the strings released now, in the command
+            SPARE_TAKEN.with(|kept| kept.set(taken));
+        }
+    }
 }
 
 /// A leased job, as CLAIM replies it: `[id, payload, attempts]`, the id and payload the
@@ -126,17 +190,6 @@ impl Job {
             int(self.attempts),
         ])
     }
-
-    /// Its reply, sent (CLAIMS: a hundred jobs replied without a value built for each).
-    pub fn reply(&self, ctx: &Context) {
-        ffi::reply_array(ctx, 3);
-        ffi::reply_str(ctx, &self.id);
-        match &self.payload {
-            Some(payload) => ffi::reply_str(ctx, payload),
-            None => ffi::reply_null(ctx),
-        }
-        ffi::reply_int(ctx, self.attempts);
-    }
 }
 
 /// A member of pending the run pops: leased when it has a row, a ghost otherwise.
@@ -145,9 +198,10 @@ struct Taken {
     lease: Option<Lease>,
 }
 
-/// What a leased job's writes need: its row, its new attempts (the token) and its payload.
+/// What a leased job's writes need: its row (the command's held string), its new attempts (the
+/// token) and its payload.
 struct Lease {
-    row: KeyName,
+    row: Str,
     att: i64,
     token: Num,
     payload: Option<Str>,
@@ -171,7 +225,7 @@ pub fn claim_run(
     let deadline = grammar::at("lease_ms", now, lease)?;
     let started = num(now);
     let idle = || Run {
-        jobs: Vec::new(),
+        taken: Vec::new(),
         stop: Stop::Idle,
     };
 
@@ -207,14 +261,18 @@ pub fn claim_run(
         recent = within.into_iter().map(|(_, s)| s).collect();
         stale = old.into_iter().map(|(m, _)| m.to_vec()).collect();
     }
-    let mut taken: Vec<Taken> = Vec::with_capacity(heads.len() + 1);
+    let mut taken: Vec<Taken> = SPARE_TAKEN.with(Cell::take);
+    taken.reserve(heads.len() + 1);
     let (mut leased, mut popped) = (0, 0);
     let mut lessee = None; // the epoch and the event switch, checked at the first lease
     let stop = loop {
         if let Some(wait) = rate.and_then(|rate| rate_wait(rate, &recent, now)) {
             break Stop::Throttled(wait);
         }
-        let row = q.row(&id);
+        // the head and its row are asked for again by the writes, after every other head's
+        // checks: each made once, held for the command
+        h.hold_str(&id)?;
+        let row = h.hold(&q.row(&id))?;
         fence.read(&row)?;
         match h.hash(&row, &["attempts", "payload"])? {
             None => {
@@ -331,17 +389,9 @@ pub fn claim_run(
             ));
         }
     }
-    h.apply(&plan)?;
+    let applied = h.apply(&plan);
     recycle_plan(plan);
-    let jobs = taken
-        .into_iter()
-        .filter_map(|t| {
-            t.lease.map(|l| Job {
-                id: t.id,
-                payload: l.payload,
-                attempts: l.att,
-            })
-        })
-        .collect();
-    Ok(Run { jobs, stop })
+    let run = Run { taken, stop };
+    applied?;
+    Ok(run)
 }

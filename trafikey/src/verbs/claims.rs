@@ -27,10 +27,8 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let run = claim::claim_run(&Host::new(ctx, VERB), &q, &call, lease, count, Ghosts::Skip)?;
     // the reply: each leased job's CLAIM reply, then the wait when there is one
     let wait = wait(run.stop, rated);
-    ffi::reply_array(ctx, run.jobs.len() + usize::from(wait.is_some()));
-    for job in &run.jobs {
-        job.reply(ctx);
-    }
+    ffi::reply_array(ctx, run.leased() + usize::from(wait.is_some()));
+    run.reply_jobs(ctx);
     if let Some(wait) = wait {
         ffi::reply_int(ctx, wait);
     }

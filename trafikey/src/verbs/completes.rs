@@ -10,7 +10,8 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 use crate::bus;
 use crate::decide::{num, recycle_plan, spare_plan, Op};
 use crate::errors::Refusal;
-use crate::grammar::{self, Argc, KeyName, Keyspace};
+use crate::ffi::Str;
+use crate::grammar::{self, Argc, Keyspace};
 use crate::host::{Fence, Host};
 use crate::verbs::complete::{completion_plan, job_checks, queue_checks, Settle};
 use crate::verbs::{reply_each, LeaseCheck};
@@ -59,9 +60,9 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
         .chunks_exact(2)
         .map(|p| Ok((grammar::id(p[0])?, p[1])))
         .collect::<Result<_, Refusal>>()?;
-    let rows: Vec<KeyName> = pairs.iter().map(|(id, _)| q.row(id)).collect();
-    let metrics = q.metrics_completed();
     let h = Host::new(ctx, VERB);
+    let rows = held_rows(&h, &q, pairs.iter().map(|(id, _)| *id))?;
+    let metrics = q.metrics_completed();
     let fence = h.fence();
     // 5. the set every pair leaves, checked once: a zset or nothing, else the command is refused
     // (so a WRONGTYPE among the pairs' checks below is their row's or marker's)
@@ -93,6 +94,16 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     Ok(ValkeyValue::NoReply)
 }
 
+/// Each job's row key, as the server string the command holds (see `Host::hold`): a batch
+/// checks every row, then writes them, more keys than the recent names keep between.
+pub fn held_rows<'i>(
+    h: &Host<'_>,
+    q: &Keyspace<'_>,
+    ids: impl Iterator<Item = &'i [u8]>,
+) -> Result<Vec<Str>, Refusal> {
+    ids.map(|id| h.hold(&q.row(id))).collect()
+}
+
 /// A batch's checks: each job's answer, the jobs to settle, and what was kept of each of them.
 pub type Checked<'a, K> = (Vec<Answer>, Vec<Settle<'a>>, Vec<K>);
 
@@ -101,7 +112,7 @@ pub type Checked<'a, K> = (Vec<Answer>, Vec<Settle<'a>>, Vec<K>);
 /// earlier in the command has no row left by then (0).
 pub fn check_each<'a, K>(
     pairs: &[(&'a [u8], &'a [u8])],
-    rows: &'a [KeyName],
+    rows: &'a [Str],
     mut check: impl FnMut(
         usize,
         &'a [u8],

@@ -11,8 +11,8 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 use crate::bus;
 use crate::decide::{new_row, num, Args, Cmd, Expect, Num, Op};
 use crate::errors::Refusal;
-use crate::ffi::Kind;
-use crate::grammar::{self, Argc, KeyName};
+use crate::ffi::{Kind, Str};
+use crate::grammar::{self, Argc};
 use crate::host::Host;
 use crate::state::State;
 use crate::verbs::completes::repeats;
@@ -28,7 +28,9 @@ struct Job<'a> {
     payload: &'a [u8],
     priority: i64,
     prio: Num,
-    row: KeyName,
+    /// Its row key, the command's held string (see `Host::hold`): checked, then written after
+    /// every other triple's check.
+    row: Str,
 }
 
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
@@ -37,6 +39,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 2. layout: pending, base
     let q = grammar::layout(&call, &["pending"])?;
     let pending = call.keys[0];
+    let h = Host::new(ctx, VERB);
     // 3. arguments: each id and priority (payloads are any bytes)
     let jobs: Vec<Job> = call
         .argv
@@ -49,11 +52,10 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
                 payload: t[1],
                 priority,
                 prio: num(priority),
-                row: q.row(id),
+                row: h.hold(&q.row(id))?,
             })
         })
         .collect::<Result<_, Refusal>>()?;
-    let h = Host::new(ctx, VERB);
     let created = num(h.now_ms()?);
     let fence = h.fence();
     // 5. the set every new job joins, checked once: a zset or nothing, else the command is refused

@@ -13,7 +13,7 @@ use crate::errors::Refusal;
 use crate::grammar::{self, Argc, KeyName};
 use crate::host::Host;
 use crate::verbs::complete::job_checks;
-use crate::verbs::completes::{check_each, reply, settle_batch, Tell};
+use crate::verbs::completes::{check_each, held_rows, reply, settle_batch, Tell};
 use crate::verbs::publish::{done_checks, fields_write, pack, record_writes, Kept};
 use crate::verbs::LeaseCheck;
 
@@ -36,7 +36,7 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     let h = Host::new(ctx, VERB);
     let now = h.now_ms()?;
     let (finished, expires) = (num(now), num(grammar::at("retention_ms", now, retention)?));
-    let rows: Vec<KeyName> = triples.iter().map(|(id, _, _)| q.row(id)).collect();
+    let rows = held_rows(&h, &q, triples.iter().map(|(id, _, _)| *id))?;
     let metrics = q.metrics_completed();
     let fence = h.fence();
     // 5. the set every triple leaves, checked once, as COMPLETES checks it
