@@ -368,9 +368,7 @@ impl Names {
                 // times, a key and its member in turns: looked for from the one before the
                 // last found, then from the start
                 let tag = key_tag(bytes);
-                let from = self.last_held.get().saturating_sub(1).min(held.len());
-                if let Some(at) = (from..held.len())
-                    .chain(0..from)
+                if let Some(at) = around(self.last_held.get(), held.len())
                     .find(|&i| held[i].0 == tag && same(held[i].1.bytes(), bytes))
                 {
                     self.last_held.set(at);
@@ -392,6 +390,13 @@ impl Names {
     }
 }
 
+/// The order the held strings are looked through in, `len` of them, `last` the one found last:
+/// from the one before it to the end, then from the start.
+fn around(last: usize, len: usize) -> impl Iterator<Item = usize> {
+    let from = last.saturating_sub(1).min(len);
+    (from..len).chain(0..from)
+}
+
 /// Push `s` last among the recent strings, the first going when they are full.
 fn keep(recent: &mut Vec<Str>, s: Str) {
     if recent.len() == RECENT {
@@ -401,4 +406,20 @@ fn keep(recent: &mut Vec<Str>, s: Str) {
         recent.reserve_exact(RECENT);
     }
     recent.push(s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::around;
+
+    #[test]
+    fn held_strings_are_looked_through_from_the_one_before_the_last_found() {
+        let order = |last, len| around(last, len).collect::<Vec<_>>();
+        // CLAIMS holds each head then its row; its writes ask head, row, head, next head…
+        assert_eq!(order(3, 6), [2, 3, 4, 5, 0, 1]);
+        assert_eq!(order(0, 4), [0, 1, 2, 3]);
+        // each one looked at once, even past the end
+        assert_eq!(order(9, 4), [0, 1, 2, 3]);
+        assert_eq!(order(0, 0), Vec::<usize>::new());
+    }
 }

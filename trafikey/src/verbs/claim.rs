@@ -395,3 +395,31 @@ pub fn claim_run(
     applied?;
     Ok(run)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_vector_is_kept_for_the_next_run_and_an_idle_run_keeps_it_in_place() {
+        let run = Run {
+            taken: Vec::with_capacity(11),
+            stop: Stop::Full,
+        };
+        let (at, room) = (run.taken.as_ptr() as usize, run.taken.capacity());
+        drop(run);
+        // an idle run (no head peeked) drops an empty vector: the kept one stays
+        drop(Run {
+            taken: Vec::new(),
+            stop: Stop::Idle,
+        });
+        let next = SPARE_TAKEN.with(Cell::take);
+        assert_eq!((next.as_ptr() as usize, next.capacity()), (at, room));
+        // a run of hundreds is let go
+        drop(Run {
+            taken: Vec::with_capacity(KEPT_TAKEN_MAX + 1),
+            stop: Stop::Full,
+        });
+        assert_eq!(SPARE_TAKEN.with(Cell::take).capacity(), 0);
+    }
+}
