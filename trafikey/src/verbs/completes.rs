@@ -122,7 +122,7 @@ pub fn check_each<'a, K>(
 ) -> Result<Checked<'a, K>, Refusal> {
     let mut answers = Vec::with_capacity(pairs.len());
     let mut settles: Vec<Settle> = Vec::with_capacity(pairs.len());
-    let mut kept = Vec::new();
+    let mut kept = Vec::with_capacity(pairs.len());
     // the ids completed so far, kept only when an id repeats (a batch's ids seldom do)
     let mut completed: Option<HashSet<&[u8]>> =
         repeats(pairs.iter().map(|(id, _)| *id)).then(HashSet::new);
@@ -180,6 +180,7 @@ pub fn settle_batch<'a>(
     let (count, events, waited) = queue_checks(h, fence, q, metrics, settles.len() as i64)?;
     let mut channels = Vec::new();
     if waited || matches!(tell, Tell::Always) {
+        channels.reserve_exact(settles.len());
         for s in settles {
             channels.extend(bus::outcome_channel(fence, q, s.id)?);
         }

@@ -21,6 +21,9 @@ pub const VERB: &str = "EMQ.PUBLISHES";
 /// KEYS, after the numkeys argument (also the key-spec the table registers): PUBLISH's.
 pub const NUMKEYS: usize = 2;
 
+/// The most bytes a packed record's four numbers and their commas take (each an i64's text).
+const PACKED_NUMBERS: usize = 4 * (20 + 1);
+
 pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 1. shape: numkeys 2, retention_ms then 1..=1000 (id, token, result) triples
     let call = grammar::shape(VERB, args, NUMKEYS, Argc::LeadThenTriples)?;
@@ -89,8 +92,11 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
     // 4.–7. the queue's checks, the writes (the records after the completions'), the outcomes
     // told
     let mut records = Vec::new();
-    // the fields' values packed one after the other in one buffer, each field's id and place
-    let (mut packs, mut fields) = (Vec::new(), Vec::new());
+    // the fields' values packed one after the other in one buffer (sized once: its four
+    // numbers and commas take at most PACKED_NUMBERS bytes), each field's id and place
+    let results: usize = kept.iter().map(|(_, _, at)| triples[*at].2.len()).sum();
+    let mut packs = Vec::with_capacity(results + kept.len() * PACKED_NUMBERS);
+    let mut fields = Vec::with_capacity(kept.len());
     for (seen, kept, at) in &kept {
         let (id, token, result) = triples[*at];
         match kept {
