@@ -77,15 +77,19 @@ def attempts_kept(client, queue, job_id: str) -> bytes | None:
 
 def recovery_s(server: BenchServer, wire: int, n: int, handler_ms: float, cwd: Path | None) -> tuple[float, int]:
     """One round: (seconds from the kill to the last of the dead worker's jobs completing, how many it held)."""
-    from echomq import Queue, connect
+    from echomq import Queue, connect, list_workers
 
     server.use(wire)
     with connect(server.url, wire=wire) as connection:
         queue = Queue(connection, QUEUE)
-        for at in range(0, n, 1000):
-            queue.enqueue_many([{"ms": handler_ms}] * min(1000, n - at))
         doomed, survivor = spawn(server, wire, cwd), spawn(server, wire, cwd)
         try:
+            # both up before the first job: on a loaded machine one worker's start could take long
+            # enough for the other to run every job alone, and the wait below would never be met
+            wait_for("both workers to start", lambda: {doomed.pid, survivor.pid} <= {
+                worker.pid for worker in list_workers(connection)})
+            for at in range(0, n, 1000):
+                queue.enqueue_many([{"ms": handler_ms}] * min(1000, n - at))
             # a worker holds at most CONCURRENCY jobs: with more active, each holds some
             wait_for("a third of the jobs, both workers holding some",
                      lambda: queue.metrics()["completed"] >= n // 3

@@ -336,6 +336,12 @@ class Queue(QueueCore):
     def resume(self) -> None:
         self._run(self.op_resume())
 
+    def wake(self) -> None:
+        """Write the wake marker: one worker blocked on it (wire 4's, and any worker's lane waiter)
+        claims at once. A worker woken by the marker calls it to pass the wake on when more jobs wait
+        (docs/spec.md §10)."""
+        self._run(self.op_wake())
+
     # -- rate limit (docs/scheduling.md) ---------------------------------------------
     def set_rate_limit(self, rate: str | RateLimit | None) -> None:
         """At most ``rate`` job starts (``"50/s"``, ``"600/m"``, ``"1000/h"``) across every worker of

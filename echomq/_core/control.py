@@ -124,4 +124,8 @@ class ControlOps(QueueBase):
         yield from self._plain("HDEL", self.keys.meta, "paused")  # a refusal (a wrong-typed meta) stops here
         if self.wire == 4:
             # a worker blocked on the wake marker claims at once; wire 6's blocked claimers hear the HDEL
-            yield from self._plain("ZADD", self.keys.wake, 0, "w")
+            yield from self.op_wake()
+
+    def op_wake(self) -> Op[None]:
+        """Write the queue's wake marker (docs/spec.md §10): one worker blocked on it claims at once."""
+        yield from self._plain("ZADD", self.keys.wake, 0, "w")

@@ -196,11 +196,12 @@ class Loop:
                 raise
             self.settler.settled(name, batch, answers)
             settling -= len(batch)
-            if flat or lanes:
-                self.pacing.claimed(name, now, flat, lanes, jobs)
-                if jobs.wait_ms is not None:
-                    self.pacing.rate_wait(name, self._clock_ms(), jobs.wait_ms)
+            passing = bool(flat or lanes) and self.pacing.claimed(name, now, flat, lanes, jobs)
+            if jobs.wait_ms is not None:
+                self.pacing.rate_wait(name, self._clock_ms(), jobs.wait_ms)
             self.executor.start(self.tasks[name], self.queues[name], jobs, sent)
+            if passing:  # a marker woke this worker and more jobs may wait: the next idle worker looks too
+                self.queues[name].wake()
             claimed += len(jobs)
         return claimed
 

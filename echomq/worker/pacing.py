@@ -34,6 +34,9 @@ class Pacing:
         self.stopping = False
         self.stop_at: float | None = None  #: the local time the jobs held have until (inf: their end)
         self.idle: set[str] = set()  #: queues whose last claim came back empty: a waiter watches them
+        #: queues a wake marker woke whose round after it is still to come (None) or out (its free
+        #: slots): that round's claims decide whether the wake is passed on (policy.pass_wake_on)
+        self.marker_woken: dict[str, int | None] = {}
         self.paused: set[str] = set()  #: wire 4: idle queues whose last claim read the pause flag
         #: wire 4: what each queue's last pause read said (it rides with the flat claims only)
         self.pause_read = {name: False for name in names}
@@ -64,17 +67,23 @@ class Pacing:
             count = policy.claim_batch(capacity, self.empty_polls[name], self.claim_batch)
         flat, lanes = policy.split_claims(count, capacity, *self.found[name], self.rounds[name], name in self.no_lanes)
         self.rounds[name] += bool(count)
+        if count and name in self.marker_woken:
+            self.marker_woken[name] = capacity
+            flat, lanes = policy.woken_claims(flat, lanes, capacity)
         return flat, lanes
 
-    def claimed(self, name: str, now: float, flat: int, lanes: int, jobs: Claims) -> None:
-        """What a round of ``flat`` and ``lanes`` claims of ``name`` found. A rate limit's wait
+    def claimed(self, name: str, now: float, flat: int, lanes: int, jobs: Claims) -> bool:
+        """What a round of ``flat`` and ``lanes`` claims of ``name`` found; True when the caller
+        passes a wake marker's wake on (:func:`policy.pass_wake_on`). A rate limit's wait
         (``jobs.wait_ms``) is the caller's to pass on (:meth:`rate_wait`), at its own clock."""
+        capacity = self.marker_woken.pop(name, None)
         self.found[name] = found = policy.claims_found(self.found[name], flat, lanes, jobs)
         if lanes:
             (self.no_lanes.add if jobs.no_lanes else self.no_lanes.discard)(name)
         if flat:  # a round of lane claims alone reads no pause: the last read stands
             self.pause_read[name] = jobs.paused
         self.polled(name, now, found=any(found), paused=self.pause_read[name])
+        return capacity is not None and policy.pass_wake_on(flat, lanes, jobs, capacity)
 
     def polled(self, name: str, now: float, *, found: bool, paused: bool) -> None:
         """After a claim: claim again at once while the queue gives jobs; else a waiter watches it
@@ -110,11 +119,13 @@ class Pacing:
         self.busy(name)
         self.found[name] = (True, name not in self.no_lanes)
 
-    def woken(self, name: str) -> None:
-        """A block on ``name`` ended (a wake marker, or its timeout): claim it afresh, the lanes probed
-        too (the marker may be a lane script's)."""
+    def woken(self, name: str, marker: bool = False) -> None:
+        """A block on ``name`` ended (a wake marker popped: ``marker``, or its timeout): claim it
+        afresh, the lanes probed too (the marker may be a lane script's)."""
         self.no_lanes.discard(name)
         self.claim_afresh(name)
+        if marker:
+            self.marker_woken[name] = None
 
     def rate_wait(self, name: str, now: float, wait_ms: int) -> None:
         """The queue's rate limit held a claim: claim it again (a batch) when its window frees, not

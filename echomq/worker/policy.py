@@ -352,6 +352,31 @@ def split_claims(count: int, capacity: int, flat_found: bool, lanes_found: bool,
     return (count - 1, 1) if flat_found else (1, count - 1)
 
 
+#: what each kind of claim in the round after a wake marker popped asks for: a second job found
+#: says more came than the one a wake is usually for (pass_wake_on)
+WOKEN_CLAIMS = 2
+
+
+def woken_claims(flat: int, lanes: int, capacity: int) -> tuple[int, int]:
+    """The round after a wake marker popped, as :func:`split_claims` made it (``flat``, ``lanes``):
+    each kind it claims asks for :data:`WOKEN_CLAIMS`, where the ``capacity`` free slots hold them
+    all (else the round as it was)."""
+    woken = (WOKEN_CLAIMS if flat else 0, WOKEN_CLAIMS if lanes else 0)
+    return woken if sum(woken) <= capacity else (flat, lanes)
+
+
+def pass_wake_on(flat: int, lanes: int, jobs: Sequence[Any], capacity: int) -> bool:
+    """Whether a worker that a wake marker woke writes the marker again for the next idle worker,
+    from the round of claims after the wake (``flat`` and ``lanes`` claims with ``capacity`` slots
+    free; ``jobs`` what they took). One marker wakes one waiter however many jobs came
+    (docs/spec.md §10): a kind's claims that all came back, two or more, or a round that filled the
+    worker, say more may wait than this worker takes at once, so the next idle worker looks too and
+    passes it on in turn; a short round ends the chain, as BCLAIM's wakes stop once pending is empty."""
+    lane_jobs = sum(1 for job in jobs if job.group is not None)
+    full = (flat >= WOKEN_CLAIMS and len(jobs) - lane_jobs >= flat) or (lanes >= WOKEN_CLAIMS and lane_jobs >= lanes)
+    return full or 0 < capacity <= len(jobs)
+
+
 def claims_found(before: tuple[bool, bool], flat: int, lanes: int, jobs: Sequence[Any]) -> tuple[bool, bool]:
     """After a round: whether each kind gave jobs (a kind not claimed keeps what it said last)."""
     lane_jobs = sum(1 for job in jobs if job.group is not None)

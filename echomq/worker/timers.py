@@ -180,6 +180,16 @@ class Timers:
         """The schedule's head of ``queue`` may have moved earlier: promote (and read it) now."""
         self.expect_due(queue, now_ms)
 
+    def busy_again(self, queue: str, now_ms: float) -> None:
+        """``queue`` leaves idle (a waiter's wake, or a job its block took): its sweep keeps the busy
+        interval from its last run even if the queue goes idle again first. Another worker may take
+        leases in the burst and crash; an idle sweep's last read saw none of them, and the idle
+        backstop (``idle_sweep_interval_ms``, 30 s) would leave them that long."""
+        clock = self._sweep[queue]
+        due = next_timer_ms(clock.last_ms, now_ms, self.config.sweep_interval_ms, clock.saturated)
+        clock.hint_ms = due if clock.hint_ms is None else min(clock.hint_ms, due)
+        self._earliest = None
+
     def promote(self, queue: Queue) -> int:
         return self._promoted(queue, queue.promote(self.config.limit))
 

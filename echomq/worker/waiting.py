@@ -95,9 +95,10 @@ class Waiting:
             if isinstance(report, waiter.Woken):
                 for name in report.queues:
                     # a marker means claimable, or the schedule's head moved earlier: claim, and re-read it
-                    pacing.woken(name)
+                    pacing.woken(name, marker=True)
                     pacing.paused.discard(name)
                     timers.recheck(name, now)
+                    timers.busy_again(name, now)
             elif isinstance(report, waiter.TimedOut):
                 for name in () if report.interrupted else report.queues:  # interrupted: just re-armed
                     # claim once: a plain HDEL resume writes no marker, and another waiter (a frozen
@@ -115,6 +116,7 @@ class Waiting:
                 self.release(report)
             else:
                 pacing.busy(report.queue)  # it had a job: more may follow, claimed in batches
+                timers.busy_again(report.queue, now)
                 self.executor.start(self.tasks[report.queue], self.queues[report.queue], [report.job], report.at_ms)
 
     def release(self, report: waiter.Claimed) -> None:
