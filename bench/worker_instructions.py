@@ -9,7 +9,9 @@ is not in the count) under valgrind's callgrind, with the server in another proc
 keeps results, the default: each job settles as a PUBLISH), ``worker-noresult`` = the same with
 ``result_ttl=0`` (each job settles as a COMPLETE, as the loop's do), ``worker-async`` = ``worker``
 with an ``async def`` handler (on the worker's asyncio loop), ``batch`` = the bare batched
-loop (``claim_many(10)`` / ``complete_many``, as bench/drive_echomq.py's).
+loop (``claim_many(10)`` / ``complete_many``, as bench/drive_echomq.py's), ``batch-kept`` = the
+same loop keeping each no-op's result as the worker does (PUBLISHES, the worker's retention; as
+bench/drive_echomq.py's ``batch-kept``: the loop ``worker`` is held to).
 Per job = (the process's instructions draining ``--jobs`` jobs − draining ``--base``) / the
 difference, so start-up and shutdown cancel out. On a shared, busy machine the timed ratios
 (bench/e2e.py) spread widely; an instruction count does not move with the load, so it tells a
@@ -43,12 +45,13 @@ import threading
 from pathlib import Path
 
 from echomq import Queue, connect
-from echomq._protocol.results import DEFAULT_RESULT_TTL_S
+from echomq._protocol.results import DEFAULT_RESULT_TTL_S, encode_result
+from echomq._protocol.serializers import JSON
 
 from .common import BenchServer, say, trafikey_module
 
 QUEUE = "bench"
-MODES = ("worker", "worker-noresult", "worker-async", "batch")
+MODES = ("worker", "worker-noresult", "worker-async", "batch", "batch-kept")
 #: how much slower the worker runs under valgrind: its time bounds are scaled by it (see the module's doc)
 SLOWDOWN = 50
 SETTLE_WAIT_MS = 1.0 * SLOWDOWN
@@ -77,10 +80,15 @@ def drain(mode: str, url: str, wire: int) -> None:
         print(f"steps {steps[0]} relays {worker.loop.relays}")  # how the drain batched: the count depends on it
         return
     q = Queue(connection, QUEUE)
+    kept_ms = int(DEFAULT_RESULT_TTL_S * 1000) if mode == "batch-kept" else None
+    nothing = encode_result(JSON, None, None)
     while jobs := q.claim_many(10, 30_000):
         for job in jobs:
             noop(job.payload)
-        q.complete_many(jobs)
+        if kept_ms:
+            q.settle_many(q.completion_calls([part for job in jobs for part in (job.id, job.token, nothing)], kept_ms))
+        else:
+            q.complete_many(jobs)
 
 
 def noop(payload: object) -> None:
@@ -179,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  {count:7.2f}  {name}")
                 else:
                     steps = (f", {(large['steps'] - small['steps']) / jobs:.3f} steps and "
-                             f"{(large['relays'] - small['relays']) / jobs:.3f} relays a job" if mode != "batch" else "")
+                             f"{(large['relays'] - small['relays']) / jobs:.3f} relays a job" if mode.startswith("worker") else "")
                     print(f"{mode}: {(large['total'] - small['total']) / jobs / 1000:.1f} k instructions a job "
                           f"(wire {args.wire}{steps})", flush=True)
     shutil.rmtree(out_dir, ignore_errors=True)
