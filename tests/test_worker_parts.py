@@ -27,6 +27,8 @@ from echomq.worker.jobstats import JobStats
 from echomq.worker.tallies import Events, Tally
 from echomq.worker.waiting import Waiting
 from echomq._protocol.keys import State
+from echomq._protocol.results import encode_result
+from echomq._protocol.serializers import JSON
 from echomq._protocol.verbs import Sweep
 from support.queues import fresh_name
 from support.waiting import wait_until
@@ -340,6 +342,49 @@ def test_the_settler_batches_completions_fails_what_raised_and_drops_what_was_lo
     settler.again([fresh_error])  # its settle was sent when the link failed: decided again next time
     (again_batch, _), = settler.decide([]).values()
     assert [h for h, _ in again_batch] == [fresh_error]
+
+
+class _RefusesNone:
+    """A serializer that cannot encode None (what a task keeps for a handler that returned nothing)."""
+
+    def dumps(self, obj):
+        if obj is None:
+            raise TypeError("no None here")
+        return JSON.dumps(obj)
+
+    def loads(self, data):
+        return JSON.loads(data)
+
+
+def test_the_settler_completes_what_returned_nothing_by_its_task_beside_the_rest(conn):
+    """decide's common case (a flat job whose handler returned nothing, its lease held) is decided once a
+    task, not once a job; beside it, in one batch, a task that keeps no results, a returned value, and a
+    task whose serializer refuses None (its job completes, marked not kept) settle as they did."""
+    queue, other = Queue(conn, fresh_name("parts")), Queue(conn, fresh_name("parts"))
+    keeps, keeps_none, refuses = a_task(queue.name), a_task(queue.name, result_ttl=0), \
+        a_task(other.name, serializer=_RefusesNone())
+    first, no_result, valued, second = held(keeps, queue), held(keeps_none, queue), held(keeps, queue), held(keeps, queue)
+    refused = held(refuses, other)
+    for record in (first, no_result, second, refused):
+        record.outcome = policy.RETURNED_NOTHING
+    valued.outcome = policy.Returned(5)
+    records = {h.key: h for h in (first, no_result, valued, second, refused)}
+    tally = Tally()
+    settler = Settler({queue.name: queue, other.name: other}, records, bus=True, rand=lambda: 0.5, tally=tally,
+                      stats=JobStats(), events=Events(None, tally, JobStats()),
+                      timers=Timers([queue, other], QUIET_TIMERS), pacing=Pacing([queue.name, other.name], WorkerConfig()),
+                      clock_ms=lambda: 0.0)
+    batches = settler.decide([first, no_result, valued, second, refused])
+    nothing, five = encode_result(JSON, None, None), encode_result(JSON, 5, None)
+    batch, calls = batches[queue.name]
+    assert batch == [(first, policy.COMPLETE), (valued, policy.COMPLETE), (second, policy.COMPLETE),
+                     (no_result, policy.COMPLETE)]  # by retention, each group in the order its jobs came
+    ids = [record.job.id for record in (first, valued, second)]
+    assert calls == queue.completion_calls([ids[0], "1", nothing, ids[1], "1", five, ids[2], "1", nothing],
+                                           keeps.result_ttl_ms) + queue.completion_calls([no_result.job.id, "1"], None)
+    (marked, marked_calls), = [batches[other.name]]
+    assert marked == [(refused, policy.COMPLETE)] and refused.not_kept is not None and first.not_kept is None
+    assert marked_calls == other.completion_calls([refused.job.id, "1", refused.not_kept.encode()], refuses.result_ttl_ms)
 
 
 def test_the_settler_records_each_answer(conn):
