@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 import traceback
@@ -12,7 +13,7 @@ from typing import Callable
 
 import pytest
 
-from echomq import App, Backoff, ConfigurationError, Delay, IdlePolicy, JobContext, LeasePolicy, Retry
+from echomq import App, Backoff, ConfigurationError, Delay, IdlePolicy, Job, JobContext, LeasePolicy, Retry
 from echomq.worker import policy
 from echomq._protocol.keys import MAX_TRACEBACK_BYTES
 from echomq.worker.config import WorkerConfig
@@ -210,6 +211,43 @@ def test_an_idle_queue_costs_about_one_poll_a_second():
 ])
 def test_claim_batch(capacity, empty, batch, expected):
     assert policy.claim_batch(capacity, empty, batch) == expected
+
+
+def _claimed(group: str | None = None) -> Job:
+    return Job("q", "id", None, None, 1, group=group)
+
+
+@pytest.mark.parametrize("before, flat, lanes, jobs, expected", [
+    ((False, False), 10, 0, [_claimed()] * 3, (True, False)),  # flat jobs found; lanes not claimed: as before
+    ((True, True), 10, 0, [], (False, True)),
+    ((False, False), 5, 5, [_claimed("g"), _claimed()], (True, True)),
+    ((True, False), 5, 5, [_claimed("g")], (False, True)),
+    ((False, True), 0, 3, [], (False, False)),  # no lane jobs; flat not claimed: as before
+])
+def test_claims_found_says_which_kind_gave_jobs(before, flat, lanes, jobs, expected):
+    assert policy.claims_found(before, flat, lanes, jobs) == expected
+
+
+def test_claims_found_takes_as_many_python_steps_for_a_thousand_jobs_as_for_ten():
+    # its lane jobs counted by C loops: no Python step a job (the worker reads it every claim batch)
+    def steps_for(count: int) -> int:
+        jobs, steps = [_claimed()] * count, [0]
+
+        def trace(frame, event, arg):
+            frame.f_trace_opcodes = True
+            if event == "opcode":
+                steps[0] += 1
+            return trace
+
+        sys.settrace(trace)
+        try:
+            found = policy.claims_found((False, False), count, 0, jobs)
+        finally:
+            sys.settrace(None)
+        assert found == (True, False)
+        return steps[0]
+
+    assert steps_for(1000) == steps_for(10)
 
 
 def test_bad_idle_policy_is_refused():

@@ -56,7 +56,8 @@ def count_claims(first: TaskStats, others: Mapping[TaskStats, list[tuple[Job, fl
     by the batch, as ever)."""
     if not others:  # the common case: the whole batch the first task's
         first.counts["claimed"] += len(jobs)
-        first.waited.observe_many([waited_s for waited_s in waits if waited_s is not None])
+        # (a batch of first claims has no None: observed as it is, not copied a job at a time)
+        first.waited.observe_many(waits if None not in waits else [waited for waited in waits if waited is not None])
         return
     moved = {id(job) for pairs in others.values() for job, _ in pairs}
     first.counts["claimed"] += len(jobs) - len(moved)
