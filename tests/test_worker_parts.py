@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 from itertools import count
 
@@ -404,6 +405,63 @@ def test_the_settler_records_each_answer(conn):
                     [True, State.SCHEDULED, LeaseLost("complete", refused.job.id, "1")])
     assert (tally.completed, tally.retried, tally.lost) == (1, 1, 1) and not records
     assert timers.next_due_ms(0.0) == 1000.0 + 2000 + policy.PROMOTE_SLACK_MS  # the retry is promoted when due
+
+
+def _settler_of(queue, records, tally):
+    return Settler({queue.name: queue}, records, bus=False, rand=lambda: 0.5, tally=tally, stats=JobStats(),
+                   events=Events(None, tally, JobStats()), timers=Timers([queue], QUIET_TIMERS),
+                   pacing=Pacing([queue.name], WorkerConfig()), clock_ms=lambda: 0.0)
+
+
+def test_a_batch_of_plain_completions_is_recorded_in_as_many_python_steps_for_a_thousand_as_for_ten(conn):
+    # the common batch (completions the server all took, one task's, no flow job, every result kept, no
+    # job.completed listener) is recorded by C loops: counted, its run times observed, its records dropped
+    queue = Queue(conn, fresh_name("parts"))
+    task = a_task(queue.name)
+
+    def steps_for(count: int) -> int:
+        batch = [held(task, queue) for _ in range(count)]
+        for record in batch:
+            record.ended_s = 0.25
+        records, tally, steps = {h.key: h for h in batch}, Tally(), [0]
+        stats = batch[0].stats
+        for record in batch:
+            record.stats = stats
+        settler = _settler_of(queue, records, tally)
+
+        def trace(frame, event, arg):
+            frame.f_trace_opcodes = True
+            if event == "opcode":
+                steps[0] += 1
+            return trace
+
+        settles, answers = [(h, policy.COMPLETE) for h in batch], [True] * count
+        sys.settrace(trace)
+        try:
+            settler.settled(queue.name, settles, answers)
+        finally:
+            sys.settrace(None)
+        assert tally.completed == count and stats.counts["completed"] == count and not records
+        assert stats.run.snapshot() == ([(bound, count if bound >= 0.25 else 0) for bound in stats.run.bounds]
+                                        + [(float("inf"), count)], 0.25 * count)
+        return steps[0]
+
+    assert steps_for(1000) == steps_for(10)
+
+
+def test_a_batch_with_one_job_off_the_common_case_is_recorded_job_by_job(conn):
+    # a refused settle among completions: the general way, each answer its own record
+    queue = Queue(conn, fresh_name("parts"))
+    task = a_task(queue.name)
+    completed, refused = held(task, queue), held(task, queue)
+    refused.stats = completed.stats
+    records, tally = {h.key: h for h in (completed, refused)}, Tally()
+    for record in records.values():
+        record.ended_s = 0.5
+    _settler_of(queue, records, tally).settled(queue.name, [(completed, policy.COMPLETE), (refused, policy.COMPLETE)],
+                                               [True, LeaseLost("complete", refused.job.id, "1")])
+    assert (tally.completed, tally.lost) == (1, 1) and not records
+    assert completed.stats.counts["completed"] == 1  # (the lost one counted as its event: Events)
 
 
 # -- waiting: the waiters' reports read --------------------------------------------------------------
