@@ -13,7 +13,7 @@ from itertools import count
 
 import pytest
 
-from echomq import App, Claims, Job, LeasePolicy, Queue, Timers, WorkerConfig
+from echomq import App, Claims, Job, JobContext, LeasePolicy, Queue, Timers, WorkerConfig
 from echomq.errors import JobTimeout, LeaseLost
 from echomq import hooks
 from echomq.worker import policy, waiter
@@ -405,6 +405,59 @@ def test_the_settler_records_each_answer(conn):
                     [True, State.SCHEDULED, LeaseLost("complete", refused.job.id, "1")])
     assert (tally.completed, tally.retried, tally.lost) == (1, 1, 1) and not records
     assert timers.next_due_ms(0.0) == 1000.0 + 2000 + policy.PROMOTE_SLACK_MS  # the retry is promoted when due
+
+
+def test_a_batch_of_plain_completions_is_decided_in_as_many_python_steps_for_a_thousand_as_for_ten(conn):
+    # the common batch (flat jobs of one queue and task that returned nothing, leases held) is decided by
+    # C loops: no Python step a job but its token's (Job.token); the calls those of the jobs one by one
+    queue = Queue(conn, fresh_name("parts"))
+    task = a_task(queue.name)
+
+    def steps_for(count: int) -> int:
+        batch = [held(task, queue) for _ in range(count)]
+        for record in batch:
+            record.outcome = policy.RETURNED_NOTHING
+        tally, steps = Tally(), [0]
+        settler = Settler({queue.name: queue}, {h.key: h for h in batch}, bus=True, rand=lambda: 0.5, tally=tally,
+                          stats=JobStats(), events=Events(None, tally, JobStats()), timers=Timers([queue], QUIET_TIMERS),
+                          pacing=Pacing([queue.name], WorkerConfig()), clock_ms=lambda: 0.0)
+
+        def trace(frame, event, arg):
+            if frame.f_code.co_name == "token":  # Job.token, a property: one call a job
+                return None
+            frame.f_trace_opcodes = True
+            if event == "opcode":
+                steps[0] += 1
+            return trace
+
+        sys.settrace(trace)
+        try:
+            batches = settler.decide(batch)
+        finally:
+            sys.settrace(None)
+        nothing = encode_result(JSON, None, None)
+        parts = [part for record in batch for part in (record.job.id, "1", nothing)]
+        assert batches == {queue.name: ([(record, policy.COMPLETE) for record in batch],
+                                        queue.completion_calls(parts, task.result_ttl_ms))}
+        return steps[0]
+
+    steps_for(10)  # the first makes what a queue builds once (its PUBLISHES' keys)
+    assert steps_for(1000) == steps_for(10)
+
+
+def test_a_batch_with_a_lost_lease_among_plain_completions_is_decided_job_by_job(conn):
+    queue = Queue(conn, fresh_name("parts"))
+    plain, with_ctx = a_task(queue.name), a_task(queue.name, fn=lambda payload, ctx: None)
+    for task in (plain, with_ctx):
+        kept, lost = held(task, queue), held(task, queue)
+        if task is with_ctx:  # a handler that takes a context: its lost flag is the context's
+            kept.ctx, lost.ctx = (JobContext(h.job.id, queue.name, 1, None) for h in (kept, lost))
+        kept.outcome = lost.outcome = policy.RETURNED_NOTHING
+        lost.mark_lost()
+        records, tally = {h.key: h for h in (kept, lost)}, Tally()
+        batches = _settler_of(queue, records, tally).decide([kept, lost])
+        assert batches == {queue.name: ([(kept, policy.COMPLETE)], queue.completion_calls([kept.job.id, "1"], None))}
+        assert tally.lost == 1 and lost.key not in records
 
 
 def _settler_of(queue, records, tally):

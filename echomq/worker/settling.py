@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict, deque
-from itertools import repeat
-from operator import attrgetter, is_, itemgetter, sub
+from itertools import chain, repeat
+from operator import attrgetter, eq, is_, itemgetter, sub
 from traceback import format_exception
 from typing import Any, Callable, Mapping, Sequence
 
@@ -24,7 +24,7 @@ from ..errors import LeaseLost
 from .._protocol.keys import State, parent_queue
 from .._protocol.results import MAX_RESULT_BYTES, NotKept, keepable_result
 from .._protocol.shown import one_line, quoted
-from .held import Held
+from .held import Held, none_lost
 from .jobstats import JobStats, TaskStats
 from .pacing import Pacing
 from .tallies import Events, Tally
@@ -32,11 +32,14 @@ from .tasks import Task
 from .timers import Timers
 
 log = logging.getLogger("echomq.worker")
-#: what Settler._all_plainly_completed reads of a batch, a C call each
+# what the common batch's ways (Settler._all_plain_completions, _all_plainly_completed) read of each job,
+# a C call each: no Python step a job (but Job.token's)
 _held_of, _decision_of = itemgetter(0), itemgetter(1)
-_flow_of, _not_kept_of, _stats_of, _key_of = (attrgetter("job.flow"), attrgetter("not_kept"), attrgetter("stats"),
-                                              attrgetter("key"))
+_job_of, _task_of, _stats_of, _key_of = attrgetter("job"), attrgetter("task"), attrgetter("stats"), attrgetter("key")
+_outcome_of, _verdict_of, _not_kept_of = attrgetter("outcome"), attrgetter("verdict"), attrgetter("not_kept")
 _ended_s_of, _started_s_of = attrgetter("ended_s"), attrgetter("started_s")
+_queue_of, _id_of, _token_of = attrgetter("queue"), attrgetter("id"), attrgetter("token")
+_group_of, _flow_of, _job_flow_of = attrgetter("group"), attrgetter("flow"), attrgetter("job.flow")
 #: by queue: the jobs settled, in the order of their answers, and the calls that settle them
 Batches = dict[str, tuple[list[tuple[Held, policy.Settle]], list[Call]]]
 #: a task's flat jobs that returned nothing: the jobs, their ARGV one after another, the result kept (None: none)
@@ -81,6 +84,10 @@ class Settler:
         call of its own: its id, token (and kept result) join its queue's COMPLETES or PUBLISHES
         (``Queue.completion_calls``). Lost ones are dropped here."""
         done, self.unsettled = self.unsettled + finished, []
+        if done:
+            whole = self._all_plain_completions(done)
+            if whole is not None:
+                return whole
         # by (queue, retention_ms or None): the completed flat jobs and their ARGV one after another
         completed: defaultdict[tuple[str, int | None], tuple[list[Held], list[Any]]] = defaultdict(lambda: ([], []))
         settled: defaultdict[str, list[tuple[Held, policy.Settle, Call]]] = defaultdict(list)  # no list made a job
@@ -142,6 +149,29 @@ class Settler:
             batch += [(held, decision) for held, decision, _ in rest]
             calls += [call for _, _, call in rest]
         return by_queue
+
+    def _all_plain_completions(self, done: list[Held]) -> Batches | None:
+        """The common batch, decided by C loops (no Python step a job but its token): flat jobs of one queue
+        and task whose handlers returned nothing and whose leases held, completed keeping what the task
+        keeps for nothing. None, deciding nothing, for any other (or a task whose serializer refuses None)."""
+        task, jobs = done[0].task, list(map(_job_of, done))
+        name, count = jobs[0].queue, len(done)
+        if not all(map(is_, map(_task_of, done), repeat(task))) \
+                or not all(map(is_, map(_outcome_of, done), repeat(policy.RETURNED_NOTHING))) \
+                or list(map(_verdict_of, done)).count(None) != count \
+                or list(map(_group_of, jobs)).count(None) != count or any(map(_flow_of, jobs)) \
+                or not all(map(eq, map(_queue_of, jobs), repeat(name))) or not none_lost(done):
+            return None
+        kept = self.bus and task.result_ttl_ms
+        nothing = None
+        if kept:
+            nothing, not_kept = self._kept_nothing(task)
+            if not_kept is not None:
+                return None
+        ids, tokens = map(_id_of, jobs), map(_token_of, jobs)
+        parts = list(chain.from_iterable(zip(ids, tokens, repeat(nothing)) if kept else zip(ids, tokens)))
+        calls = self.queues[name].completion_calls(parts, kept or None)
+        return {name: (list(zip(done, repeat(policy.COMPLETE))), calls)}
 
     def _plain_completions(self, completed: defaultdict[tuple[str, int | None], tuple[list[Held], list[Any]]],
                            task: Task) -> PlainCompletions | None:
@@ -214,7 +244,7 @@ class Settler:
         helds = list(map(_held_of, batch))
         stats = helds[0].stats
         if not all(map(is_, map(_decision_of, batch), repeat(policy.COMPLETE))) \
-                or any(map(isinstance, answers, repeat(Exception))) or any(map(_flow_of, helds)) \
+                or any(map(isinstance, answers, repeat(Exception))) or any(map(_job_flow_of, helds)) \
                 or any(map(_not_kept_of, helds)) or not all(map(is_, map(_stats_of, helds), repeat(stats))):
             return False
         stats.run.observe_many(list(map(sub, map(_ended_s_of, helds), map(_started_s_of, helds))))
