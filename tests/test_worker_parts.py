@@ -9,6 +9,7 @@ import asyncio
 import logging
 import sys
 import threading
+import time
 from itertools import count
 
 import pytest
@@ -27,6 +28,7 @@ from echomq.worker.shutdown import Watchman
 from echomq.worker.jobstats import JobStats
 from echomq.worker.tallies import Events, Tally
 from echomq.worker.waiting import Waiting
+from echomq._protocol.ids import TAIL_CHARS, TIME_CHARS, fixed_width
 from echomq._protocol.keys import State
 from echomq._protocol.results import encode_result
 from echomq._protocol.serializers import JSON
@@ -258,6 +260,59 @@ def test_the_last_handler_of_a_batch_runs_the_relay_on_its_own_thread(executor, 
 
 async def _running_loop() -> asyncio.AbstractEventLoop:
     return asyncio.get_running_loop()
+
+
+def test_a_plain_claim_batch_is_held_in_as_many_python_steps_for_a_thousand_as_for_ten(executor, conn):
+    # the common batch (no headers, the queue's one task, a handler that takes no context) is held by C
+    # loops: no Python step a job but its record's making (Held's __init__) and its payload's decoding
+    queue = Queue(conn, fresh_name("parts"))
+    ran: list = []
+    task = a_task(queue.name, fn=ran.append)
+
+    head = fixed_width(time.time_ns() // 1_000_000, TIME_CHARS)  # default ids, of one millisecond: one time read
+
+    def steps_for(count: int) -> int:
+        jobs = [Job(queue.name, head + fixed_width(next(_ids), TAIL_CHARS), {}, b"{}", 1) for _ in range(count)]
+        steps = [0]
+
+        def holding(frame) -> bool:  # holding the batch (the rest of start reads the handlers' threads' counts)
+            while frame is not None and frame.f_code.co_name not in ("_hold_plain", "_hold"):
+                frame = frame.f_back
+            return frame is not None
+
+        def trace(frame, event, arg):
+            if frame.f_code.co_name in ("__init__", "loads") or not holding(frame):
+                return None
+            frame.f_trace_opcodes = True
+            if event == "opcode":
+                steps[0] += 1
+            return trace
+
+        sys.settrace(trace)
+        try:
+            executor.start(task, queue, jobs, 0.0)
+        finally:
+            sys.settrace(None)
+        assert {h.job.id for h in executor.held.values()} >= {j.id for j in jobs}
+        return steps[0]
+
+    steps_for(10)  # the first makes the pool
+    assert steps_for(1000) == steps_for(10)
+    wait_until(lambda: len(ran) == 1020, what="every handler's run")
+    assert ran == [{}] * 1020
+    executor.close()
+
+
+def test_a_claim_batch_with_a_payload_its_task_cannot_decode_is_held_job_by_job(executor, conn):
+    queue = Queue(conn, fresh_name("parts"))
+    ran = []
+    task = a_task(queue.name, fn=ran.append)
+    good, bad, also = job(queue.name), Job(queue.name, "bad", None, b"{not json", 1), job(queue.name)
+    executor.start(task, queue, [good, bad, also], 0.0)
+    wait_until(lambda: len(ran) == 2, what="the two handlers' runs")
+    (undecodable,) = [h for h in executor.held.values() if h.job is bad]
+    assert isinstance(undecodable.verdict, policy.Undecodable) and ran == [{}, {}]
+    executor.close()
 
 
 def test_a_claim_batch_of_async_handlers_reaches_their_loop_in_one_call_and_ends_under_one_lock(executor, conn):
