@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import re
-import sys
 import threading
 import time
 import uuid
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from echomq import App, ConnectionFailed, Job, Queue, Worker, WorkerConfig, aio, hooks
-from echomq._protocol.ids import TAIL_CHARS, TIME_CHARS, fixed_width, minted_ms, new_id
+from echomq._protocol.ids import minted_ms, new_id
 from echomq.local.server import free_port
 from echomq.worker.jobstats import Histogram
 from echomq.worker.tallies import waited_in_pending_s
@@ -222,30 +221,6 @@ def test_waited_in_pending_is_known_for_a_first_claim_of_an_id_that_says_when_it
     waits = waited_in_pending_s(batch, minted_s + 1)
     assert waits == [pytest.approx(1)] + [None] * (len(others) + 1) + [pytest.approx(1)]
     assert waited_in_pending_s([], minted_s) == []
-
-
-def test_a_claim_batchs_waits_take_as_many_calls_for_ten_jobs_as_for_a_thousand():
-    # read by C loops, each distinct minted time once: no call (nor Python step) a job, where each id
-    # took its two character checks and an append
-    minted_ms_now = time.time_ns() // 1_000_000
-    head = fixed_width(minted_ms_now, TIME_CHARS)  # default ids of one millisecond, as a producer's batch mints them
-
-    def calls_for(count: int) -> int:
-        batch = [Job("q", head + fixed_width(n, TAIL_CHARS), None, None, 1) for n in range(count)]
-        made = [0]
-
-        def profile(frame, event, arg):
-            made[0] += event in ("call", "c_call")
-
-        sys.setprofile(profile)
-        try:
-            waits = waited_in_pending_s(batch, minted_ms_now / 1000 + 2)
-        finally:
-            sys.setprofile(None)
-        assert waits == [pytest.approx(2)] * count
-        return made[0]
-
-    assert calls_for(1000) == calls_for(10)
 
 
 def test_a_histogram_counts_into_its_buckets_cumulatively():

@@ -227,9 +227,8 @@ def test_minted_ms_reads_default_ids_and_the_former_uuid7_ids_only():
 
 
 def test_minted_ms_reads_each_ids_own_time_in_any_order_alone_or_in_a_batch():
-    # the worker reads every claimed id and a claim batch's ids mostly share their millisecond: a batch
-    # of default ids is read by C loops, each distinct time part once; any order of ids, of any shapes,
-    # still reads each one's own time
+    # the worker reads every claimed id and a claim batch's ids mostly share their millisecond: the
+    # last time part read is kept; any order of ids, of any shapes, still reads each one's own time
     def reference(text: str) -> int:
         return sum(ids.ALPHABET.index(c) * 62 ** (ids.TIME_CHARS - 1 - i) for i, c in enumerate(text[:ids.TIME_CHARS]))
 

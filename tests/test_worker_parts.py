@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import threading
-import time
 from itertools import count
 
 import pytest
@@ -28,7 +26,6 @@ from echomq.worker.shutdown import Watchman
 from echomq.worker.jobstats import JobStats
 from echomq.worker.tallies import Events, Tally
 from echomq.worker.waiting import Waiting
-from echomq._protocol.ids import TAIL_CHARS, TIME_CHARS, fixed_width
 from echomq._protocol.keys import State
 from echomq._protocol.results import encode_result
 from echomq._protocol.serializers import JSON
@@ -262,48 +259,7 @@ async def _running_loop() -> asyncio.AbstractEventLoop:
     return asyncio.get_running_loop()
 
 
-def test_a_plain_claim_batch_is_held_in_as_many_python_steps_for_a_thousand_as_for_ten(executor, conn):
-    # the common batch (no headers, the queue's one task, a handler that takes no context) is held by C
-    # loops: no Python step a job but its record's making (Held's __init__) and its payload's decoding
-    queue = Queue(conn, fresh_name("parts"))
-    ran: list = []
-    task = a_task(queue.name, fn=ran.append)
-
-    head = fixed_width(time.time_ns() // 1_000_000, TIME_CHARS)  # default ids, of one millisecond: one time read
-
-    def steps_for(count: int) -> int:
-        jobs = [Job(queue.name, head + fixed_width(next(_ids), TAIL_CHARS), {}, b"{}", 1) for _ in range(count)]
-        steps = [0]
-
-        def holding(frame) -> bool:  # holding the batch (the rest of start reads the handlers' threads' counts)
-            while frame is not None and frame.f_code.co_name not in ("_hold_plain", "_hold"):
-                frame = frame.f_back
-            return frame is not None
-
-        def trace(frame, event, arg):
-            if frame.f_code.co_name in ("__init__", "loads") or not holding(frame):
-                return None
-            frame.f_trace_opcodes = True
-            if event == "opcode":
-                steps[0] += 1
-            return trace
-
-        sys.settrace(trace)
-        try:
-            executor.start(task, queue, jobs, 0.0)
-        finally:
-            sys.settrace(None)
-        assert {h.job.id for h in executor.held.values()} >= {j.id for j in jobs}
-        return steps[0]
-
-    steps_for(10)  # the first makes the pool
-    assert steps_for(1000) == steps_for(10)
-    wait_until(lambda: len(ran) == 1020, what="every handler's run")
-    assert ran == [{}] * 1020
-    executor.close()
-
-
-def test_a_claim_batch_with_a_payload_its_task_cannot_decode_is_held_job_by_job(executor, conn):
+def test_a_payload_its_task_cannot_decode_fails_that_job_alone_in_its_claim_batch(executor, conn):
     queue = Queue(conn, fresh_name("parts"))
     ran = []
     task = a_task(queue.name, fn=ran.append)
@@ -462,45 +418,7 @@ def test_the_settler_records_each_answer(conn):
     assert timers.next_due_ms(0.0) == 1000.0 + 2000 + policy.PROMOTE_SLACK_MS  # the retry is promoted when due
 
 
-def test_a_batch_of_plain_completions_is_decided_in_as_many_python_steps_for_a_thousand_as_for_ten(conn):
-    # the common batch (flat jobs of one queue and task that returned nothing, leases held) is decided by
-    # C loops: no Python step a job but its token's (Job.token); the calls those of the jobs one by one
-    queue = Queue(conn, fresh_name("parts"))
-    task = a_task(queue.name)
-
-    def steps_for(count: int) -> int:
-        batch = [held(task, queue) for _ in range(count)]
-        for record in batch:
-            record.outcome = policy.RETURNED_NOTHING
-        tally, steps = Tally(), [0]
-        settler = Settler({queue.name: queue}, {h.key: h for h in batch}, bus=True, rand=lambda: 0.5, tally=tally,
-                          stats=JobStats(), events=Events(None, tally, JobStats()), timers=Timers([queue], QUIET_TIMERS),
-                          pacing=Pacing([queue.name], WorkerConfig()), clock_ms=lambda: 0.0)
-
-        def trace(frame, event, arg):
-            if frame.f_code.co_name == "token":  # Job.token, a property: one call a job
-                return None
-            frame.f_trace_opcodes = True
-            if event == "opcode":
-                steps[0] += 1
-            return trace
-
-        sys.settrace(trace)
-        try:
-            batches = settler.decide(batch)
-        finally:
-            sys.settrace(None)
-        nothing = encode_result(JSON, None, None)
-        parts = [part for record in batch for part in (record.job.id, "1", nothing)]
-        assert batches == {queue.name: ([(record, policy.COMPLETE) for record in batch],
-                                        queue.completion_calls(parts, task.result_ttl_ms))}
-        return steps[0]
-
-    steps_for(10)  # the first makes what a queue builds once (its PUBLISHES' keys)
-    assert steps_for(1000) == steps_for(10)
-
-
-def test_a_batch_with_a_lost_lease_among_plain_completions_is_decided_job_by_job(conn):
+def test_a_lost_lease_among_plain_completions_drops_that_job_alone(conn):
     queue = Queue(conn, fresh_name("parts"))
     plain, with_ctx = a_task(queue.name), a_task(queue.name, fn=lambda payload, ctx: None)
     for task in (plain, with_ctx):
@@ -521,44 +439,7 @@ def _settler_of(queue, records, tally):
                    pacing=Pacing([queue.name], WorkerConfig()), clock_ms=lambda: 0.0)
 
 
-def test_a_batch_of_plain_completions_is_recorded_in_as_many_python_steps_for_a_thousand_as_for_ten(conn):
-    # the common batch (completions the server all took, one task's, no flow job, every result kept, no
-    # job.completed listener) is recorded by C loops: counted, its run times observed, its records dropped
-    queue = Queue(conn, fresh_name("parts"))
-    task = a_task(queue.name)
-
-    def steps_for(count: int) -> int:
-        batch = [held(task, queue) for _ in range(count)]
-        for record in batch:
-            record.ended_s = 0.25
-        records, tally, steps = {h.key: h for h in batch}, Tally(), [0]
-        stats = batch[0].stats
-        for record in batch:
-            record.stats = stats
-        settler = _settler_of(queue, records, tally)
-
-        def trace(frame, event, arg):
-            frame.f_trace_opcodes = True
-            if event == "opcode":
-                steps[0] += 1
-            return trace
-
-        settles, answers = [(h, policy.COMPLETE) for h in batch], [True] * count
-        sys.settrace(trace)
-        try:
-            settler.settled(queue.name, settles, answers)
-        finally:
-            sys.settrace(None)
-        assert tally.completed == count and stats.counts["completed"] == count and not records
-        assert stats.run.snapshot() == ([(bound, count if bound >= 0.25 else 0) for bound in stats.run.bounds]
-                                        + [(float("inf"), count)], 0.25 * count)
-        return steps[0]
-
-    assert steps_for(1000) == steps_for(10)
-
-
-def test_a_batch_with_one_job_off_the_common_case_is_recorded_job_by_job(conn):
-    # a refused settle among completions: the general way, each answer its own record
+def test_a_refused_settle_among_completions_is_recorded_as_lost_the_rest_completed(conn):
     queue = Queue(conn, fresh_name("parts"))
     task = a_task(queue.name)
     completed, refused = held(task, queue), held(task, queue)

@@ -24,7 +24,6 @@ import os
 import threading
 import time
 import uuid
-from operator import itemgetter
 from typing import Iterable
 
 ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"  # ASCII order
@@ -40,6 +39,9 @@ MINTED_FROM_MS, MINTED_BEFORE_MS = 1_577_836_800_000, 4_102_444_800_000  # 2020-
 _DIGIT = [0] * 128
 for _value, _char in enumerate(ALPHABET):
     _DIGIT[ord(_char)] = _value
+#: the time part minted_ms read last, and its value: a claim batch's ids, minted together by
+#: one producer's batch, mostly share their millisecond
+_last_read: tuple[str, int | None] = ("", None)
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
@@ -126,38 +128,26 @@ def minted_ms(text: str) -> int | None:
 
 def minted_ms_of(texts: Iterable[str]) -> list[int | None]:
     """:func:`minted_ms` of each of ``texts``, in one call: the worker reads every id of a claim batch."""
-    texts = list(texts)
-    # the common case, a claim batch of default ids: checked and read by C loops (no Python step an id),
-    # each distinct time part read once (a batch's ids, minted together by one producer's batch, mostly
-    # share their millisecond)
-    if texts and set(map(len, texts)) == {TIME_CHARS + TAIL_CHARS}:
-        every = "".join(texts)
-        if every.isascii() and every.isalnum():  # ALPHABET's characters: the ASCII letters and digits
-            heads = list(map(_time_part, texts))
-            by_head = {head: _head_ms(head) for head in set(heads)}
-            return list(map(by_head.__getitem__, heads))
-    return [_one_ms(text) for text in texts]
-
-
-#: a default id's time part (its first TIME_CHARS characters)
-_time_part = itemgetter(slice(None, TIME_CHARS))
-
-
-def _one_ms(text: str) -> int | None:
-    if len(text) != TIME_CHARS + TAIL_CHARS:
-        return _uuid7_ms(text)
-    if not (text.isascii() and text.isalnum()):
-        return None
-    return _head_ms(text[:TIME_CHARS])
-
-
-def _head_ms(head: str) -> int | None:
-    """A default id's time part read (TIME_CHARS == 8 digits of base 62 == len(ALPHABET)), the digits as
-    bytes; None outside the window an id of ours was minted in."""
-    b, d = head.encode(), _DIGIT
-    ms = (((((((d[b[0]] * 62 + d[b[1]]) * 62 + d[b[2]]) * 62 + d[b[3]]) * 62 + d[b[4]]) * 62 + d[b[5]])
-           * 62 + d[b[6]]) * 62 + d[b[7]])
-    return ms if MINTED_FROM_MS <= ms < MINTED_BEFORE_MS else None
+    global _last_read
+    last_head, last_ms = _last_read  # one read: another thread may replace the pair meanwhile
+    minted: list[int | None] = []
+    add, size = minted.append, TIME_CHARS + TAIL_CHARS  # (read once a call: a claim batch's ids are read in a loop)
+    for text in texts:
+        if len(text) != size:
+            add(_uuid7_ms(text))
+        elif not (text.isascii() and text.isalnum()):
+            # ALPHABET's characters are the ASCII letters and digits, checked by two C calls
+            add(None)
+        else:
+            head = text[:TIME_CHARS]
+            if head != last_head:  # the digits read as bytes (no hashing)
+                b, d = head.encode(), _DIGIT  # TIME_CHARS == 8 digits of base 62 == len(ALPHABET)
+                ms = (((((((d[b[0]] * 62 + d[b[1]]) * 62 + d[b[2]]) * 62 + d[b[3]]) * 62 + d[b[4]]) * 62 + d[b[5]])
+                       * 62 + d[b[6]]) * 62 + d[b[7]])
+                last_head, last_ms = head, ms if MINTED_FROM_MS <= ms < MINTED_BEFORE_MS else None
+            add(last_ms)
+    _last_read = last_head, last_ms
+    return minted
 
 
 def _uuid7_ms(text: str) -> int | None:

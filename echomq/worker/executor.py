@@ -21,8 +21,6 @@ import logging
 import threading
 import time
 from functools import partial
-from itertools import repeat
-from operator import attrgetter
 from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
 
 from .. import aio, hooks
@@ -48,9 +46,6 @@ from .tallies import Events, Tally, waited_in_pending_s
 from .tasks import App, AsyncJobContext, JobContext, Task, check_timeout
 
 log = logging.getLogger("echomq.worker")
-#: what Executor._hold_plain reads of each job, a C call each
-_headers_of, _raw_payload_of = attrgetter("headers"), attrgetter("raw_payload")
-_queue_of, _id_of = attrgetter("queue"), attrgetter("id")
 
 
 
@@ -61,8 +56,7 @@ def count_claims(first: TaskStats, others: Mapping[TaskStats, list[tuple[Job, fl
     by the batch, as ever)."""
     if not others:  # the common case: the whole batch the first task's
         first.counts["claimed"] += len(jobs)
-        # (a batch of first claims has no None: observed as it is, not copied a job at a time)
-        first.waited.observe_many(waits if None not in waits else [waited for waited in waits if waited is not None])
+        first.waited.observe_many([waited_s for waited_s in waits if waited_s is not None])
         return
     moved = {id(job) for pairs in others.values() for job, _ in pairs}
     first.counts["claimed"] += len(jobs) - len(moved)
@@ -150,9 +144,7 @@ class Executor:
         # the queue's tasks by name (a task its app does not list runs alone: the parts' tests start one)
         named = self._named.get(task.queue) or {task.name: task}
         one = task if len(named) == 1 else None  # what a job that names no task runs, as ever
-        runs = None if one is None else self._hold_plain(one, queue, jobs, sent, deadline, waits, started_s)
-        if runs is None:
-            runs = self._hold(task, named, one, queue, jobs, sent, deadline, children, waits, started_s)
+        runs = self._hold(task, named, one, queue, jobs, sent, deadline, children, waits, started_s)
         if not runs:
             return
         self.started += len(runs)
@@ -181,30 +173,6 @@ class Executor:
                 self.pool = DaemonPool(self.config.concurrency,
                                        self.config.settle_wait_ms / 1000 if self.relay is not None else None)
             self.pool.submit_all(self._run_sync_told if told else self._run_sync, runs)
-
-    def _hold_plain(self, task: Task, queue: Queue, jobs: Sequence[Job], sent: float, deadline: float | None,
-                    waits: list[float | None], started_s: float) -> list[Run] | None:
-        """:meth:`_hold` of the common batch, by C loops (no Python step a job but its record's making and its
-        payload's decoding): jobs that carry no headers, for a queue's one task whose handler takes no
-        context, every payload decoded, no one listening to ``job.claimed``. None, holding nothing, for
-        any other (a payload that cannot be decoded, say: :meth:`_hold` fails that one job)."""
-        count = len(jobs)
-        if task.arity == 2 or "job.claimed" in hooks.heard or list(map(_headers_of, jobs)).count(None) != count:
-            return None
-        raws = list(map(_raw_payload_of, jobs))
-        if None in raws:
-            return None
-        try:
-            payloads = list(map(task.serializer.loads, raws))
-        except Exception:
-            return None
-        first = self.stats.of(parent_queue(queue.name), task.name)  # a partition counts as its queue
-        keys = list(zip(map(_queue_of, jobs), map(_id_of, jobs)))
-        helds = list(map(partial(Held, claimed_at=sent), repeat(queue), repeat(task), jobs, keys, repeat(None),
-                         repeat(sent), repeat(started_s), repeat(first), repeat(deadline)))
-        self.held.update(zip(keys, helds))
-        count_claims(first, {}, jobs, waits)
-        return list(zip(helds, repeat(task.fn), zip(payloads) if task.arity == 1 else repeat((), count)))
 
     def _hold(self, task: Task, named: Mapping[str, Task], one: Task | None, queue: Queue, jobs: Sequence[Job],
               sent: float, deadline: float | None, children: dict[str, Children] | None, waits: list[float | None],

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from operator import attrgetter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from . import calling, policy
 from .._client.queue import Job, Queue
@@ -75,15 +74,3 @@ class Held:
             self._lost = True
         else:
             self.ctx.mark_lost()
-
-
-_ctx_of, _lost_of = attrgetter("ctx"), attrgetter("_lost")
-
-
-def none_lost(helds: Sequence[Held]) -> bool:
-    """Whether the worker still holds every one of ``helds`` (none's ``lease_lost``): by C loops when no
-    handler of theirs takes a context (the common case: the flag is the record's own), else one by one."""
-    if any(map(_ctx_of, helds)):
-        return not any(held.lease_lost for held in helds)
-    return not any(map(_lost_of, helds))
-

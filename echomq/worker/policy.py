@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import traceback as _traceback
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import AbstractSet, Any, Callable, Hashable, Iterable, Mapping, Sequence, TypeVar, Union
 
 from ..errors import ConfigurationError
@@ -355,11 +354,8 @@ def split_claims(count: int, capacity: int, flat_found: bool, lanes_found: bool,
 
 def claims_found(before: tuple[bool, bool], flat: int, lanes: int, jobs: Sequence[Any]) -> tuple[bool, bool]:
     """After a round: whether each kind gave jobs (a kind not claimed keeps what it said last)."""
-    lane_jobs = len(jobs) - list(map(_group, jobs)).count(None)  # (by C loops: no Python step a job)
+    lane_jobs = sum(1 for job in jobs if job.group is not None)
     return (len(jobs) > lane_jobs if flat else before[0], lane_jobs > 0 if lanes else before[1])
-
-
-_group = attrgetter("group")
 
 
 def claim_batch(capacity: int, empty_polls: int, max_batch: int) -> int:

@@ -10,9 +10,8 @@ timers, a settle the server refused logged as lost.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict, deque
-from itertools import chain, repeat
-from operator import attrgetter, eq, is_, itemgetter, sub
+from collections import defaultdict
+from itertools import repeat
 from traceback import format_exception
 from typing import Any, Callable, Mapping, Sequence
 
@@ -24,7 +23,7 @@ from ..errors import LeaseLost
 from .._protocol.keys import State, parent_queue
 from .._protocol.results import MAX_RESULT_BYTES, NotKept, keepable_result
 from .._protocol.shown import one_line, quoted
-from .held import Held, none_lost
+from .held import Held
 from .jobstats import JobStats, TaskStats
 from .pacing import Pacing
 from .tallies import Events, Tally
@@ -32,14 +31,6 @@ from .tasks import Task
 from .timers import Timers
 
 log = logging.getLogger("echomq.worker")
-# what the common batch's ways (Settler._all_plain_completions, _all_plainly_completed) read of each job,
-# a C call each: no Python step a job (but Job.token's)
-_held_of, _decision_of = itemgetter(0), itemgetter(1)
-_job_of, _task_of, _stats_of, _key_of = attrgetter("job"), attrgetter("task"), attrgetter("stats"), attrgetter("key")
-_outcome_of, _verdict_of, _not_kept_of = attrgetter("outcome"), attrgetter("verdict"), attrgetter("not_kept")
-_ended_s_of, _started_s_of = attrgetter("ended_s"), attrgetter("started_s")
-_queue_of, _id_of, _token_of = attrgetter("queue"), attrgetter("id"), attrgetter("token")
-_group_of, _flow_of, _job_flow_of = attrgetter("group"), attrgetter("flow"), attrgetter("job.flow")
 #: by queue: the jobs settled, in the order of their answers, and the calls that settle them
 Batches = dict[str, tuple[list[tuple[Held, policy.Settle]], list[Call]]]
 #: a task's flat jobs that returned nothing: the jobs, their ARGV one after another, the result kept (None: none)
@@ -84,10 +75,6 @@ class Settler:
         call of its own: its id, token (and kept result) join its queue's COMPLETES or PUBLISHES
         (``Queue.completion_calls``). Lost ones are dropped here."""
         done, self.unsettled = self.unsettled + finished, []
-        if done:
-            whole = self._all_plain_completions(done)
-            if whole is not None:
-                return whole
         # by (queue, retention_ms or None): the completed flat jobs and their ARGV one after another
         completed: defaultdict[tuple[str, int | None], tuple[list[Held], list[Any]]] = defaultdict(lambda: ([], []))
         settled: defaultdict[str, list[tuple[Held, policy.Settle, Call]]] = defaultdict(list)  # no list made a job
@@ -150,29 +137,6 @@ class Settler:
             calls += [call for _, _, call in rest]
         return by_queue
 
-    def _all_plain_completions(self, done: list[Held]) -> Batches | None:
-        """The common batch, decided by C loops (no Python step a job but its token): flat jobs of one queue
-        and task whose handlers returned nothing and whose leases held, completed keeping what the task
-        keeps for nothing. None, deciding nothing, for any other (or a task whose serializer refuses None)."""
-        task, jobs = done[0].task, list(map(_job_of, done))
-        name, count = jobs[0].queue, len(done)
-        if not all(map(is_, map(_task_of, done), repeat(task))) \
-                or not all(map(is_, map(_outcome_of, done), repeat(policy.RETURNED_NOTHING))) \
-                or list(map(_verdict_of, done)).count(None) != count \
-                or list(map(_group_of, jobs)).count(None) != count or any(map(_flow_of, jobs)) \
-                or not all(map(eq, map(_queue_of, jobs), repeat(name))) or not none_lost(done):
-            return None
-        kept = self.bus and task.result_ttl_ms
-        nothing = None
-        if kept:
-            nothing, not_kept = self._kept_nothing(task)
-            if not_kept is not None:
-                return None
-        ids, tokens = map(_id_of, jobs), map(_token_of, jobs)
-        parts = list(chain.from_iterable(zip(ids, tokens, repeat(nothing)) if kept else zip(ids, tokens)))
-        calls = self.queues[name].completion_calls(parts, kept or None)
-        return {name: (list(zip(done, repeat(policy.COMPLETE))), calls)}
-
     def _plain_completions(self, completed: defaultdict[tuple[str, int | None], tuple[list[Held], list[Any]]],
                            task: Task) -> PlainCompletions | None:
         """Where ``task``'s flat jobs that returned nothing go in :meth:`decide`'s ``completed``, with the
@@ -198,8 +162,6 @@ class Settler:
     def settled(self, name: str, batch: Sequence[tuple[Held, policy.Settle]], answers: list[Any]) -> None:
         """Record the server's ``answers`` to ``name``'s settles (``batch``, as :meth:`decide` sent them)."""
         completed_heard = "job.completed" in hooks.heard  # read once a batch
-        if batch and not completed_heard and self._all_plainly_completed(batch, answers):
-            return
         # each task's run times of the settles the server took, observed together; its settles that were
         # not completions (counted as their events), so that the rest are its completions
         runs: dict[TaskStats, list[float]] = {}
@@ -236,22 +198,6 @@ class Settler:
         for stats, values in runs.items():
             stats.run.observe_many(values)
             stats.counts["completed"] += len(values) - others.get(stats, 0)
-
-    def _all_plainly_completed(self, batch: Sequence[tuple[Held, policy.Settle]], answers: list[Any]) -> bool:
-        """The common batch, recorded by C loops (no Python step a job; the general way takes ~65): every
-        job a completion the server took, of one task's figures, no flow job, every result kept. False,
-        recording nothing, for any other (no one listens to ``job.completed``: the caller's to check)."""
-        helds = list(map(_held_of, batch))
-        stats = helds[0].stats
-        if not all(map(is_, map(_decision_of, batch), repeat(policy.COMPLETE))) \
-                or any(map(isinstance, answers, repeat(Exception))) or any(map(_job_flow_of, helds)) \
-                or any(map(_not_kept_of, helds)) or not all(map(is_, map(_stats_of, helds), repeat(stats))):
-            return False
-        stats.run.observe_many(list(map(sub, map(_ended_s_of, helds), map(_started_s_of, helds))))
-        stats.counts["completed"] += len(helds)
-        self.tally.completed += len(helds)
-        deque(map(self.held.pop, map(_key_of, helds), repeat(None)), maxlen=0)  # each forgotten, by a C loop
-        return True
 
     def _settle_call(self, held: Held, decision: policy.Settle, result: bytes | None) -> Call:
         """The call that settles ``held`` as decided; ``result``: a returned value, encoded when kept."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any, Sequence
 
 from .. import hooks
@@ -58,16 +57,9 @@ def waited_in_pending_s(jobs: Sequence[Job], now_s: float) -> list[float | None]
     clients: echomq._protocol.ids.minted_ms); else None (nothing honest to say without a read: the row's
     server-clock ``created`` is not in CLAIM's reply). Both ends are wall clocks of possibly two
     hosts: skew is clamped at 0."""
-    # read by C loops where it can (every job on its first claim), each distinct minted time once: a claim
-    # batch's ids mostly share their millisecond
-    firsts = bool(jobs) and max(map(_attempt, jobs)) == 1
-    minted = minted_ms_of(map(_id, jobs) if firsts else [job.id if job.attempt == 1 else "" for job in jobs])
     now_ms = now_s * 1000
-    waits = {ms: None if ms is None else (now_ms - ms) / 1000 if now_ms > ms else 0.0 for ms in set(minted)}
-    return list(map(waits.__getitem__, minted))
-
-
-_id, _attempt = attrgetter("id"), attrgetter("attempt")
+    return [None if minted is None else (now_ms - minted) / 1000 if now_ms > minted else 0.0
+            for minted in minted_ms_of([job.id if job.attempt == 1 else "" for job in jobs])]
 
 
 def _log(event: str, data: dict[str, Any]) -> None:
