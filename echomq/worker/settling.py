@@ -170,6 +170,7 @@ class Settler:
         # Task, a frozen dataclass that hashes every field, it cost 7k instructions a job)
         last: TaskStats | None = None
         task_runs: list[float] = []
+        complete, forget = policy.COMPLETE, self.held.pop  # (read once a batch)
         for (held, decision), reply in zip(batch, answers):
             if isinstance(reply, Exception):
                 self._refused(held, reply)
@@ -179,7 +180,7 @@ class Settler:
                     last = held.stats
                     task_runs = runs.setdefault(last, [])
                 task_runs.append(duration_s)
-                if decision is policy.COMPLETE:
+                if decision is complete:
                     # the common case, here rather than in _record (a call a job): counted, told only if heard
                     self.tally.completed += 1
                     if held.not_kept is not None:
@@ -192,7 +193,7 @@ class Settler:
                 else:
                     self._record(name, held, decision, reply, duration_s)
                     others[held.stats] = others.get(held.stats, 0) + 1
-            self.held.pop(held.key, None)
+            forget(held.key, None)
             if held.job.flow:  # a parent (in any queue served) may be ready now: poll the flow sets
                 self.pacing.poll_flows()
         for stats, values in runs.items():
