@@ -24,8 +24,10 @@ does natively (0.10 steps a job), and so is the handler pool's ``QUICK_HANDLER_S
 that a no-op handler's few µs (~100 µs under valgrind, about the native 0.1 ms bound) count as quick,
 as they do natively. What still moves the count from run to run (±5 % on 2026-12-05, the same code
 twice) is time: while relays run, the control thread looks in every ``settle_wait_ms`` of wall
-time, so a run the machine's load slows counts more looks. Compare rounds run side by side, best
-of a few.
+time, so a run the machine's load slows counts more looks. So a worker's count is also given off
+the main thread (each thread counted apart, ``--separate-threads``): the handler threads, which run
+the jobs and the relays' exchanges, and whose count moved by ±0.5 % the same code twice; the main
+thread is the control thread (its looks) and start-up. Compare rounds run side by side, best of a few.
 
 ``--calls``: Python calls per job instead (every thread's ``call`` and ``c_call`` profile
 events, by function; no valgrind), the most frequent first. Needs valgrind otherwise (Debian:
@@ -134,15 +136,19 @@ def measured(server: BenchServer, mode: str, wire: int, n: int, out_dir: Path, c
         out = subprocess.run(child + ["--calls"], capture_output=True, text=True, check=True).stdout
         return json.loads(out.strip().splitlines()[-1])
     dump = out_dir / f"callgrind.{mode}.{n}"
-    out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={dump}", *child],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={dump}",
+                          *child], check=True, capture_output=True, text=True).stdout
     left = producer.counts()
     if left.pending or left.active:
         raise RuntimeError(f"{mode} left jobs undone: {left}")
-    totals = re.search(r"^(?:summary|totals):\s+(\d+)", dump.read_text(errors="replace"), re.M)
+    by_thread = {}  # valgrind's thread number (1: the main thread, the worker's control thread) -> its total
+    for part in out_dir.glob(f"{dump.name}-*"):
+        totals = re.search(r"^(?:summary|totals):\s+(\d+)", part.read_text(errors="replace"), re.M)
+        if totals:
+            by_thread[int(part.name.rsplit("-", 1)[1])] = int(totals.group(1))
     steps = re.search(r"^steps (\d+) relays (\d+)", out, re.M)
-    return {"total": int(totals.group(1)), "steps": int(steps.group(1)) if steps else 0,
-            "relays": int(steps.group(2)) if steps else 0}
+    return {"total": sum(by_thread.values()), "others": sum(v for t, v in by_thread.items() if t != 1),
+            "steps": int(steps.group(1)) if steps else 0, "relays": int(steps.group(2)) if steps else 0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     steps = (f", {(large['steps'] - small['steps']) / jobs:.3f} steps and "
                              f"{(large['relays'] - small['relays']) / jobs:.3f} relays a job" if mode.startswith("worker") else "")
+                    others = ((large["others"] - small["others"]) / jobs / 1000 if mode.startswith("worker") else None)
                     print(f"{mode}: {(large['total'] - small['total']) / jobs / 1000:.1f} k instructions a job "
-                          f"(wire {args.wire}{steps})", flush=True)
+                          f"(wire {args.wire}{steps})" + ("" if others is None else
+                                                          f"; {others:.1f} k of them off the main thread"), flush=True)
     shutil.rmtree(out_dir, ignore_errors=True)
     return 0
 
