@@ -9,7 +9,9 @@ is not in the count) under valgrind's callgrind, with the server in another proc
 keeps results, the default: each job settles as a PUBLISH), ``worker-noresult`` = the same with
 ``result_ttl=0`` (each job settles as a COMPLETE, as the loop's do), ``worker-async`` = ``worker``
 with an ``async def`` handler (on the worker's asyncio loop), ``batch`` = the bare batched
-loop (``claim_many(10)`` / ``complete_many``, as bench/drive_echomq.py's).
+loop (``claim_many(10)`` / ``complete_many``, as bench/drive_echomq.py's), ``batch-kept`` = the
+same loop keeping each no-op's result as the worker does (PUBLISHES, the worker's retention; as
+bench/drive_echomq.py's ``batch-kept``: the loop ``worker`` is held to).
 Per job = (the process's instructions draining ``--jobs`` jobs − draining ``--base``) / the
 difference, so start-up and shutdown cancel out. On a shared, busy machine the timed ratios
 (bench/e2e.py) spread widely; an instruction count does not move with the load, so it tells a
@@ -22,8 +24,10 @@ does natively (0.10 steps a job), and so is the handler pool's ``QUICK_HANDLER_S
 that a no-op handler's few µs (~100 µs under valgrind, about the native 0.1 ms bound) count as quick,
 as they do natively. What still moves the count from run to run (±5 % on 2026-12-05, the same code
 twice) is time: while relays run, the control thread looks in every ``settle_wait_ms`` of wall
-time, so a run the machine's load slows counts more looks. Compare rounds run side by side, best
-of a few.
+time, so a run the machine's load slows counts more looks. So a worker's count is also given off
+the main thread (each thread counted apart, ``--separate-threads``): the handler threads, which run
+the jobs and the relays' exchanges, and whose count moved by ±0.5 % the same code twice; the main
+thread is the control thread (its looks) and start-up. Compare rounds run side by side, best of a few.
 
 ``--calls``: Python calls per job instead (every thread's ``call`` and ``c_call`` profile
 events, by function; no valgrind), the most frequent first. Needs valgrind otherwise (Debian:
@@ -43,12 +47,13 @@ import threading
 from pathlib import Path
 
 from echomq import Queue, connect
-from echomq._protocol.results import DEFAULT_RESULT_TTL_S
+from echomq._protocol.results import DEFAULT_RESULT_TTL_S, encode_result
+from echomq._protocol.serializers import JSON
 
 from .common import BenchServer, say, trafikey_module
 
 QUEUE = "bench"
-MODES = ("worker", "worker-noresult", "worker-async", "batch")
+MODES = ("worker", "worker-noresult", "worker-async", "batch", "batch-kept")
 #: how much slower the worker runs under valgrind: its time bounds are scaled by it (see the module's doc)
 SLOWDOWN = 50
 SETTLE_WAIT_MS = 1.0 * SLOWDOWN
@@ -77,10 +82,15 @@ def drain(mode: str, url: str, wire: int) -> None:
         print(f"steps {steps[0]} relays {worker.loop.relays}")  # how the drain batched: the count depends on it
         return
     q = Queue(connection, QUEUE)
+    kept_ms = int(DEFAULT_RESULT_TTL_S * 1000) if mode == "batch-kept" else None
+    nothing = encode_result(JSON, None, None)
     while jobs := q.claim_many(10, 30_000):
         for job in jobs:
             noop(job.payload)
-        q.complete_many(jobs)
+        if kept_ms:
+            q.settle_many(q.completion_calls([part for job in jobs for part in (job.id, job.token, nothing)], kept_ms))
+        else:
+            q.complete_many(jobs)
 
 
 def noop(payload: object) -> None:
@@ -126,15 +136,19 @@ def measured(server: BenchServer, mode: str, wire: int, n: int, out_dir: Path, c
         out = subprocess.run(child + ["--calls"], capture_output=True, text=True, check=True).stdout
         return json.loads(out.strip().splitlines()[-1])
     dump = out_dir / f"callgrind.{mode}.{n}"
-    out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={dump}", *child],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={dump}",
+                          *child], check=True, capture_output=True, text=True).stdout
     left = producer.counts()
     if left.pending or left.active:
         raise RuntimeError(f"{mode} left jobs undone: {left}")
-    totals = re.search(r"^(?:summary|totals):\s+(\d+)", dump.read_text(errors="replace"), re.M)
+    by_thread = {}  # valgrind's thread number (1: the main thread, the worker's control thread) -> its total
+    for part in out_dir.glob(f"{dump.name}-*"):
+        totals = re.search(r"^(?:summary|totals):\s+(\d+)", part.read_text(errors="replace"), re.M)
+        if totals:
+            by_thread[int(part.name.rsplit("-", 1)[1])] = int(totals.group(1))
     steps = re.search(r"^steps (\d+) relays (\d+)", out, re.M)
-    return {"total": int(totals.group(1)), "steps": int(steps.group(1)) if steps else 0,
-            "relays": int(steps.group(2)) if steps else 0}
+    return {"total": sum(by_thread.values()), "others": sum(v for t, v in by_thread.items() if t != 1),
+            "steps": int(steps.group(1)) if steps else 0, "relays": int(steps.group(2)) if steps else 0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,9 +193,11 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  {count:7.2f}  {name}")
                 else:
                     steps = (f", {(large['steps'] - small['steps']) / jobs:.3f} steps and "
-                             f"{(large['relays'] - small['relays']) / jobs:.3f} relays a job" if mode != "batch" else "")
+                             f"{(large['relays'] - small['relays']) / jobs:.3f} relays a job" if mode.startswith("worker") else "")
+                    others = ((large["others"] - small["others"]) / jobs / 1000 if mode.startswith("worker") else None)
                     print(f"{mode}: {(large['total'] - small['total']) / jobs / 1000:.1f} k instructions a job "
-                          f"(wire {args.wire}{steps})", flush=True)
+                          f"(wire {args.wire}{steps})" + ("" if others is None else
+                                                          f"; {others:.1f} k of them off the main thread"), flush=True)
     shutil.rmtree(out_dir, ignore_errors=True)
     return 0
 

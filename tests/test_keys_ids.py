@@ -226,9 +226,9 @@ def test_minted_ms_reads_default_ids_and_the_former_uuid7_ids_only():
         assert ids.minted_ms(other) is None, other
 
 
-def test_minted_ms_remembers_only_the_last_time_read_and_never_answers_for_another_id():
+def test_minted_ms_reads_each_ids_own_time_in_any_order_alone_or_in_a_batch():
     # the worker reads every claimed id and a claim batch's ids mostly share their millisecond: the
-    # last time part read is kept; any order of ids still reads each one's own time
+    # last time part read is kept; any order of ids, of any shapes, still reads each one's own time
     def reference(text: str) -> int:
         return sum(ids.ALPHABET.index(c) * 62 ** (ids.TIME_CHARS - 1 - i) for i, c in enumerate(text[:ids.TIME_CHARS]))
 
@@ -241,6 +241,9 @@ def test_minted_ms_remembers_only_the_last_time_read_and_never_answers_for_anoth
     for text, minted in zip(sequence * 2, expected):
         assert ids.minted_ms(text) == minted, text
     assert ids.minted_ms_of(sequence * 2) == expected  # a claim batch's ids, read in one call
+    defaults = [(text, minted) for text, minted in zip(sequence * 2, expected) if minted is not None]
+    assert ids.minted_ms_of(text for text, _ in defaults) == [minted for _, minted in defaults]  # default ids only
+    assert ids.minted_ms_of([]) == []
     assert reference(head_a + "00000001") == first and reference(head_b + "00000001") == second
 
 

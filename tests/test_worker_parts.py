@@ -12,7 +12,7 @@ from itertools import count
 
 import pytest
 
-from echomq import App, Claims, Job, LeasePolicy, Queue, Timers, WorkerConfig
+from echomq import App, Claims, Job, JobContext, LeasePolicy, Queue, Timers, WorkerConfig
 from echomq.errors import JobTimeout, LeaseLost
 from echomq import hooks
 from echomq.worker import policy, waiter
@@ -27,6 +27,8 @@ from echomq.worker.jobstats import JobStats
 from echomq.worker.tallies import Events, Tally
 from echomq.worker.waiting import Waiting
 from echomq._protocol.keys import State
+from echomq._protocol.results import encode_result
+from echomq._protocol.serializers import JSON
 from echomq._protocol.verbs import Sweep
 from support.queues import fresh_name
 from support.waiting import wait_until
@@ -257,6 +259,18 @@ async def _running_loop() -> asyncio.AbstractEventLoop:
     return asyncio.get_running_loop()
 
 
+def test_a_payload_its_task_cannot_decode_fails_that_job_alone_in_its_claim_batch(executor, conn):
+    queue = Queue(conn, fresh_name("parts"))
+    ran = []
+    task = a_task(queue.name, fn=ran.append)
+    good, bad, also = job(queue.name), Job(queue.name, "bad", None, b"{not json", 1), job(queue.name)
+    executor.start(task, queue, [good, bad, also], 0.0)
+    wait_until(lambda: len(ran) == 2, what="the two handlers' runs")
+    (undecodable,) = [h for h in executor.held.values() if h.job is bad]
+    assert isinstance(undecodable.verdict, policy.Undecodable) and ran == [{}, {}]
+    executor.close()
+
+
 def test_a_claim_batch_of_async_handlers_reaches_their_loop_in_one_call_and_ends_under_one_lock(executor, conn):
     """The async fast path: a claim batch's handlers are handed to the worker's loop in one call (its
     thread woken once a batch, not once a job), each runs there as a task of that loop, and the outcomes
@@ -342,6 +356,49 @@ def test_the_settler_batches_completions_fails_what_raised_and_drops_what_was_lo
     assert [h for h, _ in again_batch] == [fresh_error]
 
 
+class _RefusesNone:
+    """A serializer that cannot encode None (what a task keeps for a handler that returned nothing)."""
+
+    def dumps(self, obj):
+        if obj is None:
+            raise TypeError("no None here")
+        return JSON.dumps(obj)
+
+    def loads(self, data):
+        return JSON.loads(data)
+
+
+def test_the_settler_completes_what_returned_nothing_by_its_task_beside_the_rest(conn):
+    """decide's common case (a flat job whose handler returned nothing, its lease held) is decided once a
+    task, not once a job; beside it, in one batch, a task that keeps no results, a returned value, and a
+    task whose serializer refuses None (its job completes, marked not kept) settle as they did."""
+    queue, other = Queue(conn, fresh_name("parts")), Queue(conn, fresh_name("parts"))
+    keeps, keeps_none, refuses = a_task(queue.name), a_task(queue.name, result_ttl=0), \
+        a_task(other.name, serializer=_RefusesNone())
+    first, no_result, valued, second = held(keeps, queue), held(keeps_none, queue), held(keeps, queue), held(keeps, queue)
+    refused = held(refuses, other)
+    for record in (first, no_result, second, refused):
+        record.outcome = policy.RETURNED_NOTHING
+    valued.outcome = policy.Returned(5)
+    records = {h.key: h for h in (first, no_result, valued, second, refused)}
+    tally = Tally()
+    settler = Settler({queue.name: queue, other.name: other}, records, bus=True, rand=lambda: 0.5, tally=tally,
+                      stats=JobStats(), events=Events(None, tally, JobStats()),
+                      timers=Timers([queue, other], QUIET_TIMERS), pacing=Pacing([queue.name, other.name], WorkerConfig()),
+                      clock_ms=lambda: 0.0)
+    batches = settler.decide([first, no_result, valued, second, refused])
+    nothing, five = encode_result(JSON, None, None), encode_result(JSON, 5, None)
+    batch, calls = batches[queue.name]
+    assert batch == [(first, policy.COMPLETE), (valued, policy.COMPLETE), (second, policy.COMPLETE),
+                     (no_result, policy.COMPLETE)]  # by retention, each group in the order its jobs came
+    ids = [record.job.id for record in (first, valued, second)]
+    assert calls == queue.completion_calls([ids[0], "1", nothing, ids[1], "1", five, ids[2], "1", nothing],
+                                           keeps.result_ttl_ms) + queue.completion_calls([no_result.job.id, "1"], None)
+    (marked, marked_calls), = [batches[other.name]]
+    assert marked == [(refused, policy.COMPLETE)] and refused.not_kept is not None and first.not_kept is None
+    assert marked_calls == other.completion_calls([refused.job.id, "1", refused.not_kept.encode()], refuses.result_ttl_ms)
+
+
 def test_the_settler_records_each_answer(conn):
     queue = Queue(conn, fresh_name("parts"))
     task = a_task(queue.name)
@@ -359,6 +416,41 @@ def test_the_settler_records_each_answer(conn):
                     [True, State.SCHEDULED, LeaseLost("complete", refused.job.id, "1")])
     assert (tally.completed, tally.retried, tally.lost) == (1, 1, 1) and not records
     assert timers.next_due_ms(0.0) == 1000.0 + 2000 + policy.PROMOTE_SLACK_MS  # the retry is promoted when due
+
+
+def test_a_lost_lease_among_plain_completions_drops_that_job_alone(conn):
+    queue = Queue(conn, fresh_name("parts"))
+    plain, with_ctx = a_task(queue.name), a_task(queue.name, fn=lambda payload, ctx: None)
+    for task in (plain, with_ctx):
+        kept, lost = held(task, queue), held(task, queue)
+        if task is with_ctx:  # a handler that takes a context: its lost flag is the context's
+            kept.ctx, lost.ctx = (JobContext(h.job.id, queue.name, 1, None) for h in (kept, lost))
+        kept.outcome = lost.outcome = policy.RETURNED_NOTHING
+        lost.mark_lost()
+        records, tally = {h.key: h for h in (kept, lost)}, Tally()
+        batches = _settler_of(queue, records, tally).decide([kept, lost])
+        assert batches == {queue.name: ([(kept, policy.COMPLETE)], queue.completion_calls([kept.job.id, "1"], None))}
+        assert tally.lost == 1 and lost.key not in records
+
+
+def _settler_of(queue, records, tally):
+    return Settler({queue.name: queue}, records, bus=False, rand=lambda: 0.5, tally=tally, stats=JobStats(),
+                   events=Events(None, tally, JobStats()), timers=Timers([queue], QUIET_TIMERS),
+                   pacing=Pacing([queue.name], WorkerConfig()), clock_ms=lambda: 0.0)
+
+
+def test_a_refused_settle_among_completions_is_recorded_as_lost_the_rest_completed(conn):
+    queue = Queue(conn, fresh_name("parts"))
+    task = a_task(queue.name)
+    completed, refused = held(task, queue), held(task, queue)
+    refused.stats = completed.stats
+    records, tally = {h.key: h for h in (completed, refused)}, Tally()
+    for record in records.values():
+        record.ended_s = 0.5
+    _settler_of(queue, records, tally).settled(queue.name, [(completed, policy.COMPLETE), (refused, policy.COMPLETE)],
+                                               [True, LeaseLost("complete", refused.job.id, "1")])
+    assert (tally.completed, tally.lost) == (1, 1) and not records
+    assert completed.stats.counts["completed"] == 1  # (the lost one counted as its event: Events)
 
 
 # -- waiting: the waiters' reports read --------------------------------------------------------------

@@ -12,11 +12,12 @@ from typing import Callable
 
 import pytest
 
-from echomq import App, Backoff, ConfigurationError, Delay, IdlePolicy, JobContext, LeasePolicy, Retry
+from echomq import App, Backoff, ConfigurationError, Delay, IdlePolicy, Job, JobContext, LeasePolicy, Retry
 from echomq.worker import policy
 from echomq._protocol.keys import MAX_TRACEBACK_BYTES
 from echomq.worker.config import WorkerConfig
 from echomq.worker.outcomes import outcome_of
+from echomq.worker import pool as pool_module
 from echomq.worker.pool import QUICK_HANDLER_S, DaemonPool
 from support.waiting import wait_until
 
@@ -209,6 +210,21 @@ def test_an_idle_queue_costs_about_one_poll_a_second():
 ])
 def test_claim_batch(capacity, empty, batch, expected):
     assert policy.claim_batch(capacity, empty, batch) == expected
+
+
+def _claimed(group: str | None = None) -> Job:
+    return Job("q", "id", None, None, 1, group=group)
+
+
+@pytest.mark.parametrize("before, flat, lanes, jobs, expected", [
+    ((False, False), 10, 0, [_claimed()] * 3, (True, False)),  # flat jobs found; lanes not claimed: as before
+    ((True, True), 10, 0, [], (False, True)),
+    ((False, False), 5, 5, [_claimed("g"), _claimed()], (True, True)),
+    ((True, False), 5, 5, [_claimed("g")], (False, True)),
+    ((False, True), 0, 3, [], (False, False)),  # no lane jobs; flat not claimed: as before
+])
+def test_claims_found_says_which_kind_gave_jobs(before, flat, lanes, jobs, expected):
+    assert policy.claims_found(before, flat, lanes, jobs) == expected
 
 
 def test_bad_idle_policy_is_refused():
@@ -547,6 +563,74 @@ def test_one_slow_handler_among_quick_ones_does_not_spread_the_next_batch():
     pool.submit_all(run, [("slow",), ("a",), ("b",)])
     assert started.wait(10)
     assert len(pool._sleeping) == 2 and pool.queued  # a and b wait for spread()
+    release.set()
+    pool.shutdown()
+
+
+class _Clock:
+    """The pool's clock (pool.py reads ``time.monotonic`` only), moved by hand, its reads counted."""
+
+    def __init__(self) -> None:
+        self.now, self.reads = 0.0, 0
+
+    def monotonic(self) -> float:
+        self.reads += 1
+        return self.now
+
+
+def test_a_run_of_quick_handlers_reads_the_clock_twice_not_once_a_handler(monkeypatch):
+    # a relaying pool times its handlers by the run (those one thread takes one after another): a read
+    # when the run starts and one when it ends; it read one a handler (and one more as it went to sleep)
+    clock = _Clock()
+    monkeypatch.setattr(pool_module, "time", clock)
+    pool, ran = _asleep(DaemonPool(2, spread_after_s=60), 2), SimpleQueue()
+    clock.reads = 0
+    pool.submit_all(ran.put, [(n,) for n in range(10)])  # a claim batch: one read, as it began to queue
+    assert sorted(ran.get(timeout=10) for _ in range(10)) == list(range(10))
+    _asleep(pool, 2)
+    assert clock.reads == 1 + 2
+    pool.shutdown()
+
+
+def test_a_run_is_averaged_in_as_that_many_handlers_of_its_mean():
+    # ten handlers of one run, each waiting 5x QUICK_HANDLER_S, count as ten such (not as one): the next
+    # batch gets a thread each at once, as after ten runs of one
+    pool = _waited(DaemonPool(4, spread_after_s=60), 0)
+    done: SimpleQueue[int] = SimpleQueue()
+    pool.submit_all(lambda: (time.sleep(5 * QUICK_HANDLER_S), done.put(1)), [()] * 10)
+    for _ in range(10):
+        done.get(timeout=10)
+    everyone, started = threading.Barrier(4, timeout=10), SimpleQueue()
+    pool.submit_all(lambda: started.put(everyone.wait()), [()] * 4)
+    assert sorted(started.get(timeout=10) for _ in range(4)) == [0, 1, 2, 3]
+    pool.shutdown()
+
+
+def test_work_held_up_is_spread_once_it_has_not_moved_for_spread_after_s_since_a_look_saw_it_move(monkeypatch):
+    # spread() tells whether queued work moved by the count of callables taken, not by a clock read a
+    # handler: work seen moving counts as held up from that look on
+    clock = _Clock()
+    monkeypatch.setattr(pool_module, "time", clock)
+    pool, ran = _asleep(DaemonPool(3, spread_after_s=1.0), 3), SimpleQueue()
+    release, started = threading.Event(), threading.Event()
+
+    def run(job: str) -> None:
+        if job == "slow":
+            started.set()
+            release.wait(10)
+        else:
+            ran.put(job)
+
+    pool.submit_all(run, [("slow",), ("a",), ("b",)])  # queued at 0.0
+    assert started.wait(10)
+    clock.now = 5.0
+    pool.spread()  # the slow one was taken since the last look: a and b held up from now, not from 0.0
+    clock.now = 5.5
+    pool.spread()
+    assert len(pool._sleeping) == 2 and pool.queued and ran.empty()
+    clock.now = 6.0
+    pool.spread()  # no move for spread_after_s: a thread each
+    assert sorted(ran.get(timeout=10) for _ in range(2)) == ["a", "b"]
     release.set()
     pool.shutdown()
 

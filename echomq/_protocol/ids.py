@@ -131,12 +131,13 @@ def minted_ms_of(texts: Iterable[str]) -> list[int | None]:
     global _last_read
     last_head, last_ms = _last_read  # one read: another thread may replace the pair meanwhile
     minted: list[int | None] = []
+    add, size = minted.append, TIME_CHARS + TAIL_CHARS  # (read once a call: a claim batch's ids are read in a loop)
     for text in texts:
-        if len(text) != TIME_CHARS + TAIL_CHARS:
-            minted.append(_uuid7_ms(text))
+        if len(text) != size:
+            add(_uuid7_ms(text))
         elif not (text.isascii() and text.isalnum()):
             # ALPHABET's characters are the ASCII letters and digits, checked by two C calls
-            minted.append(None)
+            add(None)
         else:
             head = text[:TIME_CHARS]
             if head != last_head:  # the digits read as bytes (no hashing)
@@ -144,7 +145,7 @@ def minted_ms_of(texts: Iterable[str]) -> list[int | None]:
                 ms = (((((((d[b[0]] * 62 + d[b[1]]) * 62 + d[b[2]]) * 62 + d[b[3]]) * 62 + d[b[4]]) * 62 + d[b[5]])
                        * 62 + d[b[6]]) * 62 + d[b[7]])
                 last_head, last_ms = head, ms if MINTED_FROM_MS <= ms < MINTED_BEFORE_MS else None
-            minted.append(last_ms)
+            add(last_ms)
     _last_read = last_head, last_ms
     return minted
 

@@ -191,6 +191,7 @@ class Executor:
         # a context is built only for a handler that takes one: nothing could ever read it (Held.ctx); a
         # plain job's handler is the queue's one task, read once a batch
         plain_ctx = one is not None and one.arity == 2
+        holding, run = self.held, runs.append  # (read once a batch)
         for job, waited_s in zip(jobs, waits):
             if claimed_heard:  # counted by the batch (start)
                 self.events.tell("job.claimed", job, waited_s=waited_s, trace=job.trace)
@@ -198,7 +199,7 @@ class Executor:
             if own is None and one is not None:  # the common case, as before headers: its queue's one task
                 runs_task, by_name = one, False
                 ctx = self._context(one, queue, job, children) if plain_ctx else None
-                held = Held(queue, one, job, (job.queue, job.id), ctx, sent, started_s, first, deadline, claimed_at=sent)
+                held = Held(queue, one, job, (job.queue, job.id), ctx, sent, started_s, first, deadline, sent)
             else:
                 try:
                     runs_task, overrides, by_name = calling.job_run(named, task.queue, own, check_timeout)
@@ -217,7 +218,7 @@ class Executor:
                             claimed_at=sent, overrides=overrides)
                 if runs_task is not task or overrides.timeout is not calling.UNSET:
                     held.deadline = self._deadline(held, sent)
-            self.held[held.key] = held
+            holding[held.key] = held
             try:
                 payload = None if job.raw_payload is None else loads(job.raw_payload)
             except Exception as exc:  # a payload this task cannot read fails this job (dead at once), not the worker
@@ -226,7 +227,7 @@ class Executor:
                     f"{type(exc).__name__}: {exc}"))
                 continue
             if not by_name:
-                runs.append((held, runs_task.fn, (payload, ctx)[:runs_task.arity]))
+                run((held, runs_task.fn, (payload, ctx)[:runs_task.arity]))
                 continue
             own = own or {}  # (it names its task)
             try:

@@ -33,6 +33,9 @@ class Held:
     started_s: float  #: when its claim batch was handed to the handlers (time.monotonic)
     stats: TaskStats  #: its task's figures on its queue (found once a claim batch): its settle counts there
     deadline: float | None = None  #: local ms when the handler's timeout runs out (None: no timeout)
+    #: local ms when its claim was sent: from when it is looked at for a cancel (given by position where
+    #: a claim batch's records are made: a keyword costs the call its matching, a job)
+    claimed_at: float = 0.0
     #: an async handler's task, made on ``on_loop`` (cancelled when its lease is lost or it times out)
     future: asyncio.Task[Any] | None = None
     on_loop: asyncio.AbstractEventLoop | None = None  #: the loop an async handler runs on, set before it starts
@@ -43,7 +46,6 @@ class Held:
     verdict: policy.Outcome | None = None
     ended_s: float | None = None  #: when its outcome was known (returned, raised, timed out): set before it is settled
     not_kept: NotKept | None = None  #: its return value could not be kept: why (the completion keeps a marker)
-    claimed_at: float = 0.0  #: local ms when its claim was sent: from when it is looked at for a cancel
     cancelled: bool = False  #: someone cancelled it while it ran (its outcome is dropped, and said so)
     #: the job's own retry budget, backoff and timeout, from its headers (each over its task's)
     overrides: calling.Overrides = calling.NO_OVERRIDES

@@ -20,8 +20,9 @@ log = logging.getLogger("echomq.worker")
 
 #: A relaying worker's pool runs handlers quicker than this one after another on the thread already
 #: awake (a wake and a GIL hand-off cost tens of µs); slower ones, mostly waiting on I/O, get a
-#: thread each at once. Judged by a moving average of their times, each counted at most twice this,
-#: so that one quick handler the OS preempted does not spread the next batch.
+#: thread each at once. Judged by a moving average of their times, timed by the run (the handlers a
+#: thread takes one after another: two clock reads, not one a handler), each run's mean counted at
+#: most twice this, so that one quick handler the OS preempted does not spread the next batch.
 QUICK_HANDLER_S = 100e-6
 
 
@@ -37,12 +38,14 @@ class DaemonPool:
     queued. With ``spread_after_s`` that chain runs only while handlers take
     ``QUICK_HANDLER_S`` or more; quick ones run on the thread already awake instead of others
     waking (a context switch and a GIL hand-off each) for a short job, and the owner calls
-    :meth:`spread` now and then, which wakes threads for work that has waited ``spread_after_s``
-    (its thread is held up by a handler slower than the ones before it)."""
+    :meth:`spread` now and then, which wakes threads for queued work that has not moved for
+    ``spread_after_s`` (its thread is held up by a handler slower than the ones before it)."""
 
     def __init__(self, size: int, spread_after_s: float | None = None) -> None:
         self._spread_after_s = spread_after_s
-        self._moved_at = 0.0  #: (spread_after_s) when queued work last started, or began to queue
+        self._moved_at = 0.0  #: (spread_after_s) when queued work began to queue, or was last seen moving (spread)
+        self._taken = 0  #: callables taken so far: spread() tells by it whether queued work moved since its last look
+        self._taken_seen = 0  #: _taken at spread()'s last look
         self._took_s = 0.0  #: (spread_after_s) how long handlers lately ran: each capped, averaged
         self._mutex = threading.Lock()
         self._work: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
@@ -85,32 +88,30 @@ class DaemonPool:
         me.acquire()
         counted_free = True  # by _add or _wake_one; not while it runs a handler
         # handlers are timed only where their times decide (spread_after_s: quick ones stay on this thread),
-        # by one clock read a turn: the callable before ended and the next one starts at it (what the
-        # thread did between, its outcome's bookkeeping, is µs against QUICK_HANDLER_S)
+        # by the run: the callables a thread takes one after another, timed together by two clock reads
+        # (when it took the first, when the last ended) and averaged in as that many of their mean
         timed = self._spread_after_s is not None
-        started: float | None = None  #: (timed) when the callable it runs, or ran last, started
-        took: float | None = None  #: how long the callable it ran last took, if it was timed apart
+        started: float | None = None  #: (timed) when the run going on started
+        ran = 0  #: (timed) the callables of the run going on
         while True:
             with self._mutex:
-                if timed:
-                    now = time.monotonic()
-                    if started is not None:
-                        took, started = now - started, None
-                if took is not None:  # averaged in, capped: one handler the OS preempted counts little
-                    self._took_s += ((took if took < 2 * QUICK_HANDLER_S else 2 * QUICK_HANDLER_S) - self._took_s) / 4
-                    took = None
                 if counted_free:
                     self._free -= 1  # it takes work, sleeps or ends now
                 if self._closed:
                     return
                 if self._work:
                     item = self._work.popleft()
-                    quick = timed and self._took_s < QUICK_HANDLER_S
+                    self._taken += 1
                     if timed:
-                        self._moved_at = started = now
-                    if self._work and not self._free and not quick:
-                        self._wake_one()  # the next queued job needs a thread of its own
+                        if started is None:
+                            started = time.monotonic()
+                        ran += 1
+                    if self._work and not self._free and not (timed and self._took_s < QUICK_HANDLER_S):
+                        self._wake_one()  # the next queued job needs a thread of its own (they are not quick)
                 else:
+                    if started is not None:  # the run ends: it sleeps
+                        self._took(time.monotonic() - started, ran)
+                        started, ran = None, 0
                     self._sleeping.append(me)
                     item = None
             if item is None:
@@ -122,23 +123,39 @@ class DaemonPool:
             try:
                 then = fn(*args)
                 if then is not None:
-                    if started is not None:  # its time ends here, not after what it hands this thread
-                        took, started = time.monotonic() - started, None
+                    took = None if started is None else time.monotonic() - started
                     with self._mutex:
+                        if took is not None:  # the run ends here, not after what it hands this thread
+                            self._took(took, ran)
                         self._free += 1
+                    started, ran = None, 0
                     counted_free = True
                     then()
             except BaseException:  # the callables report their own outcome: this is a bug, and the thread lives on
                 log.exception("worker %d: a handler thread's task failed", os.getpid())
+
+    def _took(self, took_s: float, calls: int) -> None:
+        """Under the mutex: a run of ``calls`` callables took ``took_s``, averaged in as that many of their
+        mean, capped at twice QUICK_HANDLER_S (a run the OS preempted counts little)."""
+        mean = took_s / calls
+        capped = mean if mean < 2 * QUICK_HANDLER_S else 2 * QUICK_HANDLER_S
+        self._took_s = capped + (self._took_s - capped) * 0.75 ** calls  # as if averaged in one by one, by 1/4
 
     @property
     def queued(self) -> bool:
         return bool(self._work)
 
     def spread(self) -> None:
-        """Wake a thread for each queued job that has waited ``spread_after_s`` with no free one."""
+        """Wake a thread for each queued job when no queued work has moved for ``spread_after_s``: since
+        the look (a call of this) that last saw it move, or since it began to queue. The owner looks in
+        every ``spread_after_s`` while work is queued, so that is within two of them of the last move."""
         after_s = self._spread_after_s
-        if after_s is not None and self._work and time.monotonic() - self._moved_at >= after_s:
+        if after_s is None or not self._work:
+            return
+        now = time.monotonic()
+        if self._taken != self._taken_seen:  # it moved since the last look: held up from now at most
+            self._taken_seen, self._moved_at = self._taken, now
+        if now - self._moved_at >= after_s:
             with self._mutex:
                 while self._sleeping and len(self._work) > self._free:
                     self._wake_one()

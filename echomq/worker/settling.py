@@ -21,17 +21,20 @@ from .._client.connection import Call
 from .._client.queue import Queue
 from ..errors import LeaseLost
 from .._protocol.keys import State, parent_queue
-from .._protocol.results import MAX_RESULT_BYTES, keepable_result
+from .._protocol.results import MAX_RESULT_BYTES, NotKept, keepable_result
 from .._protocol.shown import one_line, quoted
 from .held import Held
 from .jobstats import JobStats, TaskStats
 from .pacing import Pacing
 from .tallies import Events, Tally
+from .tasks import Task
 from .timers import Timers
 
 log = logging.getLogger("echomq.worker")
 #: by queue: the jobs settled, in the order of their answers, and the calls that settle them
 Batches = dict[str, tuple[list[tuple[Held, policy.Settle]], list[Call]]]
+#: a task's flat jobs that returned nothing: the jobs, their ARGV one after another, the result kept (None: none)
+PlainCompletions = tuple[list[Held], list[Any], bytes | None]
 
 
 def indented_traceback(error: BaseException) -> str:
@@ -59,8 +62,8 @@ class Settler:
         self._clock_ms = clock_ms
         #: settles sent when the link failed (unknown whether they applied): sent again by the next exchange
         self.unsettled: list[Held] = []
-        #: each task's result when its handler returns nothing, as its serializer encoded it
-        self._nothing_encoded: dict[str, bytes] = {}
+        #: by queue: what its tasks keep when a handler returns nothing (keepable_result's, encoded once)
+        self._nothing_encoded: dict[str, tuple[bytes, NotKept | None]] = {}
 
     def again(self, helds: Sequence[Held]) -> None:
         """Send these settles again next time (a repeat is fenced by the token)."""
@@ -75,20 +78,32 @@ class Settler:
         # by (queue, retention_ms or None): the completed flat jobs and their ARGV one after another
         completed: defaultdict[tuple[str, int | None], tuple[list[Held], list[Any]]] = defaultdict(lambda: ([], []))
         settled: defaultdict[str, list[tuple[Held, policy.Settle, Call]]] = defaultdict(list)  # no list made a job
+        last_task: Task | None = None
+        plain: PlainCompletions | None = None  #: where last_task's plain completions go (None: none go plainly)
         for held in done:
-            job, task, lost = held.job, held.task, held.lease_lost
+            job = held.job
+            # the common case, with the fewest reads: a flat job whose handler returned nothing and whose
+            # lease held completes, keeping what its task keeps for nothing (decided once a task, not a job)
+            if (held.verdict or held.outcome) is policy.RETURNED_NOTHING and not job.flow and job.group is None \
+                    and not held.lease_lost:
+                if held.task is not last_task:
+                    last_task = held.task
+                    plain = self._plain_completions(completed, last_task)
+                if plain is not None:
+                    jobs, parts, nothing = plain
+                    jobs.append(held)
+                    parts += (job.id, job.token) if nothing is None else (job.id, job.token, nothing)
+                    continue
+            task, lost = held.task, held.lease_lost
             outcome = held.verdict or held.outcome
             result = None
             returned = type(outcome) is policy.Returned  # the common case: decided here, no call made for it
             if returned and (self.bus and task.result_ttl_ms or job.flow):
                 # the bytes PUBLISH keeps; for a value the task's serializer refuses, or one over
                 # MAX_RESULT_BYTES, a marker saying so: the job completes all the same (its work is
-                # done; another run could not keep it either). Nothing returned is encoded once a task
-                result = self._nothing_encoded.get(task.queue) if outcome is policy.RETURNED_NOTHING else None
-                if result is None:
-                    result, held.not_kept = keepable_result(task.serializer, outcome.value, MAX_RESULT_BYTES)
-                    if outcome is policy.RETURNED_NOTHING and held.not_kept is None:
-                        self._nothing_encoded[task.queue] = result
+                # done; another run could not keep it either)
+                result, held.not_kept = (self._kept_nothing(task) if outcome is policy.RETURNED_NOTHING else
+                                         keepable_result(task.serializer, outcome.value, MAX_RESULT_BYTES))
             if returned and not lost:
                 decision: policy.Settle = policy.COMPLETE  # what decide_outcome answers it
             else:
@@ -122,6 +137,28 @@ class Settler:
             calls += [call for _, _, call in rest]
         return by_queue
 
+    def _plain_completions(self, completed: defaultdict[tuple[str, int | None], tuple[list[Held], list[Any]]],
+                           task: Task) -> PlainCompletions | None:
+        """Where ``task``'s flat jobs that returned nothing go in :meth:`decide`'s ``completed``, with the
+        result kept for them (None: the task keeps none); None when that result cannot be encoded (its
+        serializer refuses None: each such job goes the general way, which marks it not kept)."""
+        kept = self.bus and task.result_ttl_ms
+        nothing = None
+        if kept:
+            nothing, not_kept = self._kept_nothing(task)
+            if not_kept is not None:
+                return None
+        jobs, parts = completed[task.queue, kept or None]
+        return jobs, parts, nothing
+
+    def _kept_nothing(self, task: Task) -> tuple[bytes, NotKept | None]:
+        """What ``task`` keeps for a handler that returned nothing (keepable_result's), encoded once a queue
+        (a queue's tasks share its serializer)."""
+        found = self._nothing_encoded.get(task.queue)
+        if found is None:
+            found = self._nothing_encoded[task.queue] = keepable_result(task.serializer, None, MAX_RESULT_BYTES)
+        return found
+
     def settled(self, name: str, batch: Sequence[tuple[Held, policy.Settle]], answers: list[Any]) -> None:
         """Record the server's ``answers`` to ``name``'s settles (``batch``, as :meth:`decide` sent them)."""
         completed_heard = "job.completed" in hooks.heard  # read once a batch
@@ -133,6 +170,7 @@ class Settler:
         # Task, a frozen dataclass that hashes every field, it cost 7k instructions a job)
         last: TaskStats | None = None
         task_runs: list[float] = []
+        complete, forget = policy.COMPLETE, self.held.pop  # (read once a batch)
         for (held, decision), reply in zip(batch, answers):
             if isinstance(reply, Exception):
                 self._refused(held, reply)
@@ -142,7 +180,7 @@ class Settler:
                     last = held.stats
                     task_runs = runs.setdefault(last, [])
                 task_runs.append(duration_s)
-                if decision is policy.COMPLETE:
+                if decision is complete:
                     # the common case, here rather than in _record (a call a job): counted, told only if heard
                     self.tally.completed += 1
                     if held.not_kept is not None:
@@ -155,7 +193,7 @@ class Settler:
                 else:
                     self._record(name, held, decision, reply, duration_s)
                     others[held.stats] = others.get(held.stats, 0) + 1
-            self.held.pop(held.key, None)
+            forget(held.key, None)
             if held.job.flow:  # a parent (in any queue served) may be ready now: poll the flow sets
                 self.pacing.poll_flows()
         for stats, values in runs.items():

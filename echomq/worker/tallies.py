@@ -57,14 +57,9 @@ def waited_in_pending_s(jobs: Sequence[Job], now_s: float) -> list[float | None]
     clients: echomq._protocol.ids.minted_ms); else None (nothing honest to say without a read: the row's
     server-clock ``created`` is not in CLAIM's reply). Both ends are wall clocks of possibly two
     hosts: skew is clamped at 0."""
-    waits: list[float | None] = []
-    for job, minted in zip(jobs, minted_ms_of([job.id if job.attempt == 1 else "" for job in jobs])):
-        if minted is None:
-            waits.append(None)
-        else:
-            waited_s = now_s - minted / 1000
-            waits.append(waited_s if waited_s > 0 else 0.0)
-    return waits
+    now_ms = now_s * 1000
+    return [None if minted is None else (now_ms - minted) / 1000 if now_ms > minted else 0.0
+            for minted in minted_ms_of([job.id if job.attempt == 1 else "" for job in jobs])]
 
 
 def _log(event: str, data: dict[str, Any]) -> None:
