@@ -33,8 +33,8 @@ from .timers import Timers
 log = logging.getLogger("echomq.worker")
 #: by queue: the jobs settled, in the order of their answers, and the calls that settle them
 Batches = dict[str, tuple[list[tuple[Held, policy.Settle]], list[Call]]]
-#: a task's flat jobs that returned nothing: the jobs, their ARGV one after another, the result kept (None: none)
-PlainCompletions = tuple[list[Held], list[Any], bytes | None]
+#: a task's flat jobs that returned nothing: the jobs, their ARGV one after another, whether a result is kept
+PlainCompletions = tuple[list[Held], list[Any], bool]
 
 
 def indented_traceback(error: BaseException) -> str:
@@ -78,22 +78,26 @@ class Settler:
         # by (queue, retention_ms or None): the completed flat jobs and their ARGV one after another
         completed: defaultdict[tuple[str, int | None], tuple[list[Held], list[Any]]] = defaultdict(lambda: ([], []))
         settled: defaultdict[str, list[tuple[Held, policy.Settle, Call]]] = defaultdict(list)  # no list made a job
-        last_task: Task | None = None
-        plain: PlainCompletions | None = None  #: where last_task's plain completions go (None: none go plainly)
+        last: tuple[Task, str] | None = None  #: the task and queue (a partition, say) of the job before
+        plain: PlainCompletions | None = None  #: where last's plain completions go
         for held in done:
             job = held.job
             # the common case, with the fewest reads: a flat job whose handler returned nothing and whose
-            # lease held completes, keeping what its task keeps for nothing (decided once a task, not a job)
+            # lease held completes, keeping what its task keeps for nothing (decided once a task and queue,
+            # not a job: a task of a partitioned queue serves several)
             if (held.verdict or held.outcome) is policy.RETURNED_NOTHING and not job.flow and job.group is None \
                     and not held.lease_lost:
-                if held.task is not last_task:
-                    last_task = held.task
-                    plain = self._plain_completions(completed, last_task)
-                if plain is not None:
-                    jobs, parts, nothing = plain
-                    jobs.append(held)
-                    parts += (job.id, job.token) if nothing is None else (job.id, job.token, nothing)
-                    continue
+                if last is None or held.task is not last[0] or job.queue != last[1]:
+                    last = held.task, job.queue
+                    plain = self._plain_completions(completed, *last)
+                jobs, parts, kept = plain
+                jobs.append(held)
+                if kept:  # encoded once a queue; a serializer's refusal is asked again, and marked not kept
+                    nothing, held.not_kept = self._kept_nothing(held.task)
+                    parts += (job.id, job.token, nothing)
+                else:
+                    parts += (job.id, job.token)
+                continue
             task, lost = held.task, held.lease_lost
             outcome = held.verdict or held.outcome
             result = None
@@ -138,25 +142,21 @@ class Settler:
         return by_queue
 
     def _plain_completions(self, completed: defaultdict[tuple[str, int | None], tuple[list[Held], list[Any]]],
-                           task: Task) -> PlainCompletions | None:
-        """Where ``task``'s flat jobs that returned nothing go in :meth:`decide`'s ``completed``, with the
-        result kept for them (None: the task keeps none); None when that result cannot be encoded (its
-        serializer refuses None: each such job goes the general way, which marks it not kept)."""
+                           task: Task, queue: str) -> PlainCompletions:
+        """Where ``task``'s flat jobs of ``queue`` that returned nothing go in :meth:`decide`'s
+        ``completed``, and whether the task keeps a result for them."""
         kept = self.bus and task.result_ttl_ms
-        nothing = None
-        if kept:
-            nothing, not_kept = self._kept_nothing(task)
-            if not_kept is not None:
-                return None
-        jobs, parts = completed[task.queue, kept or None]
-        return jobs, parts, nothing
+        jobs, parts = completed[queue, kept or None]
+        return jobs, parts, bool(kept)
 
     def _kept_nothing(self, task: Task) -> tuple[bytes, NotKept | None]:
         """What ``task`` keeps for a handler that returned nothing (keepable_result's), encoded once a queue
-        (a queue's tasks share its serializer)."""
+        (a queue's tasks share its serializer); a refusal is asked again each time, never kept."""
         found = self._nothing_encoded.get(task.queue)
         if found is None:
-            found = self._nothing_encoded[task.queue] = keepable_result(task.serializer, None, MAX_RESULT_BYTES)
+            found = keepable_result(task.serializer, None, MAX_RESULT_BYTES)
+            if found[1] is None:
+                self._nothing_encoded[task.queue] = found
         return found
 
     def settled(self, name: str, batch: Sequence[tuple[Held, policy.Settle]], answers: list[Any]) -> None:
