@@ -369,9 +369,9 @@ class _RefusesNone:
 
 
 def test_the_settler_completes_what_returned_nothing_by_its_task_beside_the_rest(conn):
-    """decide's common case (a flat job whose handler returned nothing, its lease held) is decided once a
-    task, not once a job; beside it, in one batch, a task that keeps no results, a returned value, and a
-    task whose serializer refuses None (its job completes, marked not kept) settle as they did."""
+    """decide's common case (a flat job whose handler returned nothing, its lease held) completes with the
+    result its task keeps for nothing; beside it, in one batch, a task that keeps no results, a returned
+    value, and a task whose serializer refuses None (its job completes, marked not kept) settle as they did."""
     queue, other = Queue(conn, fresh_name("parts")), Queue(conn, fresh_name("parts"))
     keeps, keeps_none, refuses = a_task(queue.name), a_task(queue.name, result_ttl=0), \
         a_task(other.name, serializer=_RefusesNone())

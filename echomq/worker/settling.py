@@ -21,20 +21,17 @@ from .._client.connection import Call
 from .._client.queue import Queue
 from ..errors import LeaseLost
 from .._protocol.keys import State, parent_queue
-from .._protocol.results import MAX_RESULT_BYTES, NotKept, keepable_result
+from .._protocol.results import MAX_RESULT_BYTES, keepable_result
 from .._protocol.shown import one_line, quoted
 from .held import Held
 from .jobstats import JobStats, TaskStats
 from .pacing import Pacing
 from .tallies import Events, Tally
-from .tasks import Task
 from .timers import Timers
 
 log = logging.getLogger("echomq.worker")
 #: by queue: the jobs settled, in the order of their answers, and the calls that settle them
 Batches = dict[str, tuple[list[tuple[Held, policy.Settle]], list[Call]]]
-#: a task's flat jobs that returned nothing: the jobs, their ARGV one after another, whether a result is kept
-PlainCompletions = tuple[list[Held], list[Any], bool]
 
 
 def indented_traceback(error: BaseException) -> str:
@@ -62,8 +59,8 @@ class Settler:
         self._clock_ms = clock_ms
         #: settles sent when the link failed (unknown whether they applied): sent again by the next exchange
         self.unsettled: list[Held] = []
-        #: by queue: what its tasks keep when a handler returns nothing (keepable_result's, encoded once)
-        self._nothing_encoded: dict[str, tuple[bytes, NotKept | None]] = {}
+        #: each task's result when its handler returns nothing, as its serializer encoded it
+        self._nothing_encoded: dict[str, bytes] = {}
 
     def again(self, helds: Sequence[Held]) -> None:
         """Send these settles again next time (a repeat is fenced by the token)."""
@@ -78,36 +75,20 @@ class Settler:
         # by (queue, retention_ms or None): the completed flat jobs and their ARGV one after another
         completed: defaultdict[tuple[str, int | None], tuple[list[Held], list[Any]]] = defaultdict(lambda: ([], []))
         settled: defaultdict[str, list[tuple[Held, policy.Settle, Call]]] = defaultdict(list)  # no list made a job
-        last: tuple[Task, str] | None = None  #: the task and queue (a partition, say) of the job before
-        plain: PlainCompletions | None = None  #: where last's plain completions go
         for held in done:
-            job = held.job
-            # the common case, with the fewest reads: a flat job whose handler returned nothing and whose
-            # lease held completes, keeping what its task keeps for nothing (decided once a task and queue,
-            # not a job: a task of a partitioned queue serves several)
-            if (held.verdict or held.outcome) is policy.RETURNED_NOTHING and not job.flow and job.group is None \
-                    and not held.lease_lost:
-                if last is None or held.task is not last[0] or job.queue != last[1]:
-                    last = held.task, job.queue
-                    plain = self._plain_completions(completed, *last)
-                jobs, parts, kept = plain
-                jobs.append(held)
-                if kept:  # encoded once a queue; a serializer's refusal is asked again, and marked not kept
-                    nothing, held.not_kept = self._kept_nothing(held.task)
-                    parts += (job.id, job.token, nothing)
-                else:
-                    parts += (job.id, job.token)
-                continue
-            task, lost = held.task, held.lease_lost
+            job, task, lost = held.job, held.task, held.lease_lost
             outcome = held.verdict or held.outcome
             result = None
             returned = type(outcome) is policy.Returned  # the common case: decided here, no call made for it
             if returned and (self.bus and task.result_ttl_ms or job.flow):
                 # the bytes PUBLISH keeps; for a value the task's serializer refuses, or one over
                 # MAX_RESULT_BYTES, a marker saying so: the job completes all the same (its work is
-                # done; another run could not keep it either)
-                result, held.not_kept = (self._kept_nothing(task) if outcome is policy.RETURNED_NOTHING else
-                                         keepable_result(task.serializer, outcome.value, MAX_RESULT_BYTES))
+                # done; another run could not keep it either). Nothing returned is encoded once a task
+                result = self._nothing_encoded.get(task.queue) if outcome is policy.RETURNED_NOTHING else None
+                if result is None:
+                    result, held.not_kept = keepable_result(task.serializer, outcome.value, MAX_RESULT_BYTES)
+                    if outcome is policy.RETURNED_NOTHING and held.not_kept is None:
+                        self._nothing_encoded[task.queue] = result
             if returned and not lost:
                 decision: policy.Settle = policy.COMPLETE  # what decide_outcome answers it
             else:
@@ -140,24 +121,6 @@ class Settler:
             batch += [(held, decision) for held, decision, _ in rest]
             calls += [call for _, _, call in rest]
         return by_queue
-
-    def _plain_completions(self, completed: defaultdict[tuple[str, int | None], tuple[list[Held], list[Any]]],
-                           task: Task, queue: str) -> PlainCompletions:
-        """Where ``task``'s flat jobs of ``queue`` that returned nothing go in :meth:`decide`'s
-        ``completed``, and whether the task keeps a result for them."""
-        kept = self.bus and task.result_ttl_ms
-        jobs, parts = completed[queue, kept or None]
-        return jobs, parts, bool(kept)
-
-    def _kept_nothing(self, task: Task) -> tuple[bytes, NotKept | None]:
-        """What ``task`` keeps for a handler that returned nothing (keepable_result's), encoded once a queue
-        (a queue's tasks share its serializer); a refusal is asked again each time, never kept."""
-        found = self._nothing_encoded.get(task.queue)
-        if found is None:
-            found = keepable_result(task.serializer, None, MAX_RESULT_BYTES)
-            if found[1] is None:
-                self._nothing_encoded[task.queue] = found
-        return found
 
     def settled(self, name: str, batch: Sequence[tuple[Held, policy.Settle]], answers: list[Any]) -> None:
         """Record the server's ``answers`` to ``name``'s settles (``batch``, as :meth:`decide` sent them)."""
