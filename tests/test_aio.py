@@ -340,9 +340,10 @@ def listeners(server) -> list[int]:
         return [int(c["ssub"]) for c in client.client_list() if int(c.get("ssub", 0)) > 0]
 
 
-async def listening(server, expected: list[int], what: str) -> None:
+async def listening(server, expected: list[int], what: str, waiters: list[asyncio.Task] = ()) -> None:
     """Until ``server``'s listeners are ``expected`` (polled from a thread: the loop runs on); the
-    last ones seen are in the failure."""
+    failure names the last ones seen, every count seen on the way, the channels the server holds,
+    and how each of ``waiters`` (the tasks that listen) ended, if it did."""
     seen: list[list[int]] = []
 
     def reached() -> bool:
@@ -352,7 +353,13 @@ async def listening(server, expected: list[int], what: str) -> None:
     try:
         await asyncio.to_thread(wait_until, reached, 10, what)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}: listeners {seen[-1]}, expected {expected}") from None
+        with server.client() as client:
+            channels = sorted(client.execute_command("PUBSUB", "SHARDCHANNELS"))
+        ended = {n: "cancelled" if task.cancelled() else repr(task.exception())
+                 for n, task in enumerate(waiters) if task.done()}
+        counts = list(dict.fromkeys(map(tuple, seen)))
+        raise AssertionError(f"{exc}: listeners {seen[-1]}, expected {expected} (seen on the way {counts}); "
+                             f"channels {channels}; waiters ended {ended}") from None
 
 
 def publish_all(url: str, wire: int, names: list[str], count: int, value=lambda job: "done") -> None:
@@ -398,20 +405,64 @@ def test_a_waiter_that_leaves_unsubscribes_its_channel_and_a_link_fault_reaches_
             async with conn.outcome_listener(queue.keys.outcome("a")) as first, \
                     conn.outcome_listener(queue.keys.outcome("b")) as second:
                 waiting = [asyncio.create_task(queue.result(job_id, timeout=30)) for job_id in ids]
-                await listening(server, [5], "five channels subscribed")
+                await listening(server, [5], "five channels subscribed", waiting)
                 waiting[0].cancel()
-                await listening(server, [4], "the channel left unsubscribed")
+                await listening(server, [4], "the channel left unsubscribed", waiting)
                 with server.client() as client:
                     assert client.client_kill_filter(_type="pubsub") == 1
                 faults = await asyncio.gather(first(30), second(30), return_exceptions=True)
             # result() rides the fault out: its waiters subscribe again, on a socket of their own
-            await listening(server, [2], "the waiters subscribed again")
+            await listening(server, [2], "the waiters subscribed again", waiting)
             await asyncio.to_thread(publish_all, server.url, wire, [name], 3)
             return faults, await asyncio.gather(*waiting[1:])
 
     faults, answers = asyncio.run(main())
     assert all(isinstance(f, ConnectionFailed) for f in faults), faults
     assert answers == ["done", "done"] and listeners(server) == []
+
+
+def test_a_blocking_read_waits_longer_than_valkey_pys_asyncio_read_timeout(server, wire):
+    # valkey-py's asyncio reads give up after 5 s by default: an event follower's XREAD BLOCK asked
+    # to wait 5.5 s (or a BCLAIM) was ConnectionFailed at 5
+    async def main():
+        async with await aio.connect(server.url, wire=wire) as conn:
+            queue = aio.Queue(conn, fresh_name("b"))
+            await queue.enable_events()
+            follower = queue.events(since="$", follow=True, block_ms=5_500)
+            try:
+                await asyncio.wait_for(anext(follower), 6.0)  # one quiet block, then the next
+            except asyncio.TimeoutError:
+                return "still following"
+            finally:
+                await follower.aclose()
+
+    assert asyncio.run(main()) == "still following"
+
+
+def test_a_quiet_outcome_channel_outlives_the_socket_timeout(server, wire):
+    # valkey-py's asyncio socket timeout (5 s by default) read a quiet channel as a dead link: the
+    # shared socket broke, a listener got ConnectionFailed and result() subscribed again, every 5 s
+    name = fresh_name("w")
+
+    def listening_clients() -> list[str]:
+        with server.client() as client:
+            return [c["id"] for c in client.client_list() if int(c.get("ssub", 0)) > 0]
+
+    async def main():
+        async with await aio.connect(server.url, wire=wire, socket_timeout=0.2) as conn:
+            queue = aio.Queue(conn, name)
+            job = await queue.enqueue({})
+            async with conn.outcome_listener(queue.keys.outcome("a")) as quiet:
+                waiting = asyncio.create_task(queue.result(job.id, timeout=30))
+                await listening(server, [2], "both channels subscribed", [waiting])
+                before = await asyncio.to_thread(listening_clients)
+                assert await quiet(1.0) is None  # five socket timeouts of silence, then the wait's own end
+                assert await asyncio.to_thread(listening_clients) == before and not waiting.done()
+            await asyncio.to_thread(publish_all, server.url, wire, [name], 1)
+            return await waiting
+
+    assert asyncio.run(main()) == "done"
+    assert listeners(server) == []
 
 
 def test_waiters_cancelled_at_any_point_leave_the_others_their_results(server, wire):

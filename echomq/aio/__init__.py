@@ -72,6 +72,7 @@ __all__ = ["Connection", "EchoAsyncCluster", "PartitionedQueue", "Queue", "conne
 
 DEFAULT_MAX_CONNECTIONS = 50
 DEFAULT_POOL_TIMEOUT_S = 5.0
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
 #: What a sync client's connection options carry over to an asyncio one (the same names on both).
 _PORTABLE = frozenset(
     "host port db username password path client_name socket_timeout socket_connect_timeout socket_keepalive "
@@ -363,6 +364,12 @@ async def read_brand(client: avalkey.Valkey | AsyncValkeyCluster) -> bytes | Non
 async def _open_client(url: str, cluster: bool, max_connections: int, pool_timeout: float,
                        client_options: dict[str, Any]) -> avalkey.Valkey | AsyncValkeyCluster:
     client_options.setdefault("encoding_errors", ID_ENCODING)
+    if "socket_timeout" not in client_options:
+        # valkey-py's asyncio reads give up after 5 s by default, its sync ones (echomq.connect's)
+        # never: a blocking verb (BCLAIM, an event follower's XREAD BLOCK) waits longer than that
+        # by design, so the default is the sync one; a connect still gives up after 5 s
+        client_options["socket_timeout"] = None
+        client_options.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
     try:
         if cluster:
             return EchoAsyncCluster.from_url(url, max_connections=max_connections, **client_options)
@@ -392,7 +399,10 @@ async def connect(
     """Open an asyncio connection on ``wire`` 4, 6 or ``"auto"`` (the default: the node's brand)
     after checking the node, as :func:`echomq.connect` does (``cluster="auto"``, the default, asks
     the node with HELLO in place of a PING). ``max_connections`` and ``pool_timeout`` size the
-    pool (see the module's notes); ``client_options`` go to valkey-py's client."""
+    pool (see the module's notes); ``client_options`` go to valkey-py's client. Reads wait without
+    a limit, as the sync client's do, unless you pass ``socket_timeout``: it then bounds every read,
+    a blocking one's too (``bclaim``, an event follower's ``block_ms``), so keep it above the longest
+    block you ask for; result waiters listen on quiet channels whatever it is."""
     if cluster not in (True, False, "auto"):
         raise errors.ConfigurationError(f"bad cluster {cluster!r}: True, False or 'auto'")
     client = await _open_client(url, cluster is True, max_connections, pool_timeout, client_options)

@@ -19,6 +19,12 @@ from .._client.connection import TRANSPORT_ERRORS, link_failed, slot_moved
 
 Wait = Callable[[float | None], Awaitable[bytes | None]]
 
+# How long one read of the socket waits before it waits again. A read with a limit of its own
+# returns nothing when the limit passes; without one, valkey-py's socket timeout (5 s by default
+# on asyncio, meant for a reply a command awaits) read a quiet minute as a dead link and broke
+# every waiter's subscription.
+READ_SLICE_S = 60.0
+
 
 class OutcomeHub:
     """The outcome channels of one node, subscribed on one pub/sub socket (``pubsub``; ``owner``,
@@ -122,7 +128,9 @@ class OutcomeHub:
         link fault, raise it in every waiter."""
         try:
             while True:
-                reply = await self.pubsub.parse_response(block=True)
+                reply = await self.pubsub.parse_response(block=False, timeout=READ_SLICE_S)
+                if reply is None:
+                    continue  # the channels were quiet: wait on
                 kind, channel = reply[0], reply[1]
                 if kind == b"smessage":
                     for inbox in self.waiters.get(channel, ()):
