@@ -30,8 +30,13 @@ the jobs and the relays' exchanges, and whose count moved by ±0.5 % the same co
 thread is the control thread (its looks) and start-up. Compare rounds run side by side, best of a few.
 
 ``--calls``: Python calls per job instead (every thread's ``call`` and ``c_call`` profile
-events, by function; no valgrind), the most frequent first. Needs valgrind otherwise (Debian:
-valgrind).
+events, by function; no valgrind), the most frequent first. ``--native``: CPU per job instead, run
+natively (no valgrind, the worker's own time bounds): the whole process's, the main thread's (a
+worker's control thread) and, for a worker, its control thread's looks a job (its waits that ended
+by their timeout: while relays go on it looks in every ``settle_wait_ms``, so looks a job grow with
+the wall time a job). A look is a thread woken and the GIL taken from the relay's thread, which
+instructions barely show: this is the figure that does. Timed, so it moves with the machine's load:
+compare rounds run side by side. Needs valgrind otherwise (Debian: valgrind).
 """
 
 from __future__ import annotations
@@ -39,11 +44,13 @@ from __future__ import annotations
 import argparse
 import collections
 import re
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from echomq import Queue, connect
@@ -59,27 +66,39 @@ SLOWDOWN = 50
 SETTLE_WAIT_MS = 1.0 * SLOWDOWN
 
 
-def drain(mode: str, url: str, wire: int) -> None:
-    """In the measured process: drain QUEUE with ``mode`` until it is empty."""
+def drain(mode: str, url: str, wire: int, native: bool = False) -> None:
+    """In the measured process: drain QUEUE with ``mode`` until it is empty (``native``: not under
+    valgrind, so with the worker's own time bounds)."""
     connection = connect(url, wire=wire)
     if mode.startswith("worker"):
         from echomq import App, Worker, WorkerConfig
         from echomq.worker import pool
 
-        pool.QUICK_HANDLER_S *= SLOWDOWN
         app = App("bench")
         result_ttl = 0 if mode == "worker-noresult" else DEFAULT_RESULT_TTL_S
         app.task(queue=QUEUE, max_attempts=1, result_ttl=result_ttl)(async_noop if mode == "worker-async" else noop)
-        worker = Worker(app, connection, config=WorkerConfig(burst=True, settle_wait_ms=SETTLE_WAIT_MS))
-        step, steps = worker.step, [0]
+        config = WorkerConfig(burst=True)
+        if not native:
+            pool.QUICK_HANDLER_S *= SLOWDOWN
+            config = WorkerConfig(burst=True, settle_wait_ms=SETTLE_WAIT_MS)
+        worker = Worker(app, connection, config=config)
+        step, steps, wait, looks = worker.step, [0], worker.loop.wake.wait, [0]
 
         def counted() -> float:
             steps[0] += 1
             return step()
 
+        def looked(timeout: float | None = None) -> bool:
+            woken = wait(timeout)
+            looks[0] += not woken  # (only the control thread waits on the loop's wake)
+            return woken
+
         worker.step = counted  # type: ignore[method-assign]
+        if native:  # (not in the counts: a call more a wait)
+            worker.loop.wake.wait = looked  # type: ignore[method-assign]
         worker.run(install_signals=False)
-        print(f"steps {steps[0]} relays {worker.loop.relays}")  # how the drain batched: the count depends on it
+        # how the drain batched: the count depends on it
+        print(f"steps {steps[0]} relays {worker.loop.relays} looks {looks[0]}")
         return
     q = Queue(connection, QUEUE)
     kept_ms = int(DEFAULT_RESULT_TTL_S * 1000) if mode == "batch-kept" else None
@@ -91,6 +110,16 @@ def drain(mode: str, url: str, wire: int) -> None:
             q.settle_many(q.completion_calls([part for job in jobs for part in (job.id, job.token, nothing)], kept_ms))
         else:
             q.complete_many(jobs)
+
+
+def timing_cpu(mode: str, url: str, wire: int) -> None:
+    """In the measured process: drain natively; print its CPU seconds (every thread's, the main
+    thread's) after the line :func:`drain` prints."""
+    before, main_before = resource.getrusage(resource.RUSAGE_SELF), time.thread_time()
+    drain(mode, url, wire, native=True)
+    after, main_after = resource.getrusage(resource.RUSAGE_SELF), time.thread_time()
+    total = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    print(f"cpu {total:.6f} main {main_after - main_before:.6f}")
 
 
 def noop(payload: object) -> None:
@@ -122,8 +151,19 @@ def counting_calls(mode: str, url: str, wire: int) -> None:
     print(json.dumps(dict(calls)))
 
 
-def measured(server: BenchServer, mode: str, wire: int, n: int, out_dir: Path, calls: bool) -> dict[str, int]:
-    """Enqueue ``n`` jobs, drain them in a child process; its instruction total (or its calls)."""
+def drained_as(out: str) -> dict[str, float]:
+    """What a child's :func:`drain` printed of its batching (a worker's), and :func:`timing_cpu` of its CPU."""
+    steps = re.search(r"^steps (\d+) relays (\d+) looks (\d+)", out, re.M)
+    cpu = re.search(r"^cpu ([\d.]+) main ([\d.]+)", out, re.M)
+    return {**({"steps": int(steps.group(1)), "relays": int(steps.group(2)), "looks": int(steps.group(3))} if steps
+               else {"steps": 0, "relays": 0, "looks": 0}),
+            **({"cpu": float(cpu.group(1)), "main": float(cpu.group(2))} if cpu else {})}
+
+
+def measured(server: BenchServer, mode: str, wire: int, n: int, out_dir: Path, calls: bool,
+             native: bool = False) -> dict[str, float]:
+    """Enqueue ``n`` jobs, drain them in a child process; its instruction total (or its calls, or
+    its native CPU)."""
     server.use(wire)
     producer = Queue(connect(server.url, wire=wire), QUEUE)
     for start in range(0, n, 1000):
@@ -135,6 +175,8 @@ def measured(server: BenchServer, mode: str, wire: int, n: int, out_dir: Path, c
 
         out = subprocess.run(child + ["--calls"], capture_output=True, text=True, check=True).stdout
         return json.loads(out.strip().splitlines()[-1])
+    if native:
+        return drained_as(subprocess.run(child + ["--native"], capture_output=True, text=True, check=True).stdout)
     dump = out_dir / f"callgrind.{mode}.{n}"
     out = subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={dump}",
                           *child], check=True, capture_output=True, text=True).stdout
@@ -146,9 +188,8 @@ def measured(server: BenchServer, mode: str, wire: int, n: int, out_dir: Path, c
         totals = re.search(r"^(?:summary|totals):\s+(\d+)", part.read_text(errors="replace"), re.M)
         if totals:
             by_thread[int(part.name.rsplit("-", 1)[1])] = int(totals.group(1))
-    steps = re.search(r"^steps (\d+) relays (\d+)", out, re.M)
     return {"total": sum(by_thread.values()), "others": sum(v for t, v in by_thread.items() if t != 1),
-            "steps": int(steps.group(1)) if steps else 0, "relays": int(steps.group(2)) if steps else 0}
+            **drained_as(out)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,15 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wire", type=int, default=6, choices=(4, 6))
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--calls", action="store_true", help="Python calls per job by function, not instructions")
+    p.add_argument("--native", action="store_true",
+                   help="CPU per job run natively (every thread, the main thread) and a worker's looks a job")
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        (counting_calls(args.child, args.url, args.wire) if args.calls
-         else drain(args.child, args.url, args.wire))
+        (counting_calls if args.calls else timing_cpu if args.native else drain)(args.child, args.url, args.wire)
         return 0
-    if not args.calls and not shutil.which("valgrind"):
+    if not (args.calls or args.native) and not shutil.which("valgrind"):
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
     module = None
@@ -183,9 +225,16 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(args.rounds):
             for mode in modes:
                 say(f"round {round_ + 1}: {mode}, {args.base} and {args.jobs} jobs")
-                small, large = (measured(server, mode, args.wire, n, out_dir, args.calls)
+                small, large = (measured(server, mode, args.wire, n, out_dir, args.calls, args.native)
                                 for n in (args.base, args.jobs))
-                if args.calls:
+                if args.native:
+                    def per_job(key: str) -> float:
+                        return (large[key] - small[key]) / jobs
+
+                    looks = f", {per_job('looks'):.4f} looks a job" if mode.startswith("worker") else ""
+                    print(f"{mode}: {per_job('cpu') * 1e6:.1f} µs CPU a job natively (wire {args.wire}), "
+                          f"{per_job('main') * 1e6:.1f} of them on the main thread{looks}", flush=True)
+                elif args.calls:
                     per_job = {name: (large.get(name, 0) - small.get(name, 0)) / jobs for name in large}
                     rows = sorted(per_job.items(), key=lambda kv: -kv[1])
                     print(f"{mode}: {sum(per_job.values()):.1f} calls a job (wire {args.wire})")

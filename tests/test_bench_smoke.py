@@ -7,6 +7,7 @@ file and page; this checks that both come out whole, not how fast anything was.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,19 @@ def test_the_canvas_cost_bench_runs_a_chain_and_jobs_alone_on_both_wires():
     assert done.returncode == 0, done.stderr[-2000:]
     said = [line for line in done.stderr.splitlines() + done.stdout.splitlines() if "calls," in line]
     assert len(said) == 4 and all(" a step " in line for line in said), said
+
+
+def test_the_worker_instructions_bench_reads_cpu_and_looks_natively_on_both_wires():
+    """bench/worker_instructions.py --native (no valgrind), tiny: each mode's CPU a job and, for the
+    worker, its control thread's looks a job (a figure of wall time that instructions do not show)."""
+    figure = r"(-?[\d.]+)"
+    for wire in (4, 6):
+        done = subprocess.run([sys.executable, "-m", "bench.worker_instructions", "--native", "--modes", "worker,batch-kept",
+                               "--jobs", "400", "--base", "100", "--wire", str(wire)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-2000:]
+        worker = re.search(rf"^worker: {figure} µs CPU a job natively \(wire {wire}\), {figure} of them on the main "
+                           rf"thread, {figure} looks a job$", done.stdout, re.M)
+        loop = re.search(rf"^batch-kept: {figure} µs CPU a job natively \(wire {wire}\), {figure} of them on the main "
+                         r"thread$", done.stdout, re.M)
+        assert worker and loop, done.stdout  # (figures, not bounds: a tiny run's differences may read below 0)
