@@ -186,6 +186,56 @@ pub fn deletes_row(state: Option<Option<&[u8]>>, want: State) -> bool {
     matches!(state, Some(Some(s)) if s == want.field())
 }
 
+/// The fields a job's row seldom has: a lane job's `group`, a flow child's `parent`, a unique
+/// window's `unique`. A token verb asks for each at every check, and a lookup of an absent
+/// field searches the whole row.
+pub const SELDOM_FIELDS: [&str; 3] = ["group", "parent", "unique"];
+
+/// The fields a leased row has: ENQUEUE's `state`, `payload`, `attempts` and `created`, and the
+/// claim's `lease_epoch` and `started`.
+pub const LEASED_FIELDS: [&str; 6] = [
+    "state",
+    "payload",
+    "attempts",
+    "created",
+    "lease_epoch",
+    "started",
+];
+
+/// How a row's fields are looked up (`Host::row`): `seldom`, the places (bits) of the asked
+/// fields a row seldom has, looked up last; `probes`, the leased fields not asked for (bits of
+/// [`LEASED_FIELDS`]), whose existence may be counted so that the seldom ones need no lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowLookup {
+    pub seldom: u64,
+    pub probes: u8,
+}
+
+/// The lookup of `fields` (at most 64): which are seldom there, and which leased fields could be
+/// counted besides them (none when no seldom field is asked for: nothing to spare).
+pub fn row_lookup(fields: &[&str]) -> RowLookup {
+    let seldom = fields
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| SELDOM_FIELDS.contains(f))
+        .fold(0u64, |bits, (at, _)| bits | 1 << at);
+    let probes = match seldom {
+        0 => 0,
+        _ => LEASED_FIELDS
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| !fields.contains(f))
+            .fold(0u8, |bits, (at, _)| bits | 1 << at),
+    };
+    RowLookup { seldom, probes }
+}
+
+/// Is a row of `total` fields, `found` of them found so far, worth `left` more existence tests?
+/// Only when they can account for every field it has: then the fields not found are absent.
+pub fn probing_pays(total: usize, found: usize, left: usize) -> bool {
+    found < total && total <= found + left
+}
+
 /// The queue's event switch, `meta events`: absent or ≤ 0 = off; else the stream's bound
 /// (MAXLEN, exact), at most EVENTS_MAX (a larger one is read as that: the stream stays bounded
 /// whatever a raw write put there). Anything but an integer is refused like a counter.
@@ -1191,5 +1241,36 @@ mod tests {
                 State::Dead.field()
             ]
         );
+    }
+
+    #[test]
+    fn a_row_lookup_leaves_the_seldom_fields_last_and_counts_the_leased_ones_not_asked_for() {
+        // PUBLISH's check: HELD, `created`, `started`, `unique`
+        let asked = [
+            "attempts", "state", "group", "parent", "created", "started", "unique",
+        ];
+        let plan = row_lookup(&asked);
+        assert_eq!(plan.seldom, 1 << 2 | 1 << 3 | 1 << 6);
+        // `payload` and `lease_epoch` are the leased fields not asked for
+        assert_eq!(plan.probes, 1 << 1 | 1 << 4);
+        // nothing seldom asked: nothing to count
+        assert_eq!(
+            row_lookup(&["attempts", "payload"]),
+            RowLookup {
+                seldom: 0,
+                probes: 0
+            }
+        );
+    }
+
+    #[test]
+    fn probing_pays_only_when_the_tests_can_account_for_every_field() {
+        // a leased row: 4 fields found, 2 to test, 6 in the row
+        assert!(probing_pays(6, 4, 2));
+        // a seventh field (`priority`, `progress`): the tests cannot show the rest absent
+        assert!(!probing_pays(7, 4, 2));
+        // every field found already: nothing to test
+        assert!(!probing_pays(4, 4, 2));
+        assert!(probing_pays(6, 5, 1));
     }
 }

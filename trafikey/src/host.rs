@@ -14,7 +14,9 @@ use valkey_module::raw::{
 };
 use valkey_module::{Context, ValkeyError, ValkeyValue};
 
-use crate::decide::{incr, num, string2ll, Cmd, Expect, Op};
+use crate::decide::{
+    incr, num, probing_pays, row_lookup, string2ll, Cmd, Expect, Op, LEASED_FIELDS,
+};
 use crate::errors::{printable, Refusal};
 use crate::ffi::{self, Caller, Key, Kind, Names, Str};
 
@@ -165,12 +167,11 @@ impl Drop for Seen {
     }
 }
 
-/// Read or write access to a derived key (ACL key permission bits).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    Read,
-    Write,
-}
+/// The ACL key permission bits of a read, and of a write (an update, insert or delete).
+const READ_PERMS: u32 = valkey_module::raw::REDISMODULE_CMD_KEY_ACCESS;
+const WRITE_PERMS: u32 = valkey_module::raw::REDISMODULE_CMD_KEY_UPDATE
+    | valkey_module::raw::REDISMODULE_CMD_KEY_INSERT
+    | valkey_module::raw::REDISMODULE_CMD_KEY_DELETE;
 
 impl<'c> Host<'c> {
     pub fn new(ctx: &'c Context, verb: &'static str) -> Self {
@@ -236,6 +237,7 @@ impl<'c> Host<'c> {
         Fence {
             caller: Caller::of(self.ctx),
             host: self,
+            writable: RefCell::new(Granted::none()),
         }
     }
 
@@ -425,29 +427,78 @@ impl<'c> Host<'c> {
     /// A hash's fields, in order: `None` when the key does not exist, WRONGTYPE when it is
     /// not a hash.
     pub fn hash(&self, key: &[u8], fields: &[&str]) -> Result<Option<Seen>, Refusal> {
-        self.hash_of(key, fields.iter().copied())
-    }
-
-    /// [`Host::hash`] of the fields an iterator names.
-    pub fn hash_of<'f>(
-        &self,
-        key: &[u8],
-        fields: impl Iterator<Item = &'f str>,
-    ) -> Result<Option<Seen>, Refusal> {
         self.read(key, |k| match k.kind() {
             Kind::Empty => Ok(None),
             Kind::Hash => {
                 let mut seen = Seen::new();
                 for f in fields {
-                    seen.0.push(
-                        self.with_name(f.as_bytes(), |f| k.hash_get(f))?
-                            .ok_or_else(|| self.host_error("could not read a hash"))?,
-                    );
+                    seen.0.push(self.hash_field(k, f)?);
                 }
                 Ok(Some(seen))
             }
             _ => Err(Refusal::WrongType),
         })?
+    }
+
+    /// A job's row, read as [`Host::hash`] reads it (the same answers, in `fields`' order), but
+    /// the fields a row seldom has ([`crate::decide::SELDOM_FIELDS`]) looked up last, and not at all once the
+    /// fields found are every field the row holds: a lookup of an absent field searches the
+    /// whole row. The leased fields not asked for are counted first (an existence test each, no
+    /// copy) when they can account for the rest. `fields` are distinct, at most 64.
+    pub fn row(&self, key: &[u8], fields: &[&str]) -> Result<Option<Seen>, Refusal> {
+        let plan = row_lookup(fields);
+        self.read(key, |k| match k.kind() {
+            Kind::Empty => Ok(None),
+            Kind::Hash => {
+                let get = |f: &str| self.hash_field(k, f);
+                let mut seen = Seen::new();
+                let mut found = 0;
+                for (at, f) in fields.iter().enumerate() {
+                    let value = match plan.seldom & 1 << at {
+                        0 => get(f)?,
+                        _ => None,
+                    };
+                    found += usize::from(value.is_some());
+                    seen.0.push(value);
+                }
+                if plan.seldom == 0 {
+                    return Ok(Some(seen));
+                }
+                let total = k.len();
+                let mut left = plan.probes.count_ones() as usize;
+                for (at, probe) in LEASED_FIELDS.iter().enumerate() {
+                    if plan.probes & 1 << at == 0 {
+                        continue;
+                    }
+                    if !probing_pays(total, found, left) {
+                        break;
+                    }
+                    left -= 1;
+                    let has = self.with_name(probe.as_bytes(), |f| k.hash_has(f))?;
+                    found += usize::from(has.ok_or_else(|| self.unread())?);
+                }
+                for (at, f) in fields.iter().enumerate() {
+                    if plan.seldom & 1 << at == 0 || found == total {
+                        continue;
+                    }
+                    let value = get(f)?;
+                    found += usize::from(value.is_some());
+                    seen.0[at] = value;
+                }
+                Ok(Some(seen))
+            }
+            _ => Err(Refusal::WrongType),
+        })?
+    }
+
+    /// One field of the hash `k` (a hash: checked by the caller).
+    fn hash_field(&self, k: &Key, field: &str) -> Result<Option<Str>, Refusal> {
+        self.with_name(field.as_bytes(), |f| k.hash_get(f))?
+            .ok_or_else(|| self.unread())
+    }
+
+    fn unread(&self) -> Refusal {
+        self.host_error("could not read a hash")
     }
 
     /// A counter's `count` (`metrics:<outcome>`), read on the target handle of the key the
@@ -825,25 +876,40 @@ fn find<'k>(handles: &'k [Key], key: &[u8]) -> Option<&'k Key> {
 pub struct Fence<'h> {
     caller: Caller,
     host: &'h Host<'h>,
+    /// The last key [`Fence::read_to_write`] found writable as well (its bytes, compared
+    /// exactly): its `write` check is answered without asking the server again.
+    writable: RefCell<Granted>,
+}
+
+/// A key's bytes, kept when they fit (a row key does); `len` 0: none.
+struct Granted {
+    bytes: [u8; GRANTED_MAX],
+    len: usize,
+}
+
+/// The longest key whose write permission a fence remembers (a job's row key: the queue's name
+/// and the id, most often well under this).
+const GRANTED_MAX: usize = 160;
+
+impl Granted {
+    fn none() -> Granted {
+        Granted {
+            bytes: [0; GRANTED_MAX],
+            len: 0,
+        }
+    }
+
+    fn is(&self, key: &[u8]) -> bool {
+        self.len > 0 && self.bytes[..self.len] == *key
+    }
 }
 
 impl Fence<'_> {
-    pub fn check(&self, key: &[u8], access: Access) -> Result<(), Refusal> {
-        let perms = match access {
-            Access::Read => valkey_module::raw::REDISMODULE_CMD_KEY_ACCESS,
-            Access::Write => {
-                valkey_module::raw::REDISMODULE_CMD_KEY_UPDATE
-                    | valkey_module::raw::REDISMODULE_CMD_KEY_INSERT
-                    | valkey_module::raw::REDISMODULE_CMD_KEY_DELETE
-            }
-        };
+    /// Does the caller hold `perms` on `key`, else the refusal naming `what` it lacks?
+    fn ask(&self, key: &[u8], perms: u32, what: &str) -> Result<(), Refusal> {
         if self.host.with_name(key, |k| self.caller.allows(k, perms))? {
             return Ok(());
         }
-        let what = match access {
-            Access::Read => "read",
-            Access::Write => "write",
-        };
         Err(Refusal::NoPerm(format!(
             "{} has no {what} permission on the derived key '{}'",
             self.host.verb,
@@ -852,11 +918,34 @@ impl Fence<'_> {
     }
 
     pub fn read(&self, key: &[u8]) -> Result<(), Refusal> {
-        self.check(key, Access::Read)
+        self.ask(key, READ_PERMS, "read")
     }
 
     pub fn write(&self, key: &[u8]) -> Result<(), Refusal> {
-        self.check(key, Access::Write)
+        if self.writable.borrow().is(key) {
+            return Ok(());
+        }
+        self.ask(key, WRITE_PERMS, "write")
+    }
+
+    /// [`Fence::read`] of a key the verb checks for writing later in the same command (a job's
+    /// row): read and write permission asked in one call; when both are held, the later
+    /// [`Fence::write`] of this key is answered without asking again (a user's permissions do
+    /// not change within a command). When they are not both held (in one ACL selector's
+    /// pattern), the read is asked alone and the write later, as before: the same refusals, in
+    /// the same order.
+    pub fn read_to_write(&self, key: &[u8]) -> Result<(), Refusal> {
+        let both = key.len() <= GRANTED_MAX
+            && self
+                .host
+                .with_name(key, |k| self.caller.allows(k, READ_PERMS | WRITE_PERMS))?;
+        if !both {
+            return self.read(key);
+        }
+        let mut granted = self.writable.borrow_mut();
+        granted.bytes[..key.len()].copy_from_slice(key);
+        granted.len = key.len();
+        Ok(())
     }
 
     /// A derived channel (the outcome channel of a job) as the server string it is published

@@ -134,7 +134,7 @@ impl Key {
     }
 
     /// How many members, fields or entries the key holds (0 when it is empty).
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         if self.key.is_null() {
             return 0;
         }
@@ -218,6 +218,30 @@ impl Key {
         }
         // SAFETY: a string the server handed us, ours to release.
         Some((!v.is_null()).then(|| unsafe { Str::own(v, self.ctx) }))
+    }
+
+    /// Does the hash have `field` (HEXISTS: no copy of its value is made)? `None` when the key
+    /// is not a hash or the host refuses.
+    pub fn hash_has(&self, field: &Str) -> Option<bool> {
+        match self.kind() {
+            Kind::Empty => return Some(false),
+            Kind::Hash => {}
+            _ => return None,
+        }
+        let get = api!(RedisModule_HashGet)?;
+        let mut exists: c_int = 0;
+        // SAFETY: a live hash key handle and field string; with HASH_EXISTS the slot after the
+        // field receives an int; the list ends with NULL.
+        let rc = unsafe {
+            get(
+                self.key,
+                raw::REDISMODULE_HASH_EXISTS as c_int,
+                field.ptr,
+                &mut exists as *mut c_int,
+                ptr::null::<c_char>(),
+            )
+        };
+        (rc == raw::REDISMODULE_OK as c_int).then_some(exists != 0)
     }
 
     /// HSET of `fields` (field, value, field, value, …) on a key opened for write (a hash or

@@ -273,7 +273,7 @@ pub fn claim_run(
         // checks: each made once, held for the command
         h.hold_str(&id)?;
         let row = h.hold(&q.row(&id))?;
-        fence.read(&row)?;
+        fence.read_to_write(&row)?;
         match h.hash(&row, &["attempts", "payload"])? {
             None => {
                 taken.push(Taken { id, lease: None });
@@ -282,14 +282,19 @@ pub fn claim_run(
                 }
             }
             Some(mut seen) => {
-                // a real row: the increment predicted, active able to take the lease
+                // a real row: the increment predicted, active able to take the lease (asked at
+                // the first lease: nothing is written before the last check, so active's type
+                // and the caller's permission on the log answer the same for every lease)
                 let att = next_attempt(seen[0].as_deref()).map_err(Refusal::Counter)?;
-                h.expect_zset(active)?;
+                let first = lessee.is_none();
+                if first {
+                    h.expect_zset(active)?;
+                }
                 fence.write(&row)?;
-                if rate.is_some() {
+                if first && rate.is_some() {
                     fence.write(&log)?;
                 }
-                if lessee.is_none() {
+                if first {
                     lessee = Some((h.epoch()?, bus::events_on(h, &fence, q, switch.as_deref())?));
                 }
                 if rate.is_some() {

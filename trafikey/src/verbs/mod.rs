@@ -41,6 +41,9 @@ use crate::state::State;
 /// The row fields a token verb reads first, in this order, before its own.
 pub const HELD: [&str; 4] = ["attempts", "state", "group", "parent"];
 
+/// The most row fields a token verb reads: `HELD` and its own (FAIL's three, PUBLISH's three).
+const ROW_FIELDS_MAX: usize = 8;
+
 /// Which non-flat rows a verb refuses (SPEC §5.5).
 #[derive(Debug, Clone, Copy)]
 pub struct Boundary {
@@ -109,9 +112,19 @@ pub fn held<'e>(
     b: Boundary,
     extra: impl IntoIterator<Item = &'e &'e str>,
 ) -> Result<Option<Seen>, Refusal> {
-    fence.read(row)?;
-    let fields = HELD.iter().copied().chain(extra.into_iter().copied());
-    let Some(seen) = h.hash_of(row, fields)? else {
+    // the row is checked for writing after the read when it is held (its write answered now
+    // when the caller may do both)
+    fence.read_to_write(row)?;
+    // HELD, then `extra`: on the stack (a check a job)
+    let mut fields = [""; ROW_FIELDS_MAX];
+    let mut n = 0;
+    for f in HELD.iter().chain(extra) {
+        *fields
+            .get_mut(n)
+            .ok_or_else(|| Refusal::Host(format!("{} reads too many row fields", h.verb)))? = f;
+        n += 1;
+    }
+    let Some(seen) = h.row(row, &fields[..n])? else {
         return Ok(None);
     };
     let at = |i: usize| field(&seen, i);
