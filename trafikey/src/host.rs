@@ -208,6 +208,22 @@ impl<'c> Host<'c> {
             .ok_or_else(|| self.host_error("could not make a string"))
     }
 
+    /// [`Host::hold`] of a row the command leases (CLAIMS): its string kept for the settles
+    /// to come (see `Names::hold_leased`).
+    pub fn hold_leased(&self, bytes: &[u8]) -> Result<Str, Refusal> {
+        self.names
+            .hold_leased(bytes)
+            .ok_or_else(|| self.host_error("could not make a string"))
+    }
+
+    /// [`Host::hold`] of a row a recent claim may have leased (a batch's settle): its string
+    /// reused when it is kept (see `Names::hold_again`).
+    pub fn hold_again(&self, bytes: &[u8]) -> Result<Str, Refusal> {
+        self.names
+            .hold_again(bytes)
+            .ok_or_else(|| self.host_error("could not make a string"))
+    }
+
     /// [`Host::hold`] of a string the server handed over (a peeked head).
     pub fn hold_str(&self, s: &Str) -> Result<(), Refusal> {
         self.names

@@ -269,6 +269,57 @@ pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
 /// with no shifting of the others on a hit.
 const RECENT: usize = 8;
 
+/// How many leased rows' key strings are kept from one command to the next: a batch's settle
+/// (PUBLISHES, COMPLETES) asks for the rows its claim (CLAIMS) made a round trip earlier, with
+/// other workers' batches of ten between.
+const LEASED_ROWS: usize = 32;
+
+/// The last `N` values pushed, each with its [`key_tag`]; the oldest goes when a new one comes.
+struct Ring<T, const N: usize> {
+    slots: Vec<(u64, T)>,
+    next: usize,
+}
+
+impl<T, const N: usize> Ring<T, N> {
+    const fn new() -> Self {
+        Ring {
+            slots: Vec::new(),
+            next: 0,
+        }
+    }
+
+    fn push(&mut self, tag: u64, value: T) {
+        if self.slots.len() < N {
+            self.slots.reserve_exact(N);
+            self.slots.push((tag, value));
+        } else {
+            self.slots[self.next] = (tag, value);
+        }
+        self.next = (self.next + 1) % N;
+    }
+
+    /// The value with `tag` that `is` accepts, the newest first.
+    fn find(&self, tag: u64, is: impl Fn(&T) -> bool) -> Option<&T> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        // the newest is the one before `next`: from it back to the first, then from the last
+        let newest = (self.next + self.slots.len() - 1) % self.slots.len();
+        let (head, tail) = self.slots.split_at(newest + 1);
+        head.iter()
+            .rev()
+            .chain(tail.iter().rev())
+            .find(|(t, v)| *t == tag && is(v))
+            .map(|(_, v)| v)
+    }
+}
+
+thread_local! {
+    /// The key strings of the rows the last claims leased ([`Names::hold_leased`]).
+    static LEASED: std::cell::RefCell<Ring<Str, LEASED_ROWS>> =
+        const { std::cell::RefCell::new(Ring::new()) };
+}
+
 /// One command's module strings: the shared names, the ones the command holds, the last few
 /// made (reused), the command's own arguments (borrowed); else a new one.
 pub struct Names {
@@ -316,6 +367,34 @@ impl Names {
         let s = Str::new(bytes)?;
         self.keep_held(s.retain()?);
         Some(s)
+    }
+
+    /// [`Names::hold`] of a row the command leases: its string also kept for the commands
+    /// that settle it ([`Names::hold_again`]), past this one's end.
+    pub fn hold_leased(&self, bytes: &[u8]) -> Option<Str> {
+        let s = self.hold(bytes)?;
+        let kept = s.retain()?;
+        LEASED.with(|leased| leased.borrow_mut().push(key_tag(&kept), kept));
+        Some(s)
+    }
+
+    /// [`Names::hold`] of a row a recent command may have leased: its string found again when it
+    /// is among the leased rows kept, no new one made.
+    pub fn hold_again(&self, bytes: &[u8]) -> Option<Str> {
+        let tag = key_tag(bytes);
+        let found = LEASED.with(|leased| {
+            leased
+                .borrow()
+                .find(tag, |s| same(s.bytes(), bytes))
+                .and_then(Str::retain)
+        });
+        match found {
+            Some(s) => {
+                self.keep_held(s.retain()?);
+                Some(s)
+            }
+            None => self.hold(bytes),
+        }
     }
 
     /// Hold `s` (a string the server handed over, a peeked member) as [`Names::hold`] holds
@@ -410,7 +489,26 @@ fn keep(recent: &mut Vec<Str>, s: Str) {
 
 #[cfg(test)]
 mod tests {
-    use super::around;
+    use super::{around, Ring};
+
+    #[test]
+    fn a_ring_keeps_the_last_n_and_finds_the_newest_first() {
+        let mut ring: Ring<&str, 3> = Ring::new();
+        assert_eq!(ring.find(1, |_| true), None);
+        for (tag, v) in [(1, "a"), (2, "b"), (1, "c")] {
+            ring.push(tag, v);
+        }
+        // two values share tag 1: the newest first, or the one the test accepts
+        assert_eq!(ring.find(1, |_| true), Some(&"c"));
+        assert_eq!(ring.find(1, |v| *v == "a"), Some(&"a"));
+        // a fourth push drops the oldest ("a"), whatever its tag
+        ring.push(4, "d");
+        assert_eq!(ring.find(1, |v| *v == "a"), None);
+        assert_eq!(ring.find(4, |_| true), Some(&"d"));
+        assert_eq!(ring.find(2, |_| true), Some(&"b"));
+        assert_eq!(ring.find(1, |_| true), Some(&"c"));
+        assert_eq!(ring.find(9, |_| true), None);
+    }
 
     #[test]
     fn held_strings_are_looked_through_from_the_one_before_the_last_found() {

@@ -272,7 +272,7 @@ pub fn claim_run(
         // the head and its row are asked for again by the writes, after every other head's
         // checks: each made once, held for the command
         h.hold_str(&id)?;
-        let row = h.hold(&q.row(&id))?;
+        let row = h.hold_leased(&q.row(&id))?;
         fence.read_to_write(&row)?;
         match h.hash(&row, &["attempts", "payload"])? {
             None => {

@@ -95,13 +95,14 @@ pub fn run(ctx: &Context, args: &[&[u8]]) -> ValkeyResult {
 }
 
 /// Each job's row key, as the server string the command holds (see `Host::hold`): a batch
-/// checks every row, then writes them, more keys than the recent names keep between.
+/// checks every row, then writes them, more keys than the recent names keep between. The
+/// string the claim that leased it made is reused when it is still kept (`Host::hold_again`).
 pub fn held_rows<'i>(
     h: &Host<'_>,
     q: &Keyspace<'_>,
     ids: impl Iterator<Item = &'i [u8]>,
 ) -> Result<Vec<Str>, Refusal> {
-    ids.map(|id| h.hold(&q.row(id))).collect()
+    ids.map(|id| h.hold_again(&q.row(id))).collect()
 }
 
 /// A batch's checks: each job's answer, the jobs to settle, and what was kept of each of them.
