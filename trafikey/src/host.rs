@@ -1,9 +1,9 @@
 //! Host glue: the only place the verbs touch the server. Reads and writes go through the
 //! module API's key handles, not the command path (a verb made of inner commands costs what
 //! those commands cost; see NATIVE-NOTES "Speed"). Every write is then replicated as its
-//! effect, the concrete command with the values written (`RM_Replicate`), so replicas and
-//! the AOF replay what the primary did, never the verb; the server wraps one command's
-//! effects in one MULTI/EXEC.
+//! effect, the concrete command with the values written (`RM_Replicate`; HSETEX, run as a
+//! command, as the server propagates the command it ran), so replicas and the AOF replay what
+//! the primary did, never the verb; the server wraps one command's effects in one MULTI/EXEC.
 
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_int, CStr};
@@ -629,23 +629,27 @@ impl<'c> Host<'c> {
     }
 
     /// A write no key handle makes (HSETEX: a hash field's own expiry), run as the command
-    /// itself (the server notifies and signals it): verified against its prediction, then
-    /// replicated as its effect, which is the command (its deadline is absolute, so a replica
-    /// and the AOF write the same). Its arguments are made as strings once, for the call and
-    /// the effect alike.
+    /// itself (the server notifies and signals it) and replicated as the server propagates the
+    /// command it ran (its deadline is absolute, so a replica and the AOF write the same), after
+    /// any held effect on its key; verified against its prediction. Its arguments are made as
+    /// strings once.
     fn write_call(&self, op: &Op<'_>) -> Result<(), Refusal> {
         // no read handle outlives a write (`write_run`)
         self.reads.borrow_mut().clear();
         let fail = |what: &str| self.host_error(&format!("{} {what}", op.cmd));
-        let mut effect = self.effect.take();
+        let key = op.args.first().ok_or_else(|| fail("has no key"))?;
+        if !self.release_touching(key) {
+            return Err(fail("could not be replicated"));
+        }
+        let mut args = self.effect.take();
         let written = op
             .args
             .iter()
             .try_for_each(|a| {
-                effect.push(self.name(a)?);
+                args.push(self.name(a)?);
                 Ok(())
             })
-            .and_then(|()| match ffi::call_int(self.ctx, op.cmd.name(), &effect) {
+            .and_then(|()| match ffi::call_int(self.ctx, op.cmd.name(), &args) {
                 ffi::Called::Int(got) => Ok(got),
                 ffi::Called::Refused(e) => Err(fail(&format!("was refused: {e}"))),
                 ffi::Called::Other => Err(fail("answered no integer")),
@@ -655,14 +659,22 @@ impl<'c> Host<'c> {
                 Expect::AnyInt => Ok(()),
                 _ => Err(fail(&format!("answered {got}, not {:?}", op.expect))),
             });
-        let replicated = written.is_ok() && self.replicate(op.cmd, &mut effect);
-        effect.clear();
-        self.effect.replace(effect);
-        written?;
-        if !replicated {
-            return Err(fail("could not be replicated"));
+        args.clear();
+        self.effect.replace(args);
+        written
+    }
+
+    /// Replicate now the held effect that writes `key`, if one does (at most one: `replicate`
+    /// merges into it or sends it first), so that a write propagated now follows it.
+    fn release_touching(&self, key: &[u8]) -> bool {
+        let at = self.held.borrow().iter().position(|e| touches(e, key));
+        match at {
+            Some(at) => {
+                let effect = self.held.borrow_mut().remove(at);
+                self.send(effect)
+            }
+            None => true,
         }
-        Ok(())
     }
 
     /// Replicate one effect (`effect`, its key first; emptied), or hold it back: a ZADD or

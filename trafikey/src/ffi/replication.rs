@@ -87,10 +87,11 @@ pub enum Called {
     Other,
 }
 
-/// Run `cmd` with `args` through the command path (`RM_Call`, errors as replies, not
-/// replicated: the caller replicates its effect), for a write no key handle makes. The
-/// arguments go as the strings the caller holds (format `v`): none is copied, and the same
-/// strings then travel as the effect.
+/// Run `cmd` with `args` through the command path (`RM_Call`, errors as replies), for a write
+/// no key handle makes, and replicate it as the server propagates the command it ran (`!`:
+/// its own argv, inside the command's MULTI/EXEC, where the call falls among the effects; no
+/// `RM_Replicate`, which looks the command up by name again and builds a second argv). The
+/// arguments go as the strings the caller holds (format `v`): none is copied.
 pub fn call_int(ctx: &Context, cmd: &std::ffi::CStr, args: &[Str]) -> Called {
     let (Some(call), Some(kind), Some(int), Some(text), Some(free)) = (
         api!(RedisModule_Call),
@@ -109,7 +110,7 @@ pub fn call_int(ctx: &Context, cmd: &std::ffi::CStr, args: &[Str]) -> Called {
         let reply = call(
             ctx.ctx,
             cmd.as_ptr(),
-            c"vE".as_ptr(),
+            c"!vE".as_ptr(),
             argv.as_mut_ptr(),
             argv.len(),
         );
