@@ -192,36 +192,33 @@ impl<'c> Host<'c> {
         Refusal::Host(format!("{} {what}", self.verb))
     }
 
+    /// A string made (or found), or the host's refusal when it could not be.
+    fn made(&self, s: Option<Str>) -> Result<Str, Refusal> {
+        s.ok_or_else(|| self.host_error("could not make a string"))
+    }
+
     /// The server string for `bytes` (field names shared, recent keys and members reused).
     fn name(&self, bytes: &[u8]) -> Result<Str, Refusal> {
-        self.names
-            .get(bytes)
-            .ok_or_else(|| self.host_error("could not make a string"))
+        self.made(self.names.get(bytes))
     }
 
     /// The server string for a key or member the command asks for again after many others (a
     /// batch's row keys: checked, then written after the whole batch's checks), held until the
     /// command ends (see `Names::hold`).
     pub fn hold(&self, bytes: &[u8]) -> Result<Str, Refusal> {
-        self.names
-            .hold(bytes)
-            .ok_or_else(|| self.host_error("could not make a string"))
+        self.made(self.names.hold(bytes))
     }
 
     /// [`Host::hold`] of a row the command leases (CLAIMS): its string kept for the settles
     /// to come (see `Names::hold_leased`).
     pub fn hold_leased(&self, bytes: &[u8]) -> Result<Str, Refusal> {
-        self.names
-            .hold_leased(bytes)
-            .ok_or_else(|| self.host_error("could not make a string"))
+        self.made(self.names.hold_leased(bytes))
     }
 
     /// [`Host::hold`] of a row a recent claim may have leased (a batch's settle): its string
     /// reused when it is kept (see `Names::hold_again`).
     pub fn hold_again(&self, bytes: &[u8]) -> Result<Str, Refusal> {
-        self.names
-            .hold_again(bytes)
-            .ok_or_else(|| self.host_error("could not make a string"))
+        self.made(self.names.hold_again(bytes))
     }
 
     /// [`Host::hold`] of a string the server handed over (a peeked head).

@@ -62,7 +62,7 @@ pub fn completion<'a>(
     (active, row, metrics): (&'a [u8], &'a [u8], &'a [u8]),
     (id, token): (&'a [u8], &'a [u8]),
     check: LeaseCheck,
-    extra: &[&str],
+    extra: &[&'static str],
 ) -> Result<Option<(Seen, Vec<Op<'a>>, bool)>, Refusal> {
     let Some((seen, window)) = job_checks(h, fence, q, (active, row), (id, token), check, extra)?
     else {
@@ -105,7 +105,7 @@ pub fn job_checks(
     (active, row): (&[u8], &[u8]),
     (id, token): (&[u8], &[u8]),
     check: LeaseCheck,
-    extra: &[&str],
+    extra: &[&'static str],
 ) -> Result<Option<(Seen, Vec<Op<'static>>)>, Refusal> {
     let Some(seen) = held(
         h,

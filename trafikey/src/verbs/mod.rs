@@ -41,8 +41,12 @@ use crate::state::State;
 /// The row fields a token verb reads first, in this order, before its own.
 pub const HELD: [&str; 4] = ["attempts", "state", "group", "parent"];
 
-/// The most row fields a token verb reads: `HELD` and its own (FAIL's three, PUBLISH's three).
-const ROW_FIELDS_MAX: usize = 8;
+thread_local! {
+    /// The fields a token verb's check reads (`HELD`, then its own), in a vector kept from one
+    /// check to the next (a check a job).
+    static ROW_FIELDS: std::cell::RefCell<Vec<&'static str>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Which non-flat rows a verb refuses (SPEC §5.5).
 #[derive(Debug, Clone, Copy)]
@@ -110,21 +114,18 @@ pub fn held<'e>(
     (active, check): (&[u8], LeaseCheck),
     (id, token): (&[u8], &[u8]),
     b: Boundary,
-    extra: impl IntoIterator<Item = &'e &'e str>,
+    extra: impl IntoIterator<Item = &'e &'static str>,
 ) -> Result<Option<Seen>, Refusal> {
     // the row is checked for writing after the read when it is held (its write answered now
     // when the caller may do both)
     fence.read_to_write(row)?;
-    // HELD, then `extra`: on the stack (a check a job)
-    let mut fields = [""; ROW_FIELDS_MAX];
-    let mut n = 0;
-    for f in HELD.iter().chain(extra) {
-        *fields
-            .get_mut(n)
-            .ok_or_else(|| Refusal::Host(format!("{} reads too many row fields", h.verb)))? = f;
-        n += 1;
-    }
-    let Some(seen) = h.row(row, &fields[..n])? else {
+    let seen = ROW_FIELDS.with(|fields| {
+        let mut fields = fields.borrow_mut();
+        fields.clear();
+        fields.extend(HELD.iter().chain(extra));
+        h.row(row, &fields)
+    })?;
+    let Some(seen) = seen else {
         return Ok(None);
     };
     let at = |i: usize| field(&seen, i);
