@@ -454,10 +454,11 @@ impl<'c> Host<'c> {
     }
 
     /// A job's row, read as [`Host::hash`] reads it (the same answers, in `fields`' order), but
-    /// the fields a row seldom has ([`crate::decide::SELDOM_FIELDS`]) looked up last, and not at all once the
-    /// fields found are every field the row holds: a lookup of an absent field searches the
-    /// whole row. The leased fields not asked for are counted first (an existence test each, no
-    /// copy) when they can account for the rest. `fields` are distinct, at most 64.
+    /// the fields a row seldom has ([`crate::decide::SELDOM_FIELDS`]) looked up last, and not
+    /// at all once the fields found are every field the row holds: a lookup of an absent field
+    /// searches the whole row. The leased fields not asked for are counted first (an existence
+    /// test each, no copy) when they can account for the rest. `fields` are distinct, at most
+    /// 64.
     pub fn row(&self, key: &[u8], fields: &[&str]) -> Result<Option<Seen>, Refusal> {
         let plan = row_lookup(fields);
         self.read(key, |k| match k.kind() {
