@@ -5,6 +5,7 @@ round trip's replies read as valkey-py's asyncio pipeline reads them, through fa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 from valkey.asyncio.retry import Retry
@@ -340,7 +341,7 @@ def listeners(server) -> list[int]:
         return [int(c["ssub"]) for c in client.client_list() if int(c.get("ssub", 0)) > 0]
 
 
-async def listening(server, expected: list[int], what: str, waiters: list[asyncio.Task] = ()) -> None:
+async def listening(server, expected: list[int], what: str, waiters: Sequence[asyncio.Task] = ()) -> None:
     """Until ``server``'s listeners are ``expected`` (polled from a thread: the loop runs on); the
     failure names the last ones seen, every count seen on the way, the channels the server holds,
     and how each of ``waiters`` (the tasks that listen) ended, if it did."""
