@@ -2,12 +2,12 @@
 //! plan. Nothing here calls the server; the verbs read, ask these, then write.
 
 use std::borrow::Cow;
-use std::cell::Cell;
 use std::ffi::CStr;
 use std::fmt;
 
 use crate::errors::{NOT_INTEGER, OVERFLOW};
 use crate::grammar::{Keyspace, EVENTS_MAX};
+use crate::kept::Shelf;
 use crate::state::State;
 
 /// Valkey's `string2ll`: an optional `-`, then no leading zero (except `0` itself), at most
@@ -484,24 +484,22 @@ pub struct Op<'a> {
 const KEPT_PLAN_MIN: usize = 16;
 
 thread_local! {
-    static SPARE_PLAN: Cell<Vec<Op<'static>>> = const { Cell::new(Vec::new()) };
+    // taken and put back by hand, not by a `Kept` guard: a plan's ops borrow for less than
+    // `'static` (see `relabel`)
+    static SPARE_PLAN: Shelf<Op<'static>> = const { Shelf::new(KEPT_PLAN_MIN..=usize::MAX) };
 }
 
 /// An empty plan with room for `n` ops: the vector the last batch recycled, when there is one.
 /// Hand it back with [`recycle_plan`].
 pub fn spare_plan<'a>(n: usize) -> Vec<Op<'a>> {
-    let mut plan = relabel(SPARE_PLAN.with(Cell::take));
+    let mut plan = relabel(SPARE_PLAN.with(Shelf::take));
     plan.reserve(n);
     plan
 }
 
 /// Keep `plan`'s vector, emptied, for the next batch's [`spare_plan`] (a small one goes).
-pub fn recycle_plan(mut plan: Vec<Op<'_>>) {
-    if plan.capacity() < KEPT_PLAN_MIN {
-        return;
-    }
-    plan.clear();
-    SPARE_PLAN.with(|kept| kept.set(relabel(plan)));
+pub fn recycle_plan(plan: Vec<Op<'_>>) {
+    SPARE_PLAN.with(|kept| kept.put(relabel(plan)));
 }
 
 /// An empty plan's vector under another lifetime, its allocation kept: a collect in place

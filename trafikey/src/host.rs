@@ -19,6 +19,7 @@ use crate::decide::{
 };
 use crate::errors::{printable, Refusal};
 use crate::ffi::{self, Caller, Key, Kind, Names, Str};
+use crate::kept::{Kept, Shelf};
 
 const NOTIFY_GENERIC: c_int = REDISMODULE_NOTIFY_GENERIC;
 const NOTIFY_HASH: c_int = REDISMODULE_NOTIFY_HASH;
@@ -90,6 +91,8 @@ struct Spare {
 }
 
 thread_local! {
+    // not a `kept::Shelf`: seven vectors (one, the recent strings, a cache, not emptied) taken
+    // and put back in one lookup a command
     static SPARE: Cell<Option<Spare>> = const { Cell::new(None) };
 }
 
@@ -122,7 +125,7 @@ const KEPT_READS: usize = 4;
 /// A row (or hash) read: each asked field's value, `None` when absent. Its vector comes from,
 /// and goes back to, a few kept between commands (a lifecycle reads four rows or metas, a
 /// batch one a job).
-pub struct Seen(Vec<Option<Str>>);
+pub struct Seen(Kept<Option<Str>, KEPT_SEEN>);
 
 /// How many emptied `Seen` vectors are kept: a batch (PUBLISHES, CLAIMS) holds each job's read
 /// until its writes, and the worker's batches are ten jobs; a vector not kept is one more
@@ -130,15 +133,12 @@ pub struct Seen(Vec<Option<Str>>);
 const KEPT_SEEN: usize = 16;
 
 thread_local! {
-    static SEEN: RefCell<Vec<Vec<Option<Str>>>> = const { RefCell::new(Vec::new()) };
+    static SEEN: Shelf<Option<Str>, KEPT_SEEN> = const { Shelf::new(1..=usize::MAX) };
 }
 
 impl Seen {
     fn new() -> Seen {
-        Seen(
-            SEEN.with(|kept| kept.borrow_mut().pop())
-                .unwrap_or_default(),
-        )
+        Seen(Kept::take(&SEEN))
     }
 
     /// Field `i`'s value, taken out (`None` after).
@@ -151,19 +151,6 @@ impl std::ops::Deref for Seen {
     type Target = [Option<Str>];
     fn deref(&self) -> &[Option<Str>] {
         &self.0
-    }
-}
-
-impl Drop for Seen {
-    fn drop(&mut self) {
-        let mut fields = std::mem::take(&mut self.0);
-        fields.clear(); // the values released now, in the command
-        SEEN.with(|kept| {
-            let mut kept = kept.borrow_mut();
-            if kept.len() < KEPT_SEEN {
-                kept.push(fields);
-            }
-        });
     }
 }
 

@@ -4,7 +4,8 @@
 //! Layout: `table` (the registration table, the only list of commands), `verbs/` (one file
 //! per verb), `grammar` and `decide` (pure: argument grammar, integer rules, verdicts and
 //! write plans), `epoch` (the run_id), `host` (the calls into the server), `ffi` (all unsafe
-//! code, by concern), `errors` (the refusal codes).
+//! code, by concern), `errors` (the refusal codes), `kept` (the vectors kept from one command
+//! to the next).
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 // unsafe code lives in `ffi` alone, every block and function with its reason
@@ -22,6 +23,7 @@ pub mod errors;
 pub mod ffi;
 pub mod grammar;
 pub mod host;
+pub mod kept;
 #[cfg(any(test, feature = "planted"))]
 pub mod plant;
 pub mod state;

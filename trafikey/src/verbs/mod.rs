@@ -36,6 +36,7 @@ use crate::errors::{printable, Refusal};
 use crate::ffi::Str;
 use crate::grammar::Keyspace;
 use crate::host::{Fence, Host, Seen};
+use crate::kept::Shelf;
 use crate::state::State;
 
 /// The row fields a token verb reads first, in this order, before its own.
@@ -44,8 +45,7 @@ pub const HELD: [&str; 4] = ["attempts", "state", "group", "parent"];
 thread_local! {
     /// The fields a token verb's check reads (`HELD`, then its own), in a vector kept from one
     /// check to the next (a check a job).
-    static ROW_FIELDS: std::cell::RefCell<Vec<&'static str>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    static ROW_FIELDS: Shelf<&'static str> = const { Shelf::new(1..=usize::MAX) };
 }
 
 /// Which non-flat rows a verb refuses (SPEC §5.5).
@@ -119,11 +119,13 @@ pub fn held<'e>(
     // the row is checked for writing after the read when it is held (its write answered now
     // when the caller may do both)
     fence.read_to_write(row)?;
-    let seen = ROW_FIELDS.with(|fields| {
-        let mut fields = fields.borrow_mut();
-        fields.clear();
+    // taken and put back in one lookup of the shelf (a guard's drop would be a second, a job)
+    let seen = ROW_FIELDS.with(|shelf| {
+        let mut fields = shelf.take();
         fields.extend(HELD.iter().chain(extra));
-        h.row(row, &fields)
+        let seen = h.row(row, &fields);
+        shelf.put(fields);
+        seen
     })?;
     let Some(seen) = seen else {
         return Ok(None);
