@@ -315,7 +315,8 @@ impl<T, const N: usize> Ring<T, N> {
 }
 
 thread_local! {
-    /// The key strings of the rows the last claims leased ([`Names::hold_leased`]).
+    /// The key strings of the rows the last claims leased ([`Names::hold_leased`]): values
+    /// found again, not an emptied vector (so not a `crate::kept::Shelf`).
     static LEASED: std::cell::RefCell<Ring<Str, LEASED_ROWS>> =
         const { std::cell::RefCell::new(Ring::new()) };
 }
