@@ -484,8 +484,8 @@ pub struct Op<'a> {
 const KEPT_PLAN_MIN: usize = 16;
 
 thread_local! {
-    // taken and put back by hand, not by a `Kept` guard: a plan's ops borrow for less than
-    // `'static` (see `relabel`)
+    // `'static`, as a thread-local must be: a plan's ops borrow for less, so its vector is
+    // relabelled on the way out and back in (`relabel`), holding no op meanwhile
     static SPARE_PLAN: Shelf<Op<'static>> = const { Shelf::new(KEPT_PLAN_MIN..=usize::MAX) };
 }
 

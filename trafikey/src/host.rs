@@ -19,7 +19,7 @@ use crate::decide::{
 };
 use crate::errors::{printable, Refusal};
 use crate::ffi::{self, Caller, Key, Kind, Names, Str};
-use crate::kept::{Kept, Shelf};
+use crate::kept::Shelf;
 
 const NOTIFY_GENERIC: c_int = REDISMODULE_NOTIFY_GENERIC;
 const NOTIFY_HASH: c_int = REDISMODULE_NOTIFY_HASH;
@@ -125,7 +125,7 @@ const KEPT_READS: usize = 4;
 /// A row (or hash) read: each asked field's value, `None` when absent. Its vector comes from,
 /// and goes back to, a few kept between commands (a lifecycle reads four rows or metas, a
 /// batch one a job).
-pub struct Seen(Kept<Option<Str>, KEPT_SEEN>);
+pub struct Seen(Vec<Option<Str>>);
 
 /// How many emptied `Seen` vectors are kept: a batch (PUBLISHES, CLAIMS) holds each job's read
 /// until its writes, and the worker's batches are ten jobs; a vector not kept is one more
@@ -138,7 +138,7 @@ thread_local! {
 
 impl Seen {
     fn new() -> Seen {
-        Seen(Kept::take(&SEEN))
+        Seen(SEEN.with(Shelf::take))
     }
 
     /// Field `i`'s value, taken out (`None` after).
@@ -151,6 +151,13 @@ impl std::ops::Deref for Seen {
     type Target = [Option<Str>];
     fn deref(&self) -> &[Option<Str>] {
         &self.0
+    }
+}
+
+impl Drop for Seen {
+    fn drop(&mut self) {
+        let fields = std::mem::take(&mut self.0);
+        SEEN.with(|kept| kept.put(fields));
     }
 }
 

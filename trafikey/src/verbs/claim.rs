@@ -15,7 +15,7 @@ use crate::errors::Refusal;
 use crate::ffi::{self, Str};
 use crate::grammar::{self, Argc, Call, Keyspace};
 use crate::host::{bulk, int, Host};
-use crate::kept::{Kept, Shelf};
+use crate::kept::Shelf;
 use crate::state::State;
 
 pub const VERB: &str = "EMQ.CLAIM";
@@ -108,7 +108,7 @@ pub enum Stop {
 /// A run of claims: each member of pending it took (leased, or a ghost), in order, and why it
 /// stopped. Its vector goes back to be kept for the next run when it is dropped.
 pub struct Run {
-    taken: Kept<Taken>,
+    taken: Vec<Taken>,
     pub stop: Stop,
 }
 
@@ -159,6 +159,17 @@ thread_local! {
     /// The vector of the last run, emptied: each CLAIMS needs one, a few hundred bytes a job,
     /// more than glibc's malloc keeps at hand for a batch of ten.
     static SPARE_TAKEN: Shelf<Taken> = const { Shelf::new(1..=KEPT_TAKEN_MAX) };
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        // an idle run's vector has no room: it would not be kept, and leaves the kept one in
+        // place without a look at the shelf
+        if self.taken.capacity() > 0 {
+            let taken = std::mem::take(&mut self.taken);
+            SPARE_TAKEN.with(|kept| kept.put(taken));
+        }
+    }
 }
 
 /// A leased job, as CLAIM replies it: `[id, payload, attempts]`, the id and payload the
@@ -213,7 +224,7 @@ pub fn claim_run(
     let deadline = grammar::at("lease_ms", now, lease)?;
     let started = num(now);
     let idle = || Run {
-        taken: Kept::empty(&SPARE_TAKEN),
+        taken: Vec::new(),
         stop: Stop::Idle,
     };
 
@@ -249,7 +260,7 @@ pub fn claim_run(
         recent = within.into_iter().map(|(_, s)| s).collect();
         stale = old.into_iter().map(|(m, _)| m.to_vec()).collect();
     }
-    let mut taken = Kept::take(&SPARE_TAKEN);
+    let mut taken = SPARE_TAKEN.with(Shelf::take);
     taken.reserve(heads.len() + 1);
     let (mut leased, mut popped) = (0, 0);
     let mut lessee = None; // the epoch and the event switch, checked at the first lease
@@ -331,7 +342,7 @@ pub fn claim_run(
     // starts
     let per_lease = 2 + usize::from(events.is_some()) + 2 * usize::from(rate.is_some());
     let mut plan = spare_plan(taken.len() + leased * per_lease + 1);
-    for t in taken.iter() {
+    for t in &taken {
         plan.push(op(Cmd::Zpopmin, &[pending], Expect::Popped(&t.id)));
         let Some(l) = &t.lease else {
             continue;
@@ -393,28 +404,26 @@ pub fn claim_run(
 mod tests {
     use super::*;
 
-    /// A run of a vector from the shelf, grown to `room`.
-    fn run_with_room(room: usize, stop: Stop) -> Run {
-        let mut taken = Kept::take(&SPARE_TAKEN);
-        taken.reserve_exact(room);
-        Run { taken, stop }
-    }
-
     #[test]
     fn a_runs_vector_is_kept_for_the_next_run_and_an_idle_run_keeps_it_in_place() {
-        let run = run_with_room(11, Stop::Full);
+        let run = Run {
+            taken: Vec::with_capacity(11),
+            stop: Stop::Full,
+        };
         let (at, room) = (run.taken.as_ptr() as usize, run.taken.capacity());
         drop(run);
         // an idle run (no head peeked) drops an empty vector: the kept one stays
         drop(Run {
-            taken: Kept::empty(&SPARE_TAKEN),
+            taken: Vec::new(),
             stop: Stop::Idle,
         });
-        let next = Kept::take(&SPARE_TAKEN);
+        let next = SPARE_TAKEN.with(Shelf::take);
         assert_eq!((next.as_ptr() as usize, next.capacity()), (at, room));
-        drop(next);
         // a run of hundreds is let go
-        drop(run_with_room(KEPT_TAKEN_MAX + 1, Stop::Full));
-        assert_eq!(Kept::take(&SPARE_TAKEN).capacity(), 0);
+        drop(Run {
+            taken: Vec::with_capacity(KEPT_TAKEN_MAX + 1),
+            stop: Stop::Full,
+        });
+        assert_eq!(SPARE_TAKEN.with(Shelf::take).capacity(), 0);
     }
 }

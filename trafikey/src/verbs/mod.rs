@@ -119,7 +119,7 @@ pub fn held<'e>(
     // the row is checked for writing after the read when it is held (its write answered now
     // when the caller may do both)
     fence.read_to_write(row)?;
-    // taken and put back in one lookup of the shelf (a guard's drop would be a second, a job)
+    // taken and put back in one lookup of the shelf: a check a job
     let seen = ROW_FIELDS.with(|shelf| {
         let mut fields = shelf.take();
         fields.extend(HELD.iter().chain(extra));
