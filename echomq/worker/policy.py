@@ -372,15 +372,20 @@ def pass_wake_on(flat: int, lanes: int, jobs: Sequence[Any], capacity: int) -> b
     (docs/spec.md §10): a kind's claims that all came back, two or more, or a round that filled the
     worker, say more may wait than this worker takes at once, so the next idle worker looks too and
     passes it on in turn; a short round ends the chain, as BCLAIM's wakes stop once pending is empty."""
-    lane_jobs = sum(1 for job in jobs if job.group is not None)
+    lane_jobs = _lane_jobs(jobs)
     full = (flat >= WOKEN_CLAIMS and len(jobs) - lane_jobs >= flat) or (lanes >= WOKEN_CLAIMS and lane_jobs >= lanes)
     return full or 0 < capacity <= len(jobs)
 
 
 def claims_found(before: tuple[bool, bool], flat: int, lanes: int, jobs: Sequence[Any]) -> tuple[bool, bool]:
     """After a round: whether each kind gave jobs (a kind not claimed keeps what it said last)."""
-    lane_jobs = sum(1 for job in jobs if job.group is not None)
+    lane_jobs = _lane_jobs(jobs)
     return (len(jobs) > lane_jobs if flat else before[0], lane_jobs > 0 if lanes else before[1])
+
+
+def _lane_jobs(jobs: Sequence[Any]) -> int:
+    """How many of a round's jobs are lane jobs (a flat job has no group)."""
+    return sum(1 for job in jobs if job.group is not None)
 
 
 def claim_batch(capacity: int, empty_polls: int, max_batch: int) -> int:

@@ -365,9 +365,7 @@ impl Names {
     /// made meanwhile. Not looked for first: a verb holds each of its batch's keys once, before
     /// it asks for it (a batch's keys are seldom among the recent names).
     pub fn hold(&self, bytes: &[u8]) -> Option<Str> {
-        let s = Str::new(bytes)?;
-        self.keep_held(s.retain()?);
-        Some(s)
+        self.held(Str::new(bytes)?)
     }
 
     /// [`Names::hold`] of a row the command leases: its string also kept for the commands
@@ -389,13 +387,10 @@ impl Names {
                 .find(tag, |s| same(s.bytes(), bytes))
                 .and_then(Str::retain)
         });
-        match found {
-            Some(s) => {
-                self.keep_held(s.retain()?);
-                Some(s)
-            }
-            None => self.hold(bytes),
-        }
+        self.held(match found {
+            Some(s) => s,
+            None => Str::new(bytes)?,
+        })
     }
 
     /// Hold `s` (a string the server handed over, a peeked member) as [`Names::hold`] holds
@@ -403,6 +398,12 @@ impl Names {
     pub fn hold_str(&self, s: &Str) -> Option<()> {
         self.keep_held(s.retain()?);
         Some(())
+    }
+
+    /// `s`, held until the command ends (one more reference kept).
+    fn held(&self, s: Str) -> Option<Str> {
+        self.keep_held(s.retain()?);
+        Some(s)
     }
 
     fn keep_held(&self, s: Str) {
