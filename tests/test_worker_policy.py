@@ -692,6 +692,25 @@ def test_settle_at_waits_for_a_young_batch_at_most_the_bound(now, running, young
     assert policy.settle_at_ms(now, running=running, youngest_start_ms=youngest, wait_ms=wait) == expected
 
 
+@pytest.mark.parametrize("settle_wait, look", [
+    (1.0, policy.RELAY_LOOK_MS),  # the default: no more often than RELAY_LOOK_MS, not every 1 ms
+    (0.5, policy.RELAY_LOOK_MS),
+    (20.0, 20.0),  # a longer settle wait looks in as often as it waits, as before
+])
+def test_relays_are_looked_in_on_no_more_often_than_relay_look_ms(settle_wait, look):
+    assert policy.relay_look_ms(settle_wait) == look
+
+
+@pytest.mark.parametrize("settle_at, due, timer, settle_wait, expected", [
+    (101.0, False, 500.0, 1.0, 100.0 + policy.RELAY_LOOK_MS),  # the batch started at 100: looked at 5 ms on
+    (101.0, False, 102.0, 1.0, 102.0),  # a timer (a renewal, a heartbeat) due sooner comes first
+    (101.0, True, 500.0, 1.0, 500.0),  # due already: an outcome wakes the loop, the look waits for the timers
+    (120.0, False, 500.0, 20.0, 120.0),  # a settle wait above RELAY_LOOK_MS: looked at its settle, as before
+])
+def test_a_relayed_batch_is_looked_at_relay_look_ms_after_it_started(settle_at, due, timer, settle_wait, expected):
+    assert policy.relay_look_at_ms(settle_at, due, timer, settle_wait) == expected
+
+
 @pytest.mark.parametrize("wait", [-1, 1001, float("nan")])
 def test_a_settle_wait_out_of_range_is_refused(wait):
     with pytest.raises(ConfigurationError, match="settle_wait_ms"):

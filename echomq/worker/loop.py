@@ -284,9 +284,13 @@ class Loop:
         ends is a look before it is a step: the step comes only once an outcome's settle is due (a
         relayed batch's slow handler left quick ones unsettled) or a due time besides the settles
         (``_next_timer``); a look wakes threads for jobs held up behind a slow handler. It looks in
-        every ``settle_wait_ms`` while relays go on or jobs wait in the pool."""
-        look_ms, seen = self.config.settle_wait_ms, -1
+        every ``policy.relay_look_ms`` while relays go on or jobs wait in the pool, and a settle's
+        wake comes that long after its batch started (``policy.relay_look_at_ms``)."""
+        settle_wait_ms = self.config.settle_wait_ms
+        look_ms, seen = policy.relay_look_ms(settle_wait_ms), -1
         timer_due = self._timer_due if next_ms == self._settle_wake else next_ms  # never later than this
+        if next_ms == self._settle_wake and self.relaying and self.held:
+            next_ms = policy.relay_look_at_ms(next_ms, False, timer_due, settle_wait_ms)
         while True:
             wait_ms = next_ms - self._clock_ms()
             relayed = self.relaying and bool(self.held)
@@ -309,7 +313,7 @@ class Loop:
                 self._baton.release()
             if timer_due <= now:
                 return
-            next_ms = timer_due if self.executor.settle_due else min(timer_due, settle_at)
+            next_ms = policy.relay_look_at_ms(settle_at, self.executor.settle_due, timer_due, settle_wait_ms)
 
     def relay(self) -> None:
         """On the handler thread that ended the last running handler, once free: settle what finished

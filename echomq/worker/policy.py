@@ -410,6 +410,30 @@ def settle_at_ms(now_ms: float, running: int, youngest_start_ms: float | None, w
     return max(now_ms, youngest_start_ms + wait_ms)
 
 
+#: While relays go on (docs/workers.md "The relay"), the control thread looks in no more often than
+#: this (ms): a look is a thread woken and the GIL taken from the relay's thread (~30 µs of CPU), and
+#: looking every ``settle_wait_ms`` (1 ms) cost quick jobs ~5 % of their jobs/s (bench/NOTES.md, issue 44).
+RELAY_LOOK_MS = 5.0
+
+
+def relay_look_ms(settle_wait_ms: float) -> float:
+    """How often the control thread looks in while relays go on: every ``settle_wait_ms``, but no more
+    often than :data:`RELAY_LOOK_MS`. A relayed batch one slow handler holds up settles its quick jobs
+    that long after it started, and jobs queued behind the slow one get threads within two looks."""
+    return max(settle_wait_ms, RELAY_LOOK_MS)
+
+
+def relay_look_at_ms(settle_at_ms: float, settle_due: bool, timer_due_ms: float, settle_wait_ms: float) -> float:
+    """While relays go on: when the control thread looks in next (local clock). A batch that ends is
+    settled by its relay, so the wake for a settle due at ``settle_at_ms`` (settle_wait_ms after the
+    youngest handler started) is a look for a batch held up by a slow handler: it comes
+    :func:`relay_look_ms` after that start, not sooner. ``settle_due``: the outcomes in are due
+    already (an outcome wakes the loop then); ``timer_due_ms``: every other due time (Loop._next_timer)."""
+    if settle_due:
+        return timer_due_ms
+    return min(timer_due_ms, settle_at_ms + relay_look_ms(settle_wait_ms) - settle_wait_ms)
+
+
 # -- leases ---------------------------------------------------------------------------
 
 
