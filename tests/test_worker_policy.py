@@ -592,6 +592,26 @@ def test_a_run_of_quick_handlers_reads_the_clock_twice_not_once_a_handler(monkey
     pool.shutdown()
 
 
+def test_a_quick_run_takes_the_rest_of_its_batch_and_stops_at_a_shutdown():
+    # quick handlers: the thread already awake runs the whole claim batch, taking each job without the
+    # pool's mutex; a shutdown meanwhile still starts no queued job (its run looks before each take)
+    pool, ran = _asleep(DaemonPool(2, spread_after_s=60), 2), SimpleQueue()
+    pool.submit_all(ran.put, [(n,) for n in range(10)])
+    assert [ran.get(timeout=10) for _ in range(10)] == list(range(10))  # one thread: in order
+    _asleep(pool, 2)
+    assert pool._taken == 10
+
+    def first(n: int) -> None:
+        ran.put(n)
+        pool.shutdown()
+
+    pool.submit_all(lambda n: first(n) if n == 0 else ran.put(n), [(n,) for n in range(5)])
+    for thread in pool._threads:
+        thread.join(10)
+    assert not any(thread.is_alive() for thread in pool._threads)
+    assert ran.get(timeout=1) == 0 and ran.empty() and len(pool._work) == 4  # the other four never started
+
+
 def test_a_run_is_averaged_in_as_that_many_handlers_of_its_mean():
     # ten handlers of one run, each waiting 5x QUICK_HANDLER_S, count as ten such (not as one): the next
     # batch gets a thread each at once, as after ten runs of one

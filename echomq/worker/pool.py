@@ -93,27 +93,32 @@ class DaemonPool:
         timed = self._spread_after_s is not None
         started: float | None = None  #: (timed) when the run going on started
         ran = 0  #: (timed) the callables of the run going on
+        work = self._work
         while True:
             with self._mutex:
                 if counted_free:
                     self._free -= 1  # it takes work, sleeps or ends now
                 if self._closed:
                     return
-                if self._work:
-                    item = self._work.popleft()
+                item = None
+                if work:
+                    try:
+                        item = work.popleft()
+                    except IndexError:  # a quick run on another thread took the last since the look
+                        pass
+                if item is not None:
                     self._taken += 1
                     if timed:
                         if started is None:
                             started = time.monotonic()
                         ran += 1
-                    if self._work and not self._free and not (timed and self._took_s < QUICK_HANDLER_S):
+                    if work and not self._free and not (timed and self._took_s < QUICK_HANDLER_S):
                         self._wake_one()  # the next queued job needs a thread of its own (they are not quick)
                 else:
                     if started is not None:  # the run ends: it sleeps
                         self._took(time.monotonic() - started, ran)
                         started, ran = None, 0
                     self._sleeping.append(me)
-                    item = None
             if item is None:
                 me.acquire()  # until a submit or the shutdown releases it (_wake_one counts it free)
                 counted_free = True
@@ -122,6 +127,16 @@ class DaemonPool:
             fn, args = item
             try:
                 then = fn(*args)
+                # quick handlers: the rest of the queue is taken on, one after another, without the mutex
+                # (a lock and the bookkeeping above a job); the next take under it ends the run
+                while then is None and started is not None and self._took_s < QUICK_HANDLER_S and not self._closed:
+                    try:
+                        fn, args = work.popleft()
+                    except IndexError:
+                        break
+                    self._taken += 1
+                    ran += 1
+                    then = fn(*args)
                 if then is not None:
                     took = None if started is None else time.monotonic() - started
                     with self._mutex:
