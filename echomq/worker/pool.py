@@ -163,7 +163,8 @@ class DaemonPool:
     def spread(self) -> None:
         """Wake a thread for each queued job when no queued work has moved for ``spread_after_s``: since
         the look (a call of this) that last saw it move, or since it began to queue. The owner looks in
-        every ``spread_after_s`` while work is queued, so that is within two of them of the last move."""
+        regularly while work is queued (the worker's loop every ``policy.relay_look_ms``), so held-up work
+        is spread within two of its looks of its last move."""
         after_s = self._spread_after_s
         if after_s is None or not self._work:
             return
