@@ -75,22 +75,26 @@ class Settler:
         # by (queue, retention_ms or None): the completed flat jobs and their ARGV one after another
         completed: defaultdict[tuple[str, int | None], tuple[list[Held], list[Any]]] = defaultdict(lambda: ([], []))
         settled: defaultdict[str, list[tuple[Held, policy.Settle, Call]]] = defaultdict(list)  # no list made a job
+        # (read once a call: the loop below runs a job)
+        bus, nothing_encoded = self.bus, self._nothing_encoded
+        complete, nothing = policy.COMPLETE, policy.RETURNED_NOTHING
         for held in done:
             job, task, lost = held.job, held.task, held.lease_lost
             outcome = held.verdict or held.outcome
             result = None
+            kept = bus and task.result_ttl_ms  # then a completion keeps its result (PUBLISH)
             returned = type(outcome) is policy.Returned  # the common case: decided here, no call made for it
-            if returned and (self.bus and task.result_ttl_ms or job.flow):
+            if returned and (kept or job.flow):
                 # the bytes PUBLISH keeps; for a value the task's serializer refuses, or one over
                 # MAX_RESULT_BYTES, a marker saying so: the job completes all the same (its work is
                 # done; another run could not keep it either). Nothing returned is encoded once a task
-                result = self._nothing_encoded.get(task.queue) if outcome is policy.RETURNED_NOTHING else None
+                result = nothing_encoded.get(task.queue) if outcome is nothing else None
                 if result is None:
                     result, held.not_kept = keepable_result(task.serializer, outcome.value, MAX_RESULT_BYTES)
-                    if outcome is policy.RETURNED_NOTHING and held.not_kept is None:
-                        self._nothing_encoded[task.queue] = result
+                    if outcome is nothing and held.not_kept is None:
+                        nothing_encoded[task.queue] = result
             if returned and not lost:
-                decision: policy.Settle = policy.COMPLETE  # what decide_outcome answers it
+                decision: policy.Settle = complete  # what decide_outcome answers it
             else:
                 if not lost and isinstance(outcome, policy.Raised) and log.isEnabledFor(logging.WARNING):
                     log.warning("job %s/%s attempt %d raised:\n%s", job.queue, quoted(job.id), job.attempt,
@@ -99,14 +103,13 @@ class Settler:
                 decision = policy.decide_outcome(outcome, lost and held.verdict is None, job.attempt,
                                                  own.max_attempts or task.max_attempts, own.backoff or task.backoff,
                                                  self._rand)
-            if type(decision) is policy.Drop:
-                self.held.pop(held.key, None)
-                reason = "cancelled while the handler ran" if held.cancelled else decision.reason
-                self.events.emit("job.lost", job, task, reason=f"{reason}; its outcome is not settled")
-                continue
-            if decision is policy.COMPLETE and not job.flow and job.group is None:
-                kept = self.bus and task.result_ttl_ms  # then result holds its encoded bytes
-                jobs, parts = completed[job.queue, kept or None]
+                if type(decision) is policy.Drop:
+                    self.held.pop(held.key, None)
+                    reason = "cancelled while the handler ran" if held.cancelled else decision.reason
+                    self.events.emit("job.lost", job, task, reason=f"{reason}; its outcome is not settled")
+                    continue
+            if decision is complete and not job.flow and job.group is None:
+                jobs, parts = completed[job.queue, kept or None]  # (kept: result holds its encoded bytes)
                 jobs.append(held)
                 parts += (job.id, job.token, result) if kept else (job.id, job.token)
             else:
@@ -134,6 +137,7 @@ class Settler:
         last: TaskStats | None = None
         task_runs: list[float] = []
         complete, forget = policy.COMPLETE, self.held.pop  # (read once a batch)
+        completions = 0  #: (added to the tally once a batch)
         for (held, decision), reply in zip(batch, answers):
             if isinstance(reply, Exception):
                 self._refused(held, reply)
@@ -145,7 +149,7 @@ class Settler:
                 task_runs.append(duration_s)
                 if decision is complete:
                     # the common case, here rather than in _record (a call a job): counted, told only if heard
-                    self.tally.completed += 1
+                    completions += 1
                     if held.not_kept is not None:
                         log.warning("job %s/%s attempt %d completed, but its result was not kept: %s (a %s "
                                     "returned); Queue.result raises ResultNotKept", held.job.queue,
@@ -159,6 +163,7 @@ class Settler:
             forget(held.key, None)
             if held.job.flow:  # a parent (in any queue served) may be ready now: poll the flow sets
                 self.pacing.poll_flows()
+        self.tally.completed += completions
         for stats, values in runs.items():
             stats.run.observe_many(values)
             stats.counts["completed"] += len(values) - others.get(stats, 0)
