@@ -94,6 +94,16 @@ impl Key {
         (!key.key.is_null()).then_some(key)
     }
 
+    /// Does the key hold a `kind` (`Some(true)`), nothing (`Some(false)`: a read finds no value),
+    /// or another type (`None`: the read is refused)?
+    fn holds(&self, kind: Kind) -> Option<bool> {
+        match self.kind() {
+            Kind::Empty => Some(false),
+            found if found == kind => Some(true),
+            _ => None,
+        }
+    }
+
     pub fn kind(&self) -> Kind {
         if self.key.is_null() {
             return Kind::Empty;
@@ -195,10 +205,8 @@ impl Key {
     /// One field's value, as HGET: `Some(None)` when absent (or the key is empty); `None`
     /// when the key is not a hash or the host refuses.
     pub fn hash_get(&self, field: &Str) -> Option<Option<Str>> {
-        match self.kind() {
-            Kind::Empty => return Some(None),
-            Kind::Hash => {}
-            _ => return None,
+        if !self.holds(Kind::Hash)? {
+            return Some(None);
         }
         let get = api!(RedisModule_HashGet)?;
         let mut v = ptr::null_mut::<raw::RedisModuleString>();
@@ -223,10 +231,8 @@ impl Key {
     /// Does the hash have `field` (HEXISTS: no copy of its value is made)? `None` when the key
     /// is not a hash or the host refuses.
     pub fn hash_has(&self, field: &Str) -> Option<bool> {
-        match self.kind() {
-            Kind::Empty => return Some(false),
-            Kind::Hash => {}
-            _ => return None,
+        if !self.holds(Kind::Hash)? {
+            return Some(false);
         }
         let get = api!(RedisModule_HashGet)?;
         let mut exists: c_int = 0;
@@ -303,10 +309,8 @@ impl Key {
 
     /// ZREM of one member: `Some(true)` when it was there.
     pub fn zrem(&self, member: &Str) -> Option<bool> {
-        match self.kind() {
-            Kind::Empty => return Some(false),
-            Kind::Zset => {}
-            _ => return None,
+        if !self.holds(Kind::Zset)? {
+            return Some(false);
         }
         let rem = api!(RedisModule_ZsetRem)?;
         let mut deleted: c_int = 0;
